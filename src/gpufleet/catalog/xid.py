@@ -1,0 +1,50 @@
+"""The Xid catalog (xid_catalog.csv): NVIDIA's resolution buckets and what peer tools do with each code."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from functools import cache
+
+from gpufleet.catalog._files import read_text
+
+
+@dataclass(frozen=True, slots=True)
+class XidInfo:
+    code: int
+    mnemonic: str
+    description: str
+    nvidia_immediate_action: str
+    nvidia_investigatory_action: str
+    nvsentinel_action: str
+    nvsentinel_fatality: str
+    dcgm_healthwatch: str
+    gcm_class: str
+    device_plugin: str
+    exporter_text: str
+
+    @property
+    def fatal(self) -> bool:
+        return self.nvsentinel_fatality == "FATAL"
+
+
+@cache
+def load_xid_catalog() -> dict[int, XidInfo]:
+    catalog: dict[int, XidInfo] = {}
+    for row in csv.DictReader(io.StringIO(read_text("xid_catalog.csv"))):
+        code = int(row["code"])
+        catalog[code] = XidInfo(
+            code=code,
+            mnemonic=row["mnemonic"],
+            description=row["description"],
+            nvidia_immediate_action=row["nvidia_immediate_action"],
+            nvidia_investigatory_action=row["nvidia_investigatory_action"],
+            nvsentinel_action=row["nvsentinel_action"],
+            nvsentinel_fatality=row["nvsentinel_fatality"],
+            dcgm_healthwatch=row["dcgm_healthwatch"],
+            gcm_class=row["gcm_class"],
+            device_plugin=row["k8s_device_plugin"],
+            exporter_text=row["dcgm_exporter_text"],
+        )
+    return catalog

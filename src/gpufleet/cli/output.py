@@ -1,0 +1,70 @@
+"""Rendering shared by every command: rich tables for people, JSON and YAML for programs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+OUTPUT_HELP = "Output format: table (default), wide, json or yaml."
+
+
+def _plain(value: Any) -> Any:
+    """Make pydantic models, dataclasses, enums and numpy scalars JSON/YAML-safe."""
+    if hasattr(value, "model_dump"):
+        return _plain(value.model_dump(mode="json"))
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _plain(getattr(value, k)) for k in value.__dataclass_fields__}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar
+        return value.item()
+    if isinstance(value, StrEnum):
+        return str(value)
+    return value
+
+
+def dump_json(data: Any) -> str:
+    return json.dumps(_plain(data), indent=2, sort_keys=False)
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True)
+
+
+def emit(data: Any, fmt: OutputFormat, render_table: Callable[[bool], None]) -> None:
+    """Print `data` as JSON/YAML, or call `render_table(wide)` for the human formats."""
+    if fmt is OutputFormat.json:
+        sys.stdout.write(dump_json(data) + "\n")
+    elif fmt is OutputFormat.yaml:
+        sys.stdout.write(dump_yaml(data))
+    else:
+        render_table(fmt is OutputFormat.wide)
+
+
+def make_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> Table:
+    table = Table(title=title, header_style="bold", box=None, pad_edge=False)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    return table
