@@ -12,8 +12,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped output is not wrapped at 80 columns: tables stay one line per row, as kubectl prints them.
+console = Console(width=None if sys.stdout.isatty() else 250)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 250)
 
 
 class OutputFormat(StrEnum):

@@ -52,7 +52,7 @@ class Gpu:
     @property
     def pci_short(self) -> str:
         """The form kernel Xid lines use: 0000:18:00."""
-        domain, bus, rest = self.pci_bus_id.split(":")
+        domain, bus, rest = self.pci_bus_id.lower().split(":")
         return f"{domain[-4:]}:{bus}:{rest.split('.')[0]}"
 
     @property

@@ -1,0 +1,116 @@
+"""Durable control-plane state in SQLite (the embedded default): events seen and actions taken.
+
+Writes go through one connection guarded by a lock; SQLite in WAL mode keeps readers from blocking the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from gpufleet.errors import BackendError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    sim_time REAL NOT NULL,
+    wall_time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    entity TEXT NOT NULL,
+    message TEXT NOT NULL,
+    attrs TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    wall_time REAL NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT NOT NULL,
+    result TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class StateStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.Error as exc:
+            raise BackendError(f"cannot open state database {path}: {exc}", fix="check the data directory") from exc
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def add_events(self, rows: list[tuple[float, str, str, str, dict[str, Any]]]) -> None:
+        if not rows:
+            return
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT INTO events(sim_time, wall_time, kind, entity, message, attrs) VALUES (?,?,?,?,?,?)",
+                [(t, now, kind, entity, msg, json.dumps(attrs, default=str)) for t, kind, entity, msg, attrs in rows],
+            )
+            self._db.execute("COMMIT")
+
+    def events(self, kind: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        sql = "SELECT id, sim_time, wall_time, kind, entity, message, attrs FROM events"
+        args: list[Any] = []
+        if kind:
+            sql += " WHERE kind = ?"
+            args.append(kind)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [
+            {
+                "id": r[0],
+                "sim_time": r[1],
+                "wall_time": r[2],
+                "kind": r[3],
+                "entity": r[4],
+                "message": r[5],
+                "attrs": json.loads(r[6]),
+            }
+            for r in rows
+        ]
+
+    def count_events(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+    def audit(self, actor: str, action: str, target: str, result: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO audit(wall_time, actor, action, target, result) VALUES (?,?,?,?,?)",
+                (time.time(), actor, action, target, result),
+            )
+
+    def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT wall_time, actor, action, target, result FROM audit ORDER BY id DESC LIMIT ?", (limit,)
+            ).fetchall()
+        return [dict(zip(("wall_time", "actor", "action", "target", "result"), r, strict=True)) for r in rows]
+
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))

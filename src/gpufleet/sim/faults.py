@@ -1,0 +1,160 @@
+"""Fault schedules: the faults a scenario lists, and random campaigns expanded reproducibly from a seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.errors import ManifestError
+from gpufleet.model import Cluster, TrainingJob
+from gpufleet.spec.scenario_spec import (
+    GPU_FAULTS,
+    JOB_FAULTS,
+    NODE_FAULTS,
+    PORT_FAULTS,
+    CampaignSpec,
+    FaultSpec,
+    FaultType,
+)
+
+# Faults that heal by themselves after a while unless a duration is given.
+DEFAULT_DURATION_S = {
+    FaultType.power_brake: 900.0,
+    FaultType.link_flap: 600.0,
+    FaultType.straggler: 3600.0,
+}
+
+
+@dataclass(slots=True)
+class InjectedFault:
+    """Ground truth: what was injected, when and where. Detectors are scored against these."""
+
+    id: int
+    type: FaultType
+    time: float
+    node: str | None = None
+    gpu: int | None = None
+    rail: int | None = None
+    job: str | None = None
+    rank: int | None = None
+    duration: float | None = None
+    code: int | None = None
+    factor: float | None = None
+    effects: list[str] = field(default_factory=list)  # what followed: "job train-3 hung", ...
+
+    @property
+    def target(self) -> str:
+        if self.job is not None:
+            return f"job/{self.job}" + (f"/rank{self.rank}" if self.rank is not None else "")
+        if self.gpu is not None:
+            return f"{self.node}/gpu{self.gpu}"
+        if self.rail is not None:
+            return f"{self.node}/mlx5_{self.rail}"
+        return f"{self.node}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.type.value}" + (f" {self.code}" if self.code is not None else "")
+
+
+def from_specs(specs: list[FaultSpec], cluster: Cluster, jobs: list[TrainingJob], source: str) -> list[InjectedFault]:
+    nodes = {n.name: n for n in cluster.nodes}
+    job_names = {j.name: j for j in jobs}
+    out = []
+    for i, spec in enumerate(sorted(specs, key=lambda s: s.at)):
+        where = f"spec.faults ({spec.type.value} at {spec.at:g}s)"
+        if spec.node is not None:
+            node = nodes.get(spec.node)
+            if node is None:
+                raise ManifestError(source, f"{where}: no node named {spec.node!r}", fix="use a node of the cluster")
+            if spec.gpu is not None and spec.gpu >= len(node.gpus):
+                raise ManifestError(source, f"{where}: node {spec.node} has {len(node.gpus)} GPUs, no GPU {spec.gpu}")
+            if spec.rail is not None and spec.rail >= len(node.nics):
+                raise ManifestError(source, f"{where}: node {spec.node} has {len(node.nics)} NICs, no rail {spec.rail}")
+        if spec.job is not None:
+            job = job_names.get(spec.job)
+            if job is None:
+                known = ", ".join(sorted(job_names)) or "none"
+                raise ManifestError(source, f"{where}: no training job named {spec.job!r}", fix=f"jobs: {known}")
+            if spec.rank is not None and spec.rank >= job.world_size:
+                raise ManifestError(source, f"{where}: job {spec.job} has {job.world_size} ranks")
+        out.append(
+            InjectedFault(
+                id=i,
+                type=spec.type,
+                time=spec.at,
+                node=spec.node,
+                gpu=spec.gpu,
+                rail=spec.rail,
+                job=spec.job,
+                rank=spec.rank,
+                duration=spec.duration or DEFAULT_DURATION_S.get(spec.type),
+                code=spec.code,
+                factor=spec.factor,
+            )
+        )
+    return out
+
+
+def expand_campaign(
+    campaign: CampaignSpec, cluster: Cluster, jobs: list[TrainingJob], duration: float, first_id: int
+) -> list[InjectedFault]:
+    """`per_type` faults of each type at random times, each on a different node, job faults on their own jobs.
+
+    Job faults get jobs no other fault touches, and hardware faults land on nodes outside those jobs, so every
+    injected fault has exactly one root cause to find.
+    """
+    rng = np.random.default_rng(campaign.seed)
+    types = list(FaultType) if campaign.types == "all" else list(campaign.types)
+    end = campaign.end if campaign.end is not None else max(campaign.start + 1.0, duration - 1800.0)
+    job_faults = [t for t in types if t in JOB_FAULTS]
+    reserved: list[TrainingJob] = []
+    need_jobs = len(job_faults) * campaign.per_type
+    if need_jobs:
+        if len(jobs) < need_jobs:
+            raise ManifestError(
+                "campaign",
+                f"{need_jobs} job faults need as many training jobs, the workload has {len(jobs)}",
+                fix="add training jobs or lower perType",
+            )
+        picks = rng.choice(len(jobs), size=need_jobs, replace=False)
+        reserved = [jobs[int(i)] for i in picks]
+    reserved_nodes = {n for j in reserved for n in j.nodes}
+    gpu_nodes = [n for n in cluster.nodes if n.gpus and n.name not in reserved_nodes]
+    hw_types = [t for t in types if t not in JOB_FAULTS]
+    need_nodes = len(hw_types) * campaign.per_type
+    if need_nodes > len(gpu_nodes):
+        raise ManifestError(
+            "campaign",
+            f"{need_nodes} hardware faults need as many distinct GPU nodes, {len(gpu_nodes)} are free of job faults",
+            fix="use a larger cluster or lower perType",
+        )
+    node_picks = iter(rng.permutation(len(gpu_nodes))[:need_nodes])
+    jobs_iter = iter(reserved)
+    faults: list[InjectedFault] = []
+    for ftype in types:
+        for _ in range(campaign.per_type):
+            at = float(rng.uniform(campaign.start, end))
+            fault = InjectedFault(id=first_id + len(faults), type=ftype, time=round(at))
+            fault.duration = DEFAULT_DURATION_S.get(ftype)
+            if ftype in JOB_FAULTS:
+                job = next(jobs_iter)
+                fault.job = job.name
+                fault.rank = int(rng.integers(job.world_size))
+                fault.factor = 1.6 if ftype is FaultType.straggler else None
+            else:
+                node = gpu_nodes[int(next(node_picks))]
+                fault.node = node.name
+                if ftype in GPU_FAULTS:
+                    fault.gpu = int(rng.integers(len(node.gpus)))
+                if ftype in PORT_FAULTS:
+                    if not node.nics:
+                        raise ManifestError("campaign", f"node {node.name} has no NIC for a {ftype.value} fault")
+                    fault.rail = int(rng.integers(len(node.nics)))
+                if ftype is FaultType.xid:
+                    fault.code = int(rng.choice(campaign.xid_codes))
+                assert ftype in GPU_FAULTS | PORT_FAULTS | NODE_FAULTS
+            faults.append(fault)
+    faults.sort(key=lambda f: f.time)
+    return faults

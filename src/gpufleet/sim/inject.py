@@ -1,0 +1,195 @@
+"""What each injected fault does to the twin: the physical change, and the log lines a real system would print."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufleet.catalog.xid import load_xid_catalog
+from gpufleet.model import JobState
+from gpufleet.sim import kmsg
+from gpufleet.sim.faults import InjectedFault
+from gpufleet.spec.scenario_spec import FaultType
+
+if TYPE_CHECKING:
+    from gpufleet.sim.twin import Twin
+
+# Xids whose catalog action is to restart the application: the process dies, its job fails.
+APP_FATAL_ACTIONS = {"RESTART_APP"}
+# Xids after which the GPU cannot make progress until it is reset or the node rebooted: its job hangs.
+GPU_WEDGED_ACTIONS = {"RESET_GPU", "RESTART_BM", "RESTART_VM", "WORKFLOW_XID_48", "CONTACT_SUPPORT"}
+
+STRAGGLER_FACTOR = 1.6
+SYMBOL_ERRORS_PER_S = 0.05  # 3 a minute: a BER far above what a healthy NDR link shows in 12 minutes
+PCIE_REPLAYS_PER_S = 2.0  # 120 a minute, far above DCGM's per-lane budget for a degraded x8 link
+NVLINK_ERRORS_PER_S = 5.0
+
+
+def inject(twin: Twin, fault: InjectedFault) -> None:
+    handler = _HANDLERS[fault.type]
+    handler(twin, fault)
+
+
+def _gpu(twin: Twin, fault: InjectedFault) -> int:
+    assert fault.node is not None and fault.gpu is not None
+    return twin.gpu(fault.node, fault.gpu)
+
+
+def _job_of_gpu(twin: Twin, i: int) -> str | None:
+    ts = twin.training
+    for j, job in enumerate(ts.jobs):
+        if job.state in (JobState.running, JobState.hung) and i in ts.ranks_of(j):
+            return job.name
+    return None
+
+
+def _xid(twin: Twin, fault: InjectedFault) -> None:
+    i = _gpu(twin, fault)
+    code = fault.code or 0
+    twin._xid(i, code)
+    info = load_xid_catalog().get(code)
+    action = info.nvidia_immediate_action if info else "CONTACT_SUPPORT"
+    job = _job_of_gpu(twin, i)
+    if code == 79:
+        twin._lose_gpu(i)
+    elif code == 48:
+        twin.gpus.double_bit_error(i)
+        if twin.gpus.ampere_or_newer[i]:
+            twin._xid(i, 63)
+    elif code == 64:
+        twin.gpus.remap_failure[i] = True
+    elif code == 74:
+        twin.gpus.nvlink_error_rate_per_s[i] = NVLINK_ERRORS_PER_S
+        twin.gpus.nvlink_active[i] = max(0, int(twin.gpus.nvlink_active[i]) - 1)
+    if action in GPU_WEDGED_ACTIONS and code not in (79,):
+        twin.gpus.wedged[i] = True
+    if job is None:
+        return
+    if action in APP_FATAL_ACTIONS:
+        twin._stop_job(twin.cluster.job(job), f"rank on {fault.node} gpu {fault.gpu} died after Xid {code}")
+        fault.effects.append(f"job {job} failed")
+    elif action in GPU_WEDGED_ACTIONS or code in (48, 79):
+        fault.effects.append(f"job {job} hangs")
+
+
+def _ecc_dbe(twin: Twin, fault: InjectedFault) -> None:
+    fault.code = 48
+    _xid(twin, fault)
+
+
+def _off_bus(twin: Twin, fault: InjectedFault) -> None:
+    i = _gpu(twin, fault)
+    job = _job_of_gpu(twin, i)
+    twin._lose_gpu(i)
+    if job:
+        fault.effects.append(f"job {job} hangs")
+
+
+def _thermal(twin: Twin, fault: InjectedFault) -> None:
+    i = _gpu(twin, fault)
+    twin.gpus.cooling[i] = 0.3  # a dead fan: the heat sink sheds under a third of its normal heat
+
+
+def _power_brake(twin: Twin, fault: InjectedFault) -> None:
+    i = _gpu(twin, fault)
+    twin.gpus.power_brake[i] = True
+    if fault.duration:
+        twin.at(fault.time + fault.duration, lambda: _release_brake(twin, i))
+
+
+def _release_brake(twin: Twin, i: int) -> None:
+    twin.gpus.power_brake[i] = False
+
+
+def _pcie(twin: Twin, fault: InjectedFault) -> None:
+    i = _gpu(twin, fault)
+    g = twin.gpus
+    g.pcie_width[i] = max(1, int(g.pcie_max_width[i]) // 2)
+    g.pcie_gen[i] = max(1, int(g.pcie_max_gen[i]) - 2)
+    g.pcie_replay_rate_per_s[i] = PCIE_REPLAYS_PER_S
+
+
+def _nvlink(twin: Twin, fault: InjectedFault) -> None:
+    fault.code = 74
+    _xid(twin, fault)
+
+
+def _symbol(twin: Twin, fault: InjectedFault) -> None:
+    assert fault.node is not None and fault.rail is not None
+    p = twin.port_of(fault.node, fault.rail)
+    twin.ports.symbol_rate_per_s[p] = SYMBOL_ERRORS_PER_S * (fault.factor or 1.0)
+
+
+def _flap(twin: Twin, fault: InjectedFault) -> None:
+    assert fault.node is not None and fault.rail is not None
+    twin.add_flap(fault.node, fault.rail, fault.time + (fault.duration or 600.0))
+
+
+def _link_down(twin: Twin, fault: InjectedFault) -> None:
+    assert fault.node is not None and fault.rail is not None
+    p = twin.port_of(fault.node, fault.rail)
+    twin._set_link(p, fault.node, fault.rail, up=False)
+    for j, job in enumerate(twin.training.jobs):
+        if job.state is JobState.running and p in twin.training.ports[j]:
+            fault.effects.append(f"job {job.name} hangs")
+
+
+def _rank(twin: Twin, fault: InjectedFault) -> int:
+    assert fault.job is not None
+    job = twin.cluster.job(fault.job)
+    j = twin.training.jobs.index(job)
+    ranks = twin.training.ranks_of(j)
+    return int(ranks[(fault.rank or 0) % ranks.size])
+
+
+def _nccl_hang(twin: Twin, fault: InjectedFault) -> None:
+    i = _rank(twin, fault)
+    twin.training.stuck[i] = True
+    fault.effects.append(f"job {fault.job} hangs")
+
+
+def _straggler(twin: Twin, fault: InjectedFault) -> None:
+    i = _rank(twin, fault)
+    twin.training.straggle[i] = fault.factor or STRAGGLER_FACTOR
+    if fault.duration:
+        twin.at(fault.time + fault.duration, lambda: _unstraggle(twin, i))
+
+
+def _unstraggle(twin: Twin, i: int) -> None:
+    twin.training.straggle[i] = 1.0
+
+
+def _idle(twin: Twin, fault: InjectedFault) -> None:
+    i = _gpu(twin, fault)
+    job = _job_of_gpu(twin, i)
+    if job is not None:
+        # The rank is alive but starved (a stuck data loader): its GPU idles while the job waits on it.
+        twin.training.stuck[i] = True
+        fault.effects.append(f"job {job} stalls on an idle rank")
+    twin.idle_override[i] = True
+
+
+def _driver_mismatch(twin: Twin, fault: InjectedFault) -> None:
+    assert fault.node is not None
+    node = twin.cluster.node(fault.node)
+    user_space = node.software.driver_version
+    kernel_module = "535.104.05" if not user_space.startswith("535.") else "550.90.07"
+    node.software.driver_version = kernel_module
+    twin._kernel(fault.node, [kmsg.api_mismatch_line(twin.boot_seconds(fault.node), user_space, kernel_module)])
+
+
+_HANDLERS = {
+    FaultType.xid: _xid,
+    FaultType.ecc_dbe: _ecc_dbe,
+    FaultType.gpu_off_bus: _off_bus,
+    FaultType.thermal_runaway: _thermal,
+    FaultType.power_brake: _power_brake,
+    FaultType.pcie_degrade: _pcie,
+    FaultType.nvlink_errors: _nvlink,
+    FaultType.ib_symbol_errors: _symbol,
+    FaultType.link_flap: _flap,
+    FaultType.link_down: _link_down,
+    FaultType.nccl_hang: _nccl_hang,
+    FaultType.straggler: _straggler,
+    FaultType.idle_gpu: _idle,
+    FaultType.driver_mismatch: _driver_mismatch,
+}

@@ -1,0 +1,61 @@
+"""Kernel log lines in the driver's real text format, as `dmesg` prints them (`[seconds.micros] NVRM: ...`)."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from gpufleet.catalog.xid import load_xid_catalog
+
+# Processes the twin names as Xid culprits: training ranks and the tools that poke GPUs.
+PROCESS_NAMES = ("python", "pt_main_thread", "nvidia-smi", "dcgm-exporter")
+
+
+@cache
+def xid_messages() -> dict[int, str]:
+    text = resources.files("gpufleet.sim").joinpath("data", "xid_messages.yaml").read_text(encoding="utf-8")
+    return {int(k): str(v) for k, v in yaml.safe_load(text).items()}
+
+
+def xid_text(code: int) -> str:
+    msg = xid_messages().get(code)
+    if msg is not None:
+        return msg
+    info = load_xid_catalog().get(code)
+    return info.description if info else "Unknown error"
+
+
+def stamp(boot_seconds: float) -> str:
+    """The `[ 3606.832215]` prefix dmesg prints: seconds since boot, right-aligned in 12 characters."""
+    return f"[{boot_seconds:12.6f}]"
+
+
+def xid_line(boot_seconds: float, pci_short: str, code: int, pid: int | None, process: str | None) -> str:
+    who = f"pid={pid}, name={process}" if pid is not None else "pid='<unknown>', name=<unknown>"
+    return f"{stamp(boot_seconds)} NVRM: Xid (PCI:{pci_short}): {code}, {who}, {xid_text(code)}"
+
+
+def fallen_off_bus_lines(boot_seconds: float, pci_short: str, uuid: str, serial: str) -> list[str]:
+    """What a GPU dropping off the bus writes: identity lines, the Xid 79 line and the plain notice."""
+    ts = stamp(boot_seconds)
+    return [
+        f"{ts} NVRM: GPU at PCI:{pci_short}: {uuid}",
+        f"{ts} NVRM: GPU Board Serial Number: {serial}",
+        f"{ts} NVRM: Xid (PCI:{pci_short}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        f"{ts} NVRM: GPU {pci_short}.0: GPU has fallen off the bus.",
+    ]
+
+
+def api_mismatch_line(boot_seconds: float, client_version: str, kernel_version: str) -> str:
+    return (
+        f"{stamp(boot_seconds)} NVRM: API mismatch: the client has the version {client_version}, but"
+        f" this kernel module has the version {kernel_version}.  Please make sure that this kernel module"
+        " and all NVIDIA driver components have the same version."
+    )
+
+
+def carrier_message(netdev: str, up: bool) -> str:
+    """The syslog line systemd-networkd writes when an IPoIB port loses or regains its link."""
+    return f"systemd-networkd[1187]: {netdev}: {'Gained carrier' if up else 'lost carrier'}"

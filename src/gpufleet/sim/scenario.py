@@ -1,0 +1,114 @@
+"""Turn a Scenario manifest into a running twin: build the cluster, lay out the workload, schedule the faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.errors import ManifestError
+from gpufleet.model import Cluster, InferenceService, TrainingJob
+from gpufleet.sim.faults import expand_campaign, from_specs
+from gpufleet.sim.twin import Twin
+from gpufleet.sim.workloads import AllReduceModel
+from gpufleet.spec.builder import build_cluster
+from gpufleet.spec.loader import load_scenario
+from gpufleet.spec.scenario_spec import ScenarioBody
+
+
+def _default_allreduce() -> AllReduceModel | None:
+    """NCCL's own cost model when it is available; the twin falls back to a latency-bandwidth model otherwise."""
+    try:
+        from gpufleet.nccl import allreduce_time_s  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return allreduce_time_s  # type: ignore[no-any-return]
+
+
+def layout_workload(cluster: Cluster, body: ScenarioBody, source: str) -> tuple[list[TrainingJob], list[InferenceService]]:
+    wl = body.workload
+    gpu_nodes = [n for n in cluster.nodes if n.gpus]
+    used: set[str] = set()
+    services: list[InferenceService] = []
+    gpu_cursor: dict[str, int] = {}
+    for svc in wl.inference:
+        node_name = svc.node or next((n.name for n in reversed(gpu_nodes) if n.name not in used), None)
+        if node_name is None:
+            raise ManifestError(source, f"no node left for inference service {svc.name!r}")
+        node = cluster.node(node_name)
+        first = gpu_cursor.get(node_name, 0)
+        if first + svc.gpus > len(node.gpus):
+            raise ManifestError(source, f"inference service {svc.name!r} needs {svc.gpus} GPUs; {node_name} has "
+                                f"{len(node.gpus) - first} left")
+        gpu_cursor[node_name] = first + svc.gpus
+        used.add(node_name)
+        services.append(
+            InferenceService(
+                name=svc.name,
+                node=node_name,
+                gpu_indices=tuple(range(first, first + svc.gpus)),
+                requests_per_s=svc.requests_per_s,
+                slo_p99_s=svc.slo_p99,
+            )
+        )
+    jobs: list[TrainingJob] = []
+    for spec in wl.training_jobs:
+        if isinstance(spec.nodes, list):
+            names = spec.nodes
+            for name in names:
+                cluster.node(name)
+        else:
+            free = [n.name for n in gpu_nodes if n.name not in used]
+            if spec.nodes > len(free):
+                raise ManifestError(source, f"training job {spec.name!r} needs {spec.nodes} nodes, {len(free)} are free")
+            names = free[: spec.nodes]
+        used.update(names)
+        gpn = spec.gpus_per_node or len(cluster.node(names[0]).gpus)
+        jobs.append(
+            TrainingJob(
+                name=spec.name,
+                nodes=list(names),
+                gpus_per_node=gpn,
+                model_params_b=spec.model_params_b,
+                tokens_per_step=spec.tokens_per_step,
+                nccl_timeout_s=spec.nccl_timeout,
+            )
+        )
+    if wl.auto_training_nodes_per_job:
+        per = wl.auto_training_nodes_per_job
+        free = [n for n in gpu_nodes if n.name not in used]
+        # Jobs stay within one pool so every rank has the same GPU and NICs.
+        by_pool: dict[str, list[str]] = {}
+        for n in free:
+            by_pool.setdefault(n.pool, []).append(n.name)
+        budget = int(wl.auto_training_fill * len(free) // per)
+        for pool_nodes in by_pool.values():
+            while budget > 0 and len(pool_nodes) >= per:
+                names, pool_nodes[:] = pool_nodes[:per], pool_nodes[per:]
+                jobs.append(
+                    TrainingJob(name=f"train-{len(jobs)}", nodes=names, gpus_per_node=len(cluster.node(names[0]).gpus))
+                )
+                budget -= 1
+    return jobs, services
+
+
+def build_twin(path: Path, *, ring_seconds: int = 300) -> tuple[Twin, float]:
+    scenario, cluster_name, body = load_scenario(path)
+    spec = scenario.spec
+    cluster = build_cluster(cluster_name, body)
+    jobs, services = layout_workload(cluster, spec, str(path))
+    faults = from_specs(spec.faults, cluster, jobs, str(path))
+    if spec.campaign is not None:
+        faults += expand_campaign(spec.campaign, cluster, jobs, spec.duration, first_id=len(faults))
+    twin = Twin(
+        cluster,
+        seed=spec.seed,
+        tick=spec.tick,
+        ambient_c=body.ambient_c,
+        jobs=jobs,
+        services=services,
+        faults=faults,
+        allreduce=_default_allreduce(),
+        cost_per_gpu_hour=body.cost_per_gpu_hour,
+        ring_seconds=ring_seconds,
+        restart_backoff_s=spec.workload.restart_backoff if spec.workload.restart_policy == "OnFailure" else None,
+    )
+    return twin, spec.duration

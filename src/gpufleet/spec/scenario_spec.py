@@ -1,0 +1,138 @@
+"""The `kind: Scenario` manifest: a cluster, a workload, a duration and the faults to inject."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gpufleet.spec.base import Duration, Manifest, Metadata
+from gpufleet.spec.cluster_spec import ClusterBody
+
+
+class FaultType(StrEnum):
+    xid = "xid"
+    ecc_dbe = "ecc-dbe"
+    gpu_off_bus = "gpu-off-bus"
+    thermal_runaway = "thermal-runaway"  # fan failure: cooling collapses, temperature climbs
+    power_brake = "power-brake"
+    pcie_degrade = "pcie-degrade"
+    nvlink_errors = "nvlink-errors"
+    ib_symbol_errors = "ib-symbol-errors"
+    link_flap = "link-flap"
+    link_down = "link-down"
+    nccl_hang = "nccl-hang"
+    straggler = "straggler"
+    idle_gpu = "idle-gpu"
+    driver_mismatch = "driver-mismatch"
+
+
+# Where each fault lands: a GPU, a node, a NIC port (rail) or a job.
+GPU_FAULTS = {
+    FaultType.xid,
+    FaultType.ecc_dbe,
+    FaultType.gpu_off_bus,
+    FaultType.thermal_runaway,
+    FaultType.power_brake,
+    FaultType.pcie_degrade,
+    FaultType.nvlink_errors,
+    FaultType.idle_gpu,
+}
+PORT_FAULTS = {FaultType.ib_symbol_errors, FaultType.link_flap, FaultType.link_down}
+JOB_FAULTS = {FaultType.nccl_hang, FaultType.straggler}
+NODE_FAULTS = {FaultType.driver_mismatch}
+
+
+class FaultSpec(Manifest):
+    at: Duration
+    type: FaultType
+    node: str | None = None
+    gpu: int | None = Field(default=None, ge=0)
+    rail: int | None = Field(default=None, ge=0)  # NIC index on the node
+    job: str | None = None
+    rank: int | None = Field(default=None, ge=0)
+    duration: Duration | None = None  # for faults that heal (flaps, power brake, straggler)
+    code: int | None = Field(default=None, ge=1, le=999)  # Xid code for `xid`
+    factor: float | None = Field(default=None, gt=0)  # slowdown (straggler) or error-rate multiplier
+
+    @model_validator(mode="after")
+    def _targets(self) -> FaultSpec:
+        t = self.type
+        if t in GPU_FAULTS and (self.node is None or self.gpu is None):
+            raise ValueError(f"fault {t.value!r} needs `node` and `gpu`")
+        if t in PORT_FAULTS and (self.node is None or self.rail is None):
+            raise ValueError(f"fault {t.value!r} needs `node` and `rail` (the NIC index)")
+        if t in JOB_FAULTS and self.job is None:
+            raise ValueError(f"fault {t.value!r} needs `job` (and optionally `rank`)")
+        if t in NODE_FAULTS and self.node is None:
+            raise ValueError(f"fault {t.value!r} needs `node`")
+        if t is FaultType.xid and self.code is None:
+            raise ValueError("fault 'xid' needs `code` (the Xid number)")
+        return self
+
+
+class CampaignSpec(Manifest):
+    """Random faults: `per_type` of each listed type at random times and places, reproducible by seed."""
+
+    seed: int = 0
+    types: list[FaultType] | Literal["all"] = "all"
+    per_type: int = Field(default=3, ge=1)
+    start: Duration = 600.0
+    end: Duration | None = None  # defaults to the scenario's duration minus 30 minutes
+    xid_codes: list[int] = [13, 31, 43, 48, 63, 64, 74, 79, 92, 94, 95, 109, 119, 120]
+
+
+class TrainingJobSpec(Manifest):
+    name: str
+    nodes: int | list[str]
+    gpus_per_node: int | None = None
+    model_params_b: float = Field(default=7.0, gt=0)
+    tokens_per_step: int = Field(default=4_000_000, gt=0)
+    nccl_timeout: Duration = 1800.0
+    start: Duration = 0.0
+
+
+class InferenceSpec(Manifest):
+    name: str
+    node: str | None = None
+    gpus: int = Field(default=1, ge=1)
+    requests_per_s: float = Field(default=50.0, gt=0)
+    slo_p99: Duration = 0.5
+
+
+class WorkloadSpec(Manifest):
+    training_jobs: list[TrainingJobSpec] = []
+    # Fill the cluster with jobs of this many nodes until this fraction of GPU nodes is busy.
+    auto_training_nodes_per_job: int | None = Field(default=None, ge=1)
+    auto_training_fill: float = Field(default=0.75, ge=0, le=1)
+    inference: list[InferenceSpec] = []
+    # What the job controller does with a failed job: restart it (excluding nodes with lost GPUs) or leave it.
+    restart_policy: Literal["OnFailure", "Never"] = "OnFailure"
+    restart_backoff: Duration = 120.0
+
+
+class ScenarioBody(Manifest):
+    cluster: str | ClusterBody  # a path (relative to the scenario file) or an inline cluster spec
+    duration: Duration = 86400.0
+    tick: Duration = 1.0
+    seed: int = 0
+    workload: WorkloadSpec = WorkloadSpec()
+    faults: list[FaultSpec] = []
+    campaign: CampaignSpec | None = None
+
+    @model_validator(mode="after")
+    def _within(self) -> ScenarioBody:
+        for fault in self.faults:
+            if fault.at > self.duration:
+                raise ValueError(f"a {fault.type.value} fault at {fault.at:g}s is after the end ({self.duration:g}s)")
+        if self.tick <= 0:
+            raise ValueError("tick must be positive")
+        return self
+
+
+class ScenarioManifest(Manifest):
+    api_version: Literal["gpufleet.io/v1"] = Field(alias="apiVersion")
+    kind: Literal["Scenario"]
+    metadata: Metadata
+    spec: ScenarioBody
