@@ -41,3 +41,10 @@ def require_tool(*names: str) -> None:
         if IN_CI:
             pytest.fail(msg)
         pytest.skip(msg)
+
+
+@pytest.fixture
+def make_twin():  # type: ignore[no-untyped-def]
+    from tests.twins import small_twin
+
+    return small_twin

@@ -93,7 +93,5 @@ def mig_profiles_for(geometry: str) -> dict[str, MigProfile]:
     """Profiles of one GPU geometry (a `gpu` value of the CSV), by profile name."""
     found = {p.name: p for p in load_mig_profiles() if p.gpu == geometry}
     if not found:
-        raise NotFoundError(
-            f"no MIG geometry named {geometry!r}", fix=f"use one of: {', '.join(mig_geometries())}"
-        )
+        raise NotFoundError(f"no MIG geometry named {geometry!r}", fix=f"use one of: {', '.join(mig_geometries())}")
     return found

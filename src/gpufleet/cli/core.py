@@ -77,7 +77,10 @@ def _fetch(resource: str, scenario: Path | None, at: str, server: str, node: str
 
 
 SCENARIO_OPT = typer.Option(
-    None, "--scenario", "-f", help="Build a twin from this scenario file instead of asking a running control plane."
+    None,
+    "--scenario",
+    "-f",
+    help="Build a twin from this scenario file instead of asking a running control plane.",
 )
 AT_OPT = typer.Option("0s", "--at", help="With --scenario: simulate this long first (e.g. 2h).")
 SERVER_OPT = typer.Option(None, "--server", help=f"Control plane URL (default $GPUFLEET_SERVER or :{DEFAULT_PORT}).")
@@ -167,10 +170,20 @@ def _render_node_detail(d: dict[str, Any]) -> None:
     console.print(f"[bold]Conditions:[/bold] {conds}")
     console.print(f"[bold]Capacity:[/bold] {d['capacity']}   [bold]Allocatable:[/bold] {d['allocatable']}")
     sw = d["software"]
-    console.print(f"[bold]Software:[/bold] driver {sw['driver']}, CUDA {sw['cuda']}, kernel {sw['kernel']}, NCCL {sw['nccl']}")
+    console.print(
+        f"[bold]Software:[/bold] driver {sw['driver']}, CUDA {sw['cuda']}, kernel {sw['kernel']}, NCCL {sw['nccl']}"
+    )
     _render_gpus(d["gpus"], wide=False)
     nic_rows = [
-        [n["name"], n["rail"], n["state"], f"{n['speed_gbps']:g}G", n["leaf"], n["symbol_errors"], n["link_downed"]]
+        [
+            n["name"],
+            n["rail"],
+            n["state"],
+            f"{n['speed_gbps']:g}G",
+            n["leaf"],
+            n["symbol_errors"],
+            n["link_downed"],
+        ]
         for n in d["nics"]
     ]
     if nic_rows:
@@ -215,7 +228,9 @@ def describe(
     emit(detail, output, lambda wide: _render_node_detail(detail))
 
 
-def validate(files: list[Path] = typer.Argument(..., help="Manifest files (YAML, multi-document allowed).")) -> None:
+def validate(
+    files: list[Path] = typer.Argument(..., help="Manifest files (YAML, multi-document allowed)."),
+) -> None:
     """Check manifests against their schema; a misspelled or invalid field is named with what is allowed."""
     from gpufleet.spec.loader import load_manifests, load_scenario
 
@@ -235,7 +250,9 @@ def _node_action(verb: str, name: str, server: str | None) -> None:
     if token is None:
         raise UserError("no API token found", fix="set GPUFLEET_TOKEN or run on the host where `gpufleet up` runs")
     try:
-        resp = httpx.post(f"{base}/api/v1/nodes/{name}/{verb}", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        resp = httpx.post(
+            f"{base}/api/v1/nodes/{name}/{verb}", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
     except httpx.HTTPError:
         raise BackendError(f"no control plane answers at {base}", fix="start one with `gpufleet up`") from None
     body = resp.json()
@@ -264,7 +281,9 @@ def sim_run(
     scenario: Path = typer.Argument(..., help="A `kind: Scenario` manifest."),
     duration: str | None = typer.Option(None, "--duration", "-d", help="Override the scenario's duration (e.g. 24h)."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
-    events_out: Path | None = typer.Option(None, "--events", help="Write every event (kernel log, link, job) as JSON lines."),
+    events_out: Path | None = typer.Option(
+        None, "--events", help="Write every event (kernel log, link, job) as JSON lines."
+    ),
 ) -> None:
     """Run a scenario headless as fast as the machine allows, then summarize what happened."""
     import json
@@ -292,7 +311,9 @@ def sim_run(
     if events_out is not None:
         with events_out.open("w") as fh:
             for e in twin.events:
-                fh.write(json.dumps({"time": e.time, "kind": e.kind, "entity": str(e.entity), "message": e.message}) + "\n")
+                fh.write(
+                    json.dumps({"time": e.time, "kind": e.kind, "entity": str(e.entity), "message": e.message}) + "\n"
+                )
     emit(summary, output, lambda wide: _render_summary(summary))
 
 
@@ -302,8 +323,15 @@ def _render_summary(s: dict[str, Any]) -> None:
         f"[bold]{c['name']}[/bold]: {c['nodes']} nodes, {c['gpus']} GPUs, {c['ports']} fabric ports; "
         f"simulated {s['simulated']} in {s['wall_seconds']}s ({s['speedup']}x real time)"
     )
-    faults = [[f["at"], f["type"] + (f" {f['code']}" if f["code"] else ""), f["target"], "; ".join(f["effects"]) or "-"]
-              for f in s["faults"]]
+    faults = [
+        [
+            f["at"],
+            f["type"] + (f" {f['code']}" if f["code"] else ""),
+            f["target"],
+            "; ".join(f["effects"]) or "-",
+        ]
+        for f in s["faults"]
+    ]
     console.print(make_table(["AT", "FAULT", "TARGET", "WHAT FOLLOWED"], faults, title="Injected faults"))
     jobs = [[j["name"], j["state"], j["steps"], j["restarts"], f"{j['last_step_age_s']:.0f}s"] for j in s["jobs"]]
     console.print(make_table(["JOB", "STATE", "STEPS", "RESTARTS", "LAST STEP AGO"], jobs, title="Training jobs"))
@@ -315,11 +343,15 @@ def _render_summary(s: dict[str, Any]) -> None:
 
 
 def up(
-    scenario: Path | None = typer.Option(None, "--scenario", "-f", help="Scenario to run (default: the built-in 256-GPU day)."),
+    scenario: Path | None = typer.Option(
+        None, "--scenario", "-f", help="Scenario to run (default: the built-in 256-GPU day)."
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(DEFAULT_PORT, "--port", help="Port for the API and dashboard."),
     speed: float = typer.Option(60.0, "--speed", help="Simulated seconds per wall second."),
-    run_for: str | None = typer.Option(None, "--run-for", help="Stop after this much wall time (e.g. 30s); default runs until Ctrl-C."),
+    run_for: str | None = typer.Option(
+        None, "--run-for", help="Stop after this much wall time (e.g. 30s); default runs until Ctrl-C."
+    ),
 ) -> None:
     """Start the embedded default: the digital twin, the control plane and the dashboard on 127.0.0.1."""
     import threading

@@ -36,9 +36,7 @@ def main(
 
 
 # Each module exposes `register(app)`; one line per command family keeps this file free of their details.
-COMMAND_MODULES = (
-    "gpufleet.cli.core",
-)
+COMMAND_MODULES = ("gpufleet.cli.core",)
 
 
 def _register() -> None:
@@ -70,12 +68,11 @@ def run() -> None:
         sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - last resort: never a bare traceback without --debug
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+    except Exception as exc:
+        show = getattr(exc, "show", None)
+        if callable(show) and isinstance(getattr(exc, "exit_code", None), int):  # a usage error from the parser
+            show()
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
         if debug:
             raise
         err_console.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc}", highlight=False)

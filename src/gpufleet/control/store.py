@@ -102,7 +102,8 @@ class StateStore:
     def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT wall_time, actor, action, target, result FROM audit ORDER BY id DESC LIMIT ?", (limit,)
+                "SELECT wall_time, actor, action, target, result FROM audit ORDER BY id DESC LIMIT ?",
+                (limit,),
             ).fetchall()
         return [dict(zip(("wall_time", "actor", "action", "target", "result"), r, strict=True)) for r in rows]
 

@@ -60,6 +60,6 @@ __all__ = [
     "Taint",
     "TaintEffect",
     "Toleration",
-    "Transport",
     "TrainingJob",
+    "Transport",
 ]

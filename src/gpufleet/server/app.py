@@ -58,7 +58,12 @@ def summary(twin: Twin) -> dict[str, Any]:
         "links_down": int((~twin.ports.up).sum()) // 2,
         "grid": grid,
         "history": [
-            {"t": m.time, "util": round(m.util_mean, 1), "temp": round(m.temp_max, 1), "power": round(m.power_kw, 1)}
+            {
+                "t": m.time,
+                "util": round(m.util_mean, 1),
+                "temp": round(m.temp_max, 1),
+                "power": round(m.power_kw, 1),
+            }
             for m in minutes
         ],
         "job_rows": views.job_rows(twin),

@@ -17,13 +17,15 @@ from gpufleet.spec.scenario_spec import ScenarioBody
 def _default_allreduce() -> AllReduceModel | None:
     """NCCL's own cost model when it is available; the twin falls back to a latency-bandwidth model otherwise."""
     try:
-        from gpufleet.nccl import allreduce_time_s  # type: ignore[attr-defined]
+        from gpufleet.nccl import allreduce_time_s  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         return None
-    return allreduce_time_s  # type: ignore[no-any-return]
+    return allreduce_time_s  # type: ignore[no-any-return,unused-ignore]
 
 
-def layout_workload(cluster: Cluster, body: ScenarioBody, source: str) -> tuple[list[TrainingJob], list[InferenceService]]:
+def layout_workload(
+    cluster: Cluster, body: ScenarioBody, source: str
+) -> tuple[list[TrainingJob], list[InferenceService]]:
     wl = body.workload
     gpu_nodes = [n for n in cluster.nodes if n.gpus]
     used: set[str] = set()
@@ -36,8 +38,10 @@ def layout_workload(cluster: Cluster, body: ScenarioBody, source: str) -> tuple[
         node = cluster.node(node_name)
         first = gpu_cursor.get(node_name, 0)
         if first + svc.gpus > len(node.gpus):
-            raise ManifestError(source, f"inference service {svc.name!r} needs {svc.gpus} GPUs; {node_name} has "
-                                f"{len(node.gpus) - first} left")
+            raise ManifestError(
+                source,
+                f"inference service {svc.name!r} needs {svc.gpus} GPUs; {node_name} has {len(node.gpus) - first} left",
+            )
         gpu_cursor[node_name] = first + svc.gpus
         used.add(node_name)
         services.append(
@@ -58,7 +62,9 @@ def layout_workload(cluster: Cluster, body: ScenarioBody, source: str) -> tuple[
         else:
             free = [n.name for n in gpu_nodes if n.name not in used]
             if spec.nodes > len(free):
-                raise ManifestError(source, f"training job {spec.name!r} needs {spec.nodes} nodes, {len(free)} are free")
+                raise ManifestError(
+                    source, f"training job {spec.name!r} needs {spec.nodes} nodes, {len(free)} are free"
+                )
             names = free[: spec.nodes]
         used.update(names)
         gpn = spec.gpus_per_node or len(cluster.node(names[0]).gpus)
@@ -74,12 +80,12 @@ def layout_workload(cluster: Cluster, body: ScenarioBody, source: str) -> tuple[
         )
     if wl.auto_training_nodes_per_job:
         per = wl.auto_training_nodes_per_job
-        free = [n for n in gpu_nodes if n.name not in used]
+        free_nodes = [n for n in gpu_nodes if n.name not in used]
         # Jobs stay within one pool so every rank has the same GPU and NICs.
         by_pool: dict[str, list[str]] = {}
-        for n in free:
+        for n in free_nodes:
             by_pool.setdefault(n.pool, []).append(n.name)
-        budget = int(wl.auto_training_fill * len(free) // per)
+        budget = int(wl.auto_training_fill * len(free_nodes) // per)
         for pool_nodes in by_pool.values():
             while budget > 0 and len(pool_nodes) >= per:
                 names, pool_nodes[:] = pool_nodes[:per], pool_nodes[per:]

@@ -8,7 +8,7 @@ truth) so detectors can be scored against it without ever seeing it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -182,9 +182,7 @@ class Twin:
             self._lose_gpu(int(i), thermal=True)
         self.ports.step(dt, self.rng)
         for job, state, reason in step_training(self.training, self.gpus, self.ports, now, dt):
-            self._emit(
-                Event(now, Entity(EntityKind.job, name=job.name), "job_state", reason, {"state": state.value})
-            )
+            self._emit(Event(now, Entity(EntityKind.job, name=job.name), "job_state", reason, {"state": state.value}))
             if state is JobState.failed:
                 self._schedule_restart(job)
         self.time = now + dt
@@ -194,7 +192,7 @@ class Twin:
 
     def run(self, seconds: float, progress: Callable[[float], None] | None = None) -> None:
         """Advance `seconds` of simulated time; `progress` is called with simulated seconds done, now and then."""
-        steps = int(round(seconds / self.tick))
+        steps = round(seconds / self.tick)
         report_every = max(1, steps // 200)
         for k in range(steps):
             self.step()
@@ -404,7 +402,13 @@ class Twin:
         job.state = JobState.running
         job.last_step_time = self.time
         self._emit(
-            Event(self.time, Entity(EntityKind.job, name=job.name), "job_state", "requeued", {"state": "Running"})
+            Event(
+                self.time,
+                Entity(EntityKind.job, name=job.name),
+                "job_state",
+                "requeued",
+                {"state": "Running"},
+            )
         )
         return True
 
@@ -439,7 +443,10 @@ class Twin:
             node = self.cluster.nodes[int(g.node_of[k])]
             gpu = node.gpus[int(g.index_on_node[k])]
             if not g.alive[k]:
-                gpu.health, gpu.health_reason = GpuHealth.lost, "not reachable (fell off the bus or rebooting)"
+                gpu.health, gpu.health_reason = (
+                    GpuHealth.lost,
+                    "not reachable (fell off the bus or rebooting)",
+                )
             elif g.remap_failure[k] or g.ecc_dbe_vol[k] > 0:
                 gpu.health, gpu.health_reason = GpuHealth.unhealthy, "uncorrectable ECC error"
             elif g.remap_pending[k] or g.retired_pending[k]:

@@ -148,9 +148,7 @@ def read_yaml_documents(path: Path) -> list[dict[str, Any]]:
         raise ManifestError(str(path), f"not valid YAML{where}: {problem}", fix="fix the YAML syntax") from None
     for doc in docs:
         if not isinstance(doc, dict):
-            raise ManifestError(
-                str(path), f"expected a mapping with apiVersion and kind, got {type(doc).__name__}"
-            )
+            raise ManifestError(str(path), f"expected a mapping with apiVersion and kind, got {type(doc).__name__}")
     if not docs:
         raise ManifestError(str(path), "the file is empty", fix="write a manifest with apiVersion and kind")
     return docs

@@ -27,11 +27,11 @@ HGX_8GPU_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 _NS = uuid.UUID("6f1c0b7e-8a55-4d8e-9a77-1f0e5c2d4b11")
 
 
-def _gpu_uuid(cluster: str, node: str, index: int) -> str:
+def gpu_uuid(cluster: str, node: str, index: int) -> str:
     return "GPU-" + str(uuid.uuid5(_NS, f"{cluster}/{node}/{index}"))
 
 
-def _serial(cluster: str, node: str, index: int) -> str:
+def board_serial(cluster: str, node: str, index: int) -> str:
     digest = hashlib.sha256(f"{cluster}/{node}/{index}".encode()).hexdigest()
     return "1654" + str(int(digest[:12], 16))[:9].zfill(9)
 
@@ -41,7 +41,7 @@ def _guid(*parts: object) -> str:
     return "0x" + digest[:16]
 
 
-def _bus_ids(count: int) -> list[str]:
+def pci_bus_ids(count: int) -> list[str]:
     if count == 8:
         return [f"00000000:{b.upper()}:00.0" for b in HGX_8GPU_BUSES]
     step = max(1, 0xF0 // max(count, 1))
@@ -84,13 +84,13 @@ def _build_node(cluster: str, pool: NodePoolSpec, index: int, body: ClusterBody)
     )
     if pool.gpu:
         model = get_gpu_model(pool.gpu.model)
-        for i, bus in enumerate(_bus_ids(pool.gpu.count)):
+        for i, bus in enumerate(pci_bus_ids(pool.gpu.count)):
             node.gpus.append(
                 Gpu(
                     index=i,
-                    uuid=_gpu_uuid(cluster, name, i),
+                    uuid=gpu_uuid(cluster, name, i),
                     pci_bus_id=bus,
-                    serial=_serial(cluster, name, i),
+                    serial=board_serial(cluster, name, i),
                     model=model,
                     minor=i,
                     nvlink_peers=_nvlink_peers(model.name, pool.gpu.count, i),
@@ -99,7 +99,14 @@ def _build_node(cluster: str, pool: NodePoolSpec, index: int, body: ClusterBody)
     for r in range(pool.nics.count):
         nic = Nic(node=name, name=f"mlx5_{r}", guid=_guid(cluster, name, "nic", r), rail=r, netdev=f"ib{r}")
         nic.ports.append(
-            Port(owner=f"{name}/mlx5_{r}", number=1, guid=nic.guid, lid=0, speed_gbps=pool.nics.speed_gbps, rail=r)
+            Port(
+                owner=f"{name}/mlx5_{r}",
+                number=1,
+                guid=nic.guid,
+                lid=0,
+                speed_gbps=pool.nics.speed_gbps,
+                rail=r,
+            )
         )
         node.nics.append(nic)
     return node

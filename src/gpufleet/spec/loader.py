@@ -51,7 +51,7 @@ def load_one(path: Path, model: type[Any]) -> Any:
 
 
 def load_cluster(path: Path) -> ClusterManifest:
-    return load_one(Path(path), ClusterManifest)  # type: ignore[no-any-return]
+    return load_one(Path(path), ClusterManifest)  # type: ignore[no-any-return,unused-ignore]
 
 
 def load_scenario(path: Path) -> tuple[ScenarioManifest, str, ClusterBody]:
