@@ -3,6 +3,7 @@
 from gpufleet.model.cluster import Cluster, NodePool
 from gpufleet.model.fabric import Fabric, Link, Nic, Port, PortState, Switch, Transport
 from gpufleet.model.gpu import Gpu, GpuHealth, MigInstance
+from gpufleet.model.incident import Evidence, Incident, IncidentState, RootCause, Severity
 from gpufleet.model.node import (
     GPU_RESOURCE,
     Node,
@@ -33,12 +34,15 @@ __all__ = [
     "Entity",
     "EntityKind",
     "Event",
+    "Evidence",
     "Fabric",
     "Gang",
     "Gpu",
     "GpuHealth",
     "GpuRequest",
     "GpuSharing",
+    "Incident",
+    "IncidentState",
     "InferenceService",
     "JobState",
     "Link",
@@ -53,8 +57,10 @@ __all__ = [
     "Port",
     "PortState",
     "PreferredTerm",
+    "RootCause",
     "Sample",
     "SelectorRequirement",
+    "Severity",
     "SoftwareFacts",
     "Switch",
     "Taint",

@@ -1,0 +1,76 @@
+"""Incidents: one per root cause, with the effects it caused attached. Detectors open them, remediation acts on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpufleet.model.observation import Entity
+
+
+class IncidentState(StrEnum):
+    open = "open"
+    acknowledged = "acknowledged"
+    mitigated = "mitigated"
+    resolved = "resolved"
+
+
+class Severity(StrEnum):
+    critical = "critical"  # a GPU or link is unusable, a job is stuck or corrupting
+    warning = "warning"  # degraded: slower, or about to fail
+    info = "info"
+
+
+class RootCause(StrEnum):
+    """What broke. Remediation runbooks are keyed on these."""
+
+    gpu_xid = "gpu-xid"  # a fatal or application Xid not covered by a more specific cause
+    gpu_lost = "gpu-lost"  # fell off the bus
+    ecc_dbe = "ecc-dbe"
+    ecc_sbe_rate = "ecc-sbe-rate"
+    row_remap_failure = "row-remap-failure"
+    retired_pages = "retired-pages"
+    thermal = "thermal"
+    power_brake = "power-brake"
+    pcie = "pcie"
+    nvlink = "nvlink"
+    ib_symbol_errors = "ib-symbol-errors"
+    ib_link_down = "ib-link-down"
+    ib_link_flap = "ib-link-flap"
+    ib_congestion = "ib-congestion"
+    nccl_hang = "nccl-hang"
+    straggler = "straggler"
+    training_stall = "training-stall"
+    idle_gpu = "idle-gpu"
+    driver_mismatch = "driver-mismatch"
+    recovery_action = "recovery-action"  # Xid 154: the driver announced what it needs
+    diag_failure = "diag-failure"
+
+
+@dataclass(slots=True)
+class Evidence:
+    time: float
+    source: str  # kmsg, telemetry, fabric, job, diag
+    text: str  # the real line or a measured value with its threshold
+
+
+@dataclass(slots=True)
+class Incident:
+    id: str  # stable for the root cause: the same fault seen again dedupes onto it
+    cause: RootCause
+    entity: Entity  # the broken thing: a GPU, a port, a node, a job
+    severity: Severity
+    summary: str
+    first_seen: float
+    last_seen: float
+    state: IncidentState = IncidentState.open
+    count: int = 1
+    evidence: list[Evidence] = field(default_factory=list)
+    effects: list[str] = field(default_factory=list)  # "job train-3 hung", "job train-3 stalled"
+    action: str = ""  # the vocabulary term a runbook keys on (RESET_GPU, RESTART_BM, WORKFLOW_XID_48, ...)
+    xid: int | None = None
+    serial: str | None = None  # GPU board serial, for an RMA ticket
+
+    @property
+    def node(self) -> str:
+        return self.entity.node
