@@ -46,7 +46,9 @@ class RulesConfig(BaseModel):
     usd_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
     namespace: str = "monitoring"
     agent_port_name: str = "metrics"
-    agent_selector: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "gpufleet-agent"})
+    agent_selector: dict[str, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "gpufleet-agent"}
+    )
 
     @classmethod
     def from_file(cls, path: Path) -> RulesConfig:
@@ -57,7 +59,9 @@ class RulesConfig(BaseModel):
         try:
             return cls.model_validate(raw)
         except ValueError as exc:
-            raise ManifestError(str(path), str(exc).splitlines()[0], fix="see `gpufleet telemetry rules -h`") from exc
+            raise ManifestError(
+                str(path), str(exc).splitlines()[0], fix="see `gpufleet telemetry rules -h`"
+            ) from exc
 
 
 def re2_escape(text: str) -> str:
@@ -135,7 +139,9 @@ def _variants(group: dict[str, Any], cfg: RulesConfig) -> list[dict[str, str]]:
         for name in cfg.ib_counters:
             counter = catalog.get(name)
             if counter is None:
-                raise ManifestError("rules config", f"unknown IB counter {name!r}", fix=f"use one of {list(catalog)}")
+                raise ManifestError(
+                    "rules config", f"unknown IB counter {name!r}", fix=f"use one of {list(catalog)}"
+                )
             out.append(
                 {
                     "ib_metric": counter.metric,
