@@ -1,4 +1,5 @@
-"""Grafana dashboards (cluster overview, node, fabric) generated from the field catalog and data/dashboards.yaml."""
+"""Grafana dashboards (cluster overview, node, fabric) generated from the field catalog and
+data/dashboards.yaml."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Alert rules generated from data: a Prometheus rule file, a PrometheusRule manifest, a ServiceMonitor for the
+"""Alert rules generated from data: a Prometheus rule file, a PrometheusRule manifest, a ServiceMonitor for
+the
 agent, and a `promtool test rules` file with a firing and a quiet case for every rule.
 
 Rules and their tests live in data/alert_rules.yaml; thresholds come from RulesConfig, fatal Xids from the Xid
@@ -247,7 +248,7 @@ def service_monitor(cfg: RulesConfig | None = None, interval: str = "15s") -> di
     }
 
 
-# -- promtool unit tests ---------------------------------------------------------------------------------------
+# -- promtool unit tests -------------------------------------------------------------------------------------
 def _go_float(value: float) -> str:
     """Go's %v for a float64 (what `{{ $value }}` prints)."""
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e21 else repr(float(value))
@@ -317,9 +318,10 @@ def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE) -> di
                 key: render_annotation(fill(rule[key], values), expected_labels, value)
                 for key in ("summary", "description")
             }
+            variant = values.get("test_model") or values.get("ib_counter") or "default"
             tests.append(
                 {
-                    "name": f"{alertname} ({values.get('test_model') or values.get('ib_counter') or 'default'})",
+                    "name": f"{alertname} ({variant})",
                     "interval": "1m",
                     "input_series": series,
                     "alert_rule_test": [
