@@ -25,7 +25,9 @@ def make_entities(n: int = 8, host: str = "gpu-node-01") -> list[GpuEntity]:
 
 
 def filled_frame(n: int = 8) -> MetricFrame:
-    frame = MetricFrame(make_entities(n), ib_ports=[IbPort("mlx5_0", 1, "0", "gpu-node-01")], timestamp=1000.0)
+    frame = MetricFrame(
+        make_entities(n), ib_ports=[IbPort("mlx5_0", 1, "0", "gpu-node-01")], timestamp=1000.0
+    )
     rng = np.random.default_rng(7)
     frame.values[:] = rng.uniform(0, 100, frame.values.shape).round(2)
     frame.ib_values[:] = 3

@@ -48,7 +48,7 @@ def test_render_parses_and_carries_every_value(frame: MetricFrame) -> None:
 
 def test_doubles_print_like_go_percent_f(frame: MetricFrame) -> None:
     frame.gpu("DCGM_FI_DEV_POWER_USAGE")[0] = 61.5
-    line = next(ln for ln in render(frame).splitlines() if ln.startswith("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\""))
+    line = next(ln for ln in render(frame).splitlines() if ln.startswith('DCGM_FI_DEV_POWER_USAGE{gpu="0"'))
     assert line.endswith(" 61.500000")
 
 
@@ -59,7 +59,9 @@ def test_doubles_print_like_go_percent_f(frame: MetricFrame) -> None:
         ("dcgm_exporter_metrics_04_mixed_mig_newlabels_pr736.txt", ExpositionConfig()),
     ],
 )
-def test_names_and_label_keys_match_real_captures(corpus: Path, capture: str, config: ExpositionConfig) -> None:
+def test_names_and_label_keys_match_real_captures(
+    corpus: Path, capture: str, config: ExpositionConfig
+) -> None:
     real = sample_lines((corpus / capture).read_text())
     compat = config.model_copy(update={"attribution": "labels"})
     for line in real:
@@ -90,11 +92,16 @@ def test_names_and_label_keys_match_real_captures(corpus: Path, capture: str, co
 def test_xid_count_series_like_capture(corpus: Path) -> None:
     text = (corpus / "dcgm_exporter_metrics_05_xid_count_pr239.txt").read_text()
     real_keys = label_keys(sample_lines(text)[0])
-    entity = GpuEntity(0, "GPU-b9", "NVIDIA T400 4GB", "workstation", label_fields=(("DCGM_FI_DRIVER_VERSION", "545.29.02"),))
+    entity = GpuEntity(
+        0, "GPU-b9", "NVIDIA T400 4GB", "workstation", label_fields=(("DCGM_FI_DRIVER_VERSION", "545.29.02"),)
+    )
     frame = MetricFrame([entity])
     frame.set_xid_count(42, [1])
-    ours = [ln for ln in sample_lines(render(frame, ExpositionConfig(hostname_label="Hostname")))
-            if ln.startswith("DCGM_EXP_XID_ERRORS_COUNT")]
+    ours = [
+        ln
+        for ln in sample_lines(render(frame, ExpositionConfig(hostname_label="Hostname")))
+        if ln.startswith("DCGM_EXP_XID_ERRORS_COUNT")
+    ]
     assert len(ours) == 1
     keys = label_keys(ours[0])
     # the capture predates pci_bus_id; every other key in the same order
@@ -160,13 +167,19 @@ def test_ib_ports_plain_gauges_and_histograms(frame: MetricFrame) -> None:
     frame.set_ib_pma("PortXmitData", [10])
     frame.set_gauge("gpufleet_source_up", {"source": "nvml"}, 0)
     frame.set_gauge("training_last_step_timestamp_seconds", {"job": "llm"}, 1.7e9)
-    frame.histogram("gpufleet_inference_request_duration_seconds", {"model": "m"}, [0.1, 1]).observe([0.05, 2])
+    frame.histogram("gpufleet_inference_request_duration_seconds", {"model": "m"}, [0.1, 1]).observe(
+        [0.05, 2]
+    )
     parsed = samples(render(frame))
-    ib_key = ("infiniband_port_transmit_bytes_total",
-              (("hca", "mlx5_0"), ("hostname", "gpu-node-01"), ("port", "1"), ("rail", "0")))
+    ib_key = (
+        "infiniband_port_transmit_bytes_total",
+        (("hca", "mlx5_0"), ("hostname", "gpu-node-01"), ("port", "1"), ("rail", "0")),
+    )
     assert parsed[ib_key] == 40  # PMA counts octets / 4
     assert parsed[("gpufleet_source_up", (("source", "nvml"),))] == 0
-    assert parsed[("gpufleet_inference_request_duration_seconds_bucket", (("le", "0.1"), ("model", "m")))] == 1
+    assert (
+        parsed[("gpufleet_inference_request_duration_seconds_bucket", (("le", "0.1"), ("model", "m")))] == 1
+    )
     assert parsed[("gpufleet_inference_request_duration_seconds_count", (("model", "m"),))] == 2
 
 
@@ -175,8 +188,18 @@ def test_clock_events_and_mig_labels() -> None:
     frame = MetricFrame([entity])
     frame.clock_event_row("hw_thermal")[0] = 2
     line = next(ln for ln in sample_lines(render(frame)) if ln.startswith("DCGM_EXP_CLOCK_EVENTS_COUNT"))
-    assert label_keys(line) == ["gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID",
-                                "hostname", "clock_event", "window_size_in_ms"]
+    assert label_keys(line) == [
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "GPU_I_PROFILE",
+        "GPU_I_ID",
+        "hostname",
+        "clock_event",
+        "window_size_in_ms",
+    ]
     assert line.endswith(" 2")
 
 
@@ -186,5 +209,5 @@ def test_label_cache_follows_entity_changes(frame: MetricFrame) -> None:
     frame.set_entities(make_entities(2, host="other"))
     frame.gpu("DCGM_FI_DEV_GPU_TEMP")[:] = 50
     text = renderer.render(frame)
-    assert 'hostname="other"' in text and "gpu-node-01\"" not in text.split("infiniband")[0]
+    assert 'hostname="other"' in text and 'gpu-node-01"' not in text.split("infiniband")[0]
     assert MODEL in text

@@ -131,7 +131,9 @@ def test_remote_store_writes_protobuf_and_reads_promql(frame: MetricFrame) -> No
     assert write.headers["Content-Encoding"] == "snappy"
     series = decode_write_request(snappy_decompress(write.content))
     assert len(series) == written
-    labels, samples = next(s for s in series if s[0]["__name__"] == "DCGM_FI_DEV_GPU_TEMP" and s[0]["gpu"] == "0")
+    labels, samples = next(
+        s for s in series if s[0]["__name__"] == "DCGM_FI_DEV_GPU_TEMP" and s[0]["gpu"] == "0"
+    )
     assert list(labels) == sorted(labels)
     assert samples == [(float(frame.gpu("DCGM_FI_DEV_GPU_TEMP")[0]), int(T0 * 1000))]
     result = store.aggregate_instant("max", 'DCGM_FI_DEV_GPU_TEMP{hostname="gpu-node-01"}', ["gpu"], at=T0)
