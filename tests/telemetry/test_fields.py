@@ -41,7 +41,7 @@ def test_fault_fields_are_switched_on() -> None:
 def test_names_types_and_help_follow_dcgm_exporter(shared: Path) -> None:
     upstream = parse_counter_file((shared / "data/dcgm-exporter/default-counters.csv").read_text())
     catalog = load_field_catalog()
-    # a name listed twice (PCIe bytes: an old counter commented out, the DCP gauge on) counts as its enabled line
+    # a name listed twice (PCIe bytes: old counter commented out, DCP gauge on) counts as its enabled line
     chosen = {f.name: f for f in upstream if not f.enabled_by_default}
     chosen.update({f.name: f for f in upstream if f.enabled_by_default})
     for field in chosen.values():

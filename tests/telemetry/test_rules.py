@@ -88,7 +88,7 @@ def test_annotation_rendering_subset() -> None:
 def test_bad_config_file_names_the_problem(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text("gpu_temp: 80\n")
-    with pytest.raises(ManifestError, match="rules.yaml"):
+    with pytest.raises(ManifestError, match=r"rules\.yaml"):
         RulesConfig.from_file(path)
 
 
