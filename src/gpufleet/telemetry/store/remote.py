@@ -36,6 +36,7 @@ class RemoteConfig(BaseModel):
     write_path: str = "/api/v1/write"
     timeout_s: float = Field(10.0, gt=0)
     batch_series: int = Field(5000, gt=0)  # series per remote-write request
+    query_params: dict[str, str] = Field(default_factory=dict)  # e.g. {"nocache": "1"} for VictoriaMetrics
 
 
 class RemoteStore:
@@ -90,6 +91,7 @@ class RemoteStore:
 
     # -- PromQL ----------------------------------------------------------------------------------------------
     def _get(self, path: str, params: dict[str, Any]) -> dict[str, Any]:
+        params = {**self.config.query_params, **params}
         try:
             resp = self.client.get(self.base + path, params=params)
         except httpx.HTTPError as exc:
