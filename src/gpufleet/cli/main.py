@@ -36,7 +36,10 @@ def main(
 
 
 # Each module exposes `register(app)`; one line per command family keeps this file free of their details.
-COMMAND_MODULES = ("gpufleet.cli.core",)
+COMMAND_MODULES = (
+    "gpufleet.cli.core",
+    "gpufleet.cli.telemetry",
+)
 
 
 def _register() -> None:

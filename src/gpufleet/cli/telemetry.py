@@ -1,0 +1,125 @@
+"""`gpufleet telemetry`: the field catalog, alert rules and Grafana dashboards as files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, dump_json, emit, make_table
+from gpufleet.errors import UserError
+
+sub = typer.Typer(
+    help="Telemetry artifacts: the metric field catalog, Prometheus alert rules, Grafana dashboards.",
+    no_args_is_help=True,
+)
+
+OUT_HELP = "Write the files into this directory instead of printing."
+
+
+def _write(out: Path, files: dict[str, str]) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out / name).write_text(text)
+    except OSError as exc:
+        raise UserError(f"cannot write to {out}: {exc}", fix="choose a writable --out directory") from exc
+    for name in files:
+        console.print(f"wrote {out / name}", highlight=False)
+
+
+@sub.command("fields")
+def fields_cmd(
+    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
+    all_fields: bool = typer.Option(False, "--all", help="Include fields that are switched off."),
+    scope: str = typer.Option("", "--scope", help="Only this scope: gpu, ib_port or plain."),
+) -> None:
+    """List the metrics the agent exports: dcgm-exporter names, types, help texts, and which are on."""
+    from gpufleet.telemetry.fields import load_field_catalog
+
+    rows = [f for f in load_field_catalog() if (all_fields or f.enabled) and (not scope or f.scope == scope)]
+
+    def table(wide: bool) -> None:
+        cols = ["NAME", "TYPE", "SCOPE", "ON"] + (["LABELS", "UNIT", "HELP"] if wide else [])
+        data = [
+            [f.name, f.prom_type, f.scope, "yes" if f.enabled else "no"]
+            + ([" ".join(f.labels), f.unit, f.help] if wide else [])
+            for f in rows
+        ]
+        console.print(make_table(cols, data))
+
+    emit(rows, output, table)
+
+
+@sub.command("rules")
+def rules_cmd(
+    out: Path | None = typer.Option(None, "--out", help=OUT_HELP),
+    output: OutputFormat = typer.Option(OutputFormat.yaml, "-o", "--output", help="yaml (default) or json."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="YAML with thresholds and prices (fields of RulesConfig, e.g. usd_per_gpu_hour).",
+    ),
+    hostname_label: str = typer.Option("hostname", "--hostname-label", help="hostname (4.x) or Hostname (3.x)."),
+) -> None:
+    """Generate alert rules: a Prometheus rule file, its promtool unit tests, a PrometheusRule and a
+    ServiceMonitor. With --out, writes gpufleet-rules.yml, gpufleet-rules-test.yml, prometheus-rule.yaml and
+    service-monitor.yaml; otherwise prints the rule file."""
+    from gpufleet.telemetry.rules import (
+        RULE_FILE,
+        RulesConfig,
+        dump,
+        prometheus_rule,
+        rule_groups,
+        rule_tests,
+    )
+
+    if hostname_label not in ("hostname", "Hostname"):
+        raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")
+    cfg = RulesConfig.from_file(config) if config else RulesConfig()
+    cfg = cfg.model_copy(update={"hostname_label": hostname_label})
+    if out is not None:
+        from gpufleet.telemetry.rules import service_monitor
+
+        _write(
+            out,
+            {
+                RULE_FILE: dump(rule_groups(cfg)),
+                "gpufleet-rules-test.yml": dump(rule_tests(cfg)),
+                "prometheus-rule.yaml": dump(prometheus_rule(cfg)),
+                "service-monitor.yaml": dump(service_monitor(cfg)),
+            },
+        )
+        return
+    groups = rule_groups(cfg)
+    sys.stdout.write(dump_json(groups) + "\n" if output is OutputFormat.json else dump(groups))
+
+
+@sub.command("dashboard")
+def dashboard_cmd(
+    out: Path | None = typer.Option(None, "--out", help=OUT_HELP),
+    output: OutputFormat = typer.Option(OutputFormat.json, "-o", "--output", help="json (default) or yaml."),
+    hostname_label: str = typer.Option("hostname", "--hostname-label", help="hostname (4.x) or Hostname (3.x)."),
+) -> None:
+    """Generate Grafana dashboards (cluster overview, node view, fabric view) from the field catalog."""
+    from gpufleet.telemetry.dashboards import dashboards
+
+    if hostname_label not in ("hostname", "Hostname"):
+        raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")
+    boards: dict[str, Any] = dashboards(hostname_label)  # type: ignore[arg-type]
+    if out is not None:
+        _write(out, {f"{uid}.json": json.dumps(board, indent=2) + "\n" for uid, board in boards.items()})
+        return
+    if output is OutputFormat.yaml:
+        from gpufleet.cli.output import dump_yaml
+
+        sys.stdout.write(dump_yaml(boards))
+    else:
+        sys.stdout.write(json.dumps(boards, indent=2) + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sub, name="telemetry")

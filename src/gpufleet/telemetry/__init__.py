@@ -1,0 +1,21 @@
+"""Telemetry: the field catalog, frames that sources fill, /metrics exposition, the metric store, rules,
+dashboards."""
+
+from gpufleet.telemetry.exposition import CONTENT_TYPE, ExpositionConfig, Renderer, render
+from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_field_catalog
+from gpufleet.telemetry.frame import Attribution, GpuEntity, Histogram, IbPort, MetricFrame
+
+__all__ = [
+    "CONTENT_TYPE",
+    "Attribution",
+    "ExpositionConfig",
+    "FieldCatalog",
+    "GpuEntity",
+    "Histogram",
+    "IbPort",
+    "MetricField",
+    "MetricFrame",
+    "Renderer",
+    "load_field_catalog",
+    "render",
+]

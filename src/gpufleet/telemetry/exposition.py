@@ -1,0 +1,303 @@
+"""Render a MetricFrame as Prometheus text exposition format 0.0.4, the way dcgm-exporter 4.x writes it.
+
+GPU series carry dcgm-exporter's labels in its order: gpu, UUID, pci_bus_id, device, modelName,
+[GPU_I_PROFILE,
+GPU_I_ID], Hostname/hostname, then the sorted label fields and per-metric labels (DCGM_FI_DRIVER_VERSION,
+xid, ...),
+then, in compat mode, the sorted attribution labels (container, namespace, pod). By default attribution goes
+to one
+`gpufleet_gpu_pod_info` series per used GPU instead, so a pod coming or going does not create new GPU series.
+
+Label strings are built once per entity set (the cache key is the frame and its labels_version); a render only
+formats values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField, load_clock_events
+from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+POD_INFO_METRIC = "gpufleet_gpu_pod_info"
+POD_INFO_HELP = "Workload using the GPU (join on UUID and GPU_I_ID to attribute GPU series to pods)."
+
+
+class ExpositionConfig(BaseModel):
+    """How /metrics looks. The defaults follow dcgm-exporter 4.x with cardinality-safe pod attribution."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hostname_label: Literal["hostname", "Hostname"] = "hostname"
+    uuid_label: Literal["UUID", "uuid"] = "UUID"
+    attribution: Literal["info", "labels"] = "info"  # labels = dcgm-exporter compat: pod labels on GPU series
+    old_namespace: bool = False  # --use-old-namespace: pod_name, pod_namespace, container_name
+
+
+def escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_float(value: float) -> str:
+    """Go-style shortest float text, as client libraries write it ("1.5", "2", "+Inf")."""
+    value = float(value)
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def _pairs(items: list[tuple[str, str]]) -> str:
+    return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in items)
+
+
+def gpu_identity_labels(entity: GpuEntity, config: ExpositionConfig) -> list[tuple[str, str]]:
+    """The fixed leading labels of a GPU series, in dcgm-exporter's order."""
+    items = [
+        ("gpu", str(entity.gpu)),
+        (config.uuid_label, entity.uuid),
+        ("pci_bus_id", entity.pci_bus_id),
+        ("device", entity.device_name),
+        ("modelName", entity.model_name),
+    ]
+    if entity.mig_profile:
+        items.append(("GPU_I_PROFILE", entity.mig_profile))
+        items.append(("GPU_I_ID", "" if entity.gpu_instance_id is None else str(entity.gpu_instance_id)))
+    if entity.hostname:
+        items.append((config.hostname_label, entity.hostname))
+    return items
+
+
+def attribution_labels(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[tuple[str, str]]:
+    attr = frame.attribution[index]
+    if attr is None:
+        return []
+    if config.old_namespace:
+        names = ("container_name", "pod_namespace", "pod_name")
+    else:
+        names = ("container", "namespace", "pod")
+    return list(zip(names, (attr.container, attr.namespace, attr.pod), strict=True))
+
+
+def gpu_series_labels(
+    frame: MetricFrame, index: int, config: ExpositionConfig, extra: list[tuple[str, str]] | None = None
+) -> list[tuple[str, str]]:
+    """All labels of one GPU series, in exposition order."""
+    entity = frame.entities[index]
+    labels = sorted([*entity.label_fields, *(extra or [])])
+    attrs = attribution_labels(frame, index, config) if config.attribution == "labels" else []
+    return [*gpu_identity_labels(entity, config), *labels, *sorted(attrs)]
+
+
+def ib_port_labels(port: IbPort) -> list[tuple[str, str]]:
+    return list(zip(IB_PORT_LABELS, (port.hca, str(port.port), port.rail, port.hostname), strict=True))
+
+
+def _header(field: MetricField, prom_type: str | None = None) -> str:
+    return f"# HELP {field.name} {escape_help(field.help)}\n# TYPE {field.name} {prom_type or field.prom_type}\n"
+
+
+def _int_text(values: np.ndarray) -> list[str]:
+    return [str(v) for v in values.astype(np.int64).tolist()]
+
+
+def _f64_text(values: np.ndarray) -> list[str]:
+    # Go's %f, which dcgm-exporter uses for doubles
+    return ["%f" % v for v in values.tolist()]  # noqa: UP031
+
+
+@dataclass(slots=True)
+class _Layout:
+    """Everything about a frame's label sets that does not change between ticks."""
+
+    key: tuple[int, int, int]
+    gpu_prefixes: list[list[str]]  # [field][entity] -> 'NAME{labels} '
+    gpu_headers: list[str]
+    label_bodies: list[list[tuple[str, str]]]  # per entity: identity + label fields (no attribution)
+    attr_bodies: list[list[tuple[str, str]]]  # per entity: attribution labels for compat mode
+    ib_prefixes: list[list[str]]
+    ib_headers: list[str]
+
+
+class Renderer:
+    """Renders frames to /metrics text. Keep one per frame producer so the label cache is reused."""
+
+    def __init__(self, config: ExpositionConfig | None = None) -> None:
+        self.config = config or ExpositionConfig()
+        self._layout: _Layout | None = None
+
+    def _build_layout(self, frame: MetricFrame) -> _Layout:
+        cfg = self.config
+        n = len(frame.entities)
+        bodies = []
+        attrs = []
+        for i, entity in enumerate(frame.entities):
+            bodies.append([*gpu_identity_labels(entity, cfg), *sorted(entity.label_fields)])
+            attrs.append(sorted(attribution_labels(frame, i, cfg)) if cfg.attribution == "labels" else [])
+        prefixes = []
+        for field in frame.gpu_fields:
+            prefixes.append([f"{field.name}{{{_pairs([*bodies[i], *attrs[i]])}}} " for i in range(n)])
+        ib_prefixes = []
+        port_bodies = [_pairs(ib_port_labels(p)) for p in frame.ib_ports]
+        for field in frame.ib_fields:
+            ib_prefixes.append([f"{field.name}{{{body}}} " for body in port_bodies])
+        return _Layout(
+            key=(id(frame), frame.labels_version, id(frame.catalog)),
+            gpu_prefixes=prefixes,
+            gpu_headers=[_header(f) for f in frame.gpu_fields],
+            label_bodies=bodies,
+            attr_bodies=attrs,
+            ib_prefixes=ib_prefixes,
+            ib_headers=[_header(f) for f in frame.ib_fields],
+        )
+
+    def layout(self, frame: MetricFrame) -> _Layout:
+        key = (id(frame), frame.labels_version, id(frame.catalog))
+        if self._layout is None or self._layout.key != key:
+            self._layout = self._build_layout(frame)
+        return self._layout
+
+    def render(self, frame: MetricFrame) -> str:
+        lay = self.layout(frame)
+        out: list[str] = []
+        self._render_matrix(out, frame.values, frame.gpu_fields, lay.gpu_headers, lay.gpu_prefixes)
+        self._render_labelled_counts(frame, lay, out)
+        self._render_matrix(out, frame.ib_values, frame.ib_fields, lay.ib_headers, lay.ib_prefixes)
+        self._render_pod_info(frame, lay, out)
+        self._render_plain(frame, out)
+        return "".join(out)
+
+    @staticmethod
+    def _render_matrix(
+        out: list[str],
+        values: np.ndarray,
+        fields: tuple[MetricField, ...],
+        headers: list[str],
+        prefixes: list[list[str]],
+    ) -> None:
+        if values.size == 0:
+            return
+        ok = valid_mask(values)
+        for fi, field in enumerate(fields):
+            row_ok = ok[fi]
+            if not row_ok.any():
+                continue
+            idx = np.flatnonzero(row_ok)
+            texts = _int_text(values[fi, idx]) if field.value_type == "i64" else _f64_text(values[fi, idx])
+            pre = prefixes[fi]
+            out.append(headers[fi])
+            out.extend([f"{pre[i]}{t}\n" for i, t in zip(idx.tolist(), texts, strict=True)])
+
+    def _labelled_family(
+        self,
+        frame: MetricFrame,
+        lay: _Layout,
+        out: list[str],
+        name: str,
+        rows: list[tuple[list[tuple[str, str]], np.ndarray]],
+    ) -> None:
+        if not frame.catalog.fields or not any(f.name == name for f in frame.catalog.fields):
+            return
+        field = frame.catalog.get(name)
+        lines: list[str] = []
+        for extra, row in rows:
+            ok = valid_mask(row) & (row != 0)
+            for i in np.flatnonzero(ok).tolist():
+                labels = [*lay.label_bodies[i][:], *extra]
+                ident_len = len(gpu_identity_labels(frame.entities[i], self.config))
+                body = [*labels[:ident_len], *sorted(labels[ident_len:]), *lay.attr_bodies[i]]
+                lines.append(f"{name}{{{_pairs(body)}}} {int(row[i])}\n")
+        if lines:
+            out.append(_header(field))
+            out.extend(lines)
+
+    def _render_labelled_counts(self, frame: MetricFrame, lay: _Layout, out: list[str]) -> None:
+        window = ("window_size_in_ms", str(frame.window_ms))
+        events = load_clock_events()
+        self._labelled_family(
+            frame,
+            lay,
+            out,
+            "DCGM_EXP_CLOCK_EVENTS_COUNT",
+            [([("clock_event", e.name), window], frame.clock_events[k]) for k, e in enumerate(events)],
+        )
+        self._labelled_family(
+            frame,
+            lay,
+            out,
+            "DCGM_EXP_XID_ERRORS_COUNT",
+            [([window, ("xid", str(x))], counts) for x, counts in sorted(frame.xid_counts.items())],
+        )
+
+    def _render_pod_info(self, frame: MetricFrame, lay: _Layout, out: list[str]) -> None:
+        if self.config.attribution != "info":
+            return
+        lines = []
+        for i, entity in enumerate(frame.entities):
+            attrs = attribution_labels(frame, i, self.config)
+            if attrs:
+                body = [*gpu_identity_labels(entity, self.config), *sorted(attrs)]
+                lines.append(f"{POD_INFO_METRIC}{{{_pairs(body)}}} 1\n")
+        if lines:
+            out.append(f"# HELP {POD_INFO_METRIC} {POD_INFO_HELP}\n# TYPE {POD_INFO_METRIC} gauge\n")
+            out.extend(lines)
+
+    @staticmethod
+    def _render_plain(frame: MetricFrame, out: list[str]) -> None:
+        by_name: dict[str, list[str]] = {}
+        for (name, labels), value in frame.gauges.items():
+            if value != value:
+                continue
+            by_name.setdefault(name, []).append(f"{name}{{{_pairs(list(labels))}}} {format_float(value)}\n")
+        for name, lines in by_name.items():
+            field = _plain_field(frame, name)
+            out.append(_header(field) if field else f"# TYPE {name} gauge\n")
+            out.extend(lines)
+        hist_names: dict[str, list[str]] = {}
+        for (name, labels), hist in frame.histograms.items():
+            pairs = list(labels)
+            lines = hist_names.setdefault(name, [])
+            for bound, count in zip(hist.bounds, hist.bucket_counts.tolist(), strict=True):
+                body = _pairs([*pairs, ("le", _le(bound))])
+                lines.append(f"{name}_bucket{{{body}}} {count}\n")
+            lines.append(f"{name}_bucket{{{_pairs([*pairs, ('le', '+Inf')])}}} {hist.count}\n")
+            lines.append(f"{name}_sum{{{_pairs(pairs)}}} {format_float(hist.sum)}\n")
+            lines.append(f"{name}_count{{{_pairs(pairs)}}} {hist.count}\n")
+        for name, lines in hist_names.items():
+            field = _plain_field(frame, name)
+            out.append(_header(field, "histogram") if field else f"# TYPE {name} histogram\n")
+            out.extend(lines)
+
+
+def _le(bound: float) -> str:
+    text = format_float(bound)
+    return text if "." in text or "e" in text or "Inf" in text else text + ".0"
+
+
+def _plain_field(frame: MetricFrame, name: str) -> MetricField | None:
+    for field in frame.catalog.fields:
+        if field.name == name:
+            return field
+    return None
+
+
+def render(frame: MetricFrame, config: ExpositionConfig | None = None) -> str:
+    """One-off render; long-running producers should keep a Renderer to reuse its label cache."""
+    return Renderer(config).render(frame)
+
+
+RenderFn = Callable[[MetricFrame], str]

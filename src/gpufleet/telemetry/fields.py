@@ -1,0 +1,178 @@
+"""The field catalog: every metric gpufleet exports, in dcgm-exporter's names, types and help texts.
+
+dcgm-exporter's own counter file gives the names, Prometheus types, help texts and the on/off state it ships
+with;
+``data/fields.csv`` adds what the exporter leaves out (DCGM value type, Grafana unit, extra labels) and
+switches on the
+fields that matter for faults. InfiniBand port counters come from the IB counter catalog; gpufleet's own
+metrics
+(source health, training progress, inference latency, idle cost) are rows of the same table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from gpufleet.catalog import load_dcgm_fields, load_ib_counters
+from gpufleet.errors import NotFoundError
+
+GPU = "gpu"  # one series per GPU (or MIG instance), labelled like dcgm-exporter
+IB_PORT = "ib_port"  # one series per HCA port
+PLAIN = "plain"  # gpufleet's own series with their own labels
+
+IB_PORT_LABELS = ("hca", "port", "rail", "hostname")
+
+
+def read_data(name: str) -> str:
+    return resources.files("gpufleet.telemetry").joinpath("data", name).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricField:
+    """One exported metric family."""
+
+    name: str
+    prom_type: str  # gauge, counter, histogram or label
+    help: str
+    scope: str  # GPU, IB_PORT or PLAIN
+    value_type: str = "f64"  # i64 renders as an integer (as dcgm-exporter does), f64 with six decimals
+    enabled: bool = True
+    labels: tuple[str, ...] = ()  # labels beyond the entity's own (xid, clock_event, job, source, ...)
+    unit: str = "short"  # Grafana unit id, for dashboards
+
+    @property
+    def is_label(self) -> bool:
+        """A `label` field is not a series: its value becomes a label on every GPU series
+        (DCGM_FI_DRIVER_VERSION)."""
+        return self.prom_type == "label"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldCatalog:
+    """An ordered set of fields: what a frame carries and what /metrics shows."""
+
+    fields: tuple[MetricField, ...]
+
+    def __iter__(self) -> Iterator[MetricField]:
+        return iter(self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def get(self, name: str) -> MetricField:
+        for field in self.fields:
+            if field.name == name:
+                return field
+        raise NotFoundError(f"unknown metric field {name!r}", fix="run `gpufleet telemetry fields` to list them")
+
+    def names(self, scope: str | None = None) -> list[str]:
+        return [f.name for f in self.fields if scope is None or f.scope == scope]
+
+    def enabled(self) -> FieldCatalog:
+        return FieldCatalog(tuple(f for f in self.fields if f.enabled))
+
+    def scoped(self, scope: str) -> tuple[MetricField, ...]:
+        return tuple(f for f in self.fields if f.scope == scope)
+
+    def gpu_value_fields(self) -> tuple[MetricField, ...]:
+        """Per-GPU fields that carry one value per entity (not labels, not the synthesized labelled
+        counts)."""
+        return tuple(f for f in self.fields if f.scope == GPU and not f.is_label and not f.labels)
+
+    def gpu_label_fields(self) -> tuple[MetricField, ...]:
+        return tuple(f for f in self.fields if f.scope == GPU and f.is_label)
+
+    def with_enabled(self, names: Iterable[str], enabled: bool = True) -> FieldCatalog:
+        wanted = set(names)
+        unknown = wanted - {f.name for f in self.fields}
+        if unknown:
+            raise NotFoundError(
+                f"unknown metric field(s): {', '.join(sorted(unknown))}",
+                fix="run `gpufleet telemetry fields --all` to list them",
+            )
+        return FieldCatalog(
+            tuple(
+                MetricField(f.name, f.prom_type, f.help, f.scope, f.value_type, enabled, f.labels, f.unit)
+                if f.name in wanted
+                else f
+                for f in self.fields
+            )
+        )
+
+
+def _table_rows() -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(read_data("fields.csv"))))
+
+
+def _ib_fields() -> list[MetricField]:
+    out = []
+    for counter in load_ib_counters().values():
+        unit = "bytes" if counter.metric.endswith("_bytes_total") else "short"
+        help_text = counter.description
+        if counter.octets_div4:
+            help_text += " (exported in bytes: the PMA counter times 4)"
+        out.append(MetricField(counter.metric, "counter", help_text + ".", IB_PORT, "i64", True, (), unit))
+    return out
+
+
+@cache
+def load_field_catalog(counter_file: str = "default-counters.csv") -> FieldCatalog:
+    """Every field gpufleet knows, in the order /metrics shows them; `.enabled()` gives what is switched
+    on."""
+    dcgm = {f.name: f for f in load_dcgm_fields(counter_file)}
+    fields: list[MetricField] = []
+    for row in _table_rows():
+        name = row["name"]
+        base = dcgm.get(name)
+        prom_type = row["prom_type"] or (base.prom_type if base else "")
+        help_text = row["help"] or (base.help if base else "")
+        if not prom_type or not help_text:
+            raise NotFoundError(f"field {name} has no type or help text in fields.csv nor in {counter_file}")
+        if row["enabled"]:
+            enabled = row["enabled"] == "1"
+        else:
+            enabled = base.enabled_by_default if base else True
+        fields.append(
+            MetricField(
+                name=name,
+                prom_type=prom_type,
+                help=help_text,
+                scope=row["scope"],
+                value_type=row["value_type"],
+                enabled=enabled,
+                labels=tuple(row["labels"].split()),
+                unit=row["unit"] or "short",
+            )
+        )
+    # dcgm-exporter fields this table does not describe keep the exporter's own state; DCGM reports them as
+    # int64.
+    known = {f.name for f in fields}
+    for name, base in dcgm.items():
+        if name not in known:
+            fields.append(MetricField(name, base.prom_type, base.help, GPU, "i64", base.enabled_by_default))
+    fields.extend(_ib_fields())
+    return FieldCatalog(tuple(fields))
+
+
+@dataclass(frozen=True, slots=True)
+class ClockEvent:
+    name: str
+    bit: int
+    meaning: str
+
+
+@cache
+def load_clock_events() -> tuple[ClockEvent, ...]:
+    """The clock-event (throttle reason) bits and the `clock_event` label values dcgm-exporter gives them."""
+    rows = csv.DictReader(io.StringIO(read_data("clock_events.csv")))
+    return tuple(ClockEvent(r["clock_event"], int(r["bit"], 16), r["meaning"]) for r in rows)
+
+
+def clock_events_of(bitmask: int) -> list[str]:
+    """Names of the clock events set in a DCGM_FI_DEV_CLOCK_THROTTLE_REASONS bitmask."""
+    return [e.name for e in load_clock_events() if bitmask & e.bit]

@@ -1,0 +1,335 @@
+"""Alert rules generated from data: a Prometheus rule file, a PrometheusRule manifest, a ServiceMonitor for
+the
+agent, and a `promtool test rules` file with a firing and a quiet case for every rule.
+
+Rules and their tests live in data/alert_rules.yaml; thresholds come from RulesConfig, fatal Xids from the Xid
+catalog, IB thresholds from the IB counter catalog, and idle-cost prices (US$ per GPU-hour) from the config.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpufleet.catalog import load_ib_counters, load_xid_catalog
+from gpufleet.errors import ManifestError
+from gpufleet.telemetry.fields import read_data
+
+RULE_FILE = "gpufleet-rules.yml"
+_PLACEHOLDER = re.compile(r"<<([a-z_]+)>>")
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+TEST_HOST = "gpu-node-01"
+TEST_GPU_LABELS = {"gpu": "3", "UUID": "GPU-9a63752e-af8d-fe52-7f0d-968bca6d52e3", "device": "nvidia3"}
+TEST_MODEL = "NVIDIA H100 80GB HBM3"
+
+
+class RulesConfig(BaseModel):
+    """Thresholds and prices the rules are generated with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hostname_label: Literal["hostname", "Hostname"] = "hostname"
+    gpu_temp_c: float = 85
+    vram_ratio: float = Field(0.95, gt=0, le=1)
+    idle_util_percent: float = 10
+    idle_deep_util_percent: float = 5
+    stall_seconds: int = 600
+    clock_drop_ratio: float = Field(0.85, gt=0, lt=1)
+    clock_drop_temp_c: float = 80
+    ib_counters: tuple[str, ...] = ("SymbolErrorCounter", "LinkDownedCounter", "LinkErrorRecoveryCounter")
+    # The operator's own rate for a GPU-hour; idle alerts quote it. Set per model by NVML model name.
+    default_usd_per_gpu_hour: float = Field(2.0, ge=0)
+    usd_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    namespace: str = "monitoring"
+    agent_port_name: str = "metrics"
+    agent_selector: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "gpufleet-agent"})
+
+    @classmethod
+    def from_file(cls, path: Path) -> RulesConfig:
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ManifestError(str(path), f"cannot read: {exc}", fix="give a readable YAML file") from exc
+        try:
+            return cls.model_validate(raw)
+        except ValueError as exc:
+            raise ManifestError(str(path), str(exc).splitlines()[0], fix="see `gpufleet telemetry rules -h`") from exc
+
+
+def re2_escape(text: str) -> str:
+    return _RE2_SPECIAL.sub(r"\\\1", text)
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    def sub(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in values:
+            raise KeyError(f"alert_rules.yaml uses <<{key}>> which the generator does not define")
+        return values[key]
+
+    return _PLACEHOLDER.sub(sub, template)
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _camel(metric: str) -> str:
+    core = metric.removeprefix("infiniband_port_").removesuffix("_total")
+    return "".join(part.capitalize() for part in core.split("_"))
+
+
+def _base_values(cfg: RulesConfig) -> dict[str, str]:
+    fatal = sorted(code for code, info in load_xid_catalog().items() if info.fatal)
+    return {
+        "host": cfg.hostname_label,
+        "gpu_temp_c": _fmt(cfg.gpu_temp_c),
+        "vram_ratio": _fmt(cfg.vram_ratio),
+        "vram_percent": _fmt(round(cfg.vram_ratio * 100, 2)),
+        "idle_util_percent": _fmt(cfg.idle_util_percent),
+        "idle_deep_util_percent": _fmt(cfg.idle_deep_util_percent),
+        "stall_seconds": str(cfg.stall_seconds),
+        "clock_drop_ratio": _fmt(cfg.clock_drop_ratio),
+        "clock_drop_percent": _fmt(round(cfg.clock_drop_ratio * 100, 2)),
+        "clock_drop_temp_c": _fmt(cfg.clock_drop_temp_c),
+        "fatal_xids": "|".join(str(c) for c in fatal),
+    }
+
+
+def _variants(group: dict[str, Any], cfg: RulesConfig) -> list[dict[str, str]]:
+    """Placeholder sets a group expands into: one per priced model (plus the rest), one per IB counter."""
+    if group.get("per_model"):
+        # One rule per distinct price (models sharing a price share a rule), the default covering the rest.
+        by_price: dict[float, list[str]] = {}
+        for model, price in sorted(cfg.usd_per_gpu_hour.items()):
+            if price != cfg.default_usd_per_gpu_hour:
+                by_price.setdefault(price, []).append(model)
+        out = []
+        for price, models in sorted(by_price.items()):
+            alternation = "|".join(re2_escape(m) for m in models)
+            out.append(
+                {
+                    "model_matcher": f'modelName=~"{alternation}"',
+                    "price": f"{price:.2f}",
+                    "price_source": f"configured rate for {', '.join(models)}",
+                    "test_model": models[0],
+                }
+            )
+        priced = "|".join(re2_escape(m) for models in by_price.values() for m in models)
+        out.append(
+            {
+                "model_matcher": f'modelName!~"{priced}"' if priced else 'modelName=~".*"',
+                "price": f"{cfg.default_usd_per_gpu_hour:.2f}",
+                "price_source": "default rate per GPU-hour",
+                "test_model": _unpriced_model(cfg),
+            }
+        )
+        return out
+    if group.get("per_ib_counter"):
+        catalog = load_ib_counters()
+        out = []
+        for name in cfg.ib_counters:
+            counter = catalog.get(name)
+            if counter is None:
+                raise ManifestError("rules config", f"unknown IB counter {name!r}", fix=f"use one of {list(catalog)}")
+            out.append(
+                {
+                    "ib_metric": counter.metric,
+                    "ib_counter": counter.name,
+                    "ib_camel": _camel(counter.metric),
+                    "ib_threshold": str(counter.threshold or 1),
+                    "ib_description": counter.description.lower(),
+                    "ib_cause": counter.cause,
+                }
+            )
+        return out
+    return [{}]
+
+
+def _unpriced_model(cfg: RulesConfig) -> str:
+    for model in ("NVIDIA A10", "NVIDIA L40S", "Tesla T4"):
+        if cfg.usd_per_gpu_hour.get(model, cfg.default_usd_per_gpu_hour) == cfg.default_usd_per_gpu_hour:
+            return model
+    return "Unpriced GPU"
+
+
+def _expanded(cfg: RulesConfig) -> list[tuple[str, list[tuple[dict[str, Any], dict[str, str]]]]]:
+    spec = yaml.safe_load(read_data("alert_rules.yaml"))
+    base = _base_values(cfg)
+    groups = []
+    for group in spec["groups"]:
+        rules = []
+        for variant in _variants(group, cfg):
+            values = {**base, **variant}
+            for rule in group["rules"]:
+                rules.append((rule, values))
+        groups.append((group["name"], rules))
+    return groups
+
+
+def rule_groups(cfg: RulesConfig | None = None) -> dict[str, Any]:
+    """The Prometheus rule file contents."""
+    cfg = cfg or RulesConfig()
+    groups = []
+    for name, rules in _expanded(cfg):
+        out = []
+        for rule, values in rules:
+            out.append(
+                {
+                    "alert": fill(rule["alert"], values),
+                    "expr": fill(rule["expr"], values),
+                    "for": rule["for"],
+                    "labels": _rule_labels(rule, values),
+                    "annotations": {
+                        "summary": fill(rule["summary"], values),
+                        "description": fill(rule["description"], values),
+                    },
+                }
+            )
+        groups.append({"name": name, "rules": out})
+    return {"groups": groups}
+
+
+def _rule_labels(rule: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, str]:
+    labels = {"severity": str(rule["severity"])}
+    if "price" in values:
+        labels["usd_per_gpu_hour"] = values["price"]
+    return labels
+
+
+def prometheus_rule(cfg: RulesConfig | None = None) -> dict[str, Any]:
+    cfg = cfg or RulesConfig()
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "gpufleet-rules",
+            "namespace": cfg.namespace,
+            "labels": {"app.kubernetes.io/name": "gpufleet", "app.kubernetes.io/component": "alerting"},
+        },
+        "spec": rule_groups(cfg),
+    }
+
+
+def service_monitor(cfg: RulesConfig | None = None, interval: str = "15s") -> dict[str, Any]:
+    cfg = cfg or RulesConfig()
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {
+            "name": "gpufleet-agent",
+            "namespace": cfg.namespace,
+            "labels": {"app.kubernetes.io/name": "gpufleet-agent"},
+        },
+        "spec": {
+            "selector": {"matchLabels": dict(cfg.agent_selector)},
+            "namespaceSelector": {"any": True},
+            "endpoints": [
+                {
+                    "port": cfg.agent_port_name,
+                    "path": "/metrics",
+                    "interval": interval,
+                    "scrapeTimeout": "5s",
+                    "honorLabels": True,
+                }
+            ],
+        },
+    }
+
+
+# -- promtool unit tests -------------------------------------------------------------------------------------
+def _go_float(value: float) -> str:
+    """Go's %v for a float64 (what `{{ $value }}` prints)."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e21 else repr(float(value))
+
+
+def _humanize(value: float) -> str:
+    return "%.4g" % value  # noqa: UP031 - Go's humanize for 1 <= |v| < 1000 is %.4g
+
+
+_TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+
+
+def render_annotation(template: str, labels: Mapping[str, str], value: float | None) -> str:
+    """Expand the small subset of Prometheus' alert templating these rules use, for expected test output."""
+
+    def sub(match: re.Match[str]) -> str:
+        expr = match.group(1)
+        if expr.startswith("$labels."):
+            return labels.get(expr.removeprefix("$labels."), "")
+        if value is None:
+            raise ValueError(f"test for annotation {template!r} needs an expected value")
+        if expr == "$value":
+            return _go_float(value)
+        if expr == "$value | humanizePercentage":
+            return _humanize(value * 100) + "%"
+        printf = re.fullmatch(r'\$value \| printf "(%\.\d+f)"', expr)
+        if printf:
+            return printf.group(1) % value
+        raise ValueError(f"unsupported template {expr!r} in alert_rules.yaml")
+
+    return _TEMPLATE.sub(sub, template)
+
+
+def _series_labels(scope: str, cfg: RulesConfig, values: Mapping[str, str]) -> dict[str, str]:
+    if scope == "job":
+        return {"job": "llm-pretrain"}
+    if scope == "ib_port":
+        return {"hca": "mlx5_0", "port": "1", "rail": "0", "hostname": TEST_HOST}
+    return {
+        **TEST_GPU_LABELS,
+        "modelName": values.get("test_model", TEST_MODEL),
+        cfg.hostname_label: TEST_HOST,
+    }
+
+
+def _selector(name: str, labels: Mapping[str, str]) -> str:
+    body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{body}}}"
+
+
+def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE) -> dict[str, Any]:
+    """A promtool test file: for each generated rule, one group with a quiet and a firing evaluation."""
+    cfg = cfg or RulesConfig()
+    tests = []
+    for _group, rules in _expanded(cfg):
+        for rule, values in rules:
+            spec = rule["test"]
+            labels = {**_series_labels(spec.get("scope", "gpu"), cfg, values), **spec.get("labels", {})}
+            alertname = fill(rule["alert"], values)
+            series = [
+                {"series": _selector(fill(metric, values), labels), "values": fill(vals, values)}
+                for metric, vals in spec["series"].items()
+            ]
+            expected_labels = {**labels, **_rule_labels(rule, values)}
+            value = spec.get("value")
+            annotations = {
+                key: render_annotation(fill(rule[key], values), expected_labels, value)
+                for key in ("summary", "description")
+            }
+            variant = values.get("test_model") or values.get("ib_counter") or "default"
+            tests.append(
+                {
+                    "name": f"{alertname} ({variant})",
+                    "interval": "1m",
+                    "input_series": series,
+                    "alert_rule_test": [
+                        {"eval_time": spec["quiet_at"], "alertname": alertname, "exp_alerts": []},
+                        {
+                            "eval_time": spec["fires_at"],
+                            "alertname": alertname,
+                            "exp_alerts": [{"exp_labels": expected_labels, "exp_annotations": annotations}],
+                        },
+                    ],
+                }
+            )
+    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}
+
+
+def dump(data: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(dict(data), sort_keys=False, allow_unicode=True, width=1000)

@@ -1,0 +1,232 @@
+"""The embedded metric store: in-memory rings plus durable, downsampled history in one SQLite file.
+
+Tier 0 keeps samples at `resolution_s` (1 s) for `raw_retention_s` (a day); tier 1 keeps `rollup_s` (1 min)
+averages
+(last value for counters) for `rollup_retention_s` (30 days). The two most recent chunks of each tier stay in
+memory;
+`flush()` (call it every minute or so, and on shutdown) makes the open chunks durable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpufleet.telemetry.exposition import ExpositionConfig
+from gpufleet.telemetry.frame import MetricFrame
+from gpufleet.telemetry.store.frame_series import FrameSeries
+from gpufleet.telemetry.store.history import History, labels_key
+from gpufleet.telemetry.store.query import (
+    AggOp,
+    InstantSample,
+    RangeSeries,
+    Selector,
+    aggregate_series,
+    as_selector,
+    check_op,
+)
+from gpufleet.telemetry.store.tiers import Rollup, Tier
+
+DB_NAME = "metrics.sqlite"
+
+
+class StoreConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    resolution_s: float = Field(1.0, gt=0)
+    chunk_slots: int = Field(600, ge=10)  # 10 min of 1 s samples per chunk
+    raw_retention_s: float = Field(86_400, gt=0)
+    rollup_s: float = Field(60.0, gt=0)
+    rollup_chunk_slots: int = Field(360, ge=10)  # 6 h of 1 min samples per chunk
+    rollup_retention_s: float = Field(30 * 86_400, gt=0)
+    lookback_s: float = Field(300.0, gt=0)  # how far back a query looks for the latest sample, as in PromQL
+
+
+class EmbeddedStore:
+    """Series registry, tiers and the query API. `data_dir=None` keeps history in memory only."""
+
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        config: StoreConfig | None = None,
+        exposition: ExpositionConfig | None = None,
+    ) -> None:
+        self.config = config or StoreConfig()
+        cfg = self.config
+        self.history = History(data_dir / DB_NAME if data_dir is not None else None)
+        self.raw = Tier(0, cfg.resolution_s, cfg.chunk_slots, cfg.raw_retention_s, self.history)
+        self.rollup = Rollup(Tier(1, cfg.rollup_s, cfg.rollup_chunk_slots, cfg.rollup_retention_s, self.history))
+        self.frames = FrameSeries(exposition)
+        self._labels: list[dict[str, str]] = []
+        self._kinds: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._by_name: dict[str, list[int]] = {}
+        self._dense_ids: tuple[tuple[int, int, int], np.ndarray] | None = None
+        self.latest: float | None = None
+        for sid, labels, kind in self.history.load_series():
+            self._register(sid, labels, kind)
+        stored_latest = self.history.get_meta("latest")
+        self.latest = float(stored_latest) if stored_latest else None
+        self._resize()
+
+    # -- registry --------------------------------------------------------------------------------------------
+    def _register(self, sid: int, labels: dict[str, str], kind: str) -> None:
+        self._labels.append(labels)
+        self._kinds.append(kind)
+        self._ids[labels_key(labels)] = sid
+        self._by_name.setdefault(labels.get("__name__", ""), []).append(sid)
+
+    def _resize(self) -> None:
+        need = len(self._labels)
+        if need <= self.raw.capacity:
+            return
+        capacity = max(64, 1 << math.ceil(math.log2(max(need, 1))))
+        self.raw.grow(capacity)
+        is_counter = np.zeros(capacity, dtype=bool)
+        is_counter[:need] = [k == "counter" for k in self._kinds]
+        self.rollup.grow(capacity, is_counter)
+
+    def series_id(self, labels: Mapping[str, str], kind: str = "gauge") -> int:
+        """The id of a series (labels include __name__), registering it on first sight."""
+        key = labels_key(labels)
+        sid = self._ids.get(key)
+        if sid is None:
+            sid = len(self._labels)
+            self.history.add_series(sid, labels, kind)
+            self._register(sid, dict(labels), kind)
+            if sid >= self.raw.capacity:
+                self._resize()
+            elif kind == "counter":
+                self.rollup.is_counter[sid] = True
+        return sid
+
+    @property
+    def series_count(self) -> int:
+        return len(self._labels)
+
+    # -- ingest ----------------------------------------------------------------------------------------------
+    def write_ids(self, ids: np.ndarray, timestamp: float, values: np.ndarray) -> None:
+        """Write one value per series id at one timestamp (NaN = no sample). The fast path."""
+        self.raw.write(ids, self.raw.slot_of(timestamp), values)
+        self.rollup.add(ids, timestamp, values)
+        if self.latest is None or timestamp > self.latest:
+            self.latest = timestamp
+
+    def write(self, labels: Mapping[str, str], timestamp: float, value: float, kind: str = "gauge") -> None:
+        sid = self.series_id(labels, kind)
+        self.write_ids(np.array([sid]), timestamp, np.array([float(value)]))
+
+    def ingest(self, frame: MetricFrame, timestamp: float | None = None) -> int:
+        """Store every value of a frame; returns the number of samples written."""
+        ts = frame.timestamp if timestamp is None else timestamp
+        lay = self.frames.layout(frame)
+        if self._dense_ids is None or self._dense_ids[0] != lay.key:
+            pairs = zip(lay.dense_labels, lay.dense_kinds, strict=True)
+            dense_ids = np.array([self.series_id(lab, kind) for lab, kind in pairs], dtype=np.int64)
+            self._dense_ids = (lay.key, dense_ids)
+        dense = self.frames.dense_values(frame)
+        sparse = list(self.frames.sparse(frame))
+        if sparse:
+            extra_ids = np.array([self.series_id(lab, kind) for lab, _v, kind in sparse], dtype=np.int64)
+            ids = np.concatenate([self._dense_ids[1], extra_ids])
+            values = np.concatenate([dense, np.array([v for _l, v, _k in sparse])])
+        else:
+            ids, values = self._dense_ids[1], dense
+        self.write_ids(ids, ts, values)
+        return int(np.count_nonzero(~np.isnan(values)))
+
+    def flush(self) -> None:
+        self.rollup.flush()
+        self.raw.flush()
+        if self.latest is not None:
+            self.history.set_meta("latest", repr(self.latest))
+        self.history.commit()
+
+    def close(self) -> None:
+        self.flush()
+        self.history.close()
+
+    # -- queries ---------------------------------------------------------------------------------------------
+    def match(self, selector: Selector | str) -> list[int]:
+        sel = as_selector(selector)
+        return [sid for sid in self._by_name.get(sel.name, []) if sel.matches(self._labels[sid])]
+
+    def labels_of(self, sid: int) -> dict[str, str]:
+        return dict(self._labels[sid])
+
+    def _tier_for(self, start: float, step: float) -> Tier:
+        raw_horizon = (self.latest or start) - self.config.raw_retention_s
+        if step < self.config.rollup_s and start >= raw_horizon:
+            return self.raw
+        return self.rollup.tier
+
+    def _grid(self, start: float, end: float, step: float) -> np.ndarray:
+        if step <= 0:
+            raise ValueError("step must be positive")
+        n = math.floor((end - start) / step + 1e-9) + 1
+        return start + step * np.arange(max(n, 0))
+
+    def _evaluate(self, tier: Tier, sid: int, grid: np.ndarray) -> np.ndarray:
+        """The latest value at or before each grid time, within the lookback window (PromQL's rule)."""
+        if grid.size == 0:
+            return np.empty(0)
+        lookback = max(1, math.ceil(self.config.lookback_s / tier.resolution_s))
+        slots = np.floor(grid / tier.resolution_s).astype(np.int64)
+        first = int(slots[0]) - lookback
+        dense = tier.read(sid, first, int(slots[-1]))
+        positions = np.where(~np.isnan(dense), np.arange(dense.size), -1)
+        latest_pos = np.maximum.accumulate(positions)
+        at = slots - first
+        found = latest_pos[at]
+        ok = (found >= 0) & (at - found < lookback)
+        return np.where(ok, dense[np.maximum(found, 0)], np.nan)
+
+    def _range_all(self, selector: Selector | str, start: float, end: float, step: float) -> list[RangeSeries]:
+        grid = self._grid(start, end, step)
+        tier = self._tier_for(start, step)
+        return [RangeSeries(self.labels_of(sid), grid, self._evaluate(tier, sid, grid)) for sid in self.match(selector)]
+
+    def range(self, selector: Selector | str, start: float, end: float, step: float) -> list[RangeSeries]:
+        out = []
+        for series in self._range_all(selector, start, end, step):
+            keep = ~np.isnan(series.values)
+            if keep.any():
+                out.append(RangeSeries(series.labels, series.timestamps[keep], series.values[keep]))
+        return out
+
+    def instant(self, selector: Selector | str, at: float | None = None) -> list[InstantSample]:
+        when = self._now(at)
+        if when is None:
+            return []
+        return [
+            InstantSample(s.labels, when, float(s.values[-1]))
+            for s in self.range(selector, when, when, self.config.resolution_s)
+        ]
+
+    def _now(self, at: float | None) -> float | None:
+        return at if at is not None else self.latest
+
+    def aggregate_range(
+        self, op: AggOp, selector: Selector | str, by: Sequence[str], start: float, end: float, step: float
+    ) -> list[RangeSeries]:
+        check_op(op)
+        return aggregate_series(op, self._range_all(selector, start, end, step), by)
+
+    def aggregate_instant(
+        self, op: AggOp, selector: Selector | str, by: Sequence[str], at: float | None = None
+    ) -> list[InstantSample]:
+        when = self._now(at)
+        if when is None:
+            return []
+        result = self.aggregate_range(op, selector, by, when, when, self.config.resolution_s)
+        return [InstantSample(s.labels, when, float(s.values[-1])) for s in result if s.values.size]
+
+    # -- accounting ------------------------------------------------------------------------------------------
+    def memory_bytes(self) -> int:
+        """Bytes held by the in-memory rings and rollup accumulators (not SQLite's page cache)."""
+        roll = self.rollup
+        return self.raw.memory_bytes() + roll.tier.memory_bytes() + roll.sum.nbytes * 3

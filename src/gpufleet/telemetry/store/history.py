@@ -1,0 +1,116 @@
+"""Durable history: the series registry and fixed-length value chunks in one SQLite file.
+
+A chunk is one series' values for `chunk_slots` consecutive slots of one tier (NaN where no sample), stored as
+zlib-compressed little-endian float64. Slot times are implied by the chunk number, so no timestamps are
+stored.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gpufleet.errors import BackendError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS series (
+  id INTEGER PRIMARY KEY,
+  labels TEXT NOT NULL UNIQUE,
+  kind TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+  tier INTEGER NOT NULL,
+  series_id INTEGER NOT NULL,
+  chunk INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  PRIMARY KEY (tier, series_id, chunk)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def encode_chunk(values: np.ndarray) -> bytes:
+    return zlib.compress(np.ascontiguousarray(values, dtype="<f8").tobytes(), 1)
+
+
+def decode_chunk(data: bytes, slots: int) -> np.ndarray:
+    arr = np.frombuffer(zlib.decompress(data), dtype="<f8")
+    if arr.size != slots:
+        raise BackendError(f"stored chunk has {arr.size} values, expected {slots}", fix="the data dir is corrupt")
+    return arr
+
+
+def labels_key(labels: Mapping[str, str]) -> str:
+    return json.dumps(sorted(labels.items()), separators=(",", ":"))
+
+
+class History:
+    """SQLite-backed registry and chunk files. `path=None` keeps everything in memory (tests, benchmarks)."""
+
+    def __init__(self, path: Path | None) -> None:
+        target = ":memory:"
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            target = str(path)
+        try:
+            self.db = sqlite3.connect(target, check_same_thread=False)
+            self.db.executescript(_SCHEMA)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.DatabaseError as exc:
+            raise BackendError(f"cannot open metric history {target}: {exc}", fix="check the data dir") from exc
+
+    def load_series(self) -> list[tuple[int, dict[str, str], str]]:
+        rows = self.db.execute("SELECT id, labels, kind FROM series ORDER BY id").fetchall()
+        return [(sid, dict(json.loads(labels)), kind) for sid, labels, kind in rows]
+
+    def add_series(self, sid: int, labels: Mapping[str, str], kind: str) -> None:
+        self.db.execute("INSERT INTO series (id, labels, kind) VALUES (?, ?, ?)", (sid, labels_key(labels), kind))
+
+    def write_chunks(self, tier: int, chunk: int, series_ids: Iterable[int], rows: np.ndarray) -> None:
+        """Store (replacing) one chunk for several series; `rows[k]` belongs to the k-th id."""
+        payload = [(tier, sid, chunk, encode_chunk(rows[k])) for k, sid in enumerate(series_ids)]
+        self.db.executemany("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?)", payload)
+
+    def read_chunk_rows(self, tier: int, chunk: int, slots: int) -> dict[int, np.ndarray]:
+        cur = self.db.execute("SELECT series_id, data FROM chunks WHERE tier=? AND chunk=?", (tier, chunk))
+        return {sid: decode_chunk(data, slots) for sid, data in cur}
+
+    def read_series_chunks(self, tier: int, series_id: int, first: int, last: int, slots: int) -> dict[int, np.ndarray]:
+        cur = self.db.execute(
+            "SELECT chunk, data FROM chunks WHERE tier=? AND series_id=? AND chunk BETWEEN ? AND ?",
+            (tier, series_id, first, last),
+        )
+        return {chunk: decode_chunk(data, slots) for chunk, data in cur}
+
+    def drop_before(self, tier: int, chunk: int) -> None:
+        self.db.execute("DELETE FROM chunks WHERE tier=? AND chunk < ?", (tier, chunk))
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def commit(self) -> None:
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.commit()
+        self.db.close()
+
+    def chunk_count(self, tier: int) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM chunks WHERE tier=?", (tier,)).fetchone()[0])
+
+    def series_ids_with_chunks(self, tier: int, chunks: Sequence[int]) -> set[int]:
+        marks = ",".join("?" * len(chunks))
+        cur = self.db.execute(
+            f"SELECT DISTINCT series_id FROM chunks WHERE tier=? AND chunk IN ({marks})", (tier, *chunks)
+        )
+        return {row[0] for row in cur}

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+from gpufleet.telemetry.dashboards import dashboards
+from gpufleet.telemetry.fields import load_field_catalog
+
+runner = CliRunner()
+
+
+def test_dashboards_query_catalog_metrics() -> None:
+    boards = dashboards()
+    assert set(boards) == {"gpufleet-cluster", "gpufleet-node", "gpufleet-fabric"}
+    known = set(load_field_catalog().names())
+    for board in boards.values():
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids))
+        for panel in board["panels"]:
+            names = set(
+                re.findall(
+                    r"\b(DCGM_[A-Z_0-9]+|infiniband_port_[a-z_0-9]+|gpufleet_[a-z_0-9]+)",
+                    panel["targets"][0]["expr"],
+                )
+            )
+            assert names and names <= known, panel["targets"][0]["expr"]
+    cluster = boards["gpufleet-cluster"]
+    assert any(p["type"] == "state-timeline" for p in cluster["panels"])
+    node_vars = [v["name"] for v in boards["gpufleet-node"]["templating"]["list"]]
+    assert "host" in node_vars
+    assert all('hostname=~"$host"' in p["targets"][0]["expr"] for p in boards["gpufleet-node"]["panels"])
+    fabric = boards["gpufleet-fabric"]["panels"]
+    assert any("infiniband_port_symbol_errors_total" in p["targets"][0]["expr"] for p in fabric)
+
+
+def test_cli_fields_rules_dashboard(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["telemetry", "fields", "-o", "json"])
+    assert result.exit_code == 0
+    names = [f["name"] for f in json.loads(result.stdout)]
+    assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" in names
+    result = runner.invoke(app, ["telemetry", "rules", "--out", str(tmp_path / "rules")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "rules").iterdir()) == [
+        "gpufleet-rules-test.yml",
+        "gpufleet-rules.yml",
+        "prometheus-rule.yaml",
+        "service-monitor.yaml",
+    ]
+    result = runner.invoke(app, ["telemetry", "dashboard", "--out", str(tmp_path / "dash")])
+    assert result.exit_code == 0
+    assert len(list((tmp_path / "dash").glob("*.json"))) == 3
+    result = runner.invoke(app, ["telemetry", "rules"])
+    assert "GpuTemperatureHigh" in result.stdout
+
+
+def test_committed_artifacts_are_current() -> None:
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
+    for uid, board in dashboards().items():
+        assert json.loads((deploy / "dashboards" / f"{uid}.json").read_text()) == board

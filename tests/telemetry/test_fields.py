@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.catalog.dcgm_fields import parse_counter_file
+from gpufleet.errors import NotFoundError
+from gpufleet.telemetry.fields import clock_events_of, load_clock_events, load_field_catalog
+
+FAULT_FIELDS = [
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "DCGM_FI_DEV_RETIRED_SBE",
+    "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_EXP_XID_ERRORS_COUNT",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT",
+]
+
+
+def test_fault_fields_are_switched_on() -> None:
+    enabled = set(load_field_catalog().enabled().names())
+    missing = [f for f in FAULT_FIELDS if f not in enabled]
+    assert not missing
+
+
+def test_names_types_and_help_follow_dcgm_exporter(shared: Path) -> None:
+    upstream = parse_counter_file((shared / "data/dcgm-exporter/default-counters.csv").read_text())
+    catalog = load_field_catalog()
+    # a name listed twice (PCIe bytes: old counter commented out, DCP gauge on) counts as its enabled line
+    chosen = {f.name: f for f in upstream if not f.enabled_by_default}
+    chosen.update({f.name: f for f in upstream if f.enabled_by_default})
+    for field in chosen.values():
+        ours = catalog.get(field.name)
+        assert ours.prom_type == field.prom_type, field.name
+        assert ours.help == field.help, field.name
+    # what dcgm-exporter ships switched on stays on
+    on_upstream = {f.name for f in upstream if f.enabled_by_default}
+    assert on_upstream <= set(catalog.enabled().names())
+
+
+def test_ib_counters_use_prometheus_naming() -> None:
+    ib = load_field_catalog().scoped("ib_port")
+    assert ib
+    for field in ib:
+        assert field.name.startswith("infiniband_port_")
+        assert field.name.endswith("_total")
+        assert field.prom_type == "counter"
+    names = {f.name for f in ib}
+    assert "infiniband_port_symbol_errors_total" in names
+    assert "infiniband_port_transmit_bytes_total" in names
+
+
+def test_gpufleet_own_metrics_present() -> None:
+    names = set(load_field_catalog().enabled().names())
+    for name in (
+        "gpufleet_source_up",
+        "training_last_step_timestamp_seconds",
+        "training_step_duration_seconds",
+        "gpufleet_inference_request_duration_seconds",
+        "gpufleet_gpu_idle_cost_dollars_per_hour",
+    ):
+        assert name in names
+
+
+def test_unknown_field_is_a_user_error() -> None:
+    with pytest.raises(NotFoundError):
+        load_field_catalog().get("DCGM_FI_NOPE")
+    with pytest.raises(NotFoundError):
+        load_field_catalog().with_enabled(["DCGM_FI_NOPE"])
+
+
+def test_with_enabled_switches_a_field_on() -> None:
+    cat = load_field_catalog().with_enabled(["DCGM_FI_PROF_SM_ACTIVE"])
+    assert "DCGM_FI_PROF_SM_ACTIVE" in cat.enabled().names()
+    assert "DCGM_FI_PROF_SM_ACTIVE" not in load_field_catalog().enabled().names()
+
+
+def test_clock_event_bits() -> None:
+    names = [e.name for e in load_clock_events()]
+    assert names[:2] == ["gpu_idle", "clocks_setting"]
+    assert clock_events_of(0x40 | 0x1) == ["gpu_idle", "hw_thermal"]

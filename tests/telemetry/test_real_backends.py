@@ -1,0 +1,133 @@
+"""Real Prometheus and VictoriaMetrics on 127.0.0.1: remote write from the store, PromQL reads, a scrape."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from gpufleet.telemetry.exposition import CONTENT_TYPE, Renderer
+from gpufleet.telemetry.frame import MetricFrame
+from gpufleet.telemetry.store import RemoteConfig, RemoteStore
+from tests.conftest import REPO_ROOT, require_tool
+
+from .conftest import filled_frame
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def poll(fn: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = fn()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.25)
+
+
+class MetricsServer:
+    """Serves a frame's /metrics on loopback, rendered on each request."""
+
+    def __init__(self, frame: MetricFrame) -> None:
+        renderer = Renderer()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = renderer.render(frame).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    require_tool("prometheus", "victoria-metrics", "curl")
+    run_dir = tmp_path_factory.mktemp("prom")
+    frame = filled_frame()
+    exporter = MetricsServer(frame)
+    prom_port, vm_port = free_port(), free_port()
+    script = REPO_ROOT / "scripts" / "start-prometheus.sh"
+    args = [
+        "bash",
+        str(script),
+        "--run-dir",
+        str(run_dir),
+        "--target",
+        f"127.0.0.1:{exporter.port}",
+        "--prometheus-port",
+        str(prom_port),
+        "--victoria-metrics",
+        "--vm-port",
+        str(vm_port),
+    ]
+    started = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    try:
+        assert started.returncode == 0, started.stderr
+        yield {
+            "frame": frame,
+            "prometheus": f"http://127.0.0.1:{prom_port}",
+            "vm": f"http://127.0.0.1:{vm_port}",
+            "run_dir": run_dir,
+        }
+    finally:
+        subprocess.run(["bash", str(script), "--stop", "--run-dir", str(run_dir)], timeout=30)
+        exporter.close()
+
+
+@pytest.mark.parametrize("backend", ["vm", "prometheus"])
+def test_remote_write_then_promql(stack: dict[str, Any], backend: str) -> None:
+    frame: MetricFrame = stack["frame"]
+    # nocache: VictoriaMetrics would otherwise keep answering from a result cached before the data arrived
+    store = RemoteStore(RemoteConfig(url=stack[backend], query_params={"nocache": "1"}))
+    now = time.time()
+    written = store.ingest(frame, now)
+    assert written > 300
+    # job="" keeps to what the store wrote: Prometheus also scrapes the same frame (and forwards it to VM)
+    selector = 'DCGM_FI_DEV_POWER_USAGE{hostname="gpu-node-01",job=""}'
+    # VictoriaMetrics shows pushed data after 1-2 s and caches query results: wait for the data, then ask
+    time.sleep(2.5)
+    result = poll(lambda: store.instant(selector, at=now))
+    assert sorted(int(s.labels["gpu"]) for s in result) == list(range(8))
+    by_gpu = {s.labels["gpu"]: s.value for s in result}
+    assert by_gpu["5"] == pytest.approx(frame.gpu("DCGM_FI_DEV_POWER_USAGE")[5])
+    agg = poll(lambda: store.aggregate_instant("max", 'DCGM_FI_DEV_GPU_TEMP{job=""}', ["hostname"], at=now))
+    assert agg[0].labels == {"hostname": "gpu-node-01"}
+    assert agg[0].value == pytest.approx(frame.gpu("DCGM_FI_DEV_GPU_TEMP").max())
+    store.close()
+
+
+def test_prometheus_scrapes_our_exposition(stack: dict[str, Any]) -> None:
+    store = RemoteStore(stack["prometheus"])
+    query = 'DCGM_FI_DEV_GPU_TEMP{job="gpufleet-agent"}'
+    result = poll(lambda: [s for s in store.query(query) if s.labels.get("job")], timeout=30)
+    assert sorted(int(s.labels["gpu"]) for s in result) == list(range(8))
+    labels = result[0].labels
+    for key in ("UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION"):
+        assert labels.get(key), key
+    store.close()

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.errors import ManifestError
+from gpufleet.telemetry.rules import (
+    RULE_FILE,
+    RulesConfig,
+    dump,
+    prometheus_rule,
+    render_annotation,
+    rule_groups,
+    rule_tests,
+    service_monitor,
+)
+from tests.conftest import require_tool
+
+PRICED = RulesConfig(
+    usd_per_gpu_hour={"NVIDIA H100 80GB HBM3": 4.5, "NVIDIA A100-SXM4-80GB": 4.5, "NVIDIA L40S": 2.0},
+    hostname_label="Hostname",
+)
+
+
+def alerts(cfg: RulesConfig) -> list[dict]:
+    return [r for g in rule_groups(cfg)["groups"] for r in g["rules"]]
+
+
+def test_required_rules_exist() -> None:
+    names = {r["alert"] for r in alerts(RulesConfig())}
+    for name in (
+        "GpuTemperatureHigh",
+        "GpuMemoryNearlyFull",
+        "GpuXidFatal",
+        "GpuXid",
+        "GpuIdleCost30m",
+        "GpuIdleCost1h",
+        "TrainingStalled",
+        "GpuClockDropHot",
+        "GpuEccDoubleBitError",
+        "GpuRowRemapFailure",
+        "InfinibandSymbolErrorsRising",
+    ):
+        assert name in names
+    temp = next(r for r in alerts(RulesConfig()) if r["alert"] == "GpuTemperatureHigh")
+    assert temp["expr"] == "DCGM_FI_DEV_GPU_TEMP > 85" and temp["for"] == "5m"
+
+
+def test_idle_rules_quote_prices_per_model() -> None:
+    idle = [r for r in alerts(PRICED) if r["alert"] == "GpuIdleCost30m"]
+    # models sharing a price share a rule; the default price covers the rest (L40S is at the default)
+    assert len(idle) == 2
+    priced = next(r for r in idle if r["labels"]["usd_per_gpu_hour"] == "4.50")
+    assert 'modelName=~"NVIDIA A100-SXM4-80GB|NVIDIA H100 80GB HBM3"' in priced["expr"]
+    assert "$4.50/hour" in priced["annotations"]["summary"]
+    default = next(r for r in idle if r["labels"]["usd_per_gpu_hour"] == "2.00")
+    assert "modelName!~" in default["expr"] and "$labels.Hostname" in default["annotations"]["summary"]
+
+
+def test_every_rule_has_a_quiet_and_a_firing_test() -> None:
+    rules = alerts(PRICED)
+    tests = rule_tests(PRICED)["tests"]
+    assert len(tests) == len(rules)
+    for test in tests:
+        quiet, firing = test["alert_rule_test"]
+        assert quiet["exp_alerts"] == [] and len(firing["exp_alerts"]) == 1
+
+
+def test_manifests() -> None:
+    rule = prometheus_rule()
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    assert rule["spec"] == rule_groups()
+    mon = service_monitor()
+    assert mon["kind"] == "ServiceMonitor"
+    assert mon["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+def test_annotation_rendering_subset() -> None:
+    labels = {"gpu": "1"}
+    assert render_annotation("gpu {{ $labels.gpu }} at {{ $value }}", labels, 92.0) == "gpu 1 at 92"
+    assert render_annotation("{{ $value | humanizePercentage }}", labels, 0.9875) == "98.75%"
+    assert render_annotation('{{ $value | printf "%.0f" }}', labels, 660.2) == "660"
+
+
+def test_bad_config_file_names_the_problem(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text("gpu_temp: 80\n")
+    with pytest.raises(ManifestError, match=r"rules\.yaml"):
+        RulesConfig.from_file(path)
+
+
+def write_rules(tmp_path: Path, cfg: RulesConfig) -> None:
+    (tmp_path / RULE_FILE).write_text(dump(rule_groups(cfg)))
+    (tmp_path / "tests.yml").write_text(dump(rule_tests(cfg)))
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("cfg", [RulesConfig(), PRICED], ids=["defaults", "priced-Hostname"])
+def test_promtool_checks_and_unit_tests_pass(tmp_path: Path, cfg: RulesConfig) -> None:
+    require_tool("promtool")
+    write_rules(tmp_path, cfg)
+    check = subprocess.run(["promtool", "check", "rules", RULE_FILE], cwd=tmp_path, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    run = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.real
+def test_promtool_catches_a_wrong_expectation(tmp_path: Path) -> None:
+    require_tool("promtool")
+    write_rules(tmp_path, RulesConfig())
+    tests = yaml.safe_load((tmp_path / "tests.yml").read_text())
+    tests["tests"][0]["alert_rule_test"][1]["exp_alerts"] = []
+    (tmp_path / "tests.yml").write_text(dump(tests))
+    run = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode != 0
+
+
+@pytest.mark.real
+def test_committed_deploy_files_pass_promtool() -> None:
+    require_tool("promtool")
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
+    run = subprocess.run(
+        ["promtool", "test", "rules", "gpufleet-rules-test.yml"], cwd=deploy, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
