@@ -11,6 +11,7 @@ set -euo pipefail
 # One line per group: "name: package package ...". Add a group by adding a line.
 GROUPS_TABLE="
 prometheus: prometheus prometheus-alertmanager victoria-metrics
+chromium: chromium fonts-dejavu-core
 "
 
 group_packages() {

@@ -39,6 +39,7 @@ def main(
 COMMAND_MODULES = (
     "gpufleet.cli.core",
     "gpufleet.cli.telemetry",
+    "gpufleet.cli.agent",
 )
 
 

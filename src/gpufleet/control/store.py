@@ -25,6 +25,18 @@ CREATE TABLE IF NOT EXISTS events (
     attrs TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id);
+CREATE TABLE IF NOT EXISTS agent_events (
+    agent TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    time REAL NOT NULL,
+    received REAL NOT NULL,
+    node TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    entity TEXT NOT NULL,
+    message TEXT NOT NULL,
+    attrs TEXT NOT NULL,
+    PRIMARY KEY (agent, seq)
+);
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     wall_time REAL NOT NULL,
@@ -64,6 +76,43 @@ class StateStore:
                 [(t, now, kind, entity, msg, json.dumps(attrs, default=str)) for t, kind, entity, msg, attrs in rows],
             )
             self._db.execute("COMMIT")
+
+    def add_agent_events(self, agent: str, events: list[dict[str, Any]]) -> int:
+        """Store events an agent pushed; a (agent, seq) already stored is skipped. Returns how many were new."""
+        now = time.time()
+        rows = [
+            (
+                agent,
+                int(e["seq"]),
+                float(e.get("time", now)),
+                now,
+                str(e.get("node", "")),
+                str(e.get("kind", "")),
+                str(e.get("entity", "")),
+                str(e.get("message", "")),
+                json.dumps(e.get("attrs", {}), default=str),
+            )
+            for e in events
+        ]
+        with self._lock:
+            before = self._db.total_changes
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR IGNORE INTO agent_events VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            self._db.execute("COMMIT")
+            return self._db.total_changes - before
+
+    def agent_events(self, agent: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        sql = "SELECT agent, seq, time, node, kind, entity, message, attrs FROM agent_events"
+        args: list[Any] = []
+        if agent:
+            sql += " WHERE agent = ?"
+            args.append(agent)
+        sql += " ORDER BY time, seq LIMIT ?"
+        args.append(limit)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        keys = ("agent", "seq", "time", "node", "kind", "entity", "message", "attrs")
+        return [{**dict(zip(keys, r, strict=True)), "attrs": json.loads(r[7])} for r in rows]
 
     def events(self, kind: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         sql = "SELECT id, sim_time, wall_time, kind, entity, message, attrs FROM events"

@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet import __version__
 from gpufleet.control import views
@@ -16,6 +18,25 @@ from gpufleet.control.runner import TwinRunner
 from gpufleet.errors import AuthError, GpufleetError, NotFoundError, UserError
 from gpufleet.model import JobState
 from gpufleet.sim.twin import Twin
+
+
+class PushedEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int
+    time: float
+    kind: str = Field(max_length=64)
+    entity: str = Field(max_length=256)
+    node: str = Field(default="", max_length=256)
+    message: str = Field(max_length=16384)
+    attrs: dict[str, Any] = {}
+
+
+class EventBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=256)
+    events: list[PushedEvent] = Field(max_length=10000)
 
 
 def summary(twin: Twin) -> dict[str, Any]:
@@ -91,6 +112,15 @@ def create_app(runner: TwinRunner, token: str) -> FastAPI:
             status = 400
         return JSONResponse({"error": exc.message, "fix": exc.fix}, status_code=status)
 
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return JSONResponse(
+            {"error": f"invalid request: {where}: {first.get('msg')}", "fix": "see the API schema at /docs"},
+            status_code=422,
+        )
+
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "sim_time": runner.read(lambda t: t.time)}
@@ -128,6 +158,15 @@ def create_app(runner: TwinRunner, token: str) -> FastAPI:
     @app.get("/api/v1/audit")
     def audit(limit: int = 100) -> list[dict[str, Any]]:
         return runner.store.audit_log(limit)
+
+    @app.post("/api/v1/events")
+    def push_events(body: EventBatch, actor: str = Depends(require_token)) -> dict[str, Any]:
+        accepted = runner.store.add_agent_events(body.agent, [e.model_dump() for e in body.events])
+        return {"received": len(body.events), "new": accepted}
+
+    @app.get("/api/v1/agent-events")
+    def agent_events(agent: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        return runner.store.agent_events(agent, limit)
 
     def _action(actor: str, verb: str, name: str, fn: Any) -> dict[str, Any]:
         result = runner.act(fn)

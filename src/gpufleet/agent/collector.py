@@ -1,0 +1,115 @@
+"""Collect on the agent's own clock, never on scrape: each tick fills the frame and renders /metrics once.
+
+A scrape only copies the last rendered body, so a slow or failing source can never make Prometheus time out.
+A source that fails is marked `gpufleet_source_up{source=...} 0`, logged once (and once when it recovers), and
+the rest keep being served.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Protocol
+
+from gpufleet.agent.spool import EventSpool
+from gpufleet.telemetry.exposition import ExpositionConfig, Renderer
+from gpufleet.telemetry.frame import MetricFrame
+
+log = logging.getLogger("gpufleet.agent")
+
+
+class MetricSource(Protocol):
+    name: str
+
+    def collect(self, frame: MetricFrame) -> None: ...
+
+
+class EventSource(Protocol):
+    name: str
+
+    def poll(self) -> list[dict[str, Any]]: ...
+
+
+class Collector:
+    def __init__(
+        self,
+        frame: MetricFrame,
+        sources: list[MetricSource],
+        events: list[EventSource],
+        spool: EventSpool | None,
+        interval: float = 1.0,
+        exposition: ExpositionConfig | None = None,
+        guard: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        self.frame = frame
+        self.sources = sources
+        self.events = events
+        self.spool = spool
+        self.interval = interval
+        self.renderer = Renderer(exposition)
+        self.guard = guard or (lambda fn: fn())  # e.g. the twin runner's lock
+        self.body = b""
+        self.last_collect = 0.0
+        self.collections = 0
+        self.source_up: dict[str, bool] = {}
+        self.on_events: Callable[[], None] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def collect_once(self) -> None:
+        self.guard(self._collect)
+        self.body = self.renderer.render(self.frame).encode()
+        self.last_collect = time.time()
+        self.collections += 1
+
+    def _collect(self) -> None:
+        self.frame.clear_values()
+        for source in self.sources:
+            self._run(source.name, partial(source.collect, self.frame))
+        for events in self.events:
+            self._run(events.name, partial(self._poll, events))
+
+    def _poll(self, source: EventSource) -> None:
+        self._spool(source.poll())
+
+    def _spool(self, new: list[dict[str, Any]]) -> None:
+        if new and self.spool is not None:
+            self.spool.append(new)
+            if self.on_events is not None:
+                self.on_events()
+
+    def _run(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+            ok = True
+        except Exception as exc:  # one bad source must not take the agent down
+            ok = False
+            if self.source_up.get(name, True):
+                log.error("source %s failed: %s: %s; serving the other sources", name, type(exc).__name__, exc)
+        if ok and not self.source_up.get(name, True):
+            log.info("source %s recovered", name)
+        self.source_up[name] = ok
+        self.frame.set_gauge("gpufleet_source_up", {"source": name}, 1.0 if ok else 0.0)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="collector", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            self.collect_once()
+            next_tick += self.interval
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # fell behind (a suspended host): skip missed ticks instead of bursting
+                next_tick = time.monotonic()
+                delay = 0
+            self._stop.wait(delay)

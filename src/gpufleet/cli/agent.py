@@ -1,0 +1,104 @@
+"""`gpufleet agent`: the node agent."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+
+import typer
+
+from gpufleet.cli.output import console
+from gpufleet.errors import UserError
+from gpufleet.spec.base import parse_duration
+
+
+def agent(
+    sim: bool = typer.Option(False, "--sim", help="Read the digital twin instead of NVML and this host."),
+    scenario: Path | None = typer.Option(None, "--scenario", "-f", help="With --sim: scenario (default: built-in)."),
+    node: str | None = typer.Option(None, "--node", help="With --sim: act as this node's agent (default: all nodes)."),
+    interval: str = typer.Option(
+        "1s", "--interval", help="Collection interval (collected on this clock, never on scrape)."
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address for /metrics and /healthz."),
+    port: int = typer.Option(9400, "--port", help="Port (dcgm-exporter's default is 9400)."),
+    speed: float = typer.Option(1.0, "--speed", help="With --sim: simulated seconds per wall second."),
+    control_plane: str | None = typer.Option(None, "--control-plane", help="Push events (Xid, link, job) to this URL."),
+    hostname_label: str = typer.Option(
+        "hostname", "--hostname-label", help="hostname (dcgm-exporter 4.x) or Hostname (3.x)."
+    ),
+    pod_labels: bool = typer.Option(
+        False,
+        "--pod-labels",
+        help="Put pod/namespace/container on every GPU series (dcgm-exporter style) instead of an info metric.",
+    ),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Where the event spool lives (default ~/.gpufleet/agent)."
+    ),
+    run_for: str | None = typer.Option(
+        None, "--run-for", help="Stop after this long (e.g. 30s); default until Ctrl-C."
+    ),
+) -> None:
+    """Collect GPU and fabric telemetry, serve it as dcgm-exporter does, and push events to the control plane."""
+    from gpufleet.agent.runtime import sim_agent
+    from gpufleet.cli.core import builtin_example
+    from gpufleet.control.paths import api_token
+    from gpufleet.control.paths import data_dir as default_dir
+    from gpufleet.telemetry.exposition import ExpositionConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the agent's own
+    seconds = parse_duration(interval)
+    if seconds <= 0:
+        raise UserError("--interval must be positive", fix="e.g. --interval 1s")
+    if hostname_label not in ("hostname", "Hostname"):
+        raise UserError(f"--hostname-label {hostname_label!r}", fix="use hostname or Hostname")
+    exposition = ExpositionConfig(
+        hostname_label=hostname_label,
+        attribution="labels" if pod_labels else "info",
+    )
+    directory = data_dir or default_dir() / "agent"
+    token = api_token
+    if sim:
+        built = sim_agent(
+            scenario or builtin_example("scenarios/day-256gpu.yaml"),
+            node=node,
+            host=host,
+            port=port,
+            interval=seconds,
+            speed=speed,
+            data_dir=directory,
+            control_plane=control_plane,
+            token=token,
+            exposition=exposition,
+        )
+    else:
+        from gpufleet.agent.host import host_agent
+
+        built = host_agent(
+            host=host,
+            port=port,
+            interval=seconds,
+            data_dir=directory,
+            control_plane=control_plane,
+            token=token,
+            exposition=exposition,
+        )
+    built.start()
+    console.print(
+        f"gpufleet agent serving http://{host}:{built.port}/metrics every {interval}"
+        + (f", pushing events to {control_plane}" if control_plane else "")
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait(parse_duration(run_for) if run_for else None)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        built.stop()
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(agent)

@@ -1,0 +1,1 @@
+"""Sources: read the real world (NVML, nvidia-smi, the kernel log, IB diagnostics, schedulers) or the twin."""

@@ -1,0 +1,229 @@
+"""The digital twin as a telemetry source: fills a MetricFrame exactly as NVML/DCGM readings would.
+
+A GPU that fell off the bus reads as no value at all (NaN, never exported), as dcgm-exporter shows a lost GPU.
+Xid counts follow DCGM_EXP_XID_ERRORS_COUNT: Xids of each code seen per GPU within the exporter's window.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from gpufleet.model import JobState
+from gpufleet.sim.twin import Twin
+from gpufleet.sim.workloads import LATENCY_BUCKETS_S
+from gpufleet.telemetry.fields import load_clock_events
+from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
+
+# Wall-clock origin for the twin's t=0, so timestamps look like Unix time to Prometheus and to people.
+EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+# (DCGM field, twin array, scale)
+GPU_FIELDS: tuple[tuple[str, str, float], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "sm_clock", 1.0),
+    ("DCGM_FI_DEV_MEM_CLOCK", "mem_clock", 1.0),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "mem_temp_c", 1.0),
+    ("DCGM_FI_DEV_GPU_TEMP", "temp_c", 1.0),
+    ("DCGM_FI_DEV_POWER_USAGE", "power_w", 1.0),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_mj", 1.0),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "pcie_replay", 1.0),
+    ("DCGM_FI_DEV_GPU_UTIL", "util", 1.0),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "mem_copy_util", 1.0),
+    ("DCGM_FI_DEV_XID_ERRORS", "xid_last", 1.0),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "power_violation_ns", 1.0),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "thermal_violation_ns", 1.0),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "clock_events", 1.0),
+    ("DCGM_FI_DEV_FB_USED", "fb_used_mib", 1.0),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "ecc_sbe_vol", 1.0),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_dbe_vol", 1.0),
+    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "ecc_sbe_agg", 1.0),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "ecc_dbe_agg", 1.0),
+    ("DCGM_FI_DEV_RETIRED_SBE", "retired_sbe", 1.0),
+    ("DCGM_FI_DEV_RETIRED_DBE", "retired_dbe", 1.0),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "retired_pending", 1.0),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "nvlink_crc_flit", 1.0),
+    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "nvlink_crc_data", 1.0),
+    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "nvlink_replay", 1.0),
+    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "nvlink_recovery", 1.0),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "remap_uncorrectable", 1.0),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "remap_correctable", 1.0),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "remap_failure", 1.0),
+)
+
+# twin port counter -> PMA counter name (the frame converts octets/4 where the PMA counts that way)
+PORT_COUNTERS = {
+    "symbol_errors": "SymbolErrorCounter",
+    "link_error_recovery": "LinkErrorRecoveryCounter",
+    "link_downed": "LinkDownedCounter",
+    "rcv_errors": "PortRcvErrors",
+    "rcv_remote_phys_errors": "PortRcvRemotePhysicalErrors",
+    "xmit_discards": "PortXmitDiscards",
+    "vl15_dropped": "VL15Dropped",
+    "xmit_wait": "PortXmitWait",
+    "xmit_pkts": "PortXmitPkts",
+    "rcv_pkts": "PortRcvPkts",
+}
+
+
+class TwinSource:
+    """Reads the twin for one node (an agent's view) or for every node (`node=None`)."""
+
+    name = "twin"
+
+    def __init__(self, twin: Twin, node: str | None = None, window_s: float = 300.0) -> None:
+        self.twin = twin
+        self.node = node
+        self.window_s = window_s
+        g = twin.gpus
+        if node is None:
+            self.gpu_idx = np.arange(g.n)
+        else:
+            twin.cluster.node(node)
+            self.gpu_idx = np.flatnonzero(g.node_of == twin.node_index[node])
+        nodes = {twin.cluster.nodes[int(g.node_of[k])].name for k in self.gpu_idx}
+        self.port_idx = np.array(
+            sorted(p for (ni, _r), p in twin.ports.nic_port.items() if twin.cluster.nodes[ni].name in nodes),
+            dtype=np.int64,
+        )
+        self._xids: deque[tuple[float, int, int]] = deque()  # (time, gpu flat index, code)
+        self._price = np.array(
+            [
+                twin.cost_per_gpu_hour.get(twin.cluster.nodes[int(g.node_of[k])].gpu_model or "", 0.0)
+                for k in self.gpu_idx
+            ]
+        )
+        self._seen_events = 0
+
+    def entities(self) -> list[GpuEntity]:
+        out = []
+        twin = self.twin
+        for k in self.gpu_idx:
+            node = twin.cluster.nodes[int(twin.gpus.node_of[k])]
+            gpu = node.gpus[int(twin.gpus.index_on_node[k])]
+            out.append(
+                GpuEntity(
+                    gpu=gpu.index,
+                    uuid=gpu.uuid,
+                    model_name=gpu.model.product_name,
+                    hostname=node.name,
+                    pci_bus_id=gpu.pci_bus_id,
+                    device=gpu.device,
+                    label_fields=(("DCGM_FI_DRIVER_VERSION", node.software.driver_version),),
+                )
+            )
+        return out
+
+    def ib_ports(self) -> list[IbPort]:
+        ports = self.twin.ports
+        out = []
+        for p in self.port_idx:
+            node, hca = ports.owner[int(p)].split("/", 1)
+            out.append(IbPort(hca=hca, port=int(ports.number[int(p)]), rail=hca.rsplit("_", 1)[1], hostname=node))
+        return out
+
+    def new_frame(self) -> MetricFrame:
+        return MetricFrame(tuple(self.entities()), tuple(self.ib_ports()))
+
+    def collect(self, frame: MetricFrame) -> None:
+        """Fill `frame` with the twin's current readings (the caller clears the frame once per tick)."""
+        twin, g, idx = self.twin, self.twin.gpus, self.gpu_idx
+        frame.timestamp = EPOCH + twin.time
+        alive = g.alive[idx]
+        for field, attr, scale in GPU_FIELDS:
+            if not frame.has_gpu_field(field):
+                continue
+            values = getattr(g, attr)[idx].astype(np.float64) * scale
+            frame.gpu(field)[:] = np.where(alive, values, np.nan)
+        if frame.has_gpu_field("DCGM_FI_DEV_FB_FREE"):
+            frame.gpu("DCGM_FI_DEV_FB_FREE")[:] = np.where(alive, g.memory_mib[idx] - g.fb_used_mib[idx], np.nan)
+        if frame.has_gpu_field("gpufleet_gpu_idle_cost_dollars_per_hour"):
+            idle = g.allocated[idx] & (g.util[idx] < 5.0)
+            frame.gpu("gpufleet_gpu_idle_cost_dollars_per_hour")[:] = np.where(alive & idle, self._price, 0.0)
+        self._clock_events(frame, alive)
+        self._xid_window(frame)
+        ports = twin.ports
+        for counter, pma in PORT_COUNTERS.items():
+            frame.set_ib_pma(pma, ports.counters[counter][self.port_idx])
+        frame.set_ib_pma("PortXmitData", ports.counters["xmit_bytes"][self.port_idx] / 4)
+        frame.set_ib_pma("PortRcvData", ports.counters["rcv_bytes"][self.port_idx] / 4)
+        self._jobs(frame)
+
+    def _clock_events(self, frame: MetricFrame, alive: np.ndarray) -> None:
+        bits = self.twin.gpus.clock_events[self.gpu_idx]
+        for i, event in enumerate(load_clock_events()):
+            frame.clock_events[i] = np.where(alive, ((bits & np.uint32(event.bit)) != 0).astype(np.float64), np.nan)
+
+    def _xid_window(self, frame: MetricFrame) -> None:
+        twin = self.twin
+        events = twin.events
+        for e in events[self._seen_events :]:
+            if e.kind == "kmsg" and "xid" in e.attrs and e.entity.index is not None:
+                k = twin.gpu_index[(e.entity.node, e.entity.index)]
+                self._xids.append((e.time, k, int(e.attrs["xid"])))
+        self._seen_events = len(events)
+        while self._xids and self._xids[0][0] < twin.time - self.window_s:
+            self._xids.popleft()
+        if not self._xids:
+            return
+        position = {int(k): i for i, k in enumerate(self.gpu_idx)}
+        counts: dict[int, np.ndarray] = {}
+        for _, k, code in self._xids:
+            if k in position:
+                counts.setdefault(code, np.zeros(len(self.gpu_idx)))[position[k]] += 1
+        for code, row in counts.items():
+            frame.set_xid_count(code, row)
+
+    def _jobs(self, frame: MetricFrame) -> None:
+        twin = self.twin
+        nodes = None if self.node is None else {self.node}
+        for job in twin.cluster.jobs:
+            if nodes is not None and not nodes & set(job.nodes):
+                continue
+            labels = {"job": job.name}
+            if job.state in (JobState.running, JobState.hung):
+                frame.set_gauge("training_last_step_timestamp_seconds", labels, EPOCH + job.last_step_time)
+                frame.set_gauge("training_step_duration_seconds", labels, job.step_time_s)
+            else:
+                frame.remove_gauge("training_last_step_timestamp_seconds", labels)
+                frame.remove_gauge("training_step_duration_seconds", labels)
+        for st in twin.services:
+            if nodes is not None and st.service.node not in nodes:
+                continue
+            hist = frame.histogram(
+                "gpufleet_inference_request_duration_seconds", {"model": st.service.name}, LATENCY_BUCKETS_S.tolist()
+            )
+            # the twin keeps per-bucket counts; a Prometheus histogram is cumulative
+            hist.bucket_counts[:] = np.cumsum(st.bucket_counts[: len(LATENCY_BUCKETS_S)])
+            hist.sum = st.latency_sum_s
+            hist.count = int(st.bucket_counts.sum())
+
+
+class TwinEvents:
+    """New twin events (kernel log, syslog, link and job state) for the agent's node(s), as spool records."""
+
+    name = "twin-events"
+
+    def __init__(self, twin: Twin, node: str | None = None) -> None:
+        self.twin = twin
+        self.node = node
+        self._seen = len(twin.events)
+
+    def poll(self) -> list[dict[str, object]]:
+        events = self.twin.events[self._seen :]
+        self._seen += len(events)
+        out: list[dict[str, object]] = []
+        for e in events:
+            if self.node is not None and e.entity.node != self.node:
+                continue
+            out.append(
+                {
+                    "time": EPOCH + e.time,
+                    "kind": e.kind,
+                    "entity": str(e.entity),
+                    "node": e.entity.node,
+                    "message": e.message,
+                    "attrs": e.attrs,
+                }
+            )
+        return out
