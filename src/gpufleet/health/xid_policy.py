@@ -1,7 +1,9 @@
 """Severity and action for kernel fault events, from the Xid catalog through a configurable policy.
 
-The facts are data: NVIDIA's Xid catalog (gpufleet.catalog), NVIDIA's NVLink5 decode table (data/nvl5_decode.csv) and the
-policy document (data/xid_policy.yaml) that records where the sources disagree and what we chose. A site's own policy
+The facts are data: NVIDIA's Xid catalog (gpufleet.catalog), NVIDIA's NVLink5 decode table
+(data/nvl5_decode.csv) and the
+policy document (data/xid_policy.yaml) that records where the sources disagree and what we chose. A site's own
+policy
 file is merged over the default, so it names only what it changes.
 """
 
@@ -154,7 +156,9 @@ class Nvl5Rule(BaseModel):
         return not self.severity.lower().startswith("non")
 
     def matches_intrinfo(self, intrinfo: int) -> bool:
-        return _bits_match(self.intrinfo_pattern_v1, intrinfo) or _bits_match(self.intrinfo_pattern_v2, intrinfo)
+        return _bits_match(self.intrinfo_pattern_v1, intrinfo) or _bits_match(
+            self.intrinfo_pattern_v2, intrinfo
+        )
 
 
 def _bits_match(pattern: str, value: int) -> bool:
@@ -175,7 +179,7 @@ def _data_text(name: str) -> str:
 @cache
 def load_nvl5_decode() -> tuple[Nvl5Rule, ...]:
     rows = csv.DictReader(io.StringIO(_data_text(NVL5_DECODE)))
-    return tuple(Nvl5Rule(**{**row, "error_status": int(row["error_status"], 16)}) for row in rows)  # type: ignore[arg-type]
+    return tuple(Nvl5Rule(**{**row, "error_status": int(row["error_status"], 16)}) for row in rows)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -206,13 +210,17 @@ def policy_from_text(text: str, *, source: str = "<policy>") -> XidPolicy:
     except yaml.YAMLError as exc:
         raise ManifestError(source, f"not valid YAML: {exc}", fix="fix the YAML syntax") from exc
     if not isinstance(overlay, dict):
-        raise ManifestError(source, "a policy file must be a mapping", fix="start from the default policy's keys")
+        raise ManifestError(
+            source, "a policy file must be a mapping", fix="start from the default policy's keys"
+        )
     merged = _merge(yaml.safe_load(_data_text(DEFAULT_POLICY)), overlay)
     try:
         return XidPolicy.model_validate(merged)
     except ValidationError as exc:
         raise ManifestError(
-            source, _validation_message(exc), fix="see `gpufleet xid policy` for the default document and its keys"
+            source,
+            _validation_message(exc),
+            fix="see `gpufleet xid policy` for the default document and its keys",
         ) from exc
 
 
@@ -224,7 +232,9 @@ def load_policy(path: Path | str | None = None) -> XidPolicy:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"cannot read policy file {path}: {exc.strerror}", fix="check the --policy path") from exc
+        raise UserError(
+            f"cannot read policy file {path}: {exc.strerror}", fix="check the --policy path"
+        ) from exc
     return policy_from_text(text, source=str(path))
 
 
@@ -244,7 +254,8 @@ def _from_rule(rule: Rule, step: str, bucket: str | None) -> Verdict:
 
 
 def decode_nvl5(xid: int, detail: Nvl5Detail) -> list[Nvl5Rule]:
-    """The decode-table rows that apply to one NVLink5 Xid line (several when the status word has several bits)."""
+    """The decode-table rows that apply to one NVLink5 Xid line (several when the status word has several
+    bits)."""
     rows = [r for r in load_nvl5_decode() if r.xid == xid and detail.unit in r.units]
     by_intrinfo = [r for r in rows if r.matches_intrinfo(detail.intrinfo)]
     rows = by_intrinfo or rows
@@ -316,7 +327,9 @@ def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) ->
             }
         )
     if code == 45 and event.root_xid is not None:
-        verdict = _from_rule(policy.xid45_with_root, f"xid45 follows root Xid {event.root_xid}", "WORKFLOW_XID_45")
+        verdict = _from_rule(
+            policy.xid45_with_root, f"xid45 follows root Xid {event.root_xid}", "WORKFLOW_XID_45"
+        )
         return verdict
     return _catalog_verdict(code, info, policy)
 

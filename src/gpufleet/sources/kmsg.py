@@ -2,16 +2,20 @@
 
 The driver prints (open-gpu-kernel-modules `krcReportXid`)::
 
-    NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, <message>[ caused by previous Xid %d]
+    NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, <message>[ caused by
+    previous Xid %d]
     NVRM: Xid (PCI:%04x:%02x:%02x): %d, <message>                  (no process context, and older drivers)
 
 and older drivers `NVRM: Xid (0000:03:00): 13, ...`. NVSwitch errors come as
 `nvidia-nvswitchN: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 ...`, the lost-GPU case at probe time as the
-three-line `NVRM: The NVIDIA GPU 0000:b3:00.0 / (PCI ID: 10de:26b5) installed in this system has / fallen off the bus
+three-line `NVRM: The NVIDIA GPU 0000:b3:00.0 / (PCI ID: 10de:26b5) installed in this system has / fallen off
+the bus
 and is not responding to commands.`, which carries no Xid at all.
 
-`scan_kmsg` returns the events plus the lines that looked like a fault report but could not be read (`rejected`), so a
-garbled capture is visible rather than silently empty. A well-formed Xid line with a code the catalog does not know is
+`scan_kmsg` returns the events plus the lines that looked like a fault report but could not be read
+(`rejected`), so a
+garbled capture is visible rather than silently empty. A well-formed Xid line with a code the catalog does not
+know is
 an event with `known=False`, never dropped.
 """
 
@@ -32,9 +36,7 @@ EventKind = Literal["xid", "sxid", "fallen_off_bus", "reset_required"]
 _PCI_TEXT = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _XID_HEAD = re.compile(r"NVRM: Xid\b")
 _XID = re.compile(r"NVRM: Xid \((?P<attr>[^()]*)\): (?P<code>\d{1,5}), ?(?P<rest>.*)$")
-_XID_ATTR = re.compile(
-    rf"^(?:PCI:)?(?P<pci>{_PCI_TEXT})(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?$"
-)
+_XID_ATTR = re.compile(rf"^(?:PCI:)?(?P<pci>{_PCI_TEXT})(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?$")
 _PID_NAME = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d*),(?: name=(?P<name>[^,]*),)? ?(?P<msg>.*)$")
 _ROOT = re.compile(r"\s*caused by previous Xid (?P<root>\d+)\s*$")
 _SXID = re.compile(
@@ -68,7 +70,8 @@ _FALLEN_SPAN = 4
 
 @dataclass(frozen=True, slots=True)
 class Nvl5Detail:
-    """The decoded head of an NVLink5 Xid (144-150): unit, the driver's own severity word and the register words."""
+    """The decoded head of an NVLink5 Xid (144-150): unit, the driver's own severity word and the register
+    words."""
 
     unit: str
     fatal: bool
@@ -88,7 +91,8 @@ class Nvl5Detail:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryChange:
-    """Xid 154: the GPU's recovery action moved from one state to another (NVML's nvmlDeviceGpuRecoveryAction_t)."""
+    """Xid 154: the GPU's recovery action moved from one state to another (NVML's
+    nvmlDeviceGpuRecoveryAction_t)."""
 
     from_code: int
     from_name: str
@@ -194,7 +198,8 @@ def _parse_recovery(message: str) -> RecoveryChange | None:
 class KmsgParser:
     """Line-at-a-time parser; keeps the little state multi-line reports and GPU identities need.
 
-    Feed it lines in order (`feed_line`), then `finish()`; `scan_kmsg` does that for a whole text, and the streaming
+    Feed it lines in order (`feed_line`), then `finish()`; `scan_kmsg` does that for a whole text, and the
+    streaming
     readers in `kmsg_stream` do it as lines arrive.
     """
 
@@ -206,7 +211,9 @@ class KmsgParser:
         self._lineno = 0
         self._uuids: dict[str, str] = {}
         self._last_xid: dict[str, int] = {}
-        self._pending: tuple[int, str, Frame, str, str | None] | None = None  # fallen-off-bus report in progress
+        self._pending: tuple[int, str, Frame, str, str | None] | None = (
+            None  # fallen-off-bus report in progress
+        )
         self._pending_age = 0
 
     def feed_line(self, raw: str) -> list[KernelEvent]:
@@ -233,7 +240,8 @@ class KmsgParser:
             self._emit_fallen(lineno, first_raw, frame, pci, device_id, complete=False)
         return self.scan.events[before:]
 
-    # -- helpers --------------------------------------------------------------------------------------------------
+    # -- helpers
+    # --------------------------------------------------------------------------------------------------
     def _reject(self, raw: str, reason: str) -> None:
         self.scan.rejected.append(RejectedLine(self._lineno, raw, reason))
 
@@ -357,6 +365,9 @@ class KmsgParser:
             name = (pid_name.group("name") or "").strip()
             process = None if name in ("", "<unknown>") else name
             rest = pid_name.group("msg")
+            if not rest.strip():
+                self._reject(raw, "Xid line cut short after its pid/name")
+                return
         elif rest.startswith("pid="):
             self._reject(raw, "Xid line with a damaged pid/name field")
             return
@@ -426,6 +437,8 @@ def scan_kmsg(text: str | Iterable[str], *, host: str | None = None, year: int |
     return parser.scan
 
 
-def parse_kmsg(text: str | Iterable[str], *, host: str | None = None, year: int | None = None) -> list[KernelEvent]:
+def parse_kmsg(
+    text: str | Iterable[str], *, host: str | None = None, year: int | None = None
+) -> list[KernelEvent]:
     """The events in kernel log text; see `scan_kmsg` for the lines that were rejected."""
     return scan_kmsg(text, host=host, year=year).events

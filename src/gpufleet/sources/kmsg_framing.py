@@ -24,13 +24,16 @@ _DECODE = re.compile(r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s")
 _ISO = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)\s+(?P<rest>.*)$"
 )
-_CTIME = re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?(?P<rest>.*)$")
+_CTIME = re.compile(
+    r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?(?P<rest>.*)$"
+)
 _UPTIME = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<rest>.*)$")
 _BSD = re.compile(r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?)\s+(?P<rest>.*)$")
 # `host ident[pid]: message`, as syslog and journald write after their time stamp
 _HOST_IDENT = re.compile(r"^(?P<host>[^\s:\[\]]+) (?P<ident>[\w./@-]+)(?:\[\d+\])?: (?P<rest>.*)$")
 
-_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
+_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTHS = {m: i for i, m in enumerate(_MONTH_NAMES, start=1)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,9 @@ class Frame:
     ident: str | None = None  # syslog identifier, e.g. "kernel"
     priority: int | None = None  # syslog priority from /dev/kmsg (facility*8 + level)
     sequence: int | None = None  # /dev/kmsg sequence number
-    continuation: bool = False  # an indented follow-on line of a multi-line message, or a /dev/kmsg dictionary line
+    continuation: bool = (
+        False  # an indented follow-on line of a multi-line message, or a /dev/kmsg dictionary line
+    )
 
 
 def _iso(text: str) -> datetime | None:
@@ -94,7 +99,8 @@ def _after_stamp(rest: str) -> tuple[str | None, str | None, float | None, str]:
 def split_frame(line: str, *, year: int | None = None) -> Frame:
     """Split one log line into its frame and the kernel message it carries.
 
-    `year` fills in syslog stamps that carry none (`Jun  5 10:11:12`); without it such lines keep no wall time, only
+    `year` fills in syslog stamps that carry none (`Jun  5 10:11:12`); without it such lines keep no wall
+    time, only
     their host and message, because guessing the year would make the parse depend on today's date.
     """
     if line[:1] in (" ", "\t") and line.strip():

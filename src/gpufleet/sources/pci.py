@@ -11,10 +11,13 @@ _PCI = re.compile(
 
 
 def normalise_pci(text: str) -> str | None:
-    """`00000000:3B:00.0`, `0000:3b:00`, `3b:00.0` -> `0000:3b:00` (domain:bus:device, lower case, no function).
+    """`00000000:3B:00.0`, `0000:3b:00`, `3b:00.0` -> `0000:3b:00` (domain:bus:device, lower case, no
+    function).
 
-    The kernel log names a GPU by domain:bus:device; nvidia-smi adds an 8-digit domain and the function. Keying both on
-    this form lets a kernel event be joined to an nvidia-smi record. Returns None for text that is not a PCI address.
+    The kernel log names a GPU by domain:bus:device; nvidia-smi adds an 8-digit domain and the function.
+    Keying both on
+    this form lets a kernel event be joined to an nvidia-smi record. Returns None for text that is not a PCI
+    address.
     """
     match = _PCI.match(text.strip())
     if match is None:
