@@ -1,6 +1,8 @@
-"""Azure HPC node health checks (aznhc / LBNL NHC) `.health.log` lines: `node | Healthy` or `node | ERROR: ...`.
+"""Azure HPC node health checks (aznhc / LBNL NHC) `.health.log` lines: `node | Healthy` or `node | ERROR:
+...`.
 
-A failed check names itself (`check_gpu_xid: ...`) when NHC ran it; an Xid the check quotes is parsed into kernel
+A failed check names itself (`check_gpu_xid: ...`) when NHC ran it; an Xid the check quotes is parsed into
+kernel
 events, so it lands in the same pipeline as the node's own kernel log.
 """
 
@@ -53,11 +55,13 @@ def parse_health_log(text: str, *, source: str = "health.log") -> list[NodeHealt
         detail = failed.group("detail").strip()
         check = _CHECK.match(detail)
         message = check.group("message") if check else detail
-        results.append(NodeHealth(
-            node=node,
-            healthy=False,
-            check=check.group("check") if check else None,
-            message=message,
-            kernel_events=parse_kmsg(_quoted_kernel_line(message), host=node),
-        ))
+        results.append(
+            NodeHealth(
+                node=node,
+                healthy=False,
+                check=check.group("check") if check else None,
+                message=message,
+                kernel_events=parse_kmsg(_quoted_kernel_line(message), host=node),
+            )
+        )
     return results

@@ -1,4 +1,5 @@
-"""`dcgmi diag` table output: per-test results with GPU ids, warnings and errors, overall verdict and run level.
+"""`dcgmi diag` table output: per-test results with GPU ids, warnings and errors, overall verdict and run
+level.
 
     |-----  Deployment  --------+------------------------------------------------|
     | Error                     | GPU 3 has uncorrectable memory errors and row  |
@@ -8,8 +9,10 @@
     | Warning                   | GPU 0 Thermal violations totaling 13.3 second  |
     |                           | s started at 9.7 seconds into the test for GP  |
 
-dcgmi cuts long text into fixed-width pieces (mid-word), so pieces are joined without adding spaces. `Error`, `Warning`
-and `Info` rows belong to the test above them; an error before any test (a deployment check that stopped the run) is
+dcgmi cuts long text into fixed-width pieces (mid-word), so pieces are joined without adding spaces. `Error`,
+`Warning`
+and `Info` rows belong to the test above them; an error before any test (a deployment check that stopped the
+run) is
 kept as a failed test named after its section.
 """
 
@@ -26,12 +29,33 @@ _RANK: dict[str, int] = {"Skip": 0, "Pass": 1, "Warn": 2, "Fail": 3}
 
 # tests each `-r` level adds (DCGM nvvs FillTestVectors); a level runs everything below it too
 LEVEL_TESTS: dict[int, tuple[str, ...]] = {
-    1: ("deployment", "denylist", "nvml library", "cuda main library", "permissions and os blocks", "persistence mode",
-        "environment variables", "page retirement/row remap", "graphics processes", "inforom", "fabric manager",
-        "software"),
+    1: (
+        "deployment",
+        "denylist",
+        "nvml library",
+        "cuda main library",
+        "permissions and os blocks",
+        "persistence mode",
+        "environment variables",
+        "page retirement/row remap",
+        "graphics processes",
+        "inforom",
+        "fabric manager",
+        "software",
+    ),
     2: ("pcie", "gpu memory", "memory"),
-    3: ("diagnostic", "targeted stress", "targeted power", "memory bandwidth", "eud test", "eud", "cpu eud",
-        "nvbandwidth", "nccl tests", "rist"),
+    3: (
+        "diagnostic",
+        "targeted stress",
+        "targeted power",
+        "memory bandwidth",
+        "eud test",
+        "eud",
+        "cpu eud",
+        "nvbandwidth",
+        "nccl tests",
+        "rist",
+    ),
     4: ("memtest", "pulse test"),
 }
 
@@ -177,7 +201,9 @@ def parse_diag(text: str, *, level: int | None = None, source: str = "dcgmi diag
     for test in tests:
         for msg in test.messages:
             msg.text = msg.text.strip()
-    return DiagReport(tests=tests, metadata=metadata, level=level if level is not None else inferred_level(tests))
+    return DiagReport(
+        tests=tests, metadata=metadata, level=level if level is not None else inferred_level(tests)
+    )
 
 
 def _add_result(test: DiagTest, value: str, source: str, lineno: int) -> None:

@@ -1,9 +1,12 @@
 """InfiniBand port counters and state from `/sys/class/infiniband/<hca>/ports/<n>/`.
 
 Two inputs: a live sysfs tree (`read_sysfs`), and a flattened snapshot of one HCA directory written as
-`relative/path = value` lines (`parse_sysfs_snapshot`; how captures and support bundles record it). Counter files are
-named as the kernel names them (`symbol_error`, `port_rcv_errors`, ...); each is also given under the catalog's PMA
-name (`SymbolErrorCounter`, ...), the name perfquery and ibqueryerrors print, so all IB sources speak one vocabulary.
+`relative/path = value` lines (`parse_sysfs_snapshot`; how captures and support bundles record it). Counter
+files are
+named as the kernel names them (`symbol_error`, `port_rcv_errors`, ...); each is also given under the
+catalog's PMA
+name (`SymbolErrorCounter`, ...), the name perfquery and ibqueryerrors print, so all IB sources speak one
+vocabulary.
 """
 
 from __future__ import annotations
@@ -65,8 +68,10 @@ class HcaSnapshot:
 def _counter_value(text: str, where: str) -> int:
     value = text.strip()
     if not value.isdigit():
-        raise ParseError(f"{where}: counter value {value[:40]!r} is not a non-negative integer",
-                         fix="the counter file is corrupted or was cut short; read it again")
+        raise ParseError(
+            f"{where}: counter value {value[:40]!r} is not a non-negative integer",
+            fix="the counter file is corrupted or was cut short; read it again",
+        )
     return int(value)
 
 
@@ -139,11 +144,14 @@ def _read_port(hca: str, port_dir: Path, names: dict[str, str]) -> PortSnapshot:
 
 
 def read_sysfs(root: Path | str = "/sys/class/infiniband") -> list[HcaSnapshot]:
-    """Read every HCA and port under `root`. A port that cannot be read (permissions, a vanished device, a corrupted
+    """Read every HCA and port under `root`. A port that cannot be read (permissions, a vanished device, a
+    corrupted
     counter file) becomes a `PortReadError` on its HCA; the other ports are still read."""
     root = Path(root)
     if not root.is_dir():
-        raise ParseError(f"{root}: no InfiniBand sysfs directory", fix="is rdma-core loaded (ib_core, mlx5_ib)?")
+        raise ParseError(
+            f"{root}: no InfiniBand sysfs directory", fix="is rdma-core loaded (ib_core, mlx5_ib)?"
+        )
     names = sysfs_to_pma()
     hcas: list[HcaSnapshot] = []
     for hca_dir in sorted(root.iterdir()):
@@ -157,7 +165,9 @@ def read_sysfs(root: Path | str = "/sys/class/infiniband") -> list[HcaSnapshot]:
                 continue  # optional identity; the ports are what matter
         ports_dir = hca_dir / "ports"
         try:
-            port_dirs = sorted((p for p in ports_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+            port_dirs = sorted(
+                (p for p in ports_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+            )
         except OSError as exc:
             snapshot.errors.append(PortReadError(hca_dir.name, "*", str(ports_dir), exc.strerror or str(exc)))
             port_dirs = []
@@ -166,8 +176,11 @@ def read_sysfs(root: Path | str = "/sys/class/infiniband") -> list[HcaSnapshot]:
                 snapshot.ports.append(_read_port(hca_dir.name, port_dir, names))
             except OSError as exc:
                 where = exc.filename or str(port_dir)
-                snapshot.errors.append(PortReadError(hca_dir.name, port_dir.name, str(where),
-                                                     f"cannot read: {exc.strerror or exc}"))
+                snapshot.errors.append(
+                    PortReadError(
+                        hca_dir.name, port_dir.name, str(where), f"cannot read: {exc.strerror or exc}"
+                    )
+                )
             except ParseError as exc:
                 snapshot.errors.append(PortReadError(hca_dir.name, port_dir.name, str(port_dir), exc.message))
         hcas.append(snapshot)

@@ -1,7 +1,9 @@
-"""infiniband-diags text output: perfquery (plain and -x), ibqueryerrors, iblinkinfo, ibnetdiscover; and IB link
+"""infiniband-diags text output: perfquery (plain and -x), ibqueryerrors, iblinkinfo, ibnetdiscover; and IB
+link
 flaps in syslog.
 
-Counter names are the PMA attribute fields perfquery prints, which are also the catalog's names (ib_counters.csv), so
+Counter names are the PMA attribute fields perfquery prints, which are also the catalog's names
+(ib_counters.csv), so
 records from perfquery, ibqueryerrors and sysfs (ib_sysfs) can be compared directly.
 """
 
@@ -16,7 +18,8 @@ from gpufleet.catalog import load_ib_counters
 from gpufleet.errors import ParseError
 from gpufleet.sources.kmsg_framing import split_frame
 
-# -- perfquery ------------------------------------------------------------------------------------------------------
+# -- perfquery
+# ------------------------------------------------------------------------------------------------------
 _PQ_HEAD = re.compile(
     r"^# Port (?P<kind>counters|extended counters)(?P<rest>.*?): Lid (?P<lid>\d+) port (?P<port>\d+)"
     r"(?: \(CapMask: (?P<cap>0x[0-9a-fA-F]+)\))?"
@@ -48,8 +51,14 @@ def parse_perfquery(text: str, *, source: str = "perfquery") -> list[PortCounter
             continue
         head = _PQ_HEAD.match(line)
         if head is not None:
-            blocks.append(PortCounters(int(head.group("lid")), int(head.group("port")),
-                                       head.group("kind") == "extended counters", cap_mask=head.group("cap")))
+            blocks.append(
+                PortCounters(
+                    int(head.group("lid")),
+                    int(head.group("port")),
+                    head.group("kind") == "extended counters",
+                    cap_mask=head.group("cap"),
+                )
+            )
             continue
         if line.startswith("#"):
             continue
@@ -57,8 +66,10 @@ def parse_perfquery(text: str, *, source: str = "perfquery") -> list[PortCounter
         if match is None:
             raise ParseError(f"{source}:{lineno}: not a perfquery counter line: {line[:60]!r}")
         if not blocks:
-            raise ParseError(f"{source}:{lineno}: counter before any `# Port counters` header",
-                             fix="pass perfquery's whole output")
+            raise ParseError(
+                f"{source}:{lineno}: counter before any `# Port counters` header",
+                fix="pass perfquery's whole output",
+            )
         name, value = match.group("name"), match.group("value").strip()
         if name in _PQ_META:
             continue
@@ -71,7 +82,8 @@ def parse_perfquery(text: str, *, source: str = "perfquery") -> list[PortCounter
     return blocks
 
 
-# -- ibqueryerrors --------------------------------------------------------------------------------------------------
+# -- ibqueryerrors
+# --------------------------------------------------------------------------------------------------
 _QE_NODE = re.compile(r'^Errors for (?:(?P<guid>0x[0-9a-fA-F]+) )?"(?P<name>[^"]*)"')
 _QE_PORT = re.compile(r"^\s*GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+):(?P<rest>.*)$")
 _QE_COUNTER = re.compile(r"\[(?P<name>\w+) == (?P<value>\d+)\]")
@@ -114,7 +126,9 @@ def parse_ibqueryerrors(text: str, *, source: str = "ibqueryerrors") -> QueryErr
             if not counters and "[" in rest:
                 raise ParseError(f"{source}:{lineno}: cannot read the counters in {rest.strip()[:60]!r}")
             detail = _QE_COUNTER.sub("", rest).strip()
-            report.ports.append(PortErrors(node, port.group("guid"), int(port.group("port")), counters, detail))
+            report.ports.append(
+                PortErrors(node, port.group("guid"), int(port.group("port")), counters, detail)
+            )
             continue
         nodes = _QE_SUMMARY_NODES.match(line)
         if nodes is not None:
@@ -126,7 +140,8 @@ def parse_ibqueryerrors(text: str, *, source: str = "ibqueryerrors") -> QueryErr
     return report
 
 
-# -- iblinkinfo -----------------------------------------------------------------------------------------------------
+# -- iblinkinfo
+# -----------------------------------------------------------------------------------------------------
 _LI_NODE = re.compile(r"^(?P<type>Switch|CA):\s+(?:(?P<guid>0x[0-9a-fA-F]+)\s+)?(?P<name>.*?):?\s*$")
 _LI_LINK = re.compile(
     r"^\s*(?:(?P<guid>0x[0-9a-fA-F]+)\s+)?(?P<lid>\d+)\s+(?P<port>\d+)\[[^\]]*\]\s+==\(\s*"
@@ -170,30 +185,33 @@ def parse_iblinkinfo(text: str, *, source: str = "iblinkinfo") -> list[LinkInfo]
             if "==(" in line:
                 raise ParseError(f"{source}:{lineno}: cannot read link line {line.strip()[:70]!r}")
             continue
-        links.append(LinkInfo(
-            node=node,
-            node_type=node_type,
-            lid=int(link.group("lid")),
-            port=int(link.group("port")),
-            width=link.group("width"),
-            speed_gbps=float(link.group("speed")) if link.group("speed") else None,
-            state=link.group("state"),
-            phys_state=link.group("phys"),
-            remote_lid=int(link.group("rlid")) if link.group("rlid") else None,
-            remote_port=int(link.group("rport")) if link.group("rport") else None,
-            remote_name=link.group("rname"),
-            note=link.group("note").strip(),
-        ))
+        links.append(
+            LinkInfo(
+                node=node,
+                node_type=node_type,
+                lid=int(link.group("lid")),
+                port=int(link.group("port")),
+                width=link.group("width"),
+                speed_gbps=float(link.group("speed")) if link.group("speed") else None,
+                state=link.group("state"),
+                phys_state=link.group("phys"),
+                remote_lid=int(link.group("rlid")) if link.group("rlid") else None,
+                remote_port=int(link.group("rport")) if link.group("rport") else None,
+                remote_name=link.group("rname"),
+                note=link.group("note").strip(),
+            )
+        )
     return links
 
 
-# -- ibnetdiscover --------------------------------------------------------------------------------------------------
+# -- ibnetdiscover
+# --------------------------------------------------------------------------------------------------
 _ND_NODE = re.compile(
     r'^(?P<type>Switch|Ca|Rt)\s+(?P<nports>\d+)\s+"(?P<id>[^"]+)"\s*(?:#\s*"(?P<desc>[^"]*)"(?P<rest>.*))?$'
 )
 _ND_PORT = re.compile(
     r'^\[(?P<port>\d+)\](?:\((?P<portguid>[0-9a-fA-F]+)\))?\s+"(?P<rid>[^"]+)"\[(?P<rport>\d+)\]'
-    r'(?:\((?P<rportguid>[0-9a-fA-F]+)\))?\s*(?:#\s*(?P<comment>.*))?$'
+    r"(?:\((?P<rportguid>[0-9a-fA-F]+)\))?\s*(?:#\s*(?P<comment>.*))?$"
 )
 _ND_LID = re.compile(r"\blid (?P<lid>\d+)")
 _ND_SPEED = re.compile(r"\b(?P<width>\d+)x(?P<speed>[A-Z0-9]+)\s*$")
@@ -236,8 +254,13 @@ def parse_ibnetdiscover(text: str, *, source: str = "ibnetdiscover") -> FabricTo
         node = _ND_NODE.match(line)
         if node is not None:
             lid = _ND_LID.search(node.group("rest") or "")
-            current = FabricNode(node.group("id"), node.group("type"), int(node.group("nports")),
-                                 node.group("desc") or "", int(lid.group("lid")) if lid else None)
+            current = FabricNode(
+                node.group("id"),
+                node.group("type"),
+                int(node.group("nports")),
+                node.group("desc") or "",
+                int(lid.group("lid")) if lid else None,
+            )
             topo.nodes[current.id] = current
             continue
         port = _ND_PORT.match(line)
@@ -251,21 +274,24 @@ def parse_ibnetdiscover(text: str, *, source: str = "ibnetdiscover") -> FabricTo
             current.lid = int(own_lid.group("lid")) if own_lid else None
         remote_desc = _ND_REMOTE_DESC.search(comment)
         speed = _ND_SPEED.search(comment)
-        topo.links.append(FabricLink(
-            node=current.id,
-            port=int(port.group("port")),
-            remote=port.group("rid"),
-            remote_port=int(port.group("rport")),
-            remote_description=remote_desc.group("desc") if remote_desc else "",
-            width=f"{speed.group('width')}x" if speed else None,
-            speed=speed.group("speed") if speed else None,
-        ))
+        topo.links.append(
+            FabricLink(
+                node=current.id,
+                port=int(port.group("port")),
+                remote=port.group("rid"),
+                remote_port=int(port.group("rport")),
+                remote_description=remote_desc.group("desc") if remote_desc else "",
+                width=f"{speed.group('width')}x" if speed else None,
+                speed=speed.group("speed") if speed else None,
+            )
+        )
     if not topo.nodes:
         raise ParseError(f"{source}: no Switch or Ca entries", fix="pass the output of ibnetdiscover")
     return topo
 
 
-# -- link flaps in syslog -------------------------------------------------------------------------------------------
+# -- link flaps in syslog
+# -------------------------------------------------------------------------------------------
 _CARRIER = re.compile(r"^(?P<iface>[\w.-]+): (?P<what>lost carrier|Gained carrier)\b", re.IGNORECASE)
 _MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-fA-F:.]+) (?P<iface>[\w.-]+): Link (?P<what>up|down)\b")
 
@@ -281,7 +307,8 @@ class LinkStateEvent:
 
 
 def parse_link_events(text: str, *, year: int | None = None) -> list[LinkStateEvent]:
-    """`ib6: lost carrier` / `Gained carrier` (systemd-networkd) and `mlx5_core ...: Link down/up` (kernel)."""
+    """`ib6: lost carrier` / `Gained carrier` (systemd-networkd) and `mlx5_core ...: Link down/up`
+    (kernel)."""
     events: list[LinkStateEvent] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         frame = split_frame(raw, year=year)
@@ -289,7 +316,9 @@ def parse_link_events(text: str, *, year: int | None = None) -> list[LinkStateEv
         carrier = _CARRIER.match(message)
         if carrier is not None:
             state: Literal["down", "up"] = "down" if carrier.group("what").lower() == "lost carrier" else "up"
-            events.append(LinkStateEvent(lineno, carrier.group("iface"), state, frame.wall_time, frame.host, raw))
+            events.append(
+                LinkStateEvent(lineno, carrier.group("iface"), state, frame.wall_time, frame.host, raw)
+            )
             continue
         mlx = _MLX_LINK.search(message)
         if mlx is not None:
@@ -299,7 +328,8 @@ def parse_link_events(text: str, *, year: int | None = None) -> list[LinkStateEv
 
 
 def count_flaps(events: list[LinkStateEvent]) -> dict[str, int]:
-    """Link-down events per interface: each one is a flap (the link dropped), as aznhc's flapping check counts."""
+    """Link-down events per interface: each one is a flap (the link dropped), as aznhc's flapping check
+    counts."""
     counts: dict[str, int] = {}
     for event in events:
         if event.state == "down":

@@ -1,9 +1,13 @@
 """`nvidia-smi -q` (text), `nvidia-smi -q -x` (XML) and the plain `nvidia-smi` table, as per-GPU records.
 
-Both query formats carry the same facts under different names; `FIELDS` lists, for each record field, where the text
-report puts it (section/key path, as printed) and where the XML puts it (element path under `<gpu>`, nvidia-smi's
-`nvsmi_device_v12.dtd` names). Older and newer drivers rename some of them (Clocks Throttle Reasons -> Clocks Event
-Reasons, Power Readings -> GPU Power Readings, absolute temperature thresholds -> T.Limit offsets), so each field may
+Both query formats carry the same facts under different names; `FIELDS` lists, for each record field, where
+the text
+report puts it (section/key path, as printed) and where the XML puts it (element path under `<gpu>`,
+nvidia-smi's
+`nvsmi_device_v12.dtd` names). Older and newer drivers rename some of them (Clocks Throttle Reasons -> Clocks
+Event
+Reasons, Power Readings -> GPU Power Readings, absolute temperature thresholds -> T.Limit offsets), so each
+field may
 have several paths; the first one present wins.
 """
 
@@ -22,12 +26,18 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "uuid": (("GPU UUID",), ("uuid",)),
     "serial": (("Serial Number",), ("serial",)),
     "pci_bus_id": (("PCI/Bus Id",), ("pci/pci_bus_id",)),
-    "pcie_gen_max": (("PCI/GPU Link Info/PCIe Generation/Max",), ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",)),
+    "pcie_gen_max": (
+        ("PCI/GPU Link Info/PCIe Generation/Max",),
+        ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
+    ),
     "pcie_gen_current": (
         ("PCI/GPU Link Info/PCIe Generation/Current",),
         ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
     ),
-    "pcie_width_max": (("PCI/GPU Link Info/Link Width/Max",), ("pci/pci_gpu_link_info/link_widths/max_link_width",)),
+    "pcie_width_max": (
+        ("PCI/GPU Link Info/Link Width/Max",),
+        ("pci/pci_gpu_link_info/link_widths/max_link_width",),
+    ),
     "pcie_width_current": (
         ("PCI/GPU Link Info/Link Width/Current",),
         ("pci/pci_gpu_link_info/link_widths/current_link_width",),
@@ -46,7 +56,10 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "temp_c": (("Temperature/GPU Current Temp",), ("temperature/gpu_temp",)),
     "temp_shutdown_c": (("Temperature/GPU Shutdown Temp",), ("temperature/gpu_temp_max_threshold",)),
     "temp_slowdown_c": (("Temperature/GPU Slowdown Temp",), ("temperature/gpu_temp_slow_threshold",)),
-    "temp_max_operating_c": (("Temperature/GPU Max Operating Temp",), ("temperature/gpu_temp_max_gpu_threshold",)),
+    "temp_max_operating_c": (
+        ("Temperature/GPU Max Operating Temp",),
+        ("temperature/gpu_temp_max_gpu_threshold",),
+    ),
     "temp_tlimit_c": (("Temperature/GPU T.Limit Temp",), ("temperature/gpu_temp_tlimit",)),
     "temp_shutdown_tlimit_c": (
         ("Temperature/GPU Shutdown T.Limit Temp",),
@@ -68,7 +81,11 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "Power Readings/Power Limit",
             "Power Readings/Current Power Limit",
         ),
-        ("gpu_power_readings/current_power_limit", "power_readings/power_limit", "power_readings/current_power_limit"),
+        (
+            "gpu_power_readings/current_power_limit",
+            "power_readings/power_limit",
+            "power_readings/current_power_limit",
+        ),
     ),
     "power_limit_enforced_w": (
         ("GPU Power Readings/Enforced Power Limit", "Power Readings/Enforced Power Limit"),
@@ -85,8 +102,14 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "max_clock_graphics_mhz": (("Max Clocks/Graphics",), ("max_clocks/graphics_clock",)),
     "max_clock_sm_mhz": (("Max Clocks/SM",), ("max_clocks/sm_clock",)),
     "max_clock_memory_mhz": (("Max Clocks/Memory",), ("max_clocks/mem_clock",)),
-    "retired_sbe": (("Retired Pages/Single Bit ECC",), ("retired_pages/multiple_single_bit_retirement/retired_count",)),
-    "retired_dbe": (("Retired Pages/Double Bit ECC",), ("retired_pages/double_bit_retirement/retired_count",)),
+    "retired_sbe": (
+        ("Retired Pages/Single Bit ECC",),
+        ("retired_pages/multiple_single_bit_retirement/retired_count",),
+    ),
+    "retired_dbe": (
+        ("Retired Pages/Double Bit ECC",),
+        ("retired_pages/double_bit_retirement/retired_count",),
+    ),
     "retired_pending": (
         ("Retired Pages/Pending Page Blacklist", "Retired Pages/Pending Page Retirement"),
         ("retired_pages/pending_blacklist", "retired_pages/pending_retirement"),
@@ -107,7 +130,8 @@ ECC_COUNTERS = {
     "dram_uncorrectable": ("DRAM Uncorrectable", "dram_uncorrectable"),
 }
 
-# clocks event (throttle) reasons: record name -> (text key, XML suffix after clocks_event_reason_ / _throttle_reason_)
+# clocks event (throttle) reasons: record name -> (text key, XML suffix after clocks_event_reason_ /
+# _throttle_reason_)
 CLOCK_REASONS = {
     "gpu_idle": ("Idle", "gpu_idle"),
     "applications_clocks_setting": ("Applications Clocks Setting", "applications_clocks_setting"),
@@ -174,7 +198,9 @@ class GpuRecord:
     temp_shutdown_c: float | None = None
     temp_slowdown_c: float | None = None
     temp_max_operating_c: float | None = None
-    temp_tlimit_c: float | None = None  # newer drivers: degrees below the T.Limit, and thresholds relative to it
+    temp_tlimit_c: float | None = (
+        None  # newer drivers: degrees below the T.Limit, and thresholds relative to it
+    )
     temp_shutdown_tlimit_c: float | None = None
     temp_slowdown_tlimit_c: float | None = None
     memory_temp_c: float | None = None
@@ -193,7 +219,9 @@ class GpuRecord:
     ecc_mode_current: bool | None = None
     ecc_volatile: EccCounts = field(default_factory=EccCounts)
     ecc_aggregate: EccCounts = field(default_factory=EccCounts)
-    ecc_volatile_uncorrected_total: int | None = None  # the plain table's "Volatile Uncorr. ECC" (SRAM + DRAM)
+    ecc_volatile_uncorrected_total: int | None = (
+        None  # the plain table's "Volatile Uncorr. ECC" (SRAM + DRAM)
+    )
     retired_sbe: int | None = None
     retired_dbe: int | None = None
     retired_pending: bool | None = None
@@ -217,7 +245,8 @@ class GpuRecord:
 
     @property
     def pcie_degraded(self) -> bool | None:
-        """The link runs below its maximum generation or width (an idle GPU may drop the generation to save power)."""
+        """The link runs below its maximum generation or width (an idle GPU may drop the generation to save
+        power)."""
         if None in (self.pcie_gen_current, self.pcie_gen_max, self.pcie_width_current, self.pcie_width_max):
             return None
         assert self.pcie_gen_current is not None and self.pcie_gen_max is not None
@@ -234,9 +263,17 @@ class NvidiaSmiReport:
     attached_gpus: int | None = None
 
 
-# -- value conversion -----------------------------------------------------------------------------------------------
-_STRING_FIELDS = {"product_name", "uuid", "serial", "pci_bus_id", "performance_state", "mig_mode_current",
-                  "mig_mode_pending"}
+# -- value conversion
+# -----------------------------------------------------------------------------------------------
+_STRING_FIELDS = {
+    "product_name",
+    "uuid",
+    "serial",
+    "pci_bus_id",
+    "performance_state",
+    "mig_mode_current",
+    "mig_mode_pending",
+}
 _BOOL_FIELDS = {"retired_pending", "remap_pending", "remap_failure", "ecc_mode_current"}
 
 
@@ -249,7 +286,9 @@ def _number(text: str, where: str) -> float | None:
         return None
     match = _NUMBER.match(text.strip())
     if match is None:
-        raise ParseError(f"{where}: expected a number, got {text.strip()!r}", fix="is this nvidia-smi output?")
+        raise ParseError(
+            f"{where}: expected a number, got {text.strip()!r}", fix="is this nvidia-smi output?"
+        )
     return float(match.group("num"))
 
 
@@ -273,8 +312,18 @@ def _string(text: str) -> str | None:
     return None if _na(text) else text.strip()
 
 
-_INT_FIELDS = {"retired_sbe", "retired_dbe", "remap_correctable", "remap_uncorrectable", "pcie_gen_current",
-               "pcie_gen_max", "pcie_width_current", "pcie_width_max", "pcie_replay_counter", "pcie_replay_rollovers"}
+_INT_FIELDS = {
+    "retired_sbe",
+    "retired_dbe",
+    "remap_correctable",
+    "remap_uncorrectable",
+    "pcie_gen_current",
+    "pcie_gen_max",
+    "pcie_width_current",
+    "pcie_width_max",
+    "pcie_replay_counter",
+    "pcie_replay_rollovers",
+}
 
 
 def _fill(gpu: GpuRecord, values: dict[str, tuple[str, str]]) -> None:
@@ -298,7 +347,9 @@ def _ecc(raw: dict[str, tuple[str, str]]) -> EccCounts:
 
     sram_unc = get("sram_uncorrectable")
     if sram_unc is None:
-        parts = [v for v in (get("sram_uncorrectable_parity"), get("sram_uncorrectable_secded")) if v is not None]
+        parts = [
+            v for v in (get("sram_uncorrectable_parity"), get("sram_uncorrectable_secded")) if v is not None
+        ]
         sram_unc = sum(parts) if parts else None
     return EccCounts(
         sram_correctable=get("sram_correctable"),
@@ -308,7 +359,8 @@ def _ecc(raw: dict[str, tuple[str, str]]) -> EccCounts:
     )
 
 
-# -- text (-q) --------------------------------------------------------------------------------------------------------
+# -- text (-q)
+# --------------------------------------------------------------------------------------------------------
 _KV = re.compile(r"^(?P<indent> *)(?P<key>\S.*?)\s+:(?: (?P<value>.*))?$")
 _GPU_HEADER = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 
@@ -316,7 +368,8 @@ _GPU_HEADER = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa
 def _flatten_sections(lines: list[tuple[int, str]], source: str) -> dict[str, tuple[str, str]]:
     """Indented `-q` sections -> {"Section/Sub/Key": (value, where)}.
 
-    A key-value line's deeper-indented children (e.g. HW Thermal Slowdown under HW Slowdown) belong to the section.
+    A key-value line's deeper-indented children (e.g. HW Thermal Slowdown under HW Slowdown) belong to the
+    section.
     """
     flat: dict[str, tuple[str, str]] = {}
     stack: list[tuple[int, str]] = []  # (indent, section name)
@@ -330,7 +383,9 @@ def _flatten_sections(lines: list[tuple[int, str]], source: str) -> dict[str, tu
             stack.append((indent, line.strip()))
             continue
         key = kv.group("key").strip()
-        flat.setdefault(f"{path}/{key}" if path else key, (kv.group("value") or "", f"{source}:{lineno}: {key}"))
+        flat.setdefault(
+            f"{path}/{key}" if path else key, (kv.group("value") or "", f"{source}:{lineno}: {key}")
+        )
     return flat
 
 
@@ -345,8 +400,11 @@ def _gpu_from_sections(flat: dict[str, tuple[str, str]], bus_id: str | None) -> 
         values["pci_bus_id"] = (bus_id, "GPU header")
     _fill(gpu, values)
     for scope, target in (("Volatile", "ecc_volatile"), ("Aggregate", "ecc_aggregate")):
-        raw = {n: flat[f"ECC Errors/{scope}/{k}"] for n, (k, _) in ECC_COUNTERS.items()
-               if f"ECC Errors/{scope}/{k}" in flat}
+        raw = {
+            n: flat[f"ECC Errors/{scope}/{k}"]
+            for n, (k, _) in ECC_COUNTERS.items()
+            if f"ECC Errors/{scope}/{k}" in flat
+        }
         setattr(gpu, target, _ecc(raw))
     for name, (key, _) in CLOCK_REASONS.items():
         for section in REASON_SECTIONS:
@@ -383,8 +441,10 @@ def parse_query_text(text: str, *, source: str = "nvidia-smi -q") -> NvidiaSmiRe
             continue
         kv = _KV.match(line)
         if kv is None:
-            raise ParseError(f"{source}:{lineno}: not an nvidia-smi -q line: {stripped[:60]!r}",
-                             fix="pass the output of `nvidia-smi -q`")
+            raise ParseError(
+                f"{source}:{lineno}: not an nvidia-smi -q line: {stripped[:60]!r}",
+                fix="pass the output of `nvidia-smi -q`",
+            )
         header[kv.group("key").strip()] = (kv.group("value") or "").strip()
     if not blocks and not header:
         raise ParseError(f"{source}: no nvidia-smi -q content", fix="pass the output of `nvidia-smi -q`")
@@ -403,7 +463,8 @@ def parse_query_text(text: str, *, source: str = "nvidia-smi -q") -> NvidiaSmiRe
     )
 
 
-# -- XML (-q -x) ------------------------------------------------------------------------------------------------------
+# -- XML (-q -x)
+# ------------------------------------------------------------------------------------------------------
 def _xml_text(gpu: ET.Element, path: str) -> str | None:
     node = gpu.find(path)
     return None if node is None or node.text is None else node.text
@@ -428,8 +489,10 @@ def _gpu_from_xml(node: ET.Element, index: int, source: str) -> GpuRecord:
                 raw[name] = (text, f"{where}: <ecc_errors/{scope}/{element}>")
         setattr(gpu, target, _ecc(raw))
     for name, (_, suffix) in CLOCK_REASONS.items():
-        for section, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
-                                ("clocks_throttle_reasons", "clocks_throttle_reason_")):
+        for section, prefix in (
+            ("clocks_event_reasons", "clocks_event_reason_"),
+            ("clocks_throttle_reasons", "clocks_throttle_reason_"),
+        ):
             text = _xml_text(node, f"{section}/{prefix}{suffix}")
             if text is not None:
                 value = _flag(text, f"{where}: <{section}/{prefix}{suffix}>")
@@ -449,10 +512,14 @@ def parse_query_xml(text: str, *, source: str = "nvidia-smi -q -x") -> NvidiaSmi
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
-        raise ParseError(f"{source}: not well-formed XML ({exc})", fix="pass the output of `nvidia-smi -q -x`") from exc
+        raise ParseError(
+            f"{source}: not well-formed XML ({exc})", fix="pass the output of `nvidia-smi -q -x`"
+        ) from exc
     if root.tag != "nvidia_smi_log":
-        raise ParseError(f"{source}: root element is <{root.tag}>, not <nvidia_smi_log>",
-                         fix="pass the output of `nvidia-smi -q -x`")
+        raise ParseError(
+            f"{source}: root element is <{root.tag}>, not <nvidia_smi_log>",
+            fix="pass the output of `nvidia-smi -q -x`",
+        )
     driver = _string(root.findtext("driver_version") or "")
     cuda = _string(root.findtext("cuda_version") or "")
     gpus = [_gpu_from_xml(node, i, source) for i, node in enumerate(root.findall("gpu"))]

@@ -6,7 +6,8 @@
     | N/A   32C    P0             69W /  300W |     437MiB /  81920MiB |    100%      Default |
     |                                         |                        |             Disabled |
 
-Each GPU is a block of two lines (three on drivers that print the MIG mode on its own line). Older drivers print
+Each GPU is a block of two lines (three on drivers that print the MIG mode on its own line). Older drivers
+print
 `Default` and the MIG mode in one cell; the process table below the GPUs is not read.
 """
 

@@ -1,9 +1,12 @@
 """`nvidia-smi topo -m` (the GPU/NIC connection matrix) and `nvidia-smi nvlink -s` (per-link state and speed).
 
 topo -m prints one row per GPU and NIC: a connection type per column, then CPU affinity, NUMA affinity and, on
-newer drivers, GPU NUMA ID. Connection types, from nvidia-smi's legend, best first: NV# (a bonded set of # NVLinks),
-PIX (at most one PCIe bridge), PXB (several PCIe bridges), PHB (a PCIe host bridge), NODE (host bridges within a NUMA
-node), SYS (across the SMP interconnect between NUMA nodes); X is the device itself. NICs appear as NIC0.. with a
+newer drivers, GPU NUMA ID. Connection types, from nvidia-smi's legend, best first: NV# (a bonded set of #
+NVLinks),
+PIX (at most one PCIe bridge), PXB (several PCIe bridges), PHB (a PCIe host bridge), NODE (host bridges within
+a NUMA
+node), SYS (across the SMP interconnect between NUMA nodes); X is the device itself. NICs appear as NIC0..
+with a
 "NIC Legend" naming them (older drivers use the device names, e.g. mlx5_0, as column heads).
 """
 
@@ -71,7 +74,8 @@ def _optional_int(text: str) -> int | None:
 def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoMatrix:
     lines = [line.rstrip() for line in text.splitlines()]
     header_at = next(
-        (i for i, line in enumerate(lines) if re.match(r"^\s+(GPU0|GPU\d+)\b", line.replace("\t", "    "))), None
+        (i for i, line in enumerate(lines) if re.match(r"^\s+(GPU0|GPU\d+)\b", line.replace("\t", "    "))),
+        None,
     )
     if header_at is None:
         raise ParseError(f"{source}: no GPU0 column header", fix="pass the output of `nvidia-smi topo -m`")
@@ -89,7 +93,9 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
         if name not in devices:
             raise ParseError(f"{source}:{lineno}: row {name!r} is not one of the columns {devices}")
         if len(cells) < len(devices):
-            raise ParseError(f"{source}:{lineno}: row {name} has {len(cells)} cells for {len(devices)} devices")
+            raise ParseError(
+                f"{source}:{lineno}: row {name} has {len(cells)} cells for {len(devices)} devices"
+            )
         for column, kind in zip(devices, cells[: len(devices)], strict=True):
             if not _LINK.match(kind):
                 raise ParseError(f"{source}:{lineno}: unknown connection type {kind!r} ({name} -> {column})")
@@ -111,7 +117,8 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
     return matrix
 
 
-# -- nvlink -s --------------------------------------------------------------------------------------------------------
+# -- nvlink -s
+# --------------------------------------------------------------------------------------------------------
 _NVL_GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)\s*$")
 _NVL_LINK = re.compile(r"^\s+Link (?P<link>\d+): (?P<state>.+?)\s*$")
 _SPEED = re.compile(r"^(?P<speed>\d+(?:\.\d+)?) GB/s$")
@@ -151,7 +158,9 @@ def parse_nvlink_status(text: str, *, source: str = "nvidia-smi nvlink -s") -> l
             gpus.append(NvlinkGpu(int(head.group("index")), head.group("name"), head.group("uuid")))
             continue
         if not gpus:
-            raise ParseError(f"{source}:{lineno}: link line before any GPU line", fix="pass `nvidia-smi nvlink -s`")
+            raise ParseError(
+                f"{source}:{lineno}: link line before any GPU line", fix="pass `nvidia-smi nvlink -s`"
+            )
         if "all links are inactive" in line:
             gpus[-1].all_inactive = True
             continue
