@@ -66,12 +66,14 @@ Errors for 0x200002 "leaf1"
 ##          228 ports checked, 2 ports have errors beyond threshold
 """
 
-IBLINKINFO = """Switch: 0x0000000000200002 leaf1:
-           4    1[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       2    1[  ] "node01 mlx5_0" (Could be
-           12X )
-           4   35[  ] ==(                Down/ Polling)==>             [  ] "" ( )
-           4   36[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       3    1[  ] "spine2" (Could be 12X )
-"""
+IBLINKINFO = (
+    "Switch: 0x0000000000200002 leaf1:\n"
+    "           4    1[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       2    1[  ] "
+    '"node01 mlx5_0" (Could be 12X )\n'
+    '           4   35[  ] ==(                Down/ Polling)==>             [  ] "" ( )\n'
+    "           4   36[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       3    1[  ] "
+    '"spine2" (Could be 12X )\n'
+)
 
 IBNETDISCOVER = """#
 # Topology file: generated on Sun Nov 22 05:00:00 2026

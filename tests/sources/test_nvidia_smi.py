@@ -188,8 +188,7 @@ FULL_XML = """<?xml version="1.0" ?>
     <performance_state>P0</performance_state>
     <clocks_event_reasons>
       <clocks_event_reason_gpu_idle>Not Active</clocks_event_reason_gpu_idle>
-      <clocks_event_reason_applications_clocks_setting>Not
-      Active</clocks_event_reason_applications_clocks_setting>
+<clocks_event_reason_applications_clocks_setting>Not Active</clocks_event_reason_applications_clocks_setting>
       <clocks_event_reason_sw_power_cap>Active</clocks_event_reason_sw_power_cap>
       <clocks_event_reason_hw_slowdown>Active</clocks_event_reason_hw_slowdown>
       <clocks_event_reason_hw_thermal_slowdown>Active</clocks_event_reason_hw_thermal_slowdown>
