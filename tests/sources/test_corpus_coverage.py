@@ -1,5 +1,4 @@
-"""Every corpus capture of a kind these parsers read goes through its parser: a new capture is exercised
-too."""
+"""Every corpus capture of a kind these parsers read goes through its parser, new captures included."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Kernel-log fault events, tested on the real captures in the corpus and on the same lines in every
-framing."""
+"""Kernel-log fault events, tested on the corpus captures and on the same lines in every framing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Incremental kernel-log reading: partial lines, growing and rotated files, /dev/kmsg records, running
-dmesg."""
+"""Incremental kernel-log reading: partial lines, growing and rotated files, /dev/kmsg, running dmesg."""
 
 from __future__ import annotations
 

@@ -2,12 +2,9 @@
 
 The corpus has no XML capture. `NVSMI_Q_01_AS_XML` is the corpus capture nvsmi_q_01 (nvidia-smi -q on an
 A100-SXM4-80GB, driver 510.73.08) written out by hand in nvidia-smi's XML schema (nvsmi_device_v12.dtd element
-names),
-value for value, so the XML parser is checked against the same facts as the text parser.
-`FULL_TEXT`/`FULL_XML` cover
-the sections that capture elides (temperature, power, clocks, clock event reasons, PCIe, MIG) with the same
-values in
-both formats, in the key and element names nvidia-smi 535+ prints.
+names), value for value, so the XML parser is checked against the same facts as the text parser.
+`FULL_TEXT`/`FULL_XML` cover the sections that capture elides (temperature, power, clocks, clock event
+reasons, PCIe, MIG) with the same values in both formats, in the key and element names nvidia-smi 535+ prints.
 """
 
 from __future__ import annotations

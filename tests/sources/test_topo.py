@@ -1,5 +1,4 @@
-"""nvidia-smi topo -m and nvlink -s on the corpus captures, plus the NIC rows and legend newer drivers
-print."""
+"""nvidia-smi topo -m and nvlink -s on the corpus captures, plus NIC rows and the NIC legend."""
 
 from __future__ import annotations
 

@@ -47,8 +47,7 @@ PEER_COLUMNS = (
 
 
 def _table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> Table:
-    """A table whose cells are plain text: log lines must not be read as Rich markup or emoji codes
-    (`:ab:`)."""
+    """A table of plain-text cells: log text must not be read as Rich markup or emoji codes (`:ab:`)."""
     table = make_table(columns, [], title=title)
     for row in rows:
         table.add_row(*(Text("" if v is None else str(v)) for v in row))
@@ -116,9 +115,8 @@ def classify_cmd(
     """Print one record per GPU fault event: Xid, NVSwitch SXid, GPU fallen off the bus, reset required.
 
     Severity (FATAL/NONFATAL) and action (NVIDIA's buckets: IGNORE, RESTART_APP, RESET_GPU, RESTART_BM, ...)
-    come from
-    the Xid catalog through the policy; lines that look like fault reports but cannot be read are listed on
-    stderr.
+    come from the Xid catalog through the policy; lines that look like fault reports but cannot be read are
+    listed on stderr.
     """
     policy = load_policy(policy_file)
     scans: list[tuple[str, KmsgScan]] = []

@@ -1,10 +1,8 @@
 """Severity and action for kernel fault events, from the Xid catalog through a configurable policy.
 
 The facts are data: NVIDIA's Xid catalog (gpufleet.catalog), NVIDIA's NVLink5 decode table
-(data/nvl5_decode.csv) and the
-policy document (data/xid_policy.yaml) that records where the sources disagree and what we chose. A site's own
-policy
-file is merged over the default, so it names only what it changes.
+(data/nvl5_decode.csv) and the policy document (data/xid_policy.yaml) that records where the sources disagree
+and what we chose. A site's own policy file is merged over the default, so it names only what it changes.
 """
 
 from __future__ import annotations

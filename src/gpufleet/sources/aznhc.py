@@ -2,8 +2,7 @@
 ...`.
 
 A failed check names itself (`check_gpu_xid: ...`) when NHC ran it; an Xid the check quotes is parsed into
-kernel
-events, so it lands in the same pipeline as the node's own kernel log.
+kernel events, so it lands in the same pipeline as the node's own kernel log.
 """
 
 from __future__ import annotations

@@ -10,10 +10,8 @@ level.
     |                           | s started at 9.7 seconds into the test for GP  |
 
 dcgmi cuts long text into fixed-width pieces (mid-word), so pieces are joined without adding spaces. `Error`,
-`Warning`
-and `Info` rows belong to the test above them; an error before any test (a deployment check that stopped the
-run) is
-kept as a failed test named after its section.
+`Warning` and `Info` rows belong to the test above them; an error before any test (a deployment check that
+stopped the run) is kept as a failed test named after its section.
 """
 
 from __future__ import annotations

@@ -2,11 +2,9 @@
 
 Two inputs: a live sysfs tree (`read_sysfs`), and a flattened snapshot of one HCA directory written as
 `relative/path = value` lines (`parse_sysfs_snapshot`; how captures and support bundles record it). Counter
-files are
-named as the kernel names them (`symbol_error`, `port_rcv_errors`, ...); each is also given under the
-catalog's PMA
-name (`SymbolErrorCounter`, ...), the name perfquery and ibqueryerrors print, so all IB sources speak one
-vocabulary.
+files are named as the kernel names them (`symbol_error`, `port_rcv_errors`, ...); each is also given under
+the catalog's PMA name (`SymbolErrorCounter`, ...), the name perfquery and ibqueryerrors print, so all IB
+sources speak one vocabulary.
 """
 
 from __future__ import annotations
@@ -145,8 +143,7 @@ def _read_port(hca: str, port_dir: Path, names: dict[str, str]) -> PortSnapshot:
 
 def read_sysfs(root: Path | str = "/sys/class/infiniband") -> list[HcaSnapshot]:
     """Read every HCA and port under `root`. A port that cannot be read (permissions, a vanished device, a
-    corrupted
-    counter file) becomes a `PortReadError` on its HCA; the other ports are still read."""
+    corrupted counter file) becomes a `PortReadError` on its HCA; the other ports are still read."""
     root = Path(root)
     if not root.is_dir():
         raise ParseError(

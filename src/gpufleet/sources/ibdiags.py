@@ -1,10 +1,8 @@
 """infiniband-diags text output: perfquery (plain and -x), ibqueryerrors, iblinkinfo, ibnetdiscover; and IB
-link
-flaps in syslog.
+link flaps in syslog.
 
 Counter names are the PMA attribute fields perfquery prints, which are also the catalog's names
-(ib_counters.csv), so
-records from perfquery, ibqueryerrors and sysfs (ib_sysfs) can be compared directly.
+(ib_counters.csv), so records from perfquery, ibqueryerrors and sysfs (ib_sysfs) can be compared directly.
 """
 
 from __future__ import annotations
@@ -307,8 +305,7 @@ class LinkStateEvent:
 
 
 def parse_link_events(text: str, *, year: int | None = None) -> list[LinkStateEvent]:
-    """`ib6: lost carrier` / `Gained carrier` (systemd-networkd) and `mlx5_core ...: Link down/up`
-    (kernel)."""
+    """`ib6: lost carrier` / `Gained carrier` (systemd-networkd), `mlx5_core ...: Link down/up` (kernel)."""
     events: list[LinkStateEvent] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         frame = split_frame(raw, year=year)

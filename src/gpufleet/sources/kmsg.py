@@ -2,21 +2,18 @@
 
 The driver prints (open-gpu-kernel-modules `krcReportXid`)::
 
-    NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, <message>[ caused by
-    previous Xid %d]
-    NVRM: Xid (PCI:%04x:%02x:%02x): %d, <message>                  (no process context, and older drivers)
+    NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, <message><root>
+    NVRM: Xid (PCI:%04x:%02x:%02x): %d, <message><root>        (no process context, and older drivers)
 
-and older drivers `NVRM: Xid (0000:03:00): 13, ...`. NVSwitch errors come as
-`nvidia-nvswitchN: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 ...`, the lost-GPU case at probe time as the
-three-line `NVRM: The NVIDIA GPU 0000:b3:00.0 / (PCI ID: 10de:26b5) installed in this system has / fallen off
-the bus
-and is not responding to commands.`, which carries no Xid at all.
+where <root> is ` caused by previous Xid %d` on an Xid 45 whose cause the driver knows. Older drivers print
+`NVRM: Xid (0000:03:00): 13, ...`. NVSwitch errors come as `nvidia-nvswitchN: SXid (PCI:0000:05:00.0): 20034,
+Fatal, Link 63 ...`, the lost-GPU case at probe time as the three-line `NVRM: The NVIDIA GPU 0000:b3:00.0 /
+(PCI ID: 10de:26b5) installed in this system has / fallen off the bus and is not responding to commands.`,
+which carries no Xid at all.
 
 `scan_kmsg` returns the events plus the lines that looked like a fault report but could not be read
-(`rejected`), so a
-garbled capture is visible rather than silently empty. A well-formed Xid line with a code the catalog does not
-know is
-an event with `known=False`, never dropped.
+(`rejected`), so a garbled capture is visible rather than silently empty. A well-formed Xid line with a code
+the catalog does not know is an event with `known=False`, never dropped.
 """
 
 from __future__ import annotations
@@ -199,8 +196,7 @@ class KmsgParser:
     """Line-at-a-time parser; keeps the little state multi-line reports and GPU identities need.
 
     Feed it lines in order (`feed_line`), then `finish()`; `scan_kmsg` does that for a whole text, and the
-    streaming
-    readers in `kmsg_stream` do it as lines arrive.
+    streaming readers in `kmsg_stream` do it as lines arrive.
     """
 
     def __init__(self, *, host: str | None = None, year: int | None = None) -> None:

@@ -100,8 +100,7 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
     """Split one log line into its frame and the kernel message it carries.
 
     `year` fills in syslog stamps that carry none (`Jun  5 10:11:12`); without it such lines keep no wall
-    time, only
-    their host and message, because guessing the year would make the parse depend on today's date.
+    time, only their host and message, because guessing the year would make the parse depend on today's date.
     """
     if line[:1] in (" ", "\t") and line.strip():
         # dmesg pads the continuation lines of a multi-line printk; /dev/kmsg writes its dictionary this way

@@ -1,14 +1,10 @@
 """`nvidia-smi -q` (text), `nvidia-smi -q -x` (XML) and the plain `nvidia-smi` table, as per-GPU records.
 
 Both query formats carry the same facts under different names; `FIELDS` lists, for each record field, where
-the text
-report puts it (section/key path, as printed) and where the XML puts it (element path under `<gpu>`,
-nvidia-smi's
-`nvsmi_device_v12.dtd` names). Older and newer drivers rename some of them (Clocks Throttle Reasons -> Clocks
-Event
-Reasons, Power Readings -> GPU Power Readings, absolute temperature thresholds -> T.Limit offsets), so each
-field may
-have several paths; the first one present wins.
+the text report puts it (section/key path, as printed) and where the XML puts it (element path under `<gpu>`,
+nvidia-smi's `nvsmi_device_v12.dtd` names). Older and newer drivers rename some of them (Clocks Throttle
+Reasons -> Clocks Event Reasons, Power Readings -> GPU Power Readings, absolute temperature thresholds ->
+T.Limit offsets), so each field may have several paths; the first one present wins.
 """
 
 from __future__ import annotations

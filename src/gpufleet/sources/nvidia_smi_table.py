@@ -7,8 +7,7 @@
     |                                         |                        |             Disabled |
 
 Each GPU is a block of two lines (three on drivers that print the MIG mode on its own line). Older drivers
-print
-`Default` and the MIG mode in one cell; the process table below the GPUs is not read.
+print `Default` and the MIG mode in one cell; the process table below the GPUs is not read.
 """
 
 from __future__ import annotations

@@ -15,9 +15,8 @@ def normalise_pci(text: str) -> str | None:
     function).
 
     The kernel log names a GPU by domain:bus:device; nvidia-smi adds an 8-digit domain and the function.
-    Keying both on
-    this form lets a kernel event be joined to an nvidia-smi record. Returns None for text that is not a PCI
-    address.
+    Keying both on this form lets a kernel event be joined to an nvidia-smi record. Returns None for text that
+    is not a PCI address.
     """
     match = _PCI.match(text.strip())
     if match is None:

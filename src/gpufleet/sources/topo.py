@@ -2,12 +2,10 @@
 
 topo -m prints one row per GPU and NIC: a connection type per column, then CPU affinity, NUMA affinity and, on
 newer drivers, GPU NUMA ID. Connection types, from nvidia-smi's legend, best first: NV# (a bonded set of #
-NVLinks),
-PIX (at most one PCIe bridge), PXB (several PCIe bridges), PHB (a PCIe host bridge), NODE (host bridges within
-a NUMA
-node), SYS (across the SMP interconnect between NUMA nodes); X is the device itself. NICs appear as NIC0..
-with a
-"NIC Legend" naming them (older drivers use the device names, e.g. mlx5_0, as column heads).
+NVLinks), PIX (at most one PCIe bridge), PXB (several PCIe bridges), PHB (a PCIe host bridge), NODE (host
+bridges within a NUMA node), SYS (across the SMP interconnect between NUMA nodes); X is the device itself.
+NICs appear as NIC0.. with a "NIC Legend" naming them (older drivers use the device names, e.g. mlx5_0, as
+column heads).
 """
 
 from __future__ import annotations
