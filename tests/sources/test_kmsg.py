@@ -92,8 +92,11 @@ def test_burst_xid79_then_sxids(corpus: Path) -> None:
         and sx.sxid_detail.fatal is True
         and sx.sxid_detail.link == 48
     )
-    severity_line = events[4]
-    assert severity_line.sxid_detail is not None and severity_line.sxid_detail.fatal is None
+    orphan = events[4]  # nvswitch2's detail line arrives before any head line of nvswitch2
+    assert orphan.sxid_detail is not None and orphan.sxid_detail.fatal is None
+    data = events[5]  # nvswitch0's Data words belong to its `Fatal, Link 63` head two lines up
+    assert data.sxid_detail is not None
+    assert (data.sxid_detail.fatal, data.sxid_detail.link, data.sxid_detail.continues_line) == (True, 63, 7)
 
 
 def test_nvlink5_register_words(corpus: Path) -> None:

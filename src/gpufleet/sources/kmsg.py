@@ -99,11 +99,16 @@ class RecoveryChange:
 
 @dataclass(frozen=True, slots=True)
 class SxidDetail:
-    """An NVSwitch SXid line: which switch, the severity word if the line had one, and the link it names."""
+    """An NVSwitch SXid line: which switch, its severity word, and the link it names.
+
+    The driver follows a `Fatal, Link 63 ...` head with `Severity 1 Engine instance ...` and `Data {...}` lines for
+    the same switch and code; those inherit the head's severity and link, and `continues_line` points at it.
+    """
 
     switch: str
     fatal: bool | None
     link: int | None
+    continues_line: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +212,7 @@ class KmsgParser:
         self._lineno = 0
         self._uuids: dict[str, str] = {}
         self._last_xid: dict[str, int] = {}
+        self._sxid_heads: dict[tuple[str, int], tuple[int, bool, int | None]] = {}  # (switch, code) -> head
         self._pending: tuple[int, str, Frame, str, str | None] | None = (
             None  # fallen-off-bus report in progress
         )
@@ -406,18 +412,24 @@ class KmsgParser:
             return
         head = rest.split(",", 1)[0].strip().lower()
         fatal = True if head == "fatal" else False if head in ("non-fatal", "nonfatal") else None
-        link = _SXID_LINK.search(rest)
+        link_match = _SXID_LINK.search(rest)
+        link = int(link_match.group("link")) if link_match else None
+        code = int(match.group("code"))
+        key = (match.group("dev"), code)
+        continues = None
+        if fatal is not None:
+            self._sxid_heads[key] = (self._lineno, fatal, link)
+        elif key in self._sxid_heads:
+            continues, fatal, link = self._sxid_heads[key]
         self.scan.events.append(
             KernelEvent(
                 kind="sxid",
                 line=self._lineno,
                 raw=raw,
                 message=rest,
-                sxid=int(match.group("code")),
+                sxid=code,
                 pci=pci,
-                sxid_detail=SxidDetail(
-                    switch=match.group("dev"), fatal=fatal, link=int(link.group("link")) if link else None
-                ),
+                sxid_detail=SxidDetail(switch=match.group("dev"), fatal=fatal, link=link, continues_line=continues),
                 **self._base(frame),
             )
         )
