@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,33 @@ def test_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     bad_policy.write_text("overrides:\n  32: {severity: FATAL, action: NUKE}\n")
     result = _gpufleet("xid", "classify", "--policy", str(bad_policy), str(tmp_path))
     assert result.returncode == 2 and "overrides.32.action" in result.stderr
+
+
+def test_classify_binary_and_truncated_input(tmp_path: Path) -> None:
+    blob = tmp_path / "kern.bin"
+    blob.write_bytes(
+        b"\x00\xff\xfe garbage\nNVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+        b"GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 4\xff3, pid=1, name=a, b\n"
+        b"NVRM: Xid (PCI:0000:3b:00): 1"
+    )
+    result = runner.invoke(app, ["xid", "classify", "-o", "json", str(blob)])
+    assert result.exit_code == 0
+    assert [r["xid"] for r in json.loads(result.stdout)] == [79]
+    assert "kern.bin:3" in result.stderr and "kern.bin:4" in result.stderr
+
+
+def test_classify_from_dmesg(corpus: Path, tmp_path: Path) -> None:
+    fake = tmp_path / "dmesg"
+    fake.write_text(f'#!/bin/sh\ncat "{corpus / "xid013_gpud_dmesg_iso.log"}"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "xid", "classify", "--dmesg", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    [record] = json.loads(result.stdout)
+    assert (record["file"], record["xid"], record["action"]) == ("dmesg", 13, "RESTART_APP")

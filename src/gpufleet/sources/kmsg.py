@@ -101,8 +101,9 @@ class RecoveryChange:
 class SxidDetail:
     """An NVSwitch SXid line: which switch, its severity word, and the link it names.
 
-    The driver follows a `Fatal, Link 63 ...` head with `Severity 1 Engine instance ...` and `Data {...}` lines for
-    the same switch and code; those inherit the head's severity and link, and `continues_line` points at it.
+    The driver follows a `Fatal, Link 63 ...` head with `Severity 1 Engine instance ...` and `Data {...}`
+    lines for the same switch and code; those inherit the head's severity and link, and `continues_line`
+    points at it.
     """
 
     switch: str
@@ -166,8 +167,13 @@ class KmsgScan:
     rejected: list[RejectedLine] = field(default_factory=list)
 
 
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd]")
+# a line without any of these cannot start or be a report, so it is skipped without further reading
+_TRIGGERS = re.compile(r"NVRM|SXid|nvswitch")
+
+
 def _printable(text: str) -> bool:
-    return all(ch.isprintable() or ch == "\t" for ch in text) and "\ufffd" not in text
+    return _UNPRINTABLE.search(text) is None
 
 
 def _parse_nvl5(message: str) -> Nvl5Detail | None:
@@ -222,6 +228,8 @@ class KmsgParser:
         """Parse the next line; returns the events it completed (usually zero or one)."""
         self._lineno += 1
         raw = raw.rstrip("\r\n")
+        if self._pending is None and _TRIGGERS.search(raw) is None:
+            return []
         before = len(self.scan.events)
         if not _printable(raw):
             if "NVRM" in raw or "Xid" in raw:
@@ -429,7 +437,9 @@ class KmsgParser:
                 message=rest,
                 sxid=code,
                 pci=pci,
-                sxid_detail=SxidDetail(switch=match.group("dev"), fatal=fatal, link=link, continues_line=continues),
+                sxid_detail=SxidDetail(
+                    switch=match.group("dev"), fatal=fatal, link=link, continues_line=continues
+                ),
                 **self._base(frame),
             )
         )

@@ -60,8 +60,13 @@ def _iso(text: str) -> datetime | None:
 
 
 def _ctime(text: str) -> datetime | None:
+    """`Sun Feb 23 16:24:18 2025` (dmesg -T); parsed by hand, strptime is the slowest step of a whole scan."""
+    parts = text.split()
+    if len(parts) != 5 or parts[1] not in _MONTHS:
+        return None
     try:
-        return datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y")
+        hh, mm, ss = (int(x) for x in parts[3].split(":"))
+        return datetime(int(parts[4]), _MONTHS[parts[1]], int(parts[2]), hh, mm, ss)
     except ValueError:
         return None
 
@@ -106,40 +111,42 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
         # dmesg pads the continuation lines of a multi-line printk; /dev/kmsg writes its dictionary this way
         return Frame(message=line.strip(), continuation=True)
 
-    match = _KMSG_RECORD.match(line)
-    if match is not None:
-        prio = int(match.group("prio"))
-        return Frame(
-            message=match.group("msg"),
-            uptime_s=int(match.group("usec")) / 1e6,
-            priority=prio,
-            sequence=int(match.group("seq")),
-        )
+    first = line[:1]
+    if first.isdigit():
+        match = _KMSG_RECORD.match(line)
+        if match is not None:
+            return Frame(
+                message=match.group("msg"),
+                uptime_s=int(match.group("usec")) / 1e6,
+                priority=int(match.group("prio")),
+                sequence=int(match.group("seq")),
+            )
+    elif first.islower():
+        decoded = _DECODE.match(line)
+        if decoded is not None:
+            line = line[decoded.end() :]
+            first = line[:1]
 
-    decoded = _DECODE.match(line)
-    if decoded is not None:
-        line = line[decoded.end() :]
-
-    match = _ISO.match(line)
-    if match is not None:
-        stamp = _iso(match.group("ts"))
-        if stamp is not None:
+    if first.isdigit():
+        match = _ISO.match(line)
+        if match is not None:
+            stamp = _iso(match.group("ts"))
+            if stamp is not None:
+                host, ident, uptime, rest = _after_stamp(match.group("rest"))
+                return Frame(message=rest, wall_time=stamp, uptime_s=uptime, host=host, ident=ident)
+    elif first == "[":
+        match = _CTIME.match(line)
+        if match is not None:
+            return Frame(message=match.group("rest"), wall_time=_ctime(match.group("ts")))
+        match = _UPTIME.match(line)
+        if match is not None:
+            return Frame(message=match.group("rest"), uptime_s=float(match.group("sec")))
+    elif first.isupper():
+        match = _BSD.match(line)
+        if match is not None:
             host, ident, uptime, rest = _after_stamp(match.group("rest"))
-            return Frame(message=rest, wall_time=stamp, uptime_s=uptime, host=host, ident=ident)
-
-    match = _CTIME.match(line)
-    if match is not None:
-        return Frame(message=match.group("rest"), wall_time=_ctime(match.group("ts")))
-
-    match = _UPTIME.match(line)
-    if match is not None:
-        return Frame(message=match.group("rest"), uptime_s=float(match.group("sec")))
-
-    match = _BSD.match(line)
-    if match is not None:
-        host, ident, uptime, rest = _after_stamp(match.group("rest"))
-        if host is not None:
-            stamp = _bsd(match.group("ts"), year) if year is not None else None
-            return Frame(message=rest, wall_time=stamp, uptime_s=uptime, host=host, ident=ident)
+            if host is not None:
+                stamp = _bsd(match.group("ts"), year) if year is not None else None
+                return Frame(message=rest, wall_time=stamp, uptime_s=uptime, host=host, ident=ident)
 
     return Frame(message=line)
