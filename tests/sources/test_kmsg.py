@@ -74,6 +74,16 @@ def test_burst_xid13_43_decode_iso(corpus: Path) -> None:
     assert events[0].wall_time == datetime(2025, 1, 21, 4, 41, 44, 283302, tzinfo=UTC)
     assert events[16].pid == 2924364 and events[16].process == "pt_main_thread"
     assert events[16].message == "Ch 00000008"
+    # the units hit, for NVIDIA's WORKFLOW_XID_13 (the same GPC/TPC failing again points at hardware)
+    assert events[0].gpc_tpc_sm == (8, 5, 1) and events[1].gpc_tpc_sm is None
+    assert {e.gpc_tpc_sm for e in events if e.gpc_tpc_sm} == {
+        (8, 5, 1),
+        (9, 1, 1),
+        (9, 2, 0),
+        (9, 5, 0),
+        (10, 1, 1),
+        (10, 4, 0),
+    }
 
 
 def test_burst_xid79_then_sxids(corpus: Path) -> None:

@@ -388,3 +388,32 @@ def test_plain_table(corpus: Path) -> None:
 def test_plain_table_without_gpus_is_an_error() -> None:
     with pytest.raises(ParseError, match="no GPU rows"):
         parse_table("+-----+\n| nothing |\n")
+
+
+VOLTA_TEXT = """GPU 00000000:1A:00.0
+    Product Name                          : Tesla V100-SXM2-32GB
+    ECC Errors
+        Volatile
+            Single Bit
+                Device Memory             : 3
+                Register File             : 0
+                Total                     : 3
+            Double Bit
+                Device Memory             : 1
+                Register File             : 0
+                Total                     : 1
+"""
+
+VOLTA_XML = """<nvidia_smi_log><gpu id="00000000:1A:00.0"><product_name>Tesla V100-SXM2-32GB</product_name>
+<ecc_errors><volatile>
+<single_bit><device_memory>3</device_memory><register_file>0</register_file><total>3</total></single_bit>
+<double_bit><device_memory>1</device_memory><register_file>0</register_file><total>1</total></double_bit>
+</volatile></ecc_errors></gpu></nvidia_smi_log>"""
+
+
+def test_volta_single_double_bit_ecc() -> None:
+    gpu = parse_query_text(VOLTA_TEXT).gpus[0]
+    assert (gpu.ecc_volatile.dram_correctable, gpu.ecc_volatile.dram_uncorrectable) == (3, 1)
+    assert (gpu.ecc_volatile.sbe_total, gpu.ecc_volatile.dbe_total) == (3, 1)
+    assert gpu.ecc_volatile.sram_uncorrectable is None
+    assert asdict(parse_query_xml(VOLTA_XML).gpus[0]) == asdict(gpu)

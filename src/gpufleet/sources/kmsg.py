@@ -58,6 +58,8 @@ _RECOVERY = re.compile(
     r"\((?P<tn>[^)]*)\)"
 )
 _SXID_LINK = re.compile(r"\bLink (?P<link>\d+)\b")
+# Xid 13 names the failing unit: `Graphics SM Warp Exception on (GPC 9, TPC 1, SM 1): Out Of Range Address`
+_GPC_TPC_SM = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+), SM (?P<sm>\d+)\)")
 NVL5_XIDS = frozenset(range(144, 151))
 RECOVERY_XID = 154
 FALLEN_OFF_BUS_XID = 79
@@ -137,6 +139,9 @@ class KernelEvent:
     nvl5: Nvl5Detail | None = None
     recovery: RecoveryChange | None = None
     sxid_detail: SxidDetail | None = None
+    gpc_tpc_sm: tuple[int, int, int] | None = (
+        None  # where a graphics exception hit (NVIDIA's WORKFLOW_XID_13)
+    )
 
     @property
     def time(self) -> datetime | float | None:
@@ -189,6 +194,13 @@ def _parse_nvl5(message: str) -> Nvl5Detail | None:
         link=int(match.group("link")),
         words=words,
     )
+
+
+def _parse_location(message: str) -> tuple[int, int, int] | None:
+    match = _GPC_TPC_SM.search(message)
+    if match is None:
+        return None
+    return int(match.group("gpc")), int(match.group("tpc")), int(match.group("sm"))
 
 
 def _parse_recovery(message: str) -> RecoveryChange | None:
@@ -403,6 +415,7 @@ class KmsgParser:
                 gpu_uuid=self._uuids.get(pci),
                 nvl5=_parse_nvl5(message) if code in NVL5_XIDS else None,
                 recovery=_parse_recovery(message) if code == RECOVERY_XID else None,
+                gpc_tpc_sm=_parse_location(message),
                 **self._base(frame),
             )
         )

@@ -124,6 +124,11 @@ ECC_COUNTERS = {
     "sram_uncorrectable_secded": ("SRAM Uncorrectable SEC-DED", "sram_uncorrectable_secded"),
     "dram_correctable": ("DRAM Correctable", "dram_correctable"),
     "dram_uncorrectable": ("DRAM Uncorrectable", "dram_uncorrectable"),
+    # Volta and older: single/double-bit counts per memory, with totals
+    "sbe_device_memory": ("Single Bit/Device Memory", "single_bit/device_memory"),
+    "dbe_device_memory": ("Double Bit/Device Memory", "double_bit/device_memory"),
+    "sbe_total": ("Single Bit/Total", "single_bit/total"),
+    "dbe_total": ("Double Bit/Total", "double_bit/total"),
 }
 
 # clocks event (throttle) reasons: record name -> (text key, XML suffix after clocks_event_reason_ /
@@ -168,6 +173,8 @@ class EccCounts:
     sram_uncorrectable: int | None = None  # parity + SEC-DED where the driver splits them
     dram_correctable: int | None = None
     dram_uncorrectable: int | None = None
+    sbe_total: int | None = None  # Volta and older report single/double-bit totals instead of SRAM/DRAM
+    dbe_total: int | None = None
 
 
 @dataclass
@@ -347,11 +354,15 @@ def _ecc(raw: dict[str, tuple[str, str]]) -> EccCounts:
             v for v in (get("sram_uncorrectable_parity"), get("sram_uncorrectable_secded")) if v is not None
         ]
         sram_unc = sum(parts) if parts else None
+    dram_correctable = get("dram_correctable")
+    dram_uncorrectable = get("dram_uncorrectable")
     return EccCounts(
         sram_correctable=get("sram_correctable"),
         sram_uncorrectable=sram_unc,
-        dram_correctable=get("dram_correctable"),
-        dram_uncorrectable=get("dram_uncorrectable"),
+        dram_correctable=dram_correctable if dram_correctable is not None else get("sbe_device_memory"),
+        dram_uncorrectable=dram_uncorrectable if dram_uncorrectable is not None else get("dbe_device_memory"),
+        sbe_total=get("sbe_total"),
+        dbe_total=get("dbe_total"),
     )
 
 
