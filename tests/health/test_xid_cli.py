@@ -150,3 +150,14 @@ def test_classify_from_dmesg(corpus: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     [record] = json.loads(result.stdout)
     assert (record["file"], record["xid"], record["action"]) == ("dmesg", 13, "RESTART_APP")
+
+
+def test_watch_once_prints_json_lines(corpus: Path, tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text((corpus / "burst_xid79_sxid_gpud.log").read_text())
+    result = runner.invoke(app, ["xid", "watch", str(log), "--once", "--json"])
+    assert result.exit_code == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["kind"] for r in records[:2]] == ["xid", "fallen_off_bus"] and len(records) == 10
+    text = runner.invoke(app, ["xid", "watch", str(log), "--once"])
+    assert "0000:91:00 xid 79 FATAL RESTART_BM GPU has fallen off the bus." in text.stdout

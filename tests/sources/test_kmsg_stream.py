@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -125,3 +126,16 @@ def test_run_dmesg_missing_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DependencyMissingError, match="not installed"):
         run_dmesg()
+
+
+def test_this_machines_kernel_log_via_dev_kmsg_and_dmesg() -> None:
+    """The real /dev/kmsg (one record per read, drained without blocking) and dmesg agree on GPU faults."""
+    if not os.access("/dev/kmsg", os.R_OK) or shutil.which("dmesg") is None:
+        pytest.skip("needs a readable /dev/kmsg and dmesg")
+    try:
+        text = run_dmesg(("--raw",))
+    except BackendError as exc:
+        pytest.skip(f"dmesg refused here: {exc.message}")
+    from_kmsg = list(read_dev_kmsg())
+    from_dmesg = parse_kmsg(text)
+    assert [(e.kind, e.code, e.pci) for e in from_kmsg] == [(e.kind, e.code, e.pci) for e in from_dmesg]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +26,7 @@ from gpufleet.health.xid_policy import (
     load_policy,
 )
 from gpufleet.sources.kmsg import NVL5_XIDS, RECOVERY_XID, KernelEvent, KmsgScan, scan_kmsg
-from gpufleet.sources.kmsg_stream import dmesg_events
+from gpufleet.sources.kmsg_stream import dmesg_events, follow_file, read_dev_kmsg
 
 sub = typer.Typer(
     help="Kernel-log GPU faults: classify Xid/SXid/fallen-off-the-bus lines, explain Xid codes.",
@@ -248,6 +249,39 @@ def explain_cmd(
             console.print(_table(["ANNOUNCED", "ACTION", "WHY"], rec, title="Xid 154 recovery actions"))
 
     emit(record, output, render)
+
+
+@sub.command("watch")
+def watch_cmd(
+    path: str = typer.Argument("/dev/kmsg", help="A log file to follow (like tail -F), or /dev/kmsg."),
+    policy_file: Path | None = typer.Option(
+        None, "--policy", help="Policy YAML merged over the default policy."
+    ),
+    from_start: bool = typer.Option(False, "--from-start", help="Read what the file already holds first."),
+    once: bool = typer.Option(False, "--once", help="Stop at the current end instead of waiting for more."),
+    json_lines: bool = typer.Option(False, "--json", help="One JSON record per line instead of text."),
+    host: str | None = typer.Option(None, "--host", help="Host name for lines whose framing carries none."),
+) -> None:
+    """Follow a kernel log and print each GPU fault event as it arrives (Ctrl-C stops)."""
+    policy = load_policy(policy_file)
+
+    def stop() -> bool:
+        return once
+
+    if path == "/dev/kmsg" or path.startswith("/dev/"):
+        events = read_dev_kmsg(path, follow=not once, stop=stop, host=host)
+    else:
+        events = follow_file(path, from_start=from_start or once, stop=stop, host=host)
+    for event in events:
+        rec = event_record(path, event, policy)
+        if json_lines:
+            sys.stdout.write(json.dumps(rec) + "\n")
+        else:
+            code = rec["xid"] if rec["kind"] == "xid" else rec["sxid"]
+            fields = (rec["time"], rec["host"], rec["pci"], rec["kind"], code, rec["severity"], rec["action"])
+            head = " ".join("-" if value is None else str(value) for value in fields)
+            sys.stdout.write(f"{head} {rec['message']}\n")
+        sys.stdout.flush()
 
 
 @sub.command("policy")

@@ -8,7 +8,8 @@ One kernel message reaches us framed in many ways, depending on who wrote it dow
 - syslog files: `Jun  5 10:11:12 host kernel: msg` (often still carrying `[ 123.456]`), or RFC 3339 stamps;
 - journald: `journalctl -o short` (`Jun 05 10:11:12 host kernel: msg`), `-o short-iso`
   (`2023-06-05T10:11:12+0000 host kernel: msg`), `-o short-precise`;
-- /dev/kmsg records: `prio,seq,usec,flags;msg`, followed by ` KEY=value` dictionary lines.
+- /dev/kmsg records: `prio,seq,usec,flags;msg`, followed by ` KEY=value` dictionary lines; `dmesg --raw`
+  puts the priority first: `<4>[ 3606.832215] msg`.
 
 `split_frame` peels these off and returns the bare message with whatever time and host the frame gave.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 _KMSG_RECORD = re.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);(?P<msg>.*)$")
+_PRIORITY = re.compile(r"^<(?P<prio>\d{1,3})>")  # dmesg --raw, and syslog's wire format
 _DECODE = re.compile(r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s")
 _ISO = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)\s+(?P<rest>.*)$"
@@ -111,6 +113,12 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
         # dmesg pads the continuation lines of a multi-line printk; /dev/kmsg writes its dictionary this way
         return Frame(message=line.strip(), continuation=True)
 
+    priority = None
+    if line[:1] == "<":
+        raw_prio = _PRIORITY.match(line)
+        if raw_prio is not None:
+            priority = int(raw_prio.group("prio"))
+            line = line[raw_prio.end() :]
     first = line[:1]
     if first.isdigit():
         match = _KMSG_RECORD.match(line)
@@ -140,7 +148,7 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
             return Frame(message=match.group("rest"), wall_time=_ctime(match.group("ts")))
         match = _UPTIME.match(line)
         if match is not None:
-            return Frame(message=match.group("rest"), uptime_s=float(match.group("sec")))
+            return Frame(message=match.group("rest"), uptime_s=float(match.group("sec")), priority=priority)
     elif first.isupper():
         match = _BSD.match(line)
         if match is not None:
@@ -149,4 +157,4 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
                 stamp = _bsd(match.group("ts"), year) if year is not None else None
                 return Frame(message=rest, wall_time=stamp, uptime_s=uptime, host=host, ident=ident)
 
-    return Frame(message=line)
+    return Frame(message=line, priority=priority)
