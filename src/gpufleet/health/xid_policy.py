@@ -307,8 +307,7 @@ def _catalog_verdict(code: int, info: XidInfo, policy: XidPolicy) -> Verdict:
 
 def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) -> Verdict:
     code = event.xid
-    assert code is not None
-    if info is None:
+    if code is None or info is None:
         return _from_rule(policy.unknown_xid, "unknown-xid", None)
     if code in NVL5_XIDS:
         decoded = _nvl5_verdict(event, info, policy)

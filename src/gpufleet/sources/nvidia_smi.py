@@ -124,13 +124,12 @@ class GpuRecord:
 
     @property
     def pcie_degraded(self) -> bool | None:
-        """The link runs below its maximum generation or width (an idle GPU may drop the generation to save
-        power)."""
-        if None in (self.pcie_gen_current, self.pcie_gen_max, self.pcie_width_current, self.pcie_width_max):
+        """The link runs below its maximum generation or width (idle GPUs may lower the generation)."""
+        gen, gen_max = self.pcie_gen_current, self.pcie_gen_max
+        width, width_max = self.pcie_width_current, self.pcie_width_max
+        if gen is None or gen_max is None or width is None or width_max is None:
             return None
-        assert self.pcie_gen_current is not None and self.pcie_gen_max is not None
-        assert self.pcie_width_current is not None and self.pcie_width_max is not None
-        return self.pcie_gen_current < self.pcie_gen_max or self.pcie_width_current < self.pcie_width_max
+        return gen < gen_max or width < width_max
 
 
 @dataclass
