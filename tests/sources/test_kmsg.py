@@ -187,6 +187,7 @@ FRAMINGS = [
     (f"4,1227,437812449932,-;{XID79}", None, 437812.449932, None),
     (f"<4>[ 3606.832215] {XID79}", None, 3606.832215, None),
     (f"<3>{XID79}", None, None, None),
+    (f"[ 3606.832215] gpu-node-07 kernel: {XID79}", None, 3606.832215, "gpu-node-07"),
 ]
 
 

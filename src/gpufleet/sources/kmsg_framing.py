@@ -6,8 +6,8 @@ One kernel message reaches us framed in many ways, depending on who wrote it dow
 - `dmesg`: `[ 3606.832215] msg` (seconds since boot), `dmesg -T`: `[Sun Feb 23 16:24:18 2025] msg`,
   `dmesg --time-format=iso`: `2025-01-21T04:41:44,283302+00:00 msg`, and `--decode` adds `kern  :warn  : `;
 - syslog files: `Jun  5 10:11:12 host kernel: msg` (often still carrying `[ 123.456]`), or RFC 3339 stamps;
-- journald: `journalctl -o short` (`Jun 05 10:11:12 host kernel: msg`), `-o short-iso`
-  (`2023-06-05T10:11:12+0000 host kernel: msg`), `-o short-precise`;
+- journald: `journalctl -o short` (`Jun 05 10:11:12 host kernel: msg`), `-o short-precise`, `-o short-iso`
+  (`2023-06-05T10:11:12+0000 host kernel: msg`), `-o short-monotonic` (`[ 3606.832215] host kernel: msg`);
 - /dev/kmsg records: `prio,seq,usec,flags;msg`, followed by ` KEY=value` dictionary lines; `dmesg --raw`
   puts the priority first: `<4>[ 3606.832215] msg`.
 
@@ -33,6 +33,8 @@ _UPTIME = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<rest>.*)$")
 _BSD = re.compile(r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?)\s+(?P<rest>.*)$")
 # `host ident[pid]: message`, as syslog and journald write after their time stamp
 _HOST_IDENT = re.compile(r"^(?P<host>[^\s:\[\]]+) (?P<ident>[\w./@-]+)(?:\[\d+\])?: (?P<rest>.*)$")
+
+_KERNEL_IDENT = re.compile(r"^(?P<host>[^\s:\[\]]+) kernel: (?P<rest>.*)$")
 
 _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _MONTHS = {m: i for i, m in enumerate(_MONTH_NAMES, start=1)}
@@ -148,7 +150,11 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
             return Frame(message=match.group("rest"), wall_time=_ctime(match.group("ts")))
         match = _UPTIME.match(line)
         if match is not None:
-            return Frame(message=match.group("rest"), uptime_s=float(match.group("sec")), priority=priority)
+            rest = match.group("rest")
+            journal = _KERNEL_IDENT.match(rest)  # journalctl -o short-monotonic: `[  12.5] host kernel: msg`
+            host = journal.group("host") if journal else None
+            rest = journal.group("rest") if journal else rest
+            return Frame(message=rest, uptime_s=float(match.group("sec")), priority=priority, host=host)
     elif first.isupper():
         match = _BSD.match(line)
         if match is not None:
