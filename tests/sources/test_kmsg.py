@@ -288,6 +288,21 @@ def test_fallen_off_bus_cut_short_at_end_is_still_reported() -> None:
     assert event.kind == "fallen_off_bus" and "[report cut short]" in event.message
 
 
+def test_fallen_off_bus_report_interrupted_by_another() -> None:
+    text = (
+        "[1.0] NVRM: The NVIDIA GPU 0000:5d:00.0\n"
+        "[1.1] NVRM: The NVIDIA GPU 0000:5e:00.0\n"
+        "               NVRM: (PCI ID: 10de:2330) installed in this system has\n"
+        "               NVRM: fallen off the bus and is not responding to commands.\n"
+    )
+    events = parse_kmsg(text)
+    assert [(e.pci, e.line, "[report cut short]" in e.message) for e in events] == [
+        ("0000:5d:00", 1, True),
+        ("0000:5e:00", 2, False),
+    ]
+    assert events[1].pci_device_id == "10de:2330"
+
+
 def test_reset_required() -> None:
     line = (
         "[ 55.2] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! rmStatus = NV_ERR_RESET_REQUIRED (0x00000067)"

@@ -16,8 +16,7 @@ from gpufleet.catalog import load_ib_counters
 from gpufleet.errors import ParseError
 from gpufleet.sources.kmsg_framing import split_frame
 
-# -- perfquery
-# ------------------------------------------------------------------------------------------------------
+# -- perfquery -----------------------------------------------------------------------------------------------
 _PQ_HEAD = re.compile(
     r"^# Port (?P<kind>counters|extended counters)(?P<rest>.*?): Lid (?P<lid>\d+) port (?P<port>\d+)"
     r"(?: \(CapMask: (?P<cap>0x[0-9a-fA-F]+)\))?"
@@ -80,8 +79,7 @@ def parse_perfquery(text: str, *, source: str = "perfquery") -> list[PortCounter
     return blocks
 
 
-# -- ibqueryerrors
-# --------------------------------------------------------------------------------------------------
+# -- ibqueryerrors -------------------------------------------------------------------------------------------
 _QE_NODE = re.compile(r'^Errors for (?:(?P<guid>0x[0-9a-fA-F]+) )?"(?P<name>[^"]*)"')
 _QE_PORT = re.compile(r"^\s*GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+):(?P<rest>.*)$")
 _QE_COUNTER = re.compile(r"\[(?P<name>\w+) == (?P<value>\d+)\]")
@@ -138,8 +136,7 @@ def parse_ibqueryerrors(text: str, *, source: str = "ibqueryerrors") -> QueryErr
     return report
 
 
-# -- iblinkinfo
-# -----------------------------------------------------------------------------------------------------
+# -- iblinkinfo ----------------------------------------------------------------------------------------------
 _LI_NODE = re.compile(r"^(?P<type>Switch|CA):\s+(?:(?P<guid>0x[0-9a-fA-F]+)\s+)?(?P<name>.*?):?\s*$")
 _LI_LINK = re.compile(
     r"^\s*(?:(?P<guid>0x[0-9a-fA-F]+)\s+)?(?P<lid>\d+)\s+(?P<port>\d+)\[[^\]]*\]\s+==\(\s*"
@@ -202,8 +199,7 @@ def parse_iblinkinfo(text: str, *, source: str = "iblinkinfo") -> list[LinkInfo]
     return links
 
 
-# -- ibnetdiscover
-# --------------------------------------------------------------------------------------------------
+# -- ibnetdiscover -------------------------------------------------------------------------------------------
 _ND_NODE = re.compile(
     r'^(?P<type>Switch|Ca|Rt)\s+(?P<nports>\d+)\s+"(?P<id>[^"]+)"\s*(?:#\s*"(?P<desc>[^"]*)"(?P<rest>.*))?$'
 )
@@ -288,8 +284,7 @@ def parse_ibnetdiscover(text: str, *, source: str = "ibnetdiscover") -> FabricTo
     return topo
 
 
-# -- link flaps in syslog
-# -------------------------------------------------------------------------------------------
+# -- link flaps in syslog ------------------------------------------------------------------------------------
 _CARRIER = re.compile(r"^(?P<iface>[\w.-]+): (?P<what>lost carrier|Gained carrier)\b", re.IGNORECASE)
 _MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-fA-F:.]+) (?P<iface>[\w.-]+): Link (?P<what>up|down)\b")
 

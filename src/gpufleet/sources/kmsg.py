@@ -231,9 +231,8 @@ class KmsgParser:
         self._uuids: dict[str, str] = {}
         self._last_xid: dict[str, int] = {}
         self._sxid_heads: dict[tuple[str, int], tuple[int, bool, int | None]] = {}  # (switch, code) -> head
-        self._pending: tuple[int, str, Frame, str, str | None] | None = (
-            None  # fallen-off-bus report in progress
-        )
+        # a fallen-off-the-bus report in progress: (line, raw lines, frame, pci, PCI device id)
+        self._pending: tuple[int, str, Frame, str, str | None] | None = None
         self._pending_age = 0
 
     def feed_line(self, raw: str) -> list[KernelEvent]:
@@ -262,8 +261,7 @@ class KmsgParser:
             self._emit_fallen(lineno, first_raw, frame, pci, device_id, complete=False)
         return self.scan.events[before:]
 
-    # -- helpers
-    # --------------------------------------------------------------------------------------------------
+    # -- helpers ---------------------------------------------------------------------------------------------
     def _reject(self, raw: str, reason: str) -> None:
         self.scan.rejected.append(RejectedLine(self._lineno, raw, reason))
 
@@ -279,6 +277,10 @@ class KmsgParser:
             return
         lineno, first_raw, first_frame, pci, device_id = self._pending
         message = frame.message
+        if _FALLEN_START.search(message):  # another GPU's report begins: this one was cut short
+            self._pending = None
+            self._emit_fallen(lineno, first_raw, first_frame, pci, device_id, complete=False)
+            return
         id_match = _PCI_ID.search(message)
         if id_match is not None:
             device_id = id_match.group("id")

@@ -141,8 +141,7 @@ class NvidiaSmiReport:
     attached_gpus: int | None = None
 
 
-# -- value conversion
-# -----------------------------------------------------------------------------------------------
+# -- value conversion ----------------------------------------------------------------------------------------
 _STRING_FIELDS = {
     "product_name",
     "uuid",
@@ -241,8 +240,7 @@ def _ecc(raw: dict[str, tuple[str, str]]) -> EccCounts:
     )
 
 
-# -- text (-q)
-# --------------------------------------------------------------------------------------------------------
+# -- text (-q) -----------------------------------------------------------------------------------------------
 _KV = re.compile(r"^(?P<indent> *)(?P<key>\S.*?)\s+:(?: (?P<value>.*))?$")
 _GPU_HEADER = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 
@@ -345,8 +343,7 @@ def parse_query_text(text: str, *, source: str = "nvidia-smi -q") -> NvidiaSmiRe
     )
 
 
-# -- XML (-q -x)
-# ------------------------------------------------------------------------------------------------------
+# -- XML (-q -x) ---------------------------------------------------------------------------------------------
 def _xml_text(gpu: ET.Element, path: str) -> str | None:
     node = gpu.find(path)
     return None if node is None or node.text is None else node.text

@@ -115,8 +115,7 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
     return matrix
 
 
-# -- nvlink -s
-# --------------------------------------------------------------------------------------------------------
+# -- nvlink -s -----------------------------------------------------------------------------------------------
 _NVL_GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)\s*$")
 _NVL_LINK = re.compile(r"^\s+Link (?P<link>\d+): (?P<state>.+?)\s*$")
 _SPEED = re.compile(r"^(?P<speed>\d+(?:\.\d+)?) GB/s$")
