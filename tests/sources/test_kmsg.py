@@ -140,8 +140,7 @@ def test_pid_without_name_and_odd_device_number(corpus: Path) -> None:
     assert event.message.startswith("Row Remapper: New row marked")
 
 
-# -- the same message in every framing seen in the field
-# ----------------------------------------------------------
+# -- the same message in every framing seen in the field ---------------------------------------------------
 FRAMINGS = [
     (XID79, None, None, None),
     (f"[6781741.548779] {XID79}", None, 6781741.548779, None),

@@ -121,8 +121,7 @@ ECC_COUNTERS = {
     "dbe_total": ("Double Bit/Total", "double_bit/total"),
 }
 
-# clocks event (throttle) reasons: record name -> (text key, XML suffix after clocks_event_reason_ /
-# _throttle_reason_)
+# clocks event (throttle) reasons: record name -> (text key, XML element suffix)
 CLOCK_REASONS = {
     "gpu_idle": ("Idle", "gpu_idle"),
     "applications_clocks_setting": ("Applications Clocks Setting", "applications_clocks_setting"),
