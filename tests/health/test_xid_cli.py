@@ -45,6 +45,12 @@ def test_classify_json_records(corpus: Path) -> None:
     fallen = records[2]
     assert (fallen["kind"], fallen["root_xid"], fallen["action"]) == ("fallen_off_bus", 79, "RESTART_BM")
     assert {r["kind"] for r in records[3:]} == {"sxid"}
+    assert first["detail"]["recovery_action"] == {
+        "from": "0x4 (Drain and Reset)",
+        "to": "0x1 (GPU Reset Required)",
+    }
+    assert fallen["detail"]["gpu_uuid"] == "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b"
+    assert records[6]["detail"]["nvswitch"] == {"switch": "nvidia-nvswitch0", "link": 63, "continues_line": 7}
 
 
 def test_classify_table_warns_about_rejected_lines(corpus: Path) -> None:

@@ -60,6 +60,37 @@ def _time_text(event: KernelEvent) -> str | float | None:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
+def _detail(event: KernelEvent) -> dict[str, Any]:
+    """The decoded parts of the line, for programs (only what this event has)."""
+    detail: dict[str, Any] = {
+        "gpu_uuid": event.gpu_uuid,
+        "gpu_instance": event.gpu_instance,
+        "compute_instance": event.compute_instance,
+        "pci_device_id": event.pci_device_id,
+        "gpc_tpc_sm": list(event.gpc_tpc_sm) if event.gpc_tpc_sm else None,
+    }
+    if event.nvl5 is not None:
+        detail["nvlink5"] = {
+            "unit": event.nvl5.unit,
+            "driver_says_fatal": event.nvl5.fatal,
+            "link": event.nvl5.link,
+            "intrinfo": f"{event.nvl5.intrinfo:#010x}",
+            "error_status": f"{event.nvl5.error_status:#010x}",
+        }
+    if event.recovery is not None:
+        detail["recovery_action"] = {
+            "from": f"{event.recovery.from_code:#x} ({event.recovery.from_name})",
+            "to": f"{event.recovery.to_code:#x} ({event.recovery.to_name})",
+        }
+    if event.sxid_detail is not None:
+        detail["nvswitch"] = {
+            "switch": event.sxid_detail.switch,
+            "link": event.sxid_detail.link,
+            "continues_line": event.sxid_detail.continues_line,
+        }
+    return {key: value for key, value in detail.items() if value is not None}
+
+
 def event_record(file: str, event: KernelEvent, policy: XidPolicy) -> dict[str, Any]:
     verdict = classify(event, policy)
     return {
@@ -81,6 +112,8 @@ def event_record(file: str, event: KernelEvent, policy: XidPolicy) -> dict[str, 
         "pid": event.pid,
         "process": event.process,
         "message": event.message,
+        "reason": verdict.reason,
+        "detail": _detail(event),
     }
 
 
