@@ -40,6 +40,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.core",
     "gpufleet.cli.telemetry",
     "gpufleet.cli.agent",
+    "gpufleet.cli.xid",
 )
 
 

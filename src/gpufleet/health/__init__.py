@@ -1,0 +1,1 @@
+"""Health: what observed faults mean and what to do about them."""

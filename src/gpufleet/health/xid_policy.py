@@ -1,0 +1,346 @@
+"""Severity and action for kernel fault events, from the Xid catalog through a configurable policy.
+
+The facts are data: NVIDIA's Xid catalog (gpufleet.catalog), NVIDIA's NVLink5 decode table
+(data/nvl5_decode.csv) and the policy document (data/xid_policy.yaml) that records where the sources disagree
+and what we chose. A site's own policy file is merged over the default, so it names only what it changes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpufleet.catalog import XidInfo, load_xid_catalog
+from gpufleet.errors import ManifestError, UserError
+from gpufleet.sources.kmsg import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail
+
+DEFAULT_POLICY = "xid_policy.yaml"
+NVL5_DECODE = "nvl5_decode.csv"
+
+
+class Severity(StrEnum):
+    FATAL = "FATAL"
+    NONFATAL = "NONFATAL"
+
+
+class Action(StrEnum):
+    """NVIDIA's immediate resolution buckets."""
+
+    IGNORE = "IGNORE"
+    RESTART_APP = "RESTART_APP"
+    RESET_GPU = "RESET_GPU"
+    RESTART_BM = "RESTART_BM"
+    RESTART_VM = "RESTART_VM"
+    RESTART_FM = "RESTART_FM"
+    CHECK_MECHANICALS = "CHECK_MECHANICALS"
+    CHECK_UVM = "CHECK_UVM"
+    UPDATE_SWFW = "UPDATE_SWFW"
+    CONTACT_SUPPORT = "CONTACT_SUPPORT"
+    WORKFLOW_XID_13 = "WORKFLOW_XID_13"
+    WORKFLOW_XID_31 = "WORKFLOW_XID_31"
+    WORKFLOW_XID_45 = "WORKFLOW_XID_45"
+    WORKFLOW_XID_48 = "WORKFLOW_XID_48"
+    WORKFLOW_NVLINK_ERR = "WORKFLOW_NVLINK_ERR"
+    WORKFLOW_NVLINK5_ERR = "WORKFLOW_NVLINK5_ERR"
+    XID_154 = "XID_154"
+
+
+# how much each action disturbs: when several decode rows apply, the most disruptive wins
+_ACTION_WEIGHT = {
+    Action.IGNORE: 0,
+    Action.XID_154: 1,
+    Action.RESTART_APP: 2,
+    Action.CONTACT_SUPPORT: 3,
+    Action.RESET_GPU: 4,
+    Action.RESTART_BM: 5,
+}
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    severity: Severity
+    action: Action
+    investigatory: str | None = None
+    reason: str = ""
+
+
+class ActionRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: Action
+    reason: str = ""
+
+
+class Nvl5Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decode: bool = True
+    undecoded_fatal: Rule
+    undecoded_nonfatal: Rule
+    xid_154_eval: Action = Action.XID_154
+
+
+class SxidPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fatal: Rule
+    nonfatal: Rule
+    unmarked: Rule
+
+
+class XidPolicy(BaseModel):
+    """The policy document (data/xid_policy.yaml explains every choice)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: int = Field(1, ge=1, le=1)
+    unknown_xid: Rule
+    unrated: Rule
+    overrides: dict[int, Rule] = Field(default_factory=dict)
+    nvlink5: Nvl5Policy
+    recovery_actions: dict[int, ActionRule]
+    unknown_recovery_action: ActionRule
+    xid45_with_root: Rule
+    sxid: SxidPolicy
+    fallen_off_bus: Rule
+    reset_required: Rule
+
+
+class Verdict(BaseModel):
+    """What one event means and what to do about it, and which rule said so."""
+
+    model_config = ConfigDict(frozen=True)
+
+    severity: Severity
+    action: Action
+    investigatory: str | None = None
+    bucket: str | None = None  # NVIDIA's catalog bucket for the code, e.g. WORKFLOW_NVLINK5_ERR or XID_154
+    rule: str  # which step decided: catalog, override, nvl5-decode, xid154, ...
+    reason: str = ""
+
+
+class Nvl5Rule(BaseModel):
+    """One row of NVIDIA's XID 144-150 decode table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    xid: int
+    unit: str
+    intrinfo_pattern_v1: str
+    intrinfo_pattern_v2: str
+    error_status: int
+    resolution: str
+    investigatory: str
+    severity: str
+    action2: str
+    hw_sw: str
+    effect: str
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        return tuple(self.unit.split("/"))
+
+    @property
+    def fatal(self) -> bool:
+        return not self.severity.lower().startswith("non")
+
+    def matches_intrinfo(self, intrinfo: int) -> bool:
+        return _bits_match(self.intrinfo_pattern_v1, intrinfo) or _bits_match(
+            self.intrinfo_pattern_v2, intrinfo
+        )
+
+
+def _bits_match(pattern: str, value: int) -> bool:
+    """`------000000----------0011000010`: most significant bit first, '-' matches anything."""
+    width = len(pattern)
+    for i, ch in enumerate(pattern):
+        if ch == "-":
+            continue
+        if ((value >> (width - 1 - i)) & 1) != int(ch):
+            return False
+    return True
+
+
+def _data_text(name: str) -> str:
+    return resources.files("gpufleet.health").joinpath("data", name).read_text(encoding="utf-8")
+
+
+@cache
+def load_nvl5_decode() -> tuple[Nvl5Rule, ...]:
+    rows = csv.DictReader(io.StringIO(_data_text(NVL5_DECODE)))
+    return tuple(Nvl5Rule(**{**row, "error_status": int(row["error_status"], 16)}) for row in rows)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" + (f" ({len(exc.errors())} problems)" if len(exc.errors()) > 1 else "")
+
+
+@cache
+def default_policy() -> XidPolicy:
+    return XidPolicy.model_validate(yaml.safe_load(_data_text(DEFAULT_POLICY)))
+
+
+def policy_from_text(text: str, *, source: str = "<policy>") -> XidPolicy:
+    """A policy document merged over the default one."""
+    try:
+        overlay = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ManifestError(source, f"not valid YAML: {exc}", fix="fix the YAML syntax") from exc
+    if not isinstance(overlay, dict):
+        raise ManifestError(
+            source, "a policy file must be a mapping", fix="start from the default policy's keys"
+        )
+    merged = _merge(yaml.safe_load(_data_text(DEFAULT_POLICY)), overlay)
+    try:
+        return XidPolicy.model_validate(merged)
+    except ValidationError as exc:
+        raise ManifestError(
+            source,
+            _validation_message(exc),
+            fix="see `gpufleet xid policy` for the default document and its keys",
+        ) from exc
+
+
+def load_policy(path: Path | str | None = None) -> XidPolicy:
+    """The default policy, or the default with the file at `path` merged over it."""
+    if path is None:
+        return default_policy()
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(
+            f"cannot read policy file {path}: {exc.strerror}", fix="check the --policy path"
+        ) from exc
+    return policy_from_text(text, source=str(path))
+
+
+def default_policy_text() -> str:
+    return _data_text(DEFAULT_POLICY)
+
+
+def _from_rule(rule: Rule, step: str, bucket: str | None) -> Verdict:
+    return Verdict(
+        severity=rule.severity,
+        action=rule.action,
+        investigatory=rule.investigatory,
+        bucket=bucket,
+        rule=step,
+        reason=rule.reason,
+    )
+
+
+def decode_nvl5(xid: int, detail: Nvl5Detail) -> list[Nvl5Rule]:
+    """The decode-table rows that apply to one NVLink5 Xid line (several when the status word has several
+    bits)."""
+    rows = [r for r in load_nvl5_decode() if r.xid == xid and detail.unit in r.units]
+    by_intrinfo = [r for r in rows if r.matches_intrinfo(detail.intrinfo)]
+    rows = by_intrinfo or rows
+    status = detail.error_status
+    exact = [r for r in rows if r.error_status == status]
+    if exact:
+        return exact
+    return [r for r in rows if r.error_status and status & r.error_status]
+
+
+def _nvl5_verdict(event: KernelEvent, info: XidInfo | None, policy: XidPolicy) -> Verdict | None:
+    detail = event.nvl5
+    if detail is None or not policy.nvlink5.decode or event.xid is None:
+        return None
+    bucket = info.nvidia_immediate_action if info else None
+    rows = decode_nvl5(event.xid, detail)
+    if not rows:
+        fallback = policy.nvlink5.undecoded_fatal if detail.fatal else policy.nvlink5.undecoded_nonfatal
+        step = f"nvl5-undecoded: {detail.unit} status {detail.error_status:#010x}"
+        return _from_rule(fallback, step, bucket)
+
+    def action_of(row: Nvl5Rule) -> Action:
+        return policy.nvlink5.xid_154_eval if row.resolution == "XID_154_EVAL" else Action(row.resolution)
+
+    worst = max(rows, key=lambda r: (r.fatal, _ACTION_WEIGHT.get(action_of(r), 3)))
+    return Verdict(
+        severity=Severity.FATAL if worst.fatal else Severity.NONFATAL,
+        action=action_of(worst),
+        investigatory=worst.investigatory or None,
+        bucket=bucket,
+        rule=f"nvl5-decode: {worst.unit} status {worst.error_status:#010x} ({worst.severity})",
+        reason=worst.effect,
+    )
+
+
+def _catalog_verdict(code: int, info: XidInfo, policy: XidPolicy) -> Verdict:
+    bucket = info.nvidia_immediate_action or None
+    if code in policy.overrides:
+        return _from_rule(policy.overrides[code], f"override {code}", bucket)
+    if not info.nvidia_immediate_action or not info.nvsentinel_fatality:
+        return _from_rule(policy.unrated, "unrated", bucket)
+    return Verdict(
+        severity=Severity(info.nvsentinel_fatality),
+        action=Action(info.nvidia_immediate_action),
+        investigatory=info.nvidia_investigatory_action or None,
+        bucket=bucket,
+        rule="catalog",
+        reason=info.description,
+    )
+
+
+def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) -> Verdict:
+    code = event.xid
+    if code is None or info is None:
+        return _from_rule(policy.unknown_xid, "unknown-xid", None)
+    if code in NVL5_XIDS:
+        decoded = _nvl5_verdict(event, info, policy)
+        if decoded is not None:
+            return decoded
+    if code == RECOVERY_XID and event.recovery is not None:
+        base = _catalog_verdict(code, info, policy)
+        announced = policy.recovery_actions.get(event.recovery.to_code, policy.unknown_recovery_action)
+        return base.model_copy(
+            update={
+                "action": announced.action,
+                "rule": f"xid154: announced {event.recovery.to_code:#x} ({event.recovery.to_name})",
+                "reason": announced.reason,
+            }
+        )
+    if code == 45 and event.root_xid is not None:
+        verdict = _from_rule(
+            policy.xid45_with_root, f"xid45 follows root Xid {event.root_xid}", "WORKFLOW_XID_45"
+        )
+        return verdict
+    return _catalog_verdict(code, info, policy)
+
+
+def classify(event: KernelEvent, policy: XidPolicy | None = None) -> Verdict:
+    """Severity and action for one kernel event under `policy` (the default policy when None)."""
+    policy = policy or default_policy()
+    if event.kind == "xid":
+        return classify_xid(event, policy, load_xid_catalog().get(event.xid or -1))
+    if event.kind == "sxid":
+        fatal = event.sxid_detail.fatal if event.sxid_detail else None
+        rule = policy.sxid.unmarked if fatal is None else policy.sxid.fatal if fatal else policy.sxid.nonfatal
+        step = "sxid-unmarked" if fatal is None else "sxid-fatal" if fatal else "sxid-nonfatal"
+        return _from_rule(rule, step, "SXID")
+    if event.kind == "fallen_off_bus":
+        return _from_rule(policy.fallen_off_bus, "fallen-off-bus", None)
+    return _from_rule(policy.reset_required, "reset-required", None)

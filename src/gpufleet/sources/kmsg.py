@@ -1,0 +1,477 @@
+"""NVIDIA GPU and NVSwitch fault events from the kernel log: Xid, SXid, fallen off the bus, reset required.
+
+The driver prints (open-gpu-kernel-modules `krcReportXid`)::
+
+    NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, <message><root>
+    NVRM: Xid (PCI:%04x:%02x:%02x): %d, <message><root>        (no process context, and older drivers)
+
+where <root> is ` caused by previous Xid %d` on an Xid 45 whose cause the driver knows. Older drivers print
+`NVRM: Xid (0000:03:00): 13, ...`. NVSwitch errors come as `nvidia-nvswitchN: SXid (PCI:0000:05:00.0): 20034,
+Fatal, Link 63 ...`, the lost-GPU case at probe time as the three-line `NVRM: The NVIDIA GPU 0000:b3:00.0 /
+(PCI ID: 10de:26b5) installed in this system has / fallen off the bus and is not responding to commands.`,
+which carries no Xid at all.
+
+`scan_kmsg` returns the events plus the lines that looked like a fault report but could not be read
+(`rejected`), so a garbled capture is visible rather than silently empty. A well-formed Xid line with a code
+the catalog does not know is an event with `known=False`, never dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, TypedDict
+
+from gpufleet.catalog import load_xid_catalog
+from gpufleet.sources.kmsg_framing import Frame, split_frame
+from gpufleet.sources.pci import normalise_pci
+
+EventKind = Literal["xid", "sxid", "fallen_off_bus", "reset_required"]
+
+_PCI_TEXT = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+_XID_HEAD = re.compile(r"NVRM: Xid\b")
+_XID = re.compile(r"NVRM: Xid \((?P<attr>[^()]*)\): (?P<code>\d{1,5}), ?(?P<rest>.*)$")
+_XID_ATTR = re.compile(rf"^(?:PCI:)?(?P<pci>{_PCI_TEXT})(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?$")
+_PID_NAME = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d*),(?: name=(?P<name>[^,]*),)? ?(?P<msg>.*)$")
+_ROOT = re.compile(r"\s*caused by previous Xid (?P<root>\d+)\s*$")
+_SXID = re.compile(
+    rf"(?P<dev>nvidia-nvswitch\d+): SXid \(PCI:(?P<pci>{_PCI_TEXT})\): (?P<code>\d{{1,6}}), ?(?P<rest>.*)$"
+)
+_SXID_HEAD = re.compile(r"\bSXid\b")
+_FALLEN_ONE = re.compile(rf"NVRM: GPU (?:at PCI:)?(?P<pci>{_PCI_TEXT}):? (?:GPU )?has fallen off the bus")
+_FALLEN_START = re.compile(rf"NVRM: The NVIDIA GPU (?P<pci>{_PCI_TEXT})")
+_PCI_ID = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
+_RESET_REQUIRED = re.compile(r"NV_ERR_RESET_REQUIRED")
+_ANY_PCI = re.compile(rf"(?:PCI:|GPU |GPU at PCI:)(?P<pci>{_PCI_TEXT})")
+_UUID_LINE = re.compile(rf"NVRM: GPU at PCI:(?P<pci>{_PCI_TEXT}): (?P<uuid>GPU-[0-9a-fA-F-]{{36}})")
+
+# NVLink5 Xids 144-150: `RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 ...)`
+_NVL5 = re.compile(
+    r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal|NonFatal)\s+XC(?P<xc>\d+)\s+i(?P<inst>\d+)\s+"
+    r"Link\s+(?P<link>-?\d+)\s+\((?P<words>(?:0x[0-9a-fA-F]+\s*)+)\)"
+)
+# Xid 154: `GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)`
+_RECOVERY = re.compile(
+    r"recovery action changed from (?P<f>0x[0-9a-fA-F]+|\d+) \((?P<fn>[^)]*)\) to (?P<t>0x[0-9a-fA-F]+|\d+) "
+    r"\((?P<tn>[^)]*)\)"
+)
+_SXID_LINK = re.compile(r"\bLink (?P<link>\d+)\b")
+# Xid 13 names the failing unit: `Graphics SM Warp Exception on (GPC 9, TPC 1, SM 1): Out Of Range Address`
+_GPC_TPC_SM = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+), SM (?P<sm>\d+)\)")
+NVL5_XIDS = frozenset(range(144, 151))
+RECOVERY_XID = 154
+FALLEN_OFF_BUS_XID = 79
+# lines a multi-line fallen-off-the-bus report may span before we give up on it
+_FALLEN_SPAN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Nvl5Detail:
+    """The decoded head of an NVLink5 Xid (144-150): unit, the driver's own severity word and the register
+    words."""
+
+    unit: str
+    fatal: bool
+    xc: int
+    instance: int
+    link: int
+    words: tuple[int, ...]
+
+    @property
+    def intrinfo(self) -> int:
+        return self.words[0]
+
+    @property
+    def error_status(self) -> int:
+        return self.words[1] if len(self.words) > 1 else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryChange:
+    """Xid 154: the GPU's recovery action moved from one state to another (NVML's
+    nvmlDeviceGpuRecoveryAction_t)."""
+
+    from_code: int
+    from_name: str
+    to_code: int
+    to_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SxidDetail:
+    """An NVSwitch SXid line: which switch, its severity word, and the link it names.
+
+    The driver follows a `Fatal, Link 63 ...` head with `Severity 1 Engine instance ...` and `Data {...}`
+    lines for the same switch and code; those inherit the head's severity and link, and `continues_line`
+    points at it.
+    """
+
+    switch: str
+    fatal: bool | None
+    link: int | None
+    continues_line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelEvent:
+    """One GPU or NVSwitch fault reported by the kernel log."""
+
+    kind: EventKind
+    line: int  # 1-based line number of the event's first line
+    raw: str
+    message: str
+    xid: int | None = None
+    sxid: int | None = None
+    pci: str | None = None  # normalised domain:bus:device
+    wall_time: datetime | None = None
+    uptime_s: float | None = None
+    host: str | None = None
+    pid: int | None = None
+    process: str | None = None
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    root_xid: int | None = None
+    known: bool = True  # False for an Xid code the catalog does not list
+    gpu_uuid: str | None = None
+    pci_device_id: str | None = None  # vendor:device from the fallen-off-the-bus report
+    nvl5: Nvl5Detail | None = None
+    recovery: RecoveryChange | None = None
+    sxid_detail: SxidDetail | None = None
+    gpc_tpc_sm: tuple[int, int, int] | None = (
+        None  # where a graphics exception hit (NVIDIA's WORKFLOW_XID_13)
+    )
+
+    @property
+    def time(self) -> datetime | float | None:
+        """Wall-clock time when the log gave one, else seconds since boot, else None."""
+        return self.wall_time if self.wall_time is not None else self.uptime_s
+
+    @property
+    def code(self) -> int | None:
+        return self.xid if self.kind == "xid" else self.sxid
+
+
+class _Stamp(TypedDict):
+    wall_time: datetime | None
+    uptime_s: float | None
+    host: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedLine:
+    line: int
+    raw: str
+    reason: str
+
+
+@dataclass(slots=True)
+class KmsgScan:
+    events: list[KernelEvent] = field(default_factory=list)
+    rejected: list[RejectedLine] = field(default_factory=list)
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd]")
+# a line without any of these cannot start or be a report, so it is skipped without further reading
+_TRIGGERS = re.compile(r"NVRM|SXid|nvswitch")
+
+
+def _printable(text: str) -> bool:
+    return _UNPRINTABLE.search(text) is None
+
+
+def _parse_nvl5(message: str) -> Nvl5Detail | None:
+    match = _NVL5.match(message.strip())
+    if match is None:
+        return None
+    words = tuple(int(w, 16) for w in match.group("words").split())
+    return Nvl5Detail(
+        unit=match.group("unit"),
+        fatal=match.group("sev") == "Fatal",
+        xc=int(match.group("xc")),
+        instance=int(match.group("inst")),
+        link=int(match.group("link")),
+        words=words,
+    )
+
+
+def _parse_location(message: str) -> tuple[int, int, int] | None:
+    match = _GPC_TPC_SM.search(message)
+    if match is None:
+        return None
+    return int(match.group("gpc")), int(match.group("tpc")), int(match.group("sm"))
+
+
+def _parse_recovery(message: str) -> RecoveryChange | None:
+    match = _RECOVERY.search(message)
+    if match is None:
+        return None
+    return RecoveryChange(
+        from_code=int(match.group("f"), 0),
+        from_name=match.group("fn"),
+        to_code=int(match.group("t"), 0),
+        to_name=match.group("tn"),
+    )
+
+
+class KmsgParser:
+    """Line-at-a-time parser; keeps the little state multi-line reports and GPU identities need.
+
+    Feed it lines in order (`feed_line`), then `finish()`; `scan_kmsg` does that for a whole text, and the
+    streaming readers in `kmsg_stream` do it as lines arrive.
+    """
+
+    def __init__(self, *, host: str | None = None, year: int | None = None) -> None:
+        self.host = host
+        self.year = year
+        self.catalog = load_xid_catalog()
+        self.scan = KmsgScan()
+        self._lineno = 0
+        self._uuids: dict[str, str] = {}
+        self._last_xid: dict[str, int] = {}
+        self._sxid_heads: dict[tuple[str, int], tuple[int, bool, int | None]] = {}  # (switch, code) -> head
+        # a fallen-off-the-bus report in progress: (line, raw lines, frame, pci, PCI device id)
+        self._pending: tuple[int, str, Frame, str, str | None] | None = None
+        self._pending_age = 0
+
+    def feed_line(self, raw: str) -> list[KernelEvent]:
+        """Parse the next line; returns the events it completed (usually zero or one)."""
+        self._lineno += 1
+        raw = raw.rstrip("\r\n")
+        if self._pending is None and _TRIGGERS.search(raw) is None:
+            return []
+        before = len(self.scan.events)
+        if not _printable(raw):
+            if "NVRM" in raw or "Xid" in raw:
+                self._reject(raw, "line holds control or undecodable bytes")
+            return []
+        frame = split_frame(raw, year=self.year)
+        self._feed_pending(raw, frame)
+        if not frame.continuation:
+            self._parse_message(raw, frame)
+        return self.scan.events[before:]
+
+    def finish(self) -> list[KernelEvent]:
+        """End of input: a fallen-off-the-bus report cut short is still a report of a lost GPU."""
+        before = len(self.scan.events)
+        if self._pending is not None:
+            lineno, first_raw, frame, pci, device_id = self._pending
+            self._pending = None
+            self._emit_fallen(lineno, first_raw, frame, pci, device_id, complete=False)
+        return self.scan.events[before:]
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def _reject(self, raw: str, reason: str) -> None:
+        self.scan.rejected.append(RejectedLine(self._lineno, raw, reason))
+
+    def _base(self, frame: Frame) -> _Stamp:
+        return {
+            "wall_time": frame.wall_time,
+            "uptime_s": frame.uptime_s,
+            "host": frame.host or self.host,
+        }
+
+    def _feed_pending(self, raw: str, frame: Frame) -> None:
+        if self._pending is None:
+            return
+        lineno, first_raw, first_frame, pci, device_id = self._pending
+        message = frame.message
+        if _FALLEN_START.search(message):  # another GPU's report begins: this one was cut short
+            self._pending = None
+            self._emit_fallen(lineno, first_raw, first_frame, pci, device_id, complete=False)
+            return
+        id_match = _PCI_ID.search(message)
+        if id_match is not None:
+            device_id = id_match.group("id")
+        if "fallen off the bus" in message:
+            self._pending = None
+            self._emit_fallen(lineno, first_raw + "\n" + raw, first_frame, pci, device_id, complete=True)
+            return
+        self._pending_age += 1
+        joined = first_raw + "\n" + raw
+        if self._pending_age >= _FALLEN_SPAN:
+            self._pending = None
+            self._emit_fallen(lineno, joined, first_frame, pci, device_id, complete=False)
+        else:
+            self._pending = (lineno, joined, first_frame, pci, device_id)
+
+    def _emit_fallen(
+        self, lineno: int, raw: str, frame: Frame, pci: str, device_id: str | None, *, complete: bool
+    ) -> None:
+        text = " ".join(part.split("NVRM:", 1)[-1].strip() for part in raw.splitlines())
+        if not complete:
+            text += " [report cut short]"
+        self.scan.events.append(
+            KernelEvent(
+                kind="fallen_off_bus",
+                line=lineno,
+                raw=raw,
+                message=text,
+                pci=pci,
+                pci_device_id=device_id,
+                gpu_uuid=self._uuids.get(pci),
+                root_xid=FALLEN_OFF_BUS_XID if self._last_xid.get(pci) == FALLEN_OFF_BUS_XID else None,
+                **self._base(frame),
+            )
+        )
+
+    def _parse_message(self, raw: str, frame: Frame) -> None:
+        message = frame.message
+        uuid_match = _UUID_LINE.search(message)
+        if uuid_match is not None:
+            pci = normalise_pci(uuid_match.group("pci"))
+            if pci is not None:
+                self._uuids[pci] = uuid_match.group("uuid")
+            return
+        if _XID_HEAD.search(message):
+            self._parse_xid(raw, frame)
+            return
+        if _SXID_HEAD.search(message):
+            self._parse_sxid(raw, frame)
+            return
+        start = _FALLEN_START.search(message)
+        if start is not None:
+            pci = normalise_pci(start.group("pci"))
+            if pci is None:
+                self._reject(raw, "fallen-off-the-bus report with an unreadable PCI address")
+                return
+            id_match = _PCI_ID.search(message)
+            device_id = id_match.group("id") if id_match else None
+            if "fallen off the bus" in message:
+                self._emit_fallen(self._lineno, raw, frame, pci, device_id, complete=True)
+            else:
+                self._pending = (self._lineno, raw, frame, pci, device_id)
+                self._pending_age = 0
+            return
+        one = _FALLEN_ONE.search(message)
+        if one is not None:
+            pci = normalise_pci(one.group("pci"))
+            if pci is not None:
+                self._emit_fallen(self._lineno, raw, frame, pci, None, complete=True)
+            return
+        if _RESET_REQUIRED.search(message) and "NVRM" in message:
+            pci_match = _ANY_PCI.search(message)
+            pci = normalise_pci(pci_match.group("pci")) if pci_match else None
+            self.scan.events.append(
+                KernelEvent(
+                    kind="reset_required",
+                    line=self._lineno,
+                    raw=raw,
+                    message=message.split("NVRM:", 1)[-1].strip(),
+                    pci=pci,
+                    gpu_uuid=self._uuids.get(pci) if pci else None,
+                    **self._base(frame),
+                )
+            )
+
+    def _parse_xid(self, raw: str, frame: Frame) -> None:
+        match = _XID.search(frame.message)
+        if match is None:
+            self._reject(raw, "Xid line without the `Xid (PCI:dddd:bb:dd): N, ` head")
+            return
+        attr = _XID_ATTR.match(match.group("attr").strip())
+        if attr is None:
+            self._reject(raw, f"Xid line with an unreadable device {match.group('attr')!r}")
+            return
+        pci = normalise_pci(attr.group("pci"))
+        rest = match.group("rest")
+        if pci is None or not rest.strip():
+            self._reject(raw, "Xid line cut short after its code")
+            return
+        code = int(match.group("code"))
+        pid: int | None = None
+        process: str | None = None
+        pid_name = _PID_NAME.match(rest)
+        if pid_name is not None:
+            pid_text = pid_name.group("pid")
+            pid = int(pid_text) if pid_text.isdigit() else None
+            name = (pid_name.group("name") or "").strip()
+            process = None if name in ("", "<unknown>") else name
+            rest = pid_name.group("msg")
+            if not rest.strip():
+                self._reject(raw, "Xid line cut short after its pid/name")
+                return
+        elif rest.startswith("pid="):
+            self._reject(raw, "Xid line with a damaged pid/name field")
+            return
+        root = _ROOT.search(rest)
+        root_xid = int(root.group("root")) if root else None
+        message = rest[: root.start()] if root else rest
+        message = message.strip()
+        self._last_xid[pci] = code
+        self.scan.events.append(
+            KernelEvent(
+                kind="xid",
+                line=self._lineno,
+                raw=raw,
+                message=message,
+                xid=code,
+                pci=pci,
+                pid=pid,
+                process=process,
+                gpu_instance=int(attr.group("gi")) if attr.group("gi") else None,
+                compute_instance=int(attr.group("ci")) if attr.group("ci") else None,
+                root_xid=root_xid,
+                known=code in self.catalog,
+                gpu_uuid=self._uuids.get(pci),
+                nvl5=_parse_nvl5(message) if code in NVL5_XIDS else None,
+                recovery=_parse_recovery(message) if code == RECOVERY_XID else None,
+                gpc_tpc_sm=_parse_location(message),
+                **self._base(frame),
+            )
+        )
+
+    def _parse_sxid(self, raw: str, frame: Frame) -> None:
+        match = _SXID.search(frame.message)
+        if match is None:
+            if "nvswitch" in frame.message:
+                self._reject(raw, "SXid line without the `SXid (PCI:...): N, ` head")
+            return
+        pci = normalise_pci(match.group("pci"))
+        rest = match.group("rest").strip()
+        if pci is None or not rest:
+            self._reject(raw, "SXid line cut short after its code")
+            return
+        head = rest.split(",", 1)[0].strip().lower()
+        fatal = True if head == "fatal" else False if head in ("non-fatal", "nonfatal") else None
+        link_match = _SXID_LINK.search(rest)
+        link = int(link_match.group("link")) if link_match else None
+        code = int(match.group("code"))
+        key = (match.group("dev"), code)
+        continues = None
+        if fatal is not None:
+            self._sxid_heads[key] = (self._lineno, fatal, link)
+        elif key in self._sxid_heads:
+            continues, fatal, link = self._sxid_heads[key]
+        self.scan.events.append(
+            KernelEvent(
+                kind="sxid",
+                line=self._lineno,
+                raw=raw,
+                message=rest,
+                sxid=code,
+                pci=pci,
+                sxid_detail=SxidDetail(
+                    switch=match.group("dev"), fatal=fatal, link=link, continues_line=continues
+                ),
+                **self._base(frame),
+            )
+        )
+
+
+def scan_kmsg(text: str | Iterable[str], *, host: str | None = None, year: int | None = None) -> KmsgScan:
+    """Parse kernel log text (any framing, mixed freely) into events and rejected lines."""
+    parser = KmsgParser(host=host, year=year)
+    lines = text.splitlines() if isinstance(text, str) else text
+    for raw in lines:
+        parser.feed_line(raw)
+    parser.finish()
+    return parser.scan
+
+
+def parse_kmsg(
+    text: str | Iterable[str], *, host: str | None = None, year: int | None = None
+) -> list[KernelEvent]:
+    """The events in kernel log text; see `scan_kmsg` for the lines that were rejected."""
+    return scan_kmsg(text, host=host, year=year).events

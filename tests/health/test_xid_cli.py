@@ -1,0 +1,169 @@
+"""`gpufleet xid classify|explain|policy` through the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+
+runner = CliRunner()
+
+
+def test_classify_json_records(corpus: Path) -> None:
+    files = [str(corpus / "xid154_gpud_gb200.log"), str(corpus / "burst_xid79_sxid_gpud.log")]
+    result = runner.invoke(app, ["xid", "classify", "-o", "json", *files])
+    assert result.exit_code == 0, result.stderr
+    records = json.loads(result.stdout)
+    assert len(records) == 11
+    first = records[0]
+    for key in (
+        "file",
+        "line",
+        "xid",
+        "kind",
+        "pci",
+        "severity",
+        "action",
+        "root_xid",
+        "time",
+        "host",
+        "message",
+    ):
+        assert key in first
+    assert (first["xid"], first["severity"], first["action"], first["time"]) == (
+        154,
+        "NONFATAL",
+        "RESET_GPU",
+        171167.897562,
+    )
+    fallen = records[2]
+    assert (fallen["kind"], fallen["root_xid"], fallen["action"]) == ("fallen_off_bus", 79, "RESTART_BM")
+    assert {r["kind"] for r in records[3:]} == {"sxid"}
+    assert first["detail"]["recovery_action"] == {
+        "from": "0x4 (Drain and Reset)",
+        "to": "0x1 (GPU Reset Required)",
+    }
+    assert fallen["detail"]["gpu_uuid"] == "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b"
+    assert records[6]["detail"]["nvswitch"] == {"switch": "nvidia-nvswitch0", "link": 63, "continues_line": 7}
+
+
+def test_classify_table_warns_about_rejected_lines(corpus: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "xid",
+            "classify",
+            str(corpus / "neg_xid043_kmsg_malformed.log"),
+            str(corpus / "xid069_nvsentinel_csvtest.log"),
+        ],
+    )
+    assert result.exit_code == 0
+    assert "0001:ab:cd" in result.stdout  # printed as text, not as a Rich emoji code
+    assert "neg_xid043_kmsg_malformed.log:1" in result.stderr
+
+
+def test_classify_with_policy_override(corpus: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("overrides:\n  32: {severity: FATAL, action: RESET_GPU, reason: test}\n")
+    result = runner.invoke(
+        app,
+        [
+            "xid",
+            "classify",
+            "-o",
+            "json",
+            "--policy",
+            str(policy),
+            str(corpus / "xid032_nvsentinel_csvtest.log"),
+        ],
+    )
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)[0]["action"] == "RESET_GPU"
+
+
+def test_classify_reads_stdin(corpus: Path) -> None:
+    text = (corpus / "xid013_gpud_dmesg_iso.log").read_text()
+    result = runner.invoke(app, ["xid", "classify", "-o", "yaml", "-"], input=text)
+    assert result.exit_code == 0 and "xid: 13" in result.stdout
+
+
+def test_explain_shows_catalog_and_peers() -> None:
+    result = runner.invoke(app, ["xid", "explain", "109", "-o", "json"])
+    assert result.exit_code == 0
+    record = json.loads(result.stdout)
+    assert record["mnemonic"] == "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR"
+    assert record["peers"]["k8s-device-plugin"] == "ignored"
+    assert record["gpufleet"]["action"] == "RESET_GPU" and record["gpufleet"]["rule"] == "override 109"
+    nvl5 = json.loads(runner.invoke(app, ["xid", "explain", "145", "-o", "json"]).stdout)
+    assert any(row["unit"] == "RLW_RXPIPE" for row in nvl5["nvlink5_decode"])
+    table = runner.invoke(app, ["xid", "explain", "154"])
+    assert table.exit_code == 0 and "Drain P2P" in table.stdout
+
+
+def test_policy_prints_the_default_document() -> None:
+    result = runner.invoke(app, ["xid", "policy"])
+    assert result.exit_code == 0 and "recovery_actions:" in result.stdout
+
+
+def _gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    missing = _gpufleet("xid", "classify", str(tmp_path / "nope.log"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
+    unknown = _gpufleet("xid", "explain", "999")
+    assert unknown.returncode == 2 and "not in the catalog" in unknown.stderr
+    bad_policy = tmp_path / "p.yaml"
+    bad_policy.write_text("overrides:\n  32: {severity: FATAL, action: NUKE}\n")
+    result = _gpufleet("xid", "classify", "--policy", str(bad_policy), str(tmp_path))
+    assert result.returncode == 2 and "overrides.32.action" in result.stderr
+
+
+def test_classify_binary_and_truncated_input(tmp_path: Path) -> None:
+    blob = tmp_path / "kern.bin"
+    blob.write_bytes(
+        b"\x00\xff\xfe garbage\nNVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, "
+        b"GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 4\xff3, pid=1, name=a, b\n"
+        b"NVRM: Xid (PCI:0000:3b:00): 1"
+    )
+    result = runner.invoke(app, ["xid", "classify", "-o", "json", str(blob)])
+    assert result.exit_code == 0
+    assert [r["xid"] for r in json.loads(result.stdout)] == [79]
+    assert "kern.bin:3" in result.stderr and "kern.bin:4" in result.stderr
+
+
+def test_classify_from_dmesg(corpus: Path, tmp_path: Path) -> None:
+    fake = tmp_path / "dmesg"
+    fake.write_text(f'#!/bin/sh\ncat "{corpus / "xid013_gpud_dmesg_iso.log"}"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "xid", "classify", "--dmesg", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    [record] = json.loads(result.stdout)
+    assert (record["file"], record["xid"], record["action"]) == ("dmesg", 13, "RESTART_APP")
+
+
+def test_watch_once_prints_json_lines(corpus: Path, tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text((corpus / "burst_xid79_sxid_gpud.log").read_text())
+    result = runner.invoke(app, ["xid", "watch", str(log), "--once", "--json"])
+    assert result.exit_code == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["kind"] for r in records[:2]] == ["xid", "fallen_off_bus"] and len(records) == 10
+    text = runner.invoke(app, ["xid", "watch", str(log), "--once"])
+    assert "0000:91:00 xid 79 FATAL RESTART_BM GPU has fallen off the bus." in text.stdout

@@ -1,0 +1,141 @@
+"""Incremental kernel-log reading: partial lines, growing and rotated files, /dev/kmsg, running dmesg."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from gpufleet.errors import BackendError, DependencyMissingError
+from gpufleet.sources.kmsg import parse_kmsg
+from gpufleet.sources.kmsg_stream import KmsgFeed, follow_file, read_dev_kmsg, run_dmesg
+
+BURSTS = ("burst_xid119_gsp_rpc_history_gpud.log", "burst_xid13_43_oom_gpud.log", "burst_xid79_sxid_gpud.log")
+
+
+def _key(events: list) -> list[tuple]:
+    return [(e.kind, e.line, e.xid, e.sxid, e.pci, e.message) for e in events]
+
+
+@pytest.mark.parametrize("name", BURSTS)
+@pytest.mark.parametrize("chunk", [1, 7, 64, 4096])
+def test_feed_in_chunks_matches_whole_text(corpus: Path, name: str, chunk: int) -> None:
+    text = (corpus / name).read_text()
+    feed = KmsgFeed()
+    events = []
+    for start in range(0, len(text), chunk):
+        events.extend(feed.feed(text[start : start + chunk]))
+    events.extend(feed.close())
+    assert _key(events) == _key(parse_kmsg(text))
+
+
+def test_feed_holds_a_partial_line_until_its_newline() -> None:
+    feed = KmsgFeed()
+    assert feed.feed("NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unkn") == []
+    events = feed.feed("own>, GPU has fallen off the bus.\n")
+    assert [e.xid for e in events] == [79]
+
+
+def test_feed_flushes_multiline_report_on_close() -> None:
+    feed = KmsgFeed()
+    assert feed.feed("[1.0] NVRM: The NVIDIA GPU 0000:5d:00.0\n") == []
+    assert [e.kind for e in feed.close()] == ["fallen_off_bus"]
+
+
+def test_follow_file_sees_appended_lines_and_rotation(corpus: Path, tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text((corpus / "xid032_nvsentinel_csvtest.log").read_text())
+    calls = {"n": 0}
+
+    def stop() -> bool:
+        # first idle poll: the file grows (with a partial last line); second: it is rotated; third: stop
+        calls["n"] += 1
+        if calls["n"] == 1:
+            with log.open("a") as f:
+                f.write((corpus / "xid119_aznhc_readme.log").read_text().rstrip("\n"))
+            return False
+        if calls["n"] == 2:
+            log.rename(tmp_path / "kern.log.1")
+            log.write_text((corpus / "xid079_dcgm_kmsgtest.log").read_text())
+            return False
+        return True
+
+    events = list(follow_file(log, poll_s=0.0, stop=stop))
+    assert [e.xid for e in events] == [32, 119, 79]
+
+
+def test_follow_file_from_end_skips_old_lines(corpus: Path, tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text((corpus / "xid032_nvsentinel_csvtest.log").read_text())
+    calls = {"n": 0}
+
+    def stop() -> bool:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            with log.open("a") as f:
+                f.write((corpus / "xid069_nvsentinel_csvtest.log").read_text())
+            return False
+        return True
+
+    assert [e.xid for e in follow_file(log, from_start=False, poll_s=0.0, stop=stop)] == [69]
+
+
+def test_read_dev_kmsg_records(corpus: Path, tmp_path: Path) -> None:
+    # a saved /dev/kmsg dump: one `prio,seq,usec,flags;msg` record per line, dictionary lines indented
+    good = (corpus / "xid079_dcgm_kmsgtest.log").read_text().strip()
+    bad = (corpus / "neg_xid043_kmsg_malformed.log").read_text().strip()
+    dump = tmp_path / "kmsg.dump"
+    dump.write_text(f"{bad}\n SUBSYSTEM=pci\n4,1228,437812450000,-;{good}\n")
+    events = list(read_dev_kmsg(dump))
+    assert [(e.xid, e.uptime_s) for e in events] == [(79, pytest.approx(437812.45))]
+
+
+def test_read_dev_kmsg_missing_path_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="cannot open"):
+        list(read_dev_kmsg(tmp_path / "no-kmsg"))
+
+
+def _fake_tool(directory: Path, name: str, script: str) -> Path:
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_run_dmesg_returns_output(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = corpus / "burst_xid13_43_oom_gpud.log"
+    _fake_tool(tmp_path, "dmesg", f'cat "{source}"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert [e.xid for e in parse_kmsg(run_dmesg())][-1] == 43
+
+
+def test_run_dmesg_refused_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_tool(
+        tmp_path, "dmesg", 'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2\nexit 1\n'
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(BackendError) as info:
+        run_dmesg()
+    assert "Operation not permitted" in info.value.message and "CAP_SYSLOG" in (info.value.fix or "")
+
+
+def test_run_dmesg_missing_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(DependencyMissingError, match="not installed"):
+        run_dmesg()
+
+
+def test_this_machines_kernel_log_via_dev_kmsg_and_dmesg() -> None:
+    """The real /dev/kmsg (one record per read, drained without blocking) and dmesg agree on GPU faults."""
+    if not os.access("/dev/kmsg", os.R_OK) or shutil.which("dmesg") is None:
+        pytest.skip("needs a readable /dev/kmsg and dmesg")
+    try:
+        text = run_dmesg(("--raw",))
+    except BackendError as exc:
+        pytest.skip(f"dmesg refused here: {exc.message}")
+    from_kmsg = list(read_dev_kmsg())
+    from_dmesg = parse_kmsg(text)
+    assert [(e.kind, e.code, e.pci) for e in from_kmsg] == [(e.kind, e.code, e.pci) for e in from_dmesg]
