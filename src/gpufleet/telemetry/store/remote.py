@@ -29,6 +29,11 @@ from gpufleet.telemetry.store.query import (
 from gpufleet.telemetry.store.remote_write import HEADERS, encode_write_request, snappy_compress
 
 
+def _seconds(timestamp: float) -> str:
+    """Millisecond text rounded the way sample timestamps are, so a query at a write's time sees that write."""
+    return f"{round(timestamp * 1000) / 1000:.3f}"
+
+
 class RemoteConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -109,7 +114,7 @@ class RemoteStore:
     def query(self, promql: str, at: float | None = None) -> list[InstantSample]:
         params: dict[str, Any] = {"query": promql}
         if at is not None:
-            params["time"] = at
+            params["time"] = _seconds(at)
         data = self._get("/api/v1/query", params)
         if data["resultType"] == "scalar":
             ts, value = data["result"]
@@ -120,7 +125,10 @@ class RemoteStore:
         ]
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[RangeSeries]:
-        data = self._get("/api/v1/query_range", {"query": promql, "start": start, "end": end, "step": step})
+        data = self._get(
+            "/api/v1/query_range",
+            {"query": promql, "start": _seconds(start), "end": _seconds(end), "step": step},
+        )
         out = []
         for r in data["result"]:
             points = r["values"]
