@@ -111,7 +111,7 @@ def test_remote_write_then_promql(stack: dict[str, Any], backend: str) -> None:
     selector = 'DCGM_FI_DEV_POWER_USAGE{hostname="gpu-node-01"}'
     # VictoriaMetrics shows pushed data after 1-2 s and caches query results: wait for the data, then ask
     time.sleep(2.5)
-    # keep to what the store wrote: Prometheus also scrapes the same frame (and forwards it to VM) with a job label
+    # only what the store wrote: Prometheus also scrapes the frame (and forwards it to VM) with a job label
     result = poll(lambda: [s for s in store.instant(selector, at=now) if "job" not in s.labels])
     assert sorted(int(s.labels["gpu"]) for s in result) == list(range(8))
     by_gpu = {s.labels["gpu"]: s.value for s in result}
