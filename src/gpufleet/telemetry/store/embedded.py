@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,6 +69,7 @@ class EmbeddedStore:
         self._ids: dict[str, int] = {}
         self._by_name: dict[str, list[int]] = {}
         self._dense_ids: tuple[tuple[int, int, int], np.ndarray] | None = None
+        self._sparse_ids: dict[tuple[Any, ...], int] = {}
         self.latest: float | None = None
         for sid, labels, kind in self.history.load_series():
             self._register(sid, labels, kind)
@@ -130,12 +132,20 @@ class EmbeddedStore:
             pairs = zip(lay.dense_labels, lay.dense_kinds, strict=True)
             dense_ids = np.array([self.series_id(lab, kind) for lab, kind in pairs], dtype=np.int64)
             self._dense_ids = (lay.key, dense_ids)
+            self._sparse_ids = {}
         dense = self.frames.dense_values(frame)
-        sparse = list(self.frames.sparse(frame))
+        sparse = self.frames.sparse_entries(frame)
         if sparse:
-            extra_ids = np.array([self.series_id(lab, kind) for lab, _v, kind in sparse], dtype=np.int64)
+            extra_ids = np.empty(len(sparse), dtype=np.int64)
+            for n, (key, _value, kind) in enumerate(sparse):
+                sid = self._sparse_ids.get(key)
+                if sid is None:
+                    sid = self._sparse_ids[key] = self.series_id(self.frames.sparse_labels(frame, key), kind)
+                extra_ids[n] = sid
             ids = np.concatenate([self._dense_ids[1], extra_ids])
-            values = np.concatenate([dense, np.array([v for _l, v, _k in sparse])])
+            values = np.concatenate(
+                [dense, np.fromiter((v for _k, v, _t in sparse), np.float64, len(sparse))]
+            )
         else:
             ids, values = self._dense_ids[1], dense
         self.write_ids(ids, ts, values)

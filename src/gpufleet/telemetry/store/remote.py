@@ -30,7 +30,7 @@ from gpufleet.telemetry.store.remote_write import HEADERS, encode_write_request,
 
 
 def _seconds(timestamp: float) -> str:
-    """Millisecond text rounded the way sample timestamps are, so a query at a write's time sees that write."""
+    """Millisecond text rounded like sample timestamps, so a query at a write's time sees that write."""
     return f"{round(timestamp * 1000) / 1000:.3f}"
 
 
