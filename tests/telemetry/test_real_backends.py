@@ -15,6 +15,7 @@ from tests.conftest import REPO_ROOT, require_tool
 
 from gpufleet.telemetry.exposition import CONTENT_TYPE, Renderer
 from gpufleet.telemetry.frame import MetricFrame
+from gpufleet.telemetry.rules import RulesConfig, dump, rule_groups
 from gpufleet.telemetry.store import RemoteConfig, RemoteStore
 
 from .conftest import filled_frame
@@ -72,6 +73,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     frame = filled_frame()
     exporter = MetricsServer(frame)
     prom_port, vm_port = free_port(), free_port()
+    rules = run_dir / "gpufleet-rules.yml"
+    rules.write_text(dump(rule_groups(RulesConfig())))
     script = REPO_ROOT / "scripts" / "start-prometheus.sh"
     args = [
         "bash",
@@ -85,6 +88,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "--victoria-metrics",
         "--vm-port",
         str(vm_port),
+        "--rules",
+        str(rules),
     ]
     started = subprocess.run(args, capture_output=True, text=True, timeout=60)
     try:
@@ -133,3 +138,13 @@ def test_prometheus_scrapes_our_exposition(stack: dict[str, Any]) -> None:
     for key in ("UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION"):
         assert labels.get(key), key
     store.close()
+
+
+def test_prometheus_loads_generated_rules(stack: dict[str, Any]) -> None:
+    import httpx
+
+    data = httpx.get(stack["prometheus"] + "/api/v1/rules").json()["data"]
+    rules = [r for g in data["groups"] for r in g["rules"]]
+    expected = [r["alert"] for g in rule_groups(RulesConfig())["groups"] for r in g["rules"]]
+    assert sorted(r["name"] for r in rules) == sorted(expected)
+    assert all(r["health"] in ("ok", "unknown") for r in rules)
