@@ -4,8 +4,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from tests.conftest import REPO_ROOT
 
+from conftest import REPO_ROOT
 from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost, hourly_prices
 from gpufleet.telemetry.frame import MetricFrame
 

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from tests.conftest import REPO_ROOT, require_tool
 
+from conftest import REPO_ROOT, require_tool
 from gpufleet.telemetry.exposition import CONTENT_TYPE, Renderer
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.rules import RulesConfig, dump, rule_groups

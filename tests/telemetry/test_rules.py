@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.conftest import require_tool
 
+from conftest import require_tool
 from gpufleet.errors import ManifestError
 from gpufleet.telemetry.rules import (
     RULE_FILE,
