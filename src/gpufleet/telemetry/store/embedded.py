@@ -9,10 +9,12 @@ memory;
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +35,19 @@ from gpufleet.telemetry.store.query import (
 from gpufleet.telemetry.store.tiers import Rollup, Tier
 
 DB_NAME = "metrics.sqlite"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """The collect loop writes while API handlers read: one re-entrant lock per store serializes them."""
+
+    @functools.wraps(method)
+    def wrapper(self: EmbeddedStore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class StoreConfig(BaseModel):
@@ -57,6 +72,7 @@ class EmbeddedStore:
         exposition: ExpositionConfig | None = None,
     ) -> None:
         self.config = config or StoreConfig()
+        self._lock = threading.RLock()
         cfg = self.config
         self.history = History(data_dir / DB_NAME if data_dir is not None else None)
         self.raw = Tier(0, cfg.resolution_s, cfg.chunk_slots, cfg.raw_retention_s, self.history)
@@ -94,6 +110,7 @@ class EmbeddedStore:
         is_counter[:need] = [k == "counter" for k in self._kinds]
         self.rollup.grow(capacity, is_counter)
 
+    @_locked
     def series_id(self, labels: Mapping[str, str], kind: str = "gauge") -> int:
         """The id of a series (labels include __name__), registering it on first sight."""
         key = labels_key(labels)
@@ -113,6 +130,7 @@ class EmbeddedStore:
         return len(self._labels)
 
     # -- ingest ----------------------------------------------------------------------------------------------
+    @_locked
     def write_ids(self, ids: np.ndarray, timestamp: float, values: np.ndarray) -> None:
         """Write one value per series id at one timestamp (NaN = no sample). The fast path."""
         self.raw.write(ids, self.raw.slot_of(timestamp), values)
@@ -120,10 +138,12 @@ class EmbeddedStore:
         if self.latest is None or timestamp > self.latest:
             self.latest = timestamp
 
+    @_locked
     def write(self, labels: Mapping[str, str], timestamp: float, value: float, kind: str = "gauge") -> None:
         sid = self.series_id(labels, kind)
         self.write_ids(np.array([sid]), timestamp, np.array([float(value)]))
 
+    @_locked
     def ingest(self, frame: MetricFrame, timestamp: float | None = None) -> int:
         """Store every value of a frame; returns the number of samples written."""
         ts = frame.timestamp if timestamp is None else timestamp
@@ -151,6 +171,7 @@ class EmbeddedStore:
         self.write_ids(ids, ts, values)
         return int(np.count_nonzero(~np.isnan(values)))
 
+    @_locked
     def flush(self) -> None:
         self.rollup.flush()
         self.raw.flush()
@@ -158,6 +179,7 @@ class EmbeddedStore:
             self.history.set_meta("latest", repr(self.latest))
         self.history.commit()
 
+    @_locked
     def close(self) -> None:
         self.flush()
         self.history.close()
@@ -207,6 +229,7 @@ class EmbeddedStore:
             for sid in self.match(selector)
         ]
 
+    @_locked
     def range(self, selector: Selector | str, start: float, end: float, step: float) -> list[RangeSeries]:
         out = []
         for series in self._range_all(selector, start, end, step):
@@ -215,6 +238,7 @@ class EmbeddedStore:
                 out.append(RangeSeries(series.labels, series.timestamps[keep], series.values[keep]))
         return out
 
+    @_locked
     def instant(self, selector: Selector | str, at: float | None = None) -> list[InstantSample]:
         when = self._now(at)
         if when is None:
@@ -227,12 +251,14 @@ class EmbeddedStore:
     def _now(self, at: float | None) -> float | None:
         return at if at is not None else self.latest
 
+    @_locked
     def aggregate_range(
         self, op: AggOp, selector: Selector | str, by: Sequence[str], start: float, end: float, step: float
     ) -> list[RangeSeries]:
         check_op(op)
         return aggregate_series(op, self._range_all(selector, start, end, step), by)
 
+    @_locked
     def aggregate_instant(
         self, op: AggOp, selector: Selector | str, by: Sequence[str], at: float | None = None
     ) -> list[InstantSample]:
