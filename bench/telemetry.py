@@ -1,5 +1,5 @@
-"""Telemetry benchmark: /metrics render time, embedded store ingest and 24 h range query, memory per series, and
-how each grows with the fleet (8, 64, 512 GPUs), next to dcgm-exporter's published figures.
+"""Telemetry benchmark: /metrics render time, embedded store ingest and 24 h range query, memory per series,
+and how each grows with the fleet (8, 64, 512 GPUs), next to dcgm-exporter's published figures.
 
 Run: python bench/telemetry.py [--quick]
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,8 @@ from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
 from gpufleet.telemetry.store import EmbeddedStore
 
 # dcgm-exporter's published figures (see the reference notes on its issues): default collect interval 30 s;
-# CPU reports from 15-20 % of a core (gpu-monitoring-tools#133) to 131 % (dcgm-exporter#311); 10 s scrape timeouts.
+# CPU reports from 15-20 % of a core (gpu-monitoring-tools#133) to 131 % (dcgm-exporter#311); 10 s scrape
+# timeouts.
 DCGM_EXPORTER_INTERVAL_S = 30.0
 DCGM_EXPORTER_CPU_LOW = 0.15
 DCGM_EXPORTER_CPU_HIGH = 1.31
@@ -184,12 +185,12 @@ def main() -> None:
         big = node_frame(gpus)
         r = Renderer()
         r.render(big)
-        render_t = median_time(lambda big=big, r=r: r.render(big), 20 if gpus > 64 else 100)
+        render_t = median_time(partial(r.render, big), 20 if gpus > 64 else 100)
         store = EmbeddedStore()
         ticks = 1200 if gpus <= 64 else 600
         elapsed, samples = ingest_run(store, big, ticks)
         sel = 'DCGM_FI_DEV_GPU_TEMP{gpu="3",hostname="gpu-node-000"}'
-        q = median_time(lambda store=store, ticks=ticks: store.range(sel, T0, T0 + ticks - 1, 1), 10)
+        q = median_time(partial(store.range, sel, T0, T0 + ticks - 1, 1), 10)
         grow.add_row(
             str(gpus),
             f"{store.series_count:,}",
@@ -203,11 +204,12 @@ def main() -> None:
         store.close()
     console.print(grow)
     console.print(
-        "Agent CPU at a 1 s interval on the twin is left to the integration of the agent (gpufleet agent --sim); "
+        "Agent CPU at a 1 s interval on the twin is left to the integration of the agent "
+        "(gpufleet agent --sim); "
         "the render share above bounds the exposition part of it.",
         highlight=False,
     )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -53,7 +53,7 @@ wait_ready() {  # url, name, pid
 if [[ $vm -eq 1 ]]; then
   command -v victoria-metrics >/dev/null || { echo "start-prometheus: victoria-metrics not installed (scripts/install-components.sh prometheus)" >&2; exit 1; }
   victoria-metrics -httpListenAddr="127.0.0.1:$vm_port" -storageDataPath="$run_dir/vmdata" \
-    -retentionPeriod=1d -search.latencyOffset=1s >"$run_dir/victoria-metrics.log" 2>&1 &
+    -retentionPeriod=1d -search.latencyOffset=1s -search.disableCache >"$run_dir/victoria-metrics.log" 2>&1 &
   echo $! >"$run_dir/victoria-metrics.pid"
   wait_ready "http://127.0.0.1:$vm_port/health" victoria-metrics "$(cat "$run_dir/victoria-metrics.pid")"
 fi

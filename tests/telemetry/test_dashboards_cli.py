@@ -4,11 +4,20 @@ import json
 import re
 from pathlib import Path
 
+import yaml
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.telemetry.dashboards import dashboards
 from gpufleet.telemetry.fields import load_field_catalog
+from gpufleet.telemetry.rules import (
+    RulesConfig,
+    dump,
+    prometheus_rule,
+    rule_groups,
+    rule_tests,
+    service_monitor,
+)
 
 runner = CliRunner()
 
@@ -59,5 +68,10 @@ def test_cli_fields_rules_dashboard(tmp_path: Path) -> None:
 
 def test_committed_artifacts_are_current() -> None:
     deploy = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
+    cfg = RulesConfig.from_file(deploy / "rules-config.yaml")
+    assert (deploy / "gpufleet-rules.yml").read_text() == dump(rule_groups(cfg))
+    assert (deploy / "gpufleet-rules-test.yml").read_text() == dump(rule_tests(cfg))
+    assert yaml.safe_load((deploy / "prometheus-rule.yaml").read_text()) == prometheus_rule(cfg)
+    assert yaml.safe_load((deploy / "service-monitor.yaml").read_text()) == service_monitor(cfg)
     for uid, board in dashboards().items():
         assert json.loads((deploy / "dashboards" / f"{uid}.json").read_text()) == board

@@ -118,6 +118,15 @@ def test_blank_sentinels_never_exported(frame: MetricFrame, sentinel: float) -> 
     assert is_blank(sentinel)
 
 
+def test_large_real_values_near_sentinels_are_kept(frame: MetricFrame) -> None:
+    energy = frame.gpu("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    energy[:] = [2147483631, 2147483636, 5e9, 140737488355327, 1, 2, 3, 4]
+    parsed = samples(render(frame))
+    # prometheus_client's parser names counter samples with a _total suffix
+    got = sorted(v for k, v in parsed.items() if k[0] == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total")
+    assert got == sorted(float(v) for v in energy)
+
+
 def test_readme_sentinel_value_is_blank(corpus: Path) -> None:
     text = (corpus / "dcgm_exporter_metrics_06_readme_k8s.txt").read_text()
     leaked = [float(ln.rsplit(" ", 1)[1]) for ln in sample_lines(text) if "MEMORY_TEMP" in ln]

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from conftest import REPO_ROOT, require_tool
 from gpufleet.telemetry.exposition import CONTENT_TYPE, Renderer
 from gpufleet.telemetry.frame import MetricFrame
+from gpufleet.telemetry.rules import RulesConfig, dump, rule_groups
 from gpufleet.telemetry.store import RemoteConfig, RemoteStore
 from tests.conftest import REPO_ROOT, require_tool
 
@@ -72,6 +74,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     frame = filled_frame()
     exporter = MetricsServer(frame)
     prom_port, vm_port = free_port(), free_port()
+    rules = run_dir / "gpufleet-rules.yml"
+    rules.write_text(dump(rule_groups(RulesConfig())))
     script = REPO_ROOT / "scripts" / "start-prometheus.sh"
     args = [
         "bash",
@@ -85,6 +89,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "--victoria-metrics",
         "--vm-port",
         str(vm_port),
+        "--rules",
+        str(rules),
     ]
     started = subprocess.run(args, capture_output=True, text=True, timeout=60)
     try:
@@ -108,15 +114,17 @@ def test_remote_write_then_promql(stack: dict[str, Any], backend: str) -> None:
     now = time.time()
     written = store.ingest(frame, now)
     assert written > 300
-    # job="" keeps to what the store wrote: Prometheus also scrapes the same frame (and forwards it to VM)
-    selector = 'DCGM_FI_DEV_POWER_USAGE{hostname="gpu-node-01",job=""}'
+    selector = 'DCGM_FI_DEV_POWER_USAGE{hostname="gpu-node-01"}'
     # VictoriaMetrics shows pushed data after 1-2 s and caches query results: wait for the data, then ask
     time.sleep(2.5)
-    result = poll(lambda: store.instant(selector, at=now))
+    # only what the store wrote: Prometheus also scrapes the frame (and forwards it to VM) with a job label
+    result = poll(lambda: [s for s in store.instant(selector, at=now) if "job" not in s.labels])
     assert sorted(int(s.labels["gpu"]) for s in result) == list(range(8))
     by_gpu = {s.labels["gpu"]: s.value for s in result}
     assert by_gpu["5"] == pytest.approx(frame.gpu("DCGM_FI_DEV_POWER_USAGE")[5])
-    agg = poll(lambda: store.aggregate_instant("max", 'DCGM_FI_DEV_GPU_TEMP{job=""}', ["hostname"], at=now))
+    agg = poll(
+        lambda: store.aggregate_instant("max", 'DCGM_FI_DEV_GPU_TEMP{job!~".+"}', ["hostname"], at=now)
+    )
     assert agg[0].labels == {"hostname": "gpu-node-01"}
     assert agg[0].value == pytest.approx(frame.gpu("DCGM_FI_DEV_GPU_TEMP").max())
     store.close()
@@ -131,3 +139,13 @@ def test_prometheus_scrapes_our_exposition(stack: dict[str, Any]) -> None:
     for key in ("UUID", "pci_bus_id", "device", "modelName", "hostname", "DCGM_FI_DRIVER_VERSION"):
         assert labels.get(key), key
     store.close()
+
+
+def test_prometheus_loads_generated_rules(stack: dict[str, Any]) -> None:
+    import httpx
+
+    data = httpx.get(stack["prometheus"] + "/api/v1/rules").json()["data"]
+    rules = [r for g in data["groups"] for r in g["rules"]]
+    expected = [r["alert"] for g in rule_groups(RulesConfig())["groups"] for r in g["rules"]]
+    assert sorted(r["name"] for r in rules) == sorted(expected)
+    assert all(r["health"] in ("ok", "unknown") for r in rules)

@@ -155,3 +155,27 @@ def test_remote_errors_are_backend_errors() -> None:
 def test_open_store_picks_backend(tmp_path: Path) -> None:
     assert isinstance(open_store("http://127.0.0.1:8428"), RemoteStore)
     assert isinstance(open_store(tmp_path), EmbeddedStore)
+
+
+def test_concurrent_ingest_and_queries(tmp_path: Path) -> None:
+    import threading
+
+    store = EmbeddedStore(tmp_path, config=StoreConfig(chunk_slots=20, rollup_chunk_slots=10))
+    frame = MetricFrame(make_entities(4))
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            for _ in range(200):
+                store.range("DCGM_FI_DEV_GPU_TEMP", T0, T0 + 400, 1)
+                store.aggregate_instant("avg", "DCGM_FI_DEV_GPU_TEMP", ["hostname"])
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    run_ticks(store, frame, 400)
+    thread.join()
+    assert not errors
+    assert store.range('DCGM_FI_DEV_GPU_TEMP{gpu="0"}', T0, T0 + 399, 1)[0].values.size == 400
+    store.close()

@@ -26,11 +26,20 @@ def _exact_sentinels() -> np.ndarray:
     return np.array([v for v in blank_values().values() if v < _INT64_SENTINEL_FLOOR], dtype=np.float64)
 
 
+@cache
+def _smallest_sentinel() -> float:
+    return float(_exact_sentinels().min())
+
+
 def valid_mask(values: np.ndarray) -> np.ndarray:
     """True where a value is real: not NaN, not a DCGM int32/int64/fp64 blank, not +-inf."""
     ok = np.isfinite(values)
     ok &= values < _INT64_SENTINEL_FLOOR
-    ok &= ~np.isin(values, _exact_sentinels())
+    large = (
+        values >= _smallest_sentinel()
+    )  # real values this large are rare: test only those against the list
+    if large.any():
+        ok[large] &= ~np.isin(values[large], _exact_sentinels())
     return ok
 
 

@@ -91,8 +91,8 @@ def label_items(labels: Mapping[str, str]) -> LabelItems:
 class MetricFrame:
     """One collection tick's values for a node (or a whole twin cluster)."""
 
-    entities: tuple[GpuEntity, ...]
-    ib_ports: tuple[IbPort, ...] = ()
+    entities: Sequence[GpuEntity]  # stored as a tuple
+    ib_ports: Sequence[IbPort] = ()
     catalog: FieldCatalog = field(default_factory=lambda: load_field_catalog().enabled())
     timestamp: float = 0.0  # Unix seconds of the collection
     window_ms: int = DEFAULT_WINDOW_MS

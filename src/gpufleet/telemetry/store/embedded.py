@@ -9,9 +9,12 @@ memory;
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +35,19 @@ from gpufleet.telemetry.store.query import (
 from gpufleet.telemetry.store.tiers import Rollup, Tier
 
 DB_NAME = "metrics.sqlite"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """The collect loop writes while API handlers read: one re-entrant lock per store serializes them."""
+
+    @functools.wraps(method)
+    def wrapper(self: EmbeddedStore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class StoreConfig(BaseModel):
@@ -56,6 +72,7 @@ class EmbeddedStore:
         exposition: ExpositionConfig | None = None,
     ) -> None:
         self.config = config or StoreConfig()
+        self._lock = threading.RLock()
         cfg = self.config
         self.history = History(data_dir / DB_NAME if data_dir is not None else None)
         self.raw = Tier(0, cfg.resolution_s, cfg.chunk_slots, cfg.raw_retention_s, self.history)
@@ -66,6 +83,7 @@ class EmbeddedStore:
         self._ids: dict[str, int] = {}
         self._by_name: dict[str, list[int]] = {}
         self._dense_ids: tuple[tuple[int, int, int], np.ndarray] | None = None
+        self._sparse_ids: dict[tuple[Any, ...], int] = {}
         self.latest: float | None = None
         for sid, labels, kind in self.history.load_series():
             self._register(sid, labels, kind)
@@ -90,6 +108,7 @@ class EmbeddedStore:
         is_counter[:need] = [k == "counter" for k in self._kinds]
         self.rollup.grow(capacity, is_counter)
 
+    @_locked
     def series_id(self, labels: Mapping[str, str], kind: str = "gauge") -> int:
         """The id of a series (labels include __name__), registering it on first sight."""
         key = labels_key(labels)
@@ -109,6 +128,7 @@ class EmbeddedStore:
         return len(self._labels)
 
     # -- ingest ----------------------------------------------------------------------------------------------
+    @_locked
     def write_ids(self, ids: np.ndarray, timestamp: float, values: np.ndarray) -> None:
         """Write one value per series id at one timestamp (NaN = no sample). The fast path."""
         self.raw.write(ids, self.raw.slot_of(timestamp), values)
@@ -116,10 +136,12 @@ class EmbeddedStore:
         if self.latest is None or timestamp > self.latest:
             self.latest = timestamp
 
+    @_locked
     def write(self, labels: Mapping[str, str], timestamp: float, value: float, kind: str = "gauge") -> None:
         sid = self.series_id(labels, kind)
         self.write_ids(np.array([sid]), timestamp, np.array([float(value)]))
 
+    @_locked
     def ingest(self, frame: MetricFrame, timestamp: float | None = None) -> int:
         """Store every value of a frame; returns the number of samples written."""
         ts = frame.timestamp if timestamp is None else timestamp
@@ -128,17 +150,26 @@ class EmbeddedStore:
             pairs = zip(lay.dense_labels, lay.dense_kinds, strict=True)
             dense_ids = np.array([self.series_id(lab, kind) for lab, kind in pairs], dtype=np.int64)
             self._dense_ids = (lay.key, dense_ids)
+            self._sparse_ids = {}
         dense = self.frames.dense_values(frame)
-        sparse = list(self.frames.sparse(frame))
+        sparse = self.frames.sparse_entries(frame)
         if sparse:
-            extra_ids = np.array([self.series_id(lab, kind) for lab, _v, kind in sparse], dtype=np.int64)
+            extra_ids = np.empty(len(sparse), dtype=np.int64)
+            for n, (key, _value, kind) in enumerate(sparse):
+                sid = self._sparse_ids.get(key)
+                if sid is None:
+                    sid = self._sparse_ids[key] = self.series_id(self.frames.sparse_labels(frame, key), kind)
+                extra_ids[n] = sid
             ids = np.concatenate([self._dense_ids[1], extra_ids])
-            values = np.concatenate([dense, np.array([v for _l, v, _k in sparse])])
+            values = np.concatenate(
+                [dense, np.fromiter((v for _k, v, _t in sparse), np.float64, len(sparse))]
+            )
         else:
             ids, values = self._dense_ids[1], dense
         self.write_ids(ids, ts, values)
         return int(np.count_nonzero(~np.isnan(values)))
 
+    @_locked
     def flush(self) -> None:
         self.rollup.flush()
         self.raw.flush()
@@ -146,6 +177,7 @@ class EmbeddedStore:
             self.history.set_meta("latest", repr(self.latest))
         self.history.commit()
 
+    @_locked
     def close(self) -> None:
         self.flush()
         self.history.close()
@@ -190,6 +222,7 @@ class EmbeddedStore:
         tier = self._tier_for(start, step)
         return [RangeSeries(self.labels_of(sid), grid, self._evaluate(tier, sid, grid)) for sid in self.match(selector)]
 
+    @_locked
     def range(self, selector: Selector | str, start: float, end: float, step: float) -> list[RangeSeries]:
         out = []
         for series in self._range_all(selector, start, end, step):
@@ -198,6 +231,7 @@ class EmbeddedStore:
                 out.append(RangeSeries(series.labels, series.timestamps[keep], series.values[keep]))
         return out
 
+    @_locked
     def instant(self, selector: Selector | str, at: float | None = None) -> list[InstantSample]:
         when = self._now(at)
         if when is None:
@@ -210,12 +244,14 @@ class EmbeddedStore:
     def _now(self, at: float | None) -> float | None:
         return at if at is not None else self.latest
 
+    @_locked
     def aggregate_range(
         self, op: AggOp, selector: Selector | str, by: Sequence[str], start: float, end: float, step: float
     ) -> list[RangeSeries]:
         check_op(op)
         return aggregate_series(op, self._range_all(selector, start, end, step), by)
 
+    @_locked
     def aggregate_instant(
         self, op: AggOp, selector: Selector | str, by: Sequence[str], at: float | None = None
     ) -> list[InstantSample]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from gpufleet.telemetry.fields import load_clock_events
 from gpufleet.telemetry.frame import MetricFrame
 
 Labels = dict[str, str]
+SparseKey = tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -76,43 +78,66 @@ class FrameSeries:
         flat = np.concatenate([frame.values.ravel(), frame.ib_values.ravel()])
         return np.where(valid_mask(flat), flat, np.nan)
 
-    def sparse(self, frame: MetricFrame) -> Iterator[tuple[Labels, float, str]]:
-        """The labelled counts, pod info, plain gauges and histograms of this tick: (labels, value, prom
-        type)."""
-        cfg = self.config
-        window = ("window_size_in_ms", str(frame.window_ms))
+    def sparse_entries(self, frame: MetricFrame) -> list[tuple[SparseKey, float, str]]:
+        """The labelled counts, pod info, plain gauges and histograms of this tick as (key, value, prom type).
+
+        A key names a series within the current entity set without building its labels; `sparse_labels` turns
+        it into labels, so a store can cache key -> series id and skip label work on every tick.
+        """
+        out: list[tuple[SparseKey, float, str]] = []
         names = {f.name for f in frame.catalog.fields}
         if "DCGM_EXP_CLOCK_EVENTS_COUNT" in names:
-            for k, event in enumerate(load_clock_events()):
-                row = frame.clock_events[k]
-                for i in np.flatnonzero(valid_mask(row) & (row != 0)).tolist():
-                    extra = [("clock_event", event.name), window]
-                    items = gpu_series_labels(frame, i, cfg, extra)
-                    yield _with_name("DCGM_EXP_CLOCK_EVENTS_COUNT", items), float(row[i]), "counter"
+            events = frame.clock_events
+            rows, cols = np.nonzero(valid_mask(events) & (events != 0))
+            for k, i in zip(rows.tolist(), cols.tolist(), strict=True):
+                out.append((("clock", k, i), float(events[k, i]), "counter"))
         if "DCGM_EXP_XID_ERRORS_COUNT" in names:
             for xid, row in sorted(frame.xid_counts.items()):
                 for i in np.flatnonzero(valid_mask(row) & (row != 0)).tolist():
-                    items = gpu_series_labels(frame, i, cfg, [window, ("xid", str(xid))])
-                    yield _with_name("DCGM_EXP_XID_ERRORS_COUNT", items), float(row[i]), "counter"
-        for i, entity in enumerate(frame.entities):
-            attrs = attribution_labels(frame, i, cfg)
-            if attrs:
-                info = [*gpu_identity_labels(entity, cfg), *sorted(attrs)]
-                yield _with_name(POD_INFO_METRIC, info), 1.0, "gauge"
+                    out.append((("xid", xid, i), float(row[i]), "counter"))
+        for i, attr in enumerate(frame.attribution):
+            if attr is not None:
+                out.append((("pod", i, attr), 1.0, "gauge"))
         for (name, gauge_labels), value in frame.gauges.items():
             if value == value:
-                yield _with_name(name, list(gauge_labels)), value, "gauge"
+                out.append((("gauge", name, gauge_labels), value, "gauge"))
         for (name, hist_labels), hist in frame.histograms.items():
-            pairs = list(hist_labels)
             for bound, count in zip(hist.bounds, hist.bucket_counts.tolist(), strict=True):
-                yield (
-                    _with_name(f"{name}_bucket", [*pairs, ("le", repr(float(bound)))]),
-                    float(count),
-                    "counter",
-                )
-            yield _with_name(f"{name}_bucket", [*pairs, ("le", "+Inf")]), float(hist.count), "counter"
-            yield _with_name(f"{name}_sum", pairs), hist.sum, "counter"
-            yield _with_name(f"{name}_count", pairs), float(hist.count), "counter"
+                out.append((("hist", name, hist_labels, "bucket", bound), float(count), "counter"))
+            out.append((("hist", name, hist_labels, "inf", 0.0), float(hist.count), "counter"))
+            out.append((("hist", name, hist_labels, "sum", 0.0), hist.sum, "counter"))
+            out.append((("hist", name, hist_labels, "count", 0.0), float(hist.count), "counter"))
+        return out
+
+    def sparse_labels(self, frame: MetricFrame, key: SparseKey) -> Labels:
+        cfg = self.config
+        window = ("window_size_in_ms", str(frame.window_ms))
+        kind = key[0]
+        if kind == "clock":
+            _, k, i = key
+            extra = [("clock_event", load_clock_events()[k].name), window]
+            return _with_name("DCGM_EXP_CLOCK_EVENTS_COUNT", gpu_series_labels(frame, i, cfg, extra))
+        if kind == "xid":
+            _, xid, i = key
+            extra = [window, ("xid", str(xid))]
+            return _with_name("DCGM_EXP_XID_ERRORS_COUNT", gpu_series_labels(frame, i, cfg, extra))
+        if kind == "pod":
+            _, i, _attr = key
+            attrs = sorted(attribution_labels(frame, i, cfg))
+            return _with_name(POD_INFO_METRIC, [*gpu_identity_labels(frame.entities[i], cfg), *attrs])
+        if kind == "gauge":
+            return _with_name(key[1], list(key[2]))
+        _, name, pairs, part, bound = key
+        if part == "bucket":
+            return _with_name(f"{name}_bucket", [*pairs, ("le", repr(float(bound)))])
+        if part == "inf":
+            return _with_name(f"{name}_bucket", [*pairs, ("le", "+Inf")])
+        return _with_name(f"{name}_{part}", list(pairs))
+
+    def sparse(self, frame: MetricFrame) -> Iterator[tuple[Labels, float, str]]:
+        """The sparse part with labels: (labels, value, prom type)."""
+        for key, value, kind in self.sparse_entries(frame):
+            yield self.sparse_labels(frame, key), value, kind
 
     def all_samples(self, frame: MetricFrame) -> Iterator[tuple[Labels, float]]:
         """Every valid (labels, value) of the frame, dense and sparse."""

@@ -29,6 +29,11 @@ from gpufleet.telemetry.store.query import (
 from gpufleet.telemetry.store.remote_write import HEADERS, encode_write_request, snappy_compress
 
 
+def _seconds(timestamp: float) -> str:
+    """Millisecond text rounded like sample timestamps, so a query at a write's time sees that write."""
+    return f"{round(timestamp * 1000) / 1000:.3f}"
+
+
 class RemoteConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -107,7 +112,7 @@ class RemoteStore:
     def query(self, promql: str, at: float | None = None) -> list[InstantSample]:
         params: dict[str, Any] = {"query": promql}
         if at is not None:
-            params["time"] = at
+            params["time"] = _seconds(at)
         data = self._get("/api/v1/query", params)
         if data["resultType"] == "scalar":
             ts, value = data["result"]
@@ -115,7 +120,10 @@ class RemoteStore:
         return [InstantSample(dict(r["metric"]), float(r["value"][0]), float(r["value"][1])) for r in data["result"]]
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[RangeSeries]:
-        data = self._get("/api/v1/query_range", {"query": promql, "start": start, "end": end, "step": step})
+        data = self._get(
+            "/api/v1/query_range",
+            {"query": promql, "start": _seconds(start), "end": _seconds(end), "step": step},
+        )
         out = []
         for r in data["result"]:
             points = r["values"]

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from gpufleet.telemetry.collect import Collector
+from gpufleet.telemetry.frame import MetricFrame
+from gpufleet.telemetry.store import EmbeddedStore
+
+from .conftest import make_entities
+
+
+class Temperatures:
+    name = "twin"
+
+    def fill(self, frame: MetricFrame) -> None:
+        frame.gpu("DCGM_FI_DEV_GPU_TEMP")[:] = 50 + np.arange(len(frame.entities))
+
+
+class BrokenCounters:
+    """A source whose input went bad (a corrupted counters file) until it is repaired."""
+
+    name = "sysfs"
+
+    def __init__(self) -> None:
+        self.broken = True
+
+    def fill(self, frame: MetricFrame) -> None:
+        if self.broken:
+            raise ValueError("counters file: invalid literal for int()")
+        frame.gpu("DCGM_FI_DEV_PCIE_REPLAY_COUNTER")[:] = 7
+
+
+def test_failing_source_is_marked_and_the_rest_still_served(caplog: pytest.LogCaptureFixture) -> None:
+    broken = BrokenCounters()
+    store = EmbeddedStore()
+    collector = Collector(make_entities(2), [Temperatures(), broken], sinks=[store])
+    with caplog.at_level(logging.ERROR, logger="gpufleet.telemetry"):
+        collector.tick(100.0)
+        collector.tick(101.0)
+    text = collector.latest_text()
+    assert 'DCGM_FI_DEV_GPU_TEMP{gpu="1"' in text
+    assert 'gpufleet_source_up{source="sysfs"} 0' in text and 'gpufleet_source_up{source="twin"} 1' in text
+    assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER" not in text
+    assert len([r for r in caplog.records if "sysfs" in r.getMessage()]) == 1  # one line per failure streak
+    broken.broken = False
+    collector.tick(102.0)
+    assert 'gpufleet_source_up{source="sysfs"} 1' in collector.latest_text()
+    assert collector.failing == {}
+    assert store.instant('gpufleet_source_up{source="sysfs"}')[0].value == 1
+    assert store.instant('DCGM_FI_DEV_GPU_TEMP{gpu="1"}')[0].value == 51
