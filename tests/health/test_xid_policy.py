@@ -148,8 +148,7 @@ def test_decode_table_is_complete() -> None:
 )
 def test_xid154_follows_announced_action(state: str, action: str) -> None:
     verdict = _verdict(
-        "NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) "
-        f"to {state}"
+        f"NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to {state}"
     )
     assert verdict.action == action and verdict.severity == Severity.NONFATAL
 
@@ -167,9 +166,7 @@ def test_sxid_and_non_xid_signals() -> None:
 
 def test_override_from_file(tmp_path: Path) -> None:
     path = tmp_path / "site.yaml"
-    path.write_text(
-        "overrides:\n  109: {severity: NONFATAL, action: IGNORE, reason: we follow the device plugin}\n"
-    )
+    path.write_text("overrides:\n  109: {severity: NONFATAL, action: IGNORE, reason: we follow the device plugin}\n")
     policy = load_policy(path)
     verdict = classify(KernelEvent(kind="xid", line=1, raw="", message="", xid=109), policy)
     assert (verdict.severity, verdict.action, verdict.rule) == (
@@ -181,10 +178,7 @@ def test_override_from_file(tmp_path: Path) -> None:
     assert policy.overrides[64].action == Action.RESET_GPU
     # and a new override for a code the default leaves to the catalog
     policy13 = policy_from_text("overrides:\n  13: {severity: FATAL, action: RESET_GPU}\n")
-    assert (
-        classify(KernelEvent(kind="xid", line=1, raw="", message="", xid=13), policy13).action
-        == Action.RESET_GPU
-    )
+    assert classify(KernelEvent(kind="xid", line=1, raw="", message="", xid=13), policy13).action == Action.RESET_GPU
 
 
 @pytest.mark.parametrize(

@@ -28,9 +28,7 @@ def test_health_log(corpus: Path) -> None:
     )
     assert classify(event).action == "RESET_GPU"
     assert by_node["mynode-273"].check == "check_hw_ib" and "mlx5_ib7:1" in by_node["mynode-273"].message
-    assert by_node["mynode-084"].check is None and by_node["mynode-084"].message.startswith(
-        "Bandwidth is low"
-    )
+    assert by_node["mynode-084"].check is None and by_node["mynode-084"].message.startswith("Bandwidth is low")
     assert by_node["mynode-108"].message == "No results reported"
     assert all(n.kernel_events == [] for n in nodes if n.node != "mynode-066")
 

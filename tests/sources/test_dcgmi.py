@@ -62,10 +62,7 @@ def test_r2_memory_fail_and_thermal_warning(corpus: Path) -> None:
 
 def test_full_passing_run_with_warning() -> None:
     report = parse_diag(FULL_R3)
-    assert (
-        report.metadata["DCGM Version"] == "3.3.5"
-        and report.metadata["GPU Device IDs Detected"] == "2330,2330"
-    )
+    assert report.metadata["DCGM Version"] == "3.3.5" and report.metadata["GPU Device IDs Detected"] == "2330,2330"
     assert [t.name for t in report.tests] == [
         "Denylist",
         "NVML Library",

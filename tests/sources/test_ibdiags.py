@@ -149,9 +149,7 @@ def test_live_tree_keeps_good_ports_when_one_fails(tmp_path: Path, monkeypatch: 
     hcas = {h.hca: h for h in read_sysfs(tmp_path)}
     mlx0 = hcas["mlx5_0"]
     assert mlx0.attributes["fw_ver"] == "28.41.1000"
-    assert [(p.port, p.counters) for p in mlx0.ports] == [
-        (1, {"SymbolErrorCounter": 5, "LinkDownedCounter": 0})
-    ]
+    assert [(p.port, p.counters) for p in mlx0.ports] == [(1, {"SymbolErrorCounter": 5, "LinkDownedCounter": 0})]
     [error] = mlx0.errors
     assert error.port == "2" and "No such device" in error.message and str(bad) in error.path
     [parse_error] = hcas["mlx5_1"].errors
@@ -225,9 +223,11 @@ def test_ibnetdiscover() -> None:
     assert (spine.type, spine.ports, spine.description, spine.lid) == ("Switch", 36, "spine1", 1)
     ca = topo.nodes["H-0000000000100000"]
     assert (ca.type, ca.description, ca.lid) == ("Ca", "node01 mlx5_0", 2)
-    assert [
-        (link.node[-2:], link.port, link.remote_description, link.width, link.speed) for link in topo.links
-    ] == [("00", 1, "leaf1", "4x", "HDR"), ("00", 2, "leaf2", "4x", "HDR"), ("00", 1, "leaf1", "4x", "HDR")]
+    assert [(link.node[-2:], link.port, link.remote_description, link.width, link.speed) for link in topo.links] == [
+        ("00", 1, "leaf1", "4x", "HDR"),
+        ("00", 2, "leaf2", "4x", "HDR"),
+        ("00", 1, "leaf1", "4x", "HDR"),
+    ]
     with pytest.raises(ParseError, match="before any Switch"):
         parse_ibnetdiscover('[1]\t"S-1"[2]\n')
 

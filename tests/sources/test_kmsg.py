@@ -97,11 +97,7 @@ def test_burst_xid79_then_sxids(corpus: Path) -> None:
     sx = events[2]
     assert sx.sxid == 20034 and sx.pci == "0000:06:00"
     assert sx.sxid_detail is not None
-    assert (
-        sx.sxid_detail.switch == "nvidia-nvswitch1"
-        and sx.sxid_detail.fatal is True
-        and sx.sxid_detail.link == 48
-    )
+    assert sx.sxid_detail.switch == "nvidia-nvswitch1" and sx.sxid_detail.fatal is True and sx.sxid_detail.link == 48
     orphan = events[4]  # nvswitch2's detail line arrives before any head line of nvswitch2
     assert orphan.sxid_detail is not None and orphan.sxid_detail.fatal is None
     data = events[5]  # nvswitch0's Data words belong to its `Fatal, Link 63` head two lines up
@@ -118,11 +114,7 @@ def test_nvlink5_register_words(corpus: Path) -> None:
     assert len(event.nvl5.words) == 6
     double_spaced = parse_kmsg((corpus / "xid149_nvsentinel_netir_link_evt.log").read_text())[0]
     assert double_spaced.nvl5 is not None
-    assert (
-        double_spaced.nvl5.unit == "NETIR_LINK_EVT"
-        and double_spaced.nvl5.fatal
-        and double_spaced.nvl5.link == 9
-    )
+    assert double_spaced.nvl5.unit == "NETIR_LINK_EVT" and double_spaced.nvl5.fatal and double_spaced.nvl5.link == 9
     no_pid = parse_kmsg((corpus / "xid149_gpud_pr1174_netir.log").read_text())[0]
     assert no_pid.pid is None and no_pid.nvl5 is not None and no_pid.nvl5.link == -1
 
@@ -231,8 +223,7 @@ def test_driver_variants() -> None:
 
 def test_caused_by_previous_xid() -> None:
     event = _one(
-        "NVRM: Xid (PCI:0000:3b:00): 45, pid=1234, name=python3, Ch 00000010, intr 0x0"
-        " caused by previous Xid 48"
+        "NVRM: Xid (PCI:0000:3b:00): 45, pid=1234, name=python3, Ch 00000010, intr 0x0 caused by previous Xid 48"
     )
     assert event.xid == 45 and event.root_xid == 48
     assert event.message == "Ch 00000010, intr 0x0"
@@ -240,8 +231,7 @@ def test_caused_by_previous_xid() -> None:
 
 def test_sxid_nonfatal() -> None:
     event = _one(
-        "[  99.1] nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Non-fatal, "
-        "Link 30 egress non-posted PRIV error"
+        "[  99.1] nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Non-fatal, Link 30 egress non-posted PRIV error"
     )
     assert event.kind == "sxid" and event.sxid == 12028
     assert event.sxid_detail.fatal is False and event.sxid_detail.link == 30
@@ -303,9 +293,7 @@ def test_fallen_off_bus_report_interrupted_by_another() -> None:
 
 
 def test_reset_required() -> None:
-    line = (
-        "[ 55.2] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! rmStatus = NV_ERR_RESET_REQUIRED (0x00000067)"
-    )
+    line = "[ 55.2] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! rmStatus = NV_ERR_RESET_REQUIRED (0x00000067)"
     event = _one(line)
     assert event.kind == "reset_required" and event.pci == "0000:3b:00"
 

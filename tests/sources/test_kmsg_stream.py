@@ -113,9 +113,7 @@ def test_run_dmesg_returns_output(corpus: Path, tmp_path: Path, monkeypatch: pyt
 
 
 def test_run_dmesg_refused_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_tool(
-        tmp_path, "dmesg", 'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2\nexit 1\n'
-    )
+    _fake_tool(tmp_path, "dmesg", 'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2\nexit 1\n')
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(BackendError) as info:
         run_dmesg()

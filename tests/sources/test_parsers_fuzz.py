@@ -66,9 +66,7 @@ def test_damaged_captures(corpus: Path, name: str) -> None:
             if action < 0.4:
                 del chars[at : at + rng.randint(1, 20)]
             elif action < 0.8:
-                chars.insert(
-                    at, rng.choice(["|", ":", " ", "\n", "\t", "0x", "-", "x", "\x00", "N/A", "[", "]"])
-                )
+                chars.insert(at, rng.choice(["|", ":", " ", "\n", "\t", "0x", "-", "x", "\x00", "N/A", "[", "]"]))
             else:
                 chars = chars[:at]  # cut short
         _survives(parser, "".join(chars))

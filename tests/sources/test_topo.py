@@ -77,9 +77,7 @@ def test_nvlink_status_healthy(corpus: Path) -> None:
     gpus = parse_nvlink_status((corpus / "nvlink_status_a100_ok_gpud.txt").read_text())
     assert [g.index for g in gpus] == list(range(8))
     assert all(g.active_links == 12 and g.bandwidth_gbps == 300 for g in gpus)
-    assert (
-        gpus[0].uuid == "GPU-5269b708-678a-b1a8-60f0-c90406537486" and gpus[0].name == "NVIDIA A100-SXM4-80GB"
-    )
+    assert gpus[0].uuid == "GPU-5269b708-678a-b1a8-60f0-c90406537486" and gpus[0].name == "NVIDIA A100-SXM4-80GB"
 
 
 def test_nvlink_status_all_inactive(corpus: Path) -> None:

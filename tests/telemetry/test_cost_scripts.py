@@ -5,9 +5,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
 from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost, hourly_prices
 from gpufleet.telemetry.frame import MetricFrame
+from tests.conftest import REPO_ROOT
 
 from .conftest import MODEL, make_entities
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO_ROOT, require_tool
 from gpufleet.telemetry.exposition import CONTENT_TYPE, Renderer
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.rules import RulesConfig, dump, rule_groups
@@ -122,9 +121,7 @@ def test_remote_write_then_promql(stack: dict[str, Any], backend: str) -> None:
     assert sorted(int(s.labels["gpu"]) for s in result) == list(range(8))
     by_gpu = {s.labels["gpu"]: s.value for s in result}
     assert by_gpu["5"] == pytest.approx(frame.gpu("DCGM_FI_DEV_POWER_USAGE")[5])
-    agg = poll(
-        lambda: store.aggregate_instant("max", 'DCGM_FI_DEV_GPU_TEMP{job!~".+"}', ["hostname"], at=now)
-    )
+    agg = poll(lambda: store.aggregate_instant("max", 'DCGM_FI_DEV_GPU_TEMP{job!~".+"}', ["hostname"], at=now))
     assert agg[0].labels == {"hostname": "gpu-node-01"}
     assert agg[0].value == pytest.approx(frame.gpu("DCGM_FI_DEV_GPU_TEMP").max())
     store.close()

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import require_tool
 from gpufleet.errors import ManifestError
 from gpufleet.telemetry.rules import (
     RULE_FILE,

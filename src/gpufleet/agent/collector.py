@@ -27,6 +27,12 @@ class MetricSource(Protocol):
     def collect(self, frame: MetricFrame) -> None: ...
 
 
+class FrameSink(Protocol):
+    """Where each collected frame also goes (the embedded store, a remote writer)."""
+
+    def ingest(self, frame: MetricFrame, timestamp: float | None = None) -> int: ...
+
+
 class EventSource(Protocol):
     name: str
 
@@ -43,6 +49,7 @@ class Collector:
         interval: float = 1.0,
         exposition: ExpositionConfig | None = None,
         guard: Callable[[Callable[[], None]], None] | None = None,
+        sinks: list[FrameSink] | None = None,
     ) -> None:
         self.frame = frame
         self.sources = sources
@@ -50,6 +57,7 @@ class Collector:
         self.spool = spool
         self.interval = interval
         self.renderer = Renderer(exposition)
+        self.sinks = list(sinks or [])
         self.guard = guard or (lambda fn: fn())  # e.g. the twin runner's lock
         self.body = b""
         self.last_collect = 0.0
@@ -62,6 +70,8 @@ class Collector:
     def collect_once(self) -> None:
         self.guard(self._collect)
         self.body = self.renderer.render(self.frame).encode()
+        for sink in self.sinks:
+            self._run(f"sink:{type(sink).__name__}", partial(sink.ingest, self.frame))
         self.last_collect = time.time()
         self.collections += 1
 
@@ -81,7 +91,7 @@ class Collector:
             if self.on_events is not None:
                 self.on_events()
 
-    def _run(self, name: str, fn: Callable[[], None]) -> None:
+    def _run(self, name: str, fn: Callable[[], object]) -> None:
         try:
             fn()
             ok = True

@@ -135,16 +135,10 @@ def classify_cmd(
         None, help="Kernel log files (dmesg, syslog, journalctl, /dev/kmsg dumps); '-' reads stdin."
     ),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
-    policy_file: Path | None = typer.Option(
-        None, "--policy", help="Policy YAML merged over the default policy."
-    ),
-    from_dmesg: bool = typer.Option(
-        False, "--dmesg", help="Read this machine's kernel log by running dmesg."
-    ),
+    policy_file: Path | None = typer.Option(None, "--policy", help="Policy YAML merged over the default policy."),
+    from_dmesg: bool = typer.Option(False, "--dmesg", help="Read this machine's kernel log by running dmesg."),
     host: str | None = typer.Option(None, "--host", help="Host name for lines whose framing carries none."),
-    year: int | None = typer.Option(
-        None, "--year", help="Year for syslog stamps that carry none (`Jun  5 10:11:12`)."
-    ),
+    year: int | None = typer.Option(None, "--year", help="Year for syslog stamps that carry none (`Jun  5 10:11:12`)."),
 ) -> None:
     """Print one record per GPU fault event: Xid, NVSwitch SXid, GPU fallen off the bus, reset required.
 
@@ -228,9 +222,7 @@ def explain_record(code: int, policy: XidPolicy) -> dict[str, Any]:
             for r in load_nvl5_decode()
             if r.xid == code
         ]
-        record["gpufleet"]["note"] = (
-            "the line's unit and status words decide; the table below is what applies"
-        )
+        record["gpufleet"]["note"] = "the line's unit and status words decide; the table below is what applies"
     if code == RECOVERY_XID:
         record["recovery_actions"] = {
             f"{state:#x}": {"action": rule.action.value, "reason": rule.reason}
@@ -243,17 +235,13 @@ def explain_record(code: int, policy: XidPolicy) -> dict[str, Any]:
 def explain_cmd(
     code: int = typer.Argument(..., help="Xid code, e.g. 79."),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
-    policy_file: Path | None = typer.Option(
-        None, "--policy", help="Policy YAML merged over the default policy."
-    ),
+    policy_file: Path | None = typer.Option(None, "--policy", help="Policy YAML merged over the default policy."),
 ) -> None:
     """Show the catalog entry for an Xid and what NVIDIA, peer tools and gpufleet's policy do with it."""
     record = explain_record(code, load_policy(policy_file))
 
     def render(wide: bool) -> None:
-        console.print(
-            f"[bold]Xid {code}[/bold] {record['mnemonic']}: {record['description']}", highlight=False
-        )
+        console.print(f"[bold]Xid {code}[/bold] {record['mnemonic']}: {record['description']}", highlight=False)
         ours = record["gpufleet"]
         rows = [
             ["NVIDIA catalog", record["nvidia_immediate_action"], record["nvidia_investigatory_action"]],
@@ -287,9 +275,7 @@ def explain_cmd(
 @sub.command("watch")
 def watch_cmd(
     path: str = typer.Argument("/dev/kmsg", help="A log file to follow (like tail -F), or /dev/kmsg."),
-    policy_file: Path | None = typer.Option(
-        None, "--policy", help="Policy YAML merged over the default policy."
-    ),
+    policy_file: Path | None = typer.Option(None, "--policy", help="Policy YAML merged over the default policy."),
     from_start: bool = typer.Option(False, "--from-start", help="Read what the file already holds first."),
     once: bool = typer.Option(False, "--once", help="Stop at the current end instead of waiting for more."),
     json_lines: bool = typer.Option(False, "--json", help="One JSON record per line instead of text."),

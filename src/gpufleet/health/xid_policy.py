@@ -154,9 +154,7 @@ class Nvl5Rule(BaseModel):
         return not self.severity.lower().startswith("non")
 
     def matches_intrinfo(self, intrinfo: int) -> bool:
-        return _bits_match(self.intrinfo_pattern_v1, intrinfo) or _bits_match(
-            self.intrinfo_pattern_v2, intrinfo
-        )
+        return _bits_match(self.intrinfo_pattern_v1, intrinfo) or _bits_match(self.intrinfo_pattern_v2, intrinfo)
 
 
 def _bits_match(pattern: str, value: int) -> bool:
@@ -208,9 +206,7 @@ def policy_from_text(text: str, *, source: str = "<policy>") -> XidPolicy:
     except yaml.YAMLError as exc:
         raise ManifestError(source, f"not valid YAML: {exc}", fix="fix the YAML syntax") from exc
     if not isinstance(overlay, dict):
-        raise ManifestError(
-            source, "a policy file must be a mapping", fix="start from the default policy's keys"
-        )
+        raise ManifestError(source, "a policy file must be a mapping", fix="start from the default policy's keys")
     merged = _merge(yaml.safe_load(_data_text(DEFAULT_POLICY)), overlay)
     try:
         return XidPolicy.model_validate(merged)
@@ -230,9 +226,7 @@ def load_policy(path: Path | str | None = None) -> XidPolicy:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(
-            f"cannot read policy file {path}: {exc.strerror}", fix="check the --policy path"
-        ) from exc
+        raise UserError(f"cannot read policy file {path}: {exc.strerror}", fix="check the --policy path") from exc
     return policy_from_text(text, source=str(path))
 
 
@@ -324,9 +318,7 @@ def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) ->
             }
         )
     if code == 45 and event.root_xid is not None:
-        verdict = _from_rule(
-            policy.xid45_with_root, f"xid45 follows root Xid {event.root_xid}", "WORKFLOW_XID_45"
-        )
+        verdict = _from_rule(policy.xid45_with_root, f"xid45 follows root Xid {event.root_xid}", "WORKFLOW_XID_45")
         return verdict
     return _catalog_verdict(code, info, policy)
 

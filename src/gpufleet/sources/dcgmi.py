@@ -199,9 +199,7 @@ def parse_diag(text: str, *, level: int | None = None, source: str = "dcgmi diag
     for test in tests:
         for msg in test.messages:
             msg.text = msg.text.strip()
-    return DiagReport(
-        tests=tests, metadata=metadata, level=level if level is not None else inferred_level(tests)
-    )
+    return DiagReport(tests=tests, metadata=metadata, level=level if level is not None else inferred_level(tests))
 
 
 def _add_result(test: DiagTest, value: str, source: str, lineno: int) -> None:

@@ -146,9 +146,7 @@ def read_sysfs(root: Path | str = "/sys/class/infiniband") -> list[HcaSnapshot]:
     corrupted counter file) becomes a `PortReadError` on its HCA; the other ports are still read."""
     root = Path(root)
     if not root.is_dir():
-        raise ParseError(
-            f"{root}: no InfiniBand sysfs directory", fix="is rdma-core loaded (ib_core, mlx5_ib)?"
-        )
+        raise ParseError(f"{root}: no InfiniBand sysfs directory", fix="is rdma-core loaded (ib_core, mlx5_ib)?")
     names = sysfs_to_pma()
     hcas: list[HcaSnapshot] = []
     for hca_dir in sorted(root.iterdir()):
@@ -162,9 +160,7 @@ def read_sysfs(root: Path | str = "/sys/class/infiniband") -> list[HcaSnapshot]:
                 continue  # optional identity; the ports are what matter
         ports_dir = hca_dir / "ports"
         try:
-            port_dirs = sorted(
-                (p for p in ports_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
-            )
+            port_dirs = sorted((p for p in ports_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
         except OSError as exc:
             snapshot.errors.append(PortReadError(hca_dir.name, "*", str(ports_dir), exc.strerror or str(exc)))
             port_dirs = []
@@ -174,9 +170,7 @@ def read_sysfs(root: Path | str = "/sys/class/infiniband") -> list[HcaSnapshot]:
             except OSError as exc:
                 where = exc.filename or str(port_dir)
                 snapshot.errors.append(
-                    PortReadError(
-                        hca_dir.name, port_dir.name, str(where), f"cannot read: {exc.strerror or exc}"
-                    )
+                    PortReadError(hca_dir.name, port_dir.name, str(where), f"cannot read: {exc.strerror or exc}")
                 )
             except ParseError as exc:
                 snapshot.errors.append(PortReadError(hca_dir.name, port_dir.name, str(port_dir), exc.message))

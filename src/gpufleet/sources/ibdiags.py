@@ -122,9 +122,7 @@ def parse_ibqueryerrors(text: str, *, source: str = "ibqueryerrors") -> QueryErr
             if not counters and "[" in rest:
                 raise ParseError(f"{source}:{lineno}: cannot read the counters in {rest.strip()[:60]!r}")
             detail = _QE_COUNTER.sub("", rest).strip()
-            report.ports.append(
-                PortErrors(node, port.group("guid"), int(port.group("port")), counters, detail)
-            )
+            report.ports.append(PortErrors(node, port.group("guid"), int(port.group("port")), counters, detail))
             continue
         nodes = _QE_SUMMARY_NODES.match(line)
         if nodes is not None:
@@ -308,9 +306,7 @@ def parse_link_events(text: str, *, year: int | None = None) -> list[LinkStateEv
         carrier = _CARRIER.match(message)
         if carrier is not None:
             state: Literal["down", "up"] = "down" if carrier.group("what").lower() == "lost carrier" else "up"
-            events.append(
-                LinkStateEvent(lineno, carrier.group("iface"), state, frame.wall_time, frame.host, raw)
-            )
+            events.append(LinkStateEvent(lineno, carrier.group("iface"), state, frame.wall_time, frame.host, raw))
             continue
         mlx = _MLX_LINK.search(message)
         if mlx is not None:

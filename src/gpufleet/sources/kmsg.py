@@ -139,9 +139,7 @@ class KernelEvent:
     nvl5: Nvl5Detail | None = None
     recovery: RecoveryChange | None = None
     sxid_detail: SxidDetail | None = None
-    gpc_tpc_sm: tuple[int, int, int] | None = (
-        None  # where a graphics exception hit (NVIDIA's WORKFLOW_XID_13)
-    )
+    gpc_tpc_sm: tuple[int, int, int] | None = None  # where a graphics exception hit (NVIDIA's WORKFLOW_XID_13)
 
     @property
     def time(self) -> datetime | float | None:
@@ -452,9 +450,7 @@ class KmsgParser:
                 message=rest,
                 sxid=code,
                 pci=pci,
-                sxid_detail=SxidDetail(
-                    switch=match.group("dev"), fatal=fatal, link=link, continues_line=continues
-                ),
+                sxid_detail=SxidDetail(switch=match.group("dev"), fatal=fatal, link=link, continues_line=continues),
                 **self._base(frame),
             )
         )
@@ -470,8 +466,6 @@ def scan_kmsg(text: str | Iterable[str], *, host: str | None = None, year: int |
     return parser.scan
 
 
-def parse_kmsg(
-    text: str | Iterable[str], *, host: str | None = None, year: int | None = None
-) -> list[KernelEvent]:
+def parse_kmsg(text: str | Iterable[str], *, host: str | None = None, year: int | None = None) -> list[KernelEvent]:
     """The events in kernel log text; see `scan_kmsg` for the lines that were rejected."""
     return scan_kmsg(text, host=host, year=year).events

@@ -26,9 +26,7 @@ _DECODE = re.compile(r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s")
 _ISO = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)\s+(?P<rest>.*)$"
 )
-_CTIME = re.compile(
-    r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?(?P<rest>.*)$"
-)
+_CTIME = re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]\s?(?P<rest>.*)$")
 _UPTIME = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<rest>.*)$")
 _BSD = re.compile(r"^(?P<ts>[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?)\s+(?P<rest>.*)$")
 # `host ident[pid]: message`, as syslog and journald write after their time stamp
@@ -51,9 +49,7 @@ class Frame:
     ident: str | None = None  # syslog identifier, e.g. "kernel"
     priority: int | None = None  # syslog priority from /dev/kmsg (facility*8 + level)
     sequence: int | None = None  # /dev/kmsg sequence number
-    continuation: bool = (
-        False  # an indented follow-on line of a multi-line message, or a /dev/kmsg dictionary line
-    )
+    continuation: bool = False  # an indented follow-on line of a multi-line message, or a /dev/kmsg dictionary line
 
 
 def _iso(text: str) -> datetime | None:

@@ -133,9 +133,7 @@ def read_dev_kmsg(
             fix="run as root, or give the agent CAP_SYSLOG (kernel.dmesg_restrict=1)",
         ) from exc
     except OSError as exc:
-        raise BackendError(
-            f"cannot open {path}: {exc.strerror}", fix="is this a Linux host with /dev/kmsg?"
-        ) from exc
+        raise BackendError(f"cannot open {path}: {exc.strerror}", fix="is this a Linux host with /dev/kmsg?") from exc
     parser = KmsgParser(host=host)
     try:
         while True:
@@ -181,9 +179,7 @@ def run_dmesg(args: Sequence[str] = ("--time-format=iso",), *, dmesg: str = "dme
     except OSError as exc:
         raise BackendError(f"cannot run `{binary}`: {exc.strerror}") from exc
     if proc.returncode != 0:
-        detail = (
-            proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
-        )
+        detail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
         if "not permitted" in detail.lower() or "permission denied" in detail.lower():
             raise BackendError(
                 f"`{dmesg}` was refused: {detail}",

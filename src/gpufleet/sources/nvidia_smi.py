@@ -77,9 +77,7 @@ class GpuRecord:
     temp_shutdown_c: float | None = None
     temp_slowdown_c: float | None = None
     temp_max_operating_c: float | None = None
-    temp_tlimit_c: float | None = (
-        None  # newer drivers: degrees below the T.Limit, and thresholds relative to it
-    )
+    temp_tlimit_c: float | None = None  # newer drivers: degrees below the T.Limit, and thresholds relative to it
     temp_shutdown_tlimit_c: float | None = None
     temp_slowdown_tlimit_c: float | None = None
     memory_temp_c: float | None = None
@@ -98,9 +96,7 @@ class GpuRecord:
     ecc_mode_current: bool | None = None
     ecc_volatile: EccCounts = field(default_factory=EccCounts)
     ecc_aggregate: EccCounts = field(default_factory=EccCounts)
-    ecc_volatile_uncorrected_total: int | None = (
-        None  # the plain table's "Volatile Uncorr. ECC" (SRAM + DRAM)
-    )
+    ecc_volatile_uncorrected_total: int | None = None  # the plain table's "Volatile Uncorr. ECC" (SRAM + DRAM)
     retired_sbe: int | None = None
     retired_dbe: int | None = None
     retired_pending: bool | None = None
@@ -163,9 +159,7 @@ def _number(text: str, where: str) -> float | None:
         return None
     match = _NUMBER.match(text.strip())
     if match is None:
-        raise ParseError(
-            f"{where}: expected a number, got {text.strip()!r}", fix="is this nvidia-smi output?"
-        )
+        raise ParseError(f"{where}: expected a number, got {text.strip()!r}", fix="is this nvidia-smi output?")
     return float(match.group("num"))
 
 
@@ -224,9 +218,7 @@ def _ecc(raw: dict[str, tuple[str, str]]) -> EccCounts:
 
     sram_unc = get("sram_uncorrectable")
     if sram_unc is None:
-        parts = [
-            v for v in (get("sram_uncorrectable_parity"), get("sram_uncorrectable_secded")) if v is not None
-        ]
+        parts = [v for v in (get("sram_uncorrectable_parity"), get("sram_uncorrectable_secded")) if v is not None]
         sram_unc = sum(parts) if parts else None
     dram_correctable = get("dram_correctable")
     dram_uncorrectable = get("dram_uncorrectable")
@@ -263,9 +255,7 @@ def _flatten_sections(lines: list[tuple[int, str]], source: str) -> dict[str, tu
             stack.append((indent, line.strip()))
             continue
         key = kv.group("key").strip()
-        flat.setdefault(
-            f"{path}/{key}" if path else key, (kv.group("value") or "", f"{source}:{lineno}: {key}")
-        )
+        flat.setdefault(f"{path}/{key}" if path else key, (kv.group("value") or "", f"{source}:{lineno}: {key}"))
     return flat
 
 
@@ -391,9 +381,7 @@ def parse_query_xml(text: str, *, source: str = "nvidia-smi -q -x") -> NvidiaSmi
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
-        raise ParseError(
-            f"{source}: not well-formed XML ({exc})", fix="pass the output of `nvidia-smi -q -x`"
-        ) from exc
+        raise ParseError(f"{source}: not well-formed XML ({exc})", fix="pass the output of `nvidia-smi -q -x`") from exc
     if root.tag != "nvidia_smi_log":
         raise ParseError(
             f"{source}: root element is <{root.tag}>, not <nvidia_smi_log>",

@@ -18,14 +18,10 @@ from gpufleet.errors import ParseError
 from gpufleet.sources.nvidia_smi import GpuRecord, NvidiaSmiReport, _na
 from gpufleet.sources.pci import normalise_pci
 
-_VERSIONS = re.compile(
-    r"NVIDIA-SMI (?P<smi>\S+)\s+Driver Version: (?P<driver>\S+)\s+CUDA Version: (?P<cuda>\S+)"
-)
+_VERSIONS = re.compile(r"NVIDIA-SMI (?P<smi>\S+)\s+Driver Version: (?P<driver>\S+)\s+CUDA Version: (?P<cuda>\S+)")
 _FIRST = re.compile(r"^\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s*$")
 _BUS = re.compile(r"^\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s+(?P<disp>\S+)\s*$")
-_SECOND = re.compile(
-    r"^\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>P\d+|\S+)\s+(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*$"
-)
+_SECOND = re.compile(r"^\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>P\d+|\S+)\s+(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*$")
 _MEMORY = re.compile(r"^\s*(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*$")
 _UTIL = re.compile(r"^\s*(?P<util>\S+)\s+(?P<mode>.+?)\s*$")
 

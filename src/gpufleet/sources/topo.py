@@ -91,9 +91,7 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
         if name not in devices:
             raise ParseError(f"{source}:{lineno}: row {name!r} is not one of the columns {devices}")
         if len(cells) < len(devices):
-            raise ParseError(
-                f"{source}:{lineno}: row {name} has {len(cells)} cells for {len(devices)} devices"
-            )
+            raise ParseError(f"{source}:{lineno}: row {name} has {len(cells)} cells for {len(devices)} devices")
         for column, kind in zip(devices, cells[: len(devices)], strict=True):
             if not _LINK.match(kind):
                 raise ParseError(f"{source}:{lineno}: unknown connection type {kind!r} ({name} -> {column})")
@@ -155,9 +153,7 @@ def parse_nvlink_status(text: str, *, source: str = "nvidia-smi nvlink -s") -> l
             gpus.append(NvlinkGpu(int(head.group("index")), head.group("name"), head.group("uuid")))
             continue
         if not gpus:
-            raise ParseError(
-                f"{source}:{lineno}: link line before any GPU line", fix="pass `nvidia-smi nvlink -s`"
-            )
+            raise ParseError(f"{source}:{lineno}: link line before any GPU line", fix="pass `nvidia-smi nvlink -s`")
         if "all links are inactive" in line:
             gpus[-1].all_inactive = True
             continue

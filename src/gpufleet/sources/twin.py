@@ -13,6 +13,7 @@ import numpy as np
 from gpufleet.model import JobState
 from gpufleet.sim.twin import Twin
 from gpufleet.sim.workloads import LATENCY_BUCKETS_S
+from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost
 from gpufleet.telemetry.fields import load_clock_events
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
@@ -137,9 +138,8 @@ class TwinSource:
             frame.gpu(field)[:] = np.where(alive, values, np.nan)
         if frame.has_gpu_field("DCGM_FI_DEV_FB_FREE"):
             frame.gpu("DCGM_FI_DEV_FB_FREE")[:] = np.where(alive, g.memory_mib[idx] - g.fb_used_mib[idx], np.nan)
-        if frame.has_gpu_field("gpufleet_gpu_idle_cost_dollars_per_hour"):
-            idle = g.allocated[idx] & (g.util[idx] < 5.0)
-            frame.gpu("gpufleet_gpu_idle_cost_dollars_per_hour")[:] = np.where(alive & idle, self._price, 0.0)
+        if frame.has_gpu_field(IDLE_COST_FIELD):
+            fill_idle_cost(frame, self._price)
         self._clock_events(frame, alive)
         self._xid_window(frame)
         ports = twin.ports

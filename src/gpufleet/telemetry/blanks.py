@@ -35,9 +35,7 @@ def valid_mask(values: np.ndarray) -> np.ndarray:
     """True where a value is real: not NaN, not a DCGM int32/int64/fp64 blank, not +-inf."""
     ok = np.isfinite(values)
     ok &= values < _INT64_SENTINEL_FLOOR
-    large = (
-        values >= _smallest_sentinel()
-    )  # real values this large are rare: test only those against the list
+    large = values >= _smallest_sentinel()  # real values this large are rare: test only those against the list
     if large.any():
         ok[large] &= ~np.isin(values[large], _exact_sentinels())
     return ok

@@ -161,9 +161,7 @@ class EmbeddedStore:
                     sid = self._sparse_ids[key] = self.series_id(self.frames.sparse_labels(frame, key), kind)
                 extra_ids[n] = sid
             ids = np.concatenate([self._dense_ids[1], extra_ids])
-            values = np.concatenate(
-                [dense, np.fromiter((v for _k, v, _t in sparse), np.float64, len(sparse))]
-            )
+            values = np.concatenate([dense, np.fromiter((v for _k, v, _t in sparse), np.float64, len(sparse))])
         else:
             ids, values = self._dense_ids[1], dense
         self.write_ids(ids, ts, values)

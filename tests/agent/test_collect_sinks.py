@@ -5,17 +5,16 @@ import logging
 import numpy as np
 import pytest
 
-from gpufleet.telemetry.collect import Collector
+from gpufleet.agent.collector import Collector
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.store import EmbeddedStore
-
-from .conftest import make_entities
+from tests.telemetry.conftest import make_entities
 
 
 class Temperatures:
     name = "twin"
 
-    def fill(self, frame: MetricFrame) -> None:
+    def collect(self, frame: MetricFrame) -> None:
         frame.gpu("DCGM_FI_DEV_GPU_TEMP")[:] = 50 + np.arange(len(frame.entities))
 
 
@@ -27,27 +26,30 @@ class BrokenCounters:
     def __init__(self) -> None:
         self.broken = True
 
-    def fill(self, frame: MetricFrame) -> None:
+    def collect(self, frame: MetricFrame) -> None:
         if self.broken:
             raise ValueError("counters file: invalid literal for int()")
         frame.gpu("DCGM_FI_DEV_PCIE_REPLAY_COUNTER")[:] = 7
 
 
-def test_failing_source_is_marked_and_the_rest_still_served(caplog: pytest.LogCaptureFixture) -> None:
+def test_failing_source_is_marked_stored_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
     broken = BrokenCounters()
     store = EmbeddedStore()
-    collector = Collector(make_entities(2), [Temperatures(), broken], sinks=[store])
-    with caplog.at_level(logging.ERROR, logger="gpufleet.telemetry"):
-        collector.tick(100.0)
-        collector.tick(101.0)
-    text = collector.latest_text()
+    frame = MetricFrame(tuple(make_entities(2)))
+    collector = Collector(frame, [Temperatures(), broken], [], None, sinks=[store])
+    with caplog.at_level(logging.ERROR, logger="gpufleet.agent"):
+        frame.timestamp = 100.0
+        collector.collect_once()
+        frame.timestamp = 101.0
+        collector.collect_once()
+    text = collector.body.decode()
     assert 'DCGM_FI_DEV_GPU_TEMP{gpu="1"' in text
     assert 'gpufleet_source_up{source="sysfs"} 0' in text and 'gpufleet_source_up{source="twin"} 1' in text
-    assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER" not in text
+    assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER{" not in text
     assert len([r for r in caplog.records if "sysfs" in r.getMessage()]) == 1  # one line per failure streak
     broken.broken = False
-    collector.tick(102.0)
-    assert 'gpufleet_source_up{source="sysfs"} 1' in collector.latest_text()
-    assert collector.failing == {}
+    frame.timestamp = 102.0
+    collector.collect_once()
+    assert 'gpufleet_source_up{source="sysfs"} 1' in collector.body.decode()
     assert store.instant('gpufleet_source_up{source="sysfs"}')[0].value == 1
     assert store.instant('DCGM_FI_DEV_GPU_TEMP{gpu="1"}')[0].value == 51
