@@ -1,0 +1,1 @@
+"""NCCL package (public API assembled at the end)."""
