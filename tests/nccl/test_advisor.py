@@ -28,7 +28,9 @@ def test_ib_has_no_gid_and_sharp_adds_collnet() -> None:
 
 
 def test_lint_flags() -> None:
-    env = parse_env_text("export NCCL_IB_DISABLE=1\nNCCL_ALGO=Ring  # experiment\n-x NCCL_IB_GID_INDEX=1\nPATH=/bin")
+    env = parse_env_text(
+        "export NCCL_IB_DISABLE=1\nNCCL_ALGO=Ring  # experiment\n-x NCCL_IB_GID_INDEX=1\nPATH=/bin"
+    )
     rules = {f.rule for f in lint_env(env, "roce")}
     assert {"ib-disabled", "forced-algo", "gid-index-linklocal"} <= rules
     assert "gid-index-on-ib" not in rules

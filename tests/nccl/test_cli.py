@@ -12,8 +12,27 @@ runner = CliRunner()
 
 
 def test_predict_json() -> None:
-    res = runner.invoke(app, ["nccl", "predict", "--gpu", "h100-sxm", "--nodes", "2", "--nics-per-node", "8",
-                              "--nic-gbps", "400", "--transport", "ib", "--max-bytes", "1G", "-o", "json"])
+    res = runner.invoke(
+        app,
+        [
+            "nccl",
+            "predict",
+            "--gpu",
+            "h100-sxm",
+            "--nodes",
+            "2",
+            "--nics-per-node",
+            "8",
+            "--nic-gbps",
+            "400",
+            "--transport",
+            "ib",
+            "--max-bytes",
+            "1G",
+            "-o",
+            "json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output)
     assert rows[0]["bytes"] == 8 and rows[-1]["bytes"] == 1 << 30
@@ -29,15 +48,29 @@ def test_predict_plot(tmp_path: Path) -> None:
 
 def test_compare_infers_topology_from_file(corpus: Path) -> None:
     f = corpus / "nccl" / "perf" / "h100_oci_bm_gpu_h100_8_2node_roce.txt"
-    res = runner.invoke(app, ["nccl", "compare", str(f), "--gpu", "h100-sxm", "--nic-gbps", "200", "-o", "json"])
+    res = runner.invoke(
+        app, ["nccl", "compare", str(f), "--gpu", "h100-sxm", "--nic-gbps", "200", "-o", "json"]
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert data["verdict"] == "healthy" and data["topology"]["nodes"] == 2 and data["topology"]["transport"] == "roce"
+    assert (
+        data["verdict"] == "healthy"
+        and data["topology"]["nodes"] == 2
+        and data["topology"]["transport"] == "roce"
+    )
 
 
 def test_diagnose_and_lint(corpus: Path, tmp_path: Path) -> None:
-    res = runner.invoke(app, ["nccl", "diagnose", str(corpus / "nccl" / "logs" / "04_socket_ifname_no_interface.log"),
-                              "-o", "json"])
+    res = runner.invoke(
+        app,
+        [
+            "nccl",
+            "diagnose",
+            str(corpus / "nccl" / "logs" / "04_socket_ifname_no_interface.log"),
+            "-o",
+            "json",
+        ],
+    )
     assert res.exit_code == 0
     assert json.loads(res.output)["class"] == "socket_ifname"
     env = tmp_path / "e"

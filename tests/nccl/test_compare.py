@@ -14,7 +14,8 @@ OCI = Topology(gpu="h100-sxm", nodes=2, nics_per_node=16, nic_gbps=200, transpor
 def _scaled(table: PerfTable, factor: float, min_bytes: int = 0) -> PerfTable:
     rows = [
         replace(r, oop_busbw=(r.oop_busbw or 0) * factor, ip_busbw=(r.ip_busbw or 0) * factor)
-        if r.bytes >= min_bytes else r
+        if r.bytes >= min_bytes
+        else r
         for r in table.rows
     ]
     return replace(table, rows=rows)
@@ -22,8 +23,11 @@ def _scaled(table: PerfTable, factor: float, min_bytes: int = 0) -> PerfTable:
 
 def test_healthy_corpus_runs(corpus: Path) -> None:
     perf = corpus / "nccl" / "perf"
-    for name, topo in (("h100_aws_p5_2node_efa.txt", P5), ("h100_oci_bm_gpu_h100_8_2node_roce.txt", OCI),
-                       ("h200_azure_ndv5_1node_8gpu_nvls.txt", Topology(gpu="h200"))):
+    for name, topo in (
+        ("h100_aws_p5_2node_efa.txt", P5),
+        ("h100_oci_bm_gpu_h100_8_2node_roce.txt", OCI),
+        ("h200_azure_ndv5_1node_8gpu_nvls.txt", Topology(gpu="h200")),
+    ):
         result = compare_table(parse_perf((perf / name).read_text()), topo, "allreduce")
         assert result.verdict == "healthy", (name, result.causes)
 
@@ -39,8 +43,12 @@ def test_half_bandwidth_multinode_is_a_missing_rail(corpus: Path) -> None:
 
 def test_mid_size_dip(corpus: Path) -> None:
     table = parse_perf((corpus / "nccl" / "perf" / "h100_aws_p5_2node_efa.txt").read_text())
-    rows = [replace(r, oop_busbw=(r.oop_busbw or 0) * 0.2, ip_busbw=(r.ip_busbw or 0) * 0.2)
-            if (4 << 20) <= r.bytes <= (64 << 20) else r for r in table.rows]
+    rows = [
+        replace(r, oop_busbw=(r.oop_busbw or 0) * 0.2, ip_busbw=(r.ip_busbw or 0) * 0.2)
+        if (4 << 20) <= r.bytes <= (64 << 20)
+        else r
+        for r in table.rows
+    ]
     result = compare_table(replace(table, rows=rows), P5)
     assert result.verdict == "underperforming"
     assert "mid_size_dip" in [c.code for c in result.causes]

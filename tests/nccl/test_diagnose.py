@@ -34,9 +34,20 @@ def test_corpus_attribution(corpus: Path) -> None:
 
 def test_classes_are_the_documented_set() -> None:
     assert set(CLASSES) == {
-        "socket_ifname", "bootstrap_unreachable", "roce_gid_index", "ib_transport_error", "gdr_dma_broken",
-        "memlock_limit", "shm_too_small", "p2p_acs", "ib_unavailable_fallback", "cuda_oom", "topology_file",
-        "version_mismatch", "collective_timeout", "unknown",
+        "socket_ifname",
+        "bootstrap_unreachable",
+        "roce_gid_index",
+        "ib_transport_error",
+        "gdr_dma_broken",
+        "memlock_limit",
+        "shm_too_small",
+        "p2p_acs",
+        "ib_unavailable_fallback",
+        "cuda_oom",
+        "topology_file",
+        "version_mismatch",
+        "collective_timeout",
+        "unknown",
     }
 
 
@@ -48,15 +59,22 @@ def _init_lines(host: str, rank: int, nranks: int, complete: bool) -> str:
         f"cudaDev {rank % 8} busId 1b000 - Init START",
     ]
     if complete:
-        lines.append(f"{host}:{1000 + rank}:{1100 + rank} [{rank % 8}] NCCL INFO comm 0xabc rank {rank} nranks "
-                     f"{nranks} cudaDev {rank % 8} busId 1b000 - Init COMPLETE")
+        lines.append(
+            f"{host}:{1000 + rank}:{1100 + rank} [{rank % 8}] NCCL INFO comm 0xabc rank {rank} nranks "
+            f"{nranks} cudaDev {rank % 8} busId 1b000 - Init COMPLETE"
+        )
     return "\n".join(lines) + "\n"
 
 
 def test_bundle_names_rank_that_failed_init() -> None:
-    texts = [(f"nccl.rank{r}.log", _init_lines("node-a" if r < 2 else "node-b", r, 4, r != 2)) for r in range(4)]
-    texts[2] = (texts[2][0], texts[2][1] + "node-b:1002:1102 [2] misc/ibvwrap.cc:190 NCCL WARN Call to "
-                "ibv_reg_mr_iova2 failed with error Cannot allocate memory\n")
+    texts = [
+        (f"nccl.rank{r}.log", _init_lines("node-a" if r < 2 else "node-b", r, 4, r != 2)) for r in range(4)
+    ]
+    texts[2] = (
+        texts[2][0],
+        texts[2][1] + "node-b:1002:1102 [2] misc/ibvwrap.cc:190 NCCL WARN Call to "
+        "ibv_reg_mr_iova2 failed with error Cannot allocate memory\n",
+    )
     dx = diagnose_texts(texts)
     assert dx.cls == "memlock_limit"
     assert dx.ranks == [2] and dx.hosts == ["node-b"]
@@ -67,9 +85,12 @@ def test_bundle_timeout_names_rank_that_never_arrived() -> None:
     for r in range(4):
         body = _init_lines("node-a", r, 4, True)
         if r != 1:
-            body += (f"[rank{r}]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank {r}] Watchdog caught collective operation "
-                     "timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
-                     "ran for 600004 milliseconds before timing out.\n")
+            body += (
+                f"[rank{r}]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank {r}] Watchdog caught "
+                f"collective operation "
+                "timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+                "ran for 600004 milliseconds before timing out.\n"
+            )
         texts.append((f"job.{r}.out", body))
     dx = diagnose_texts(texts)
     assert dx.cls == "collective_timeout"
@@ -80,7 +101,8 @@ def test_bundle_timeout_names_rank_that_never_arrived() -> None:
 def test_interleaved_single_file_with_launcher_prefixes_and_colour() -> None:
     text = (
         "0: node-a:1000:1000 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 - Init START\n"
-        "1: \x1b[31mnode-b:2000:2000 [0] misc/shmutils.cc:87 NCCL WARN Error while creating shared memory segment "
+        "1: \x1b[31mnode-b:2000:2000 [0] misc/shmutils.cc:87 NCCL WARN Error while creating "
+        "shared memory segment "
         "/dev/shm/nccl-abc (size 9637888)\x1b[0m\n"
         "0: node-a:1000:1000 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 - Init COMPLETE\n"
         "1: node-b:2000:2000 [0] include/shm.h:28 NCCL WARN Call to posix_fallo"  # truncated
@@ -101,7 +123,8 @@ def test_garbage_gives_unknown(tmp_path: Path, blob: bytes) -> None:
 def test_other_signatures() -> None:
     cases = {
         "gdr_dma_broken": "h:1:1 [0] NCCL WARN Call to ibv_reg_mr failed with error Bad address",
-        "topology_file": "h:1:1 [0] NCCL WARN Could not open XML topology file /etc/nccl/topo.xml : No such file",
+        "topology_file": "h:1:1 [0] NCCL WARN Could not open XML topology file /etc/nccl/topo.xml "
+        ": No such file",
         "version_mismatch": "h:1:1 [0] NCCL WARN Mismatched NCCL version detected between ranks",
         "socket_ifname": "[rank1]: h:1:1 [0] NCCL WARN Bootstrap : no socket interface found",
     }

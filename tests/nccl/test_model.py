@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from gpufleet.nccl.predict import algo_time, predict_one, predict_sweep
@@ -11,8 +13,15 @@ from gpufleet.nccl.tuning import cost_table
 
 def socket_pair() -> Topology:
     # One PCIe GPU per node, two nodes, 100 Gb/s socket transport, 2.29.7 falls under the 2.30 constants.
-    return Topology(gpu="a10", nodes=2, gpus_per_node=1, nics_per_node=1, nic_gbps=100, transport="socket",
-                    nccl_version="2.29.7")
+    return Topology(
+        gpu="a10",
+        nodes=2,
+        gpus_per_node=1,
+        nics_per_node=1,
+        nic_gbps=100,
+        transport="socket",
+        nccl_version="2.29.7",
+    )
 
 
 def test_worked_latencies() -> None:
@@ -38,7 +47,7 @@ def test_worked_tree_bandwidth() -> None:
 
 def test_reference_tree_formula_with_given_inputs() -> None:
     # nccl.md 1.6: Tree/AllReduce/Simple bw = 4.8 * 0.92 * 0.85 * 0.5 = 1.88
-    assert 4.8 * 0.92 * 0.85 * 0.5 == pytest.approx(1.8768)
+    assert pytest.approx(1.8768) == 4.8 * 0.92 * 0.85 * 0.5
 
 
 def test_h100_single_node_peaks() -> None:
@@ -88,7 +97,7 @@ def test_sweep_monotonic_time(op: str) -> None:
     rows = predict_sweep(Topology(gpu="h100-sxm", nodes=2, nics_per_node=8, nic_gbps=400), op, 8, 8 << 30)
     assert len(rows) == 31
     times = [r.time_us for r in rows]
-    assert all(b >= a * 0.999 for a, b in zip(times, times[1:], strict=False))
+    assert all(b >= a * 0.999 for a, b in itertools.pairwise(times))
     assert all(r.busbw_gbps >= 0 for r in rows)
 
 

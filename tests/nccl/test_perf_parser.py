@@ -12,7 +12,7 @@ HEADER = """# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 2(factor) w
 #  Rank  1 Group  0 Pid  11112 on   node-a device  1 [0x2a] NVIDIA H100 80GB HBM3
 #  Rank  2 Group  0 Pid  22221 on   node-b device  0 [0x18] NVIDIA H100 80GB HBM3
 #  Rank  3 Group  0 Pid  22222 on   node-b device  1 [0x2a] NVIDIA H100 80GB HBM3
-#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong
 """
 
 
@@ -34,8 +34,11 @@ def test_corpus_tables(corpus: Path) -> None:
 
 def test_header_devices_and_launcher_prefixes() -> None:
     body = "\n".join(
-        f"[1,0]<stdout>:{line}" for line in (HEADER + "     1048576        262144     float     sum      -1    50.0   20.97   "
-                                             "31.46      0    49.0   21.40   32.10      0\n").splitlines()
+        f"[1,0]<stdout>:{line}"
+        for line in (
+            HEADER + "     1048576        262144     float     sum      -1    50.0   20.97   "
+            "31.46      0    49.0   21.40   32.10      0\n"
+        ).splitlines()
     )
     t = parse_perf(body)
     assert t.gpu_name == "NVIDIA H100 80GB HBM3"
@@ -45,9 +48,12 @@ def test_header_devices_and_launcher_prefixes() -> None:
 
 def test_wrong_column_and_error_part_way() -> None:
     text = HEADER + (
-        "     1048576        262144     float     sum      -1    50.0   20.97   31.46      3    49.0   21.40   32.10      0\n"
-        "     2097152        524288     float     sum      -1    60.0   34.95   52.43      0    61.0   34.38   51.57      0\n"
-        "node-b:22221:22290 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer with status=12\n"
+        "     1048576        262144     float     sum      -1    50.0   20.97   31.46      3    "
+        "49.0   21.40   32.10      0\n"
+        "     2097152        524288     float     sum      -1    60.0   34.95   52.43      0    "
+        "61.0   34.38   51.57      0\n"
+        "node-b:22221:22290 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from "
+        "peer with status=12\n"
         "node-b: Test NCCL failure common.cu:1005 'remote process exited or there was a network error'\n"
     )
     t = parse_perf(text)
@@ -56,7 +62,10 @@ def test_wrong_column_and_error_part_way() -> None:
 
 
 def test_ansi_and_torchrun_prefix() -> None:
-    text = "\x1b[32m[rank0]:\x1b[0m        8388608       2097152     float     sum      -1   100.0   83.89  157.29      0   99.0   84.74  158.88      0"
+    text = (
+        "\x1b[32m[rank0]:\x1b[0m        8388608       2097152     float     sum      -1   "
+        "100.0   83.89  157.29      0   99.0   84.74  158.88      0"
+    )
     t = parse_perf(text)
     assert t.rows[0].bytes == 8388608
 

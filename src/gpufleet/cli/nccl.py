@@ -1,7 +1,8 @@
-"""`gpufleet nccl`: predicted collective performance, measured-vs-expected, environment advice, log diagnosis."""
+"""`gpufleet nccl`: predicted collective performance, measured-vs-expected, env advice, log diagnosis."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -10,9 +11,12 @@ import typer
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
+from gpufleet.nccl.topology import Topology
 
-sub = typer.Typer(help="NCCL: predict collective performance, compare nccl-tests runs, advise, lint, diagnose logs.",
-                  no_args_is_help=True)
+sub = typer.Typer(
+    help="NCCL: predict collective performance, compare nccl-tests runs, advise, lint, diagnose logs.",
+    no_args_is_help=True,
+)
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
@@ -38,16 +42,16 @@ GPN_OPT = typer.Option(None, "--gpus-per-node", min=1, help="GPUs (ranks) per no
 NICS_OPT = typer.Option(None, "--nics-per-node", min=0, help="Fabric NIC ports per node")
 GBPS_OPT = typer.Option(None, "--nic-gbps", min=0, help="Speed of one NIC port, Gb/s")
 TRANSPORT_OPT = typer.Option(None, "--transport", help="ib, roce, efa or socket")
-NVLS_OPT = typer.Option(None, "--nvls/--no-nvls", help="Force NVLink SHARP on/off (default: NCCL's auto rule)")
+NVLS_OPT = typer.Option(
+    None, "--nvls/--no-nvls", help="Force NVLink SHARP on/off (default: NCCL's auto rule)"
+)
 SHARP_OPT = typer.Option(False, "--sharp", help="IB SHARP via CollNet is available and enabled")
 CPU_OPT = typer.Option(None, "--cpu", help="CPU vendor: intel, amd, arm, power")
 VERSION_OPT = typer.Option(None, "--nccl-version", help="NCCL version whose constants to use (default 2.30)")
 OUT_OPT = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP)
 
 
-def _topology(defaults: dict[str, object], **flags: object) -> object:
-    from gpufleet.nccl.topology import Topology
-
+def _topology(defaults: dict[str, object], **flags: object) -> Topology:
     values = {k: v for k, v in defaults.items() if v is not None}
     values.update({k: v for k, v in flags.items() if v is not None})
     if "gpu" not in values:
@@ -55,7 +59,7 @@ def _topology(defaults: dict[str, object], **flags: object) -> object:
     if values.get("nodes", 1) == 1:
         values.setdefault("nics_per_node", 0)
     try:
-        return Topology(**values)  # type: ignore[arg-type]
+        return Topology(**values)
     except ValueError as exc:
         raise UserError(f"bad topology: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from exc
 
@@ -72,7 +76,9 @@ def predict(
     sharp: bool = SHARP_OPT,
     cpu: str = typer.Option("intel", "--cpu", help="CPU vendor: intel, amd, arm, power"),
     nccl_version: str = typer.Option("2.30", "--nccl-version", help="NCCL version whose constants to use"),
-    op: str = typer.Option("allreduce", "--op", help="allreduce, allgather, reducescatter, broadcast, reduce"),
+    op: str = typer.Option(
+        "allreduce", "--op", help="allreduce, allgather, reducescatter, broadcast, reduce"
+    ),
     min_bytes: str = typer.Option("8", "--min-bytes", "-b", help="Smallest size (8, 1K, 1M, ...)"),
     max_bytes: str = typer.Option("8G", "--max-bytes", "-e", help="Largest size"),
     factor: int = typer.Option(2, "--step-factor", "-f", min=2, help="Size multiplier between rows"),
@@ -82,18 +88,36 @@ def predict(
     """Predict time, algbw and busbw per message size, with the algorithm and protocol NCCL would pick."""
     from gpufleet.nccl.predict import predict_sweep
 
-    topo = _topology({}, gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                     nic_gbps=nic_gbps, transport=transport, nvls=nvls, sharp=sharp, cpu_vendor=cpu,
-                     nccl_version=nccl_version)
-    rows = predict_sweep(topo, op, parse_size(min_bytes), parse_size(max_bytes), factor)  # type: ignore[arg-type]
+    topo = _topology(
+        {},
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
+        nic_gbps=nic_gbps,
+        transport=transport,
+        nvls=nvls,
+        sharp=sharp,
+        cpu_vendor=cpu,
+        nccl_version=nccl_version,
+    )
+    rows = predict_sweep(topo, op, parse_size(min_bytes), parse_size(max_bytes), factor)
     data = [
-        {"bytes": r.bytes, "op": r.op, "algo": r.algo, "proto": r.proto, "channels": r.channels,
-         "threads": r.threads, "time_us": round(r.time_us, 3), "algbw_gbps": round(r.algbw_gbps, 3),
-         "busbw_gbps": round(r.busbw_gbps, 3)}
+        {
+            "bytes": r.bytes,
+            "op": r.op,
+            "algo": r.algo,
+            "proto": r.proto,
+            "channels": r.channels,
+            "threads": r.threads,
+            "time_us": round(r.time_us, 3),
+            "algbw_gbps": round(r.algbw_gbps, 3),
+            "busbw_gbps": round(r.busbw_gbps, 3),
+        }
         for r in rows
     ]
     if plot is not None:
-        _plot(plot, rows, f"{topo.gpu} x{topo.nranks} ({topo.nodes} node(s)) {rows[0].op}")  # type: ignore[attr-defined]
+        _plot(plot, rows, f"{topo.gpu} x{topo.nranks} ({topo.nodes} node(s)) {rows[0].op}")
 
     def table(wide: bool) -> None:
         cols = ["size (B)", "algo", "proto", "time (us)", "algbw (GB/s)", "busbw (GB/s)"]
@@ -101,18 +125,29 @@ def predict(
             cols += ["channels", "threads"]
         body = []
         for d in data:
-            row = [d["bytes"], d["algo"], d["proto"], f"{d['time_us']:.2f}", f"{d['algbw_gbps']:.2f}",
-                   f"{d['busbw_gbps']:.2f}"]
+            row = [
+                d["bytes"],
+                d["algo"],
+                d["proto"],
+                f"{d['time_us']:.2f}",
+                f"{d['algbw_gbps']:.2f}",
+                f"{d['busbw_gbps']:.2f}",
+            ]
             if wide:
                 row += [d["channels"], d["threads"]]
             body.append(row)
-        console.print(make_table(cols, body, title=f"predicted {rows[0].op}, {topo.nranks} ranks, NCCL "
-                                 f"{topo.nccl_version} model"))  # type: ignore[attr-defined]
+        console.print(
+            make_table(
+                cols,
+                body,
+                title=f"predicted {rows[0].op}, {topo.nranks} ranks, NCCL {topo.nccl_version} model",
+            )
+        )
 
     emit(data, output, table)
 
 
-def _plot(path: Path, rows: list, title: str) -> None:  # type: ignore[type-arg]
+def _plot(path: Path, rows: list, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -156,14 +191,30 @@ def compare(
 
     table = parse_perf(file.read_text(encoding="utf-8", errors="replace"))
     inferred = _infer_topology(table)
-    topo = _topology(inferred, gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                     nic_gbps=nic_gbps, transport=transport, nvls=nvls, sharp=sharp, cpu_vendor=cpu,
-                     nccl_version=nccl_version)
+    topo = _topology(
+        inferred,
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
+        nic_gbps=nic_gbps,
+        transport=transport,
+        nvls=nvls,
+        sharp=sharp,
+        cpu_vendor=cpu,
+        nccl_version=nccl_version,
+    )
     coll = normalize_coll(op) if op else None
-    if coll is None and table.op and table.op not in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce"):
-        raise UserError(f"the model does not cover {table.op}", fix="compare allreduce/allgather/reducescatter/"
-                        "broadcast/reduce runs, or pass --op")
-    result = compare_table(table, topo, coll)  # type: ignore[arg-type]
+    if (
+        coll is None
+        and table.op
+        and table.op not in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
+    ):
+        raise UserError(
+            f"the model does not cover {table.op}",
+            fix="compare allreduce/allgather/reducescatter/broadcast/reduce runs, or pass --op",
+        )
+    result = compare_table(table, topo, coll)
     data = {
         "file": str(file),
         "op": result.op,
@@ -171,17 +222,40 @@ def compare(
         "median_ratio_large": result.median_ratio_bandwidth_region,
         "flagged_sizes": result.flagged_sizes,
         "causes": [{"code": c.code, "severity": c.severity, "message": c.message} for c in result.causes],
-        "rows": [{"bytes": r.bytes, "measured_busbw": r.measured_busbw, "predicted_busbw": round(r.predicted_busbw, 2),
-                  "ratio": round(r.ratio, 3), "algo": r.algo, "proto": r.proto, "flagged": r.flagged}
-                 for r in result.rows],
-        "topology": result.topology.model_dump(),  # type: ignore[attr-defined]
+        "rows": [
+            {
+                "bytes": r.bytes,
+                "measured_busbw": r.measured_busbw,
+                "predicted_busbw": round(r.predicted_busbw, 2),
+                "ratio": round(r.ratio, 3),
+                "algo": r.algo,
+                "proto": r.proto,
+                "flagged": r.flagged,
+            }
+            for r in result.rows
+        ],
+        "topology": result.topology.model_dump(),
     }
 
     def render(wide: bool) -> None:
-        body = [[human(r.bytes), f"{r.measured_busbw:.2f}", f"{r.predicted_busbw:.2f}", f"{r.ratio:.0%}",
-                 f"{r.algo}/{r.proto}", "LOW" if r.flagged else ""] for r in result.rows]
-        console.print(make_table(["size", "measured busbw", "expected busbw", "ratio", "NCCL pick", ""], body,
-                                 title=f"{file.name}: {result.verdict}"))
+        body = [
+            [
+                human(r.bytes),
+                f"{r.measured_busbw:.2f}",
+                f"{r.predicted_busbw:.2f}",
+                f"{r.ratio:.0%}",
+                f"{r.algo}/{r.proto}",
+                "LOW" if r.flagged else "",
+            ]
+            for r in result.rows
+        ]
+        console.print(
+            make_table(
+                ["size", "measured busbw", "expected busbw", "ratio", "NCCL pick", ""],
+                body,
+                title=f"{file.name}: {result.verdict}",
+            )
+        )
         for c in result.causes:
             console.print(f"[bold]{c.severity}[/bold] {c.code}: {c.message}", highlight=False)
 
@@ -196,10 +270,8 @@ def _infer_topology(table: object) -> dict[str, object]:
     out: dict[str, object] = {}
     gpu_name = getattr(table, "gpu_name", None)
     if gpu_name:
-        try:
+        with contextlib.suppress(NotFoundError):
             out["gpu"] = get_gpu_model(gpu_name).name
-        except NotFoundError:
-            pass
     nranks, nodes = getattr(table, "nranks", None), getattr(table, "nodes", None)
     if nodes:
         out["nodes"] = nodes
@@ -231,20 +303,41 @@ def advise_cmd(
     """Recommend NCCL environment settings for a fabric, each with its reason."""
     from gpufleet.nccl.advisor import advise
 
-    topo = _topology({}, gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                     nic_gbps=nic_gbps, transport=transport, nvls=nvls, sharp=sharp)
+    topo = _topology(
+        {},
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
+        nic_gbps=nic_gbps,
+        transport=transport,
+        nvls=nvls,
+        sharp=sharp,
+    )
     names = [n.strip() for n in nic_names.split(",") if n.strip()] if nic_names else None
-    items = advise(topo, names, socket_ifname)  # type: ignore[arg-type]
+    items = advise(topo, names, socket_ifname)
     data = [{"var": a.var, "value": a.value, "reason": a.reason} for a in items]
-    emit(data, output, lambda wide: console.print(make_table(["variable", "value", "why"],
-                                                             [[a.var, a.value, a.reason] for a in items])))
+    emit(
+        data,
+        output,
+        lambda wide: console.print(
+            make_table(["variable", "value", "why"], [[a.var, a.value, a.reason] for a in items])
+        ),
+    )
 
 
 @sub.command("lint")
 def lint_cmd(
-    env_file: Path | None = typer.Option(None, "--env-file", exists=True, dir_okay=False,
-                                         help="KEY=VALUE file, shell exports or launcher -x flags (default: this env)"),
-    transport: str | None = typer.Option(None, "--transport", help="ib, roce, efa or socket (enables GID checks)"),
+    env_file: Path | None = typer.Option(
+        None,
+        "--env-file",
+        exists=True,
+        dir_okay=False,
+        help="KEY=VALUE file, shell exports or launcher -x flags (default: this env)",
+    ),
+    transport: str | None = typer.Option(
+        None, "--transport", help="ib, roce, efa or socket (enables GID checks)"
+    ),
     output: OutputFormat = OUT_OPT,
 ) -> None:
     """Flag risky NCCL settings (forced algorithms, disabled IB, wrong GID index, ...)."""
@@ -252,23 +345,37 @@ def lint_cmd(
 
     env = read_env_file(env_file) if env_file else dict(os.environ)
     found = lint_env(env, transport)
-    data = [{"rule": f.rule, "var": f.var, "value": f.value, "severity": f.severity, "message": f.message,
-             "fix": f.fix} for f in found]
+    data = [
+        {
+            "rule": f.rule,
+            "var": f.var,
+            "value": f.value,
+            "severity": f.severity,
+            "message": f.message,
+            "fix": f.fix,
+        }
+        for f in found
+    ]
 
     def render(wide: bool) -> None:
         if not found:
             console.print("no findings")
             return
-        console.print(make_table(["severity", "variable", "value", "problem", "fix"],
-                                 [[f.severity, f.var, f.value, f.message, f.fix] for f in found]))
+        console.print(
+            make_table(
+                ["severity", "variable", "value", "problem", "fix"],
+                [[f.severity, f.var, f.value, f.message, f.fix] for f in found],
+            )
+        )
 
     emit(data, output, render)
 
 
 @sub.command("diagnose")
 def diagnose_cmd(
-    files: list[Path] = typer.Argument(..., exists=True, dir_okay=False,
-                                       help="NCCL_DEBUG / PyTorch logs: one file, or one per rank"),
+    files: list[Path] = typer.Argument(
+        ..., exists=True, dir_okay=False, help="NCCL_DEBUG / PyTorch logs: one file, or one per rank"
+    ),
     output: OutputFormat = OUT_OPT,
 ) -> None:
     """Classify an NCCL failure from its logs and name the rank/host at fault, with evidence lines."""

@@ -65,57 +65,149 @@ def lint_rules() -> tuple[LintRule, ...]:
     return tuple(LintRule(**r) for r in load_yaml("lint_rules.yaml")["rules"])
 
 
-def advise(topo: Topology, nic_names: list[str] | None = None, socket_ifname: str | None = None) -> list[Advice]:
+def advise(
+    topo: Topology, nic_names: list[str] | None = None, socket_ifname: str | None = None
+) -> list[Advice]:
     """Recommended NCCL settings for ``topo``, each with its reason."""
     out: list[Advice] = []
     multi = topo.nodes > 1
     if multi and topo.transport in ("ib", "roce"):
         names = nic_names or [f"mlx5_{i}" for i in range(topo.nics_per_node)]
         listed = ",".join(f"={n}:1" if i == 0 else f"{n}:1" for i, n in enumerate(names))
-        out.append(Advice("NCCL_IB_HCA", listed, (
-            f"list every one of the {topo.nics_per_node} rail NICs (exact names, port 1) and nothing else: a NIC "
-            "left out halves bandwidth on its rail, a storage/management NIC let in takes traffic it cannot carry"
-            + ("" if nic_names else "; names here are the usual mlx5_N, check `ibv_devices`"))))
+        out.append(
+            Advice(
+                "NCCL_IB_HCA",
+                listed,
+                (
+                    f"list every one of the {topo.nics_per_node} rail NICs (exact names, port 1) "
+                    f"and nothing else: a NIC "
+                    "left out halves bandwidth on its rail, a storage/management NIC let in takes "
+                    "traffic it cannot carry"
+                    + ("" if nic_names else "; names here are the usual mlx5_N, check `ibv_devices`")
+                ),
+            )
+        )
     if multi and topo.transport == "roce":
-        out.append(Advice("NCCL_IB_GID_INDEX", "3", (
-            "RoCEv2 needs the GID of a routable IPv4 address; index 3 is the usual RoCEv2/IPv4 entry (check "
-            "`show_gids`). On NCCL >= 2.21 leaving it unset auto-selects via NCCL_IB_ADDR_FAMILY=AF_INET and "
-            "NCCL_IB_ROCE_VERSION_NUM=2 when every node's GID table agrees")))
-        out.append(Advice("NCCL_IB_TC", "106", (
-            "put NCCL traffic in the lossless (PFC/ECN) traffic class your switches configure; 106 (DSCP 26) is "
-            "a common choice, some clouds use 41")))
-        out.append(Advice("NCCL_IB_QPS_PER_CONNECTION", "4", (
-            "more queue pairs spread a connection over more ECMP paths on routed RoCE fabrics")))
+        out.append(
+            Advice(
+                "NCCL_IB_GID_INDEX",
+                "3",
+                (
+                    "RoCEv2 needs the GID of a routable IPv4 address; index 3 is the usual "
+                    "RoCEv2/IPv4 entry (check "
+                    "`show_gids`). On NCCL >= 2.21 leaving it unset auto-selects via "
+                    "NCCL_IB_ADDR_FAMILY=AF_INET and "
+                    "NCCL_IB_ROCE_VERSION_NUM=2 when every node's GID table agrees"
+                ),
+            )
+        )
+        out.append(
+            Advice(
+                "NCCL_IB_TC",
+                "106",
+                (
+                    "put NCCL traffic in the lossless (PFC/ECN) traffic class your switches "
+                    "configure; 106 (DSCP 26) is "
+                    "a common choice, some clouds use 41"
+                ),
+            )
+        )
+        out.append(
+            Advice(
+                "NCCL_IB_QPS_PER_CONNECTION",
+                "4",
+                ("more queue pairs spread a connection over more ECMP paths on routed RoCE fabrics"),
+            )
+        )
     if multi:
-        out.append(Advice("NCCL_SOCKET_IFNAME", socket_ifname or "=eth0", (
-            "bootstrap and out-of-band traffic must use an interface every node can reach; name it exactly so a "
-            "docker/virtual bridge or a node-local interface is never picked")))
+        out.append(
+            Advice(
+                "NCCL_SOCKET_IFNAME",
+                socket_ifname or "=eth0",
+                (
+                    "bootstrap and out-of-band traffic must use an interface every node can "
+                    "reach; name it exactly so a "
+                    "docker/virtual bridge or a node-local interface is never picked"
+                ),
+            )
+        )
     if multi and topo.transport == "efa":
-        out.append(Advice("FI_PROVIDER", "efa", "make libfabric use EFA rather than TCP through aws-ofi-nccl"))
+        out.append(
+            Advice("FI_PROVIDER", "efa", "make libfabric use EFA rather than TCP through aws-ofi-nccl")
+        )
         out.append(Advice("FI_EFA_USE_DEVICE_RDMA", "1", "use GPUDirect RDMA over EFA (p4d/p5 and newer)"))
     if topo.nvls_enabled:
-        out.append(Advice("NCCL_NVLS_ENABLE", "1", (
-            f"{topo.spec.product_name} behind NVSwitch supports NVLink SHARP: AllReduce reaches ~480 GB/s busbw "
-            "on 8 H100 instead of ~370 with rings; keep it on (it costs some GPU memory)")))
+        out.append(
+            Advice(
+                "NCCL_NVLS_ENABLE",
+                "1",
+                (
+                    f"{topo.spec.product_name} behind NVSwitch supports NVLink SHARP: AllReduce "
+                    f"reaches ~480 GB/s busbw "
+                    "on 8 H100 instead of ~370 with rings; keep it on (it costs some GPU memory)"
+                ),
+            )
+        )
     elif topo.sm >= 90 and not topo.has_nvswitch:
-        out.append(Advice("NCCL_NVLS_ENABLE", "0", "no NVSwitch: NVLS cannot be used, skip its probing and buffers"))
+        out.append(
+            Advice("NCCL_NVLS_ENABLE", "0", "no NVSwitch: NVLS cannot be used, skip its probing and buffers")
+        )
     if topo.sharp and multi:
-        out.append(Advice("NCCL_COLLNET_ENABLE", "1", (
-            "the fabric has SHARP switches: CollNet (nccl-rdma-sharp-plugins/HPC-X) offloads reductions and enables "
-            "multi-node NVLS")))
+        out.append(
+            Advice(
+                "NCCL_COLLNET_ENABLE",
+                "1",
+                (
+                    "the fabric has SHARP switches: CollNet (nccl-rdma-sharp-plugins/HPC-X) "
+                    "offloads reductions and enables "
+                    "multi-node NVLS"
+                ),
+            )
+        )
     if multi and topo.nics_per_node >= topo.gpus_per_node > 1:
-        out.append(Advice("NCCL_CROSS_NIC", "0", (
-            "one NIC per GPU on a rail-optimized fabric: keep every ring and tree on the same rail index on every "
-            "node so traffic stays within its rail switch (check NCCL's graph output, cf. nccl#2345)")))
+        out.append(
+            Advice(
+                "NCCL_CROSS_NIC",
+                "0",
+                (
+                    "one NIC per GPU on a rail-optimized fabric: keep every ring and tree on the "
+                    "same rail index on every "
+                    "node so traffic stays within its rail switch (check NCCL's graph output, cf. nccl#2345)"
+                ),
+            )
+        )
     if multi and 0 < topo.nics_per_node < topo.gpus_per_node:
-        out.append(Advice("NCCL_PXN_DISABLE", "0", (
-            "fewer NICs than GPUs: PXN lets a GPU send through an NVLink peer's NIC instead of crossing PCIe/CPU")))
-    out.append(Advice("NCCL_DEBUG", "WARN", (
-        "WARN in production; for diagnosis INFO with NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV,TUNING and "
-        "NCCL_DEBUG_FILE=nccl.%h.%p")))
-    out.append(Advice("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", (
-        "with TORCH_NCCL_TRACE_BUFFER_SIZE=2000 the flight recorder dumps each rank's last collectives on a "
-        "watchdog timeout, which names the rank that never arrived")))
+        out.append(
+            Advice(
+                "NCCL_PXN_DISABLE",
+                "0",
+                (
+                    "fewer NICs than GPUs: PXN lets a GPU send through an NVLink peer's NIC "
+                    "instead of crossing PCIe/CPU"
+                ),
+            )
+        )
+    out.append(
+        Advice(
+            "NCCL_DEBUG",
+            "WARN",
+            (
+                "WARN in production; for diagnosis INFO with NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV,TUNING and "
+                "NCCL_DEBUG_FILE=nccl.%h.%p"
+            ),
+        )
+    )
+    out.append(
+        Advice(
+            "TORCH_NCCL_DUMP_ON_TIMEOUT",
+            "1",
+            (
+                "with TORCH_NCCL_TRACE_BUFFER_SIZE=2000 the flight recorder dumps each rank's "
+                "last collectives on a "
+                "watchdog timeout, which names the rank that never arrived"
+            ),
+        )
+    )
     return out
 
 
@@ -125,7 +217,9 @@ def lint_env(env: dict[str, str], transport: str | None = None) -> list[LintFind
     out = []
     for rule in lint_rules():
         if rule.hit(relevant, transport):
-            out.append(LintFinding(rule.id, rule.var, relevant[rule.var], rule.severity, rule.message, rule.fix))
+            out.append(
+                LintFinding(rule.id, rule.var, relevant[rule.var], rule.severity, rule.message, rule.fix)
+            )
     return out
 
 

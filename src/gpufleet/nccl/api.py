@@ -41,4 +41,6 @@ def allreduce_time_s(
     nbytes: int,
 ) -> float:
     """Predicted AllReduce time in seconds (cached; microseconds per call after the first)."""
-    return collective_time_s("allreduce", gpu_model, nodes, gpus_per_node, nics_per_node, nic_gbps, transport, nbytes)
+    return collective_time_s(
+        "allreduce", gpu_model, nodes, gpus_per_node, nics_per_node, nic_gbps, transport, nbytes
+    )

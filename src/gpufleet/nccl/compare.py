@@ -85,12 +85,20 @@ def _fmt(n: int) -> str:
     return f"{n} B"
 
 
-def _causes(table: PerfTable, topo: Topology, rows: list[RowComparison], big_ratio: float | None) -> list[Cause]:
+def _causes(
+    table: PerfTable, topo: Topology, rows: list[RowComparison], big_ratio: float | None
+) -> list[Cause]:
     causes: list[Cause] = []
     if table.wrong_rows:
         sizes = ", ".join(_fmt(r.bytes) for r in table.wrong_rows[:5])
-        causes.append(Cause("data_corruption", f"#wrong > 0 at {sizes}: results were corrupted (GPU, NVLink or "
-                            "NIC fault, or LL128 on an untested path)", "critical"))
+        causes.append(
+            Cause(
+                "data_corruption",
+                f"#wrong > 0 at {sizes}: results were corrupted (GPU, NVLink or "
+                "NIC fault, or LL128 on an untested path)",
+                "critical",
+            )
+        )
     if table.truncated or (table.errors and not table.avg_busbw):
         last = _fmt(table.rows[-1].bytes) if table.rows else "the first size"
         hint = f": {table.errors[0][:160]}" if table.errors else ""
@@ -103,22 +111,48 @@ def _causes(table: PerfTable, topo: Topology, rows: list[RowComparison], big_rat
     mid = [r for r in flagged if r.bytes < BANDWIDTH_REGION_BYTES]
     large = [r for r in flagged if r.bytes >= BANDWIDTH_REGION_BYTES]
     if big_ratio is not None and topo.nodes > 1 and 0.35 <= big_ratio <= 0.65:
-        causes.append(Cause("rail_missing", f"large messages reach {big_ratio:.0%} of expected on a multi-node run: "
-                            "about half the rails carry traffic (a NIC down or left out of NCCL_IB_HCA, a GPU without "
-                            "its local NIC, or cross-rail routing)", "critical"))
+        causes.append(
+            Cause(
+                "rail_missing",
+                f"large messages reach {big_ratio:.0%} of expected on a multi-node run: "
+                "about half the rails carry traffic (a NIC down or left out of NCCL_IB_HCA, a GPU without "
+                "its local NIC, or cross-rail routing)",
+                "critical",
+            )
+        )
     elif big_ratio is not None and big_ratio < 0.2:
-        transport = "the socket transport (IB/RDMA unavailable or NCCL_IB_DISABLE=1)" if topo.nodes > 1 else \
-            "PCIe/host memory instead of NVLink P2P (NCCL_P2P_DISABLE, ACS/IOMMU, or a missing NVLink)"
-        causes.append(Cause("wrong_transport", f"bandwidth is {big_ratio:.0%} of expected at every large size: "
-                            f"traffic is likely going over {transport}", "critical"))
+        transport = (
+            "the socket transport (IB/RDMA unavailable or NCCL_IB_DISABLE=1)"
+            if topo.nodes > 1
+            else "PCIe/host memory instead of NVLink P2P (NCCL_P2P_DISABLE, ACS/IOMMU, or a missing NVLink)"
+        )
+        causes.append(
+            Cause(
+                "wrong_transport",
+                f"bandwidth is {big_ratio:.0%} of expected at every large size: "
+                f"traffic is likely going over {transport}",
+                "critical",
+            )
+        )
     elif large:
-        causes.append(Cause("low_peak", f"peak bandwidth {worst.ratio:.0%} of expected at {_fmt(worst.bytes)}: a slow "
-                            "link (NVLink/PCIe downtrained, NIC at lower speed, congestion) or thermal/power throttling",
-                            "warning"))
+        causes.append(
+            Cause(
+                "low_peak",
+                f"peak bandwidth {worst.ratio:.0%} of expected at {_fmt(worst.bytes)}: a slow "
+                "link (NVLink/PCIe downtrained, NIC at lower speed, congestion) or thermal/power throttling",
+                "warning",
+            )
+        )
     if mid and not large:
-        causes.append(Cause("mid_size_dip", f"sizes {where} fall to {worst.ratio:.0%} of expected while large messages "
-                            "are fine: a protocol or channel problem (LL128 disabled, forced NCCL_PROTO/NCCL_ALGO, "
-                            "NCCL_MAX_NCHANNELS too low, or NVLS/CollNet not engaging)", "warning"))
+        causes.append(
+            Cause(
+                "mid_size_dip",
+                f"sizes {where} fall to {worst.ratio:.0%} of expected while large messages "
+                "are fine: a protocol or channel problem (LL128 disabled, forced NCCL_PROTO/NCCL_ALGO, "
+                "NCCL_MAX_NCHANNELS too low, or NVLS/CollNet not engaging)",
+                "warning",
+            )
+        )
     return causes
 
 
@@ -141,13 +175,15 @@ def compare_to_findings(result: CompareResult) -> list[Finding]:
     worst = min((r for r in result.rows if r.flagged), key=lambda r: r.ratio, default=None)
     findings = []
     for cause in result.causes:
-        findings.append(Finding(
-            kind=f"nccl_{cause.code}",
-            severity=cause.severity,
-            message=cause.message,
-            node=host,
-            host=host,
-            nbytes=worst.bytes if worst else None,
-            ratio=worst.ratio if worst else None,
-        ))
+        findings.append(
+            Finding(
+                kind=f"nccl_{cause.code}",
+                severity=cause.severity,
+                message=cause.message,
+                node=host,
+                host=host,
+                nbytes=worst.bytes if worst else None,
+                ratio=worst.ratio if worst else None,
+            )
+        )
     return findings

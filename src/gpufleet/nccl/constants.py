@@ -124,7 +124,9 @@ def load_constants(version: str = DEFAULT_VERSION) -> NcclConstants:
     """Constants for an NCCL version: the newest table whose ``applies_from`` is not after ``version``."""
     wanted = _version_key(version)
     if not wanted or wanted[0] != 2:
-        raise UserError(f"cannot read NCCL version {version!r}", fix="give it as 2.MINOR[.PATCH], e.g. 2.21.5")
+        raise UserError(
+            f"cannot read NCCL version {version!r}", fix="give it as 2.MINOR[.PATCH], e.g. 2.21.5"
+        )
     tables = [_load(v) for v in available_versions()]
     chosen = None
     for table in tables:

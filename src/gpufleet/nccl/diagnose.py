@@ -1,7 +1,7 @@
 """Diagnose NCCL failures from NCCL_DEBUG output and PyTorch ProcessGroupNCCL logs (one file or one per rank).
 
-Lines are normalised first (ANSI colour, launcher prefixes, NUL and other binary bytes), the launcher or file name
-tells which rank wrote them, then the signatures in data/signatures.yaml are tried in priority order.
+Lines are normalised first (ANSI colour, launcher prefixes, NUL and other binary bytes), the launcher or
+file name tells which rank wrote them, then the signatures in data/signatures.yaml are tried in priority order.
 """
 
 from __future__ import annotations
@@ -160,9 +160,15 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
         if hit:
             matches[sig.name] = hit
     if not matches:
-        dx = Diagnosis("unknown", "no known NCCL failure signature found", (
-            "collect NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV with NCCL_DEBUG_FILE=nccl.%h.%p from every "
-            "rank and run diagnose on all files"))
+        dx = Diagnosis(
+            "unknown",
+            "no known NCCL failure signature found",
+            (
+                "collect NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV with "
+                "NCCL_DEBUG_FILE=nccl.%h.%p from every "
+                "rank and run diagnose on all files"
+            ),
+        )
         dx.evidence = [ln.raw for ln in lines if "WARN" in ln.text or "error" in ln.text.lower()][:5]
         dx.ranks, dx.hosts = _missing_or_failed_ranks(per_file, lines, multi)
         return dx
@@ -226,8 +232,10 @@ def _timeout_suspects(
     seq = re.search(r"SeqNum=(\d+).*?OpType=(\w+)", hits[0].text)
     what = f" {seq.group(2)} SeqNum={seq.group(1)}" if seq else ""
     if missing:
-        detail = (f"ranks {', '.join(map(str, reporting))} timed out in{what or ' a collective'}; "
-                  f"rank(s) {', '.join(map(str, missing))} never arrived and are the suspects")
+        detail = (
+            f"ranks {', '.join(map(str, reporting))} timed out in{what or ' a collective'}; "
+            f"rank(s) {', '.join(map(str, missing))} never arrived and are the suspects"
+        )
     else:
         detail = f"every rank timed out in{what or ' a collective'}: look for a fabric or GPU fault"
     return missing, hosts, detail

@@ -1,8 +1,8 @@
 """Parse nccl-tests output (all_reduce_perf and friends) and the busbw tables people publish from it.
 
-Handles launcher prefixes (srun ``0:``, mpirun ``[1,0]<stdout>:``, torchrun ``[rank3]:``), NCCL INFO/WARN lines mixed
-into the output, in- and out-of-place columns, ``N/A`` in ``#wrong``, a final row cut short, runs that stopped on an
-error, and two-column markdown tables of bus bandwidth per size.
+Handles launcher prefixes (srun ``0:``, mpirun ``[1,0]<stdout>:``, torchrun ``[rank3]:``), NCCL INFO/WARN
+lines mixed into the output, in- and out-of-place columns, ``N/A`` in ``#wrong``, a final row cut short,
+runs that stopped on an error, and two-column markdown tables of bus bandwidth per size.
 """
 
 from __future__ import annotations
@@ -17,13 +17,21 @@ LAUNCHER_PREFIX = re.compile(
 )
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-DATA_ROW = re.compile(rf"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(.*)$")
+DATA_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(.*)$")
 DEVICE_LINE = re.compile(
     r"#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+?)\s*$"
 )
 AVG_LINE = re.compile(rf"#\s*Avg bus bandwidth\s*:\s*({NUM})")
 MD_ROW = re.compile(r"^\|\s*([0-9.]+)\s*([KMGT]?)i?B?\s*\|\s*([0-9.]+)\s*\|")
-ERROR_HINTS = ("NCCL WARN", "NCCL failure", "Test NCCL failure", "CUDA failure", "Test failure", "error", "Abort")
+ERROR_HINTS = (
+    "NCCL WARN",
+    "NCCL failure",
+    "Test NCCL failure",
+    "CUDA failure",
+    "Test failure",
+    "error",
+    "Abort",
+)
 TEST_NAMES = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",
@@ -132,10 +140,10 @@ def _data_row(line: str) -> PerfRow | None:
     while i < len(rest) and _num(rest[i]) is None and rest[i].upper() != "N/A":
         i += 1
     vals = rest[i:]
-    if vals and vals[0].lstrip("-").isdigit() and len(vals) in (5, 8, 9, 4 + 1 + 3):
-        # the root column (e.g. -1 or 0) precedes the timings
-        if len(vals) in (9, 5) or (len(vals) == 8 and "." not in vals[1]):
-            vals = vals[1:]
+    # The root column (e.g. -1 or 0) precedes the timings.
+    has_root = len(vals) in (9, 5) or (len(vals) == 8 and "." not in vals[1])
+    if vals and vals[0].lstrip("-").isdigit() and has_root:
+        vals = vals[1:]
     if len(vals) < 3:
         return None
     oop = vals[:4]
@@ -159,7 +167,8 @@ _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def _md_size(value: str, suffix: str) -> int:
-    """Published tables label sizes loosely (65K = 65536, 132K = 131072, 33M = 33554432): snap to powers of two."""
+    """Published tables label sizes loosely (65K = 65536, 132K = 131072, 33M = 33554432): snap to "
+    "powers of two."""
     raw = float(value) * (_SUFFIX[suffix.upper()] if suffix else 1)
     if suffix:
         decimal = float(value) * {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[suffix.upper()]
@@ -203,7 +212,9 @@ def parse_perf(text: str) -> PerfTable:
             table.fmt = "busbw-table"
             bus = float(md.group(3))
             size = _md_size(md.group(1), md.group(2))
-            table.rows.append(PerfRow(size, None, None, None, None, None, None, None, None, bus, None, line.strip()))
+            table.rows.append(
+                PerfRow(size, None, None, None, None, None, None, None, None, bus, None, line.strip())
+            )
             continue
         s = line.strip()
         if s.startswith("#"):

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 
 from gpufleet.errors import UserError
-from gpufleet.nccl.tuning import COLLECTIVES, CostTable, cost_table, log2i
 from gpufleet.nccl.topology import Topology
+from gpufleet.nccl.tuning import COLLECTIVES, CostTable, cost_table, log2i
 
 WARP = 32
 BUS_FACTOR_NAMES = {"allreduce": "2(n-1)/n", "allgather": "(n-1)/n", "reducescatter": "(n-1)/n"}
@@ -68,7 +68,9 @@ def algo_time(table: CostTable, algo: str, proto: str, nbytes: int, num_pipe_ops
         return -1.0
     bw *= _size_correction(table, algo, proto, nbytes)
     lat *= _ring_plateau(table, algo, proto, nbytes)
-    lat_count = num_pipe_ops if algo == "Ring" else math.ceil(num_pipe_ops / table.consts.max_dev_work_batch_colls)
+    lat_count = (
+        num_pipe_ops if algo == "Ring" else math.ceil(num_pipe_ops / table.consts.max_dev_work_batch_colls)
+    )
     return lat * lat_count + nbytes / (1000.0 * bw)
 
 
@@ -79,8 +81,12 @@ def _size_correction(table: CostTable, algo: str, proto: str, nbytes: int) -> fl
     if algo == "Tree" and table.coll == "allreduce" and 0 <= log_size < 23:
         return factors[log_size]
     if (
-        algo == "NVLSTree" and table.coll == "allreduce" and 0 <= log_size < 24 and topo.sm >= 100
-        and topo.cpu_vendor in ("intel", "amd") and table.consts.version >= "2.30"
+        algo == "NVLSTree"
+        and table.coll == "allreduce"
+        and 0 <= log_size < 24
+        and topo.sm >= 100
+        and topo.cpu_vendor in ("intel", "amd")
+        and table.consts.version >= "2.30"
     ):
         return factors[log_size]
     return 1.0
@@ -89,7 +95,10 @@ def _size_correction(table: CostTable, algo: str, proto: str, nbytes: int) -> fl
 def _ring_plateau(table: CostTable, algo: str, proto: str, nbytes: int) -> float:
     topo = table.topo
     if (
-        algo == "Ring" and proto == "Simple" and topo.nodes > 1 and table.coll == "allreduce"
+        algo == "Ring"
+        and proto == "Simple"
+        and topo.nodes > 1
+        and table.coll == "allreduce"
         and nbytes // (table.comm_channels * topo.nranks) >= 64
     ):
         return 1.9 if topo.sm < 80 else 1.4
@@ -102,7 +111,11 @@ def _launch_shape(table: CostTable, algo: str, proto: str, nbytes: int) -> tuple
     nt = table.max_threads[(algo, proto)]
     thr = table.thread_threshold[(algo, proto)]
     if algo in ("NVLS", "NVLSTree"):
-        nc = min(table.nvls_channels, table.comm_channels) if (table.topo.nodes > 1 and algo == "NVLS") else table.nvls_channels
+        nc = (
+            min(table.nvls_channels, table.comm_channels)
+            if (table.topo.nodes > 1 and algo == "NVLS")
+            else table.nvls_channels
+        )
     elif algo == "CollNetDirect":
         nc = table.graphs["CollNetDirect"].n_channels
     else:
@@ -141,7 +154,11 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
     best = min(candidates, key=lambda c: c.time_us)
     nc, nt = _launch_shape(table, best.algo, best.proto, nbytes)
     time_us = best.time_us
-    if table.consts.variant.channel_scaled_time and best.algo in ("Ring", "Tree") and nc < table.comm_channels:
+    if (
+        table.consts.variant.channel_scaled_time
+        and best.algo in ("Ring", "Tree")
+        and nc < table.comm_channels
+    ):
         # Older getAlgoTime rescaled bw by the channels actually launched.
         time_us = best.latency_us + nbytes / (1000.0 * best.bw_gbps * nc / table.comm_channels)
     algbw = nbytes / (time_us * 1000.0)
@@ -161,5 +178,7 @@ def size_sweep(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
     return sizes
 
 
-def predict_sweep(topo: Topology, op: str, min_bytes: int = 8, max_bytes: int = 8 << 30, factor: int = 2) -> list[Prediction]:
+def predict_sweep(
+    topo: Topology, op: str, min_bytes: int = 8, max_bytes: int = 8 << 30, factor: int = 2
+) -> list[Prediction]:
     return [predict_one(topo, op, s) for s in size_sweep(min_bytes, max_bytes, factor)]

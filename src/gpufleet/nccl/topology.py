@@ -1,20 +1,22 @@
-"""The fabric description the model works from, and the per-graph inputs NCCL's topology search would hand its tuner.
+"""The fabric the model works from, and the per-graph inputs NCCL's topology search would hand its tuner.
 
-We do not re-run search.cc. For the regular platforms gpufleet targets (GPUs behind NVSwitch or on PCIe, NICs on
-the GPUs' PCIe switches) the search result follows from a short procedure that keeps search.cc's rules:
+We do not re-run search.cc. For the regular platforms gpufleet targets (GPUs behind NVSwitch or on PCIe, NICs
+on the GPUs' PCIe switches) the search result follows from a short procedure that keeps search.cc's rules:
 
 1. Link bandwidths (topo.h): NVLink per link by compute capability times the link count, PCIe by generation,
    NIC speed = Gb/s / 8. A GPU-to-NIC path runs at the slower of its PCIe link and the NIC.
-2. Start at the fastest candidate speed (search.cc speed arrays, intra on one node, inter across nodes) that fits
-   ``maxBw`` (the best path bandwidth) and ``minChannels * speed <= totalBw``.
-3. At each speed the number of channels is what the links can carry: every channel crosses every GPU's NVLink
-   (or PCIe) once, and across nodes takes ``speed`` from one NIC in each direction.
-4. Keep the best ``nChannels * speed``; stop once it reaches ``totalBw`` or the next speed is below 0.49 of the best.
-5. ``ncclTopoDupChannels`` (not for NVLS), then pass 2 raises the speed while the same channel count still fits.
+2. Start at the fastest candidate speed (search.cc speed arrays, intra on one node, inter across nodes) that
+   fits ``maxBw`` (the best path bandwidth) and ``minChannels * speed <= totalBw``.
+3. At each speed the number of channels is what the links can carry: every channel crosses every GPU's
+   NVLink (or PCIe) once, and across nodes takes ``speed`` from one NIC in each direction. An NVLS channel
+   costs its head GPU twice the speed (ncclTopoSearchTryNvls).
+4. Keep the best ``nChannels * speed``; stop once it reaches ``totalBw`` or the next speed is below 0.49 of
+   the best.
+5. ``ncclTopoDupChannels`` (not for NVLS), then pass 2 raises the speed while the same channel count fits.
 
-More NIC ports than GPUs: NCCL (NCCL_IB_MERGE_NICS, 2.19+) fuses the ports of one adapter and aws-ofi-nccl stripes
-the EFA rails of one GPU's PCIe switch into one net device, so ports are grouped per GPU before the search
-(p5: 32 x 100 Gb/s -> 8 devices of 400 Gb/s; dual-port 2 x 200 Gb/s -> one 400 Gb/s device).
+More NIC ports than GPUs: NCCL (NCCL_IB_MERGE_NICS, 2.19+) fuses the ports of one adapter and aws-ofi-nccl
+stripes the EFA rails of one GPU's PCIe switch into one net device, so ports are grouped per GPU before the
+search (p5: 32 x 100 Gb/s -> 8 devices of 400 Gb/s; dual-port 2 x 200 Gb/s -> one 400 Gb/s device).
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ class _Links:
 
 
 def _platform() -> dict:
-    return load_yaml("topology.yaml")  # type: ignore[no-any-return]
+    return dict(load_yaml("topology.yaml"))
 
 
 def _links(topo: Topology) -> _Links:
@@ -159,7 +161,10 @@ def _channels_at(speed: float, links: _Links, topo: Topology, max_ch: int, nvls_
         # search.cc ncclTopoSearchTryNvls: the head GPU of a channel moves 2x speed to/from the NVSwitch, the
         # others 1x; heads rotate over the GPUs.
         by_intra = 0
-        while by_intra < max_ch and speed * (by_intra + 1 + math.ceil((by_intra + 1) / ppn)) <= links.intra_bw + 1e-9:
+        while (
+            by_intra < max_ch
+            and speed * (by_intra + 1 + math.ceil((by_intra + 1) / ppn)) <= links.intra_bw + 1e-9
+        ):
             by_intra += 1
     elif ppn > 1:
         # Every channel passes through each GPU; on one node every GPU forwards on each channel.
@@ -182,7 +187,9 @@ def _channels_at(speed: float, links: _Links, topo: Topology, max_ch: int, nvls_
     return max(0, min(max_ch, by_intra, by_nic))
 
 
-def _search(topo: Topology, links: _Links, *, max_ch: int, min_ch: int, ring: bool, nvls: bool) -> tuple[int, float]:
+def _search(
+    topo: Topology, links: _Links, *, max_ch: int, min_ch: int, ring: bool, nvls: bool
+) -> tuple[int, float]:
     inter = topo.nodes > 1
     speeds = _speeds("speed_inter" if inter else "speed_intra", topo.sm)
     plat = _platform()
@@ -207,7 +214,9 @@ def _search(topo: Topology, links: _Links, *, max_ch: int, min_ch: int, ring: bo
         return 1, 0.1 if not inter else min(speeds[-1], max_bw)
     if not nvls:
         dup = plat["dup_channels"]
-        hopper_block = topo.sm > 80 and best_bw < dup["hopper_min_bw_intra"] and best_n > dup["hopper_max_channels"]
+        hopper_block = (
+            topo.sm > 80 and best_bw < dup["hopper_min_bw_intra"] and best_n > dup["hopper_max_channels"]
+        )
         if best_bw >= dup["min_bw_intra"] and not hopper_block:
             doubled = min(best_n * 2, max_ch)
             best_bw /= math.ceil(doubled / best_n)
@@ -244,9 +253,21 @@ def derive_graphs(topo: Topology, max_channels: int) -> dict[str, Graph]:
         # Pass 2 for trees on two nodes raises bwIntra (up to twice bwInter) when NVLink allows it.
         speeds = _speeds("speed_inter", topo.sm)
         for s in sorted(speeds):
-            if tree_bw < s <= 2 * tree_bw and tree_n * s * (topo.gpus_per_node - 1) / topo.gpus_per_node <= links.intra_bw:
+            if (
+                tree_bw < s <= 2 * tree_bw
+                and tree_n * s * (topo.gpus_per_node - 1) / topo.gpus_per_node <= links.intra_bw
+            ):
                 bw_intra_tree = s
-    tree = Graph(tree_n, bw_intra_tree, tree_bw, type_intra, type_inter, lat_inter, True, topo.sm >= 90 and topo.nodes > 1)
+    tree = Graph(
+        tree_n,
+        bw_intra_tree,
+        tree_bw,
+        type_intra,
+        type_inter,
+        lat_inter,
+        True,
+        topo.sm >= 90 and topo.nodes > 1,
+    )
     graphs["Tree"] = tree
     graphs["PAT"] = tree
     collnet_n = min(plat["collnet_max_direct_arity"] + 1, topo.gpus_per_node)
@@ -267,4 +288,3 @@ def derive_graphs(topo: Topology, max_channels: int) -> dict[str, Graph]:
     else:
         graphs["NVLS"] = graphs["NVLSTree"] = Graph(0, 0.0, 0.0, "NVL", type_inter, lat_inter, False, False)
     return graphs
-

@@ -1,6 +1,6 @@
 """NCCL's cost tables: ``ncclTopoTuneModel`` (latency and bandwidth per collective, algorithm and protocol).
 
-A transcription of the formulas in tuning.cc; the version-specific pieces come from the constants' ``variant``.
+A transcription of the formulas in tuning.cc; version-specific pieces come from the constants' ``variant``.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def _algo_enabled(topo: Topology, algo: str, graphs: dict[str, Graph]) -> bool:
         return False
     if algo in ("NVLS", "NVLSTree") and (not topo.nvls_enabled or graphs["NVLS"].n_channels < 2):
         return False
-    if algo in ("CollNetDirect", "CollNetChain") or (algo == "NVLS" and topo.nodes > 1):
-        if not topo.sharp or topo.nodes == 1:
-            return False
+    collnet_needed = algo in ("CollNetDirect", "CollNetChain") or (algo == "NVLS" and topo.nodes > 1)
+    if collnet_needed and (not topo.sharp or topo.nodes == 1):
+        return False
     return not (algo == "CollNetDirect" and not topo.has_nvswitch)
 
 
@@ -103,8 +103,22 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
                 continue
             if a == "PAT" and (p != "Simple" or nodes != n):
                 continue
-            bw_ch, bus = _bus_bw(topo, coll, a, p, g, c, ppn, nsteps, ll_max, tree_max, ring_ll128_max,
-                                 tree_ll128_max, nvlstree_max, nvls_eff)
+            bw_ch, bus = _bus_bw(
+                topo,
+                coll,
+                a,
+                p,
+                g,
+                c,
+                ppn,
+                nsteps,
+                ll_max,
+                tree_max,
+                ring_ll128_max,
+                tree_ll128_max,
+                nvlstree_max,
+                nvls_eff,
+            )
             del bw_ch
             if not enabled or (p == "LL128" and not _ll128_enabled(topo, g)) or g.n_channels == 0:
                 bus = 0.0
@@ -123,7 +137,9 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
         for p in PROTOS:
             if p == "Simple":
                 if a == "Ring":
-                    max_threads[(a, p)] = mt.ring_simple_pci if ring.bw_intra * ring.n_channels <= 12 else mt.simple
+                    max_threads[(a, p)] = (
+                        mt.ring_simple_pci if ring.bw_intra * ring.n_channels <= 12 else mt.simple
+                    )
                 elif a == "Tree":
                     max_threads[(a, p)] = mt.simple
                 else:
@@ -135,12 +151,25 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
             else:
                 max_threads[(a, p)] = mt.ll128
                 thresholds[(a, p)] = tt.LL128
-    return CostTable(coll, latency, bandwidth, graphs, comm_channels, nvls_ch, max_threads, thresholds, c, topo)
+    return CostTable(
+        coll, latency, bandwidth, graphs, comm_channels, nvls_ch, max_threads, thresholds, c, topo
+    )
 
 
 def _bus_bw(
-    topo: Topology, coll: str, a: str, p: str, g: Graph, c: NcclConstants, ppn: float, nsteps: int,
-    ll_max: float, tree_max: float, ring_ll128_max: float, tree_ll128_max: float, nvlstree_max: float,
+    topo: Topology,
+    coll: str,
+    a: str,
+    p: str,
+    g: Graph,
+    c: NcclConstants,
+    ppn: float,
+    nsteps: int,
+    ll_max: float,
+    tree_max: float,
+    ring_ll128_max: float,
+    tree_ll128_max: float,
+    nvlstree_max: float,
     nvls_eff: float,
 ) -> tuple[float, float]:
     v = c.variant
@@ -195,7 +224,12 @@ def _bus_bw(
             bus /= factor
             if topo.sm >= 90:
                 bus *= 0.85
-    if a in ("NVLS", "CollNetDirect") and coll in ("allgather", "reducescatter") and nodes > 1 and not topo.sharp:
+    if (
+        a in ("NVLS", "CollNetDirect")
+        and coll in ("allgather", "reducescatter")
+        and nodes > 1
+        and not topo.sharp
+    ):
         bus = 0.0
     if not (a != "Ring" and coll in ("allgather", "reducescatter")):
         if ratio_override is not None:
@@ -211,7 +245,14 @@ def _bus_bw(
 
 
 def _latency(
-    topo: Topology, coll: str, a: str, p: str, g: Graph, c: NcclConstants, ppn: float, nsteps: int,
+    topo: Topology,
+    coll: str,
+    a: str,
+    p: str,
+    g: Graph,
+    c: NcclConstants,
+    ppn: float,
+    nsteps: int,
     net_overhead: float,
 ) -> float:
     v = c.variant
