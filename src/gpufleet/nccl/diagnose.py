@@ -1,7 +1,8 @@
 """Diagnose NCCL failures from NCCL_DEBUG output and PyTorch ProcessGroupNCCL logs (one file or one per rank).
 
 Lines are normalised first (ANSI colour, launcher prefixes, NUL and other binary bytes), the launcher or
-file name tells which rank wrote them, then the signatures in data/signatures.yaml are tried in priority order.
+file name tells which rank wrote them, then the signatures in data/signatures.yaml are tried in priority
+order.
 """
 
 from __future__ import annotations
