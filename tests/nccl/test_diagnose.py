@@ -130,3 +130,38 @@ def test_other_signatures() -> None:
     }
     for cls, line in cases.items():
         assert diagnose_texts([("a.log", line)]).cls == cls
+
+
+def test_timeout_everyone_reports_but_one_is_behind() -> None:
+    # Synthetic: newer PyTorch format, every rank times out; rank 2 never enqueued SeqNum 97.
+    lines = []
+    for r in range(4):
+        last = 96 if r == 2 else 97
+        lines.append(
+            f"[rank{r}]:[E1122 10:00:00.000000 123 ProcessGroupNCCL.cpp:632] "
+            f"[PG ID 0 PG GUID 0(default_pg) Rank {r}] Watchdog caught collective operation timeout: "
+            f"WorkNCCL(SeqNum={last}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+            "ran for 600001 milliseconds before timing out."
+        )
+        lines.append(
+            f"[rank{r}]:[E1122 10:00:00.000001 123 ProcessGroupNCCL.cpp:2168] "
+            f"[PG ID 0 PG GUID 0(default_pg) Rank {r}] failure detected by watchdog at work sequence id: "
+            f"{last} PG status: last enqueued work: {last}, last completed work: 96"
+        )
+    dx = diagnose_texts([("torchrun.log", "\n".join(lines))])
+    assert dx.cls == "collective_timeout"
+    assert dx.ranks == [2]
+
+
+def test_ib_error_names_remote_peer_and_rank_from_init_line() -> None:
+    text = (
+        "gpu-a:4242:4242 [4] NCCL INFO comm 0x55 rank 12 nranks 16 cudaDev 4 nvmlDev 4 busId 9a000 "
+        "- Init COMPLETE\n"
+        "gpu-a:4242:4300 [4] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        "10.1.2.3<40000> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.1.2.4 "
+        "remoteGids::ffff:10.1.2.3\n"
+    )
+    dx = diagnose_texts([("n.log", text)])
+    assert dx.cls == "ib_transport_error"
+    assert dx.ranks == [12]
+    assert dx.hosts == ["gpu-a", "10.1.2.3"]

@@ -25,10 +25,13 @@ PREFIXES = (
 )
 TIMESTAMP = re.compile(r"^(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s*)")
 NCCL_PREFIX = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]")
-TORCH_RANK = re.compile(r"\[Rank (\d+)\]")
+# [Rank 3], [PG 0 Rank 3], [PG ID 0 PG GUID 0(default_pg) Rank 3]
+TORCH_RANK = re.compile(r"\bRank (\d+)\]")
 COMM_RANK = re.compile(r"\brank (\d+) nranks (\d+)", re.IGNORECASE)
 WORLD = re.compile(r"(?:nranks|world_size|WORLD_SIZE)[ =:]+(\d+)")
 INIT_DONE = re.compile(r"Init COMPLETE|ncclCommInitRank.*(?:COMPLETE|Init COMPLETE)", re.IGNORECASE)
+LAST_ENQUEUED = re.compile(r"last enqueued (?:NCCL )?work: (\d+)", re.IGNORECASE)
+PEER = re.compile(r"from peer ([\w.:-]+?)<\d+>")
 FILE_RANK = re.compile(r"(?:rank|r)[_.-]?(\d+)(?!.*\d)", re.IGNORECASE)
 
 
@@ -119,9 +122,15 @@ def normalise(raw: str) -> tuple[str, int | None]:
 
 
 def read_lines(text: str, source: str, file_rank: int | None = None) -> list[LogLine]:
+    normalised = [(raw, *normalise(raw)) for raw in text.splitlines()]
+    # NCCL prefixes lines with host:pid:tid [cudaDev]; the INIT lines "rank R nranks N" map a process to its rank.
+    pid_rank: dict[tuple[str, str], int] = {}
+    for _, norm, _ in normalised:
+        m, c = NCCL_PREFIX.match(norm), COMM_RANK.search(norm)
+        if m and c:
+            pid_rank.setdefault((m.group("host"), m.group("pid")), int(c.group(1)))
     lines = []
-    for i, raw in enumerate(text.splitlines(), start=1):
-        norm, rank = normalise(raw)
+    for i, (raw, norm, rank) in enumerate(normalised, start=1):
         if not norm:
             continue
         host = None
@@ -132,12 +141,26 @@ def read_lines(text: str, source: str, file_rank: int | None = None) -> list[Log
             tm = TORCH_RANK.search(norm)
             if tm:
                 rank = int(tm.group(1))
+        if rank is None and m:
+            rank = pid_rank.get((m.group("host"), m.group("pid")))
         if rank is None:
             rank = file_rank
         if rank is None and m:
-            rank = int(m.group("dev"))  # one process per GPU: NCCL's [N] device index is the local rank
+            rank = int(m.group("dev"))  # one process per GPU on one node: the device index is the local rank
         lines.append(LogLine(norm, raw.rstrip("\r\n"), source, i, rank, host))
     return lines
+
+
+def _content_rank(text: str) -> int | None:
+    """The rank a per-rank file belongs to, from NCCL's init line or a launcher prefix."""
+    for raw in text.splitlines()[:2000]:
+        norm, rank = normalise(raw)
+        if rank is not None:
+            return rank
+        c = COMM_RANK.search(norm)
+        if c:
+            return int(c.group(1))
+    return None
 
 
 def _file_rank(path: Path) -> int | None:
@@ -150,9 +173,11 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
     per_file: dict[str, list[LogLine]] = {}
     multi = len(texts) > 1
     for i, (name, text) in enumerate(texts):
-        rank = _file_rank(Path(name)) if multi else None
-        if multi and rank is None:
-            rank = i
+        rank = None
+        if multi:
+            rank = _content_rank(text)
+            rank = _file_rank(Path(name)) if rank is None else rank
+            rank = i if rank is None else rank
         per_file[name] = read_lines(text, name, rank)
     lines = [ln for group in per_file.values() for ln in group]
     matches: dict[str, list[LogLine]] = {}
@@ -188,6 +213,10 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
         ranks = sorted({ln.rank for ln in hits if ln.rank is not None})
         dx.ranks = ranks if ranks else ([first.rank] if first.rank is not None else [])
         dx.hosts = _dedupe([ln.host for ln in hits if ln.host])
+        peers = _dedupe([m.group(1) for ln in hits if (m := PEER.search(ln.text))])
+        if peers:
+            dx.summary += f"; remote peer {', '.join(peers)}"
+            dx.hosts = _dedupe(dx.hosts + peers)
         failed, _ = _missing_or_failed_ranks(per_file, lines, multi)
         if multi and failed:
             dx.summary += f"; rank(s) {', '.join(map(str, failed))} did not finish initialising"
@@ -229,6 +258,15 @@ def _timeout_suspects(
     silent_files = [ln[0].rank for ln in per_file.values() if ln and not any(h in ln for h in hits)]
     missing = sorted(set(range(world or 0)) - set(reporting))
     missing = _dedupe_int(missing + [r for r in silent_files if r is not None])
+    # Newer PyTorch prints each rank's last enqueued collective: a rank behind the others never called the op.
+    enqueued: dict[int, int] = {}
+    for ln in lines:
+        m = LAST_ENQUEUED.search(ln.text)
+        if m and ln.rank is not None:
+            enqueued[ln.rank] = max(enqueued.get(ln.rank, -1), int(m.group(1)))
+    if enqueued and not missing and len(set(enqueued.values())) > 1:
+        top = max(enqueued.values())
+        missing = sorted(r for r, v in enqueued.items() if v < top)
     hosts = _dedupe([ln.host for ln in lines if ln.host and ln.rank in missing])
     seq = re.search(r"SeqNum=(\d+).*?OpType=(\w+)", hits[0].text)
     what = f" {seq.group(2)} SeqNum={seq.group(1)}" if seq else ""
