@@ -123,7 +123,7 @@ def normalise(raw: str) -> tuple[str, int | None]:
 
 def read_lines(text: str, source: str, file_rank: int | None = None) -> list[LogLine]:
     normalised = [(raw, *normalise(raw)) for raw in text.splitlines()]
-    # NCCL prefixes lines with host:pid:tid [cudaDev]; the INIT lines "rank R nranks N" map a process to its rank.
+    # NCCL prefixes lines with host:pid:tid [cudaDev]; INIT lines "rank R nranks N" map a process to its rank.
     pid_rank: dict[tuple[str, str], int] = {}
     for _, norm, _ in normalised:
         m, c = NCCL_PREFIX.match(norm), COMM_RANK.search(norm)
