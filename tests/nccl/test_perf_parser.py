@@ -73,3 +73,16 @@ def test_ansi_and_torchrun_prefix() -> None:
 def test_garbage_is_a_parse_error() -> None:
     with pytest.raises(ParseError):
         parse_perf("\x00\x01binary\xff garbage\nnot a table")
+
+
+def test_nccl_version_line() -> None:
+    text = (
+        "# nccl-tests\nnode-a:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+        + HEADER.splitlines()[-1]
+        + (
+            "\n     1048576        262144     float     sum      -1    50.0   20.97   31.46      0"
+            "    49.0   21.40   32.10      0"
+        )
+    )
+    t = parse_perf(text)
+    assert t.nccl_version == "2.21.5" and len(t.rows) == 1

@@ -46,6 +46,9 @@ NVLS_OPT = typer.Option(
     None, "--nvls/--no-nvls", help="Force NVLink SHARP on/off (default: NCCL's auto rule)"
 )
 SHARP_OPT = typer.Option(False, "--sharp", help="IB SHARP via CollNet is available and enabled")
+NVSWITCH_OPT = typer.Option(
+    None, "--nvswitch/--no-nvswitch", help="Override the catalog: GPUs behind an NVSwitch"
+)
 CPU_OPT = typer.Option(None, "--cpu", help="CPU vendor: intel, amd, arm, power")
 VERSION_OPT = typer.Option(None, "--nccl-version", help="NCCL version whose constants to use (default 2.30)")
 OUT_OPT = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP)
@@ -74,6 +77,7 @@ def predict(
     transport: str = typer.Option("ib", "--transport", help="ib, roce, efa or socket"),
     nvls: bool | None = NVLS_OPT,
     sharp: bool = SHARP_OPT,
+    nvswitch: bool | None = NVSWITCH_OPT,
     cpu: str = typer.Option("intel", "--cpu", help="CPU vendor: intel, amd, arm, power"),
     nccl_version: str = typer.Option("2.30", "--nccl-version", help="NCCL version whose constants to use"),
     op: str = typer.Option(
@@ -98,6 +102,7 @@ def predict(
         transport=transport,
         nvls=nvls,
         sharp=sharp,
+        nvswitch=nvswitch,
         cpu_vendor=cpu,
         nccl_version=nccl_version,
     )
@@ -120,29 +125,30 @@ def predict(
         _plot(plot, rows, f"{topo.gpu} x{topo.nranks} ({topo.nodes} node(s)) {rows[0].op}")
 
     def table(wide: bool) -> None:
-        cols = ["size (B)", "algo", "proto", "time (us)", "algbw (GB/s)", "busbw (GB/s)"]
+        # nccl-tests' column order, float elements, one placement (no in/out-of-place difference in the model).
+        cols = ["size (B)", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo", "proto"]
         if wide:
             cols += ["channels", "threads"]
         body = []
-        for d in data:
+        for r, d in zip(rows, data, strict=True):
             row = [
-                d["bytes"],
-                d["algo"],
-                d["proto"],
+                r.bytes,
+                r.bytes // 4,
+                "float",
                 f"{d['time_us']:.2f}",
                 f"{d['algbw_gbps']:.2f}",
                 f"{d['busbw_gbps']:.2f}",
+                d["algo"],
+                d["proto"],
             ]
             if wide:
                 row += [d["channels"], d["threads"]]
             body.append(row)
-        console.print(
-            make_table(
-                cols,
-                body,
-                title=f"predicted {rows[0].op}, {topo.nranks} ranks, NCCL {topo.nccl_version} model",
-            )
+        title = (
+            f"predicted {rows[0].op}: {topo.gpu} x {topo.nranks} ranks ({topo.nodes} node(s)), "
+            f"NCCL {topo.nccl_version} model"
         )
+        console.print(make_table(cols, body, title=title))
 
     emit(data, output, table)
 
@@ -179,6 +185,7 @@ def compare(
     transport: str | None = TRANSPORT_OPT,
     nvls: bool | None = NVLS_OPT,
     sharp: bool = SHARP_OPT,
+    nvswitch: bool | None = NVSWITCH_OPT,
     cpu: str | None = CPU_OPT,
     nccl_version: str | None = VERSION_OPT,
     op: str | None = typer.Option(None, "--op", help="Collective (default: from the file, else allreduce)"),
@@ -201,6 +208,7 @@ def compare(
         transport=transport,
         nvls=nvls,
         sharp=sharp,
+        nvswitch=nvswitch,
         cpu_vendor=cpu,
         nccl_version=nccl_version,
     )
@@ -218,6 +226,7 @@ def compare(
     data = {
         "file": str(file),
         "op": result.op,
+        "nccl_version_in_file": table.nccl_version,
         "verdict": result.verdict,
         "median_ratio_large": result.median_ratio_bandwidth_region,
         "flagged_sizes": result.flagged_sizes,
@@ -296,6 +305,7 @@ def advise_cmd(
     transport: str = typer.Option("ib", "--transport", help="ib, roce, efa or socket"),
     nvls: bool | None = NVLS_OPT,
     sharp: bool = SHARP_OPT,
+    nvswitch: bool | None = NVSWITCH_OPT,
     nic_names: str | None = typer.Option(None, "--nic-names", help="Comma list of rail HCAs (mlx5_0,...)"),
     socket_ifname: str | None = typer.Option(None, "--socket-ifname", help="Data-network interface name"),
     output: OutputFormat = OUT_OPT,
@@ -313,6 +323,7 @@ def advise_cmd(
         transport=transport,
         nvls=nvls,
         sharp=sharp,
+        nvswitch=nvswitch,
     )
     names = [n.strip() for n in nic_names.split(",") if n.strip()] if nic_names else None
     items = advise(topo, names, socket_ifname)

@@ -21,6 +21,7 @@ DATA_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(.*)$")
 DEVICE_LINE = re.compile(
     r"#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+?)\s*$"
 )
+NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 AVG_LINE = re.compile(rf"#\s*Avg bus bandwidth\s*:\s*({NUM})")
 MD_ROW = re.compile(r"^\|\s*([0-9.]+)\s*([KMGT]?)i?B?\s*\|\s*([0-9.]+)\s*\|")
 ERROR_HINTS = (
@@ -91,6 +92,7 @@ class PerfTable:
     rank_hosts: dict[int, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    nccl_version: str | None = None
     fmt: str = "nccl-tests"
     truncated: bool = False
 
@@ -207,6 +209,9 @@ def parse_perf(text: str) -> PerfTable:
             continue
         if "_perf" in line and not line.lstrip().startswith("#"):
             _command(line, table)
+        vm = NCCL_VERSION.search(line)
+        if vm and table.nccl_version is None:
+            table.nccl_version = vm.group(1)
         md = MD_ROW.match(line.strip())
         if md:
             table.fmt = "busbw-table"
