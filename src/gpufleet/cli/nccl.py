@@ -125,7 +125,7 @@ def predict(
         _plot(plot, rows, f"{topo.gpu} x{topo.nranks} ({topo.nodes} node(s)) {rows[0].op}")
 
     def table(wide: bool) -> None:
-        # nccl-tests' column order, float elements, one placement (no in/out-of-place difference in the model).
+        # nccl-tests column order, float elements, one placement (the model has no in/out-of-place split).
         cols = ["size (B)", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo", "proto"]
         if wide:
             cols += ["channels", "threads"]
