@@ -249,7 +249,7 @@ def derive_graphs(topo: Topology, max_channels: int) -> dict[str, Graph]:
     graphs["Ring"] = ring
     tree_n, tree_bw = _search(topo, links, max_ch=ring_n, min_ch=1, ring=False, nvls=False)
     bw_intra_tree = tree_bw
-    if topo.nodes == 2:
+    if topo.nodes == 2 and topo.gpus_per_node > 1:
         # Pass 2 for trees on two nodes raises bwIntra (up to twice bwInter) when NVLink allows it.
         speeds = _speeds("speed_inter", topo.sm)
         for s in sorted(speeds):
@@ -266,7 +266,8 @@ def derive_graphs(topo: Topology, max_channels: int) -> dict[str, Graph]:
         type_inter,
         lat_inter,
         True,
-        topo.sm >= 90 and topo.nodes > 1,
+        # One GPU per node turns every tree into a plain TREE (search.cc); Hopper multi-node falls back to it too.
+        topo.gpus_per_node == 1 or (topo.sm >= 90 and topo.nodes > 1),
     )
     graphs["Tree"] = tree
     graphs["PAT"] = tree
