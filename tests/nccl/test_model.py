@@ -36,7 +36,7 @@ def test_worked_latencies() -> None:
 
 
 def test_worked_tree_bandwidth() -> None:
-    # Same 2-rank socket case with two 20 Gb/s interfaces: the search finds 2 channels at 2.4 GB/s (4.8 total),
+    # Same 2-rank socket case with two 20 Gb/s interfaces: the search finds 2 channels at 2.4 GB/s (4.8),
     # one GPU per node makes the tree a plain TREE: 4.8 * 0.92 * 0.85 * 0.5 = 1.88 (the log prints 1.9).
     topo = Topology(
         gpu="a10",

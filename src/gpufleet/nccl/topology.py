@@ -266,7 +266,7 @@ def derive_graphs(topo: Topology, max_channels: int) -> dict[str, Graph]:
         type_inter,
         lat_inter,
         True,
-        # One GPU per node turns every tree into a plain TREE (search.cc); Hopper multi-node falls back to it too.
+        # One GPU per node makes every tree a plain TREE (search.cc); Hopper multi-node falls back to it too.
         topo.gpus_per_node == 1 or (topo.sm >= 90 and topo.nodes > 1),
     )
     graphs["Tree"] = tree
