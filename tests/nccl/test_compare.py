@@ -69,3 +69,18 @@ def test_failed_run_and_wrong_results() -> None:
     result = compare_table(table, Topology(gpu="h100-sxm"))
     codes = [c.code for c in result.causes]
     assert result.verdict == "failed" and "data_corruption" in codes and "run_failed" in codes
+
+
+def test_high_small_message_latency(corpus: Path) -> None:
+    table = parse_perf((corpus / "nccl" / "perf" / "h100_aws_p5_2node_efa.txt").read_text())
+    ok = compare_table(table, P5)
+    assert ok.latency_factor is not None and ok.latency_factor < 2.5
+    slow = [
+        replace(r, oop_time_us=(r.oop_time_us or 0) * 4, ip_time_us=(r.ip_time_us or 0) * 4)
+        if r.bytes <= 65536
+        else r
+        for r in table.rows
+    ]
+    result = compare_table(replace(table, rows=slow), P5)
+    assert "high_latency" in [c.code for c in result.causes]
+    assert result.verdict == "underperforming"

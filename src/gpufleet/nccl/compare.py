@@ -16,6 +16,9 @@ BANDWIDTH_REGION_BYTES = 256 << 20
 TOLERANCE_BANDWIDTH = 0.15
 TOLERANCE_MID = 0.60
 MID_REGION_BYTES = 1 << 20
+LATENCY_REGION_BYTES = 64 << 10
+# Small-message time this many times the model's is a latency problem, not noise.
+LATENCY_FACTOR = 2.5
 Severity = Literal["info", "warning", "critical"]
 
 
@@ -46,6 +49,7 @@ class CompareResult:
     causes: list[Cause] = field(default_factory=list)
     flagged_sizes: list[int] = field(default_factory=list)
     median_ratio_bandwidth_region: float | None = None
+    latency_factor: float | None = None  # median measured/predicted time for sizes <= 64 KiB
     hosts: list[str] = field(default_factory=list)
 
 
@@ -68,12 +72,28 @@ def compare_table(table: PerfTable, topo: Topology, op: str | None = None) -> Co
     big = [x.ratio for x in rows if x.bytes >= BANDWIDTH_REGION_BYTES]
     result.median_ratio_bandwidth_region = statistics.median(big) if big else None
     result.flagged_sizes = [x.bytes for x in rows if x.flagged]
+    small = [
+        r.time_us / predict_one(topo, coll, r.bytes).time_us
+        for r in table.rows
+        if r.bytes <= LATENCY_REGION_BYTES and r.time_us
+    ]
+    result.latency_factor = statistics.median(small) if small else None
     result.causes = _causes(table, topo, rows, result.median_ratio_bandwidth_region)
+    if result.latency_factor is not None and result.latency_factor > LATENCY_FACTOR:
+        result.causes.append(
+            Cause(
+                "high_latency",
+                f"messages up to 64 KiB take {result.latency_factor:.1f}x the expected time: per-operation "
+                "latency is high (CPU/NUMA binding of the ranks, a proxy thread starved of CPU, traffic "
+                "through the host instead of NVLink/GPUDirect, or a slow network path)",
+                "warning",
+            )
+        )
     if not rows:
         result.verdict = "failed" if table.errors else "no-data"
     elif table.truncated or table.wrong_rows:
         result.verdict = "failed"
-    elif result.flagged_sizes:
+    elif result.flagged_sizes or any(c.code == "high_latency" for c in result.causes):
         result.verdict = "underperforming"
     return result
 
