@@ -168,3 +168,8 @@ def test_ports_fused_per_gpu() -> None:
         Topology(gpu="h100-sxm", nodes=2, nics_per_node=8, nic_gbps=400, transport="roce"), 32
     )
     assert dual["Ring"] == single["Ring"]
+
+
+def test_single_rank_has_no_communication() -> None:
+    p = predict_one(Topology(gpu="h100-sxm", gpus_per_node=1), "allreduce", 1 << 20)
+    assert p.algo == "none" and p.time_us == 0.0

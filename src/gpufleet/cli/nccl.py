@@ -229,6 +229,7 @@ def compare(
         "nccl_version_in_file": table.nccl_version,
         "verdict": result.verdict,
         "median_ratio_large": result.median_ratio_bandwidth_region,
+        "latency_factor_small": result.latency_factor,
         "flagged_sizes": result.flagged_sizes,
         "causes": [{"code": c.code, "severity": c.severity, "message": c.message} for c in result.causes],
         "rows": [

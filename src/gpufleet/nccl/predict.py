@@ -139,9 +139,10 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
     coll = normalize_coll(op)
     if nbytes <= 0:
         raise UserError(f"message size must be positive, got {nbytes}")
-    table = cost_table(topo, coll)
     if topo.nranks == 1:
+        # One rank: NCCL copies locally (or nothing in place); no communication to model.
         return Prediction(coll, nbytes, "none", "none", 0, 0, 0.0, 0.0, 0.0)
+    table = cost_table(topo, coll)
     candidates: list[AlgoTime] = []
     for algo, proto in table.bandwidth:
         t = algo_time(table, algo, proto, nbytes)
@@ -161,7 +162,7 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
     ):
         # Older getAlgoTime rescaled bw by the channels actually launched.
         time_us = best.latency_us + nbytes / (1000.0 * best.bw_gbps * nc / table.comm_channels)
-    algbw = nbytes / (time_us * 1000.0)
+    algbw = nbytes / (time_us * 1000.0) if time_us > 0 else 0.0
     busbw = algbw * bus_factor(coll, topo.nranks)
     return Prediction(coll, nbytes, best.algo, best.proto, nc, nt, time_us, algbw, busbw, tuple(candidates))
 
