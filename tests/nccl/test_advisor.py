@@ -47,3 +47,11 @@ def test_env_file(tmp_path: Path, corpus: Path) -> None:
     env = read_env_file(p)
     assert env["NCCL_IB_GID_INDEX"] == "3"
     assert not [f for f in lint_env(env, "roce") if f.severity == "critical"]
+
+
+def test_lint_rejects_lists_nccl_would_reject() -> None:
+    found = lint_env({"NCCL_ALGO": "ring;tree", "NCCL_PROTO": "simple,ll129"})
+    bad = [f for f in found if f.rule == "invalid-list"]
+    assert {f.var for f in bad} == {"NCCL_ALGO", "NCCL_PROTO"}
+    assert all(f.severity == "critical" for f in bad)
+    assert not [f for f in lint_env({"NCCL_ALGO": "^NVLS;allreduce:tree,ring"}) if f.rule == "invalid-list"]

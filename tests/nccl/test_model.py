@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from gpufleet.errors import UserError
 from gpufleet.nccl.predict import algo_time, predict_one, predict_sweep
 from gpufleet.nccl.topology import Topology, derive_graphs
 from gpufleet.nccl.tuning import cost_table
@@ -173,3 +174,21 @@ def test_ports_fused_per_gpu() -> None:
 def test_single_rank_has_no_communication() -> None:
     p = predict_one(Topology(gpu="h100-sxm", gpus_per_node=1), "allreduce", 1 << 20)
     assert p.algo == "none" and p.time_us == 0.0
+
+
+def test_nccl_algo_proto_lists() -> None:
+    base = Topology(gpu="h100-sxm", nodes=2, nics_per_node=8, nic_gbps=400)
+    assert predict_one(base, "allreduce", 1 << 30).algo == "NVLSTree"
+    ring = base.model_copy(update={"algo_env": "^NVLSTree"})
+    assert predict_one(ring, "allreduce", 1 << 30).algo == "Ring"
+    tree = base.model_copy(update={"algo_env": "ring;allreduce:tree"})
+    assert predict_one(tree, "allreduce", 1 << 30).algo == "Tree"
+    assert predict_one(tree, "allgather", 1 << 30).algo == "Ring"
+    ll = base.model_copy(update={"proto_env": "LL"})
+    assert predict_one(ll, "allreduce", 1 << 30).proto == "LL"
+    with pytest.raises(UserError):
+        predict_one(base.model_copy(update={"algo_env": "ring;tree"}), "allreduce", 1 << 20)
+    with pytest.raises(UserError):
+        predict_one(base.model_copy(update={"proto_env": "LL129"}), "allreduce", 1 << 20)
+    with pytest.raises(UserError):  # only CollNet allowed, and there is no SHARP: nothing left
+        predict_one(base.model_copy(update={"algo_env": "collnetdirect"}), "allreduce", 1 << 20)

@@ -83,6 +83,10 @@ def predict(
     op: str = typer.Option(
         "allreduce", "--op", help="allreduce, allgather, reducescatter, broadcast, reduce"
     ),
+    algo: str | None = typer.Option(
+        None, "--algo", help="Like NCCL_ALGO, e.g. ring or ^nvls;allreduce:tree,ring"
+    ),
+    proto: str | None = typer.Option(None, "--proto", help="Like NCCL_PROTO, e.g. ^LL128"),
     min_bytes: str = typer.Option("8", "--min-bytes", "-b", help="Smallest size (8, 1K, 1M, ...)"),
     max_bytes: str = typer.Option("8G", "--max-bytes", "-e", help="Largest size"),
     factor: int = typer.Option(2, "--step-factor", "-f", min=2, help="Size multiplier between rows"),
@@ -105,6 +109,8 @@ def predict(
         nvswitch=nvswitch,
         cpu_vendor=cpu,
         nccl_version=nccl_version,
+        algo_env=algo,
+        proto_env=proto,
     )
     rows = predict_sweep(topo, op, parse_size(min_bytes), parse_size(max_bytes), factor)
     data = [

@@ -10,8 +10,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpufleet.errors import ParseError
+from gpufleet.errors import ParseError, UserError
 from gpufleet.nccl._files import load_yaml
+from gpufleet.nccl.constants import ALGOS, PROTOS
+from gpufleet.nccl.enable import parse_list
 from gpufleet.nccl.topology import Topology
 
 Severity = Literal["info", "warning", "critical"]
@@ -215,6 +217,14 @@ def lint_env(env: dict[str, str], transport: str | None = None) -> list[LintFind
     """Flag risky NCCL settings. Only NCCL_/TORCH_NCCL_ variables are considered."""
     relevant = {k: v for k, v in env.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))}
     out = []
+    for var, elems in (("NCCL_ALGO", ALGOS), ("NCCL_PROTO", PROTOS)):
+        if var in relevant:
+            try:
+                parse_list(relevant[var], elems, var)
+            except UserError as exc:
+                out.append(
+                    LintFinding("invalid-list", var, relevant[var], "critical", exc.message, exc.fix or "")
+                )
     for rule in lint_rules():
         if rule.hit(relevant, transport):
             out.append(

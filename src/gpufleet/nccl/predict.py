@@ -151,7 +151,11 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
             lat = table.latency[(algo, proto)] * _ring_plateau(table, algo, proto, nbytes)
             candidates.append(AlgoTime(algo, proto, t, lat, bw))
     if not candidates:
-        raise UserError(f"no algorithm/protocol available for {coll} on this topology")
+        forced = " with the given NCCL_ALGO/NCCL_PROTO" if (topo.algo_env or topo.proto_env) else ""
+        raise UserError(
+            f"no algorithm/protocol available for {coll} on this topology{forced}",
+            fix="allow more algorithms/protocols (NCCL would fail the same way)",
+        )
     best = min(candidates, key=lambda c: c.time_us)
     nc, nt = _launch_shape(table, best.algo, best.proto, nbytes)
     time_us = best.time_us

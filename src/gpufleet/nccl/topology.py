@@ -53,6 +53,8 @@ class Topology(BaseModel):
     nvswitch: bool | None = Field(None, description="None = from the GPU catalog")
     cpu_vendor: CpuVendor = "intel"
     nccl_version: str = DEFAULT_VERSION
+    algo_env: str | None = Field(None, description="NCCL_ALGO value, parseList syntax")
+    proto_env: str | None = Field(None, description="NCCL_PROTO value, parseList syntax")
 
     @model_validator(mode="after")
     def _check(self) -> Topology:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from gpufleet.nccl.constants import ALGOS, PROTOS, NcclConstants, load_constants
+from gpufleet.nccl.enable import algo_enabled, proto_setting
 from gpufleet.nccl.topology import Graph, Topology, derive_graphs, path_le
 
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
@@ -120,7 +121,10 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
                 nvls_eff,
             )
             del bw_ch
-            if not enabled or (p == "LL128" and not _ll128_enabled(topo, g)) or g.n_channels == 0:
+            proto_on = proto_setting(topo.proto_env, coll, p)
+            if proto_on == 2:
+                proto_on = int(p != "LL128" or _ll128_enabled(topo, g))
+            if not enabled or not proto_on or not algo_enabled(topo.algo_env, coll, a) or g.n_channels == 0:
                 bus = 0.0
             bandwidth[(a, p)] = bus
             latency[(a, p)] = _latency(topo, coll, a, p, g, c, ppn, nsteps, net_overhead)
