@@ -202,7 +202,6 @@ def parse_perf(text: str) -> PerfTable:
     if "\x00" in text:
         text = text.replace("\x00", "")
     table = PerfTable()
-    saw_header = False
     for raw in text.splitlines():
         line = _strip(raw)
         if not line.strip():
@@ -235,8 +234,6 @@ def parse_perf(text: str) -> PerfTable:
             if am:
                 table.avg_busbw = float(am.group(1))
                 continue
-            if "size" in s and "count" in s:
-                saw_header = True
             continue
         row = _data_row(s)
         if row is not None:
@@ -256,5 +253,4 @@ def parse_perf(text: str) -> PerfTable:
         )
     if table.rows and table.errors and table.avg_busbw is None:
         table.truncated = True
-    _ = saw_header
     return table

@@ -12,7 +12,6 @@ from gpufleet.nccl.topology import Topology
 from gpufleet.nccl.tuning import COLLECTIVES, CostTable, cost_table, log2i
 
 WARP = 32
-BUS_FACTOR_NAMES = {"allreduce": "2(n-1)/n", "allgather": "(n-1)/n", "reducescatter": "(n-1)/n"}
 
 
 def bus_factor(coll: str, n: int) -> float:

@@ -104,7 +104,7 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
                 continue
             if a == "PAT" and (p != "Simple" or nodes != n):
                 continue
-            bw_ch, bus = _bus_bw(
+            bus = _bus_bw(
                 topo,
                 coll,
                 a,
@@ -120,7 +120,6 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
                 nvlstree_max,
                 nvls_eff,
             )
-            del bw_ch
             proto_on = proto_setting(topo.proto_env, coll, p)
             if proto_on == 2:
                 proto_on = int(p != "LL128" or _ll128_enabled(topo, g))
@@ -175,7 +174,7 @@ def _bus_bw(
     tree_ll128_max: float,
     nvlstree_max: float,
     nvls_eff: float,
-) -> tuple[float, float]:
+) -> float:
     v = c.variant
     nodes, n = topo.nodes, topo.nranks
     collnet = a.startswith("CollNet")
@@ -245,7 +244,7 @@ def _bus_bw(
         else:
             ratio = 0.5
         bus *= ratio
-    return bw, bus
+    return bus
 
 
 def _latency(
