@@ -51,6 +51,13 @@ NVSWITCH_OPT = typer.Option(
 )
 CPU_OPT = typer.Option(None, "--cpu", help="CPU vendor: intel, amd, arm, power")
 VERSION_OPT = typer.Option(None, "--nccl-version", help="NCCL version whose constants to use (default 2.30)")
+GRAPH_LOG_OPT = typer.Option(
+    None,
+    "--graph-log",
+    exists=True,
+    dir_okay=False,
+    help="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH log: use NCCL's own search results instead of derived ones",
+)
 OUT_OPT = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP)
 
 
@@ -78,6 +85,7 @@ def predict(
     nvls: bool | None = NVLS_OPT,
     sharp: bool = SHARP_OPT,
     nvswitch: bool | None = NVSWITCH_OPT,
+    graph_log: Path | None = GRAPH_LOG_OPT,
     cpu: str = typer.Option("intel", "--cpu", help="CPU vendor: intel, amd, arm, power"),
     nccl_version: str = typer.Option("2.30", "--nccl-version", help="NCCL version whose constants to use"),
     op: str = typer.Option(
@@ -111,6 +119,7 @@ def predict(
         nccl_version=nccl_version,
         algo_env=algo,
         proto_env=proto,
+        graph_override=_graph_override(graph_log),
     )
     rows = predict_sweep(topo, op, parse_size(min_bytes), parse_size(max_bytes), factor)
     data = [
@@ -159,6 +168,16 @@ def predict(
     emit(data, output, table)
 
 
+def _graph_override(
+    path: Path | None,
+) -> tuple[tuple[str, int, float, float, str, str, bool, bool], ...] | None:
+    if path is None:
+        return None
+    from gpufleet.nccl.graph_log import parse_graph_log
+
+    return parse_graph_log(path.read_text(encoding="utf-8", errors="replace"))
+
+
 def _plot(path: Path, rows: list, title: str) -> None:
     import matplotlib
 
@@ -192,6 +211,7 @@ def compare(
     nvls: bool | None = NVLS_OPT,
     sharp: bool = SHARP_OPT,
     nvswitch: bool | None = NVSWITCH_OPT,
+    graph_log: Path | None = GRAPH_LOG_OPT,
     cpu: str | None = CPU_OPT,
     nccl_version: str | None = VERSION_OPT,
     op: str | None = typer.Option(None, "--op", help="Collective (default: from the file, else allreduce)"),
@@ -217,6 +237,7 @@ def compare(
         nvswitch=nvswitch,
         cpu_vendor=cpu,
         nccl_version=nccl_version,
+        graph_override=_graph_override(graph_log),
     )
     coll = normalize_coll(op) if op else None
     if (

@@ -55,6 +55,9 @@ class Topology(BaseModel):
     nccl_version: str = DEFAULT_VERSION
     algo_env: str | None = Field(None, description="NCCL_ALGO value, parseList syntax")
     proto_env: str | None = Field(None, description="NCCL_PROTO value, parseList syntax")
+    graph_override: tuple[tuple[str, int, float, float, str, str, bool, bool], ...] = Field(
+        (), description="search results read from an NCCL GRAPH log (see graph_log.py)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Topology:
@@ -290,4 +293,11 @@ def derive_graphs(topo: Topology, max_channels: int) -> dict[str, Graph]:
         graphs["NVLSTree"] = graphs["NVLS"]
     else:
         graphs["NVLS"] = graphs["NVLSTree"] = Graph(0, 0.0, 0.0, "NVL", type_inter, lat_inter, False, False)
+    for algo, n_ch, bw_intra, bw_inter, t_intra, t_inter, same, plain_tree in topo.graph_override:
+        measured = Graph(n_ch, bw_intra, bw_inter, t_intra, t_inter, lat_inter, same, plain_tree)
+        graphs[algo] = measured
+        if algo == "Tree":
+            graphs["PAT"] = measured
+        if algo == "NVLS":
+            graphs["NVLSTree"] = measured
     return graphs
