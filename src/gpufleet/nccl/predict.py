@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from gpufleet.errors import UserError
+from gpufleet.nccl._files import load_yaml
 from gpufleet.nccl.topology import Topology
 from gpufleet.nccl.tuning import COLLECTIVES, CostTable, cost_table, log2i
 
@@ -45,7 +46,11 @@ class AlgoTime:
 
 @dataclass(frozen=True)
 class Prediction:
-    """One row: what NCCL picks for ``bytes`` and how long it should take."""
+    """One row: what NCCL picks for ``bytes`` and how long it should take.
+
+    ``time_us`` is what a healthy run should measure (NCCL's estimate plus pipeline fill, data/expected.yaml);
+    ``nccl_time_us`` is NCCL's own ``ncclTopoGetAlgoTime`` estimate that drove the pick.
+    """
 
     op: str
     bytes: int
@@ -56,6 +61,7 @@ class Prediction:
     time_us: float
     algbw_gbps: float
     busbw_gbps: float
+    nccl_time_us: float = 0.0
     candidates: tuple[AlgoTime, ...] = ()
 
 
@@ -165,9 +171,20 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
     ):
         # Older getAlgoTime rescaled bw by the channels actually launched.
         time_us = best.latency_us + nbytes / (1000.0 * best.bw_gbps * nc / table.comm_channels)
+    nccl_time = time_us
+    time_us += pipeline_fill_us(nbytes, nc, topo.nranks, best.proto, best.bw_gbps)
     algbw = nbytes / (time_us * 1000.0) if time_us > 0 else 0.0
     busbw = algbw * bus_factor(coll, topo.nranks)
-    return Prediction(coll, nbytes, best.algo, best.proto, nc, nt, time_us, algbw, busbw, tuple(candidates))
+    return Prediction(
+        coll, nbytes, best.algo, best.proto, nc, nt, time_us, algbw, busbw, nccl_time, tuple(candidates)
+    )
+
+
+def pipeline_fill_us(nbytes: int, channels: int, nranks: int, proto: str, algbw_gbps: float) -> float:
+    """Store-and-forward cost until every channel holds a full protocol step per peer (data/expected.yaml)."""
+    fill = load_yaml("expected.yaml")["pipeline_fill"]
+    window = max(1, channels) * nranks * int(fill["step_bytes"][proto])
+    return float(fill["factor"]) * min(nbytes, window) / (1000.0 * algbw_gbps) if algbw_gbps > 0 else 0.0
 
 
 def size_sweep(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
