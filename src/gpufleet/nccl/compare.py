@@ -10,8 +10,8 @@ from gpufleet.nccl.perf_parser import PerfTable
 from gpufleet.nccl.predict import predict_one
 from gpufleet.nccl.topology import Topology
 
-# The expectation includes pipeline fill (data/expected.yaml); healthy public runs land at 0.78-1.7x of it between
-# 1 MiB and 256 MiB and at 0.88-1.3x above. Flag below 65% and 85% of expected respectively.
+# The expectation includes pipeline fill (data/expected.yaml); healthy public runs land at 0.78-1.7x of it
+# between 1 MiB and 256 MiB and at 0.88-1.3x above. Flag below 65% and 85% of expected respectively.
 BANDWIDTH_REGION_BYTES = 256 << 20
 TOLERANCE_BANDWIDTH = 0.15
 TOLERANCE_MID = 0.35
