@@ -172,7 +172,7 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
         # Older getAlgoTime rescaled bw by the channels actually launched.
         time_us = best.latency_us + nbytes / (1000.0 * best.bw_gbps * nc / table.comm_channels)
     nccl_time = time_us
-    time_us += pipeline_fill_us(nbytes, nc, topo.nranks, best.proto, best.bw_gbps)
+    time_us += pipeline_fill_us(nbytes, nc, concurrent_peers(topo, best.algo), best.proto, best.bw_gbps)
     algbw = nbytes / (time_us * 1000.0) if time_us > 0 else 0.0
     busbw = algbw * bus_factor(coll, topo.nranks)
     return Prediction(
@@ -180,10 +180,20 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
     )
 
 
-def pipeline_fill_us(nbytes: int, channels: int, nranks: int, proto: str, algbw_gbps: float) -> float:
+def concurrent_peers(topo: Topology, algo: str) -> int:
+    """How many pieces each channel's data is split into at once (enqueue.cc chunking): a ring splits it over
+    all ranks, NVLS/CollNetDirect over the node's heads, trees and PAT pipeline whole chunks."""
+    if algo == "Ring":
+        return topo.nranks
+    if algo in ("NVLS", "NVLSTree", "CollNetDirect"):
+        return topo.gpus_per_node
+    return 1
+
+
+def pipeline_fill_us(nbytes: int, channels: int, peers: int, proto: str, algbw_gbps: float) -> float:
     """Store-and-forward cost until every channel holds a full protocol step per peer (data/expected.yaml)."""
     fill = load_yaml("expected.yaml")["pipeline_fill"]
-    window = max(1, channels) * nranks * int(fill["step_bytes"][proto])
+    window = max(1, channels) * max(1, peers) * int(fill["step_bytes"][proto])
     return float(fill["factor"]) * min(nbytes, window) / (1000.0 * algbw_gbps) if algbw_gbps > 0 else 0.0
 
 
