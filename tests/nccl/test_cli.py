@@ -85,3 +85,33 @@ def test_twin_api() -> None:
     t = allreduce_time_s("h100-sxm", 4, 8, 8, 400.0, "ib", 1 << 30)
     assert 0.001 < t < 0.02
     assert allreduce_time_s("h100-sxm", 4, 8, 8, 400.0, "ib", 1 << 30) == t
+
+
+def test_compare_infers_gpu_and_layout_from_device_lines(tmp_path: Path) -> None:
+    # A synthetic run header in nccl-tests' format: 4 ranks on 2 hosts, H100s, NCCL version line.
+    header = [
+        "# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 1073741824 step: 2(factor) warmup iters: 5",
+        "#  Rank  0 Group  0 Pid  11 on     hosta device  0 [0x18] NVIDIA H100 80GB HBM3",
+        "#  Rank  1 Group  0 Pid  12 on     hosta device  1 [0x2a] NVIDIA H100 80GB HBM3",
+        "#  Rank  2 Group  0 Pid  21 on     hostb device  0 [0x18] NVIDIA H100 80GB HBM3",
+        "#  Rank  3 Group  0 Pid  22 on     hostb device  1 [0x2a] NVIDIA H100 80GB HBM3",
+        "hosta:11:11 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong",
+        "  1073741824     268435456     float     sum      -1    20000   53.69   80.53      0"
+        "    20000   53.69   80.53      0",
+    ]
+    f = tmp_path / "run.txt"
+    f.write_text("\n".join(f"[1,0]<stdout>:{line}" for line in header) + "\n")
+    res = runner.invoke(
+        app, ["nccl", "compare", str(f), "--nics-per-node", "2", "--nic-gbps", "400", "-o", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    topo = data["topology"]
+    assert (topo["gpu"], topo["nodes"], topo["gpus_per_node"], topo["nccl_version"]) == (
+        "h100-sxm",
+        2,
+        2,
+        "2.21.5",
+    )
+    assert data["verdict"] == "underperforming"  # 80 GB/s where 2 x 400 Gb/s NICs per node allow far more
