@@ -58,6 +58,13 @@ GRAPH_LOG_OPT = typer.Option(
     dir_okay=False,
     help="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH log: use NCCL's own search results instead of derived ones",
 )
+TUNING_LOG_OPT = typer.Option(
+    None,
+    "--tuning-log",
+    exists=True,
+    dir_okay=False,
+    help="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING log (rank 0): use NCCL's printed cost table",
+)
 OUT_OPT = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP)
 
 
@@ -86,6 +93,7 @@ def predict(
     sharp: bool = SHARP_OPT,
     nvswitch: bool | None = NVSWITCH_OPT,
     graph_log: Path | None = GRAPH_LOG_OPT,
+    tuning_log: Path | None = TUNING_LOG_OPT,
     cpu: str = typer.Option("intel", "--cpu", help="CPU vendor: intel, amd, arm, power"),
     nccl_version: str = typer.Option("2.30", "--nccl-version", help="NCCL version whose constants to use"),
     op: str = typer.Option(
@@ -120,6 +128,7 @@ def predict(
         algo_env=algo,
         proto_env=proto,
         graph_override=_graph_override(graph_log),
+        tuning_override=_tuning_override(tuning_log),
     )
     rows = predict_sweep(topo, op, parse_size(min_bytes), parse_size(max_bytes), factor)
     data = [
@@ -178,6 +187,14 @@ def _graph_override(
     return parse_graph_log(path.read_text(encoding="utf-8", errors="replace"))
 
 
+def _tuning_override(path: Path | None) -> tuple[tuple[str, str, str, float, float], ...] | None:
+    if path is None:
+        return None
+    from gpufleet.nccl.tuning_log import parse_tuning_log
+
+    return parse_tuning_log(path.read_text(encoding="utf-8", errors="replace"))
+
+
 def _plot(path: Path, rows: list, title: str) -> None:
     import matplotlib
 
@@ -212,6 +229,7 @@ def compare(
     sharp: bool = SHARP_OPT,
     nvswitch: bool | None = NVSWITCH_OPT,
     graph_log: Path | None = GRAPH_LOG_OPT,
+    tuning_log: Path | None = TUNING_LOG_OPT,
     cpu: str | None = CPU_OPT,
     nccl_version: str | None = VERSION_OPT,
     op: str | None = typer.Option(None, "--op", help="Collective (default: from the file, else allreduce)"),
@@ -238,6 +256,7 @@ def compare(
         cpu_vendor=cpu,
         nccl_version=nccl_version,
         graph_override=_graph_override(graph_log),
+        tuning_override=_tuning_override(tuning_log),
     )
     coll = normalize_coll(op) if op else None
     if (

@@ -58,6 +58,9 @@ class Topology(BaseModel):
     graph_override: tuple[tuple[str, int, float, float, str, str, bool, bool], ...] = Field(
         (), description="search results read from an NCCL GRAPH log (see graph_log.py)"
     )
+    tuning_override: tuple[tuple[str, str, str, float, float], ...] = Field(
+        (), description="latency/bandwidth cells read from an NCCL TUNING log (see tuning_log.py)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Topology:

@@ -127,6 +127,11 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
                 bus = 0.0
             bandwidth[(a, p)] = bus
             latency[(a, p)] = _latency(topo, coll, a, p, g, c, ppn, nsteps, net_overhead)
+    for o_coll, o_algo, o_proto, o_lat, o_bw in topo.tuning_override:
+        if o_coll == coll and (o_algo, o_proto) in bandwidth:
+            # NCCL's printed table is final: disabled pairs already show bandwidth 0.
+            latency[(o_algo, o_proto)] = o_lat
+            bandwidth[(o_algo, o_proto)] = max(0.0, o_bw)
     ring = graphs["Ring"]
     comm_channels = min(2 * v.max_channels, 2 * ring.n_channels) if ring.n_channels else 1
     nvls_ch = c.nvls_channels.hopper
