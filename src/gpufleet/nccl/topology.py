@@ -143,7 +143,8 @@ def _links(topo: Topology) -> _Links:
     key = max([k for k in sm_keys if k <= topo.sm], default=sm_keys[0])
     nvl_total = spec.nvlink_links * float(per_link[key])
     pci_bw = plat["pci_gen_factor"][spec.pcie_gen] * spec.pcie_width / 80.0
-    if nvl_total > 0 and (topo.has_nvswitch or topo.gpus_per_node <= 2):
+    mesh = spec.name in plat["nvlink_mesh_models"] and topo.gpus_per_node <= 8
+    if nvl_total > 0 and (topo.has_nvswitch or mesh or topo.gpus_per_node <= 2):
         intra_bw, intra_type = nvl_total, "NVL"
     else:
         # No all-to-all NVLink: rings cross PCIe and, past one switch, the CPU.
