@@ -29,6 +29,7 @@ class Variant(BaseModel):
     nvls_latency: Literal["intra_plus_inter", "base_plus_net"]
     nvlstree_latency: Literal["log_nodes", "linear_nodes"]
     ppn1_uses_tree_net_latency: bool
+    allgather_reducescatter_algos: tuple[str, ...]
     pat: bool
     channel_scaled_time: bool
     max_channels: int = Field(gt=0)

@@ -97,6 +97,8 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
     for a in ALLOWED_ALGOS[coll]:
         if a == "PAT" and not v.pat:
             continue
+        if coll in ("allgather", "reducescatter") and a not in v.allgather_reducescatter_algos:
+            continue
         g = graphs[a]
         enabled = _algo_enabled(topo, a, graphs)
         for p in PROTOS:
