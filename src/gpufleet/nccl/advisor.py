@@ -14,6 +14,7 @@ from gpufleet.errors import ParseError, UserError
 from gpufleet.nccl._files import load_yaml
 from gpufleet.nccl.constants import ALGOS, PROTOS
 from gpufleet.nccl.enable import parse_list
+from gpufleet.nccl.predict import predict_one
 from gpufleet.nccl.topology import Topology
 
 Severity = Literal["info", "warning", "critical"]
@@ -67,150 +68,79 @@ def lint_rules() -> tuple[LintRule, ...]:
     return tuple(LintRule(**r) for r in load_yaml("lint_rules.yaml")["rules"])
 
 
+class AdviceWhen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    multi_node: bool | None = None
+    transport: tuple[str, ...] | None = None
+    nvls: bool | None = None
+    hopper_without_nvswitch: bool | None = None
+    sharp: bool | None = None
+    nic_per_gpu: Literal["at_least_one", "fewer"] | None = None
+
+    def holds(self, topo: Topology) -> bool:
+        multi = topo.nodes > 1
+        facts: dict[str, object] = {
+            "multi_node": multi,
+            "nvls": topo.nvls_enabled,
+            "hopper_without_nvswitch": topo.sm >= 90 and not topo.has_nvswitch,
+            "sharp": topo.sharp,
+        }
+        for key, fact in facts.items():
+            wanted = getattr(self, key)
+            if wanted is not None and wanted != fact:
+                return False
+        if self.transport is not None and topo.transport not in self.transport:
+            return False
+        if self.nic_per_gpu == "at_least_one" and not topo.nics_per_node >= topo.gpus_per_node > 1:
+            return False
+        return not (self.nic_per_gpu == "fewer" and not 0 < topo.nics_per_node < topo.gpus_per_node)
+
+
+class AdviceRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    var: str
+    value: str
+    when: AdviceWhen
+    reason: str
+
+
+@cache
+def advice_rules() -> tuple[AdviceRule, ...]:
+    return tuple(AdviceRule(**r) for r in load_yaml("advice_rules.yaml")["rules"])
+
+
+def _template_values(
+    topo: Topology, nic_names: list[str] | None, socket_ifname: str | None
+) -> dict[str, str]:
+    names = nic_names or [f"mlx5_{i}" for i in range(topo.nics_per_node)]
+    values = {
+        "nics": str(topo.nics_per_node),
+        "hca_list": ",".join(f"={n}:1" if i == 0 else f"{n}:1" for i, n in enumerate(names)),
+        "hca_note": "" if nic_names else "; names here are the usual mlx5_N, check `ibv_devices`",
+        "socket_ifname": socket_ifname or "=eth0",
+        "gpu_product": topo.spec.product_name,
+        "nvls_busbw": "?",
+        "ring_busbw": "?",
+    }
+    if topo.nvls_enabled:
+        with_nvls = predict_one(topo, "allreduce", 8 << 30).busbw_gbps
+        without = predict_one(topo.model_copy(update={"nvls": False}), "allreduce", 8 << 30).busbw_gbps
+        values["nvls_busbw"], values["ring_busbw"] = f"{with_nvls:.0f}", f"{without:.0f}"
+    return values
+
+
 def advise(
     topo: Topology, nic_names: list[str] | None = None, socket_ifname: str | None = None
 ) -> list[Advice]:
-    """Recommended NCCL settings for ``topo``, each with its reason."""
-    out: list[Advice] = []
-    multi = topo.nodes > 1
-    if multi and topo.transport in ("ib", "roce"):
-        names = nic_names or [f"mlx5_{i}" for i in range(topo.nics_per_node)]
-        listed = ",".join(f"={n}:1" if i == 0 else f"{n}:1" for i, n in enumerate(names))
-        out.append(
-            Advice(
-                "NCCL_IB_HCA",
-                listed,
-                (
-                    f"list every one of the {topo.nics_per_node} rail NICs (exact names, port 1) "
-                    f"and nothing else: a NIC "
-                    "left out halves bandwidth on its rail, a storage/management NIC let in takes "
-                    "traffic it cannot carry"
-                    + ("" if nic_names else "; names here are the usual mlx5_N, check `ibv_devices`")
-                ),
-            )
-        )
-    if multi and topo.transport == "roce":
-        out.append(
-            Advice(
-                "NCCL_IB_GID_INDEX",
-                "3",
-                (
-                    "RoCEv2 needs the GID of a routable IPv4 address; index 3 is the usual "
-                    "RoCEv2/IPv4 entry (check "
-                    "`show_gids`). On NCCL >= 2.21 leaving it unset auto-selects via "
-                    "NCCL_IB_ADDR_FAMILY=AF_INET and "
-                    "NCCL_IB_ROCE_VERSION_NUM=2 when every node's GID table agrees"
-                ),
-            )
-        )
-        out.append(
-            Advice(
-                "NCCL_IB_TC",
-                "106",
-                (
-                    "put NCCL traffic in the lossless (PFC/ECN) traffic class your switches "
-                    "configure; 106 (DSCP 26) is "
-                    "a common choice, some clouds use 41"
-                ),
-            )
-        )
-        out.append(
-            Advice(
-                "NCCL_IB_QPS_PER_CONNECTION",
-                "4",
-                ("more queue pairs spread a connection over more ECMP paths on routed RoCE fabrics"),
-            )
-        )
-    if multi:
-        out.append(
-            Advice(
-                "NCCL_SOCKET_IFNAME",
-                socket_ifname or "=eth0",
-                (
-                    "bootstrap and out-of-band traffic must use an interface every node can "
-                    "reach; name it exactly so a "
-                    "docker/virtual bridge or a node-local interface is never picked"
-                ),
-            )
-        )
-    if multi and topo.transport == "efa":
-        out.append(
-            Advice("FI_PROVIDER", "efa", "make libfabric use EFA rather than TCP through aws-ofi-nccl")
-        )
-        out.append(Advice("FI_EFA_USE_DEVICE_RDMA", "1", "use GPUDirect RDMA over EFA (p4d/p5 and newer)"))
-    if topo.nvls_enabled:
-        out.append(
-            Advice(
-                "NCCL_NVLS_ENABLE",
-                "1",
-                (
-                    f"{topo.spec.product_name} behind NVSwitch supports NVLink SHARP: AllReduce "
-                    f"reaches ~480 GB/s busbw "
-                    "on 8 H100 instead of ~370 with rings; keep it on (it costs some GPU memory)"
-                ),
-            )
-        )
-    elif topo.sm >= 90 and not topo.has_nvswitch:
-        out.append(
-            Advice("NCCL_NVLS_ENABLE", "0", "no NVSwitch: NVLS cannot be used, skip its probing and buffers")
-        )
-    if topo.sharp and multi:
-        out.append(
-            Advice(
-                "NCCL_COLLNET_ENABLE",
-                "1",
-                (
-                    "the fabric has SHARP switches: CollNet (nccl-rdma-sharp-plugins/HPC-X) "
-                    "offloads reductions and enables "
-                    "multi-node NVLS"
-                ),
-            )
-        )
-    if multi and topo.nics_per_node >= topo.gpus_per_node > 1:
-        out.append(
-            Advice(
-                "NCCL_CROSS_NIC",
-                "0",
-                (
-                    "one NIC per GPU on a rail-optimized fabric: keep every ring and tree on the "
-                    "same rail index on every "
-                    "node so traffic stays within its rail switch (check NCCL's graph output, cf. nccl#2345)"
-                ),
-            )
-        )
-    if multi and 0 < topo.nics_per_node < topo.gpus_per_node:
-        out.append(
-            Advice(
-                "NCCL_PXN_DISABLE",
-                "0",
-                (
-                    "fewer NICs than GPUs: PXN lets a GPU send through an NVLink peer's NIC "
-                    "instead of crossing PCIe/CPU"
-                ),
-            )
-        )
-    out.append(
-        Advice(
-            "NCCL_DEBUG",
-            "WARN",
-            (
-                "WARN in production; for diagnosis INFO with NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV,TUNING and "
-                "NCCL_DEBUG_FILE=nccl.%h.%p"
-            ),
-        )
-    )
-    out.append(
-        Advice(
-            "TORCH_NCCL_DUMP_ON_TIMEOUT",
-            "1",
-            (
-                "with TORCH_NCCL_TRACE_BUFFER_SIZE=2000 the flight recorder dumps each rank's "
-                "last collectives on a "
-                "watchdog timeout, which names the rank that never arrived"
-            ),
-        )
-    )
-    return out
+    """Recommended NCCL settings for ``topo``, each with its reason (rules in data/advice_rules.yaml)."""
+    values = _template_values(topo, nic_names, socket_ifname)
+    return [
+        Advice(rule.var, rule.value.format(**values), rule.reason.format(**values))
+        for rule in advice_rules()
+        if rule.when.holds(topo)
+    ]
 
 
 def lint_env(env: dict[str, str], transport: str | None = None) -> list[LintFinding]:
