@@ -55,3 +55,15 @@ def test_lint_rejects_lists_nccl_would_reject() -> None:
     assert {f.var for f in bad} == {"NCCL_ALGO", "NCCL_PROTO"}
     assert all(f.severity == "critical" for f in bad)
     assert not [f for f in lint_env({"NCCL_ALGO": "^NVLS;allreduce:tree,ring"}) if f.rule == "invalid-list"]
+
+
+def test_advice_conditions() -> None:
+    pcie = _vars(Topology(gpu="h100-pcie", nodes=2, gpus_per_node=4, nics_per_node=2, nic_gbps=200))
+    assert pcie["NCCL_NVLS_ENABLE"] == "0"
+    assert pcie["NCCL_PXN_DISABLE"] == "0" and "NCCL_CROSS_NIC" not in pcie
+    efa = _vars(Topology(gpu="h100-sxm", nodes=2, nics_per_node=32, nic_gbps=100, transport="efa"))
+    assert efa["FI_PROVIDER"] == "efa" and "NCCL_IB_HCA" not in efa
+    single = _vars(Topology(gpu="h200"))
+    assert "NCCL_SOCKET_IFNAME" not in single and single["NCCL_NVLS_ENABLE"] == "1"
+    reason = next(a.reason for a in advise(Topology(gpu="h200")) if a.var == "NCCL_NVLS_ENABLE")
+    assert "GB/s with it" in reason and "?" not in reason
