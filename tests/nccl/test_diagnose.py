@@ -127,6 +127,7 @@ def test_other_signatures() -> None:
         ": No such file",
         "version_mismatch": "h:1:1 [0] NCCL WARN Mismatched NCCL version detected between ranks",
         "socket_ifname": "[rank1]: h:1:1 [0] NCCL WARN Bootstrap : no socket interface found",
+        "ib_transport_error": "h:1:2 [0] NCCL WARN NET/IB : mlx5_3:1 Got async event : port error",
     }
     for cls, line in cases.items():
         assert diagnose_texts([("a.log", line)]).cls == cls
