@@ -135,6 +135,10 @@ def main() -> None:
     )
     console.print(table)
     console.print("anomalous tables in the corpus: none (every .source.txt describes a healthy run)")
+    console.print(
+        "not scored: a100_1node_sendrecv_p2p (sendrecv_perf; point-to-point is outside NCCL's collective "
+        "cost model, its source says so too)"
+    )
     flags = Table(title="synthetic anomaly: each multi-node run at half bandwidth (one of two rails lost)")
     for col in ("table", "compare verdict", "causes"):
         flags.add_column(col)
