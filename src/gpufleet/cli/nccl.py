@@ -309,9 +309,14 @@ def compare(
             make_table(
                 ["size", "measured busbw", "expected busbw", "ratio", "NCCL pick", ""],
                 body,
-                title=f"{file.name}: {result.verdict}",
+                title=(
+                    f"{file.name}: {result.verdict} ({topo.gpu} x {topo.nranks} ranks, {topo.nodes} node(s), "
+                    f"NCCL {topo.nccl_version} model)"
+                ),
             )
         )
+        if result.latency_factor is not None:
+            console.print(f"small messages (<= 64 KiB): {result.latency_factor:.1f}x the expected time")
         for c in result.causes:
             console.print(f"[bold]{c.severity}[/bold] {c.code}: {c.message}", highlight=False)
 
