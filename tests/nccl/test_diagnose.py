@@ -166,3 +166,29 @@ def test_ib_error_names_remote_peer_and_rank_from_init_line() -> None:
     assert dx.cls == "ib_transport_error"
     assert dx.ranks == [12]
     assert dx.hosts == ["gpu-a", "10.1.2.3"]
+
+
+def test_bundle_names_rank_that_never_reached_nccl() -> None:
+    # Synthetic: ranks 0-2 start NCCL and time out in bootstrap; rank 3's file holds only a Python error.
+    texts = [
+        (
+            f"out.{r}",
+            _init_lines("node-a", r, 4, False)
+            + f"node-a:{1000 + r}:{1100 + r} [{r}] bootstrap.cc:77 NCCL WARN Bootstrap : "
+            "timed out waiting for all ranks\n",
+        )
+        for r in range(3)
+    ]
+    texts.append(
+        ("out.3", "Traceback (most recent call last):\nModuleNotFoundError: No module named 'apex'\n")
+    )
+    dx = diagnose_texts(texts)
+    assert dx.cls == "bootstrap_unreachable"
+    assert 3 in dx.ranks
+    assert "did not finish initialising" in dx.summary
+
+
+def test_empty_rank_file_is_named() -> None:
+    texts = [(f"log{r}", _init_lines("h", r, 3, True)) for r in range(2)] + [("log2", "")]
+    dx = diagnose_texts(texts)
+    assert dx.cls == "unknown" and dx.ranks == [2]

@@ -29,6 +29,7 @@ NCCL_PREFIX = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<
 TORCH_RANK = re.compile(r"\bRank (\d+)\]")
 COMM_RANK = re.compile(r"\brank (\d+) nranks (\d+)", re.IGNORECASE)
 WORLD = re.compile(r"(?:nranks|world_size|WORLD_SIZE)[ =:]+(\d+)")
+NCCL_MARK = re.compile(r"\bNCCL (?:INFO|WARN)\b")
 INIT_DONE = re.compile(r"Init COMPLETE|ncclCommInitRank.*(?:COMPLETE|Init COMPLETE)", re.IGNORECASE)
 LAST_ENQUEUED = re.compile(r"last enqueued (?:NCCL )?work: (\d+)", re.IGNORECASE)
 PEER = re.compile(r"from peer ([\w.:-]+?)<\d+>")
@@ -171,6 +172,7 @@ def _file_rank(path: Path) -> int | None:
 def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
     """Diagnose (source name, text) pairs: one per rank, or a single combined log."""
     per_file: dict[str, list[LogLine]] = {}
+    file_ranks: dict[str, int] = {}
     multi = len(texts) > 1
     for i, (name, text) in enumerate(texts):
         rank = None
@@ -178,6 +180,7 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
             rank = _content_rank(text)
             rank = _file_rank(Path(name)) if rank is None else rank
             rank = i if rank is None else rank
+            file_ranks[name] = rank
         per_file[name] = read_lines(text, name, rank)
     lines = [ln for group in per_file.values() for ln in group]
     matches: dict[str, list[LogLine]] = {}
@@ -196,7 +199,7 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
             ),
         )
         dx.evidence = [ln.raw for ln in lines if "WARN" in ln.text or "error" in ln.text.lower()][:5]
-        dx.ranks, dx.hosts = _missing_or_failed_ranks(per_file, lines, multi)
+        dx.ranks, dx.hosts = _missing_or_failed_ranks(per_file, lines, multi, file_ranks)
         return dx
     by_priority = sorted(matches, key=lambda n: next(s.priority for s in signatures() if s.name == n))
     best = by_priority[0]
@@ -217,7 +220,7 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
         if peers:
             dx.summary += f"; remote peer {', '.join(peers)}"
             dx.hosts = _dedupe(dx.hosts + peers)
-        failed, _ = _missing_or_failed_ranks(per_file, lines, multi)
+        failed, _ = _missing_or_failed_ranks(per_file, lines, multi, file_ranks)
         if multi and failed:
             dx.summary += f"; rank(s) {', '.join(map(str, failed))} did not finish initialising"
             dx.ranks = _dedupe_int(dx.ranks + failed)
@@ -281,20 +284,25 @@ def _timeout_suspects(
 
 
 def _missing_or_failed_ranks(
-    per_file: dict[str, list[LogLine]], lines: list[LogLine], multi: bool
+    per_file: dict[str, list[LogLine]],
+    lines: list[LogLine],
+    multi: bool,
+    file_ranks: dict[str, int] | None = None,
 ) -> tuple[list[int], list[str]]:
-    """Ranks whose file never reached 'Init COMPLETE' while others did, or whose file is empty."""
+    """Per-rank files: ranks that never reached 'Init COMPLETE' while others did, never printed an NCCL line
+    while others did, or left an empty file."""
     if not multi:
         return [], []
     done = {name for name, group in per_file.items() if any(INIT_DONE.search(ln.text) for ln in group)}
+    nccl = {name for name, group in per_file.items() if any(NCCL_MARK.search(ln.text) for ln in group)}
     failed: list[int] = []
     for name, group in per_file.items():
-        if (done and name not in done) or not group:
-            rank = group[0].rank if group else _file_rank(Path(name))
+        if (done and name not in done) or (nccl and name not in nccl) or not group:
+            rank = (file_ranks or {}).get(name, group[0].rank if group else _file_rank(Path(name)))
             if rank is not None:
                 failed.append(rank)
     hosts = _dedupe([ln.host for ln in lines if ln.host and ln.rank in failed])
-    return sorted(failed), hosts
+    return sorted(set(failed)), hosts
 
 
 def diagnose_files(paths: list[Path]) -> Diagnosis:
