@@ -196,3 +196,12 @@ def test_nccl_algo_proto_lists() -> None:
         predict_one(base.model_copy(update={"proto_env": "LL129"}), "allreduce", 1 << 20)
     with pytest.raises(UserError):  # only CollNet allowed, and there is no SHARP: nothing left
         predict_one(base.model_copy(update={"algo_env": "collnetdirect"}), "allreduce", 1 << 20)
+
+
+def test_power_cpu_tree_latency() -> None:
+    x86 = cost_table(Topology(gpu="l40s", gpus_per_node=4), "allreduce")
+    power = cost_table(Topology(gpu="l40s", gpus_per_node=4, cpu_vendor="power"), "allreduce")
+    # PCI Tree/Simple hw latency 4.0 -> Ring's 5.7 per intra hop (3 hops x2 on 4 GPUs)
+    assert power.latency[("Tree", "Simple")] - x86.latency[("Tree", "Simple")] == pytest.approx(
+        2 * 3 * (5.7 - 4.0)
+    )

@@ -269,8 +269,15 @@ def _latency(
     nodes, n = topo.nodes, topo.nranks
     intra_hw = "NVLINK" if g.type_intra == "NVL" else "PCI"
     hw = intra_hw if nodes == 1 else "NET"
+
+    def hw_lat(kind: str, algo: str, proto: str) -> float:
+        # POWER CPUs: tuning.cc de-penalizes PCI Tree/Simple to the Ring value so trees get picked.
+        if topo.cpu_vendor == "power" and kind == "PCI" and algo == "Tree" and proto == "Simple":
+            return c.hw("PCI", "Ring", "Simple")
+        return c.hw(kind, algo, proto)
+
     lat = c.base(a, p)
-    intra = c.hw(intra_hw, a, p)
+    intra = hw_lat(intra_hw, a, p)
     inter_algo = "Tree" if (ppn == 1 and v.ppn1_uses_tree_net_latency) else a
     inter = c.hw("NET", inter_algo, p) + g.latency_inter
     if p == "Simple":
@@ -281,7 +288,7 @@ def _latency(
             if g.same_channels:
                 lat += c.hw(hw, "Ring", p)
             else:
-                lat += nsteps * c.hw(hw, "Tree" if p == "Simple" else "Ring", p)
+                lat += nsteps * hw_lat(hw, "Tree" if p == "Simple" else "Ring", p)
         else:
             overhead = net_overhead * (3 if p == "Simple" else 1) if nodes > 1 else 0.0
             intra = max(intra, overhead)
