@@ -41,6 +41,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.telemetry",
     "gpufleet.cli.agent",
     "gpufleet.cli.xid",
+    "gpufleet.cli.nccl",
 )
 
 

@@ -8,19 +8,9 @@ from gpufleet.errors import ManifestError
 from gpufleet.model import Cluster, InferenceService, TrainingJob
 from gpufleet.sim.faults import expand_campaign, from_specs
 from gpufleet.sim.twin import Twin
-from gpufleet.sim.workloads import AllReduceModel
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.loader import load_scenario
 from gpufleet.spec.scenario_spec import ScenarioBody
-
-
-def _default_allreduce() -> AllReduceModel | None:
-    """NCCL's own cost model when it is available; the twin falls back to a latency-bandwidth model otherwise."""
-    try:
-        from gpufleet.nccl import allreduce_time_s  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    return allreduce_time_s  # type: ignore[no-any-return,unused-ignore]
 
 
 def layout_workload(
@@ -112,7 +102,6 @@ def build_twin(path: Path, *, ring_seconds: int = 300) -> tuple[Twin, float]:
         jobs=jobs,
         services=services,
         faults=faults,
-        allreduce=_default_allreduce(),
         cost_per_gpu_hour=body.cost_per_gpu_hour,
         ring_seconds=ring_seconds,
         restart_backoff_s=spec.workload.restart_backoff if spec.workload.restart_policy == "OnFailure" else None,

@@ -34,8 +34,8 @@ from gpufleet.sim.workloads import (
     AllReduceModel,
     ServiceState,
     TrainingSet,
-    alpha_beta_allreduce_s,
     build_training,
+    nccl_allreduce_s,
     step_inference,
     step_training,
     training_demand,
@@ -119,7 +119,7 @@ class Twin:
             transport,
             self.ports,
             self.gpus.n,
-            allreduce or alpha_beta_allreduce_s,
+            allreduce or nccl_allreduce_s,
         )
         for job in cluster.jobs:
             job.state = JobState.running

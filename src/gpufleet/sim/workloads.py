@@ -44,6 +44,22 @@ def alpha_beta_allreduce_s(
     return latency_s + nbytes * 2 * (ranks - 1) / ranks / (busbw_gbs * 1e9)
 
 
+def nccl_allreduce_s(
+    gpu_model: str, nodes: int, gpus_per_node: int, nics: int, nic_gbps: float, transport: str, nbytes: int
+) -> float:
+    """AllReduce time from NCCL's own cost model for this fabric; the latency-bandwidth model where NCCL's
+    model has no answer (an undisclosed GPU, a multi-node job without NICs)."""
+    from gpufleet.errors import UserError
+    from gpufleet.nccl import allreduce_time_s
+
+    if transport not in ("ib", "roce", "efa", "socket"):
+        raise UserError(f"unknown transport {transport!r}")
+    try:
+        return allreduce_time_s(gpu_model, nodes, gpus_per_node, nics, nic_gbps, transport, nbytes)  # type: ignore[arg-type]
+    except UserError:
+        return alpha_beta_allreduce_s(gpu_model, nodes, gpus_per_node, nics, nic_gbps, transport, nbytes)
+
+
 @dataclass(slots=True)
 class HangCause:
     kind: str  # gpu_lost, link_down, rank_stuck

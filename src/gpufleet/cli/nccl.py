@@ -1,0 +1,453 @@
+"""`gpufleet nccl`: predicted collective performance, measured-vs-expected, env advice, log diagnosis."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+import typer
+
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.errors import UserError
+from gpufleet.nccl.topology import Topology
+
+sub = typer.Typer(
+    help="NCCL: predict collective performance, compare nccl-tests runs, advise, lint, diagnose logs.",
+    no_args_is_help=True,
+)
+
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """8, 1K, 4M, 8G (powers of 1024, as nccl-tests reads -b/-e)."""
+    m = SIZE.match(text)
+    if not m:
+        raise UserError(f"cannot read size {text!r}", fix="use bytes or a K/M/G suffix, e.g. 8, 64K, 8G")
+    return int(float(m.group(1)) * (1 << (10 * "KMGT".find(m.group(2).upper()) + 10) if m.group(2) else 1))
+
+
+def human(n: int) -> str:
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+GPU_OPT = typer.Option(None, "--gpu", help="GPU model (h100-sxm, h200, a100, b200, ...)")
+NODES_OPT = typer.Option(None, "--nodes", min=1, help="Number of nodes")
+GPN_OPT = typer.Option(None, "--gpus-per-node", min=1, help="GPUs (ranks) per node")
+NICS_OPT = typer.Option(None, "--nics-per-node", min=0, help="Fabric NIC ports per node")
+GBPS_OPT = typer.Option(None, "--nic-gbps", min=0, help="Speed of one NIC port, Gb/s")
+TRANSPORT_OPT = typer.Option(None, "--transport", help="ib, roce, efa or socket")
+NVLS_OPT = typer.Option(None, "--nvls/--no-nvls", help="Force NVLink SHARP on/off (default: NCCL's auto rule)")
+SHARP_OPT = typer.Option(False, "--sharp", help="IB SHARP via CollNet is available and enabled")
+NVSWITCH_OPT = typer.Option(None, "--nvswitch/--no-nvswitch", help="Override the catalog: GPUs behind an NVSwitch")
+CPU_OPT = typer.Option(None, "--cpu", help="CPU vendor: intel, amd, arm, power")
+VERSION_OPT = typer.Option(None, "--nccl-version", help="NCCL version whose constants to use (default 2.30)")
+GRAPH_LOG_OPT = typer.Option(
+    None,
+    "--graph-log",
+    exists=True,
+    dir_okay=False,
+    help="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH log: use NCCL's own search results instead of derived ones",
+)
+TUNING_LOG_OPT = typer.Option(
+    None,
+    "--tuning-log",
+    exists=True,
+    dir_okay=False,
+    help="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING log (rank 0): use NCCL's printed cost table",
+)
+OUT_OPT = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP)
+
+
+def _topology(defaults: dict[str, object], **flags: object) -> Topology:
+    values = {k: v for k, v in defaults.items() if v is not None}
+    values.update({k: v for k, v in flags.items() if v is not None})
+    if "gpu" not in values:
+        raise UserError("no GPU model given", fix="pass --gpu (e.g. h100-sxm)")
+    if values.get("nodes", 1) == 1:
+        values.setdefault("nics_per_node", 0)
+    try:
+        return Topology(**values)
+    except ValueError as exc:
+        raise UserError(f"bad topology: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from exc
+
+
+@sub.command("predict")
+def predict(
+    gpu: str = GPU_OPT,
+    nodes: int = typer.Option(1, "--nodes", min=1, help="Number of nodes"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, help="GPUs (ranks) per node"),
+    nics_per_node: int = typer.Option(0, "--nics-per-node", min=0, help="Fabric NIC ports per node"),
+    nic_gbps: float = typer.Option(0.0, "--nic-gbps", min=0, help="Speed of one NIC port, Gb/s"),
+    transport: str = typer.Option("ib", "--transport", help="ib, roce, efa or socket"),
+    nvls: bool | None = NVLS_OPT,
+    sharp: bool = SHARP_OPT,
+    nvswitch: bool | None = NVSWITCH_OPT,
+    graph_log: Path | None = GRAPH_LOG_OPT,
+    tuning_log: Path | None = TUNING_LOG_OPT,
+    cpu: str = typer.Option("intel", "--cpu", help="CPU vendor: intel, amd, arm, power"),
+    nccl_version: str = typer.Option("2.30", "--nccl-version", help="NCCL version whose constants to use"),
+    op: str = typer.Option("allreduce", "--op", help="allreduce, allgather, reducescatter, broadcast, reduce"),
+    algo: str | None = typer.Option(None, "--algo", help="Like NCCL_ALGO, e.g. ring or ^nvls;allreduce:tree,ring"),
+    proto: str | None = typer.Option(None, "--proto", help="Like NCCL_PROTO, e.g. ^LL128"),
+    min_bytes: str = typer.Option("8", "--min-bytes", "-b", help="Smallest size (8, 1K, 1M, ...)"),
+    max_bytes: str = typer.Option("8G", "--max-bytes", "-e", help="Largest size"),
+    factor: int = typer.Option(2, "--step-factor", "-f", min=2, help="Size multiplier between rows"),
+    plot: Path | None = typer.Option(None, "--plot", help="Also write a busbw-vs-size plot (PNG)"),
+    output: OutputFormat = OUT_OPT,
+) -> None:
+    """Predict time, algbw and busbw per message size, with the algorithm and protocol NCCL would pick."""
+    from gpufleet.nccl.predict import predict_sweep
+
+    topo = _topology(
+        {},
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
+        nic_gbps=nic_gbps,
+        transport=transport,
+        nvls=nvls,
+        sharp=sharp,
+        nvswitch=nvswitch,
+        cpu_vendor=cpu,
+        nccl_version=nccl_version,
+        algo_env=algo,
+        proto_env=proto,
+        graph_override=_graph_override(graph_log),
+        tuning_override=_tuning_override(tuning_log),
+    )
+    rows = predict_sweep(topo, op, parse_size(min_bytes), parse_size(max_bytes), factor)
+    data = [
+        {
+            "bytes": r.bytes,
+            "op": r.op,
+            "algo": r.algo,
+            "proto": r.proto,
+            "channels": r.channels,
+            "threads": r.threads,
+            "time_us": round(r.time_us, 3),
+            "algbw_gbps": round(r.algbw_gbps, 3),
+            "busbw_gbps": round(r.busbw_gbps, 3),
+        }
+        for r in rows
+    ]
+    if plot is not None:
+        _plot(plot, rows, f"{topo.gpu} x{topo.nranks} ({topo.nodes} node(s)) {rows[0].op}")
+
+    def table(wide: bool) -> None:
+        # nccl-tests column order, float elements, one placement (the model has no in/out-of-place split).
+        cols = ["size (B)", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo", "proto"]
+        if wide:
+            cols += ["channels", "threads"]
+        body = []
+        for r, d in zip(rows, data, strict=True):
+            row = [
+                r.bytes,
+                r.bytes // 4,
+                "float",
+                f"{d['time_us']:.2f}",
+                f"{d['algbw_gbps']:.2f}",
+                f"{d['busbw_gbps']:.2f}",
+                d["algo"],
+                d["proto"],
+            ]
+            if wide:
+                row += [d["channels"], d["threads"]]
+            body.append(row)
+        title = (
+            f"predicted {rows[0].op}: {topo.gpu} x {topo.nranks} ranks ({topo.nodes} node(s)), "
+            f"NCCL {topo.nccl_version} model"
+        )
+        console.print(make_table(cols, body, title=title))
+
+    emit(data, output, table)
+
+
+def _graph_override(
+    path: Path | None,
+) -> tuple[tuple[str, int, float, float, str, str, bool, bool], ...] | None:
+    if path is None:
+        return None
+    from gpufleet.nccl.graph_log import parse_graph_log
+
+    return parse_graph_log(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def _tuning_override(path: Path | None) -> tuple[tuple[str, str, str, float, float], ...] | None:
+    if path is None:
+        return None
+    from gpufleet.nccl.tuning_log import parse_tuning_log
+
+    return parse_tuning_log(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def _plot(path: Path, rows: list, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.semilogx([r.bytes for r in rows], [r.busbw_gbps for r in rows], marker="o", ms=3)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as exc:
+        raise UserError(f"cannot write plot {path}: {exc.strerror}") from exc
+    finally:
+        plt.close(fig)
+
+
+@sub.command("compare")
+def compare(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="nccl-tests output or busbw table"),
+    gpu: str | None = GPU_OPT,
+    nodes: int | None = NODES_OPT,
+    gpus_per_node: int | None = GPN_OPT,
+    nics_per_node: int | None = NICS_OPT,
+    nic_gbps: float | None = GBPS_OPT,
+    transport: str | None = TRANSPORT_OPT,
+    nvls: bool | None = NVLS_OPT,
+    sharp: bool = SHARP_OPT,
+    nvswitch: bool | None = NVSWITCH_OPT,
+    graph_log: Path | None = GRAPH_LOG_OPT,
+    tuning_log: Path | None = TUNING_LOG_OPT,
+    cpu: str | None = CPU_OPT,
+    nccl_version: str | None = VERSION_OPT,
+    op: str | None = typer.Option(None, "--op", help="Collective (default: from the file, else allreduce)"),
+    output: OutputFormat = OUT_OPT,
+) -> None:
+    """Line up a measured run with the prediction and say which sizes fall short, by how much, and why."""
+    from gpufleet.nccl.compare import compare_table
+    from gpufleet.nccl.perf_parser import parse_perf
+    from gpufleet.nccl.predict import normalize_coll
+
+    table = parse_perf(file.read_text(encoding="utf-8", errors="replace"))
+    inferred = _infer_topology(table)
+    topo = _topology(
+        inferred,
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
+        nic_gbps=nic_gbps,
+        transport=transport,
+        nvls=nvls,
+        sharp=sharp,
+        nvswitch=nvswitch,
+        cpu_vendor=cpu,
+        nccl_version=nccl_version,
+        graph_override=_graph_override(graph_log),
+        tuning_override=_tuning_override(tuning_log),
+    )
+    coll = normalize_coll(op) if op else None
+    if coll is None and table.op and table.op not in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce"):
+        raise UserError(
+            f"the model does not cover {table.op}",
+            fix="compare allreduce/allgather/reducescatter/broadcast/reduce runs, or pass --op",
+        )
+    result = compare_table(table, topo, coll)
+    data = {
+        "file": str(file),
+        "op": result.op,
+        "nccl_version_in_file": table.nccl_version,
+        "verdict": result.verdict,
+        "median_ratio_large": result.median_ratio_bandwidth_region,
+        "latency_factor_small": result.latency_factor,
+        "flagged_sizes": result.flagged_sizes,
+        "causes": [{"code": c.code, "severity": c.severity, "message": c.message} for c in result.causes],
+        "rows": [
+            {
+                "bytes": r.bytes,
+                "measured_busbw": r.measured_busbw,
+                "predicted_busbw": round(r.predicted_busbw, 2),
+                "ratio": round(r.ratio, 3),
+                "algo": r.algo,
+                "proto": r.proto,
+                "flagged": r.flagged,
+            }
+            for r in result.rows
+        ],
+        "topology": result.topology.model_dump(),
+    }
+
+    def render(wide: bool) -> None:
+        body = [
+            [
+                human(r.bytes),
+                f"{r.measured_busbw:.2f}",
+                f"{r.predicted_busbw:.2f}",
+                f"{r.ratio:.0%}",
+                f"{r.algo}/{r.proto}",
+                "LOW" if r.flagged else "",
+            ]
+            for r in result.rows
+        ]
+        console.print(
+            make_table(
+                ["size", "measured busbw", "expected busbw", "ratio", "NCCL pick", ""],
+                body,
+                title=(
+                    f"{file.name}: {result.verdict} ({topo.gpu} x {topo.nranks} ranks, {topo.nodes} node(s), "
+                    f"NCCL {topo.nccl_version} model)"
+                ),
+            )
+        )
+        if result.latency_factor is not None:
+            console.print(f"small messages (<= 64 KiB): {result.latency_factor:.1f}x the expected time")
+        for c in result.causes:
+            console.print(f"[bold]{c.severity}[/bold] {c.code}: {c.message}", highlight=False)
+
+    emit(data, output, render)
+
+
+def _infer_topology(table: object) -> dict[str, object]:
+    """GPU model, nodes and ranks per node from the file's header; flags override."""
+    from gpufleet.catalog.gpus import get_gpu_model
+    from gpufleet.errors import NotFoundError
+
+    out: dict[str, object] = {}
+    gpu_name = getattr(table, "gpu_name", None)
+    if gpu_name:
+        with contextlib.suppress(NotFoundError):
+            out["gpu"] = get_gpu_model(gpu_name).name
+    nranks, nodes = getattr(table, "nranks", None), getattr(table, "nodes", None)
+    if nodes:
+        out["nodes"] = nodes
+        if nranks:
+            out["gpus_per_node"] = max(1, nranks // nodes)
+    version = getattr(table, "nccl_version", None)
+    if version:
+        out["nccl_version"] = version
+    env = getattr(table, "env", {})
+    hca = env.get("NCCL_IB_HCA")
+    if hca and not hca.startswith("^"):
+        out["nics_per_node"] = len([h for h in hca.lstrip("=").split(",") if h])
+    if env.get("NCCL_IB_GID_INDEX") or env.get("NCCL_IB_TC"):
+        out["transport"] = "roce"
+    return out
+
+
+@sub.command("advise")
+def advise_cmd(
+    gpu: str = GPU_OPT,
+    nodes: int = typer.Option(2, "--nodes", min=1, help="Number of nodes"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, help="GPUs per node"),
+    nics_per_node: int = typer.Option(8, "--nics-per-node", min=0, help="Fabric NIC ports per node"),
+    nic_gbps: float = typer.Option(400.0, "--nic-gbps", min=0, help="Speed of one NIC port, Gb/s"),
+    transport: str = typer.Option("ib", "--transport", help="ib, roce, efa or socket"),
+    nvls: bool | None = NVLS_OPT,
+    sharp: bool = SHARP_OPT,
+    nvswitch: bool | None = NVSWITCH_OPT,
+    nic_names: str | None = typer.Option(None, "--nic-names", help="Comma list of rail HCAs (mlx5_0,...)"),
+    socket_ifname: str | None = typer.Option(None, "--socket-ifname", help="Data-network interface name"),
+    output: OutputFormat = OUT_OPT,
+) -> None:
+    """Recommend NCCL environment settings for a fabric, each with its reason."""
+    from gpufleet.nccl.advisor import advise
+
+    topo = _topology(
+        {},
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
+        nic_gbps=nic_gbps,
+        transport=transport,
+        nvls=nvls,
+        sharp=sharp,
+        nvswitch=nvswitch,
+    )
+    names = [n.strip() for n in nic_names.split(",") if n.strip()] if nic_names else None
+    items = advise(topo, names, socket_ifname)
+    data = [{"var": a.var, "value": a.value, "reason": a.reason} for a in items]
+    emit(
+        data,
+        output,
+        lambda wide: console.print(
+            make_table(["variable", "value", "why"], [[a.var, a.value, a.reason] for a in items])
+        ),
+    )
+
+
+@sub.command("lint")
+def lint_cmd(
+    env_file: Path | None = typer.Option(
+        None,
+        "--env-file",
+        exists=True,
+        dir_okay=False,
+        help="KEY=VALUE file, shell exports or launcher -x flags (default: this env)",
+    ),
+    transport: str | None = typer.Option(None, "--transport", help="ib, roce, efa or socket (enables GID checks)"),
+    output: OutputFormat = OUT_OPT,
+) -> None:
+    """Flag risky NCCL settings (forced algorithms, disabled IB, wrong GID index, ...)."""
+    from gpufleet.nccl.advisor import lint_env, read_env_file
+
+    env = read_env_file(env_file) if env_file else dict(os.environ)
+    found = lint_env(env, transport)
+    data = [
+        {
+            "rule": f.rule,
+            "var": f.var,
+            "value": f.value,
+            "severity": f.severity,
+            "message": f.message,
+            "fix": f.fix,
+        }
+        for f in found
+    ]
+
+    def render(wide: bool) -> None:
+        if not found:
+            console.print("no findings")
+            return
+        console.print(
+            make_table(
+                ["severity", "variable", "value", "problem", "fix"],
+                [[f.severity, f.var, f.value, f.message, f.fix] for f in found],
+            )
+        )
+
+    emit(data, output, render)
+
+
+@sub.command("diagnose")
+def diagnose_cmd(
+    files: list[Path] = typer.Argument(
+        ..., exists=True, dir_okay=False, help="NCCL_DEBUG / PyTorch logs: one file, or one per rank"
+    ),
+    output: OutputFormat = OUT_OPT,
+) -> None:
+    """Classify an NCCL failure from its logs and name the rank/host at fault, with evidence lines."""
+    from gpufleet.nccl.diagnose import diagnose_files
+
+    dx = diagnose_files(list(files))
+    data = dx.as_dict()
+
+    def render(wide: bool) -> None:
+        console.print(f"[bold]{dx.cls}[/bold]: {dx.summary}", highlight=False)
+        if dx.ranks or dx.hosts:
+            console.print(f"ranks: {dx.ranks or '-'}  hosts: {dx.hosts or '-'}", highlight=False)
+        console.print(f"fix: {dx.fix}", highlight=False)
+        for line in dx.evidence:
+            console.print(f"  > {line}", highlight=False, markup=False)
+        if dx.also_seen:
+            console.print(f"also seen: {', '.join(dx.also_seen)}", highlight=False)
+
+    emit(data, output, render)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sub, name="nccl")
