@@ -15,7 +15,7 @@ from gpufleet.sim.twin import Twin
 from gpufleet.sim.workloads import LATENCY_BUCKETS_S
 from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost
 from gpufleet.telemetry.fields import load_clock_events
-from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
+from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
 
 # Wall-clock origin for the twin's t=0, so timestamps look like Unix time to Prometheus and to people.
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -29,6 +29,10 @@ GPU_FIELDS: tuple[tuple[str, str, float], ...] = (
     ("DCGM_FI_DEV_POWER_USAGE", "power_w", 1.0),
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_mj", 1.0),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "pcie_replay", 1.0),
+    ("DCGM_FI_DEV_PCIE_LINK_GEN", "pcie_gen", 1.0),
+    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "pcie_width", 1.0),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "pcie_max_gen", 1.0),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "pcie_max_width", 1.0),
     ("DCGM_FI_DEV_GPU_UTIL", "util", 1.0),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "mem_copy_util", 1.0),
     ("DCGM_FI_DEV_XID_ERRORS", "xid_last", 1.0),
@@ -174,8 +178,27 @@ class TwinSource:
         for code, row in counts.items():
             frame.set_xid_count(code, row)
 
+    def _attribution(self, frame: MetricFrame) -> None:
+        """Which workload holds each GPU, as the kubelet's pod-resources API would say."""
+        twin = self.twin
+        owner: dict[int, Attribution] = {}
+        ts = twin.training
+        for j, job in enumerate(ts.jobs):
+            if job.state in (JobState.running, JobState.hung):
+                for k in ts.ranks_of(j):
+                    node = twin.cluster.nodes[int(twin.gpus.node_of[k])].name
+                    owner[int(k)] = Attribution(pod=f"{job.name}-{node}", namespace="training", container="trainer")
+        for st in twin.services:
+            for k in st.gpus:
+                owner[int(k)] = Attribution(pod=f"{st.service.name}-0", namespace="inference", container="server")
+        for k in np.flatnonzero(twin.idle_override):
+            owner.setdefault(int(k), Attribution(pod=f"reserved-{int(k)}", namespace="default", container="idle"))
+        for i, k in enumerate(self.gpu_idx):
+            frame.set_attribution(i, owner.get(int(k)))
+
     def _jobs(self, frame: MetricFrame) -> None:
         twin = self.twin
+        self._attribution(frame)
         nodes = None if self.node is None else {self.node}
         for job in twin.cluster.jobs:
             if nodes is not None and not nodes & set(job.nodes):
@@ -184,6 +207,11 @@ class TwinSource:
             if job.state in (JobState.running, JobState.hung):
                 frame.set_gauge("training_last_step_timestamp_seconds", labels, EPOCH + job.last_step_time)
                 frame.set_gauge("training_step_duration_seconds", labels, job.step_time_s)
+                ranks = twin.training.ranks_of(twin.training.jobs.index(job))
+                mine = np.isin(ranks, self.gpu_idx)  # an agent reports the ranks on its own node
+                for rank, seconds in enumerate(twin.training.rank_compute_s[ranks]):
+                    if mine[rank] and np.isfinite(seconds):
+                        frame.set_gauge("training_rank_compute_seconds", {"job": job.name, "rank": str(rank)}, seconds)
             else:
                 frame.remove_gauge("training_last_step_timestamp_seconds", labels)
                 frame.remove_gauge("training_step_duration_seconds", labels)

@@ -1,0 +1,126 @@
+"""Detection thresholds (data/thresholds.yaml), overridable by a site's own YAML."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gpufleet.errors import ManifestError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Ecc(_Section):
+    sbe_per_minute: float
+    retired_pages_limit: int
+    retired_pages_soft: int
+    uncorrectable_remapped_rows_limit: int
+
+
+class Thermal(_Section):
+    hold_s: float
+    clock_ratio: float
+
+
+class PowerBrake(_Section):
+    hold_s: float
+
+
+class Pcie(_Section):
+    window_s: float
+    replays_per_lane_per_minute: list[float]
+
+    def budget_per_minute(self, gen: int, width: int) -> float:
+        """DCGM's expected replay budget: ceil(rate per lane for the generation x lanes)."""
+        import math
+
+        rate = self.replays_per_lane_per_minute[max(1, min(gen, len(self.replays_per_lane_per_minute))) - 1]
+        return float(math.ceil(rate * max(width, 1)))
+
+
+class Nvlink(_Section):
+    window_s: float
+    crc_errors_per_minute: float
+    recovery_errors_per_minute: float
+
+
+class Infiniband(_Section):
+    symbol_window_s: float
+    symbol_ber: float
+    flap_window_s: float
+    rcv_errors_per_window: float
+    xmit_discards_per_window: float
+    vl15_dropped_per_window: float
+    window_s: float
+
+    def symbol_budget(self, speed_gbps: float) -> float:
+        """Errors allowed in the symbol window at the target BER (2.88 for 400 Gb/s over 12 minutes)."""
+        return speed_gbps * 1e9 * self.symbol_window_s * self.symbol_ber
+
+
+class Training(_Section):
+    stall_min_s: float
+    stall_step_multiple: float
+    straggler_ratio: float
+    straggler_hold_s: float
+    quiet_rank_util: float
+    busy_rank_util: float
+
+
+class Idle(_Section):
+    util_percent: float
+    hold_s: float
+
+
+class Software(_Section):
+    cuda_min_driver: dict[str, str]
+
+
+class Thresholds(_Section):
+    ecc: Ecc
+    thermal: Thermal
+    power_brake: PowerBrake
+    pcie: Pcie
+    nvlink: Nvlink
+    infiniband: Infiniband
+    training: Training
+    idle: Idle
+    software: Software
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@cache
+def _default_raw() -> dict[str, Any]:
+    text = resources.files("gpufleet.health").joinpath("data", "thresholds.yaml").read_text(encoding="utf-8")
+    return dict(yaml.safe_load(text))
+
+
+def load_thresholds(path: Path | None = None) -> Thresholds:
+    raw = _default_raw()
+    if path is not None:
+        try:
+            over = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ManifestError(str(path), f"cannot read thresholds: {exc}") from None
+        if not isinstance(over, dict):
+            raise ManifestError(str(path), "expected a mapping of sections (ecc, thermal, ...)")
+        raw = _merge(raw, over)
+    try:
+        return Thresholds.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ManifestError(str(path or "thresholds.yaml"), f"{where}: {err['msg']}") from None
