@@ -195,6 +195,10 @@ class KmsgScan:
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd]")
 # a line without any of these cannot start or be a report, so it is skipped without further reading
 _TRIGGERS = re.compile(r"NVRM|SXid|nvswitch")
+# every report this module reads has one of these in its message
+_REPORT_WORDS = re.compile(
+    r"Xid|fallen off the bus|The NVIDIA GPU|NV_ERR_RESET_REQUIRED|GPU at PCI:|nvswitch"
+)
 
 
 def _printable(text: str) -> bool:
@@ -331,6 +335,8 @@ class KmsgParser:
 
     def _parse_message(self, raw: str, frame: Frame) -> None:
         message = frame.message
+        if _REPORT_WORDS.search(message) is None:  # most NVRM lines (RPC tables, banners) report nothing
+            return
         uuid_match = _UUID_LINE.search(message)
         if uuid_match is not None:
             pci = normalise_pci(uuid_match.group("pci"))
