@@ -6,7 +6,7 @@ and say so.
 
 - kmsg: `scan_kmsg` / `parse_kmsg` -> `KernelEvent` (Xid, SXid, fallen off the bus, reset required).
   kmsg_framing peels the dmesg, syslog, journald and /dev/kmsg framings. kmsg_stream: `KmsgFeed`,
-  `follow_file`, `read_dev_kmsg`, `run_dmesg`.
+  `follow_file`, `read_dev_kmsg`, `run_dmesg`. kmsg_format writes lines in the driver's format (for the twin).
 - nvidia_smi: `parse_query_text`, `parse_query_xml`, `parse_query` -> `NvidiaSmiReport` of `GpuRecord`;
   nvidia_smi_table: `parse_table` (plain `nvidia-smi`).
 - topo: `parse_topo_matrix` -> `TopoMatrix`; `parse_nvlink_status` -> `NvlinkGpu` list.
