@@ -73,9 +73,7 @@ def main() -> None:
     args = ap.parse_args()
     perf = _shared(args.shared) / "corpus" / "nccl" / "perf"
     console = Console(width=170)
-    table = Table(
-        title="busbw error vs published nccl-tests tables (sizes >= 1 MiB), model of the run's NCCL"
-    )
+    table = Table(title="busbw error vs published nccl-tests tables (sizes >= 1 MiB), model of the run's NCCL")
     for col in (
         "table",
         "health",
@@ -101,9 +99,7 @@ def main() -> None:
         err_big = _mdape(topo, parsed.rows, 256 << 20)
         err_latest = _mdape(latest, parsed.rows)
         err_nccl = _mdape(topo, parsed.rows, nccl_only=True)
-        all_errs += [
-            abs(predict_one(topo, "allreduce", r.bytes).busbw_gbps - r.busbw) / r.busbw * 100 for r in big
-        ]
+        all_errs += [abs(predict_one(topo, "allreduce", r.bytes).busbw_gbps - r.busbw) / r.busbw * 100 for r in big]
         peak = max(parsed.rows, key=lambda r: r.bytes)
         ratio = peak.busbw / predict_one(topo, "allreduce", peak.bytes).busbw_gbps
         verdict = compare_table(parsed, topo, "allreduce").verdict
@@ -111,8 +107,7 @@ def main() -> None:
         ok = err <= TARGET and ok_verdict
         if topo.nodes > 1:
             half_rows = [
-                replace(r, oop_busbw=(r.oop_busbw or 0) / 2, ip_busbw=(r.ip_busbw or 0) / 2)
-                for r in parsed.rows
+                replace(r, oop_busbw=(r.oop_busbw or 0) / 2, ip_busbw=(r.ip_busbw or 0) / 2) for r in parsed.rows
             ]
             degraded = compare_table(replace(parsed, rows=half_rows), topo, "allreduce")
             causes = ",".join(c.code for c in degraded.causes) or "-"
@@ -130,9 +125,7 @@ def main() -> None:
             verdict,
             "[green]met[/green]" if ok else "[red]short[/red]",
         )
-    table.add_row(
-        "overall", "", "", str(len(all_errs)), f"{statistics.median(all_errs):.1f}%", "", "", "", "", "", ""
-    )
+    table.add_row("overall", "", "", str(len(all_errs)), f"{statistics.median(all_errs):.1f}%", "", "", "", "", "", "")
     console.print(table)
     console.print("anomalous tables in the corpus: none (every .source.txt describes a healthy run)")
     console.print(

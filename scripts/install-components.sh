@@ -12,6 +12,7 @@ set -euo pipefail
 GROUPS_TABLE="
 prometheus: prometheus prometheus-alertmanager victoria-metrics
 chromium: chromium fonts-dejavu-core
+ib: ibsim-utils infiniband-diags opensm libumad2sim0 rdma-core
 "
 
 group_packages() {

@@ -135,6 +135,13 @@ def test_nvlink5_decode_can_be_switched_off(corpus: Path) -> None:
     assert verdict.rule == "catalog" and verdict.action == Action.WORKFLOW_NVLINK5_ERR
 
 
+def test_override_wins_over_nvlink5_decode(corpus: Path) -> None:
+    event = parse_kmsg((corpus / "xid145_gpud_rlw_rxpipe.log").read_text())[0]
+    policy = policy_from_text("overrides:\n  145: {severity: FATAL, action: RESET_GPU, reason: site rule}\n")
+    verdict = classify(event, policy)
+    assert (verdict.severity, verdict.action, verdict.rule) == ("FATAL", "RESET_GPU", "override 145")
+
+
 def test_decode_table_is_complete() -> None:
     rows = load_nvl5_decode()
     assert {r.xid for r in rows} == set(range(144, 151))

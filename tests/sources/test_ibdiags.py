@@ -21,80 +21,11 @@ from gpufleet.sources.ibdiags import (
     parse_perfquery,
 )
 
-PERFQUERY = """# Port counters: Lid 2 port 1 (CapMask: 0x1600)
-PortSelect:......................1
-CounterSelect:...................0x0000
-SymbolErrorCounter:..............1234
-LinkErrorRecoveryCounter:........0
-LinkDownedCounter:...............3
-PortRcvErrors:...................77
-PortRcvRemotePhysicalErrors:.....0
-PortRcvSwitchRelayErrors:........0
-PortXmitDiscards:................0
-PortXmitConstraintErrors:........0
-PortRcvConstraintErrors:.........0
-CounterSelect2:..................0x00
-LocalLinkIntegrityErrors:........0
-ExcessiveBufferOverrunErrors:....0
-QP1Dropped:......................0
-VL15Dropped:.....................0
-PortXmitData:....................4294967295
-PortRcvData:.....................1000
-PortXmitPkts:....................10
-PortRcvPkts:.....................12
-PortXmitWait:....................5000
-"""
+IBSIM = Path(__file__).parent / "data" / "ibsim"  # real tool output from a simulated fabric (see README.md)
 
-PERFQUERY_X = """# Port extended counters: Lid 2 port 1 (CapMask: 0x1600)
-PortSelect:......................1
-CounterSelect:...................0x0000
-PortXmitData:....................123456789012
-PortRcvData:.....................98765
-PortXmitPkts:....................10
-PortRcvPkts:.....................12
-PortUnicastXmitPkts:.............10
-PortUnicastRcvPkts:..............12
-PortMulticastXmitPkts:...........0
-PortMulticastRcvPkts:............0
-"""
 
-IBQUERYERRORS = """Errors for "node01 mlx5_0"
-   GUID 0x100001 port 1: [SymbolErrorCounter == 1234] [LinkDownedCounter == 3] [PortRcvErrors == 77]
-Errors for 0x200002 "leaf1"
-   GUID 0x200002 port 35: [PortXmitDiscards == 1]
-## Summary: 14 nodes checked, 2 bad nodes found
-##          228 ports checked, 2 ports have errors beyond threshold
-"""
-
-IBLINKINFO = (
-    "Switch: 0x0000000000200002 leaf1:\n"
-    "           4    1[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       2    1[  ] "
-    '"node01 mlx5_0" (Could be 12X )\n'
-    '           4   35[  ] ==(                Down/ Polling)==>             [  ] "" ( )\n'
-    "           4   36[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       3    1[  ] "
-    '"spine2" (Could be 12X )\n'
-)
-
-IBNETDISCOVER = """#
-# Topology file: generated on Sun Nov 22 05:00:00 2026
-#
-# Initiated from node 0000000000100000 port 0000000000100001
-
-vendid=0x2c9
-devid=0xb924
-sysimgguid=0x200000
-switchguid=0x200000(200000)
-Switch\t36 "S-0000000000200000"\t\t# "spine1" base port 0 lid 1 lmc 0
-[1]\t"S-0000000000200002"[35]\t\t# "leaf1" lid 4 4xHDR
-[2]\t"S-0000000000200003"[35]\t\t# "leaf2" lid 5 4xHDR
-
-vendid=0x2c9
-devid=0x1017
-sysimgguid=0x100000
-caguid=0x100000
-Ca\t1 "H-0000000000100000"\t\t# "node01 mlx5_0"
-[1](100001) \t"S-0000000000200002"[1]\t\t# lid 2 lmc 0 "leaf1" lid 4 4xHDR
-"""
+def _capture(name: str) -> str:
+    return (IBSIM / name).read_text()
 
 
 def test_sysfs_snapshot_uses_catalog_names(corpus: Path) -> None:
@@ -163,15 +94,17 @@ def test_missing_sysfs_root_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_perfquery_plain_and_extended() -> None:
-    [plain] = parse_perfquery(PERFQUERY)
-    assert (plain.lid, plain.port, plain.extended, plain.cap_mask) == (2, 1, False, "0x1600")
-    assert plain.counters["SymbolErrorCounter"] == 1234 and plain.counters["PortXmitData"] == 4294967295
+    [plain] = parse_perfquery(_capture("perfquery_lid2_port1.txt"))
+    assert (plain.lid, plain.port, plain.extended, plain.cap_mask) == (2, 1, False, "0x1200")
+    assert plain.counters["SymbolErrorCounter"] == 1234 and plain.counters["LinkDownedCounter"] == 3
+    assert plain.counters["PortRcvErrors"] == 77 and plain.counters["PortXmitData"] == 3024
     assert "PortSelect" not in plain.counters and plain.counters["QP1Dropped"] == 0
     assert set(plain.known()) == set(load_ib_counters())
-    [ext] = parse_perfquery(PERFQUERY_X)
-    assert ext.extended and ext.counters["PortXmitData"] == 123456789012
-    assert ext.counters["PortUnicastRcvPkts"] == 12
-    both = parse_perfquery(PERFQUERY + PERFQUERY_X)
+    [ext] = parse_perfquery(_capture("perfquery_x_lid2_port1.txt"))
+    assert ext.extended and (ext.cap_mask, ext.cap_mask2) == ("0x1200", "0x0000000")
+    assert ext.counters["PortXmitData"] == 3168 and ext.counters["PortRcvPkts"] == 45
+    assert ext.counters["PortUnicastRcvPkts"] == 0
+    both = parse_perfquery(_capture("perfquery_lid2_port1.txt") + _capture("perfquery_x_lid2_port1.txt"))
     assert [b.extended for b in both] == [False, True]
 
 
@@ -179,7 +112,7 @@ def test_perfquery_plain_and_extended() -> None:
     ("text", "fragment"),
     [
         ("SymbolErrorCounter:....1\n", "before any"),
-        (PERFQUERY.replace("1234", "12x4"), "non-numeric"),
+        (_capture("perfquery_lid2_port1.txt").replace("1234", "12x4"), "non-numeric"),
         ("", "no `# Port counters`"),
         ("# Port counters: Lid 2 port 1\n!!!\n", "not a perfquery counter line"),
     ],
@@ -190,9 +123,10 @@ def test_perfquery_errors(text: str, fragment: str) -> None:
 
 
 def test_ibqueryerrors() -> None:
-    report = parse_ibqueryerrors(IBQUERYERRORS)
+    report = parse_ibqueryerrors(_capture("ibqueryerrors.txt"))
     assert [(p.node, p.port, p.counters) for p in report.ports] == [
         ("node01 mlx5_0", 1, {"SymbolErrorCounter": 1234, "LinkDownedCounter": 3, "PortRcvErrors": 77}),
+        ("leaf1", None, {"PortXmitDiscards": 1}),  # the switch's all-ports aggregate
         ("leaf1", 35, {"PortXmitDiscards": 1}),
     ]
     assert (report.nodes_checked, report.bad_nodes, report.ports_checked, report.bad_ports) == (14, 2, 228, 2)
@@ -200,33 +134,45 @@ def test_ibqueryerrors() -> None:
 
 
 def test_iblinkinfo() -> None:
-    links = parse_iblinkinfo(IBLINKINFO)
-    assert [(link.port, link.up) for link in links] == [(1, True), (35, False), (36, True)]
+    links = parse_iblinkinfo(_capture("iblinkinfo.txt"))
+    assert len(links) == 6 * 36 + 4 * 1 + 4 * 2  # every switch port, every HCA port
+    cables = 4 + 4 * 2 + 4 * 2  # single-port HCAs, dual-port HCAs, leaf-to-spine uplinks
+    up = [link for link in links if link.up]
+    assert len(up) == 2 * cables - 2  # every cable seen from both ends, but leaf1[35]-spine1 is unlinked
     first = links[0]
-    assert (first.node, first.width, first.speed_gbps, first.remote_name, first.remote_port) == (
-        "leaf1",
+    assert (first.node, first.node_type, first.lid, first.port) == ("node02 mlx5_0", "CA", 5, 1)
+    assert (first.width, first.speed_gbps, first.remote_lid, first.remote_port, first.remote_name) == (
         "4X",
         53.125,
-        "node01 mlx5_0",
-        1,
+        4,
+        2,
+        "leaf1",
     )
     assert first.note == "Could be 12X"
-    down = links[1]
-    assert (down.state, down.phys_state, down.remote_lid, down.remote_name) == ("Down", "Polling", None, "")
+    unlinked = next(link for link in links if link.node == "leaf1" and link.port == 35)
+    assert (unlinked.state, unlinked.phys_state, unlinked.remote_lid, unlinked.remote_name) == (
+        "Down",
+        "Polling",
+        None,
+        "",
+    )
     with pytest.raises(ParseError, match="cannot read link line"):
         parse_iblinkinfo("Switch: 0x1 s:\n   4 1[ ] ==( garbage )==> ???\n")
 
 
 def test_ibnetdiscover() -> None:
-    topo = parse_ibnetdiscover(IBNETDISCOVER)
-    spine = topo.nodes["S-0000000000200000"]
-    assert (spine.type, spine.ports, spine.description, spine.lid) == ("Switch", 36, "spine1", 1)
-    ca = topo.nodes["H-0000000000100000"]
-    assert (ca.type, ca.description, ca.lid) == ("Ca", "node01 mlx5_0", 2)
-    assert [(link.node[-2:], link.port, link.remote_description, link.width, link.speed) for link in topo.links] == [
-        ("00", 1, "leaf1", "4x", "HDR"),
-        ("00", 2, "leaf2", "4x", "HDR"),
-        ("00", 1, "leaf1", "4x", "HDR"),
+    topo = parse_ibnetdiscover(_capture("ibnetdiscover.txt"))
+    types = [node.type for node in topo.nodes.values()]
+    assert (types.count("Switch"), types.count("Ca")) == (6, 8)
+    spine = next(node for node in topo.nodes.values() if node.description == "spine2")
+    assert (spine.id, spine.ports, spine.lid) == ("S-0000000000200001", 36, 3)
+    node08 = topo.nodes["H-0000000000100011"]
+    assert (node08.type, node08.ports, node08.description, node08.lid) == ("Ca", 2, "node08 mlx5_0", 17)
+    assert all((link.width, link.speed) == ("4x", "HDR") for link in topo.links)
+    leaf4 = [link for link in topo.links if link.node == "S-0000000000200005"]
+    assert [(link.port, link.remote_description, link.remote_port) for link in leaf4][:2] == [
+        (1, "node05 mlx5_0", 2),
+        (2, "node06 mlx5_0", 2),
     ]
     with pytest.raises(ParseError, match="before any Switch"):
         parse_ibnetdiscover('[1]\t"S-1"[2]\n')

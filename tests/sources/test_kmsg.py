@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -270,6 +271,37 @@ def test_fallen_off_bus_multiline_syslog_and_single_line_forms() -> None:
     ]
     assert events[0].host == "n7" and events[1].pci_device_id == "10de:2d04"
     assert all(e.root_xid is None for e in events)
+
+
+def _journal_json(message: object, **extra: str) -> str:
+    entry = {
+        "MESSAGE": message,
+        "_HOSTNAME": "gpu-node-07",
+        "SYSLOG_IDENTIFIER": "kernel",
+        "__REALTIME_TIMESTAMP": "1740327858000000",
+        "_SOURCE_MONOTONIC_TIMESTAMP": "3606832215",
+        **extra,
+    }
+    return json.dumps(entry)
+
+
+def test_journald_json_entries() -> None:
+    event = _one(_journal_json(XID79))
+    assert (event.xid, event.host, event.uptime_s) == (79, "gpu-node-07", pytest.approx(3606.832215))
+    assert event.wall_time == datetime(2025, 2, 23, 16, 24, 18, tzinfo=UTC)
+    # a multi-line printk is one journal entry whose MESSAGE holds the newlines
+    fallen = _one(
+        _journal_json(
+            "NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+            "NVRM: fallen off the bus and is not responding to commands."
+        )
+    )
+    assert (fallen.kind, fallen.pci, fallen.pci_device_id) == ("fallen_off_bus", "0000:b3:00", "10de:26b5")
+    assert "[report cut short]" not in fallen.message and fallen.raw.startswith("{")
+    # journald keeps messages that are not valid UTF-8 as byte arrays
+    as_bytes = _one(_journal_json(list(XID79.encode())))
+    assert as_bytes.xid == 79
+    assert parse_kmsg('{"not": "a journal entry"}') == []
 
 
 def test_fallen_off_bus_cut_short_at_end_is_still_reported() -> None:

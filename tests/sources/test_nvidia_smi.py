@@ -417,3 +417,22 @@ def test_volta_single_double_bit_ecc() -> None:
     assert (gpu.ecc_volatile.sbe_total, gpu.ecc_volatile.dbe_total) == (3, 1)
     assert gpu.ecc_volatile.sram_uncorrectable is None
     assert asdict(parse_query_xml(VOLTA_XML).gpus[0]) == asdict(gpu)
+
+
+def test_unreachable_gpu_and_failed_runs() -> None:
+    text = FULL_TEXT.replace(
+        "GPU 00000000:18:00.0\n",
+        "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error\nGPU 00000000:18:00.0\n",
+    )
+    report = parse_query_text(text)
+    assert report.unreachable == {"0000:3b:00": "Unknown Error"} and len(report.gpus) == 1
+    lost = parse_query_text(
+        "Unable to determine the device handle for gpu 0000:91:00.0: GPU is lost.  "
+        "Reboot the system to recover this GPU\n"
+    )
+    assert lost.gpus == [] and lost.unreachable["0000:91:00"].startswith("GPU is lost")
+    failed = parse_query_text(
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
+    assert failed.gpus == [] and failed.errors[0].startswith("NVIDIA-SMI has failed")

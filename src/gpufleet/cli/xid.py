@@ -112,6 +112,7 @@ def event_record(file: str, event: KernelEvent, policy: XidPolicy) -> dict[str, 
         "pid": event.pid,
         "process": event.process,
         "message": event.message,
+        "raw": event.raw,
         "reason": verdict.reason,
         "detail": _detail(event),
     }
@@ -183,6 +184,13 @@ def classify_cmd(
         console.print(_table(columns, rows))
         if not records:
             console.print("no GPU fault events found")
+            return
+        by_action: dict[str, int] = {}
+        for rec in records:
+            key = f"{rec['severity']} {rec['action']}"
+            by_action[key] = by_action.get(key, 0) + 1
+        summary = ", ".join(f"{count} {key}" for key, count in sorted(by_action.items()))
+        console.print(Text(f"{len(records)} events: {summary}"))
 
     emit(records, output, render)
 

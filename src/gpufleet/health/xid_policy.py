@@ -285,8 +285,6 @@ def _nvl5_verdict(event: KernelEvent, info: XidInfo | None, policy: XidPolicy) -
 
 def _catalog_verdict(code: int, info: XidInfo, policy: XidPolicy) -> Verdict:
     bucket = info.nvidia_immediate_action or None
-    if code in policy.overrides:
-        return _from_rule(policy.overrides[code], f"override {code}", bucket)
     if not info.nvidia_immediate_action or not info.nvsentinel_fatality:
         return _from_rule(policy.unrated, "unrated", bucket)
     return Verdict(
@@ -303,6 +301,8 @@ def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) ->
     code = event.xid
     if code is None or info is None:
         return _from_rule(policy.unknown_xid, "unknown-xid", None)
+    if code in policy.overrides:  # a site's explicit choice for a code wins over every derived rule
+        return _from_rule(policy.overrides[code], f"override {code}", info.nvidia_immediate_action or None)
     if code in NVL5_XIDS:
         decoded = _nvl5_verdict(event, info, policy)
         if decoded is not None:
@@ -318,8 +318,7 @@ def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) ->
             }
         )
     if code == 45 and event.root_xid is not None:
-        verdict = _from_rule(policy.xid45_with_root, f"xid45 follows root Xid {event.root_xid}", "WORKFLOW_XID_45")
-        return verdict
+        return _from_rule(policy.xid45_with_root, f"xid45 follows root Xid {event.root_xid}", "WORKFLOW_XID_45")
     return _catalog_verdict(code, info, policy)
 
 

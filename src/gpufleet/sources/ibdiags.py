@@ -19,7 +19,7 @@ from gpufleet.sources.kmsg_framing import split_frame
 # -- perfquery -----------------------------------------------------------------------------------------------
 _PQ_HEAD = re.compile(
     r"^# Port (?P<kind>counters|extended counters)(?P<rest>.*?): Lid (?P<lid>\d+) port (?P<port>\d+)"
-    r"(?: \(CapMask: (?P<cap>0x[0-9a-fA-F]+)\))?"
+    r"(?: \(CapMask: (?P<cap>0x[0-9a-fA-F]+)(?: CapMask2: (?P<cap2>0x[0-9a-fA-F]+))?\))?"
 )
 _PQ_FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9]*):\.*(?P<value>.*)$")
 _PQ_META = ("PortSelect", "CounterSelect", "CounterSelect2")
@@ -32,6 +32,7 @@ class PortCounters:
     extended: bool  # from `perfquery -x` (PortCountersExtended, 64-bit)
     counters: dict[str, int] = field(default_factory=dict)
     cap_mask: str | None = None
+    cap_mask2: str | None = None
 
     def known(self) -> dict[str, int]:
         """The counters the catalog describes (widths, meanings, thresholds)."""
@@ -54,6 +55,7 @@ def parse_perfquery(text: str, *, source: str = "perfquery") -> list[PortCounter
                     int(head.group("port")),
                     head.group("kind") == "extended counters",
                     cap_mask=head.group("cap"),
+                    cap_mask2=head.group("cap2"),
                 )
             )
             continue
@@ -81,7 +83,7 @@ def parse_perfquery(text: str, *, source: str = "perfquery") -> list[PortCounter
 
 # -- ibqueryerrors -------------------------------------------------------------------------------------------
 _QE_NODE = re.compile(r'^Errors for (?:(?P<guid>0x[0-9a-fA-F]+) )?"(?P<name>[^"]*)"')
-_QE_PORT = re.compile(r"^\s*GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+):(?P<rest>.*)$")
+_QE_PORT = re.compile(r"^\s*GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+|ALL):(?P<rest>.*)$")
 _QE_COUNTER = re.compile(r"\[(?P<name>\w+) == (?P<value>\d+)\]")
 _QE_SUMMARY_NODES = re.compile(r"^## Summary: (?P<nodes>\d+) nodes checked, (?P<bad>\d+) bad nodes found")
 _QE_SUMMARY_PORTS = re.compile(r"^##\s+(?P<ports>\d+) ports checked, (?P<bad>\d+) ports have errors")
@@ -91,7 +93,7 @@ _QE_SUMMARY_PORTS = re.compile(r"^##\s+(?P<ports>\d+) ports checked, (?P<bad>\d+
 class PortErrors:
     node: str
     guid: str
-    port: int
+    port: int | None  # None: the node's all-ports aggregate (`port ALL`), which switches report
     counters: dict[str, int]
     detail: str = ""  # what ibqueryerrors printed after the counters (link info with -d)
 
@@ -122,7 +124,8 @@ def parse_ibqueryerrors(text: str, *, source: str = "ibqueryerrors") -> QueryErr
             if not counters and "[" in rest:
                 raise ParseError(f"{source}:{lineno}: cannot read the counters in {rest.strip()[:60]!r}")
             detail = _QE_COUNTER.sub("", rest).strip()
-            report.ports.append(PortErrors(node, port.group("guid"), int(port.group("port")), counters, detail))
+            number = None if port.group("port") == "ALL" else int(port.group("port"))
+            report.ports.append(PortErrors(node, port.group("guid"), number, counters, detail))
             continue
         nodes = _QE_SUMMARY_NODES.match(line)
         if nodes is not None:

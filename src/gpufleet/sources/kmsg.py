@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, TypedDict
 
@@ -151,6 +151,26 @@ class KernelEvent:
         return self.xid if self.kind == "xid" else self.sxid
 
 
+@dataclass
+class _FallenReport:
+    """The lines of one fallen-off-the-bus report as they arrive."""
+
+    line: int
+    frame: Frame
+    pci: str
+    device_id: str | None = None
+    raws: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    def add(self, raw: str, message: str) -> None:
+        if not self.raws or self.raws[-1] != raw:  # a journal entry carries several lines in one raw line
+            self.raws.append(raw)
+        self.messages.append(message)
+        id_match = _PCI_ID.search(message)
+        if id_match is not None:
+            self.device_id = id_match.group("id")
+
+
 class _Stamp(TypedDict):
     wall_time: datetime | None
     uptime_s: float | None
@@ -173,6 +193,8 @@ class KmsgScan:
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd]")
 # a line without any of these cannot start or be a report, so it is skipped without further reading
 _TRIGGERS = re.compile(r"NVRM|SXid|nvswitch")
+# every report this module reads has one of these in its message
+_REPORT_WORDS = re.compile(r"Xid|fallen off the bus|The NVIDIA GPU|NV_ERR_RESET_REQUIRED|GPU at PCI:|nvswitch")
 
 
 def _printable(text: str) -> bool:
@@ -229,15 +251,14 @@ class KmsgParser:
         self._uuids: dict[str, str] = {}
         self._last_xid: dict[str, int] = {}
         self._sxid_heads: dict[tuple[str, int], tuple[int, bool, int | None]] = {}  # (switch, code) -> head
-        # a fallen-off-the-bus report in progress: (line, raw lines, frame, pci, PCI device id)
-        self._pending: tuple[int, str, Frame, str, str | None] | None = None
-        self._pending_age = 0
+        self._pending: _FallenReport | None = None  # a multi-line fallen-off-the-bus report in progress
 
     def feed_line(self, raw: str) -> list[KernelEvent]:
         """Parse the next line; returns the events it completed (usually zero or one)."""
         self._lineno += 1
         raw = raw.rstrip("\r\n")
-        if self._pending is None and _TRIGGERS.search(raw) is None:
+        # journald JSON may spell the message as a byte array, so those lines are always read
+        if self._pending is None and _TRIGGERS.search(raw) is None and not raw.startswith("{"):
             return []
         before = len(self.scan.events)
         if not _printable(raw):
@@ -245,6 +266,12 @@ class KmsgParser:
                 self._reject(raw, "line holds control or undecodable bytes")
             return []
         frame = split_frame(raw, year=self.year)
+        if "\n" in frame.message:  # a journal entry holding a multi-line printk: its lines, in order
+            for part in frame.message.split("\n"):
+                piece = replace(frame, message=part.strip(), continuation=False)
+                self._feed_pending(raw, piece)
+                self._parse_message(raw, piece)
+            return self.scan.events[before:]
         self._feed_pending(raw, frame)
         if not frame.continuation:
             self._parse_message(raw, frame)
@@ -254,9 +281,7 @@ class KmsgParser:
         """End of input: a fallen-off-the-bus report cut short is still a report of a lost GPU."""
         before = len(self.scan.events)
         if self._pending is not None:
-            lineno, first_raw, frame, pci, device_id = self._pending
-            self._pending = None
-            self._emit_fallen(lineno, first_raw, frame, pci, device_id, complete=False)
+            self._emit_fallen(self._pending, complete=False)
         return self.scan.events[before:]
 
     # -- helpers ---------------------------------------------------------------------------------------------
@@ -271,51 +296,43 @@ class KmsgParser:
         }
 
     def _feed_pending(self, raw: str, frame: Frame) -> None:
-        if self._pending is None:
+        report = self._pending
+        if report is None:
             return
-        lineno, first_raw, first_frame, pci, device_id = self._pending
         message = frame.message
         if _FALLEN_START.search(message):  # another GPU's report begins: this one was cut short
-            self._pending = None
-            self._emit_fallen(lineno, first_raw, first_frame, pci, device_id, complete=False)
+            self._emit_fallen(report, complete=False)
             return
-        id_match = _PCI_ID.search(message)
-        if id_match is not None:
-            device_id = id_match.group("id")
+        report.add(raw, message)
         if "fallen off the bus" in message:
-            self._pending = None
-            self._emit_fallen(lineno, first_raw + "\n" + raw, first_frame, pci, device_id, complete=True)
-            return
-        self._pending_age += 1
-        joined = first_raw + "\n" + raw
-        if self._pending_age >= _FALLEN_SPAN:
-            self._pending = None
-            self._emit_fallen(lineno, joined, first_frame, pci, device_id, complete=False)
-        else:
-            self._pending = (lineno, joined, first_frame, pci, device_id)
+            self._emit_fallen(report, complete=True)
+        elif len(report.messages) >= _FALLEN_SPAN:
+            self._emit_fallen(report, complete=False)
 
-    def _emit_fallen(
-        self, lineno: int, raw: str, frame: Frame, pci: str, device_id: str | None, *, complete: bool
-    ) -> None:
-        text = " ".join(part.split("NVRM:", 1)[-1].strip() for part in raw.splitlines())
+    def _emit_fallen(self, report: _FallenReport, *, complete: bool) -> None:
+        if report is self._pending:
+            self._pending = None
+        text = " ".join(part.split("NVRM:", 1)[-1].strip() for part in report.messages)
         if not complete:
             text += " [report cut short]"
         self.scan.events.append(
             KernelEvent(
                 kind="fallen_off_bus",
-                line=lineno,
-                raw=raw,
+                line=report.line,
+                raw="\n".join(report.raws),
                 message=text,
-                pci=pci,
-                pci_device_id=device_id,
-                gpu_uuid=self._uuids.get(pci),
-                root_xid=FALLEN_OFF_BUS_XID if self._last_xid.get(pci) == FALLEN_OFF_BUS_XID else None,
-                **self._base(frame),
+                pci=report.pci,
+                pci_device_id=report.device_id,
+                gpu_uuid=self._uuids.get(report.pci),
+                root_xid=FALLEN_OFF_BUS_XID if self._last_xid.get(report.pci) == FALLEN_OFF_BUS_XID else None,
+                **self._base(report.frame),
             )
         )
 
     def _parse_message(self, raw: str, frame: Frame) -> None:
         message = frame.message
+        if _REPORT_WORDS.search(message) is None:  # most NVRM lines (RPC tables, banners) report nothing
+            return
         uuid_match = _UUID_LINE.search(message)
         if uuid_match is not None:
             pci = normalise_pci(uuid_match.group("pci"))
@@ -334,19 +351,20 @@ class KmsgParser:
             if pci is None:
                 self._reject(raw, "fallen-off-the-bus report with an unreadable PCI address")
                 return
-            id_match = _PCI_ID.search(message)
-            device_id = id_match.group("id") if id_match else None
+            report = _FallenReport(line=self._lineno, frame=frame, pci=pci)
+            report.add(raw, message)
             if "fallen off the bus" in message:
-                self._emit_fallen(self._lineno, raw, frame, pci, device_id, complete=True)
+                self._emit_fallen(report, complete=True)
             else:
-                self._pending = (self._lineno, raw, frame, pci, device_id)
-                self._pending_age = 0
+                self._pending = report
             return
         one = _FALLEN_ONE.search(message)
         if one is not None:
             pci = normalise_pci(one.group("pci"))
             if pci is not None:
-                self._emit_fallen(self._lineno, raw, frame, pci, None, complete=True)
+                report = _FallenReport(line=self._lineno, frame=frame, pci=pci)
+                report.add(raw, message)
+                self._emit_fallen(report, complete=True)
             return
         if _RESET_REQUIRED.search(message) and "NVRM" in message:
             pci_match = _ANY_PCI.search(message)

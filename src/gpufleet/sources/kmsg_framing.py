@@ -7,7 +7,8 @@ One kernel message reaches us framed in many ways, depending on who wrote it dow
   `dmesg --time-format=iso`: `2025-01-21T04:41:44,283302+00:00 msg`, and `--decode` adds `kern  :warn  : `;
 - syslog files: `Jun  5 10:11:12 host kernel: msg` (often still carrying `[ 123.456]`), or RFC 3339 stamps;
 - journald: `journalctl -o short` (`Jun 05 10:11:12 host kernel: msg`), `-o short-precise`, `-o short-iso`
-  (`2023-06-05T10:11:12+0000 host kernel: msg`), `-o short-monotonic` (`[ 3606.832215] host kernel: msg`);
+  (`2023-06-05T10:11:12+0000 host kernel: msg`), `-o short-monotonic` (`[ 3606.832215] host kernel: msg`), and
+  `-o json` (one object per line: MESSAGE, _HOSTNAME, __REALTIME_TIMESTAMP, _SOURCE_MONOTONIC_TIMESTAMP);
 - /dev/kmsg records: `prio,seq,usec,flags;msg`, followed by ` KEY=value` dictionary lines; `dmesg --raw`
   puts the priority first: `<4>[ 3606.832215] msg`.
 
@@ -16,9 +17,10 @@ One kernel message reaches us framed in many ways, depending on who wrote it dow
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 _KMSG_RECORD = re.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);(?P<msg>.*)$")
 _PRIORITY = re.compile(r"^<(?P<prio>\d{1,3})>")  # dmesg --raw, and syslog's wire format
@@ -101,6 +103,36 @@ def _after_stamp(rest: str) -> tuple[str | None, str | None, float | None, str]:
     return host, ident, uptime, rest
 
 
+def _journal_json(line: str) -> Frame | None:
+    """`journalctl -o json`: the message may hold several lines (a multi-line printk is one journal entry)."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or "MESSAGE" not in entry:
+        return None
+    message = entry["MESSAGE"]
+    if isinstance(message, list):  # journald stores non-UTF-8 messages as a byte array
+        message = bytes(b for b in message if isinstance(b, int) and 0 <= b < 256).decode("utf-8", "replace")
+    if not isinstance(message, str):
+        return None
+
+    def micros(key: str) -> int | None:
+        value = entry.get(key)
+        return int(value) if isinstance(value, str) and value.isdigit() else None
+
+    realtime = micros("__REALTIME_TIMESTAMP")
+    monotonic = micros("_SOURCE_MONOTONIC_TIMESTAMP")
+    host = entry.get("_HOSTNAME")
+    return Frame(
+        message=message,
+        wall_time=datetime.fromtimestamp(realtime / 1e6, tz=UTC) if realtime is not None else None,
+        uptime_s=monotonic / 1e6 if monotonic is not None else None,
+        host=host if isinstance(host, str) else None,
+        ident=entry.get("SYSLOG_IDENTIFIER") if isinstance(entry.get("SYSLOG_IDENTIFIER"), str) else None,
+    )
+
+
 def split_frame(line: str, *, year: int | None = None) -> Frame:
     """Split one log line into its frame and the kernel message it carries.
 
@@ -111,6 +143,10 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
         # dmesg pads the continuation lines of a multi-line printk; /dev/kmsg writes its dictionary this way
         return Frame(message=line.strip(), continuation=True)
 
+    if line[:1] == "{":
+        journal = _journal_json(line)
+        if journal is not None:
+            return journal
     priority = None
     if line[:1] == "<":
         raw_prio = _PRIORITY.match(line)
@@ -147,9 +183,9 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
         match = _UPTIME.match(line)
         if match is not None:
             rest = match.group("rest")
-            journal = _KERNEL_IDENT.match(rest)  # journalctl -o short-monotonic: `[  12.5] host kernel: msg`
-            host = journal.group("host") if journal else None
-            rest = journal.group("rest") if journal else rest
+            kernel = _KERNEL_IDENT.match(rest)  # journalctl -o short-monotonic: `[  12.5] host kernel: msg`
+            host = kernel.group("host") if kernel else None
+            rest = kernel.group("rest") if kernel else rest
             return Frame(message=rest, uptime_s=float(match.group("sec")), priority=priority, host=host)
     elif first.isupper():
         match = _BSD.match(line)

@@ -135,6 +135,9 @@ class NvidiaSmiReport:
     cuda_version: str | None = None
     timestamp: str | None = None
     attached_gpus: int | None = None
+    # GPUs nvidia-smi could not reach (`Unable to determine the device handle ...`): normalised PCI -> why
+    unreachable: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  # whole-report failures, e.g. the driver is not loaded
 
 
 # -- value conversion ----------------------------------------------------------------------------------------
@@ -234,6 +237,12 @@ def _ecc(raw: dict[str, tuple[str, str]]) -> EccCounts:
 
 # -- text (-q) -----------------------------------------------------------------------------------------------
 _KV = re.compile(r"^(?P<indent> *)(?P<key>\S.*?)\s+:(?: (?P<value>.*))?$")
+_UNREACHABLE = re.compile(
+    r"^Unable to determine the device handle for (?:GPU|gpu)\s*"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?):\s*(?P<why>.*)$"
+)
+# whole-report failures nvidia-smi prints instead of GPUs
+_FAILURES = ("NVIDIA-SMI has failed", "No devices were found", "Failed to initialize NVML")
 _GPU_HEADER = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 
 
@@ -295,10 +304,19 @@ def parse_query_text(text: str, *, source: str = "nvidia-smi -q") -> NvidiaSmiRe
     """Parse `nvidia-smi -q` text (whole or `-d` sections, excerpts with `[...]` elisions included)."""
     header: dict[str, str] = {}
     blocks: list[tuple[str | None, list[tuple[int, str]]]] = []
+    unreachable: dict[str, str] = {}
+    errors: list[str] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
         stripped = line.strip()
         if not stripped or stripped.startswith("=") or stripped == "[...]" or stripped.startswith("$ "):
+            continue
+        lost = _UNREACHABLE.match(stripped)
+        if lost is not None:
+            unreachable[normalise_pci(lost.group("bus")) or lost.group("bus")] = lost.group("why").strip()
+            continue
+        if stripped.startswith(_FAILURES):
+            errors.append(stripped)
             continue
         gpu_header = _GPU_HEADER.match(line)
         if gpu_header is not None:
@@ -316,7 +334,7 @@ def parse_query_text(text: str, *, source: str = "nvidia-smi -q") -> NvidiaSmiRe
                 fix="pass the output of `nvidia-smi -q`",
             )
         header[kv.group("key").strip()] = (kv.group("value") or "").strip()
-    if not blocks and not header:
+    if not blocks and not header and not unreachable and not errors:
         raise ParseError(f"{source}: no nvidia-smi -q content", fix="pass the output of `nvidia-smi -q`")
     gpus = [_gpu_from_sections(_flatten_sections(lines, source), bus) for bus, lines in blocks]
     for index, gpu in enumerate(gpus):
@@ -330,6 +348,8 @@ def parse_query_text(text: str, *, source: str = "nvidia-smi -q") -> NvidiaSmiRe
         cuda_version=_string(header.get("CUDA Version", "")),
         timestamp=_string(header.get("Timestamp", "")),
         attached_gpus=int(attached) if attached and attached.isdigit() else None,
+        unreachable=unreachable,
+        errors=errors,
     )
 
 
