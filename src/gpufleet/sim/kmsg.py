@@ -8,6 +8,7 @@ from importlib import resources
 import yaml
 
 from gpufleet.catalog.xid import load_xid_catalog
+from gpufleet.sources.kmsg_format import dmesg_line, format_xid
 
 # Processes the twin names as Xid culprits: training ranks and the tools that poke GPUs.
 PROCESS_NAMES = ("python", "pt_main_thread", "nvidia-smi", "dcgm-exporter")
@@ -29,12 +30,13 @@ def xid_text(code: int) -> str:
 
 def stamp(boot_seconds: float) -> str:
     """The `[ 3606.832215]` prefix dmesg prints: seconds since boot, right-aligned in 12 characters."""
-    return f"[{boot_seconds:12.6f}]"
+    return dmesg_line("", boot_seconds).rstrip()
 
 
 def xid_line(boot_seconds: float, pci_short: str, code: int, pid: int | None, process: str | None) -> str:
-    who = f"pid={pid}, name={process}" if pid is not None else "pid='<unknown>', name=<unknown>"
-    return f"{stamp(boot_seconds)} NVRM: Xid (PCI:{pci_short}): {code}, {who}, {xid_text(code)}"
+    """An Xid as dmesg shows it; with no process to blame the driver writes pid='<unknown>', name=<unknown>."""
+    message = format_xid(pci_short, code, xid_text(code), pid=pid, process=process or "<unknown>")
+    return dmesg_line(message, boot_seconds)
 
 
 def fallen_off_bus_lines(boot_seconds: float, pci_short: str, uuid: str, serial: str) -> list[str]:
