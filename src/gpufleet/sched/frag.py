@@ -1,0 +1,126 @@
+"""GPU fragmentation as the FGD paper defines it (Weng et al., USENIX ATC '23).
+
+A node's fragmentation is the expected amount of its free GPU share that a *typical pod*, drawn from the
+workload's pod-type distribution, could not use:
+
+- a typical pod the node can host (enough CPU, a GPU model the pod accepts, enough GPUs with the pod's
+  per-GPU share free) wastes only the GPUs whose free share is below the pod's per-GPU request;
+- a typical pod the node cannot host (lacks CPU, lacks GPU share, wrong model) or that needs no GPU at all
+  sees every free GPU share on the node as fragment.
+
+So ``frag(node) = sum_t p_t * f_t(node)``, and because the ``p_t`` sum to 1 this is
+``free_total - sum_t p_t * [node hosts t] * (free share on GPUs with at least m_t free)``.
+The typical pods are the most frequent pod types, added in order of popularity until they cover the
+popularity threshold (95%) of all pods, with their frequencies renormalised to sum to 1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.sched.fastcluster import ClusterState, spec_allows
+from gpufleet.sched.openb import PodList
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+DEFAULT_POPULARITY_THRESHOLD = 95.0
+
+
+@dataclass(frozen=True)
+class TypicalPods:
+    """Pod types (CPU milli, per-GPU milli, GPU count, GPU spec) with their normalised frequency."""
+
+    cpu_milli: IntArray
+    gpu_milli: IntArray
+    num_gpu: IntArray
+    gpu_spec: tuple[str, ...]
+    weight: FloatArray
+
+    def __len__(self) -> int:
+        return len(self.weight)
+
+    @classmethod
+    def from_pods(cls, pods: PodList, threshold_pct: float = DEFAULT_POPULARITY_THRESHOLD) -> TypicalPods:
+        counts = Counter(
+            (int(pods.cpu_milli[i]), int(pods.gpu_milli[i]), int(pods.num_gpu[i]), pods.gpu_spec[i])
+            for i in range(len(pods))
+        )
+        total = float(len(pods))
+        # most frequent first; equal counts in descending (cpu, milli, count, spec) order, as the reference does
+        ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+        target = threshold_pct * total / 100.0
+        chosen: list[tuple[tuple[int, int, int, str], int]] = []
+        cum = 0.0
+        for key, count in ranked:
+            if cum >= target:
+                break
+            chosen.append((key, count))
+            cum += count
+        return cls(
+            cpu_milli=np.array([k[0] for k, _ in chosen], dtype=np.int64),
+            gpu_milli=np.array([k[1] for k, _ in chosen], dtype=np.int64),
+            num_gpu=np.array([k[2] for k, _ in chosen], dtype=np.int64),
+            gpu_spec=tuple(k[3] for k, _ in chosen),
+            weight=np.array([c / cum for _, c in chosen], dtype=np.float64),
+        )
+
+
+class FragModel:
+    """Vectorised fragmentation of many node states against one typical-pod distribution."""
+
+    def __init__(self, typical: TypicalPods, models: tuple[str, ...]) -> None:
+        self.typical = typical
+        # 1 for a normalised distribution; kept general so hand-built weights work too
+        self._weight_sum = float(typical.weight.sum())
+        gpu = typical.num_gpu > 0
+        self._cpu = typical.cpu_milli[gpu]
+        self._n = typical.num_gpu[gpu]
+        self._w = typical.weight[gpu]
+        milli = typical.gpu_milli[gpu]
+        self._mvals, self._midx = np.unique(milli, return_inverse=True)
+        specs = [s for s, g in zip(typical.gpu_spec, gpu, strict=True) if g]
+        # access[model, t]: a GPU-less node ("" model) hosts no GPU pod
+        self._access = np.array(
+            [[bool(m) and spec_allows(s, m) for s in specs] for m in models], dtype=bool
+        ).reshape(len(models), len(specs))
+
+    def frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
+        """Fragmented GPU milli of each state; ``gpu_free`` is (states, GPUs) with 0 in padding columns."""
+        total = gpu_free.sum(axis=1).astype(np.float64)
+        if len(self._w) == 0 or len(total) == 0:
+            return total * self._weight_sum
+        ge = gpu_free[:, None, :] >= self._mvals[None, :, None]  # (K, M, G)
+        count = ge.sum(axis=2)  # GPUs with at least m free
+        usable = (gpu_free[:, None, :] * ge).sum(axis=2)  # their free share
+        hosts = (
+            (cpu_free[:, None] >= self._cpu[None, :])
+            & (count[:, self._midx] >= self._n[None, :])
+            & self._access[model_idx]
+        )
+        return total * self._weight_sum - (hosts * usable[:, self._midx]) @ self._w
+
+    def node_frag(self, cluster: ClusterState, nodes: IntArray | None = None) -> FloatArray:
+        idx = np.arange(len(cluster)) if nodes is None else nodes
+        return self.frag(cluster.cpu_free[idx], cluster.gpu_free[idx], cluster.model_idx[idx])
+
+
+class FragTracker:
+    """Keeps every node's fragmentation current: after a placement only the changed node is recomputed."""
+
+    def __init__(self, model: FragModel, cluster: ClusterState) -> None:
+        self.model = model
+        self.cluster = cluster
+        self.values = model.node_frag(cluster)
+        cluster.listeners.append(self._update)
+
+    def _update(self, node: int) -> None:
+        self.values[node] = self.model.node_frag(self.cluster, np.array([node]))[0]
+
+    @property
+    def total(self) -> float:
+        return float(self.values.sum())
