@@ -67,9 +67,14 @@ class ReplayResult:
     alloc_pct: dict[str, float | None]
     frag_amount_pct: dict[str, float | None]
     seconds: float
-    arrived_pct: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
+    total_gpus: int = 0
+    arrived_milli: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
     alloc_curve: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
     frag_curve: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
+
+    def curve(self, points: Sequence[int] = range(131)) -> dict[int, float | None]:
+        """Allocation % at each integer arrived % (for plots)."""
+        return discrete_curve(self.arrived_milli, self.alloc_curve, self.total_gpus, points)
 
     def summary(self) -> dict[str, object]:
         return {
@@ -84,17 +89,20 @@ class ReplayResult:
         }
 
 
-def at_arrived(arrived_milli: FloatArray, value_pct: FloatArray, total_gpus: int, point: int) -> float | None:
-    """The value at an integer arrived percentage, as the paper's analysis reads it: the mean over all
-    records whose arrived % rounds to ``point`` (else those within +-1), rounded to 2 decimals."""
+def discrete_curve(
+    arrived_milli: FloatArray, value_pct: FloatArray, total_gpus: int, points: Sequence[int]
+) -> dict[int, float | None]:
+    """Values at integer arrived percentages, as the paper's analysis reads them: the mean over all records
+    whose arrived % rounds to the point (else those within +-1), of values rounded to 2 decimals."""
     arrived = np.array([round(x, 0) for x in (arrived_milli / total_gpus / 10).tolist()])
     values = np.array([round(v, 2) for v in value_pct.tolist()])
-    hit = arrived == point
-    if not hit.any():
-        hit = (arrived >= point - 1) & (arrived <= point + 1)
+    out: dict[int, float | None] = {}
+    for point in points:
+        hit = arrived == point
         if not hit.any():
-            return None
-    return round(float(values[hit].mean()), 2)
+            hit = (arrived >= point - 1) & (arrived <= point + 1)
+        out[point] = round(float(values[hit].mean()), 2) if hit.any() else None
+    return out
 
 
 def replay(
@@ -152,17 +160,17 @@ def replay(
     total_gpus = capacity // MILLI
     alloc = (capacity - free) / capacity * 100.0
     frag_pct = frag / capacity * 100.0
-    arrived_pct = arrived / capacity * 100.0
     return ReplayResult(
         policy=policy_name,
         seed=seed,
         tune=tune,
         pods=n,
         failed=failed,
-        alloc_pct={str(p): at_arrived(arrived, alloc, total_gpus, p) for p in points},
-        frag_amount_pct={str(p): at_arrived(arrived, frag_pct, total_gpus, p) for p in points},
+        alloc_pct={str(k): v for k, v in discrete_curve(arrived, alloc, total_gpus, points).items()},
+        frag_amount_pct={str(k): v for k, v in discrete_curve(arrived, frag_pct, total_gpus, points).items()},
         seconds=time.perf_counter() - started,
-        arrived_pct=arrived_pct,
+        total_gpus=total_gpus,
+        arrived_milli=arrived,
         alloc_curve=alloc,
         frag_curve=frag_pct,
     )
