@@ -40,21 +40,32 @@ class TypicalPods:
     num_gpu: IntArray
     gpu_spec: tuple[str, ...]
     weight: FloatArray
+    memory_mib: IntArray | None = None  # set when pod types are told apart by memory too
 
     def __len__(self) -> int:
         return len(self.weight)
 
     @classmethod
-    def from_pods(cls, pods: PodList, threshold_pct: float = DEFAULT_POPULARITY_THRESHOLD) -> TypicalPods:
+    def from_pods(
+        cls, pods: PodList, threshold_pct: float = DEFAULT_POPULARITY_THRESHOLD, *, with_memory: bool = False
+    ) -> TypicalPods:
+        """The most popular pod types covering ``threshold_pct`` % of pods. ``with_memory`` also tells
+        types apart by memory request (the reference ignores memory)."""
         counts = Counter(
-            (int(pods.cpu_milli[i]), int(pods.gpu_milli[i]), int(pods.num_gpu[i]), pods.gpu_spec[i])
+            (
+                int(pods.cpu_milli[i]),
+                int(pods.gpu_milli[i]),
+                int(pods.num_gpu[i]),
+                pods.gpu_spec[i],
+                int(pods.memory_mib[i]) if with_memory else 0,
+            )
             for i in range(len(pods))
         )
         total = float(len(pods))
         # most frequent first; equal counts in descending (cpu, milli, count, spec) order, as the reference does
         ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
         target = threshold_pct * total / 100.0
-        chosen: list[tuple[tuple[int, int, int, str], int]] = []
+        chosen: list[tuple[tuple[int, int, int, str, int], int]] = []
         cum = 0.0
         for key, count in ranked:
             if cum >= target:
@@ -67,6 +78,7 @@ class TypicalPods:
             num_gpu=np.array([k[2] for k, _ in chosen], dtype=np.int64),
             gpu_spec=tuple(k[3] for k, _ in chosen),
             weight=np.array([c / cum for _, c in chosen], dtype=np.float64),
+            memory_mib=np.array([k[4] for k, _ in chosen], dtype=np.int64) if with_memory else None,
         )
 
 
@@ -81,6 +93,7 @@ class FragModel:
         self._cpu = typical.cpu_milli[gpu]
         self._n = typical.num_gpu[gpu]
         self._w = typical.weight[gpu]
+        self._mem = typical.memory_mib[gpu] if typical.memory_mib is not None else None
         milli = typical.gpu_milli[gpu]
         self._mvals, self._midx = np.unique(milli, return_inverse=True)
         specs = [s for s, g in zip(typical.gpu_spec, gpu, strict=True) if g]
@@ -89,8 +102,15 @@ class FragModel:
             [[bool(m) and spec_allows(s, m) for s in specs] for m in models], dtype=bool
         ).reshape(len(models), len(specs))
 
-    def frag(self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray) -> FloatArray:
-        """Fragmented GPU milli of each state; ``gpu_free`` is (states, GPUs) with 0 in padding columns."""
+    @property
+    def uses_memory(self) -> bool:
+        return self._mem is not None
+
+    def frag(
+        self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
+    ) -> FloatArray:
+        """Fragmented GPU milli of each state; ``gpu_free`` is (states, GPUs) with 0 in padding columns.
+        ``mem_free`` is needed (and used) only when the typical pods carry memory requests."""
         total = gpu_free.sum(axis=1).astype(np.float64)
         if len(self._w) == 0 or len(total) == 0:
             return total * self._weight_sum
@@ -102,11 +122,15 @@ class FragModel:
             & (count[:, self._midx] >= self._n[None, :])
             & self._access[model_idx]
         )
+        if self._mem is not None:
+            if mem_free is None:
+                raise ValueError("these typical pods carry memory: pass mem_free")
+            hosts &= mem_free[:, None] >= self._mem[None, :]
         return total * self._weight_sum - (hosts * usable[:, self._midx]) @ self._w
 
     def node_frag(self, cluster: ClusterState, nodes: IntArray | None = None) -> FloatArray:
         idx = np.arange(len(cluster)) if nodes is None else nodes
-        return self.frag(cluster.cpu_free[idx], cluster.gpu_free[idx], cluster.model_idx[idx])
+        return self.frag(cluster.cpu_free[idx], cluster.gpu_free[idx], cluster.model_idx[idx], cluster.mem_free[idx])
 
 
 class FragTracker:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from gpufleet.errors import UserError
 from gpufleet.sched.policies.base import Policy, pick_max
 from gpufleet.sched.policies.fgd import FGD
-from gpufleet.sched.policies.fgd_lookahead import FGDBestFit
+from gpufleet.sched.policies.fgd_plus import FGDPlus
 from gpufleet.sched.policies.simple import BestFit, DotProduct, FirstFit, GpuClustering, GpuPacking, RandomFit
 
 POLICIES: dict[str, Callable[[], Policy]] = {
@@ -18,7 +18,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "gpu-packing": GpuPacking,
     "best-fit": BestFit,
     "fgd": FGD,
-    "fgd-bf": FGDBestFit,
+    "fgd-plus": FGDPlus,
 }
 
 # the six policies of the FGD paper, in its order, with the names its result files use

@@ -74,15 +74,17 @@ class FGD(Policy):
     name = "fgd"
     description = "least growth of expected fragmentation (FGD, ATC'23)"
 
+    memory_aware = False  # the reference ignores memory in fragmentation
+
     def __init__(self, popularity_threshold: float = DEFAULT_POPULARITY_THRESHOLD) -> None:
         self.popularity_threshold = popularity_threshold
         self.tracker: FragTracker | None = None
-        self._cache: dict[tuple[int, int, int, str], _TypeCache] = {}
+        self._cache: dict[tuple[int, ...], _TypeCache] = {}
 
     def prepare(self, cluster: ClusterState, workload: PodList | None) -> None:
         if workload is None:
             raise ValueError("FGD needs the workload's pod list to derive its typical pods")
-        typical = TypicalPods.from_pods(workload, self.popularity_threshold)
+        typical = TypicalPods.from_pods(workload, self.popularity_threshold, with_memory=self.memory_aware)
         self.use_model(cluster, FragModel(typical, cluster.models))
 
     def use_model(self, cluster: ClusterState, model: FragModel) -> None:
@@ -94,10 +96,11 @@ class FGD(Policy):
         if self.tracker is None or self.tracker.cluster is not cluster:
             raise RuntimeError("call prepare() with this cluster first")
         n = len(cluster)
-        entry = self._cache.get(pod.type_key)
+        key = (*pod.type_key, pod.memory_mib) if self.tracker.model.uses_memory else pod.type_key
+        entry = self._cache.get(key)
         if entry is None:
             entry = _TypeCache(np.full(n, -1), np.full(n, -np.inf), np.full(n, -1))
-            self._cache[pod.type_key] = entry
+            self._cache[key] = entry
         stale = np.flatnonzero(entry.stamp != cluster.version)
         if len(stale):
             self._rescore(cluster, pod, stale, entry)
@@ -112,7 +115,8 @@ class FGD(Policy):
         if not len(rows):
             return
         src = nodes[rows]
-        after = self.tracker.model.frag(cpu_after, gpus_after, cluster.model_idx[src])
+        mem_after = cluster.mem_free[src] - pod.memory_mib
+        after = self.tracker.model.frag(cpu_after, gpus_after, cluster.model_idx[src], mem_after)
         delta = self.tracker.values[src] - after
         if pod.is_sharing:
             # best GPU per node: highest score, then lowest GPU index
