@@ -53,11 +53,24 @@ def main() -> int:
     policies = expand_policies(args.policies)
     nodes, pods = load_trace(args.trace_dir, "default")
     paper = paper_means(args.trace_dir)
-    console.print(f"openb default: {len(nodes)} nodes, {len(pods)} pods, seeds {args.seeds}, policies {policies}")
+    console.print(
+        f"openb default: {len(nodes)} nodes, {len(pods)} pods, seeds {args.seeds}, policies {policies}"
+    )
     results = run_grid(nodes, pods, policies, seeds, tune=1.3, points=[100, 130], jobs=args.jobs)
 
     table = Table(title="openb default, tune 1.3: GPU allocation % (mean over seeds)")
-    for col in ("policy", "seeds", "ours @100", "sd", "paper @100", "diff", "ours @130", "paper @130", "failed", "s/run"):
+    for col in (
+        "policy",
+        "seeds",
+        "ours @100",
+        "sd",
+        "paper @100",
+        "diff",
+        "ours @130",
+        "paper @130",
+        "failed",
+        "s/run",
+    ):
         table.add_column(col, justify="right" if col != "policy" else "left")
     best: tuple[str, float] | None = None
     summary: dict[str, float] = {}
@@ -91,7 +104,10 @@ def main() -> int:
         checks.add_column(col)
     if best is not None:
         checks.add_row(
-            f"best policy ({best[0]}) @100", f"{best[1]:.2f}", f"> {PAPER_FGD_100}", str(best[1] > PAPER_FGD_100)
+            f"best policy ({best[0]}) @100",
+            f"{best[1]:.2f}",
+            f"> {PAPER_FGD_100}",
+            str(best[1] > PAPER_FGD_100),
         )
     if "best-fit" in summary:
         gap = summary["best-fit"] - PAPER_BESTFIT_100
@@ -103,7 +119,10 @@ def main() -> int:
         str(slowest.seconds <= WALL_TARGET_S),
     )
     checks.add_row(
-        "median replay wall time", f"{statistics.median(r.seconds for r in results):.1f} s", "(Go simulator: ~30 min)", ""
+        "median replay wall time",
+        f"{statistics.median(r.seconds for r in results):.1f} s",
+        "(Go simulator: ~30 min)",
+        "",
     )
     console.print(checks)
     return 0

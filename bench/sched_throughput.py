@@ -80,7 +80,14 @@ def main() -> int:
         f"({int(pods.num_gpu.sum())} GPUs requested of {int(nodes.num_gpu.sum())}), {args.repeats} repeats"
     )
     table = Table(title="placement throughput (pods/s, median of repeats)")
-    for col in ("policy", "pods/s", "placed", "vs kube plain 680", "vs kube ext. res. 180", f">= {TARGET:.0f}"):
+    for col in (
+        "policy",
+        "pods/s",
+        "placed",
+        "vs kube plain 680",
+        "vs kube ext. res. 180",
+        f">= {TARGET:.0f}",
+    ):
         table.add_column(col, justify="right" if col != "policy" else "left")
     for name in expand_policies(args.policies):
         runs = [measure(nodes, pods, name) for _ in range(args.repeats)]

@@ -12,7 +12,7 @@ from gpufleet.sched.openb import PodList
 
 
 def typical() -> TypicalPods:
-    # t1: 4 cores + 500m of one GPU (p 0.5); t2: CPU-only 2 cores (p 0.25); t3: 8 cores + 2 whole GPUs (p 0.25)
+    # t1: 4 cores + 500m of a GPU (p 0.5); t2: CPU-only, 2 cores (p 0.25); t3: 8 cores + 2 whole GPUs (p 0.25)
     return TypicalPods(
         cpu_milli=np.array([4000, 2000, 8000]),
         gpu_milli=np.array([500, 0, 1000]),
@@ -36,13 +36,16 @@ def test_hand_computed_fragmentation() -> None:
     assert frag_of(6000, [1000, 700, 300, 0]) == pytest.approx(1150.0)
     # with 10 cores t3 still lacks GPUs (one idle GPU, needs two): unchanged
     assert frag_of(10000, [1000, 700, 300, 0]) == pytest.approx(1150.0)
-    # two idle GPUs and 10 cores: t1 150, t2 0.25 * 2300 = 575, t3 fits, fragment = GPUs below 1000 = 300 -> 75
+    # two idle GPUs, 10 cores: t1 150, t2 0.25 * 2300 = 575, t3 fits, fragment = GPUs below 1000 = 300 -> 75
     assert frag_of(10000, [1000, 1000, 300, 0]) == pytest.approx(800.0)
 
 
 def test_gpu_spec_mismatch_makes_everything_fragment() -> None:
     tp = TypicalPods(
-        cpu_milli=np.array([1000]), gpu_milli=np.array([500]), num_gpu=np.array([1]), gpu_spec=("V100M16",),
+        cpu_milli=np.array([1000]),
+        gpu_milli=np.array([500]),
+        num_gpu=np.array([1]),
+        gpu_spec=("V100M16",),
         weight=np.array([1.0]),
     )
     assert frag_of(8000, [1000, 1000], "T4", tp) == pytest.approx(2000.0)

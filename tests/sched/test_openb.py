@@ -9,7 +9,10 @@ import pytest
 from gpufleet.errors import NotFoundError, ParseError
 from gpufleet.sched.openb import load_nodes, load_pods, load_trace
 
-POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -19,7 +22,9 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_loads_nodes_and_pods(tmp_path: Path) -> None:
-    nodes = load_nodes(write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,64000,262144,2,P100\nb,32000,1,0,\n"))
+    nodes = load_nodes(
+        write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,64000,262144,2,P100\nb,32000,1,0,\n")
+    )
     assert nodes.names == ("a", "b")
     assert nodes.num_gpu.tolist() == [2, 0]
     assert nodes.model == ("P100", "")
@@ -41,7 +46,9 @@ def test_loads_nodes_and_pods(tmp_path: Path) -> None:
 
 
 def test_five_column_multigpu_files_load(tmp_path: Path) -> None:
-    pods = load_pods(write(tmp_path, "m.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,10,2,1000\n"))
+    pods = load_pods(
+        write(tmp_path, "m.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,10,2,1000\n")
+    )
     assert pods.num_gpu.tolist() == [2]
     assert pods.gpu_spec == ("",)
 
@@ -74,7 +81,7 @@ def test_missing_columns_and_missing_model(tmp_path: Path) -> None:
 def test_missing_files(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError):
         load_trace(tmp_path / "nope")
-    with pytest.raises(NotFoundError, match="openb_node_list_gpu_node.csv"):
+    with pytest.raises(NotFoundError, match=r"openb_node_list_gpu_node\.csv"):
         load_trace(tmp_path)
 
 

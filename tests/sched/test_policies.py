@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from replay_helpers import make_cluster, set_free
 
 from gpufleet.errors import UserError
 from gpufleet.sched.fastcluster import Placement, PodRequest
 from gpufleet.sched.openb import PodList
 from gpufleet.sched.policies import expand_policies, make_policy
 from gpufleet.sched.policies.base import pick_max
-from replay_helpers import make_cluster, set_free
 
 RNG = np.random.default_rng(0)
 
@@ -68,8 +68,8 @@ def test_gpu_packing_bands() -> None:
     c = make_cluster([("a", 64000, 1000, 4, "T4"), ("b", 64000, 1000, 4, "T4"), ("c", 64000, 1000, 4, "T4")])
     set_free(c, 1, 64000, [1000, 1000, 1000, 600])  # used node, GPU 3 shared
     set_free(c, 2, 64000, [1000, 1000, 1000, 0])  # used node, no shared GPU
-    # sharing 500m pod: b can share GPU 3 (600 free): 100 - (60 // 10) = 94; c must open an idle GPU: 50 - 1 = 49;
-    # a is idle: max(33 - 4, 4) = 29
+    # sharing 500m pod: b can share GPU 3 (600 free): 100 - 60 // 10 = 94;
+    # c must open an idle GPU: 50 - 1 = 49; a is idle: max(33 - 4, 4) = 29
     share = choose("gpu-packing", c, PodRequest(1000, 0, 1, 500))
     assert (share.node, share.gpus) == (1, (3,))
     # whole-GPU pod: b and c both open one idle GPU (49); tie -> name order -> b
@@ -82,7 +82,7 @@ def test_gpu_clustering_prefers_nodes_holding_the_same_shape() -> None:
     sharing = PodRequest(1000, 0, 1, 300)
     c.place(one_gpu, Placement(0, (0,)))  # a holds only 1-GPU pods
     c.place(sharing, Placement(2, (0,)))  # c holds only sharing pods
-    # another sharing pod: c holds only sharing pods -> 75 + fill; a holds another shape -> 0 + fill; b idle -> 25
+    # another sharing pod: c holds only sharing pods: 75 + fill; a holds another shape: 0 + fill; b idle: 25
     assert choose("gpu-clustering", c, sharing).node == 2
     # a 1-GPU pod goes to a (only its shape), not to idle b
     assert choose("gpu-clustering", c, one_gpu).node == 0
@@ -106,7 +106,11 @@ def test_fgd_packs_sharing_pod_onto_the_gpu_that_fragments_least() -> None:
     # On GPU 0 it leaves [500, 500]: still usable, frag 0 too, but delta is equal; on b (idle) frag stays 0.
     # Make the typical pod 600m: then [1000, 500] already has 500 fragmented; taking GPU 1 removes it.
     typical = TypicalPods(
-        cpu_milli=np.array([1000]), gpu_milli=np.array([600]), num_gpu=np.array([1]), gpu_spec=("",), weight=np.array([1.0])
+        cpu_milli=np.array([1000]),
+        gpu_milli=np.array([600]),
+        num_gpu=np.array([1]),
+        gpu_spec=("",),
+        weight=np.array([1.0]),
     )
     fgd = FGD()
     fgd.use_model(c, FragModel(typical, c.models))
@@ -117,7 +121,9 @@ def test_fgd_packs_sharing_pod_onto_the_gpu_that_fragments_least() -> None:
 
 
 def test_every_policy_places_a_pod_only_on_a_feasible_node() -> None:
-    c = make_cluster([("a", 4000, 100, 2, "T4"), ("b", 64000, 1000, 2, "V100M16"), ("c", 64000, 1000, 8, "G2")])
+    c = make_cluster(
+        [("a", 4000, 100, 2, "T4"), ("b", 64000, 1000, 2, "V100M16"), ("c", 64000, 1000, 8, "G2")]
+    )
     pod = PodRequest(8000, 500, 2, 1000, "V100M16|V100M32")
     workload = pods_of([pod])
     for name in expand_policies("all"):

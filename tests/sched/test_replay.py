@@ -127,7 +127,8 @@ def test_cli_replay_json_and_plot(tmp_path: Path, shared: Path) -> None:
     plot = tmp_path / "alloc.png"
     runner = CliRunner(env={"COLUMNS": "200"})
     res = runner.invoke(
-        app, ["sched", "replay", "--trace-dir", str(trace), "--policy", "best-fit", "--seed", "42", "-o", "json"]
+        app,
+        ["sched", "replay", "--trace-dir", str(trace), "--policy", "best-fit", "--seed", "42", "-o", "json"],
     )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
@@ -135,7 +136,18 @@ def test_cli_replay_json_and_plot(tmp_path: Path, shared: Path) -> None:
     assert set(data["alloc_pct"]) == {"100", "130"}
     res = runner.invoke(
         app,
-        ["sched", "replay", "--trace-dir", str(trace), "--policy", "fgd,best-fit", "--seeds", "1-2", "--plot", str(plot)],
+        [
+            "sched",
+            "replay",
+            "--trace-dir",
+            str(trace),
+            "--policy",
+            "fgd,best-fit",
+            "--seeds",
+            "1-2",
+            "--plot",
+            str(plot),
+        ],
     )
     assert res.exit_code == 0, res.output
     assert "best-fit (mean)" in res.stdout

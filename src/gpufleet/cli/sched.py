@@ -7,7 +7,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
 from gpufleet.errors import UserError
@@ -52,7 +52,9 @@ def parse_points(text: str) -> list[int]:
     return points
 
 
-def _run(nodes: NodeList, pods: PodList, policy: str, seed: int, tune: float, points: list[int]) -> ReplayResult:
+def _run(
+    nodes: NodeList, pods: PodList, policy: str, seed: int, tune: float, points: list[int]
+) -> ReplayResult:
     return replay(nodes, pods, policy, seed=seed, tune=tune, points=points)
 
 
@@ -82,6 +84,10 @@ def run_grid(
         if jobs <= 1:
             for policy, seed in runs:
                 task = bar.add_task(f"{policy} seed {seed}", total=n_pods)
+
+                def advance(k: int, task: TaskID = task) -> None:
+                    bar.advance(task, k)
+
                 results[(policy, seed)] = replay(
                     nodes,
                     pods,
@@ -89,7 +95,7 @@ def run_grid(
                     seed=seed,
                     tune=tune,
                     points=points,
-                    progress=lambda k, t=task: bar.advance(t, k),
+                    progress=advance,
                 )
                 bar.remove_task(task)
                 bar.advance(overall)
@@ -133,9 +139,13 @@ def write_plot(results: Sequence[ReplayResult], path: Path, title: str) -> None:
         by_policy.setdefault(r.policy, []).append(r)
     for policy, runs in by_policy.items():
         curves = [r.curve(xs) for r in runs]
-        pts = [(x, [c[x] for c in curves if c[x] is not None]) for x in xs]
-        px = [x for x, v in pts if v]
-        py = [sum(v) / len(v) for _, v in pts if v]
+        px: list[int] = []
+        py: list[float] = []
+        for x in xs:
+            vals = [v for c in curves if (v := c[x]) is not None]
+            if vals:
+                px.append(x)
+                py.append(sum(vals) / len(vals))
         ax.plot(px, py, label=f"{policy} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
     ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1, label="ideal")
     ax.set_xlabel("Arrived workload (% of cluster GPU capacity)")
@@ -154,12 +164,22 @@ def write_plot(results: Sequence[ReplayResult], path: Path, title: str) -> None:
 
 @sched_app.command("replay")
 def replay_cmd(
-    trace_dir: Path = typer.Option(..., "--trace-dir", help="Folder with the openb CSVs (node and pod lists)."),
-    pods: str = typer.Option("default", "--pods", help="Pod list: 'default' -> openb_pod_list_default.csv, or a CSV."),
-    policy: str = typer.Option("fgd", "--policy", help=f"Policy, comma list, or 'all' ({', '.join(POLICIES)})."),
+    trace_dir: Path = typer.Option(
+        ..., "--trace-dir", help="Folder with the openb CSVs (node and pod lists)."
+    ),
+    pods: str = typer.Option(
+        "default", "--pods", help="Pod list: 'default' -> openb_pod_list_default.csv, or a CSV."
+    ),
+    policy: str = typer.Option(
+        "fgd", "--policy", help=f"Policy, comma list, or 'all' ({', '.join(POLICIES)})."
+    ),
     seed: int = typer.Option(42, "--seed", help="Shuffle seed."),
-    seeds: str | None = typer.Option(None, "--seeds", help="Several seeds: 42-51 or 42,43 (overrides --seed)."),
-    tune: float = typer.Option(1.3, "--tune", help="Tune the workload to this multiple of GPU capacity (0: off)."),
+    seeds: str | None = typer.Option(
+        None, "--seeds", help="Several seeds: 42-51 or 42,43 (overrides --seed)."
+    ),
+    tune: float = typer.Option(
+        1.3, "--tune", help="Tune the workload to this multiple of GPU capacity (0: off)."
+    ),
     at: str = typer.Option("100,130", "--at", help="Arrived-workload percentages to report."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, max=MAX_JOBS, help="Worker processes (at most 2)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write allocation vs arrived workload as a PNG."),
@@ -178,7 +198,9 @@ def replay_cmd(
     if not len(nodes) or not nodes.total_gpu_milli:
         raise UserError(f"no GPU nodes in {trace_dir}", fix="use a node list with GPUs")
     show = output in (OutputFormat.table, OutputFormat.wide)
-    results = run_grid(nodes, pod_list, policies, seed_list, tune=tune, points=points, jobs=jobs, show_progress=show)
+    results = run_grid(
+        nodes, pod_list, policies, seed_list, tune=tune, points=points, jobs=jobs, show_progress=show
+    )
     if plot is not None:
         write_plot(results, plot, f"openb {pods}, tune {tune}, seeds {', '.join(map(str, seed_list))}")
 
@@ -217,7 +239,11 @@ def policies_cmd(
 ) -> None:
     """List the placement policies."""
     data = [{"name": name, "description": make_policy(name).description} for name in POLICIES]
-    emit(data, output, lambda wide: console.print(make_table(["NAME", "DESCRIPTION"], [list(d.values()) for d in data])))
+    emit(
+        data,
+        output,
+        lambda wide: console.print(make_table(["NAME", "DESCRIPTION"], [list(d.values()) for d in data])),
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -122,7 +122,9 @@ class ClusterState:
             gpu_exists=exists,
             version=np.zeros(n, dtype=np.int64),
             affinity=np.zeros((n, MAX_TAG + 1), dtype=np.int64),
-            name_rank=np.argsort(np.argsort(np.array(nodes.names, dtype=object), kind="stable"), kind="stable"),
+            name_rank=np.argsort(
+                np.argsort(np.array(nodes.names, dtype=object), kind="stable"), kind="stable"
+            ),
         )
 
     def __len__(self) -> int:
@@ -152,7 +154,7 @@ class ClusterState:
         return mask
 
     def feasible(self, pod: PodRequest) -> BoolArray:
-        """Nodes that pass every filter: CPU, memory, GPU model, and enough GPUs with the per-GPU share free."""
+        """Nodes passing every filter: CPU, memory, GPU model, enough GPUs with the per-GPU share free."""
         ok = (self.cpu_free >= pod.cpu_milli) & (self.mem_free >= pod.memory_mib)
         if pod.num_gpu > 0:
             ok &= self.access(pod.gpu_spec)

@@ -62,7 +62,7 @@ class TypicalPods:
             for i in range(len(pods))
         )
         total = float(len(pods))
-        # most frequent first; equal counts in descending (cpu, milli, count, spec) order, as the reference does
+        # most frequent first; equal counts in descending (cpu, milli, count, spec) order, like the reference
         ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
         target = threshold_pct * total / 100.0
         chosen: list[tuple[tuple[int, int, int, str, int], int]] = []
@@ -130,7 +130,9 @@ class FragModel:
 
     def node_frag(self, cluster: ClusterState, nodes: IntArray | None = None) -> FloatArray:
         idx = np.arange(len(cluster)) if nodes is None else nodes
-        return self.frag(cluster.cpu_free[idx], cluster.gpu_free[idx], cluster.model_idx[idx], cluster.mem_free[idx])
+        return self.frag(
+            cluster.cpu_free[idx], cluster.gpu_free[idx], cluster.model_idx[idx], cluster.mem_free[idx]
+        )
 
 
 class FragTracker:

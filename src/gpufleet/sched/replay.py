@@ -27,7 +27,9 @@ DEFAULT_POINTS = (100, 130)
 FloatArray = npt.NDArray[np.float64]
 
 
-def arrival_order(pods: PodList, capacity_milli: int, *, seed: int, tune: float, shuffle: bool = True) -> PodList:
+def arrival_order(
+    pods: PodList, capacity_milli: int, *, seed: int, tune: float, shuffle: bool = True
+) -> PodList:
     """The pods in arrival order: sorted by name, shuffled by ``seed``, then tuned to ``tune`` x capacity.
 
     Tuning up draws pods uniformly from the name-sorted originals and appends them while the total GPU

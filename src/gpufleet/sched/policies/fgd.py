@@ -79,7 +79,7 @@ class FGD(Policy):
     def __init__(self, popularity_threshold: float = DEFAULT_POPULARITY_THRESHOLD) -> None:
         self.popularity_threshold = popularity_threshold
         self.tracker: FragTracker | None = None
-        self._cache: dict[tuple[int, ...], _TypeCache] = {}
+        self._cache: dict[tuple[int | str, ...], _TypeCache] = {}
 
     def prepare(self, cluster: ClusterState, workload: PodList | None) -> None:
         if workload is None:
@@ -96,7 +96,9 @@ class FGD(Policy):
         if self.tracker is None or self.tracker.cluster is not cluster:
             raise RuntimeError("call prepare() with this cluster first")
         n = len(cluster)
-        key = (*pod.type_key, pod.memory_mib) if self.tracker.model.uses_memory else pod.type_key
+        key: tuple[int | str, ...] = pod.type_key
+        if self.tracker.model.uses_memory:
+            key = (*key, pod.memory_mib)
         entry = self._cache.get(key)
         if entry is None:
             entry = _TypeCache(np.full(n, -1), np.full(n, -np.inf), np.full(n, -1))
@@ -108,7 +110,9 @@ class FGD(Policy):
 
     def _rescore(self, cluster: ClusterState, pod: PodRequest, nodes: IntArray, entry: _TypeCache) -> None:
         assert self.tracker is not None
-        rows, gpu, cpu_after, gpus_after = after_placement(cluster.cpu_free[nodes], cluster.gpu_free[nodes], pod)
+        rows, gpu, cpu_after, gpus_after = after_placement(
+            cluster.cpu_free[nodes], cluster.gpu_free[nodes], pod
+        )
         entry.stamp[nodes] = cluster.version[nodes]
         entry.delta[nodes] = -np.inf
         entry.gpu[nodes] = -1

@@ -10,7 +10,14 @@ import numpy as np
 
 from gpufleet.sched.fastcluster import SHARE_TAG, BoolArray, ClusterState, Placement, PodRequest
 from gpufleet.sched.openb import MILLI
-from gpufleet.sched.policies.base import MAX_NODE_SCORE, MAX_SPEC_CPU, MAX_SPEC_GPU, Policy, pick_max, trunc_score
+from gpufleet.sched.policies.base import (
+    MAX_NODE_SCORE,
+    MAX_SPEC_CPU,
+    MAX_SPEC_GPU,
+    Policy,
+    pick_max,
+    trunc_score,
+)
 
 
 class FirstFit(Policy):
