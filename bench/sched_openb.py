@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, choices=(1, 2))
     args = ap.parse_args()
 
-    console = Console()
+    console = Console(width=150)
     seeds = parse_seeds(args.seeds)
     policies = expand_policies(args.policies)
     nodes, pods = load_trace(args.trace_dir, "default")

@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--policies", default="first-fit,best-fit,gpu-packing,dot-product,fgd")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=150)
     nodes, pods = synthetic(args.nodes, args.pods, seed=1)
     console.print(
         f"{args.nodes} nodes x 8 GPUs, {args.pods} whole-GPU pods "

@@ -149,3 +149,15 @@ def pods_of(requests: list[PodRequest]) -> PodList:
 def test_unknown_policy_is_a_user_error() -> None:
     with pytest.raises(UserError, match="unknown policy 'bestfit'"):
         expand_policies("bestfit")
+
+
+def test_unschedulable_message_counts_each_filter() -> None:
+    c = make_cluster([("a", 2000, 100, 2, "T4"), ("b", 64000, 10, 2, "T4"), ("c", 64000, 1000, 8, "G2")])
+    set_free(c, 2, 64000, [300] * 8)
+    pod = PodRequest(8000, 500, 1, 1000)
+    assert not c.feasible(pod).any()
+    assert c.unschedulable_message(pod) == (
+        "0/3 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
+        "1 fewer than 1 GPU(s) with 1000m free."
+    )
+    assert c.unschedulable_message(PodRequest(1000, 5, 0, 0)) == "3/3 nodes are available."

@@ -184,6 +184,14 @@ class ClusterState:
             left &= passed
         return out
 
+    def unschedulable_message(self, pod: PodRequest) -> str:
+        """kube-scheduler style: '0/3 nodes are available: 2 Insufficient cpu, 1 Insufficient memory.'"""
+        reasons = self.rejections(pod)
+        feasible = len(self) - sum(reasons.values())
+        ranked = sorted(reasons.items(), key=lambda kv: -kv[1])
+        detail = ", ".join(f"{count} {reason}" for reason, count in ranked)
+        return f"{feasible}/{len(self)} nodes are available" + (f": {detail}." if detail else ".")
+
     def place(self, pod: PodRequest, placement: Placement) -> None:
         i = placement.node
         if len(placement.gpus) != pod.num_gpu:

@@ -28,16 +28,23 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def arrival_order(
-    pods: PodList, capacity_milli: int, *, seed: int, tune: float, shuffle: bool = True
+    pods: PodList,
+    capacity_milli: int,
+    *,
+    seed: int,
+    tune: float,
+    shuffle: bool = True,
+    rng: np.random.Generator | None = None,
 ) -> PodList:
     """The pods in arrival order: sorted by name, shuffled by ``seed``, then tuned to ``tune`` x capacity.
 
     Tuning up draws pods uniformly from the name-sorted originals and appends them while the total GPU
     request stays within the target; the loop stops at the first draw whose *per-GPU* share would pass the
     target (the reference compares that, not the pod's total). Tuning down drops random pods until the
-    total is within the target. ``tune <= 0`` keeps the workload as is.
+    total is within the target. ``tune <= 0`` keeps the workload as is. Pass ``rng`` to continue drawing
+    from it afterwards (otherwise a generator is seeded from ``seed``).
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed) if rng is None else rng
     by_name = np.array(sorted(range(len(pods)), key=lambda i: pods.names[i]), dtype=np.int64)
     order = list(by_name[rng.permutation(len(pods))] if shuffle else by_name)
     if tune <= 0 or not len(pods):
@@ -59,6 +66,21 @@ def arrival_order(
     return pods.take(order)
 
 
+def shape(pod: PodRequest) -> str:
+    """'cpu-only', 'sharing' or 'N-gpu': how failures are tallied."""
+    if pod.num_gpu == 0:
+        return "cpu-only"
+    return "sharing" if pod.is_sharing else f"{pod.num_gpu}-gpu"
+
+
+def tie_break_order(names: Sequence[str], rng: np.random.Generator) -> npt.NDArray[np.int64]:
+    """Each node's rank for score ties: the i-th node by name gets the i-th value of a random permutation."""
+    by_name = np.argsort(np.array(names, dtype=object), kind="stable")
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[by_name] = rng.permutation(len(names))
+    return rank
+
+
 @dataclass
 class ReplayResult:
     policy: str
@@ -66,6 +88,7 @@ class ReplayResult:
     tune: float
     pods: int
     failed: int
+    failed_by_shape: dict[str, int]
     alloc_pct: dict[str, float | None]
     frag_amount_pct: dict[str, float | None]
     seconds: float
@@ -85,6 +108,7 @@ class ReplayResult:
             "tune": self.tune,
             "pods": self.pods,
             "failed": self.failed,
+            "failed_by_shape": self.failed_by_shape,
             "alloc_pct": self.alloc_pct,
             "frag_amount_pct": self.frag_amount_pct,
             "seconds": round(self.seconds, 3),
@@ -122,7 +146,11 @@ def replay(
     started = time.perf_counter()
     cluster = ClusterState.from_nodes(nodes)
     capacity = cluster.total_gpu_milli
-    arrivals = arrival_order(workload, capacity, seed=seed, tune=tune, shuffle=shuffle)
+    workload_rng = np.random.default_rng(seed)
+    arrivals = arrival_order(workload, capacity, seed=seed, tune=tune, shuffle=shuffle, rng=workload_rng)
+    # the reference prefixes node names with a random permutation before scheduling, and breaks score ties
+    # by name: ties go to nodes in a random order that is fixed for the run
+    cluster.name_rank = tie_break_order(nodes.names, workload_rng)
     requests = pod_requests(arrivals)
     policy = make_policy(policy_name)
     policy.prepare(cluster, workload)
@@ -140,6 +168,7 @@ def replay(
     free[0] = cluster.free_gpu_milli
     frag[0] = tracker.total
     failed = 0
+    failed_by_shape: dict[str, int] = {}
     arrived_total = 0
     free_total = free[0]
     for i, pod in enumerate(requests, start=1):
@@ -151,6 +180,7 @@ def replay(
             free_total -= pod.total_gpu_milli
         else:
             failed += 1
+            failed_by_shape[shape(pod)] = failed_by_shape.get(shape(pod), 0) + 1
         arrived[i] = arrived_total
         free[i] = free_total
         frag[i] = tracker.total
@@ -168,6 +198,7 @@ def replay(
         tune=tune,
         pods=n,
         failed=failed,
+        failed_by_shape=dict(sorted(failed_by_shape.items())),
         alloc_pct={str(k): v for k, v in discrete_curve(arrived, alloc, total_gpus, points).items()},
         frag_amount_pct={str(k): v for k, v in discrete_curve(arrived, frag_pct, total_gpus, points).items()},
         seconds=time.perf_counter() - started,

@@ -118,22 +118,20 @@ class GpuPacking(Policy):
 
     @staticmethod
     def _scores(cluster: ClusterState, pod: PodRequest) -> np.ndarray:
-        free = cluster.gpu_free
         full = cluster.fully_free()
-        idle_node = full == cluster.num_gpu
         idle_score = np.maximum(MAX_NODE_SCORE // 3 - full, full)
-        # the GPUs the pod would take: ascending free share, first num_gpu that fit (padding never fits)
-        fits = free >= pod.gpu_milli
-        order = np.argsort(np.where(fits, free, MILLI + 1), axis=1, kind="stable")
-        sorted_free = np.take_along_axis(free, order, axis=1)
-        sorted_fits = np.take_along_axis(fits, order, axis=1)
-        taken = sorted_fits & (np.cumsum(sorted_fits, axis=1) <= pod.num_gpu)
-        idle_taken = (taken & (sorted_free == MILLI)).sum(axis=1)
-        used_node_score = np.maximum(MAX_NODE_SCORE // 2 - idle_taken, MAX_NODE_SCORE // 3)
-        free_pct = np.where(taken, sorted_free * 100 // MILLI, 0).sum(axis=1)
-        shared_score = np.maximum(MAX_NODE_SCORE - free_pct // 10, MAX_NODE_SCORE // 2)
-        scores = np.where(idle_taken > 0, used_node_score, shared_score)
-        return np.where(idle_node, idle_score, scores).astype(np.float64)
+        if pod.is_sharing:
+            # the pod takes the GPU with the least free share that fits
+            tight = np.where(cluster.gpu_free >= pod.gpu_milli, cluster.gpu_free, MILLI + 1).min(axis=1)
+            opens_idle = tight >= MILLI
+            shared = np.maximum(
+                MAX_NODE_SCORE - (np.minimum(tight, MILLI) * 100 // MILLI) // 10, MAX_NODE_SCORE // 2
+            )
+            used = np.where(opens_idle, max(MAX_NODE_SCORE // 2 - 1, MAX_NODE_SCORE // 3), shared)
+        else:
+            # whole-GPU pods take idle GPUs only
+            used = np.full(len(cluster), max(MAX_NODE_SCORE // 2 - pod.num_gpu, MAX_NODE_SCORE // 3))
+        return np.where(full == cluster.num_gpu, idle_score, used).astype(np.float64)
 
 
 class GpuClustering(Policy):
