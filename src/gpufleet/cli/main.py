@@ -29,9 +29,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors."),
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version."
-    ),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     if debug:
         os.environ["GPUFLEET_DEBUG"] = "1"
