@@ -98,7 +98,7 @@ class ClusterState:
     gpu_exists: BoolArray
     version: IntArray
     affinity: IntArray  # (nodes, MAX_TAG + 1) count of GPU pods per affinity tag
-    name_rank: IntArray  # position of each node's name in sorted order (score ties go to the first)
+    name_rank: IntArray  # tie priority (ties go to the lowest); name order unless a replay sets it
     _access: dict[str, BoolArray] = field(default_factory=dict)
     listeners: list[Callable[[int], None]] = field(default_factory=list)
 

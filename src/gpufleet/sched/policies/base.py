@@ -34,10 +34,12 @@ class Policy(ABC):
 
 
 def pick_max(scores: npt.NDArray[np.float64], feasible: BoolArray, cluster: ClusterState) -> int:
-    """The feasible node with the highest score; equal scores go to the node whose name sorts first.
+    """The feasible node with the highest score; equal scores go to the node with the lowest ``name_rank``.
 
-    The FGD paper's simulator replaced kube-scheduler's random tie-break with this rule "for
-    reproducibility"; with coarse integer scores ties are frequent, so the rule shapes every policy's result.
+    The FGD paper's simulator replaced kube-scheduler's random tie-break with "smallest node name" (for
+    reproducibility) after prefixing every node name with a random permutation index, so ties follow a
+    random node order that stays fixed for a run; a replay sets ``name_rank`` that way, a fresh cluster
+    uses plain name order. With coarse integer scores ties are frequent: the rule shapes every result.
     """
     masked = np.where(feasible, scores, -np.inf)
     ties = np.flatnonzero(masked == masked.max())
