@@ -102,9 +102,7 @@ def test_fgd_packs_sharing_pod_onto_the_gpu_that_fragments_least() -> None:
 
     c = make_cluster([("a", 32000, 1000, 2, "T4"), ("b", 32000, 1000, 2, "T4")])
     set_free(c, 0, 32000, [1000, 500])
-    # workload: only 500m sharing pods. On a, putting the pod on GPU 1 (500 free) leaves [1000, 0]: frag 0.
-    # On GPU 0 it leaves [500, 500]: still usable, frag 0 too, but delta is equal; on b (idle) frag stays 0.
-    # Make the typical pod 600m: then [1000, 500] already has 500 fragmented; taking GPU 1 removes it.
+    # the only typical pod wants 600m: a's GPU 1 (500 free) is already fragment (frag 500)
     typical = TypicalPods(
         cpu_milli=np.array([1000]),
         gpu_milli=np.array([600]),
@@ -116,7 +114,8 @@ def test_fgd_packs_sharing_pod_onto_the_gpu_that_fragments_least() -> None:
     fgd.use_model(c, FragModel(typical, c.models))
     pod = PodRequest(1000, 0, 1, 500)
     placement = fgd.choose(c, pod, c.feasible(pod), RNG)
-    # a/GPU1: frag 500 -> 0, delta +500 -> score trunc(100*sigmoid(0.5)) = 62; b: frag 0 -> 500 -> 37
+    # a/GPU 1 -> [1000, 0]: frag 500 -> 0, delta +500, score trunc(100 sigmoid(0.5)) = 62
+    # a/GPU 0 -> [500, 500]: frag 500 -> 1000, score 37; b/any -> [500, 1000]: frag 0 -> 500, score 37
     assert (placement.node, placement.gpus) == (0, (1,))
 
 
@@ -161,3 +160,29 @@ def test_unschedulable_message_counts_each_filter() -> None:
         "1 fewer than 1 GPU(s) with 1000m free."
     )
     assert c.unschedulable_message(PodRequest(1000, 5, 0, 0)) == "3/3 nodes are available."
+
+
+def test_fgd_plus_avoids_stranding_gpus_behind_exhausted_memory() -> None:
+    # a and b: 2 idle GPUs each; a has 1500 MiB of memory, b 4000. Every pod in the workload needs 1000 MiB.
+    c = make_cluster([("a", 16000, 1500, 2, "T4"), ("b", 16000, 4000, 2, "T4")])
+    pod = PodRequest(1000, 1000, 1, 1000)
+    workload = pods_of([pod] * 4)
+    # FGD ignores memory: both nodes keep one usable GPU (delta 0, score 50) -> tie -> a (name order)
+    fgd = make_policy("fgd")
+    fgd.prepare(c, workload)
+    assert fgd.choose(c, pod, c.feasible(pod), RNG).node == 0
+    # FGD+: on a the pod leaves 500 MiB, so a's last GPU can host no typical pod: frag 0 -> 1000,
+    # score trunc(100 * sigmoid(-1)) = 26; on b nothing is stranded (score 50)
+    plus = make_policy("fgd-plus")
+    plus.prepare(c, workload)
+    assert plus.choose(c, pod, c.feasible(pod), RNG).node == 1
+
+
+def test_fgd_plus_prefers_a_used_node_on_equal_scores() -> None:
+    c = make_cluster([("a", 16000, 4000, 2, "T4"), ("b", 16000, 4000, 2, "T4"), ("c", 16000, 4000, 2, "T4")])
+    cpu_pod = PodRequest(1000, 100, 0, 0)
+    workload = pods_of([PodRequest(1000, 100, 1, 1000)] * 3)
+    plus = make_policy("fgd-plus")
+    plus.prepare(c, workload)
+    c.place(cpu_pod, Placement(2))  # c is in use; a CPU pod fragments no GPU anywhere: equal scores
+    assert plus.choose(c, cpu_pod, c.feasible(cpu_pod), RNG).node == 2
