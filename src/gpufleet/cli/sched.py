@@ -133,10 +133,11 @@ def write_plot(results: Sequence[ReplayResult], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     xs = list(range(131))
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, (full, zoom) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1.3]})
     by_policy: dict[str, list[ReplayResult]] = {}
     for r in results:
         by_policy.setdefault(r.policy, []).append(r)
+    low = 100.0
     for policy, runs in by_policy.items():
         curves = [r.curve(xs) for r in runs]
         px: list[int] = []
@@ -146,13 +147,20 @@ def write_plot(results: Sequence[ReplayResult], path: Path, title: str) -> None:
             if vals:
                 px.append(x)
                 py.append(sum(vals) / len(vals))
-        ax.plot(px, py, label=f"{policy} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
-    ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1, label="ideal")
-    ax.set_xlabel("Arrived workload (% of cluster GPU capacity)")
-    ax.set_ylabel("GPU allocation (%)")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right")
+        label = f"{policy} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
+        for ax in (full, zoom):
+            ax.plot(px, py, label=label)
+        low = min([low] + [y for x, y in zip(px, py, strict=True) if x >= 100])
+    for ax in (full, zoom):
+        ax.plot([0, 100], [0, 100], color="black", linestyle=":", linewidth=1, label="ideal")
+        ax.set_xlabel("Arrived workload (% of cluster GPU capacity)")
+        ax.set_ylabel("GPU allocation (%)")
+        ax.grid(True, alpha=0.3)
+    zoom.set_xlim(80, 130)
+    zoom.set_ylim(max(0.0, low - 3), 100)
+    full.set_title(title)
+    zoom.set_title("80-130% arrived")
+    zoom.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=120)
@@ -202,7 +210,9 @@ def replay_cmd(
         nodes, pod_list, policies, seed_list, tune=tune, points=points, jobs=jobs, show_progress=show
     )
     if plot is not None:
-        write_plot(results, plot, f"openb {pods}, tune {tune}, seeds {', '.join(map(str, seed_list))}")
+        seeds_text = ", ".join(map(str, seed_list))
+        plural = "s" if len(seed_list) > 1 else ""
+        write_plot(results, plot, f"openb {pods}, tune {tune}, seed{plural} {seeds_text}")
 
     data: object = results[0].summary() if len(results) == 1 else [r.summary() for r in results]
 
