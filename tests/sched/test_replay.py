@@ -164,3 +164,18 @@ def test_cli_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert "openb_node_list_gpu_node.csv:2: column 'gpu' must be a whole number" in str(res.exception)
     res = CliRunner().invoke(app, ["sched", "replay", "--trace-dir", str(tmp_path), "--seeds", "9-3"])
     assert "bad seed list" in str(res.exception)
+
+
+def test_fragmentation_kpi_uses_the_papers_definition_for_every_policy(tmp_path: Path, shared: Path) -> None:
+    nodes, pods = load_trace(small_trace(tmp_path, shared, 20, 150))
+    runs = {name: replay(nodes, pods, name, seed=1) for name in ("best-fit", "fgd", "fgd-plus")}
+    # same empty cluster, same typical pods: the same starting fragmentation, whatever the policy scores with
+    assert runs["fgd"].frag_curve[0] == pytest.approx(runs["best-fit"].frag_curve[0])
+    assert runs["fgd-plus"].frag_curve[0] == pytest.approx(runs["best-fit"].frag_curve[0])
+
+
+def test_cli_lists_policies() -> None:
+    res = CliRunner().invoke(app, ["sched", "policies", "-o", "json"])
+    assert res.exit_code == 0
+    names = [p["name"] for p in json.loads(res.stdout)]
+    assert names[:2] == ["random", "first-fit"] and "fgd" in names and "fgd-plus" in names

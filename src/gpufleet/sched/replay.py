@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.sched.fastcluster import ClusterState, Placement, PodRequest, pod_requests
+from gpufleet.sched.frag import DEFAULT_POPULARITY_THRESHOLD as KPI_THRESHOLD
 from gpufleet.sched.frag import FragModel, FragTracker, TypicalPods
 from gpufleet.sched.openb import MILLI, NodeList, PodList
 from gpufleet.sched.policies import make_policy
@@ -154,10 +155,13 @@ def replay(
     requests = pod_requests(arrivals)
     policy = make_policy(policy_name)
     policy.prepare(cluster, workload)
-    # the fragmentation KPI always uses FGD's definition; reuse the policy's tracker when it has one
-    tracker = policy.tracker if isinstance(policy, FGD) and policy.tracker is not None else None
-    if tracker is None:
-        tracker = FragTracker(FragModel(TypicalPods.from_pods(workload), cluster.models), cluster)
+    # the fragmentation KPI always uses the paper's definition; reuse the reference FGD's own tracker
+    if type(policy) is FGD and policy.tracker is not None and policy.popularity_threshold == KPI_THRESHOLD:
+        tracker = policy.tracker
+    else:
+        tracker = FragTracker(
+            FragModel(TypicalPods.from_pods(workload, KPI_THRESHOLD), cluster.models), cluster
+        )
     # a separate stream for the policy keeps the arrival order identical across policies for one seed
     rng = np.random.default_rng([seed, 1])
 
