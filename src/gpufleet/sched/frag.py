@@ -83,28 +83,51 @@ class TypicalPods:
 
 
 class FragModel:
-    """Vectorised fragmentation of many node states against one typical-pod distribution."""
+    """Vectorised fragmentation of many node states against one typical-pod distribution.
+
+    GPU typical pods are grouped by (per-GPU share, GPU count, spec). Within a group, the weight of the
+    pods a node can host depends on its free CPU and memory only through "at least c_t" tests, so it is
+    read from a 2-D cumulative table indexed by how many CPU and memory thresholds the node clears. That
+    turns a (states x typical pods) comparison into a (states x groups) lookup.
+    """
 
     def __init__(self, typical: TypicalPods, models: tuple[str, ...]) -> None:
         self.typical = typical
         # 1 for a normalised distribution; kept general so hand-built weights work too
         self._weight_sum = float(typical.weight.sum())
         gpu = typical.num_gpu > 0
-        self._cpu = typical.cpu_milli[gpu]
-        self._n = typical.num_gpu[gpu]
-        self._w = typical.weight[gpu]
-        self._mem = typical.memory_mib[gpu] if typical.memory_mib is not None else None
+        cpu = typical.cpu_milli[gpu]
+        mem = (
+            typical.memory_mib[gpu] if typical.memory_mib is not None else np.zeros(len(cpu), dtype=np.int64)
+        )
+        self._uses_memory = typical.memory_mib is not None
+        weight = typical.weight[gpu]
         milli = typical.gpu_milli[gpu]
-        self._mvals, self._midx = np.unique(milli, return_inverse=True)
+        self._mvals, midx = np.unique(milli, return_inverse=True)
         specs = [s for s, g in zip(typical.gpu_spec, gpu, strict=True) if g]
-        # access[model, t]: a GPU-less node ("" model) hosts no GPU pod
+        spec_names, spec_idx = np.unique(np.array(specs, dtype=object), return_inverse=True)
+        keys = np.stack([midx, typical.num_gpu[gpu], spec_idx], axis=1) if len(cpu) else np.zeros((0, 3), int)
+        groups, group_of = np.unique(keys, axis=0, return_inverse=True)
+        group_of = np.asarray(group_of).reshape(-1)
+        self._group_m = groups[:, 0]
+        self._group_n = groups[:, 1]
+        # access[model, group]: a GPU-less node ("" model) hosts no GPU pod
         self._access = np.array(
-            [[bool(m) and spec_allows(s, m) for s in specs] for m in models], dtype=bool
-        ).reshape(len(models), len(specs))
+            [[bool(m) and spec_allows(str(spec_names[g[2]]), m) for g in groups] for m in models],
+            dtype=np.float64,
+        ).reshape(len(models), len(groups))
+        self._cpu_steps = np.unique(cpu)
+        self._mem_steps = np.unique(mem)
+        table = np.zeros((len(groups), len(self._cpu_steps) + 1, len(self._mem_steps) + 1))
+        ci = np.searchsorted(self._cpu_steps, cpu)
+        mi = np.searchsorted(self._mem_steps, mem)
+        np.add.at(table, (group_of, ci + 1, mi + 1), weight)
+        # table[g, i, j]: weight of group g's pods needing at most the i-th CPU and j-th memory step
+        self._table = table.cumsum(axis=1).cumsum(axis=2)
 
     @property
     def uses_memory(self) -> bool:
-        return self._mem is not None
+        return self._uses_memory
 
     def frag(
         self, cpu_free: IntArray, gpu_free: IntArray, model_idx: IntArray, mem_free: IntArray | None = None
@@ -112,21 +135,23 @@ class FragModel:
         """Fragmented GPU milli of each state; ``gpu_free`` is (states, GPUs) with 0 in padding columns.
         ``mem_free`` is needed (and used) only when the typical pods carry memory requests."""
         total = gpu_free.sum(axis=1).astype(np.float64)
-        if len(self._w) == 0 or len(total) == 0:
+        if len(self._group_m) == 0 or len(total) == 0:
             return total * self._weight_sum
         ge = gpu_free[:, None, :] >= self._mvals[None, :, None]  # (K, M, G)
         count = ge.sum(axis=2)  # GPUs with at least m free
         usable = (gpu_free[:, None, :] * ge).sum(axis=2)  # their free share
-        hosts = (
-            (cpu_free[:, None] >= self._cpu[None, :])
-            & (count[:, self._midx] >= self._n[None, :])
-            & self._access[model_idx]
-        )
-        if self._mem is not None:
+        i = np.searchsorted(self._cpu_steps, cpu_free, side="right")
+        if self._uses_memory:
             if mem_free is None:
                 raise ValueError("these typical pods carry memory: pass mem_free")
-            hosts &= mem_free[:, None] >= self._mem[None, :]
-        return total * self._weight_sum - (hosts * usable[:, self._midx]) @ self._w
+            j = np.searchsorted(self._mem_steps, mem_free, side="right")
+        else:
+            j = np.full(len(total), len(self._mem_steps))
+        hosted = self._table[:, i, j].T  # (K, groups): weight of the pods the node's CPU and memory allow
+        gpus_ok = count[:, self._group_m] >= self._group_n
+        return total * self._weight_sum - (
+            hosted * gpus_ok * usable[:, self._group_m] * self._access[model_idx]
+        ).sum(axis=1)
 
     def node_frag(self, cluster: ClusterState, nodes: IntArray | None = None) -> FloatArray:
         idx = np.arange(len(cluster)) if nodes is None else nodes
