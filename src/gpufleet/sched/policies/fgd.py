@@ -123,8 +123,8 @@ class FGD(Policy):
         after = self.tracker.model.frag(cpu_after, gpus_after, cluster.model_idx[src], mem_after)
         delta = self.tracker.values[src] - after
         if pod.is_sharing:
-            # best GPU per node: highest score, then lowest GPU index
-            key = self.gpu_key(delta)
+            # best GPU per node: highest integer score, then lowest GPU index
+            key = fgd_score(delta)
             best = np.full(len(nodes), -np.inf)
             np.maximum.at(best, rows, key)
             # candidates come row by row with ascending GPU ids: the first top one per row is the lowest id
@@ -136,12 +136,8 @@ class FGD(Policy):
         else:
             entry.delta[src] = delta
 
-    @staticmethod
-    def gpu_key(delta: FloatArray) -> FloatArray:
-        """How GPUs inside one node are compared: the reference's integer score."""
-        return fgd_score(delta)
-
     def node_scores(self, delta: FloatArray, cluster: ClusterState, pod: PodRequest) -> FloatArray:
+        """Node scores from the per-node deltas (subclasses add tie-breaks)."""
         return fgd_score(delta)
 
     def choose(
