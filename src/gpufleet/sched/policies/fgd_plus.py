@@ -25,7 +25,10 @@ class FGDPlus(FGD):
 
     Measured on the openb default trace (seeds 42-51, tune 1.3, allocation at 100% arrived; reference FGD
     95.27, the paper's 95.23): all types without memory 95.19; memory with the 95% cut 95.11; memory over
-    all types 95.43; plus used-first ties (this policy) 95.49.
+    all types 95.43; plus used-first ties (this policy) 95.42-95.49 - a last-bit change in how the
+    fragmentation sum is accumulated flips a few integer scores and moves the mean by ~0.07.
+    Not a win everywhere: on the cpu250 pod list (a third of the pods CPU-only) it trails FGD
+    (92.7 vs 93.1); on gpuspec33, multigpu50 and gpushare100 it leads (+0.36, +0.23, +0.06).
     """
 
     name = "fgd-plus"
