@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.agent",
     "gpufleet.cli.xid",
     "gpufleet.cli.nccl",
+    "gpufleet.cli.sched",
 )
 
 

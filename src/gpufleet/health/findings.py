@@ -20,6 +20,7 @@ class Finding:
     xid: int | None = None
     job: str | None = None  # for job-level findings: which job
     effect: bool = False  # a consequence (a hang, a stall) to attach to its root cause when one is known
+    began: float | None = None  # when the effect started (a stalled job's last step)
 
     @property
     def key(self) -> str:

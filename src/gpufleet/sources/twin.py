@@ -207,6 +207,7 @@ class TwinSource:
             if job.state in (JobState.running, JobState.hung):
                 frame.set_gauge("training_last_step_timestamp_seconds", labels, EPOCH + job.last_step_time)
                 frame.set_gauge("training_step_duration_seconds", labels, job.step_time_s)
+            if job.state is JobState.running:  # a hung job completes no steps, so its ranks report nothing new
                 ranks = twin.training.ranks_of(twin.training.jobs.index(job))
                 mine = np.isin(ranks, self.gpu_idx)  # an agent reports the ranks on its own node
                 for rank, seconds in enumerate(twin.training.rank_compute_s[ranks]):

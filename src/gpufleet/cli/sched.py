@@ -1,0 +1,260 @@
+"""`gpufleet sched`: placement policies and trace replay."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
+from gpufleet.errors import UserError
+from gpufleet.sched.openb import NodeList, PodList, load_trace
+from gpufleet.sched.policies import POLICIES, expand_policies, make_policy
+from gpufleet.sched.replay import ReplayResult, arrival_order, replay
+
+sched_app = typer.Typer(help="Placement: policies, trace replay.", no_args_is_help=True)
+
+MAX_JOBS = 2
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'42', '42,45' or '42-51' (ranges inclusive) -> list of seeds."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1) if not part.startswith("-") else part[1:].split("-", 1)
+                start, stop = int(lo), int(hi)
+                if stop < start:
+                    raise ValueError
+                seeds.extend(range(start, stop + 1))
+            else:
+                seeds.append(int(part))
+        except ValueError:
+            raise UserError(f"bad seed list {text!r}", fix="use e.g. 42, 42,43 or 42-51") from None
+    if not seeds:
+        raise UserError("no seed given", fix="use e.g. --seeds 42-51")
+    return seeds
+
+
+def parse_points(text: str) -> list[int]:
+    try:
+        points = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise UserError(f"bad --at list {text!r}", fix="use arrived percentages like 100,130") from None
+    if not points or any(not 0 <= p <= 1000 for p in points):
+        raise UserError(f"bad --at list {text!r}", fix="use arrived percentages like 100,130")
+    return points
+
+
+def _run(
+    nodes: NodeList, pods: PodList, policy: str, seed: int, tune: float, points: list[int]
+) -> ReplayResult:
+    return replay(nodes, pods, policy, seed=seed, tune=tune, points=points)
+
+
+def run_grid(
+    nodes: NodeList,
+    pods: PodList,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    tune: float,
+    points: list[int],
+    jobs: int = 1,
+    show_progress: bool = True,
+) -> list[ReplayResult]:
+    """Every policy x seed, in that order; ``jobs`` worker processes (at most 2)."""
+    runs = [(p, s) for p in policies for s in seeds]
+    n_pods = len(arrival_order(pods, nodes.total_gpu_milli, seed=seeds[0], tune=tune))
+    results: dict[tuple[str, int], ReplayResult] = {}
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console, disable=not show_progress, transient=True) as bar:
+        overall = bar.add_task(f"{len(runs)} replay(s)", total=len(runs))
+        if jobs <= 1:
+            for policy, seed in runs:
+                task = bar.add_task(f"{policy} seed {seed}", total=n_pods)
+
+                def advance(k: int, task: TaskID = task) -> None:
+                    bar.advance(task, k)
+
+                results[(policy, seed)] = replay(
+                    nodes,
+                    pods,
+                    policy,
+                    seed=seed,
+                    tune=tune,
+                    points=points,
+                    progress=advance,
+                )
+                bar.remove_task(task)
+                bar.advance(overall)
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, MAX_JOBS)) as pool:
+                futures = {pool.submit(_run, nodes, pods, p, s, tune, points): (p, s) for p, s in runs}
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar.advance(overall)
+    return [results[r] for r in runs]
+
+
+def mean_row(results: Sequence[ReplayResult], points: list[int]) -> dict[str, object]:
+    def mean(key: str, point: int) -> float | None:
+        vals = [getattr(r, key)[str(point)] for r in results]
+        good = [v for v in vals if v is not None]
+        return round(sum(good) / len(good), 2) if good else None
+
+    return {
+        "policy": results[0].policy,
+        "seeds": [r.seed for r in results],
+        "pods_mean": round(sum(r.pods for r in results) / len(results), 1),
+        "failed_mean": round(sum(r.failed for r in results) / len(results), 1),
+        "alloc_pct": {str(p): mean("alloc_pct", p) for p in points},
+        "frag_amount_pct": {str(p): mean("frag_amount_pct", p) for p in points},
+        "seconds_mean": round(sum(r.seconds for r in results) / len(results), 3),
+    }
+
+
+def write_plot(results: Sequence[ReplayResult], path: Path, title: str) -> None:
+    """Allocation vs arrived workload, one line per policy (mean over its seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = list(range(131))
+    fig, (full, zoom) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1.3]})
+    by_policy: dict[str, list[ReplayResult]] = {}
+    for r in results:
+        by_policy.setdefault(r.policy, []).append(r)
+    low = 100.0
+    for policy, runs in by_policy.items():
+        curves = [r.curve(xs) for r in runs]
+        px: list[int] = []
+        py: list[float] = []
+        for x in xs:
+            vals = [v for c in curves if (v := c[x]) is not None]
+            if vals:
+                px.append(x)
+                py.append(sum(vals) / len(vals))
+        label = f"{policy} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
+        for ax in (full, zoom):
+            ax.plot(px, py, label=label)
+        low = min([low] + [y for x, y in zip(px, py, strict=True) if x >= 100])
+    for ax in (full, zoom):
+        ax.plot([0, 100], [0, 100], color="black", linestyle=":", linewidth=1, label="ideal")
+        ax.set_xlabel("Arrived workload (% of cluster GPU capacity)")
+        ax.set_ylabel("GPU allocation (%)")
+        ax.grid(True, alpha=0.3)
+    zoom.set_xlim(80, 130)
+    zoom.set_ylim(max(0.0, low - 3), 100)
+    full.set_title(title)
+    zoom.set_title("80-130% arrived")
+    zoom.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise UserError(f"cannot write plot {path}: {exc.strerror}", fix="choose a writable path") from None
+    finally:
+        plt.close(fig)
+
+
+@sched_app.command("replay")
+def replay_cmd(
+    trace_dir: Path = typer.Option(
+        ..., "--trace-dir", help="Folder with the openb CSVs (node and pod lists)."
+    ),
+    pods: str = typer.Option(
+        "default", "--pods", help="Pod list: 'default' -> openb_pod_list_default.csv, or a CSV."
+    ),
+    policy: str = typer.Option(
+        "fgd", "--policy", help=f"Policy, comma list, or 'all' ({', '.join(POLICIES)})."
+    ),
+    seed: int = typer.Option(42, "--seed", help="Shuffle seed."),
+    seeds: str | None = typer.Option(
+        None, "--seeds", help="Several seeds: 42-51 or 42,43 (overrides --seed)."
+    ),
+    tune: float = typer.Option(
+        1.3, "--tune", help="Tune the workload to this multiple of GPU capacity (0: off)."
+    ),
+    at: str = typer.Option("100,130", "--at", help="Arrived-workload percentages to report."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, max=MAX_JOBS, help="Worker processes (at most 2)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write allocation vs arrived workload as a PNG."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Replay the FGD paper's fill-up experiment on an openb trace.
+
+    Pods are shuffled by the seed, re-sampled until their GPU request reaches --tune x capacity, placed one
+    by one with no departures; a pod that fits nowhere fails. Reports GPU allocation % and fragmentation %
+    (of all GPUs) when the arrived GPU request reaches each --at percentage of capacity.
+    """
+    policies = expand_policies(policy)
+    seed_list = parse_seeds(seeds) if seeds else [seed]
+    points = parse_points(at)
+    nodes, pod_list = load_trace(trace_dir, pods)
+    if not len(nodes) or not nodes.total_gpu_milli:
+        raise UserError(f"no GPU nodes in {trace_dir}", fix="use a node list with GPUs")
+    show = output in (OutputFormat.table, OutputFormat.wide)
+    results = run_grid(
+        nodes, pod_list, policies, seed_list, tune=tune, points=points, jobs=jobs, show_progress=show
+    )
+    if plot is not None:
+        seeds_text = ", ".join(map(str, seed_list))
+        plural = "s" if len(seed_list) > 1 else ""
+        write_plot(results, plot, f"openb {pods}, tune {tune}, seed{plural} {seeds_text}")
+
+    data: object = results[0].summary() if len(results) == 1 else [r.summary() for r in results]
+
+    def render(wide: bool) -> None:
+        cols = ["POLICY", "SEED", "PODS", "FAILED"]
+        cols += [f"ALLOC@{p}%" for p in points] + [f"FRAG@{p}%" for p in points] + ["SECONDS"]
+        rows = []
+        for r in results:
+            rows.append(
+                [r.policy, r.seed, r.pods, r.failed]
+                + [r.alloc_pct[str(p)] for p in points]
+                + [r.frag_amount_pct[str(p)] for p in points]
+                + [f"{r.seconds:.1f}"]
+            )
+        if len(seed_list) > 1:
+            for name in policies:
+                m = mean_row([r for r in results if r.policy == name], points)
+                rows.append(
+                    [f"{name} (mean)", "-", m["pods_mean"], m["failed_mean"]]
+                    + [m["alloc_pct"][str(p)] for p in points]  # type: ignore[index]
+                    + [m["frag_amount_pct"][str(p)] for p in points]  # type: ignore[index]
+                    + [f"{m['seconds_mean']:.1f}"]
+                )
+        console.print(make_table(cols, rows, title=f"openb {pods} replay (tune {tune})"))
+        if plot is not None:
+            console.print(f"plot written to {plot}")
+
+    emit(data, output, render)
+
+
+@sched_app.command("policies")
+def policies_cmd(
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """List the placement policies."""
+    data = [{"name": name, "description": make_policy(name).description} for name in POLICIES]
+    emit(
+        data,
+        output,
+        lambda wide: console.print(make_table(["NAME", "DESCRIPTION"], [list(d.values()) for d in data])),
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sched_app, name="sched")

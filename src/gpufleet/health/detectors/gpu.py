@@ -1,0 +1,253 @@
+"""GPU detectors over the telemetry stream (dcgm-exporter's fields in a MetricFrame), vectorized over GPUs.
+
+- ECC: a new volatile double-bit error; single-bit errors above DCGM's rate; row-remap failure; retired pages
+  over DCGM's limits (or over the soft limit while one is pending); uncorrectable remapped rows over the limit.
+- Thermal: hardware thermal slowdown held for a while with the SM clock really down. Power capping (the software
+  power-cap reason, a cool GPU) is normal operation and never an incident.
+- Power brake: the hardware power-brake reason held for a few seconds.
+- PCIe: replays above DCGM's per-lane budget for the link's generation and width, or a link running below its
+  maximum generation or width.
+- NVLink: CRC or recovery errors growing faster than DCGM's limit.
+- Idle: a GPU some workload holds that stays under the utilization floor (what it costs per hour goes along).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpufleet.health.detectors.window import CounterWindow, HoldTimer
+from gpufleet.health.findings import Finding
+from gpufleet.health.thresholds import Thresholds
+from gpufleet.model import Entity, EntityKind, RootCause, Severity
+from gpufleet.telemetry.cost import IDLE_COST_FIELD
+from gpufleet.telemetry.frame import MetricFrame
+
+HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
+
+
+class GpuDetectors:
+    def __init__(self, frame: MetricFrame, thresholds: Thresholds) -> None:
+        self.t = thresholds
+        n = len(frame.entities)
+        self.entities = [Entity(EntityKind.gpu, e.hostname, e.gpu) for e in frame.entities]
+        self.max_clock = np.full(n, np.nan)
+        self.thermal = HoldTimer(n)
+        self.brake = HoldTimer(n)
+        self.idle = HoldTimer(n)
+        self.sbe = CounterWindow(60.0)
+        self.pcie = CounterWindow(thresholds.pcie.window_s)
+        self.nvlink_crc = CounterWindow(thresholds.nvlink.window_s)
+        self.nvlink_recovery = CounterWindow(thresholds.nvlink.window_s)
+        self.last_dbe = np.zeros(n)
+
+    def _finding(
+        self, now: float, i: int, cause: RootCause, severity: Severity, summary: str, evidence: str, action: str = ""
+    ) -> Finding:
+        return Finding(now, cause, self.entities[i], severity, summary, evidence, "telemetry", action=action)
+
+    def observe(self, now: float, frame: MetricFrame) -> list[Finding]:
+        out: list[Finding] = []
+        g = frame.gpu
+        self._ecc(now, frame, out)
+        clock, temp, reasons = (
+            g("DCGM_FI_DEV_SM_CLOCK"),
+            g("DCGM_FI_DEV_GPU_TEMP"),
+            g("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+        )
+        self.max_clock = np.fmax(self.max_clock, clock)
+        bits = np.nan_to_num(reasons, nan=0.0).astype(np.int64)
+        slow = clock < self.t.thermal.clock_ratio * self.max_clock
+        held = self.thermal.update(now, ((bits & HW_THERMAL) != 0) & slow)
+        for i in np.flatnonzero(held >= self.t.thermal.hold_s):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.thermal,
+                    Severity.warning,
+                    f"thermal slowdown on {self.entities[i]}",
+                    f"GPU at {temp[i]:.0f} C with hardware thermal slowdown for {held[i]:.0f} s; "
+                    f"SM clock {clock[i]:.0f} MHz of {self.max_clock[i]:.0f}",
+                    "POWER_CAP_AND_TICKET",
+                )
+            )
+        held = self.brake.update(now, (bits & HW_POWER_BRAKE) != 0)
+        for i in np.flatnonzero(held >= self.t.power_brake.hold_s):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.power_brake,
+                    Severity.warning,
+                    f"power brake on {self.entities[i]}",
+                    f"hardware power-brake slowdown asserted for {held[i]:.0f} s; SM clock {clock[i]:.0f} MHz",
+                    "CHECK_MECHANICALS",
+                )
+            )
+        self._pcie(now, frame, out)
+        self._nvlink(now, frame, out)
+        self._idle(now, frame, out)
+        return out
+
+    def _ecc(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
+        g, e = frame.gpu, self.t.ecc
+        dbe = np.nan_to_num(g("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), nan=0.0)
+        for i in np.flatnonzero(dbe > self.last_dbe):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.ecc_dbe,
+                    Severity.critical,
+                    f"uncorrectable ECC error on {self.entities[i]}",
+                    f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL went from {self.last_dbe[i]:.0f} to {dbe[i]:.0f}",
+                    "WORKFLOW_XID_48",
+                )
+            )
+        self.last_dbe = np.where(dbe < self.last_dbe, dbe, np.maximum(dbe, self.last_dbe))  # a reset clears it
+        self.sbe.push(now, g("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"))
+        grown = self.sbe.growth()
+        if grown is not None and self.sbe.span() >= 30:
+            rate = grown * 60.0 / self.sbe.span()
+            for i in np.flatnonzero(rate > e.sbe_per_minute):
+                out.append(
+                    self._finding(
+                        now,
+                        int(i),
+                        RootCause.ecc_sbe_rate,
+                        Severity.warning,
+                        f"single-bit ECC storm on {self.entities[i]}",
+                        f"{rate[i]:.1f} single-bit errors a minute (DCGM limit {e.sbe_per_minute:g})",
+                        "RESET_GPU",
+                    )
+                )
+        failure = np.nan_to_num(g("DCGM_FI_DEV_ROW_REMAP_FAILURE"), nan=0.0)
+        for i in np.flatnonzero(failure > 0):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.row_remap_failure,
+                    Severity.critical,
+                    f"row remapping failed on {self.entities[i]}",
+                    "DCGM_FI_DEV_ROW_REMAP_FAILURE = 1: the bad row stays in use",
+                    "CONTACT_SUPPORT",
+                )
+            )
+        unc = np.nan_to_num(g("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"), nan=0.0)
+        for i in np.flatnonzero(unc >= e.uncorrectable_remapped_rows_limit):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.row_remap_failure,
+                    Severity.critical,
+                    f"remapped-row budget spent on {self.entities[i]}",
+                    f"{unc[i]:.0f} uncorrectable remapped rows (DCGM limit {e.uncorrectable_remapped_rows_limit})",
+                    "CONTACT_SUPPORT",
+                )
+            )
+        retired = np.nan_to_num(g("DCGM_FI_DEV_RETIRED_SBE"), nan=0.0) + np.nan_to_num(
+            g("DCGM_FI_DEV_RETIRED_DBE"), nan=0.0
+        )
+        pending = np.nan_to_num(g("DCGM_FI_DEV_RETIRED_PENDING"), nan=0.0)
+        over = (retired >= e.retired_pages_limit) | ((retired >= e.retired_pages_soft) & (pending > 0))
+        for i in np.flatnonzero(over):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.retired_pages,
+                    Severity.critical,
+                    f"too many retired pages on {self.entities[i]}",
+                    f"{retired[i]:.0f} retired pages, {pending[i]:.0f} pending (DCGM limits {e.retired_pages_soft}/"
+                    f"{e.retired_pages_limit})",
+                    "CONTACT_SUPPORT",
+                )
+            )
+
+    def _pcie(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
+        g, p = frame.gpu, self.t.pcie
+        gen, width = g("DCGM_FI_DEV_PCIE_LINK_GEN"), g("DCGM_FI_DEV_PCIE_LINK_WIDTH")
+        max_gen, max_width = g("DCGM_FI_DEV_PCIE_MAX_LINK_GEN"), g("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH")
+        degraded = (gen < max_gen) | (width < max_width)
+        for i in np.flatnonzero(degraded):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.pcie,
+                    Severity.warning,
+                    f"PCIe link degraded on {self.entities[i]}",
+                    f"link at Gen{gen[i]:.0f} x{width[i]:.0f}, capable of Gen{max_gen[i]:.0f} x{max_width[i]:.0f}",
+                    "RESTART_BM",
+                )
+            )
+        self.pcie.push(now, g("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"))
+        grown = self.pcie.growth()
+        if grown is None or self.pcie.span() < 10:
+            return
+        rate = grown * 60.0 / self.pcie.span()
+        for i in np.flatnonzero(np.isfinite(gen) & np.isfinite(width)):
+            budget = p.budget_per_minute(int(gen[i]), int(width[i]))
+            if rate[i] > budget:
+                out.append(
+                    self._finding(
+                        now,
+                        int(i),
+                        RootCause.pcie,
+                        Severity.warning,
+                        f"PCIe replays on {self.entities[i]}",
+                        f"{rate[i]:.0f} replays a minute on Gen{gen[i]:.0f} x{width[i]:.0f} (DCGM budget {budget:.0f})",
+                        "RESTART_BM",
+                    )
+                )
+
+    def _nvlink(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
+        g, nv = frame.gpu, self.t.nvlink
+        crc = np.nan_to_num(g("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"), nan=0.0) + np.nan_to_num(
+            g("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"), nan=0.0
+        )
+        self.nvlink_crc.push(now, crc)
+        self.nvlink_recovery.push(now, g("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"))
+        crc_grown, rec_grown = self.nvlink_crc.growth(), self.nvlink_recovery.growth()
+        span = self.nvlink_crc.span()
+        if crc_grown is None or rec_grown is None or span < 10:
+            return
+        crc_rate, rec_rate = crc_grown * 60.0 / span, rec_grown * 60.0 / span
+        bad = (crc_rate > nv.crc_errors_per_minute) | (rec_rate > nv.recovery_errors_per_minute)
+        for i in np.flatnonzero(bad):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.nvlink,
+                    Severity.warning,
+                    f"NVLink errors on {self.entities[i]}",
+                    f"{crc_rate[i]:.0f} CRC and {rec_rate[i]:.1f} recovery errors a minute (limits "
+                    f"{nv.crc_errors_per_minute:g} and {nv.recovery_errors_per_minute:g})",
+                    "WORKFLOW_NVLINK_ERR",
+                )
+            )
+
+    def _idle(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
+        util = frame.gpu("DCGM_FI_DEV_GPU_UTIL")
+        held_by = np.array([a is not None for a in frame.attribution], dtype=bool)
+        held = self.idle.update(now, held_by & (util < self.t.idle.util_percent))
+        cost = frame.gpu(IDLE_COST_FIELD) if frame.has_gpu_field(IDLE_COST_FIELD) else np.full(len(util), np.nan)
+        for i in np.flatnonzero(held >= self.t.idle.hold_s):
+            owner = frame.attribution[i]
+            who = f"{owner.namespace}/{owner.pod}" if owner else "a workload"
+            price = "" if np.isnan(cost[i]) else f"; about ${cost[i]:.2f}/hour"
+            finding = self._finding(
+                now,
+                int(i),
+                RootCause.idle_gpu,
+                Severity.info,
+                f"{who} holds {self.entities[i]} but leaves it idle",
+                f"utilization {util[i]:.0f}% for {held[i] / 60:.0f} min{price}",
+                "NOTIFY_OWNER",
+            )
+            finding.effect = True  # a hung job's quiet rank is idle too: that hang explains it
+            out.append(finding)

@@ -1,0 +1,142 @@
+"""Training detectors: a stalled job, the rank that hung it, and stragglers.
+
+A job is stalled when its last step is older than both a floor and a few of its own step times. Who hung it:
+- a rank whose GPU reports nothing (lost) or whose node or link already has an incident: the stall is that
+  incident's effect (the incident book attaches it);
+- otherwise NCCL's own signature: the ranks that arrived spin in NCCL kernels at full utilization while the rank
+  that never arrived sits idle. That quiet rank is the root cause;
+- neither: a stall with no hardware explanation (data loader, checkpoint storage, a deadlock in the program).
+A straggler is a rank whose compute takes clearly longer than the job's median for a sustained time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufleet.health.findings import Finding
+from gpufleet.health.thresholds import Thresholds
+from gpufleet.model import Entity, EntityKind, RootCause, Severity
+from gpufleet.telemetry.frame import MetricFrame
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    name: str
+    ranks: tuple[tuple[str, int], ...]  # (node, GPU index) of each rank, in rank order
+
+
+class TrainingDetectors:
+    def __init__(self, frame: MetricFrame, thresholds: Thresholds) -> None:
+        self.t = thresholds.training
+        self.gpu_at = {(e.hostname, e.gpu): i for i, e in enumerate(frame.entities)}
+        self.slow_since: dict[str, np.ndarray] = {}  # per job: when each rank became slow (NaN: not slow)
+        self._rank_keys: dict[str, list[tuple[str, tuple[tuple[str, str], ...]]]] = {}
+
+    def observe(self, now: float, frame: MetricFrame, jobs: list[JobFacts]) -> list[Finding]:
+        out: list[Finding] = []
+        util = frame.gpu("DCGM_FI_DEV_GPU_UTIL")
+        for job in jobs:
+            last = frame.gauges.get(("training_last_step_timestamp_seconds", (("job", job.name),)))
+            if last is None:
+                continue
+            step = frame.gauges.get(("training_step_duration_seconds", (("job", job.name),))) or 0.0
+            idx = np.array([self.gpu_at.get(r, -1) for r in job.ranks])
+            known = idx >= 0
+            age = now - last
+            limit = max(self.t.stall_min_s, self.t.stall_step_multiple * step)
+            if age > limit:
+                hang = self._hang(now, job, idx, known, util, age, limit)
+                hang.began = last
+                out.append(hang)
+            out += self._stragglers(now, frame, job)
+        return out
+
+    def _hang(
+        self, now: float, job: JobFacts, idx: np.ndarray, known: np.ndarray, util: np.ndarray, age: float, limit: float
+    ) -> Finding:
+        rank_util = np.where(known, util[np.where(known, idx, 0)], np.nan)
+        job_entity = Entity(EntityKind.job, name=job.name)
+        stall = f"last step {age:.0f} s ago (stall threshold {limit:.0f} s)"
+        silent = np.flatnonzero(np.isnan(rank_util) & known)
+        if silent.size:  # a GPU that reads nothing: lost; its incident explains the hang
+            node, gpu = job.ranks[int(silent[0])]
+            return Finding(
+                now,
+                RootCause.training_stall,
+                job_entity,
+                Severity.critical,
+                f"job {job.name} hung: rank {int(silent[0])} on {node}/gpu{gpu} is unreachable",
+                stall,
+                "training",
+                job=job.name,
+                effect=True,
+            )
+        quiet = np.flatnonzero(rank_util < self.t.quiet_rank_util)
+        busy = rank_util >= self.t.busy_rank_util
+        if quiet.size and busy.sum() >= 0.5 * np.isfinite(rank_util).sum():
+            rank = int(quiet[0])
+            node, gpu = job.ranks[rank]
+            return Finding(
+                now,
+                RootCause.nccl_hang,
+                Entity(EntityKind.gpu, node, gpu),
+                Severity.critical,
+                f"job {job.name} hung in a collective: rank {rank} ({node}/gpu{gpu}) never arrived",
+                f"{stall}; rank {rank} at {rank_util[rank]:.0f}% while {int(busy.sum())} ranks spin in "
+                f"NCCL at >= {self.t.busy_rank_util:g}%",
+                "training",
+                action="REQUEUE_EXCLUDING_NODE",
+                job=job.name,
+                effect=True,
+            )
+        return Finding(
+            now,
+            RootCause.training_stall,
+            job_entity,
+            Severity.critical,
+            f"job {job.name} stalled",
+            stall,
+            "training",
+            action="REQUEUE",
+            job=job.name,
+            effect=True,
+        )
+
+    def _stragglers(self, now: float, frame: MetricFrame, job: JobFacts) -> list[Finding]:
+        gauges = frame.gauges
+        keys = self._rank_keys.get(job.name)
+        if keys is None or len(keys) != len(job.ranks):
+            keys = self._rank_keys[job.name] = [
+                ("training_rank_compute_seconds", (("job", job.name), ("rank", str(r)))) for r in range(len(job.ranks))
+            ]
+        times = np.array([gauges.get(k, np.nan) for k in keys])
+        since = self.slow_since.get(job.name)
+        if since is None or since.size != times.size:
+            since = self.slow_since[job.name] = np.full(times.size, np.nan)
+        if np.isnan(times).all():
+            since[:] = np.nan
+            return []
+        median = float(np.nanmedian(times))
+        slow = np.isfinite(times) & (times > self.t.straggler_ratio * median)
+        since[:] = np.where(slow, np.where(np.isnan(since), now, since), np.nan)
+        out = []
+        for rank in np.flatnonzero(slow & (now - since >= self.t.straggler_hold_s)):
+            node, gpu = job.ranks[int(rank)]
+            out.append(
+                Finding(
+                    now,
+                    RootCause.straggler,
+                    Entity(EntityKind.gpu, node, gpu),
+                    Severity.warning,
+                    f"rank {rank} of {job.name} ({node}/gpu{gpu}) is a straggler",
+                    f"compute {times[rank]:.2f} s per step vs the job's median {median:.2f} s for "
+                    f"{now - since[rank]:.0f} s",
+                    "training",
+                    action="REQUEUE_EXCLUDING_NODE",
+                    job=job.name,
+                    effect=True,
+                )
+            )
+        return out

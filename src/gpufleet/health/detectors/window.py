@@ -1,0 +1,58 @@
+"""Counter history for rate checks: deltas over a sliding window, with counter-reset detection."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+
+class CounterWindow:
+    """Keeps (time, values) snapshots of one counter row and answers "how much did it grow over the window".
+
+    A counter that goes backwards was reset (a GPU reset clears volatile ECC counts, a port's counters are cleared
+    by `perfquery -R`): the growth since a reset is the new value itself, never a negative number. The growth is
+    kept as a running sum of step-to-step increases, so each push costs the same however long the window.
+    """
+
+    def __init__(self, window_s: float, resolution_s: float = 1.0) -> None:
+        self.window_s = window_s
+        self.resolution_s = resolution_s
+        self._snaps: deque[tuple[float, np.ndarray]] = deque()
+        self._steps: deque[np.ndarray] = deque()  # steps[i]: growth from snaps[i] to snaps[i + 1]
+        self._total: np.ndarray | None = None
+
+    def push(self, now: float, values: np.ndarray) -> None:
+        values = values.astype(np.float64)
+        if self._snaps and now - self._snaps[-1][0] < self.resolution_s:
+            return
+        if self._snaps:
+            prev = self._snaps[-1][1]
+            step = np.where(values >= prev, values - prev, values)  # a reset counts from zero again
+            step = np.where(np.isnan(step), 0.0, step)
+            self._steps.append(step)
+            self._total = step.copy() if self._total is None else self._total + step
+        self._snaps.append((now, values.copy()))
+        while now - self._snaps[0][0] > self.window_s:
+            self._snaps.popleft()
+            if self._steps and self._total is not None:
+                self._total -= self._steps.popleft()
+
+    def growth(self) -> np.ndarray | None:
+        """Increase over the window (None until two snapshots exist)."""
+        return None if self._total is None or len(self._snaps) < 2 else self._total
+
+    def span(self) -> float:
+        return self._snaps[-1][0] - self._snaps[0][0] if len(self._snaps) >= 2 else 0.0
+
+
+class HoldTimer:
+    """How long a per-entity condition has held without interruption."""
+
+    def __init__(self, n: int) -> None:
+        self.since = np.full(n, np.nan)
+
+    def update(self, now: float, condition: np.ndarray) -> np.ndarray:
+        """Seconds each entity's condition has held (0 where it does not hold)."""
+        self.since = np.where(condition, np.where(np.isnan(self.since), now, self.since), np.nan)
+        return np.where(condition, now - self.since, 0.0)

@@ -1,0 +1,217 @@
+"""The incident book: one incident per root cause, its effects attached, repeats deduplicated.
+
+Rules, in order, for each finding:
+1. The same cause on the same thing is the same incident (count and last-seen go up; evidence is kept, bounded).
+2. A flapping link supersedes the link-down incident of the same port (the first down was the start of the flap).
+3. A kernel report that follows another one on the same GPU within a few seconds (Xid 63 after 48, the identity
+   lines around an Xid 79) belongs to the first one.
+4. An effect (a stalled or hung job, a straggler, an idle rank) goes to an open incident on the same GPU, node or
+   NIC port: a lost GPU, its job's hang and the stalled training run are ONE incident. Only an effect with no
+   hardware cause to join becomes an incident of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpufleet.health.findings import Finding
+from gpufleet.model import Entity, EntityKind, Evidence, Incident, IncidentState, RootCause, Severity
+
+MAX_EVIDENCE = 20
+BURST_S = 10.0
+SUPERSEDES = {RootCause.ib_link_flap: RootCause.ib_link_down}
+# what can stop a job's collectives (a hang or stall joins these) and what can only slow a rank (a straggler)
+HANG_CAUSES = frozenset(
+    {
+        RootCause.gpu_lost,
+        RootCause.gpu_xid,
+        RootCause.ecc_dbe,
+        RootCause.row_remap_failure,
+        RootCause.nvlink,
+        RootCause.ib_link_down,
+        RootCause.ib_link_flap,
+        RootCause.recovery_action,
+        RootCause.driver_mismatch,
+    }
+)
+SLOW_CAUSES = frozenset(
+    {
+        RootCause.thermal,
+        RootCause.power_brake,
+        RootCause.pcie,
+        RootCause.nvlink,
+        RootCause.ecc_sbe_rate,
+        RootCause.ib_symbol_errors,
+        RootCause.ib_congestion,
+    }
+)
+JOINS = {
+    RootCause.training_stall: HANG_CAUSES,
+    RootCause.nccl_hang: HANG_CAUSES,
+    RootCause.straggler: SLOW_CAUSES | HANG_CAUSES,
+    RootCause.idle_gpu: HANG_CAUSES | SLOW_CAUSES | {RootCause.nccl_hang},
+}
+# effects that only the rank's own GPU (or its node) can explain, not any fault elsewhere in the job
+LOCAL_EFFECTS = frozenset({RootCause.straggler, RootCause.idle_gpu})
+# Xids whose action is to restart the application killed the job; they never explain a hang
+APP_ACTIONS = frozenset({"RESTART_APP", "IGNORE"})
+ACTIVE_SLACK_S = 120.0
+_RANK_SEVERITY = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
+
+
+def _resource_keys(entity: Entity) -> list[str]:
+    """The keys an incident on `entity` covers: a GPU also stands for its node."""
+    if entity.kind is EntityKind.gpu:
+        return [f"gpu/{entity.node}/{entity.index}", f"node/{entity.node}"]
+    if entity.kind is EntityKind.port:
+        return [f"port/{entity.node}/{entity.name}", f"node/{entity.node}"]
+    if entity.kind is EntityKind.node:
+        return [f"node/{entity.node}"]
+    return [f"{entity.kind.value}/{entity.name}"]
+
+
+@dataclass
+class IncidentBook:
+    """Open and closed incidents, keyed by root cause; `on_change` persists each one when it changes."""
+
+    on_change: Callable[[Incident], None] | None = None
+    job_resources: Callable[[str], list[str]] = lambda job: []
+    incidents: dict[str, Incident] = field(default_factory=dict)  # id -> incident
+    by_key: dict[str, str] = field(default_factory=dict)  # "cause:entity" -> id
+    by_resource: dict[str, list[str]] = field(default_factory=dict)  # resource key -> open incident ids
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def add(self, finding: Finding) -> Incident:
+        inc = self._existing(finding)
+        if inc is None:
+            inc = self._open(finding)
+        elif finding.effect and inc.cause != finding.cause:
+            self._effect(inc, finding)
+        else:
+            self._repeat(inc, finding)
+        if self.on_change is not None:
+            self.on_change(inc)
+        return inc
+
+    def open_incidents(self) -> list[Incident]:
+        return [i for i in self.incidents.values() if i.state is not IncidentState.resolved]
+
+    # -- finding the incident a finding belongs to --------------------------------------------------------
+
+    def _existing(self, f: Finding) -> Incident | None:
+        inc = self._live(self.by_key.get(f.key))
+        if inc is not None:
+            return inc
+        if f.cause in SUPERSEDES:
+            older = self._live(self.by_key.get(f"{SUPERSEDES[f.cause].value}:{f.entity}"))
+            if older is not None:
+                self.by_key.pop(f"{older.cause.value}:{older.entity}", None)
+                older.cause = f.cause
+                older.summary = f.summary
+                self.by_key[f.key] = older.id
+                return older
+        if f.source == "kmsg":
+            for inc in self._on(_resource_keys(f.entity)[:1]):
+                if inc.entity == f.entity and f.time - inc.first_seen <= BURST_S and inc.evidence[0].source == "kmsg":
+                    return inc
+        if f.effect:
+            return self._cause_of(f)
+        return None
+
+    def _cause_of(self, f: Finding) -> Incident | None:
+        """The open hardware incident that explains an effect, if one does.
+
+        It must be of a kind that can produce the effect, on the effect's own GPU or node (or, for a hang, on
+        any resource of the job), and active when the effect began: a fault that healed long before a job hung
+        did not hang it.
+        """
+        joins = JOINS.get(f.cause, HANG_CAUSES)
+        began = f.began if f.began is not None else f.time
+
+        def explains(i: Incident) -> bool:
+            if i.cause not in joins or i.cause == f.cause or i.last_seen < began - ACTIVE_SLACK_S:
+                return False
+            return not (i.cause is RootCause.gpu_xid and i.action in APP_ACTIONS)
+
+        own = [i for i in self._on(_resource_keys(f.entity)) if explains(i)]
+        if f.cause in LOCAL_EFFECTS:
+            own = [i for i in own if i.entity == f.entity or i.entity.kind is EntityKind.node]
+        if own:
+            return max(own, key=lambda i: i.first_seen)
+        if f.job and f.cause not in LOCAL_EFFECTS:
+            wide = [i for i in self._on(self.job_resources(f.job)) if explains(i)]
+            if wide:
+                return max(wide, key=lambda i: i.first_seen)
+        return None
+
+    def _live(self, incident_id: str | None) -> Incident | None:
+        inc = self.incidents.get(incident_id) if incident_id else None
+        return inc if inc is not None and inc.state is not IncidentState.resolved else None
+
+    def _on(self, keys: list[str]) -> list[Incident]:
+        found: dict[str, Incident] = {}
+        for key in keys:
+            for incident_id in self.by_resource.get(key, ()):
+                inc = self._live(incident_id)
+                if inc is not None:
+                    found[inc.id] = inc
+        return list(found.values())
+
+    # -- changing incidents -------------------------------------------------------------------------------
+
+    def _open(self, f: Finding) -> Incident:
+        inc = Incident(
+            id=f"INC-{next(self._ids):06d}",
+            cause=f.cause,
+            entity=f.entity,
+            severity=f.severity,
+            summary=f.summary,
+            first_seen=f.time,
+            last_seen=f.time,
+            evidence=[Evidence(f.time, f.source, f.evidence)],
+            action=f.action,
+            xid=f.xid,
+        )
+        if f.job and f.cause in (RootCause.nccl_hang, RootCause.straggler, RootCause.training_stall):
+            inc.effects.append(f"job {f.job}")
+        self.incidents[inc.id] = inc
+        self.by_key[f.key] = inc.id
+        for key in _resource_keys(f.entity):
+            self.by_resource.setdefault(key, []).append(inc.id)
+        return inc
+
+    def _repeat(self, inc: Incident, f: Finding) -> None:
+        inc.count += 1
+        inc.last_seen = max(inc.last_seen, f.time)
+        if _RANK_SEVERITY[f.severity] > _RANK_SEVERITY[inc.severity]:
+            inc.severity = f.severity
+        if inc.xid is None and f.xid is not None:
+            inc.xid, inc.action = f.xid, f.action or inc.action
+        if len(inc.evidence) < MAX_EVIDENCE and f.evidence != inc.evidence[-1].text:
+            inc.evidence.append(Evidence(f.time, f.source, f.evidence))
+
+    def _effect(self, inc: Incident, f: Finding) -> None:
+        inc.last_seen = max(inc.last_seen, f.time)
+        what = f.summary
+        if what not in inc.effects:
+            inc.effects.append(what)
+            if len(inc.evidence) < MAX_EVIDENCE:
+                inc.evidence.append(Evidence(f.time, f.source, f.evidence))
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def transition(self, incident_id: str, state: IncidentState) -> Incident:
+        from gpufleet.errors import NotFoundError, UserError
+
+        inc = self.incidents.get(incident_id)
+        if inc is None:
+            raise NotFoundError(f"no incident {incident_id}", fix="list them with `gpufleet get incidents`")
+        order = list(IncidentState)
+        if order.index(state) < order.index(inc.state):
+            raise UserError(f"{incident_id} is {inc.state.value}; it cannot go back to {state.value}")
+        inc.state = state
+        if self.on_change is not None:
+            self.on_change(inc)
+        return inc
