@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from replay_helpers import make_cluster, set_free
 
 from gpufleet.sched.fastcluster import Placement, PodRequest
 from gpufleet.sched.frag import FragModel, FragTracker, TypicalPods
 from gpufleet.sched.openb import PodList
+from tests.sched.replay_helpers import make_cluster, set_free
 
 
 def typical() -> TypicalPods:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from replay_helpers import make_cluster, set_free
 
 from gpufleet.errors import UserError
 from gpufleet.sched.fastcluster import Placement, PodRequest
 from gpufleet.sched.openb import PodList
 from gpufleet.sched.policies import expand_policies, make_policy
 from gpufleet.sched.policies.base import pick_max
+from tests.sched.replay_helpers import make_cluster, set_free
 
 RNG = np.random.default_rng(0)
 
