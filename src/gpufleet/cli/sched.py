@@ -52,9 +52,7 @@ def parse_points(text: str) -> list[int]:
     return points
 
 
-def _run(
-    nodes: NodeList, pods: PodList, policy: str, seed: int, tune: float, points: list[int]
-) -> ReplayResult:
+def _run(nodes: NodeList, pods: PodList, policy: str, seed: int, tune: float, points: list[int]) -> ReplayResult:
     return replay(nodes, pods, policy, seed=seed, tune=tune, points=points)
 
 
@@ -172,22 +170,12 @@ def write_plot(results: Sequence[ReplayResult], path: Path, title: str) -> None:
 
 @sched_app.command("replay")
 def replay_cmd(
-    trace_dir: Path = typer.Option(
-        ..., "--trace-dir", help="Folder with the openb CSVs (node and pod lists)."
-    ),
-    pods: str = typer.Option(
-        "default", "--pods", help="Pod list: 'default' -> openb_pod_list_default.csv, or a CSV."
-    ),
-    policy: str = typer.Option(
-        "fgd", "--policy", help=f"Policy, comma list, or 'all' ({', '.join(POLICIES)})."
-    ),
+    trace_dir: Path = typer.Option(..., "--trace-dir", help="Folder with the openb CSVs (node and pod lists)."),
+    pods: str = typer.Option("default", "--pods", help="Pod list: 'default' -> openb_pod_list_default.csv, or a CSV."),
+    policy: str = typer.Option("fgd", "--policy", help=f"Policy, comma list, or 'all' ({', '.join(POLICIES)})."),
     seed: int = typer.Option(42, "--seed", help="Shuffle seed."),
-    seeds: str | None = typer.Option(
-        None, "--seeds", help="Several seeds: 42-51 or 42,43 (overrides --seed)."
-    ),
-    tune: float = typer.Option(
-        1.3, "--tune", help="Tune the workload to this multiple of GPU capacity (0: off)."
-    ),
+    seeds: str | None = typer.Option(None, "--seeds", help="Several seeds: 42-51 or 42,43 (overrides --seed)."),
+    tune: float = typer.Option(1.3, "--tune", help="Tune the workload to this multiple of GPU capacity (0: off)."),
     at: str = typer.Option("100,130", "--at", help="Arrived-workload percentages to report."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, max=MAX_JOBS, help="Worker processes (at most 2)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write allocation vs arrived workload as a PNG."),
@@ -206,9 +194,7 @@ def replay_cmd(
     if not len(nodes) or not nodes.total_gpu_milli:
         raise UserError(f"no GPU nodes in {trace_dir}", fix="use a node list with GPUs")
     show = output in (OutputFormat.table, OutputFormat.wide)
-    results = run_grid(
-        nodes, pod_list, policies, seed_list, tune=tune, points=points, jobs=jobs, show_progress=show
-    )
+    results = run_grid(nodes, pod_list, policies, seed_list, tune=tune, points=points, jobs=jobs, show_progress=show)
     if plot is not None:
         seeds_text = ", ".join(map(str, seed_list))
         plural = "s" if len(seed_list) > 1 else ""

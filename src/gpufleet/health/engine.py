@@ -62,8 +62,16 @@ class HealthEngine:
         self.software = SoftwareDetector(self.thresholds)
         self._software_at = -np.inf
         self._jobs: dict[str, list[str]] = {}
+        self._resource_cache: dict[JobFacts, list[str]] = {}
         self.book.job_resources = self._job_resources
         self.findings = 0
+
+    def _resources(self, job: JobFacts) -> list[str]:
+        cached = self._resource_cache.get(job)
+        if cached is None:
+            keys = {f"gpu/{n}/{g}" for n, g in job.ranks} | {f"node/{n}" for n, _ in job.ranks}
+            cached = self._resource_cache[job] = sorted(keys)
+        return cached
 
     def _job_resources(self, job: str) -> list[str]:
         return self._jobs.get(job, [])
@@ -71,9 +79,7 @@ class HealthEngine:
     def observe(self, obs: Observations) -> list[Incident]:
         """Run every detector on one tick; returns the incidents that opened or changed."""
         now = obs.now
-        self._jobs = {
-            j.name: sorted({f"gpu/{n}/{g}" for n, g in j.ranks} | {f"node/{n}" for n, _ in j.ranks}) for j in obs.jobs
-        }
+        self._jobs = {j.name: self._resources(j) for j in obs.jobs}
         findings: list[Finding] = []
         for node, lines in obs.kernel.items():
             if lines:

@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -37,12 +38,11 @@ class Pcie(_Section):
     window_s: float
     replays_per_lane_per_minute: list[float]
 
-    def budget_per_minute(self, gen: int, width: int) -> float:
-        """DCGM's expected replay budget: ceil(rate per lane for the generation x lanes)."""
-        import math
-
-        rate = self.replays_per_lane_per_minute[max(1, min(gen, len(self.replays_per_lane_per_minute))) - 1]
-        return float(math.ceil(rate * max(width, 1)))
+    def budget_per_minute(self, gen: np.ndarray, width: np.ndarray) -> np.ndarray:
+        """DCGM's expected replay budget per GPU: ceil(rate per lane for the generation x lanes)."""
+        rates = np.array(self.replays_per_lane_per_minute)
+        index = np.clip(np.nan_to_num(gen, nan=1).astype(int), 1, rates.size) - 1
+        return np.ceil(rates[index] * np.maximum(np.nan_to_num(width, nan=1), 1))
 
 
 class Nvlink(_Section):

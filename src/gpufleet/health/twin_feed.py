@@ -19,6 +19,20 @@ class TwinFeed:
         self.frame = self.source.new_frame()
         self._kmsg_seen = {n: 0 for n in twin.kmsg}
         self._event_seen = 0
+        self._jobs: dict[tuple[str, tuple[str, ...]], JobFacts] = {}
+
+    def _job_facts(self, j: int, name: str, nodes: tuple[str, ...]) -> JobFacts:
+        cached = self._jobs.get((name, nodes))
+        if cached is None:
+            twin = self.twin
+            ranks = twin.training.ranks_of(j)
+            cached = self._jobs[(name, nodes)] = JobFacts(
+                name,
+                tuple(
+                    (twin.cluster.nodes[int(twin.gpus.node_of[k])].name, int(twin.gpus.index_on_node[k])) for k in ranks
+                ),
+            )
+        return cached
 
     def port_speeds(self) -> np.ndarray:
         return np.array([self.twin.ports.speed_gbps[p] for p in self.source.port_idx])
@@ -36,20 +50,13 @@ class TwinFeed:
                 self._kmsg_seen[node] = len(lines)
         host_log = [(e.entity.node, e.message) for e in twin.events[self._event_seen :] if e.kind == "syslog"]
         self._event_seen = len(twin.events)
-        ts = twin.training
-        jobs = []
-        for j, job in enumerate(ts.jobs):
-            if job.state in (JobState.running, JobState.hung):
-                ranks = ts.ranks_of(j)
-                jobs.append(
-                    JobFacts(
-                        job.name,
-                        tuple(
-                            (twin.cluster.nodes[int(twin.gpus.node_of[k])].name, int(twin.gpus.index_on_node[k]))
-                            for k in ranks
-                        ),
-                    )
-                )
+        jobs = [
+            self._job_facts(j, job.name, tuple(job.nodes))
+            for j, job in enumerate(twin.training.jobs)
+            if job.state in (JobState.running, JobState.hung)
+        ]
+        # Node facts (versions) change rarely: take the inventory once a minute.
+        inventory = twin.time % 60 < twin.tick
         nodes = [
             NodeFacts(
                 n.name,
@@ -59,6 +66,6 @@ class TwinFeed:
                 n.software.fabric_manager_version,
             )
             for n in twin.cluster.nodes
-            if n.gpus
+            if n.gpus and inventory
         ]
         return Observations(now, self.frame, kernel, host_log, jobs, nodes)

@@ -122,9 +122,7 @@ class ClusterState:
             gpu_exists=exists,
             version=np.zeros(n, dtype=np.int64),
             affinity=np.zeros((n, MAX_TAG + 1), dtype=np.int64),
-            name_rank=np.argsort(
-                np.argsort(np.array(nodes.names, dtype=object), kind="stable"), kind="stable"
-            ),
+            name_rank=np.argsort(np.argsort(np.array(nodes.names, dtype=object), kind="stable"), kind="stable"),
         )
 
     def __len__(self) -> int:

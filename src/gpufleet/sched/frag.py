@@ -97,9 +97,7 @@ class FragModel:
         self._weight_sum = float(typical.weight.sum())
         gpu = typical.num_gpu > 0
         cpu = typical.cpu_milli[gpu]
-        mem = (
-            typical.memory_mib[gpu] if typical.memory_mib is not None else np.zeros(len(cpu), dtype=np.int64)
-        )
+        mem = typical.memory_mib[gpu] if typical.memory_mib is not None else np.zeros(len(cpu), dtype=np.int64)
         self._uses_memory = typical.memory_mib is not None
         weight = typical.weight[gpu]
         milli = typical.gpu_milli[gpu]
@@ -149,15 +147,13 @@ class FragModel:
             j = np.full(len(total), len(self._mem_steps))
         hosted = self._table[:, i, j].T  # (K, groups): weight of the pods the node's CPU and memory allow
         gpus_ok = count[:, self._group_m] >= self._group_n
-        return total * self._weight_sum - (
-            hosted * gpus_ok * usable[:, self._group_m] * self._access[model_idx]
-        ).sum(axis=1)
+        return total * self._weight_sum - (hosted * gpus_ok * usable[:, self._group_m] * self._access[model_idx]).sum(
+            axis=1
+        )
 
     def node_frag(self, cluster: ClusterState, nodes: IntArray | None = None) -> FloatArray:
         idx = np.arange(len(cluster)) if nodes is None else nodes
-        return self.frag(
-            cluster.cpu_free[idx], cluster.gpu_free[idx], cluster.model_idx[idx], cluster.mem_free[idx]
-        )
+        return self.frag(cluster.cpu_free[idx], cluster.gpu_free[idx], cluster.model_idx[idx], cluster.mem_free[idx])
 
 
 class FragTracker:

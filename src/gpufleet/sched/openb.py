@@ -95,9 +95,7 @@ def _int(path: Path, line: int, column: str, text: str) -> int:
 
 def _rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[tuple[int, list[str]]]]:
     if not path.is_file():
-        raise NotFoundError(
-            f"trace file {path} not found", fix="pass --trace-dir pointing at the openb CSV folder"
-        )
+        raise NotFoundError(f"trace file {path} not found", fix="pass --trace-dir pointing at the openb CSV folder")
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -134,9 +132,7 @@ def load_nodes(path: Path) -> NodeList:
         n_gpu = _int(path, line, "gpu", row[col["gpu"]])
         model = row[col["model"]].strip()
         if n_gpu > 0 and not model:
-            raise ParseError(
-                f"{path}:{line}: a node with {n_gpu} GPUs needs a model", fix="fill the model column"
-            )
+            raise ParseError(f"{path}:{line}: a node with {n_gpu} GPUs needs a model", fix="fill the model column")
         names.append(row[col["sn"]].strip())
         cpu.append(_int(path, line, "cpu_milli", row[col["cpu_milli"]]))
         mem.append(_int(path, line, "memory_mib", row[col["memory_mib"]]))
@@ -201,12 +197,8 @@ def pod_file(trace_dir: Path, pods: str) -> Path:
     return trace_dir / f"openb_pod_list_{pods}.csv"
 
 
-def load_trace(
-    trace_dir: Path, pods: str = "default", nodes: str = GPU_NODE_FILE
-) -> tuple[NodeList, PodList]:
+def load_trace(trace_dir: Path, pods: str = "default", nodes: str = GPU_NODE_FILE) -> tuple[NodeList, PodList]:
     """The node list and one pod list of an openb trace folder."""
     if not trace_dir.is_dir():
-        raise NotFoundError(
-            f"trace folder {trace_dir} not found", fix="pass --trace-dir pointing at the openb CSVs"
-        )
+        raise NotFoundError(f"trace folder {trace_dir} not found", fix="pass --trace-dir pointing at the openb CSVs")
     return load_nodes(trace_dir / nodes), load_pods(pod_file(trace_dir, pods))

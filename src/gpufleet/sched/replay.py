@@ -159,9 +159,7 @@ def replay(
     if type(policy) is FGD and policy.tracker is not None and policy.popularity_threshold == KPI_THRESHOLD:
         tracker = policy.tracker
     else:
-        tracker = FragTracker(
-            FragModel(TypicalPods.from_pods(workload, KPI_THRESHOLD), cluster.models), cluster
-        )
+        tracker = FragTracker(FragModel(TypicalPods.from_pods(workload, KPI_THRESHOLD), cluster.models), cluster)
     # a separate stream for the policy keeps the arrival order identical across policies for one seed
     rng = np.random.default_rng([seed, 1])
 

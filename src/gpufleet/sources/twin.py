@@ -15,7 +15,11 @@ from gpufleet.sim.twin import Twin
 from gpufleet.sim.workloads import LATENCY_BUCKETS_S
 from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost
 from gpufleet.telemetry.fields import load_clock_events
-from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
+from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, LabelItems, MetricFrame, label_items
+
+GaugeKey = tuple[str, LabelItems]
+
+RANK_EXPORT_S = 5.0
 
 # Wall-clock origin for the twin's t=0, so timestamps look like Unix time to Prometheus and to people.
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -92,6 +96,8 @@ class TwinSource:
             dtype=np.int64,
         )
         self._xids: deque[tuple[float, int, int]] = deque()  # (time, gpu flat index, code)
+        self._layout: object = None
+        self._rank_keys: dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, list[GaugeKey]]] = {}
         self._price = np.array(
             [
                 twin.cost_per_gpu_hour.get(twin.cluster.nodes[int(g.node_of[k])].gpu_model or "", 0.0)
@@ -179,8 +185,16 @@ class TwinSource:
             frame.set_xid_count(code, row)
 
     def _attribution(self, frame: MetricFrame) -> None:
-        """Which workload holds each GPU, as the kubelet's pod-resources API would say."""
+        """Which workload holds each GPU, as the kubelet's pod-resources API would say (rebuilt when it changes)."""
         twin = self.twin
+        layout = (
+            tuple((j.name, j.state, tuple(j.nodes)) for j in twin.cluster.jobs),
+            tuple(st.service.name for st in twin.services),
+            int(np.count_nonzero(twin.idle_override)),
+        )
+        if layout == self._layout:
+            return
+        self._layout = layout
         owner: dict[int, Attribution] = {}
         ts = twin.training
         for j, job in enumerate(ts.jobs):
@@ -196,6 +210,19 @@ class TwinSource:
         for i, k in enumerate(self.gpu_idx):
             frame.set_attribution(i, owner.get(int(k)))
 
+    def _ranks(self, job: str, nodes: tuple[str, ...]) -> tuple[np.ndarray, list[GaugeKey]]:
+        """The flat GPU indices of a job's ranks this agent reports, and their gauge keys (cached per layout)."""
+        cached = self._rank_keys.get((job, nodes))
+        if cached is None:
+            ts = self.twin.training
+            ranks = ts.ranks_of([j.name for j in ts.jobs].index(job))
+            mine = np.flatnonzero(np.isin(ranks, self.gpu_idx))  # an agent reports the ranks on its own node
+            keys: list[GaugeKey] = [
+                ("training_rank_compute_seconds", label_items({"job": job, "rank": str(int(r))})) for r in mine
+            ]
+            cached = self._rank_keys[(job, nodes)] = (ranks[mine], keys)
+        return cached
+
     def _jobs(self, frame: MetricFrame) -> None:
         twin = self.twin
         self._attribution(frame)
@@ -207,12 +234,11 @@ class TwinSource:
             if job.state in (JobState.running, JobState.hung):
                 frame.set_gauge("training_last_step_timestamp_seconds", labels, EPOCH + job.last_step_time)
                 frame.set_gauge("training_step_duration_seconds", labels, job.step_time_s)
-            if job.state is JobState.running:  # a hung job completes no steps, so its ranks report nothing new
-                ranks = twin.training.ranks_of(twin.training.jobs.index(job))
-                mine = np.isin(ranks, self.gpu_idx)  # an agent reports the ranks on its own node
-                for rank, seconds in enumerate(twin.training.rank_compute_s[ranks]):
-                    if mine[rank] and np.isfinite(seconds):
-                        frame.set_gauge("training_rank_compute_seconds", {"job": job.name, "rank": str(rank)}, seconds)
+            # Frameworks export per-rank step times every few seconds; a hung job completes no steps at all.
+            if job.state is JobState.running and twin.time % RANK_EXPORT_S < twin.tick:
+                ranks, keys = self._ranks(job.name, tuple(job.nodes))
+                values = twin.training.rank_compute_s[ranks]
+                frame.gauges.update((k, float(v)) for k, v in zip(keys, values, strict=True) if np.isfinite(v))
             else:
                 frame.remove_gauge("training_last_step_timestamp_seconds", labels)
                 frame.remove_gauge("training_step_duration_seconds", labels)

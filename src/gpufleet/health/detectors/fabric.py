@@ -116,8 +116,18 @@ class FabricDetectors:
         for i in np.flatnonzero(~self.up):  # a link that stays down stays an active incident
             ent = self.entities[i]
             cause = RootCause.ib_link_flap if len(self.downs[int(i)]) >= 2 else RootCause.ib_link_down
-            out.append(Finding(now, cause, ent, Severity.critical, f"link down on {ent}", "link still down",
-                               "fabric", action="ISOLATE_PORT"))
+            out.append(
+                Finding(
+                    now,
+                    cause,
+                    ent,
+                    Severity.critical,
+                    f"link down on {ent}",
+                    "link still down",
+                    "fabric",
+                    action="ISOLATE_PORT",
+                )
+            )
 
         self.symbol.push(now, frame.ib(SYMBOL))
         grown = self.symbol.growth()

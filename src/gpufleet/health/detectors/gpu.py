@@ -189,20 +189,19 @@ class GpuDetectors:
         if grown is None or self.pcie.span() < 10:
             return
         rate = grown * 60.0 / self.pcie.span()
-        for i in np.flatnonzero(np.isfinite(gen) & np.isfinite(width)):
-            budget = p.budget_per_minute(int(gen[i]), int(width[i]))
-            if rate[i] > budget:
-                out.append(
-                    self._finding(
-                        now,
-                        int(i),
-                        RootCause.pcie,
-                        Severity.warning,
-                        f"PCIe replays on {self.entities[i]}",
-                        f"{rate[i]:.0f} replays a minute on Gen{gen[i]:.0f} x{width[i]:.0f} (DCGM budget {budget:.0f})",
-                        "RESTART_BM",
-                    )
+        budget = p.budget_per_minute(gen, width)
+        for i in np.flatnonzero(np.isfinite(gen) & (rate > budget)):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.pcie,
+                    Severity.warning,
+                    f"PCIe replays on {self.entities[i]}",
+                    f"{rate[i]:.0f} replays a minute on Gen{gen[i]:.0f} x{width[i]:.0f} (DCGM budget {budget[i]:.0f})",
+                    "RESTART_BM",
                 )
+            )
 
     def _nvlink(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         g, nv = frame.gpu, self.t.nvlink

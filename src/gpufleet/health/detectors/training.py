@@ -20,6 +20,8 @@ from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.telemetry.frame import MetricFrame
 
+STRAGGLER_EVERY_S = 5.0  # per-rank step times arrive every few seconds; the hold is a minute
+
 
 @dataclass(frozen=True, slots=True)
 class JobFacts:
@@ -31,6 +33,7 @@ class TrainingDetectors:
     def __init__(self, frame: MetricFrame, thresholds: Thresholds) -> None:
         self.t = thresholds.training
         self.gpu_at = {(e.hostname, e.gpu): i for i, e in enumerate(frame.entities)}
+        self._stragglers_at = -np.inf
         self.slow_since: dict[str, np.ndarray] = {}  # per job: when each rank became slow (NaN: not slow)
         self._rank_keys: dict[str, list[tuple[str, tuple[tuple[str, str], ...]]]] = {}
 
@@ -50,7 +53,10 @@ class TrainingDetectors:
                 hang = self._hang(now, job, idx, known, util, age, limit)
                 hang.began = last
                 out.append(hang)
-            out += self._stragglers(now, frame, job)
+            if now - self._stragglers_at >= STRAGGLER_EVERY_S:
+                out += self._stragglers(now, frame, job)
+        if now - self._stragglers_at >= STRAGGLER_EVERY_S:
+            self._stragglers_at = now
         return out
 
     def _hang(

@@ -36,9 +36,7 @@ def make_policy(name: str) -> Policy:
     try:
         return POLICIES[name]()
     except KeyError:
-        raise UserError(
-            f"unknown policy {name!r}", fix=f"choose one of: {', '.join(POLICIES)} (or 'all')"
-        ) from None
+        raise UserError(f"unknown policy {name!r}", fix=f"choose one of: {', '.join(POLICIES)} (or 'all')") from None
 
 
 def expand_policies(spec: str) -> list[str]:

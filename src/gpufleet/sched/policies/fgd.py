@@ -34,9 +34,7 @@ class _TypeCache:
     gpu: IntArray  # chosen GPU for sharing pods
 
 
-def after_placement(
-    cpu: IntArray, gpus: IntArray, pod: PodRequest
-) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+def after_placement(cpu: IntArray, gpus: IntArray, pod: PodRequest) -> tuple[IntArray, IntArray, IntArray, IntArray]:
     """Candidate states after placing ``pod`` on each of the given node states.
 
     Returns (row of the source state, GPU id or -1, CPU after, GPUs after). Sharing pods get one candidate
@@ -110,9 +108,7 @@ class FGD(Policy):
 
     def _rescore(self, cluster: ClusterState, pod: PodRequest, nodes: IntArray, entry: _TypeCache) -> None:
         assert self.tracker is not None
-        rows, gpu, cpu_after, gpus_after = after_placement(
-            cluster.cpu_free[nodes], cluster.gpu_free[nodes], pod
-        )
+        rows, gpu, cpu_after, gpus_after = after_placement(cluster.cpu_free[nodes], cluster.gpu_free[nodes], pod)
         entry.stamp[nodes] = cluster.version[nodes]
         entry.delta[nodes] = -np.inf
         entry.gpu[nodes] = -1

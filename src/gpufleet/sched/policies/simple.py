@@ -124,9 +124,7 @@ class GpuPacking(Policy):
             # the pod takes the GPU with the least free share that fits
             tight = np.where(cluster.gpu_free >= pod.gpu_milli, cluster.gpu_free, MILLI + 1).min(axis=1)
             opens_idle = tight >= MILLI
-            shared = np.maximum(
-                MAX_NODE_SCORE - (np.minimum(tight, MILLI) * 100 // MILLI) // 10, MAX_NODE_SCORE // 2
-            )
+            shared = np.maximum(MAX_NODE_SCORE - (np.minimum(tight, MILLI) * 100 // MILLI) // 10, MAX_NODE_SCORE // 2)
             used = np.where(opens_idle, max(MAX_NODE_SCORE // 2 - 1, MAX_NODE_SCORE // 3), shared)
         else:
             # whole-GPU pods take idle GPUs only
