@@ -20,7 +20,7 @@ from gpufleet.health.findings import Finding
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.health.xid_policy import XidPolicy
-from gpufleet.model import Incident
+from gpufleet.model import EntityKind, Incident
 from gpufleet.sources.pci import normalise_pci
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -63,6 +63,8 @@ class HealthEngine:
         self._software_at = -np.inf
         self._jobs: dict[str, list[str]] = {}
         self._resource_cache: dict[JobFacts, list[str]] = {}
+        self._owner_key: tuple[JobFacts, ...] = ()
+        self._owner: dict[tuple[str, int | None], str] = {}
         self.book.job_resources = self._job_resources
         self.findings = 0
 
@@ -72,6 +74,13 @@ class HealthEngine:
             keys = {f"gpu/{n}/{g}" for n, g in job.ranks} | {f"node/{n}" for n, _ in job.ranks}
             cached = self._resource_cache[job] = sorted(keys)
         return cached
+
+    def _rank_owner(self, jobs: list[JobFacts]) -> dict[tuple[str, int | None], str]:
+        key = tuple(jobs)
+        if key != self._owner_key:
+            self._owner_key = key
+            self._owner = {rank: job.name for job in jobs for rank in job.ranks}
+        return self._owner
 
     def _job_resources(self, job: str) -> list[str]:
         return self._jobs.get(job, [])
@@ -92,6 +101,10 @@ class HealthEngine:
             self._software_at = now
             findings += self.software.observe(now, obs.nodes)
         findings += self.training.observe(now, obs.frame, obs.jobs)
+        owner = self._rank_owner(obs.jobs)
+        for f in findings:
+            if f.job is None and f.entity.kind is EntityKind.gpu:
+                f.job = owner.get((f.entity.node, f.entity.index))
         # Root causes first, so an effect seen in the same tick finds the incident it belongs to.
         findings.sort(key=lambda f: f.effect)
         self.findings += len(findings)

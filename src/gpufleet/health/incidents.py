@@ -54,7 +54,7 @@ JOINS = {
     RootCause.idle_gpu: HANG_CAUSES | SLOW_CAUSES | {RootCause.nccl_hang},
 }
 # effects that only the rank's own GPU (or its node) can explain, not any fault elsewhere in the job
-LOCAL_EFFECTS = frozenset({RootCause.straggler, RootCause.idle_gpu})
+LOCAL_EFFECTS = frozenset({RootCause.straggler})
 # Xids whose action is to restart the application killed the job; they never explain a hang
 APP_ACTIONS = frozenset({"RESTART_APP", "IGNORE"})
 ACTIVE_SLACK_S = 120.0

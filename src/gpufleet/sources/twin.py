@@ -234,14 +234,14 @@ class TwinSource:
             if job.state in (JobState.running, JobState.hung):
                 frame.set_gauge("training_last_step_timestamp_seconds", labels, EPOCH + job.last_step_time)
                 frame.set_gauge("training_step_duration_seconds", labels, job.step_time_s)
+            else:
+                frame.remove_gauge("training_last_step_timestamp_seconds", labels)
+                frame.remove_gauge("training_step_duration_seconds", labels)
             # Frameworks export per-rank step times every few seconds; a hung job completes no steps at all.
             if job.state is JobState.running and twin.time % RANK_EXPORT_S < twin.tick:
                 ranks, keys = self._ranks(job.name, tuple(job.nodes))
                 values = twin.training.rank_compute_s[ranks]
                 frame.gauges.update((k, float(v)) for k, v in zip(keys, values, strict=True) if np.isfinite(v))
-            else:
-                frame.remove_gauge("training_last_step_timestamp_seconds", labels)
-                frame.remove_gauge("training_step_duration_seconds", labels)
         for st in twin.services:
             if nodes is not None and st.service.node not in nodes:
                 continue

@@ -249,4 +249,5 @@ class GpuDetectors:
                 "NOTIFY_OWNER",
             )
             finding.effect = True  # a hung job's quiet rank is idle too: that hang explains it
+            finding.began = now - float(held[i])
             out.append(finding)
