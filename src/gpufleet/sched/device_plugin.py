@@ -9,7 +9,7 @@ renamed by default.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -214,3 +214,19 @@ def configmap(name: str, configs: dict[str, DevicePluginConfig], namespace: str 
         "metadata": {"name": name, "namespace": namespace},
         "data": {key: render_config(cfg) for key, cfg in configs.items()},
     }
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (configs inside ConfigMaps) as `|` blocks, as people write them."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def dump_manifests(docs: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(docs, Dumper=_BlockDumper, sort_keys=False)

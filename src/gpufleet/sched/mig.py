@@ -257,3 +257,16 @@ def layout_for_counts(geometry: str, counts: Mapping[str, int]) -> MigLayout:
 def is_maximal(layout: MigLayout) -> bool:
     """True when no profile fits any more."""
     return not layout.fits()
+
+
+def maximal_count_vectors(geometry: str) -> dict[tuple[tuple[str, int], ...], MigLayout]:
+    """Profile mixes to which no instance of any profile can be added (whatever the placement)."""
+    mixes = count_vectors(geometry)
+
+    def grown(key: tuple[tuple[str, int], ...], profile: str) -> tuple[tuple[str, int], ...]:
+        counts = dict(key)
+        counts[profile] = counts.get(profile, 0) + 1
+        return tuple(sorted(counts.items()))
+
+    names = profile_names(geometry)
+    return {k: v for k, v in mixes.items() if not any(grown(k, p) in mixes for p in names)}
