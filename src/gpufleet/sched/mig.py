@@ -106,7 +106,8 @@ class MigLayout:
     def of(cls, geometry: str, placements: Iterable[Placement | tuple[str, int]] = ()) -> MigLayout:
         """Build and validate; raises UserError naming every rule the layout breaks."""
         pls = tuple(sorted(p if isinstance(p, Placement) else Placement(p[1], p[0]) for p in placements))
-        mig_profiles_for(geometry)  # unknown geometry -> NotFoundError
+        for pl in pls:
+            _profile(geometry, pl.profile)  # unknown geometry or profile: an error listing what exists
         problems = _problems(geometry, pls)
         if problems:
             shown = " ".join(str(p) for p in pls) or "(empty)"
