@@ -118,6 +118,9 @@ def test_mig_parted_config_labels_and_configmaps() -> None:
     assert provided["1g.10gb"] >= 60 and provided["3g.40gb"] >= 10 and provided[WHOLE] >= 20
     plugin = device_plugin_config(result, time_slicing=2)
     assert plugin.mig_strategy == "mixed"
+    assert plugin.sharing.time_slicing is not None
+    shared = [r.name for r in plugin.sharing.time_slicing.resources]
+    assert shared == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"]
     for cm in configmaps(result, plugin):
         kubernetes_validate.validate(cm, "1.30.0", strict=True)
         for text in cm["data"].values():

@@ -30,6 +30,7 @@ from gpufleet.sched.dra import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
     ResourceClaim,
+    ResourceClaimConsumerReference,
     ResourceClaimStatus,
     ResourceSlice,
     _RequestBody,
@@ -154,8 +155,13 @@ class Allocator:
                 out.append(dev)
         return out
 
-    def allocate(self, claim: ResourceClaim, node: str | None = None) -> ResourceClaim:
-        """Allocate on `node` (or the first node where the claim fits) and return the claim with its status set."""
+    def allocate(
+        self, claim: ResourceClaim, node: str | None = None, consumer: ResourceClaimConsumerReference | None = None
+    ) -> ResourceClaim:
+        """Allocate on `node` (or the first node where the claim fits) and return the claim with its status set.
+
+        `consumer` (the pod) goes into `status.reservedFor`, as the scheduler records who uses the claim.
+        """
         name = claim.metadata.name or "(unnamed)"
         requests = (claim.spec.devices.requests if claim.spec.devices else None) or []
         if not requests:
@@ -165,7 +171,10 @@ class Allocator:
         for candidate in nodes:
             found, reason = self._try_node(claim, candidate)
             if found is not None:
-                return self._write(claim, candidate, found)
+                done = self._write(claim, candidate, found)
+                if consumer is not None and done.status is not None:
+                    done.status.reserved_for = [consumer]
+                return done
             reasons.append(f"{candidate or 'any node'}: {reason}")
         shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more nodes" if len(reasons) > 3 else "")
         raise UserError(f"cannot allocate ResourceClaim {name}: {shown}", fix="relax the selectors or free devices")

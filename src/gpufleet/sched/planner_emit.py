@@ -14,7 +14,14 @@ from typing import Any
 import yaml
 
 from gpufleet.catalog.mig import mig_profiles_for
-from gpufleet.sched.device_plugin import DevicePluginConfig, MigStrategy, build_config, configmap
+from gpufleet.sched.device_plugin import (
+    GPU_RESOURCE,
+    DevicePluginConfig,
+    MigStrategy,
+    build_config,
+    configmap,
+    mig_resource_name,
+)
 from gpufleet.sched.planner import Counts, GpuTarget, Plan
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -78,10 +85,14 @@ def render_mig_parted(doc: dict[str, Any]) -> str:
 
 
 def device_plugin_config(plan: Plan, time_slicing: int | None = None, rename: bool = False) -> DevicePluginConfig:
-    """`mixed` whenever a node will hold MIG devices (whole GPUs and several profiles may then share a node)."""
-    uses_mig = any(t.target is not None for t in plan.targets)
-    strategy = MigStrategy.mixed if uses_mig else MigStrategy.none
-    return build_config(mig_strategy=strategy, time_slicing=time_slicing, rename=rename)
+    """`mixed` whenever a node will hold MIG devices (whole GPUs and several profiles may then share a node).
+
+    With `time_slicing`, whole GPUs and every planned MIG resource are shared that many ways.
+    """
+    profiles = sorted({p for t in plan.targets for p, _ in (t.target or ())})
+    strategy = MigStrategy.mixed if profiles else MigStrategy.none
+    resources = (GPU_RESOURCE, *(mig_resource_name(p) for p in profiles))
+    return build_config(mig_strategy=strategy, time_slicing=time_slicing, rename=rename, resources=resources)
 
 
 def configmaps(plan: Plan, plugin: DevicePluginConfig, namespace: str = "gpu-operator") -> list[dict[str, Any]]:
