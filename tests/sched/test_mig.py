@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import random
 import re
 from pathlib import Path
 
@@ -95,10 +96,34 @@ def test_positional_fragmentation_and_the_packing_allocator() -> None:
     scattered = MigLayout.of(H100, [("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 5)])
     assert "3g.40gb" not in scattered.fits() and "4g.40gb" not in scattered.fits()
     layout = MigLayout.of(H100)
-    for _ in range(3):
+    for _ in range(4):
         layout, _placed = layout.allocate("1g.10gb")
-    assert {"3g.40gb", "4g.40gb"} <= set(layout.fits())
-    assert [p.start for p in layout.placements] == [4, 5, 6]
+    # four 1g in slices 0-3 leave 3g at 4, so the GPU can still be filled completely (4 x 1g + 3g = 8 slices)
+    assert [p.start for p in layout.placements] == [0, 1, 2, 3]
+    full, _placed = layout.allocate("3g.40gb")
+    assert full.free_slices == [] and full.compute_slices == 7
+
+
+def test_the_packing_allocator_places_more_than_lowest_or_highest_start_first() -> None:
+    rng = random.Random(1)
+    mix = ["1g.10gb"] * 6 + ["1g.20gb"] * 2 + ["2g.20gb"] * 2 + ["3g.40gb"] * 2 + ["4g.40gb"]
+    sequences = [[rng.choice(mix) for _ in range(10)] for _ in range(150)]
+
+    def placed(choose: str) -> int:
+        total = 0
+        for seq in sequences:
+            layout = MigLayout.of(H100)
+            for profile in seq:
+                starts = layout.free_starts(profile)
+                if not starts:
+                    continue
+                start = None if choose == "packing" else (min(starts) if choose == "lowest" else max(starts))
+                layout, _placed = layout.allocate(profile, start)
+                total += 1
+        return total
+
+    packing, lowest, highest = placed("packing"), placed("lowest"), placed("highest")
+    assert packing > lowest and packing > highest
 
 
 def test_allocation_fills_a_gpu_then_says_what_still_fits() -> None:
