@@ -20,6 +20,7 @@ from gpufleet.sched.mig import MigLayout, count_vectors, layout_for_counts
 from gpufleet.sched.planner import WHOLE, parse_demand, plan, solve, synthetic_cluster
 from gpufleet.sched.planner_emit import (
     MIG_CONFIG_LABEL,
+    commands,
     configmaps,
     device_plugin_config,
     mig_parted_config,
@@ -159,6 +160,11 @@ def test_a_plan_that_needs_a_busy_gpu_drains_its_node_and_moves_its_pods() -> No
     assert recon.drain == ["h100-sxm-000"]
     assert recon.moved_pods == {"h100-sxm-000": ["default/trainer", "default/web"]}
     assert recon.in_place == ["h100-sxm-001"]
+    steps = commands(recon)
+    assert steps[:2] == ["kubectl cordon h100-sxm-000", "kubectl drain h100-sxm-000 --ignore-daemonsets "
+                         "--delete-emptydir-data"]  # fmt: skip
+    assert f"kubectl label node h100-sxm-001 {MIG_CONFIG_LABEL}=all-1g.10gb --overwrite" in steps
+    assert steps[-1] == "kubectl uncordon h100-sxm-000"
 
 
 def test_gpus_that_already_have_a_wanted_layout_are_kept() -> None:

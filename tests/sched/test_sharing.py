@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gpufleet.errors import ManifestError, UserError
-from gpufleet.model import GpuHealth, GpuRequest, GpuSharing, Node
+from gpufleet.model import GpuHealth, GpuRequest, GpuSharing, Node, Pod
 from gpufleet.sched.device_plugin import (
     DevicePluginConfig,
     MigStrategy,
@@ -22,6 +22,7 @@ from gpufleet.sched.mig import MigLayout
 from gpufleet.sched.sharing import (
     MilliShares,
     admit,
+    admit_pod,
     advertise,
     extended_resource_count,
     gfd_labels,
@@ -210,6 +211,18 @@ def test_extended_resources_are_integers_in_limits() -> None:
         pod_extended_resources({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "2"})
     with pytest.raises(UserError, match=r"must be set in limits"):
         pod_extended_resources({"nvidia.com/gpu": "1"}, {})
+
+
+def test_pods_are_admitted_or_told_why() -> None:
+    node = h100_node()
+    config = build_config(time_slicing=4, fail_requests_greater_than_one=True)
+    assert admit_pod(Pod("one", gpu=GpuRequest(GpuSharing.time_slicing, 1)), node, config) == "nvidia.com/gpu"
+    with pytest.raises(UserError, match=r"pod default/two: request for 'nvidia.com/gpu: 2' too large"):
+        admit_pod(Pod("two", gpu=GpuRequest(GpuSharing.time_slicing, 2)), node, config)
+    with pytest.raises(UserError, match=r"Requested: 40, Available: 32"):
+        admit_pod(Pod("big", gpu=GpuRequest(GpuSharing.exclusive, 40)), node, build_config(time_slicing=4))
+    assert admit_pod(Pod("cpu"), node, config) == ""
+    assert admit_pod(Pod("half", gpu=GpuRequest(GpuSharing.milli, 1, milli=500)), node, config) == "gpu-milli"
 
 
 def test_milli_shares_best_fit_like_the_openb_trace() -> None:

@@ -84,6 +84,9 @@ def plan_cmd(
                 console.print(f"  {node}: pods that move: {', '.join(pods) or '-'}")
         if recon.in_place:
             console.print(f"reconfigure in place (no GPU pod affected): {', '.join(recon.in_place)}")
+        if wide:
+            for line in data["reconfiguration"]["commands"]:
+                console.print(f"  {line}", highlight=False, soft_wrap=True)
         if out is not None:
             console.print(f"wrote {out}/mig-parted-config.yaml, node-labels.yaml, configmaps.yaml, plan.json")
 

@@ -143,6 +143,27 @@ def reconfiguration(plan: Plan) -> Reconfiguration:
     return out
 
 
+def commands(recon: Reconfiguration) -> list[str]:
+    """The kubectl steps that apply the plan with the GPU Operator's mig-manager, drained nodes first.
+
+    mig-manager watches `nvidia.com/mig.config`, applies it with mig-parted and reports
+    `nvidia.com/mig.config.state` (pending, rebooting, success or failed).
+    """
+    state = "jsonpath={.metadata.labels.nvidia\\.com/mig\\.config\\.state}=success"
+    out = []
+    for node in recon.drain:
+        out += [
+            f"kubectl cordon {node}",
+            f"kubectl drain {node} --ignore-daemonsets --delete-emptydir-data",
+        ]
+    for node in recon.drain + recon.in_place:
+        if node in recon.relabel:
+            out.append(f"kubectl label node {node} {MIG_CONFIG_LABEL}={recon.relabel[node]} --overwrite")
+            out.append(f"kubectl wait node/{node} --for='{state}' --timeout=20m")
+    out += [f"kubectl uncordon {node}" for node in recon.drain]
+    return out
+
+
 def describe(counts: Counts | None) -> str:
     if counts is None:
         return "whole (MIG disabled)"
@@ -177,5 +198,6 @@ def summary(plan: Plan, recon: Reconfiguration | None = None) -> dict[str, Any]:
             "inPlace": recon.in_place,
             "movedPods": recon.moved_pods,
             "changedGpus": recon.changed_gpus,
+            "commands": commands(recon),
         },
     }

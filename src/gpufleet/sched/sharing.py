@@ -16,7 +16,7 @@ from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.errors import UserError
 from gpufleet.model.gpu import Gpu
 from gpufleet.model.node import Node
-from gpufleet.model.workload import GpuRequest, GpuSharing
+from gpufleet.model.workload import GpuRequest, GpuSharing, Pod
 from gpufleet.sched.device_plugin import (
     GPU_RESOURCE,
     DevicePluginConfig,
@@ -230,6 +230,22 @@ def admit(
             f"requested number of devices unavailable for {resource}. Requested: {count}, Available: {max(free, 0)}"
         )
     return resource, count
+
+
+def admit_pod(pod: Pod, node: Node, config: DevicePluginConfig, in_use: Mapping[str, int] | None = None) -> str:
+    """Admit a pod's GPU request on `node` (milli-shares against the node's free thousandths); the resource taken."""
+    if pod.gpu.sharing is GpuSharing.milli:
+        chosen = MilliShares.for_node(node).fit(pod.gpu)
+        if chosen is None:
+            raise UserError(f"pod {pod.namespace}/{pod.name}: no GPU on {node.name} has {pod.gpu.milli} milli free")
+        return "gpu-milli"
+    if pod.gpu.count == 0 and pod.gpu.sharing is GpuSharing.exclusive:
+        return ""
+    try:
+        resource, _count = admit(pod.gpu, node, config, in_use)
+    except UserError as exc:
+        raise UserError(f"pod {pod.namespace}/{pod.name}: {exc.message}", fix=exc.fix) from None
+    return resource
 
 
 # --- milli-shares (openb gpu_milli) --------------------------------------------------------------------------
