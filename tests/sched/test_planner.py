@@ -202,3 +202,28 @@ def test_cli_plan_layouts_and_device_plugin_config(tmp_path: Path) -> None:
     assert config.sharing.shared_name("nvidia.com/gpu") == "nvidia.com/gpu.shared"
     run = gpufleet("partition", "plan", "--demand", "2g.10gb=1", "--gpu", "h100-sxm")
     assert run.returncode == 2 and "no MIG profile '2g.10gb'" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_several_gpu_models_are_planned_together() -> None:
+    from gpufleet.spec.builder import build_cluster
+    from gpufleet.spec.cluster_spec import ClusterBody
+
+    body = ClusterBody.model_validate(
+        {
+            "nodePools": [
+                {"name": "h", "count": 1, "gpu": {"model": "h100-sxm", "count": 8}},
+                {"name": "a", "count": 1, "gpu": {"model": "a100-40gb", "count": 8}},
+                {"name": "t", "count": 1, "gpu": {"model": "t4", "count": 4}},
+            ]
+        }
+    )
+    # 1g.5gb exists only on the A100-40GB (7 per GPU); 3g.40gb only on the H100 (2 per GPU)
+    result = plan(build_cluster("mix", body), {"1g.5gb": 14, "3g.40gb": 2})
+    sol = result.solution
+    assert {m.name for m in result.gpu_models} == {"h100-sxm", "a100-40gb"}  # the T4s cannot do MIG
+    assert sol.gpus == 3 and sol.optimal
+    assert sol.by_pool == {"a100-40gb": {(("1g.5gb", 7),): 2}, "h100-sxm": {(("3g.40gb", 2),): 1}}
+    doc, labels = mig_parted_config(result)
+    filters = {entry["device-filter"] for entries in doc["mig-configs"].values() for entry in entries}
+    assert filters == {"0x233010DE", "0x20B010DE"}
+    assert labels["a-000"] != labels["h-000"]

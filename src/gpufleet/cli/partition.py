@@ -65,13 +65,14 @@ def plan_cmd(
 
     def render(wide: bool) -> None:
         sol = result.solution
+        models = ", ".join(m.name for m in result.gpu_models)
         console.print(
-            f"[bold]{sol.gpus}[/bold] {result.gpu_model.name} GPUs of {len(result.targets)} "
+            f"[bold]{sol.gpus}[/bold] {models} GPUs of {len(result.targets)} "
             f"(lower bound {sol.lower_bound}, LP relaxation {sol.lp_bound:.3f}, gap {sol.gap:.1%}, "
             f"{'optimal' if sol.optimal else 'not proven optimal'})"
         )
-        rows = [[layout["layout"], layout["gpus"]] for layout in data["layouts"]]
-        console.print(make_table(["LAYOUT", "GPUS"], rows))
+        rows = [[layout["gpuModel"], layout["layout"], layout["gpus"]] for layout in data["layouts"]]
+        console.print(make_table(["MODEL", "LAYOUT", "GPUS"], rows))
         provided = [[k, wanted.get(k, 0), v] for k, v in sorted(sol.provided.items())]
         console.print(make_table(["DEMAND", "WANTED", "PROVIDED"], provided))
         labels = [[n, c] for n, c in sorted(data["nodeLabels"].items(), key=lambda kv: kv[0])]

@@ -49,12 +49,13 @@ def parse_demand(text: str) -> dict[str, int]:
 class Solution:
     """How many GPUs take each layout, and how good that is."""
 
-    patterns: dict[Counts, int]  # layout -> number of GPUs; () is a whole GPU
+    patterns: dict[Counts, int]  # layout -> number of GPUs; () is a whole GPU (one-model plans)
     gpus: int
     lower_bound: int  # ceil of the LP relaxation: no plan can use fewer GPUs
     lp_bound: float
     optimal: bool
     provided: dict[str, int]  # instances (or whole GPUs) the plan provides, by demand key
+    by_pool: dict[str, dict[Counts, int]] = field(default_factory=dict)  # per GPU model when several are planned
 
     @property
     def gap(self) -> float:
@@ -82,42 +83,77 @@ def _useful_patterns(geometry: str, demand: Mapping[str, int]) -> list[Counts]:
 
 
 def solve(geometry: str, demand: Mapping[str, int], time_limit_s: float = 20.0) -> Solution:
-    """The fewest GPUs that provide every demanded instance and whole GPU."""
-    names = set(profile_names(geometry))
-    unknown = [k for k in demand if k != WHOLE and k not in names]
+    """The fewest GPUs of one geometry that provide every demanded instance and whole GPU (as many as needed)."""
+    return solve_fleet({geometry: (geometry, None)}, demand, time_limit_s)
+
+
+def solve_fleet(
+    pools: Mapping[str, tuple[str, int | None]], demand: Mapping[str, int], time_limit_s: float = 20.0
+) -> Solution:
+    """The fewest GPUs over several GPU models at once: `pools` maps a name to (geometry, GPUs available or None).
+
+    A profile name (1g.10gb) is served by any model whose geometry has it; each pool gets its own layouts.
+    """
+    known = {name for geometry, _ in pools.values() for name in profile_names(geometry)}
+    unknown = [k for k in demand if k != WHOLE and k not in known]
     if unknown:
+        where = ", ".join(sorted({g for g, _ in pools.values()}))
         raise UserError(
-            f"{geometry} has no MIG profile {unknown[0]!r}",
-            fix=f"use {WHOLE} for whole GPUs or one of: {', '.join(profile_names(geometry))}",
+            f"{where} has no MIG profile {unknown[0]!r}",
+            fix=f"use {WHOLE} for whole GPUs or one of: {', '.join(sorted(known))}",
         )
     keys = [k for k in sorted(demand) if demand[k] > 0]
-    patterns: list[Counts] = _useful_patterns(geometry, demand)
-    if demand.get(WHOLE, 0) > 0:
-        patterns.append(())
-    a = np.array([[(1 if not p and k == WHOLE else dict(p).get(k, 0)) for p in patterns] for k in keys], dtype=float)
+    columns: list[tuple[str, Counts]] = []
+    for pool, (geometry, _) in pools.items():
+        columns += [(pool, p) for p in _useful_patterns(geometry, demand)]
+        if demand.get(WHOLE, 0) > 0:
+            columns.append((pool, ()))
+    a = np.array([[(1 if not p and k == WHOLE else dict(p).get(k, 0)) for _, p in columns] for k in keys], dtype=float)
     d = np.array([demand[k] for k in keys], dtype=float)
-    c = np.ones(len(patterns))
-    lp = linprog(c, A_ub=-a, b_ub=-d, bounds=(0, None), method="highs")
+    c = np.ones(len(columns))
+    rows, caps = [], []
+    for pool, (_, available) in pools.items():
+        if available is not None:
+            rows.append([1.0 if q == pool else 0.0 for q, _ in columns])
+            caps.append(float(available))
+    cover = LinearConstraint(a, lb=d, ub=np.inf)
+    constraints = [cover] + ([LinearConstraint(np.array(rows), lb=0, ub=np.array(caps))] if rows else [])
+    a_ub = np.vstack([-a, *rows]) if rows else -a
+    lp = linprog(c, A_ub=a_ub, b_ub=np.concatenate([-d, caps]), bounds=(0, None), method="highs")
+    if lp.status == 2:
+        needed = solve_fleet({k: (g, None) for k, (g, _) in pools.items()}, demand, time_limit_s).gpus
+        have = round(sum(caps))
+        raise UserError(
+            f"the demand needs {needed} GPUs but only {have} are available",
+            fix=f"add at least {needed - have} GPUs or reduce the demand",
+        )
     if lp.status != 0:
         raise InternalError(f"LP relaxation failed: {lp.message}")
     res = milp(
         c,
-        integrality=np.ones(len(patterns)),
+        integrality=np.ones(len(columns)),
         bounds=Bounds(0, np.inf),
-        constraints=LinearConstraint(a, lb=d, ub=np.inf),
+        constraints=constraints,
         options={"time_limit": time_limit_s},
     )
     if res.x is None:
-        raise InternalError(f"the partition program found no solution: {res.message}")
+        raise UserError(
+            f"no whole-GPU plan fits the {sum(caps):.0f} GPUs available ({res.message})",
+            fix="add GPUs or reduce the demand",
+        )
     x = np.round(res.x).astype(int)
-    chosen = {patterns[i]: int(n) for i, n in enumerate(x) if n > 0}
+    by_pool: dict[str, dict[Counts, int]] = {pool: {} for pool in pools}
+    for (pool, pattern), n in zip(columns, x, strict=True):
+        if n > 0:
+            by_pool[pool][pattern] = int(n)
     provided = {k: round(float(a[j] @ x)) for j, k in enumerate(keys)}
     dual = float(getattr(res, "mip_dual_bound", 0.0) or 0.0)
     lower = max(math.ceil(lp.fun - 1e-9), math.ceil(dual - 1e-9))
     gpus = int(x.sum())
     # HiGHS stops within a relative gap; with an integer objective a bound above gpus - 1 proves optimality
     optimal = res.status == 0 and gpus <= lower
-    return Solution(chosen, gpus, lower, float(lp.fun), optimal, provided)
+    single = next(iter(by_pool.values())) if len(by_pool) == 1 else {}
+    return Solution(single, gpus, lower, float(lp.fun), optimal, provided, by_pool)
 
 
 # --- matching the plan to GPUs ---------------------------------------------------------------------------------
@@ -127,10 +163,15 @@ def solve(geometry: str, demand: Mapping[str, int], time_limit_s: float = 20.0) 
 class GpuTarget:
     node: str
     index: int
+    model: GpuModelSpec
     current: Counts | None  # None: MIG disabled now
     target: Counts | None  # None: MIG disabled in the plan
     in_use_by: list[str] = field(default_factory=list)  # pods on this GPU now
     serves_demand: bool = False
+
+    @property
+    def geometry(self) -> str:
+        return self.model.mig_geometry or ""
 
     @property
     def changed(self) -> bool:
@@ -166,7 +207,7 @@ def _covers(have: Counts | None, want: Counts) -> bool:
     return all(h.get(k, 0) >= n for k, n in want)
 
 
-def assign(cluster: Cluster, gpus: list[tuple[Node, Gpu]], solution: Solution) -> list[GpuTarget]:
+def assign(cluster: Cluster, gpus: list[tuple[Node, Gpu]], patterns: Mapping[Counts, int]) -> list[GpuTarget]:
     """Put the solution's layouts on GPUs: keep GPUs that already serve a layout, then fill the idlest nodes first.
 
     Reconfiguring a GPU in use forces a drain of its node, so changes go first to GPUs nobody uses, node by node
@@ -174,10 +215,10 @@ def assign(cluster: Cluster, gpus: list[tuple[Node, Gpu]], solution: Solution) -
     """
     in_use = _pods_by_gpu(cluster)
     targets = [
-        GpuTarget(n.name, g.index, current_counts(g), current_counts(g), in_use.get((n.name, g.index), []))
+        GpuTarget(n.name, g.index, g.model, current_counts(g), current_counts(g), in_use.get((n.name, g.index), []))
         for n, g in gpus
     ]
-    todo: list[Counts] = [p for p, n in sorted(solution.patterns.items()) for _ in range(n)]
+    todo: list[Counts] = [p for p, n in sorted(patterns.items()) for _ in range(n)]
     # 1. GPUs that already provide a wanted layout stay as they are
     # (GPUs in use are kept first; the rest from the back, so the changes pack into the first nodes)
     keepers = sorted(targets, key=lambda t: (not t.in_use_by, -targets.index(t)))
@@ -193,28 +234,23 @@ def assign(cluster: Cluster, gpus: list[tuple[Node, Gpu]], solution: Solution) -
     free = [t for t in targets if not t.serves_demand]
     free.sort(key=lambda t: (bool(t.in_use_by), t.node in busy_nodes, t.node, t.index))
     if len(remaining) > len(free):
-        raise UserError(
-            f"the demand needs {solution.gpus} GPUs but only {len(targets)} are available",
-            fix=f"add {solution.gpus - len(targets)} GPUs or reduce the demand",
-        )
+        raise InternalError(f"{len(remaining)} layouts for {len(free)} GPUs: the program's capacity was ignored")
     for pattern, t in zip(remaining, free, strict=False):
         t.target = pattern or None
         t.serves_demand = True
     return targets
 
 
-def cluster_gpus(cluster: Cluster, model: GpuModelSpec | None) -> tuple[GpuModelSpec, list[tuple[Node, Gpu]]]:
-    """The GPUs the plan may use: those of `model`, or of the cluster's only MIG-capable model."""
-    if model is None:
-        models = {g.model.name: g.model for _, g in cluster.iter_gpus() if g.model.mig_capable}
-        if len(models) != 1:
-            found = ", ".join(sorted(models)) or "none"
-            raise UserError(f"pick the GPU model to partition (MIG-capable models here: {found})", fix="pass --gpu")
-        model = next(iter(models.values()))
-    gpus = [(n, g) for n, g in cluster.iter_gpus() if g.model.name == model.name]
-    if not gpus:
-        raise UserError(f"the cluster has no {model.name} GPUs")
-    return model, gpus
+def cluster_gpus(cluster: Cluster, model: GpuModelSpec | None) -> dict[str, list[tuple[Node, Gpu]]]:
+    """The GPUs the plan may use, by model: those of `model`, or of every MIG-capable model in the cluster."""
+    out: dict[str, list[tuple[Node, Gpu]]] = {}
+    for node, gpu in cluster.iter_gpus():
+        if (model is None and gpu.model.mig_capable) or (model is not None and gpu.model.name == model.name):
+            out.setdefault(gpu.model.name, []).append((node, gpu))
+    if not out:
+        what = f"{model.name} GPUs" if model else "MIG-capable GPUs"
+        raise UserError(f"the cluster has no {what}", fix="pass --gpu with a model the cluster has")
+    return out
 
 
 def synthetic_cluster(model: str, gpus: int, per_node: int = 8) -> Cluster:
@@ -234,18 +270,28 @@ def synthetic_cluster(model: str, gpus: int, per_node: int = 8) -> Cluster:
 
 @dataclass(slots=True)
 class Plan:
-    gpu_model: GpuModelSpec
-    geometry: str
+    gpu_models: list[GpuModelSpec]
     demand: dict[str, int]
     solution: Solution
     targets: list[GpuTarget]
     cluster: Cluster
 
+    @property
+    def geometries(self) -> dict[str, str]:
+        return {m.name: m.mig_geometry or "" for m in self.gpu_models}
+
 
 def plan(cluster: Cluster, demand: Mapping[str, int], model: str | GpuModelSpec | None = None) -> Plan:
+    """Plan on the cluster's GPUs of `model`, or jointly on all its MIG-capable models (a profile such as 1g.10gb
+    may then land on any model that has it)."""
     spec = model if isinstance(model, GpuModelSpec) else (get_gpu_model(model) if model else None)
-    spec, gpus = cluster_gpus(cluster, spec)
-    geometry = geometry_of(spec)
-    solution = solve(geometry, demand)
-    targets = assign(cluster, gpus, solution)
-    return Plan(spec, geometry, dict(demand), solution, targets, cluster)
+    if spec is not None:
+        geometry_of(spec)  # a model without MIG is an error that says so
+    by_model = cluster_gpus(cluster, spec)
+    specs = [gpus[0][1].model for gpus in by_model.values()]
+    pools = {m.name: (geometry_of(m), len(by_model[m.name])) for m in specs}
+    solution = solve_fleet(pools, demand)
+    targets: list[GpuTarget] = []
+    for m in specs:
+        targets += assign(cluster, by_model[m.name], solution.by_pool[m.name])
+    return Plan(specs, dict(demand), solution, targets, cluster)

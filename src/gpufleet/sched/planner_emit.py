@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.catalog.gpus import GpuModelSpec
 from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.sched.device_plugin import (
     GPU_RESOURCE,
@@ -29,9 +30,9 @@ MIG_PARTED_CONFIGMAP = "gpufleet-mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
 
 
-def _device_filter(plan: Plan) -> str:
+def _device_filter(model: GpuModelSpec) -> str:
     """mig-parted matches GPUs by PCI device id + vendor: 0x2330 -> 0x233010DE."""
-    return f"{plan.gpu_model.pci_device_id.upper().replace('0X', '0x')}10DE"
+    return f"{model.pci_device_id.upper().replace('0X', '0x')}10DE"
 
 
 def _layout_entry(counts: Counts | None) -> dict[str, Any]:
@@ -40,22 +41,22 @@ def _layout_entry(counts: Counts | None) -> dict[str, Any]:
     return {"mig-enabled": True, "mig-devices": dict(counts)}
 
 
-def _config_name(plan: Plan, layouts: list[Counts | None], entries: list[dict[str, Any]]) -> str:
+def _config_name(geometry: str, layouts: list[Counts | None], entries: list[dict[str, Any]]) -> str:
     if all(lay is None for lay in layouts):
         return "all-disabled"
     first = layouts[0]
     if first is not None and len(first) == 1 and all(lay == first for lay in layouts):
         profile, n = first[0]
-        if n == mig_profiles_for(plan.geometry)[profile].max_count:
+        if n == mig_profiles_for(geometry)[profile].max_count:
             return "all-" + profile.replace("+", ".")
     text = yaml.safe_dump(entries, sort_keys=True)  # same content, same name, whatever the node
     return "gpufleet-" + hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def node_layouts(plan: Plan) -> dict[str, list[tuple[int, Counts | None]]]:
-    out: dict[str, list[tuple[int, Counts | None]]] = {}
+def node_layouts(plan: Plan) -> dict[str, list[GpuTarget]]:
+    out: dict[str, list[GpuTarget]] = {}
     for t in plan.targets:
-        out.setdefault(t.node, []).append((t.index, t.target))
+        out.setdefault(t.node, []).append(t)
     return out
 
 
@@ -63,18 +64,18 @@ def mig_parted_config(plan: Plan) -> tuple[dict[str, Any], dict[str, str]]:
     """The mig-parted `version: v1` document and the config name each node should be labelled with."""
     configs: dict[str, list[dict[str, Any]]] = {}
     labels: dict[str, str] = {}
-    device_filter = _device_filter(plan)
     for node, gpus in node_layouts(plan).items():
-        gpus.sort()
-        groups: dict[Counts | None, list[int]] = {}
-        for index, lay in gpus:
-            groups.setdefault(lay, []).append(index)
+        gpus.sort(key=lambda t: t.index)
+        groups: dict[tuple[str, Counts | None], list[GpuTarget]] = {}
+        for t in gpus:
+            groups.setdefault((t.model.name, t.target), []).append(t)
         entries = []
-        for lay, indices in groups.items():
-            all_devices = len(groups) == 1
-            entry: dict[str, Any] = {"device-filter": device_filter, "devices": "all" if all_devices else indices}
+        for (_, lay), members in groups.items():
+            indices = [t.index for t in members]
+            devices: str | list[int] = "all" if len(groups) == 1 else indices
+            entry: dict[str, Any] = {"device-filter": _device_filter(members[0].model), "devices": devices}
             entries.append(entry | _layout_entry(lay))
-        name = _config_name(plan, [lay for _, lay in gpus], entries)
+        name = _config_name(gpus[0].geometry, [t.target for t in gpus], entries)
         labels[node] = name
         configs[name] = entries
     return {"version": "v1", "mig-configs": dict(sorted(configs.items()))}, labels
@@ -176,8 +177,8 @@ def summary(plan: Plan, recon: Reconfiguration | None = None) -> dict[str, Any]:
     recon = recon or reconfiguration(plan)
     doc, labels = mig_parted_config(plan)
     return {
-        "gpuModel": plan.gpu_model.name,
-        "geometry": plan.geometry,
+        "gpuModels": [m.name for m in plan.gpu_models],
+        "geometries": plan.geometries,
         "demand": plan.demand,
         "gpusUsed": sol.gpus,
         "gpusAvailable": len(plan.targets),
@@ -187,8 +188,9 @@ def summary(plan: Plan, recon: Reconfiguration | None = None) -> dict[str, Any]:
         "optimal": sol.optimal,
         "provided": sol.provided,
         "layouts": [
-            {"layout": describe(p or None), "gpus": n, "migDevices": dict(p)}
-            for p, n in sorted(sol.patterns.items(), key=lambda kv: -kv[1])
+            {"gpuModel": model, "layout": describe(p or None), "gpus": n, "migDevices": dict(p)}
+            for model, patterns in sol.by_pool.items()
+            for p, n in sorted(patterns.items(), key=lambda kv: -kv[1])
         ],
         "nodeLabels": {node: {MIG_CONFIG_LABEL: name} for node, name in labels.items()},
         "migPartedConfig": doc,
