@@ -143,6 +143,7 @@ def test_mixed_strategy_names_each_profile_with_plus_as_dot() -> None:
     assert mig_resource_name("1g.10gb+me") == "nvidia.com/mig-1g.10gb.me"
     labels = gfd_labels(node, build_config(mig_strategy=MigStrategy.mixed))
     assert labels["nvidia.com/mig.strategy"] == "mixed"
+    assert labels["nvidia.com/gpu.count"] == "8"  # GFD counts every GPU of the model, MIG-enabled or not
     assert labels["nvidia.com/mig-1g.10gb.count"] == "7"
     assert labels["nvidia.com/mig-3g.40gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"
     assert labels["nvidia.com/mig-3g.40gb.multiprocessors"] == "60"

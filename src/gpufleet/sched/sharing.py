@@ -329,8 +329,11 @@ def gfd_labels(node: Node, config: DevicePluginConfig) -> dict[str, str]:
         "nvidia.com/mig.capable": str(spec.mig_capable).lower(),
         "nvidia.com/mps.capable": str(sharing.strategy is SharingStrategy.mps).lower(),
     }
-    full = [g for g in node.gpus if not (g.mig_enabled and strategy is not MigStrategy.none)]
-    mig_on = [g for g in node.gpus if g.mig_enabled and strategy is not MigStrategy.none]
+    # GFD counts every GPU of the model in gpu.count; MIG-enabled GPUs are labelled without sharing (replicas 0)
+    # unless a MIG-disabled GPU exists, whose sharing labels override them. This holds under every strategy.
+    full = [g for g in node.gpus if not g.mig_enabled]
+    mig_on = [g for g in node.gpus if g.mig_enabled]
+    total = len(node.gpus)
     arch = {
         f"{GPU_RESOURCE}.memory": str(spec.memory_mib),
         f"{GPU_RESOURCE}.family": _FAMILY.get(spec.arch, spec.arch),
@@ -338,13 +341,13 @@ def gfd_labels(node: Node, config: DevicePluginConfig) -> dict[str, str]:
         f"{GPU_RESOURCE}.compute.minor": spec.compute_capability.split(".")[1],
     }
     if mig_on:  # MIG-enabled GPUs are labelled without sharing; full GPUs below override them
-        labels |= _base(GPU_RESOURCE, len(mig_on), 0, SharingStrategy.none, _product([spec.product_name], False))
+        labels |= _base(GPU_RESOURCE, total, 0, SharingStrategy.none, _product([spec.product_name], False))
         labels |= arch
     if full:
         entry = sharing.replicas_for(GPU_RESOURCE)
         replicas = entry.replicas if entry else 1
         shared = replicas > 1 and not sharing.is_renamed(GPU_RESOURCE)
-        labels |= _base(GPU_RESOURCE, len(full), replicas, sharing.strategy, _product([spec.product_name], shared))
+        labels |= _base(GPU_RESOURCE, total, replicas, sharing.strategy, _product([spec.product_name], shared))
         labels |= arch
     if strategy is MigStrategy.none:
         return labels
