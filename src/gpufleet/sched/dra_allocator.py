@@ -117,6 +117,10 @@ class Allocator:
                 self.devices.append(PoolDevice(sl.spec.driver, sl.spec.pool.name, dev.node_name or node, dev))
         self.classes = {c.metadata.name: c for c in classes if c.metadata.name}
         self.allocated: set[DeviceKey] = set(allocated)
+        self._by_node: dict[str | None, list[PoolDevice]] = {}
+        for dev in self.devices:
+            self._by_node.setdefault(dev.node, []).append(dev)
+        self._selector_results: dict[tuple[str, DeviceKey], bool] = {}  # devices do not change; selectors are pure
 
     @property
     def nodes(self) -> list[str]:
@@ -132,7 +136,13 @@ class Allocator:
     def _matches(self, body: _RequestBody, dev: PoolDevice) -> bool:
         cls = self._class(body.device_class_name)
         for sel in (cls.spec.selectors or []) + (body.selectors or []):
-            if sel.cel is not None and not compile_selector(sel.cel.expression).matches(dev.cel, dev.device.name):
+            if sel.cel is None:
+                continue
+            key = (sel.cel.expression, dev.key)
+            if key not in self._selector_results:
+                selector = compile_selector(sel.cel.expression)
+                self._selector_results[key] = selector.matches(dev.cel, dev.device.name)
+            if not self._selector_results[key]:
                 return False
         for taint in dev.device.taints or []:
             if not _tolerates(body.tolerations or [], taint.key, taint.value, taint.effect):
@@ -146,9 +156,8 @@ class Allocator:
 
     def _candidates(self, body: _RequestBody, node: str | None) -> list[PoolDevice]:
         out = []
-        for dev in self.devices:
-            if dev.node not in (None, node):
-                continue
+        nearby = self._by_node.get(node, []) + (self._by_node.get(None, []) if node is not None else [])
+        for dev in nearby:
             if dev.key in self.allocated and not body.admin_access:
                 continue
             if self._matches(body, dev):

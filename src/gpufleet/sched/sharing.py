@@ -290,8 +290,6 @@ class MilliShares:
 
 # --- GPU Feature Discovery labels ----------------------------------------------------------------------------
 
-_FAMILY = {"pascal": "pascal", "volta": "volta", "turing": "turing", "ampere": "ampere", "hopper": "hopper"}
-
 
 def _sanitise(text: str) -> str:
     return "-".join(re.sub(r"[^A-Za-z0-9\-_. ]", "", text).split())
@@ -336,7 +334,7 @@ def gfd_labels(node: Node, config: DevicePluginConfig) -> dict[str, str]:
     total = len(node.gpus)
     arch = {
         f"{GPU_RESOURCE}.memory": str(spec.memory_mib),
-        f"{GPU_RESOURCE}.family": _FAMILY.get(spec.arch, spec.arch),
+        f"{GPU_RESOURCE}.family": spec.arch,  # the catalog names architectures as GFD's family label does
         f"{GPU_RESOURCE}.compute.major": spec.compute_capability.split(".")[0],
         f"{GPU_RESOURCE}.compute.minor": spec.compute_capability.split(".")[1],
     }
