@@ -342,3 +342,70 @@ def test_cli_publishes_slices_and_allocates_claims(tmp_path: Path) -> None:
     docs = list(yaml.safe_load_all(run.stdout))
     assert [d["kind"] for d in docs] == ["DeviceClass", "DeviceClass", "ResourceSlice"]
     assert docs[2]["spec"]["devices"][0]["attributes"]["productName"] == {"string": "Tesla T4"}
+
+
+def mig_claim(name: str, profile: str, count: int = 1, constraint: str = "") -> ResourceClaim:
+    expr = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
+    return claim(
+        f"""
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: {name}}}
+spec:
+  devices:
+    requests:
+    - name: mig
+      exactly:
+        deviceClassName: mig.nvidia.com
+        count: {count}
+        selectors: [{{cel: {{expression: "{expr}"}}}}]
+    {constraint}
+"""
+    )
+
+
+def test_dynamic_mig_slices_enforce_the_geometry_through_counters() -> None:
+    from gpufleet.sched.dra_slices import partitionable_slices
+    from gpufleet.sched.planner import synthetic_cluster
+
+    node = synthetic_cluster("h100", 2).nodes[0]
+    slices = partitionable_slices(node)
+    assert len(slices) == 2 and all(s.spec.pool.resource_slice_count == 2 for s in slices)
+    for sl in slices:
+        kubernetes_validate.validate(sl.to_k8s(), K8S, strict=True)
+    assert len(slices[0].spec.devices or []) == 1 + 7 + 7 + 4 + 3 + 2 + 1 + 1  # the GPU and every placement
+    alloc = Allocator(slices, nvidia_device_classes())
+
+    def devices(c: ResourceClaim) -> list[str]:
+        done = alloc.allocate(c)
+        kubernetes_validate.validate(done.to_k8s(), K8S, strict=True)
+        return [r.device for r in done.status.allocation.devices.results]  # type: ignore[union-attr]
+
+    # two 3g on GPU 0 take all eight memory slices: the next 1g and the whole GPU must go to GPU 1
+    assert devices(mig_claim("two-3g", "3g.40gb", 2)) == ["gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4"]
+    assert devices(mig_claim("one-1g", "1g.10gb")) == ["gpu-1-mig-1g10gb-19-0"]
+    whole = claim(
+        """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: whole}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.nvidia.com}
+"""
+    )
+    with pytest.raises(UserError, match="0 free devices match"):
+        alloc.allocate(whole)  # GPU 0 is full and GPU 1 has a 1g on it
+    # at most one +me per GPU: two on one parent cannot be, two on different parents can
+    same = "constraints: [{matchAttribute: gpu.nvidia.com/parentUUID}]"
+    with pytest.raises(UserError, match="cannot allocate ResourceClaim me-same"):
+        alloc.allocate(mig_claim("me-same", "1g.10gb+me", 2, same))
+    alloc2 = Allocator(partitionable_slices(node), nvidia_device_classes())
+    got = alloc2.allocate(mig_claim("me-two", "1g.10gb+me", 2))
+    parents = {r.device.split("-mig-")[0] for r in got.status.allocation.devices.results}  # type: ignore[union-attr]
+    assert parents == {"gpu-0", "gpu-1"}
+    alloc2.release(got)
+    assert all(v == 0 for v in alloc2.consumed.values())
+    assert alloc2.allocate(whole).status is not None

@@ -204,18 +204,22 @@ def dra_slices_cmd(
     cluster: Path = typer.Option(..., "--cluster", help="A kind: Cluster manifest."),
     node: str | None = typer.Option(None, "--node", help="Only this node's slices."),
     classes: bool = typer.Option(True, "--classes/--no-classes", help="Also print NVIDIA's DeviceClasses."),
+    dynamic_mig: bool = typer.Option(
+        False, "--dynamic-mig", help="Publish every MIG placement as a partitionable device (shared counters)."
+    ),
 ) -> None:
     """Print the ResourceSlices (resource.k8s.io/v1) NVIDIA's DRA driver would publish for the cluster's GPUs."""
     from gpufleet.sched.device_plugin import dump_manifests
-    from gpufleet.sched.dra_slices import nvidia_device_classes, resource_slices
+    from gpufleet.sched.dra_slices import nvidia_device_classes, partitionable_slices, resource_slices
     from gpufleet.spec.builder import build_cluster
     from gpufleet.spec.loader import load_cluster
 
     manifest = load_cluster(cluster)
     fleet = build_cluster(manifest.metadata.name, manifest.spec)
     nodes = [fleet.node(node)] if node else [n for n in fleet.nodes if n.gpus]
+    publish = partitionable_slices if dynamic_mig else resource_slices
     docs = [c.to_k8s() for c in nvidia_device_classes()] if classes else []
-    docs += [sl.to_k8s() for n in nodes for sl in resource_slices(n)]
+    docs += [sl.to_k8s() for n in nodes for sl in publish(n)]
     typer.echo(dump_manifests(docs), nl=False)
 
 
@@ -226,21 +230,23 @@ def dra_allocate_cmd(
     ),
     cluster: Path = typer.Option(..., "--cluster", help="A kind: Cluster manifest whose GPUs are the devices."),
     node: str | None = typer.Option(None, "--node", help="Allocate on this node (default: the first that fits)."),
+    dynamic_mig: bool = typer.Option(False, "--dynamic-mig", help="MIG devices are created on allocation."),
 ) -> None:
     """Allocate each claim in turn (CEL selectors, counts, constraints) and print it with status.allocation."""
     from gpufleet.sched.device_plugin import dump_manifests
     from gpufleet.sched.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, load_dra_objects
     from gpufleet.sched.dra_allocator import Allocator
-    from gpufleet.sched.dra_slices import nvidia_device_classes, resource_slices
+    from gpufleet.sched.dra_slices import nvidia_device_classes, partitionable_slices, resource_slices
     from gpufleet.spec.builder import build_cluster
     from gpufleet.spec.loader import load_cluster
 
     manifest = load_cluster(cluster)
     fleet = build_cluster(manifest.metadata.name, manifest.spec)
+    publish = partitionable_slices if dynamic_mig else resource_slices
     objects = load_dra_objects(claims)
     classes = {c.metadata.name: c for c in nvidia_device_classes()}
     classes |= {o.metadata.name: o for o in objects if isinstance(o, DeviceClass)}
-    allocator = Allocator([sl for n in fleet.nodes for sl in resource_slices(n)], classes.values())
+    allocator = Allocator([sl for n in fleet.nodes for sl in publish(n)], classes.values())
     todo: list[ResourceClaim] = []
     for obj in objects:
         if isinstance(obj, ResourceClaim):

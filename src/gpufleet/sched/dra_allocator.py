@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
@@ -40,6 +41,7 @@ from gpufleet.sched.dra_cel import Quantity, attribute_value, compile_selector, 
 MAX_STEPS = 200_000  # backtracking budget: a claim that needs more search than this is reported, not hung on
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device
+CounterKey = tuple[str, str, str, str]  # driver, pool, counter set, counter
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,14 @@ class PoolDevice:
     def cel(self) -> celtypes.MapType:
         return device_input(self.driver, self.attributes, self.capacity, bool(self.device.allow_multiple_allocations))
 
+    @cached_property
+    def consumption(self) -> dict[CounterKey, Fraction]:
+        return {
+            (self.driver, self.pool, use.counter_set, name): Quantity(c.value).value
+            for use in self.device.consumes_counters or []
+            for name, c in use.counters.items()
+        }
+
     def attribute(self, qualified: str) -> Any:
         domain, name = self._split(qualified)
         return self.attributes.get(domain, {}).get(name)
@@ -111,16 +121,24 @@ class Allocator:
         self, slices: Iterable[ResourceSlice], classes: Iterable[DeviceClass], allocated: Iterable[DeviceKey] = ()
     ) -> None:
         self.devices: list[PoolDevice] = []
-        for sl in slices:
+        slices_list = list(slices)
+        for sl in slices_list:
             node = sl.spec.node_name
             for dev in sl.spec.devices or []:
                 self.devices.append(PoolDevice(sl.spec.driver, sl.spec.pool.name, dev.node_name or node, dev))
         self.classes = {c.metadata.name: c for c in classes if c.metadata.name}
         self.allocated: set[DeviceKey] = set(allocated)
         self._by_node: dict[str | None, list[PoolDevice]] = {}
-        for dev in self.devices:
-            self._by_node.setdefault(dev.node, []).append(dev)
+        for pooled in self.devices:
+            self._by_node.setdefault(pooled.node, []).append(pooled)
         self._selector_results: dict[tuple[str, DeviceKey], bool] = {}  # devices do not change; selectors are pure
+        # partitionable devices: counters each pool's counter sets hold, and how much allocations consumed
+        self.counters: dict[CounterKey, Quantity] = {}
+        for sl in slices_list:
+            for cs in sl.spec.shared_counters or []:
+                for name, counter in cs.counters.items():
+                    self.counters[(sl.spec.driver, sl.spec.pool.name, cs.name, name)] = Quantity(counter.value)
+        self.consumed: dict[CounterKey, Fraction] = {}
 
     @property
     def nodes(self) -> list[str]:
@@ -159,6 +177,8 @@ class Allocator:
         nearby = self._by_node.get(node, []) + (self._by_node.get(None, []) if node is not None else [])
         for dev in nearby:
             if dev.key in self.allocated and not body.admin_access:
+                continue
+            if not self._counters_fit([dev]):
                 continue
             if self._matches(body, dev):
                 out.append(dev)
@@ -241,7 +261,7 @@ class Allocator:
                 picks = self._combinations(free, alt.body.wanted, alt, chosen, constraints, steps)
             for pick in picks:
                 extra = [(alt.result_name, d) for d in pick]
-                if not _consistent(chosen + extra, constraints):
+                if not self._ok(chosen + extra, constraints):
                     continue
                 yield from self._search(groups, i + 1, chosen + extra, constraints, steps)
                 if steps[0] >= MAX_STEPS:
@@ -265,11 +285,25 @@ class Allocator:
                 if steps[0] >= MAX_STEPS:
                     return
                 pick.append(free[j])
-                if _consistent(chosen + [(alt.result_name, d) for d in pick], constraints):
+                if self._ok(chosen + [(alt.result_name, d) for d in pick], constraints):
                     yield from rec(j + 1, pick)
                 pick.pop()
 
         yield from rec(0, [])
+
+    def _counters_fit(self, devices: list[PoolDevice]) -> bool:
+        wanted: dict[CounterKey, Fraction] = {}
+        for dev in devices:
+            for key, amount in dev.consumption.items():
+                wanted[key] = wanted.get(key, Fraction(0)) + amount
+        for key, amount in wanted.items():
+            have = self.counters.get(key)
+            if have is None or self.consumed.get(key, Fraction(0)) + amount > have.value:
+                return False
+        return True
+
+    def _ok(self, chosen: list[tuple[str, PoolDevice]], constraints: list[DeviceConstraint]) -> bool:
+        return _consistent(chosen, constraints) and self._counters_fit([d for _, d in chosen])
 
     def _write(self, claim: ResourceClaim, node: str | None, found: list[tuple[str, PoolDevice]]) -> ResourceClaim:
         assert claim.spec.devices is not None
@@ -303,6 +337,8 @@ class Allocator:
         for _, d in found:
             if not d.device.allow_multiple_allocations:
                 self.allocated.add(d.key)
+            for key, amount in d.consumption.items():
+                self.consumed[key] = self.consumed.get(key, Fraction(0)) + amount
         out = claim.model_copy(deep=True)
         out.status = ResourceClaimStatus(
             allocation=AllocationResult(
@@ -313,8 +349,12 @@ class Allocator:
 
     def release(self, claim: ResourceClaim) -> None:
         alloc = claim.status.allocation if claim.status else None
+        by_key = {d.key: d for d in self.devices}
         for res in (alloc.devices.results if alloc and alloc.devices else None) or []:
-            self.allocated.discard((res.driver, res.pool, res.device))
+            key = (res.driver, res.pool, res.device)
+            self.allocated.discard(key)
+            for counter, amount in (by_key[key].consumption if key in by_key else {}).items():
+                self.consumed[counter] = self.consumed.get(counter, Fraction(0)) - amount
 
 
 def _consistent(chosen: list[tuple[str, PoolDevice]], constraints: list[DeviceConstraint]) -> bool:

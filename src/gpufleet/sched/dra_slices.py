@@ -13,11 +13,14 @@ from gpufleet.model.gpu import Gpu, MigInstance
 from gpufleet.model.node import Node
 from gpufleet.sched.dra import (
     CELDeviceSelector,
+    Counter,
+    CounterSet,
     Device,
     DeviceAttribute,
     DeviceCapacity,
     DeviceClass,
     DeviceClassSpec,
+    DeviceCounterConsumption,
     DeviceSelector,
     DeviceTaint,
     ObjectMeta,
@@ -138,3 +141,60 @@ def nvidia_device_classes() -> list[DeviceClass]:
         )
 
     return [cls("gpu.nvidia.com", "gpu", "nvidia.com/gpu"), cls("mig.nvidia.com", "mig")]
+
+
+def _counter_set(gpu: Gpu) -> str:
+    return f"gpu-{gpu.minor}-counter-set"
+
+
+def _slice_counter(i: int) -> str:
+    return f"memory-slice-{i}"  # counter names are DNS labels
+
+
+MEDIA_COUNTER = "media-extensions"
+
+
+def partitionable_slices(node: Node, generation: int = 1) -> list[ResourceSlice]:
+    """Dynamic MIG as partitionable devices (KEP-4815, gate DRAPartitionableDevices), one slice per GPU.
+
+    Each MIG-capable GPU gets a counter set with one counter per memory slice and one for media extensions. The
+    full GPU consumes all of them; every valid placement of every profile is a device consuming the slices it
+    covers (and the media counter for +me). Allocation then enforces exactly the MIG validity rules: no shared
+    memory slice, at most one +me, and the max counts that follow from the listed starts.
+    """
+    per_gpu: list[tuple[list[Device], list[CounterSet] | None]] = []
+    for gpu in node.gpus:
+        if gpu.model.mig_geometry is None:
+            per_gpu.append(([gpu_device(node, gpu)], None))
+            continue
+        name = _counter_set(gpu)
+        counters = {_slice_counter(i): Counter(value="1") for i in range(MEMORY_SLICES)}
+        counters[MEDIA_COUNTER] = Counter(value="1")
+        full = gpu_device(node, gpu)
+        full.consumes_counters = [DeviceCounterConsumption(counter_set=name, counters=dict(counters))]
+        devices = [full]
+        for prof in mig_profiles_for(gpu.model.mig_geometry).values():
+            for start in prof.starts:
+                inst = MigInstance(prof.name, 0, start, prof.size, "")
+                dev = mig_device(node, gpu, inst)
+                assert dev.attributes is not None
+                del dev.attributes["uuid"]  # created on allocation
+                use = {_slice_counter(i): Counter(value="1") for i in range(start, start + prof.size)}
+                if prof.media_extensions:
+                    use[MEDIA_COUNTER] = Counter(value="1")
+                dev.consumes_counters = [DeviceCounterConsumption(counter_set=name, counters=use)]
+                devices.append(dev)
+        per_gpu.append((devices, [CounterSet(name=name, counters=counters)]))
+    return [
+        ResourceSlice(
+            metadata=ObjectMeta(name=f"{node.name}-{DRIVER}-{i}"),
+            spec=ResourceSliceSpec(
+                driver=DRIVER,
+                pool=ResourcePool(name=node.name, generation=generation, resource_slice_count=len(per_gpu)),
+                node_name=node.name,
+                devices=devices,
+                shared_counters=counter_sets,
+            ),
+        )
+        for i, (devices, counter_sets) in enumerate(per_gpu)
+    ]
