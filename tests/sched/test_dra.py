@@ -382,8 +382,11 @@ def test_dynamic_mig_slices_enforce_the_geometry_through_counters() -> None:
         return [r.device for r in done.status.allocation.devices.results]  # type: ignore[union-attr]
 
     # two 3g on GPU 0 take all eight memory slices: the next 1g and the whole GPU must go to GPU 1
-    assert devices(mig_claim("two-3g", "3g.40gb", 2)) == ["gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4"]
-    assert devices(mig_claim("one-1g", "1g.10gb")) == ["gpu-1-mig-1g10gb-19-0"]
+    assert sorted(devices(mig_claim("two-3g", "3g.40gb", 2))) == ["gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4"]
+    # the 1g goes where MigLayout.allocate would put it (slices 0-3 first, keeping 3g at 4 open) ...
+    assert devices(mig_claim("one-1g", "1g.10gb")) == ["gpu-1-mig-1g10gb-19-3"]
+    # ... and the next one joins it on the fuller GPU
+    assert devices(mig_claim("two-1g", "1g.10gb")) == ["gpu-1-mig-1g10gb-19-2"]
     whole = claim(
         """
 apiVersion: resource.k8s.io/v1

@@ -37,6 +37,7 @@ from gpufleet.sched.dra import (
     _RequestBody,
 )
 from gpufleet.sched.dra_cel import Quantity, attribute_value, compile_selector, device_input
+from gpufleet.sched.mig import Placement, completions, geometry_of
 
 MAX_STEPS = 200_000  # backtracking budget: a claim that needs more search than this is reported, not hung on
 
@@ -90,6 +91,23 @@ class PoolDevice:
             for name, c in use.counters.items()
         }
 
+    @cached_property
+    def mig_placement(self) -> tuple[str, tuple[str, str, str], Placement] | None:
+        """For a partitionable MIG device: its geometry, the counter set of its GPU and its placement."""
+        profile = self.attributes.get(self.driver, {}).get("profile")
+        product = self.attributes.get(self.driver, {}).get("productName")
+        uses = self.device.consumes_counters or []
+        slices = sorted(
+            int(k.removeprefix("memorySlice")) for k in (self.device.capacity or {}) if k.startswith("memorySlice")
+        )
+        if profile is None or product is None or len(uses) != 1 or not slices:
+            return None
+        try:
+            geometry = geometry_of(str(product))
+        except UserError:
+            return None
+        return geometry, (self.driver, self.pool, uses[0].counter_set), Placement(slices[0], str(profile))
+
     def attribute(self, qualified: str) -> Any:
         domain, name = self._split(qualified)
         return self.attributes.get(domain, {}).get(name)
@@ -139,6 +157,7 @@ class Allocator:
                 for name, counter in cs.counters.items():
                     self.counters[(sl.spec.driver, sl.spec.pool.name, cs.name, name)] = Quantity(counter.value)
         self.consumed: dict[CounterKey, Fraction] = {}
+        self._placed: dict[tuple[str, str, str], set[Placement]] = {}  # MIG instances made on each GPU (counter set)
 
     @property
     def nodes(self) -> list[str]:
@@ -182,7 +201,16 @@ class Allocator:
                 continue
             if self._matches(body, dev):
                 out.append(dev)
-        return out
+        return sorted(out, key=self._packing_order)
+
+    def _packing_order(self, dev: PoolDevice) -> tuple[int, int, int]:
+        """Dynamic MIG: fuller GPUs first, then the placement MigLayout.allocate would choose (most completions)."""
+        mig = dev.mig_placement
+        if mig is None:
+            return (0, 0, 0)
+        geometry, gpu, placement = mig
+        placed = self._placed.get(gpu, set())
+        return (-len(placed), -completions(geometry, frozenset(placed | {placement})), -placement.start)
 
     def allocate(
         self, claim: ResourceClaim, node: str | None = None, consumer: ResourceClaimConsumerReference | None = None
@@ -339,6 +367,8 @@ class Allocator:
                 self.allocated.add(d.key)
             for key, amount in d.consumption.items():
                 self.consumed[key] = self.consumed.get(key, Fraction(0)) + amount
+            if d.mig_placement is not None:
+                self._placed.setdefault(d.mig_placement[1], set()).add(d.mig_placement[2])
         out = claim.model_copy(deep=True)
         out.status = ResourceClaimStatus(
             allocation=AllocationResult(
@@ -353,8 +383,13 @@ class Allocator:
         for res in (alloc.devices.results if alloc and alloc.devices else None) or []:
             key = (res.driver, res.pool, res.device)
             self.allocated.discard(key)
-            for counter, amount in (by_key[key].consumption if key in by_key else {}).items():
+            dev = by_key.get(key)
+            if dev is None:
+                continue
+            for counter, amount in dev.consumption.items():
                 self.consumed[counter] = self.consumed.get(counter, Fraction(0)) - amount
+            if dev.mig_placement is not None:
+                self._placed.get(dev.mig_placement[1], set()).discard(dev.mig_placement[2])
 
 
 def _consistent(chosen: list[tuple[str, PoolDevice]], constraints: list[DeviceConstraint]) -> bool:

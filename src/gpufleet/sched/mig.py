@@ -180,7 +180,7 @@ class MigLayout:
                 fix=f"what still fits: {', '.join(self.fits()) or 'nothing'}",
             )
         mine = frozenset(self.placements)
-        best = max(starts, key=lambda s: (_completions(self.geometry, mine | {Placement(s, profile)}), s))
+        best = max(starts, key=lambda s: (completions(self.geometry, mine | {Placement(s, profile)}), s))
         placement = Placement(best, profile)
         return MigLayout(self.geometry, tuple(sorted((*self.placements, placement)))), placement
 
@@ -227,7 +227,7 @@ def _layout_sets(geometry: str) -> tuple[frozenset[Placement], ...]:
 
 
 @cache
-def _completions(geometry: str, placements: frozenset[Placement]) -> int:
+def completions(geometry: str, placements: frozenset[Placement]) -> int:
     """How many valid layouts contain these placements: the ways a partly filled GPU can still be completed."""
     return sum(1 for layout in _layout_sets(geometry) if placements <= layout)
 
