@@ -158,6 +158,7 @@ class Allocator:
                     self.counters[(sl.spec.driver, sl.spec.pool.name, cs.name, name)] = Quantity(counter.value)
         self.consumed: dict[CounterKey, Fraction] = {}
         self._placed: dict[tuple[str, str, str], set[Placement]] = {}  # MIG instances made on each GPU (counter set)
+        self._gpu_order: dict[tuple[str, str, str], int] = {}
 
     @property
     def nodes(self) -> list[str]:
@@ -203,14 +204,16 @@ class Allocator:
                 out.append(dev)
         return sorted(out, key=self._packing_order)
 
-    def _packing_order(self, dev: PoolDevice) -> tuple[int, int, int]:
-        """Dynamic MIG: fuller GPUs first, then the placement MigLayout.allocate would choose (most completions)."""
+    def _packing_order(self, dev: PoolDevice) -> tuple[int, int, int, int]:
+        """Dynamic MIG: fuller GPUs first, one GPU's placements together (so a claim's instances share a GPU when
+        they can), and on a GPU the placement MigLayout.allocate would choose (the most completions)."""
         mig = dev.mig_placement
         if mig is None:
-            return (0, 0, 0)
+            return (0, 0, 0, 0)
         geometry, gpu, placement = mig
         placed = self._placed.get(gpu, set())
-        return (-len(placed), -completions(geometry, frozenset(placed | {placement})), -placement.start)
+        order = self._gpu_order.setdefault(gpu, len(self._gpu_order))
+        return (-len(placed), order, -completions(geometry, frozenset(placed | {placement})), -placement.start)
 
     def allocate(
         self, claim: ResourceClaim, node: str | None = None, consumer: ResourceClaimConsumerReference | None = None
