@@ -8,6 +8,7 @@ compute slices add up to at most 7. The geometry comes from the catalog (mig_pro
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -163,7 +164,7 @@ class MigLayout:
     def allocate(self, profile: str, start: int | None = None) -> tuple[MigLayout, Placement]:
         """Add one instance, at `start` if given, else at the placement that keeps the most future layouts open.
 
-        Positional fragmentation is real: instances at 0, 1 and 5 block a 2g or 3g although enough slices are free.
+        Positional fragmentation is real: instances at 0, 1 and 5 block every 3g although five slices are free.
         So among the free starts we pick the one whose resulting layout can still be completed in the most ways (it
         is part of the largest number of the geometry's valid layouts; ties go to the highest start). On the
         7-slice parts this packs 1g instances into slices 0-3 first, which keeps 3g at 4, the only other user of
@@ -189,10 +190,17 @@ class MigLayout:
             raise UserError(f"{placement} is not in the layout [{self}]")
         return MigLayout(self.geometry, tuple(p for p in self.placements if p != placement))
 
-    def to_instances(self, uuid_prefix: str) -> list[MigInstance]:
+    def to_instances(self, gpu_uuid: str) -> list[MigInstance]:
+        """Model MIG instances; UUIDs are stable per GPU and placement, in the `MIG-<uuid>` form NVML prints."""
         profiles = mig_profiles_for(self.geometry)
         return [
-            MigInstance(p.profile, gi, p.start, profiles[p.profile].size, f"MIG-{uuid_prefix}-{gi}")
+            MigInstance(
+                p.profile,
+                gi,
+                p.start,
+                profiles[p.profile].size,
+                f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, f'{gpu_uuid}/{p}')}",
+            )
             for gi, p in enumerate(self.placements, start=1)
         ]
 
