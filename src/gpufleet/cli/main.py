@@ -43,6 +43,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.xid",
     "gpufleet.cli.nccl",
     "gpufleet.cli.sched",
+    "gpufleet.cli.partition",
 )
 
 
