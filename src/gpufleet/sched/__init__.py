@@ -1,0 +1,1 @@
+"""Scheduling and GPU partitioning."""

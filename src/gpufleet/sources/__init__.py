@@ -1,0 +1,1 @@
+"""Sources: read the real world (NVML, kernel log, fabric tools, Slurm, Kubernetes) into model objects."""
