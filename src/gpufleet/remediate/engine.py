@@ -128,12 +128,12 @@ class Remediator:
 
     def _breaker(self, incident: Incident, mode: Mode, runbook: str) -> str:
         state = self.store.breaker()
-        if state.tripped:
-            return "tripped"
         now = self.backend.now()
         counts = incident.severity is Severity.critical and bool(incident.node)
-        if counts and mode == "apply":
+        if counts and mode == "apply":  # first sighting only: a failure seen before a reset does not count after it
             self.store.record_failure(incident.id, incident.node, now)
+        if state.tripped:
+            return "tripped"
         failing = set(self.store.failing_nodes(since=self._window_start(state, now)))
         if counts:
             failing.add(incident.node)
