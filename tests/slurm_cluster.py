@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.sources.slurm import SlurmRunner
-from tests.conftest import REPO_ROOT, require_tool
+from tests.conftest import IN_CI, REPO_ROOT, require_tool
 
 NODES = 4
 
@@ -119,7 +119,7 @@ def get_cluster() -> SlurmCluster:
 def slurm_cluster() -> Iterator[SlurmCluster]:
     require_tool("slurmctld", "slurmd", "scontrol", "sbatch", "munge")
     if os.geteuid() != 0:
-        pytest.skip("the test Slurm cluster runs its daemons as root (SlurmUser=root, mknod)")
+        (pytest.fail if IN_CI else pytest.skip)("the test Slurm cluster runs its daemons as root (SlurmUser=root, mknod)")
     cluster = get_cluster()
     cluster.reset_nodes()
     yield cluster
