@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
-from gpufleet.remediate.backends.twin import TwinBackend
 from gpufleet.remediate.config import RemediationPolicy, load_policy
 from gpufleet.remediate.engine import Remediator, RunReport, StepDecision
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict, load_incidents
@@ -16,6 +17,17 @@ from gpufleet.remediate.runbook import ActionKind, RunbookManifest, RunbookSet, 
 from gpufleet.remediate.store import RemediationStore
 from gpufleet.remediate.tickets import FileTicketSink, Ticket, TicketSink, WebhookTicketSink
 from gpufleet.spec.loader import register_kind
+
+if TYPE_CHECKING:
+    from gpufleet.remediate.backends.twin import TwinBackend
+
+def __getattr__(name: str) -> object:
+    if name == "TwinBackend":  # imported on use: it pulls in the simulator
+        from gpufleet.remediate.backends.twin import TwinBackend
+
+        return TwinBackend
+    raise AttributeError(name)
+
 
 register_kind("Runbook", RunbookManifest)
 register_kind("RemediationPolicy", RemediationPolicy)
