@@ -119,7 +119,9 @@ def get_cluster() -> SlurmCluster:
 def slurm_cluster() -> Iterator[SlurmCluster]:
     require_tool("slurmctld", "slurmd", "scontrol", "sbatch", "munge")
     if os.geteuid() != 0:
-        (pytest.fail if IN_CI else pytest.skip)("the test Slurm cluster runs its daemons as root (SlurmUser=root, mknod)")
+        (pytest.fail if IN_CI else pytest.skip)(
+            "the test Slurm cluster runs its daemons as root (SlurmUser=root, mknod)"
+        )
     cluster = get_cluster()
     cluster.reset_nodes()
     yield cluster

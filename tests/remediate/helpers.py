@@ -45,5 +45,8 @@ def policy(**spec: object) -> RemediationPolicy:
 
 def remediator(twin: Twin, tmp: Path, pol: RemediationPolicy | None = None) -> Remediator:
     return Remediator(
-        TwinBackend(twin), RemediationStore(tmp / "remediate.db"), pol or policy(), tickets=FileTicketSink(tmp / "tickets")
+        TwinBackend(twin),
+        RemediationStore(tmp / "remediate.db"),
+        pol or policy(),
+        tickets=FileTicketSink(tmp / "tickets"),
     )

@@ -12,11 +12,11 @@ import pytest
 kube = pytest.importorskip("kubernetes.client")
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
+from gpufleet.errors import BackendError  # noqa: E402
 from gpufleet.model.incident import RootCause  # noqa: E402
 from gpufleet.model.observation import EntityKind  # noqa: E402
 from gpufleet.remediate import FileTicketSink, RemediationStore, Remediator, UnsupportedActionError  # noqa: E402
 from gpufleet.remediate.backends.kubernetes import CONDITION, KubernetesBackend  # noqa: E402
-from gpufleet.errors import BackendError  # noqa: E402
 from tests.remediate.helpers import incident, policy  # noqa: E402
 
 
@@ -32,7 +32,9 @@ def _node(name: str, leaf: str) -> Any:
     )  # fmt: skip
 
 
-def _pod(name: str, node: str, *, ns: str = "ml", owner: str = "Job", job: str | None = None, mirror: bool = False) -> Any:
+def _pod(
+    name: str, node: str, *, ns: str = "ml", owner: str = "Job", job: str | None = None, mirror: bool = False
+) -> Any:
     return kube.V1Pod(
         metadata=kube.V1ObjectMeta(
             name=name,
@@ -160,8 +162,8 @@ def test_drain_retries_pdb_429_with_backoff() -> None:
 
 def test_drain_blocked_by_pdb_is_an_error_and_the_runbook_retries(tmp_path: Path) -> None:
     api = _cluster(pdb={"ml/serve-0": 100})
-    rem = Remediator(_backend(api), RemediationStore(tmp_path / "r.db"), policy(rateLimits={}, budget={"cluster": "50%"}),
-                     tickets=FileTicketSink(tmp_path / "t"))  # fmt: skip
+    pol = policy(rateLimits={}, budget={"cluster": "50%"})
+    rem = Remediator(_backend(api), RemediationStore(tmp_path / "r.db"), pol, tickets=FileTicketSink(tmp_path / "t"))
     inc = incident(RootCause.gpu_xid, "gpu-1", gpu=2, action="WORKFLOW_XID_48", xid=48)
     first = rem.apply(inc)
     assert [s.decision for s in first.steps] == ["done", "error"]

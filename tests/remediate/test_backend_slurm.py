@@ -10,13 +10,14 @@ import pytest
 from gpufleet.model.incident import RootCause
 from gpufleet.remediate import FileTicketSink, RemediationStore, Remediator, UnsupportedActionError
 from gpufleet.remediate.backends.slurm import SlurmBackend
+from gpufleet.sources.slurm import SinfoRow
 from tests.remediate.helpers import incident, policy
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 
 pytestmark = pytest.mark.real
 
 
-def _sinfo_state(cluster: SlurmCluster, node: str):  # type: ignore[no-untyped-def]
+def _sinfo_state(cluster: SlurmCluster, node: str) -> SinfoRow:
     return next(r for r in cluster.runner.sinfo() if r.node == node)
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpufleet.model.incident import RootCause
+from gpufleet.model.incident import RootCause, Severity
 from gpufleet.model.observation import EntityKind
 from gpufleet.model.workload import JobState
-from gpufleet.remediate import FileTicketSink
+from gpufleet.remediate import FileTicketSink, RunReport
 from tests.remediate.helpers import incident, remediator
 from tests.twins import small_twin
 
 
-def _decisions(report) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _decisions(report: RunReport) -> dict[str, str]:
     return {s.step: s.decision for s in report.steps}
 
 
@@ -96,7 +96,7 @@ def test_xid154_takes_the_announced_action(tmp_path: Path) -> None:
 def test_thermal_caps_power_then_tickets(tmp_path: Path) -> None:
     twin = small_twin(nodes=2, job_nodes=0)
     rem = remediator(twin, tmp_path)
-    rem.apply(incident(RootCause.thermal, "n-001", gpu=4, severity=__import__("gpufleet").model.Severity.warning))
+    rem.apply(incident(RootCause.thermal, "n-001", gpu=4, severity=Severity.warning))
     k = twin.gpu("n-001", 4)
     assert twin.gpus.power_limit_w[k] == round(0.8 * twin.gpus.tdp_w[k])
     assert [t.kind for t in FileTicketSink(tmp_path / "tickets").tickets()] == ["repair"]
@@ -125,7 +125,6 @@ def test_idle_gpu_notice_carries_cost_and_kills_nothing(tmp_path: Path) -> None:
     twin = small_twin(nodes=2, job_nodes=1)
     twin.cost_per_gpu_hour = {"h100-sxm": 2.5}
     rem = remediator(twin, tmp_path)
-    from gpufleet.model.incident import Severity
 
     rem.apply(incident(RootCause.idle_gpu, "n-000", gpu=None, kind=EntityKind.node, severity=Severity.info))
     [notice] = FileTicketSink(tmp_path / "tickets").tickets()

@@ -35,7 +35,12 @@ def test_required_runbook_shapes() -> None:
     assert [s.action for s in rb["xid-48"].spec.steps] == [ActionKind.cordon, ActionKind.drain, ActionKind.ticket]
     assert rb["xid-48"].spec.steps[-1].ticket_kind == "rma"
     lost = rb["gpu-lost"].spec.steps
-    assert [s.action for s in lost[:4]] == [ActionKind.drain, ActionKind.reboot_node, ActionKind.diag, ActionKind.uncordon]
+    assert [s.action for s in lost[:4]] == [
+        ActionKind.drain,
+        ActionKind.reboot_node,
+        ActionKind.diag,
+        ActionKind.uncordon,
+    ]
     assert lost[2].level == 2 and lost[3].when.step_passed == "diag"
     assert [s.action for s in rb["bad-cable"].spec.steps] == [ActionKind.isolate_port, ActionKind.ticket]
     assert [s.action for s in rb["thermal"].spec.steps] == [ActionKind.power_cap, ActionKind.ticket]
@@ -71,7 +76,10 @@ def test_runbook_is_a_manifest_kind(tmp_path: Path) -> None:
     [
         ("    - {id: a, action: cordon, reasn: typo}\n", "did you mean 'reason'"),
         ("    - {id: a, action: diag}\n", "needs `level`"),
-        ("    - {id: a, action: uncordon, when: {stepPassed: later}}\n    - {id: later, action: cordon}\n", "not an earlier step"),
+        (
+            "    - {id: a, action: uncordon, when: {stepPassed: later}}\n    - {id: later, action: cordon}\n",
+            "not an earlier step",
+        ),
         ("    - {id: a, action: explode}\n", "action"),
         ("    - {id: a, action: ticket}\n", "ticketKind"),
     ],

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.model.incident import RootCause
+from gpufleet.model.incident import RootCause, Severity
 from gpufleet.remediate import RemediationStore, Remediator, TwinBackend
 from gpufleet.remediate.config import resolve_limit
+from gpufleet.sim.twin import Twin
 from tests.remediate.helpers import incident, policy, remediator
 from tests.twins import small_twin
 
 
-def _unavailable(twin) -> set[str]:  # type: ignore[no-untyped-def]
+def _unavailable(twin: Twin) -> set[str]:
     return {n.name for n in twin.cluster.nodes if n.unschedulable}
 
 
@@ -88,7 +89,9 @@ def test_breaker_trip_in_dry_run_is_only_reported(tmp_path: Path) -> None:
 
 def test_leaf_budget_never_exceeded(tmp_path: Path) -> None:
     twin = small_twin(nodes=32, job_nodes=0)
-    rem = remediator(twin, tmp_path, policy(budget={"cluster": "100%", "perLeaf": 2}, rateLimits={}, breaker={"enabled": False}))
+    rem = remediator(
+        twin, tmp_path, policy(budget={"cluster": "100%", "perLeaf": 2}, rateLimits={}, breaker={"enabled": False})
+    )
     places = rem.backend.placement()
     leaf = places["n-000"].leaf
     same_leaf = [n for n, p in places.items() if p.leaf == leaf]
@@ -108,7 +111,9 @@ def test_leaf_budget_never_exceeded(tmp_path: Path) -> None:
 
 def test_rack_and_cluster_budgets(tmp_path: Path) -> None:
     twin = small_twin(nodes=20, job_nodes=0)
-    rem = remediator(twin, tmp_path, policy(budget={"cluster": "15%", "perRack": "50%"}, rateLimits={}, breaker={"enabled": False}))
+    rem = remediator(
+        twin, tmp_path, policy(budget={"cluster": "15%", "perRack": "50%"}, rateLimits={}, breaker={"enabled": False})
+    )
     racks = rem.backend.placement()
     rack0 = [n for n, p in racks.items() if p.rack == racks["n-000"].rack]  # 4 nodes per rack: 50% = 2
     for node in rack0:
@@ -148,7 +153,7 @@ def test_max_per_hour(tmp_path: Path) -> None:
     pol = policy(budget={"cluster": "100%"}, rateLimits={"cordon": {"maxPerHour": 2}})
     rem = remediator(twin, tmp_path, pol)
     for k in range(3):
-        rem.apply(incident(RootCause.ecc_sbe_rate, f"n-{k:03d}", severity=__import__("gpufleet").model.Severity.warning))
+        rem.apply(incident(RootCause.ecc_sbe_rate, f"n-{k:03d}", severity=Severity.warning))
     assert len(_unavailable(twin)) == 2
     assert "2 cordon actions in the past hour" in rem.store.audit_entries()[-1].reason
 

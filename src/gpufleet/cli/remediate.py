@@ -11,7 +11,6 @@ import typer
 import gpufleet.remediate  # noqa: F401  (registers the Runbook and RemediationPolicy kinds for `gpufleet validate`)
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 
-
 remediate_app = typer.Typer(
     help="Fix faults safely: runbooks per root cause, budgets, a circuit breaker, rate limits, an audit log.",
     no_args_is_help=True,
@@ -192,7 +191,7 @@ def audit(
 
     def render(wide: bool) -> None:
         cols = ["SEQ", "TIME", "INCIDENT", "STEP", "ACTION", "TARGET", "DECISION", "REASON"]
-        rows = [
+        rows: list[tuple[object, ...]] = [
             (e.seq, f"{e.time:.0f}", e.incident, e.step, e.action, e.target,
              e.decision + (" (dry-run)" if e.dry_run else ""), e.reason)
             for e in entries
@@ -240,6 +239,3 @@ def register(app: typer.Typer) -> None:
     breaker_app.command("reset")(breaker_reset)
     remediate_app.add_typer(breaker_app, name="breaker")
     app.add_typer(remediate_app, name="remediate")
-
-
-

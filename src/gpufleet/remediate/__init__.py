@@ -1,8 +1,8 @@
 """Remediation: runbooks as data, a policy engine with safety limits, an audit log, and backends to act through.
 
-    from gpufleet.remediate import Remediator, RemediationStore, TwinBackend
-    rem = Remediator(TwinBackend(twin), RemediationStore(path), tickets=FileTicketSink(dir))
-    report = rem.apply(incident)          # or rem.plan(incident), rem.apply(incident, dry_run=True)
+from gpufleet.remediate import Remediator, RemediationStore, TwinBackend
+rem = Remediator(TwinBackend(twin), RemediationStore(path), tickets=FileTicketSink(dir))
+report = rem.apply(incident)          # or rem.plan(incident), rem.apply(incident, dry_run=True)
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from gpufleet.spec.loader import register_kind
 
 if TYPE_CHECKING:
     from gpufleet.remediate.backends.twin import TwinBackend
+
 
 def __getattr__(name: str) -> object:
     if name == "TwinBackend":  # imported on use: it pulls in the simulator

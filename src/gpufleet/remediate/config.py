@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from gpufleet.remediate.runbook import ActionKind
-from gpufleet.spec.base import API_VERSION, Duration, Manifest, Metadata
+from gpufleet.spec.base import Duration, Manifest, Metadata
 
 _PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
@@ -113,7 +113,7 @@ class RemediationBody(Manifest):
 
 
 class RemediationPolicy(Manifest):
-    api_version: Literal["gpufleet.io/v1"] = API_VERSION
+    api_version: Literal["gpufleet.io/v1"] = "gpufleet.io/v1"
     kind: Literal["RemediationPolicy"] = "RemediationPolicy"
     metadata: Metadata = Field(default_factory=lambda: Metadata(name="default"))
     spec: RemediationBody = Field(default_factory=RemediationBody)
@@ -122,4 +122,5 @@ class RemediationPolicy(Manifest):
 def load_policy(path: Path) -> RemediationPolicy:
     from gpufleet.spec.loader import load_one
 
-    return load_one(Path(path), RemediationPolicy)  # type: ignore[no-any-return]
+    policy: RemediationPolicy = load_one(Path(path), RemediationPolicy)
+    return policy

@@ -170,7 +170,9 @@ class Remediator:
             self._audit(mode, incident, runbook.name, d)
             if mode == "apply":
                 self.store.record_step(
-                    StepRecord(incident.id, step.id, step.action.value, d.target, d.decision, self.backend.now(), d.reason)
+                    StepRecord(
+                        incident.id, step.id, step.action.value, d.target, d.decision, self.backend.now(), d.reason
+                    )
                 )
             if stop:
                 break
@@ -195,7 +197,10 @@ class Remediator:
         if g.entity_kind and incident.entity.kind not in g.entity_kind:
             return "skipped", f"incident is on a {incident.entity.kind.value}, step needs {', '.join(g.entity_kind)}"
         if g.incident_action and incident.action.upper() not in {a.upper() for a in g.incident_action}:
-            return "skipped", f"announced action {incident.action or 'none'!r} is not one of {', '.join(g.incident_action)}"
+            return (
+                "skipped",
+                f"announced action {incident.action or 'none'!r} is not one of {', '.join(g.incident_action)}",
+            )
         for ref, want in ((g.step_passed, "passed"), (g.step_failed, "failed")):
             if ref is None:
                 continue
@@ -242,7 +247,11 @@ class Remediator:
             )
         if step.action in TAKES_NODE_OUT and node:
             refusal = budget_refusal(
-                self.policy.spec.budget, node, self.backend.unavailable(), self.backend.nodes(), self.backend.placement()
+                self.policy.spec.budget,
+                node,
+                self.backend.unavailable(),
+                self.backend.nodes(),
+                self.backend.placement(),
             )
             if refusal:
                 return decided("refused", refusal, stop=True)
@@ -349,7 +358,9 @@ class Remediator:
         if rate is None:
             rate = self.backend.cost_per_gpu_hour(node)
         if rate is None:
-            return f"{gpus} idle GPU(s) on {node}; cost unknown (set costPerGpuHour for {self.backend.gpu_model(node)!r})"
+            return (
+                f"{gpus} idle GPU(s) on {node}; cost unknown (set costPerGpuHour for {self.backend.gpu_model(node)!r})"
+            )
         return f"{gpus} idle GPU(s) on {node} cost ${gpus * rate:,.2f}/h (${rate:,.2f} per GPU-hour)"
 
 

@@ -113,5 +113,7 @@ def load_incidents(path: Path) -> list[Incident]:
         data = data["incidents"]
     items = data if isinstance(data, list) else [data]
     if not items or not all(isinstance(i, dict) for i in items):
-        raise ManifestError(str(path), "expected an incident mapping or a list of them", fix="see `gpufleet remediate plan --help`")
+        raise ManifestError(
+            str(path), "expected an incident mapping or a list of them", fix="see `gpufleet remediate plan --help`"
+        )
     return [incident_from_dict(item, f"{path}[{k}]" if len(items) > 1 else str(path)) for k, item in enumerate(items)]

@@ -7,6 +7,7 @@ the generic `gpu-xid` one for the same incident.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -17,7 +18,7 @@ from pydantic import Field, model_validator
 from gpufleet.errors import ManifestError, NotFoundError
 from gpufleet.model.incident import Incident, RootCause
 from gpufleet.model.observation import EntityKind
-from gpufleet.spec.base import API_VERSION, Manifest, Metadata, read_yaml_documents, validate_as
+from gpufleet.spec.base import Manifest, Metadata, read_yaml_documents, validate_as
 
 
 class ActionKind(StrEnum):
@@ -107,7 +108,7 @@ class RunbookBody(Manifest):
 
 
 class RunbookManifest(Manifest):
-    api_version: Literal["gpufleet.io/v1"] = API_VERSION
+    api_version: Literal["gpufleet.io/v1"] = "gpufleet.io/v1"
     kind: Literal["Runbook"] = "Runbook"
     metadata: Metadata
     spec: RunbookBody
@@ -132,7 +133,7 @@ class RunbookSet:
     def extend(self, runbooks: list[RunbookManifest]) -> None:
         self.by_name.update({rb.name: rb for rb in runbooks})
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[RunbookManifest]:
         return iter(self.by_name.values())
 
     def __len__(self) -> int:

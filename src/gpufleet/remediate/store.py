@@ -128,9 +128,17 @@ class RemediationStore:
             args.append(incident)
         sql += " ORDER BY seq"
         if limit:
-            sql = f"SELECT * FROM ({sql.replace(' ORDER BY seq', ' ORDER BY seq DESC')} LIMIT {int(limit)}) ORDER BY seq"
+            sql = (
+                f"SELECT * FROM ({sql.replace(' ORDER BY seq', ' ORDER BY seq DESC')} LIMIT {int(limit)}) ORDER BY seq"
+            )
         rows = self.db.execute(sql, args).fetchall()
-        return [AuditEntry(*r[:11], bool(r[11]), r[12]) for r in rows]
+        return [
+            AuditEntry(
+                seq=r[0], time=r[1], recorded=r[2], incident=r[3], cause=r[4], runbook=r[5], step=r[6], action=r[7],
+                target=r[8], decision=r[9], reason=r[10], dry_run=bool(r[11]), backend=r[12],
+            )
+            for r in rows
+        ]  # fmt: skip
 
     # --- step outcomes -------------------------------------------------------------------------------------------
 

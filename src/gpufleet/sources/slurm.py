@@ -21,7 +21,9 @@ _HOST_RANGE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<body>[^\]]+)\](?P<suffix>.
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
     """Split on `sep` outside brackets and parentheses: 'gpu-[01,03],cpu-1' -> ['gpu-[01,03]', 'cpu-1']."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "[(":
             depth += 1
@@ -75,7 +77,9 @@ def expand_index_list(text: str) -> list[int]:
 
 # --- GRES --------------------------------------------------------------------------------------------------------
 
-_GRES = re.compile(r"^(?:gres[:/])?(?P<name>[A-Za-z0-9_]+)(?::(?P<type>[A-Za-z0-9_.-]+))?:(?P<count>\d+)(?:\((?P<extra>[^)]*)\))?$")
+_GRES = re.compile(
+    r"^(?:gres[:/])?(?P<name>[A-Za-z0-9_]+)(?::(?P<type>[A-Za-z0-9_.-]+))?:(?P<count>\d+)(?:\((?P<extra>[^)]*)\))?$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +381,7 @@ class SlurmRunner:
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         try:
-            proc = subprocess.run(  # noqa: S603 (fixed argv, no shell)
+            proc = subprocess.run(
                 list(args), input=stdin, capture_output=True, text=True, timeout=self.timeout_s, env=env, check=False
             )
         except subprocess.TimeoutExpired:

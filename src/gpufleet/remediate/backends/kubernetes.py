@@ -34,7 +34,7 @@ def _client() -> Any:
 def _api_exception() -> type[Exception]:
     from kubernetes.client.exceptions import ApiException
 
-    return ApiException  # type: ignore[no-any-return]
+    return ApiException
 
 
 class KubernetesBackend(RemediationBackend):
@@ -72,10 +72,10 @@ class KubernetesBackend(RemediationBackend):
 
         try:
             config.load_kube_config(context=context)
-        except Exception:  # noqa: BLE001 (the client raises several types; fall back to in-cluster)
+        except Exception:
             try:
                 config.load_incluster_config()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise BackendError(
                     f"no Kubernetes credentials: {exc}", fix="set KUBECONFIG or run inside the cluster"
                 ) from None
@@ -87,7 +87,8 @@ class KubernetesBackend(RemediationBackend):
         try:
             return fn(*args, **kwargs)
         except _api_exception() as exc:
-            raise BackendError(f"Kubernetes {what} failed: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}")
+            status, reason = getattr(exc, "status", ""), getattr(exc, "reason", exc)
+            raise BackendError(f"Kubernetes {what} failed: {status} {reason}") from None
 
     def _nodes(self) -> list[Any]:
         return list(self._call("list nodes", self.core.list_node).items)
@@ -204,7 +205,8 @@ class KubernetesBackend(RemediationBackend):
                     elif status == 429:
                         blocked.append(pod)
                     else:
-                        raise BackendError(f"evicting {ns}/{name} failed: {status} {getattr(exc, 'reason', exc)}")
+                        reason = getattr(exc, "reason", exc)
+                        raise BackendError(f"evicting {ns}/{name} failed: {status} {reason}") from None
             pending = blocked
             if not pending:
                 break
@@ -217,7 +219,9 @@ class KubernetesBackend(RemediationBackend):
         self._condition(node, True, "Drained", reason)
         evicted, blocked = self._evict(self._pods_on(node))
         if blocked:
-            self._event(node, "GpufleetDrainBlocked", f"eviction blocked by a PodDisruptionBudget: {', '.join(blocked)}")
+            self._event(
+                node, "GpufleetDrainBlocked", f"eviction blocked by a PodDisruptionBudget: {', '.join(blocked)}"
+            )
             raise BackendError(
                 f"drain of {node} incomplete: {', '.join(blocked)} held by a PodDisruptionBudget",
                 fix="the runbook retries on the next apply; or relax the budget",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shlex
 import time
 
-from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
 from gpufleet.errors import NotFoundError
+from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
 from gpufleet.sources.slurm import SlurmJob, SlurmNode, SlurmRunner
 
 
@@ -115,7 +115,9 @@ class SlurmBackend(RemediationBackend):
 
     def requeue_job(self, job: str, exclude: list[str]) -> str:
         """`job` is a Slurm job id or a job name (every active job of that name is requeued)."""
-        jobs = [j for j in self.runner.jobs() if job in (j.job_id, j.name) and j.state not in ("COMPLETED", "CANCELLED")]
+        jobs = [
+            j for j in self.runner.jobs() if job in (j.job_id, j.name) and j.state not in ("COMPLETED", "CANCELLED")
+        ]
         if not jobs:
             raise NotFoundError(f"Slurm has no active job {job!r}")
         moved = [self._requeue(j, exclude) for j in jobs]

@@ -130,4 +130,3 @@ class TwinBackend(RemediationBackend):
             if gpu.index == index:
                 return gpu.serial
         return None
-
