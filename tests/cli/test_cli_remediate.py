@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
+
 INCIDENT = """id: xid48-dgx-005-1
 cause: gpu-xid
 entity: {kind: gpu, node: dgx-005, index: 1}
@@ -92,3 +94,26 @@ def test_policy_file_validates(tmp_path: Path) -> None:
     pol.write_text("apiVersion: gpufleet.io/v1\nkind: RemediationPolicy\nmetadata: {name: p}\nspec:\n  breakr: {}\n")
     out = gpufleet(tmp_path, "validate", str(pol))
     assert out.returncode == 2 and "breaker" in out.stderr
+
+
+@pytest.mark.real
+def test_apply_through_real_slurm(
+    tmp_path: Path,
+    slurm_cluster: SlurmCluster,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = tmp_path / "incident.json"
+    path.write_text(
+        json.dumps(
+            {"id": "ecc-gpu-03", "cause": "row-remap-failure", "entity": {"kind": "gpu", "node": "gpu-03", "index": 2},
+             "severity": "critical", "serial": "1650000000042"}
+        )
+    )  # fmt: skip
+    env_home = tmp_path / "home"
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.conf)
+    out = gpufleet(env_home, "remediate", "apply", "--incident", str(path), "--backend", "slurm", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    assert [s["decision"] for s in json.loads(out.stdout)[0]["steps"]] == ["done", "done", "done"]
+    node = slurm_cluster.runner.node("gpu-03")
+    assert node.state.drained and node.reason == "row remap failure"
+    slurm_cluster.reset_nodes()

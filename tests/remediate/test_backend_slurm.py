@@ -93,3 +93,19 @@ def test_xid48_runbook_on_real_slurm(slurm_cluster: SlurmCluster, tmp_path: Path
     assert [s.decision for s in reset.steps] == ["done", "unsupported"]
     assert _sinfo_state(slurm_cluster, "gpu-04").state.drained
     slurm_cluster.reset_nodes()
+
+
+def test_gpu_lost_runbook_reboots_through_slurm_and_waits(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:  # noqa: F811
+    """The node cannot really reboot here (all slurmd share one host), so the runbook must wait at the diag step."""
+    rem = Remediator(
+        SlurmBackend(slurm_cluster.runner, diag_command="true {node}"),
+        RemediationStore(tmp_path / "r.db"),
+        policy(budget={"cluster": "50%"}, rateLimits={}),
+        tickets=FileTicketSink(tmp_path / "tickets"),
+    )
+    report = rem.apply(incident(RootCause.gpu_lost, "gpu-02", gpu=3, xid=79))
+    assert [s.decision for s in report.steps] == ["done", "done", "waiting"]
+    state = slurm_cluster.runner.node("gpu-02").state
+    assert state.drained and state.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}
+    assert [s.decision for s in rem.resume()[0].steps][-1] == "waiting"
+    slurm_cluster.reset_nodes()  # RESUME clears the pending reboot

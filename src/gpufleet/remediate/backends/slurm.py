@@ -78,10 +78,10 @@ class SlurmBackend(RemediationBackend):
         )
 
     def reboot_node(self, node: str, reason: str) -> str:
-        # ASAP: drain first and reboot once idle; nextstate=DRAIN so the node comes back out of service until the
-        # runbook's diag passes and uncordons it.
-        self.runner.run(["scontrol", "reboot", "ASAP", "nextstate=DRAIN", f"reason={_reason(reason)}", node])
-        return f"node {node} reboot requested (ASAP, comes back drained)"
+        # ASAP: no new jobs, reboot once idle. No nextstate (Slurm only offers RESUME or DOWN): the DRAIN flag the
+        # runbook set before survives the reboot, so the node stays out until its diag passes and uncordons it.
+        self.runner.run(["scontrol", "reboot", "ASAP", f"reason={_reason(reason)}", node])
+        return f"node {node} reboot requested (ASAP; stays drained afterwards)"
 
     def run_diag(self, node: str, level: int) -> DiagResult:
         if not self.diag_command:
