@@ -56,9 +56,17 @@ class SlurmCluster:
         self.nodes = [f"gpu-{i:02d}" for i in range(1, NODES + 1)]
         self.jobs_dir = root / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.base_port: int | None = None
+
+    def pids(self) -> dict[str, int]:
+        files = [self.root / "state" / "slurmctld.pid", *sorted((self.root / "spool").glob("slurmd-*.pid"))]
+        return {f.stem: int(f.read_text()) for f in files}
 
     def start(self) -> None:
-        base = _free_port_block(NODES + 1)
+        """Run scripts/start-slurm.sh (again: it leaves running daemons alone)."""
+        if self.base_port is None:
+            self.base_port = _free_port_block(NODES + 1)
+        base = self.base_port
         env = dict(os.environ, SLURM_NODES=str(NODES), SLURM_CTLD_PORT=str(base), SLURM_PORT_BASE=str(base))
         proc = subprocess.run(
             [str(REPO_ROOT / "scripts" / "start-slurm.sh"), str(self.root)],

@@ -31,3 +31,11 @@ def test_drained_node_reads_back_with_its_reason(slurm_cluster: SlurmCluster) ->
         slurm_cluster.scontrol("update", "NodeName=gpu-02", "State=RESUME")
     # Resumed nodes show NOT_RESPONDING until the controller's next ping answers.
     slurm_cluster.wait_for(lambda: slurm_cluster.runner.node("gpu-02").state.available, "gpu-02 to be available")
+
+
+def test_start_script_is_idempotent(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
+    before = slurm_cluster.pids()
+    assert len(before) == 5  # slurmctld and four slurmd
+    slurm_cluster.start()
+    assert slurm_cluster.pids() == before
+    assert len(slurm_cluster.runner.nodes()) == 4

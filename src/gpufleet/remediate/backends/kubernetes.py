@@ -150,6 +150,7 @@ class KubernetesBackend(RemediationBackend):
             "lastHeartbeatTime": stamp,
             "lastTransitionTime": stamp,
         }
+        # The client sends a dict as a strategic merge patch: conditions merge by type, Ready and the rest stay.
         self._call("patch node status", self.core.patch_node_status, node, {"status": {"conditions": [cond]}})
 
     def _unschedulable(self, node: str, value: bool) -> None:
