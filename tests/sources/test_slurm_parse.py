@@ -102,3 +102,11 @@ def test_garbage_is_a_parse_error_not_a_crash() -> None:
         parse_squeue("1|2|3\n")
     with pytest.raises(ParseError):
         parse_scontrol_jobs("\x00\x01binary")
+
+
+def test_runner_without_a_config_says_so(tmp_path: Path) -> None:
+    from gpufleet.errors import UserError
+    from gpufleet.sources.slurm import SlurmRunner
+
+    with pytest.raises(UserError, match="no Slurm configuration"):
+        SlurmRunner(str(tmp_path / "missing.conf")).nodes()

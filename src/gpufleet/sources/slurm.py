@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from gpufleet.errors import BackendError, DependencyMissingError, ParseError
+from gpufleet.errors import BackendError, DependencyMissingError, ParseError, UserError
 
 # --- hostlists ---------------------------------------------------------------------------------------------------
 
@@ -374,6 +374,9 @@ class SlurmRunner:
         self.timeout_s = timeout_s
 
     def run(self, args: list[str] | tuple[str, ...], *, stdin: str | None = None) -> str:
+        conf = self.slurm_conf or "/etc/slurm/slurm.conf"
+        if not os.path.exists(conf):  # else the client falls back to DNS SRV lookups and hangs, then fails
+            raise UserError(f"no Slurm configuration at {conf}", fix="set SLURM_CONF to the cluster's slurm.conf")
         tool = args[0]
         if shutil.which(tool) is None:
             raise DependencyMissingError(f"{tool} not found", fix="install the Slurm client (package slurm-client)")
