@@ -9,8 +9,14 @@ from gpufleet.model.incident import RootCause, Severity
 from gpufleet.model.observation import EntityKind
 from gpufleet.model.workload import JobState
 from gpufleet.remediate import FileTicketSink, RunReport
+from gpufleet.sim.faults import InjectedFault
+from gpufleet.spec.scenario_spec import FaultType
 from tests.remediate.helpers import incident, remediator
 from tests.twins import small_twin
+
+
+def off_bus(ident: int, at: float, node: str, gpu: int) -> InjectedFault:
+    return InjectedFault(ident, FaultType.gpu_off_bus, at, node=node, gpu=gpu)
 
 
 def _decisions(report: RunReport) -> dict[str, str]:
@@ -47,10 +53,10 @@ def test_rerun_does_nothing_new(tmp_path: Path) -> None:
 
 
 def test_gpu_lost_reboots_waits_and_uncordons_only_after_diag_passes(tmp_path: Path) -> None:
-    twin = small_twin(nodes=4, job_nodes=0)
+    twin = small_twin(nodes=4, job_nodes=0, faults=[off_bus(1, 2.0, "n-000", 3)])
     rem = remediator(twin, tmp_path)
     twin.run(3)
-    twin._lose_gpu(twin.gpu("n-000", 3))
+    assert not twin.gpus.alive[twin.gpu("n-000", 3)]
     inc = incident(RootCause.gpu_lost, "n-000", gpu=3, xid=79)
     first = rem.apply(inc)
     assert _decisions(first) == {"drain": "done", "reboot": "done", "diag": "waiting"}
@@ -112,13 +118,18 @@ def test_bad_cable_isolates_the_port(tmp_path: Path) -> None:
 
 
 def test_nccl_hang_requeues_the_job_without_the_bad_node(tmp_path: Path) -> None:
-    twin = small_twin(nodes=4, job_nodes=2, restart=None)
+    # A GPU falls off the bus under a rank: the job hangs (no restart controller here to rescue it).
+    twin = small_twin(nodes=4, job_nodes=2, restart=None, faults=[off_bus(1, 5.0, "n-001", 0)])
     rem = remediator(twin, tmp_path)
+    twin.run(60)
+    job = twin.cluster.job("job")
+    assert job.state is JobState.hung and job.step == 0
     report = rem.apply(incident(RootCause.nccl_hang, "n-001", gpu=None, kind=EntityKind.job, name="job"))
     assert _decisions(report) == {"cordon": "done", "requeue": "done", "repair": "done"}
-    job = twin.cluster.job("job")
     assert "n-001" not in job.nodes and len(job.nodes) == 2 and job.state is JobState.running
     assert "n-001" in job.excluded_nodes
+    twin.run(120)
+    assert job.state is JobState.running and job.step > 0  # training moves again
 
 
 def test_idle_gpu_notice_carries_cost_and_kills_nothing(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ import pytest
 from gpufleet.model.incident import RootCause, Severity
 from gpufleet.remediate import RemediationStore, Remediator, TwinBackend
 from gpufleet.remediate.config import resolve_limit
+from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.twin import Twin
+from gpufleet.spec.scenario_spec import FaultType
 from tests.remediate.helpers import incident, policy, remediator
 from tests.twins import small_twin
 
@@ -22,15 +24,18 @@ def _unavailable(twin: Twin) -> set[str]:
 
 def test_mass_failure_trips_the_breaker_and_it_holds_until_reset(tmp_path: Path) -> None:
     """40% of a 50-node twin loses a GPU within 2 minutes. Default breaker: 20% of nodes in 10 minutes."""
-    twin = small_twin(nodes=50, job_nodes=0)
+    failing = [f"n-{k:03d}" for k in range(20)]
+    faults = [
+        InjectedFault(k, FaultType.gpu_off_bus, 6.0 * (k + 1) - 1, node=n, gpu=k % 8) for k, n in enumerate(failing)
+    ]
+    twin = small_twin(nodes=50, job_nodes=0, faults=faults)
     # Budget and spacing out of the way so the breaker is the only thing that stops actions.
     pol = policy(budget={"cluster": "100%"}, rateLimits={})
     rem = remediator(twin, tmp_path, pol)
-    failing = [f"n-{k:03d}" for k in range(20)]
     incidents = []
     for k, node in enumerate(failing):
-        twin.run(6)  # 20 failures over 120 s
-        twin._lose_gpu(twin.gpu(node, k % 8))
+        twin.run(6)  # 20 failures over 120 s; each reported as the detectors would
+        assert not twin.gpus.alive[twin.gpu(node, k % 8)]
         inc = incident(RootCause.gpu_lost, node, gpu=k % 8, xid=79, when=twin.time)
         incidents.append(inc)
         rem.apply(inc)
