@@ -108,13 +108,19 @@ def test_thermal_caps_power_then_tickets(tmp_path: Path) -> None:
     assert [t.kind for t in FileTicketSink(tmp_path / "tickets").tickets()] == ["repair"]
 
 
-def test_bad_cable_isolates_the_port(tmp_path: Path) -> None:
-    twin = small_twin(nodes=2, job_nodes=0)
+def test_bad_cable_isolates_the_flapping_port(tmp_path: Path) -> None:
+    flap = InjectedFault(1, FaultType.link_flap, 5.0, node="n-000", rail=3)
+    twin = small_twin(nodes=2, job_nodes=0, faults=[flap])
     rem = remediator(twin, tmp_path)
+    port = twin.port_of("n-000", 3)
+    twin.run(200)
+    downs = int(twin.ports.counters["link_downed"][port])
+    assert downs >= 2  # it flapped
     report = rem.apply(incident(RootCause.ib_link_flap, "n-000", gpu=3, kind=EntityKind.port, name="mlx5_3"))
     assert _decisions(report) == {"isolate": "done", "repair": "done"}
-    assert not twin.ports.up[twin.port_of("n-000", 3)]
-    assert twin.ports.up[twin.port_of("n-000", 2)]
+    twin.run(300)
+    assert not twin.ports.up[port] and twin.ports.up[twin.port_of("n-000", 2)]
+    assert int(twin.ports.counters["link_downed"][port]) <= downs + 1  # isolated: no more flapping
 
 
 def test_nccl_hang_requeues_the_job_without_the_bad_node(tmp_path: Path) -> None:

@@ -164,7 +164,8 @@ class RemediationStore:
     def open_runs(self) -> list[str]:
         """Incidents whose runbook paused (waiting, deferred, refused, error) and may continue."""
         rows = self.db.execute(
-            "SELECT DISTINCT incident FROM steps WHERE outcome NOT IN ('done', 'passed', 'failed', 'skipped')"
+            "SELECT incident FROM steps WHERE outcome NOT IN ('done', 'passed', 'failed', 'skipped') "
+            "GROUP BY incident ORDER BY MIN(time), incident"
         ).fetchall()
         return [r[0] for r in rows]
 
