@@ -58,6 +58,21 @@ def test_plan_dry_run_apply_and_audit(tmp_path: Path, incident_file: Path) -> No
     assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 3  # header + the last two
 
 
+def test_resume_continues_a_paused_runbook(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    path = tmp_path / "lost.json"
+    path.write_text(
+        json.dumps({"id": "lost-1", "cause": "gpu-lost", "entity": {"kind": "gpu", "node": "dgx-007", "index": 4},
+                    "severity": "critical"})
+    )  # fmt: skip
+    first = json.loads(gpufleet(home, "remediate", "apply", "--incident", str(path), "-o", "json").stdout)
+    assert [s["decision"] for s in first[0]["steps"]] == ["done", "done", "waiting"]
+    # The CLI's twin is built fresh each run, so here the node is up: the runbook continues to diag and uncordon.
+    again = json.loads(gpufleet(home, "remediate", "resume", "-o", "json").stdout)
+    assert [s["decision"] for s in again[0]["steps"]][2:4] == ["passed", "done"]
+    assert gpufleet(home, "remediate", "resume").stdout.strip() == "no paused runbooks"
+
+
 def test_breaker_status_and_reset(tmp_path: Path) -> None:
     home = tmp_path / "home"
     status = gpufleet(home, "remediate", "breaker", "status", "-o", "json")

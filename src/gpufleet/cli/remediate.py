@@ -30,7 +30,10 @@ STATE_OPT = typer.Option(
 POLICY_OPT = typer.Option(None, "--policy", help="A RemediationPolicy manifest (budgets, breaker, rate limits).")
 BACKEND_OPT = typer.Option(BackendName.twin, "--backend", help="Where actions go: twin, slurm or kubernetes.")
 SCENARIO_OPT = typer.Option(
-    None, "--scenario", help="twin backend: the scenario to build the twin from (default: the built-in day-256gpu)."
+    None,
+    "--scenario",
+    help="twin backend: a fresh twin is built from this scenario on every run, so only the remediation state "
+    "carries over (default: the built-in day-256gpu).",
 )
 DIAG_OPT = typer.Option(
     None, "--diag-command", help='slurm backend: how to test a node, e.g. "ssh {node} dcgmi diag -r {level}".'
@@ -139,6 +142,23 @@ def apply(
     _run(incident, "dry-run" if dry_run else "apply", backend, scenario, policy, state, diag_command, output)
 
 
+def resume(
+    backend: BackendName = BACKEND_OPT,
+    scenario: Path | None = SCENARIO_OPT,
+    policy: Path | None = POLICY_OPT,
+    state: Path | None = STATE_OPT,
+    diag_command: str | None = DIAG_OPT,
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Continue every runbook that paused (waiting for a reboot, deferred by a rate limit, refused by the breaker
+    or a budget, or stopped by an error), oldest first."""
+    reports = _remediator(backend, scenario, policy, state, diag_command).resume()
+    if not reports and output in (OutputFormat.table, OutputFormat.wide):
+        console.print("no paused runbooks")
+        return
+    emit(reports, output, lambda wide: _render_reports(reports, wide))
+
+
 def breaker_status(
     backend: BackendName = BACKEND_OPT,
     scenario: Path | None = SCENARIO_OPT,
@@ -233,6 +253,7 @@ def runbooks(
 def register(app: typer.Typer) -> None:
     remediate_app.command()(plan)
     remediate_app.command()(apply)
+    remediate_app.command()(resume)
     remediate_app.command()(audit)
     remediate_app.command()(runbooks)
     breaker_app.command("status")(breaker_status)
