@@ -11,7 +11,7 @@ from gpufleet.model.workload import JobState
 from gpufleet.remediate import FileTicketSink, RunReport
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.spec.scenario_spec import FaultType
-from tests.remediate.helpers import incident, remediator
+from tests.remediate.helpers import incident, policy, remediator
 from tests.twins import small_twin
 
 
@@ -167,3 +167,23 @@ def test_incident_json_round_trip(tmp_path: Path) -> None:
     path.write_text(json.dumps(incident_to_dict(inc)))
     [back] = load_incidents(path)
     assert back == inc
+
+
+def test_process_is_one_turn_of_the_main_loop(tmp_path: Path) -> None:
+    """Detectors hand over their open incidents every turn; remediation acts once per step and picks up paused runs."""
+    twin = small_twin(nodes=6, job_nodes=0, faults=[off_bus(1, 2.0, "n-001", 5)])
+    rem = remediator(twin, tmp_path, policy(budget={"cluster": "50%"}))
+    twin.run(5)
+    lost = incident(RootCause.gpu_lost, "n-001", gpu=5, xid=79)
+    xid48 = incident(RootCause.gpu_xid, "n-004", gpu=1, action="WORKFLOW_XID_48", xid=48)
+    first = rem.process([lost])
+    assert [s.decision for s in first[0].steps] == ["done", "done", "waiting"]
+    twin.run(31)
+    second = {r.incident: r for r in rem.process([xid48])}  # the detector no longer lists the lost GPU
+    assert [s.decision for s in second[xid48.id].steps] == ["done", "done", "done"]
+    assert second[lost.id].steps[-1].decision == "waiting"  # still rebooting
+    twin.run(300)
+    third = {r.incident: r for r in rem.process([xid48])}
+    assert {s.decision for s in third[xid48.id].steps} == {"done-earlier"}
+    assert [s.decision for s in third[lost.id].steps][2:4] == ["passed", "done"]
+    assert rem.process([]) == []

@@ -74,6 +74,18 @@ class Remediator:
         dry = self.policy.spec.dry_run if dry_run is None else dry_run
         return self._run(incident, "dry-run" if dry else "apply")
 
+    def process(self, incidents: list[Incident]) -> list[RunReport]:
+        """One turn of the main loop: apply every incident the detectors report (already-finished steps are not
+        repeated, so passing the same open incidents every turn is safe), then continue other paused runbooks."""
+        reports = [self.apply(incident) for incident in incidents]
+        seen = {incident.id for incident in incidents}
+        paused = [i for i in self.store.open_runs() if i not in seen]
+        for incident_id in paused:
+            body = self.store.incident_body(incident_id)
+            if body is not None:
+                reports.append(self.apply(incident_from_dict(body, f"stored incident {incident_id}")))
+        return reports
+
     def resume(self) -> list[RunReport]:
         """Continue every runbook that paused, in the order they were stored."""
         reports = []
