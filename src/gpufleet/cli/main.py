@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.nccl",
     "gpufleet.cli.sched",
     "gpufleet.cli.partition",
+    "gpufleet.cli.remediate",
 )
 
 

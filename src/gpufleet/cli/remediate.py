@@ -1,0 +1,262 @@
+"""`gpufleet remediate ...`: plan and apply runbooks for incidents, the circuit breaker, the audit log, runbooks."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+import gpufleet.remediate  # noqa: F401  (registers the Runbook and RemediationPolicy kinds for `gpufleet validate`)
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+
+remediate_app = typer.Typer(
+    help="Fix faults safely: runbooks per root cause, budgets, a circuit breaker, rate limits, an audit log.",
+    no_args_is_help=True,
+)
+breaker_app = typer.Typer(help="The circuit breaker that stops automatic action during a wave of failures.")
+
+
+class BackendName(StrEnum):
+    twin = "twin"
+    slurm = "slurm"
+    kubernetes = "kubernetes"
+
+
+STATE_OPT = typer.Option(
+    None, "--state", help="Directory for the audit log, breaker and step state (default: $GPUFLEET_HOME/remediate)."
+)
+POLICY_OPT = typer.Option(None, "--policy", help="A RemediationPolicy manifest (budgets, breaker, rate limits).")
+BACKEND_OPT = typer.Option(BackendName.twin, "--backend", help="Where actions go: twin, slurm or kubernetes.")
+SCENARIO_OPT = typer.Option(
+    None,
+    "--scenario",
+    help="twin backend: a fresh twin is built from this scenario on every run, so only the remediation state "
+    "carries over (default: the built-in day-256gpu).",
+)
+DIAG_OPT = typer.Option(
+    None, "--diag-command", help='slurm backend: how to test a node, e.g. "ssh {node} dcgmi diag -r {level}".'
+)
+
+
+def _state_dir(state: Path | None) -> Path:
+    from gpufleet.control.paths import data_dir
+
+    path = state or data_dir() / "remediate"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _backend(name: BackendName, scenario: Path | None, diag_command: str | None) -> Any:
+    if name is BackendName.slurm:
+        from gpufleet.remediate.backends.slurm import SlurmBackend
+
+        return SlurmBackend(diag_command=diag_command)
+    if name is BackendName.kubernetes:
+        from gpufleet.remediate.backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend.from_kubeconfig()
+    from gpufleet.cli.core import builtin_example
+    from gpufleet.remediate.backends.twin import TwinBackend
+    from gpufleet.sim.twin import Twin
+
+    twin, _ = Twin.from_scenario(scenario or builtin_example("scenarios/day-256gpu.yaml"))
+    return TwinBackend(twin)
+
+
+def _remediator(
+    backend: BackendName, scenario: Path | None, policy: Path | None, state: Path | None, diag_command: str | None
+) -> Any:
+    from gpufleet.remediate import (
+        FileTicketSink,
+        RemediationPolicy,
+        RemediationStore,
+        Remediator,
+        RunbookSet,
+        WebhookTicketSink,
+        load_policy,
+        load_runbooks,
+    )
+
+    pol = load_policy(policy) if policy else RemediationPolicy()
+    runbooks = RunbookSet.builtin()
+    for extra in pol.spec.runbooks:
+        runbooks.extend(load_runbooks((policy.parent if policy else Path.cwd()) / extra))
+    directory = _state_dir(state)
+    t = pol.spec.tickets
+    tickets = WebhookTicketSink(t.webhook) if t.webhook else FileTicketSink(Path(t.directory or directory / "tickets"))
+    return Remediator(
+        _backend(backend, scenario, diag_command), RemediationStore(directory / "remediate.db"), pol, runbooks, tickets
+    )
+
+
+def _render_reports(reports: list[Any], wide: bool) -> None:
+    for r in reports:
+        head = f"incident {r.incident} ({r.cause}) -> runbook {r.runbook} [{r.mode}, backend {r.backend}"
+        console.print(head + (f", breaker {r.breaker}]" if r.breaker != "closed" else "]"), highlight=False)
+        cols = ["STEP", "ACTION", "TARGET", "DECISION", "REASON"]
+        console.print(make_table(cols, [(s.step, s.action, s.target, s.decision, s.reason) for s in r.steps]))
+
+
+def _run(incident: Path, mode: str, backend: BackendName, scenario: Path | None, policy: Path | None,
+         state: Path | None, diag_command: str | None, output: OutputFormat) -> None:  # fmt: skip
+    from gpufleet.remediate import load_incidents
+
+    incidents = load_incidents(incident)
+    rem = _remediator(backend, scenario, policy, state, diag_command)
+    reports = []
+    for inc in incidents:
+        if mode == "plan":
+            reports.append(rem.plan(inc))
+        else:
+            reports.append(rem.apply(inc, dry_run=True if mode == "dry-run" else None))
+    emit(reports, output, lambda wide: _render_reports(reports, wide))
+
+
+def plan(
+    incident: Path = typer.Option(..., "--incident", help="Incident file (JSON or YAML; one or a list)."),
+    backend: BackendName = BACKEND_OPT,
+    scenario: Path | None = SCENARIO_OPT,
+    policy: Path | None = POLICY_OPT,
+    state: Path | None = STATE_OPT,
+    diag_command: str | None = DIAG_OPT,
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Show what the runbook would do for an incident, with every safety decision. Writes nothing."""
+    _run(incident, "plan", backend, scenario, policy, state, diag_command, output)
+
+
+def apply(
+    incident: Path = typer.Option(..., "--incident", help="Incident file (JSON or YAML; one or a list)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and write the audit log, change nothing."),
+    backend: BackendName = BACKEND_OPT,
+    scenario: Path | None = SCENARIO_OPT,
+    policy: Path | None = POLICY_OPT,
+    state: Path | None = STATE_OPT,
+    diag_command: str | None = DIAG_OPT,
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Carry out the runbook for an incident within the budgets, breaker and rate limits. Steps already done for
+    the same incident are not repeated; a paused runbook continues where it stopped."""
+    _run(incident, "dry-run" if dry_run else "apply", backend, scenario, policy, state, diag_command, output)
+
+
+def resume(
+    backend: BackendName = BACKEND_OPT,
+    scenario: Path | None = SCENARIO_OPT,
+    policy: Path | None = POLICY_OPT,
+    state: Path | None = STATE_OPT,
+    diag_command: str | None = DIAG_OPT,
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Continue every runbook that paused (waiting for a reboot, deferred by a rate limit, refused by the breaker
+    or a budget, or stopped by an error), oldest first."""
+    reports = _remediator(backend, scenario, policy, state, diag_command).resume()
+    if not reports and output in (OutputFormat.table, OutputFormat.wide):
+        console.print("no paused runbooks")
+        return
+    emit(reports, output, lambda wide: _render_reports(reports, wide))
+
+
+def breaker_status(
+    backend: BackendName = BACKEND_OPT,
+    scenario: Path | None = SCENARIO_OPT,
+    policy: Path | None = POLICY_OPT,
+    state: Path | None = STATE_OPT,
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Whether the breaker is tripped, why, and how many nodes failed inside its window."""
+    status = _remediator(backend, scenario, policy, state, None).breaker_status()
+
+    def render(wide: bool) -> None:
+        color = "red" if status["state"] == "tripped" else "green"
+        console.print(f"breaker: [{color}]{status['state']}[/{color}]", highlight=False)
+        if status["reason"]:
+            console.print(f"reason: {status['reason']} (by {status['changed_by']})", highlight=False)
+        console.print(
+            f"failing nodes in the last {status['window_s']:g}s: {status['failing_nodes_in_window']} "
+            f"(trips at {status['threshold']})",
+            highlight=False,
+        )
+
+    emit(status, output, render)
+
+
+def breaker_reset(
+    by: str | None = typer.Option(None, "--by", help="Who resets it (default: the login name)."),
+    note: str = typer.Option("", "--note", help="Why it is safe to resume automatic action."),
+    backend: BackendName = BACKEND_OPT,
+    scenario: Path | None = SCENARIO_OPT,
+    policy: Path | None = POLICY_OPT,
+    state: Path | None = STATE_OPT,
+) -> None:
+    """Close a tripped breaker (a person's decision, recorded in the audit log)."""
+    rem = _remediator(backend, scenario, policy, state, None)
+    was = rem.store.breaker().tripped
+    rem.reset_breaker(by=by, note=note)
+    console.print("breaker reset" if was else "breaker was not tripped; reset recorded")
+
+
+def audit(
+    incident: str | None = typer.Option(None, "--incident", help="Only this incident id."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Only the last N entries."),
+    state: Path | None = STATE_OPT,
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """The audit log: every decision (done, refused, deferred, skipped, would) with its reason, oldest first."""
+    from gpufleet.remediate import RemediationStore
+
+    entries = RemediationStore(_state_dir(state) / "remediate.db").audit_entries(incident, limit)
+
+    def render(wide: bool) -> None:
+        cols = ["SEQ", "TIME", "INCIDENT", "STEP", "ACTION", "TARGET", "DECISION", "REASON"]
+        rows: list[tuple[object, ...]] = [
+            (e.seq, f"{e.time:.0f}", e.incident, e.step, e.action, e.target,
+             e.decision + (" (dry-run)" if e.dry_run else ""), e.reason)
+            for e in entries
+        ]  # fmt: skip
+        if wide:
+            cols += ["RUNBOOK", "BACKEND"]
+            rows = [(*r, e.runbook, e.backend) for r, e in zip(rows, entries, strict=True)]
+        console.print(make_table(cols, rows))
+
+    emit(entries, output, render)
+
+
+def runbooks(
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+    policy: Path | None = POLICY_OPT,
+) -> None:
+    """List the runbooks in force: what each matches and its steps."""
+    from gpufleet.remediate import RunbookSet, load_policy, load_runbooks
+
+    rs = RunbookSet.builtin()
+    if policy:
+        for extra in load_policy(policy).spec.runbooks:
+            rs.extend(load_runbooks(policy.parent / extra))
+    data = [rb.model_dump(mode="json", by_alias=True, exclude_defaults=True) for rb in rs]
+
+    def render(wide: bool) -> None:
+        rows = []
+        for rb in rs:
+            m = rb.spec.match
+            match = ",".join(m.causes) + (f" action={','.join(m.actions)}" if m.actions else "")
+            steps = " -> ".join(s.action.value + ("?" if s.when != type(s.when)() else "") for s in rb.spec.steps)
+            rows.append((rb.name, match, steps) + ((rb.spec.description,) if wide else ()))
+        cols = ["NAME", "MATCHES", "STEPS (? = guarded)"] + (["DESCRIPTION"] if wide else [])
+        console.print(make_table(cols, rows))
+
+    emit(data, output, render)
+
+
+def register(app: typer.Typer) -> None:
+    remediate_app.command()(plan)
+    remediate_app.command()(apply)
+    remediate_app.command()(resume)
+    remediate_app.command()(audit)
+    remediate_app.command()(runbooks)
+    breaker_app.command("status")(breaker_status)
+    breaker_app.command("reset")(breaker_reset)
+    remediate_app.add_typer(breaker_app, name="breaker")
+    app.add_typer(remediate_app, name="remediate")

@@ -1,0 +1,7 @@
+"""Where remediation actions go: the twin, Slurm or Kubernetes, all behind :class:`RemediationBackend`."""
+
+from __future__ import annotations
+
+from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
+
+__all__ = ["DiagResult", "Placement", "RemediationBackend", "UnsupportedActionError"]

@@ -1,0 +1,385 @@
+"""The remediation engine: incident -> runbook -> steps, each one through the safety checks, into a backend.
+
+Three modes share one code path: `plan` decides and reports (writes nothing), `dry-run` also writes the decisions to
+the audit log (and changes nothing else), `apply` carries the steps out. Every step is keyed by incident id + step
+id: a step that finished never runs again, and a runbook that paused (waiting for a reboot, deferred by a rate limit,
+refused by the breaker or the budget) continues where it stopped when it is applied again or `resume()` runs.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gpufleet.errors import BackendError, UserError
+from gpufleet.model.incident import Incident, Severity
+from gpufleet.model.observation import EntityKind
+from gpufleet.remediate.backends.base import RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.config import RemediationPolicy
+from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
+from gpufleet.remediate.runbook import INFORMS_ONLY, TAKES_NODE_OUT, ActionKind, RunbookManifest, RunbookSet, Step
+from gpufleet.remediate.safety import breaker_verdict, budget_refusal, rate_limit_deferral
+from gpufleet.remediate.store import FINAL_OUTCOMES, BreakerState, RemediationStore, StepRecord
+from gpufleet.remediate.tickets import Ticket, TicketSink
+
+Mode = Literal["plan", "dry-run", "apply"]
+
+
+@dataclass(slots=True)
+class StepDecision:
+    step: str
+    action: str
+    target: str
+    decision: str  # done, passed, failed, skipped, would, waiting, refused, deferred, error, unsupported, done-earlier
+    reason: str
+
+
+@dataclass(slots=True)
+class RunReport:
+    incident: str
+    cause: str
+    runbook: str
+    mode: str
+    backend: str
+    breaker: str  # closed, tripped, would-trip
+    steps: list[StepDecision] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return all(s.decision in FINAL_OUTCOMES | {"done-earlier", "would"} for s in self.steps)
+
+
+class Remediator:
+    def __init__(
+        self,
+        backend: RemediationBackend,
+        store: RemediationStore,
+        policy: RemediationPolicy | None = None,
+        runbooks: RunbookSet | None = None,
+        tickets: TicketSink | None = None,
+    ) -> None:
+        self.backend = backend
+        self.store = store
+        self.policy = policy or RemediationPolicy()
+        self.runbooks = runbooks or RunbookSet.builtin()
+        self.tickets = tickets
+
+    # --- public --------------------------------------------------------------------------------------------------
+
+    def plan(self, incident: Incident) -> RunReport:
+        return self._run(incident, "plan")
+
+    def apply(self, incident: Incident, *, dry_run: bool | None = None) -> RunReport:
+        dry = self.policy.spec.dry_run if dry_run is None else dry_run
+        return self._run(incident, "dry-run" if dry else "apply")
+
+    def process(self, incidents: list[Incident]) -> list[RunReport]:
+        """One turn of the main loop: apply every incident the detectors report (already-finished steps are not
+        repeated, so passing the same open incidents every turn is safe), then continue other paused runbooks."""
+        reports = [self.apply(incident) for incident in incidents]
+        seen = {incident.id for incident in incidents}
+        paused = [i for i in self.store.open_runs() if i not in seen]
+        for incident_id in paused:
+            body = self.store.incident_body(incident_id)
+            if body is not None:
+                reports.append(self.apply(incident_from_dict(body, f"stored incident {incident_id}")))
+        return reports
+
+    def resume(self) -> list[RunReport]:
+        """Continue every runbook that paused, in the order they were stored."""
+        reports = []
+        for incident_id in self.store.open_runs():
+            body = self.store.incident_body(incident_id)
+            if body is not None:
+                reports.append(self.apply(incident_from_dict(body, f"stored incident {incident_id}")))
+        return reports
+
+    def breaker_status(self) -> dict[str, object]:
+        state = self.store.breaker()
+        spec = self.policy.spec.breaker
+        now = self.backend.now()
+        failing = self.store.failing_nodes(since=self._window_start(state, now))
+        verdict = breaker_verdict(spec, failing, len(self.backend.nodes()))
+        return {
+            "state": "tripped" if state.tripped else "closed",
+            "since": state.since,
+            "reason": state.reason,
+            "changed_by": state.changed_by,
+            "failing_nodes_in_window": verdict.failing,
+            "threshold": verdict.threshold,
+            "window_s": spec.window,
+            "failing_nodes": failing,
+        }
+
+    def reset_breaker(self, by: str | None = None, note: str = "") -> None:
+        """A person closes the breaker. Failures before this moment no longer count toward the next trip."""
+        who = by or getpass.getuser()
+        now = self.backend.now()
+        self.store.set_breaker(False, now, note or "manual reset", who)
+        self.store.audit(
+            time=now, incident="-", cause="-", runbook="-", step="-", action="breaker-reset", target="cluster",
+            decision="breaker-reset", reason=f"reset by {who}" + (f": {note}" if note else ""), dry_run=False,
+            backend=self.backend.name,
+        )  # fmt: skip
+
+    # --- the run -------------------------------------------------------------------------------------------------
+
+    def _window_start(self, state: BreakerState, now: float) -> float:
+        start = now - self.policy.spec.breaker.window
+        return max(start, state.since) if not state.tripped else start
+
+    def _audit(self, mode: Mode, incident: Incident, runbook: str, d: StepDecision) -> None:
+        if mode == "plan":
+            return
+        self.store.audit(
+            time=self.backend.now(), incident=incident.id, cause=incident.cause.value, runbook=runbook,
+            step=d.step, action=d.action, target=d.target, decision=d.decision, reason=d.reason,
+            dry_run=mode == "dry-run", backend=self.backend.name,
+        )  # fmt: skip
+
+    def _breaker(self, incident: Incident, mode: Mode, runbook: str) -> str:
+        state = self.store.breaker()
+        now = self.backend.now()
+        counts = incident.severity is Severity.critical and bool(incident.node)
+        if counts and mode == "apply":  # first sighting only: a failure seen before a reset does not count after it
+            self.store.record_failure(incident.id, incident.node, now)
+        if state.tripped:
+            return "tripped"
+        failing = set(self.store.failing_nodes(since=self._window_start(state, now)))
+        if counts:
+            failing.add(incident.node)
+        verdict = breaker_verdict(self.policy.spec.breaker, failing, len(self.backend.nodes()))
+        if not verdict.trip:
+            return "closed"
+        d = StepDecision("-", "breaker-trip", "cluster", "breaker-tripped", verdict.reason)
+        if mode == "apply":
+            self.store.set_breaker(True, now, verdict.reason, "automatic")
+            self._audit(mode, incident, runbook, d)
+            return "tripped"
+        self._audit(mode, incident, runbook, StepDecision("-", "breaker-trip", "cluster", "would-trip", verdict.reason))
+        return "would-trip"
+
+    def _run(self, incident: Incident, mode: Mode) -> RunReport:
+        runbook = self.runbooks.select(incident)
+        if mode == "apply":
+            self.store.save_incident(incident.id, incident_to_dict(incident))
+        breaker = self._breaker(incident, mode, runbook.name)
+        report = RunReport(incident.id, incident.cause.value, runbook.name, mode, self.backend.name, breaker)
+        outcomes: dict[str, str] = {}
+        node_coming_back = False  # plan/dry-run: an earlier step would reboot the node
+        for step in runbook.spec.steps:
+            rec = self.store.step(incident.id, step.id)
+            if rec is not None and rec.outcome in FINAL_OUTCOMES:
+                outcomes[step.id] = rec.outcome
+                report.steps.append(StepDecision(step.id, step.action.value, rec.target, "done-earlier", rec.detail))
+                continue
+            d, stop = self._decide(incident, runbook, step, mode, breaker, outcomes, node_coming_back)
+            if d.decision == "would" and step.action is ActionKind.reboot_node:
+                node_coming_back = True
+            outcomes[step.id] = d.decision
+            report.steps.append(d)
+            self._audit(mode, incident, runbook.name, d)
+            if mode == "apply":
+                self.store.record_step(
+                    StepRecord(
+                        incident.id, step.id, step.action.value, d.target, d.decision, self.backend.now(), d.reason
+                    )
+                )
+            if stop:
+                break
+        return report
+
+    def _target(self, incident: Incident, step: Step) -> str:
+        e = incident.entity
+        if step.action is ActionKind.requeue_job:
+            return f"job/{e.name}"
+        if step.action in (ActionKind.reset_gpu, ActionKind.power_cap) and e.kind is EntityKind.gpu:
+            return f"gpu/{e.node}/{e.index}"
+        if step.action is ActionKind.isolate_port:
+            return str(e)
+        if step.action in INFORMS_ONLY:
+            return step.ticket_kind or "notice"
+        return f"node/{e.node}" if e.node else str(e)
+
+    def _guard(self, incident: Incident, step: Step, outcomes: dict[str, str]) -> tuple[str | None, str]:
+        """(None, "") if the guard holds; ("skipped", why) if it is false; ("would", why) if it depends on a step
+        that a plan has not run."""
+        g = step.when
+        if g.entity_kind and incident.entity.kind not in g.entity_kind:
+            return "skipped", f"incident is on a {incident.entity.kind.value}, step needs {', '.join(g.entity_kind)}"
+        if g.incident_action and incident.action.upper() not in {a.upper() for a in g.incident_action}:
+            return (
+                "skipped",
+                f"announced action {incident.action or 'none'!r} is not one of {', '.join(g.incident_action)}",
+            )
+        for ref, want in ((g.step_passed, "passed"), (g.step_failed, "failed")):
+            if ref is None:
+                continue
+            got = outcomes.get(ref)
+            if got == "would":
+                return "would", f"only if {ref} {want}"
+            if got != want:
+                return "skipped", f"{ref} {got or 'did not run'}; step runs only if it {want}"
+        return None, ""
+
+    def _decide(
+        self,
+        incident: Incident,
+        runbook: RunbookManifest,
+        step: Step,
+        mode: Mode,
+        breaker: str,
+        outcomes: dict[str, str],
+        node_coming_back: bool,
+    ) -> tuple[StepDecision, bool]:
+        target = self._target(incident, step)
+
+        def decided(decision: str, reason: str, stop: bool = False) -> tuple[StepDecision, bool]:
+            return StepDecision(step.id, step.action.value, target, decision, reason), stop
+
+        verdict, why = self._guard(incident, step, outcomes)
+        if verdict == "skipped":
+            return decided("skipped", why)
+        conditional = why
+        node = incident.node
+        if step.when.node_ready:
+            if node_coming_back:
+                conditional = "after the node is back up" + (f", {conditional}" if conditional else "")
+            elif node and not self.backend.node_ready(node):
+                return decided("waiting", f"waiting for {node} to come back up", stop=True)
+        changes = step.action not in INFORMS_ONLY
+        if changes and breaker in ("tripped", "would-trip"):
+            state = self.store.breaker()
+            return decided(
+                "refused",
+                f"circuit breaker {breaker}: {state.reason or 'too many node failures'}; "
+                "a person must run `gpufleet remediate breaker reset`",
+                stop=True,
+            )
+        if step.action in TAKES_NODE_OUT and node:
+            refusal = budget_refusal(
+                self.policy.spec.budget,
+                node,
+                self.backend.unavailable(),
+                self.backend.nodes(),
+                self.backend.placement(),
+            )
+            if refusal:
+                return decided("refused", refusal, stop=True)
+        now = self.backend.now()
+        recent = self.store.action_times(step.action.value, since=now - 3600.0)
+        deferral = rate_limit_deferral(step.action.value, self.policy.spec.rate_limits.get(step.action), recent, now)
+        if deferral:
+            return decided("deferred", deferral, stop=True)
+        if mode != "apply":
+            return decided("would", conditional or self._describe(incident, step))
+        try:
+            outcome, detail = self._execute(incident, runbook, step)
+        except UnsupportedActionError as exc:
+            outcome, detail = "unsupported", exc.message
+        except BackendError as exc:
+            outcome, detail = "error", exc.message
+        except UserError as exc:  # a missing node or a bad value, reported by the backend
+            outcome, detail = "error", exc.message
+        if outcome in ("unsupported", "error"):
+            if step.on_failure == "continue":
+                return decided("failed", detail)
+            return decided(outcome, detail, stop=True)
+        return decided(outcome, detail)
+
+    def _describe(self, incident: Incident, step: Step) -> str:
+        if step.action is ActionKind.diag:
+            return f"run diag level {step.level}"
+        if step.action is ActionKind.power_cap:
+            return f"cap power at {step.power_fraction or 1.0:.0%} of TDP"
+        if step.action is ActionKind.ticket:
+            return f"file a {step.ticket_kind} ticket (serial {incident.serial or 'from the inventory'})"
+        return f"{step.action.value}: {step.reason or incident.summary}"
+
+    def _execute(self, incident: Incident, runbook: RunbookManifest, step: Step) -> tuple[str, str]:
+        b, e, node = self.backend, incident.entity, incident.node
+        reason = step.reason or incident.summary
+        a = step.action
+        if a is ActionKind.cordon:
+            return "done", b.cordon(node, reason)
+        if a is ActionKind.uncordon:
+            return "done", b.uncordon(node)
+        if a is ActionKind.drain:
+            return "done", b.drain(node, reason)
+        if a is ActionKind.reboot_node:
+            return "done", b.reboot_node(node, reason)
+        if a is ActionKind.reset_gpu:
+            if e.index is None:
+                raise UserError(f"incident {incident.id} names no GPU index to reset")
+            return "done", b.reset_gpu(node, e.index)
+        if a is ActionKind.diag:
+            result = b.run_diag(node, step.level or 1)
+            return ("passed" if result.passed else "failed"), result.detail
+        if a is ActionKind.power_cap:
+            index = e.index if e.kind is EntityKind.gpu else None
+            return "done", b.set_power_limit(node, index, step.power_fraction or 1.0)
+        if a is ActionKind.isolate_port:
+            return "done", b.isolate_port(node, _rail_of(incident))
+        if a is ActionKind.requeue_job:
+            exclude = [node] if node else []
+            return "done", b.requeue_job(e.name, exclude)
+        return "done", self._file(incident, runbook, step)
+
+    def _file(self, incident: Incident, runbook: RunbookManifest, step: Step) -> str:
+        if self.tickets is None:
+            raise BackendError("no ticket sink configured", fix="set spec.tickets.directory or spec.tickets.webhook")
+        e = incident.entity
+        gpu = e.index if e.kind is EntityKind.gpu else None
+        serial = incident.serial
+        if serial is None and gpu is not None:
+            serial = self.backend.gpu_serial(incident.node, gpu)
+        done = [
+            f"{r.step}: {r.detail}"
+            for s in runbook.spec.steps
+            if (r := self.store.step(incident.id, s.id)) is not None and r.outcome in ("done", "passed", "failed")
+        ]
+        ticket = Ticket(
+            id=f"{incident.id}.{step.id}",
+            kind=step.ticket_kind or "notice",
+            created=self.backend.now(),
+            incident=incident.id,
+            cause=incident.cause.value,
+            severity=incident.severity.value,
+            node=incident.node,
+            gpu=gpu,
+            serial=serial,
+            xid=incident.xid,
+            summary=incident.summary,
+            message=self._notice(incident) if step.action is ActionKind.notify else runbook.spec.description,
+            evidence=[f"{v.source}@{v.time:g}: {v.text}" for v in incident.evidence],
+            effects=list(incident.effects),
+            actions_taken=done,
+        )
+        return f"{ticket.kind} ticket {ticket.id} -> {self.tickets.file(ticket)}"
+
+    def _notice(self, incident: Incident) -> str:
+        """The notice text; for idle GPUs, what they cost per hour."""
+        from gpufleet.model.incident import RootCause
+
+        if incident.cause is not RootCause.idle_gpu:
+            return incident.summary
+        node = incident.node
+        gpus = 1 if incident.entity.kind is EntityKind.gpu else self.backend.gpu_count(node)
+        rate = self.policy.spec.cost_per_gpu_hour.get(self.backend.gpu_model(node))
+        if rate is None:
+            rate = self.backend.cost_per_gpu_hour(node)
+        if rate is None:
+            return (
+                f"{gpus} idle GPU(s) on {node}; cost unknown (set costPerGpuHour for {self.backend.gpu_model(node)!r})"
+            )
+        return f"{gpus} idle GPU(s) on {node} cost ${gpus * rate:,.2f}/h (${rate:,.2f} per GPU-hour)"
+
+
+def _rail_of(incident: Incident) -> int:
+    e = incident.entity
+    if e.index is not None:
+        return e.index
+    if e.name.startswith("mlx5_") and e.name[5:].isdigit():
+        return int(e.name[5:])
+    raise UserError(f"incident {incident.id} names no port (entity {e})", fix="give the port as index or mlx5_N name")

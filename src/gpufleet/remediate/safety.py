@@ -1,0 +1,83 @@
+"""The safety checks every changing action passes: circuit breaker, unavailability budget, rate limits.
+
+Each check returns None when the action may go ahead, or the reason it may not (that reason goes to the audit log).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpufleet.remediate.backends.base import Placement
+from gpufleet.remediate.config import BreakerSpec, BudgetSpec, RateLimitSpec, resolve_limit
+from gpufleet.spec.base import format_duration
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerVerdict:
+    trip: bool
+    failing: int
+    threshold: int
+    reason: str
+
+
+def breaker_verdict(spec: BreakerSpec, failing_nodes: Iterable[str], total_nodes: int) -> BreakerVerdict:
+    """Whether `failing_nodes` (distinct nodes that failed inside the window) reach the trip threshold."""
+    failing = len(set(failing_nodes))
+    threshold = resolve_limit(spec.threshold, total_nodes, at_least=spec.min_failures)
+    trip = spec.enabled and failing >= threshold
+    reason = (
+        f"{failing} of {total_nodes} nodes failed within {format_duration(spec.window)} "
+        f"(threshold {threshold} = {spec.threshold}, at least {spec.min_failures})"
+    )
+    return BreakerVerdict(trip, failing, threshold, reason)
+
+
+def budget_refusal(
+    spec: BudgetSpec,
+    node: str,
+    unavailable: set[str],
+    all_nodes: list[str],
+    placement: dict[str, Placement],
+) -> str | None:
+    """Why taking `node` out of service would exceed the budget, or None if it fits."""
+    if node in unavailable:
+        return None  # already out: no further capacity is lost
+    after = unavailable | {node}
+    if spec.cluster is not None:
+        limit = resolve_limit(spec.cluster, len(all_nodes), at_least=1)
+        if len(after) > limit:
+            return (
+                f"cluster budget: {len(after)} of {len(all_nodes)} nodes would be unavailable "
+                f"(limit {limit} = {spec.cluster})"
+            )
+    here = placement.get(node, Placement())
+    for label, limit_spec, key in (("rack", spec.per_rack, "rack"), ("leaf", spec.per_leaf, "leaf")):
+        group_name = getattr(here, key)
+        if limit_spec is None or not group_name:
+            continue
+        group = {n for n in all_nodes if getattr(placement.get(n, Placement()), key) == group_name}
+        limit = resolve_limit(limit_spec, len(group), at_least=1)
+        out = len(after & group)
+        if out > limit:
+            return (
+                f"{label} budget: {out} of {len(group)} nodes under {label} {group_name} would be unavailable "
+                f"(limit {limit} = {limit_spec})"
+            )
+    return None
+
+
+def rate_limit_deferral(action: str, spec: RateLimitSpec | None, recent: list[float], now: float) -> str | None:
+    """Why an action of this kind must wait, given when the last ones ran (`recent`: the past hour, oldest first)."""
+    if spec is None:
+        return None
+    if spec.min_interval and recent and now - recent[-1] < spec.min_interval:
+        return (
+            f"rate limit: last {action} {now - recent[-1]:.0f}s ago, spacing is {format_duration(spec.min_interval)}; "
+            f"next allowed at t={recent[-1] + spec.min_interval:.0f}"
+        )
+    if spec.max_per_hour is not None:
+        in_hour = [t for t in recent if t > now - 3600.0]
+        if len(in_hour) >= spec.max_per_hour:
+            return f"rate limit: {len(in_hour)} {action} actions in the past hour (limit {spec.max_per_hour})"
+    return None

@@ -1,0 +1,1 @@
+"""Live scheduler backends (Slurm, Kubernetes)."""

@@ -1,0 +1,220 @@
+"""The Kubernetes backend with the official client's models, against a recording API double that stands in only for
+the network: it keeps nodes and pods as real V1 models, applies patches to them, and answers evictions the way the
+API server does (201, 404 for a gone pod, 429 while a PodDisruptionBudget forbids it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+kube = pytest.importorskip("kubernetes.client")
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+
+from gpufleet.errors import BackendError  # noqa: E402
+from gpufleet.model.incident import RootCause  # noqa: E402
+from gpufleet.model.observation import EntityKind  # noqa: E402
+from gpufleet.remediate import FileTicketSink, RemediationStore, Remediator, UnsupportedActionError  # noqa: E402
+from gpufleet.remediate.backends.kubernetes import CONDITION, KubernetesBackend  # noqa: E402
+from tests.remediate.helpers import incident, policy  # noqa: E402
+
+
+def _node(name: str, leaf: str) -> Any:
+    return kube.V1Node(
+        metadata=kube.V1ObjectMeta(
+            name=name, labels={"gpufleet.io/leaf": leaf, "gpufleet.io/rack": f"rack-{leaf}",
+                               "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+        spec=kube.V1NodeSpec(unschedulable=False),
+        status=kube.V1NodeStatus(
+            conditions=[kube.V1NodeCondition(type="Ready", status="True")], capacity={"nvidia.com/gpu": "8"}
+        ),
+    )  # fmt: skip
+
+
+def _pod(
+    name: str, node: str, *, ns: str = "ml", owner: str = "Job", job: str | None = None, mirror: bool = False
+) -> Any:
+    return kube.V1Pod(
+        metadata=kube.V1ObjectMeta(
+            name=name,
+            namespace=ns,
+            labels={"job-name": job} if job else {},
+            annotations={"kubernetes.io/config.mirror": "x"} if mirror else {},
+            owner_references=[kube.V1OwnerReference(api_version="v1", kind=owner, name="o", uid="u")],
+        ),
+        spec=kube.V1PodSpec(node_name=node, containers=[kube.V1Container(name="c")]),
+        status=kube.V1PodStatus(phase="Running"),
+    )
+
+
+class RecordingCoreV1:
+    """Stands in for CoreV1Api's network calls; everything else (models, exceptions) is the real client's."""
+
+    def __init__(self, nodes: list[Any], pods: list[Any], pdb_refusals: dict[str, int] | None = None) -> None:
+        self.nodes = {n.metadata.name: n for n in nodes}
+        self.pods = {f"{p.metadata.namespace}/{p.metadata.name}": p for p in pods}
+        self.pdb_refusals = dict(pdb_refusals or {})  # pod -> how many 429s before the budget allows it
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.events: list[Any] = []
+
+    def list_node(self) -> Any:
+        self.calls.append(("list_node", ()))
+        return kube.V1NodeList(items=list(self.nodes.values()))
+
+    def read_node(self, name: str) -> Any:
+        self.calls.append(("read_node", (name,)))
+        if name not in self.nodes:
+            raise ApiException(status=404, reason="Not Found")
+        return self.nodes[name]
+
+    def patch_node(self, name: str, body: dict[str, Any]) -> Any:
+        self.calls.append(("patch_node", (name, body)))
+        self.nodes[name].spec.unschedulable = body["spec"]["unschedulable"]
+        return self.nodes[name]
+
+    def patch_node_status(self, name: str, body: dict[str, Any]) -> Any:
+        self.calls.append(("patch_node_status", (name, body)))
+        node = self.nodes[name]
+        for c in body["status"]["conditions"]:  # strategic merge on conditions: by type
+            node.status.conditions = [x for x in node.status.conditions if x.type != c["type"]]
+            node.status.conditions.append(kube.V1NodeCondition(type=c["type"], status=c["status"],
+                                                               reason=c["reason"], message=c["message"]))  # fmt: skip
+        return node
+
+    def list_pod_for_all_namespaces(self, field_selector: str = "", label_selector: str = "") -> Any:
+        self.calls.append(("list_pod_for_all_namespaces", (field_selector, label_selector)))
+        pods = list(self.pods.values())
+        if field_selector:
+            node = field_selector.split("=", 1)[1]
+            pods = [p for p in pods if p.spec.node_name == node]
+        if label_selector:
+            k, v = label_selector.split("=", 1)
+            pods = [p for p in pods if (p.metadata.labels or {}).get(k) == v]
+        return kube.V1PodList(items=pods)
+
+    def create_namespaced_pod_eviction(self, name: str, namespace: str, body: Any) -> Any:
+        assert isinstance(body, kube.V1Eviction) and body.metadata.name == name
+        self.calls.append(("create_namespaced_pod_eviction", (namespace, name)))
+        key = f"{namespace}/{name}"
+        if key not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
+        if self.pdb_refusals.get(key, 0) > 0:
+            self.pdb_refusals[key] -= 1
+            raise ApiException(status=429, reason="Too Many Requests")
+        del self.pods[key]
+        return body
+
+    def create_namespaced_event(self, namespace: str, body: Any) -> Any:
+        assert isinstance(body, kube.CoreV1Event) and body.involved_object.kind == "Node"
+        self.calls.append(("create_namespaced_event", (namespace, body.reason)))
+        self.events.append(body)
+        return body
+
+
+def _backend(api: RecordingCoreV1, sleeps: list[float] | None = None) -> KubernetesBackend:
+    return KubernetesBackend(api, sleep=(sleeps.append if sleeps is not None else lambda s: None), clock=lambda: 1000.0)
+
+
+def _cluster(pdb: dict[str, int] | None = None) -> RecordingCoreV1:
+    nodes = [_node(f"gpu-{i}", "leaf-a" if i < 2 else "leaf-b") for i in range(4)]
+    pods = [
+        _pod("train-0", "gpu-1", job="train"),
+        _pod("train-1", "gpu-2", job="train"),
+        _pod("serve-0", "gpu-1", owner="ReplicaSet"),
+        _pod("dcgm-exporter-x", "gpu-1", ns="gpu-operator", owner="DaemonSet"),
+        _pod("kube-proxy-gpu-1", "gpu-1", ns="kube-system", owner="Node", mirror=True),
+    ]
+    return RecordingCoreV1(nodes, pods, pdb)
+
+
+def test_cordon_sets_unschedulable_condition_and_event() -> None:
+    api = _cluster()
+    backend = _backend(api)
+    backend.cordon("gpu-0", "Xid 48 double-bit ECC")
+    assert api.nodes["gpu-0"].spec.unschedulable is True
+    cond = next(c for c in api.nodes["gpu-0"].status.conditions if c.type == CONDITION)
+    assert cond.status == "True" and "Xid 48" in cond.message
+    assert api.events[-1].reason == "GpufleetCordon" and api.events[-1].involved_object.name == "gpu-0"
+    assert backend.unavailable() == {"gpu-0"}
+    backend.uncordon("gpu-0")
+    assert api.nodes["gpu-0"].spec.unschedulable is False and backend.unavailable() == set()
+
+
+def test_drain_evicts_through_the_eviction_api_and_skips_daemonsets_and_static_pods() -> None:
+    api = _cluster()
+    detail = _backend(api).drain("gpu-1", "GPU fell off the bus")
+    evictions = [c[1] for c in api.calls if c[0] == "create_namespaced_pod_eviction"]
+    assert sorted(evictions) == [("ml", "serve-0"), ("ml", "train-0")]
+    assert "gpu-operator/dcgm-exporter-x" in api.pods and "kube-system/kube-proxy-gpu-1" in api.pods
+    assert api.nodes["gpu-1"].spec.unschedulable and "ml/train-0" in detail
+
+
+def test_drain_retries_pdb_429_with_backoff() -> None:
+    api = _cluster(pdb={"ml/serve-0": 2})
+    sleeps: list[float] = []
+    _backend(api, sleeps).drain("gpu-1", "reason")
+    assert "ml/serve-0" not in api.pods
+    assert sleeps == [5.0, 10.0]
+    tries = [c for c in api.calls if c == ("create_namespaced_pod_eviction", ("ml", "serve-0"))]
+    assert len(tries) == 3
+
+
+def test_drain_blocked_by_pdb_is_an_error_and_the_runbook_retries(tmp_path: Path) -> None:
+    api = _cluster(pdb={"ml/serve-0": 100})
+    pol = policy(rateLimits={}, budget={"cluster": "50%"})
+    rem = Remediator(_backend(api), RemediationStore(tmp_path / "r.db"), pol, tickets=FileTicketSink(tmp_path / "t"))
+    inc = incident(RootCause.gpu_xid, "gpu-1", gpu=2, action="WORKFLOW_XID_48", xid=48)
+    first = rem.apply(inc)
+    assert [s.decision for s in first.steps] == ["done", "error"]
+    assert "PodDisruptionBudget" in first.steps[1].reason
+    assert any(e.reason == "GpufleetDrainBlocked" for e in api.events)
+    api.pdb_refusals["ml/serve-0"] = 0  # the budget allows it now
+    second = rem.apply(inc)
+    assert [s.decision for s in second.steps] == ["done-earlier", "done", "done"]
+    assert "ml/serve-0" not in api.pods
+
+
+def test_requeue_evicts_the_jobs_pods_from_the_bad_node() -> None:
+    api = _cluster()
+    _backend(api).requeue_job("train", ["gpu-2"])
+    assert "ml/train-1" not in api.pods and "ml/train-0" in api.pods
+
+
+def test_placement_and_gpu_facts_from_labels() -> None:
+    backend = _backend(_cluster())
+    assert backend.placement()["gpu-3"].leaf == "leaf-b"
+    assert backend.gpu_count("gpu-0") == 8 and backend.gpu_model("gpu-0") == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_node_local_actions_are_unsupported() -> None:
+    api = _cluster()
+    backend = _backend(api)
+    with pytest.raises(UnsupportedActionError):
+        backend.reset_gpu("gpu-0", 1)
+    with pytest.raises(UnsupportedActionError):
+        backend.isolate_port("gpu-0", 3)
+    assert api.events[-1].reason == "GpufleetActionUnsupported"
+
+
+def test_bad_cable_runbook_stops_at_unsupported_isolation(tmp_path: Path) -> None:
+    api = _cluster()
+    rem = Remediator(_backend(api), RemediationStore(tmp_path / "r.db"), tickets=FileTicketSink(tmp_path / "t"))
+    report = rem.apply(incident(RootCause.ib_symbol_errors, "gpu-0", gpu=3, kind=EntityKind.port))
+    assert [s.decision for s in report.steps] == ["unsupported"]
+
+
+def test_api_errors_become_backend_errors() -> None:
+    with pytest.raises(BackendError, match="404"):
+        _backend(_cluster()).node_ready("missing")
+
+
+def test_missing_client_is_a_friendly_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from gpufleet.errors import DependencyMissingError
+
+    monkeypatch.setitem(sys.modules, "kubernetes.client", None)
+    with pytest.raises(DependencyMissingError, match="official Python client") as err:
+        KubernetesBackend(object())
+    assert "gpufleet[k8s]" in (err.value.fix or "")

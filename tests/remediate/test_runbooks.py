@@ -1,0 +1,89 @@
+"""Runbooks as data: every root cause has one, the most specific wins, and mistakes in a runbook file are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.errors import ManifestError
+from gpufleet.model.incident import RootCause
+from gpufleet.model.observation import EntityKind
+from gpufleet.remediate import ActionKind, RunbookSet, load_runbooks
+from gpufleet.spec.loader import load_manifests
+from tests.remediate.helpers import incident
+
+
+def test_every_root_cause_has_a_runbook() -> None:
+    runbooks = RunbookSet.builtin()
+    for cause in RootCause:
+        chosen = runbooks.select(incident(cause, "n-000"))
+        assert cause in chosen.spec.match.causes
+
+
+def test_most_specific_match_wins() -> None:
+    rb = RunbookSet.builtin()
+    assert rb.select(incident(RootCause.gpu_xid, "n", action="WORKFLOW_XID_48", xid=48)).name == "xid-48"
+    assert rb.select(incident(RootCause.ecc_dbe, "n", action="WORKFLOW_XID_48", xid=48)).name == "xid-48"
+    assert rb.select(incident(RootCause.ecc_dbe, "n")).name == "ecc-dbe"
+    assert rb.select(incident(RootCause.gpu_xid, "n", action="RESTART_BM")).name == "gpu-xid-reboot"
+    assert rb.select(incident(RootCause.gpu_xid, "n", action="CONTACT_SUPPORT")).name == "gpu-xid"
+
+
+def test_required_runbook_shapes() -> None:
+    rb = RunbookSet.builtin().by_name
+    assert [s.action for s in rb["xid-48"].spec.steps] == [ActionKind.cordon, ActionKind.drain, ActionKind.ticket]
+    assert rb["xid-48"].spec.steps[-1].ticket_kind == "rma"
+    lost = rb["gpu-lost"].spec.steps
+    assert [s.action for s in lost[:4]] == [
+        ActionKind.drain,
+        ActionKind.reboot_node,
+        ActionKind.diag,
+        ActionKind.uncordon,
+    ]
+    assert lost[2].level == 2 and lost[3].when.step_passed == "diag"
+    assert [s.action for s in rb["bad-cable"].spec.steps] == [ActionKind.isolate_port, ActionKind.ticket]
+    assert [s.action for s in rb["thermal"].spec.steps] == [ActionKind.power_cap, ActionKind.ticket]
+    assert ActionKind.requeue_job in [s.action for s in rb["nccl-hang"].spec.steps]
+    assert [s.action for s in rb["idle-gpu"].spec.steps] == [ActionKind.notify]  # never kills by default
+    assert [s.action for s in rb["driver-mismatch"].spec.steps] == [ActionKind.cordon, ActionKind.ticket]
+    assert rb["bad-cable"].spec.steps[0].when.entity_kind == [EntityKind.port]
+
+
+def _write(tmp: Path, steps: str, name: str = "x") -> Path:
+    path = tmp / "rb.yaml"
+    path.write_text(
+        f"apiVersion: gpufleet.io/v1\nkind: Runbook\nmetadata: {{name: {name}}}\n"
+        f"spec:\n  description: d\n  match: {{causes: [thermal]}}\n  steps:\n{steps}"
+    )
+    return path
+
+
+def test_runbook_is_a_manifest_kind(tmp_path: Path) -> None:
+    import gpufleet.remediate  # noqa: F401  (registers the kinds)
+
+    path = _write(tmp_path, "    - {id: cap, action: power-cap, powerFraction: 0.7}\n", name="thermal")
+    [doc] = load_manifests(path)
+    assert doc.spec.steps[0].power_fraction == 0.7  # type: ignore[attr-defined]
+    replaced = RunbookSet.builtin()
+    replaced.extend(load_runbooks(path))
+    chosen = replaced.select(incident(RootCause.thermal, "n"))
+    assert [s.id for s in chosen.spec.steps] == ["cap"]  # a file runbook with a built-in's name replaces it
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        ("    - {id: a, action: cordon, reasn: typo}\n", "did you mean 'reason'"),
+        ("    - {id: a, action: diag}\n", "needs `level`"),
+        (
+            "    - {id: a, action: uncordon, when: {stepPassed: later}}\n    - {id: later, action: cordon}\n",
+            "not an earlier step",
+        ),
+        ("    - {id: a, action: explode}\n", "action"),
+        ("    - {id: a, action: ticket}\n", "ticketKind"),
+    ],
+)
+def test_bad_runbooks_name_the_problem(tmp_path: Path, steps: str, message: str) -> None:
+    with pytest.raises(ManifestError, match=message):
+        load_runbooks(_write(tmp_path, steps))
