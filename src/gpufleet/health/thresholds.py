@@ -66,6 +66,9 @@ class Infiniband(_Section):
 
 
 class Training(_Section):
+    hang_min_s: float
+    hang_step_multiple: float
+    hang_signature_s: float
     stall_min_s: float
     stall_step_multiple: float
     straggler_ratio: float

@@ -34,39 +34,54 @@ class TrainingDetectors:
         self.t = thresholds.training
         self.gpu_at = {(e.hostname, e.gpu): i for i, e in enumerate(frame.entities)}
         self._stragglers_at = -np.inf
+        self._idx: dict[JobFacts, np.ndarray] = {}
+        self._signature_since: dict[str, float] = {}
         self.slow_since: dict[str, np.ndarray] = {}  # per job: when each rank became slow (NaN: not slow)
         self._rank_keys: dict[str, list[tuple[str, tuple[tuple[str, str], ...]]]] = {}
 
     def observe(self, now: float, frame: MetricFrame, jobs: list[JobFacts]) -> list[Finding]:
         out: list[Finding] = []
         util = frame.gpu("DCGM_FI_DEV_GPU_UTIL")
+        stragglers_due = now - self._stragglers_at >= STRAGGLER_EVERY_S
         for job in jobs:
             last = frame.gauges.get(("training_last_step_timestamp_seconds", (("job", job.name),)))
             if last is None:
                 continue
             step = frame.gauges.get(("training_step_duration_seconds", (("job", job.name),))) or 0.0
-            idx = np.array([self.gpu_at.get(r, -1) for r in job.ranks])
-            known = idx >= 0
-            age = now - last
-            limit = max(self.t.stall_min_s, self.t.stall_step_multiple * step)
-            if age > limit:
-                hang = self._hang(now, job, idx, known, util, age, limit)
-                hang.began = last
-                out.append(hang)
-            if now - self._stragglers_at >= STRAGGLER_EVERY_S:
+            finding = self._hang(now, job, util, now - last, step)
+            if finding is not None:
+                finding.began = last
+                out.append(finding)
+            if stragglers_due:
                 out += self._stragglers(now, frame, job)
-        if now - self._stragglers_at >= STRAGGLER_EVERY_S:
+        if stragglers_due:
             self._stragglers_at = now
         return out
 
-    def _hang(
-        self, now: float, job: JobFacts, idx: np.ndarray, known: np.ndarray, util: np.ndarray, age: float, limit: float
-    ) -> Finding:
-        rank_util = np.where(known, util[np.where(known, idx, 0)], np.nan)
+    def _rank_util(self, job: JobFacts, util: np.ndarray) -> np.ndarray:
+        idx = self._idx.get(job)
+        if idx is None:
+            idx = self._idx[job] = np.array([self.gpu_at.get(r, -1) for r in job.ranks])
+        return np.where(idx >= 0, util[np.maximum(idx, 0)], np.nan)
+
+    def _hang(self, now: float, job: JobFacts, util: np.ndarray, age: float, step: float) -> Finding | None:
+        """A hang is named as soon as a step is clearly overdue and the ranks say why; a stall without a
+        signature waits for the longer threshold."""
+        rank_util = self._rank_util(job, util)
+        quiet = np.flatnonzero(rank_util < self.t.quiet_rank_util)
+        busy = int((rank_util >= self.t.busy_rank_util).sum())
+        signature = quiet.size > 0 and busy >= 0.5 * np.isfinite(rank_util).sum()
+        if signature:
+            since = self._signature_since.setdefault(job.name, now)
+        else:
+            self._signature_since.pop(job.name, None)
+            since = now
+        overdue = age > max(self.t.hang_min_s, self.t.hang_step_multiple * step)
+        stalled = age > max(self.t.stall_min_s, self.t.stall_step_multiple * step)
         job_entity = Entity(EntityKind.job, name=job.name)
-        stall = f"last step {age:.0f} s ago (stall threshold {limit:.0f} s)"
-        silent = np.flatnonzero(np.isnan(rank_util) & known)
-        if silent.size:  # a GPU that reads nothing: lost; its incident explains the hang
+        detail = f"last step {age:.0f} s ago (a step takes {step:.1f} s)"
+        silent = np.flatnonzero(np.isnan(rank_util))
+        if silent.size and overdue:  # a GPU that reads nothing: lost; its incident explains the hang
             node, gpu = job.ranks[int(silent[0])]
             return Finding(
                 now,
@@ -74,14 +89,12 @@ class TrainingDetectors:
                 job_entity,
                 Severity.critical,
                 f"job {job.name} hung: rank {int(silent[0])} on {node}/gpu{gpu} is unreachable",
-                stall,
+                detail,
                 "training",
                 job=job.name,
                 effect=True,
             )
-        quiet = np.flatnonzero(rank_util < self.t.quiet_rank_util)
-        busy = rank_util >= self.t.busy_rank_util
-        if quiet.size and busy.sum() >= 0.5 * np.isfinite(rank_util).sum():
+        if signature and overdue and now - since >= self.t.hang_signature_s:
             rank = int(quiet[0])
             node, gpu = job.ranks[rank]
             return Finding(
@@ -90,25 +103,27 @@ class TrainingDetectors:
                 Entity(EntityKind.gpu, node, gpu),
                 Severity.critical,
                 f"job {job.name} hung in a collective: rank {rank} ({node}/gpu{gpu}) never arrived",
-                f"{stall}; rank {rank} at {rank_util[rank]:.0f}% while {int(busy.sum())} ranks spin in "
-                f"NCCL at >= {self.t.busy_rank_util:g}%",
+                f"{detail}; rank {rank} at {rank_util[rank]:.0f}% while {busy} ranks spin in NCCL at "
+                f">= {self.t.busy_rank_util:g}%",
                 "training",
                 action="REQUEUE_EXCLUDING_NODE",
                 job=job.name,
                 effect=True,
             )
-        return Finding(
-            now,
-            RootCause.training_stall,
-            job_entity,
-            Severity.critical,
-            f"job {job.name} stalled",
-            stall,
-            "training",
-            action="REQUEUE",
-            job=job.name,
-            effect=True,
-        )
+        if stalled:
+            return Finding(
+                now,
+                RootCause.training_stall,
+                job_entity,
+                Severity.critical,
+                f"job {job.name} stalled",
+                detail,
+                "training",
+                action="REQUEUE",
+                job=job.name,
+                effect=True,
+            )
+        return None
 
     def _stragglers(self, now: float, frame: MetricFrame, job: JobFacts) -> list[Finding]:
         gauges = frame.gauges
