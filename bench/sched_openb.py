@@ -49,9 +49,7 @@ def main() -> int:
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--policies", default="all")
     ap.add_argument("--jobs", type=int, default=2, choices=(1, 2))
-    ap.add_argument(
-        "--pods", default="default", help="pod list: default, cpu050, gpushare40, multigpu50, ..."
-    )
+    ap.add_argument("--pods", default="default", help="pod list: default, cpu050, gpushare40, multigpu50, ...")
     args = ap.parse_args()
 
     console = Console(width=150)
@@ -60,9 +58,7 @@ def main() -> int:
     nodes, pods = load_trace(args.trace_dir, args.pods)
     paper = paper_means(args.trace_dir, args.pods, "summary_alloc_mean_by_arrived.csv")
     paper_frag = paper_means(args.trace_dir, args.pods, "summary_frag_amount_mean_by_arrived.csv")
-    console.print(
-        f"openb {args.pods}: {len(nodes)} nodes, {len(pods)} pods, seeds {args.seeds}, policies {policies}"
-    )
+    console.print(f"openb {args.pods}: {len(nodes)} nodes, {len(pods)} pods, seeds {args.seeds}, policies {policies}")
     results = run_grid(nodes, pods, policies, seeds, tune=1.3, points=[100, 130], jobs=args.jobs)
 
     table = Table(title=f"openb {args.pods}, tune 1.3: GPU allocation and fragmentation % (mean over seeds)")

@@ -130,7 +130,20 @@ def expand_campaign(
             f"{need_nodes} hardware faults need as many distinct GPU nodes, {len(gpu_nodes)} are free of job faults",
             fix="use a larger cluster or lower perType",
         )
-    node_picks = iter(rng.permutation(len(gpu_nodes))[:need_nodes])
+    # An idle GPU is one a workload holds without using: it lands on nodes outside the training jobs (a job's
+    # rank that idles is a hang, which has its own fault).
+    in_jobs = {n for j in jobs for n in j.nodes}
+    idle_count = campaign.per_type if FaultType.idle_gpu in hw_types else 0
+    order = [int(i) for i in rng.permutation(len(gpu_nodes))]
+    idle_nodes = [i for i in order if gpu_nodes[i].name not in in_jobs][:idle_count]
+    if len(idle_nodes) < idle_count:
+        raise ManifestError(
+            "campaign",
+            f"{idle_count} idle-gpu faults need GPU nodes outside the training jobs; {len(idle_nodes)} are free",
+            fix="lower autoTrainingFill so some nodes stay out of jobs",
+        )
+    node_picks = iter([i for i in order if i not in idle_nodes][: need_nodes - idle_count])
+    idle_picks = iter(idle_nodes)
     jobs_iter = iter(reserved)
     faults: list[InjectedFault] = []
     for ftype in types:
@@ -144,7 +157,7 @@ def expand_campaign(
                 fault.rank = int(rng.integers(job.world_size))
                 fault.factor = 1.6 if ftype is FaultType.straggler else None
             else:
-                node = gpu_nodes[int(next(node_picks))]
+                node = gpu_nodes[next(idle_picks) if ftype is FaultType.idle_gpu else next(node_picks)]
                 fault.node = node.name
                 if ftype in GPU_FAULTS:
                     fault.gpu = int(rng.integers(len(node.gpus)))
