@@ -69,3 +69,28 @@ def test_bad_query_is_a_clear_400(runner: TwinRunner) -> None:
     client = TestClient(create_app(runner, TOKEN))
     res = client.get("/api/v1/events", params={"limit": 0})
     assert res.status_code == 400 and "limit" in res.json()["error"]
+
+
+def test_incidents_are_listed_durable_and_need_the_token_to_change(make_twin: TwinFactory, tmp_path: Path) -> None:
+    from gpufleet.control.loop import HealthLoop
+
+    twin = make_twin(faults=[InjectedFault(0, FaultType.xid, 10.0, node="n-000", gpu=2, code=79)])
+    store = StateStore(tmp_path / "s.db")
+    health = HealthLoop(twin, store, "dry-run", tmp_path)
+    runner = TwinRunner(twin, store, on_tick=health.tick)
+    for _ in range(90):
+        runner.act(lambda t: (t.step(), health.tick()))
+    client = TestClient(create_app(runner, TOKEN, health))
+    rows = client.get("/api/v1/incidents").json()
+    assert [r["cause"] for r in rows] == ["gpu-lost"]
+    assert any("job job hung" in e for e in rows[0]["effects"])
+    incident_id = rows[0]["id"]
+    assert client.post(f"/api/v1/incidents/{incident_id}/acknowledge").status_code == 401
+    ok = client.post(f"/api/v1/incidents/{incident_id}/acknowledge", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert ok.json()["state"] == "acknowledged"
+    assert client.get("/api/v1/incidents", params={"state": "bogus"}).status_code == 400
+    store.close()
+    again = StateStore(tmp_path / "s.db")
+    assert again.incidents()[0]["state"] == "acknowledged"  # kept across a restart
+    summary = client.get("/api/v1/summary").json()
+    assert summary["incidents"][0]["cause"] == "gpu-lost"

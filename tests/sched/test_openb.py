@@ -10,8 +10,7 @@ from gpufleet.errors import NotFoundError, ParseError
 from gpufleet.sched.openb import load_nodes, load_pods, load_trace
 
 POD_HEADER = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-    "creation_time,deletion_time,scheduled_time\n"
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
 )
 
 
@@ -46,9 +45,7 @@ def test_loads_nodes_and_pods(tmp_path: Path) -> None:
 
 
 def test_five_column_multigpu_files_load(tmp_path: Path) -> None:
-    pods = load_pods(
-        write(tmp_path, "m.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,10,2,1000\n")
-    )
+    pods = load_pods(write(tmp_path, "m.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,10,2,1000\n"))
     assert pods.num_gpu.tolist() == [2]
     assert pods.gpu_spec == ("",)
 

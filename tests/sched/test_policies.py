@@ -120,9 +120,7 @@ def test_fgd_packs_sharing_pod_onto_the_gpu_that_fragments_least() -> None:
 
 
 def test_every_policy_places_a_pod_only_on_a_feasible_node() -> None:
-    c = make_cluster(
-        [("a", 4000, 100, 2, "T4"), ("b", 64000, 1000, 2, "V100M16"), ("c", 64000, 1000, 8, "G2")]
-    )
+    c = make_cluster([("a", 4000, 100, 2, "T4"), ("b", 64000, 1000, 2, "V100M16"), ("c", 64000, 1000, 8, "G2")])
     pod = PodRequest(8000, 500, 2, 1000, "V100M16|V100M32")
     workload = pods_of([pod])
     for name in expand_policies("all"):
@@ -156,8 +154,7 @@ def test_unschedulable_message_counts_each_filter() -> None:
     pod = PodRequest(8000, 500, 1, 1000)
     assert not c.feasible(pod).any()
     assert c.unschedulable_message(pod) == (
-        "0/3 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
-        "1 fewer than 1 GPU(s) with 1000m free."
+        "0/3 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 fewer than 1 GPU(s) with 1000m free."
     )
     assert c.unschedulable_message(PodRequest(1000, 5, 0, 0)) == "3/3 nodes are available."
 

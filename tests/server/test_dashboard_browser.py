@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from gpufleet.control.loop import HealthLoop
 from gpufleet.control.runner import TwinRunner
 from gpufleet.control.store import StateStore
 from gpufleet.server.app import create_app
@@ -42,11 +43,14 @@ def _free_port() -> int:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     twin = small_twin(faults=[InjectedFault(0, FaultType.gpu_off_bus, 20.0, node="n-001", gpu=5)])
-    runner = TwinRunner(twin, StateStore(tmp_path / "state.db"))
+    store = StateStore(tmp_path / "state.db")
+    health = HealthLoop(twin, store, "dry-run", tmp_path)
+    runner = TwinRunner(twin, store, on_tick=health.tick)
     for _ in range(120):
-        runner.act(lambda t: t.step())
+        runner.act(lambda t: (t.step(), health.tick()))
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(runner, "t"), host="127.0.0.1", port=port, log_level="error"))
+    app = create_app(runner, "t", health)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(100):
@@ -85,6 +89,7 @@ def test_dashboard_renders_the_fleet(served: str) -> None:
     assert ">24<" in dom  # KPI: GPUs
     assert "Hung" in dom  # the job table shows the hung job
     assert "fallen off the bus" in dom  # the event stream
+    assert "gpu-lost" in dom and "gpu/n-001/5" in dom  # the open incident, its root cause named
 
 
 def test_dashboard_screenshot(served: str, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ class Resource(StrEnum):
     nodes = "nodes"
     gpus = "gpus"
     jobs = "jobs"
+    incidents = "incidents"
 
 
 def builtin_example(relative: str) -> Path:
@@ -68,12 +69,40 @@ def _fetch(resource: str, scenario: Path | None, at: str, server: str, node: str
     if scenario is None:
         suffix = f"?node={node}" if node else ""
         return _api_get(f"/api/v1/{resource}{suffix}", server)
+    if resource == "incidents":
+        return _local_incidents(scenario, at)
     twin = _local(scenario, at)
     if resource == "nodes":
         return views.node_rows(twin)
     if resource == "gpus":
         return views.gpu_rows(twin, node)
     return views.job_rows(twin)
+
+
+def _local_incidents(scenario: Path, at: str) -> list[dict[str, Any]]:
+    """Run the scenario here with the health engine and list what it found."""
+    from gpufleet.control.store import incident_to_json
+    from gpufleet.health.engine import HealthEngine
+    from gpufleet.health.twin_feed import TwinFeed
+    from gpufleet.sim.twin import Twin
+    from gpufleet.sources.twin import EPOCH
+
+    twin, duration = Twin.from_scenario(scenario)
+    seconds = parse_duration(at)
+    if seconds > duration:
+        raise UserError(f"--at {at} is after the scenario ends ({format_duration(duration)})")
+    feed = TwinFeed(twin)
+    engine = HealthEngine(feed.frame, port_speeds_gbps=feed.port_speeds())
+    for _ in range(round(seconds / twin.tick)):
+        twin.step()
+        engine.observe(feed.observe())
+    rows = []
+    for inc in engine.book.incidents.values():
+        row = incident_to_json(inc)
+        row["first_seen"] -= EPOCH
+        row["last_seen"] -= EPOCH
+        rows.append(row)
+    return rows
 
 
 SCENARIO_OPT = typer.Option(
@@ -157,7 +186,30 @@ def _render_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
     console.print(make_table(cols, out))
 
 
-RENDERERS = {"nodes": _render_nodes, "gpus": _render_gpus, "jobs": _render_jobs}
+def _render_incidents(rows: list[dict[str, Any]], wide: bool) -> None:
+    cols = ["ID", "CAUSE", "ENTITY", "SEVERITY", "STATE", "SEEN", "COUNT", "ACTION", "SUMMARY"]
+    if wide:
+        cols.append("EFFECTS")
+    out = []
+    for r in rows:
+        row = [
+            r["id"],
+            r["cause"],
+            r["entity"],
+            r["severity"],
+            r["state"],
+            format_duration(max(r["first_seen"], 0)),
+            r["count"],
+            r["action"] or "-",
+            r["summary"],
+        ]
+        if wide:
+            row.append("; ".join(r["effects"]) or "-")
+        out.append(row)
+    console.print(make_table(cols, out))
+
+
+RENDERERS = {"nodes": _render_nodes, "gpus": _render_gpus, "jobs": _render_jobs, "incidents": _render_incidents}
 
 
 def _render_node_detail(d: dict[str, Any]) -> None:
@@ -196,14 +248,14 @@ def _render_node_detail(d: dict[str, Any]) -> None:
 
 
 def get(
-    resource: Resource = typer.Argument(..., help="nodes, gpus or jobs"),
+    resource: Resource = typer.Argument(..., help="nodes, gpus, jobs or incidents"),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
     node: str | None = typer.Option(None, "--node", help="gpus only: one node's GPUs."),
     scenario: Path | None = SCENARIO_OPT,
     at: str = AT_OPT,
     server: str | None = SERVER_OPT,
 ) -> None:
-    """List nodes, GPUs or training jobs, like `kubectl get`."""
+    """List nodes, GPUs, training jobs or incidents, like `kubectl get`."""
     rows = _fetch(resource.value, scenario, at, server or server_url(), node)
     emit(rows, output, lambda wide: RENDERERS[resource.value](rows, wide))
 
@@ -352,6 +404,9 @@ def up(
     run_for: str | None = typer.Option(
         None, "--run-for", help="Stop after this much wall time (e.g. 30s); default runs until Ctrl-C."
     ),
+    remediate: str = typer.Option(
+        "dry-run", "--remediate", help="off, dry-run (decide and audit, change nothing) or on (act within budgets)."
+    ),
 ) -> None:
     """Start the embedded default: the digital twin, the control plane and the dashboard on 127.0.0.1."""
     import threading
@@ -366,15 +421,20 @@ def up(
 
     if speed <= 0:
         raise UserError("--speed must be positive")
+    if remediate not in ("off", "dry-run", "on"):
+        raise UserError(f"--remediate {remediate!r}", fix="use off, dry-run or on")
     path = scenario or builtin_example("scenarios/day-256gpu.yaml")
     twin, _ = Twin.from_scenario(path)
     home = data_dir()
     store = StateStore(home / "state.db")
     token = api_token(create=True)
     assert token is not None
-    runner = TwinRunner(twin, store, speed=speed)
+    from gpufleet.control.loop import HealthLoop
+
+    health = HealthLoop(twin, store, remediate, home)  # type: ignore[arg-type]  # checked above
+    runner = TwinRunner(twin, store, speed=speed, on_tick=health.tick)
     runner.start()
-    app = create_app(runner, token)
+    app = create_app(runner, token, health)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)
     url = f"http://{host}:{port}/"
@@ -386,6 +446,7 @@ def up(
             f"cluster    {twin.cluster.name}: {len(twin.cluster.nodes)} nodes, {twin.gpus.n} GPUs, speed {speed:g}x\n"
             f"state      {home / 'state.db'} (events kept across restarts: {store.count_events()})\n"
             f"token      {home / 'token'} (needed by cordon/uncordon/drain)\n"
+            f"health     fault detection on; remediation {remediate}\n"
             "try        gpufleet get nodes   |   gpufleet get jobs   |   Ctrl-C to stop",
             expand=False,
         )

@@ -17,8 +17,11 @@ T = TypeVar("T")
 class TwinRunner:
     """Steps `twin` so that `speed` simulated seconds pass per wall second; readers take the lock via `read`."""
 
-    def __init__(self, twin: Twin, store: StateStore, speed: float = 1.0) -> None:
+    def __init__(
+        self, twin: Twin, store: StateStore, speed: float = 1.0, on_tick: Callable[[], object] | None = None
+    ) -> None:
         self.twin = twin
+        self.on_tick = on_tick  # the health loop, run after every step
         self.store = store
         self.speed = speed
         self._lock = threading.RLock()
@@ -66,5 +69,7 @@ class TwinRunner:
                     if self.twin.time + self.twin.tick > target:
                         break
                     self.twin.step()
+                    if self.on_tick is not None:
+                        self.on_tick()
                 self._flush()
             self._stop.wait(0.05)

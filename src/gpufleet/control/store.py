@@ -13,6 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import BackendError
+from gpufleet.model import Incident
+
+
+def incident_to_json(incident: Incident) -> dict[str, Any]:
+    return {
+        "id": incident.id,
+        "cause": incident.cause.value,
+        "entity": str(incident.entity),
+        "node": incident.entity.node,
+        "severity": incident.severity.value,
+        "state": incident.state.value,
+        "summary": incident.summary,
+        "first_seen": incident.first_seen,
+        "last_seen": incident.last_seen,
+        "count": incident.count,
+        "action": incident.action,
+        "xid": incident.xid,
+        "effects": list(incident.effects),
+        "evidence": [{"time": e.time, "source": e.source, "text": e.text} for e in incident.evidence],
+    }
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -46,6 +67,19 @@ CREATE TABLE IF NOT EXISTS audit (
     result TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS incidents (
+    id TEXT PRIMARY KEY,
+    run TEXT NOT NULL,
+    cause TEXT NOT NULL,
+    entity TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    state TEXT NOT NULL,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    count INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS incidents_state ON incidents(state, first_seen);
 """
 
 
@@ -155,6 +189,38 @@ class StateStore:
                 (limit,),
             ).fetchall()
         return [dict(zip(("wall_time", "actor", "action", "target", "result"), r, strict=True)) for r in rows]
+
+    def upsert_incident(self, run: str, incident: Incident) -> None:
+        """Keep an incident as it is now (one row per incident; updates replace it)."""
+        body = json.dumps(incident_to_json(incident), default=str)
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO incidents VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    f"{run}/{incident.id}",
+                    run,
+                    incident.cause.value,
+                    str(incident.entity),
+                    incident.severity.value,
+                    incident.state.value,
+                    incident.first_seen,
+                    incident.last_seen,
+                    incident.count,
+                    body,
+                ),
+            )
+
+    def incidents(self, state: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+        sql = "SELECT id, run, body FROM incidents"
+        args: list[Any] = []
+        if state:
+            sql += " WHERE state = ?"
+            args.append(state)
+        sql += " ORDER BY first_seen DESC LIMIT ?"
+        args.append(limit)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [{"key": r[0], "run": r[1], **json.loads(r[2])} for r in rows]
 
     def get_meta(self, key: str) -> str | None:
         with self._lock:

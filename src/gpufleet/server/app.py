@@ -14,9 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet import __version__
 from gpufleet.control import views
+from gpufleet.control.loop import HealthLoop
 from gpufleet.control.runner import TwinRunner
 from gpufleet.errors import AuthError, GpufleetError, NotFoundError, UserError
-from gpufleet.model import JobState
+from gpufleet.model import IncidentState, JobState
 from gpufleet.sim.twin import Twin
 
 
@@ -91,7 +92,22 @@ def summary(twin: Twin) -> dict[str, Any]:
     }
 
 
-def create_app(runner: TwinRunner, token: str) -> FastAPI:
+def with_incidents(body: dict[str, Any], health: HealthLoop | None) -> dict[str, Any]:
+    if health is None:
+        return body
+    from gpufleet.control.store import incident_to_json
+    from gpufleet.sources.twin import EPOCH
+
+    rows = []
+    for inc in sorted(health.open_incidents(), key=lambda i: i.first_seen, reverse=True)[:30]:
+        row = incident_to_json(inc)
+        row["first_seen"] -= EPOCH
+        rows.append(row)
+    body["incidents"] = rows
+    return body
+
+
+def create_app(runner: TwinRunner, token: str, health: HealthLoop | None = None) -> FastAPI:
     app = FastAPI(title="gpufleet", version=__version__)
 
     def require_token(authorization: str | None = Header(default=None)) -> str:
@@ -131,7 +147,7 @@ def create_app(runner: TwinRunner, token: str) -> FastAPI:
 
     @app.get("/api/v1/summary")
     def api_summary() -> dict[str, Any]:
-        return runner.read(summary)
+        return runner.read(lambda t: with_incidents(summary(t), health))
 
     @app.get("/api/v1/nodes")
     def nodes() -> list[dict[str, Any]]:
@@ -154,6 +170,27 @@ def create_app(runner: TwinRunner, token: str) -> FastAPI:
         if not 1 <= limit <= 10000:
             raise UserError("limit must be between 1 and 10000")
         return runner.store.events(kind, limit)
+
+    @app.get("/api/v1/incidents")
+    def incidents(state: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+        if state is not None and state not in {s.value for s in IncidentState}:
+            raise UserError(f"unknown state {state!r}", fix=f"use one of: {', '.join(s.value for s in IncidentState)}")
+        return runner.store.incidents(state, limit)
+
+    @app.post("/api/v1/incidents/{incident_id}/{verb}")
+    def incident_transition(incident_id: str, verb: str, actor: str = Depends(require_token)) -> dict[str, Any]:
+        states = {
+            "acknowledge": IncidentState.acknowledged,
+            "mitigate": IncidentState.mitigated,
+            "resolve": IncidentState.resolved,
+        }
+        if verb not in states:
+            raise UserError(f"unknown verb {verb!r}", fix="use acknowledge, mitigate or resolve")
+        if health is None:
+            raise UserError("this control plane runs no health engine")
+        inc = runner.act(lambda t: health.book.transition(incident_id, states[verb]))
+        runner.store.audit(actor, verb, f"incident/{incident_id}", inc.state.value)
+        return {"id": inc.id, "state": inc.state.value}
 
     @app.get("/api/v1/audit")
     def audit(limit: int = 100) -> list[dict[str, Any]]:
