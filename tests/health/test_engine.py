@@ -98,7 +98,7 @@ def test_flap_supersedes_link_down() -> None:
 
 
 def test_nccl_hang_names_the_rank_that_never_arrived() -> None:
-    incidents, twin = run([fault(FaultType.nccl_hang, job="job", rank=13)], 300)
+    incidents, _ = run([fault(FaultType.nccl_hang, job="job", rank=13)], 300)
     inc = only(incidents)
     assert inc.cause is RootCause.nccl_hang
     assert (inc.entity.node, inc.entity.index) == ("n-001", 5)  # rank 13 = second node, GPU 5
