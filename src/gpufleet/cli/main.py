@@ -45,6 +45,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.sched",
     "gpufleet.cli.partition",
     "gpufleet.cli.remediate",
+    "gpufleet.cli.diag",
 )
 
 
@@ -62,7 +63,9 @@ def run() -> None:
     """Entry point: run the app, turning gpufleet errors into one red line and a non-zero exit."""
     debug = "--debug" in sys.argv or os.environ.get("GPUFLEET_DEBUG") == "1"
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value here
+            sys.exit(code)
     except GpufleetError as exc:
         if debug:
             raise

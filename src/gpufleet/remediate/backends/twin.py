@@ -64,36 +64,13 @@ class TwinBackend(RemediationBackend):
         return [self.twin.gpu(node, g.index) for g in self.twin.cluster.node(node).gpus]
 
     def run_diag(self, node: str, level: int) -> DiagResult:
-        """What `dcgmi diag -r <level>` would find on this node. r1: deployment checks (GPU present, not wedged, no
-        pending retirement/remap). r2 adds memory (DBE, remap failure), PCIe link and NVLink state, and the node's
-        HCA ports: a pass with a link down is not trusted. The twin models no stress test, so r3 checks what r2 does."""
-        g = self.twin.gpus
-        problems: list[str] = []
-        for i in self._gpu_rows(node):
-            idx = int(g.index_on_node[i])
-            if not g.alive[i]:
-                problems.append(f"GPU {idx} not found")
-                continue
-            if g.wedged[i]:
-                problems.append(f"GPU {idx} not responding")
-            if g.remap_pending[i] or g.retired_pending[i]:
-                problems.append(f"GPU {idx} has a pending row remap/page retirement")
-            if level >= 2:
-                if g.remap_failure[i]:
-                    problems.append(f"GPU {idx} row remap failure")
-                if g.ecc_dbe_vol[i]:
-                    problems.append(f"GPU {idx} volatile DBE count {int(g.ecc_dbe_vol[i])}")
-                if g.pcie_gen[i] < g.pcie_max_gen[i] or g.pcie_width[i] < g.pcie_max_width[i]:
-                    problems.append(f"GPU {idx} PCIe link Gen{int(g.pcie_gen[i])} x{int(g.pcie_width[i])}")
-                if g.nvlink_active[i] < g.nvlink_links[i]:
-                    problems.append(f"GPU {idx} NVLink {int(g.nvlink_active[i])}/{int(g.nvlink_links[i])} up")
-        if level >= 2:
-            ni = self.twin.node_index[node]
-            for (n, rail), p in self.twin.ports.nic_port.items():
-                if n == ni and not self.twin.ports.up[p]:
-                    problems.append(f"HCA rail {rail} link down")
-        if problems:
-            return DiagResult(False, f"diag r{level} FAIL: " + "; ".join(problems))
+        """The node's health checks at DCGM run level `level` (see gpufleet.health.diag): a pass with a link
+        down is not trusted."""
+        from gpufleet.health.diag import twin_diag
+
+        outcome = twin_diag(self.twin, node, level)
+        if not outcome.passed:
+            return DiagResult(False, f"diag r{level} FAIL: " + "; ".join(outcome.failures()))
         return DiagResult(True, f"diag r{level} PASS on {len(self._gpu_rows(node))} GPUs")
 
     def set_power_limit(self, node: str, index: int | None, fraction: float) -> str:
