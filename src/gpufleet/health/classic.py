@@ -72,7 +72,8 @@ class ClassicPipeline:
         self._clock.append((now, clock.copy()))
         while self._clock and now - self._clock[0][0] > 1800.0:
             self._clock.popleft()
-        peak = np.nanmax(np.vstack([c for _, c in self._clock]), axis=0)
+        stacked = np.vstack([c for _, c in self._clock])
+        peak = np.where(np.isnan(stacked).all(axis=0), np.nan, np.nanmax(np.nan_to_num(stacked, nan=-np.inf), axis=0))
         hot_slow = (clock < cfg.clock_drop_ratio * peak) & (temp > cfg.clock_drop_temp_c)
         for i in np.flatnonzero(hot_slow):
             conditions.append(("GpuClockDropHot", gpus[i], 300.0))
