@@ -27,6 +27,7 @@ class Ecc(_Section):
 
 class Thermal(_Section):
     hold_s: float
+    window_s: float
     clock_ratio: float
 
 

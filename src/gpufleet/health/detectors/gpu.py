@@ -36,6 +36,7 @@ class GpuDetectors:
         self.brake = HoldTimer(n)
         self.idle = HoldTimer(n)
         self.sbe = CounterWindow(60.0)
+        self.thermal_violation = CounterWindow(thresholds.thermal.window_s)
         self.pcie = CounterWindow(thresholds.pcie.window_s)
         self.nvlink_crc = CounterWindow(thresholds.nvlink.window_s)
         self.nvlink_recovery = CounterWindow(thresholds.nvlink.window_s)
@@ -59,6 +60,12 @@ class GpuDetectors:
         bits = np.nan_to_num(reasons, nan=0.0).astype(np.int64)
         slow = clock < self.t.thermal.clock_ratio * self.max_clock
         held = self.thermal.update(now, ((bits & HW_THERMAL) != 0) & slow)
+        # A GPU held at its slowdown point drops in and out of throttling every few seconds, so the continuous hold
+        # can keep resetting: DCGM's thermal-violation time over a window catches that duty cycle.
+        self.thermal_violation.push(now, g("DCGM_FI_DEV_THERMAL_VIOLATION"))
+        violated = self.thermal_violation.growth()
+        if violated is not None:
+            held = np.maximum(held, np.where(violated >= self.t.thermal.hold_s * 1e9, violated / 1e9, 0.0))
         for i in np.flatnonzero(held >= self.t.thermal.hold_s):
             out.append(
                 self._finding(
@@ -67,7 +74,8 @@ class GpuDetectors:
                     RootCause.thermal,
                     Severity.warning,
                     f"thermal slowdown on {self.entities[i]}",
-                    f"GPU at {temp[i]:.0f} C with hardware thermal slowdown for {held[i]:.0f} s; "
+                    f"GPU at {temp[i]:.0f} C, thermally throttled {held[i]:.0f} s of the last "
+                    f"{self.t.thermal.window_s:.0f} s; "
                     f"SM clock {clock[i]:.0f} MHz of {self.max_clock[i]:.0f}",
                     "POWER_CAP_AND_TICKET",
                 )
