@@ -1,0 +1,1 @@
+"""Placement: cluster state, scoring policies, trace replay."""

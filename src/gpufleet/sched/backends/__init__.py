@@ -1,0 +1,1 @@
+"""Live scheduler backends: Kubernetes (secondary scheduler) and Slurm."""
