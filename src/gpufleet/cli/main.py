@@ -36,7 +36,7 @@ def main(
 
 
 # Each module exposes `register(app)`; one line per command family keeps this file free of their details.
-COMMAND_MODULES = ("gpufleet.cli.core",)
+COMMAND_MODULES = ("gpufleet.cli.core", "gpufleet.cli.schedule")
 
 
 def _register() -> None:

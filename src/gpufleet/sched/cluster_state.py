@@ -13,6 +13,8 @@ from gpufleet.sched.topology import choose_gpus, leaf_groups, leaves_of_nodes, m
 
 NOT_READY_TAINT = Taint("node.kubernetes.io/not-ready", TaintEffect.no_schedule)
 UNREACHABLE_TAINT = Taint("node.kubernetes.io/unreachable", TaintEffect.no_schedule)
+# Nodes that share this label value sit under the same IB leaf switches (one rail group / scalable unit).
+LEAF_GROUP_LABEL = "gpufleet.io/leaf-group"
 BASE_RESOURCES = ("cpu", "memory", "pods", GPU_RESOURCE)
 
 
@@ -68,7 +70,14 @@ class ClusterState:
             [max_free_in_domain(ds, free) for ds, free in zip(self.domains, self.gpu_free, strict=True)],
             dtype=np.int64,
         )
-        self.leaves = leaves_of_nodes(fabric, self.names) if fabric is not None and fabric.links else {}
+        if fabric is not None and fabric.links:
+            self.leaves = leaves_of_nodes(fabric, self.names)
+        else:  # no fabric map (a kubectl capture): a node label may name the leaf group
+            self.leaves = {
+                n.node.name: frozenset({n.node.labels[LEAF_GROUP_LABEL]})
+                for n in nodes
+                if n.node.labels.get(LEAF_GROUP_LABEL)
+            }
         groups = leaf_groups(self.leaves)
         self.leaf_group = np.full(len(nodes), -1, dtype=np.int64)
         self.group_names = list(groups)

@@ -63,9 +63,7 @@ HARD_EFFECTS = (TaintEffect.no_schedule, TaintEffect.no_execute)
 
 
 def taint_reasons(state: ClusterState, pod: PodInfo) -> dict[tuple[Taint, ...], Taint | None]:
-    return {
-        group: first_untolerated(group, pod.pod.tolerations, HARD_EFFECTS) for group in state.taint_groups
-    }
+    return {group: first_untolerated(group, pod.pod.tolerations, HARD_EFFECTS) for group in state.taint_groups}
 
 
 def taint_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
@@ -115,7 +113,9 @@ def term_matches(term: tuple[SelectorRequirement, ...], labels: Mapping[str, str
     return bool(term) and all(requirement_matches(r, labels) for r in term)
 
 
-def node_selection_matches(selector: Mapping[str, str], affinity: NodeAffinity | None, labels: Mapping[str, str]) -> bool:
+def node_selection_matches(
+    selector: Mapping[str, str], affinity: NodeAffinity | None, labels: Mapping[str, str]
+) -> bool:
     if any(labels.get(k) != v for k, v in selector.items()):
         return False
     if affinity is not None and affinity.required:
@@ -147,7 +147,8 @@ def resource_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
     idx, amounts, unknown = state.request_vector(pod)
     if unknown:
         return np.zeros(len(state), dtype=bool)
-    return ((state.alloc[:, idx] - state.used[:, idx]) >= amounts).all(axis=1)
+    fits = np.asarray(((state.alloc[:, idx] - state.used[:, idx]) >= amounts).all(axis=1), dtype=bool)
+    return fits
 
 
 def nvlink_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:

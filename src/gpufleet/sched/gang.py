@@ -18,7 +18,7 @@ from gpufleet.model import GPU_RESOURCE, Gang
 from gpufleet.sched.k8s import PodInfo
 
 if TYPE_CHECKING:
-    from gpufleet.sched.scheduler import Failure, PlanResult, Placement, Scheduler
+    from gpufleet.sched.scheduler import Placement, PlanResult, Scheduler
 
 
 @dataclass(slots=True)

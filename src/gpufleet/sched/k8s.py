@@ -178,6 +178,7 @@ class PodInfo:
     owner: str = ""  # Kind/name of the controller
     runtime_s: float | None = None
     preemptible: bool = True
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -258,7 +259,8 @@ def _effect(raw: str | None, where: str) -> TaintEffect | None:
     try:
         return TaintEffect(raw)
     except ValueError:
-        raise ParseError(f"{where}: unknown taint effect {raw!r}", fix="NoSchedule, PreferNoSchedule or NoExecute") from None
+        fix = "use NoSchedule, PreferNoSchedule or NoExecute"
+        raise ParseError(f"{where}: unknown taint effect {raw!r}", fix=fix) from None
 
 
 def parse_pod(obj: dict[str, Any], priority_classes: dict[str, int] | None = None) -> PodInfo:
@@ -322,6 +324,7 @@ def parse_pod(obj: dict[str, Any], priority_classes: dict[str, int] | None = Non
         owner=f"{owners[0]['kind']}/{owners[0]['name']}" if owners else "",
         runtime_s=runtime_s,
         preemptible=spec.get("preemptionPolicy", "PreemptLowerPriority") == "PreemptLowerPriority",
+        annotations=annotations,
     )
 
 
@@ -349,8 +352,15 @@ def _node_gpus(name: str, labels: dict[str, str], capacity: int, allocatable: in
         else:
             peers = []
         gpus.append(
-            Gpu(index=i, uuid=f"{name}/gpu{i}", pci_bus_id=f"00000000:{0x10 + i:02X}:00.0", serial="", model=spec,
-                minor=i, nvlink_peers=peers)
+            Gpu(
+                index=i,
+                uuid=f"{name}/gpu{i}",
+                pci_bus_id=f"00000000:{0x10 + i:02X}:00.0",
+                serial="",
+                model=spec,
+                minor=i,
+                nvlink_peers=peers,
+            )
         )
     # The device plugin reports unhealthy devices by lowering allocatable; which ones is not visible here.
     for gpu in gpus[allocatable:]:
@@ -376,8 +386,12 @@ def parse_node(obj: dict[str, Any]) -> NodeInfo:
             raise ParseError(f"{where}: taint {t.get('key')!r} has no effect", fix="every taint needs an effect")
         taints.append(Taint(t["key"], effect, t.get("value", "")))
     conditions = [
-        NodeCondition(type=c.get("type", ""), status=c.get("status", "Unknown"), reason=c.get("reason", ""),
-                      message=c.get("message", ""))
+        NodeCondition(
+            type=c.get("type", ""),
+            status=c.get("status", "Unknown"),
+            reason=c.get("reason", ""),
+            message=c.get("message", ""),
+        )
         for c in status.get("conditions") or []
     ]
     pool = next((labels[k] for k in POOL_LABELS if k in labels), "")
@@ -421,23 +435,30 @@ def parse_snapshot(doc: dict[str, Any]) -> Snapshot:
                 snap.pods.append(parse_pod(item, snap.priority_classes))
         except (KeyError, TypeError, ValueError) as exc:
             raise ParseError(f"snapshot item {i} ({kind}): malformed field {exc}", fix="pass kubectl's JSON") from None
-    for info in snap.pods:
-        gang = info.pod.gang
-        if gang is None:
+    snap.gangs = assemble_gangs(snap.pods, min_members)
+    return snap
+
+
+def assemble_gangs(pods: list[PodInfo], min_members: dict[str, int] | None = None) -> dict[str, Gang]:
+    """Group pods by their pod-group; minMember from the PodGroup, the annotation, or the group's size."""
+    gangs: dict[str, Gang] = {}
+    for info in pods:
+        name = info.pod.gang
+        if name is None:
             continue
-        g = snap.gangs.get(gang)
+        g = gangs.get(name)
         if g is None:
-            annotated = info.pod.labels.get(MIN_MEMBER_ANNOTATION)
-            g = snap.gangs[gang] = Gang(name=gang, min_member=0, queue=info.pod.queue, priority=info.pod.priority)
-            if gang in min_members:
-                g.min_member = min_members[gang]
-            elif annotated:
+            g = gangs[name] = Gang(name=name, min_member=0, queue=info.pod.queue, priority=info.pod.priority)
+            annotated = info.annotations.get(MIN_MEMBER_ANNOTATION) or info.pod.labels.get(MIN_MEMBER_ANNOTATION)
+            if min_members and name in min_members:
+                g.min_member = min_members[name]
+            elif annotated and annotated.isdigit():
                 g.min_member = int(annotated)
         g.pods.append(info.key)
-    for g in snap.gangs.values():
+    for g in gangs.values():
         if g.min_member <= 0:
             g.min_member = len(g.pods)
-    return snap
+    return gangs
 
 
 def load_snapshot(path: Path) -> Snapshot:
@@ -446,7 +467,7 @@ def load_snapshot(path: Path) -> Snapshot:
     except FileNotFoundError:
         from gpufleet.errors import NotFoundError
 
-        raise NotFoundError(f"{path}: no such file", fix="capture one with `kubectl get nodes,pods -A -o json`") from None
+        raise NotFoundError(f"{path}: no such file", fix="capture with `kubectl get nodes,pods -A -o json`") from None
     except json.JSONDecodeError as exc:
         raise ParseError(f"{path}: not JSON ({exc})", fix="capture with `kubectl get nodes,pods -A -o json`") from None
     if not isinstance(doc, dict):
@@ -462,9 +483,7 @@ def model_pod_requests(pod: Pod) -> dict[str, int]:
     if pod.memory_mib:
         req["memory"] = pod.memory_mib * 2**20
     g = pod.gpu
-    if g.count and g.sharing in (GpuSharing.exclusive, GpuSharing.mps):
-        req[GPU_RESOURCE] = g.count
-    elif g.count and g.sharing is GpuSharing.time_slicing:
+    if g.count and g.sharing in (GpuSharing.exclusive, GpuSharing.mps, GpuSharing.time_slicing):
         req[GPU_RESOURCE] = g.count
     elif g.count and g.sharing is GpuSharing.mig and g.mig_profile:
         req[MIG_PREFIX + g.mig_profile] = g.count

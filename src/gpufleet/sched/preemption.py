@@ -34,7 +34,8 @@ def lower_priority(victim: PodInfo, preemptor: PodInfo) -> bool:
 class VictimChoice:
     node: int
     victims: list[Assignment]
-    cost: tuple[int, int, int]  # (pods evicted, highest victim priority, sum of victim priorities)
+    # (pods evicted, highest victim priority, sum of victim priorities, 1 if outside the gang's leaf groups)
+    cost: tuple[int, int, int, int]
 
 
 @dataclass(slots=True)
@@ -43,9 +44,9 @@ class PreemptionResult:
     evictions: list[Eviction] = field(default_factory=list)
 
 
-def _victim_groups(sched: Scheduler, pods: list[PodInfo], preemptor: PodInfo, can_evict: EvictPredicate) -> list[
-    list[Assignment]
-]:
+def _victim_groups(
+    sched: Scheduler, pods: list[PodInfo], preemptor: PodInfo, can_evict: EvictPredicate
+) -> list[list[Assignment]]:
     """Evictable pods on a node, expanded to whole gangs; a gang with any member that may not go is kept."""
     placed = sched.state.placed
     groups: list[list[Assignment]] = []
@@ -65,7 +66,9 @@ def _victim_groups(sched: Scheduler, pods: list[PodInfo], preemptor: PodInfo, ca
     return groups
 
 
-def choose_victims(sched: Scheduler, pod: PodInfo, can_evict: EvictPredicate) -> VictimChoice | None:
+def choose_victims(
+    sched: Scheduler, pod: PodInfo, can_evict: EvictPredicate, gang_groups: set[int] | None = None
+) -> VictimChoice | None:
     state = sched.state
     static = unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod)
     best: VictimChoice | None = None
@@ -91,7 +94,8 @@ def choose_victims(sched: Scheduler, pod: PodInfo, can_evict: EvictPredicate) ->
                 victims.extend(group)
         state.rollback(mark)
         prios = [a.pod.pod.priority for a in victims]
-        cost = (len(victims), max(prios, default=0), sum(prios))
+        outside = int(bool(gang_groups) and int(state.leaf_group[node]) not in (gang_groups or set()))
+        cost = (len(victims), max(prios, default=0), sum(prios), outside)
         if best is None or cost < best.cost:
             best = VictimChoice(node, victims, cost)
     return best
@@ -107,14 +111,17 @@ def preempt_for_unit(sched: Scheduler, unit: Unit, can_evict: EvictPredicate | N
     state = sched.state
     mark = state.mark()
     out = PreemptionResult()
+    groups: set[int] = set()
     for pod in sorted(unit.pods, key=lambda p: -sum(p.requests.get(r, 0) for r in p.requests if "/" in r)):
-        picked = sched.select_node(pod)
+        picked = sched.select_node(pod, None, groups)
         if picked is not None:
             out.placements.append(sched.place(pod, *picked))
+            groups.add(int(state.leaf_group[picked[0]]))
             continue
-        choice = choose_victims(sched, pod, rule)
+        choice = choose_victims(sched, pod, rule, groups)
         if choice is None:
             continue
+        groups.add(int(state.leaf_group[choice.node]))
         for a in choice.victims:
             state.release(a.pod.key)
             out.evictions.append(Eviction(a.pod.key, state.names[a.node], f"preempted by {pod.key}"))

@@ -68,15 +68,11 @@ class QueueBook:
 
     def borrowed_total(self, resource: str, extra: dict[str, int] | None = None) -> int:
         extra = extra or {}
-        return sum(
-            max(0, self.used(q, resource) + extra.get(q, 0) - self.guaranteed(q, resource)) for q in self.specs
-        )
+        return sum(max(0, self.used(q, resource) + extra.get(q, 0) - self.guaranteed(q, resource)) for q in self.specs)
 
     def idle_total(self, resource: str, extra: dict[str, int] | None = None) -> int:
         extra = extra or {}
-        return sum(
-            max(0, self.guaranteed(q, resource) - self.used(q, resource) - extra.get(q, 0)) for q in self.specs
-        )
+        return sum(max(0, self.guaranteed(q, resource) - self.used(q, resource) - extra.get(q, 0)) for q in self.specs)
 
     def is_borrowing(self, queue: str) -> bool:
         return any(self.used(queue, r) > self.guaranteed(queue, r) for r in self.resources)

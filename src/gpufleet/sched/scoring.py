@@ -28,9 +28,7 @@ class ScoreWeights:
     node_affinity: float = 2.0
     resources_fit: float = 1.0
     topology: float = 2.0
-    resource_weights: dict[str, float] = field(
-        default_factory=lambda: {"cpu": 1.0, "memory": 1.0, GPU_RESOURCE: 3.0}
-    )
+    resource_weights: dict[str, float] = field(default_factory=lambda: {"cpu": 1.0, "memory": 1.0, GPU_RESOURCE: 3.0})
 
 
 def resources_fit(

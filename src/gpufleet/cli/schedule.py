@@ -1,0 +1,147 @@
+"""`gpufleet schedule`: plan placements on a kubectl capture, explain one pod, or run as a secondary scheduler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+
+app = typer.Typer(
+    help="Kubernetes placement: plan on a `kubectl get nodes,pods -o json` capture, explain, or run live.",
+    no_args_is_help=True,
+)
+
+SNAPSHOT_HELP = "A capture from `kubectl get nodes,pods -A -o json` (PriorityClass and PodGroup items are used too)."
+POLICY_HELP = "binpack (fill nodes, keep whole nodes free) or spread (kube-scheduler's LeastAllocated)."
+
+
+@app.command("plan")
+def plan_cmd(
+    snapshot: Path = typer.Option(..., "--snapshot", "-f", help=SNAPSHOT_HELP),
+    policy: str = typer.Option("binpack", "--policy", help=POLICY_HELP),
+    scheduler_name: str | None = typer.Option(
+        None, "--scheduler-name", help="Only pending pods with this schedulerName (default: every pending pod)."
+    ),
+    preemption: bool = typer.Option(True, "--preemption/--no-preemption", help="Evict lower-priority pods to fit."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Print where each pending pod would be placed, which pods would be preempted, and why the rest cannot fit."""
+    from gpufleet.sched.k8s import load_snapshot
+    from gpufleet.sched.scheduler import Scheduler
+
+    snap = load_snapshot(snapshot)
+    sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))
+    pending = snap.pending(scheduler_name)
+    result = sched.plan(pending, snap.gangs, preemption=preemption)
+    data: dict[str, Any] = {
+        "nodes": len(snap.nodes),
+        "pending": len(pending),
+        "placements": [
+            {"pod": p.pod, "node": p.node, "gpus": list(p.gpus), "score": p.score} for p in result.placements
+        ],
+        "evictions": [{"pod": e.pod, "node": e.node, "reason": e.reason} for e in result.evictions],
+        "failures": [{"pod": f.pod, "reason": "FailedScheduling", "message": f.message} for f in result.failures],
+    }
+
+    def render(wide: bool) -> None:
+        rows: list[list[Any]] = [
+            [p.pod, p.node, ",".join(map(str, p.gpus)) if p.gpus else "-", p.score] for p in result.placements
+        ]
+        console.print(make_table(["POD", "NODE", "GPUS", "SCORE"], rows, title=f"{len(rows)} placements"))
+        if result.evictions:
+            ev = [[e.pod, e.node, e.reason] for e in result.evictions]
+            console.print(make_table(["VICTIM", "NODE", "REASON"], ev, title="preemptions"))
+        if result.failures:
+            fails = [[f.pod, "FailedScheduling", f.message] for f in result.failures]
+            console.print(make_table(["POD", "REASON", "MESSAGE"], fails, title="unschedulable"))
+
+    emit(data, output, render)
+
+
+@app.command("explain")
+def explain_cmd(
+    pod: str = typer.Argument(..., help="The pod, as NAME or NAMESPACE/NAME."),
+    snapshot: Path = typer.Option(..., "--snapshot", "-f", help=SNAPSHOT_HELP),
+    policy: str = typer.Option("binpack", "--policy", help=POLICY_HELP),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Show which nodes accept POD and how they score, or the FailedScheduling message with every filter's count."""
+    from gpufleet.sched.k8s import load_snapshot
+    from gpufleet.sched.scheduler import Scheduler
+
+    snap = load_snapshot(snapshot)
+    info = snap.pod(pod)
+    sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))
+    if info.key in sched.state.placed:
+        sched.state.release(info.key)  # explain a bound pod as if it were pending again
+    exp = sched.explain(info)
+    data = {
+        "pod": exp.pod,
+        "requests": info.requests,
+        "feasible": [{"node": n, "score": s} for n, s in exp.feasible],
+        "rejected": exp.reasons,
+        "message": exp.message,
+    }
+
+    def render(wide: bool) -> None:
+        req = ", ".join(f"{k}={v}" for k, v in info.requests.items()) or "nothing"
+        console.print(f"[bold]{exp.pod}[/bold] requests {req}")
+        if exp.feasible:
+            shown = exp.feasible if wide else exp.feasible[:10]
+            console.print(make_table(["NODE", "SCORE"], shown, title=f"{len(exp.feasible)} feasible node(s)"))
+        if exp.reasons:
+            rows = sorted(exp.reasons.items(), key=lambda kv: -kv[1])
+            console.print(make_table(["REJECTED BY", "NODES"], rows))
+        if exp.message:
+            console.print(f"[red]FailedScheduling[/red] {exp.message}", highlight=False, soft_wrap=True)
+
+    emit(data, output, render)
+
+
+@app.command("run")
+def run_cmd(
+    kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="The kubeconfig (default: ~/.kube/config)."),
+    context: str | None = typer.Option(None, "--context", help="The kubeconfig context to use."),
+    in_cluster: bool = typer.Option(False, "--in-cluster", help="Use the pod's service account."),
+    scheduler_name: str = typer.Option("gpufleet", "--scheduler-name", help="Schedule pods that name this scheduler."),
+    policy: str = typer.Option("binpack", "--policy", help=POLICY_HELP),
+    once: bool = typer.Option(False, "--once", help="Run one scheduling cycle and exit."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and print, but bind, evict and record nothing."),
+    interval: float = typer.Option(2.0, "--interval", help="Seconds between cycles."),
+) -> None:
+    """Act as a secondary scheduler: bind pending pods whose schedulerName is gpufleet."""
+    import time
+
+    from gpufleet.sched.backends.kubernetes import KubernetesScheduler, connect
+
+    sched = KubernetesScheduler(
+        connect(kubeconfig, context, in_cluster), scheduler_name=scheduler_name, strategy=_strategy(policy)
+    )
+    while True:
+        cycle = sched.run_once(dry_run=dry_run)
+        for p in cycle.bound:
+            console.print(f"{'would bind' if dry_run else 'bound'} {p.pod} -> {p.node}")
+        for pod in cycle.evicted:
+            console.print(f"{'would evict' if dry_run else 'evicted'} {pod}")
+        for f in cycle.events:
+            console.print(f"FailedScheduling {f.pod}: {f.message}", highlight=False, soft_wrap=True)
+        if once:
+            return
+        time.sleep(interval)
+
+
+def _strategy(policy: str) -> Any:
+    from gpufleet.errors import UserError
+    from gpufleet.sched.scoring import Strategy
+
+    try:
+        return Strategy(policy)
+    except ValueError:
+        raise UserError(f"unknown policy {policy!r}", fix="use --policy binpack or --policy spread") from None
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="schedule")
