@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal(10**3)}
 _DECIMAL.update({"M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15)})
 _DECIMAL["E"] = Decimal(10**18)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def parse_quantity(text: str | int | float, *, what: str = "quantity") -> Decimal:
@@ -80,14 +82,11 @@ def parse_quantity(text: str | int | float, *, what: str = "quantity") -> Decima
     else:
         if raw and raw[-1] in "numkMGTPE":
             number, suffix = raw[:-1], raw[-1]
-    try:
-        value = Decimal(number)
-    except InvalidOperation:
+    if not _NUMBER.fullmatch(number):
         raise ParseError(
             f"{what}: {text!r} is not a Kubernetes quantity", fix='write e.g. "500m", "2", "16Gi" or "1e3"'
-        ) from None
-    if not value.is_finite() or not number or number[0] not in "+-.0123456789":
-        raise ParseError(f"{what}: {text!r} is not a Kubernetes quantity", fix='write e.g. "500m", "16Gi"')
+        )
+    value = Decimal(number)
     if suffix in _BINARY:
         return value * _BINARY[suffix]
     return value * _DECIMAL[suffix]
