@@ -161,7 +161,7 @@ def plan_units(
         sched.state.rollback(mark)
         for pod in unit.pods:
             fail = sched.failure(pod)
-            if unit.gang and not fail.reasons:
+            if unit.gang and len(sched.candidates(pod)):
                 fail.message = (
                     f"gang {unit.name}: only {fitted} of minMember {unit.min_member} pods fit together; "
                     "none placed (all-or-nothing)"
