@@ -1,4 +1,4 @@
-"""Pods, nodes and Lists in the shape `kubectl get ... -o json` prints them, and small model clusters, for sched tests."""
+"""Pods, nodes and Lists shaped as `kubectl get ... -o json` prints them, and small model clusters."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def test_requests_default_to_limits_and_must_equal_them() -> None:
     assert info.pod.memory_mib == 64 * 1024
 
     unequal = {"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "1"}}
-    with pytest.raises(ParseError, match="must be equal to nvidia.com/gpu limit of 2"):
+    with pytest.raises(ParseError, match=r"must be equal to nvidia\.com/gpu limit of 2"):
         parse_pod(kpod("p", resources=unequal))
     no_limit = {"requests": {"nvidia.com/gpu": "1"}}
     with pytest.raises(ParseError, match="Limit must be set for non overcommitable resources"):
@@ -166,7 +166,7 @@ def test_snapshot_gangs_priority_classes_and_pending() -> None:
 def test_load_snapshot_errors_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ParseError, match="bad.json: not JSON"):
+    with pytest.raises(ParseError, match=r"bad\.json: not JSON"):
         load_snapshot(bad)
     with pytest.raises(NotFoundError):
         load_snapshot(tmp_path / "missing.json")
@@ -197,13 +197,16 @@ def test_pod_templates_made_by_kubectl(tmp_path: Path) -> None:
     cfg = tmp_path / "kubeconfig"
     cfg.write_text(
         "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: unused}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+        "users: [{name: u, user: {token: unused}}]\n"
     )
     env = {**os.environ, "KUBECONFIG": str(cfg)}
 
     def job(limits: str) -> dict[str, Any]:
         obj = _kubectl(["create", "job", "train", "--image=busybox", "--dry-run=client", "-o", "json"], None, env)
-        obj = _kubectl(["set", "resources", "-f", "-", "--local", f"--limits={limits}", "-o", "json"], json.dumps(obj), env)
+        obj = _kubectl(
+            ["set", "resources", "-f", "-", "--local", f"--limits={limits}", "-o", "json"], json.dumps(obj), env
+        )
         template = obj["spec"]["template"]
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0"}, "spec": template["spec"]}
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from gpufleet.model import Gang
+from gpufleet.model import Gang, GpuRequest, Pod
 from gpufleet.sched.k8s import pod_info
 from gpufleet.sched.scheduler import Failure, Placement, Scheduler
 from gpufleet.sched.topology import choose_gpus, leaves_of_nodes, leaves_spanned, nvlink_domains
-from gpufleet.model import GpuRequest, Pod
 from tests.sched.k8s_objects import H100_NVL, fabric_cluster, knode, pod, snap
 
 

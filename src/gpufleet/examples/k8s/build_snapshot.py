@@ -46,7 +46,9 @@ def template(kind: str, name: str, image: str, limits: str, requests: str | None
     if requests:
         args.insert(-2, f"--requests={requests}")
     obj = kubectl(args, json.dumps(obj))
-    obj = kubectl(["patch", "-f", "-", "--local", "--type=merge", "-p", json.dumps(patch), "-o", "json"], json.dumps(obj))
+    obj = kubectl(
+        ["patch", "-f", "-", "--local", "--type=merge", "-p", json.dumps(patch), "-o", "json"], json.dumps(obj)
+    )
     return obj
 
 
@@ -56,9 +58,13 @@ def pod_from(owner: Any, name: str, namespace: str, node: str | None, extra_labe
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec["tolerations"] = spec.get("tolerations", []) + [
-        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    # the DefaultTolerationSeconds admission plugin adds these to every pod
+    spec["tolerations"] = [
+        *spec.get("tolerations", []),
+        *(
+            {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        ),
     ]
     pcn = spec.get("priorityClassName")
     spec["priority"] = PRIORITIES.get(pcn, 0) if pcn else 0
@@ -72,9 +78,14 @@ def pod_from(owner: Any, name: str, namespace: str, node: str | None, extra_labe
         "creationTimestamp": T0,
         "labels": labels,
         "ownerReferences": [
-            {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-             "uid": uid(owner["kind"], namespace, owner["metadata"]["name"]), "controller": True,
-             "blockOwnerDeletion": True}
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": uid(owner["kind"], namespace, owner["metadata"]["name"]),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
         ],
     }
     if tpl["metadata"].get("annotations"):
@@ -96,17 +107,33 @@ def pod_from(owner: Any, name: str, namespace: str, node: str | None, extra_labe
         status = {
             "phase": "Pending",
             "conditions": [
-                {"type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": T0,
-                 "reason": "Unschedulable", "message": "waiting for scheduler gpufleet"}
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": T0,
+                    "reason": "Unschedulable",
+                    "message": "waiting for scheduler gpufleet",
+                }
             ],
             "qosClass": "Burstable",
         }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
-def gpu_node(name: str, product: str, gpus: int, alloc_gpus: int, memory_mib: int, family: str, cc: str,
-             leaf_group: str, taints: list[dict[str, str]] | None = None, ready: bool = True,
-             unschedulable: bool = False) -> dict[str, Any]:
+def gpu_node(
+    name: str,
+    product: str,
+    gpus: int,
+    alloc_gpus: int,
+    memory_mib: int,
+    family: str,
+    cc: str,
+    leaf_group: str,
+    taints: list[dict[str, str]] | None = None,
+    ready: bool = True,
+    unschedulable: bool = False,
+) -> dict[str, Any]:
     major, minor = cc.split(".")
     labels = {
         "beta.kubernetes.io/arch": "amd64",
@@ -148,12 +175,20 @@ def gpu_node(name: str, product: str, gpus: int, alloc_gpus: int, memory_mib: in
         )
     ]
     conditions.append(
-        {"type": "Ready", "status": "True" if ready else "Unknown", "lastHeartbeatTime": T0, "lastTransitionTime": T0,
-         "reason": "KubeletReady" if ready else "NodeStatusUnknown",
-         "message": "kubelet is posting ready status" if ready else "Kubelet stopped posting node status."}
+        {
+            "type": "Ready",
+            "status": "True" if ready else "Unknown",
+            "lastHeartbeatTime": T0,
+            "lastTransitionTime": T0,
+            "reason": "KubeletReady" if ready else "NodeStatusUnknown",
+            "message": "kubelet is posting ready status" if ready else "Kubelet stopped posting node status.",
+        }
     )
-    spec: dict[str, Any] = {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"],
-                            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
+    spec: dict[str, Any] = {
+        "podCIDR": "10.244.0.0/24",
+        "podCIDRs": ["10.244.0.0/24"],
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    }
     spec["taints"] += taints or []
     if not ready:
         spec["taints"].append({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": T0})
@@ -163,25 +198,52 @@ def gpu_node(name: str, product: str, gpus: int, alloc_gpus: int, memory_mib: in
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "uid": uid("node", name), "resourceVersion": "51234", "creationTimestamp": T0,
-                     "labels": labels,
-                     "annotations": {"node.alpha.kubernetes.io/ttl": "0",
-                                     "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "metadata": {
+            "name": name,
+            "uid": uid("node", name),
+            "resourceVersion": "51234",
+            "creationTimestamp": T0,
+            "labels": labels,
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
         "spec": spec,
         "status": {
-            "capacity": {"cpu": cpu, "ephemeral-storage": "1844284980Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0",
-                         "memory": mem, "nvidia.com/gpu": str(gpus), "pods": "110"},
-            "allocatable": {"cpu": str(int(cpu) - 2), "ephemeral-storage": "1699703513229",
-                            "hugepages-1Gi": "0", "hugepages-2Mi": "0", "memory": f"{int(mem[:-2]) - 4 * 2**20}Ki", "nvidia.com/gpu": str(alloc_gpus),
-                            "pods": "110"},
+            "capacity": {
+                "cpu": cpu,
+                "ephemeral-storage": "1844284980Ki",
+                "hugepages-1Gi": "0",
+                "hugepages-2Mi": "0",
+                "memory": mem,
+                "nvidia.com/gpu": str(gpus),
+                "pods": "110",
+            },
+            "allocatable": {
+                "cpu": str(int(cpu) - 2),
+                "ephemeral-storage": "1699703513229",
+                "hugepages-1Gi": "0",
+                "hugepages-2Mi": "0",
+                "memory": f"{int(mem[:-2]) - 4 * 2**20}Ki",
+                "nvidia.com/gpu": str(alloc_gpus),
+                "pods": "110",
+            },
             "conditions": conditions,
             "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"architecture": "amd64", "containerRuntimeVersion": "containerd://1.7.20",
-                         "kernelVersion": "5.15.0-119-generic", "kubeProxyVersion": "v1.31.2",
-                         "kubeletVersion": "v1.31.2", "operatingSystem": "linux",
-                         "osImage": "Ubuntu 22.04.4 LTS", "machineID": uid("machine", name).replace("-", ""),
-                         "systemUUID": uid("system", name), "bootID": uid("boot", name)},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "containerRuntimeVersion": "containerd://1.7.20",
+                "kernelVersion": "5.15.0-119-generic",
+                "kubeProxyVersion": "v1.31.2",
+                "kubeletVersion": "v1.31.2",
+                "operatingSystem": "linux",
+                "osImage": "Ubuntu 22.04.4 LTS",
+                "machineID": uid("machine", name).replace("-", ""),
+                "systemUUID": uid("system", name),
+                "bootID": uid("boot", name),
+            },
         },
     }
 
@@ -199,8 +261,17 @@ def build() -> dict[str, Any]:
     nodes[2] = gpu_node("dgx-a03", h100[0], 8, 7, *h100[1:], leaf_group="su1")  # one GPU failed health checks
     nodes.append(gpu_node("dgx-c01", h100[0], 8, 8, *h100[1:], leaf_group="su3", unschedulable=True))
     nodes.append(gpu_node("dgx-c02", h100[0], 8, 8, *h100[1:], leaf_group="su3", ready=False))
-    nodes.append(gpu_node("dgx-c03", h100[0], 8, 8, *h100[1:], leaf_group="su3",
-                          taints=[{"key": "gpufleet.io/maintenance", "value": "true", "effect": "NoSchedule"}]))
+    nodes.append(
+        gpu_node(
+            "dgx-c03",
+            h100[0],
+            8,
+            8,
+            *h100[1:],
+            leaf_group="su3",
+            taints=[{"key": "gpufleet.io/maintenance", "value": "true", "effect": "NoSchedule"}],
+        )
+    )
     nodes += [gpu_node(f"nvl-{i:02d}", nvl[0], 4, 4, *nvl[1:], leaf_group="pcie") for i in range(1, 3)]
     items += nodes
 
@@ -208,51 +279,152 @@ def build() -> dict[str, Any]:
     image = "nvcr.io/nvidia/pytorch:24.05-py3"
     pods: list[dict[str, Any]] = []
     # Running work placed earlier: low-priority batch pods that preemption may evict, and an inference service.
-    batch = template("job", "sweep", image, "nvidia.com/gpu=4,cpu=32,memory=256Gi", "cpu=16,memory=128Gi",
-                     {"spec": {"template": {"spec": {"schedulerName": "gpufleet", "priorityClassName": "batch-low",
-                                                     "tolerations": [GPU_TOLERATION]}}}})
+    batch = template(
+        "job",
+        "sweep",
+        image,
+        "nvidia.com/gpu=4,cpu=32,memory=256Gi",
+        "cpu=16,memory=128Gi",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "schedulerName": "gpufleet",
+                        "priorityClassName": "batch-low",
+                        "tolerations": [GPU_TOLERATION],
+                    }
+                }
+            }
+        },
+    )
     for i, node in enumerate(["dgx-a01", "dgx-a02", "dgx-b01", "dgx-b02"]):
         pods.append(pod_from(batch, f"sweep-{i}-x7k2p", "research", node, {"job-name": "sweep"}))
-    serve = template("deployment", "llm-serve", "nvcr.io/nvidia/tritonserver:24.05-py3",
-                     "nvidia.com/gpu=1,cpu=8,memory=64Gi", "cpu=4,memory=32Gi", gpu_patch)
+    serve = template(
+        "deployment",
+        "llm-serve",
+        "nvcr.io/nvidia/tritonserver:24.05-py3",
+        "nvidia.com/gpu=1,cpu=8,memory=64Gi",
+        "cpu=4,memory=32Gi",
+        gpu_patch,
+    )
     for i, node in enumerate(["nvl-01", "nvl-01", "dgx-a03"]):
         pods.append(pod_from(serve, f"llm-serve-7d9f8-{i}q", "serving", node, {"app": "llm-serve"}))
     # Pending for gpufleet: a 4-pod x 8-GPU training gang (PodGroup minMember 4), a 2-GPU fine-tune that belongs in
     # an NVLink pair, inference replicas, an impossible 16-GPU pod, one pinned to absent hardware, one high-priority.
-    train = template("job", "llama-pretrain", image, "nvidia.com/gpu=8,cpu=200,memory=1800Gi", "cpu=96,memory=1Ti",
-                     {"spec": {"template": {"metadata": {"labels": {"scheduling.x-k8s.io/pod-group": "llama-pretrain"}},
-                                            "spec": {"schedulerName": "gpufleet", "priorityClassName": "training",
-                                                     "tolerations": [GPU_TOLERATION]}}}})
+    train = template(
+        "job",
+        "llama-pretrain",
+        image,
+        "nvidia.com/gpu=8,cpu=200,memory=1800Gi",
+        "cpu=96,memory=1Ti",
+        {
+            "spec": {
+                "template": {
+                    "metadata": {"labels": {"scheduling.x-k8s.io/pod-group": "llama-pretrain"}},
+                    "spec": {
+                        "schedulerName": "gpufleet",
+                        "priorityClassName": "training",
+                        "tolerations": [GPU_TOLERATION],
+                    },
+                }
+            }
+        },
+    )
     for i in range(4):
         pods.append(pod_from(train, f"llama-pretrain-{i}-r8d5c", "research", None, {"job-name": "llama-pretrain"}))
-    finetune = template("job", "ft-lora", image, "nvidia.com/gpu=2,cpu=32,memory=256Gi", None,
-                        {"spec": {"template": {"spec": {
-                            "schedulerName": "gpufleet", "tolerations": [GPU_TOLERATION],
-                            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [{"matchExpressions": [
-                                    {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-NVL"]},
-                                    {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["90000"]}]}]}}}}}}})
+    finetune = template(
+        "job",
+        "ft-lora",
+        image,
+        "nvidia.com/gpu=2,cpu=32,memory=256Gi",
+        None,
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "schedulerName": "gpufleet",
+                        "tolerations": [GPU_TOLERATION],
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [
+                                        {
+                                            "matchExpressions": [
+                                                {
+                                                    "key": "nvidia.com/gpu.product",
+                                                    "operator": "In",
+                                                    "values": ["NVIDIA-H100-NVL"],
+                                                },
+                                                {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["90000"]},
+                                            ]
+                                        }
+                                    ]
+                                }
+                            }
+                        },
+                    }
+                }
+            }
+        },
+    )
     pods.append(pod_from(finetune, "ft-lora-5n2xw", "research", None, {"job-name": "ft-lora"}))
     for i in range(2):
         pods.append(pod_from(serve, f"llm-serve-7d9f8-p{i}z", "serving", None, {"app": "llm-serve"}))
     huge = template("job", "too-big", image, "nvidia.com/gpu=16", None, gpu_patch)
     pods.append(pod_from(huge, "too-big-9m4tq", "research", None, {"job-name": "too-big"}))
-    b200 = template("job", "needs-b200", image, "nvidia.com/gpu=8", None,
-                    {"spec": {"template": {"spec": {"schedulerName": "gpufleet", "tolerations": [GPU_TOLERATION],
-                                                    "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-B200"}}}}})
+    b200 = template(
+        "job",
+        "needs-b200",
+        image,
+        "nvidia.com/gpu=8",
+        None,
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "schedulerName": "gpufleet",
+                        "tolerations": [GPU_TOLERATION],
+                        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-B200"},
+                    }
+                }
+            }
+        },
+    )
     pods.append(pod_from(b200, "needs-b200-k2w9d", "research", None, {"job-name": "needs-b200"}))
-    urgent = template("job", "eval-urgent", image, "nvidia.com/gpu=8,cpu=64,memory=512Gi", None,
-                      {"spec": {"template": {"spec": {"schedulerName": "gpufleet", "priorityClassName": "training-high",
-                                                      "tolerations": [GPU_TOLERATION]}}}})
+    urgent = template(
+        "job",
+        "eval-urgent",
+        image,
+        "nvidia.com/gpu=8,cpu=64,memory=512Gi",
+        None,
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "schedulerName": "gpufleet",
+                        "priorityClassName": "training-high",
+                        "tolerations": [GPU_TOLERATION],
+                    }
+                }
+            }
+        },
+    )
     pods.append(pod_from(urgent, "eval-urgent-h3s8v", "research", None, {"job-name": "eval-urgent"}))
     items += pods
-    items.append({
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-        "metadata": {"name": "llama-pretrain", "namespace": "research", "uid": uid("pg", "llama-pretrain"),
-                     "creationTimestamp": T0},
-        "spec": {"minMember": 4, "scheduleTimeoutSeconds": 600},
-        "status": {"phase": "Pending"},
-    })
+    items.append(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": "llama-pretrain",
+                "namespace": "research",
+                "uid": uid("pg", "llama-pretrain"),
+                "creationTimestamp": T0,
+            },
+            "spec": {"minMember": 4, "scheduleTimeoutSeconds": 600},
+            "status": {"phase": "Pending"},
+        }
+    )
     return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
 
 
