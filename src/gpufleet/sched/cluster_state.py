@@ -56,7 +56,12 @@ class ClusterState:
                 self.alloc[i, self.res_index[k]] = v
             if "pods" not in n.allocatable:
                 self.alloc[i, self.res_index["pods"]] = 110
-        self.used = np.zeros_like(self.alloc)
+        # Column-major: filters and scores read one resource across all nodes at a time.
+        self.alloc = np.asfortranarray(self.alloc)
+        self.used = np.zeros_like(self.alloc, order="F")
+        self.free_ = self.alloc.copy(order="F")
+        with np.errstate(divide="ignore"):
+            self.inv_alloc = np.asfortranarray(np.where(self.alloc > 0, 1.0 / np.maximum(self.alloc, 1), 0.0))
         self.unschedulable = np.array([n.node.unschedulable for n in nodes], dtype=bool)
         self.taints = [effective_taints(n) for n in nodes]
         self.taint_groups: dict[tuple[Taint, ...], np.ndarray] = {}
@@ -105,7 +110,7 @@ class ClusterState:
         return np.array(idx, dtype=np.int64), np.array(amounts, dtype=np.int64), unknown
 
     def free(self) -> np.ndarray:
-        return self.alloc - self.used
+        return self.free_
 
     @staticmethod
     def exclusive_gpus(pod: PodInfo) -> int:
@@ -143,6 +148,7 @@ class ClusterState:
 
     def _apply(self, a: Assignment) -> None:
         self.used[a.node, a.idx] += a.amounts
+        self.free_[a.node, a.idx] -= a.amounts
         self.placed[a.pod.key] = a
         self.pods_on[a.node][a.pod.key] = a.pod
         if a.gpus:
@@ -151,6 +157,7 @@ class ClusterState:
 
     def _unapply(self, a: Assignment) -> None:
         self.used[a.node, a.idx] -= a.amounts
+        self.free_[a.node, a.idx] += a.amounts
         del self.placed[a.pod.key]
         del self.pods_on[a.node][a.pod.key]
         if a.gpus:

@@ -147,8 +147,11 @@ def resource_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
     idx, amounts, unknown = state.request_vector(pod)
     if unknown:
         return np.zeros(len(state), dtype=bool)
-    fits = np.asarray(((state.alloc[:, idx] - state.used[:, idx]) >= amounts).all(axis=1), dtype=bool)
-    return fits
+    free = state.free_
+    fits = free[:, idx[0]] >= amounts[0]
+    for col, amount in zip(idx[1:], amounts[1:], strict=True):
+        fits &= free[:, col] >= amount
+    return np.asarray(fits, dtype=bool)
 
 
 def nvlink_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpufleet.model import GPU_RESOURCE, Gang
+from gpufleet.sched.filters import feasible
 from gpufleet.sched.k8s import PodInfo
 
 if TYPE_CHECKING:
@@ -86,6 +87,31 @@ def _try_members(sched: Scheduler, pods: Sequence[PodInfo], restrict: np.ndarray
     return out
 
 
+MAX_GROUP_TRIALS = 4
+
+
+def _candidate_groups(sched: Scheduler, pods: Sequence[PodInfo]) -> list[int]:
+    """Leaf groups that could hold every member, by a vectorised upper bound, tightest first."""
+    state = sched.state
+    biggest = pods[0]
+    idx, amounts, unknown = state.request_vector(biggest)
+    if unknown:
+        return []
+    ok = np.flatnonzero(feasible(state, biggest) & (state.leaf_group >= 0))
+    if len(ok) == 0:
+        return []
+    free = state.free_
+    per_node = np.min(np.stack([free[ok, c] // a for c, a in zip(idx, amounts, strict=True)]), axis=0)
+    groups = state.leaf_group[ok]
+    ngroups = len(state.group_names)
+    capacity = np.bincount(groups, weights=per_node, minlength=ngroups)
+    gpu_col = state.res_index[GPU_RESOURCE]
+    member = state.leaf_group >= 0
+    free_gpus = np.bincount(state.leaf_group[member], weights=free[member, gpu_col], minlength=ngroups)
+    order = np.lexsort((np.arange(ngroups), free_gpus))
+    return [int(g) for g in order if capacity[g] >= len(pods)]
+
+
 def place_gang(sched: Scheduler, unit: Unit) -> GangOutcome:
     """All-or-nothing: returns placements only when at least `unit.min_member` landed; otherwise rolls back."""
     state = sched.state
@@ -93,19 +119,11 @@ def place_gang(sched: Scheduler, unit: Unit) -> GangOutcome:
     pods = sorted(unit.pods, key=lambda p: -p.requests.get(GPU_RESOURCE, 0))
     start = state.mark()
     if len(state.group_names) > 1:
-        fits: list[tuple[int, int, int]] = []
-        for g in range(len(state.group_names)):
-            restrict = state.leaf_group == g
-            mark = state.mark()
-            trial = _try_members(sched, pods, restrict)
-            state.rollback(mark)
-            if not trial.unplaced:
-                free_gpus = int((state.alloc[restrict] - state.used[restrict])[:, state.res_index[GPU_RESOURCE]].sum())
-                fits.append((free_gpus, g, len(trial.placements)))
-        if fits:
-            _, best, _ = min(fits)
-            out = _try_members(sched, pods, state.leaf_group == best)
-            if len(out.placements) >= unit.min_member:
+        # Tightest leaf group first (fewest free GPUs) among those whose rough capacity can hold the gang;
+        # a trial placement confirms it, trying a few groups before giving up on single-group placement.
+        for g in _candidate_groups(sched, pods)[:MAX_GROUP_TRIALS]:
+            out = _try_members(sched, pods, state.leaf_group == g)
+            if not out.unplaced:
                 return out
             state.rollback(start)
     out = _try_members(sched, pods, None)

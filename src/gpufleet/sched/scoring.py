@@ -41,11 +41,10 @@ def resources_fit(
         col = state.res_index.get(name)
         if col is None:
             continue
-        alloc = state.alloc[nodes, col].astype(np.float64)
-        used = state.used[nodes, col] + pod.requests.get(name, 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(alloc > 0, used / alloc, 0.0)
-        frac = np.clip(frac, 0.0, 1.0)
+        # fraction of the node's allocatable in use once the pod is placed (0 where the node has none)
+        inv = state.inv_alloc[:, col][nodes]
+        used = state.used[:, col][nodes] + pod.requests.get(name, 0)
+        frac = np.minimum(used * inv, 1.0)
         total += w * (frac if strategy is Strategy.binpack else 1.0 - frac)
         wsum += w
     return total * MAX_SCORE / wsum if wsum else total
@@ -78,17 +77,20 @@ def node_affinity(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.nd
     aff = pod.pod.affinity
     if aff is None or not aff.preferred:
         return np.zeros(len(nodes))
-    raw = np.array(
-        [
-            sum(
-                term.weight
-                for term in aff.preferred
-                if all(requirement_matches(r, state.nodes[i].node.labels) for r in term.requirements)
+    raw = np.zeros(len(nodes))
+    for term in aff.preferred:
+        key = ("preferred", term.requirements)
+        mask = state.cached_mask(key)
+        if mask is None:
+            mask = state.cache_mask(
+                key,
+                np.fromiter(
+                    (all(requirement_matches(r, n.node.labels) for r in term.requirements) for n in state.nodes),
+                    dtype=bool,
+                    count=len(state),
+                ),
             )
-            for i in nodes
-        ],
-        dtype=np.float64,
-    )
+        raw += term.weight * mask[nodes]
     return _normalize(raw)
 
 
