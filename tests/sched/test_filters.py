@@ -131,3 +131,26 @@ def test_unknown_resource_and_message_helper() -> None:
     assert result.message == "0/1 nodes are available: 1 Insufficient example.com/fpga."
     msg = failed_scheduling_message(5, {"b": 2, "a": 3}, "0/5 nodes are available: 5 Preemption is not helpful.")
     assert msg == "0/5 nodes are available: 2 b, 3 a. preemption: 0/5 nodes are available: 5 Preemption is not helpful."
+
+
+def test_twin_node_with_an_unhealthy_gpu_offers_seven() -> None:
+    from gpufleet.model import GpuHealth
+    from tests.sched.k8s_objects import fabric_cluster
+
+    cluster = fabric_cluster(nodes=1, per_su=1)
+    cluster.nodes[0].gpus[3].health = GpuHealth.unhealthy
+    sched = Scheduler.from_cluster(cluster)
+    assert sched.state.alloc[0, sched.state.res_index["nvidia.com/gpu"]] == 7
+    placed = sched.schedule_one(pod("p", gpus=7))
+    assert isinstance(placed, Placement) and 3 not in placed.gpus
+    assert isinstance(sched.schedule_one(pod("q", gpus=1)), Failure)
+
+
+def test_pod_count_limit() -> None:
+    node = knode("tiny")
+    node["status"]["allocatable"]["pods"] = "2"
+    sched = Scheduler.from_snapshot(snap(node))
+    for name in ("a", "b"):
+        assert isinstance(sched.schedule_one(pod(name)), Placement)
+    full = sched.schedule_one(pod("c"))
+    assert isinstance(full, Failure) and full.message == "0/1 nodes are available: 1 Too many pods."

@@ -73,3 +73,15 @@ def test_rollback_undoes_releases_too() -> None:
     sched.state.rollback(mark)
     assert set(sched.state.placed) == {"default/x"}
     assert sched.state.gpu_free[0] == {3, 4, 5, 6, 7}
+
+
+def test_queue_order_is_priority_then_creation_time() -> None:
+    from gpufleet.sched.gang import build_units
+
+    older = pod("older", priority=5)
+    older.created = "2026-11-20T08:00:00Z"
+    newer = pod("newer", priority=5)
+    newer.created = "2026-11-20T09:00:00Z"
+    urgent = pod("urgent", priority=50)
+    units = build_units([newer, older, urgent], {}, {})
+    assert [u.name for u in units] == ["default/urgent", "default/older", "default/newer"]

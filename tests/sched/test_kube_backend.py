@@ -106,3 +106,13 @@ def test_api_errors_become_backend_errors() -> None:
     api.fail_with["create_namespaced_binding"] = client.ApiException(status=409, reason="Conflict")
     with pytest.raises(BackendError, match="binding default/p to a failed: 409 Conflict"):
         KubernetesScheduler(api).run_once()
+
+
+def test_connect_with_a_bad_kubeconfig_is_a_backend_error(tmp_path: Any) -> None:
+    from gpufleet.errors import BackendError
+    from gpufleet.sched.backends.kubernetes import connect
+
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    with pytest.raises(BackendError, match="cannot load Kubernetes credentials"):
+        connect(str(cfg))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ class Assignment:
     gpus: tuple[int, ...]
     idx: np.ndarray
     amounts: np.ndarray
+    amount_of: dict[int, int]  # column -> amount, for cheap per-pod lookups
 
 
 def effective_taints(info: NodeInfo) -> tuple[Taint, ...]:
@@ -91,6 +93,11 @@ class ClusterState:
                 self.leaf_group[self.index[name]] = g
         self.placed: dict[str, Assignment] = {}
         self.pods_on: list[dict[str, PodInfo]] = [{} for _ in nodes]
+        self.gang_members: dict[str, set[str]] = {}
+        # How many placed pods hold each per-pod amount of each resource, and each priority: cheap bounds for
+        # preemption (the biggest single pod, the lowest priority present).
+        self.amount_counts: dict[int, Counter[tuple[int, int]]] = {}  # column -> (amount, priority) -> pods
+        self.priority_counts: Counter[int] = Counter()
         self._journal: list[tuple[str, Assignment]] = []
         self._mask_cache: dict[object, np.ndarray] = {}
 
@@ -135,7 +142,7 @@ class ClusterState:
             gpus = ()
             if k and self.nodes[node].node.gpus:
                 gpus = choose_gpus(self.domains[node], self.gpu_free[node], k) or ()
-        a = Assignment(pod, node, gpus, idx, amounts)
+        a = Assignment(pod, node, gpus, idx, amounts, {int(c): int(v) for c, v in zip(idx, amounts, strict=True)})
         self._apply(a)
         self._journal.append(("assign", a))
         return a
@@ -151,6 +158,11 @@ class ClusterState:
         self.free_[a.node, a.idx] -= a.amounts
         self.placed[a.pod.key] = a
         self.pods_on[a.node][a.pod.key] = a.pod
+        if a.pod.pod.gang:
+            self.gang_members.setdefault(a.pod.pod.gang, set()).add(a.pod.key)
+        for col, amount in a.amount_of.items():
+            self.amount_counts.setdefault(col, Counter())[(amount, a.pod.pod.priority)] += 1
+        self.priority_counts[a.pod.pod.priority] += 1
         if a.gpus:
             self.gpu_free[a.node] -= set(a.gpus)
             self.best_free_domain[a.node] = max_free_in_domain(self.domains[a.node], self.gpu_free[a.node])
@@ -160,10 +172,29 @@ class ClusterState:
         self.free_[a.node, a.idx] += a.amounts
         del self.placed[a.pod.key]
         del self.pods_on[a.node][a.pod.key]
+        if a.pod.pod.gang:
+            self.gang_members[a.pod.pod.gang].discard(a.pod.key)
+        for col, amount in a.amount_of.items():
+            self.amount_counts[col][(amount, a.pod.pod.priority)] -= 1
+        self.priority_counts[a.pod.pod.priority] -= 1
         if a.gpus:
             healthy = {g.index for g in self.nodes[a.node].node.gpus if g.schedulable}
             self.gpu_free[a.node] |= set(a.gpus) & healthy
             self.best_free_domain[a.node] = max_free_in_domain(self.domains[a.node], self.gpu_free[a.node])
+
+    def largest_amount(self, col: int, below_priority: int | None = None) -> int:
+        """The most of resource `col` any one placed pod holds (only pods below `below_priority`, if given)."""
+        return max(
+            (
+                amount
+                for (amount, prio), n in self.amount_counts.get(col, Counter()).items()
+                if n > 0 and (below_priority is None or prio < below_priority)
+            ),
+            default=0,
+        )
+
+    def lowest_priority(self) -> int | None:
+        return min((p for p, n in self.priority_counts.items() if n > 0), default=None)
 
     def mark(self) -> int:
         return len(self._journal)

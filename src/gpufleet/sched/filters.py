@@ -161,6 +161,15 @@ def nvlink_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
     return (state.max_domain < k) | (state.best_free_domain >= k)
 
 
+def fits_node(state: ClusterState, pod: PodInfo, node: int) -> bool:
+    """Resource and NVLink fit on one node (its static filters already passed)."""
+    idx, amounts, unknown = state.request_vector(pod)
+    if unknown or bool((state.free_[node, idx] < amounts).any()):
+        return False
+    k = state.exclusive_gpus(pod)
+    return k < 2 or state.max_domain[node] < k or state.best_free_domain[node] >= k
+
+
 def feasible(state: ClusterState, pod: PodInfo) -> np.ndarray:
     """Nodes that pass every filter."""
     mask = unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod)

@@ -49,7 +49,8 @@ class GangOutcome:
 
 
 def build_units(pending: Sequence[PodInfo], gangs: dict[str, Gang], placed_count: dict[str, int]) -> list[Unit]:
-    """Queue order: priority (high first), then arrival; a gang sits where its first pending member arrived."""
+    """Queue order as kube-scheduler's PrioritySort: priority (high first), then creation time, then input order;
+    a gang sits where its first pending member arrived."""
     units: list[Unit] = []
     by_gang: dict[str, Unit] = {}
     for pod in pending:
@@ -67,7 +68,7 @@ def build_units(pending: Sequence[PodInfo], gangs: dict[str, Gang], placed_count
             units.append(unit)
         unit.pods.append(pod)
         unit.priority = max(unit.priority, pod.pod.priority)
-    units.sort(key=lambda u: -u.priority)  # stable: arrival order within a priority
+    units.sort(key=lambda u: (-u.priority, min(p.created for p in u.pods)))  # stable within ties
     return units
 
 

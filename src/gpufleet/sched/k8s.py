@@ -178,6 +178,7 @@ class PodInfo:
     runtime_s: float | None = None
     preemptible: bool = True
     annotations: dict[str, str] = field(default_factory=dict)
+    created: str = ""  # metadata.creationTimestamp (RFC 3339 sorts as text)
 
     @property
     def key(self) -> str:
@@ -324,6 +325,7 @@ def parse_pod(obj: dict[str, Any], priority_classes: dict[str, int] | None = Non
         runtime_s=runtime_s,
         preemptible=spec.get("preemptionPolicy", "PreemptLowerPriority") == "PreemptLowerPriority",
         annotations=annotations,
+        created=meta.get("creationTimestamp") or "",
     )
 
 
