@@ -66,3 +66,18 @@ def test_bad_snapshot_and_policy_are_one_line_errors(tmp_path: Path) -> None:
     assert out.returncode == 2 and "must be an integer" in out.stderr and "Traceback" not in out.stderr
     pol = gpufleet("schedule", "plan", "--snapshot", str(SAMPLE), "--policy", "nope")
     assert pol.returncode == 2 and "unknown policy" in pol.stderr
+
+
+def test_plan_with_queues(tmp_path: Path) -> None:
+    queues = tmp_path / "queues.yaml"
+    # research may not borrow past 16 GPUs: the 32-GPU gang and the urgent pod cannot both be admitted
+    queues.write_text("- {name: default, guaranteed: {nvidia.com/gpu: 40}, borrowing: false}\n")
+    out = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--queues", str(queues), "-o", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    messages = [f["message"] for f in data["failures"]]
+    assert any("queue default is at its guaranteed 40 nvidia.com/gpu and may not borrow" in m for m in messages)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {name: q, guarenteed: {}}\n")
+    err = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--queues", str(bad))
+    assert err.returncode == 2 and "guarenteed" in err.stderr and "Traceback" not in err.stderr

@@ -26,6 +26,12 @@ def plan_cmd(
         None, "--scheduler-name", help="Only pending pods with this schedulerName (default: every pending pod)."
     ),
     preemption: bool = typer.Option(True, "--preemption/--no-preemption", help="Evict lower-priority pods to fit."),
+    queues: Path | None = typer.Option(
+        None,
+        "--queues",
+        help="YAML list of queues: name, guaranteed {resource: n}, borrowing (default true), limit. Pods name their "
+        "queue with the kueue.x-k8s.io/queue-name label.",
+    ),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Print where each pending pod would be placed, which pods would be preempted, and why the rest cannot fit."""
@@ -35,7 +41,8 @@ def plan_cmd(
     snap = load_snapshot(snapshot)
     sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))
     pending = snap.pending(scheduler_name)
-    result = sched.plan(pending, snap.gangs, preemption=preemption)
+    book = _queues(queues) if queues else None
+    result = sched.plan(pending, snap.gangs, preemption=preemption, queues=book)
     data: dict[str, Any] = {
         "nodes": len(snap.nodes),
         "pending": len(pending),
@@ -131,6 +138,23 @@ def run_cmd(
         if once:
             return
         time.sleep(interval)
+
+
+def _queues(path: Path) -> Any:
+    import yaml
+
+    from gpufleet.errors import ManifestError, NotFoundError
+    from gpufleet.sched.queues import load_queues
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: no such file", fix="pass a YAML list of queues") from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(str(path), f"not YAML ({exc})") from None
+    if not isinstance(raw, list):
+        raise ManifestError(str(path), "expected a list of queues", fix="- {name: research, guaranteed: {...}}")
+    return load_queues(raw)
 
 
 def _strategy(policy: str) -> Any:

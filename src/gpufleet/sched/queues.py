@@ -143,5 +143,9 @@ def load_queues(raw: list[dict[str, object]]) -> QueueBook:
     try:
         specs = [QueueSpec.model_validate(r) for r in raw]
     except ValidationError as exc:
-        raise UserError(f"queue config: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}") from None
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UserError(
+            f"queue config: {where}: {err['msg']}", fix="queue fields: name, guaranteed, borrowing, limit"
+        ) from None
     return QueueBook.of(specs)
