@@ -70,7 +70,8 @@ def test_bad_snapshot_and_policy_are_one_line_errors(tmp_path: Path) -> None:
 
 def test_plan_with_queues(tmp_path: Path) -> None:
     queues = tmp_path / "queues.yaml"
-    # research may not borrow past 16 GPUs: the 32-GPU gang and the urgent pod cannot both be admitted
+    # Every sample pod is in queue `default`: 19 GPUs run, the urgent pod takes it to 27, and the 32-GPU gang would
+    # pass the 40 guaranteed with borrowing switched off.
     queues.write_text("- {name: default, guaranteed: {nvidia.com/gpu: 40}, borrowing: false}\n")
     out = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--queues", str(queues), "-o", "json")
     assert out.returncode == 0, out.stderr
