@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from kubernetes import client
 
@@ -49,6 +50,7 @@ def test_pending_pods_are_bound_with_binding_bodies() -> None:
         "metadata": {"name": "train", "namespace": "ml", "uid": "uid-train"},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "a"},
     }
+    kubernetes_validate.validate(client.ApiClient().sanitize_for_serialization(body), "1.31", strict=True)
     # the list call asked the API server to leave out finished pods
     (listing,) = api.calls_to("list_pod_for_all_namespaces")
     assert listing.kwargs["field_selector"] == "status.phase!=Succeeded,status.phase!=Failed"
@@ -65,6 +67,7 @@ def test_unschedulable_pod_gets_a_failed_scheduling_event() -> None:
     assert event.message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     assert event.involved_object.kind == "Pod" and event.involved_object.name == "huge"
     assert event.source.component == "gpufleet"
+    kubernetes_validate.validate(client.ApiClient().sanitize_for_serialization(event), "1.31", strict=True)
 
 
 def test_gang_binds_all_members_or_none() -> None:
@@ -89,6 +92,7 @@ def test_preemption_evicts_victims_and_defers_the_binding() -> None:
     (evict,) = api.calls_to("create_namespaced_pod_eviction")
     name, namespace, body = evict.args
     assert (name, namespace) == ("low", "default") and isinstance(body, client.V1Eviction)
+    kubernetes_validate.validate(client.ApiClient().sanitize_for_serialization(body), "1.31", strict=True)
     assert api.calls_to("create_namespaced_binding") == [] and result.evicted == ["default/low"]
 
 

@@ -117,7 +117,11 @@ class KubernetesScheduler:
 
     def evict(self, pod: PodInfo, reason: str) -> None:
         c = self.k8s.client
-        body = c.V1Eviction(metadata=c.V1ObjectMeta(name=pod.pod.name, namespace=pod.pod.namespace))
+        body = c.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=c.V1ObjectMeta(name=pod.pod.name, namespace=pod.pod.namespace),
+        )
         try:
             self.core.create_namespaced_pod_eviction(pod.pod.name, pod.pod.namespace, body)
         except self.k8s.client.ApiException as exc:
@@ -127,6 +131,8 @@ class KubernetesScheduler:
         c = self.k8s.client
         now = datetime.now(UTC)
         return c.CoreV1Event(
+            api_version="v1",
+            kind="Event",
             metadata=c.V1ObjectMeta(generate_name=f"{pod.pod.name}.", namespace=pod.pod.namespace),
             involved_object=c.V1ObjectReference(
                 api_version="v1", kind="Pod", name=pod.pod.name, namespace=pod.pod.namespace, uid=pod.uid or None
