@@ -46,8 +46,9 @@ def test_job_that_would_delay_the_head_is_held() -> None:
     unknown = pod("unknown", gpus=1)  # no estimate: assumed to run forever
     plan = backfill(sched, [head, greedy, unknown], now=0.0, ends={"default/run-a": 3600.0})
     assert plan.started == []
-    assert plan.held["default/greedy"] == "would delay default/head past t=3600"
-    assert plan.held["default/unknown"] == "would delay default/head past t=3600"
+    assert plan.held["default/greedy"] == "would delay default/head past its reserved start in 3600s"
+    assert plan.held["default/unknown"] == "would delay default/head past its reserved start in 3600s"
+    assert plan.held["default/head"] == "head of line; reserved to start in 3600s on 1 node(s)"
     assert set(sched.state.placed) == {"default/run-a"}  # nothing tentative left behind
 
 

@@ -82,3 +82,18 @@ def test_plan_with_queues(tmp_path: Path) -> None:
     bad.write_text("- {name: q, guarenteed: {}}\n")
     err = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--queues", str(bad))
     assert err.returncode == 2 and "guarenteed" in err.stderr and "Traceback" not in err.stderr
+
+
+def test_plan_with_backfill_reserves_for_the_gang() -> None:
+    out = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--backfill", "--now", "2026-11-20T09:00:00Z", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    # the sweep pods (6h estimates, started 08:00) free su2 at 14:00: the gang is reserved there, 5 h from now
+    assert data["reservation"] == {
+        "unit": "research/llama-pretrain",
+        "start_in_s": 18000.0,
+        "nodes": ["dgx-b01", "dgx-b02", "dgx-b03", "dgx-b04"],
+    }
+    placed = {p["pod"]: p["node"] for p in data["placements"]}
+    assert placed["research/ft-lora-5n2xw"].startswith("nvl-")  # backfilled: 2h job on nodes the gang does not need
+    assert data["evictions"] == []

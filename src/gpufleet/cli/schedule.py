@@ -32,17 +32,52 @@ def plan_cmd(
         help="YAML list of queues: name, guaranteed {resource: n}, borrowing (default true), limit. Pods name their "
         "queue with the kueue.x-k8s.io/queue-name label.",
     ),
+    backfill: bool = typer.Option(
+        False,
+        "--backfill",
+        help="EASY backfill instead of preemption: reserve for the first pod that does not fit and start later ones "
+        "only if they do not delay it. Runtimes come from the gpufleet.io/runtime-estimate annotation.",
+    ),
+    now: str | None = typer.Option(
+        None, "--now", help="The time to plan at for --backfill (RFC 3339; default: the latest time in the capture)."
+    ),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Print where each pending pod would be placed, which pods would be preempted, and why the rest cannot fit."""
     from gpufleet.sched.k8s import load_snapshot
-    from gpufleet.sched.scheduler import Scheduler
+    from gpufleet.sched.scheduler import PlanResult, Scheduler
 
     snap = load_snapshot(snapshot)
     sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))
     pending = snap.pending(scheduler_name)
     book = _queues(queues) if queues else None
-    result = sched.plan(pending, snap.gangs, preemption=preemption, queues=book)
+    reservation: dict[str, Any] | None = None
+    if backfill:
+        from gpufleet.sched.backfill import backfill as run_backfill
+        from gpufleet.sched.k8s import parse_time
+
+        started = [p.started for p in snap.pods if p.started is not None]
+        at = parse_time(now, "--now") if now else max(started, default=0.0)
+        ends = {
+            p.key: p.started + p.runtime_s
+            for p in snap.pods
+            if p.bound and p.started is not None and p.runtime_s is not None
+        }
+        bf = run_backfill(sched, pending, snap.gangs, now=at or 0.0, ends=ends)
+        result = PlanResult(placements=bf.started)
+        placed = {p.pod for p in bf.started}
+        for p in pending:
+            if p.key not in placed:
+                fail = sched.failure(p)
+                held = bf.held.get(p.pod.gang or p.key)
+                if held:
+                    fail.message = held
+                result.failures.append(fail)
+        if bf.reservation is not None:
+            r = bf.reservation
+            reservation = {"unit": r.unit, "start_in_s": r.start - (at or 0.0), "nodes": r.nodes}
+    else:
+        result = sched.plan(pending, snap.gangs, preemption=preemption, queues=book)
     data: dict[str, Any] = {
         "nodes": len(snap.nodes),
         "pending": len(pending),
@@ -52,6 +87,8 @@ def plan_cmd(
         "evictions": [{"pod": e.pod, "node": e.node, "reason": e.reason} for e in result.evictions],
         "failures": [{"pod": f.pod, "reason": "FailedScheduling", "message": f.message} for f in result.failures],
     }
+    if backfill:
+        data["reservation"] = reservation
 
     def render(wide: bool) -> None:
         rows: list[list[Any]] = [
@@ -64,6 +101,11 @@ def plan_cmd(
         if result.failures:
             fails = [[f.pod, "FailedScheduling", f.message] for f in result.failures]
             console.print(make_table(["POD", "REASON", "MESSAGE"], fails, title="unschedulable"))
+        if reservation:
+            console.print(
+                f"reserved for {reservation['unit']}: starts in {reservation['start_in_s']:g}s on "
+                f"{', '.join(reservation['nodes'])}"
+            )
 
     emit(data, output, render)
 

@@ -92,7 +92,7 @@ def backfill(
                 continue
             start, nodes = shadow_time(sched, unit, now, ends)
             plan.reservation = Reservation(unit.name, start, nodes)
-            plan.held[unit.name] = f"head of line; reserved to start at t={start:g} on {len(nodes)} node(s)"
+            plan.held[unit.name] = f"head of line; reserved to start in {start - now:g}s on {len(nodes)} node(s)"
             head = unit
             continue
         mark = sched.state.mark()
@@ -114,5 +114,7 @@ def backfill(
             ends.update({p.key: end for p in unit.pods})
         else:
             sched.state.rollback(mark)
-            plan.held[unit.name] = f"would delay {head.name} past t={plan.reservation.start:g}"
+            plan.held[unit.name] = (
+                f"would delay {head.name} past its reserved start in {plan.reservation.start - now:g}s"
+            )
     return plan

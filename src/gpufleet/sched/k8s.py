@@ -18,6 +18,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
@@ -179,6 +180,7 @@ class PodInfo:
     preemptible: bool = True
     annotations: dict[str, str] = field(default_factory=dict)
     created: str = ""  # metadata.creationTimestamp (RFC 3339 sorts as text)
+    started: float | None = None  # status.startTime, seconds since the epoch
 
     @property
     def key(self) -> str:
@@ -221,6 +223,16 @@ class Snapshot:
         from gpufleet.errors import NotFoundError
 
         raise NotFoundError(f"no pod {ref!r} in the snapshot", fix="name it as NAME or NAMESPACE/NAME")
+
+
+def parse_time(value: str | None, where: str) -> float | None:
+    """An RFC 3339 timestamp as the API server writes it ("2026-11-20T08:00:00Z") -> seconds since the epoch."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ParseError(f"{where}: {value!r} is not an RFC 3339 time", fix="e.g. 2026-11-20T08:00:00Z") from None
 
 
 def _requirement(raw: dict[str, Any], where: str) -> SelectorRequirement:
@@ -294,7 +306,12 @@ def parse_pod(obj: dict[str, Any], priority_classes: dict[str, int] | None = Non
     if runtime:
         from gpufleet.spec.base import parse_duration
 
-        runtime_s = parse_duration(runtime)
+        try:
+            runtime_s = parse_duration(runtime)
+        except ValueError as exc:
+            raise ParseError(
+                f"{where}: annotation {RUNTIME_ANNOTATION}={runtime!r}: {exc}", fix='e.g. "2h30m"'
+            ) from None
     try:
         phase = PodPhase(status.get("phase", "Pending"))
     except ValueError:
@@ -326,6 +343,7 @@ def parse_pod(obj: dict[str, Any], priority_classes: dict[str, int] | None = Non
         preemptible=spec.get("preemptionPolicy", "PreemptLowerPriority") == "PreemptLowerPriority",
         annotations=annotations,
         created=meta.get("creationTimestamp") or "",
+        started=parse_time(status.get("startTime"), f"{where} status.startTime"),
     )
 
 

@@ -288,11 +288,12 @@ def build() -> dict[str, Any]:
         {
             "spec": {
                 "template": {
+                    "metadata": {"annotations": {"gpufleet.io/runtime-estimate": "6h"}},
                     "spec": {
                         "schedulerName": "gpufleet",
                         "priorityClassName": "batch-low",
                         "tolerations": [GPU_TOLERATION],
-                    }
+                    },
                 }
             }
         },
@@ -341,6 +342,7 @@ def build() -> dict[str, Any]:
         {
             "spec": {
                 "template": {
+                    "metadata": {"annotations": {"gpufleet.io/runtime-estimate": "2h"}},
                     "spec": {
                         "schedulerName": "gpufleet",
                         "tolerations": [GPU_TOLERATION],
@@ -362,7 +364,7 @@ def build() -> dict[str, Any]:
                                 }
                             }
                         },
-                    }
+                    },
                 }
             }
         },
