@@ -120,3 +120,11 @@ def test_connect_with_a_bad_kubeconfig_is_a_backend_error(tmp_path: Any) -> None
     cfg.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     with pytest.raises(BackendError, match="cannot load Kubernetes credentials"):
         connect(str(cfg))
+
+
+def test_a_preempting_gang_binds_no_member_until_its_victims_are_gone() -> None:
+    members = [kpod(f"g-{i}", gpus=8, priority=100, labels={GROUP: "g"}) for i in range(2)]
+    api = _api([knode("a"), knode("b")], [kpod("low", gpus=8, node="b", priority=1), *members])
+    result = KubernetesScheduler(api).run_once()
+    assert result.evicted == ["default/low"]
+    assert api.calls_to("create_namespaced_binding") == []  # g-0 fits on a now, but binds with g-1 later

@@ -153,6 +153,9 @@ class KubernetesScheduler:
         result = CycleResult(plan)
         by_key = {p.key: p for p in snap.pods}
         preemptors = {ev.reason.removeprefix("preempted by ") for ev in plan.evictions}
+        # A gang waits whole: if any member is waiting for victims to go, none of it binds yet.
+        waiting_gangs = {by_key[k].pod.gang for k in preemptors if k in by_key and by_key[k].pod.gang}
+        preemptors |= {p.key for p in snap.pods if p.pod.gang in waiting_gangs}
         for ev in plan.evictions:
             if not dry_run:
                 self.evict(by_key[ev.pod], ev.reason)
