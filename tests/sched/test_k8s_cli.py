@@ -97,3 +97,11 @@ def test_plan_with_backfill_reserves_for_the_gang() -> None:
     placed = {p["pod"]: p["node"] for p in data["placements"]}
     assert placed["research/ft-lora-5n2xw"].startswith("nvl-")  # backfilled: 2h job on nodes the gang does not need
     assert data["evictions"] == []
+
+
+def test_run_without_credentials_is_a_one_line_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    out = gpufleet("schedule", "run", "--once", "--kubeconfig", str(cfg))
+    assert out.returncode == 1 and "cannot load Kubernetes credentials" in out.stderr
+    assert "Traceback" not in out.stderr

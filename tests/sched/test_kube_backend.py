@@ -128,3 +128,10 @@ def test_a_preempting_gang_binds_no_member_until_its_victims_are_gone() -> None:
     result = KubernetesScheduler(api).run_once()
     assert result.evicted == ["default/low"]
     assert api.calls_to("create_namespaced_binding") == []  # g-0 fits on a now, but binds with g-1 later
+
+
+def test_run_loops_for_the_cycles_asked() -> None:
+    api = _api([knode("a")], [kpod("p", gpus=1)])
+    seen: list[int] = []
+    KubernetesScheduler(api).run(0.0, cycles=2, dry_run=True, on_cycle=lambda c: seen.append(len(c.bound)))
+    assert seen == [1, 1] and len(api.calls_to("list_node")) == 2

@@ -162,24 +162,21 @@ def run_cmd(
     interval: float = typer.Option(2.0, "--interval", help="Seconds between cycles."),
 ) -> None:
     """Act as a secondary scheduler: bind pending pods whose schedulerName is gpufleet."""
-    import time
-
-    from gpufleet.sched.backends.kubernetes import KubernetesScheduler, connect
+    from gpufleet.sched.backends.kubernetes import CycleResult, KubernetesScheduler, connect
 
     sched = KubernetesScheduler(
         connect(kubeconfig, context, in_cluster), scheduler_name=scheduler_name, strategy=_strategy(policy)
     )
-    while True:
-        cycle = sched.run_once(dry_run=dry_run)
+
+    def show(cycle: CycleResult) -> None:
         for p in cycle.bound:
             console.print(f"{'would bind' if dry_run else 'bound'} {p.pod} -> {p.node}")
         for pod in cycle.evicted:
             console.print(f"{'would evict' if dry_run else 'evicted'} {pod}")
         for f in cycle.events:
             console.print(f"FailedScheduling {f.pod}: {f.message}", highlight=False, soft_wrap=True)
-        if once:
-            return
-        time.sleep(interval)
+
+    sched.run(interval, cycles=1 if once else None, dry_run=dry_run, on_cycle=show)
 
 
 def _queues(path: Path) -> Any:

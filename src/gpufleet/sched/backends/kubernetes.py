@@ -9,6 +9,7 @@ and records a ``FailedScheduling`` event for pods that fit nowhere.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -173,10 +174,19 @@ class KubernetesScheduler:
             result.events.append(failure)
         return result
 
-    def run(self, interval_s: float = 2.0, cycles: int | None = None) -> None:
+    def run(
+        self,
+        interval_s: float = 2.0,
+        cycles: int | None = None,
+        dry_run: bool = False,
+        on_cycle: Callable[[CycleResult], None] | None = None,
+    ) -> None:
+        """Schedule every `interval_s` seconds, for `cycles` cycles or forever."""
         done = 0
         while cycles is None or done < cycles:
-            self.run_once()
+            result = self.run_once(dry_run=dry_run)
+            if on_cycle is not None:
+                on_cycle(result)
             done += 1
             if cycles is None or done < cycles:
                 time.sleep(interval_s)
