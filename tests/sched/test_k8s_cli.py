@@ -36,7 +36,8 @@ def test_plan_on_the_sample_snapshot() -> None:
     assert failures["research/too-big-9m4tq"] == (
         "0/13 nodes are available: 1 node(s) had untolerated taint {gpufleet.io/maintenance: true}, "
         "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 1 node(s) were unschedulable, "
-        "10 Insufficient nvidia.com/gpu."
+        "10 Insufficient nvidia.com/gpu. preemption: 0/13 nodes are available: "
+        "10 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling."
     )
     assert "10 node(s) didn't match Pod's node affinity/selector" in failures["research/needs-b200-k2w9d"]
     # no GPU is handed out twice

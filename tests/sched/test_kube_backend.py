@@ -64,7 +64,10 @@ def test_unschedulable_pod_gets_a_failed_scheduling_event() -> None:
     namespace, event = call.args
     assert namespace == "default" and isinstance(event, client.CoreV1Event)
     assert event.reason == "FailedScheduling" and event.type == "Warning"
-    assert event.message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    assert event.message == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
     assert event.involved_object.kind == "Pod" and event.involved_object.name == "huge"
     assert event.source.component == "gpufleet"
     kubernetes_validate.validate(client.ApiClient().sanitize_for_serialization(event), "1.31", strict=True)

@@ -108,4 +108,14 @@ def test_preemption_not_helpful_when_filters_reject() -> None:
     s = snap(knode("a", labels={"pool": "x"}), kpod("low", gpus=8, node="a", priority=1))
     result = Scheduler.from_snapshot(s).plan([pod("p", gpus=8, priority=100, nodeSelector={"pool": "y"})], {})
     assert result.evictions == []
-    assert result.failures[0].message == "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+    assert result.failures[0].message == (
+        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
+    never = pod("n", gpus=16, preemptionPolicy="Never")
+    assert (
+        Scheduler.from_snapshot(s)
+        .plan([never], {})
+        .failures[0]
+        .message.endswith("preemption: not eligible due to preemptionPolicy=Never.")
+    )

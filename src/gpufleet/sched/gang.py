@@ -179,7 +179,7 @@ def plan_units(
             continue
         sched.state.rollback(mark)
         for pod in unit.pods:
-            fail = sched.failure(pod)
+            fail = sched.failure(pod, sched.preemption_note(pod) if preemption else None)
             if unit.gang and len(sched.candidates(pod)):
                 fail.message = (
                     f"gang {unit.name}: only {fitted} of minMember {unit.min_member} pods fit together; "

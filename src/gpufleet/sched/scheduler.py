@@ -14,7 +14,16 @@ import numpy as np
 
 from gpufleet.model import Cluster, Fabric, Gang, PodPhase
 from gpufleet.sched.cluster_state import ClusterState
-from gpufleet.sched.filters import failed_scheduling_message, feasible, node_reasons, reason_counts
+from gpufleet.sched.filters import (
+    affinity_mask,
+    failed_scheduling_message,
+    feasible,
+    node_reasons,
+    preemption_message,
+    reason_counts,
+    taint_mask,
+    unschedulable_mask,
+)
 from gpufleet.sched.k8s import NodeInfo, PodInfo, Snapshot, node_info, pod_info
 from gpufleet.sched.scoring import ScoreWeights, Strategy, score
 
@@ -124,6 +133,14 @@ class Scheduler:
     def failure(self, pod: PodInfo, preemption: str | None = None) -> Failure:
         counts = reason_counts(node_reasons(self.state, pod))
         return Failure(pod.key, failed_scheduling_message(len(self.state), counts, preemption), dict(counts))
+
+    def preemption_note(self, pod: PodInfo) -> str:
+        """The `preemption: ...` half of a FailedScheduling message after a failed preemption attempt."""
+        if not pod.preemptible:
+            return "not eligible due to preemptionPolicy=Never."
+        state = self.state
+        helpful = int((unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod)).sum())
+        return preemption_message(len(state), helpful)
 
     def explain(self, pod: PodInfo) -> Explanation:
         nodes = self.candidates(pod)
