@@ -46,6 +46,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.partition",
     "gpufleet.cli.remediate",
     "gpufleet.cli.diag",
+    "gpufleet.cli.schedule",
 )
 
 

@@ -1,0 +1,140 @@
+"""The secondary scheduler against the official client's models: a recording CoreV1Api stands in for the network."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from kubernetes import client
+
+from gpufleet.sched.backends.kubernetes import KubernetesScheduler
+from tests.sched.k8s_objects import GPU_TOL, knode, kpod
+from tests.sched.k8s_test_api import RecordingCoreV1Api
+
+GROUP = "scheduling.x-k8s.io/pod-group"
+
+
+def _items(kind: str, objs: list[dict[str, Any]]) -> Any:
+    """Deserialize through the client exactly as a list call does with the API server's JSON."""
+
+    text = json.dumps({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": objs})
+    return client.ApiClient().deserialize(text, f"V1{kind}", "application/json")
+
+
+def _api(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> RecordingCoreV1Api:
+    return RecordingCoreV1Api(_items("NodeList", nodes), _items("PodList", pods))
+
+
+def test_pending_pods_are_bound_with_binding_bodies() -> None:
+    api = _api(
+        [knode("a", taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]), knode("b")],
+        [
+            kpod("train", gpus=8, namespace="ml", tolerations=[GPU_TOL]),
+            kpod("not-mine", gpus=1, schedulerName="default-scheduler"),
+            kpod("running", gpus=4, node="b"),
+        ],
+    )
+    result = KubernetesScheduler(api).run_once()
+    assert [(p.pod, p.node) for p in result.bound] == [("ml/train", "a")]
+    (call,) = api.calls_to("create_namespaced_binding")
+    namespace, body = call.args
+    assert namespace == "ml" and call.kwargs == {"_preload_content": False}
+    assert isinstance(body, client.V1Binding)
+    assert body.metadata.name == "train" and body.metadata.namespace == "ml" and body.metadata.uid == "uid-train"
+    assert body.target.kind == "Node" and body.target.name == "a" and body.target.api_version == "v1"
+    assert client.ApiClient().sanitize_for_serialization(body) == {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "train", "namespace": "ml", "uid": "uid-train"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "a"},
+    }
+    kubernetes_validate.validate(client.ApiClient().sanitize_for_serialization(body), "1.31", strict=True)
+    # the list call asked the API server to leave out finished pods
+    (listing,) = api.calls_to("list_pod_for_all_namespaces")
+    assert listing.kwargs["field_selector"] == "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def test_unschedulable_pod_gets_a_failed_scheduling_event() -> None:
+    api = _api([knode("a")], [kpod("huge", gpus=16)])
+    result = KubernetesScheduler(api).run_once()
+    assert result.bound == []
+    (call,) = api.calls_to("create_namespaced_event")
+    namespace, event = call.args
+    assert namespace == "default" and isinstance(event, client.CoreV1Event)
+    assert event.reason == "FailedScheduling" and event.type == "Warning"
+    assert event.message == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
+    assert event.involved_object.kind == "Pod" and event.involved_object.name == "huge"
+    assert event.source.component == "gpufleet"
+    kubernetes_validate.validate(client.ApiClient().sanitize_for_serialization(event), "1.31", strict=True)
+
+
+def test_gang_binds_all_members_or_none() -> None:
+    members = [kpod(f"g-{i}", gpus=8, labels={GROUP: "g"}) for i in range(3)]
+    api = _api([knode("a"), knode("b")], members)
+    result = KubernetesScheduler(api).run_once()
+    assert result.bound == [] and api.calls_to("create_namespaced_binding") == []
+    assert len(api.calls_to("create_namespaced_event")) == 3
+
+    api2 = _api([knode("a"), knode("b"), knode("c")], members)
+    KubernetesScheduler(api2).run_once()
+    bound = {c.args[1].metadata.name: c.args[1].target.name for c in api2.calls_to("create_namespaced_binding")}
+    assert sorted(bound) == ["g-0", "g-1", "g-2"] and sorted(bound.values()) == ["a", "b", "c"]
+
+
+def test_preemption_evicts_victims_and_defers_the_binding() -> None:
+    api = _api(
+        [knode("a")],
+        [kpod("low", gpus=8, node="a", priority=1), kpod("urgent", gpus=8, priority=1000)],
+    )
+    result = KubernetesScheduler(api).run_once()
+    (evict,) = api.calls_to("create_namespaced_pod_eviction")
+    name, namespace, body = evict.args
+    assert (name, namespace) == ("low", "default") and isinstance(body, client.V1Eviction)
+    kubernetes_validate.validate(client.ApiClient().sanitize_for_serialization(body), "1.31", strict=True)
+    assert api.calls_to("create_namespaced_binding") == [] and result.evicted == ["default/low"]
+
+
+def test_dry_run_calls_nothing_that_writes() -> None:
+    api = _api([knode("a")], [kpod("p", gpus=1), kpod("q", gpus=99)])
+    result = KubernetesScheduler(api).run_once(dry_run=True)
+    assert len(result.bound) == 1 and len(result.events) == 1
+    assert {c.name for c in api.calls} == {"list_node", "list_pod_for_all_namespaces"}
+
+
+def test_api_errors_become_backend_errors() -> None:
+    from gpufleet.errors import BackendError
+
+    api = _api([knode("a")], [kpod("p", gpus=1)])
+    api.fail_with["create_namespaced_binding"] = client.ApiException(status=409, reason="Conflict")
+    with pytest.raises(BackendError, match="binding default/p to a failed: 409 Conflict"):
+        KubernetesScheduler(api).run_once()
+
+
+def test_connect_with_a_bad_kubeconfig_is_a_backend_error(tmp_path: Any) -> None:
+    from gpufleet.errors import BackendError
+    from gpufleet.sched.backends.kubernetes import connect
+
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    with pytest.raises(BackendError, match="cannot load Kubernetes credentials"):
+        connect(str(cfg))
+
+
+def test_a_preempting_gang_binds_no_member_until_its_victims_are_gone() -> None:
+    members = [kpod(f"g-{i}", gpus=8, priority=100, labels={GROUP: "g"}) for i in range(2)]
+    api = _api([knode("a"), knode("b")], [kpod("low", gpus=8, node="b", priority=1), *members])
+    result = KubernetesScheduler(api).run_once()
+    assert result.evicted == ["default/low"]
+    assert api.calls_to("create_namespaced_binding") == []  # g-0 fits on a now, but binds with g-1 later
+
+
+def test_run_loops_for_the_cycles_asked() -> None:
+    api = _api([knode("a")], [kpod("p", gpus=1)])
+    seen: list[int] = []
+    KubernetesScheduler(api).run(0.0, cycles=2, dry_run=True, on_cycle=lambda c: seen.append(len(c.bound)))
+    assert seen == [1, 1] and len(api.calls_to("list_node")) == 2

@@ -1,0 +1,80 @@
+"""NVLink domains inside a node and leaf-switch packing across nodes."""
+
+from __future__ import annotations
+
+from gpufleet.model import Gang, GpuRequest, Pod
+from gpufleet.sched.k8s import pod_info
+from gpufleet.sched.scheduler import Failure, Placement, Scheduler
+from gpufleet.sched.topology import choose_gpus, leaves_of_nodes, leaves_spanned, nvlink_domains
+from tests.sched.k8s_objects import H100_NVL, fabric_cluster, knode, pod, snap
+
+
+def test_domains_nvswitch_and_pairs() -> None:
+    sxm = fabric_cluster(nodes=1, per_su=1).nodes[0]
+    assert nvlink_domains(sxm) == [frozenset(range(8))]
+    nvl = fabric_cluster(nodes=1, per_su=1, model="h100-nvl", gpus=4).nodes[0]
+    assert nvlink_domains(nvl) == [frozenset({0, 1}), frozenset({2, 3})]
+    pcie = fabric_cluster(nodes=1, per_su=1, model="l40s", gpus=2).nodes[0]
+    assert nvlink_domains(pcie) == [frozenset({0}), frozenset({1})]
+
+
+def test_choose_gpus_keeps_pairs_whole() -> None:
+    pairs = [frozenset({0, 1}), frozenset({2, 3})]
+    assert choose_gpus(pairs, {0, 1, 2, 3}, 1) == (0,)
+    assert choose_gpus(pairs, {1, 2, 3}, 1) == (1,)  # finish the broken pair first
+    assert choose_gpus(pairs, {1, 2, 3}, 2) == (2, 3)
+    assert choose_gpus(pairs, {0, 1, 2, 3}, 4) == (0, 1, 2, 3)
+    assert choose_gpus(pairs, {1, 3}, 3) is None
+
+
+def test_two_gpu_pod_needs_one_nvlink_pair() -> None:
+    # nvl-a has one free GPU in each pair (not an NVLink domain); nvl-b has a whole pair free.
+    s = snap(
+        knode("nvl-a", gpus=4, product=H100_NVL),
+        knode("nvl-b", gpus=4, product=H100_NVL),
+    )
+    sched = Scheduler.from_snapshot(s)
+    a = sched.state.index["nvl-a"]
+    sched.state.assign(pod("x0"), a, (0,))
+    sched.state.assign(pod("x1"), a, (2,))
+    sched.state.assign(pod("y0", gpus=1), sched.state.index["nvl-b"], (0,))
+    placed = sched.schedule_one(pod("ft", gpus=2))
+    assert isinstance(placed, Placement) and placed.node == "nvl-b" and placed.gpus == (2, 3)
+    # now neither node has a free pair although nvl-a still has 2 free GPUs
+    sched.state.used[a, sched.state.res_index["nvidia.com/gpu"]] = 2
+    again = sched.schedule_one(pod("ft2", gpus=2))
+    assert isinstance(again, Failure)
+    assert "node(s) had no NVLink domain with 2 free GPUs" in again.message
+
+
+def test_leaves_of_rail_optimized_fabric() -> None:
+    cluster = fabric_cluster(nodes=8, per_su=4)
+    leaves = leaves_of_nodes(cluster.fabric, [n.name for n in cluster.nodes])
+    assert len(leaves["n-000"]) == 8
+    assert leaves["n-000"] == leaves["n-003"] != leaves["n-004"]
+    assert leaves_spanned(leaves, ["n-000", "n-001"]) == 8
+    assert leaves_spanned(leaves, ["n-000", "n-004"]) == 16
+
+
+def test_gang_lands_under_one_leaf_group() -> None:
+    cluster = fabric_cluster(nodes=8, per_su=4)
+    # su1 (n-000..n-003) has 2 GPUs busy on n-000; su2 is empty, but spread: the gang of 3 x 8 fits only in su2
+    # without splitting, and su1 also fits 3 whole nodes. Best fit picks the tighter group.
+    sched = Scheduler.from_cluster(cluster)
+    sched.state.assign(pod_info(Pod("busy", gpu=GpuRequest(count=2))), 0)
+    members = [pod_info(Pod(f"g-{i}", gpu=GpuRequest(count=8), gang="default/g")) for i in range(3)]
+    result = sched.plan(members, {"default/g": Gang("default/g", 3)})
+    nodes = sorted(p.node for p in result.placements)
+    assert len(nodes) == 3
+    leaves = sched.state.leaves
+    assert leaves_spanned(leaves, nodes) == 8  # one rail group of 8 leaves, not 16
+    assert nodes == ["n-001", "n-002", "n-003"]  # the group with less free capacity that still holds the gang
+
+
+def test_gang_too_big_for_one_group_spans_the_fewest() -> None:
+    cluster = fabric_cluster(nodes=12, per_su=4)
+    sched = Scheduler.from_cluster(cluster)
+    members = [pod_info(Pod(f"g-{i}", gpu=GpuRequest(count=8), gang="default/g")) for i in range(6)]
+    result = sched.plan(members, {"default/g": Gang("default/g", 6)})
+    assert len(result.placements) == 6
+    assert leaves_spanned(sched.state.leaves, [p.node for p in result.placements]) == 16
