@@ -1,4 +1,4 @@
-"""`gpufleet schedule plan|explain` on the shipped kubectl capture, through the real entry point."""
+"""`gpufleet sched plan|explain` on the shipped kubectl capture, through the real entry point."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_plan_on_the_sample_snapshot() -> None:
-    out = gpufleet("schedule", "plan", "--snapshot", str(SAMPLE), "-o", "json")
+    out = gpufleet("sched", "plan", "--snapshot", str(SAMPLE), "-o", "json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     placed = {p["pod"]: p for p in data["placements"]}
@@ -46,14 +46,14 @@ def test_plan_on_the_sample_snapshot() -> None:
 
 
 def test_plan_table_and_explain() -> None:
-    table = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--policy", "spread", "--no-preemption")
+    table = gpufleet("sched", "plan", "-f", str(SAMPLE), "--policy", "spread", "--no-preemption")
     assert table.returncode == 0 and "FailedScheduling" in table.stdout and "preemptions" not in table.stdout
-    exp = gpufleet("schedule", "explain", "--snapshot", str(SAMPLE), "research/ft-lora-5n2xw", "-o", "json")
+    exp = gpufleet("sched", "explain", "--snapshot", str(SAMPLE), "research/ft-lora-5n2xw", "-o", "json")
     data = json.loads(exp.stdout)
     # binpack: the fuller NVL node, whose one free pair the job fills exactly
     assert [f["node"] for f in data["feasible"]] == ["nvl-01", "nvl-02"]
     assert data["rejected"]["node(s) didn't match Pod's node affinity/selector"] == 8
-    bad = gpufleet("schedule", "explain", "--snapshot", str(SAMPLE), "ghost")
+    bad = gpufleet("sched", "explain", "--snapshot", str(SAMPLE), "ghost")
     assert bad.returncode == 2 and "no pod 'ghost'" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -63,9 +63,9 @@ def test_bad_snapshot_and_policy_are_one_line_errors(tmp_path: Path) -> None:
         '{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": '
         '[{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}]}}]}'
     )
-    out = gpufleet("schedule", "plan", "--snapshot", str(broken))
+    out = gpufleet("sched", "plan", "--snapshot", str(broken))
     assert out.returncode == 2 and "must be an integer" in out.stderr and "Traceback" not in out.stderr
-    pol = gpufleet("schedule", "plan", "--snapshot", str(SAMPLE), "--policy", "nope")
+    pol = gpufleet("sched", "plan", "--snapshot", str(SAMPLE), "--policy", "nope")
     assert pol.returncode == 2 and "unknown policy" in pol.stderr
 
 
@@ -74,19 +74,19 @@ def test_plan_with_queues(tmp_path: Path) -> None:
     # Every sample pod is in queue `default`: 19 GPUs run, the urgent pod takes it to 27, and the 32-GPU gang would
     # pass the 40 guaranteed with borrowing switched off.
     queues.write_text("- {name: default, guaranteed: {nvidia.com/gpu: 40}, borrowing: false}\n")
-    out = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--queues", str(queues), "-o", "json")
+    out = gpufleet("sched", "plan", "-f", str(SAMPLE), "--queues", str(queues), "-o", "json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     messages = [f["message"] for f in data["failures"]]
     assert any("queue default is at its guaranteed 40 nvidia.com/gpu and may not borrow" in m for m in messages)
     bad = tmp_path / "bad.yaml"
     bad.write_text("- {name: q, guarenteed: {}}\n")
-    err = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--queues", str(bad))
+    err = gpufleet("sched", "plan", "-f", str(SAMPLE), "--queues", str(bad))
     assert err.returncode == 2 and "guarenteed" in err.stderr and "Traceback" not in err.stderr
 
 
 def test_plan_with_backfill_reserves_for_the_gang() -> None:
-    out = gpufleet("schedule", "plan", "-f", str(SAMPLE), "--backfill", "--now", "2026-11-20T09:00:00Z", "-o", "json")
+    out = gpufleet("sched", "plan", "-f", str(SAMPLE), "--backfill", "--now", "2026-11-20T09:00:00Z", "-o", "json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     # the sweep pods (6h estimates, started 08:00) free su2 at 14:00: the gang is reserved there, 5 h from now
@@ -103,6 +103,6 @@ def test_plan_with_backfill_reserves_for_the_gang() -> None:
 def test_run_without_credentials_is_a_one_line_error(tmp_path: Path) -> None:
     cfg = tmp_path / "kubeconfig"
     cfg.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
-    out = gpufleet("schedule", "run", "--once", "--kubeconfig", str(cfg))
+    out = gpufleet("sched", "run", "--once", "--kubeconfig", str(cfg))
     assert out.returncode == 1 and "cannot load Kubernetes credentials" in out.stderr
     assert "Traceback" not in out.stderr

@@ -15,7 +15,10 @@ from gpufleet.sched.openb import NodeList, PodList, load_trace
 from gpufleet.sched.policies import POLICIES, expand_policies, make_policy
 from gpufleet.sched.replay import ReplayResult, arrival_order, replay
 
-sched_app = typer.Typer(help="Placement: policies, trace replay.", no_args_is_help=True)
+sched_app = typer.Typer(
+    help="Placement: trace replay and policies; plan, explain or run on Kubernetes (kubectl captures or live).",
+    no_args_is_help=True,
+)
 
 MAX_JOBS = 2
 

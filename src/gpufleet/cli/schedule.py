@@ -1,4 +1,4 @@
-"""`gpufleet schedule`: plan placements on a kubectl capture, explain one pod, or run as a secondary scheduler."""
+"""`gpufleet sched plan|explain|run`: plan placements on a kubectl capture, explain one pod, or run as a secondary scheduler."""
 
 from __future__ import annotations
 
@@ -207,4 +207,8 @@ def _strategy(policy: str) -> Any:
 
 
 def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="schedule")
+    """These verbs join the `gpufleet sched` family (replay, policies) rather than a family of their own."""
+    from gpufleet.cli.sched import sched_app
+
+    for command in app.registered_commands:
+        sched_app.registered_commands.append(command)
