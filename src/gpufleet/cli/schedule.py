@@ -1,4 +1,4 @@
-"""`gpufleet sched plan|explain|run`: plan placements on a kubectl capture, explain one pod, or run as a secondary scheduler."""
+"""`gpufleet sched plan|explain|run`: place pods of a kubectl capture, explain one, or run as a scheduler."""
 
 from __future__ import annotations
 
