@@ -131,3 +131,24 @@ def test_repeats_dedupe_and_lifecycle() -> None:
     engine.book.transition(inc.id, IncidentState.resolved)
     with pytest.raises(UserError):
         engine.book.transition(inc.id, IncidentState.open)
+
+
+def test_slow_collectives_from_nccl_compare_become_an_incident(shared: object) -> None:
+    from pathlib import Path
+
+    from gpufleet.nccl.compare import Finding as NcclFinding
+
+    twin = small_twin()
+    feed = TwinFeed(twin)
+    engine = HealthEngine(feed.frame)
+    finding = NcclFinding(
+        "nccl_rail_missing",
+        "critical",
+        "bus bandwidth about half the expected on 2 nodes",
+        host=None,
+        nbytes=2**30,
+        ratio=0.51,
+    )
+    (inc,) = engine.collective_findings(EPOCH, [finding], str(Path("run.txt")))
+    assert inc.cause is RootCause.collective_slow and inc.entity.name == "run.txt"
+    assert "0.51" in inc.evidence[0].text

@@ -20,7 +20,8 @@ from gpufleet.health.findings import Finding
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.health.xid_policy import XidPolicy
-from gpufleet.model import EntityKind, Incident
+from gpufleet.model import Entity, EntityKind, Incident, RootCause, Severity
+from gpufleet.nccl.compare import Finding as NcclFinding
 from gpufleet.sources.pci import normalise_pci
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -84,6 +85,26 @@ class HealthEngine:
 
     def _job_resources(self, job: str) -> list[str]:
         return self._jobs.get(job, [])
+
+    def collective_findings(self, now: float, findings: list[NcclFinding], where: str) -> list[Incident]:
+        """Findings of `gpufleet nccl compare` (a run slower than the fabric should give) become incidents: on the
+        host when the run covered one host, else on the run itself (`where`, e.g. the results file)."""
+        changed = []
+        for f in findings:
+            entity = Entity(EntityKind.node, f.host) if f.host else Entity(EntityKind.job, name=where)
+            severity = Severity.critical if str(f.severity) in ("critical", "error") else Severity.warning
+            finding = Finding(
+                now,
+                RootCause.collective_slow,
+                entity,
+                severity,
+                f"{f.kind}: {f.message}",
+                f.message if f.ratio is None else f"{f.message} (measured/expected {f.ratio:.2f})",
+                "nccl",
+                action="RUN_DIAG",
+            )
+            changed.append(self.book.add(finding))
+        return changed
 
     def observe(self, obs: Observations) -> list[Incident]:
         """Run every detector on one tick; returns the incidents that opened or changed."""

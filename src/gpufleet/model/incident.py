@@ -45,6 +45,7 @@ class RootCause(StrEnum):
     driver_mismatch = "driver-mismatch"
     recovery_action = "recovery-action"  # Xid 154: the driver announced what it needs
     diag_failure = "diag-failure"
+    collective_slow = "collective-slow"  # a measured collective (nccl-tests) well below what the fabric should give
 
 
 @dataclass(slots=True)
