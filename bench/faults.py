@@ -269,7 +269,12 @@ def score(result: RunResult) -> tuple[Table, dict[str, object]]:
             f"{statistics.median(classic_found):.0f}" if classic_found else "never",
             f"{len(classic_found)}/{n}",
         )
-        summary[ftype.value] = {"recall": sum(row["found"]) / n, "latency": lat, "classic": row["classic"]}
+        summary[ftype.value] = {
+            "recall": sum(row["found"]) / n,
+            "latency": lat,
+            "classic": row["classic"],
+            "missed": row["missed"],
+        }
     total = len(result.incidents)
     precision = (total - len(unmatched)) / total if total else 1.0
     summary["precision"] = precision
@@ -292,6 +297,11 @@ def main() -> None:
         result, quiet = faulty.result(), clean.result()
     table, summary = score(result)
     console.print(table)
+    for ftype, row in summary.items():
+        if isinstance(row, dict) and row.get("missed"):
+            for at in row["missed"]:  # type: ignore[union-attr]
+                f = next(f for f in result.faults if f.type.value == ftype and f.time == at)
+                console.print(f"  missed {ftype} at {at:.0f} s on {f.target}")
     unmatched = summary["unmatched"]
     console.print(
         f"precision: {100 * float(summary['precision']):.1f}% of {len(result.incidents)} incidents match an "
