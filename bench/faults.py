@@ -53,7 +53,7 @@ EXPECTED_CAUSE = {
 EVENT_FAULTS = {FaultType.xid, FaultType.ecc_dbe, FaultType.gpu_off_bus, FaultType.link_down, FaultType.driver_mismatch}
 # The detection window of each threshold fault (the target is this plus one sample).
 WINDOWS = {
-    FaultType.thermal_runaway: "heat-up + 10 s hold",
+    FaultType.thermal_runaway: "10 s slowdown (loaded) or 5 min hot at idle",
     FaultType.power_brake: "3 s hold",
     FaultType.pcie_degrade: "1 sample (link state)",
     FaultType.nvlink_errors: "1 sample (Xid 74)",

@@ -152,3 +152,9 @@ def test_slow_collectives_from_nccl_compare_become_an_incident(shared: object) -
     (inc,) = engine.collective_findings(EPOCH, [finding], str(Path("run.txt")))
     assert inc.cause is RootCause.collective_slow and inc.entity.name == "run.txt"
     assert "0.51" in inc.evidence[0].text
+
+
+def test_a_dead_fan_on_an_idle_gpu_is_found_from_its_idle_temperature() -> None:
+    inc = only(run([fault(FaultType.thermal_runaway, node="n-002", gpu=4)], 600)[0])  # n-002 runs no job
+    assert inc.cause is RootCause.thermal and "cooling fault suspected" in inc.summary
+    assert inc.first_seen - EPOCH - 30 <= 420

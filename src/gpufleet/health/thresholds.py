@@ -28,6 +28,8 @@ class Ecc(_Section):
 class Thermal(_Section):
     hold_s: float
     window_s: float
+    idle_excess_c: float
+    idle_hold_s: float
     clock_ratio: float
 
 

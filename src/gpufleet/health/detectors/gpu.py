@@ -33,6 +33,9 @@ class GpuDetectors:
         self.entities = [Entity(EntityKind.gpu, e.hostname, e.gpu) for e in frame.entities]
         self.max_clock = np.full(n, np.nan)
         self.thermal = HoldTimer(n)
+        self.hot_idle = HoldTimer(n)
+        hosts = {h: k for k, h in enumerate(dict.fromkeys(e.hostname for e in frame.entities))}
+        self.node_of = np.array([hosts[e.hostname] for e in frame.entities])
         self.brake = HoldTimer(n)
         self.idle = HoldTimer(n)
         self.sbe = CounterWindow(60.0)
@@ -80,6 +83,7 @@ class GpuDetectors:
                     "POWER_CAP_AND_TICKET",
                 )
             )
+        self._hot_idle(now, frame, out)
         held = self.brake.update(now, (bits & HW_POWER_BRAKE) != 0)
         for i in np.flatnonzero(held >= self.t.power_brake.hold_s):
             out.append(
@@ -97,6 +101,34 @@ class GpuDetectors:
         self._nvlink(now, frame, out)
         self._idle(now, frame, out)
         return out
+
+    def _hot_idle(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
+        """An idle GPU clearly hotter than the idle GPUs beside it: its cooling has failed, long before a load
+        would push it into thermal slowdown. Only idle GPUs are compared, so work never looks like a fault."""
+        temp, util = frame.gpu("DCGM_FI_DEV_GPU_TEMP"), frame.gpu("DCGM_FI_DEV_GPU_UTIL")
+        idle = util < self.t.idle.util_percent
+        suspect = np.zeros(len(temp), dtype=bool)
+        if idle.sum() >= 2:
+            fleet = float(np.nanmedian(np.where(idle, temp, np.nan)))
+            for i in np.flatnonzero(idle & (temp > fleet + self.t.thermal.idle_excess_c)):
+                peers = idle & (self.node_of == self.node_of[i])
+                peers[i] = False
+                if peers.any() and temp[i] > float(np.nanmedian(temp[peers])) + self.t.thermal.idle_excess_c:
+                    suspect[i] = True
+        held = self.hot_idle.update(now, suspect)
+        for i in np.flatnonzero(held >= self.t.thermal.idle_hold_s):
+            out.append(
+                self._finding(
+                    now,
+                    int(i),
+                    RootCause.thermal,
+                    Severity.warning,
+                    f"cooling fault suspected on {self.entities[i]}",
+                    f"idle at {temp[i]:.0f} C, over {self.t.thermal.idle_excess_c:g} C hotter than the idle GPUs "
+                    f"beside it for {held[i] / 60:.0f} min",
+                    "POWER_CAP_AND_TICKET",
+                )
+            )
 
     def _ecc(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         g, e = frame.gpu, self.t.ecc
