@@ -14,21 +14,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.errors import BackendError, DependencyMissingError
+from gpufleet.errors import BackendError
 from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
+from gpufleet.sources.kubernetes import connect, kubernetes_module
 
 CONDITION = "GpufleetRemediation"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-
-
-def _client() -> Any:
-    try:
-        import kubernetes.client as client
-    except ImportError:
-        raise DependencyMissingError(
-            "the Kubernetes backend needs the official Python client", fix="pip install 'gpufleet[k8s]'"
-        ) from None
-    return client
 
 
 def _api_exception() -> type[Exception]:
@@ -55,7 +46,7 @@ class KubernetesBackend(RemediationBackend):
     ) -> None:
         """`core` is a kubernetes.client.CoreV1Api (or anything with its methods)."""
         self.core = core
-        self.client = _client()
+        self.client = kubernetes_module().client
         self.event_namespace = event_namespace
         self.rack_label = rack_label
         self.leaf_label = leaf_label
@@ -67,19 +58,7 @@ class KubernetesBackend(RemediationBackend):
 
     @classmethod
     def from_kubeconfig(cls, context: str | None = None, **kwargs: Any) -> KubernetesBackend:
-        client = _client()
-        from kubernetes import config
-
-        try:
-            config.load_kube_config(context=context)
-        except Exception:
-            try:
-                config.load_incluster_config()
-            except Exception as exc:
-                raise BackendError(
-                    f"no Kubernetes credentials: {exc}", fix="set KUBECONFIG or run inside the cluster"
-                ) from None
-        return cls(client.CoreV1Api(), **kwargs)
+        return cls(connect(context=context), **kwargs)
 
     # --- reads ---------------------------------------------------------------------------------------------------
 

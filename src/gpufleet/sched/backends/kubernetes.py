@@ -14,41 +14,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.errors import BackendError, DependencyMissingError
+from gpufleet.errors import BackendError
 from gpufleet.model import Fabric
 from gpufleet.sched.k8s import PodInfo, Snapshot, assemble_gangs, parse_node, parse_pod
 from gpufleet.sched.scheduler import Failure, Placement, PlanResult, Scheduler
 from gpufleet.sched.scoring import Strategy
+from gpufleet.sources.kubernetes import connect, kubernetes_module
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api
 
 SCHEDULER_NAME = "gpufleet"
-
-
-def _client() -> Any:
-    try:
-        import kubernetes
-    except ImportError:
-        raise DependencyMissingError(
-            "the Kubernetes backend needs the official `kubernetes` client", fix="pip install 'gpufleet[k8s]'"
-        ) from None
-    return kubernetes
-
-
-def connect(kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False) -> CoreV1Api:
-    """A CoreV1Api from a kubeconfig (or the pod's service account when in_cluster)."""
-    k8s = _client()
-    try:
-        if in_cluster:
-            k8s.config.load_incluster_config()
-        else:
-            k8s.config.load_kube_config(config_file=kubeconfig, context=context)
-    except Exception as exc:  # the client raises ConfigException and plain OSErrors here
-        raise BackendError(
-            f"cannot load Kubernetes credentials: {exc}", fix="pass --kubeconfig, or run inside the cluster"
-        ) from None
-    return k8s.client.CoreV1Api()
+__all__ = ["SCHEDULER_NAME", "CycleResult", "KubernetesScheduler", "connect"]
 
 
 @dataclass(slots=True)
@@ -70,7 +47,7 @@ class KubernetesScheduler:
         record_events: bool = True,
         preemption: bool = True,
     ) -> None:
-        self.k8s = _client()
+        self.k8s = kubernetes_module()
         self.core = core
         self.scheduler_name = scheduler_name
         self.strategy = strategy
