@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.errors import ParseError
 from gpufleet.model import Cluster, Gpu, Node, NodePool
+from gpufleet.sched.openb import load_nodes
 from gpufleet.spec.builder import board_serial, gpu_uuid, pci_bus_ids
 
 # The trace's model codes; G1-G3 are undisclosed internal models.
@@ -21,41 +21,26 @@ OPENB_MODELS = {
     "G2": "openb-g2",
     "G3": "openb-g3",
 }
-NODE_COLUMNS = ["sn", "cpu_milli", "memory_mib", "gpu", "model"]
 
 
 def load_openb_nodes(path: Path, name: str = "openb") -> Cluster:
-    """One model Node per CSV row; a malformed row is an error naming the file and line."""
-    path = Path(path)
-    try:
-        fh = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise ParseError(f"{path}: cannot read ({exc.strerror})", fix="pass the openb node list CSV") from None
+    """One model Node per row of an openb node list; a malformed row is an error naming the file and line."""
+    rows = load_nodes(Path(path))
     nodes: list[Node] = []
-    with fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header != NODE_COLUMNS:
-            raise ParseError(f"{path}:1: expected header {','.join(NODE_COLUMNS)}, got {header}")
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(row) != 5:
-                raise ParseError(f"{path}:{line}: expected 5 columns, got {len(row)}: {row}")
-            sn, cpu, mem, gpus, model = row
-            try:
-                cpu_milli, memory_mib, gpu_count = int(cpu), int(mem), int(gpus)
-            except ValueError:
-                raise ParseError(f"{path}:{line}: cpu_milli, memory_mib and gpu must be integers: {row}") from None
-            if gpu_count and model not in OPENB_MODELS:
-                raise ParseError(f"{path}:{line}: unknown GPU model {model!r}", fix=f"known: {', '.join(OPENB_MODELS)}")
-            node = Node(name=sn, pool=model or "cpu", cpu_milli=cpu_milli, memory_mib=memory_mib)
-            if gpu_count:
-                spec = get_gpu_model(OPENB_MODELS[model])
-                node.labels["nvidia.com/gpu.product"] = spec.product_name.replace(" ", "-")
-                for i, bus in enumerate(pci_bus_ids(gpu_count)):
-                    node.gpus.append(Gpu(i, gpu_uuid(name, sn, i), bus, board_serial(name, sn, i), spec, minor=i))
-            nodes.append(node)
+    for sn, cpu_milli, memory_mib, gpu_count, model in zip(
+        rows.names, rows.cpu_milli, rows.memory_mib, rows.num_gpu, rows.model, strict=True
+    ):
+        node = Node(name=sn, pool=model or "cpu", cpu_milli=int(cpu_milli), memory_mib=int(memory_mib))
+        if gpu_count:
+            if model not in OPENB_MODELS:
+                raise ParseError(
+                    f"{path}: node {sn}: unknown GPU model {model!r}", fix=f"known: {', '.join(OPENB_MODELS)}"
+                )
+            spec = get_gpu_model(OPENB_MODELS[model])
+            node.labels["nvidia.com/gpu.product"] = spec.product_name.replace(" ", "-")
+            for i, bus in enumerate(pci_bus_ids(int(gpu_count))):
+                node.gpus.append(Gpu(i, gpu_uuid(name, sn, i), bus, board_serial(name, sn, i), spec, minor=i))
+        nodes.append(node)
     pools: dict[str, list[str]] = {}
     for n in nodes:
         pools.setdefault(n.pool, []).append(n.name)
