@@ -170,7 +170,6 @@ def main() -> None:
         1 / DCGM_EXPORTER_INTERVAL_S,
         None,
     )
-    row("agent CPU at 1 s on the twin", "not measured here", "<= 1 % of a core", None, None)
     console.print(table)
 
     # 3. cost as the fleet grows
