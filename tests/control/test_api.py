@@ -94,3 +94,34 @@ def test_incidents_are_listed_durable_and_need_the_token_to_change(make_twin: Tw
     assert again.incidents()[0]["state"] == "acknowledged"  # kept across a restart
     summary = client.get("/api/v1/summary").json()
     assert summary["incidents"][0]["cause"] == "gpu-lost"
+
+
+def test_nccl_compare_findings_open_a_collective_slow_incident(make_twin: TwinFactory, tmp_path: Path) -> None:
+    from gpufleet.control.loop import HealthLoop
+
+    twin = make_twin()
+    store = StateStore(tmp_path / "s.db")
+    health = HealthLoop(twin, store, "off", tmp_path)
+    client = TestClient(create_app(TwinRunner(twin, store, on_tick=health.tick), TOKEN, health))
+    body = {
+        "source": "all_reduce_perf-2node.txt",
+        "findings": [
+            {
+                "kind": "nccl_rail_missing",
+                "severity": "critical",
+                "message": "about half the expected busbw",
+                "ratio": 0.5,
+            }
+        ],
+    }
+    assert client.post("/api/v1/nccl-findings", json=body).status_code == 401
+    res = client.post("/api/v1/nccl-findings", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert res.status_code == 200 and len(res.json()["incidents"]) == 1
+    (row,) = client.get("/api/v1/incidents").json()
+    assert row["cause"] == "collective-slow" and row["entity"] == "job/all_reduce_perf-2node.txt"
+    bad = client.post(
+        "/api/v1/nccl-findings",
+        json={"source": "x", "findings": [{"kind": "k", "severity": "huge", "message": "m"}]},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert bad.status_code == 422 and "severity" in bad.json()["error"]

@@ -226,6 +226,9 @@ def compare(
     nccl_version: str | None = VERSION_OPT,
     op: str | None = typer.Option(None, "--op", help="Collective (default: from the file, else allreduce)"),
     output: OutputFormat = OUT_OPT,
+    report: bool = typer.Option(
+        False, "--report", help="Send the findings to the running control plane (incidents: collective-slow)."
+    ),
 ) -> None:
     """Line up a measured run with the prediction and say which sizes fall short, by how much, and why."""
     from gpufleet.nccl.compare import compare_table
@@ -309,6 +312,36 @@ def compare(
             console.print(f"[bold]{c.severity}[/bold] {c.code}: {c.message}", highlight=False)
 
     emit(data, output, render)
+    if report:
+        _report(file, result)
+
+
+def _report(file: Path, result: object) -> None:
+    """POST the run's findings to the control plane, which opens collective-slow incidents for them."""
+    import dataclasses
+
+    import httpx
+
+    from gpufleet.control.paths import api_token, server_url
+    from gpufleet.errors import BackendError
+    from gpufleet.nccl.compare import compare_to_findings
+
+    findings = [dataclasses.asdict(f) for f in compare_to_findings(result)]  # type: ignore[arg-type]
+    token = api_token()
+    if token is None:
+        raise UserError("no API token found", fix="set GPUFLEET_TOKEN or run where `gpufleet up` runs")
+    try:
+        resp = httpx.post(
+            f"{server_url()}/api/v1/nccl-findings",
+            json={"source": file.name, "findings": findings},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        )
+    except httpx.HTTPError:
+        raise BackendError(f"no control plane answers at {server_url()}", fix="start one with `gpufleet up`") from None
+    if resp.status_code >= 400:
+        raise BackendError(f"the control plane refused the findings: {resp.json().get('error', resp.text)}")
+    console.print(f"reported {len(findings)} finding(s): {', '.join(resp.json()['incidents']) or 'no incident'}")
 
 
 def _infer_topology(table: object) -> dict[str, object]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from fastapi import Depends, FastAPI, Header, Request
@@ -31,6 +31,25 @@ class PushedEvent(BaseModel):
     node: str = Field(default="", max_length=256)
     message: str = Field(max_length=16384)
     attrs: dict[str, Any] = {}
+
+
+class CollectiveFinding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(max_length=128)
+    severity: Literal["info", "warning", "critical"]
+    message: str = Field(max_length=4096)
+    node: str | None = None
+    host: str | None = None
+    nbytes: int | None = None
+    ratio: float | None = None
+
+
+class CollectiveReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(min_length=1, max_length=512)
+    findings: list[CollectiveFinding] = Field(max_length=1000)
 
 
 class EventBatch(BaseModel):
@@ -191,6 +210,19 @@ def create_app(runner: TwinRunner, token: str, health: HealthLoop | None = None)
         inc = runner.act(lambda t: health.book.transition(incident_id, states[verb]))
         runner.store.audit(actor, verb, f"incident/{incident_id}", inc.state.value)
         return {"id": inc.id, "state": inc.state.value}
+
+    @app.post("/api/v1/nccl-findings")
+    def nccl_findings(body: CollectiveReport, actor: str = Depends(require_token)) -> dict[str, Any]:
+        """`gpufleet nccl compare --report`: a run slower than the fabric should give becomes an incident."""
+        from gpufleet.nccl.compare import Finding as NcclFinding
+        from gpufleet.sources.twin import EPOCH
+
+        if health is None:
+            raise UserError("this control plane runs no health engine")
+        findings = [NcclFinding(**f.model_dump()) for f in body.findings]
+        changed = runner.act(lambda t: health.engine.collective_findings(EPOCH + t.time, findings, body.source))
+        runner.store.audit(actor, "nccl-findings", body.source, f"{len(findings)} finding(s)")
+        return {"incidents": sorted({inc.id for inc in changed})}
 
     @app.get("/api/v1/audit")
     def audit(limit: int = 100) -> list[dict[str, Any]]:

@@ -1,0 +1,71 @@
+"""`gpufleet nccl compare --report` sends its findings to a running control plane."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+
+from gpufleet.control.loop import HealthLoop
+from gpufleet.control.runner import TwinRunner
+from gpufleet.control.store import StateStore
+from gpufleet.server.app import create_app
+from tests.agent.test_agent import free_port
+from tests.twins import small_twin
+
+
+def test_compare_report_reaches_the_control_plane(corpus: Path, tmp_path: Path) -> None:
+    twin = small_twin()
+    store = StateStore(tmp_path / "s.db")
+    health = HealthLoop(twin, store, "off", tmp_path)
+    port = free_port()
+    app = create_app(TwinRunner(twin, store, on_tick=health.tick), "tok", health)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    env = {**os.environ, "GPUFLEET_SERVER": f"http://127.0.0.1:{port}", "GPUFLEET_TOKEN": "tok"}
+    try:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpufleet.cli.main",
+                "nccl",
+                "compare",
+                "--report",
+                str(corpus / "nccl" / "perf" / "h100_aws_p5_2node_efa.txt"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        bad = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpufleet.cli.main",
+                "nccl",
+                "compare",
+                "--report",
+                str(corpus / "nccl" / "perf" / "h100_aws_p5_2node_efa.txt"),
+            ],
+            capture_output=True,
+            text=True,
+            env={**env, "GPUFLEET_TOKEN": "wrong"},
+            timeout=120,
+        )
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)
+    assert run.returncode == 0, run.stderr
+    assert "reported 0 finding(s)" in run.stdout  # a healthy run: nothing to open
+    assert bad.returncode == 1 and "refused the findings" in bad.stderr and "Traceback" not in bad.stderr
+    assert [e["action"] for e in store.audit_log()] == ["nccl-findings"]
