@@ -25,7 +25,8 @@ from gpufleet.health.xid_policy import (
     load_nvl5_decode,
     load_policy,
 )
-from gpufleet.sources.kmsg import NVL5_XIDS, RECOVERY_XID, KernelEvent, KmsgScan, scan_kmsg
+from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent
+from gpufleet.sources.kmsg import KmsgScan, scan_kmsg
 from gpufleet.sources.kmsg_stream import dmesg_events, follow_file, read_dev_kmsg
 
 sub = typer.Typer(

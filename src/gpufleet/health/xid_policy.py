@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpufleet.catalog import XidInfo, load_xid_catalog
 from gpufleet.errors import ManifestError, UserError
-from gpufleet.sources.kmsg import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail
+from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail
 
 DEFAULT_POLICY = "xid_policy.yaml"
 NVL5_DECODE = "nvl5_decode.csv"

@@ -14,7 +14,8 @@ import yaml
 from gpufleet.health.findings import Finding
 from gpufleet.health.xid_policy import XidPolicy, classify, default_policy
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
-from gpufleet.sources.kmsg import KernelEvent, KmsgParser
+from gpufleet.model.kernel import KernelEvent
+from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.sources.pci import normalise_pci
 
 
