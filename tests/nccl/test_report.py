@@ -31,44 +31,15 @@ def test_compare_report_reaches_the_control_plane(corpus: Path, tmp_path: Path) 
     while not server.started:
         time.sleep(0.05)
     env = {**os.environ, "GPUFLEET_SERVER": f"http://127.0.0.1:{port}", "GPUFLEET_TOKEN": "tok"}
+    run_file = corpus / "nccl" / "perf" / "h100_oci_bm_gpu_h100_8_2node_roce.txt"
+    command = [
+        sys.executable, "-m", "gpufleet.cli.main", "nccl", "compare", "--report",
+        str(run_file), "--gpu", "h100-sxm", "--nic-gbps", "200",
+    ]  # fmt: skip
     try:
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpufleet.cli.main",
-                "nccl",
-                "compare",
-                "--report",
-                str(corpus / "nccl" / "perf" / "h100_oci_bm_gpu_h100_8_2node_roce.txt"),
-                "--gpu",
-                "h100-sxm",
-                "--nic-gbps",
-                "200",
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
+        run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
         bad = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpufleet.cli.main",
-                "nccl",
-                "compare",
-                "--report",
-                str(corpus / "nccl" / "perf" / "h100_oci_bm_gpu_h100_8_2node_roce.txt"),
-                "--gpu",
-                "h100-sxm",
-                "--nic-gbps",
-                "200",
-            ],
-            capture_output=True,
-            text=True,
-            env={**env, "GPUFLEET_TOKEN": "wrong"},
-            timeout=120,
+            command, capture_output=True, text=True, env={**env, "GPUFLEET_TOKEN": "wrong"}, timeout=120
         )
     finally:
         server.should_exit = True

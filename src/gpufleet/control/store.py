@@ -135,41 +135,24 @@ class StateStore:
             self._db.execute("COMMIT")
             return self._db.total_changes - before
 
-    def agent_events(self, agent: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
-        sql = "SELECT agent, seq, time, node, kind, entity, message, attrs FROM agent_events"
+    def _select(self, query: str, where: tuple[str, Any] | None, order: str, limit: int) -> list[tuple[Any, ...]]:
+        """`query` filtered on one column when `where` has a value, ordered and limited."""
         args: list[Any] = []
-        if agent:
-            sql += " WHERE agent = ?"
-            args.append(agent)
-        sql += " ORDER BY time, seq LIMIT ?"
-        args.append(limit)
+        if where is not None and where[1]:
+            query += f" WHERE {where[0]} = ?"
+            args.append(where[1])
         with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+            return self._db.execute(f"{query} ORDER BY {order} LIMIT ?", [*args, limit]).fetchall()
+
+    def agent_events(self, agent: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         keys = ("agent", "seq", "time", "node", "kind", "entity", "message", "attrs")
+        rows = self._select(f"SELECT {', '.join(keys)} FROM agent_events", ("agent", agent), "time, seq", limit)
         return [{**dict(zip(keys, r, strict=True)), "attrs": json.loads(r[7])} for r in rows]
 
     def events(self, kind: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        sql = "SELECT id, sim_time, wall_time, kind, entity, message, attrs FROM events"
-        args: list[Any] = []
-        if kind:
-            sql += " WHERE kind = ?"
-            args.append(kind)
-        sql += " ORDER BY id DESC LIMIT ?"
-        args.append(limit)
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
-        return [
-            {
-                "id": r[0],
-                "sim_time": r[1],
-                "wall_time": r[2],
-                "kind": r[3],
-                "entity": r[4],
-                "message": r[5],
-                "attrs": json.loads(r[6]),
-            }
-            for r in rows
-        ]
+        keys = ("id", "sim_time", "wall_time", "kind", "entity", "message", "attrs")
+        rows = self._select(f"SELECT {', '.join(keys)} FROM events", ("kind", kind), "id DESC", limit)
+        return [{**dict(zip(keys, r, strict=True)), "attrs": json.loads(r[6])} for r in rows]
 
     def count_events(self) -> int:
         with self._lock:
@@ -211,15 +194,7 @@ class StateStore:
             )
 
     def incidents(self, state: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-        sql = "SELECT id, run, body FROM incidents"
-        args: list[Any] = []
-        if state:
-            sql += " WHERE state = ?"
-            args.append(state)
-        sql += " ORDER BY first_seen DESC LIMIT ?"
-        args.append(limit)
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+        rows = self._select("SELECT id, run, body FROM incidents", ("state", state), "first_seen DESC", limit)
         return [{"key": r[0], "run": r[1], **json.loads(r[2])} for r in rows]
 
     def get_meta(self, key: str) -> str | None:
