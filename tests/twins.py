@@ -34,3 +34,34 @@ def small_twin(
         names = [f"n-{i:03d}" for i in range(job_nodes)]
         jobs.append(TrainingJob(name="job", nodes=names, gpus_per_node=8, nccl_timeout_s=timeout))
     return Twin(cluster, seed=seed, jobs=jobs, faults=faults, restart_backoff_s=restart)
+
+
+def door(twin: Twin, remediation: str = "off", db: object = None, lock: object = None) -> tuple[object, object]:
+    """A control plane in memory with `twin`'s nodes as its agents (in process), as `gpufleet up` wires them."""
+    import threading
+
+    from gpufleet.control.service import ControlPlane
+    from gpufleet.sim.backend import TwinBackend
+    from gpufleet.sim.fleet import SimFleet
+    from gpufleet.sim.source import EPOCH
+    from gpufleet.state import Database
+    from gpufleet.telemetry.store import EmbeddedStore
+
+    backend = TwinBackend(twin, lock or threading.RLock())  # type: ignore[arg-type]
+    plane = ControlPlane(
+        db or Database(":memory:"),  # type: ignore[arg-type]
+        backend,
+        clock=lambda: EPOCH + twin.time,
+        remediation=remediation,
+        metrics=EmbeddedStore(None),
+    )
+    return plane, SimFleet(twin)
+
+
+def run_door(twin: Twin, seconds: float, remediation: str = "off") -> tuple[object, object]:
+    """Run `twin` for `seconds` through the door into a fresh control plane; returns (plane, fleet)."""
+    from gpufleet.sim.runner import run_headless
+
+    plane, fleet = door(twin, remediation)
+    run_headless(twin, fleet, plane.ingest, plane.tick, seconds)  # type: ignore[attr-defined, arg-type]
+    return plane, fleet

@@ -1,4 +1,6 @@
-"""The node agent: collection on its own clock, /metrics and /healthz, a failing source, the durable event spool."""
+"""The node agent: collection on its own clock, /metrics and /healthz, a failing source, the durable record spool
+with its incarnation, the pusher speaking the contract, the kernel-log follower, and agents (real and simulated)
+reporting to a real control plane over HTTP."""
 
 from __future__ import annotations
 
@@ -8,24 +10,28 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 
 from gpufleet.agent.collector import Collector
-from gpufleet.agent.pusher import EventPusher
-from gpufleet.agent.runtime import sim_agent
-from gpufleet.agent.spool import EventSpool
-from gpufleet.control.runner import TwinRunner
-from gpufleet.control.store import StateStore
+from gpufleet.agent.pusher import BatchPusher, NodeState
+from gpufleet.agent.spool import RecordSpool
+from gpufleet.control.service import ControlPlane
+from gpufleet.model import Entity, EntityKind, RootCause, Severity
+from gpufleet.model.observe import Finding, KernelReport
+from gpufleet.remediate.backends.observe import ObserveOnlyBackend
 from gpufleet.server.app import create_app
-from gpufleet.sources.twin import TwinEvents, TwinSource
+from gpufleet.sim.source import TwinSource
+from gpufleet.state import Database
 from gpufleet.telemetry.frame import MetricFrame
 from tests.twins import small_twin
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "examples"
 TOKEN = "agent-test-token"
+XID_79 = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
 
 
 def free_port() -> int:
@@ -50,7 +56,7 @@ def test_a_failing_source_is_marked_down_logged_once_and_the_rest_served(caplog:
     twin.run(30)
     source = TwinSource(twin, node="n-000")
     broken = BrokenSource()
-    collector = Collector(source.new_frame(), [source, broken], [], None)
+    collector = Collector(source.new_frame(), [source, broken])
     with caplog.at_level(logging.ERROR, logger="gpufleet.agent"):
         for _ in range(5):
             collector.collect_once()
@@ -69,7 +75,7 @@ def test_a_lost_gpu_is_not_exported_but_its_neighbours_are() -> None:
     twin = small_twin(faults=[InjectedFault(0, FaultType.gpu_off_bus, 10.0, node="n-000", gpu=3)])
     twin.run(20)
     source = TwinSource(twin, node="n-000")
-    collector = Collector(source.new_frame(), [source], [], None)
+    collector = Collector(source.new_frame(), [source])
     collector.collect_once()
     temps = [ln for ln in collector.body.decode().splitlines() if ln.startswith("DCGM_FI_DEV_GPU_TEMP{")]
     assert len(temps) == 7 and not any('gpu="3"' in ln for ln in temps)
@@ -77,24 +83,35 @@ def test_a_lost_gpu_is_not_exported_but_its_neighbours_are() -> None:
     assert len(xid) == 1 and 'xid="79"' in xid[0] and 'gpu="3"' in xid[0]
 
 
-def test_spool_survives_reopen_and_acks_in_order(tmp_path: Path) -> None:
-    spool = EventSpool(tmp_path / "spool.db")
-    spool.append([{"kind": "kmsg", "message": f"line {i}"} for i in range(5)])
+def finding(k: int) -> Finding:
+    return Finding(
+        1.8e9 + k, RootCause.pcie, Entity(EntityKind.gpu, "node-a", k % 8), Severity.warning, f"finding {k}", "e",
+        "telemetry",
+    )  # fmt: skip
+
+
+def test_spool_survives_reopen_acks_in_order_and_a_new_file_is_a_new_incarnation(tmp_path: Path) -> None:
+    spool = RecordSpool(tmp_path / "spool.db")
+    incarnation = spool.incarnation
+    spool.append([finding(k) for k in range(5)])
     spool.close()
-    spool = EventSpool(tmp_path / "spool.db")
-    rows = spool.peek(3)
-    assert [r[1]["message"] for r in rows] == ["line 0", "line 1", "line 2"]
-    spool.ack(rows[-1][0])
-    assert len(spool) == 2 and spool.peek()[0][1]["message"] == "line 3"
+    spool = RecordSpool(tmp_path / "spool.db")
+    assert spool.incarnation == incarnation
+    records = spool.peek(3)
+    assert [r.seq for r in records] == [1, 2, 3] and records[0].body == finding(0)
+    spool.ack(records[-1].seq)
+    assert len(spool) == 2 and spool.peek()[0].seq == 4
+    assert RecordSpool(tmp_path / "other.db").incarnation != incarnation
 
 
 @pytest.fixture
-def control_plane(tmp_path: Path) -> Iterator[tuple[str, StateStore, uvicorn.Server]]:
-    store = StateStore(tmp_path / "cp.db")
-    runner = TwinRunner(small_twin(), store)
+def control_plane(tmp_path: Path) -> Iterator[tuple[str, ControlPlane, uvicorn.Server]]:
+    holder: dict[str, ControlPlane] = {}
+    plane = ControlPlane(Database(tmp_path / "cp.db"), ObserveOnlyBackend(lambda: sorted(holder["p"].fleet.nodes)))
+    holder["p"] = plane
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(runner, TOKEN), host="127.0.0.1", port=port, log_level="error"))
-    yield f"http://127.0.0.1:{port}", store, server
+    server = uvicorn.Server(uvicorn.Config(create_app(plane, TOKEN), host="127.0.0.1", port=port, log_level="error"))
+    yield f"http://127.0.0.1:{port}", plane, server
     server.should_exit = True
 
 
@@ -108,41 +125,112 @@ def _serve(server: uvicorn.Server) -> threading.Thread:
     return thread
 
 
-def test_nothing_is_lost_while_the_control_plane_is_down(
-    tmp_path: Path, control_plane: tuple[str, StateStore, uvicorn.Server]
+def _pusher(spool: RecordSpool, url: str, token: str = TOKEN) -> BatchPusher:
+    return BatchPusher(spool, NodeState(), url, lambda: token, agent="node-a", node="node-a", interval=1.0)
+
+
+def test_nothing_is_lost_while_the_control_plane_is_down_and_nothing_is_stored_twice(
+    tmp_path: Path, control_plane: tuple[str, ControlPlane, uvicorn.Server]
 ) -> None:
-    url, store, server = control_plane
-    spool = EventSpool(tmp_path / "spool.db")
-    pusher = EventPusher(spool, url, lambda: TOKEN, "node-a")
-    spool.append([{"time": float(i), "kind": "kmsg", "entity": "gpu/node-a/0", "message": f"e{i}"} for i in range(7)])
+    url, plane, server = control_plane
+    spool = RecordSpool(tmp_path / "spool.db")
+    pusher = _pusher(spool, url)
+    spool.append([finding(k) for k in range(7)])
     assert not pusher.push_once()  # down: nothing acknowledged, nothing dropped
     assert len(spool) == 7
     _serve(server)
     assert pusher.push_once()
-    assert len(spool) == 0
-    got = store.agent_events("node-a")
-    assert [e["message"] for e in got] == [f"e{i}" for i in range(7)]
-    # A batch re-sent after a lost acknowledgement is stored once.
-    assert store.add_agent_events("node-a", [{"seq": 1, "time": 0.0, "kind": "kmsg", "message": "e0"}]) == 0
+    assert len(spool) == 0 and pusher.acked == 7
+    stored = plane.store.events(agent="node-a", limit=100)
+    assert sorted(e["seq"] for e in stored) == list(range(1, 8))
+    spool.close()
+    # the acknowledgement was lost and the agent sends the same records again: stored once
+    again = RecordSpool(tmp_path / "spool.db")
+    again._db.execute("DELETE FROM sqlite_sequence")
+    again.append([finding(k) for k in range(7)])
+    assert _pusher(again, url).push_once()
+    assert plane.store.count_events(agent="node-a") == 7
 
 
-def test_events_need_the_token(tmp_path: Path, control_plane: tuple[str, StateStore, uvicorn.Server]) -> None:
-    url, store, server = control_plane
+def test_pushes_need_the_token(tmp_path: Path, control_plane: tuple[str, ControlPlane, uvicorn.Server]) -> None:
+    url, plane, server = control_plane
     _serve(server)
-    spool = EventSpool(tmp_path / "spool.db")
-    spool.append([{"time": 1.0, "kind": "kmsg", "entity": "x", "message": "m"}])
-    assert not EventPusher(spool, url, lambda: "wrong", "node-b").push_once()
-    assert len(spool) == 1 and store.agent_events("node-b") == []
-    res = httpx.post(
-        f"{url}/api/v1/events",
-        json={"agent": "x", "events": [{"bad": 1}]},
-        headers={"Authorization": f"Bearer {TOKEN}"},
-    )
-    assert res.status_code == 422 and "invalid request" in res.json()["error"]
+    spool = RecordSpool(tmp_path / "spool.db")
+    spool.append([finding(1)])
+    assert not _pusher(spool, url, "wrong").push_once()
+    assert len(spool) == 1 and plane.store.count_events() == 0
+    res = httpx.post(f"{url}/api/v1/ingest", json={"agent": "x"}, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert res.status_code == 400 and "schema" in res.json()["error"]
 
 
-def test_sim_agent_end_to_end(tmp_path: Path, control_plane: tuple[str, StateStore, uvicorn.Server]) -> None:
-    url, store, server = control_plane
+def _wait(condition: Any, seconds: float = 20.0) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_host_agent_without_nvml_still_turns_a_kernel_line_into_an_incident(
+    tmp_path: Path, control_plane: tuple[str, ControlPlane, uvicorn.Server], caplog: pytest.LogCaptureFixture
+) -> None:
+    from gpufleet.agent.host import host_agent
+
+    url, plane, server = control_plane
+    _serve(server)
+    kern = tmp_path / "kern.log"
+    kern.write_text("Nov 23 10:00:00 node-x kernel: [    1.000000] Linux version 6.1.0\n")
+    with caplog.at_level(logging.ERROR, logger="gpufleet.agent"):
+        agent = host_agent(
+            host="127.0.0.1", port=0, interval=0.2, data_dir=tmp_path / "agent", control_plane=url,
+            token=lambda: TOKEN, node="node-x", kmsg_file=kern, ib_sysfs=tmp_path / "no-ib",
+        )  # fmt: skip
+        agent.start()
+        try:
+            assert _wait(lambda: "node-x" in plane.fleet.nodes)
+            with kern.open("a") as fh:
+                fh.write(f"Nov 23 10:00:05 node-x kernel: {XID_79}")
+            assert _wait(lambda: bool(plane.book.incidents))
+            metrics = httpx.get(f"http://127.0.0.1:{agent.port}/metrics").text
+        finally:
+            agent.stop()
+    (inc,) = plane.book.incidents.values()
+    assert inc.cause is RootCause.gpu_lost and inc.node == "node-x" and inc.xid == 79
+    assert 'gpufleet_source_up{source="nvml"} 0' in metrics
+    assert 'gpufleet_source_up{source="kmsg"} 1' in metrics
+    assert len([r for r in caplog.records if "nvml" in r.message]) == 1  # said once
+    kernel = [e for e in plane.store.events(kind="kmsg") if e["node"] == "node-x"]
+    assert len(kernel) == 1 and "fallen off the bus" in kernel[0]["message"]
+
+
+def test_a_restarted_agent_neither_misses_nor_repeats_a_kernel_line(tmp_path: Path) -> None:
+    from gpufleet.agent.kernel import KernelLog
+
+    kern = tmp_path / "kern.log"
+    kern.write_text(XID_79)
+    spool = RecordSpool(tmp_path / "spool.db")
+    seen: list[int | None] = []
+
+    def run() -> None:
+        follower = KernelLog(lambda events: seen.extend(e.xid for e in events), spool, path=kern, poll_s=0.02)
+        follower.start()
+        time.sleep(0.3)
+        follower.stop()
+
+    run()
+    with kern.open("a") as fh:
+        fh.write(XID_79.replace(": 79,", ": 48,").replace("fallen off the bus", "Double Bit ECC Error"))
+    run()
+    assert seen == [79, 48]
+
+
+def test_sim_agent_reports_to_a_control_plane_over_http(
+    tmp_path: Path, control_plane: tuple[str, ControlPlane, uvicorn.Server]
+) -> None:
+    from gpufleet.sim.agent import sim_agent
+
+    url, plane, server = control_plane
     _serve(server)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
@@ -158,45 +246,22 @@ spec:
 """
     )
     agent = sim_agent(
-        scenario,
-        node="dgx-001",
-        host="127.0.0.1",
-        port=0,
-        interval=0.2,
-        speed=20.0,
-        data_dir=tmp_path / "agent",
-        control_plane=url,
-        token=lambda: TOKEN,
-    )
+        scenario, node="dgx-001", host="127.0.0.1", port=0, interval=0.2, speed=20.0,
+        data_dir=tmp_path / "agent", control_plane=url, token=lambda: TOKEN,
+    )  # fmt: skip
     agent.start()
     try:
-        base = f"http://127.0.0.1:{agent.port}"
-        deadline = time.time() + 20
-        while time.time() < deadline and not store.agent_events("dgx-001"):
-            time.sleep(0.2)
-        metrics = httpx.get(f"{base}/metrics").text
-        health = httpx.get(f"{base}/healthz").json()
+        assert _wait(lambda: any(i.xid == 31 for i in plane.book.incidents.values()))
+        metrics = httpx.get(f"http://127.0.0.1:{agent.port}/metrics").text
+        health = httpx.get(f"http://127.0.0.1:{agent.port}/healthz").json()
     finally:
         agent.stop()
-    assert health["status"] == "ok" and health["sources"] == {"twin": True, "twin-events": True}
+    assert health["status"] == "ok" and health["sources"]["twin"] is True
     assert metrics.count("DCGM_FI_DEV_GPU_TEMP{") == 8
     assert 'hostname="dgx-001"' in metrics and "dgx-000" not in metrics
-    lines = [e["message"] for e in store.agent_events("dgx-001")]
-    assert any("NVRM: Xid (PCI:0000:ab:00): 31," in ln for ln in lines)
-
-
-def test_twin_events_for_one_node_only() -> None:
-    from gpufleet.sim.faults import InjectedFault
-    from gpufleet.spec.scenario_spec import FaultType
-
-    twin = small_twin(
-        faults=[
-            InjectedFault(0, FaultType.xid, 5.0, node="n-000", gpu=0, code=13),
-            InjectedFault(1, FaultType.xid, 6.0, node="n-001", gpu=0, code=13),
-        ]
-    )
-    events = TwinEvents(twin, "n-001")
-    twin.run(10)
-    got = events.poll()
-    assert {e["node"] for e in got} == {"n-001"}
-    assert events.poll() == []
+    inc = next(i for i in plane.book.incidents.values() if i.xid == 31)
+    assert (inc.entity.node, inc.entity.index) == ("dgx-001", 5)
+    kernel = [e for e in plane.store.events(kind="kmsg", limit=100) if e["node"] == "dgx-001"]
+    assert any("NVRM: Xid (PCI:0000:ab:00): 31," in e["message"] for e in kernel)
+    assert plane.fleet.nodes["dgx-001"].inventory is not None
+    assert isinstance(plane.fleet.nodes["dgx-001"].kernel_log[-1], KernelReport)

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from gpufleet.agent.runtime import sim_agent
+from gpufleet.sim.agent import sim_agent
 from tests.agent.test_agent import free_port
 from tests.conftest import REPO_ROOT, require_tool
 

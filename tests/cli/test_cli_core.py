@@ -82,11 +82,34 @@ def test_sim_run_table_and_duration_override(short_scenario: Path) -> None:
 def test_get_and_describe_from_a_scenario(short_scenario: Path) -> None:
     res = gpufleet("get", "gpus", "-f", str(short_scenario), "--at", "6m", "--node", "dgx-003", "-o", "json")
     rows = json.loads(res.stdout)
-    assert len(rows) == 8 and rows[2]["health"] == "Lost" and rows[2]["temp_c"] is None
+    assert len(rows) == 8 and rows[2]["health"] == "lost" and rows[2]["temp_c"] is None
     table = gpufleet("get", "nodes", "-f", str(short_scenario), "--at", "7m")
     assert "dgx-020" in table.stdout and "7/8" in table.stdout  # one rail down
     described = gpufleet("describe", "node", "dgx-003", "-f", str(short_scenario), "--at", "6m")
     assert "GPU has fallen off the bus" in described.stdout
+
+
+def test_incidents_listed_as_json_feed_remediate_plan(short_scenario: Path, tmp_path: Path) -> None:
+    listed = gpufleet("get", "incidents", "-f", str(short_scenario), "--at", "8m", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert {r["cause"] for r in rows} >= {"gpu-lost", "ib-link-down"}
+    assert all(0 <= r["age_s"] < 8 * 60 for r in rows)  # ages, not epoch seconds
+    path = tmp_path / "i.json"
+    path.write_text(listed.stdout)
+    env_home = tmp_path / "home"
+    import os
+    import subprocess
+    import sys
+
+    plan = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli.main", "remediate", "plan", "--incident", str(path), "-o", "json"],
+        capture_output=True, text=True, env={**os.environ, "GPUFLEET_HOME": str(env_home)}, timeout=300,
+    )  # fmt: skip
+    assert plan.returncode == 0, plan.stderr
+    assert {r["cause"] for r in json.loads(plan.stdout)} == {r["cause"] for r in rows}
+    table = gpufleet("get", "incidents", "-f", str(short_scenario), "--at", "8m")
+    assert "AGE" in table.stdout and "20454d" not in table.stdout
 
 
 def test_get_without_a_control_plane_says_how_to_start_one() -> None:

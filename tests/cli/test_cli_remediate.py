@@ -52,7 +52,7 @@ def test_plan_dry_run_apply_and_audit(tmp_path: Path, incident_file: Path) -> No
     audit = gpufleet(home, "remediate", "audit", "-o", "json")
     entries = json.loads(audit.stdout)
     assert [(e["decision"], e["dry_run"]) for e in entries] == [("would", True)] * 3 + [("done", False)] * 3
-    [ticket] = (home / "remediate" / "tickets").glob("*.json")
+    [ticket] = (home / "tickets").glob("*.json")
     assert json.loads(ticket.read_text())["serial"] == "1654321098765"
     table = gpufleet(home, "remediate", "audit", "--limit", "2")
     assert table.returncode == 0 and len(table.stdout.strip().splitlines()) == 3  # header + the last two

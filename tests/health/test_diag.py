@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpufleet.health.diag import judge, twin_diag
+from gpufleet.health.diag import judge
+from gpufleet.sim.diag import twin_diag
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sources.dcgmi import DiagReport, DiagResult, DiagTest
 from gpufleet.sources.topo import parse_nvlink_status

@@ -11,20 +11,16 @@ from pathlib import Path
 
 import uvicorn
 
-from gpufleet.control.loop import HealthLoop
-from gpufleet.control.runner import TwinRunner
-from gpufleet.control.store import StateStore
 from gpufleet.server.app import create_app
+from gpufleet.state import Database
 from tests.agent.test_agent import free_port
-from tests.twins import small_twin
+from tests.twins import door, small_twin
 
 
 def test_compare_report_reaches_the_control_plane(corpus: Path, tmp_path: Path) -> None:
-    twin = small_twin()
-    store = StateStore(tmp_path / "s.db")
-    health = HealthLoop(twin, store, "off", tmp_path)
+    plane, _ = door(small_twin(), db=Database(tmp_path / "s.db"))
     port = free_port()
-    app = create_app(TwinRunner(twin, store, on_tick=health.tick), "tok", health)
+    app = create_app(plane, "tok")  # type: ignore[arg-type]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -47,4 +43,4 @@ def test_compare_report_reaches_the_control_plane(corpus: Path, tmp_path: Path) 
     assert run.returncode == 0, run.stderr
     assert "reported 0 finding(s)" in run.stdout  # a healthy run: nothing to open
     assert bad.returncode == 1 and "refused the findings" in bad.stderr and "Traceback" not in bad.stderr
-    assert [e["action"] for e in store.audit_log()] == ["nccl-findings"]
+    assert [e.action for e in plane.store.audit_log.entries()] == ["nccl-findings"]  # type: ignore[attr-defined]

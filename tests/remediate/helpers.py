@@ -6,7 +6,8 @@ from pathlib import Path
 
 from gpufleet.model.incident import Incident, RootCause, Severity
 from gpufleet.model.observation import Entity, EntityKind
-from gpufleet.remediate import FileTicketSink, RemediationPolicy, RemediationStore, Remediator, TwinBackend
+from gpufleet.remediate import FileTicketSink, RemediationPolicy, RemediationStore, Remediator
+from gpufleet.sim.backend import TwinBackend
 from gpufleet.sim.twin import Twin
 
 

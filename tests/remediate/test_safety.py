@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.model.incident import RootCause, Severity
-from gpufleet.remediate import RemediationStore, Remediator, TwinBackend
+from gpufleet.remediate import RemediationStore, Remediator
 from gpufleet.remediate.config import resolve_limit
+from gpufleet.sim.backend import TwinBackend
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.twin import Twin
 from gpufleet.spec.scenario_spec import FaultType

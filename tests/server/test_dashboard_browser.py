@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from gpufleet.control.loop import HealthLoop
-from gpufleet.control.runner import TwinRunner
-from gpufleet.control.store import StateStore
 from gpufleet.server.app import create_app
 from gpufleet.sim.faults import InjectedFault
+from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
+from gpufleet.state import Database
 from tests.conftest import require_tool
-from tests.twins import small_twin
+from tests.twins import door, small_twin
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -43,13 +42,10 @@ def _free_port() -> int:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     twin = small_twin(faults=[InjectedFault(0, FaultType.gpu_off_bus, 20.0, node="n-001", gpu=5)])
-    store = StateStore(tmp_path / "state.db")
-    health = HealthLoop(twin, store, "dry-run", tmp_path)
-    runner = TwinRunner(twin, store, on_tick=health.tick)
-    for _ in range(120):
-        runner.act(lambda t: (t.step(), health.tick()))
+    plane, fleet = door(twin, remediation="dry-run", db=Database(tmp_path / "state.db"))
+    run_headless(twin, fleet, plane.ingest, plane.tick, 180)  # type: ignore[attr-defined]
     port = _free_port()
-    app = create_app(runner, "t", health)
+    app = create_app(plane, "t")
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -84,10 +80,10 @@ def test_dashboard_renders_the_fleet(served: str) -> None:
             timeout=60,
         )
     dom = out.stdout
-    assert 'title="n-000"' in dom and 'title="n-002"' in dom  # the grid, drawn by the page's script
+    assert 'title="n-000: Ready"' in dom and 'title="n-002: Ready"' in dom  # the grid, drawn by the page's script
     assert 'title="GPU 5: lost"' in dom  # the GPU that fell off the bus
     assert ">24<" in dom  # KPI: GPUs
-    assert "Hung" in dom  # the job table shows the hung job
+    assert "Stalled" in dom  # the job table shows the job the lost GPU hung
     assert "fallen off the bus" in dom  # the event stream
     assert "gpu-lost" in dom and "gpu/n-001/5" in dom  # the open incident, its root cause named
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.model.pci import normalise_pci
 from gpufleet.sources.kmsg import KernelEvent, parse_kmsg, scan_kmsg
 from gpufleet.sources.kmsg_framing import split_frame
-from gpufleet.sources.pci import normalise_pci
 
 XID79 = "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 

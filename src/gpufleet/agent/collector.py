@@ -12,9 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
-from gpufleet.agent.spool import EventSpool
 from gpufleet.telemetry.exposition import ExpositionConfig, Renderer
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -33,28 +32,20 @@ class FrameSink(Protocol):
     def ingest(self, frame: MetricFrame, timestamp: float | None = None) -> int: ...
 
 
-class EventSource(Protocol):
-    name: str
-
-    def poll(self) -> list[dict[str, Any]]: ...
-
-
 class Collector:
     def __init__(
         self,
         frame: MetricFrame,
         sources: list[MetricSource],
-        events: list[EventSource],
-        spool: EventSpool | None,
         interval: float = 1.0,
         exposition: ExpositionConfig | None = None,
         guard: Callable[[Callable[[], None]], None] | None = None,
         sinks: list[FrameSink] | None = None,
+        after: list[Callable[[MetricFrame], None]] | None = None,
     ) -> None:
         self.frame = frame
         self.sources = sources
-        self.events = events
-        self.spool = spool
+        self.after = list(after or [])  # what runs on each collected frame (the edge detectors)
         self.interval = interval
         self.renderer = Renderer(exposition)
         self.sinks = list(sinks or [])
@@ -63,12 +54,13 @@ class Collector:
         self.last_collect = 0.0
         self.collections = 0
         self.source_up: dict[str, bool] = {}
-        self.on_events: Callable[[], None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def collect_once(self) -> None:
         self.guard(self._collect)
+        for hook in self.after:
+            self._run(f"edge:{getattr(hook, '__name__', 'hook')}", partial(hook, self.frame))
         self.body = self.renderer.render(self.frame).encode()
         for sink in self.sinks:
             self._run(f"sink:{type(sink).__name__}", partial(sink.ingest, self.frame))
@@ -77,29 +69,24 @@ class Collector:
 
     def _collect(self) -> None:
         self.frame.clear_values()
+        self.frame.timestamp = time.time()
         for source in self.sources:
             self._run(source.name, partial(source.collect, self.frame))
-        for events in self.events:
-            self._run(events.name, partial(self._poll, events))
-
-    def _poll(self, source: EventSource) -> None:
-        self._spool(source.poll())
-
-    def _spool(self, new: list[dict[str, Any]]) -> None:
-        if new and self.spool is not None:
-            self.spool.append(new)
-            if self.on_events is not None:
-                self.on_events()
 
     def _run(self, name: str, fn: Callable[[], object]) -> None:
         try:
             fn()
-            ok = True
+            self.report(name, True)
         except Exception as exc:  # one bad source must not take the agent down
-            ok = False
-            if self.source_up.get(name, True):
-                log.error("source %s failed: %s: %s; serving the other sources", name, type(exc).__name__, exc)
-        if ok and not self.source_up.get(name, True):
+            self.report(name, False, f"{type(exc).__name__}: {exc}")
+
+    def report(self, name: str, ok: bool, why: str = "") -> None:
+        """A source's state, as `gpufleet_source_up{source=...}`; logged once when it fails and once when it
+        recovers, never on every collection."""
+        was = self.source_up.get(name)
+        if not ok and was is not False:
+            log.error("source %s is down: %s; serving the other sources", name, why or "failed")
+        if ok and was is False:
             log.info("source %s recovered", name)
         self.source_up[name] = ok
         self.frame.set_gauge("gpufleet_source_up", {"source": name}, 1.0 if ok else 0.0)

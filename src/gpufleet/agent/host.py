@@ -1,15 +1,22 @@
-"""The agent on a real GPU node: NVML for the GPUs, plus this host's InfiniBand ports and kernel log."""
+"""The agent on a real node: NVML for the GPUs, sysfs for the InfiniBand ports, the kernel log, and the node's
+inventory. Each part is isolated: a missing NVML library or driver, a host without InfiniBand or an unreadable
+kernel log is one log line and `gpufleet_source_up{source=...} 0`, never a stopped agent."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from gpufleet.agent.collector import EventSource, MetricSource
-from gpufleet.agent.runtime import Agent, _assemble
-from gpufleet.sources.nvml import NvmlSource
+from gpufleet.agent.collector import MetricSource
+from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
+from gpufleet.errors import GpufleetError
+from gpufleet.sources.host import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
 from gpufleet.telemetry.exposition import ExpositionConfig
+from gpufleet.telemetry.frame import MetricFrame
+
+log = logging.getLogger("gpufleet.agent")
 
 
 def host_agent(
@@ -21,12 +28,49 @@ def host_agent(
     control_plane: str | None,
     token: Callable[[], str | None],
     exposition: ExpositionConfig | None = None,
+    node: str | None = None,
+    kmsg_file: Path | None = None,
+    ib_sysfs: Path = SYSFS_IB,
+    labels: dict[str, str] | None = None,
 ) -> Agent:
-    hostname = socket.gethostname()
-    nvml = NvmlSource(hostname)
-    frame = nvml.new_frame()
-    sources: list[MetricSource] = [nvml]
-    events: list[EventSource] = []
-    return _assemble(
-        frame, sources, events, interval, exposition, host, port, data_dir, control_plane, token, agent_id=hostname
+    name = node or socket.gethostname()
+    nvml = None
+    down: list[tuple[str, str]] = []
+    try:
+        from gpufleet.sources.nvml import NvmlSource
+
+        nvml = NvmlSource(name)
+        entities = nvml.entities()
+    except GpufleetError as exc:
+        down.append(("nvml", exc.message))
+        entities = []
+    try:
+        ports = ib_ports(ib_sysfs, name)
+    except GpufleetError as exc:
+        down.append(("ib-sysfs", exc.message))
+        ports = []
+    frame = MetricFrame(tuple(entities), tuple(ports))
+    sources: list[MetricSource] = []
+    if nvml is not None:
+        sources.append(nvml)
+    if ports:
+        sources.append(IbSysfsSource(ib_sysfs))
+    inventory = lambda: read_inventory(name, nvml, ib_sysfs, labels)  # noqa: E731
+    agent = assemble(
+        name,
+        frame,
+        sources,
+        inventory=inventory,
+        interval=interval,
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        control_plane=control_plane,
+        token=token,
+        exposition=exposition,
+        kernel_log=kmsg_file or DEV_KMSG,
+        port_speeds_gbps=port_speeds(frame, inventory()) if ports else None,
     )
+    for source, why in down:  # said once, and kept visible in /metrics and /healthz
+        agent.collector.report(source, False, why)
+    return agent

@@ -1,65 +1,123 @@
-"""Send spooled events to the control plane, backing off while it is down."""
+"""Push the agent's batches to the control plane: the spooled records (exactly once, in order) with the node's
+latest state, after every collection and at once when a new record is spooled; backing off while it is down."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import httpx
 
-from gpufleet.agent.spool import EventSpool
+from gpufleet.agent.spool import RecordSpool
+from gpufleet.model.observe import SCHEMA_VERSION, Batch, JobFact, MetricSnapshot, NodeInventory
+from gpufleet.model.wire import JSON, WireError, decode_ack, encode
 
 log = logging.getLogger("gpufleet.agent")
 
 
-class EventPusher:
+class NodeState:
+    """The latest-value part of a push, replaced by each collection."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.metrics: MetricSnapshot | None = None
+        self.inventory: NodeInventory | None = None
+        self.inventory_due = False
+        self.jobs: list[JobFact] | None = None
+
+    def set(
+        self,
+        metrics: MetricSnapshot | None,
+        inventory: NodeInventory | None = None,
+        jobs: list[JobFact] | None = None,
+    ) -> None:
+        with self.lock:
+            self.metrics = metrics
+            if inventory is not None:
+                self.inventory, self.inventory_due = inventory, True
+            self.jobs = jobs
+
+
+class BatchPusher:
     def __init__(
-        self, spool: EventSpool, url: str, token: Callable[[], str | None], agent_id: str, batch: int = 500
+        self,
+        spool: RecordSpool,
+        state: NodeState,
+        url: str,
+        token: Callable[[], str | None],
+        *,
+        agent: str,
+        node: str,
+        interval: float,
+        batch: int = 1000,
     ) -> None:
         self.spool = spool
-        self.url = url.rstrip("/") + "/api/v1/events"
+        self.state = state
+        self.url = url.rstrip("/") + "/api/v1/ingest"
         self.token = token  # read on every push: the token file may appear or rotate while the agent runs
-        self.agent_id = agent_id
-        self.batch = batch
+        self.agent, self.node, self.interval, self.batch = agent, node, interval, batch
         self.connected = False
-        self.sent = 0
+        self.pushes = 0
+        self.acked = 0
         self._warned = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client = httpx.Client(timeout=5.0)
+        self._client = httpx.Client(timeout=10.0)
 
     def push_once(self) -> bool:
-        """Send one batch. True if the spool is now empty or the batch was accepted."""
-        rows = self.spool.peek(self.batch)
-        if not rows:
-            return True
+        """Send one batch (the oldest spooled records and the latest state). True if it was acknowledged."""
+        records = self.spool.peek(self.batch)
+        with self.state.lock:
+            inventory = self.state.inventory if self.state.inventory_due else None
+            batch = Batch(
+                v=SCHEMA_VERSION,
+                agent=self.agent,
+                incarnation=self.spool.incarnation,
+                node=self.node,
+                sent=time.time(),
+                interval=self.interval,
+                records=records,
+                inventory=inventory,
+                metrics=self.state.metrics,
+                jobs=self.state.jobs,
+            )
         token = self.token()
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        body = {"agent": self.agent_id, "events": [{"seq": seq, **event} for seq, event in rows]}
+        headers = {"Content-Type": JSON, **({"Authorization": f"Bearer {token}"} if token else {})}
         try:
-            resp = self._client.post(self.url, json=body, headers=headers)
+            resp = self._client.post(self.url, content=encode(batch), headers=headers)
         except httpx.HTTPError as exc:
             self._down(f"control plane unreachable at {self.url}: {type(exc).__name__}")
             return False
         if resp.status_code >= 400:
-            self._down(f"control plane refused events ({resp.status_code}): {resp.text[:200]}")
+            self._down(f"control plane refused the batch ({resp.status_code}): {resp.text[:300]}")
             return False
-        self.spool.ack(rows[-1][0])
-        self.sent += len(rows)
+        try:
+            ack = decode_ack(resp.content)
+        except WireError as exc:
+            self._down(exc.message)
+            return False
+        self.spool.ack(ack.acked)
+        self.acked = ack.acked
+        if inventory is not None:
+            with self.state.lock:
+                if self.state.inventory is inventory:
+                    self.state.inventory_due = False
+        self.pushes += 1
         if self._warned:
-            log.info("event push to %s resumed; %d events waiting", self.url, len(self.spool))
+            log.info("pushing to %s again; %d records waiting", self.url, len(self.spool))
         self.connected, self._warned = True, False
         return True
 
     def _down(self, message: str) -> None:
         if not self._warned:  # one line per outage, not one per retry
-            log.warning("%s; events stay in the local spool (%d waiting)", message, len(self.spool))
+            log.warning("%s; records stay in the local spool (%d waiting)", message, len(self.spool))
         self.connected, self._warned = False, True
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="event-pusher", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="pusher", daemon=True)
         self._thread.start()
 
     def wake(self) -> None:
@@ -79,5 +137,5 @@ class EventPusher:
             if ok and len(self.spool) > 0:
                 continue  # drain fast while it answers
             backoff = 0.5 if ok else min(backoff * 2, 30.0)
-            self._wake.wait(backoff if not ok else 1.0)
+            self._wake.wait(self.interval if ok else backoff)
             self._wake.clear()

@@ -1,19 +1,31 @@
-"""Assemble an agent: its sources (the twin, or NVML and the host), the collector, the HTTP endpoint, the pusher."""
+"""Assemble an agent: its sources, the collector and /metrics, and (with a control plane to report to) the edge
+detectors, the kernel-log follower, the durable spool and the pusher."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from gpufleet.agent.collector import Collector, EventSource, MetricSource
+import numpy as np
+
+from gpufleet.agent.collector import Collector, MetricSource
+from gpufleet.agent.edge import EdgeAgent
 from gpufleet.agent.http import make_server, serve_in_thread
-from gpufleet.agent.pusher import EventPusher
-from gpufleet.agent.spool import EventSpool
+from gpufleet.agent.kernel import KernelLog
+from gpufleet.agent.pusher import BatchPusher, NodeState
+from gpufleet.agent.spool import RecordSpool
+from gpufleet.model.observe import JobFact, NodeInventory
 from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
+
+DEV_KMSG = Path("/dev/kmsg")
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
 
 
 @dataclass
@@ -21,8 +33,11 @@ class Agent:
     collector: Collector
     host: str
     port: int
-    pusher: EventPusher | None = None
-    stoppers: list[object] = field(default_factory=list)  # objects with .stop(), stopped in reverse order
+    node: str
+    pusher: BatchPusher | None = None
+    edge: EdgeAgent | None = None
+    spool: RecordSpool | None = None
+    stoppers: list[Stoppable] = field(default_factory=list)  # started in order, stopped in reverse
     _server: object | None = None
 
     def start(self) -> None:
@@ -31,7 +46,6 @@ class Agent:
         self.collector.collect_once()  # serve a full body from the first scrape on
         self.collector.start()
         if self.pusher is not None:
-            self.collector.on_events = self.pusher.wake
             self.pusher.start()
         server = make_server(self.collector, self.host, self.port)
         self.port = server.server_address[1]
@@ -46,116 +60,61 @@ class Agent:
         if self.pusher is not None:
             self.pusher.stop()
         for obj in reversed(self.stoppers):
-            obj.stop()  # type: ignore[attr-defined]
+            obj.stop()
+        if self.spool is not None:
+            self.spool.close()
 
 
-class _TwinClock:
-    """Steps an agent's own twin in real time (times `speed`), under a lock the collector shares."""
-
-    def __init__(self, twin: object, speed: float) -> None:
-        from gpufleet.sim.twin import Twin
-
-        assert isinstance(twin, Twin)
-        self.twin = twin
-        self.speed = speed
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="twin-clock", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        import time
-
-        start_wall, start_sim = time.monotonic(), self.twin.time
-        while not self._stop.is_set():
-            target = start_sim + (time.monotonic() - start_wall) * self.speed
-            with self.lock:
-                while self.twin.time + self.twin.tick <= target:
-                    self.twin.step()
-            self._stop.wait(min(0.2, self.twin.tick / self.speed))
-
-
-def sim_agent(
-    scenario: Path,
+def assemble(
+    node: str,
+    frame: MetricFrame,
+    sources: list[MetricSource],
     *,
-    node: str | None,
+    inventory: Callable[[], NodeInventory],
+    interval: float,
     host: str,
     port: int,
-    interval: float,
-    speed: float,
     data_dir: Path,
     control_plane: str | None,
     token: Callable[[], str | None],
     exposition: ExpositionConfig | None = None,
+    kernel_log: Path | None = DEV_KMSG,
+    jobs: Callable[[], list[JobFact] | None] | None = None,
+    port_speeds_gbps: np.ndarray | None = None,
+    guard: Callable[[Callable[[], None]], None] | None = None,
+    stoppers: list[Stoppable] | None = None,
 ) -> Agent:
-    from gpufleet.sim.twin import Twin
-    from gpufleet.sources.twin import TwinEvents, TwinSource
-
-    twin, _ = Twin.from_scenario(scenario)
-    clock = _TwinClock(twin, speed)
-    source = TwinSource(twin, node=node)
-    frame = source.new_frame()
-    events: list[EventSource] = [TwinEvents(twin, node)]
-    return _assemble(
-        frame,
-        [source],
-        events,
-        interval,
-        exposition,
-        host,
-        port,
-        data_dir,
-        control_plane,
-        token,
-        agent_id=node or f"{socket.gethostname()}-sim",
-        guard=_locked(clock.lock),
-        stoppers=[clock],
+    """An agent for `node`. Without a control plane it only serves /metrics; with one it also detects at the edge,
+    follows `kernel_log` (None: not at all) and pushes."""
+    collector = Collector(frame, sources, interval=interval, exposition=exposition, guard=guard)
+    agent = Agent(collector, host, port, node, stoppers=list(stoppers or []))
+    if control_plane is None:
+        return agent
+    spool = RecordSpool(data_dir / f"spool-{node}.db")
+    state = NodeState()
+    pusher = BatchPusher(spool, state, control_plane, token, agent=node, node=node, interval=interval)
+    edge = EdgeAgent(
+        node, frame, spool, state, inventory, jobs=jobs, port_speeds_gbps=port_speeds_gbps, wake=pusher.wake
     )
+    collector.after.append(edge.after_collect)
+    agent.pusher, agent.edge, agent.spool = pusher, edge, spool
+    if kernel_log is not None:
+        follower = KernelLog(
+            edge.kernel_events,
+            spool,
+            path=None if kernel_log == DEV_KMSG else kernel_log,
+            host=node,
+            status=lambda ok, why: collector.report("kmsg", ok, why),
+        )
+        agent.stoppers.append(follower)
+    return agent
 
 
-def _locked(lock: threading.Lock):  # type: ignore[no-untyped-def]
-    def guard(fn):  # type: ignore[no-untyped-def]
+def locked(lock: threading.RLock | threading.Lock) -> Callable[[Callable[[], None]], None]:
+    """A collector guard that reads the sources under `lock` (the twin's, for a simulated node)."""
+
+    def guard(fn: Callable[[], None]) -> None:
         with lock:
             fn()
 
     return guard
-
-
-def _assemble(
-    frame: MetricFrame,
-    sources: list[MetricSource],
-    events: list[EventSource],
-    interval: float,
-    exposition: ExpositionConfig | None,
-    host: str,
-    port: int,
-    data_dir: Path,
-    control_plane: str | None,
-    token: Callable[[], str | None],
-    *,
-    agent_id: str,
-    guard: object = None,
-    stoppers: list[object] | None = None,
-) -> Agent:
-    spool = EventSpool(data_dir / f"spool-{agent_id}.db")
-    collector = Collector(frame, sources, events, spool, interval=interval, exposition=exposition, guard=guard)  # type: ignore[arg-type]
-    pusher = EventPusher(spool, control_plane, token, agent_id) if control_plane else None
-    agent = Agent(collector, host, port, pusher=pusher, stoppers=list(stoppers or []))
-    agent.stoppers.append(_Closer(spool))
-    return agent
-
-
-class _Closer:
-    def __init__(self, spool: EventSpool) -> None:
-        self.spool = spool
-
-    def stop(self) -> None:
-        self.spool.close()

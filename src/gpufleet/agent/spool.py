@@ -1,46 +1,74 @@
-"""A durable local spool for events bound for the control plane: nothing is lost while it is unreachable.
+"""A durable local spool for the records bound for the control plane: nothing is lost while it is unreachable.
 
-Events are appended to SQLite with a per-agent sequence number; the pusher sends the oldest batch and deletes it
-only after the control plane acknowledged it. The control plane ignores a (agent, seq) it has already stored, so a
-batch re-sent after a lost acknowledgement is not duplicated.
+Records are appended to SQLite under increasing sequence numbers; the pusher sends the oldest ones and deletes them
+only once the control plane has acknowledged them. The spool's `incarnation` is made when its file is created:
+an agent whose data folder was lost starts a new stream (its sequence numbers start again at 1), which the control
+plane tells apart from the old one, so nothing of it is dropped as a duplicate.
 """
 
 from __future__ import annotations
 
-import json
+import secrets
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from gpufleet.errors import BackendError
+from gpufleet.model.observe import Observation, Record
+from gpufleet.model.wire import encode
+
+_decode: msgspec.json.Decoder[Observation] = msgspec.json.Decoder(Observation)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
 
 
-class EventSpool:
+class RecordSpool:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL)"
-            )
+            self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
-            raise BackendError(f"cannot open the event spool {path}: {exc}", fix="check the agent's data dir") from exc
+            raise BackendError(
+                f"cannot open the agent's spool {path}: {exc}", fix="check the agent's --data-dir is writable"
+            ) from exc
         self._lock = threading.Lock()
+        self.path = path
+        stored = self.get("incarnation")
+        if stored is None:
+            stored = secrets.token_hex(8)
+            self.set("incarnation", stored)
+        self.incarnation = stored
 
-    def append(self, events: list[dict[str, Any]]) -> None:
-        if not events:
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set(self, key: str, value: str) -> None:
+        """Agent state that must survive a restart with the spool (e.g. how far the kernel log was read)."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def append(self, observations: Sequence[Observation]) -> None:
+        if not observations:
             return
         with self._lock:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT INTO spool(body) VALUES (?)", [(json.dumps(e, default=str),) for e in events])
+            self._db.executemany("INSERT INTO spool(body) VALUES (?)", [(encode(o).decode(),) for o in observations])
             self._db.execute("COMMIT")
 
-    def peek(self, limit: int = 500) -> list[tuple[int, dict[str, Any]]]:
+    def peek(self, limit: int = 500) -> list[Record]:
         with self._lock:
             rows = self._db.execute("SELECT seq, body FROM spool ORDER BY seq LIMIT ?", (limit,)).fetchall()
-        return [(int(seq), json.loads(body)) for seq, body in rows]
+        return [Record(int(seq), _decode.decode(body)) for seq, body in rows]
 
     def ack(self, up_to_seq: int) -> None:
         with self._lock:

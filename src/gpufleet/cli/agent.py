@@ -17,14 +17,32 @@ from gpufleet.spec.base import parse_duration
 def agent(
     sim: bool = typer.Option(False, "--sim", help="Read the digital twin instead of NVML and this host."),
     scenario: Path | None = typer.Option(None, "--scenario", "-f", help="With --sim: scenario (default: built-in)."),
-    node: str | None = typer.Option(None, "--node", help="With --sim: act as this node's agent (default: all nodes)."),
+    node: str | None = typer.Option(
+        None,
+        "--node",
+        help="The node's name as the control plane and the scheduler know it (default: the hostname). With --sim: "
+        "the twin node to act as (default: all nodes, /metrics only).",
+    ),
+    kmsg_file: Path | None = typer.Option(
+        None,
+        "--kmsg-file",
+        help="Follow this appended-to file (kern.log, syslog) for GPU fault reports instead of /dev/kmsg.",
+    ),
+    ib_sysfs: Path = typer.Option(
+        Path("/sys/class/infiniband"), "--ib-sysfs", help="Where the InfiniBand ports' sysfs tree is."
+    ),
     interval: str = typer.Option(
         "1s", "--interval", help="Collection interval (collected on this clock, never on scrape)."
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address for /metrics and /healthz."),
     port: int = typer.Option(9400, "--port", help="Port (dcgm-exporter's default is 9400)."),
     speed: float = typer.Option(1.0, "--speed", help="With --sim: simulated seconds per wall second."),
-    control_plane: str | None = typer.Option(None, "--control-plane", help="Push events (Xid, link, job) to this URL."),
+    control_plane: str | None = typer.Option(
+        None,
+        "--control-plane",
+        help="Detect at the edge and push findings, kernel reports, link events, inventory and metrics to this "
+        "control plane (e.g. http://cp:8470); its token from $GPUFLEET_TOKEN or $GPUFLEET_HOME/token.",
+    ),
     hostname_label: str = typer.Option(
         "hostname", "--hostname-label", help="hostname (dcgm-exporter 4.x) or Hostname (3.x)."
     ),
@@ -40,8 +58,8 @@ def agent(
         None, "--run-for", help="Stop after this long (e.g. 30s); default until Ctrl-C."
     ),
 ) -> None:
-    """Collect GPU and fabric telemetry, serve it as dcgm-exporter does, and push events to the control plane."""
-    from gpufleet.agent.runtime import sim_agent
+    """Collect GPU and fabric telemetry and serve it as dcgm-exporter does; with --control-plane, also run the node's
+    detectors and report what they find, the kernel log's GPU faults and the node's inventory."""
     from gpufleet.cli.core import builtin_example
     from gpufleet.control.paths import api_token
     from gpufleet.control.paths import data_dir as default_dir
@@ -61,6 +79,10 @@ def agent(
     directory = data_dir or default_dir() / "agent"
     token = api_token
     if sim:
+        from gpufleet.sim.agent import sim_agent
+
+        if control_plane and node is None:
+            raise UserError("a simulated agent reports one node", fix="add --node NAME (see `gpufleet get nodes`)")
         built = sim_agent(
             scenario or builtin_example("scenarios/day-256gpu.yaml"),
             node=node,
@@ -84,11 +106,14 @@ def agent(
             control_plane=control_plane,
             token=token,
             exposition=exposition,
+            node=node,
+            kmsg_file=kmsg_file,
+            ib_sysfs=ib_sysfs,
         )
     built.start()
     console.print(
-        f"gpufleet agent serving http://{host}:{built.port}/metrics every {interval}"
-        + (f", pushing events to {control_plane}" if control_plane else "")
+        f"gpufleet agent for {built.node} serving http://{host}:{built.port}/metrics every {interval}"
+        + (f", reporting to {control_plane}" if control_plane else "")
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

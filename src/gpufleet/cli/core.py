@@ -52,15 +52,43 @@ def _api_get(path: str, server: str) -> Any:
     return resp.json()
 
 
-def _local(scenario: Path, at: str) -> Any:
+def local_plane(scenario: Path, at: str, progress: bool = True) -> Any:
+    """Run a scenario here, its nodes through the same door into a control plane in memory, up to `--at`."""
+    import threading
+
+    from gpufleet.control.service import ControlPlane
+    from gpufleet.sim.backend import TwinBackend
+    from gpufleet.sim.fleet import SimFleet
+    from gpufleet.sim.runner import run_headless
+    from gpufleet.sim.source import EPOCH
     from gpufleet.sim.twin import Twin
+    from gpufleet.state import Database
+    from gpufleet.telemetry.store import EmbeddedStore
 
     twin, duration = Twin.from_scenario(scenario)
     seconds = parse_duration(at)
     if seconds > duration:
         raise UserError(f"--at {at} is after the scenario ends ({format_duration(duration)})")
-    twin.run(seconds)
-    return twin
+    plane = ControlPlane(
+        Database(":memory:"),
+        TwinBackend(twin, threading.RLock()),
+        clock=lambda: EPOCH + twin.time,
+        remediation="off",
+        metrics=EmbeddedStore(None),
+    )
+    fleet = SimFleet(twin)
+    with Progress(
+        TextColumn("[bold]simulating[/bold] {task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        disable=not progress,
+    ) as bar:
+        task = bar.add_task(f"{twin.cluster.name} to {format_duration(seconds)}", total=max(seconds, 1))
+        run_headless(twin, fleet, plane.ingest, plane.tick, seconds, lambda done: bar.update(task, completed=done))
+    return plane
 
 
 def _fetch(resource: str, scenario: Path | None, at: str, server: str, node: str | None = None) -> Any:
@@ -69,40 +97,14 @@ def _fetch(resource: str, scenario: Path | None, at: str, server: str, node: str
     if scenario is None:
         suffix = f"?node={node}" if node else ""
         return _api_get(f"/api/v1/{resource}{suffix}", server)
+    plane = local_plane(scenario, at)
     if resource == "incidents":
-        return _local_incidents(scenario, at)
-    twin = _local(scenario, at)
+        return plane.incidents(limit=100_000)
     if resource == "nodes":
-        return views.node_rows(twin)
+        return views.node_rows(plane)
     if resource == "gpus":
-        return views.gpu_rows(twin, node)
-    return views.job_rows(twin)
-
-
-def _local_incidents(scenario: Path, at: str) -> list[dict[str, Any]]:
-    """Run the scenario here with the health engine and list what it found."""
-    from gpufleet.control.store import incident_to_json
-    from gpufleet.health.engine import HealthEngine
-    from gpufleet.health.twin_feed import TwinFeed
-    from gpufleet.sim.twin import Twin
-    from gpufleet.sources.twin import EPOCH
-
-    twin, duration = Twin.from_scenario(scenario)
-    seconds = parse_duration(at)
-    if seconds > duration:
-        raise UserError(f"--at {at} is after the scenario ends ({format_duration(duration)})")
-    feed = TwinFeed(twin)
-    engine = HealthEngine(feed.frame, port_speeds_gbps=feed.port_speeds())
-    for _ in range(round(seconds / twin.tick)):
-        twin.step()
-        engine.observe(feed.observe())
-    rows = []
-    for inc in engine.book.incidents.values():
-        row = incident_to_json(inc)
-        row["first_seen"] -= EPOCH
-        row["last_seen"] -= EPOCH
-        rows.append(row)
-    return rows
+        return views.gpu_rows(plane, node)
+    return views.job_rows(plane)
 
 
 SCENARIO_OPT = typer.Option(
@@ -121,7 +123,7 @@ SERVER_OPT = typer.Option(None, "--server", help=f"Control plane URL (default $G
 def _render_nodes(rows: list[dict[str, Any]], wide: bool) -> None:
     cols = ["NAME", "STATUS", "GPUS", "UTIL", "TEMP", "POWER", "LINKS", "JOBS"]
     if wide:
-        cols += ["POOL", "MODEL", "RACK", "DRIVER", "CUDA"]
+        cols += ["POOL", "MODEL", "RACK", "DRIVER", "CUDA", "LAST SEEN"]
     out = []
     for r in rows:
         row = [
@@ -135,7 +137,8 @@ def _render_nodes(rows: list[dict[str, Any]], wide: bool) -> None:
             ",".join(r["jobs"]) or "-",
         ]
         if wide:
-            row += [r["pool"], r["gpu_model"] or "-", r["rack"], r["driver"], r["cuda"]]
+            seen = r.get("last_seen_ago_s")
+            row += [r["pool"], r["gpu_model"] or "-", r["rack"], r["driver"], r["cuda"], _ago(seen)]
         out.append(row)
     console.print(make_table(cols, out))
 
@@ -153,12 +156,14 @@ def _render_gpus(rows: list[dict[str, Any]], wide: bool) -> None:
             "-" if r["util_pct"] is None else f"{r['util_pct']:.0f}%",
             "-" if r["temp_c"] is None else f"{r['temp_c']:.0f}C",
             "-" if r["power_w"] is None else f"{r['power_w']:.0f}W",
-            r["sm_clock_mhz"] if r["sm_clock_mhz"] is not None else "-",
-            "-" if r["fb_used_mib"] is None else f"{r['fb_used_mib']}MiB",
+            "-" if r["sm_clock_mhz"] is None else f"{r['sm_clock_mhz']:.0f}",
+            "-" if r["fb_used_mib"] is None else f"{r['fb_used_mib']:.0f}MiB",
             ",".join(r["clock_events"]) or "-",
         ]
         if wide:
-            row += [r["uuid"], r["pci_bus_id"], r["pcie"], r["ecc_dbe_volatile"], r["xid_last"] or "-"]
+            dbe = "-" if r["ecc_dbe_volatile"] is None else f"{r['ecc_dbe_volatile']:.0f}"
+            xid = f"{r['xid_last']:.0f}" if r["xid_last"] else "-"
+            row += [r["uuid"], r["pci_bus_id"], r["pcie"], dbe, xid]
         out.append(row)
     console.print(make_table(cols, out))
 
@@ -178,7 +183,7 @@ def _render_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
             f"{r['step_time_s']}s",
             f"{r['last_step_age_s']:.0f}s ago",
             r["restarts"],
-            r["hang_cause"] or "-",
+            r["cause"] or "-",
         ]
         if wide:
             row.append(",".join(r["node_list"]))
@@ -187,7 +192,7 @@ def _render_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
 
 
 def _render_incidents(rows: list[dict[str, Any]], wide: bool) -> None:
-    cols = ["ID", "CAUSE", "ENTITY", "SEVERITY", "STATE", "SEEN", "COUNT", "ACTION", "SUMMARY"]
+    cols = ["ID", "CAUSE", "ENTITY", "SEVERITY", "STATE", "AGE", "COUNT", "ACTION", "SUMMARY"]
     if wide:
         cols.append("EFFECTS")
     out = []
@@ -195,10 +200,10 @@ def _render_incidents(rows: list[dict[str, Any]], wide: bool) -> None:
         row = [
             r["id"],
             r["cause"],
-            r["entity"],
+            _entity(r["entity"]),
             r["severity"],
             r["state"],
-            format_duration(max(r["first_seen"], 0)),
+            _ago(r.get("age_s")),
             r["count"],
             r["action"] or "-",
             r["summary"],
@@ -209,21 +214,35 @@ def _render_incidents(rows: list[dict[str, Any]], wide: bool) -> None:
     console.print(make_table(cols, out))
 
 
+def _ago(seconds: float | None) -> str:
+    return "-" if seconds is None else format_duration(max(0.0, float(seconds)))
+
+
+def _entity(e: dict[str, Any] | str) -> str:
+    if isinstance(e, str):
+        return e
+    parts = [e.get("kind", ""), e.get("node") or e.get("name", "")]
+    if e.get("index") is not None:
+        parts.append(str(e["index"]))
+    if e.get("name") and e.get("node"):
+        parts.append(e["name"])
+    return "/".join(str(p) for p in parts if p)
+
+
 RENDERERS = {"nodes": _render_nodes, "gpus": _render_gpus, "jobs": _render_jobs, "incidents": _render_incidents}
 
 
 def _render_node_detail(d: dict[str, Any]) -> None:
-    console.print(f"[bold]Name:[/bold] {d['name']}   [bold]Pool:[/bold] {d['pool']}   [bold]Rack:[/bold] {d['rack']}")
-    console.print(f"[bold]Unschedulable:[/bold] {d['unschedulable']}")
-    console.print("[bold]Labels:[/bold] " + ", ".join(f"{k}={v}" for k, v in d["labels"].items()))
-    taints = ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in d["taints"]) or "<none>"
-    console.print(f"[bold]Taints:[/bold] {taints}")
+    console.print(
+        f"[bold]Name:[/bold] {d['name']}   [bold]Status:[/bold] {d['status']}   [bold]Agent:[/bold] {d['agent']}"
+    )
+    console.print("[bold]Labels:[/bold] " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "<none>"))
     conds = ", ".join(f"{c['type']}={c['status']} ({c['reason']})" for c in d["conditions"])
     console.print(f"[bold]Conditions:[/bold] {conds}")
-    console.print(f"[bold]Capacity:[/bold] {d['capacity']}   [bold]Allocatable:[/bold] {d['allocatable']}")
     sw = d["software"]
     console.print(
-        f"[bold]Software:[/bold] driver {sw['driver']}, CUDA {sw['cuda']}, kernel {sw['kernel']}, NCCL {sw['nccl']}"
+        f"[bold]Software:[/bold] driver {sw['driver'] or '?'}, CUDA {sw['cuda'] or '?'}, kernel {sw['kernel'] or '?'}"
+        + (f", fabric manager {sw['fabric_manager']}" if sw.get("fabric_manager") else "")
     )
     _render_gpus(d["gpus"], wide=False)
     nic_rows = [
@@ -231,17 +250,19 @@ def _render_node_detail(d: dict[str, Any]) -> None:
             n["name"],
             n["rail"],
             n["state"],
-            f"{n['speed_gbps']:g}G",
-            n["leaf"],
-            n["symbol_errors"],
-            n["link_downed"],
+            "-" if n["speed_gbps"] is None else f"{n['speed_gbps']:g}G",
+            n["peer"] or "-",
+            "-" if n["symbol_errors"] is None else f"{n['symbol_errors']:.0f}",
+            "-" if n["link_downed"] is None else f"{n['link_downed']:.0f}",
         ]
         for n in d["nics"]
     ]
     if nic_rows:
-        console.print(make_table(["NIC", "RAIL", "STATE", "SPEED", "LEAF", "SYMBOL ERR", "LINK DOWNED"], nic_rows))
+        console.print(make_table(["HCA", "RAIL", "STATE", "SPEED", "PEER", "SYMBOL ERR", "LINK DOWNED"], nic_rows))
+    if d["incidents"]:
+        _render_incidents(d["incidents"], wide=False)
     if d["kernel_log"]:
-        console.print(Panel("\n".join(d["kernel_log"]), title="kernel log (recent)", expand=False))
+        console.print(Panel("\n".join(d["kernel_log"]), title="kernel log (recent GPU reports)", expand=False))
 
 
 # --- commands ---------------------------------------------------------------------------------------------
@@ -276,7 +297,7 @@ def describe(
     if scenario is None:
         detail = _api_get(f"/api/v1/nodes/{name}", server or server_url())
     else:
-        detail = views.describe_node(_local(scenario, at), name)
+        detail = views.describe_node(local_plane(scenario, at), name)
     emit(detail, output, lambda wide: _render_node_detail(detail))
 
 
@@ -394,76 +415,7 @@ def _render_summary(s: dict[str, Any]) -> None:
     console.print(make_table(["FLEET", ""], rows, title="Fleet"))
 
 
-def up(
-    scenario: Path | None = typer.Option(
-        None, "--scenario", "-f", help="Scenario to run (default: the built-in 256-GPU day)."
-    ),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(DEFAULT_PORT, "--port", help="Port for the API and dashboard."),
-    speed: float = typer.Option(60.0, "--speed", help="Simulated seconds per wall second."),
-    run_for: str | None = typer.Option(
-        None, "--run-for", help="Stop after this much wall time (e.g. 30s); default runs until Ctrl-C."
-    ),
-    remediate: str = typer.Option(
-        "dry-run", "--remediate", help="off, dry-run (decide and audit, change nothing) or on (act within budgets)."
-    ),
-) -> None:
-    """Start the embedded default: the digital twin, the control plane and the dashboard on 127.0.0.1."""
-    import threading
-
-    import uvicorn
-
-    from gpufleet.control.paths import data_dir
-    from gpufleet.control.runner import TwinRunner
-    from gpufleet.control.store import StateStore
-    from gpufleet.server.app import create_app
-    from gpufleet.sim.twin import Twin
-
-    if speed <= 0:
-        raise UserError("--speed must be positive")
-    if remediate not in ("off", "dry-run", "on"):
-        raise UserError(f"--remediate {remediate!r}", fix="use off, dry-run or on")
-    path = scenario or builtin_example("scenarios/day-256gpu.yaml")
-    twin, _ = Twin.from_scenario(path)
-    home = data_dir()
-    store = StateStore(home / "state.db")
-    token = api_token(create=True)
-    assert token is not None
-    from gpufleet.control.loop import HealthLoop
-
-    health = HealthLoop(twin, store, remediate, home)  # type: ignore[arg-type]  # checked above
-    runner = TwinRunner(twin, store, speed=speed, on_tick=health.tick)
-    runner.start()
-    app = create_app(runner, token, health)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    url = f"http://{host}:{port}/"
-    console.print(
-        Panel(
-            f"[bold]gpufleet is up[/bold]\n"
-            f"dashboard  {url}\n"
-            f"API        {url}api/v1/nodes\n"
-            f"cluster    {twin.cluster.name}: {len(twin.cluster.nodes)} nodes, {twin.gpus.n} GPUs, speed {speed:g}x\n"
-            f"state      {home / 'state.db'} (events kept across restarts: {store.count_events()})\n"
-            f"token      {home / 'token'} (needed by cordon/uncordon/drain)\n"
-            f"health     fault detection on; remediation {remediate}\n"
-            "try        gpufleet get nodes   |   gpufleet get jobs   |   Ctrl-C to stop",
-            expand=False,
-        )
-    )
-    if run_for:
-        timer = threading.Timer(parse_duration(run_for), lambda: setattr(server, "should_exit", True))
-        timer.daemon = True
-        timer.start()
-    try:
-        server.run()
-    finally:
-        runner.stop()
-        store.close()
-
-
 def register(app: typer.Typer) -> None:
-    app.command()(up)
     app.command()(get)
     app.command()(describe)
     app.command()(validate)

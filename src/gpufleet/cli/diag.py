@@ -8,7 +8,7 @@ import typer
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
-from gpufleet.health.diag import DiagOutcome, judge, run_dcgmi, twin_diag
+from gpufleet.health.diag import DiagOutcome, judge, run_dcgmi
 from gpufleet.spec.base import parse_duration
 
 
@@ -29,6 +29,7 @@ def diag(
         raise UserError(f"-r {level}", fix="use -r 1, 2 or 3")
     nvlink = parse_nvlink_status(_read(nvlink_status), source=str(nvlink_status)) if nvlink_status else None
     if scenario is not None:
+        from gpufleet.sim.diag import twin_diag
         from gpufleet.sim.twin import Twin
 
         if node is None:

@@ -25,7 +25,10 @@ class BackendName(StrEnum):
 
 
 STATE_OPT = typer.Option(
-    None, "--state", help="Directory for the audit log, breaker and step state (default: $GPUFLEET_HOME/remediate)."
+    None,
+    "--state",
+    help="Data directory whose state database holds the audit log, breaker and step state (default: $GPUFLEET_HOME,"
+    " the one the control plane uses).",
 )
 POLICY_OPT = typer.Option(None, "--policy", help="A RemediationPolicy manifest (budgets, breaker, rate limits).")
 BACKEND_OPT = typer.Option(BackendName.twin, "--backend", help="Where actions go: twin, slurm or kubernetes.")
@@ -43,7 +46,7 @@ DIAG_OPT = typer.Option(
 def _state_dir(state: Path | None) -> Path:
     from gpufleet.control.paths import data_dir
 
-    path = state or data_dir() / "remediate"
+    path = state or data_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -58,7 +61,7 @@ def _backend(name: BackendName, scenario: Path | None, diag_command: str | None)
 
         return KubernetesBackend.from_kubeconfig()
     from gpufleet.cli.core import builtin_example
-    from gpufleet.remediate.backends.twin import TwinBackend
+    from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.twin import Twin
 
     twin, _ = Twin.from_scenario(scenario or builtin_example("scenarios/day-256gpu.yaml"))
@@ -86,8 +89,10 @@ def _remediator(
     directory = _state_dir(state)
     t = pol.spec.tickets
     tickets = WebhookTicketSink(t.webhook) if t.webhook else FileTicketSink(Path(t.directory or directory / "tickets"))
+    from gpufleet.state import open_state
+
     return Remediator(
-        _backend(backend, scenario, diag_command), RemediationStore(directory / "remediate.db"), pol, runbooks, tickets
+        _backend(backend, scenario, diag_command), RemediationStore(open_state(directory)), pol, runbooks, tickets
     )
 
 
@@ -193,7 +198,7 @@ def breaker_reset(
 ) -> None:
     """Close a tripped breaker (a person's decision, recorded in the audit log)."""
     rem = _remediator(backend, scenario, policy, state, None)
-    was = rem.store.breaker().tripped
+    was = rem.books().breaker().tripped
     rem.reset_breaker(by=by, note=note)
     console.print("breaker reset" if was else "breaker was not tripped; reset recorded")
 
@@ -206,14 +211,15 @@ def audit(
 ) -> None:
     """The audit log: every decision (done, refused, deferred, skipped, would) with its reason, oldest first."""
     from gpufleet.remediate import RemediationStore
+    from gpufleet.state import open_state
 
-    entries = RemediationStore(_state_dir(state) / "remediate.db").audit_entries(incident, limit)
+    entries = RemediationStore(open_state(_state_dir(state))).audit_entries(incident, limit)
 
     def render(wide: bool) -> None:
         cols = ["SEQ", "TIME", "INCIDENT", "STEP", "ACTION", "TARGET", "DECISION", "REASON"]
         rows: list[tuple[object, ...]] = [
-            (e.seq, f"{e.time:.0f}", e.incident, e.step, e.action, e.target,
-             e.decision + (" (dry-run)" if e.dry_run else ""), e.reason)
+            (e.seq, _when(e.time), e.incident, e.step, e.action, e.target,
+             e.decision + (" (dry-run)" if e.dry_run else ""), e.reason or f"by {e.actor}")
             for e in entries
         ]  # fmt: skip
         if wide:
@@ -222,6 +228,12 @@ def audit(
         console.print(make_table(cols, rows))
 
     emit(entries, output, render)
+
+
+def _when(epoch: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def runbooks(

@@ -1,130 +1,322 @@
-"""Read-only views of a running twin, as rows the CLI renders and the API returns. One shape for both."""
+"""What the API returns and the CLI renders, built only from what the control plane knows: agents' reports, the
+incidents, and the backend's node states. One shape for every reader."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpufleet.model import JobState
-from gpufleet.sim.throttle import describe as describe_clock_events
-from gpufleet.sim.twin import Twin
+from gpufleet.control.fleet import NodeState
+from gpufleet.errors import NotFoundError
+from gpufleet.model import EntityKind, IncidentState, Severity
+from gpufleet.telemetry.fields import load_clock_events
+
+if TYPE_CHECKING:
+    from gpufleet.control.service import ControlPlane
+
+HISTORY_S = 4 * 3600.0
 
 
-def _gpu_slice(twin: Twin, node_index: int) -> np.ndarray:
-    return np.flatnonzero(twin.gpus.node_of == node_index)
+def _num(value: float, digits: int = 1) -> float | None:
+    return None if np.isnan(value) else round(float(value), digits)
 
 
-def node_rows(twin: Twin) -> list[dict[str, Any]]:
-    twin.sync_model()
-    g = twin.gpus
-    jobs_on: dict[str, list[str]] = {}
-    for job in twin.cluster.jobs:
-        if job.state in (JobState.running, JobState.hung):
-            for n in job.nodes:
+def _clock_events(bits: float) -> list[str]:
+    if np.isnan(bits):
+        return []
+    return [e.name for e in load_clock_events() if int(bits) & e.bit]
+
+
+def _gpu_problems(plane: ControlPlane) -> dict[tuple[str, int], Severity]:
+    """The worst open incident on each GPU."""
+    worst: dict[tuple[str, int], Severity] = {}
+    rank = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
+    for inc in plane.book.open_incidents():
+        e = inc.entity
+        if e.kind is EntityKind.gpu and e.index is not None:
+            key = (e.node, e.index)
+            if key not in worst or rank[inc.severity] > rank[worst[key]]:
+                worst[key] = inc.severity
+    return worst
+
+
+def _node_status(plane: ControlPlane, node: NodeState) -> str:
+    status = "AgentLost" if node.lost else "Ready"
+    if node.name in plane.unavailable:
+        status += ",SchedulingDisabled"
+    return status
+
+
+def gpu_rows(plane: ControlPlane, node: str | None = None) -> list[dict[str, Any]]:
+    with plane.lock:
+        nodes = [_node(plane, node)] if node is not None else list(plane.fleet.nodes.values())
+        problems = _gpu_problems(plane)
+        return [row for n in nodes for row in _gpus_of(n, problems)]
+
+
+def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list[dict[str, Any]]:
+    rows = []
+    held = dict(zip(node.metrics.gpus, node.metrics.held, strict=False)) if node.metrics and node.metrics.held else {}
+    for g in node.inventory.gpus if node.inventory else []:
+        value = lambda f, i=g.index: node.gpu_value(f, i)  # noqa: E731
+        util = value("DCGM_FI_DEV_GPU_UTIL")
+        lost = not node.lost and node.metrics is not None and np.isnan(util) and np.isnan(value("DCGM_FI_DEV_GPU_TEMP"))
+        severity = problems.get((node.name, g.index))
+        health = (
+            "lost" if lost else "unknown" if node.lost else
+            "unhealthy" if severity is Severity.critical else "degraded" if severity is Severity.warning else "healthy"
+        )  # fmt: skip
+        gen, width = value("DCGM_FI_DEV_PCIE_LINK_GEN"), value("DCGM_FI_DEV_PCIE_LINK_WIDTH")
+        rows.append(
+            {
+                "node": node.name,
+                "gpu": g.index,
+                "uuid": g.uuid,
+                "serial": g.serial,
+                "pci_bus_id": g.pci_bus_id,
+                "model": g.model,
+                "health": health,
+                "util_pct": _num(util),
+                "temp_c": _num(value("DCGM_FI_DEV_GPU_TEMP")),
+                "power_w": _num(value("DCGM_FI_DEV_POWER_USAGE")),
+                "sm_clock_mhz": _num(value("DCGM_FI_DEV_SM_CLOCK"), 0),
+                "fb_used_mib": _num(value("DCGM_FI_DEV_FB_USED"), 0),
+                "clock_events": _clock_events(value("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")),
+                "ecc_dbe_volatile": _num(value("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), 0),
+                "pcie": "-" if np.isnan(gen) else f"gen{int(gen)} x{int(width)}",
+                "xid_last": _num(value("DCGM_FI_DEV_XID_ERRORS"), 0),
+                "held_by": held.get(g.index) or None,
+            }
+        )
+    return rows
+
+
+def _node(plane: ControlPlane, name: str) -> NodeState:
+    node = plane.fleet.nodes.get(name)
+    if node is None:
+        raise NotFoundError(f"no node {name!r} has reported to this control plane", fix="see `gpufleet get nodes`")
+    return node
+
+
+def node_rows(plane: ControlPlane) -> list[dict[str, Any]]:
+    with plane.lock:
+        problems = _gpu_problems(plane)
+        jobs_on: dict[str, list[str]] = {}
+        for job in plane.fleet.jobs():
+            for n in dict.fromkeys(n for n, _ in job.ranks):
                 jobs_on.setdefault(n, []).append(job.name)
-    rows = []
-    for ni, node in enumerate(twin.cluster.nodes):
-        idx = _gpu_slice(twin, ni)
-        alive = idx[g.alive[idx]]
-        status = "Ready" if node.ready else "NotReady"
-        if node.unschedulable:
-            status += ",SchedulingDisabled"
-        links_up = sum(bool(twin.ports.up[twin.port_of(node.name, nic.rail)]) for nic in node.nics)
-        rows.append(
+        rows = []
+        for node in sorted(plane.fleet.nodes.values(), key=lambda n: n.name):
+            inv = node.inventory
+            gpus = _gpus_of(node, problems)
+            util = [g["util_pct"] for g in gpus if g["util_pct"] is not None]
+            temp = [g["temp_c"] for g in gpus if g["temp_c"] is not None]
+            power = [g["power_w"] for g in gpus if g["power_w"] is not None]
+            ports = list(node.ports_up.values())
+            rows.append(
+                {
+                    "name": node.name,
+                    "status": _node_status(plane, node),
+                    "pool": inv.labels.get("pool", "") if inv else "",
+                    "rack": inv.labels.get("rack", "") if inv else "",
+                    "gpu_model": inv.gpus[0].model if inv and inv.gpus else None,
+                    "gpus": len(gpus),
+                    "gpus_allocatable": sum(1 for g in gpus if g["health"] in ("healthy", "degraded")),
+                    "gpu_util_pct": round(float(np.mean(util)), 1) if util else None,
+                    "gpu_temp_max_c": max(temp) if temp else None,
+                    "power_kw": round(sum(power) / 1000.0, 2),
+                    "links_up": f"{sum(ports)}/{len(ports)}",
+                    "jobs": jobs_on.get(node.name, []),
+                    "driver": inv.driver if inv else "",
+                    "cuda": inv.cuda if inv else "",
+                    "agent": node.agent,
+                    "last_seen_ago_s": round(max(0.0, plane.clock() - node.last_seen), 1) if node.last_seen else None,
+                }
+            )
+        return rows
+
+
+def job_rows(plane: ControlPlane) -> list[dict[str, Any]]:
+    now = plane.clock()
+    with plane.lock:
+        cause_of: dict[str, str] = {}
+        for inc in plane.book.open_incidents():
+            for effect in inc.effects:
+                if effect.startswith("job "):
+                    cause_of.setdefault(effect.split()[1], f"{inc.id} {inc.cause.value} on {inc.entity}")
+            for effect in inc.effects:
+                for job in plane.fleet.jobs():
+                    if job.name in effect.split():
+                        cause_of.setdefault(job.name, f"{inc.id} {inc.cause.value} on {inc.entity}")
+        rows = []
+        for job in sorted(plane.fleet.jobs(), key=lambda j: j.name):
+            facts = [f for n in plane.fleet.nodes.values() for f in n.jobs if f.job == job.name]
+            age = now - job.last_step_time
+            stalled = age > max(plane.thresholds.training.hang_min_s, 1.5 * job.step_seconds)
+            rows.append(
+                {
+                    "name": job.name,
+                    "state": "Stalled" if stalled else "Running",
+                    "nodes": len({n for n, _ in job.ranks}),
+                    "ranks": len(job.ranks),
+                    "step": max((f.step for f in facts), default=0),
+                    "step_time_s": round(job.step_seconds, 2),
+                    "last_step_age_s": round(age, 1),
+                    "restarts": max((f.restarts for f in facts), default=0),
+                    "cause": cause_of.get(job.name),
+                    "node_list": sorted({n for n, _ in job.ranks}),
+                }
+            )
+        return rows
+
+
+def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dict[str, Any]:
+    with plane.lock:
+        node = _node(plane, name)
+        inv = node.inventory
+        ports = []
+        for p in inv.ports if inv else []:
+            key = p.name
+            ports.append(
+                {
+                    "name": p.hca,
+                    "port": p.port,
+                    "rail": p.rail,
+                    "guid": p.guid,
+                    "state": "Active" if node.ports_up.get(key, True) else "Down",
+                    "speed_gbps": p.rate_gbps,
+                    "peer": p.peer,
+                    "symbol_errors": _num(node.port_value("infiniband_port_symbol_errors_total", key), 0),
+                    "link_downed": _num(node.port_value("infiniband_port_link_downed_total", key), 0),
+                    "rcv_errors": _num(node.port_value("infiniband_port_receive_errors_total", key), 0),
+                }
+            )
+        conditions = [
             {
-                "name": node.name,
-                "pool": node.pool,
-                "status": status,
-                "gpu_model": node.gpus[0].model.product_name if node.gpus else None,
-                "gpus": len(node.gpus),
-                "gpus_allocatable": node.allocatable().get("nvidia.com/gpu", 0),
-                "gpu_util_pct": round(float(g.util[alive].mean()), 1) if alive.size else None,
-                "gpu_temp_max_c": round(float(g.temp_c[alive].max()), 1) if alive.size else None,
-                "power_kw": round(float(g.power_w[idx].sum()) / 1000.0, 2),
-                "links_up": f"{links_up}/{len(node.nics)}",
-                "jobs": jobs_on.get(node.name, []),
-                "rack": node.rack,
-                "driver": node.software.driver_version,
-                "cuda": node.software.cuda_version,
-            }
-        )
-    return rows
-
-
-def gpu_rows(twin: Twin, node: str | None = None) -> list[dict[str, Any]]:
-    twin.sync_model()
-    if node is not None:
-        twin.cluster.node(node)
-        idx = _gpu_slice(twin, twin.node_index[node])
-    else:
-        idx = np.arange(twin.gpus.n)
-    rows = []
-    for k in idx:
-        row = twin.gpu_row(int(k))
-        row["clock_events"] = describe_clock_events(int(row["clock_events"]))  # type: ignore[call-overload]
-        rows.append(row)
-    return rows
-
-
-def job_rows(twin: Twin) -> list[dict[str, Any]]:
-    rows = []
-    for job in twin.cluster.jobs:
-        hang = twin.training.hang.get(job.name)
-        rows.append(
+                "type": "Ready",
+                "status": "False" if node.lost else "True",
+                "reason": "AgentLost" if node.lost else "AgentReporting",
+            },
             {
-                "name": job.name,
-                "state": job.state.value,
-                "nodes": len(job.nodes),
-                "ranks": job.world_size,
-                "step": job.step,
-                "step_time_s": round(job.step_time_s, 2),
-                "last_step_age_s": round(twin.time - job.last_step_time, 1),
-                "restarts": job.restarts,
-                "hang_cause": f"{hang.kind}: {hang.detail}" if hang else None,
-                "node_list": job.nodes,
-            }
-        )
-    return rows
+                "type": "SchedulingDisabled",
+                "status": "True" if name in plane.unavailable else "False",
+                "reason": f"{plane.backend.name} backend",
+            },
+        ]  # fmt: skip
+        open_incidents = [plane.row(i) for i in plane.book.open_incidents() if i.node == name]
+        body = {
+            "name": name,
+            "agent": node.agent,
+            "status": _node_status(plane, node),
+            "labels": dict(inv.labels) if inv else {},
+            "conditions": conditions,
+            "software": {
+                "driver": inv.driver if inv else "",
+                "cuda": inv.cuda if inv else "",
+                "kernel": inv.kernel if inv else "",
+                "fabric_manager": inv.fabric_manager if inv else "",
+            },
+            "gpus": _gpus_of(node, _gpu_problems(plane)),
+            "nics": ports,
+            "incidents": open_incidents,
+            "kernel_log": [r.raw for r in list(node.kernel_log)[-kernel_lines:]],
+        }
+    return body
 
 
-def describe_node(twin: Twin, name: str, events: int = 20) -> dict[str, Any]:
-    twin.sync_model()
-    node = twin.cluster.node(name)
-    nics = []
-    for nic in node.nics:
-        p = twin.port_of(name, nic.rail)
-        c = twin.ports.counters
-        nics.append(
-            {
-                "name": nic.name,
-                "rail": nic.rail,
-                "guid": nic.guid,
-                "state": "Active" if twin.ports.up[p] else "Down",
-                "speed_gbps": nic.ports[0].speed_gbps,
-                "leaf": twin.ports.leaf_of(p),
-                "symbol_errors": int(c["symbol_errors"][p]),
-                "link_downed": int(c["link_downed"][p]),
-                "rcv_errors": int(c["rcv_errors"][p]),
-            }
-        )
-    return {
-        "name": node.name,
-        "pool": node.pool,
-        "rack": node.rack,
-        "labels": node.labels,
-        "taints": [{"key": t.key, "value": t.value, "effect": t.effect.value} for t in node.taints],
-        "unschedulable": node.unschedulable,
-        "conditions": [{"type": c.type, "status": c.status, "reason": c.reason} for c in node.conditions],
-        "capacity": node.capacity(),
-        "allocatable": node.allocatable(),
-        "software": {
-            "driver": node.software.driver_version,
-            "cuda": node.software.cuda_version,
-            "kernel": node.software.kernel,
-            "nccl": node.software.nccl_version,
-        },
-        "gpus": gpu_rows(twin, name),
-        "nics": nics,
-        "kernel_log": twin.kmsg[name][-events:],
-    }
+def summary(plane: ControlPlane) -> dict[str, Any]:
+    """The dashboard's page: headline figures, the per-GPU grid, fleet history from the metric store, jobs,
+    open incidents."""
+    now = plane.clock()
+    with plane.lock:
+        problems = _gpu_problems(plane)
+        grid: list[dict[str, Any]] = []
+        util: list[float] = []
+        temp: list[float] = []
+        power = 0.0
+        lost = throttled = idle_held = 0
+        links_down = 0
+        for node in sorted(plane.fleet.nodes.values(), key=lambda n: n.name):
+            gpus = _gpus_of(node, problems)
+            if not gpus:
+                continue
+            grid.append(
+                {
+                    "node": node.name,
+                    "status": _node_status(plane, node),
+                    "cordoned": node.name in plane.unavailable,
+                    "util": [None if g["util_pct"] is None else round(g["util_pct"]) for g in gpus],
+                    "temp": [None if g["temp_c"] is None else round(g["temp_c"]) for g in gpus],
+                    "throttled": [
+                        bool(set(g["clock_events"]) & {"hw_slowdown", "hw_thermal", "hw_power_brake"}) for g in gpus
+                    ],
+                    "allocated": [g["held_by"] is not None for g in gpus],
+                }
+            )
+            for g in gpus:
+                lost += g["health"] == "lost"
+                if g["util_pct"] is not None:
+                    util.append(g["util_pct"])
+                    idle_held += g["held_by"] is not None and g["util_pct"] < 5
+                if g["temp_c"] is not None:
+                    temp.append(g["temp_c"])
+                power += g["power_w"] or 0.0
+            throttled += sum(grid[-1]["throttled"])
+            links_down += sum(1 for up in node.ports_up.values() if not up)
+        jobs = job_rows(plane)
+        open_incidents = sorted(plane.book.open_incidents(), key=lambda i: i.first_seen, reverse=True)
+        incidents = []
+        for inc in open_incidents[:30]:
+            row = plane.row(inc)
+            row["age_s"] = round(max(0.0, now - inc.first_seen), 1)
+            incidents.append(row)
+        body: dict[str, Any] = {
+            "time": now,
+            "nodes": len(plane.fleet.nodes),
+            "nodes_lost": sum(1 for n in plane.fleet.nodes.values() if n.lost),
+            "gpus": sum(len(row["util"]) for row in grid),
+            "gpus_lost": lost,
+            "gpus_throttled": throttled,
+            "gpus_idle_held": idle_held,
+            "util_mean": round(float(np.mean(util)), 1) if util else 0.0,
+            "temp_max": max(temp) if temp else None,
+            "power_kw": round(power / 1000.0, 1),
+            "jobs": {
+                "Running": sum(1 for j in jobs if j["state"] == "Running"),
+                "Stalled": sum(1 for j in jobs if j["state"] == "Stalled"),
+            },
+            "links_down": links_down,
+            "incidents_open": len(open_incidents),
+            "incidents_critical": sum(1 for i in open_incidents if i.severity is Severity.critical),
+            "grid": grid,
+            "job_rows": jobs,
+            "incidents": incidents,
+            "remediation": plane.remediation.mode,
+            "backend": plane.backend.name,
+        }
+    body["history"] = history(plane, now)
+    return body
+
+
+def history(plane: ControlPlane, now: float) -> list[dict[str, Any]]:
+    """Fleet utilization, hottest GPU and power over the last hours, a point a minute, from the metric store."""
+    if plane.metrics is None:
+        return []
+    start = now - HISTORY_S
+    columns: dict[float, dict[str, Any]] = {}
+    for key, series in (
+        ("util", "gpufleet_fleet_gpu_utilization_avg"),
+        ("temp", "gpufleet_fleet_gpu_temp_max"),
+        ("power", "gpufleet_fleet_power_watts"),
+    ):
+        for s in plane.metrics.range(series, start, now, 60.0):
+            for t, v in zip(s.timestamps, s.values, strict=True):
+                columns.setdefault(float(t), {"t": float(t)})[key] = round(
+                    float(v) / (1000.0 if key == "power" else 1.0), 1
+                )
+    return [columns[t] for t in sorted(columns)]
+
+
+def incident_states() -> list[str]:
+    return [s.value for s in IncidentState]

@@ -8,16 +8,20 @@ Rules, in order, for each finding:
 4. An effect (a stalled or hung job, a straggler, an idle rank) goes to an open incident on the same GPU, node or
    NIC port: a lost GPU, its job's hang and the stalled training run are ONE incident. Only an effect with no
    hardware cause to join becomes an incident of its own.
+
+Incidents close on their own only when they stand for a condition that is measured continuously (a power brake,
+a link down, a stalled job): once no finding has confirmed it for the cause's hold time, it is resolved. A fault
+the kernel reported (an Xid, a lost GPU) stays open until remediation or a person closes it.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpufleet.health.findings import Finding
 from gpufleet.model import Entity, EntityKind, Evidence, Incident, IncidentState, RootCause, Severity
+from gpufleet.model.observe import Finding
 
 MAX_EVIDENCE = 20
 BURST_S = 10.0
@@ -81,7 +85,26 @@ class IncidentBook:
     incidents: dict[str, Incident] = field(default_factory=dict)  # id -> incident
     by_key: dict[str, str] = field(default_factory=dict)  # "cause:entity" -> id
     by_resource: dict[str, list[str]] = field(default_factory=dict)  # resource key -> open incident ids
-    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    first_number: int = 1  # the state database's next incident number: ids are never reused
+    _ids: itertools.count[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._ids = itertools.count(self.first_number)
+
+    @property
+    def next_number(self) -> int:
+        """The number the next incident will get (persisted with the incidents, so a restart goes on from it)."""
+        return self.first_number
+
+    def load(self, incidents: Iterable[Incident]) -> None:
+        """Take back incidents kept before a restart: the unresolved ones dedupe and correlate as before."""
+        for inc in incidents:
+            self.incidents[inc.id] = inc
+            if inc.state is IncidentState.resolved:
+                continue
+            self.by_key[f"{inc.cause.value}:{inc.entity}"] = inc.id
+            for key in _resource_keys(inc.entity):
+                self.by_resource.setdefault(key, []).append(inc.id)
 
     def add(self, finding: Finding) -> Incident:
         inc = self._existing(finding)
@@ -162,8 +185,10 @@ class IncidentBook:
     # -- changing incidents -------------------------------------------------------------------------------
 
     def _open(self, f: Finding) -> Incident:
+        number = next(self._ids)
+        self.first_number = number + 1
         inc = Incident(
-            id=f"INC-{next(self._ids):06d}",
+            id=f"INC-{number:06d}",
             cause=f.cause,
             entity=f.entity,
             severity=f.severity,
@@ -202,6 +227,36 @@ class IncidentBook:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
+    def resolve_cleared(self, now: float, holds: Mapping[RootCause, float]) -> list[Incident]:
+        """Resolve incidents of measured conditions that no finding has confirmed for their cause's hold time."""
+        done = []
+        for inc in list(self.incidents.values()):
+            hold = holds.get(inc.cause)
+            if hold is None or inc.state is IncidentState.resolved or now - inc.last_seen < hold:
+                continue
+            if inc.evidence and inc.evidence[0].source == "kmsg":  # a reported fault: remediation or people close it
+                continue
+            inc.state = IncidentState.resolved
+            if len(inc.evidence) < MAX_EVIDENCE + 1:
+                inc.evidence.append(Evidence(now, "control", f"cleared: not seen for {now - inc.last_seen:.0f} s"))
+            self._forget(inc)
+            done.append(inc)
+            if self.on_change is not None:
+                self.on_change(inc)
+        return done
+
+    def _forget(self, inc: Incident) -> None:
+        """Drop a resolved incident from the lookups (it stays in `incidents`, and in the database)."""
+        key = f"{inc.cause.value}:{inc.entity}"
+        if self.by_key.get(key) == inc.id:
+            del self.by_key[key]
+        for resource in _resource_keys(inc.entity):
+            ids = self.by_resource.get(resource)
+            if ids and inc.id in ids:
+                ids.remove(inc.id)
+                if not ids:
+                    del self.by_resource[resource]
+
     def transition(self, incident_id: str, state: IncidentState) -> Incident:
         from gpufleet.errors import NotFoundError, UserError
 
@@ -212,6 +267,8 @@ class IncidentBook:
         if order.index(state) < order.index(inc.state):
             raise UserError(f"{incident_id} is {inc.state.value}; it cannot go back to {state.value}")
         inc.state = state
+        if state is IncidentState.resolved:
+            self._forget(inc)
         if self.on_change is not None:
             self.on_change(inc)
         return inc

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpufleet.errors import ManifestError
+from gpufleet.model import RootCause
 
 
 class _Section(BaseModel):
@@ -89,7 +90,14 @@ class Software(_Section):
     cuda_min_driver: dict[str, str]
 
 
+class Control(_Section):
+    agent_lost_intervals: float  # an agent silent for this many of its intervals has lost its node
+    finding_repeat_s: float  # a condition that goes on is confirmed this often (each hold below is longer)
+    resolve_after_s: dict[RootCause, float]  # a measured condition not seen for this long has cleared
+
+
 class Thresholds(_Section):
+    control: Control
     ecc: Ecc
     thermal: Thermal
     power_brake: PowerBrake

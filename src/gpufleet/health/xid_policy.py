@@ -113,6 +113,11 @@ class XidPolicy(BaseModel):
     sxid: SxidPolicy
     fallen_off_bus: Rule
     reset_required: Rule
+    api_mismatch: Rule = Rule(
+        severity=Severity.FATAL,
+        action=Action.UPDATE_SWFW,
+        reason="user-space driver and kernel module versions differ: nothing CUDA starts until they match",
+    )
 
 
 class Verdict(BaseModel):
@@ -334,4 +339,6 @@ def classify(event: KernelEvent, policy: XidPolicy | None = None) -> Verdict:
         return _from_rule(rule, step, "SXID")
     if event.kind == "fallen_off_bus":
         return _from_rule(policy.fallen_off_bus, "fallen-off-bus", None)
+    if event.kind == "api_mismatch":
+        return _from_rule(policy.api_mismatch, "api-mismatch", None)
     return _from_rule(policy.reset_required, "reset-required", None)

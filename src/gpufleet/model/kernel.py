@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-EventKind = Literal["xid", "sxid", "fallen_off_bus", "reset_required"]
+EventKind = Literal["xid", "sxid", "fallen_off_bus", "reset_required", "api_mismatch"]
 NVL5_XIDS = frozenset(range(144, 151))  # NVLink5 errors whose action depends on the unit and status decode
 RECOVERY_XID = 154  # the driver announcing the recovery action the GPU needs
 

@@ -1,13 +1,11 @@
 """Remediation: runbooks as data, a policy engine with safety limits, an audit log, and backends to act through.
 
-from gpufleet.remediate import Remediator, RemediationStore, TwinBackend
-rem = Remediator(TwinBackend(twin), RemediationStore(path), tickets=FileTicketSink(dir))
+from gpufleet.remediate import Remediator, RemediationStore
+rem = Remediator(backend, RemediationStore(db), tickets=FileTicketSink(dir))
 report = rem.apply(incident)          # or rem.plan(incident), rem.apply(incident, dry_run=True)
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
 from gpufleet.remediate.config import RemediationPolicy, load_policy
@@ -17,18 +15,6 @@ from gpufleet.remediate.runbook import ActionKind, RunbookManifest, RunbookSet, 
 from gpufleet.remediate.store import RemediationStore
 from gpufleet.remediate.tickets import FileTicketSink, Ticket, TicketSink, WebhookTicketSink
 from gpufleet.spec.loader import register_kind
-
-if TYPE_CHECKING:
-    from gpufleet.remediate.backends.twin import TwinBackend
-
-
-def __getattr__(name: str) -> object:
-    if name == "TwinBackend":  # imported on use: it pulls in the simulator
-        from gpufleet.remediate.backends.twin import TwinBackend
-
-        return TwinBackend
-    raise AttributeError(name)
-
 
 register_kind("Runbook", RunbookManifest)
 register_kind("RemediationPolicy", RemediationPolicy)
@@ -48,7 +34,6 @@ __all__ = [
     "StepDecision",
     "Ticket",
     "TicketSink",
-    "TwinBackend",
     "UnsupportedActionError",
     "WebhookTicketSink",
     "incident_from_dict",

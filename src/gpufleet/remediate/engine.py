@@ -74,34 +74,43 @@ class Remediator:
         dry = self.policy.spec.dry_run if dry_run is None else dry_run
         return self._run(incident, "dry-run" if dry else "apply")
 
+    def books(self, dry_run: bool | None = None) -> RemediationStore:
+        """The books a run keeps: real action's, or dry-run's own (same checks, nothing touched)."""
+        dry = self.policy.spec.dry_run if dry_run is None else dry_run
+        return self.store.with_mode("dry-run") if dry else self.store.with_mode("on")
+
     def process(self, incidents: list[Incident]) -> list[RunReport]:
         """One turn of the main loop: apply every incident the detectors report (already-finished steps are not
         repeated, so passing the same open incidents every turn is safe), then continue other paused runbooks."""
         reports = [self.apply(incident) for incident in incidents]
         seen = {incident.id for incident in incidents}
-        paused = [i for i in self.store.open_runs() if i not in seen]
-        for incident_id in paused:
-            body = self.store.incident_body(incident_id)
-            if body is not None:
-                reports.append(self.apply(incident_from_dict(body, f"stored incident {incident_id}")))
+        reports += self._resume(skip=seen)
         return reports
 
     def resume(self) -> list[RunReport]:
         """Continue every runbook that paused, in the order they were stored."""
+        return self._resume(skip=set())
+
+    def _resume(self, skip: set[str]) -> list[RunReport]:
+        books = self.books()
         reports = []
-        for incident_id in self.store.open_runs():
-            body = self.store.incident_body(incident_id)
+        for incident_id in books.open_runs():
+            if incident_id in skip:
+                continue
+            body = books.incident_body(incident_id)
             if body is not None:
                 reports.append(self.apply(incident_from_dict(body, f"stored incident {incident_id}")))
         return reports
 
-    def breaker_status(self) -> dict[str, object]:
-        state = self.store.breaker()
+    def breaker_status(self, dry_run: bool | None = None) -> dict[str, object]:
+        books = self.books(dry_run)
+        state = books.breaker()
         spec = self.policy.spec.breaker
         now = self.backend.now()
-        failing = self.store.failing_nodes(since=self._window_start(state, now))
+        failing = books.failing_nodes(since=self._window_start(state, now))
         verdict = breaker_verdict(spec, failing, len(self.backend.nodes()))
         return {
+            "books": books.mode,
             "state": "tripped" if state.tripped else "closed",
             "since": state.since,
             "reason": state.reason,
@@ -112,14 +121,15 @@ class Remediator:
             "failing_nodes": failing,
         }
 
-    def reset_breaker(self, by: str | None = None, note: str = "") -> None:
+    def reset_breaker(self, by: str | None = None, note: str = "", dry_run: bool | None = None) -> None:
         """A person closes the breaker. Failures before this moment no longer count toward the next trip."""
         who = by or getpass.getuser()
         now = self.backend.now()
-        self.store.set_breaker(False, now, note or "manual reset", who)
-        self.store.audit(
-            time=now, incident="-", cause="-", runbook="-", step="-", action="breaker-reset", target="cluster",
-            decision="breaker-reset", reason=f"reset by {who}" + (f": {note}" if note else ""), dry_run=False,
+        books = self.books(dry_run)
+        books.set_breaker(False, now, note or "manual reset", who)
+        books.audit(
+            time=now, action="breaker-reset", target="cluster", decision="breaker-reset",
+            reason=f"reset by {who}" + (f": {note}" if note else ""), dry_run=books.mode == "dry-run",
             backend=self.backend.name,
         )  # fmt: skip
 
@@ -129,59 +139,62 @@ class Remediator:
         start = now - self.policy.spec.breaker.window
         return max(start, state.since) if not state.tripped else start
 
-    def _audit(self, mode: Mode, incident: Incident, runbook: str, d: StepDecision) -> None:
+    def _audit(self, mode: Mode, books: RemediationStore, incident: Incident, runbook: str, d: StepDecision) -> None:
         if mode == "plan":
             return
-        self.store.audit(
+        books.audit(
             time=self.backend.now(), incident=incident.id, cause=incident.cause.value, runbook=runbook,
             step=d.step, action=d.action, target=d.target, decision=d.decision, reason=d.reason,
             dry_run=mode == "dry-run", backend=self.backend.name,
         )  # fmt: skip
 
-    def _breaker(self, incident: Incident, mode: Mode, runbook: str) -> str:
-        state = self.store.breaker()
+    def _breaker(self, incident: Incident, mode: Mode, books: RemediationStore, runbook: str) -> str:
+        state = books.breaker()
         now = self.backend.now()
         counts = incident.severity is Severity.critical and bool(incident.node)
-        if counts and mode == "apply":  # first sighting only: a failure seen before a reset does not count after it
-            self.store.record_failure(incident.id, incident.node, now)
+        if counts and mode != "plan":  # first sighting only: a failure seen before a reset does not count after it
+            books.record_failure(incident.id, incident.node, now)
         if state.tripped:
             return "tripped"
-        failing = set(self.store.failing_nodes(since=self._window_start(state, now)))
+        failing = set(books.failing_nodes(since=self._window_start(state, now)))
         if counts:
             failing.add(incident.node)
         verdict = breaker_verdict(self.policy.spec.breaker, failing, len(self.backend.nodes()))
         if not verdict.trip:
             return "closed"
-        d = StepDecision("-", "breaker-trip", "cluster", "breaker-tripped", verdict.reason)
-        if mode == "apply":
-            self.store.set_breaker(True, now, verdict.reason, "automatic")
-            self._audit(mode, incident, runbook, d)
-            return "tripped"
-        self._audit(mode, incident, runbook, StepDecision("-", "breaker-trip", "cluster", "would-trip", verdict.reason))
-        return "would-trip"
+        if mode == "plan":
+            return "would-trip"
+        books.set_breaker(True, now, verdict.reason, "automatic")
+        decision = "would-trip" if mode == "dry-run" else "breaker-tripped"
+        self._audit(
+            mode, books, incident, runbook, StepDecision("-", "breaker-trip", "cluster", decision, verdict.reason)
+        )
+        return decision if mode == "dry-run" else "tripped"
 
     def _run(self, incident: Incident, mode: Mode) -> RunReport:
         runbook = self.runbooks.select(incident)
-        if mode == "apply":
-            self.store.save_incident(incident.id, incident_to_dict(incident))
-        breaker = self._breaker(incident, mode, runbook.name)
+        books = self.books(mode == "dry-run") if mode != "plan" else self.books()
+        if mode != "plan":
+            books.save_incident(incident.id, incident_to_dict(incident))
+        breaker = self._breaker(incident, mode, books, runbook.name)
         report = RunReport(incident.id, incident.cause.value, runbook.name, mode, self.backend.name, breaker)
         outcomes: dict[str, str] = {}
         node_coming_back = False  # plan/dry-run: an earlier step would reboot the node
         for step in runbook.spec.steps:
-            rec = self.store.step(incident.id, step.id)
-            if rec is not None and rec.outcome in FINAL_OUTCOMES:
+            rec = books.step(incident.id, step.id)
+            if rec is not None and rec.outcome in books.final:
                 outcomes[step.id] = rec.outcome
                 report.steps.append(StepDecision(step.id, step.action.value, rec.target, "done-earlier", rec.detail))
                 continue
-            d, stop = self._decide(incident, runbook, step, mode, breaker, outcomes, node_coming_back)
+            d, stop = self._decide(incident, runbook, step, mode, books, breaker, outcomes, node_coming_back)
             if d.decision == "would" and step.action is ActionKind.reboot_node:
                 node_coming_back = True
             outcomes[step.id] = d.decision
             report.steps.append(d)
-            self._audit(mode, incident, runbook.name, d)
-            if mode == "apply":
-                self.store.record_step(
+            if rec is None or (rec.outcome, rec.detail) != (d.decision, d.reason):  # a retry that changed nothing
+                self._audit(mode, books, incident, runbook.name, d)  # is not written again
+            if mode != "plan":
+                books.record_step(
                     StepRecord(
                         incident.id, step.id, step.action.value, d.target, d.decision, self.backend.now(), d.reason
                     )
@@ -229,6 +242,7 @@ class Remediator:
         runbook: RunbookManifest,
         step: Step,
         mode: Mode,
+        books: RemediationStore,
         breaker: str,
         outcomes: dict[str, str],
         node_coming_back: bool,
@@ -250,7 +264,7 @@ class Remediator:
                 return decided("waiting", f"waiting for {node} to come back up", stop=True)
         changes = step.action not in INFORMS_ONLY
         if changes and breaker in ("tripped", "would-trip"):
-            state = self.store.breaker()
+            state = books.breaker()
             return decided(
                 "refused",
                 f"circuit breaker {breaker}: {state.reason or 'too many node failures'}; "
@@ -258,17 +272,20 @@ class Remediator:
                 stop=True,
             )
         if step.action in TAKES_NODE_OUT and node:
+            unavailable = self.backend.unavailable()
+            if books.mode == "dry-run":
+                unavailable |= books.taken_out()
             refusal = budget_refusal(
                 self.policy.spec.budget,
                 node,
-                self.backend.unavailable(),
+                unavailable,
                 self.backend.nodes(),
                 self.backend.placement(),
             )
             if refusal:
                 return decided("refused", refusal, stop=True)
         now = self.backend.now()
-        recent = self.store.action_times(step.action.value, since=now - 3600.0)
+        recent = books.action_times(step.action.value, since=now - 3600.0)
         deferral = rate_limit_deferral(step.action.value, self.policy.spec.rate_limits.get(step.action), recent, now)
         if deferral:
             return decided("deferred", deferral, stop=True)

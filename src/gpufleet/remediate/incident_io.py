@@ -48,6 +48,10 @@ class IncidentIn(BaseModel):
     action: str = ""
     xid: int | None = None
     serial: str | None = None
+    # what `gpufleet get incidents -o json` adds for people; read back and ignored
+    node: str | None = None
+    age_s: float | None = None
+    last_seen_ago_s: float | None = None
 
     def to_incident(self) -> Incident:
         e = self.entity

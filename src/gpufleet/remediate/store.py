@@ -1,84 +1,28 @@
-"""Durable remediation state in SQLite: the append-only audit log, step outcomes (idempotency), node failures
-seen by the circuit breaker, and the breaker itself. Survives restarts; the audit table refuses UPDATE and DELETE."""
+"""Durable remediation state, in the control plane's one state database: step outcomes (idempotency), node failures
+the circuit breaker counts, the breaker itself, and the shared append-only audit log.
+
+A store works in one mode. `on` keeps the books of real action; `dry-run` keeps its own: a dry run meets the same
+budgets, rate limits and breaker that acting would (it counts the nodes it would have taken out and the failures
+it would have seen), without touching the real ones. What dry-run says is what on would do.
+"""
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from gpufleet.errors import BackendError
+from gpufleet.state import AuditEntry, AuditLog, Database, IncidentTable
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS audit (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL,          -- the cluster clock (twin time or wall time)
-    recorded REAL NOT NULL,      -- wall time of the write
-    incident TEXT NOT NULL,
-    cause TEXT NOT NULL,
-    runbook TEXT NOT NULL,
-    step TEXT NOT NULL,
-    action TEXT NOT NULL,
-    target TEXT NOT NULL,
-    decision TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    dry_run INTEGER NOT NULL,
-    backend TEXT NOT NULL
-);
-CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
-CREATE TABLE IF NOT EXISTS steps (
-    incident TEXT NOT NULL,
-    step TEXT NOT NULL,
-    action TEXT NOT NULL,
-    target TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    time REAL NOT NULL,
-    detail TEXT NOT NULL,
-    PRIMARY KEY (incident, step)
-);
-CREATE TABLE IF NOT EXISTS failures (
-    incident TEXT PRIMARY KEY,
-    node TEXT NOT NULL,
-    time REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS incidents (
-    id TEXT PRIMARY KEY,
-    body TEXT NOT NULL           -- the incident as JSON, so a paused runbook can continue after a restart
-);
-CREATE TABLE IF NOT EXISTS breaker (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    state TEXT NOT NULL,
-    since REAL NOT NULL,
-    reason TEXT NOT NULL,
-    changed_by TEXT NOT NULL
-);
-"""
+StoreMode = Literal["on", "dry-run"]
 
 # Outcomes after which a step never runs again for the same incident.
 FINAL_OUTCOMES = frozenset({"done", "passed", "failed", "skipped"})
+# In a dry run, "would" is the outcome of a step that acting would have carried out.
+DRY_FINAL = FINAL_OUTCOMES | {"would"}
+ACTOR = "remediation"
 
-
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    seq: int
-    time: float
-    recorded: float
-    incident: str
-    cause: str
-    runbook: str
-    step: str
-    action: str
-    target: str
-    decision: str
-    reason: str
-    dry_run: bool
-    backend: str
+__all__ = ["FINAL_OUTCOMES", "AuditEntry", "BreakerState", "RemediationStore", "StepRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,100 +45,124 @@ class BreakerState:
 
 
 class RemediationStore:
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.db = sqlite3.connect(self.path, isolation_level=None)
-            self.db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise BackendError(f"cannot open remediation state {self.path}: {exc}") from None
+    def __init__(self, db: Database | Path | str, mode: StoreMode = "on") -> None:
+        self.db = db if isinstance(db, Database) else Database(db)
+        self._owned = not isinstance(db, Database)
+        self.mode: StoreMode = mode
+        self.audit_log = AuditLog(self.db)
+        self.incidents = IncidentTable(self.db)
+
+    def with_mode(self, mode: StoreMode) -> RemediationStore:
+        return RemediationStore(self.db, mode)
+
+    @property
+    def final(self) -> frozenset[str]:
+        return DRY_FINAL if self.mode == "dry-run" else FINAL_OUTCOMES
 
     def close(self) -> None:
-        self.db.close()
+        if self._owned:
+            self.db.close()
 
     # --- audit ---------------------------------------------------------------------------------------------------
 
-    def audit(self, **row: Any) -> None:
-        row.setdefault("recorded", time.time())
-        row["dry_run"] = int(bool(row.get("dry_run", False)))
-        cols = ", ".join(row)
-        self.db.execute(f"INSERT INTO audit ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+    def audit(self, *, time: float, **row: Any) -> None:
+        self.audit_log.append(time_=time, actor=ACTOR, **row)
 
     def audit_entries(self, incident: str | None = None, limit: int | None = None) -> list[AuditEntry]:
-        sql, args = "SELECT * FROM audit", []
-        if incident:
-            sql += " WHERE incident = ?"
-            args.append(incident)
-        sql += " ORDER BY seq"
-        if limit:
-            sql = (
-                f"SELECT * FROM ({sql.replace(' ORDER BY seq', ' ORDER BY seq DESC')} LIMIT {int(limit)}) ORDER BY seq"
-            )
-        rows = self.db.execute(sql, args).fetchall()
-        return [
-            AuditEntry(
-                seq=r[0], time=r[1], recorded=r[2], incident=r[3], cause=r[4], runbook=r[5], step=r[6], action=r[7],
-                target=r[8], decision=r[9], reason=r[10], dry_run=bool(r[11]), backend=r[12],
-            )
-            for r in rows
-        ]  # fmt: skip
+        return self.audit_log.entries(incident=incident, limit=limit)
 
     # --- step outcomes -------------------------------------------------------------------------------------------
 
     def step(self, incident: str, step: str) -> StepRecord | None:
-        row = self.db.execute("SELECT * FROM steps WHERE incident = ? AND step = ?", (incident, step)).fetchone()
+        row = self.db.one(
+            "SELECT incident, step, action, target, outcome, time, detail FROM remediation_steps "
+            "WHERE incident = ? AND step = ? AND mode = ?",
+            (incident, step, self.mode),
+        )
         return StepRecord(*row) if row else None
 
     def record_step(self, rec: StepRecord) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (rec.incident, rec.step, rec.action, rec.target, rec.outcome, rec.time, rec.detail),
+            "INSERT OR REPLACE INTO remediation_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (rec.incident, rec.step, self.mode, rec.action, rec.target, rec.outcome, rec.time, rec.detail),
         )
 
     def action_times(self, action: str, since: float) -> list[float]:
         """When actions of this kind were carried out (for rate limits), oldest first."""
-        rows = self.db.execute(
-            "SELECT time FROM steps WHERE action = ? AND outcome IN ('done', 'passed', 'failed') AND time >= ? "
-            "ORDER BY time",
-            (action, since),
-        ).fetchall()
+        outcomes = ("done", "passed", "failed", "would") if self.mode == "dry-run" else ("done", "passed", "failed")
+        marks = ", ".join("?" * len(outcomes))
+        rows = self.db.query(
+            f"SELECT time FROM remediation_steps WHERE mode = ? AND action = ? AND outcome IN ({marks}) "
+            "AND time >= ? ORDER BY time",
+            (self.mode, action, *outcomes, since),
+        )
         return [r[0] for r in rows]
+
+    def taken_out(self) -> set[str]:
+        """Dry run: the nodes earlier steps would have cordoned, drained or rebooted (never uncordoned again)."""
+        rows = self.db.query(
+            "SELECT target, action FROM remediation_steps WHERE mode = ? AND outcome = 'would' "
+            "AND action IN ('cordon', 'drain', 'reboot-node', 'uncordon') ORDER BY time",
+            (self.mode,),
+        )
+        out: set[str] = set()
+        for target, action in rows:
+            node = target.split("/", 1)[1] if target.startswith("node/") else target
+            if action == "uncordon":
+                out.discard(node)
+            else:
+                out.add(node)
+        return out
 
     def open_runs(self) -> list[str]:
         """Incidents whose runbook paused (waiting, deferred, refused, error) and may continue."""
-        rows = self.db.execute(
-            "SELECT incident FROM steps WHERE outcome NOT IN ('done', 'passed', 'failed', 'skipped') "
-            "GROUP BY incident ORDER BY MIN(time), incident"
-        ).fetchall()
+        done = self.final
+        marks = ", ".join("?" * len(done))
+        rows = self.db.query(
+            f"SELECT incident FROM remediation_steps WHERE mode = ? AND outcome NOT IN ({marks}) "
+            "GROUP BY incident ORDER BY MIN(time), incident",
+            (self.mode, *sorted(done)),
+        )
         return [r[0] for r in rows]
 
     def save_incident(self, incident_id: str, body: dict[str, Any]) -> None:
-        self.db.execute("INSERT OR REPLACE INTO incidents VALUES (?, ?)", (incident_id, json.dumps(body)))
+        """Keep the incident a runbook works on, so a paused run can continue after a restart. The control plane
+        keeps the same row up to date; the CLI's file incidents land here too."""
+        if self.incidents.get(incident_id) is None:
+            self.incidents.save([body])
 
     def incident_body(self, incident_id: str) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT body FROM incidents WHERE id = ?", (incident_id,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return self.incidents.get(incident_id)
 
     # --- circuit breaker -------------------------------------------------------------------------------------------
 
     def record_failure(self, incident: str, node: str, when: float) -> bool:
         """Count a node failure once per incident. Returns False if this incident was already counted."""
-        cur = self.db.execute("INSERT OR IGNORE INTO failures VALUES (?, ?, ?)", (incident, node, when))
-        return cur.rowcount == 1
+        before = self.db.one(
+            "SELECT 1 FROM remediation_failures WHERE incident = ? AND mode = ?", (incident, self.mode)
+        )
+        if before is not None:
+            return False
+        self.db.execute(
+            "INSERT OR IGNORE INTO remediation_failures VALUES (?, ?, ?, ?)", (incident, self.mode, node, when)
+        )
+        return True
 
     def failing_nodes(self, since: float) -> list[str]:
-        rows = self.db.execute("SELECT DISTINCT node FROM failures WHERE time >= ? ORDER BY node", (since,)).fetchall()
+        rows = self.db.query(
+            "SELECT DISTINCT node FROM remediation_failures WHERE mode = ? AND time >= ? ORDER BY node",
+            (self.mode, since),
+        )
         return [r[0] for r in rows]
 
     def breaker(self) -> BreakerState:
-        row = self.db.execute("SELECT state, since, reason, changed_by FROM breaker WHERE id = 1").fetchone()
+        row = self.db.one("SELECT state, since, reason, changed_by FROM breaker WHERE mode = ?", (self.mode,))
         if row is None:
             return BreakerState(False, 0.0, "", "")
         return BreakerState(row[0] == "tripped", row[1], row[2], row[3])
 
     def set_breaker(self, tripped: bool, since: float, reason: str, changed_by: str) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO breaker VALUES (1, ?, ?, ?, ?)",
-            ("tripped" if tripped else "closed", since, reason, changed_by),
+            "INSERT OR REPLACE INTO breaker VALUES (?, ?, ?, ?, ?)",
+            (self.mode, "tripped" if tripped else "closed", since, reason, changed_by),
         )

@@ -45,16 +45,16 @@ def _job_of_gpu(twin: Twin, i: int) -> str | None:
 def _xid(twin: Twin, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     code = fault.code or 0
-    twin._xid(i, code)
+    twin.emit_xid(i, code)
     info = load_xid_catalog().get(code)
     action = info.nvidia_immediate_action if info else "CONTACT_SUPPORT"
     job = _job_of_gpu(twin, i)
     if code == 79:
-        twin._lose_gpu(i)
+        twin.lose_gpu(i)
     elif code == 48:
         twin.gpus.double_bit_error(i)
         if twin.gpus.ampere_or_newer[i]:
-            twin._xid(i, 63)
+            twin.emit_xid(i, 63)
     elif code == 64:
         twin.gpus.remap_failure[i] = True
     elif code == 74:
@@ -65,7 +65,7 @@ def _xid(twin: Twin, fault: InjectedFault) -> None:
     if job is None:
         return
     if action in APP_FATAL_ACTIONS:
-        twin._stop_job(twin.cluster.job(job), f"rank on {fault.node} gpu {fault.gpu} died after Xid {code}")
+        twin.stop_job(twin.cluster.job(job), f"rank on {fault.node} gpu {fault.gpu} died after Xid {code}")
         fault.effects.append(f"job {job} failed")
     elif action in GPU_WEDGED_ACTIONS or code in (48, 79):
         fault.effects.append(f"job {job} hangs")
@@ -79,7 +79,7 @@ def _ecc_dbe(twin: Twin, fault: InjectedFault) -> None:
 def _off_bus(twin: Twin, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     job = _job_of_gpu(twin, i)
-    twin._lose_gpu(i)
+    twin.lose_gpu(i)
     if job:
         fault.effects.append(f"job {job} hangs")
 
@@ -127,7 +127,7 @@ def _flap(twin: Twin, fault: InjectedFault) -> None:
 def _link_down(twin: Twin, fault: InjectedFault) -> None:
     assert fault.node is not None and fault.rail is not None
     p = twin.port_of(fault.node, fault.rail)
-    twin._set_link(p, fault.node, fault.rail, up=False)
+    twin.set_link(p, fault.node, fault.rail, up=False)
     for j, job in enumerate(twin.training.jobs):
         if job.state is JobState.running and p in twin.training.ports[j]:
             fault.effects.append(f"job {job.name} hangs")
@@ -174,7 +174,7 @@ def _driver_mismatch(twin: Twin, fault: InjectedFault) -> None:
     user_space = node.software.driver_version
     kernel_module = "535.104.05" if not user_space.startswith("535.") else "550.90.07"
     node.software.driver_version = kernel_module
-    twin._kernel(fault.node, [kmsg.api_mismatch_line(twin.boot_seconds(fault.node), user_space, kernel_module)])
+    twin.write_kernel(fault.node, kmsg.api_mismatch_lines(twin.boot_seconds(fault.node), user_space, kernel_module))
 
 
 _HANDLERS = {

@@ -50,12 +50,15 @@ def fallen_off_bus_lines(boot_seconds: float, pci_short: str, uuid: str, serial:
     ]
 
 
-def api_mismatch_line(boot_seconds: float, client_version: str, kernel_version: str) -> str:
-    return (
-        f"{stamp(boot_seconds)} NVRM: API mismatch: the client has the version {client_version}, but"
-        f" this kernel module has the version {kernel_version}.  Please make sure that this kernel module"
-        " and all NVIDIA driver components have the same version."
-    )
+def api_mismatch_lines(boot_seconds: float, client_version: str, kernel_version: str) -> list[str]:
+    """nv.c's report when user-space and kernel-module driver versions differ, four NVRM lines."""
+    ts = stamp(boot_seconds)
+    return [
+        f"{ts} NVRM: API mismatch: the client has the version {client_version}, but",
+        f"{ts} NVRM: this kernel module has the version {kernel_version}.  Please",
+        f"{ts} NVRM: make sure that this kernel module and all NVIDIA driver",
+        f"{ts} NVRM: components have the same version.",
+    ]
 
 
 def carrier_message(netdev: str, up: bool) -> str:

@@ -29,6 +29,7 @@ from gpufleet.sim import kmsg
 from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.gpu_state import GpuArrays
+from gpufleet.sim.inject import inject
 from gpufleet.sim.recorder import Recorder
 from gpufleet.sim.workloads import (
     AllReduceModel,
@@ -147,6 +148,9 @@ class Twin:
         except KeyError:
             raise NotFoundError(f"no GPU {index} on node {node!r}", fix="list GPUs with `gpufleet get gpus`") from None
 
+    def rebooting(self, node: str) -> bool:
+        return self.node_state[node].rebooting_until > 0
+
     def boot_seconds(self, node: str) -> float:
         return BOOT_OFFSET_S + 17.0 * self.node_index[node] + self.time
 
@@ -155,7 +159,7 @@ class Twin:
         for listener in self.listeners:
             listener(event)
 
-    def _kernel(self, node: str, lines: list[str], gpu: int | None = None, **attrs: object) -> None:
+    def write_kernel(self, node: str, lines: list[str], gpu: int | None = None, **attrs: object) -> None:
         for line in lines:
             self.kmsg[node].append(line)
             entity = Entity(EntityKind.gpu if gpu is not None else EntityKind.node, node, gpu)
@@ -179,7 +183,7 @@ class Twin:
             self.gpus.allocated[self.idle_override] = True
 
         for i in self.gpus.step(dt, self.ambient_c, self.rng):
-            self._lose_gpu(int(i), thermal=True)
+            self.lose_gpu(int(i), thermal=True)
         self.ports.step(dt, self.rng)
         for job, state, reason in step_training(self.training, self.gpus, self.ports, now, dt):
             self._emit(Event(now, Entity(EntityKind.job, name=job.name), "job_state", reason, {"state": state.value}))
@@ -202,11 +206,11 @@ class Twin:
     def _run_timers(self, now: float) -> None:
         for flap in list(self._flaps):
             if now >= flap.until:
-                self._set_link(flap.port, flap.node, flap.rail, up=True)
+                self.set_link(flap.port, flap.node, flap.rail, up=True)
                 self._flaps.remove(flap)
                 continue
             phase = (now - flap.start) % FLAP_PERIOD_S
-            self._set_link(flap.port, flap.node, flap.rail, up=phase >= FLAP_DOWN_S)
+            self.set_link(flap.port, flap.node, flap.rail, up=phase >= FLAP_DOWN_S)
         if self._heal:
             due = [h for h in self._heal if h[0] <= now]
             self._heal = [h for h in self._heal if h[0] > now]
@@ -220,17 +224,15 @@ class Twin:
     # --- faults ----------------------------------------------------------------------------------------------
 
     def _inject(self, fault: InjectedFault) -> None:
-        from gpufleet.sim.inject import inject
-
         inject(self, fault)
 
-    def _xid(self, i: int, code: int) -> None:
+    def emit_xid(self, i: int, code: int) -> None:
         node = self.cluster.nodes[int(self.gpus.node_of[i])]
         gpu = node.gpus[int(self.gpus.index_on_node[i])]
         pid, name = self._culprit(node.name, gpu.index)
         self.gpus.xid_last[i] = code
         line = kmsg.xid_line(self.boot_seconds(node.name), gpu.pci_short, code, pid, name)
-        self._kernel(node.name, [line], gpu=gpu.index, xid=code)
+        self.write_kernel(node.name, [line], gpu=gpu.index, xid=code)
 
     def _culprit(self, node: str, gpu: int) -> tuple[int | None, str | None]:
         """The process the driver names in an Xid line: the rank on that GPU, if a job holds it."""
@@ -239,7 +241,7 @@ class Twin:
             return 4000 + 97 * gpu + self.node_index[node] % 97, "python"
         return None, None
 
-    def _lose_gpu(self, i: int, *, thermal: bool = False) -> None:
+    def lose_gpu(self, i: int, *, thermal: bool = False) -> None:
         if not self.gpus.alive[i]:
             return
         node = self.cluster.nodes[int(self.gpus.node_of[i])]
@@ -247,11 +249,11 @@ class Twin:
         self.gpus.alive[i] = False
         self.gpus.xid_last[i] = 79
         lines = kmsg.fallen_off_bus_lines(self.boot_seconds(node.name), gpu.pci_short, gpu.uuid, gpu.serial)
-        self._kernel(node.name, lines[:2], gpu=gpu.index)
-        self._kernel(node.name, lines[2:3], gpu=gpu.index, xid=79, thermal=thermal)
-        self._kernel(node.name, lines[3:], gpu=gpu.index)
+        self.write_kernel(node.name, lines[:2], gpu=gpu.index)
+        self.write_kernel(node.name, lines[2:3], gpu=gpu.index, xid=79, thermal=thermal)
+        self.write_kernel(node.name, lines[3:], gpu=gpu.index)
 
-    def _set_link(self, port: int, node: str, rail: int, *, up: bool) -> None:
+    def set_link(self, port: int, node: str, rail: int, *, up: bool) -> None:
         if self.ports.set_link(port, up, self.time):
             netdev = f"ib{rail}"
             self._syslog(node, kmsg.carrier_message(netdev, up), rail=rail, up=up)
@@ -291,7 +293,7 @@ class Twin:
         stopped = []
         for job in self.cluster.jobs:
             if node in job.nodes and job.state in (JobState.running, JobState.hung):
-                self._stop_job(job, f"evicted: node {node} drained")
+                self.stop_job(job, f"evicted: node {node} drained")
                 stopped.append(job.name)
         for st in self.services:
             if st.service.node == node:
@@ -299,7 +301,7 @@ class Twin:
         self.services = [s for s in self.services if s.service.node != node]
         return stopped
 
-    def _stop_job(self, job: TrainingJob, reason: str, *, restart: bool = True) -> None:
+    def stop_job(self, job: TrainingJob, reason: str, *, restart: bool = True) -> None:
         job.state = JobState.failed
         self.training.hang.pop(job.name, None)
         self._emit(Event(self.time, Entity(EntityKind.job, name=job.name), "job_state", reason, {"state": "Failed"}))
@@ -366,13 +368,13 @@ class Twin:
         p = self.port_of(node, rail)
         self._flaps = [f for f in self._flaps if f.port != p]
         self.ports.symbol_rate_per_s[p] = 0.0
-        self._set_link(p, node, rail, up=False)
+        self.set_link(p, node, rail, up=False)
 
     def requeue_job(self, name: str, exclude: list[str]) -> bool:
         """Restart a stopped or hung job on the same node count, swapping excluded nodes for spare ones."""
         job = self.cluster.job(name)
         if job.state in (JobState.running, JobState.hung):
-            self._stop_job(job, "stopped for requeue", restart=False)
+            self.stop_job(job, "stopped for requeue", restart=False)
         # A new process on every rank: whatever a stuck process did is gone; a wedged GPU stays wedged.
         self.training.stuck[self.training.ranks_of(self.training.jobs.index(job))] = False
         self.training.hang.pop(job.name, None)

@@ -26,8 +26,8 @@ from typing import TypedDict
 
 from gpufleet.catalog import load_xid_catalog
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail, RecoveryChange, SxidDetail
+from gpufleet.model.pci import normalise_pci
 from gpufleet.sources.kmsg_framing import Frame, split_frame
-from gpufleet.sources.pci import normalise_pci
 
 _PCI_TEXT = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _XID_HEAD = re.compile(r"NVRM: Xid\b")
@@ -107,7 +107,15 @@ _UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd]")
 # a line without any of these cannot start or be a report, so it is skipped without further reading
 _TRIGGERS = re.compile(r"NVRM|SXid|nvswitch")
 # every report this module reads has one of these in its message
-_REPORT_WORDS = re.compile(r"Xid|fallen off the bus|The NVIDIA GPU|NV_ERR_RESET_REQUIRED|GPU at PCI:|nvswitch")
+_REPORT_WORDS = re.compile(
+    r"Xid|fallen off the bus|The NVIDIA GPU|NV_ERR_RESET_REQUIRED|GPU at PCI:|nvswitch|API mismatch"
+)
+# nv.c prints it over four NVRM lines: "API mismatch: the client has the version %s, but" / "this kernel module has
+# the version %s.  Please" / ...; the head names the user-space side, the kernel module's is read when on the line
+_API_MISMATCH = re.compile(
+    r"NVRM: API mismatch: the client has the version (?P<client>[\w.~+-]+), but"
+    r"(?:\s+(?:NVRM:\s+)?this kernel module has the version (?P<kmod>[\w.~+-]+?)\.?(?:\s|$))?"
+)
 
 
 def _printable(text: str) -> bool:
@@ -278,6 +286,20 @@ class KmsgParser:
                 report = _FallenReport(line=self._lineno, frame=frame, pci=pci)
                 report.add(raw, message)
                 self._emit_fallen(report, complete=True)
+            return
+        mismatch = _API_MISMATCH.search(message)
+        if mismatch is not None:
+            kmod = mismatch.group("kmod")
+            self.scan.events.append(
+                KernelEvent(
+                    kind="api_mismatch",
+                    line=self._lineno,
+                    raw=raw,
+                    message=f"driver API mismatch: user-space driver {mismatch.group('client')}"
+                    + (f", kernel module {kmod}" if kmod else ""),
+                    **self._base(frame),
+                )
+            )
             return
         if _RESET_REQUIRED.search(message) and "NVRM" in message:
             pci_match = _ANY_PCI.search(message)

@@ -7,7 +7,7 @@ What these functions write, `scan_kmsg` reads back field for field (tested as a 
 from __future__ import annotations
 
 from gpufleet.errors import UserError
-from gpufleet.sources.pci import normalise_pci
+from gpufleet.model.pci import normalise_pci
 
 
 def _pci(pci: str) -> str:

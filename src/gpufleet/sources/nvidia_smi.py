@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from gpufleet.errors import ParseError
+from gpufleet.model.pci import normalise_pci
 from gpufleet.sources.nvidia_smi_fields import (
     CLOCK_REASONS,
     ECC_COUNTERS,
@@ -21,7 +22,6 @@ from gpufleet.sources.nvidia_smi_fields import (
     HISTOGRAM_LEVELS,
     REASON_SECTIONS,
 )
-from gpufleet.sources.pci import normalise_pci
 
 _NOT_AVAILABLE = {
     "",

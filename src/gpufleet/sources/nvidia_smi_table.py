@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 
 from gpufleet.errors import ParseError
+from gpufleet.model.pci import normalise_pci
 from gpufleet.sources.nvidia_smi import GpuRecord, NvidiaSmiReport, _na
-from gpufleet.sources.pci import normalise_pci
 
 _VERSIONS = re.compile(r"NVIDIA-SMI (?P<smi>\S+)\s+Driver Version: (?P<driver>\S+)\s+CUDA Version: (?P<cuda>\S+)")
 _FIRST = re.compile(r"^\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s*$")

@@ -100,6 +100,7 @@ class MetricFrame:
     clock_events: np.ndarray = field(init=False)  # (clock events, entities): DCGM_EXP_CLOCK_EVENTS_COUNT
     xid_counts: dict[int, np.ndarray] = field(init=False)  # xid -> per-entity count: DCGM_EXP_XID_ERRORS_COUNT
     ib_values: np.ndarray = field(init=False)  # (IB counters, ports), in metric units (bytes, not octets/4)
+    ib_up: np.ndarray = field(init=False)  # per port: 1 link up (ACTIVE/LinkUp), 0 down, NaN not read this tick
     attribution: list[Attribution | None] = field(init=False)
     gauges: dict[tuple[str, LabelItems], float] = field(init=False)
     histograms: dict[tuple[str, LabelItems], Histogram] = field(init=False)
@@ -121,6 +122,7 @@ class MetricFrame:
         self.clock_events = np.full((len(load_clock_events()), n), np.nan)
         self.xid_counts = {}
         self.ib_values = np.full((len(self.ib_fields), len(self.ib_ports)), np.nan)
+        self.ib_up = np.full(len(self.ib_ports), np.nan)
         self.attribution = [None] * n
         self.gauges = {}
         self.histograms = {}
@@ -205,4 +207,5 @@ class MetricFrame:
         self.values.fill(np.nan)
         self.clock_events.fill(np.nan)
         self.ib_values.fill(np.nan)
+        self.ib_up.fill(np.nan)
         self.xid_counts.clear()

@@ -1,26 +1,24 @@
-"""InfiniBand detectors: port counters against BER and error thresholds, and link state from the host's own log.
+"""InfiniBand detectors: port state and counters against BER and error thresholds.
 
+- Link down: the port leaves ACTIVE/LinkUp (sysfs state, read every collection), or LinkDownedCounter grows
+  between two readings (a down too short to be seen in the state). Each change of state is also a `LinkEvent`.
+- Link flap: two or more downs within the flap window; it supersedes the link-down finding for that port.
 - Symbol errors over NVIDIA's 12-minute window against a BER of 1e-14 (2.88 errors at 400 Gb/s): a bad cable or
   transceiver. Receive errors above infiniband-diags' threshold point at the same physical layer.
-- Link down: the moment the host reports carrier lost (systemd-networkd / the kernel), or LinkDownedCounter grows.
-- Link flap: two or more downs within the flap window; it supersedes the link-down finding for that port.
 - Transmit discards and VL15 drops above their thresholds: congestion, unless the port's link is down.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict, deque
 
 import numpy as np
 
 from gpufleet.health.detectors.window import CounterWindow
-from gpufleet.health.findings import Finding
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
+from gpufleet.model.observe import Finding, LinkEvent
 from gpufleet.telemetry.frame import MetricFrame
-
-_CARRIER = re.compile(r"\b(?P<dev>ib\d+|ibp\S+|en\S+): (?P<what>lost carrier|Gained carrier|Link down|Link up)", re.I)
 
 SYMBOL = "infiniband_port_symbol_errors_total"
 RCV = "infiniband_port_receive_errors_total"
@@ -30,19 +28,12 @@ VL15 = "infiniband_port_vl15_dropped_total"
 
 
 class FabricDetectors:
-    def __init__(
-        self,
-        frame: MetricFrame,
-        thresholds: Thresholds,
-        speeds_gbps: np.ndarray | None = None,
-        netdev_to_hca: dict[tuple[str, str], str] | None = None,
-    ) -> None:
+    def __init__(self, frame: MetricFrame, thresholds: Thresholds, speeds_gbps: np.ndarray | None = None) -> None:
         self.t = thresholds.infiniband
         n = len(frame.ib_ports)
+        self.ports = list(frame.ib_ports)
         self.entities = [Entity(EntityKind.port, p.hostname, p.port, p.hca) for p in frame.ib_ports]
-        self.index = {(p.hostname, p.hca): i for i, p in enumerate(frame.ib_ports)}
         self.speeds = speeds_gbps if speeds_gbps is not None else np.full(n, 400.0)
-        self.netdev_to_hca = netdev_to_hca or {}
         self.symbol = CounterWindow(self.t.symbol_window_s, resolution_s=5.0)
         self.rcv = CounterWindow(self.t.window_s, resolution_s=5.0)
         self.discards = CounterWindow(self.t.window_s, resolution_s=5.0)
@@ -51,28 +42,24 @@ class FabricDetectors:
         self.up = np.ones(n, dtype=bool)
         self.downs: dict[int, deque[float]] = defaultdict(deque)
 
-    def _hca(self, node: str, netdev: str) -> str:
-        mapped = self.netdev_to_hca.get((node, netdev))
-        if mapped:
-            return mapped
-        digits = re.sub(r"\D", "", netdev)
-        return f"mlx5_{digits or 0}"
-
-    def link_event(self, now: float, node: str, message: str) -> list[Finding]:
-        """A line from the host's log; returns findings if it reports a port going down."""
-        match = _CARRIER.search(message)
-        if match is None:
-            return []
-        i = self.index.get((node, self._hca(node, match.group("dev"))))
-        if i is None:
-            return []
-        down = match.group("what").lower() in ("lost carrier", "link down")
-        self.up[i] = not down
-        return self._down(now, i, message.strip()) if down else []
+    def _state(self, now: float, frame: MetricFrame, links: list[LinkEvent], out: list[Finding]) -> None:
+        reading = frame.ib_up
+        known = ~np.isnan(reading)
+        up_now = reading >= 0.5
+        for i in np.flatnonzero(known & (up_now != self.up)):
+            p = self.ports[int(i)]
+            came_up = bool(up_now[i])
+            detail = f"{p.hca} port {p.port} {'came up (ACTIVE/LinkUp)' if came_up else 'went down'}"
+            links.append(
+                LinkEvent(now, p.hostname, p.hca, p.port, came_up, "ACTIVE" if came_up else "DOWN", "", detail)
+            )
+            if not came_up:
+                out += self._down(now, int(i), f"{p.hostname}: {detail}")
+        self.up = np.where(known, up_now, self.up)
 
     def _down(self, now: float, i: int, evidence: str) -> list[Finding]:
         downs = self.downs[i]
-        if downs and now - downs[-1] < 2.0:  # the log line and the counter report the same event
+        if downs and now - downs[-1] < 2.0:  # the state and the counter report the same event
             return []
         downs.append(now)
         while downs and now - downs[0] > self.t.flap_window_s:
@@ -104,10 +91,12 @@ class FabricDetectors:
             )
         ]
 
-    def observe(self, now: float, frame: MetricFrame) -> list[Finding]:
+    def observe(self, now: float, frame: MetricFrame, links: list[LinkEvent]) -> list[Finding]:
+        """Findings of this collection; state changes are appended to `links`."""
         out: list[Finding] = []
         if not len(self.entities):
             return out
+        self._state(now, frame, links, out)
         downed = frame.ib(DOWNED)
         grew = np.flatnonzero(np.nan_to_num(downed - self.last_downed, nan=0.0) > 0)
         for i in grew:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpufleet.health.detectors.window import CounterWindow, HoldTimer
-from gpufleet.health.findings import Finding
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
+from gpufleet.model.observe import Finding
 from gpufleet.telemetry.cost import IDLE_COST_FIELD
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -35,7 +35,10 @@ class GpuDetectors:
         self.thermal = HoldTimer(n)
         self.hot_idle = HoldTimer(n)
         hosts = {h: k for k, h in enumerate(dict.fromkeys(e.hostname for e in frame.entities))}
-        self.node_of = np.array([hosts[e.hostname] for e in frame.entities])
+        self.node_of = np.array([hosts[e.hostname] for e in frame.entities], dtype=np.int64)
+        counts = np.bincount(self.node_of) if n else np.zeros(0, dtype=np.int64)
+        contiguous = bool(n) and bool((np.diff(self.node_of) >= 0).all()) and len(set(counts.tolist())) == 1
+        self._rows = (len(counts), int(counts[0])) if contiguous else None
         self.brake = HoldTimer(n)
         self.idle = HoldTimer(n)
         self.sbe = CounterWindow(60.0)
@@ -103,18 +106,19 @@ class GpuDetectors:
         return out
 
     def _hot_idle(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
-        """An idle GPU clearly hotter than the idle GPUs beside it: its cooling has failed, long before a load
-        would push it into thermal slowdown. Only idle GPUs are compared, so work never looks like a fault."""
+        """An idle GPU clearly hotter than the idle GPUs beside it on its node: its cooling has failed, long
+        before a load would push it into thermal slowdown. Only idle GPUs are compared, so work never looks like
+        a fault; the same answer whether the frame holds one node (an agent) or many (the twin's agents)."""
         temp, util = frame.gpu("DCGM_FI_DEV_GPU_TEMP"), frame.gpu("DCGM_FI_DEV_GPU_UTIL")
         idle = util < self.t.idle.util_percent
+        idle_temp = np.where(idle, temp, np.nan)
+        excess = self.t.thermal.idle_excess_c
         suspect = np.zeros(len(temp), dtype=bool)
-        if idle.sum() >= 2:
-            fleet = float(np.nanmedian(np.where(idle, temp, np.nan)))
-            for i in np.flatnonzero(idle & (temp > fleet + self.t.thermal.idle_excess_c)):
-                peers = idle & (self.node_of == self.node_of[i])
-                peers[i] = False
-                if peers.any() and temp[i] > float(np.nanmedian(temp[peers])) + self.t.thermal.idle_excess_c:
-                    suspect[i] = True
+        for i in np.flatnonzero(idle & (temp > self._node_median(idle_temp) + excess)):
+            peers = idle & (self.node_of == self.node_of[i])
+            peers[i] = False
+            if peers.any() and temp[i] > float(np.nanmedian(temp[peers])) + excess:
+                suspect[i] = True
         held = self.hot_idle.update(now, suspect)
         for i in np.flatnonzero(held >= self.t.thermal.idle_hold_s):
             out.append(
@@ -124,11 +128,27 @@ class GpuDetectors:
                     RootCause.thermal,
                     Severity.warning,
                     f"cooling fault suspected on {self.entities[i]}",
-                    f"idle at {temp[i]:.0f} C, over {self.t.thermal.idle_excess_c:g} C hotter than the idle GPUs "
+                    f"idle at {temp[i]:.0f} C, over {excess:g} C hotter than the idle GPUs "
                     f"beside it for {held[i] / 60:.0f} min",
                     "POWER_CAP_AND_TICKET",
                 )
             )
+
+    def _node_median(self, values: np.ndarray) -> np.ndarray:
+        """Each entity's node's median of `values` (NaN ignored; NaN where the node has none)."""
+        medians = np.full(len(values), np.nan)
+        if self._rows is not None:  # every node has the same GPU count, in order: one vectorized median
+            grid = values.reshape(self._rows)
+            has = ~np.isnan(grid).all(axis=1)
+            per_node = np.full(grid.shape[0], np.nan)
+            if has.any():
+                per_node[has] = np.nanmedian(grid[has], axis=1)
+            return np.repeat(per_node, grid.shape[1])
+        for node in np.unique(self.node_of):
+            mine = self.node_of == node
+            if not np.isnan(values[mine]).all():
+                medians[mine] = np.nanmedian(values[mine])
+        return medians
 
     def _ecc(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         g, e = frame.gpu, self.t.ecc

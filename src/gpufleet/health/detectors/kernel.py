@@ -1,7 +1,8 @@
-"""Kernel-log detector: every Xid, SXid, fallen-off-the-bus and reset-required report becomes a finding.
+"""Kernel-log detector: every Xid, SXid, fallen-off-the-bus, reset-required and driver API-mismatch report becomes
+a finding, classified by the Xid policy (severity and NVIDIA's action) and tied to the GPU by its PCI address.
 
-Lines are parsed as they arrive by one streaming parser per node (so multi-line reports and GPU identities work
-across reads), classified by the Xid policy (severity and NVIDIA's action), and tied to the GPU by its PCI address.
+The reports arrive parsed (the kernel-log source runs one streaming parser per node, so multi-line reports and
+GPU identities work across reads); this detector only judges them.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from importlib import resources
 
 import yaml
 
-from gpufleet.health.findings import Finding
 from gpufleet.health.xid_policy import XidPolicy, classify, default_policy
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.kernel import KernelEvent
-from gpufleet.sources.kmsg import KmsgParser
-from gpufleet.sources.pci import normalise_pci
+from gpufleet.model.observe import Finding, KernelReport
+from gpufleet.model.pci import normalise_pci
 
 
 @cache
@@ -30,30 +30,26 @@ class KernelDetector:
         """`gpu_by_pci` maps (node, PCI domain:bus:device) to the GPU index on that node."""
         self.gpu_by_pci = gpu_by_pci
         self.policy = policy or default_policy()
-        self.parsers: dict[str, KmsgParser] = {}
 
-    def lines(self, now: float, node: str, lines: list[str]) -> list[Finding]:
-        parser = self.parsers.get(node)
-        if parser is None:
-            parser = self.parsers[node] = KmsgParser(host=node)
-        out: list[Finding] = []
-        for line in lines:
-            if "API mismatch" in line:
-                out.append(
-                    Finding(
-                        now,
-                        RootCause.driver_mismatch,
-                        Entity(EntityKind.node, node),
-                        Severity.critical,
-                        f"driver components disagree on {node}",
-                        line.strip(),
-                        "kmsg",
-                        action="CORDON",
-                    )
+    def events(self, now: float, node: str, events: list[KernelEvent], reports: list[KernelReport]) -> list[Finding]:
+        """Findings for `events`; each event is also appended to `reports` as the record the control plane keeps."""
+        out = []
+        for event in events:
+            finding = self._finding(now, node, event)
+            out.append(finding)
+            reports.append(
+                KernelReport(
+                    now,
+                    node,
+                    event.kind,
+                    event.message[:1000],
+                    event.raw[:4000],
+                    finding.entity.index if finding.entity.kind is EntityKind.gpu else None,
+                    event.pci,
+                    event.xid,
+                    event.sxid,
                 )
-                continue
-            for event in parser.feed_line(line):
-                out.append(self._finding(now, node, event))
+            )
         return out
 
     def _finding(self, now: float, node: str, event: KernelEvent) -> Finding:
@@ -61,6 +57,17 @@ class KernelDetector:
         pci = normalise_pci(event.pci) if event.pci else None
         gpu = self.gpu_by_pci.get((node, pci)) if pci else None
         entity = Entity(EntityKind.gpu, node, gpu) if gpu is not None else Entity(EntityKind.node, node)
+        if event.kind == "api_mismatch":
+            return Finding(
+                now,
+                RootCause.driver_mismatch,
+                Entity(EntityKind.node, node),
+                Severity.critical,
+                f"driver components disagree on {node}",
+                event.raw.strip(),
+                "kmsg",
+                action="CORDON",
+            )
         if event.kind == "fallen_off_bus" or event.xid == 79:
             cause = RootCause.gpu_lost
         elif event.kind == "sxid":

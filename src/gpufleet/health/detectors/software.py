@@ -1,22 +1,17 @@
-"""Software detector: driver, CUDA and kernel versions that cannot work together, from each node's facts."""
+"""Software detectors over node inventories: driver, CUDA and fabric-manager versions that cannot work together.
+
+- On the node (`node_checks`): the CUDA version needs a newer driver; the fabric manager does not match the driver.
+- Across the fleet (`fleet_drift`, in the control plane): a node whose driver differs from most of the fleet's.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from gpufleet.health.findings import Finding
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
-
-
-@dataclass(frozen=True, slots=True)
-class NodeFacts:
-    node: str
-    driver: str
-    cuda: str
-    kernel: str
-    fabric_manager: str
+from gpufleet.model.observe import Finding, NodeInventory
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -27,35 +22,45 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _finding(now: float, node: str, problems: list[str]) -> Finding:
+    return Finding(
+        now,
+        RootCause.driver_mismatch,
+        Entity(EntityKind.node, node),
+        Severity.critical,
+        f"driver/CUDA mismatch on {node}",
+        "; ".join(problems),
+        "software",
+        action="CORDON",
+    )
+
+
 class SoftwareDetector:
     def __init__(self, thresholds: Thresholds) -> None:
         self.min_driver = {k: _version(v) for k, v in thresholds.software.cuda_min_driver.items()}
 
-    def observe(self, now: float, facts: list[NodeFacts]) -> list[Finding]:
+    def node_checks(self, now: float, inventories: Sequence[NodeInventory]) -> list[Finding]:
         out: list[Finding] = []
-        if not facts:
-            return out
-        fleet_driver, _ = Counter(f.driver for f in facts).most_common(1)[0]
-        for f in facts:
+        for inv in inventories:
+            if not inv.driver:
+                continue
             problems = []
-            need = self.min_driver.get(".".join(f.cuda.split(".")[:2]))
-            if need is not None and _version(f.driver) < need:
-                problems.append(f"CUDA {f.cuda} needs driver >= {'.'.join(map(str, need))}, node has {f.driver}")
-            if f.driver != fleet_driver:
-                problems.append(f"driver {f.driver} differs from the fleet's {fleet_driver}")
-            if f.fabric_manager and f.fabric_manager != f.driver:
-                problems.append(f"fabric manager {f.fabric_manager} does not match driver {f.driver}")
+            need = self.min_driver.get(".".join(inv.cuda.split(".")[:2]))
+            if need is not None and _version(inv.driver) < need:
+                problems.append(f"CUDA {inv.cuda} needs driver >= {'.'.join(map(str, need))}, node has {inv.driver}")
+            if inv.fabric_manager and inv.fabric_manager != inv.driver:
+                problems.append(f"fabric manager {inv.fabric_manager} does not match driver {inv.driver}")
             if problems:
-                out.append(
-                    Finding(
-                        now,
-                        RootCause.driver_mismatch,
-                        Entity(EntityKind.node, f.node),
-                        Severity.critical,
-                        f"driver/CUDA mismatch on {f.node}",
-                        "; ".join(problems),
-                        "software",
-                        action="CORDON",
-                    )
-                )
+                out.append(_finding(now, inv.hostname, problems))
         return out
+
+    def fleet_drift(self, now: float, inventories: Sequence[NodeInventory]) -> list[Finding]:
+        drivers = [inv for inv in inventories if inv.driver and inv.gpus]
+        if len(drivers) < 2:
+            return []
+        fleet_driver, _ = Counter(inv.driver for inv in drivers).most_common(1)[0]
+        return [
+            _finding(now, inv.hostname, [f"driver {inv.driver} differs from the fleet's {fleet_driver}"])
+            for inv in drivers
+            if inv.driver != fleet_driver
+        ]

@@ -11,63 +11,56 @@ A straggler is a rank whose compute takes clearly longer than the job's median f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpufleet.health.findings import Finding
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
-from gpufleet.telemetry.frame import MetricFrame
+from gpufleet.model.observe import Finding
 
 STRAGGLER_EVERY_S = 5.0  # per-rank step times arrive every few seconds; the hold is a minute
 
 
 @dataclass(frozen=True, slots=True)
-class JobFacts:
+class JobView:
+    """A training job as the control plane sees it, joined from what every node hosting a rank reported."""
+
     name: str
     ranks: tuple[tuple[str, int], ...]  # (node, GPU index) of each rank, in rank order
+    last_step_time: float
+    step_seconds: float
+    rank_compute: tuple[float, ...] = ()  # per rank, NaN where not reported
+
+
+RankUtil = Callable[[JobView], np.ndarray]  # GPU utilization of each rank's GPU, NaN where the GPU reads nothing
 
 
 class TrainingDetectors:
-    def __init__(self, frame: MetricFrame, thresholds: Thresholds) -> None:
+    def __init__(self, thresholds: Thresholds) -> None:
         self.t = thresholds.training
-        self.gpu_at = {(e.hostname, e.gpu): i for i, e in enumerate(frame.entities)}
         self._stragglers_at = -np.inf
-        self._idx: dict[JobFacts, np.ndarray] = {}
         self._signature_since: dict[str, float] = {}
         self.slow_since: dict[str, np.ndarray] = {}  # per job: when each rank became slow (NaN: not slow)
-        self._rank_keys: dict[str, list[tuple[str, tuple[tuple[str, str], ...]]]] = {}
 
-    def observe(self, now: float, frame: MetricFrame, jobs: list[JobFacts]) -> list[Finding]:
+    def observe(self, now: float, jobs: list[JobView], rank_util: RankUtil) -> list[Finding]:
         out: list[Finding] = []
-        util = frame.gpu("DCGM_FI_DEV_GPU_UTIL")
         stragglers_due = now - self._stragglers_at >= STRAGGLER_EVERY_S
         for job in jobs:
-            last = frame.gauges.get(("training_last_step_timestamp_seconds", (("job", job.name),)))
-            if last is None:
-                continue
-            step = frame.gauges.get(("training_step_duration_seconds", (("job", job.name),))) or 0.0
-            finding = self._hang(now, job, util, now - last, step)
+            finding = self._hang(now, job, rank_util(job), now - job.last_step_time, job.step_seconds)
             if finding is not None:
-                finding.began = last
+                finding.began = job.last_step_time
                 out.append(finding)
             if stragglers_due:
-                out += self._stragglers(now, frame, job)
+                out += self._stragglers(now, job)
         if stragglers_due:
             self._stragglers_at = now
         return out
 
-    def _rank_util(self, job: JobFacts, util: np.ndarray) -> np.ndarray:
-        idx = self._idx.get(job)
-        if idx is None:
-            idx = self._idx[job] = np.array([self.gpu_at.get(r, -1) for r in job.ranks])
-        return np.where(idx >= 0, util[np.maximum(idx, 0)], np.nan)
-
-    def _hang(self, now: float, job: JobFacts, util: np.ndarray, age: float, step: float) -> Finding | None:
+    def _hang(self, now: float, job: JobView, rank_util: np.ndarray, age: float, step: float) -> Finding | None:
         """A hang is named as soon as a step is clearly overdue and the ranks say why; a stall without a
         signature waits for the longer threshold."""
-        rank_util = self._rank_util(job, util)
         quiet = np.flatnonzero(rank_util < self.t.quiet_rank_util)
         busy = int((rank_util >= self.t.busy_rank_util).sum())
         signature = quiet.size > 0 and busy >= 0.5 * np.isfinite(rank_util).sum()
@@ -125,14 +118,8 @@ class TrainingDetectors:
             )
         return None
 
-    def _stragglers(self, now: float, frame: MetricFrame, job: JobFacts) -> list[Finding]:
-        gauges = frame.gauges
-        keys = self._rank_keys.get(job.name)
-        if keys is None or len(keys) != len(job.ranks):
-            keys = self._rank_keys[job.name] = [
-                ("training_rank_compute_seconds", (("job", job.name), ("rank", str(r)))) for r in range(len(job.ranks))
-            ]
-        times = np.array([gauges.get(k, np.nan) for k in keys])
+    def _stragglers(self, now: float, job: JobView) -> list[Finding]:
+        times = np.array(job.rank_compute, dtype=np.float64)
         since = self.slow_since.get(job.name)
         if since is None or since.size != times.size:
             since = self.slow_since[job.name] = np.full(times.size, np.nan)

@@ -157,6 +157,7 @@ class TwinSource:
             frame.set_ib_pma(pma, ports.counters[counter][self.port_idx])
         frame.set_ib_pma("PortXmitData", ports.counters["xmit_bytes"][self.port_idx] / 4)
         frame.set_ib_pma("PortRcvData", ports.counters["rcv_bytes"][self.port_idx] / 4)
+        frame.ib_up[:] = ports.up[self.port_idx].astype(np.float64)  # what sysfs state/phys_state say
         self._jobs(frame)
 
     def _clock_events(self, frame: MetricFrame, alive: np.ndarray) -> None:
@@ -252,33 +253,3 @@ class TwinSource:
             hist.bucket_counts[:] = np.cumsum(st.bucket_counts[: len(LATENCY_BUCKETS_S)])
             hist.sum = st.latency_sum_s
             hist.count = int(st.bucket_counts.sum())
-
-
-class TwinEvents:
-    """New twin events (kernel log, syslog, link and job state) for the agent's node(s), as spool records."""
-
-    name = "twin-events"
-
-    def __init__(self, twin: Twin, node: str | None = None) -> None:
-        self.twin = twin
-        self.node = node
-        self._seen = len(twin.events)
-
-    def poll(self) -> list[dict[str, object]]:
-        events = self.twin.events[self._seen :]
-        self._seen += len(events)
-        out: list[dict[str, object]] = []
-        for e in events:
-            if self.node is not None and e.entity.node != self.node:
-                continue
-            out.append(
-                {
-                    "time": EPOCH + e.time,
-                    "kind": e.kind,
-                    "entity": str(e.entity),
-                    "node": e.entity.node,
-                    "message": e.message,
-                    "attrs": e.attrs,
-                }
-            )
-        return out

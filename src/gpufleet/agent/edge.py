@@ -1,0 +1,98 @@
+"""Detect at the edge: after every collection the agent runs its node's detectors on the frame, spools what they
+found with the kernel reports and port events, and sets the latest state (metric snapshot, inventory) for the
+next push. Kernel reports do not wait for a collection: they are judged and spooled the moment they are parsed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from gpufleet.agent.pusher import NodeState
+from gpufleet.agent.spool import RecordSpool
+from gpufleet.health.edge import NodeHealth
+from gpufleet.model.kernel import KernelEvent
+from gpufleet.model.observe import JobFact, KernelReport, MetricSnapshot, NodeInventory, Observation
+from gpufleet.telemetry.frame import MetricFrame
+
+INVENTORY_EVERY_S = 300.0
+INVENTORY_CHECK_S = 60.0
+
+
+def snapshot(frame: MetricFrame, when: float) -> MetricSnapshot:
+    """A frame as the contract carries it."""
+    up = frame.ib_up
+    return MetricSnapshot.of(
+        when,
+        [e.gpu for e in frame.entities],
+        [f.name for f in frame.gpu_fields],
+        frame.values,
+        [f"{p.hca}/{p.port}" for p in frame.ib_ports],
+        [f.name for f in frame.ib_fields],
+        frame.ib_values,
+        [bool(v >= 0.5) for v in up] if len(up) and not np.isnan(up).any() else [],
+        ["" if a is None else f"{a.namespace}/{a.pod}" for a in frame.attribution],
+    )
+
+
+class EdgeAgent:
+    def __init__(
+        self,
+        node: str,
+        frame: MetricFrame,
+        spool: RecordSpool,
+        state: NodeState,
+        inventory: Callable[[], NodeInventory],
+        *,
+        jobs: Callable[[], list[JobFact] | None] | None = None,
+        port_speeds_gbps: np.ndarray | None = None,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.node = node
+        self.spool = spool
+        self.state = state
+        self.read_inventory = inventory
+        self.read_jobs = jobs
+        self.wake = wake
+        self.health = NodeHealth(frame, port_speeds_gbps=port_speeds_gbps)
+        self._lock = threading.Lock()  # the kernel follower and the collector both spool
+        self._inventory: NodeInventory | None = None
+        self._inventory_checked = -np.inf
+        self._inventory_sent = -np.inf
+        self.records = 0
+
+    def kernel_events(self, events: list[KernelEvent]) -> None:
+        """Reports the kernel-log follower just parsed: judged and spooled now, pushed at once."""
+        reports: list[KernelReport] = []
+        with self._lock:
+            findings = self.health.kernel.events(time.time(), self.node, events, reports)
+            self._spool([*reports, *findings])
+        self.wake()
+
+    def after_collect(self, frame: MetricFrame) -> None:
+        """Run once per collection, after the sources filled `frame`."""
+        now = frame.timestamp or time.time()
+        inventories = []
+        if now - self._inventory_checked >= INVENTORY_CHECK_S:
+            self._inventory_checked = now
+            inv = self.read_inventory()
+            if inv != self._inventory or now - self._inventory_sent >= INVENTORY_EVERY_S:
+                self._inventory, self._inventory_sent = inv, now
+                inventories.append(inv)
+        with self._lock:
+            out = self.health.observe(now, frame, None, inventories)
+            observations: list[Observation] = [*out.links, *out.findings]
+            self._spool(observations)
+        self.state.set(
+            snapshot(frame, now), inventories[0] if inventories else None, self.read_jobs() if self.read_jobs else None
+        )
+        if observations:
+            self.wake()
+
+    def _spool(self, observations: list[Observation]) -> None:
+        if observations:
+            self.spool.append(observations)
+            self.records += len(observations)

@@ -1,0 +1,255 @@
+"""`gpufleet server` (the control plane) and `gpufleet up` (the control plane with the digital twin behind the
+same door, and the dashboard): the one place that wires a backend, the twin and the control plane together."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.panel import Panel
+
+from gpufleet.cli.output import console
+from gpufleet.control.paths import DEFAULT_PORT, api_token, data_dir
+from gpufleet.errors import UserError
+from gpufleet.spec.base import parse_duration
+
+log = logging.getLogger("gpufleet.server")
+
+
+class BackendName(StrEnum):
+    none = "none"
+    twin = "twin"
+    slurm = "slurm"
+    kubernetes = "kubernetes"
+
+
+class Mode(StrEnum):
+    off = "off"
+    dry_run = "dry-run"
+    on = "on"
+
+
+@dataclass
+class Running:
+    """A control plane and what drives it, ready to serve."""
+
+    plane: Any
+    loop: Any  # the thread that turns the control loop: a ControlLoop, or the twin's SimRunner
+    checks: list[Callable[[], str | None]] = field(default_factory=list)
+    describe: str = ""
+    stoppers: list[Callable[[], None]] = field(default_factory=list)
+
+
+class ControlLoop:
+    """Turns the control plane's loop every `interval` wall seconds (real backends)."""
+
+    def __init__(self, plane: Any, interval: float = 1.0) -> None:
+        self.plane = plane
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.plane.tick()
+            self._stop.wait(self.interval)
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _metrics(home: Path) -> Any:
+    from gpufleet.telemetry.store import EmbeddedStore
+
+    return EmbeddedStore(home / "metrics")
+
+
+def build_real(home: Path, backend: BackendName, remediation: Mode, diag_command: str | None) -> Running:
+    from gpufleet.control.service import ControlPlane
+    from gpufleet.state import open_state
+
+    db = open_state(home)
+    holder: dict[str, Any] = {}
+    if backend is BackendName.slurm:
+        from gpufleet.remediate.backends.slurm import SlurmBackend
+
+        impl: Any = SlurmBackend(diag_command=diag_command)
+    elif backend is BackendName.kubernetes:
+        from gpufleet.remediate.backends.kubernetes import KubernetesBackend
+
+        impl = KubernetesBackend.from_kubeconfig()
+    else:
+        from gpufleet.remediate.backends.observe import ObserveOnlyBackend
+
+        impl = ObserveOnlyBackend(lambda: sorted(holder["plane"].fleet.nodes))
+    plane = ControlPlane(db, impl, remediation=remediation.value, metrics=_metrics(home))
+    holder["plane"] = plane
+    loop = ControlLoop(plane)
+    check = lambda: None if loop.alive else "the control loop is not running"  # noqa: E731
+    return Running(plane, loop, [check], f"backend   {backend.value}; agents push to /api/v1/ingest")
+
+
+def build_twin(home: Path, scenario: Path, remediation: Mode, speed: float) -> Running:
+    from gpufleet.control.service import ControlPlane
+    from gpufleet.sim.backend import TwinBackend
+    from gpufleet.sim.fleet import SimFleet
+    from gpufleet.sim.journal import TwinJournal, scenario_id
+    from gpufleet.sim.runner import SimRunner
+    from gpufleet.sim.source import EPOCH
+    from gpufleet.sim.twin import Twin
+    from gpufleet.state import open_state
+
+    twin, _ = Twin.from_scenario(scenario)
+    db = open_state(home)
+    journal = TwinJournal(db, scenario_id(scenario))
+    lock = threading.RLock()
+    backend = TwinBackend(twin, lock, journal)
+    plane = ControlPlane(
+        db, backend, clock=lambda: EPOCH + twin.time, remediation=remediation.value, metrics=_metrics(home)
+    )
+    fleet = SimFleet(twin)
+    runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, db=db, journal=journal, speed=speed)
+    checkpoint, actions = journal.load()
+    resumed = ""
+    if checkpoint is not None:
+        started = time.perf_counter()
+        with console.status(f"bringing the twin back to where it stopped ({checkpoint.time / 3600:.1f} h)"):
+            replayed = runner.restore(checkpoint, actions, backend)
+        resumed = f"; resumed at {checkpoint.time / 3600:.2f} h with {replayed} actions replayed"
+        log.info(
+            "twin restored to t=%.0f s in %.1f s (%d actions replayed)",
+            twin.time,
+            time.perf_counter() - started,
+            replayed,
+        )
+    else:
+        journal.reset()
+    check = lambda: runner.error or (None if runner.alive else "the twin is not running")  # noqa: E731
+    about = (
+        f"cluster   {twin.cluster.name}: {len(twin.cluster.nodes)} nodes, {twin.gpus.n} GPUs, speed {speed:g}x{resumed}"
+    )
+    return Running(plane, runner, [check], about)
+
+
+def serve(running: Running, host: str, port: int, run_for: str | None, banner: str) -> None:
+    import uvicorn
+
+    from gpufleet.server.app import create_app
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("listening on %s: reads are open to anyone who can reach it (TLS and roles are not set up)", host)
+    token = api_token(create=True)
+    assert token is not None
+    app = create_app(running.plane, token, running.checks)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    console.print(Panel(banner, expand=False))
+    running.loop.start()
+    if run_for:
+        timer = threading.Timer(parse_duration(run_for), lambda: setattr(server, "should_exit", True))
+        timer.daemon = True
+        timer.start()
+    try:
+        server.run()
+    finally:
+        running.loop.stop()
+        running.plane.close()
+        running.plane.db.close()
+
+
+def _banner(title: str, host: str, port: int, running: Running, home: Path, remediation: Mode) -> str:
+    url = f"http://{host}:{port}/"
+    return (
+        f"[bold]{title}[/bold]\n"
+        f"dashboard {url}\n"
+        f"API       {url}api/v1/nodes   (agents push to {url}api/v1/ingest)\n"
+        f"{running.describe}\n"
+        f"state     {home / 'state.db'} ({len(running.plane.book.incidents)} incidents kept)\n"
+        f"token     {home / 'token'} (needed by agents, cordon/uncordon/drain, incident changes)\n"
+        f"health    detection on; remediation {remediation.value} through the {running.plane.backend.name} backend\n"
+        "try       gpufleet get nodes   |   gpufleet get incidents   |   Ctrl-C to stop"
+    )
+
+
+REMEDIATE_HELP = "off, dry-run (decide and audit with the same safety checks, change nothing) or on (act)."
+
+
+def server(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="Port for the API, the dashboard and agent pushes."),
+    backend: BackendName = typer.Option(
+        BackendName.none, "--backend", help="Where actions go: none (observe), slurm, kubernetes, or twin."
+    ),
+    remediate: Mode = typer.Option(Mode.dry_run, "--remediate", help=REMEDIATE_HELP),
+    scenario: Path | None = typer.Option(None, "--scenario", "-f", help="twin backend: the scenario to run."),
+    speed: float = typer.Option(60.0, "--speed", help="twin backend: simulated seconds per wall second."),
+    diag_command: str | None = typer.Option(
+        None, "--diag-command", help='slurm backend: how to test a node, e.g. "ssh {node} dcgmi diag -r {level}".'
+    ),
+    run_for: str | None = typer.Option(None, "--run-for", help="Stop after this much wall time (e.g. 30s)."),
+) -> None:
+    """Run the control plane: agents push to it, it correlates incidents and remediates through a backend."""
+    from gpufleet.cli.core import builtin_example
+
+    _logging()
+    home = data_dir()
+    if backend is BackendName.twin:
+        if speed <= 0:
+            raise UserError("--speed must be positive")
+        running = build_twin(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed)
+    else:
+        if scenario is not None:
+            raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
+        running = build_real(home, backend, remediate, diag_command)
+    serve(running, host, port, run_for, _banner("gpufleet control plane", host, port, running, home, remediate))
+
+
+def up(
+    scenario: Path | None = typer.Option(
+        None, "--scenario", "-f", help="Scenario to run (default: the built-in 256-GPU day)."
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="Port for the API and dashboard."),
+    speed: float = typer.Option(60.0, "--speed", help="Simulated seconds per wall second."),
+    run_for: str | None = typer.Option(
+        None, "--run-for", help="Stop after this much wall time (e.g. 30s); default runs until Ctrl-C."
+    ),
+    remediate: Mode = typer.Option(Mode.dry_run, "--remediate", help=REMEDIATE_HELP),
+) -> None:
+    """Start the embedded default: the control plane, the digital twin's nodes as agents behind the same door, and
+    the dashboard on 127.0.0.1."""
+    from gpufleet.cli.core import builtin_example
+
+    _logging()
+    if speed <= 0:
+        raise UserError("--speed must be positive")
+    home = data_dir()
+    running = build_twin(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed)
+    serve(running, host, port, run_for, _banner("gpufleet is up", host, port, running, home, remediate))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(up)
+    app.command()(server)

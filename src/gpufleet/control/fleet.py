@@ -1,0 +1,174 @@
+"""What the control plane knows about the fleet, learnt only from what agents report: nodes from their inventory,
+their latest metric snapshot, the jobs their ranks belong to, recent kernel reports and port states.
+
+Nothing here reads a cluster directly: a real node and a simulated one look the same.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet.health.detectors.training import JobView
+from gpufleet.model.observe import Batch, JobFact, KernelReport, LinkEvent, MetricSnapshot, NodeInventory, Record
+
+KERNEL_LOG = 50  # recent kernel reports kept per node for `describe node`
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+
+
+@dataclass(slots=True)
+class NodeState:
+    name: str
+    agent: str
+    inventory: NodeInventory | None = None
+    last_seen: float = 0.0  # control-plane clock of the last push
+    interval: float = 1.0
+    metrics: MetricSnapshot | None = None
+    gpu_matrix: np.ndarray | None = None  # (fields, gpus) of `metrics`
+    port_matrix: np.ndarray | None = None
+    gpu_field_index: dict[str, int] = field(default_factory=dict)
+    port_field_index: dict[str, int] = field(default_factory=dict)
+    gpu_column: dict[int, int] = field(default_factory=dict)  # GPU index -> column
+    jobs: list[JobFact] = field(default_factory=list)
+    kernel_log: deque[KernelReport] = field(default_factory=lambda: deque(maxlen=KERNEL_LOG))
+    ports_up: dict[str, bool] = field(default_factory=dict)  # "mlx5_0/1" -> up
+    lost: bool = False  # the agent fell silent
+
+    def gpu_value(self, name: str, gpu: int) -> float:
+        if self.gpu_matrix is None or self.lost:
+            return float("nan")
+        row, col = self.gpu_field_index.get(name), self.gpu_column.get(gpu)
+        return float("nan") if row is None or col is None else float(self.gpu_matrix[row, col])
+
+    def gpu_row(self, name: str) -> np.ndarray:
+        """One field for every GPU of the last snapshot, in its column order (empty when not read)."""
+        row = self.gpu_field_index.get(name)
+        if self.gpu_matrix is None or self.lost or row is None:
+            return np.empty(0)
+        return self.gpu_matrix[row]
+
+    def port_value(self, name: str, port: str) -> float:
+        if self.port_matrix is None or self.metrics is None:
+            return float("nan")
+        row = self.port_field_index.get(name)
+        if row is None or port not in self.metrics.ports:
+            return float("nan")
+        return float(self.port_matrix[row, self.metrics.ports.index(port)])
+
+
+class FleetState:
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        self._jobs: list[JobView] | None = None
+        self._owner: dict[tuple[str, int], str] | None = None
+
+    # --- ingest --------------------------------------------------------------------------------------------------
+
+    def update(self, batch: Batch, now: float, new: list[Record]) -> NodeState:
+        """Take a push: its state replaces the node's, its new records (not re-sent ones) are added."""
+        node = self.nodes.get(batch.node)
+        if node is None:
+            node = self.nodes[batch.node] = NodeState(batch.node, batch.agent)
+        node.agent, node.last_seen, node.interval, node.lost = batch.agent, now, batch.interval, False
+        if batch.inventory is not None:
+            node.inventory = batch.inventory
+        if batch.metrics is not None:
+            self._metrics(node, batch.metrics)
+        if batch.jobs is not None and batch.jobs != node.jobs:
+            node.jobs = batch.jobs
+            self._jobs = self._owner = None
+        for record in new:
+            body = record.body
+            if isinstance(body, KernelReport):
+                node.kernel_log.append(body)
+            elif isinstance(body, LinkEvent):
+                node.ports_up[f"{body.hca}/{body.port}"] = body.up
+        return node
+
+    def _metrics(self, node: NodeState, m: MetricSnapshot) -> None:
+        old = node.metrics
+        if old is None or old.gpu_fields != m.gpu_fields:
+            node.gpu_field_index = {name: i for i, name in enumerate(m.gpu_fields)}
+        if old is None or old.port_fields != m.port_fields:
+            node.port_field_index = {name: i for i, name in enumerate(m.port_fields)}
+        if old is None or old.gpus != m.gpus:
+            node.gpu_column = {g: i for i, g in enumerate(m.gpus)}
+        node.metrics, node.gpu_matrix, node.port_matrix = m, m.gpu_matrix(), m.port_matrix()
+        if m.port_up:
+            node.ports_up.update(zip(m.ports, m.port_up, strict=True))
+
+    def load_inventory(self, inventories: Iterable[tuple[str, str, NodeInventory]]) -> None:
+        """Nodes known before a restart: listed (as not yet heard from) until their agents push again."""
+        for name, agent, inv in inventories:
+            node = self.nodes.setdefault(name, NodeState(name, agent))
+            node.inventory, node.lost = inv, True
+
+    def mark_lost(self, now: float, intervals: float) -> list[NodeState]:
+        """Nodes whose agent has been silent for `intervals` of its own collection intervals (newly lost)."""
+        newly = []
+        for node in self.nodes.values():
+            silent = now - node.last_seen > intervals * node.interval
+            if silent and not node.lost:
+                node.lost = True
+                newly.append(node)
+        return newly
+
+    # --- what correlation needs ---------------------------------------------------------------------------------
+
+    def jobs(self) -> list[JobView]:
+        """Training jobs joined across the nodes that host their ranks."""
+        if self._jobs is None:
+            merged: dict[str, dict[str, object]] = {}
+            for node in self.nodes.values():
+                for fact in node.jobs:
+                    entry = merged.setdefault(
+                        fact.job, {"ranks": {}, "last": 0.0, "step": 0.0, "size": fact.world_size}
+                    )
+                    ranks: dict[int, tuple[str, int, float]] = entry["ranks"]  # type: ignore[assignment]
+                    for r in fact.ranks:
+                        compute = float("nan") if r.compute_s is None else r.compute_s
+                        ranks[r.rank] = (node.name, r.gpu, compute)
+                    entry["last"] = max(float(entry["last"]), fact.last_step_time)  # type: ignore[arg-type]
+                    entry["step"] = max(float(entry["step"]), fact.step_seconds)  # type: ignore[arg-type]
+            views = []
+            for name, entry in merged.items():
+                ranks = entry["ranks"]  # type: ignore[assignment]
+                ordered = [ranks[k] for k in sorted(ranks)]
+                views.append(
+                    JobView(
+                        name,
+                        tuple((n, g) for n, g, _ in ordered),
+                        float(entry["last"]),  # type: ignore[arg-type]
+                        float(entry["step"]),  # type: ignore[arg-type]
+                        tuple(c for _, _, c in ordered),
+                    )
+                )
+            self._jobs = views
+        return self._jobs
+
+    def rank_util(self, job: JobView) -> np.ndarray:
+        out = np.full(len(job.ranks), np.nan)
+        for k, (name, gpu) in enumerate(job.ranks):
+            node = self.nodes.get(name)
+            if node is not None:
+                out[k] = node.gpu_value(UTIL, gpu)
+        return out
+
+    def owner(self, node: str, gpu: int | None) -> str | None:
+        if gpu is None:
+            return None
+        if self._owner is None:
+            self._owner = {(n, g): job.name for job in self.jobs() for n, g in job.ranks}
+        return self._owner.get((node, gpu))
+
+    def job_resources(self, job: str) -> list[str]:
+        for view in self.jobs():
+            if view.name == job:
+                return sorted({f"gpu/{n}/{g}" for n, g in view.ranks} | {f"node/{n}" for n, _ in view.ranks})
+        return []
+
+    def inventories(self) -> list[NodeInventory]:
+        return [n.inventory for n in self.nodes.values() if n.inventory is not None and not n.lost]

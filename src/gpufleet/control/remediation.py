@@ -1,0 +1,94 @@
+"""Remediation inside the control plane: every new incident goes once to the remediation engine, in the mode the
+operator chose (off, dry-run, on), and paused runbooks are continued now and then.
+
+Dry-run and on take the same path through the engine (same budgets, rate limits and breaker, each mode with its
+own books), so what dry-run reports is what on would do. A runbook that acted and finished moves its incident to
+mitigated.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from gpufleet.model import Incident, IncidentState
+from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
+
+if TYPE_CHECKING:
+    from gpufleet.control.service import ControlPlane
+
+log = logging.getLogger("gpufleet.remediate")
+MODES = ("off", "dry-run", "on")
+RESUME_EVERY_S = 30.0  # cluster-clock seconds between two passes over paused runbooks
+
+
+def default_remediator(plane: ControlPlane, dry_run: bool) -> Any:
+    from pathlib import Path
+
+    from gpufleet.remediate import FileTicketSink, RemediationPolicy, RemediationStore, Remediator
+
+    policy = RemediationPolicy.model_validate({"spec": {"dryRun": dry_run}})
+    tickets = FileTicketSink(Path(plane.db.path).parent / "tickets") if plane.db.path != ":memory:" else None
+    return Remediator(plane.backend, RemediationStore(plane.db), policy=policy, tickets=tickets)
+
+
+class RemediationDriver:
+    def __init__(self, plane: ControlPlane, mode: str, remediator: Any = None) -> None:
+        if mode not in MODES:
+            from gpufleet.errors import UserError
+
+            raise UserError(f"remediation mode {mode!r}", fix="use off, dry-run or on")
+        self.plane = plane
+        self.mode = mode
+        self.remediator = None if mode == "off" else remediator or default_remediator(plane, mode == "dry-run")
+        if self.remediator is not None:
+            self.remediator.policy.spec.dry_run = mode == "dry-run"
+        self._queue: dict[str, None] = {}
+        self._acted: set[str] = set()
+        self._resume_at = 0.0
+        self.errors = 0
+        self.reports = 0
+        # after a restart, open incidents pick up where their runbooks stopped (finished steps never run twice)
+        for inc in plane.book.open_incidents():
+            self.offer(inc)
+
+    def offer(self, incident: Incident) -> None:
+        if self.remediator is not None and incident.id not in self._acted:
+            self._queue[incident.id] = None
+
+    def run(self, now: float) -> None:
+        if self.remediator is None:
+            return
+        queued, self._queue = list(self._queue), {}
+        for incident_id in queued:
+            self._acted.add(incident_id)
+            self._apply(incident_id)
+        if now >= self._resume_at:
+            self._resume_at = now + RESUME_EVERY_S
+            books = self.remediator.books()
+            if books.breaker().tripped:
+                return  # nothing can go ahead until a person resets it
+            for incident_id in books.open_runs():
+                if incident_id not in queued:
+                    self._apply(incident_id)
+
+    def _apply(self, incident_id: str) -> None:
+        with self.plane.lock:  # a copy: ingest keeps changing the live incident while the runbook runs
+            live = self.plane.book.incidents.get(incident_id)
+            body = incident_to_dict(live) if live is not None else self.plane.store.incidents.get(incident_id)
+        if body is None or body.get("state") == IncidentState.resolved.value:
+            return
+        incident = incident_from_dict(body, f"incident {incident_id}")
+        try:
+            report = self.remediator.apply(incident)  # type: ignore[union-attr]
+        except Exception:
+            self.errors += 1
+            log.exception("remediation of %s (%s on %s) failed", incident_id, incident.cause.value, incident.entity)
+            return
+        self.reports += 1
+        acted = any(s.decision == "done" for s in report.steps)
+        if self.mode == "on" and acted and report.complete and live is not None:
+            with self.plane.lock:
+                if live.state in (IncidentState.open, IncidentState.acknowledged):
+                    self.plane.book.transition(incident_id, IncidentState.mitigated)
+                    self.plane._flush()

@@ -1,0 +1,312 @@
+"""The control plane: ingest from every agent, fleet state, correlation into incidents, remediation through the
+configured backend, and the views the API and CLI show. No cluster is read here except through what agents push
+and what the backend answers; a simulated fleet comes in through the same `ingest`.
+
+Threads: ingest runs on the API's threads (or the twin's, in process), `tick` on the control loop; both hold
+`lock` only for in-memory work and the state database's own short transactions. Remediation runs on the control
+loop outside the lock, so a slow backend (Slurm, Kubernetes) never stalls ingest or reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpufleet.control.fleet import FleetState
+from gpufleet.control.remediation import RemediationDriver
+from gpufleet.control.store import StateStore
+from gpufleet.errors import NotFoundError, UserError
+from gpufleet.health.centre import Correlator, collective_findings
+from gpufleet.health.incidents import IncidentBook
+from gpufleet.health.thresholds import Thresholds, load_thresholds
+from gpufleet.model import Incident, IncidentState
+from gpufleet.model.observe import Ack, Batch, Finding
+from gpufleet.remediate.backends.base import RemediationBackend
+from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
+from gpufleet.state import Database
+from gpufleet.telemetry.store import EmbeddedStore
+
+log = logging.getLogger("gpufleet.control")
+
+Clock = Callable[[], float]
+BACKEND_REFRESH_S = 5.0  # wall seconds between two reads of the backend's node states
+METRICS_FLUSH_S = 60.0
+PRUNE_AFTER_S = 86_400.0  # resolved incidents leave memory (not the database) after a day
+
+# what the control plane records into the metric store: per node and for the fleet
+NODE_SERIES = (
+    ("gpufleet_node_gpu_utilization_avg", "DCGM_FI_DEV_GPU_UTIL", "avg"),
+    ("gpufleet_node_gpu_temp_max", "DCGM_FI_DEV_GPU_TEMP", "max"),
+    ("gpufleet_node_power_watts", "DCGM_FI_DEV_POWER_USAGE", "sum"),
+)
+FLEET_SERIES = (
+    ("gpufleet_fleet_gpu_utilization_avg", "DCGM_FI_DEV_GPU_UTIL", "avg"),
+    ("gpufleet_fleet_gpu_temp_max", "DCGM_FI_DEV_GPU_TEMP", "max"),
+    ("gpufleet_fleet_power_watts", "DCGM_FI_DEV_POWER_USAGE", "sum"),
+)
+_AGG = {"avg": lambda v: float(v.mean()), "max": lambda v: float(v.max()), "sum": lambda v: float(v.sum())}
+
+
+@dataclass(slots=True)
+class Health:
+    healthy: bool
+    problems: list[str]
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        db: Database,
+        backend: RemediationBackend,
+        *,
+        clock: Clock = time.time,
+        remediation: str = "dry-run",
+        thresholds: Thresholds | None = None,
+        metrics: EmbeddedStore | None = None,
+        remediator: Any = None,
+    ) -> None:
+        self.db = db
+        self.store = StateStore(db)
+        self.backend = backend
+        self.clock = clock
+        self.thresholds = thresholds or load_thresholds()
+        self.metrics = metrics
+        self.lock = threading.RLock()
+        self.fleet = FleetState()
+        self.fleet.load_inventory(self.store.inventories())
+        self._dirty: dict[str, Incident] = {}
+        book = IncidentBook(on_change=self._changed, first_number=self.store.incidents.next_number())
+        book.load(incident_from_dict(b, "stored incident") for b in self.store.incidents.list(limit=100_000))
+        book.job_resources = self.fleet.job_resources
+        self.book = book
+        self.correlator = Correlator(book, self.thresholds)
+        self._streams = {key: seq for key, (seq, _t, _n) in self.store.streams().items()}
+        self.remediation = RemediationDriver(self, remediation, remediator)
+        self._unavailable: set[str] = set()
+        self._backend_read_at = -np.inf
+        self._metrics_flushed = time.monotonic()
+        self._node_series: dict[str, list[int]] = {}
+        self._pruned_at = -np.inf
+        self.ticks = 0
+        self.last_tick: float | None = None  # monotonic
+        self.loop_error: str | None = None
+        self.batches = 0
+
+    # --- ingest: the one door ------------------------------------------------------------------------------------
+
+    def ingest(self, batch: Batch) -> Ack:
+        """Store a batch's new records exactly once, update the fleet, and correlate its findings."""
+        now = self.clock()
+        with self.lock:
+            key = (batch.agent, batch.incarnation)
+            last = self._streams.get(key, 0)
+            new = [r for r in batch.records if r.seq > last]
+            top = max(last, batch.records[-1].seq) if batch.records else last
+            if new or batch.inventory is not None or key not in self._streams:
+                self.store.store_batch(batch, new, top, time.time())  # one transaction; on failure nothing changed
+            self._streams[key] = top
+            self.fleet.update(batch, now, new)
+            findings = [r.body for r in new if isinstance(r.body, Finding)]
+            if findings:
+                self._correlated(self.correlator.add(findings, self.fleet.owner))
+            self._flush()
+            self.batches += 1
+        return Ack(top, len(new), len(batch.records) - len(new))
+
+    def _changed(self, incident: Incident) -> None:
+        self._dirty[incident.id] = incident
+
+    def _correlated(self, changed: Iterable[Incident]) -> None:
+        for inc in changed:
+            if inc.count == 1 and not inc.effects and inc.state is IncidentState.open:
+                self.store.add_event(
+                    inc.first_seen, "incident", str(inc.entity), f"{inc.id} opened: {inc.summary}", inc.node
+                )
+            self.remediation.offer(inc)
+
+    def _flush(self) -> None:
+        if self._dirty:
+            bodies = [self.row(inc) for inc in self._dirty.values()]
+            self._dirty.clear()
+            self.store.incidents.save(bodies, counter=self.book.next_number)
+
+    # --- the control loop ----------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One turn: lost agents, cross-node correlation, cleared conditions, then remediation (outside the lock)."""
+        now = self.clock()
+        try:
+            with self.lock:
+                for node in self.fleet.mark_lost(now, self.thresholds.control.agent_lost_intervals):
+                    self.store.add_event(
+                        now,
+                        "agent",
+                        f"node/{node.name}",
+                        f"agent {node.agent} silent; {node.name} is AgentLost",
+                        node.name,
+                    )
+                changed = self.correlator.tick(
+                    now, self.fleet.jobs(), self.fleet.rank_util, self.fleet.inventories, self.fleet.owner
+                )
+                self._correlated(changed)
+                self._flush()
+                self._record_fleet(now)
+                if now - self._pruned_at > 3600.0:
+                    self._prune(now)
+            self._refresh_backend()
+            self.remediation.run(now)
+            self._flush_metrics()
+            self.loop_error = None
+        except Exception as exc:  # a bug must be visible in /healthz and the log, and the loop must go on
+            self.loop_error = f"{type(exc).__name__}: {exc}"
+            log.exception("control loop turn failed")
+        self.ticks += 1
+        self.last_tick = time.monotonic()
+
+    def _refresh_backend(self, force: bool = False) -> None:
+        wall = time.monotonic()
+        if not force and wall - self._backend_read_at < BACKEND_REFRESH_S:
+            return
+        self._backend_read_at = wall
+        try:
+            self._unavailable = set(self.backend.unavailable())
+        except Exception as exc:
+            log.warning("cannot read node states from the %s backend: %s", self.backend.name, exc)
+
+    def _prune(self, now: float) -> None:
+        self._pruned_at = now
+        for inc_id, inc in list(self.book.incidents.items()):
+            if inc.state is IncidentState.resolved and now - inc.last_seen > PRUNE_AFTER_S:
+                del self.book.incidents[inc_id]
+
+    def health(self, max_tick_age_s: float = 30.0) -> Health:
+        problems = []
+        if self.loop_error:
+            problems.append(f"control loop: {self.loop_error}")
+        if self.last_tick is not None and time.monotonic() - self.last_tick > max_tick_age_s:
+            problems.append(f"control loop has not run for {time.monotonic() - self.last_tick:.0f} s")
+        return Health(not problems, problems)
+
+    # --- metrics the control plane records ---------------------------------------------------------------------
+
+    def _record_fleet(self, now: float) -> None:
+        """Per-node and fleet aggregates of the latest snapshots, one sample each per turn of the loop."""
+        if self.metrics is None:
+            return
+        nodes = [n for n in self.fleet.nodes.values() if not n.lost and n.gpu_matrix is not None]
+        if not nodes:
+            return
+        values, ids = [], []
+        fleet_rows: dict[str, list[np.ndarray]] = {field: [] for _, field, _ in NODE_SERIES}
+        for node in nodes:
+            key = self._node_series.get(node.name)
+            if key is None:
+                key = self._node_series[node.name] = [
+                    self.metrics.series_id({"__name__": series, "node": node.name}) for series, _, _ in NODE_SERIES
+                ]
+            for sid, (_, field, op) in zip(key, NODE_SERIES, strict=True):
+                row = node.gpu_row(field)
+                fleet_rows[field].append(row)
+                finite = row[~np.isnan(row)]
+                if finite.size:
+                    ids.append(sid)
+                    values.append(_AGG[op](finite))
+        for name, field, op in FLEET_SERIES:
+            rows = np.concatenate(fleet_rows[field]) if fleet_rows[field] else np.empty(0)
+            finite = rows[~np.isnan(rows)]
+            if finite.size:
+                ids.append(self.metrics.series_id({"__name__": name}))
+                values.append(_AGG[op](finite))
+        if ids:
+            self.metrics.write_ids(np.array(ids, dtype=np.int64), now, np.array(values, dtype=np.float64))
+
+    def _flush_metrics(self) -> None:
+        if self.metrics is not None and time.monotonic() - self._metrics_flushed > METRICS_FLUSH_S:
+            self._metrics_flushed = time.monotonic()
+            self.metrics.flush()
+
+    def close(self) -> None:
+        with self.lock:
+            self._flush()
+            if self.metrics is not None:
+                self.metrics.close()
+
+    # --- incidents -----------------------------------------------------------------------------------------------
+
+    def row(self, inc: Incident) -> dict[str, Any]:
+        """An incident as the API and `get incidents -o json` give it (and `remediate --incident` reads back)."""
+        body = incident_to_dict(inc)
+        body["node"] = inc.node
+        return body
+
+    def incident(self, incident_id: str) -> dict[str, Any]:
+        body = self.store.incidents.get(incident_id)
+        if body is None:
+            raise NotFoundError(f"no incident {incident_id}", fix="list them with `gpufleet get incidents`")
+        return self._aged(body)
+
+    def incidents(self, state: str | None = None, node: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+        if state is not None and state not in {s.value for s in IncidentState}:
+            raise UserError(f"unknown state {state!r}", fix=f"use one of: {', '.join(s.value for s in IncidentState)}")
+        return [self._aged(b) for b in self.store.incidents.list(state, node, limit)]
+
+    def _aged(self, body: dict[str, Any]) -> dict[str, Any]:
+        now = self.clock()
+        body["age_s"] = round(max(0.0, now - float(body["first_seen"])), 1)
+        body["last_seen_ago_s"] = round(max(0.0, now - float(body["last_seen"])), 1)
+        return body
+
+    def transition(self, incident_id: str, state: IncidentState, actor: str) -> Incident:
+        with self.lock:
+            inc = self.book.transition(incident_id, state)
+            self._flush()
+        self.audit(actor, state.value, f"incident/{incident_id}", inc.state.value)
+        return inc
+
+    def report_collective(self, findings: list[Any], source: str, actor: str) -> list[str]:
+        """`gpufleet nccl compare --report`: findings of a slow collective become incidents."""
+        with self.lock:
+            changed = self.correlator.add(collective_findings(self.clock(), findings, source), self.fleet.owner)
+            self._correlated(changed)
+            self._flush()
+        self.audit(actor, "nccl-findings", source, f"{len(findings)} finding(s)")
+        return sorted({inc.id for inc in changed})
+
+    # --- node actions (people, through the API) -------------------------------------------------------------------
+
+    def node_action(self, actor: str, verb: str, node: str, reason: str = "") -> str:
+        if node not in self.fleet.nodes:
+            raise NotFoundError(f"no node {node!r} has reported to this control plane", fix="see `gpufleet get nodes`")
+        why = reason or f"{verb} by {actor}"
+        try:
+            if verb == "cordon":
+                result = self.backend.cordon(node, why)
+            elif verb == "uncordon":
+                result = self.backend.uncordon(node)
+            elif verb == "drain":
+                result = self.backend.drain(node, why)
+            else:
+                raise UserError(f"unknown action {verb!r}", fix="use cordon, uncordon or drain")
+        except Exception as exc:
+            self.audit(actor, verb, f"node/{node}", f"failed: {exc}")
+            raise
+        self.audit(actor, verb, f"node/{node}", result)
+        self.store.add_event(self.clock(), "action", f"node/{node}", f"{actor}: {result}", node)
+        self._refresh_backend(force=True)
+        return result
+
+    def audit(self, actor: str, action: str, target: str, result: str, request: str = "") -> None:
+        self.store.audit_log.append(
+            time_=self.clock(), actor=actor, action=action, target=target, decision=result, request=request,
+            backend=self.backend.name,
+        )  # fmt: skip
+
+    @property
+    def unavailable(self) -> set[str]:
+        return self._unavailable

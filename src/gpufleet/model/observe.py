@@ -1,0 +1,262 @@
+"""The one contract between a node and the control plane: typed observations, and the batch that carries them.
+
+Every node, real or simulated, speaks this. An agent parses and detects at the edge (kernel-log reports, port state
+changes, node-local health findings), keeps those durably in its spool under a sequence number, and pushes them in
+a `Batch` together with the node's latest state (inventory, a metric snapshot, the training jobs it hosts). The
+control plane stores each record exactly once per (agent, incarnation, seq) and answers with the highest sequence
+number it holds (`Ack`).
+
+- Durable records (`Record`: a `KernelReport`, a `LinkEvent` or a `Finding`) are delivered exactly once.
+- State (`NodeInventory`, `MetricSnapshot`, `JobFact`) is latest-value: a push replaces what the last one said, and
+  a lost push is simply superseded by the next.
+
+Times are Unix epoch seconds everywhere. `docs/wire.md` describes the wire form (JSON, or msgpack).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+import numpy as np
+
+from gpufleet.model.incident import RootCause, Severity
+from gpufleet.model.observation import Entity
+
+SCHEMA_VERSION = 1
+MAX_SEQ = 2**53 - 1  # exact as a JSON number and in every database's integer column
+LATEST_TIME = 4_102_444_800.0  # 2100-01-01: a time past this is a broken clock or a unit error
+
+Seq = Annotated[int, msgspec.Meta(ge=1, le=MAX_SEQ)]
+Time = Annotated[float, msgspec.Meta(ge=0.0, le=LATEST_TIME)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+Text = Annotated[str, msgspec.Meta(max_length=16_384)]
+Short = Annotated[str, msgspec.Meta(max_length=256)]
+GpuIndex = Annotated[int, msgspec.Meta(ge=0, le=4095)]
+
+
+# --- durable records -------------------------------------------------------------------------------------------
+
+
+class Finding(msgspec.Struct, tag="finding"):
+    """What a health check saw at one moment on one entity (NVSentinel's HealthEvent is the model for this).
+
+    `cause` names the check that failed and the root cause it stands for; `action` is the recommended action
+    (the vocabulary runbooks key on); `evidence` is the real line, or the measurement against its threshold.
+    An `effect` (a stalled job, an idle rank) joins the incident of a root cause that explains it, when one is open.
+    """
+
+    time: Time
+    cause: RootCause
+    entity: Entity
+    severity: Severity
+    summary: Text
+    evidence: Text
+    source: Short  # kmsg, telemetry, fabric, training, software, nccl
+    action: Short = ""
+    xid: int | None = None
+    job: Short | None = None  # the job a finding is about, or whose rank holds the GPU
+    effect: bool = False
+    began: float | None = None  # when an effect started (a stalled job's last step)
+
+    @property
+    def key(self) -> str:
+        return f"{self.cause.value}:{self.entity}"
+
+
+class KernelReport(msgspec.Struct, tag="kernel"):
+    """A GPU or NVSwitch fault the kernel log reported, parsed at the edge (Xid, SXid, fallen off the bus, reset
+    required, driver API mismatch). `gpu` is the GPU index on the node when the PCI address resolved to one."""
+
+    time: Time
+    node: Name
+    kind: Literal["xid", "sxid", "fallen_off_bus", "reset_required", "api_mismatch"]
+    message: Text
+    raw: Text  # the driver's own line(s)
+    gpu: GpuIndex | None = None
+    pci: Short | None = None  # domain:bus:device
+    xid: int | None = None
+    sxid: int | None = None
+
+
+class LinkEvent(msgspec.Struct, tag="link"):
+    """A fabric port changed state (seen in sysfs or by the port's counters)."""
+
+    time: Time
+    node: Name
+    hca: Short  # mlx5_0
+    port: Annotated[int, msgspec.Meta(ge=0, le=255)]
+    up: bool
+    state: Short = ""  # ACTIVE, DOWN, INIT, ARMED
+    phys_state: Short = ""  # LinkUp, Polling, Disabled, ...
+    detail: Text = ""
+
+
+Observation = Finding | KernelReport | LinkEvent
+
+
+class Record(msgspec.Struct):
+    """One durable observation under the agent's sequence number."""
+
+    seq: Seq
+    body: Observation
+
+
+# --- latest-value state ----------------------------------------------------------------------------------------
+
+
+class GpuInfo(msgspec.Struct):
+    index: GpuIndex
+    uuid: Short
+    model: Short
+    pci_bus_id: Short = ""
+    serial: Short = ""
+    mig_mode: bool | None = None
+    memory_mib: float | None = None
+
+
+class PortInfo(msgspec.Struct):
+    hca: Short
+    port: Annotated[int, msgspec.Meta(ge=0, le=255)]
+    rail: Short = ""
+    guid: Short = ""
+    lid: int | None = None
+    rate_gbps: float | None = None
+    link_layer: Short = ""  # InfiniBand, Ethernet
+    netdev: Short = ""  # ib0, ibp24s0
+    peer: Short = ""  # the switch at the other end, when the node knows it (ibnetdiscover, the twin)
+
+    @property
+    def name(self) -> str:
+        return f"{self.hca}/{self.port}"
+
+
+class NodeInventory(msgspec.Struct):
+    hostname: Name
+    driver: Short = ""
+    cuda: Short = ""
+    kernel: Short = ""
+    fabric_manager: Short = ""
+    agent_version: Short = ""
+    gpus: Annotated[list[GpuInfo], msgspec.Meta(max_length=4096)] = []
+    ports: Annotated[list[PortInfo], msgspec.Meta(max_length=1024)] = []
+    labels: dict[Short, Short] = {}  # pool, rack and what the node's labeller knows
+
+
+class MetricSnapshot(msgspec.Struct):
+    """The node's latest collection, in dcgm-exporter's field names and the IB counter metric names.
+
+    Values are little-endian float64, field-major (`values[field][column]`); NaN means no reading. GPU columns
+    follow `gpus` (GPU indices, in inventory order), port columns follow `ports` ("mlx5_0/1"). `held` names the
+    workload holding each GPU ("namespace/pod") or is empty.
+    """
+
+    time: Time
+    gpus: Annotated[list[GpuIndex], msgspec.Meta(max_length=4096)] = []
+    gpu_fields: Annotated[list[Short], msgspec.Meta(max_length=1024)] = []
+    gpu_values: bytes = b""
+    ports: Annotated[list[Short], msgspec.Meta(max_length=1024)] = []
+    port_fields: Annotated[list[Short], msgspec.Meta(max_length=256)] = []
+    port_values: bytes = b""
+    port_up: list[bool] = []
+    held: list[Short] = []
+
+    def __post_init__(self) -> None:
+        for what, fields, columns, values in (
+            ("gpu_values", self.gpu_fields, self.gpus, self.gpu_values),
+            ("port_values", self.port_fields, self.ports, self.port_values),
+        ):
+            want = 8 * len(fields) * len(columns)
+            if len(values) != want:
+                raise ValueError(f"{what} holds {len(values)} bytes; {len(fields)} fields x {len(columns)} = {want}")
+        if self.port_up and len(self.port_up) != len(self.ports):
+            raise ValueError(f"port_up has {len(self.port_up)} entries for {len(self.ports)} ports")
+        if self.held and len(self.held) != len(self.gpus):
+            raise ValueError(f"held has {len(self.held)} entries for {len(self.gpus)} GPUs")
+
+    @classmethod
+    def of(
+        cls,
+        time: float,
+        gpus: list[int],
+        gpu_fields: list[str],
+        gpu_matrix: np.ndarray,
+        ports: list[str] | None = None,
+        port_fields: list[str] | None = None,
+        port_matrix: np.ndarray | None = None,
+        port_up: list[bool] | None = None,
+        held: list[str] | None = None,
+    ) -> MetricSnapshot:
+        """Build a snapshot from (fields x columns) arrays."""
+        port_bytes = b"" if port_matrix is None else np.ascontiguousarray(port_matrix, dtype="<f8").tobytes()
+        return cls(
+            time=float(time),
+            gpus=gpus,
+            gpu_fields=gpu_fields,
+            gpu_values=np.ascontiguousarray(gpu_matrix, dtype="<f8").tobytes(),
+            ports=ports or [],
+            port_fields=port_fields or [],
+            port_values=port_bytes,
+            port_up=port_up or [],
+            held=held or [],
+        )
+
+    def gpu_matrix(self) -> np.ndarray:
+        return np.frombuffer(self.gpu_values, dtype="<f8").reshape(len(self.gpu_fields), len(self.gpus))
+
+    def port_matrix(self) -> np.ndarray:
+        return np.frombuffer(self.port_values, dtype="<f8").reshape(len(self.port_fields), len(self.ports))
+
+
+class RankFact(msgspec.Struct, array_like=True):
+    rank: Annotated[int, msgspec.Meta(ge=0)]
+    gpu: GpuIndex
+    compute_s: float | None = None  # the rank's compute time per step, when the framework exports it
+
+
+class JobFact(msgspec.Struct):
+    """A training job's ranks on this node and its progress, as the framework reports it."""
+
+    job: Name
+    ranks: Annotated[list[RankFact], msgspec.Meta(max_length=4096)]
+    world_size: Annotated[int, msgspec.Meta(ge=1)]
+    last_step_time: Time
+    step_seconds: float = 0.0
+    step: int = 0
+    restarts: int = 0
+
+
+# --- the batch -------------------------------------------------------------------------------------------------
+
+
+class Batch(msgspec.Struct):
+    """One push from an agent. `incarnation` is made when the agent's spool is created: a new spool is a new
+    stream whose sequence numbers start again at 1, and nothing of it is mistaken for a duplicate."""
+
+    v: int
+    agent: Name
+    incarnation: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    node: Name
+    sent: Time
+    interval: Annotated[float, msgspec.Meta(gt=0.0, le=3600.0)] = 1.0
+    records: Annotated[list[Record], msgspec.Meta(max_length=10_000)] = []
+    inventory: NodeInventory | None = None
+    metrics: MetricSnapshot | None = None
+    jobs: Annotated[list[JobFact], msgspec.Meta(max_length=1024)] | None = None  # None: not reported this time
+
+    def __post_init__(self) -> None:
+        if self.v != SCHEMA_VERSION:
+            raise ValueError(f"schema version {self.v} is not {SCHEMA_VERSION}")
+        last = 0
+        for record in self.records:
+            if record.seq <= last:
+                raise ValueError(f"records must be in increasing seq order ({record.seq} after {last})")
+            last = record.seq
+
+
+class Ack(msgspec.Struct):
+    """The control plane's answer: it holds every record of this stream up to `acked`."""
+
+    acked: int
+    stored: int
+    duplicates: int

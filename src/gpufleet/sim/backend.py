@@ -1,0 +1,152 @@
+"""Remediation on the digital twin: each action calls the twin's own action method, under the lock the twin's
+clock steps under, and is written to the journal so a restart replays it (the twin is rebuilt from its scenario).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from gpufleet.errors import BackendError
+from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend
+from gpufleet.sim.journal import TwinJournal
+from gpufleet.sim.source import EPOCH
+from gpufleet.sim.twin import Twin
+
+
+class TwinBackend(RemediationBackend):
+    name = "twin"
+
+    def __init__(self, twin: Twin, lock: threading.RLock | None = None, journal: TwinJournal | None = None) -> None:
+        self.twin = twin
+        self.lock = lock or threading.RLock()
+        self.journal = journal
+
+    def now(self) -> float:
+        return EPOCH + float(self.twin.time)
+
+    def nodes(self) -> list[str]:
+        return [n.name for n in self.twin.cluster.nodes]
+
+    def placement(self) -> dict[str, Placement]:
+        fabric = self.twin.cluster.fabric
+        leaf_of: dict[str, str] = {}
+        for link in fabric.links:  # the leaf that rail 0 of each node is cabled to
+            for here, there in ((link.a, link.b), (link.b, link.a)):
+                if here[0].endswith("/mlx5_0"):
+                    leaf_of[here[0].split("/", 1)[0]] = there[0]
+        return {n.name: Placement(rack=n.rack, leaf=leaf_of.get(n.name, "")) for n in self.twin.cluster.nodes}
+
+    def unavailable(self) -> set[str]:
+        with self.lock:
+            return {n.name for n in self.twin.cluster.nodes if n.unschedulable or self.twin.rebooting(n.name)}
+
+    def node_ready(self, node: str) -> bool:
+        with self.lock:
+            self.twin.cluster.node(node)
+            return not self.twin.rebooting(node)
+
+    # --- actions: journaled, so a restarted twin replays them ---------------------------------------------------
+
+    def apply(self, action: str, *args: Any) -> Any:
+        """Carry out one twin action (the journal replays through here too)."""
+        twin = self.twin
+        with self.lock:
+            result: Any = None
+            if action == "cordon":
+                twin.cordon(args[0], args[1] if len(args) > 1 else "")
+            elif action == "uncordon":
+                twin.uncordon(args[0])
+            elif action == "drain":
+                result = twin.drain(args[0])
+            elif action == "reset_gpu":
+                result = twin.reset_gpu(args[0], int(args[1]))
+            elif action == "reboot_node":
+                twin.reboot_node(args[0])
+            elif action == "set_power_limit":
+                twin.set_power_limit(args[0], int(args[1]), float(args[2]))
+            elif action == "isolate_port":
+                twin.isolate_port(args[0], int(args[1]))
+            elif action == "requeue_job":
+                result = twin.requeue_job(args[0], list(args[1]))
+            else:
+                raise BackendError(f"the twin has no action {action!r}")
+            if self.journal is not None:
+                self.journal.record(twin.time, action, list(args))
+        return result
+
+    def cordon(self, node: str, reason: str) -> str:
+        self.apply("cordon", node, reason)
+        return f"node {node} cordoned"
+
+    def uncordon(self, node: str) -> str:
+        self.apply("uncordon", node)
+        return f"node {node} uncordoned"
+
+    def drain(self, node: str, reason: str) -> str:
+        stopped = self.apply("drain", node)
+        return f"node {node} drained; stopped jobs: {', '.join(stopped) or 'none'}"
+
+    def reset_gpu(self, node: str, index: int) -> str:
+        with self.lock:
+            i = self.twin.gpu(node, index)
+            if not self.twin.gpus.alive[i]:
+                raise BackendError(f"GPU {index} on {node} cannot be reset in place (off the bus): reboot the node")
+            self.apply("reset_gpu", node, index)
+        return f"GPU {index} on {node} reset"
+
+    def reboot_node(self, node: str, reason: str) -> str:
+        self.apply("reboot_node", node)
+        return f"node {node} rebooting"
+
+    def _gpu_rows(self, node: str) -> list[int]:
+        return [self.twin.gpu(node, g.index) for g in self.twin.cluster.node(node).gpus]
+
+    def run_diag(self, node: str, level: int) -> DiagResult:
+        """The node's health checks at DCGM run level `level` (see gpufleet.sim.diag): a pass with a link down is
+        not trusted."""
+        from gpufleet.sim.diag import twin_diag
+
+        with self.lock:
+            outcome = twin_diag(self.twin, node, level)
+            count = len(self._gpu_rows(node))
+        if not outcome.passed:
+            return DiagResult(False, f"diag r{level} FAIL: " + "; ".join(outcome.failures()))
+        return DiagResult(True, f"diag r{level} PASS on {count} GPUs")
+
+    def set_power_limit(self, node: str, index: int | None, fraction: float) -> str:
+        with self.lock:
+            gpus = [index] if index is not None else [g.index for g in self.twin.cluster.node(node).gpus]
+            watts = []
+            for k in gpus:
+                w = round(float(self.twin.gpus.tdp_w[self.twin.gpu(node, k)]) * fraction)
+                self.apply("set_power_limit", node, k, w)
+                watts.append(w)
+        return f"power limit on {node} GPU {','.join(map(str, gpus))} set to {watts[0]} W"
+
+    def isolate_port(self, node: str, rail: int) -> str:
+        self.apply("isolate_port", node, rail)
+        return f"port {node}/mlx5_{rail} isolated"
+
+    def requeue_job(self, job: str, exclude: list[str]) -> str:
+        with self.lock:
+            placed = self.apply("requeue_job", job, exclude)
+            nodes = self.twin.cluster.job(job).nodes
+        if not placed:
+            return f"job {job} requeued without {', '.join(exclude)}; pending (no spare nodes)"
+        return f"job {job} requeued without {', '.join(exclude)} on {', '.join(nodes)}"
+
+    def gpu_count(self, node: str) -> int:
+        return len(self.twin.cluster.node(node).gpus)
+
+    def gpu_model(self, node: str) -> str:
+        return self.twin.cluster.node(node).gpu_model or ""
+
+    def cost_per_gpu_hour(self, node: str) -> float | None:
+        return self.twin.cost_per_gpu_hour.get(self.gpu_model(node))
+
+    def gpu_serial(self, node: str, index: int) -> str | None:
+        for gpu in self.twin.cluster.node(node).gpus:
+            if gpu.index == index:
+                return gpu.serial
+        return None

@@ -1,0 +1,241 @@
+"""The twin's nodes as agents: the twin comes into the control plane through the same door as real nodes.
+
+Each collection fills one frame with every simulated node's readings (as NVML and sysfs would), parses each node's
+new kernel-log lines with the same streaming parser a real agent runs, runs the same node-local detectors, and
+builds for every node the same `Batch` a real agent pushes: durable records under that node's sequence numbers,
+its inventory, a metric snapshot and its training jobs. A transport takes the batches: in process (`gpufleet up`)
+or over HTTP (the ingest benchmark). A rebooting node's agent is silent, as a real one would be.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufleet import __version__
+from gpufleet.health.edge import NodeHealth
+from gpufleet.model import JobState
+from gpufleet.model.kernel import KernelEvent
+from gpufleet.model.observe import (
+    SCHEMA_VERSION,
+    Ack,
+    Batch,
+    GpuInfo,
+    JobFact,
+    MetricSnapshot,
+    NodeInventory,
+    PortInfo,
+    RankFact,
+    Record,
+)
+from gpufleet.sim.source import EPOCH, TwinSource
+from gpufleet.sim.twin import Twin
+from gpufleet.sources.kmsg import KmsgParser
+from gpufleet.telemetry.frame import label_items
+
+INVENTORY_EVERY_S = 300.0  # agents resend their inventory this often (and whenever it changes)
+INVENTORY_CHECK_S = 60.0  # how often an agent looks at its node's versions
+
+Transport = Callable[[Batch], Ack]
+
+
+@dataclass(slots=True)
+class SimAgent:
+    """One simulated node's agent: its stream identity and what it has read so far."""
+
+    node: str
+    gpu_cols: np.ndarray
+    port_cols: np.ndarray
+    seq: int = 0
+    kmsg_seen: int = 0
+    parser: KmsgParser = field(init=False)
+    inventory: NodeInventory | None = None
+    inventory_due: bool = False
+    inventory_sent: float = -np.inf
+    inventory_checked: float = -np.inf
+    unsent: list[Record] = field(default_factory=list)  # records not yet acknowledged (the agent's spool)
+
+    def __post_init__(self) -> None:
+        self.parser = KmsgParser(host=self.node)
+
+
+class SimFleet:
+    def __init__(self, twin: Twin, incarnation: str | None = None) -> None:
+        self.twin = twin
+        self.incarnation = incarnation or secrets.token_hex(8)
+        self.source = TwinSource(twin)
+        self.frame = self.source.new_frame()
+        port_speeds = np.array([twin.ports.speed_gbps[p] for p in self.source.port_idx])
+        self.health = NodeHealth(self.frame, port_speeds_gbps=port_speeds)
+        self.gpu_fields = [f.name for f in self.frame.gpu_fields]
+        self.port_fields = [f.name for f in self.frame.ib_fields]
+        self.port_names = [f"{p.hca}/{p.port}" for p in self.frame.ib_ports]
+        gpu_host = np.array([e.hostname for e in self.frame.entities])
+        port_host = np.array([p.hostname for p in self.frame.ib_ports])
+        self.agents = {
+            n.name: SimAgent(n.name, np.flatnonzero(gpu_host == n.name), np.flatnonzero(port_host == n.name))
+            for n in twin.cluster.nodes
+            if n.gpus
+        }
+        self._rank_layout: dict[tuple[str, int, tuple[str, ...]], dict[str, list[tuple[int, int, tuple]]]] = {}
+        self.batches = 0
+
+    # --- a collection --------------------------------------------------------------------------------------------
+
+    def collect(self) -> list[Batch]:
+        """Every answering node's batch for the twin's current moment."""
+        twin, frame = self.twin, self.frame
+        now = EPOCH + twin.time
+        frame.clear_values()
+        self.source.collect(frame)
+        kernel: dict[str, list[KernelEvent]] = {}
+        inventories = []
+        for agent in self.agents.values():
+            lines = twin.kmsg[agent.node]
+            if len(lines) > agent.kmsg_seen:
+                events: list[KernelEvent] = []
+                for line in lines[agent.kmsg_seen :]:
+                    events += agent.parser.feed_line(line)
+                agent.kmsg_seen = len(lines)
+                if events:
+                    kernel[agent.node] = events
+            if now - agent.inventory_checked >= INVENTORY_CHECK_S or agent.inventory is None:
+                agent.inventory_checked = now
+                inv = self.inventory(agent.node)
+                if inv != agent.inventory or now - agent.inventory_sent >= INVENTORY_EVERY_S:
+                    agent.inventory, agent.inventory_due = inv, True
+                    inventories.append(inv)
+        out = self.health.observe(now, frame, kernel, inventories)
+        observations = out.by_node()
+        jobs = self.job_facts()
+        batches = []
+        for agent in self.agents.values():
+            for obs in observations.get(agent.node, ()):
+                agent.seq += 1
+                agent.unsent.append(Record(agent.seq, obs))
+            if twin.rebooting(agent.node):
+                continue  # its agent is down with it; the spool keeps what it had
+            batches.append(
+                Batch(
+                    v=SCHEMA_VERSION,
+                    agent=agent.node,
+                    incarnation=self.incarnation,
+                    node=agent.node,
+                    sent=now,
+                    interval=twin.tick,
+                    records=list(agent.unsent),
+                    inventory=agent.inventory if agent.inventory_due else None,
+                    metrics=self._snapshot(agent, now),
+                    jobs=jobs.get(agent.node, []),
+                )
+            )
+            if agent.inventory_due:
+                agent.inventory_due, agent.inventory_sent = False, now
+        self.batches += len(batches)
+        return batches
+
+    def push(self, transport: Transport) -> int:
+        """Collect and hand every batch to `transport`."""
+        return self.deliver(self.collect(), transport)
+
+    def deliver(self, batches: list[Batch], transport: Transport) -> int:
+        """Hand batches to `transport`; acknowledged records leave the agents' spools."""
+        for batch in batches:
+            ack = transport(batch)
+            agent = self.agents[batch.node]
+            agent.unsent = [r for r in agent.unsent if r.seq > ack.acked]
+        return len(batches)
+
+    def positions(self) -> dict[str, dict[str, int]]:
+        """Each agent's stream position: the last sequence number used and the kernel-log lines read."""
+        return {n: {"seq": a.seq, "kmsg": a.kmsg_seen} for n, a in self.agents.items()}
+
+    # --- what a node's agent reads -------------------------------------------------------------------------------
+
+    def _snapshot(self, agent: SimAgent, now: float) -> MetricSnapshot:
+        f = self.frame
+        held = ["" if (a := f.attribution[int(i)]) is None else f"{a.namespace}/{a.pod}" for i in agent.gpu_cols]
+        return MetricSnapshot.of(
+            now,
+            [f.entities[int(i)].gpu for i in agent.gpu_cols],
+            self.gpu_fields,
+            f.values[:, agent.gpu_cols],
+            [self.port_names[int(i)] for i in agent.port_cols],
+            self.port_fields,
+            f.ib_values[:, agent.port_cols],
+            [bool(v >= 0.5) for v in f.ib_up[agent.port_cols]],
+            held,
+        )
+
+    def inventory(self, name: str) -> NodeInventory:
+        return node_inventory(self.twin, name)
+
+    def job_facts(self) -> dict[str, list[JobFact]]:
+        """Per node, the training jobs with ranks there, as their framework exports them."""
+        twin, ts, gauges = self.twin, self.twin.training, self.frame.gauges
+        out: dict[str, list[JobFact]] = {}
+        for j, job in enumerate(ts.jobs):
+            if job.state not in (JobState.running, JobState.hung):
+                continue
+            key = (job.name, job.restarts, tuple(job.nodes))
+            layout = self._rank_layout.get(key)
+            if layout is None:
+                layout = {}
+                for rank, k in enumerate(ts.ranks_of(j)):
+                    node = twin.cluster.nodes[int(twin.gpus.node_of[k])].name
+                    gauge = ("training_rank_compute_seconds", label_items({"job": job.name, "rank": str(rank)}))
+                    layout.setdefault(node, []).append((rank, int(twin.gpus.index_on_node[k]), gauge))
+                self._rank_layout[key] = layout
+            for node, ranks in layout.items():
+                out.setdefault(node, []).append(
+                    JobFact(
+                        job=job.name,
+                        ranks=[RankFact(r, g, gauges.get(gauge)) for r, g, gauge in ranks],
+                        world_size=job.world_size,
+                        last_step_time=EPOCH + job.last_step_time,
+                        step_seconds=job.step_time_s,
+                        step=job.step,
+                        restarts=job.restarts,
+                    )
+                )
+        return out
+
+
+def node_inventory(twin: Twin, name: str) -> NodeInventory:
+    """What an agent reads about its node: versions, GPUs (NVML), HCA ports (sysfs)."""
+    node = twin.cluster.node(name)
+    sw = node.software
+    ports = []
+    for nic in node.nics:
+        p = twin.port_of(name, nic.rail)
+        port = nic.ports[0] if nic.ports else None
+        ports.append(
+            PortInfo(
+                hca=nic.name,
+                port=port.number if port else 1,
+                rail=str(nic.rail),
+                guid=port.guid if port else nic.guid,
+                lid=port.lid if port else None,
+                rate_gbps=port.speed_gbps if port else None,
+                link_layer="InfiniBand",
+                netdev=nic.netdev or f"ib{nic.rail}",
+                peer=twin.ports.leaf_of(p),
+            )
+        )
+    return NodeInventory(
+        hostname=name,
+        driver=sw.driver_version,
+        cuda=sw.cuda_version,
+        kernel=sw.kernel,
+        fabric_manager=sw.fabric_manager_version,
+        agent_version=__version__,
+        gpus=[
+            GpuInfo(g.index, g.uuid, g.model.product_name, g.pci_bus_id, g.serial, False, float(g.model.memory_mib))
+            for g in node.gpus
+        ],
+        ports=ports,
+        labels={"pool": node.pool, "rack": node.rack},
+    )

@@ -1,0 +1,86 @@
+"""What lets `gpufleet up` restart where it stopped: the twin is rebuilt from its scenario (it is seeded, so the
+same actions at the same moments give the same cluster), then brought to the moment of its last checkpoint with
+every action taken on it replayed. The checkpoint also holds its agents' stream positions, so their records go on
+from where the control plane's stopped: nothing is replayed into it, nothing is lost.
+
+The journal lives in the control plane's state database; a checkpoint is written in the same transaction as the
+batches of its moment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.state import Database
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS twin_checkpoint (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    scenario TEXT NOT NULL,
+    time REAL NOT NULL,
+    incarnation TEXT NOT NULL,
+    agents TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS twin_actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    scenario TEXT NOT NULL,
+    time REAL NOT NULL,
+    action TEXT NOT NULL,
+    args TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    time: float  # twin seconds
+    incarnation: str
+    agents: dict[str, dict[str, int]]  # node -> {"seq": .., "kmsg": ..}
+
+
+def scenario_id(path: Path) -> str:
+    """A scenario's identity: its path and contents (an edited scenario is a new twin)."""
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    return f"{Path(path).resolve()}#{digest}"
+
+
+class TwinJournal:
+    def __init__(self, db: Database, scenario: str) -> None:
+        self.db = db
+        self.scenario = scenario
+        with db.transaction():
+            for statement in _DDL.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+
+    def load(self) -> tuple[Checkpoint | None, list[tuple[float, str, list[Any]]]]:
+        """The last checkpoint and the actions to replay, if they belong to this scenario."""
+        row = self.db.one("SELECT scenario, time, incarnation, agents FROM twin_checkpoint WHERE id = 1")
+        if row is None or row[0] != self.scenario:
+            return None, []
+        actions = self.db.query(
+            "SELECT time, action, args FROM twin_actions WHERE scenario = ? ORDER BY id", (self.scenario,)
+        )
+        return Checkpoint(float(row[1]), row[2], json.loads(row[3])), [(t, a, json.loads(x)) for t, a, x in actions]
+
+    def reset(self) -> None:
+        """Forget another scenario's journal: this twin starts fresh."""
+        with self.db.transaction():
+            self.db.execute("DELETE FROM twin_checkpoint")
+            self.db.execute("DELETE FROM twin_actions")
+
+    def checkpoint(self, time: float, incarnation: str, agents: dict[str, dict[str, int]]) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO twin_checkpoint VALUES (1, ?, ?, ?, ?)",
+            (self.scenario, time, incarnation, json.dumps(agents)),
+        )
+
+    def record(self, time: float, action: str, args: list[Any]) -> None:
+        self.db.execute(
+            "INSERT INTO twin_actions(scenario, time, action, args) VALUES (?, ?, ?, ?)",
+            (self.scenario, time, action, json.dumps(args, default=str)),
+        )

@@ -1,0 +1,160 @@
+"""Run the twin behind the control plane's door: step it, let its agents push, turn the control loop.
+
+`SimRunner` does that in a background thread at a chosen speed (`gpufleet up`), holding the twin's lock only while
+the twin steps and its agents read it, never while the control plane works, so API readers wait at most for one
+tick of the twin. `run_headless` does the same as fast as the machine allows (`get incidents -f`, benchmarks).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpufleet.model.observe import Ack, Batch
+from gpufleet.sim.backend import TwinBackend
+from gpufleet.sim.fleet import SimFleet
+from gpufleet.sim.journal import Checkpoint, TwinJournal
+from gpufleet.sim.twin import Twin
+from gpufleet.state import Database
+
+log = logging.getLogger("gpufleet.sim")
+MAX_CATCH_UP = 200  # steps per pass before readers get a turn
+
+Transport = Callable[[Batch], Ack]
+
+
+class SimRunner:
+    def __init__(
+        self,
+        twin: Twin,
+        fleet: SimFleet,
+        transport: Transport,
+        tick: Callable[[], None],
+        *,
+        lock: threading.RLock,
+        db: Database | None = None,
+        journal: TwinJournal | None = None,
+        speed: float = 1.0,
+    ) -> None:
+        self.twin = twin
+        self.fleet = fleet
+        self.transport = transport
+        self.tick = tick
+        self.lock = lock
+        self.db = db
+        self.journal = journal
+        self.speed = speed
+        self.error: str | None = None
+        self.steps = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- restart ------------------------------------------------------------------------------------------------
+
+    def restore(
+        self,
+        checkpoint: Checkpoint,
+        actions: list[tuple[float, str, list[Any]]],
+        backend: TwinBackend,
+        progress: Callable[[float], None] | None = None,
+    ) -> int:
+        """Bring a freshly built twin to its checkpoint, replaying every action at its moment; the agents go on
+        from their stream positions. Returns how many actions were replayed."""
+        journal, backend.journal = backend.journal, None  # replayed actions are in the journal already
+        pending = list(actions)
+        replayed = 0
+        try:
+            while True:
+                while pending and pending[0][0] <= self.twin.time:
+                    _, action, args = pending.pop(0)
+                    try:
+                        backend.apply(action, *args)
+                    except Exception as exc:  # an action that failed then fails again now: same twin
+                        log.debug("replayed %s%s: %s", action, tuple(args), exc)
+                    replayed += 1
+                if self.twin.time >= checkpoint.time - 1e-9:
+                    break
+                self.twin.step()
+                if progress is not None and int(self.twin.time) % 600 == 0:
+                    progress(self.twin.time)
+        finally:
+            backend.journal = journal
+        self.fleet.incarnation = checkpoint.incarnation
+        for node, position in checkpoint.agents.items():
+            agent = self.fleet.agents.get(node)
+            if agent is not None:
+                agent.seq = position["seq"]
+                agent.kmsg_seen = position["kmsg"]
+        return replayed
+
+    # --- one tick ------------------------------------------------------------------------------------------------
+
+    def step_once(self) -> None:
+        with self.lock:
+            self.twin.step()
+            batches = self.fleet.collect()
+        if self.db is not None:
+            with self.db.transaction():  # the moment's batches and its checkpoint: all or none
+                self.fleet.deliver(batches, self.transport)
+                if self.journal is not None:
+                    self.journal.checkpoint(self.twin.time, self.fleet.incarnation, self.fleet.positions())
+        else:
+            self.fleet.deliver(batches, self.transport)
+        self.tick()
+        self.steps += 1
+
+    # --- in the background ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="twin", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        start_wall, start_sim = time.monotonic(), self.twin.time
+        try:
+            while not self._stop.is_set():
+                target = start_sim + (time.monotonic() - start_wall) * self.speed
+                for _ in range(MAX_CATCH_UP):
+                    if self.twin.time + self.twin.tick > target or self._stop.is_set():
+                        break
+                    self.step_once()
+                behind = target - self.twin.time
+                if behind > 30 * self.twin.tick * max(1.0, self.speed):  # this host cannot keep up: stop chasing
+                    start_wall, start_sim = time.monotonic(), self.twin.time
+                self._stop.wait(min(0.05, self.twin.tick / self.speed))
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("the twin stopped")
+
+
+def run_headless(
+    twin: Twin,
+    fleet: SimFleet,
+    transport: Transport,
+    tick: Callable[[], None],
+    seconds: float,
+    progress: Callable[[float], None] | None = None,
+    before_step: Callable[[], None] | None = None,
+) -> None:
+    """Step the twin `seconds` of simulated time as fast as possible, through the same door."""
+    runner = SimRunner(twin, fleet, transport, tick, lock=threading.RLock())
+    steps = round(seconds / twin.tick)
+    report = max(1, steps // 200)
+    for k in range(steps):
+        if before_step is not None:
+            before_step()
+        runner.step_once()
+        if progress is not None and (k + 1) % report == 0:
+            progress((k + 1) * twin.tick)

@@ -1,0 +1,74 @@
+"""Incidents as the database keeps them: one row per incident, its whole body as JSON, ids never reused."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from gpufleet.state.db import Database
+
+ID_PREFIX = "INC-"
+
+
+class IncidentTable:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def next_number(self) -> int:
+        """The number after every incident id this database has ever given out."""
+        stored = self.db.get_meta("incident_counter")  # kept as the next number to give
+        row = self.db.one("SELECT MAX(CAST(SUBSTR(id, 5) AS INTEGER)) FROM incidents WHERE id LIKE 'INC-%'")
+        highest = int(row[0] or 0) if row else 0
+        return max(int(stored or 1), highest + 1)
+
+    def save(self, bodies: Iterable[dict[str, Any]], counter: int | None = None) -> None:
+        """Write incidents (as `incident_to_dict` makes them), and the next id number, in one transaction."""
+        rows = [
+            (
+                b["id"],
+                b["cause"],
+                _entity_text(b["entity"]),
+                b["entity"].get("node", ""),
+                b["severity"],
+                b["state"],
+                b["first_seen"],
+                b["last_seen"],
+                b["count"],
+                json.dumps(b, default=str),
+            )
+            for b in bodies
+        ]
+        with self.db.transaction():
+            self.db.executemany("INSERT OR REPLACE INTO incidents VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+            if counter is not None:
+                self.db.set_meta("incident_counter", str(counter))
+
+    def get(self, incident_id: str) -> dict[str, Any] | None:
+        row = self.db.one("SELECT body FROM incidents WHERE id = ?", (incident_id,))
+        return None if row is None else dict(json.loads(row[0]))
+
+    def list(
+        self, state: str | None = None, node: str | None = None, limit: int = 500, active_only: bool = False
+    ) -> list[dict[str, Any]]:
+        where, args = [], []
+        if state:
+            where.append("state = ?")
+            args.append(state)
+        if active_only:
+            where.append("state != 'resolved'")
+        if node:
+            where.append("node = ?")
+            args.append(node)
+        sql = "SELECT body FROM incidents" + (f" WHERE {' AND '.join(where)}" if where else "")
+        rows = self.db.query(sql + " ORDER BY first_seen DESC, id DESC LIMIT ?", [*args, limit])
+        return [dict(json.loads(r[0])) for r in rows]
+
+
+def _entity_text(entity: dict[str, Any]) -> str:
+    parts = [entity.get("kind", ""), entity.get("node") or entity.get("name", "")]
+    if entity.get("index") is not None:
+        parts.append(str(entity["index"]))
+    if entity.get("name") and entity.get("node"):
+        parts.append(entity["name"])
+    return "/".join(str(p) for p in parts if p != "")

@@ -1,0 +1,248 @@
+"""The control plane's door and loop: exactly-once ingest, range checks, a failed batch that poisons nothing,
+agent incarnations, lost agents, incident ids across restarts, conditions that clear, and remediation in dry-run and
+on taking the same decisions."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpufleet.control.service import ControlPlane
+from gpufleet.errors import BackendError
+from gpufleet.model import Entity, EntityKind, IncidentState, RootCause, Severity
+from gpufleet.model.observe import (
+    SCHEMA_VERSION,
+    Batch,
+    Finding,
+    GpuInfo,
+    KernelReport,
+    MetricSnapshot,
+    NodeInventory,
+    Record,
+)
+from gpufleet.model.wire import WireError, decode_batch, encode
+from gpufleet.remediate.backends.observe import ObserveOnlyBackend
+from gpufleet.sim.faults import InjectedFault
+from gpufleet.sim.runner import run_headless
+from gpufleet.spec.scenario_spec import FaultType
+from gpufleet.state import Database
+from tests.twins import door, small_twin
+
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def plane_at(db: Database, clock: Clock, remediation: str = "off") -> ControlPlane:
+    holder: dict[str, ControlPlane] = {}
+    backend = ObserveOnlyBackend(lambda: sorted(holder["p"].fleet.nodes))
+    plane = ControlPlane(db, backend, clock=clock, remediation=remediation)
+    holder["p"] = plane
+    return plane
+
+
+def lost_gpu(node: str, when: float, gpu: int = 3) -> Finding:
+    return Finding(
+        when, RootCause.gpu_lost, Entity(EntityKind.gpu, node, gpu), Severity.critical,
+        f"Xid 79 on gpu/{node}/{gpu}", "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "kmsg",
+        action="RESTART_BM", xid=79,
+    )  # fmt: skip
+
+
+def batch(node: str, records: list[Record], incarnation: str = "inc-1", when: float = T0, **kw: Any) -> Batch:
+    return Batch(v=SCHEMA_VERSION, agent=node, incarnation=incarnation, node=node, sent=when, records=records, **kw)
+
+
+def inventory(node: str) -> NodeInventory:
+    return NodeInventory(
+        hostname=node, driver="550.90.07", cuda="12.4", gpus=[GpuInfo(i, f"GPU-{i}", "H100") for i in range(8)]
+    )
+
+
+def test_a_record_is_stored_once_however_often_it_is_sent(tmp_path: Path) -> None:
+    clock = Clock()
+    plane = plane_at(Database(tmp_path / "s.db"), clock)
+    report = KernelReport(T0, "a", "xid", "Xid 79", "NVRM: Xid (PCI:0000:3b:00): 79, ...", gpu=3, xid=79)
+    records = [Record(1, report), Record(2, lost_gpu("a", T0))]
+    first = plane.ingest(batch("a", records, inventory=inventory("a")))
+    again = plane.ingest(batch("a", records))
+    assert (first.acked, first.stored, first.duplicates) == (2, 2, 0)
+    assert (again.acked, again.stored, again.duplicates) == (2, 0, 2)
+    assert plane.store.count_events(agent="a") == 2
+    assert [i.cause for i in plane.book.incidents.values()] == [RootCause.gpu_lost]
+    assert plane.book.incidents["INC-000001"].count == 1
+
+
+def test_a_new_spool_is_a_new_stream_and_nothing_of_it_is_dropped(tmp_path: Path) -> None:
+    plane = plane_at(Database(tmp_path / "s.db"), Clock())
+    plane.ingest(batch("a", [Record(k, lost_gpu("a", T0, gpu=k % 8)) for k in range(1, 16)]))
+    # the agent's data folder was lost: its new spool starts again at 1, under a new incarnation
+    ack = plane.ingest(batch("a", [Record(k, lost_gpu("a", T0 + 5, gpu=k % 8)) for k in range(1, 16)], "inc-2"))
+    assert ack.stored == 15 and ack.duplicates == 0
+    assert plane.store.count_events(agent="a") == 30
+
+
+def test_out_of_range_sequence_numbers_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    plane = plane_at(Database(tmp_path / "s.db"), Clock())
+    body = encode(batch("a", [Record(1, lost_gpu("a", T0))])).replace(b'"seq":1', b'"seq":9223372036854775808')
+    with pytest.raises(WireError, match="seq"):
+        decode_batch(body)
+    ok = plane.ingest(decode_batch(encode(batch("a", [Record(1, lost_gpu("a", T0))]))))
+    assert ok.stored == 1 and plane.health().healthy
+
+
+def test_a_failed_batch_leaves_nothing_behind_and_the_next_one_is_taken(tmp_path: Path, monkeypatch: Any) -> None:
+    plane = plane_at(Database(tmp_path / "s.db"), Clock())
+    real = plane.store.store_batch
+
+    def broken(*args: Any, **kw: Any) -> None:
+        with plane.db.transaction():
+            plane.db.execute(
+                "INSERT INTO events(agent, incarnation, seq, time, received, node, kind, entity, "
+                "message, body) VALUES ('a','inc-1',1,0,0,'a','kmsg','x','half-written','{}')"
+            )
+            raise BackendError("disk full")
+
+    monkeypatch.setattr(plane.store, "store_batch", broken)
+    records = [Record(1, lost_gpu("a", T0))]
+    with pytest.raises(BackendError):
+        plane.ingest(batch("a", records))
+    assert plane.store.count_events() == 0  # the transaction rolled back
+    assert plane.book.incidents == {}  # and nothing was correlated from it
+    monkeypatch.setattr(plane.store, "store_batch", real)
+    ack = plane.ingest(batch("a", records))  # the same batch, re-sent by the agent
+    assert ack.stored == 1 and plane.store.count_events(agent="a") == 1
+    assert [i.cause for i in plane.book.incidents.values()] == [RootCause.gpu_lost]
+
+
+def test_incident_ids_are_unique_for_the_life_of_the_database(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    plane = plane_at(Database(path), Clock())
+    plane.ingest(batch("a", [Record(1, lost_gpu("a", T0))]))
+    plane.db.close()
+    again = plane_at(Database(path), Clock())
+    assert again.book.incidents["INC-000001"].cause is RootCause.gpu_lost  # reloaded
+    again.ingest(batch("a", [Record(2, lost_gpu("a", T0 + 1))]))  # the same fault: deduplicated after a restart
+    again.ingest(batch("b", [Record(1, lost_gpu("b", T0 + 2))]))
+    assert sorted(again.book.incidents) == ["INC-000001", "INC-000002"]
+    assert again.book.incidents["INC-000001"].count == 2
+    assert again.incident("INC-000001")["cause"] == "gpu-lost"
+
+
+def test_a_silent_agent_marks_its_node_agent_lost(tmp_path: Path) -> None:
+    from gpufleet.control import views
+
+    clock = Clock()
+    plane = plane_at(Database(tmp_path / "s.db"), clock)
+    plane.ingest(batch("a", [], inventory=inventory("a"), interval=1.0))
+    clock.now += 2.0
+    plane.tick()
+    assert views.node_rows(plane)[0]["status"] == "Ready"
+    clock.now += 2.0
+    plane.tick()
+    assert views.node_rows(plane)[0]["status"] == "AgentLost"
+    assert plane.store.events(kind="agent")[0]["message"].endswith("is AgentLost")
+    plane.ingest(batch("a", [], when=clock.now))
+    assert views.node_rows(plane)[0]["status"] == "Ready"
+
+
+def test_a_condition_that_clears_resolves_after_its_hold_but_a_reported_fault_stays_open(tmp_path: Path) -> None:
+    clock = Clock()
+    plane = plane_at(Database(tmp_path / "s.db"), clock)
+    brake = Finding(T0, RootCause.power_brake, Entity(EntityKind.gpu, "a", 0), Severity.warning, "power brake",
+                    "asserted 3 s", "telemetry", action="CHECK_MECHANICALS")  # fmt: skip
+    plane.ingest(batch("a", [Record(1, brake), Record(2, lost_gpu("a", T0))]))
+    hold = plane.thresholds.control.resolve_after_s[RootCause.power_brake]
+    clock.now = T0 + hold - 1
+    plane.tick()
+    assert all(i.state is IncidentState.open for i in plane.book.incidents.values())
+    clock.now = T0 + hold + 1
+    plane.tick()
+    states = {i.cause: i.state for i in plane.book.incidents.values()}
+    assert states == {RootCause.power_brake: IncidentState.resolved, RootCause.gpu_lost: IncidentState.open}
+    assert plane.incident("INC-000001")["state"] == "resolved"
+    # the brake again, later: a new incident, not the resolved one reopened
+    plane.ingest(batch("a", [Record(3, brake)]))
+    assert len(plane.book.incidents) == 3
+
+
+def test_metric_snapshots_feed_the_views_and_the_store(tmp_path: Path) -> None:
+    from gpufleet.control import views
+    from gpufleet.telemetry.store import EmbeddedStore
+
+    clock = Clock()
+    db = Database(tmp_path / "s.db")
+    plane = ControlPlane(db, ObserveOnlyBackend(lambda: ["a"]), clock=clock, metrics=EmbeddedStore(None))
+    fields = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"]
+    values = np.array([[90.0] * 7 + [np.nan], [60.0] * 7 + [np.nan], [500.0] * 7 + [np.nan]])
+    snap = MetricSnapshot.of(T0, list(range(8)), fields, values)
+    plane.ingest(batch("a", [], inventory=inventory("a"), metrics=snap))
+    plane.tick()
+    row = views.node_rows(plane)[0]
+    assert row["gpu_util_pct"] == 90.0 and row["power_kw"] == 3.5 and row["gpus_allocatable"] == 7
+    assert [g["health"] for g in views.gpu_rows(plane, "a")][-1] == "lost"
+    assert plane.metrics is not None
+    (sample,) = plane.metrics.instant('gpufleet_node_power_watts{node="a"}')
+    assert sample.value == 3500.0
+
+
+def _drain_wave(remediation: str, tmp_path: Path) -> tuple[list[str], Any]:
+    """16 nodes lose a GPU within two minutes; what remediation decides for each, in order."""
+    twin = small_twin(nodes=16, job_nodes=0)
+    db = Database(tmp_path / f"{remediation}.db")
+    plane, fleet = door(twin, remediation=remediation, db=db)
+    decisions = []
+    run_headless(twin, fleet, plane.ingest, plane.tick, 1)
+    for k in range(16):
+        plane.ingest(batch(f"n-{k:03d}", [Record(1, lost_gpu(f"n-{k:03d}", plane.clock()))], incarnation=f"t{k}"))
+        plane.tick()
+        plane.clock = (lambda base, dt: lambda: base + dt)(plane.clock(), 7.0)  # 7 s later
+    for audit in plane.store.audit_log.entries(actor="remediation"):
+        if audit.action in ("cordon", "drain", "breaker-trip"):
+            same = {"would": "done", "would-trip": "breaker-tripped"}.get(audit.decision, audit.decision)
+            decisions.append(f"{audit.incident}:{audit.action}:{same}")
+    return decisions, twin
+
+
+def test_dry_run_decides_what_acting_would(tmp_path: Path) -> None:
+    dry, dry_twin = _drain_wave("dry-run", tmp_path)
+    on, on_twin = _drain_wave("on", tmp_path)
+    assert dry == on
+    assert any("breaker-trip" in d for d in on)  # the wave trips the breaker ...
+    assert sum(":drain:done" in d for d in on) < 16  # ... before every node is drained
+    assert not any(n.unschedulable for n in dry_twin.cluster.nodes)  # dry-run touched nothing
+    assert any(n.unschedulable for n in on_twin.cluster.nodes)
+
+
+def test_remediation_in_the_running_loop_never_fails_on_thread_affinity(tmp_path: Path) -> None:
+    """Ingest, the loop and remediation run on different threads over one state database."""
+    from gpufleet.sim.runner import SimRunner
+
+    twin = small_twin(faults=[InjectedFault(0, FaultType.gpu_off_bus, 5.0, node="n-001", gpu=2)], restart=30.0)
+    lock = threading.RLock()
+    db = Database(tmp_path / "s.db")
+    plane, fleet = door(twin, remediation="on", db=db, lock=lock)
+    runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, db=db, speed=200.0)
+    runner.start()
+    try:
+        deadline = threading.Event()
+        for _ in range(100):
+            if plane.remediation.reports and twin.time > 60:
+                break
+            deadline.wait(0.1)
+    finally:
+        runner.stop()
+    assert runner.error is None and plane.loop_error is None
+    assert plane.remediation.reports > 0 and plane.remediation.errors == 0
+    done = [e for e in plane.store.audit_log.entries(actor="remediation") if e.decision == "done"]
+    assert done and twin.cluster.node("n-001").unschedulable
