@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ParseError
+from gpufleet.sched.openb_cluster import load_openb_nodes
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.loader import load_cluster
-from gpufleet.spec.openb import load_openb_nodes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "examples"
 

@@ -60,12 +60,12 @@ def local_plane(scenario: Path, at: str, progress: bool = True) -> Any:
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
     from gpufleet.sim.runner import run_headless
+    from gpufleet.sim.scenario import build_twin
     from gpufleet.sim.source import EPOCH
-    from gpufleet.sim.twin import Twin
     from gpufleet.state import Database
     from gpufleet.telemetry.store import EmbeddedStore
 
-    twin, duration = Twin.from_scenario(scenario)
+    twin, duration = build_twin(scenario)
     seconds = parse_duration(at)
     if seconds > duration:
         raise UserError(f"--at {at} is after the scenario ends ({format_duration(duration)})")
@@ -361,10 +361,10 @@ def sim_run(
     """Run a scenario headless as fast as the machine allows, then summarize what happened."""
     import json
 
+    from gpufleet.sim.scenario import build_twin
     from gpufleet.sim.summary import summarize
-    from gpufleet.sim.twin import Twin
 
-    twin, scenario_duration = Twin.from_scenario(scenario)
+    twin, scenario_duration = build_twin(scenario)
     seconds = parse_duration(duration) if duration else scenario_duration
     quiet = output in (OutputFormat.json, OutputFormat.yaml)
     start = time.perf_counter()

@@ -30,11 +30,11 @@ def diag(
     nvlink = parse_nvlink_status(_read(nvlink_status), source=str(nvlink_status)) if nvlink_status else None
     if scenario is not None:
         from gpufleet.sim.diag import twin_diag
-        from gpufleet.sim.twin import Twin
+        from gpufleet.sim.scenario import build_twin
 
         if node is None:
             raise UserError("--scenario needs --node", fix="name the node to check")
-        twin, _ = Twin.from_scenario(scenario)
+        twin, _ = build_twin(scenario)
         twin.run(parse_duration(at))
         outcome = twin_diag(twin, node, level)
     elif dcgmi_output is not None:

@@ -62,9 +62,9 @@ def _backend(name: BackendName, scenario: Path | None, diag_command: str | None)
         return KubernetesBackend.from_kubeconfig()
     from gpufleet.cli.core import builtin_example
     from gpufleet.sim.backend import TwinBackend
-    from gpufleet.sim.twin import Twin
+    from gpufleet.sim.scenario import build_twin
 
-    twin, _ = Twin.from_scenario(scenario or builtin_example("scenarios/day-256gpu.yaml"))
+    twin, _ = build_twin(scenario or builtin_example("scenarios/day-256gpu.yaml"))
     return TwinBackend(twin)
 
 

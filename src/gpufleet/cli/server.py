@@ -87,7 +87,7 @@ def _metrics(home: Path) -> Any:
     return EmbeddedStore(home / "metrics")
 
 
-def build_real(home: Path, backend: BackendName, remediation: Mode, diag_command: str | None) -> Running:
+def real_plane(home: Path, backend: BackendName, remediation: Mode, diag_command: str | None) -> Running:
     from gpufleet.control.service import ControlPlane
     from gpufleet.state import open_state
 
@@ -112,17 +112,17 @@ def build_real(home: Path, backend: BackendName, remediation: Mode, diag_command
     return Running(plane, loop, [check], f"backend   {backend.value}; agents push to /api/v1/ingest")
 
 
-def build_twin(home: Path, scenario: Path, remediation: Mode, speed: float) -> Running:
+def twin_plane(home: Path, scenario: Path, remediation: Mode, speed: float) -> Running:
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
     from gpufleet.sim.journal import TwinJournal, scenario_id
     from gpufleet.sim.runner import SimRunner
+    from gpufleet.sim.scenario import build_twin
     from gpufleet.sim.source import EPOCH
-    from gpufleet.sim.twin import Twin
     from gpufleet.state import open_state
 
-    twin, _ = Twin.from_scenario(scenario)
+    twin, _ = build_twin(scenario)
     db = open_state(home)
     journal = TwinJournal(db, scenario_id(scenario))
     lock = threading.RLock()
@@ -218,11 +218,11 @@ def server(
     if backend is BackendName.twin:
         if speed <= 0:
             raise UserError("--speed must be positive")
-        running = build_twin(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed)
+        running = twin_plane(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed)
     else:
         if scenario is not None:
             raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
-        running = build_real(home, backend, remediate, diag_command)
+        running = real_plane(home, backend, remediate, diag_command)
     serve(running, host, port, run_for, _banner("gpufleet control plane", host, port, running, home, remediate))
 
 
@@ -246,7 +246,7 @@ def up(
     if speed <= 0:
         raise UserError("--speed must be positive")
     home = data_dir()
-    running = build_twin(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed)
+    running = twin_plane(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed)
     serve(running, host, port, run_for, _banner("gpufleet is up", host, port, running, home, remediate))
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from gpufleet.agent.runtime import Agent, assemble, locked
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.sim.fleet import node_inventory
+from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.source import TwinSource
 from gpufleet.sim.twin import Twin
 from gpufleet.sources.kmsg import KmsgParser
@@ -81,7 +82,7 @@ def sim_agent(
     token: Callable[[], str | None],
     exposition: ExpositionConfig | None = None,
 ) -> Agent:
-    twin, _ = Twin.from_scenario(scenario)
+    twin, _ = build_twin(scenario)
     clock = TwinClock(twin, speed)
     source = TwinSource(twin, node=node)
     frame = source.new_frame()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -63,7 +62,8 @@ class Flap:
 
 
 class Twin:
-    """A simulated GPU cluster. Build it with :meth:`from_scenario` or the constructor, then call :meth:`step`."""
+    """A simulated GPU cluster. Build it with `gpufleet.sim.scenario.build_twin` or the constructor, then call
+    :meth:`step`."""
 
     def __init__(
         self,
@@ -130,15 +130,6 @@ class Twin:
             for svc in cluster.services
         ]
         self.recorder = Recorder(self.gpus.n, ring_seconds=ring_seconds)
-
-    # --- construction ----------------------------------------------------------------------------------------
-
-    @classmethod
-    def from_scenario(cls, path: Path | str, *, ring_seconds: int = 300) -> tuple[Twin, float]:
-        """Build the twin a scenario file describes. Returns the twin and the scenario's duration in seconds."""
-        from gpufleet.sim.scenario import build_twin
-
-        return build_twin(Path(path), ring_seconds=ring_seconds)
 
     # --- observation helpers ---------------------------------------------------------------------------------
 
