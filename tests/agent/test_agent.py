@@ -197,6 +197,7 @@ def test_a_host_agent_without_nvml_still_turns_a_kernel_line_into_an_incident(
             agent.stop()
     (inc,) = plane.book.incidents.values()
     assert inc.cause is RootCause.gpu_lost and inc.node == "node-x" and inc.xid == 79
+    assert str(inc.entity) == "gpu/node-x/0000:3b:00"  # no NVML here: the GPU named by its PCI address
     assert 'gpufleet_source_up{source="nvml"} 0' in metrics
     assert 'gpufleet_source_up{source="kmsg"} 1' in metrics
     assert len([r for r in caplog.records if "nvml" in r.message]) == 1  # said once

@@ -56,7 +56,12 @@ class KernelDetector:
         verdict = classify(event, self.policy)
         pci = normalise_pci(event.pci) if event.pci else None
         gpu = self.gpu_by_pci.get((node, pci)) if pci else None
-        entity = Entity(EntityKind.gpu, node, gpu) if gpu is not None else Entity(EntityKind.node, node)
+        if gpu is not None:
+            entity = Entity(EntityKind.gpu, node, gpu)
+        elif pci:  # a node whose GPUs NVML cannot list (its driver is what broke): the GPU by its PCI address
+            entity = Entity(EntityKind.gpu, node, name=pci)
+        else:
+            entity = Entity(EntityKind.node, node)
         if event.kind == "api_mismatch":
             return Finding(
                 now,
