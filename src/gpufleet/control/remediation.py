@@ -86,6 +86,10 @@ class RemediationDriver:
             log.exception("remediation of %s (%s on %s) failed", incident_id, incident.cause.value, incident.entity)
             return
         self.reports += 1
+        decided = [f"{s.decision} {s.action} {s.target}" for s in report.steps if s.decision != "done-earlier"]
+        if decided:
+            log.info("%s %s, runbook %s [%s]: %s", incident_id, incident.cause.value, report.runbook, report.mode,
+                     "; ".join(decided))  # fmt: skip
         acted = any(s.decision == "done" for s in report.steps)
         if self.mode == "on" and acted and report.complete and live is not None:
             with self.plane.lock:

@@ -81,9 +81,11 @@ class ControlPlane:
         self.fleet = FleetState()
         self.fleet.load_inventory(self.store.inventories())
         self._dirty: dict[str, Incident] = {}
+        self._announced: set[str] = set()
         book = IncidentBook(on_change=self._changed, first_number=self.store.incidents.next_number())
         book.load(incident_from_dict(b, "stored incident") for b in self.store.incidents.list(limit=100_000))
         book.job_resources = self.fleet.job_resources
+        self._announced = set(book.incidents)
         self.book = book
         self.correlator = Correlator(book, self.thresholds)
         self._streams = {key: seq for key, (seq, _t, _n) in self.store.streams().items()}
@@ -124,10 +126,12 @@ class ControlPlane:
 
     def _correlated(self, changed: Iterable[Incident]) -> None:
         for inc in changed:
-            if inc.count == 1 and not inc.effects and inc.state is IncidentState.open:
+            if inc.id not in self._announced:
+                self._announced.add(inc.id)
                 self.store.add_event(
                     inc.first_seen, "incident", str(inc.entity), f"{inc.id} opened: {inc.summary}", inc.node
                 )
+                log.info("%s opened: %s (%s, %s)", inc.id, inc.summary, inc.cause.value, inc.severity.value)
             self.remediation.offer(inc)
 
     def _flush(self) -> None:
