@@ -192,7 +192,7 @@ def test_metric_snapshots_feed_the_views_and_the_store(tmp_path: Path) -> None:
     assert row["gpu_util_pct"] == 90.0 and row["power_kw"] == 3.5 and row["gpus_allocatable"] == 7
     assert [g["health"] for g in views.gpu_rows(plane, "a")][-1] == "lost"
     assert plane.metrics is not None
-    (sample,) = plane.metrics.instant('gpufleet_node_power_watts{node="a"}')
+    (sample,) = plane.metrics.store.instant('gpufleet_node_power_watts{node="a"}')
     assert sample.value == 3500.0
 
 

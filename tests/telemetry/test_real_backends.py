@@ -12,11 +12,15 @@ from typing import Any
 
 import pytest
 
+from gpufleet.control import views
+from gpufleet.control.metrics import MetricRecorder
+from gpufleet.sim.runner import run_headless
 from gpufleet.telemetry.exposition import CONTENT_TYPE, Renderer
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.rules import RulesConfig, dump, rule_groups
 from gpufleet.telemetry.store import RemoteConfig, RemoteStore
 from tests.conftest import REPO_ROOT, require_tool
+from tests.twins import door, small_twin
 
 from .conftest import filled_frame
 
@@ -146,3 +150,21 @@ def test_prometheus_loads_generated_rules(stack: dict[str, Any]) -> None:
     expected = [r["alert"] for g in rule_groups(RulesConfig())["groups"] for r in g["rules"]]
     assert sorted(r["name"] for r in rules) == sorted(expected)
     assert all(r["health"] in ("ok", "unknown") for r in rules)
+
+
+@pytest.mark.parametrize("backend", ["vm", "prometheus"])
+def test_the_control_plane_keeps_its_fleet_history_in_a_remote_store(stack: dict[str, Any], backend: str) -> None:
+    """`gpufleet server --metrics URL`: the dashboard's history written by remote write and read back by PromQL."""
+    twin = small_twin()
+    plane, fleet = door(twin)
+    store = RemoteStore(RemoteConfig(url=stack[backend], query_params={"nocache": "1"}))
+    plane.metrics = MetricRecorder(store)  # type: ignore[attr-defined]
+    # the twin's clock starts at its epoch; put it near now so the backends take the samples as recent
+    start = time.time() - 600
+    plane.clock = lambda: start + twin.time  # type: ignore[attr-defined]
+    run_headless(twin, fleet, plane.ingest, plane.tick, 300)  # type: ignore[attr-defined]
+    time.sleep(2.5)  # VictoriaMetrics shows pushed data after 1-2 s
+    history = poll(lambda: views.history(plane, start + 300))  # type: ignore[arg-type]
+    assert len(history) >= 4 and all(0 < p["util"] <= 100 for p in history if "util" in p)
+    assert any(p.get("power", 0) > 1.0 for p in history)  # kW of 24 GPUs
+    store.close()

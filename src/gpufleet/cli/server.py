@@ -81,13 +81,21 @@ def _logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _metrics(home: Path) -> Any:
-    from gpufleet.telemetry.store import EmbeddedStore
+def _metrics(home: Path, url: str | None) -> Any:
+    """The embedded store under the data directory, or Prometheus / VictoriaMetrics at `url`."""
+    from gpufleet.telemetry.store import EmbeddedStore, RemoteConfig, RemoteStore
 
-    return EmbeddedStore(home / "metrics")
+    if url is None:
+        return EmbeddedStore(home / "metrics")
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"--metrics {url!r} is not a URL", fix="e.g. --metrics http://prometheus:9090")
+    # nocache: VictoriaMetrics would answer from a cache made before the latest samples arrived
+    return RemoteStore(RemoteConfig(url=url, query_params={"nocache": "1"}))
 
 
-def real_plane(home: Path, backend: BackendName, remediation: Mode, diag_command: str | None) -> Running:
+def real_plane(
+    home: Path, backend: BackendName, remediation: Mode, diag_command: str | None, metrics: str | None = None
+) -> Running:
     from gpufleet.control.service import ControlPlane
     from gpufleet.state import open_state
 
@@ -105,14 +113,14 @@ def real_plane(home: Path, backend: BackendName, remediation: Mode, diag_command
         from gpufleet.remediate.backends.observe import ObserveOnlyBackend
 
         impl = ObserveOnlyBackend(lambda: sorted(holder["plane"].fleet.nodes))
-    plane = ControlPlane(db, impl, remediation=remediation.value, metrics=_metrics(home))
+    plane = ControlPlane(db, impl, remediation=remediation.value, metrics=_metrics(home, metrics))
     holder["plane"] = plane
     loop = ControlLoop(plane)
     check = lambda: None if loop.alive else "the control loop is not running"  # noqa: E731
     return Running(plane, loop, [check], f"backend   {backend.value}; agents push to /api/v1/ingest")
 
 
-def twin_plane(home: Path, scenario: Path, remediation: Mode, speed: float) -> Running:
+def twin_plane(home: Path, scenario: Path, remediation: Mode, speed: float, metrics: str | None = None) -> Running:
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
@@ -128,7 +136,7 @@ def twin_plane(home: Path, scenario: Path, remediation: Mode, speed: float) -> R
     lock = threading.RLock()
     backend = TwinBackend(twin, lock, journal)
     plane = ControlPlane(
-        db, backend, clock=lambda: EPOCH + twin.time, remediation=remediation.value, metrics=_metrics(home)
+        db, backend, clock=lambda: EPOCH + twin.time, remediation=remediation.value, metrics=_metrics(home, metrics)
     )
     fleet = SimFleet(twin)
     runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, db=db, journal=journal, speed=speed)
@@ -208,6 +216,12 @@ def server(
     diag_command: str | None = typer.Option(
         None, "--diag-command", help='slurm backend: how to test a node, e.g. "ssh {node} dcgmi diag -r {level}".'
     ),
+    metrics: str | None = typer.Option(
+        None,
+        "--metrics",
+        help="Keep the fleet history in Prometheus or VictoriaMetrics at this URL (remote write, PromQL reads) "
+        "instead of the embedded store.",
+    ),
     run_for: str | None = typer.Option(None, "--run-for", help="Stop after this much wall time (e.g. 30s)."),
 ) -> None:
     """Run the control plane: agents push to it, it correlates incidents and remediates through a backend."""
@@ -218,11 +232,11 @@ def server(
     if backend is BackendName.twin:
         if speed <= 0:
             raise UserError("--speed must be positive")
-        running = twin_plane(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed)
+        running = twin_plane(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed, metrics)
     else:
         if scenario is not None:
             raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
-        running = real_plane(home, backend, remediate, diag_command)
+        running = real_plane(home, backend, remediate, diag_command, metrics)
     serve(running, host, port, run_for, _banner("gpufleet control plane", host, port, running, home, remediate))
 
 

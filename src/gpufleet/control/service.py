@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.control.fleet import FleetState
+from gpufleet.control.metrics import MetricRecorder
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.store import StateStore
 from gpufleet.errors import NotFoundError, UserError
@@ -30,7 +31,7 @@ from gpufleet.model.observe import Ack, Batch, Finding
 from gpufleet.remediate.backends.base import RemediationBackend
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
-from gpufleet.telemetry.store import EmbeddedStore
+from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
 
 log = logging.getLogger("gpufleet.control")
 
@@ -68,7 +69,7 @@ class ControlPlane:
         clock: Clock = time.time,
         remediation: str = "dry-run",
         thresholds: Thresholds | None = None,
-        metrics: EmbeddedStore | None = None,
+        metrics: EmbeddedStore | RemoteStore | None = None,
         remediator: Any = None,
     ) -> None:
         self.db = db
@@ -76,7 +77,7 @@ class ControlPlane:
         self.backend = backend
         self.clock = clock
         self.thresholds = thresholds or load_thresholds()
-        self.metrics = metrics
+        self.metrics = MetricRecorder(metrics) if metrics is not None else None
         self.lock = threading.RLock()
         self.fleet = FleetState()
         self.fleet.load_inventory(self.store.inventories())
@@ -93,7 +94,6 @@ class ControlPlane:
         self._unavailable: set[str] = set()
         self._backend_read_at = -np.inf
         self._metrics_flushed = time.monotonic()
-        self._node_series: dict[str, list[int]] = {}
         self._pruned_at = -np.inf
         self.ticks = 0
         self.last_tick: float | None = None  # monotonic
@@ -203,32 +203,23 @@ class ControlPlane:
         """Per-node and fleet aggregates of the latest snapshots, one sample each per turn of the loop."""
         if self.metrics is None:
             return
-        nodes = [n for n in self.fleet.nodes.values() if not n.lost and n.gpu_matrix is not None]
-        if not nodes:
-            return
-        values, ids = [], []
+        samples: list[tuple[dict[str, str], float]] = []
         fleet_rows: dict[str, list[np.ndarray]] = {field: [] for _, field, _ in NODE_SERIES}
-        for node in nodes:
-            key = self._node_series.get(node.name)
-            if key is None:
-                key = self._node_series[node.name] = [
-                    self.metrics.series_id({"__name__": series, "node": node.name}) for series, _, _ in NODE_SERIES
-                ]
-            for sid, (_, field, op) in zip(key, NODE_SERIES, strict=True):
+        for node in self.fleet.nodes.values():
+            if node.lost or node.gpu_matrix is None:
+                continue
+            for series, field, op in NODE_SERIES:
                 row = node.gpu_row(field)
                 fleet_rows[field].append(row)
                 finite = row[~np.isnan(row)]
                 if finite.size:
-                    ids.append(sid)
-                    values.append(_AGG[op](finite))
+                    samples.append(({"__name__": series, "node": node.name}, _AGG[op](finite)))
         for name, field, op in FLEET_SERIES:
             rows = np.concatenate(fleet_rows[field]) if fleet_rows[field] else np.empty(0)
             finite = rows[~np.isnan(rows)]
             if finite.size:
-                ids.append(self.metrics.series_id({"__name__": name}))
-                values.append(_AGG[op](finite))
-        if ids:
-            self.metrics.write_ids(np.array(ids, dtype=np.int64), now, np.array(values, dtype=np.float64))
+                samples.append(({"__name__": name}, _AGG[op](finite)))
+        self.metrics.record(now, samples)
 
     def _flush_metrics(self) -> None:
         if self.metrics is not None and time.monotonic() - self._metrics_flushed > METRICS_FLUSH_S:

@@ -1,0 +1,57 @@
+"""The control plane's own series (per node and for the fleet), written to the configured metric store: the
+embedded store by its fast path, or Prometheus / VictoriaMetrics by remote write, one request per turn of the loop.
+The dashboard's history reads them back through the store's query API, whichever store it is."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gpufleet.errors import BackendError
+from gpufleet.telemetry.store import EmbeddedStore, RangeSeries, RemoteStore
+
+log = logging.getLogger("gpufleet.control")
+
+Sample = tuple[Mapping[str, str], float]
+
+
+class MetricRecorder:
+    def __init__(self, store: EmbeddedStore | RemoteStore) -> None:
+        self.store = store
+        self._ids: dict[tuple[tuple[str, str], ...], int] = {}
+        self._failing = False
+
+    def record(self, now: float, samples: Sequence[Sample]) -> None:
+        if not samples:
+            return
+        if isinstance(self.store, EmbeddedStore):
+            ids = np.empty(len(samples), dtype=np.int64)
+            for k, (labels, _) in enumerate(samples):
+                key = tuple(sorted(labels.items()))
+                sid = self._ids.get(key)
+                if sid is None:
+                    sid = self._ids[key] = self.store.series_id(labels)
+                ids[k] = sid
+            self.store.write_ids(ids, now, np.array([v for _, v in samples], dtype=np.float64))
+            return
+        try:
+            self.store.write_series([(labels, [(value, round(now * 1000))]) for labels, value in samples])
+        except BackendError as exc:  # the loop goes on; the history has a gap, said once
+            if not self._failing:
+                log.warning("%s; the fleet history will have a gap until it answers", exc.message)
+            self._failing = True
+        else:
+            if self._failing:
+                log.info("metric store answers again")
+            self._failing = False
+
+    def range(self, series: str, start: float, end: float, step: float) -> list[RangeSeries]:
+        return self.store.range(series, start, end, step)
+
+    def flush(self) -> None:
+        self.store.flush()
+
+    def close(self) -> None:
+        self.store.close()
