@@ -99,12 +99,14 @@ class StateStore:
     def events(
         self, kind: str | None = None, node: str | None = None, limit: int = 100, agent: str | None = None
     ) -> list[dict[str, Any]]:
-        """Newest first."""
+        """Newest first. `kind`, `node` and `agent` may each list several values, comma-separated."""
         where, args = [], []
         for column, value in (("kind", kind), ("node", node), ("agent", agent)):
-            if value:
-                where.append(f"{column} = ?")
-                args.append(value)
+            if not value:
+                continue
+            values = value.split(",")  # kind=kmsg,link: either
+            where.append(f"{column} IN ({', '.join('?' * len(values))})")
+            args.extend(values)
         sql = "SELECT id, agent, seq, time, received, node, kind, entity, message, body FROM events"
         sql += (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
         keys = ("id", "agent", "seq", "time", "received", "node", "kind", "entity", "message", "attrs")

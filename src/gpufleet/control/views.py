@@ -164,7 +164,7 @@ def job_rows(plane: ControlPlane) -> list[dict[str, Any]]:
                     "step_time_s": round(job.step_seconds, 2),
                     "last_step_age_s": round(age, 1),
                     "restarts": max((f.restarts for f in facts), default=0),
-                    "cause": cause_of.get(job.name),
+                    "cause": cause_of.get(job.name) if stalled else None,
                     "node_list": sorted({n for n, _ in job.ranks}),
                 }
             )

@@ -316,7 +316,8 @@ class Remediator:
 
     def _execute(self, incident: Incident, runbook: RunbookManifest, step: Step) -> tuple[str, str]:
         b, e, node = self.backend, incident.entity, incident.node
-        reason = step.reason or incident.summary
+        # the incident id first: the scheduler shows (and may shorten) the reason, and it is how a person finds out why
+        reason = f"{incident.id}: {step.reason or incident.summary}"
         a = step.action
         if a is ActionKind.cordon:
             return "done", b.cordon(node, reason)
