@@ -193,12 +193,14 @@ def test_a_host_agent_without_nvml_still_turns_a_kernel_line_into_an_incident(
                 fh.write(f"Nov 23 10:00:05 node-x kernel: {XID_79}")
             assert _wait(lambda: bool(plane.book.incidents))
             metrics = httpx.get(f"http://127.0.0.1:{agent.port}/metrics").text
+            health = httpx.get(f"http://127.0.0.1:{agent.port}/healthz").json()
         finally:
             agent.stop()
     (inc,) = plane.book.incidents.values()
     assert inc.cause is RootCause.gpu_lost and inc.node == "node-x" and inc.xid == 79
     assert str(inc.entity) == "gpu/node-x/0000:3b:00"  # no NVML here: the GPU named by its PCI address
     assert 'gpufleet_source_up{source="nvml"} 0' in metrics
+    assert health["control_plane"]["connected"] is True and health["sources"]["nvml"] is False
     assert 'gpufleet_source_up{source="kmsg"} 1' in metrics
     assert len([r for r in caplog.records if "nvml" in r.message]) == 1  # said once
     kernel = [e for e in plane.store.events(kind="kmsg") if e["node"] == "node-x"]

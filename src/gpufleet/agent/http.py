@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gpufleet.agent.collector import Collector
 from gpufleet.telemetry.exposition import CONTENT_TYPE
 
 
-def make_server(collector: Collector, host: str, port: int) -> ThreadingHTTPServer:
+def make_server(
+    collector: Collector, host: str, port: int, extra: Callable[[], dict[str, Any]] | None = None
+) -> ThreadingHTTPServer:
+    """`extra` adds to /healthz (the push to the control plane: connected, records waiting)."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -25,6 +30,7 @@ def make_server(collector: Collector, host: str, port: int) -> ThreadingHTTPServ
                     "last_collection_age_s": None if age is None else round(age, 3),
                     "sources": collector.source_up,
                     "collections": collector.collections,
+                    **(extra() if extra is not None else {}),
                 }
                 self._send(200 if healthy else 503, "application/json", json.dumps(body).encode())
             else:

@@ -47,10 +47,23 @@ class Agent:
         self.collector.start()
         if self.pusher is not None:
             self.pusher.start()
-        server = make_server(self.collector, self.host, self.port)
+        server = make_server(self.collector, self.host, self.port, self._push_status)
         self.port = server.server_address[1]
         self._server = server
         serve_in_thread(server)
+
+    def _push_status(self) -> dict[str, object]:
+        if self.pusher is None or self.spool is None:
+            return {}
+        return {
+            "control_plane": {
+                "url": self.pusher.url,
+                "connected": self.pusher.connected,
+                "acked": self.pusher.acked,
+                "waiting": len(self.spool),
+                "incarnation": self.spool.incarnation,
+            }
+        }
 
     def stop(self) -> None:
         if self._server is not None:
