@@ -59,6 +59,25 @@ class NodeState:
         return float(self.port_matrix[row, self.metrics.ports.index(port)])
 
 
+@dataclass(slots=True)
+class _JobParts:
+    """A job's ranks as the nodes hosting them report them, joined."""
+
+    ranks: dict[int, tuple[str, int, float]] = field(default_factory=dict)  # rank -> (node, GPU, compute s)
+    last_step: float = 0.0
+    step_seconds: float = 0.0
+
+    def view(self, name: str) -> JobView:
+        ordered = [self.ranks[k] for k in sorted(self.ranks)]
+        return JobView(
+            name,
+            tuple((n, g) for n, g, _ in ordered),
+            self.last_step,
+            self.step_seconds,
+            tuple(c for _, _, c in ordered),
+        )
+
+
 class FleetState:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeState] = {}
@@ -121,32 +140,15 @@ class FleetState:
     def jobs(self) -> list[JobView]:
         """Training jobs joined across the nodes that host their ranks."""
         if self._jobs is None:
-            merged: dict[str, dict[str, object]] = {}
+            merged: dict[str, _JobParts] = {}
             for node in self.nodes.values():
                 for fact in node.jobs:
-                    entry = merged.setdefault(
-                        fact.job, {"ranks": {}, "last": 0.0, "step": 0.0, "size": fact.world_size}
-                    )
-                    ranks: dict[int, tuple[str, int, float]] = entry["ranks"]  # type: ignore[assignment]
+                    parts = merged.setdefault(fact.job, _JobParts())
                     for r in fact.ranks:
-                        compute = float("nan") if r.compute_s is None else r.compute_s
-                        ranks[r.rank] = (node.name, r.gpu, compute)
-                    entry["last"] = max(float(entry["last"]), fact.last_step_time)  # type: ignore[arg-type]
-                    entry["step"] = max(float(entry["step"]), fact.step_seconds)  # type: ignore[arg-type]
-            views = []
-            for name, entry in merged.items():
-                ranks = entry["ranks"]  # type: ignore[assignment]
-                ordered = [ranks[k] for k in sorted(ranks)]
-                views.append(
-                    JobView(
-                        name,
-                        tuple((n, g) for n, g, _ in ordered),
-                        float(entry["last"]),  # type: ignore[arg-type]
-                        float(entry["step"]),  # type: ignore[arg-type]
-                        tuple(c for _, _, c in ordered),
-                    )
-                )
-            self._jobs = views
+                        parts.ranks[r.rank] = (node.name, r.gpu, float("nan") if r.compute_s is None else r.compute_s)
+                    parts.last_step = max(parts.last_step, fact.last_step_time)
+                    parts.step_seconds = max(parts.step_seconds, fact.step_seconds)
+            self._jobs = [parts.view(name) for name, parts in merged.items()]
         return self._jobs
 
     def rank_util(self, job: JobView) -> np.ndarray:
