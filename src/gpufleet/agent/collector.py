@@ -8,12 +8,12 @@ the rest keep being served.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
+from gpufleet.background import Background
 from gpufleet.telemetry.exposition import ExpositionConfig, Renderer
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -32,7 +32,10 @@ class FrameSink(Protocol):
     def ingest(self, frame: MetricFrame, timestamp: float | None = None) -> int: ...
 
 
-class Collector:
+class Collector(Background):
+    thread_name = "collector"
+    join_s = 5.0
+
     def __init__(
         self,
         frame: MetricFrame,
@@ -54,8 +57,7 @@ class Collector:
         self.last_collect = 0.0
         self.collections = 0
         self.source_up: dict[str, bool] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def collect_once(self) -> None:
         self.guard(self._collect)
@@ -91,22 +93,13 @@ class Collector:
         self.source_up[name] = ok
         self.frame.set_gauge("gpufleet_source_up", {"source": name}, 1.0 if ok else 0.0)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="collector", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
+    def run(self) -> None:
         next_tick = time.monotonic()
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             self.collect_once()
             next_tick += self.interval
             delay = next_tick - time.monotonic()
             if delay < 0:  # fell behind (a suspended host): skip missed ticks instead of bursting
                 next_tick = time.monotonic()
                 delay = 0
-            self._stop.wait(delay)
+            self.stopping.wait(delay)

@@ -6,8 +6,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from gpufleet.agent.collector import Collector
 from gpufleet.telemetry.exposition import CONTENT_TYPE
@@ -17,6 +17,7 @@ def make_server(
     collector: Collector, host: str, port: int, extra: Callable[[], dict[str, Any]] | None = None
 ) -> ThreadingHTTPServer:
     """`extra` adds to /healthz (the push to the control plane: connected, records waiting)."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]

@@ -12,11 +12,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from gpufleet.agent.spool import RecordSpool
+from gpufleet.background import Background
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.sources.kmsg_stream import KmsgFeed
@@ -28,7 +28,10 @@ CHUNK = 1 << 16
 Status = Callable[[bool, str], None]  # (up, why) for gpufleet_source_up
 
 
-class KernelLog:
+class KernelLog(Background):
+    thread_name = "kmsg"
+    join_s = 5.0
+
     def __init__(
         self,
         on_events: Callable[[list[KernelEvent]], None],
@@ -47,26 +50,18 @@ class KernelLog:
         self.status = status or (lambda ok, why: None)
         self.poll_s = poll_s
         self.lines = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     @property
     def name(self) -> str:
         return "kmsg"
 
-    def start(self) -> None:
-        target = self._follow_dev_kmsg if self.path is None else self._follow_file
-        self._thread = threading.Thread(target=self._guarded, args=(target,), name="kmsg", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    def _guarded(self, target: Callable[[], None]) -> None:
+    def run(self) -> None:
         try:
-            target()
+            if self.path is None:
+                self._follow_dev_kmsg()
+            else:
+                self._follow_file()
         except Exception as exc:  # the agent keeps collecting and pushing without its kernel log
             self.status(False, f"{type(exc).__name__}: {exc}")
             log.exception("kernel-log follower stopped")
@@ -84,7 +79,7 @@ class KernelLog:
         feed = KmsgFeed(host=self.host)
         handle = None
         waiting_said = False
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             if handle is None:
                 try:
                     handle = self.path.open("rb")
@@ -93,11 +88,11 @@ class KernelLog:
                         log.info("waiting for %s to appear", self.path)
                         waiting_said = True
                     self.status(False, f"{self.path} does not exist yet")
-                    self._stop.wait(self.poll_s)
+                    self.stopping.wait(self.poll_s)
                     continue
                 except OSError as exc:
                     self.status(False, f"cannot read {self.path}: {exc.strerror}")
-                    self._stop.wait(5.0)
+                    self.stopping.wait(5.0)
                     continue
                 stat = os.fstat(handle.fileno())
                 if inode != stat.st_ino or offset > stat.st_size:
@@ -122,7 +117,7 @@ class KernelLog:
                 handle.close()
                 handle = None
                 continue
-            self._stop.wait(self.poll_s)
+            self.stopping.wait(self.poll_s)
         if handle is not None:
             handle.close()
 
@@ -142,11 +137,11 @@ class KernelLog:
         last = int(self.spool.get("kmsg_seq") or -1)
         parser = KmsgParser(host=self.host)
         try:
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 try:
                     record = os.read(fd, 8192)
                 except BlockingIOError:
-                    self._stop.wait(self.poll_s)
+                    self.stopping.wait(self.poll_s)
                     continue
                 except OSError as exc:
                     if exc.errno == errno.EPIPE:  # overwritten while we read: the kernel says skip ahead

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import httpx
 
 from gpufleet.agent.spool import RecordSpool
+from gpufleet.background import Background
 from gpufleet.model.observe import SCHEMA_VERSION, Batch, JobFact, MetricSnapshot, NodeInventory
 from gpufleet.model.wire import JSON, WireError, decode_ack, encode
 
@@ -40,7 +41,10 @@ class NodeState:
             self.jobs = jobs
 
 
-class BatchPusher:
+class BatchPusher(Background):
+    thread_name = "pusher"
+    join_s = 5.0
+
     def __init__(
         self,
         spool: RecordSpool,
@@ -62,9 +66,8 @@ class BatchPusher:
         self.pushes = 0
         self.acked = 0
         self._warned = False
-        self._stop = threading.Event()
         self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self._client = httpx.Client(timeout=10.0)
 
     def push_once(self) -> bool:
@@ -116,23 +119,17 @@ class BatchPusher:
             log.warning("%s; records stay in the local spool (%d waiting)", message, len(self.spool))
         self.connected, self._warned = False, True
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="pusher", daemon=True)
-        self._thread.start()
-
     def wake(self) -> None:
         self._wake.set()
 
     def stop(self) -> None:
-        self._stop.set()
         self._wake.set()
-        if self._thread:
-            self._thread.join(timeout=5)
+        super().stop()
         self._client.close()
 
-    def _loop(self) -> None:
+    def run(self) -> None:
         backoff = 0.5
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             ok = self.push_once()
             if ok and len(self.spool) > 0:
                 continue  # drain fast while it answers

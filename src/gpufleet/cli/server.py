@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from rich.panel import Panel
 
+from gpufleet.background import Background
 from gpufleet.cli.output import console
 from gpufleet.control.paths import DEFAULT_PORT, api_token, data_dir
 from gpufleet.errors import UserError
@@ -47,32 +48,20 @@ class Running:
     stoppers: list[Callable[[], None]] = field(default_factory=list)
 
 
-class ControlLoop:
+class ControlLoop(Background):
     """Turns the control plane's loop every `interval` wall seconds (real backends)."""
 
+    thread_name = "control-loop"
+
     def __init__(self, plane: Any, interval: float = 1.0) -> None:
+        super().__init__()
         self.plane = plane
         self.interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def run(self) -> None:
+        while not self.stopping.is_set():
             self.plane.tick()
-            self._stop.wait(self.interval)
+            self.stopping.wait(self.interval)
 
 
 def _logging() -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpufleet.agent.runtime import Agent, assemble, locked
+from gpufleet.background import Background
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.sim.fleet import node_inventory
 from gpufleet.sim.scenario import build_twin
@@ -21,33 +22,25 @@ from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
 
-class TwinClock:
+class TwinClock(Background):
     """Steps a twin in real time (times `speed`), under a lock the collector shares."""
 
+    thread_name = "twin-clock"
+
     def __init__(self, twin: Twin, speed: float) -> None:
+        super().__init__()
         self.twin = twin
         self.speed = speed
         self.lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="twin-clock", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
+    def run(self) -> None:
         start_wall, start_sim = time.monotonic(), self.twin.time
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             target = start_sim + (time.monotonic() - start_wall) * self.speed
             with self.lock:
                 while self.twin.time + self.twin.tick <= target:
                     self.twin.step()
-            self._stop.wait(min(0.2, self.twin.tick / self.speed))
+            self.stopping.wait(min(0.2, self.twin.tick / self.speed))
 
 
 class TwinKernelLog:

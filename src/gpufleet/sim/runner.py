@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpufleet.background import Background
 from gpufleet.model.observe import Ack, Batch
 from gpufleet.sim.backend import TwinBackend
 from gpufleet.sim.fleet import SimFleet
@@ -26,7 +27,9 @@ MAX_CATCH_UP = 200  # steps per pass before readers get a turn
 Transport = Callable[[Batch], Ack]
 
 
-class SimRunner:
+class SimRunner(Background):
+    thread_name = "twin"
+
     def __init__(
         self,
         twin: Twin,
@@ -49,8 +52,7 @@ class SimRunner:
         self.speed = speed
         self.error: str | None = None
         self.steps = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     # --- restart ------------------------------------------------------------------------------------------------
 
@@ -108,32 +110,19 @@ class SimRunner:
 
     # --- in the background ---------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="twin", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def _loop(self) -> None:
+    def run(self) -> None:
         start_wall, start_sim = time.monotonic(), self.twin.time
         try:
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 target = start_sim + (time.monotonic() - start_wall) * self.speed
                 for _ in range(MAX_CATCH_UP):
-                    if self.twin.time + self.twin.tick > target or self._stop.is_set():
+                    if self.twin.time + self.twin.tick > target or self.stopping.is_set():
                         break
                     self.step_once()
                 behind = target - self.twin.time
                 if behind > 30 * self.twin.tick * max(1.0, self.speed):  # this host cannot keep up: stop chasing
                     start_wall, start_sim = time.monotonic(), self.twin.time
-                self._stop.wait(min(0.05, self.twin.tick / self.speed))
+                self.stopping.wait(min(0.05, self.twin.tick / self.speed))
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("the twin stopped")
