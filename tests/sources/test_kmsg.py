@@ -380,3 +380,19 @@ def test_any_text_parses_without_raising(text: str) -> None:
 )
 def test_normalise_pci(text: str, expected: str | None) -> None:
     assert normalise_pci(text) == expected
+
+
+def test_driver_api_mismatch_is_a_report_in_both_its_spellings() -> None:
+    """nv.c prints it over four NVRM lines; some captures join them into one."""
+    four = (
+        "[   39.753267] NVRM: API mismatch: the client has the version 535.104.05, but\n"
+        "[   39.753268] NVRM: this kernel module has the version 550.90.07.  Please\n"
+        "[   39.753269] NVRM: make sure that this kernel module and all NVIDIA driver\n"
+        "[   39.753270] NVRM: components have the same version.\n"
+    )
+    one = "NVRM: API mismatch: the client has the version 535.1, but this kernel module has the version 550.2.  Please"
+    (split,) = scan_kmsg(four).events
+    (joined,) = scan_kmsg(one).events
+    assert split.kind == joined.kind == "api_mismatch" and split.line == 1
+    assert "535.104.05" in split.message
+    assert joined.message == "driver API mismatch: user-space driver 535.1, kernel module 550.2"
