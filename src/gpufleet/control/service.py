@@ -84,7 +84,8 @@ class ControlPlane:
         self._dirty: dict[str, Incident] = {}
         self._announced: set[str] = set()
         book = IncidentBook(on_change=self._changed, first_number=self.store.incidents.next_number())
-        book.load(incident_from_dict(b, "stored incident") for b in self.store.incidents.list(limit=100_000))
+        active = self.store.incidents.list(limit=1_000_000, active_only=True)  # resolved ones stay in the database
+        book.load(incident_from_dict(b, "stored incident") for b in active)
         book.job_resources = self.fleet.job_resources
         self._announced = set(book.incidents)
         self.book = book
@@ -259,6 +260,8 @@ class ControlPlane:
 
     def transition(self, incident_id: str, state: IncidentState, actor: str) -> Incident:
         with self.lock:
+            if incident_id not in self.book.incidents and self.store.incidents.get(incident_id) is not None:
+                raise UserError(f"{incident_id} is resolved; it cannot change any more")
             inc = self.book.transition(incident_id, state)
             self._flush()
         self.audit(actor, state.value, f"incident/{incident_id}", inc.state.value)
