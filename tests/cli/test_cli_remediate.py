@@ -130,5 +130,5 @@ def test_apply_through_real_slurm(
     assert out.returncode == 0, out.stderr
     assert [s["decision"] for s in json.loads(out.stdout)[0]["steps"]] == ["done", "done", "done"]
     node = slurm_cluster.runner.node("gpu-03")
-    assert node.state.drained and node.reason == "row remap failure"
+    assert node.state.drained and node.reason == "ecc-gpu-03: row remap failure"  # the incident named first
     slurm_cluster.reset_nodes()
