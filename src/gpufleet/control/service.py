@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from gpufleet.health.centre import Correlator, collective_findings
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.model import Incident, IncidentState
-from gpufleet.model.observe import Ack, Batch, Finding
+from gpufleet.model.observe import Ack, Batch, Finding, Record
 from gpufleet.remediate.backends.base import RemediationBackend
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
@@ -106,21 +107,28 @@ class ControlPlane:
     def ingest(self, batch: Batch) -> Ack:
         """Store a batch's new records exactly once, update the fleet, and correlate its findings."""
         now = self.clock()
+        key = (batch.agent, batch.incarnation)
         with self.lock:
-            key = (batch.agent, batch.incarnation)
             last = self._streams.get(key, 0)
             new = [r for r in batch.records if r.seq > last]
             top = max(last, batch.records[-1].seq) if batch.records else last
-            if new or batch.inventory is not None or key not in self._streams:
-                self.store.store_batch(batch, new, top, time.time())  # one transaction; on failure nothing changed
-            self._streams[key] = top
-            self.fleet.update(batch, now, new)
-            findings = [r.body for r in new if isinstance(r.body, Finding)]
-            if findings:
-                self._correlated(self.correlator.add(findings, self.fleet.owner))
-            self._flush()
+            writes = bool(new) or batch.inventory is not None or key not in self._streams
+            # the batch and the incidents it changed, or none of it (a push with only state writes nothing)
+            with self.db.transaction() if writes else nullcontext():
+                if writes:
+                    self.store.store_batch(batch, new, top, time.time())
+                self._take(batch, key, new, top, now)
             self.batches += 1
         return Ack(top, len(new), len(batch.records) - len(new))
+
+    def _take(self, batch: Batch, key: tuple[str, str], new: list[Record], top: int, now: float) -> None:
+        """What the batch tells about the node, and the incidents its findings open or change."""
+        self.fleet.update(batch, now, new)
+        findings = [r.body for r in new if isinstance(r.body, Finding)]
+        if findings:
+            self._correlated(self.correlator.add(findings, self.fleet.owner))
+        self._flush()
+        self._streams[key] = top  # only once it is durable: a failed batch is taken again when re-sent
 
     def _changed(self, incident: Incident) -> None:
         self._dirty[incident.id] = incident
@@ -137,9 +145,8 @@ class ControlPlane:
 
     def _flush(self) -> None:
         if self._dirty:
-            bodies = [self.row(inc) for inc in self._dirty.values()]
+            self.store.incidents.save([self.row(inc) for inc in self._dirty.values()], counter=self.book.next_number)
             self._dirty.clear()
-            self.store.incidents.save(bodies, counter=self.book.next_number)
 
     # --- the control loop ----------------------------------------------------------------------------------------
 
@@ -189,6 +196,7 @@ class ControlPlane:
         for inc_id, inc in list(self.book.incidents.items()):
             if inc.state is IncidentState.resolved and now - inc.last_seen > PRUNE_AFTER_S:
                 del self.book.incidents[inc_id]
+                self._announced.discard(inc_id)
 
     def health(self, max_tick_age_s: float = 30.0) -> Health:
         problems = []
