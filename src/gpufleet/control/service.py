@@ -253,14 +253,15 @@ class ControlPlane:
         body = self.store.incidents.get(incident_id)
         if body is None:
             raise NotFoundError(f"no incident {incident_id}", fix="list them with `gpufleet get incidents`")
-        return self._aged(body)
+        return self.aged(body)
 
     def incidents(self, state: str | None = None, node: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
         if state is not None and state not in {s.value for s in IncidentState}:
             raise UserError(f"unknown state {state!r}", fix=f"use one of: {', '.join(s.value for s in IncidentState)}")
-        return [self._aged(b) for b in self.store.incidents.list(state, node, limit)]
+        return [self.aged(b) for b in self.store.incidents.list(state, node, limit)]
 
-    def _aged(self, body: dict[str, Any]) -> dict[str, Any]:
+    def aged(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An incident row with its age and how long since it was last seen, on the control plane's clock."""
         now = self.clock()
         body["age_s"] = round(max(0.0, now - float(body["first_seen"])), 1)
         body["last_seen_ago_s"] = round(max(0.0, now - float(body["last_seen"])), 1)

@@ -204,7 +204,7 @@ def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dic
                 "reason": f"{plane.backend.name} backend",
             },
         ]  # fmt: skip
-        open_incidents = [plane.row(i) for i in plane.book.open_incidents() if i.node == name]
+        open_incidents = [plane.aged(plane.row(i)) for i in plane.book.open_incidents() if i.node == name]
         body = {
             "name": name,
             "agent": node.agent,
@@ -268,9 +268,7 @@ def summary(plane: ControlPlane) -> dict[str, Any]:
         open_incidents = sorted(plane.book.open_incidents(), key=lambda i: i.first_seen, reverse=True)
         incidents = []
         for inc in open_incidents[:30]:
-            row = plane.row(inc)
-            row["age_s"] = round(max(0.0, now - inc.first_seen), 1)
-            incidents.append(row)
+            incidents.append(plane.aged(plane.row(inc)))
         body: dict[str, Any] = {
             "time": now,
             "nodes": len(plane.fleet.nodes),
