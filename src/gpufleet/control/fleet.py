@@ -32,6 +32,7 @@ class NodeState:
     gpu_field_index: dict[str, int] = field(default_factory=dict)
     port_field_index: dict[str, int] = field(default_factory=dict)
     gpu_column: dict[int, int] = field(default_factory=dict)  # GPU index -> column
+    column_of: np.ndarray = field(default_factory=lambda: np.full(0, -1, dtype=np.int64))  # the same, as an array
     jobs: list[JobFact] = field(default_factory=list)
     kernel_log: deque[KernelReport] = field(default_factory=lambda: deque(maxlen=KERNEL_LOG))
     ports_up: dict[str, bool] = field(default_factory=dict)  # "mlx5_0/1" -> up
@@ -83,6 +84,9 @@ class FleetState:
         self.nodes: dict[str, NodeState] = {}
         self._jobs: list[JobView] | None = None
         self._owner: dict[tuple[str, int], str] | None = None
+        self._rank_indices: dict[str, tuple[JobView, int, np.ndarray]] = {}
+        self._flat: tuple[np.ndarray, dict[str, int]] | None = None  # the utilization of every GPU, end to end
+        self._layout = 0  # bumps when a node appears or its GPU columns change
 
     # --- ingest --------------------------------------------------------------------------------------------------
 
@@ -91,7 +95,9 @@ class FleetState:
         node = self.nodes.get(batch.node)
         if node is None:
             node = self.nodes[batch.node] = NodeState(batch.node, batch.agent)
+            self._layout += 1
         node.agent, node.last_seen, node.interval, node.lost = batch.agent, now, batch.interval, False
+        self._flat = None
         if batch.inventory is not None:
             node.inventory = batch.inventory
         if batch.metrics is not None:
@@ -115,6 +121,9 @@ class FleetState:
             node.port_field_index = {name: i for i, name in enumerate(m.port_fields)}
         if old is None or old.gpus != m.gpus:
             node.gpu_column = {g: i for i, g in enumerate(m.gpus)}
+            node.column_of = np.full(max(m.gpus, default=-1) + 1, -1, dtype=np.int64)
+            node.column_of[m.gpus] = np.arange(len(m.gpus))
+            self._layout += 1
         node.metrics, node.gpu_matrix, node.port_matrix = m, m.gpu_matrix(), m.port_matrix()
         if m.port_up:
             node.ports_up.update(zip(m.ports, m.port_up, strict=True))
@@ -133,6 +142,7 @@ class FleetState:
             if silent and not node.lost:
                 node.lost = True
                 newly.append(node)
+                self._flat = None
         return newly
 
     # --- what correlation needs ---------------------------------------------------------------------------------
@@ -152,12 +162,31 @@ class FleetState:
         return self._jobs
 
     def rank_util(self, job: JobView) -> np.ndarray:
-        out = np.full(len(job.ranks), np.nan)
-        for k, (name, gpu) in enumerate(job.ranks):
-            node = self.nodes.get(name)
-            if node is not None:
-                out[k] = node.gpu_value(UTIL, gpu)
-        return out
+        """Each rank's GPU utilization (NaN where its GPU or its node's agent reports nothing)."""
+        flat, offsets = self._util_flat()
+        cached = self._rank_indices.get(job.name)
+        if cached is None or cached[0] is not job or cached[1] != self._layout:
+            idx = np.full(len(job.ranks), -1, dtype=np.int64)
+            for k, (name, gpu) in enumerate(job.ranks):
+                node = self.nodes.get(name)
+                if node is not None and name in offsets and gpu < node.column_of.size and node.column_of[gpu] >= 0:
+                    idx[k] = offsets[name] + node.column_of[gpu]
+            cached = self._rank_indices[job.name] = (job, self._layout, idx)
+        idx = cached[2]
+        return np.where(idx >= 0, flat[np.maximum(idx, 0)] if flat.size else np.nan, np.nan)
+
+    def _util_flat(self) -> tuple[np.ndarray, dict[str, int]]:
+        """Every node's latest GPU utilization end to end (NaN for a lost agent), and where each node starts."""
+        if self._flat is None:
+            parts, offsets, at = [], {}, 0
+            for node in self.nodes.values():
+                width = len(node.metrics.gpus) if node.metrics is not None else 0
+                row = node.gpu_row(UTIL)
+                parts.append(row if row.size == width else np.full(width, np.nan))
+                offsets[node.name] = at
+                at += width
+            self._flat = (np.concatenate(parts) if parts else np.empty(0), offsets)
+        return self._flat
 
     def owner(self, node: str, gpu: int | None) -> str | None:
         if gpu is None:

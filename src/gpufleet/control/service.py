@@ -39,6 +39,7 @@ log = logging.getLogger("gpufleet.control")
 Clock = Callable[[], float]
 BACKEND_REFRESH_S = 5.0  # wall seconds between two reads of the backend's node states
 METRICS_FLUSH_S = 60.0
+RECORD_EVERY_S = 5.0
 PRUNE_AFTER_S = 86_400.0  # resolved incidents leave memory (not the database) after a day
 
 # what the control plane records into the metric store: per node and for the fleet
@@ -97,6 +98,7 @@ class ControlPlane:
         self._backend_read_at = -np.inf
         self._metrics_flushed = time.monotonic()
         self._pruned_at = -np.inf
+        self._recorded_at = -np.inf
         self.ticks = 0
         self.last_tick: float | None = None  # monotonic
         self.loop_error: str | None = None
@@ -209,9 +211,11 @@ class ControlPlane:
     # --- metrics the control plane records ---------------------------------------------------------------------
 
     def _record_fleet(self, now: float) -> None:
-        """Per-node and fleet aggregates of the latest snapshots, one sample each per turn of the loop."""
-        if self.metrics is None:
+        """Per-node and fleet aggregates of the latest snapshots, every few seconds (the history is drawn at one
+        point a minute)."""
+        if self.metrics is None or now - self._recorded_at < RECORD_EVERY_S:
             return
+        self._recorded_at = now
         samples: list[tuple[dict[str, str], float]] = []
         fleet_rows: dict[str, list[np.ndarray]] = {field: [] for _, field, _ in NODE_SERIES}
         for node in self.fleet.nodes.values():

@@ -31,7 +31,7 @@ from gpufleet.model.observe import (
     RankFact,
     Record,
 )
-from gpufleet.sim.source import EPOCH, TwinSource
+from gpufleet.sim.source import EPOCH, RANK_EXPORT_S, GaugeKey, TwinSource
 from gpufleet.sim.twin import Twin
 from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.telemetry.frame import label_items
@@ -47,8 +47,8 @@ class SimAgent:
     """One simulated node's agent: its stream identity and what it has read so far."""
 
     node: str
-    gpu_cols: np.ndarray
-    port_cols: np.ndarray
+    gpu_cols: np.ndarray | slice  # the node's columns of the fleet frame (a slice when they are contiguous)
+    port_cols: np.ndarray | slice
     seq: int = 0
     kmsg_seen: int = 0
     parser: KmsgParser = field(init=False)
@@ -57,6 +57,10 @@ class SimAgent:
     inventory_sent: float = -np.inf
     inventory_checked: float = -np.inf
     unsent: list[Record] = field(default_factory=list)  # records not yet acknowledged (the agent's spool)
+    gpus: list[int] = field(default_factory=list)  # GPU index of each column
+    ports: list[str] = field(default_factory=list)  # "mlx5_0/1" of each port column
+    held: list[str] = field(default_factory=list)
+    labels_version: int = -1
 
     def __post_init__(self) -> None:
         self.parser = KmsgParser(host=self.node)
@@ -75,12 +79,16 @@ class SimFleet:
         self.port_names = [f"{p.hca}/{p.port}" for p in self.frame.ib_ports]
         gpu_host = np.array([e.hostname for e in self.frame.entities])
         port_host = np.array([p.hostname for p in self.frame.ib_ports])
-        self.agents = {
-            n.name: SimAgent(n.name, np.flatnonzero(gpu_host == n.name), np.flatnonzero(port_host == n.name))
-            for n in twin.cluster.nodes
-            if n.gpus
-        }
-        self._rank_layout: dict[tuple[str, int, tuple[str, ...]], dict[str, list[tuple[int, int, tuple]]]] = {}
+        self.agents: dict[str, SimAgent] = {}
+        for n in twin.cluster.nodes:
+            if not n.gpus:
+                continue
+            gpu_cols, port_cols = np.flatnonzero(gpu_host == n.name), np.flatnonzero(port_host == n.name)
+            agent = self.agents[n.name] = SimAgent(n.name, _as_slice(gpu_cols), _as_slice(port_cols))
+            agent.gpus = [self.frame.entities[int(i)].gpu for i in gpu_cols]
+            agent.ports = [self.port_names[int(i)] for i in port_cols]
+        self._ranks: dict[tuple[str, int, tuple[str, ...]], dict[str, list[RankFact]]] = {}
+        self._rank_layout: dict[tuple[str, int, tuple[str, ...]], dict[str, list[tuple[int, int, GaugeKey]]]] = {}
         self.batches = 0
 
     # --- a collection --------------------------------------------------------------------------------------------
@@ -157,43 +165,49 @@ class SimFleet:
 
     def _snapshot(self, agent: SimAgent, now: float) -> MetricSnapshot:
         f = self.frame
-        held = ["" if (a := f.attribution[int(i)]) is None else f"{a.namespace}/{a.pod}" for i in agent.gpu_cols]
+        if agent.labels_version != f.labels_version:  # who holds which GPU changes rarely
+            agent.labels_version = f.labels_version
+            agent.held = [
+                "" if a is None else f"{a.namespace}/{a.pod}" for a in np.array(f.attribution)[agent.gpu_cols]
+            ]
         return MetricSnapshot.of(
             now,
-            [f.entities[int(i)].gpu for i in agent.gpu_cols],
+            agent.gpus,
             self.gpu_fields,
             f.values[:, agent.gpu_cols],
-            [self.port_names[int(i)] for i in agent.port_cols],
+            agent.ports,
             self.port_fields,
             f.ib_values[:, agent.port_cols],
-            [bool(v >= 0.5) for v in f.ib_up[agent.port_cols]],
-            held,
+            (f.ib_up[agent.port_cols] >= 0.5).tolist(),
+            agent.held,
         )
 
     def inventory(self, name: str) -> NodeInventory:
         return node_inventory(self.twin, name)
 
     def job_facts(self) -> dict[str, list[JobFact]]:
-        """Per node, the training jobs with ranks there, as their framework exports them."""
+        """Per node, the training jobs with ranks there, as their framework exports them (per-rank compute times
+        every few seconds, progress every step)."""
         twin, ts, gauges = self.twin, self.twin.training, self.frame.gauges
+        exported = twin.time % RANK_EXPORT_S < twin.tick  # the twin's frameworks just exported rank times
         out: dict[str, list[JobFact]] = {}
         for j, job in enumerate(ts.jobs):
             if job.state not in (JobState.running, JobState.hung):
                 continue
             key = (job.name, job.restarts, tuple(job.nodes))
-            layout = self._rank_layout.get(key)
-            if layout is None:
-                layout = {}
-                for rank, k in enumerate(ts.ranks_of(j)):
-                    node = twin.cluster.nodes[int(twin.gpus.node_of[k])].name
-                    gauge = ("training_rank_compute_seconds", label_items({"job": job.name, "rank": str(rank)}))
-                    layout.setdefault(node, []).append((rank, int(twin.gpus.index_on_node[k]), gauge))
-                self._rank_layout[key] = layout
-            for node, ranks in layout.items():
+            ranks = self._ranks.get(key)
+            if ranks is None or exported:
+                layout = self._rank_layout.get(key)
+                if layout is None:
+                    layout = self._rank_layout[key] = self._layout(j)
+                ranks = self._ranks[key] = {
+                    node: [RankFact(r, g, gauges.get(gauge)) for r, g, gauge in mine] for node, mine in layout.items()
+                }
+            for node, node_ranks in ranks.items():
                 out.setdefault(node, []).append(
                     JobFact(
                         job=job.name,
-                        ranks=[RankFact(r, g, gauges.get(gauge)) for r, g, gauge in ranks],
+                        ranks=node_ranks,
                         world_size=job.world_size,
                         last_step_time=EPOCH + job.last_step_time,
                         step_seconds=job.step_time_s,
@@ -202,6 +216,17 @@ class SimFleet:
                     )
                 )
         return out
+
+    def _layout(self, j: int) -> dict[str, list[tuple[int, int, GaugeKey]]]:
+        """A job's ranks by node: (rank, GPU index, the gauge its compute time is exported under)."""
+        twin, ts = self.twin, self.twin.training
+        name = ts.jobs[j].name
+        layout: dict[str, list[tuple[int, int, GaugeKey]]] = {}
+        for rank, k in enumerate(ts.ranks_of(j)):
+            node = twin.cluster.nodes[int(twin.gpus.node_of[k])].name
+            gauge = ("training_rank_compute_seconds", label_items({"job": name, "rank": str(rank)}))
+            layout.setdefault(node, []).append((rank, int(twin.gpus.index_on_node[k]), gauge))
+        return layout
 
 
 def node_inventory(twin: Twin, name: str) -> NodeInventory:
@@ -239,3 +264,10 @@ def node_inventory(twin: Twin, name: str) -> NodeInventory:
         ports=ports,
         labels={"pool": node.pool, "rack": node.rack},
     )
+
+
+def _as_slice(columns: np.ndarray) -> np.ndarray | slice:
+    """Contiguous columns as a slice: a view instead of a copy on every collection."""
+    if columns.size and bool((np.diff(columns) == 1).all()):
+        return slice(int(columns[0]), int(columns[-1]) + 1)
+    return columns
