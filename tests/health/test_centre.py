@@ -81,3 +81,15 @@ def test_a_measured_condition_clears_and_resolves() -> None:
     assert c.tick(T0 + hold - 1, [], lambda j: np.empty(0), no_inventory) == []
     (done,) = c.tick(T0 + hold + 1, [], lambda j: np.empty(0), no_inventory)
     assert done.id == inc.id and done.state.value == "resolved" and "cleared" in done.evidence[-1].text
+
+
+def test_a_job_that_stopped_and_came_back_is_not_a_straggler_from_before() -> None:
+    c = Correlator()
+    slow = tuple(1.0 if k != 2 else 1.6 for k in range(8))
+    for k in range(0, 40, 5):  # slow for 40 s: not yet a straggler
+        assert c.tick(T0 + k, [job(T0 + k, slow)], lambda j: np.full(8, 100.0), no_inventory) == []
+    c.tick(T0 + 600, [], lambda j: np.empty(0), no_inventory)  # the job failed and is gone for a while
+    found = []
+    for k in range(605, 660, 5):  # back, slow again: the 60 s hold starts over
+        found += c.tick(T0 + k, [job(T0 + k, slow)], lambda j: np.full(8, 100.0), no_inventory)
+    assert found == []

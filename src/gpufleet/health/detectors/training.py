@@ -46,6 +46,11 @@ class TrainingDetectors:
 
     def observe(self, now: float, jobs: list[JobView], rank_util: RankUtil) -> list[Finding]:
         out: list[Finding] = []
+        current = {job.name for job in jobs}
+        for gone in [name for name in self.slow_since if name not in current]:
+            del self.slow_since[gone]  # a job that stopped and came back starts its holds afresh
+        for gone in [name for name in self._signature_since if name not in current]:
+            del self._signature_since[gone]
         stragglers_due = now - self._stragglers_at >= STRAGGLER_EVERY_S
         for job in jobs:
             finding = self._hang(now, job, rank_util(job), now - job.last_step_time, job.step_seconds)
