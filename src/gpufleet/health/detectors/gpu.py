@@ -26,6 +26,13 @@ HW_THERMAL = 0x40
 HW_POWER_BRAKE = 0x80
 
 
+def _throttled(held: float, window: float) -> str:
+    """The throttling seen: a continuous hold longer than the window, or the time within it."""
+    if held > window:
+        return f"thermally throttled for the last {held:.0f} s"
+    return f"thermally throttled {held:.0f} s of the last {window:.0f} s"
+
+
 class GpuDetectors:
     def __init__(self, frame: MetricFrame, thresholds: Thresholds) -> None:
         self.t = thresholds
@@ -80,8 +87,7 @@ class GpuDetectors:
                     RootCause.thermal,
                     Severity.warning,
                     f"thermal slowdown on {self.entities[i]}",
-                    f"GPU at {temp[i]:.0f} C, thermally throttled {held[i]:.0f} s of the last "
-                    f"{self.t.thermal.window_s:.0f} s; "
+                    f"GPU at {temp[i]:.0f} C, {_throttled(held[i], self.t.thermal.window_s)}; "
                     f"SM clock {clock[i]:.0f} MHz of {self.max_clock[i]:.0f}",
                     "POWER_CAP_AND_TICKET",
                 )
