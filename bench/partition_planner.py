@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.catalog.mig import mig_profiles_for
-from gpufleet.sched.mig import MigLayout, profile_names
-from gpufleet.sched.planner import WHOLE, parse_demand, solve
+from gpufleet.sched.partition.mig import MigLayout, profile_names
+from gpufleet.sched.partition.planner import WHOLE, parse_demand, solve
 
 H100 = "H100-SXM5-80GB"
 A100 = "A100-SXM4/PCIE-40GB"

@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.model import Gang
-from gpufleet.sched.k8s import NodeInfo, PodInfo, parse_node, parse_pod
-from gpufleet.sched.scheduler import Placement, Scheduler
+from gpufleet.sched.framework.scheduler import Placement, Scheduler
+from gpufleet.sched.framework.snapshot import NodeInfo, PodInfo, parse_node, parse_pod
 
 TARGET = 1000.0
 KUBE_BASIC = 680.0

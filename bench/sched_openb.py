@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.cli.sched import parse_seeds, run_grid
-from gpufleet.sched.openb import load_trace
-from gpufleet.sched.policies import PAPER_NAMES, expand_policies
+from gpufleet.sched.replay.openb import load_trace
+from gpufleet.sched.replay.policies import PAPER_NAMES, expand_policies
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = REPO.parent / "shared" / "data" / "openb"

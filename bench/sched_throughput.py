@@ -19,9 +19,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.sched.fastcluster import ClusterState, pod_requests
-from gpufleet.sched.openb import NodeList, PodList
-from gpufleet.sched.policies import expand_policies, make_policy
+from gpufleet.sched.replay.openb import NodeList, PodList
+from gpufleet.sched.replay.policies import expand_policies, make_policy
+from gpufleet.sched.replay.state import ClusterState, pod_requests
 
 KUBE_PLAIN = 680.0
 KUBE_EXTENDED = 180.0

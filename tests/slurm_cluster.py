@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.sources.slurm import SlurmRunner
+from gpufleet.integrations.slurm.client import SlurmRunner
 from tests.conftest import IN_CI, REPO_ROOT, require_tool
 
 NODES = 4

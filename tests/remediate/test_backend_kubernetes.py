@@ -13,10 +13,10 @@ kube = pytest.importorskip("kubernetes.client")
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 from gpufleet.errors import BackendError  # noqa: E402
+from gpufleet.integrations.kubernetes.remediation import CONDITION, KubernetesBackend  # noqa: E402
 from gpufleet.model.incident import RootCause  # noqa: E402
 from gpufleet.model.observation import EntityKind  # noqa: E402
 from gpufleet.remediate import FileTicketSink, RemediationStore, Remediator, UnsupportedActionError  # noqa: E402
-from gpufleet.remediate.backends.kubernetes import CONDITION, KubernetesBackend  # noqa: E402
 from tests.remediate.helpers import incident, policy  # noqa: E402
 
 

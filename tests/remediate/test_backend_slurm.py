@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.integrations.slurm.client import SinfoRow
+from gpufleet.integrations.slurm.remediation import SlurmBackend
 from gpufleet.model.incident import RootCause
 from gpufleet.remediate import FileTicketSink, RemediationStore, Remediator, UnsupportedActionError
-from gpufleet.remediate.backends.slurm import SlurmBackend
-from gpufleet.sources.slurm import SinfoRow
 from tests.remediate.helpers import incident, policy
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 

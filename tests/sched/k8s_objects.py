@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.model import Cluster
-from gpufleet.sched.k8s import PodInfo, Snapshot, parse_pod, parse_snapshot
+from gpufleet.sched.framework.snapshot import PodInfo, Snapshot, parse_pod, parse_snapshot
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufleet.sched.fastcluster import ClusterState
-from gpufleet.sched.openb import NodeList
+from gpufleet.sched.replay.openb import NodeList
+from gpufleet.sched.replay.state import ClusterState
 
 
 def make_cluster(rows: list[tuple[str, int, int, int, str]]) -> ClusterState:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.sched.backfill import backfill
-from gpufleet.sched.scheduler import Scheduler
+from gpufleet.sched.framework.backfill import backfill
+from gpufleet.sched.framework.scheduler import Scheduler
 from tests.sched.k8s_objects import knode, kpod, pod, snap
 
 EST = "gpufleet.io/runtime-estimate"

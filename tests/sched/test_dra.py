@@ -10,17 +10,17 @@ import yaml
 
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.model import Cluster, GpuHealth
-from gpufleet.sched.dra import (
+from gpufleet.sched.dra.allocator import Allocator
+from gpufleet.sched.dra.cel import Quantity, compile_selector
+from gpufleet.sched.dra.objects import (
     DeviceClass,
     ResourceClaim,
     ResourceClaimTemplate,
     load_dra_objects,
     parse_dra_object,
 )
-from gpufleet.sched.dra_allocator import Allocator
-from gpufleet.sched.dra_cel import Quantity, compile_selector
-from gpufleet.sched.dra_slices import nvidia_device_classes, resource_slices
-from gpufleet.sched.mig import MigLayout
+from gpufleet.sched.dra.slices import nvidia_device_classes, resource_slices
+from gpufleet.sched.partition.mig import MigLayout
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
 
@@ -312,7 +312,7 @@ spec:
 
 
 def test_the_consumer_is_recorded_in_reserved_for() -> None:
-    from gpufleet.sched.dra import ResourceClaimConsumerReference
+    from gpufleet.sched.dra.objects import ResourceClaimConsumerReference
 
     pod = ResourceClaimConsumerReference(resource="pods", name="trainer-0", uid="0b9c2b5e-1")
     got = allocator().allocate(claim(BIG_GPU.replace("ResourceClaimTemplate", "ResourceClaim").replace(
@@ -365,8 +365,8 @@ spec:
 
 
 def test_dynamic_mig_slices_enforce_the_geometry_through_counters() -> None:
-    from gpufleet.sched.dra_slices import partitionable_slices
-    from gpufleet.sched.planner import synthetic_cluster
+    from gpufleet.sched.dra.slices import partitionable_slices
+    from gpufleet.sched.partition.planner import synthetic_cluster
 
     node = synthetic_cluster("h100", 2).nodes[0]
     slices = partitionable_slices(node)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpufleet.sched.fastcluster import Placement, PodRequest
-from gpufleet.sched.frag import FragModel, FragTracker, TypicalPods
-from gpufleet.sched.openb import PodList
+from gpufleet.sched.replay.frag import FragModel, FragTracker, TypicalPods
+from gpufleet.sched.replay.openb import PodList
+from gpufleet.sched.replay.state import Placement, PodRequest
 from tests.sched.replay_helpers import make_cluster, set_free
 
 

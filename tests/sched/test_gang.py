@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufleet.model import Gang
-from gpufleet.sched.scheduler import Scheduler
+from gpufleet.sched.framework.scheduler import Scheduler
 from tests.sched.k8s_objects import knode, kpod, pod, snap
 
 
@@ -76,7 +76,7 @@ def test_rollback_undoes_releases_too() -> None:
 
 
 def test_queue_order_is_priority_then_creation_time() -> None:
-    from gpufleet.sched.gang import build_units
+    from gpufleet.sched.framework.gang import build_units
 
     older = pod("older", priority=5)
     older.created = "2026-11-20T08:00:00Z"

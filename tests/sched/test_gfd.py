@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.sched.gfd import SharingStrategy, apply_gfd_labels, gfd_labels
-from gpufleet.sched.k8s import parse_node
+from gpufleet.sched.framework.snapshot import parse_node
+from gpufleet.sched.partition.gfd import SharingStrategy, apply_gfd_labels, gfd_labels
 from tests.sched.k8s_objects import fabric_cluster, knode
 
 

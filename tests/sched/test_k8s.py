@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet.errors import NotFoundError, ParseError
 from gpufleet.model import GpuHealth, GpuSharing, TaintEffect
-from gpufleet.sched.k8s import (
+from gpufleet.sched.framework.snapshot import (
     is_extended_resource,
     load_snapshot,
     parse_node,

@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 from kubernetes import client
 
-from gpufleet.sched.backends.kubernetes import KubernetesScheduler
+from gpufleet.integrations.kubernetes.scheduler import KubernetesScheduler
 from tests.sched.k8s_objects import GPU_TOL, knode, kpod
 from tests.sched.k8s_test_api import RecordingCoreV1Api
 
@@ -117,7 +117,7 @@ def test_api_errors_become_backend_errors() -> None:
 
 def test_connect_with_a_bad_kubeconfig_is_a_backend_error(tmp_path: Any) -> None:
     from gpufleet.errors import BackendError
-    from gpufleet.sched.backends.kubernetes import connect
+    from gpufleet.integrations.kubernetes.scheduler import connect
 
     cfg = tmp_path / "kubeconfig"
     cfg.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")

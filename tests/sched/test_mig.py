@@ -11,7 +11,7 @@ import pytest
 
 from gpufleet.catalog.mig import MEMORY_SLICES, mig_geometries, mig_profiles_for
 from gpufleet.errors import NotFoundError, UserError
-from gpufleet.sched.mig import (
+from gpufleet.sched.partition.mig import (
     MigLayout,
     Placement,
     count_vectors,

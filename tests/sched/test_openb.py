@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import NotFoundError, ParseError
-from gpufleet.sched.openb import load_nodes, load_pods, load_trace
+from gpufleet.sched.replay.openb import load_nodes, load_pods, load_trace
 
 POD_HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"

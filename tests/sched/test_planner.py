@@ -15,10 +15,8 @@ import yaml
 
 from gpufleet.errors import UserError
 from gpufleet.model import Cluster, Pod, PodPhase
-from gpufleet.sched.device_plugin import load_config
-from gpufleet.sched.mig import MigLayout, count_vectors, layout_for_counts
-from gpufleet.sched.planner import WHOLE, parse_demand, plan, solve, synthetic_cluster
-from gpufleet.sched.planner_emit import (
+from gpufleet.sched.partition.device_plugin import load_config
+from gpufleet.sched.partition.emit import (
     MIG_CONFIG_LABEL,
     commands,
     configmaps,
@@ -27,6 +25,8 @@ from gpufleet.sched.planner_emit import (
     reconfiguration,
     summary,
 )
+from gpufleet.sched.partition.mig import MigLayout, count_vectors, layout_for_counts
+from gpufleet.sched.partition.planner import WHOLE, parse_demand, plan, solve, synthetic_cluster
 
 H100 = "H100-SXM5-80GB"
 

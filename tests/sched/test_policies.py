@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gpufleet.errors import UserError
-from gpufleet.sched.fastcluster import Placement, PodRequest
-from gpufleet.sched.openb import PodList
-from gpufleet.sched.policies import expand_policies, make_policy
-from gpufleet.sched.policies.base import pick_max
+from gpufleet.sched.replay.openb import PodList
+from gpufleet.sched.replay.policies import expand_policies, make_policy
+from gpufleet.sched.replay.policies.base import pick_max
+from gpufleet.sched.replay.state import Placement, PodRequest
 from tests.sched.replay_helpers import make_cluster, set_free
 
 RNG = np.random.default_rng(0)
@@ -97,8 +97,8 @@ def test_dot_product_prefers_the_least_aligned_node() -> None:
 
 
 def test_fgd_packs_sharing_pod_onto_the_gpu_that_fragments_least() -> None:
-    from gpufleet.sched.frag import FragModel, TypicalPods
-    from gpufleet.sched.policies.fgd import FGD
+    from gpufleet.sched.replay.frag import FragModel, TypicalPods
+    from gpufleet.sched.replay.policies.fgd import FGD
 
     c = make_cluster([("a", 32000, 1000, 2, "T4"), ("b", 32000, 1000, 2, "T4")])
     set_free(c, 0, 32000, [1000, 500])

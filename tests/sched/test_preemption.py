@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.model import Gang
-from gpufleet.sched.scheduler import Scheduler
+from gpufleet.sched.framework.scheduler import Scheduler
 from tests.sched.k8s_objects import knode, kpod, pod, snap
 
 GROUP = "scheduling.x-k8s.io/pod-group"

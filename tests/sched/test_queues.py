@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.errors import UserError
-from gpufleet.sched.queues import QueueBook, QueueSpec, load_queues
-from gpufleet.sched.scheduler import Scheduler
+from gpufleet.sched.framework.queues import QueueBook, QueueSpec, load_queues
+from gpufleet.sched.framework.scheduler import Scheduler
 from tests.sched.k8s_objects import knode, pod, snap
 
 Q = "kueue.x-k8s.io/queue-name"

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
-from gpufleet.sched.openb import PodList, load_trace
-from gpufleet.sched.replay import arrival_order, discrete_curve, replay
+from gpufleet.sched.replay.openb import PodList, load_trace
+from gpufleet.sched.replay.runner import arrival_order, discrete_curve, replay
 
 
 def uniform_pods(n: int, milli: int = 1000, gpus: int = 1) -> PodList:

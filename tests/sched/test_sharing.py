@@ -8,7 +8,7 @@ import yaml
 
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.model import GpuHealth, GpuRequest, GpuSharing, Node, Pod
-from gpufleet.sched.device_plugin import (
+from gpufleet.sched.partition.device_plugin import (
     DevicePluginConfig,
     MigStrategy,
     build_config,
@@ -18,8 +18,8 @@ from gpufleet.sched.device_plugin import (
     mig_resource_name,
     render_config,
 )
-from gpufleet.sched.mig import MigLayout
-from gpufleet.sched.sharing import (
+from gpufleet.sched.partition.mig import MigLayout
+from gpufleet.sched.partition.sharing import (
     MilliShares,
     admit,
     admit_pod,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.errors import UserError
+from gpufleet.integrations.slurm.scheduler import SlurmScheduler, resolve_gres_type, sbatch_args
 from gpufleet.model.workload import TrainingJob
-from gpufleet.sched.backends.slurm import SlurmScheduler, resolve_gres_type, sbatch_args
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from gpufleet.sources.slurm import SlurmNode
+from gpufleet.integrations.slurm.client import SlurmNode
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 
 pytestmark = pytest.mark.real

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ParseError
-from gpufleet.sources.slurm import (
+from gpufleet.integrations.slurm.client import (
     Gres,
     NodeState,
     expand_hostlist,
@@ -106,7 +106,7 @@ def test_garbage_is_a_parse_error_not_a_crash() -> None:
 
 def test_runner_without_a_config_says_so(tmp_path: Path) -> None:
     from gpufleet.errors import UserError
-    from gpufleet.sources.slurm import SlurmRunner
+    from gpufleet.integrations.slurm.client import SlurmRunner
 
     with pytest.raises(UserError, match="no Slurm configuration"):
         SlurmRunner(str(tmp_path / "missing.conf")).nodes()

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ParseError
-from gpufleet.sched.openb_cluster import load_openb_nodes
+from gpufleet.sched.replay.openb_cluster import load_openb_nodes
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.loader import load_cluster
 

@@ -19,8 +19,8 @@ partition_app = typer.Typer(
 
 def _cluster(cluster_file: Path | None, gpu: str | None, gpus: int | None, per_node: int, demand: Any) -> Any:
     """The cluster to plan on: a manifest, N GPUs of a model, or (neither given) as many GPUs as the demand needs."""
-    from gpufleet.sched import planner
-    from gpufleet.sched.mig import geometry_of
+    from gpufleet.sched.partition import planner
+    from gpufleet.sched.partition.mig import geometry_of
     from gpufleet.spec.builder import build_cluster
     from gpufleet.spec.loader import load_cluster
 
@@ -51,7 +51,8 @@ def plan_cmd(
     out: Path | None = typer.Option(None, "--out", help="Write mig-parted config, labels, ConfigMaps and plan here."),
 ) -> None:
     """Choose MIG layouts that fit the demand on the fewest GPUs; print the configs, labels and what must drain."""
-    from gpufleet.sched import planner, planner_emit
+    from gpufleet.sched.partition import emit as planner_emit
+    from gpufleet.sched.partition import planner
 
     wanted = planner.parse_demand(demand)
     fleet = _cluster(cluster, gpu, gpus, gpus_per_node, wanted)
@@ -95,8 +96,8 @@ def plan_cmd(
 
 
 def _write_outputs(out: Path, result: Any, plugin: Any, data: dict[str, Any]) -> None:
-    from gpufleet.sched import planner_emit
-    from gpufleet.sched.device_plugin import dump_manifests
+    from gpufleet.sched.partition import emit as planner_emit
+    from gpufleet.sched.partition.device_plugin import dump_manifests
 
     out.mkdir(parents=True, exist_ok=True)
     doc, labels = planner_emit.mig_parted_config(result)
@@ -117,7 +118,13 @@ def layouts_cmd(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Count and list the valid MIG layouts of a GPU model (2,319 placements on the 7-slice parts)."""
-    from gpufleet.sched.mig import count_vectors, enumerate_layouts, geometry_of, is_maximal, maximal_count_vectors
+    from gpufleet.sched.partition.mig import (
+        count_vectors,
+        enumerate_layouts,
+        geometry_of,
+        is_maximal,
+        maximal_count_vectors,
+    )
 
     geometry = geometry_of(gpu)
     every = enumerate_layouts(geometry)
@@ -179,7 +186,13 @@ def device_plugin_config_cmd(
     key: str = typer.Option("default", "--key", help="With --configmap: the data key nodes select."),
 ) -> None:
     """Print a k8s-device-plugin config (version v1) with a time-slicing or MPS section."""
-    from gpufleet.sched.device_plugin import MigStrategy, build_config, configmap, dump_manifests, render_config
+    from gpufleet.sched.partition.device_plugin import (
+        MigStrategy,
+        build_config,
+        configmap,
+        dump_manifests,
+        render_config,
+    )
 
     try:
         strategy = MigStrategy(mig_strategy)
@@ -209,8 +222,8 @@ def dra_slices_cmd(
     ),
 ) -> None:
     """Print the ResourceSlices (resource.k8s.io/v1) NVIDIA's DRA driver would publish for the cluster's GPUs."""
-    from gpufleet.sched.device_plugin import dump_manifests
-    from gpufleet.sched.dra_slices import nvidia_device_classes, partitionable_slices, resource_slices
+    from gpufleet.sched.dra.slices import nvidia_device_classes, partitionable_slices, resource_slices
+    from gpufleet.sched.partition.device_plugin import dump_manifests
     from gpufleet.spec.builder import build_cluster
     from gpufleet.spec.loader import load_cluster
 
@@ -233,10 +246,10 @@ def dra_allocate_cmd(
     dynamic_mig: bool = typer.Option(False, "--dynamic-mig", help="MIG devices are created on allocation."),
 ) -> None:
     """Allocate each claim in turn (CEL selectors, counts, constraints) and print it with status.allocation."""
-    from gpufleet.sched.device_plugin import dump_manifests
-    from gpufleet.sched.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate, load_dra_objects
-    from gpufleet.sched.dra_allocator import Allocator
-    from gpufleet.sched.dra_slices import nvidia_device_classes, partitionable_slices, resource_slices
+    from gpufleet.sched.dra.allocator import Allocator
+    from gpufleet.sched.dra.objects import DeviceClass, ResourceClaim, ResourceClaimTemplate, load_dra_objects
+    from gpufleet.sched.dra.slices import nvidia_device_classes, partitionable_slices, resource_slices
+    from gpufleet.sched.partition.device_plugin import dump_manifests
     from gpufleet.spec.builder import build_cluster
     from gpufleet.spec.loader import load_cluster
 

@@ -53,11 +53,11 @@ def _state_dir(state: Path | None) -> Path:
 
 def _backend(name: BackendName, scenario: Path | None, diag_command: str | None) -> Any:
     if name is BackendName.slurm:
-        from gpufleet.remediate.backends.slurm import SlurmBackend
+        from gpufleet.integrations.slurm.remediation import SlurmBackend
 
         return SlurmBackend(diag_command=diag_command)
     if name is BackendName.kubernetes:
-        from gpufleet.remediate.backends.kubernetes import KubernetesBackend
+        from gpufleet.integrations.kubernetes.remediation import KubernetesBackend
 
         return KubernetesBackend.from_kubeconfig()
     from gpufleet.cli.core import builtin_example

@@ -11,9 +11,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
 from gpufleet.errors import UserError
-from gpufleet.sched.openb import NodeList, PodList, load_trace
-from gpufleet.sched.policies import POLICIES, expand_policies, make_policy
-from gpufleet.sched.replay import ReplayResult, arrival_order, replay
+from gpufleet.sched.replay.openb import NodeList, PodList, load_trace
+from gpufleet.sched.replay.policies import POLICIES, expand_policies, make_policy
+from gpufleet.sched.replay.runner import ReplayResult, arrival_order, replay
 
 sched_app = typer.Typer(
     help="Placement: trace replay and policies; plan, explain or run on Kubernetes (kubectl captures or live).",

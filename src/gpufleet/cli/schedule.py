@@ -44,8 +44,8 @@ def plan_cmd(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Print where each pending pod would be placed, which pods would be preempted, and why the rest cannot fit."""
-    from gpufleet.sched.k8s import load_snapshot
-    from gpufleet.sched.scheduler import PlanResult, Scheduler
+    from gpufleet.sched.framework.scheduler import PlanResult, Scheduler
+    from gpufleet.sched.framework.snapshot import load_snapshot
 
     snap = load_snapshot(snapshot)
     sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))
@@ -53,8 +53,8 @@ def plan_cmd(
     book = _queues(queues) if queues else None
     reservation: dict[str, Any] | None = None
     if backfill:
-        from gpufleet.sched.backfill import backfill as run_backfill
-        from gpufleet.sched.k8s import parse_time
+        from gpufleet.sched.framework.backfill import backfill as run_backfill
+        from gpufleet.sched.framework.snapshot import parse_time
 
         started = [p.started for p in snap.pods if p.started is not None]
         at = parse_time(now, "--now") if now else max(started, default=0.0)
@@ -118,8 +118,8 @@ def explain_cmd(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Show which nodes accept POD and how they score, or the FailedScheduling message with every filter's count."""
-    from gpufleet.sched.k8s import load_snapshot
-    from gpufleet.sched.scheduler import Scheduler
+    from gpufleet.sched.framework.scheduler import Scheduler
+    from gpufleet.sched.framework.snapshot import load_snapshot
 
     snap = load_snapshot(snapshot)
     info = snap.pod(pod)
@@ -162,7 +162,7 @@ def run_cmd(
     interval: float = typer.Option(2.0, "--interval", help="Seconds between cycles."),
 ) -> None:
     """Act as a secondary scheduler: bind pending pods whose schedulerName is gpufleet."""
-    from gpufleet.sched.backends.kubernetes import CycleResult, KubernetesScheduler, connect
+    from gpufleet.integrations.kubernetes.scheduler import CycleResult, KubernetesScheduler, connect
 
     sched = KubernetesScheduler(
         connect(kubeconfig, context, in_cluster), scheduler_name=scheduler_name, strategy=_strategy(policy)
@@ -183,7 +183,7 @@ def _queues(path: Path) -> Any:
     import yaml
 
     from gpufleet.errors import ManifestError, NotFoundError
-    from gpufleet.sched.queues import load_queues
+    from gpufleet.sched.framework.queues import load_queues
 
     try:
         raw = yaml.safe_load(path.read_text())
@@ -198,7 +198,7 @@ def _queues(path: Path) -> Any:
 
 def _strategy(policy: str) -> Any:
     from gpufleet.errors import UserError
-    from gpufleet.sched.scoring import Strategy
+    from gpufleet.sched.framework.scoring import Strategy
 
     try:
         return Strategy(policy)

@@ -91,11 +91,11 @@ def real_plane(
     db = open_state(home)
     holder: dict[str, Any] = {}
     if backend is BackendName.slurm:
-        from gpufleet.remediate.backends.slurm import SlurmBackend
+        from gpufleet.integrations.slurm.remediation import SlurmBackend
 
         impl: Any = SlurmBackend(diag_command=diag_command)
     elif backend is BackendName.kubernetes:
-        from gpufleet.remediate.backends.kubernetes import KubernetesBackend
+        from gpufleet.integrations.kubernetes.remediation import KubernetesBackend
 
         impl = KubernetesBackend.from_kubeconfig()
     else:

@@ -1,0 +1,134 @@
+"""Remediation through the Slurm controller: `scontrol update NodeName=... State=DRAIN|RESUME`, `scontrol requeue`,
+`scontrol reboot`. Slurm has no separate cordon: a DRAIN state takes no new jobs and lets running ones finish, which
+is a cordon; our drain also requeues the jobs running there, excluding the node.
+
+Actions that need the node itself (GPU reset, power limits, port isolation) are not something the controller can
+do; they raise UnsupportedActionError so the runbook stops with the node drained and the audit log says why.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+from gpufleet.errors import NotFoundError
+from gpufleet.integrations.slurm.client import SlurmJob, SlurmNode, SlurmRunner
+from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
+
+
+def _reason(text: str) -> str:
+    # scontrol takes the reason as one argv word; keep it printable and short.
+    return " ".join(text.split())[:200] or "gpufleet remediation"
+
+
+class SlurmBackend(RemediationBackend):
+    name = "slurm"
+
+    def __init__(self, runner: SlurmRunner | None = None, diag_command: str | None = None) -> None:
+        """`diag_command` is run to test a node, with {node} and {level} filled in, e.g.
+        "ssh {node} dcgmi diag -r {level}"; it passes when it exits 0. Without it, diag steps are unsupported."""
+        self.runner = runner or SlurmRunner()
+        self.diag_command = diag_command
+
+    def now(self) -> float:
+        return time.time()
+
+    def _nodes(self) -> list[SlurmNode]:
+        return self.runner.nodes()
+
+    def nodes(self) -> list[str]:
+        return [n.name for n in self._nodes()]
+
+    def placement(self) -> dict[str, Placement]:
+        """From node features written rack:<name> and leaf:<name> (Feature= in slurm.conf)."""
+        return {n.name: Placement(rack=n.feature("rack"), leaf=n.feature("leaf")) for n in self._nodes()}
+
+    def unavailable(self) -> set[str]:
+        return {n.name for n in self._nodes() if not n.state.available}
+
+    def node_ready(self, node: str) -> bool:
+        st = self.runner.node(node).state
+        return st.base not in ("DOWN", "UNKNOWN") and not (
+            st.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING", "POWERING_UP"}
+        )
+
+    def _update_node(self, node: str, *fields: str) -> None:
+        self.runner.run(["scontrol", "update", f"NodeName={node}", *fields])
+
+    def cordon(self, node: str, reason: str) -> str:
+        self._update_node(node, "State=DRAIN", f"Reason={_reason(reason)}")
+        return f"node {node} set to DRAIN (no new jobs): {_reason(reason)}"
+
+    def uncordon(self, node: str) -> str:
+        self._update_node(node, "State=RESUME")
+        return f"node {node} resumed"
+
+    def _jobs_on(self, node: str) -> list[SlurmJob]:
+        return [j for j in self.runner.jobs() if node in j.nodes and j.state in ("RUNNING", "SUSPENDED", "CONFIGURING")]
+
+    def drain(self, node: str, reason: str) -> str:
+        self._update_node(node, "State=DRAIN", f"Reason={_reason(reason)}")
+        moved = [self._requeue(job, [node]) for job in self._jobs_on(node)]
+        return f"node {node} set to DRAIN; requeued jobs: {', '.join(moved) or 'none'}"
+
+    def reset_gpu(self, node: str, index: int) -> str:
+        raise UnsupportedActionError(
+            f"Slurm cannot reset GPU {index} on {node}",
+            fix="reset it on the node (nvidia-smi -r -i N) and resume the node, or reboot it",
+        )
+
+    def reboot_node(self, node: str, reason: str) -> str:
+        # ASAP: no new jobs, reboot once idle. No nextstate (Slurm only offers RESUME or DOWN): the DRAIN flag the
+        # runbook set before survives the reboot, so the node stays out until its diag passes and uncordons it.
+        self.runner.run(["scontrol", "reboot", "ASAP", f"reason={_reason(reason)}", node])
+        return f"node {node} reboot requested (ASAP; stays drained afterwards)"
+
+    def run_diag(self, node: str, level: int) -> DiagResult:
+        if not self.diag_command:
+            raise UnsupportedActionError(
+                f"no diag command configured to test {node}",
+                fix='configure one, e.g. "ssh {node} dcgmi diag -r {level}"',
+            )
+        argv = [a.format(node=node, level=level) for a in shlex.split(self.diag_command)]
+        try:
+            out = self.runner.run(argv)
+        except Exception as exc:  # a failing diag exits non-zero: that is a result, not an error
+            return DiagResult(False, f"{' '.join(argv)}: {exc}")
+        return DiagResult(True, (out.strip().splitlines() or ["exit 0"])[-1][:200])
+
+    def set_power_limit(self, node: str, index: int | None, fraction: float) -> str:
+        raise UnsupportedActionError(
+            f"Slurm cannot set GPU power limits on {node}", fix="run nvidia-smi -pl on the node (or a node agent)"
+        )
+
+    def isolate_port(self, node: str, rail: int) -> str:
+        raise UnsupportedActionError(
+            f"Slurm cannot isolate port mlx5_{rail} on {node}", fix="isolate it in the fabric manager (UFM)"
+        )
+
+    def _requeue(self, job: SlurmJob, exclude: list[str]) -> str:
+        self.runner.run(["scontrol", "requeue", job.job_id])
+        excluded = sorted(set(job.excluded) | set(exclude))
+        if excluded:
+            self.runner.run(["scontrol", "update", f"JobId={job.job_id}", f"ExcNodeList={','.join(excluded)}"])
+        return job.job_id
+
+    def requeue_job(self, job: str, exclude: list[str]) -> str:
+        """`job` is a Slurm job id or a job name (every active job of that name is requeued)."""
+        jobs = [
+            j for j in self.runner.jobs() if job in (j.job_id, j.name) and j.state not in ("COMPLETED", "CANCELLED")
+        ]
+        if not jobs:
+            raise NotFoundError(f"Slurm has no active job {job!r}")
+        moved = [self._requeue(j, exclude) for j in jobs]
+        return f"requeued job {', '.join(moved)} excluding {', '.join(exclude) or 'no nodes'}"
+
+    def gpu_count(self, node: str) -> int:
+        return self.runner.node(node).gpus
+
+    def gpu_model(self, node: str) -> str:
+        types = {g.type for g in self.runner.node(node).gres if g.name == "gpu" and g.type}
+        return types.pop() if len(types) == 1 else ""
+
+
+__all__ = ["SlurmBackend"]

@@ -1,1 +1,0 @@
-"""Live scheduler backends (Slurm, Kubernetes)."""

@@ -1,0 +1,240 @@
+"""Filter plugins, in kube-scheduler's order, vectorised over nodes, and the FailedScheduling message.
+
+Each filter yields a boolean mask over the state's nodes. Masks that depend only on the pod's tolerations or node
+selection are cached per distinct value, so a stream of similar pods costs a few numpy operations each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from gpufleet.model import NodeAffinity, SelectorRequirement, Taint, TaintEffect, Toleration
+from gpufleet.sched.framework.snapshot import PodInfo
+from gpufleet.sched.framework.state import ClusterState
+
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+REASON_UNSCHEDULABLE = "node(s) were unschedulable"
+REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+REASON_TOO_MANY_PODS = "Too many pods"
+
+
+def reason_taint(t: Taint) -> str:
+    return f"node(s) had untolerated taint {{{t.key}: {t.value}}}"
+
+
+def reason_insufficient(resource: str) -> str:
+    return f"Insufficient {resource}"
+
+
+def reason_nvlink(count: int) -> str:
+    return f"node(s) had no NVLink domain with {count} free GPUs"
+
+
+# --- taints and tolerations ----------------------------------------------------------------------------------
+
+
+def tolerates(tol: Toleration, taint: Taint) -> bool:
+    """Kubernetes' Toleration.ToleratesTaint."""
+    if tol.effect is not None and tol.effect != taint.effect:
+        return False
+    if tol.key and tol.key != taint.key:
+        return False
+    if tol.operator == "Exists":
+        return True
+    if not tol.key and tol.operator != "Exists":
+        return False
+    return tol.value == taint.value
+
+
+def first_untolerated(
+    taints: Iterable[Taint], tolerations: Iterable[Toleration], effects: tuple[TaintEffect, ...]
+) -> Taint | None:
+    tols = tuple(tolerations)
+    for taint in taints:
+        if taint.effect in effects and not any(tolerates(t, taint) for t in tols):
+            return taint
+    return None
+
+
+HARD_EFFECTS = (TaintEffect.no_schedule, TaintEffect.no_execute)
+
+
+def taint_reasons(state: ClusterState, pod: PodInfo) -> dict[tuple[Taint, ...], Taint | None]:
+    return {group: first_untolerated(group, pod.pod.tolerations, HARD_EFFECTS) for group in state.taint_groups}
+
+
+def taint_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
+    key = ("taint", pod.pod.tolerations)
+    mask = state.cached_mask(key)
+    if mask is None:
+        mask = np.ones(len(state), dtype=bool)
+        for group, bad in taint_reasons(state, pod).items():
+            if bad is not None:
+                mask &= ~state.taint_groups[group]
+        mask = state.cache_mask(key, mask)
+    return mask
+
+
+def unschedulable_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
+    cordon = Taint(UNSCHEDULABLE_TAINT_KEY, TaintEffect.no_schedule)
+    if any(tolerates(t, cordon) for t in pod.pod.tolerations):
+        return np.ones(len(state), dtype=bool)
+    return ~state.unschedulable
+
+
+# --- node selector and affinity ------------------------------------------------------------------------------
+
+
+def requirement_matches(req: SelectorRequirement, labels: Mapping[str, str]) -> bool:
+    present = req.key in labels
+    op = req.operator
+    if op == "In":
+        return present and labels[req.key] in req.values
+    if op == "NotIn":
+        return not present or labels[req.key] not in req.values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if not present:
+        return False
+    try:
+        have, want = int(labels[req.key]), int(req.values[0])
+    except ValueError:
+        return False
+    return have > want if op == "Gt" else have < want
+
+
+def term_matches(term: tuple[SelectorRequirement, ...], labels: Mapping[str, str]) -> bool:
+    # An empty nodeSelectorTerm matches no node (as in Kubernetes).
+    return bool(term) and all(requirement_matches(r, labels) for r in term)
+
+
+def node_selection_matches(
+    selector: Mapping[str, str], affinity: NodeAffinity | None, labels: Mapping[str, str]
+) -> bool:
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    if affinity is not None and affinity.required:
+        return any(term_matches(t, labels) for t in affinity.required)
+    return True
+
+
+def affinity_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
+    selector = tuple(sorted(pod.pod.node_selector.items()))
+    required = pod.pod.affinity.required if pod.pod.affinity else ()
+    if not selector and not required:
+        return np.ones(len(state), dtype=bool)
+    key = ("affinity", selector, required)
+    mask = state.cached_mask(key)
+    if mask is None:
+        sel = dict(selector)
+        aff = NodeAffinity(required=required)
+        mask = np.fromiter(
+            (node_selection_matches(sel, aff, n.node.labels) for n in state.nodes), dtype=bool, count=len(state)
+        )
+        mask = state.cache_mask(key, mask)
+    return mask
+
+
+# --- resources and NVLink ------------------------------------------------------------------------------------
+
+
+def resource_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
+    idx, amounts, unknown = state.request_vector(pod)
+    if unknown:
+        return np.zeros(len(state), dtype=bool)
+    free = state.free_
+    fits = free[:, idx[0]] >= amounts[0]
+    for col, amount in zip(idx[1:], amounts[1:], strict=True):
+        fits &= free[:, col] >= amount
+    return np.asarray(fits, dtype=bool)
+
+
+def nvlink_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
+    k = state.exclusive_gpus(pod)
+    if k < 2:
+        return np.ones(len(state), dtype=bool)
+    return (state.max_domain < k) | (state.best_free_domain >= k)
+
+
+def fits_node(state: ClusterState, pod: PodInfo, node: int) -> bool:
+    """Resource and NVLink fit on one node (its static filters already passed)."""
+    idx, amounts, unknown = state.request_vector(pod)
+    if unknown or bool((state.free_[node, idx] < amounts).any()):
+        return False
+    k = state.exclusive_gpus(pod)
+    return k < 2 or state.max_domain[node] < k or state.best_free_domain[node] >= k
+
+
+def feasible(state: ClusterState, pod: PodInfo) -> np.ndarray:
+    """Nodes that pass every filter."""
+    mask = unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod)
+    return mask & resource_mask(state, pod) & nvlink_mask(state, pod)
+
+
+# --- explanation ---------------------------------------------------------------------------------------------
+
+
+def node_reasons(state: ClusterState, pod: PodInfo) -> list[list[str]]:
+    """Why each node rejects the pod: the first failing plugin's reasons, as kube-scheduler records them."""
+    reasons: list[list[str]] = [[] for _ in range(len(state))]
+    cordon_ok = unschedulable_mask(state, pod)
+    bad_taint = taint_reasons(state, pod)
+    aff = affinity_mask(state, pod)
+    idx, amounts, unknown = state.request_vector(pod)
+    free = state.alloc[:, idx] - state.used[:, idx]
+    short = free < amounts
+    nv = nvlink_mask(state, pod)
+    for i in range(len(state)):
+        if not cordon_ok[i]:
+            reasons[i].append(REASON_UNSCHEDULABLE)
+            continue
+        taint = bad_taint[state.taints[i]]
+        if taint is not None:
+            reasons[i].append(reason_taint(taint))
+            continue
+        if not aff[i]:
+            reasons[i].append(REASON_AFFINITY)
+            continue
+        res = [
+            REASON_TOO_MANY_PODS if state.resources[c] == "pods" else reason_insufficient(state.resources[c])
+            for c, s in zip(idx, short[i], strict=True)
+            if s
+        ]
+        res += [reason_insufficient(u) for u in unknown]
+        if res:
+            reasons[i].extend(res)
+            continue
+        if not nv[i]:
+            reasons[i].append(reason_nvlink(state.exclusive_gpus(pod)))
+    return reasons
+
+
+def reason_counts(reasons: Iterable[list[str]]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for rs in reasons:
+        counts.update(rs)
+    return counts
+
+
+def failed_scheduling_message(total: int, counts: Mapping[str, int], preemption: str | None = None) -> str:
+    """`0/32 nodes are available: 3 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint {k: v}.`"""
+    parts = sorted(f"{n} {reason}" for reason, n in counts.items() if n)
+    msg = f"0/{total} nodes are available: {', '.join(parts)}."
+    if preemption:
+        msg += f" preemption: {preemption}"
+    return msg
+
+
+def preemption_message(total: int, helpful: int) -> str:
+    """The second half kube-scheduler appends after a failed preemption attempt."""
+    parts = []
+    if total - helpful:
+        parts.append(f"{total - helpful} Preemption is not helpful for scheduling")
+    if helpful:
+        parts.append(f"{helpful} No preemption victims found for incoming pod")
+    return f"0/{total} nodes are available: {', '.join(sorted(parts))}."

@@ -1,0 +1,189 @@
+"""Gang scheduling: place at least minMember pods of a group or none of them, packed under the fewest leaf switches.
+
+A gang is tried leaf group by leaf group (the nodes that share one set of rail leaves): the tightest group that holds
+it wins. If no single group does, members are placed one by one with a score that pulls them toward the groups the gang
+already uses. Either way the attempt runs on the state's journal, so a gang that falls short of minMember leaves no
+trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpufleet.model import GPU_RESOURCE, Gang
+from gpufleet.sched.framework.filters import feasible
+from gpufleet.sched.framework.snapshot import PodInfo
+
+if TYPE_CHECKING:
+    from gpufleet.sched.framework.scheduler import Placement, PlanResult, Scheduler
+
+
+@dataclass(slots=True)
+class Unit:
+    """What is scheduled at once: one pod, or the pending members of a gang."""
+
+    name: str
+    pods: list[PodInfo]
+    min_member: int
+    priority: int
+    queue: str
+    gang: bool = False
+
+    def request(self, resource: str) -> int:
+        return sum(p.requests.get(resource, 0) for p in self.pods)
+
+
+@dataclass(slots=True)
+class GangOutcome:
+    placements: list[Placement] = field(default_factory=list)
+    unplaced: list[PodInfo] = field(default_factory=list)
+    fitted: int = 0  # how many members fitted in the best failed attempt
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.placements) or not self.unplaced
+
+
+def build_units(pending: Sequence[PodInfo], gangs: dict[str, Gang], placed_count: dict[str, int]) -> list[Unit]:
+    """Queue order as kube-scheduler's PrioritySort: priority (high first), then creation time, then input order;
+    a gang sits where its first pending member arrived."""
+    units: list[Unit] = []
+    by_gang: dict[str, Unit] = {}
+    for pod in pending:
+        g = pod.pod.gang
+        if g is None:
+            units.append(Unit(pod.key, [pod], 1, pod.pod.priority, pod.pod.queue))
+            continue
+        unit = by_gang.get(g)
+        if unit is None:
+            spec = gangs.get(g)
+            min_member = spec.min_member if spec else 1
+            # Members already running count toward minMember.
+            need = max(min_member - placed_count.get(g, 0), 0)
+            unit = by_gang[g] = Unit(g, [], need, pod.pod.priority, pod.pod.queue, gang=True)
+            units.append(unit)
+        unit.pods.append(pod)
+        unit.priority = max(unit.priority, pod.pod.priority)
+    units.sort(key=lambda u: (-u.priority, min(p.created for p in u.pods)))  # stable within ties
+    return units
+
+
+def _try_members(sched: Scheduler, pods: Sequence[PodInfo], restrict: np.ndarray | None) -> GangOutcome:
+    out = GangOutcome()
+    groups: set[int] = set()
+    for pod in pods:
+        picked = sched.select_node(pod, restrict, groups)
+        if picked is None:
+            out.unplaced.append(pod)
+            continue
+        placement = sched.place(pod, *picked)
+        out.placements.append(placement)
+        g = int(sched.state.leaf_group[picked[0]])
+        if g >= 0:
+            groups.add(g)
+    return out
+
+
+MAX_GROUP_TRIALS = 4
+
+
+def _candidate_groups(sched: Scheduler, pods: Sequence[PodInfo]) -> list[int]:
+    """Leaf groups that could hold every member, by a vectorised upper bound, tightest first."""
+    state = sched.state
+    biggest = pods[0]
+    idx, amounts, unknown = state.request_vector(biggest)
+    if unknown:
+        return []
+    ok = np.flatnonzero(feasible(state, biggest) & (state.leaf_group >= 0))
+    if len(ok) == 0:
+        return []
+    free = state.free_
+    per_node = np.min(np.stack([free[ok, c] // a for c, a in zip(idx, amounts, strict=True)]), axis=0)
+    groups = state.leaf_group[ok]
+    ngroups = len(state.group_names)
+    capacity = np.bincount(groups, weights=per_node, minlength=ngroups)
+    gpu_col = state.res_index[GPU_RESOURCE]
+    member = state.leaf_group >= 0
+    free_gpus = np.bincount(state.leaf_group[member], weights=free[member, gpu_col], minlength=ngroups)
+    order = np.lexsort((np.arange(ngroups), free_gpus))
+    return [int(g) for g in order if capacity[g] >= len(pods)]
+
+
+def place_gang(sched: Scheduler, unit: Unit) -> GangOutcome:
+    """All-or-nothing: returns placements only when at least `unit.min_member` landed; otherwise rolls back."""
+    state = sched.state
+    # Largest members first: they are the hardest to fit.
+    pods = sorted(unit.pods, key=lambda p: -p.requests.get(GPU_RESOURCE, 0))
+    start = state.mark()
+    if len(state.group_names) > 1:
+        # Tightest leaf group first (fewest free GPUs) among those whose rough capacity can hold the gang;
+        # a trial placement confirms it, trying a few groups before giving up on single-group placement.
+        for g in _candidate_groups(sched, pods)[:MAX_GROUP_TRIALS]:
+            out = _try_members(sched, pods, state.leaf_group == g)
+            if not out.unplaced:
+                return out
+            state.rollback(start)
+    out = _try_members(sched, pods, None)
+    if len(out.placements) >= unit.min_member and out.placements:
+        return out
+    fitted = len(out.placements)
+    state.rollback(start)
+    return GangOutcome(placements=[], unplaced=list(unit.pods), fitted=fitted)
+
+
+def plan_units(
+    sched: Scheduler,
+    pending: Sequence[PodInfo],
+    gangs: dict[str, Gang],
+    *,
+    queues: object | None = None,
+    preemption: bool = True,
+) -> PlanResult:
+    from gpufleet.sched.framework.preemption import preempt_for_unit
+    from gpufleet.sched.framework.queues import QueueBook
+    from gpufleet.sched.framework.scheduler import Failure, PlanResult
+
+    book = queues if isinstance(queues, QueueBook) else None
+    placed_count: dict[str, int] = {}
+    for a in sched.state.placed.values():
+        if a.pod.pod.gang:
+            placed_count[a.pod.pod.gang] = placed_count.get(a.pod.pod.gang, 0) + 1
+    if book is not None:
+        book.charge_running(a.pod for a in sched.state.placed.values() if a.pod.key not in book.members)
+    result = PlanResult()
+    for unit in build_units(pending, gangs, placed_count):
+        admission = book.admit(unit) if book is not None else None
+        if admission is not None and not admission.ok:
+            result.failures.extend(Failure(p.key, admission.message) for p in unit.pods)
+            continue
+        mark = sched.state.mark()
+        out = place_gang(sched, unit)
+        fitted = out.fitted
+        if not out.placements and preemption:
+            can_evict = book.evictable_for(unit, admission) if book is not None else None
+            pre = preempt_for_unit(sched, unit, can_evict)
+            if pre is not None:
+                out = GangOutcome(placements=pre.placements)
+                result.evictions.extend(pre.evictions)
+                if book is not None:
+                    for ev in pre.evictions:
+                        book.uncharge(sched.pods[ev.pod])
+        if out.placements:
+            result.placements.extend(out.placements)
+            if book is not None:
+                book.charge_unit(unit, [sched.pods[p.pod] for p in out.placements], admission)
+            continue
+        sched.state.rollback(mark)
+        for pod in unit.pods:
+            fail = sched.failure(pod, sched.preemption_note(pod) if preemption else None)
+            if unit.gang and len(sched.candidates(pod)):
+                fail.message = (
+                    f"gang {unit.name}: only {fitted} of minMember {unit.min_member} pods fit together; "
+                    "none placed (all-or-nothing)"
+                )
+            result.failures.append(fail)
+    return result

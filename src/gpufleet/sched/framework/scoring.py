@@ -1,0 +1,131 @@
+"""Score plugins over the feasible nodes: each returns 0..100 per node, combined with weights as kube-scheduler does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from gpufleet.model import GPU_RESOURCE, TaintEffect
+from gpufleet.sched.framework.filters import requirement_matches, tolerates
+from gpufleet.sched.framework.snapshot import PodInfo
+from gpufleet.sched.framework.state import ClusterState
+
+MAX_SCORE = 100.0
+
+
+class Strategy(StrEnum):
+    binpack = "binpack"  # NodeResourcesFit MostAllocated: fill nodes, keep whole nodes free for big pods
+    spread = "spread"  # NodeResourcesFit LeastAllocated (kube-scheduler's default)
+
+
+@dataclass(slots=True)
+class ScoreWeights:
+    """Plugin weights. kube-scheduler's defaults are TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1."""
+
+    taint_toleration: float = 3.0
+    node_affinity: float = 2.0
+    resources_fit: float = 1.0
+    topology: float = 2.0
+    resource_weights: dict[str, float] = field(default_factory=lambda: {"cpu": 1.0, "memory": 1.0, GPU_RESOURCE: 3.0})
+
+
+def resources_fit(
+    state: ClusterState, pod: PodInfo, nodes: np.ndarray, strategy: Strategy, weights: dict[str, float]
+) -> np.ndarray:
+    """Requested-to-allocatable ratio after placing the pod, per resource, weighted (kube's Least/MostAllocated)."""
+    total = np.zeros(len(nodes))
+    wsum = 0.0
+    for name, w in weights.items():
+        col = state.res_index.get(name)
+        if col is None:
+            continue
+        # fraction of the node's allocatable in use once the pod is placed (0 where the node has none)
+        inv = state.inv_alloc[:, col][nodes]
+        used = state.used[:, col][nodes] + pod.requests.get(name, 0)
+        frac = np.minimum(used * inv, 1.0)
+        total += w * (frac if strategy is Strategy.binpack else 1.0 - frac)
+        wsum += w
+    return total * MAX_SCORE / wsum if wsum else total
+
+
+def _normalize(raw: np.ndarray, reverse: bool = False) -> np.ndarray:
+    top = raw.max() if len(raw) else 0.0
+    if top <= 0:
+        return np.full(len(raw), 0.0 if not reverse else MAX_SCORE)
+    scaled = raw * MAX_SCORE / top
+    return MAX_SCORE - scaled if reverse else scaled
+
+
+def taint_toleration(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
+    """Fewer untolerated PreferNoSchedule taints score higher."""
+    tols = pod.pod.tolerations
+    per_node = np.zeros(len(state))
+    for group, members in state.taint_groups.items():
+        n = sum(
+            1 for t in group if t.effect is TaintEffect.prefer_no_schedule and not any(tolerates(x, t) for x in tols)
+        )
+        if n:
+            per_node[members] = n
+    counts = per_node[nodes]
+    return _normalize(counts, reverse=True)
+
+
+def node_affinity(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
+    """Sum of the weights of matching preferred terms, normalised to 0..100."""
+    aff = pod.pod.affinity
+    if aff is None or not aff.preferred:
+        return np.zeros(len(nodes))
+    raw = np.zeros(len(nodes))
+    for term in aff.preferred:
+        key = ("preferred", term.requirements)
+        mask = state.cached_mask(key)
+        if mask is None:
+            mask = state.cache_mask(
+                key,
+                np.fromiter(
+                    (all(requirement_matches(r, n.node.labels) for r in term.requirements) for n in state.nodes),
+                    dtype=bool,
+                    count=len(state),
+                ),
+            )
+        raw += term.weight * mask[nodes]
+    return _normalize(raw)
+
+
+def nvlink_fit(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
+    """Multi-GPU pods prefer the node whose best NVLink domain they fill most tightly."""
+    k = state.exclusive_gpus(pod)
+    if k < 2:
+        return np.zeros(len(nodes))
+    free = state.best_free_domain[nodes].astype(np.float64)
+    return np.where(free >= k, MAX_SCORE * k / np.maximum(free, 1), 0.0)
+
+
+def leaf_affinity(state: ClusterState, nodes: np.ndarray, gang_groups: set[int]) -> np.ndarray:
+    """Gang members prefer nodes under the leaf switches their gang already uses."""
+    if not gang_groups:
+        return np.zeros(len(nodes))
+    groups = state.leaf_group[nodes]
+    return np.where(np.isin(groups, list(gang_groups)) & (groups >= 0), MAX_SCORE, 0.0)
+
+
+def score(
+    state: ClusterState,
+    pod: PodInfo,
+    nodes: np.ndarray,
+    strategy: Strategy,
+    weights: ScoreWeights,
+    gang_groups: set[int] | None = None,
+) -> np.ndarray:
+    total = weights.resources_fit * resources_fit(state, pod, nodes, strategy, weights.resource_weights)
+    if pod.pod.affinity is not None and pod.pod.affinity.preferred:
+        total += weights.node_affinity * node_affinity(state, pod, nodes)
+    if state.has_soft_taints:
+        total += weights.taint_toleration * taint_toleration(state, pod, nodes)
+    if state.exclusive_gpus(pod) >= 2:
+        total += weights.topology * nvlink_fit(state, pod, nodes)
+    if gang_groups:
+        total += weights.topology * leaf_affinity(state, nodes, gang_groups)
+    return total

@@ -1,0 +1,219 @@
+"""What is free where: per-node resource arrays, free GPU indices and a journal to undo tentative placements."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufleet.errors import InternalError
+from gpufleet.model import GPU_RESOURCE, Fabric, GpuSharing, Taint, TaintEffect
+from gpufleet.sched.framework.snapshot import NodeInfo, PodInfo
+from gpufleet.sched.framework.topology import (
+    choose_gpus,
+    leaf_groups,
+    leaves_of_nodes,
+    max_free_in_domain,
+    nvlink_domains,
+)
+
+NOT_READY_TAINT = Taint("node.kubernetes.io/not-ready", TaintEffect.no_schedule)
+UNREACHABLE_TAINT = Taint("node.kubernetes.io/unreachable", TaintEffect.no_schedule)
+# Nodes that share this label value sit under the same IB leaf switches (one rail group / scalable unit).
+LEAF_GROUP_LABEL = "gpufleet.io/leaf-group"
+BASE_RESOURCES = ("cpu", "memory", "pods", GPU_RESOURCE)
+
+
+@dataclass(slots=True)
+class Assignment:
+    pod: PodInfo
+    node: int
+    gpus: tuple[int, ...]
+    idx: np.ndarray
+    amounts: np.ndarray
+    amount_of: dict[int, int]  # column -> amount, for cheap per-pod lookups
+
+
+def effective_taints(info: NodeInfo) -> tuple[Taint, ...]:
+    """The node's taints plus the ones the node lifecycle controller adds for a NotReady/Unknown node."""
+    taints = list(info.node.taints)
+    ready = info.node.condition("Ready")
+    if ready is not None and ready.status != "True":
+        extra = NOT_READY_TAINT if ready.status == "False" else UNREACHABLE_TAINT
+        if all(t.key != extra.key for t in taints):
+            taints.append(extra)
+    return tuple(taints)
+
+
+class ClusterState:
+    """Mutable placement state over a fixed node list. Every change is journaled so it can be rolled back."""
+
+    def __init__(self, nodes: list[NodeInfo], fabric: Fabric | None = None) -> None:
+        self.nodes = nodes
+        self.names = [n.node.name for n in nodes]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        names: list[str] = list(BASE_RESOURCES)
+        for n in nodes:
+            names.extend(k for k in n.allocatable if k not in names)
+        self.resources = names
+        self.res_index = {r: i for i, r in enumerate(names)}
+        self.alloc = np.zeros((len(nodes), len(names)), dtype=np.int64)
+        for i, n in enumerate(nodes):
+            for k, v in n.allocatable.items():
+                self.alloc[i, self.res_index[k]] = v
+            if "pods" not in n.allocatable:
+                self.alloc[i, self.res_index["pods"]] = 110
+        # Column-major: filters and scores read one resource across all nodes at a time.
+        self.alloc = np.asfortranarray(self.alloc)
+        self.used = np.zeros_like(self.alloc, order="F")
+        self.free_ = self.alloc.copy(order="F")
+        with np.errstate(divide="ignore"):
+            self.inv_alloc = np.asfortranarray(np.where(self.alloc > 0, 1.0 / np.maximum(self.alloc, 1), 0.0))
+        self.unschedulable = np.array([n.node.unschedulable for n in nodes], dtype=bool)
+        self.taints = [effective_taints(n) for n in nodes]
+        self.taint_groups: dict[tuple[Taint, ...], np.ndarray] = {}
+        for i, t in enumerate(self.taints):
+            self.taint_groups.setdefault(t, np.zeros(len(nodes), dtype=bool))[i] = True
+        self.has_soft_taints = any(t.effect is TaintEffect.prefer_no_schedule for ts in self.taints for t in ts)
+        self.domains = [nvlink_domains(n.node) for n in nodes]
+        self.gpu_free = [{g.index for g in n.node.gpus if g.schedulable} for n in nodes]
+        self.max_domain = np.array([max((len(d) for d in ds), default=0) for ds in self.domains], dtype=np.int64)
+        self.best_free_domain = np.array(
+            [max_free_in_domain(ds, free) for ds, free in zip(self.domains, self.gpu_free, strict=True)],
+            dtype=np.int64,
+        )
+        if fabric is not None and fabric.links:
+            self.leaves = leaves_of_nodes(fabric, self.names)
+        else:  # no fabric map (a kubectl capture): a node label may name the leaf group
+            self.leaves = {
+                n.node.name: frozenset({n.node.labels[LEAF_GROUP_LABEL]})
+                for n in nodes
+                if n.node.labels.get(LEAF_GROUP_LABEL)
+            }
+        groups = leaf_groups(self.leaves)
+        self.leaf_group = np.full(len(nodes), -1, dtype=np.int64)
+        self.group_names = list(groups)
+        for g, members in enumerate(groups.values()):
+            for name in members:
+                self.leaf_group[self.index[name]] = g
+        self.placed: dict[str, Assignment] = {}
+        self.pods_on: list[dict[str, PodInfo]] = [{} for _ in nodes]
+        self.gang_members: dict[str, set[str]] = {}
+        # How many placed pods hold each per-pod amount of each resource, and each priority: cheap bounds for
+        # preemption (the biggest single pod, the lowest priority present).
+        self.amount_counts: dict[int, Counter[tuple[int, int]]] = {}  # column -> (amount, priority) -> pods
+        self.priority_counts: Counter[int] = Counter()
+        self._journal: list[tuple[str, Assignment]] = []
+        self._mask_cache: dict[object, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def request_vector(self, pod: PodInfo) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Column indices and amounts of what the pod asks for, plus resource names no node offers at all."""
+        idx, amounts, unknown = [self.res_index["pods"]], [1], []
+        for name, value in pod.requests.items():
+            col = self.res_index.get(name)
+            if col is None:
+                unknown.append(name)
+            elif value:
+                idx.append(col)
+                amounts.append(value)
+        return np.array(idx, dtype=np.int64), np.array(amounts, dtype=np.int64), unknown
+
+    def free(self) -> np.ndarray:
+        return self.free_
+
+    @staticmethod
+    def exclusive_gpus(pod: PodInfo) -> int:
+        g = pod.pod.gpu
+        return g.count if g.sharing is GpuSharing.exclusive else 0
+
+    def cached_mask(self, key: object) -> np.ndarray | None:
+        return self._mask_cache.get(key)
+
+    def cache_mask(self, key: object, mask: np.ndarray) -> np.ndarray:
+        self._mask_cache[key] = mask
+        return mask
+
+    # --- changes -------------------------------------------------------------------------------------------
+
+    def assign(self, pod: PodInfo, node: int, gpus: tuple[int, ...] | None = None) -> Assignment:
+        if pod.key in self.placed:
+            raise InternalError(f"pod {pod.key} is already placed on {self.names[self.placed[pod.key].node]}")
+        idx, amounts, _ = self.request_vector(pod)
+        k = self.exclusive_gpus(pod)
+        if gpus is None:
+            gpus = ()
+            if k and self.nodes[node].node.gpus:
+                gpus = choose_gpus(self.domains[node], self.gpu_free[node], k) or ()
+        a = Assignment(pod, node, gpus, idx, amounts, {int(c): int(v) for c, v in zip(idx, amounts, strict=True)})
+        self._apply(a)
+        self._journal.append(("assign", a))
+        return a
+
+    def release(self, key: str) -> Assignment:
+        a = self.placed[key]
+        self._unapply(a)
+        self._journal.append(("release", a))
+        return a
+
+    def _apply(self, a: Assignment) -> None:
+        self.used[a.node, a.idx] += a.amounts
+        self.free_[a.node, a.idx] -= a.amounts
+        self.placed[a.pod.key] = a
+        self.pods_on[a.node][a.pod.key] = a.pod
+        if a.pod.pod.gang:
+            self.gang_members.setdefault(a.pod.pod.gang, set()).add(a.pod.key)
+        for col, amount in a.amount_of.items():
+            self.amount_counts.setdefault(col, Counter())[(amount, a.pod.pod.priority)] += 1
+        self.priority_counts[a.pod.pod.priority] += 1
+        if a.gpus:
+            self.gpu_free[a.node] -= set(a.gpus)
+            self.best_free_domain[a.node] = max_free_in_domain(self.domains[a.node], self.gpu_free[a.node])
+
+    def _unapply(self, a: Assignment) -> None:
+        self.used[a.node, a.idx] -= a.amounts
+        self.free_[a.node, a.idx] += a.amounts
+        del self.placed[a.pod.key]
+        del self.pods_on[a.node][a.pod.key]
+        if a.pod.pod.gang:
+            self.gang_members[a.pod.pod.gang].discard(a.pod.key)
+        for col, amount in a.amount_of.items():
+            self.amount_counts[col][(amount, a.pod.pod.priority)] -= 1
+        self.priority_counts[a.pod.pod.priority] -= 1
+        if a.gpus:
+            healthy = {g.index for g in self.nodes[a.node].node.gpus if g.schedulable}
+            self.gpu_free[a.node] |= set(a.gpus) & healthy
+            self.best_free_domain[a.node] = max_free_in_domain(self.domains[a.node], self.gpu_free[a.node])
+
+    def largest_amount(self, col: int, below_priority: int | None = None) -> int:
+        """The most of resource `col` any one placed pod holds (only pods below `below_priority`, if given)."""
+        return max(
+            (
+                amount
+                for (amount, prio), n in self.amount_counts.get(col, Counter()).items()
+                if n > 0 and (below_priority is None or prio < below_priority)
+            ),
+            default=0,
+        )
+
+    def lowest_priority(self) -> int | None:
+        return min((p for p, n in self.priority_counts.items() if n > 0), default=None)
+
+    def mark(self) -> int:
+        return len(self._journal)
+
+    def rollback(self, mark: int) -> None:
+        """Undo every assign/release after `mark`, newest first."""
+        while len(self._journal) > mark:
+            op, a = self._journal.pop()
+            if op == "assign":
+                self._unapply(a)
+            else:
+                self._apply(a)
+
+    def commit(self) -> None:
+        """Forget the journal: what is placed now stays."""
+        self._journal.clear()

@@ -1,0 +1,1 @@
+"""Partitioning GPUs: MIG geometry and layouts, the layout planner, device-plugin configs and sharing."""

@@ -1,0 +1,1 @@
+"""Trace replay: production pod traces (OpenB) placed on a vectorised cluster under pluggable policies."""

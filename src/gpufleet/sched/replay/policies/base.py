@@ -1,0 +1,53 @@
+"""What every placement policy implements, and the kube-scheduler-style node selection they share."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.sched.replay.openb import PodList
+from gpufleet.sched.replay.state import BoolArray, ClusterState, Placement, PodRequest
+
+# kube-scheduler's score range
+MAX_NODE_SCORE = 100
+# normalisers the reference simulator uses: the largest node it expects (128 cores, 8 GPUs)
+MAX_SPEC_CPU = 128000
+MAX_SPEC_GPU = 8000
+
+
+class Policy(ABC):
+    """Scores feasible nodes for one pod and picks a node and the GPUs on it."""
+
+    name: str = ""
+    description: str = ""
+
+    def prepare(self, cluster: ClusterState, workload: PodList | None) -> None:  # noqa: B027 - optional hook
+        """Called once before a replay; ``workload`` is the trace's pod list (for workload-aware policies)."""
+
+    @abstractmethod
+    def choose(
+        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> Placement:
+        """Pick a node among ``feasible`` (at least one is True) and the GPU ids the pod gets on it."""
+
+
+def pick_max(scores: npt.NDArray[np.float64], feasible: BoolArray, cluster: ClusterState) -> int:
+    """The feasible node with the highest score; equal scores go to the node with the lowest ``name_rank``.
+
+    The FGD paper's simulator replaced kube-scheduler's random tie-break with "smallest node name" (for
+    reproducibility) after prefixing every node name with a random permutation index, so ties follow a
+    random node order that stays fixed for a run; a replay sets ``name_rank`` that way, a fresh cluster
+    uses plain name order. With coarse integer scores ties are frequent: the rule shapes every result.
+    """
+    masked = np.where(feasible, scores, -np.inf)
+    ties = np.flatnonzero(masked == masked.max())
+    if len(ties) == 1:
+        return int(ties[0])
+    return int(ties[np.argmin(cluster.name_rank[ties])])
+
+
+def trunc_score(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Go's int64(float) conversion: truncate toward zero."""
+    return np.trunc(values)

@@ -1,0 +1,228 @@
+"""Array-backed cluster state for fast placement and trace replay.
+
+One row per node: free CPU (milli), free memory (MiB), free share of each GPU (milli, ``0`` in the padding
+columns of nodes with fewer GPUs than the widest node), and the node's GPU model. Every placement bumps the
+node's ``version`` so that scorers can cache per-node results and recompute only the nodes that changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.sched.replay.openb import MILLI, NodeList, PodList
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+# GPU-affinity tags counted per node (the GPU-clustering policy reads them): column 0 = sharing pods,
+# column k = pods that take k whole GPUs.
+SHARE_TAG = 0
+MAX_TAG = 8
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """What one pod asks for. ``gpu_milli`` is per GPU; ``gpu_spec`` is ``""`` or models joined by ``|``."""
+
+    cpu_milli: int
+    memory_mib: int = 0
+    num_gpu: int = 0
+    gpu_milli: int = 0
+    gpu_spec: str = ""
+    name: str = ""
+
+    @property
+    def is_sharing(self) -> bool:
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def type_key(self) -> tuple[int, int, int, str]:
+        """Pods with the same key score alike under every policy (memory only filters)."""
+        return (self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_spec)
+
+    @property
+    def affinity_tag(self) -> int:
+        """-1 for CPU-only pods, SHARE_TAG for sharing pods, else the number of whole GPUs."""
+        if self.num_gpu == 0:
+            return -1
+        return SHARE_TAG if self.is_sharing else min(self.num_gpu, MAX_TAG)
+
+
+def pod_requests(pods: PodList) -> list[PodRequest]:
+    return [
+        PodRequest(
+            cpu_milli=int(pods.cpu_milli[i]),
+            memory_mib=int(pods.memory_mib[i]),
+            num_gpu=int(pods.num_gpu[i]),
+            gpu_milli=int(pods.gpu_milli[i]),
+            gpu_spec=pods.gpu_spec[i],
+            name=pods.names[i],
+        )
+        for i in range(len(pods))
+    ]
+
+
+def spec_allows(spec: str, model: str) -> bool:
+    """Whether a pod's ``gpu_spec`` accepts a node's GPU model (an empty spec accepts any)."""
+    wanted = [s for s in spec.split("|") if s]
+    return not wanted or model in wanted
+
+
+@dataclass
+class Placement:
+    node: int
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass
+class ClusterState:
+    """Mutable free-resource arrays of a cluster."""
+
+    names: tuple[str, ...]
+    models: tuple[str, ...]  # distinct GPU models; model_idx points into it ("" for GPU-less nodes)
+    model_idx: IntArray
+    cpu_cap: IntArray
+    mem_cap: IntArray
+    num_gpu: IntArray
+    cpu_free: IntArray
+    mem_free: IntArray
+    gpu_free: IntArray  # (nodes, max GPUs per node), milli
+    gpu_exists: BoolArray
+    version: IntArray
+    affinity: IntArray  # (nodes, MAX_TAG + 1) count of GPU pods per affinity tag
+    name_rank: IntArray  # tie priority (ties go to the lowest); name order unless a replay sets it
+    _access: dict[str, BoolArray] = field(default_factory=dict)
+    listeners: list[Callable[[int], None]] = field(default_factory=list)
+
+    @classmethod
+    def from_nodes(cls, nodes: NodeList) -> ClusterState:
+        n = len(nodes)
+        width = max(1, int(nodes.num_gpu.max()) if n else 1)
+        models = tuple(sorted(set(nodes.model)))
+        model_idx = np.array([models.index(m) for m in nodes.model], dtype=np.int64)
+        exists = np.arange(width)[None, :] < nodes.num_gpu[:, None]
+        return cls(
+            names=nodes.names,
+            models=models,
+            model_idx=model_idx,
+            cpu_cap=nodes.cpu_milli.copy(),
+            mem_cap=nodes.memory_mib.copy(),
+            num_gpu=nodes.num_gpu.copy(),
+            cpu_free=nodes.cpu_milli.copy(),
+            mem_free=nodes.memory_mib.copy(),
+            gpu_free=np.where(exists, MILLI, 0).astype(np.int64),
+            gpu_exists=exists,
+            version=np.zeros(n, dtype=np.int64),
+            affinity=np.zeros((n, MAX_TAG + 1), dtype=np.int64),
+            name_rank=np.argsort(np.argsort(np.array(nodes.names, dtype=object), kind="stable"), kind="stable"),
+        )
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return int(self.num_gpu.sum()) * MILLI
+
+    @property
+    def free_gpu_milli(self) -> int:
+        return int(self.gpu_free.sum())
+
+    def gpu_left(self) -> IntArray:
+        return self.gpu_free.sum(axis=1)
+
+    def fully_free(self) -> IntArray:
+        return (self.gpu_free == MILLI).sum(axis=1)
+
+    def access(self, spec: str) -> BoolArray:
+        """Per node: does the node's GPU model satisfy the spec (cached per spec string)."""
+        mask = self._access.get(spec)
+        if mask is None:
+            ok = np.array([bool(m) and spec_allows(spec, m) for m in self.models], dtype=bool)
+            mask = ok[self.model_idx] if len(ok) else np.zeros(len(self), dtype=bool)
+            self._access[spec] = mask
+        return mask
+
+    def feasible(self, pod: PodRequest) -> BoolArray:
+        """Nodes passing every filter: CPU, memory, GPU model, enough GPUs with the per-GPU share free."""
+        ok = (self.cpu_free >= pod.cpu_milli) & (self.mem_free >= pod.memory_mib)
+        if pod.num_gpu > 0:
+            ok &= self.access(pod.gpu_spec)
+            ok &= (self.gpu_free >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
+        return ok
+
+    def rejections(self, pod: PodRequest) -> dict[str, int]:
+        """How many nodes each filter rejects (a node counts under the first filter it fails)."""
+        out: dict[str, int] = {}
+        left = np.ones(len(self), dtype=bool)
+        checks: list[tuple[str, BoolArray]] = [
+            ("Insufficient cpu", self.cpu_free >= pod.cpu_milli),
+            ("Insufficient memory", self.mem_free >= pod.memory_mib),
+        ]
+        if pod.num_gpu > 0:
+            checks.append(("GPU model not in gpu_spec", self.access(pod.gpu_spec)))
+            checks.append(
+                (
+                    f"fewer than {pod.num_gpu} GPU(s) with {pod.gpu_milli}m free",
+                    (self.gpu_free >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu,
+                )
+            )
+        for reason, passed in checks:
+            failed = left & ~passed
+            if failed.any():
+                out[reason] = int(failed.sum())
+            left &= passed
+        return out
+
+    def unschedulable_message(self, pod: PodRequest) -> str:
+        """kube-scheduler style: '0/3 nodes are available: 2 Insufficient cpu, 1 Insufficient memory.'"""
+        reasons = self.rejections(pod)
+        feasible = len(self) - sum(reasons.values())
+        ranked = sorted(reasons.items(), key=lambda kv: -kv[1])
+        detail = ", ".join(f"{count} {reason}" for reason, count in ranked)
+        return f"{feasible}/{len(self)} nodes are available" + (f": {detail}." if detail else ".")
+
+    def place(self, pod: PodRequest, placement: Placement) -> None:
+        i = placement.node
+        if len(placement.gpus) != pod.num_gpu:
+            raise ValueError(f"pod {pod.name} needs {pod.num_gpu} GPU ids, got {placement.gpus}")
+        self.cpu_free[i] -= pod.cpu_milli
+        self.mem_free[i] -= pod.memory_mib
+        for g in placement.gpus:
+            self.gpu_free[i, g] -= pod.gpu_milli
+        if self.cpu_free[i] < 0 or self.mem_free[i] < 0 or (self.gpu_free[i] < 0).any():
+            raise ValueError(f"pod {pod.name} over-commits node {self.names[i]}")
+        tag = pod.affinity_tag
+        if tag >= 0:
+            self.affinity[i, tag] += 1
+        self.version[i] += 1
+        for listener in self.listeners:
+            listener(i)
+
+    # GPU choice inside a node -------------------------------------------------------------------------
+
+    def exclusive_gpus(self, node: int, count: int) -> tuple[int, ...]:
+        """The lowest-indexed fully free GPUs (how the reference simulator hands out whole GPUs)."""
+        free = np.flatnonzero(self.gpu_free[node] == MILLI)
+        return tuple(int(g) for g in free[:count])
+
+    def tightest_gpu(self, node: int, milli: int) -> int:
+        """The GPU with the least free share that still fits ``milli`` (lowest index on ties)."""
+        row = self.gpu_free[node]
+        masked = np.where(row >= milli, row, np.iinfo(np.int64).max)
+        return int(np.argmin(masked))
+
+    def best_fit_gpus(self, node: int, pod: PodRequest) -> tuple[int, ...]:
+        if pod.num_gpu == 0:
+            return ()
+        if pod.gpu_milli < MILLI:
+            return (self.tightest_gpu(node, pod.gpu_milli),)
+        return self.exclusive_gpus(node, pod.num_gpu)
