@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.clirun import Ran
+from tests.clirun import gpufleet as run_cli
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "examples"
 
 
-def gpufleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
-
-    full_env = {**os.environ, "GPUFLEET_SERVER": "http://127.0.0.1:9", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli.main", *args], capture_output=True, text=True, env=full_env, timeout=300
-    )
+def gpufleet(*args: str, env: dict[str, str] | None = None) -> Ran:
+    return run_cli(*args, env={"GPUFLEET_SERVER": "http://127.0.0.1:9", **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +94,7 @@ def test_incidents_listed_as_json_feed_remediate_plan(short_scenario: Path, tmp_
     path = tmp_path / "i.json"
     path.write_text(listed.stdout)
     env_home = tmp_path / "home"
-    import os
-    import subprocess
-    import sys
-
-    plan = subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli.main", "remediate", "plan", "--incident", str(path), "-o", "json"],
-        capture_output=True, text=True, env={**os.environ, "GPUFLEET_HOME": str(env_home)}, timeout=300,
-    )  # fmt: skip
+    plan = gpufleet("remediate", "plan", "--incident", str(path), "-o", "json", env={"GPUFLEET_HOME": str(env_home)})
     assert plan.returncode == 0, plan.stderr
     assert {r["cause"] for r in json.loads(plan.stdout)} == {r["cause"] for r in rows}
     table = gpufleet("get", "incidents", "-f", str(short_scenario), "--at", "8m")
