@@ -13,28 +13,19 @@ from fastapi.testclient import TestClient
 
 from gpufleet.cli.server import Mode, twin_plane
 from gpufleet.server.app import create_app
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "examples"
+from tests.twins import su_scenario
 
 
 @pytest.fixture
 def scenario(tmp_path: Path) -> Path:
-    path = tmp_path / "restart.yaml"
-    path.write_text(
-        f"""apiVersion: gpufleet.io/v1
-kind: Scenario
-metadata: {{name: restart}}
-spec:
-  cluster: {EXAMPLES / "clusters" / "dgx-h100-su.yaml"}
-  duration: 1h
-  workload: {{autoTrainingNodesPerJob: 8}}
-  faults:
-  - {{at: 20s, type: xid, node: dgx-002, gpu: 3, code: 31}}
-  - {{at: 70s, type: gpu-off-bus, node: dgx-009, gpu: 6}}
-  - {{at: 80s, type: link-down, node: dgx-025, rail: 6}}
-"""
+    return su_scenario(
+        tmp_path / "restart.yaml",
+        [
+            "{at: 20s, type: xid, node: dgx-002, gpu: 3, code: 31}",
+            "{at: 70s, type: gpu-off-bus, node: dgx-009, gpu: 6}",
+            "{at: 80s, type: link-down, node: dgx-025, rail: 6}",
+        ],
     )
-    return path
 
 
 def _steps(running: Any, n: int) -> None:
@@ -115,3 +106,23 @@ def test_readers_never_wait_for_the_twin(scenario: Path, tmp_path: Path) -> None
         reader.join(timeout=30)
         assert not reader.is_alive(), "an API read waited for the twin's lock"
     assert answered == {"/healthz": 200, "/api/v1/nodes": 200, "/api/v1/summary": 200}
+
+
+def test_serve_shows_the_port_it_bound_and_names_a_busy_port(
+    scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from gpufleet.cli.server import serve
+    from gpufleet.errors import UserError
+
+    monkeypatch.setenv("GPUFLEET_HOME", str(tmp_path / "home"))
+    shown: list[int] = []
+    serve(twin_plane(tmp_path / "a", scenario, Mode.off, 1.0), "127.0.0.1", 0, "1s", lambda p: shown.append(p) or "")
+    assert len(shown) == 1 and shown[0] > 0  # --port 0: the banner names the port the system picked
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        with pytest.raises(UserError, match=f"cannot listen on 127.0.0.1:{port}") as caught:
+            serve(twin_plane(tmp_path / "b", scenario, Mode.off, 1.0), "127.0.0.1", port, "1s", lambda p: "")
+    assert caught.value.fix and "--port" in caught.value.fix

@@ -4,6 +4,7 @@ same door, and the dashboard): the one place that wires a backend, the twin and 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -109,7 +110,11 @@ def real_plane(
     return Running(plane, loop, [check], f"backend   {backend.value}; agents push to /api/v1/ingest")
 
 
-def twin_plane(home: Path, scenario: Path, remediation: Mode, speed: float, metrics: str | None = None) -> Running:
+def twin_plane(
+    home: Path, scenario: Path | None, remediation: Mode, speed: float, metrics: str | None = None
+) -> Running:
+    """The twin's nodes as agents of an in-process control plane; `scenario` defaults to the built-in 256-GPU day."""
+    from gpufleet.cli.core import builtin_example
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
@@ -119,6 +124,9 @@ def twin_plane(home: Path, scenario: Path, remediation: Mode, speed: float, metr
     from gpufleet.sim.source import EPOCH
     from gpufleet.state import open_state
 
+    if speed <= 0:
+        raise UserError("--speed must be positive")
+    scenario = scenario or builtin_example("scenarios/day-256gpu.yaml")
     twin, _ = build_twin(scenario)
     db = open_state(home)
     journal = TwinJournal(db, scenario_id(scenario))
@@ -151,25 +159,35 @@ def twin_plane(home: Path, scenario: Path, remediation: Mode, speed: float, metr
     return Running(plane, runner, [check], about)
 
 
-def serve(running: Running, host: str, port: int, run_for: str | None, banner: str) -> None:
+def serve(running: Running, host: str, port: int, run_for: str | None, banner: Callable[[int], str]) -> None:
+    """Serve the API and the dashboard until Ctrl-C or `run_for`; `banner(port)` is shown once the port is bound
+    (with --port 0, the one the system picked)."""
     import uvicorn
 
     from gpufleet.server.app import create_app
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s: reads are open to anyone who can reach it (TLS and roles are not set up)", host)
+    try:
+        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        running.plane.close()
+        running.plane.db.close()
+        raise UserError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", fix="choose another --port or stop what uses it"
+        ) from None
     token = api_token(create=True)
     assert token is not None
     app = create_app(running.plane, token, running.checks)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
-    console.print(Panel(banner, expand=False))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    console.print(Panel(banner(sock.getsockname()[1]), expand=False))
     running.loop.start()
     if run_for:
         timer = threading.Timer(parse_duration(run_for), lambda: setattr(server, "should_exit", True))
         timer.daemon = True
         timer.start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         running.loop.stop()
         running.plane.close()
@@ -214,19 +232,21 @@ def server(
     run_for: str | None = typer.Option(None, "--run-for", help="Stop after this much wall time (e.g. 30s)."),
 ) -> None:
     """Run the control plane: agents push to it, it correlates incidents and remediates through a backend."""
-    from gpufleet.cli.core import builtin_example
-
     _logging()
     home = data_dir()
     if backend is BackendName.twin:
-        if speed <= 0:
-            raise UserError("--speed must be positive")
-        running = twin_plane(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed, metrics)
+        running = twin_plane(home, scenario, remediate, speed, metrics)
     else:
         if scenario is not None:
             raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
         running = real_plane(home, backend, remediate, diag_command, metrics)
-    serve(running, host, port, run_for, _banner("gpufleet control plane", host, port, running, home, remediate))
+    serve(
+        running,
+        host,
+        port,
+        run_for,
+        lambda bound: _banner("gpufleet control plane", host, bound, running, home, remediate),
+    )
 
 
 def up(
@@ -243,14 +263,10 @@ def up(
 ) -> None:
     """Start the embedded default: the control plane, the digital twin's nodes as agents behind the same door, and
     the dashboard on 127.0.0.1."""
-    from gpufleet.cli.core import builtin_example
-
     _logging()
-    if speed <= 0:
-        raise UserError("--speed must be positive")
     home = data_dir()
-    running = twin_plane(home, scenario or builtin_example("scenarios/day-256gpu.yaml"), remediate, speed)
-    serve(running, host, port, run_for, _banner("gpufleet is up", host, port, running, home, remediate))
+    running = twin_plane(home, scenario, remediate, speed)
+    serve(running, host, port, run_for, lambda bound: _banner("gpufleet is up", host, bound, running, home, remediate))
 
 
 def register(app: typer.Typer) -> None:
