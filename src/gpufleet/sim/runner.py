@@ -23,6 +23,7 @@ from gpufleet.state import Database
 
 log = logging.getLogger("gpufleet.sim")
 MAX_CATCH_UP = 200  # steps per pass before readers get a turn
+SPEED_CHECK_S = 10.0  # wall seconds after which the twin says if it runs slower than asked
 
 Transport = Callable[[Batch], Ack]
 
@@ -112,6 +113,7 @@ class SimRunner(Background):
 
     def run(self) -> None:
         start_wall, start_sim = time.monotonic(), self.twin.time
+        first_wall, first_sim, warned = start_wall, start_sim, False
         try:
             while not self.stopping.is_set():
                 target = start_sim + (time.monotonic() - start_wall) * self.speed
@@ -120,6 +122,16 @@ class SimRunner(Background):
                         break
                     self.step_once()
                 behind = target - self.twin.time
+                if not warned and time.monotonic() - first_wall >= SPEED_CHECK_S:
+                    warned = True
+                    achieved = (self.twin.time - first_sim) / (time.monotonic() - first_wall)
+                    if achieved < 0.8 * self.speed:
+                        log.warning(
+                            "the twin runs at about %.0fx on this host, below the requested %gx: simulated time "
+                            "goes as fast as the host allows",
+                            achieved,
+                            self.speed,
+                        )
                 if behind > 30 * self.twin.tick * max(1.0, self.speed):  # this host cannot keep up: stop chasing
                     start_wall, start_sim = time.monotonic(), self.twin.time
                 self.stopping.wait(min(0.05, self.twin.tick / self.speed))
