@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from gpufleet.model import TrainingJob
 from gpufleet.sim.faults import InjectedFault
@@ -65,3 +66,26 @@ def run_door(twin: Twin, seconds: float, remediation: str = "off") -> tuple[obje
     plane, fleet = door(twin, remediation)
     run_headless(twin, fleet, plane.ingest, plane.tick, seconds)  # type: ignore[attr-defined, arg-type]
     return plane, fleet
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "src" / "gpufleet" / "examples"
+
+
+def su_scenario(
+    path: Path, faults: list[str], *, duration: str = "1h", workload: str = "autoTrainingNodesPerJob: 8"
+) -> Path:
+    """Write a scenario over the built-in DGX H100 SuperPOD unit (32 nodes) to `path`; `faults` are flow-style YAML
+    mappings, e.g. `{at: 20s, type: xid, node: dgx-002, gpu: 3, code: 31}`."""
+    lines = "".join(f"  - {fault}\n" for fault in faults)
+    path.write_text(
+        f"""apiVersion: gpufleet.io/v1
+kind: Scenario
+metadata: {{name: {path.stem}}}
+spec:
+  cluster: {EXAMPLES / "clusters" / "dgx-h100-su.yaml"}
+  duration: {duration}
+  workload: {{{workload}}}
+  faults:
+{lines}"""
+    )
+    return path

@@ -27,9 +27,8 @@ from gpufleet.server.app import create_app
 from gpufleet.sim.source import TwinSource
 from gpufleet.state import Database
 from gpufleet.telemetry.frame import MetricFrame
-from tests.twins import small_twin
+from tests.twins import small_twin, su_scenario
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "examples"
 TOKEN = "agent-test-token"
 XID_79 = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
 
@@ -235,19 +234,7 @@ def test_sim_agent_reports_to_a_control_plane_over_http(
 
     url, plane, server = control_plane
     _serve(server)
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(
-        f"""apiVersion: gpufleet.io/v1
-kind: Scenario
-metadata: {{name: a}}
-spec:
-  cluster: {EXAMPLES / "clusters" / "dgx-h100-su.yaml"}
-  duration: 1h
-  workload: {{autoTrainingNodesPerJob: 8}}
-  faults:
-  - {{at: 20s, type: xid, node: dgx-001, gpu: 5, code: 31}}
-"""
-    )
+    scenario = su_scenario(tmp_path / "a.yaml", ["{at: 20s, type: xid, node: dgx-001, gpu: 5, code: 31}"])
     agent = sim_agent(
         scenario, node="dgx-001", host="127.0.0.1", port=0, interval=0.2, speed=20.0,
         data_dir=tmp_path / "agent", control_plane=url, token=lambda: TOKEN,

@@ -9,6 +9,7 @@ import pytest
 
 from tests.clirun import Ran
 from tests.clirun import gpufleet as run_cli
+from tests.twins import su_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "examples"
 
@@ -19,21 +20,12 @@ def gpufleet(*args: str, env: dict[str, str] | None = None) -> Ran:
 
 @pytest.fixture(scope="module")
 def short_scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("s") / "short.yaml"
-    path.write_text(
-        f"""apiVersion: gpufleet.io/v1
-kind: Scenario
-metadata: {{name: short}}
-spec:
-  cluster: {EXAMPLES / "clusters" / "dgx-h100-su.yaml"}
-  duration: 20m
-  workload: {{autoTrainingNodesPerJob: 8, autoTrainingFill: 1.0}}
-  faults:
-  - {{at: 5m, type: gpu-off-bus, node: dgx-003, gpu: 2}}
-  - {{at: 6m, type: link-down, node: dgx-020, rail: 0}}
-"""
+    return su_scenario(
+        tmp_path_factory.mktemp("s") / "short.yaml",
+        ["{at: 5m, type: gpu-off-bus, node: dgx-003, gpu: 2}", "{at: 6m, type: link-down, node: dgx-020, rail: 0}"],
+        duration="20m",
+        workload="autoTrainingNodesPerJob: 8, autoTrainingFill: 1.0",
     )
-    return path
 
 
 def test_validate_ok_and_typo() -> None:
