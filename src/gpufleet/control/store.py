@@ -15,6 +15,7 @@ import msgspec
 
 from gpufleet.model.observe import Batch, Finding, KernelReport, LinkEvent, NodeInventory, Record
 from gpufleet.state import AuditLog, Database, IncidentTable
+from gpufleet.state.db import where
 
 _inventory = msgspec.json.Decoder(NodeInventory)
 _json = msgspec.json.Encoder()
@@ -100,15 +101,10 @@ class StateStore:
         self, kind: str | None = None, node: str | None = None, limit: int = 100, agent: str | None = None
     ) -> list[dict[str, Any]]:
         """Newest first. `kind`, `node` and `agent` may each list several values, comma-separated."""
-        where, args = [], []
-        for column, value in (("kind", kind), ("node", node), ("agent", agent)):
-            if not value:
-                continue
-            values = value.split(",")  # kind=kmsg,link: either
-            where.append(f"{column} IN ({', '.join('?' * len(values))})")
-            args.extend(values)
-        sql = "SELECT id, agent, seq, time, received, node, kind, entity, message, body FROM events"
-        sql += (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id DESC LIMIT ?"
+        either = {c: v.split(",") if v else None for c, v in (("kind", kind), ("node", node), ("agent", agent))}
+        clause, args = where(either)  # kind=kmsg,link: either
+        sql = f"SELECT id, agent, seq, time, received, node, kind, entity, message, body FROM events{clause}"
+        sql += " ORDER BY id DESC LIMIT ?"
         keys = ("id", "agent", "seq", "time", "received", "node", "kind", "entity", "message", "attrs")
         rows = self.db.query(sql, [*args, limit])
         return [{**dict(zip(keys, r, strict=True)), "attrs": json.loads(r[9])} for r in rows]

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.state.db import Database
+from gpufleet.state.db import Database, where
 
 COLUMNS = (
     "seq", "time", "recorded", "actor", "action", "target", "decision", "reason", "incident", "cause", "runbook",
@@ -56,14 +56,8 @@ class AuditLog:
         self, incident: str | None = None, limit: int | None = None, actor: str | None = None
     ) -> list[AuditEntry]:
         """Oldest first; with `limit`, the newest `limit` entries."""
-        where, args = [], []
-        if incident:
-            where.append("incident = ?")
-            args.append(incident)
-        if actor:
-            where.append("actor = ?")
-            args.append(actor)
-        sql = f"SELECT {', '.join(COLUMNS)} FROM audit" + (f" WHERE {' AND '.join(where)}" if where else "")
+        clause, args = where({"incident": incident, "actor": actor})
+        sql = f"SELECT {', '.join(COLUMNS)} FROM audit{clause}"
         if limit:
             sql = f"SELECT * FROM ({sql} ORDER BY seq DESC LIMIT {int(limit)}) ORDER BY seq"
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,23 @@ class Database:
 
     def set_meta(self, key: str, value: str) -> None:
         self.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+
+def where(filters: Mapping[str, Any], *conditions: str) -> tuple[str, list[Any]]:
+    """A WHERE clause (with its leading space) and its arguments from the filters that are set: None and "" are
+    not; a list or tuple matches any of its items. `conditions` are fixed SQL conditions joined in too."""
+    parts: list[str] = list(conditions)
+    args: list[Any] = []
+    for column, value in filters.items():
+        if value is None or value == "":
+            continue
+        if isinstance(value, list | tuple):
+            parts.append(f"{column} IN ({', '.join('?' * len(value))})")
+            args.extend(value)
+        else:
+            parts.append(f"{column} = ?")
+            args.append(value)
+    return (f" WHERE {' AND '.join(parts)}" if parts else ""), args
 
 
 def open_state(directory: Path) -> Database:

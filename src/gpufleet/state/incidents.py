@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from gpufleet.state.db import Database
+from gpufleet.state.db import Database, where
 
 ID_PREFIX = "INC-"
 
@@ -51,17 +51,9 @@ class IncidentTable:
     def list(
         self, state: str | None = None, node: str | None = None, limit: int = 500, active_only: bool = False
     ) -> list[dict[str, Any]]:
-        where, args = [], []
-        if state:
-            where.append("state = ?")
-            args.append(state)
-        if active_only:
-            where.append("state != 'resolved'")
-        if node:
-            where.append("node = ?")
-            args.append(node)
-        sql = "SELECT body FROM incidents" + (f" WHERE {' AND '.join(where)}" if where else "")
-        rows = self.db.query(sql + " ORDER BY first_seen DESC, id DESC LIMIT ?", [*args, limit])
+        clause, args = where({"state": state, "node": node}, *(["state != 'resolved'"] if active_only else []))
+        sql = f"SELECT body FROM incidents{clause} ORDER BY first_seen DESC, id DESC LIMIT ?"
+        rows = self.db.query(sql, [*args, limit])
         return [dict(json.loads(r[0])) for r in rows]
 
 
