@@ -91,8 +91,5 @@ class RemediationDriver:
             log.info("%s %s, runbook %s [%s]: %s", incident_id, incident.cause.value, report.runbook, report.mode,
                      "; ".join(decided))  # fmt: skip
         acted = any(s.decision == "done" for s in report.steps)
-        if self.mode == "on" and acted and report.complete and live is not None:
-            with self.plane.lock:
-                if live.state in (IncidentState.open, IncidentState.acknowledged):
-                    self.plane.book.transition(incident_id, IncidentState.mitigated)
-                    self.plane._flush()
+        if self.mode == "on" and acted and report.complete:
+            self.plane.mitigated(incident_id)

@@ -280,6 +280,14 @@ class ControlPlane:
         self.audit(actor, state.value, f"incident/{incident_id}", inc.state.value)
         return inc
 
+    def mitigated(self, incident_id: str) -> None:
+        """Remediation finished a runbook that acted: the incident, if still open or acknowledged, is mitigated."""
+        with self.lock:
+            live = self.book.incidents.get(incident_id)
+            if live is not None and live.state in (IncidentState.open, IncidentState.acknowledged):
+                self.book.transition(incident_id, IncidentState.mitigated)
+                self._flush()
+
     def report_collective(self, findings: list[Any], source: str, actor: str) -> list[str]:
         """`gpufleet nccl compare --report`: findings of a slow collective become incidents."""
         with self.lock:
