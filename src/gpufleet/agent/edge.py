@@ -18,8 +18,29 @@ from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import JobFact, KernelReport, MetricSnapshot, NodeInventory, Observation
 from gpufleet.telemetry.frame import MetricFrame
 
-INVENTORY_EVERY_S = 300.0
-INVENTORY_CHECK_S = 60.0
+INVENTORY_EVERY_S = 300.0  # an agent resends its inventory this often (and whenever it changes)
+INVENTORY_CHECK_S = 60.0  # how often an agent looks at its node's versions
+
+
+class InventoryCadence:
+    """When an agent reads its node's inventory and when it sends it: read every INVENTORY_CHECK_S, sent when it
+    changed and every INVENTORY_EVERY_S regardless (a control plane that restarted learns the node again)."""
+
+    def __init__(self) -> None:
+        self.last: NodeInventory | None = None
+        self._checked = -np.inf
+        self._sent = -np.inf
+
+    def due(self, now: float, read: Callable[[], NodeInventory]) -> NodeInventory | None:
+        """The inventory to send now, or None."""
+        if now - self._checked < INVENTORY_CHECK_S:
+            return None
+        self._checked = now
+        inventory = read()
+        if inventory != self.last or now - self._sent >= INVENTORY_EVERY_S:
+            self.last, self._sent = inventory, now
+            return inventory
+        return None
 
 
 def snapshot(frame: MetricFrame, when: float) -> MetricSnapshot:
@@ -59,9 +80,7 @@ class EdgeAgent:
         self.wake = wake
         self.health = NodeHealth(frame, port_speeds_gbps=port_speeds_gbps)
         self._lock = threading.Lock()  # the kernel follower and the collector both spool
-        self._inventory: NodeInventory | None = None
-        self._inventory_checked = -np.inf
-        self._inventory_sent = -np.inf
+        self.inventory = InventoryCadence()
         self.records = 0
 
     def kernel_events(self, events: list[KernelEvent]) -> None:
@@ -75,13 +94,8 @@ class EdgeAgent:
     def after_collect(self, frame: MetricFrame) -> None:
         """Run once per collection, after the sources filled `frame`."""
         now = frame.timestamp or time.time()
-        inventories = []
-        if now - self._inventory_checked >= INVENTORY_CHECK_S:
-            self._inventory_checked = now
-            inv = self.read_inventory()
-            if inv != self._inventory or now - self._inventory_sent >= INVENTORY_EVERY_S:
-                self._inventory, self._inventory_sent = inv, now
-                inventories.append(inv)
+        due = self.inventory.due(now, self.read_inventory)
+        inventories = [due] if due is not None else []
         with self._lock:
             out = self.health.observe(now, frame, None, inventories)
             observations: list[Observation] = [*out.links, *out.findings]

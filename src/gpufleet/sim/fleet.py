@@ -12,10 +12,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from gpufleet import __version__
+from gpufleet.agent.edge import InventoryCadence
 from gpufleet.health.edge import NodeHealth
 from gpufleet.model import JobState
 from gpufleet.model.kernel import KernelEvent
@@ -36,9 +38,6 @@ from gpufleet.sim.twin import Twin
 from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.telemetry.frame import label_items
 
-INVENTORY_EVERY_S = 300.0  # agents resend their inventory this often (and whenever it changes)
-INVENTORY_CHECK_S = 60.0  # how often an agent looks at its node's versions
-
 Transport = Callable[[Batch], Ack]
 
 
@@ -52,10 +51,8 @@ class SimAgent:
     seq: int = 0
     kmsg_seen: int = 0
     parser: KmsgParser = field(init=False)
-    inventory: NodeInventory | None = None
-    inventory_due: bool = False
-    inventory_sent: float = -np.inf
-    inventory_checked: float = -np.inf
+    inventory: InventoryCadence = field(default_factory=InventoryCadence)
+    inventory_due: NodeInventory | None = None  # chosen to send; goes out with the next batch
     unsent: list[Record] = field(default_factory=list)  # records not yet acknowledged (the agent's spool)
     gpus: list[int] = field(default_factory=list)  # GPU index of each column
     ports: list[str] = field(default_factory=list)  # "mlx5_0/1" of each port column
@@ -110,12 +107,10 @@ class SimFleet:
                 agent.kmsg_seen = len(lines)
                 if events:
                     kernel[agent.node] = events
-            if now - agent.inventory_checked >= INVENTORY_CHECK_S or agent.inventory is None:
-                agent.inventory_checked = now
-                inv = self.inventory(agent.node)
-                if inv != agent.inventory or now - agent.inventory_sent >= INVENTORY_EVERY_S:
-                    agent.inventory, agent.inventory_due = inv, True
-                    inventories.append(inv)
+            due = agent.inventory.due(now, partial(self.inventory, agent.node))
+            if due is not None:
+                agent.inventory_due = due
+                inventories.append(due)
         out = self.health.observe(now, frame, kernel, inventories)
         observations = out.by_node()
         jobs = self.job_facts()
@@ -135,13 +130,12 @@ class SimFleet:
                     sent=now,
                     interval=twin.tick,
                     records=list(agent.unsent),
-                    inventory=agent.inventory if agent.inventory_due else None,
+                    inventory=agent.inventory_due,
                     metrics=self._snapshot(agent, now),
                     jobs=jobs.get(agent.node, []),
                 )
             )
-            if agent.inventory_due:
-                agent.inventory_due, agent.inventory_sent = False, now
+            agent.inventory_due = None
         self.batches += len(batches)
         return batches
 
