@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpufleet.errors import NotFoundError
 from gpufleet.health.detectors.training import JobView
 from gpufleet.model.observe import Batch, JobFact, KernelReport, LinkEvent, MetricSnapshot, NodeInventory, Record
 
@@ -87,6 +88,13 @@ class FleetState:
         self._rank_indices: dict[str, tuple[JobView, int, np.ndarray]] = {}
         self._flat: tuple[np.ndarray, dict[str, int]] | None = None  # the utilization of every GPU, end to end
         self._layout = 0  # bumps when a node appears or its GPU columns change
+
+    def node(self, name: str) -> NodeState:
+        """A node that has reported, or a NotFoundError that says where to look."""
+        node = self.nodes.get(name)
+        if node is None:
+            raise NotFoundError(f"no node {name!r} has reported to this control plane", fix="see `gpufleet get nodes`")
+        return node
 
     # --- ingest --------------------------------------------------------------------------------------------------
 

@@ -300,8 +300,7 @@ class ControlPlane:
     # --- node actions (people, through the API) -------------------------------------------------------------------
 
     def node_action(self, actor: str, verb: str, node: str, reason: str = "") -> str:
-        if node not in self.fleet.nodes:
-            raise NotFoundError(f"no node {node!r} has reported to this control plane", fix="see `gpufleet get nodes`")
+        self.fleet.node(node)  # a node never heard of is a clear 404, not a backend error
         why = reason or f"{verb} by {actor}"
         try:
             if verb == "cordon":

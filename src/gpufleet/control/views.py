@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpufleet.control.fleet import NodeState
-from gpufleet.errors import NotFoundError
 from gpufleet.model import EntityKind, IncidentState, Severity
 from gpufleet.telemetry.fields import load_clock_events
 
@@ -50,7 +49,7 @@ def _node_status(plane: ControlPlane, node: NodeState) -> str:
 
 def gpu_rows(plane: ControlPlane, node: str | None = None) -> list[dict[str, Any]]:
     with plane.lock:
-        nodes = [_node(plane, node)] if node is not None else list(plane.fleet.nodes.values())
+        nodes = [plane.fleet.node(node)] if node is not None else list(plane.fleet.nodes.values())
         problems = _gpu_problems(plane)
         return [row for n in nodes for row in _gpus_of(n, problems)]
 
@@ -90,13 +89,6 @@ def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list
             }
         )
     return rows
-
-
-def _node(plane: ControlPlane, name: str) -> NodeState:
-    node = plane.fleet.nodes.get(name)
-    if node is None:
-        raise NotFoundError(f"no node {name!r} has reported to this control plane", fix="see `gpufleet get nodes`")
-    return node
 
 
 def node_rows(plane: ControlPlane) -> list[dict[str, Any]]:
@@ -173,7 +165,7 @@ def job_rows(plane: ControlPlane) -> list[dict[str, Any]]:
 
 def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dict[str, Any]:
     with plane.lock:
-        node = _node(plane, name)
+        node = plane.fleet.node(name)
         inv = node.inventory
         ports = []
         for p in inv.ports if inv else []:
