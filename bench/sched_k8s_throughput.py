@@ -24,8 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.model import Gang
-from gpufleet.sched.framework.scheduler import Placement, Scheduler
+from gpufleet.sched.framework.scheduler import Scheduler
 from gpufleet.sched.framework.snapshot import NodeInfo, PodInfo, parse_node, parse_pod
+from gpufleet.sched.framework.types import Placement
 
 TARGET = 1000.0
 KUBE_BASIC = 680.0

@@ -6,7 +6,8 @@ import pytest
 
 from gpufleet.model import SelectorRequirement, Taint, TaintEffect, Toleration
 from gpufleet.sched.framework.filters import failed_scheduling_message, requirement_matches, tolerates
-from gpufleet.sched.framework.scheduler import Failure, Placement, Scheduler
+from gpufleet.sched.framework.scheduler import Scheduler
+from gpufleet.sched.framework.types import Failure, Placement
 from tests.sched.k8s_objects import GPU_TOL, knode, pod, snap
 
 NS, PNS, NE = TaintEffect.no_schedule, TaintEffect.prefer_no_schedule, TaintEffect.no_execute

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gpufleet.model import Gang, GpuRequest, Pod
-from gpufleet.sched.framework.scheduler import Failure, Placement, Scheduler
+from gpufleet.sched.framework.scheduler import Scheduler
 from gpufleet.sched.framework.snapshot import pod_info
 from gpufleet.sched.framework.topology import choose_gpus, leaves_of_nodes, leaves_spanned, nvlink_domains
+from gpufleet.sched.framework.types import Failure, Placement
 from tests.sched.k8s_objects import H100_NVL, fabric_cluster, knode, pod, snap
 
 

@@ -44,8 +44,9 @@ def plan_cmd(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Print where each pending pod would be placed, which pods would be preempted, and why the rest cannot fit."""
-    from gpufleet.sched.framework.scheduler import PlanResult, Scheduler
+    from gpufleet.sched.framework.scheduler import Scheduler
     from gpufleet.sched.framework.snapshot import load_snapshot
+    from gpufleet.sched.framework.types import PlanResult
 
     snap = load_snapshot(snapshot)
     sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))

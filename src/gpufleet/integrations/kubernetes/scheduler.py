@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from gpufleet.errors import BackendError
 from gpufleet.integrations.kubernetes.client import connect, kubernetes_module
 from gpufleet.model import Fabric
-from gpufleet.sched.framework.scheduler import Failure, Placement, PlanResult, Scheduler
+from gpufleet.sched.framework.scheduler import Scheduler
 from gpufleet.sched.framework.scoring import Strategy
 from gpufleet.sched.framework.snapshot import PodInfo, Snapshot, assemble_gangs, parse_node, parse_pod
+from gpufleet.sched.framework.types import Failure, Placement, PlanResult
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api

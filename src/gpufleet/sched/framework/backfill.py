@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpufleet.model import Gang
-from gpufleet.sched.framework.gang import Unit, build_units, place_gang
+from gpufleet.sched.framework.gang import build_units, place_gang
 from gpufleet.sched.framework.snapshot import PodInfo
+from gpufleet.sched.framework.types import Placement, Unit
 
 if TYPE_CHECKING:
-    from gpufleet.sched.framework.scheduler import Placement, Scheduler
+    from gpufleet.sched.framework.scheduler import Scheduler
 
 
 @dataclass(slots=True)

@@ -17,24 +17,10 @@ import numpy as np
 from gpufleet.model import GPU_RESOURCE, Gang
 from gpufleet.sched.framework.filters import feasible
 from gpufleet.sched.framework.snapshot import PodInfo
+from gpufleet.sched.framework.types import Placement, Unit
 
 if TYPE_CHECKING:
-    from gpufleet.sched.framework.scheduler import Placement, PlanResult, Scheduler
-
-
-@dataclass(slots=True)
-class Unit:
-    """What is scheduled at once: one pod, or the pending members of a gang."""
-
-    name: str
-    pods: list[PodInfo]
-    min_member: int
-    priority: int
-    queue: str
-    gang: bool = False
-
-    def request(self, resource: str) -> int:
-        return sum(p.requests.get(resource, 0) for p in self.pods)
+    from gpufleet.sched.framework.scheduler import Scheduler
 
 
 @dataclass(slots=True)
@@ -133,57 +119,3 @@ def place_gang(sched: Scheduler, unit: Unit) -> GangOutcome:
     fitted = len(out.placements)
     state.rollback(start)
     return GangOutcome(placements=[], unplaced=list(unit.pods), fitted=fitted)
-
-
-def plan_units(
-    sched: Scheduler,
-    pending: Sequence[PodInfo],
-    gangs: dict[str, Gang],
-    *,
-    queues: object | None = None,
-    preemption: bool = True,
-) -> PlanResult:
-    from gpufleet.sched.framework.preemption import preempt_for_unit
-    from gpufleet.sched.framework.queues import QueueBook
-    from gpufleet.sched.framework.scheduler import Failure, PlanResult
-
-    book = queues if isinstance(queues, QueueBook) else None
-    placed_count: dict[str, int] = {}
-    for a in sched.state.placed.values():
-        if a.pod.pod.gang:
-            placed_count[a.pod.pod.gang] = placed_count.get(a.pod.pod.gang, 0) + 1
-    if book is not None:
-        book.charge_running(a.pod for a in sched.state.placed.values() if a.pod.key not in book.members)
-    result = PlanResult()
-    for unit in build_units(pending, gangs, placed_count):
-        admission = book.admit(unit) if book is not None else None
-        if admission is not None and not admission.ok:
-            result.failures.extend(Failure(p.key, admission.message) for p in unit.pods)
-            continue
-        mark = sched.state.mark()
-        out = place_gang(sched, unit)
-        fitted = out.fitted
-        if not out.placements and preemption:
-            can_evict = book.evictable_for(unit, admission) if book is not None else None
-            pre = preempt_for_unit(sched, unit, can_evict)
-            if pre is not None:
-                out = GangOutcome(placements=pre.placements)
-                result.evictions.extend(pre.evictions)
-                if book is not None:
-                    for ev in pre.evictions:
-                        book.uncharge(sched.pods[ev.pod])
-        if out.placements:
-            result.placements.extend(out.placements)
-            if book is not None:
-                book.charge_unit(unit, [sched.pods[p.pod] for p in out.placements], admission)
-            continue
-        sched.state.rollback(mark)
-        for pod in unit.pods:
-            fail = sched.failure(pod, sched.preemption_note(pod) if preemption else None)
-            if unit.gang and len(sched.candidates(pod)):
-                fail.message = (
-                    f"gang {unit.name}: only {fitted} of minMember {unit.min_member} pods fit together; "
-                    "none placed (all-or-nothing)"
-                )
-            result.failures.append(fail)
-    return result

@@ -8,7 +8,6 @@ gang preemptor evicts nothing unless every member it needs can be placed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,13 +17,12 @@ from gpufleet.sched.framework.filters import affinity_mask, taint_mask, unschedu
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.state import Assignment, ClusterState
 from gpufleet.sched.framework.topology import max_free_in_domain
+from gpufleet.sched.framework.types import Eviction, EvictPredicate, Placement, Unit
 
 if TYPE_CHECKING:
-    from gpufleet.sched.framework.gang import Unit
-    from gpufleet.sched.framework.scheduler import Eviction, Placement, Scheduler
+    from gpufleet.sched.framework.scheduler import Scheduler
 
 # (victim, preemptor) -> may the victim be evicted for the preemptor?
-EvictPredicate = Callable[[PodInfo, PodInfo], bool]
 
 
 def lower_priority(victim: PodInfo, preemptor: PodInfo) -> bool:
@@ -209,8 +207,6 @@ def choose_victims(
 
 def preempt_for_unit(sched: Scheduler, unit: Unit, can_evict: EvictPredicate | None = None) -> PreemptionResult | None:
     """Place the unit by evicting victims, or change nothing and return None."""
-    from gpufleet.sched.framework.scheduler import Eviction
-
     if not all(p.preemptible for p in unit.pods):
         return None
     rule = can_evict or lower_priority

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.errors import UserError
 from gpufleet.model import GPU_RESOURCE
 from gpufleet.sched.framework.snapshot import PodInfo
-
-if TYPE_CHECKING:
-    from gpufleet.sched.framework.gang import Unit
-    from gpufleet.sched.framework.preemption import EvictPredicate
+from gpufleet.sched.framework.types import EvictPredicate, Unit
 
 
 class QueueSpec(BaseModel):

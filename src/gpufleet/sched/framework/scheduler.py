@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,49 +22,13 @@ from gpufleet.sched.framework.filters import (
     taint_mask,
     unschedulable_mask,
 )
+from gpufleet.sched.framework.gang import GangOutcome, build_units, place_gang
+from gpufleet.sched.framework.preemption import preempt_for_unit
+from gpufleet.sched.framework.queues import QueueBook
 from gpufleet.sched.framework.scoring import ScoreWeights, Strategy, score
 from gpufleet.sched.framework.snapshot import NodeInfo, PodInfo, Snapshot, node_info, pod_info
 from gpufleet.sched.framework.state import ClusterState
-
-
-@dataclass(slots=True)
-class Placement:
-    pod: str
-    node: str
-    gpus: tuple[int, ...] = ()
-    score: float = 0.0
-
-
-@dataclass(slots=True)
-class Failure:
-    pod: str
-    message: str
-    reasons: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class Eviction:
-    pod: str
-    node: str
-    reason: str  # "preempted by ns/pod" or "reclaimed by queue q"
-
-
-@dataclass(slots=True)
-class PlanResult:
-    placements: list[Placement] = field(default_factory=list)
-    failures: list[Failure] = field(default_factory=list)
-    evictions: list[Eviction] = field(default_factory=list)
-
-    def node_of(self, pod: str) -> str | None:
-        return next((p.node for p in self.placements if p.pod == pod), None)
-
-
-@dataclass(slots=True)
-class Explanation:
-    pod: str
-    feasible: list[tuple[str, float]]  # (node, score), best first
-    reasons: dict[str, int]
-    message: str | None
+from gpufleet.sched.framework.types import Explanation, Failure, Placement, PlanResult
 
 
 class Scheduler:
@@ -164,6 +127,54 @@ class Scheduler:
         preemption: bool = True,
     ) -> PlanResult:
         """Place pending pods in priority order; gangs as units; optional queue quotas and preemption."""
-        from gpufleet.sched.framework.gang import plan_units
-
         return plan_units(self, pending, gangs or {}, queues=queues, preemption=preemption)
+
+
+def plan_units(
+    sched: Scheduler,
+    pending: Sequence[PodInfo],
+    gangs: dict[str, Gang],
+    *,
+    queues: object | None = None,
+    preemption: bool = True,
+) -> PlanResult:
+    book = queues if isinstance(queues, QueueBook) else None
+    placed_count: dict[str, int] = {}
+    for a in sched.state.placed.values():
+        if a.pod.pod.gang:
+            placed_count[a.pod.pod.gang] = placed_count.get(a.pod.pod.gang, 0) + 1
+    if book is not None:
+        book.charge_running(a.pod for a in sched.state.placed.values() if a.pod.key not in book.members)
+    result = PlanResult()
+    for unit in build_units(pending, gangs, placed_count):
+        admission = book.admit(unit) if book is not None else None
+        if admission is not None and not admission.ok:
+            result.failures.extend(Failure(p.key, admission.message) for p in unit.pods)
+            continue
+        mark = sched.state.mark()
+        out = place_gang(sched, unit)
+        fitted = out.fitted
+        if not out.placements and preemption:
+            can_evict = book.evictable_for(unit, admission) if book is not None else None
+            pre = preempt_for_unit(sched, unit, can_evict)
+            if pre is not None:
+                out = GangOutcome(placements=pre.placements)
+                result.evictions.extend(pre.evictions)
+                if book is not None:
+                    for ev in pre.evictions:
+                        book.uncharge(sched.pods[ev.pod])
+        if out.placements:
+            result.placements.extend(out.placements)
+            if book is not None:
+                book.charge_unit(unit, [sched.pods[p.pod] for p in out.placements], admission)
+            continue
+        sched.state.rollback(mark)
+        for pod in unit.pods:
+            fail = sched.failure(pod, sched.preemption_note(pod) if preemption else None)
+            if unit.gang and len(sched.candidates(pod)):
+                fail.message = (
+                    f"gang {unit.name}: only {fitted} of minMember {unit.min_member} pods fit together; "
+                    "none placed (all-or-nothing)"
+                )
+            result.failures.append(fail)
+    return result

@@ -1,0 +1,67 @@
+"""What the scheduling framework passes between its parts: the unit it schedules (a pod or a gang's pending
+members) and what a plan decides (placements, failures, evictions). Plain data, so gang placement, preemption,
+queues and backfill share it without importing the scheduler that drives them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpufleet.sched.framework.snapshot import PodInfo
+
+EvictPredicate = Callable[[PodInfo, PodInfo], bool]  # (victim, preemptor): may the victim go?
+
+
+@dataclass(slots=True)
+class Unit:
+    """What is scheduled at once: one pod, or the pending members of a gang."""
+
+    name: str
+    pods: list[PodInfo]
+    min_member: int
+    priority: int
+    queue: str
+    gang: bool = False
+
+    def request(self, resource: str) -> int:
+        return sum(p.requests.get(resource, 0) for p in self.pods)
+
+
+@dataclass(slots=True)
+class Placement:
+    pod: str
+    node: str
+    gpus: tuple[int, ...] = ()
+    score: float = 0.0
+
+
+@dataclass(slots=True)
+class Failure:
+    pod: str
+    message: str
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Eviction:
+    pod: str
+    node: str
+    reason: str  # "preempted by ns/pod" or "reclaimed by queue q"
+
+
+@dataclass(slots=True)
+class PlanResult:
+    placements: list[Placement] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    evictions: list[Eviction] = field(default_factory=list)
+
+    def node_of(self, pod: str) -> str | None:
+        return next((p.node for p in self.placements if p.pod == pod), None)
+
+
+@dataclass(slots=True)
+class Explanation:
+    pod: str
+    feasible: list[tuple[str, float]]  # (node, score), best first
+    reasons: dict[str, int]
+    message: str | None
