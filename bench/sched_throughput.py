@@ -21,7 +21,7 @@ from rich.table import Table
 
 from gpufleet.sched.replay.openb import NodeList, PodList
 from gpufleet.sched.replay.policies import expand_policies, make_policy
-from gpufleet.sched.replay.state import ClusterState, pod_requests
+from gpufleet.sched.replay.state import ReplayCluster, pod_requests
 
 KUBE_PLAIN = 680.0
 KUBE_EXTENDED = 180.0
@@ -51,7 +51,7 @@ def synthetic(n_nodes: int, n_pods: int, seed: int) -> tuple[NodeList, PodList]:
 
 
 def measure(nodes: NodeList, pods: PodList, policy_name: str) -> tuple[float, int]:
-    cluster = ClusterState.from_nodes(nodes)
+    cluster = ReplayCluster.from_nodes(nodes)
     policy = make_policy(policy_name)
     policy.prepare(cluster, pods)
     rng = np.random.default_rng(0)

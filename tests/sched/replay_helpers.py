@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpufleet.sched.replay.openb import NodeList
-from gpufleet.sched.replay.state import ClusterState
+from gpufleet.sched.replay.state import ReplayCluster
 
 
-def make_cluster(rows: list[tuple[str, int, int, int, str]]) -> ClusterState:
+def make_cluster(rows: list[tuple[str, int, int, int, str]]) -> ReplayCluster:
     """rows: (name, cpu_milli, memory_mib, gpus, model)."""
     nodes = NodeList(
         names=tuple(r[0] for r in rows),
@@ -17,10 +17,10 @@ def make_cluster(rows: list[tuple[str, int, int, int, str]]) -> ClusterState:
         num_gpu=np.array([r[3] for r in rows], dtype=np.int64),
         model=tuple(r[4] for r in rows),
     )
-    return ClusterState.from_nodes(nodes)
+    return ReplayCluster.from_nodes(nodes)
 
 
-def set_free(cluster: ClusterState, node: int, cpu: int, gpus: list[int]) -> None:
+def set_free(cluster: ReplayCluster, node: int, cpu: int, gpus: list[int]) -> None:
     """Overwrite a node's free CPU and per-GPU free share (as if pods ran there)."""
     cluster.cpu_free[node] = cpu
     cluster.gpu_free[node, : len(gpus)] = gpus

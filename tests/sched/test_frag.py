@@ -7,7 +7,7 @@ import pytest
 
 from gpufleet.sched.replay.frag import FragModel, FragTracker, TypicalPods
 from gpufleet.sched.replay.openb import PodList
-from gpufleet.sched.replay.state import Placement, PodRequest
+from gpufleet.sched.replay.state import PodRequest, ReplayPlacement
 from tests.sched.replay_helpers import make_cluster, set_free
 
 
@@ -76,7 +76,7 @@ def test_tracker_recomputes_only_the_changed_node() -> None:
     model = FragModel(typical(), c.models)
     tracker = FragTracker(model, c)
     before_b = tracker.values[1]
-    c.place(PodRequest(2000, 0, 1, 700), Placement(0, (2,)))
+    c.place(PodRequest(2000, 0, 1, 700), ReplayPlacement(0, (2,)))
     assert tracker.values[1] == before_b
     assert tracker.values[0] == pytest.approx(model.node_frag(c)[0])
     set_free(c, 1, 1000, [0, 0, 0, 0])  # bypasses place(): the tracker only follows placements

@@ -13,7 +13,7 @@ from gpufleet.catalog.mig import MEMORY_SLICES, mig_geometries, mig_profiles_for
 from gpufleet.errors import NotFoundError, UserError
 from gpufleet.sched.partition.mig import (
     MigLayout,
-    Placement,
+    MigPlacement,
     count_vectors,
     enumerate_layouts,
     geometry_of,
@@ -134,7 +134,7 @@ def test_allocation_fills_a_gpu_then_says_what_still_fits() -> None:
     with pytest.raises(UserError, match=r"no room for 1g.10gb"):
         layout.allocate("1g.10gb")
     layout, placed = MigLayout.of(H100).allocate("3g.40gb", start=4)
-    assert placed == Placement(4, "3g.40gb")
+    assert placed == MigPlacement(4, "3g.40gb")
     with pytest.raises(UserError, match=r"overlaps"):
         layout.allocate("2g.20gb", start=4)
     assert layout.free_starts("2g.20gb") == [0, 2]

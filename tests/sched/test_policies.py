@@ -9,7 +9,7 @@ from gpufleet.errors import UserError
 from gpufleet.sched.replay.openb import PodList
 from gpufleet.sched.replay.policies import expand_policies, make_policy
 from gpufleet.sched.replay.policies.base import pick_max
-from gpufleet.sched.replay.state import Placement, PodRequest
+from gpufleet.sched.replay.state import PodRequest, ReplayPlacement
 from tests.sched.replay_helpers import make_cluster, set_free
 
 RNG = np.random.default_rng(0)
@@ -80,8 +80,8 @@ def test_gpu_clustering_prefers_nodes_holding_the_same_shape() -> None:
     c = make_cluster([("a", 64000, 1000, 8, "G2"), ("b", 64000, 1000, 8, "G2"), ("c", 64000, 1000, 8, "G2")])
     one_gpu = PodRequest(1000, 0, 1, 1000)
     sharing = PodRequest(1000, 0, 1, 300)
-    c.place(one_gpu, Placement(0, (0,)))  # a holds only 1-GPU pods
-    c.place(sharing, Placement(2, (0,)))  # c holds only sharing pods
+    c.place(one_gpu, ReplayPlacement(0, (0,)))  # a holds only 1-GPU pods
+    c.place(sharing, ReplayPlacement(2, (0,)))  # c holds only sharing pods
     # another sharing pod: c holds only sharing pods: 75 + fill; a holds another shape: 0 + fill; b idle: 25
     assert choose("gpu-clustering", c, sharing).node == 2
     # a 1-GPU pod goes to a (only its shape), not to idle b
@@ -181,5 +181,5 @@ def test_fgd_plus_prefers_a_used_node_on_equal_scores() -> None:
     workload = pods_of([PodRequest(1000, 100, 1, 1000)] * 3)
     plus = make_policy("fgd-plus")
     plus.prepare(c, workload)
-    c.place(cpu_pod, Placement(2))  # c is in use; a CPU pod fragments no GPU anywhere: equal scores
+    c.place(cpu_pod, ReplayPlacement(2))  # c is in use; a CPU pod fragments no GPU anywhere: equal scores
     assert plus.choose(c, cpu_pod, c.feasible(cpu_pod), RNG).node == 2

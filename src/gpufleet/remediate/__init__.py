@@ -7,7 +7,7 @@ report = rem.apply(incident)          # or rem.plan(incident), rem.apply(inciden
 
 from __future__ import annotations
 
-from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
 from gpufleet.remediate.config import RemediationPolicy, load_policy
 from gpufleet.remediate.engine import Remediator, RunReport, StepDecision
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict, load_incidents
@@ -23,7 +23,7 @@ __all__ = [
     "ActionKind",
     "DiagResult",
     "FileTicketSink",
-    "Placement",
+    "NodeLocation",
     "RemediationBackend",
     "RemediationPolicy",
     "RemediationStore",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpufleet.remediate.backends.base import Placement
+from gpufleet.remediate.backends.base import NodeLocation
 from gpufleet.remediate.config import BreakerSpec, BudgetSpec, RateLimitSpec, resolve_limit
 from gpufleet.spec.base import format_duration
 
@@ -38,7 +38,7 @@ def budget_refusal(
     node: str,
     unavailable: set[str],
     all_nodes: list[str],
-    placement: dict[str, Placement],
+    placement: dict[str, NodeLocation],
 ) -> str | None:
     """Why taking `node` out of service would exceed the budget, or None if it fits."""
     if node in unavailable:
@@ -51,12 +51,12 @@ def budget_refusal(
                 f"cluster budget: {len(after)} of {len(all_nodes)} nodes would be unavailable "
                 f"(limit {limit} = {spec.cluster})"
             )
-    here = placement.get(node, Placement())
+    here = placement.get(node, NodeLocation())
     for label, limit_spec, key in (("rack", spec.per_rack, "rack"), ("leaf", spec.per_leaf, "leaf")):
         group_name = getattr(here, key)
         if limit_spec is None or not group_name:
             continue
-        group = {n for n in all_nodes if getattr(placement.get(n, Placement()), key) == group_name}
+        group = {n for n in all_nodes if getattr(placement.get(n, NodeLocation()), key) == group_name}
         limit = resolve_limit(limit_spec, len(group), at_least=1)
         out = len(after & group)
         if out > limit:

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from gpufleet.errors import BackendError
-from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend
+from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend
 from gpufleet.sim.journal import TwinJournal
 from gpufleet.sim.source import EPOCH
 from gpufleet.sim.twin import Twin
@@ -28,14 +28,14 @@ class TwinBackend(RemediationBackend):
     def nodes(self) -> list[str]:
         return [n.name for n in self.twin.cluster.nodes]
 
-    def placement(self) -> dict[str, Placement]:
+    def placement(self) -> dict[str, NodeLocation]:
         fabric = self.twin.cluster.fabric
         leaf_of: dict[str, str] = {}
         for link in fabric.links:  # the leaf that rail 0 of each node is cabled to
             for here, there in ((link.a, link.b), (link.b, link.a)):
                 if here[0].endswith("/mlx5_0"):
                     leaf_of[here[0].split("/", 1)[0]] = there[0]
-        return {n.name: Placement(rack=n.rack, leaf=leaf_of.get(n.name, "")) for n in self.twin.cluster.nodes}
+        return {n.name: NodeLocation(rack=n.rack, leaf=leaf_of.get(n.name, "")) for n in self.twin.cluster.nodes}
 
     def unavailable(self) -> set[str]:
         with self.lock:

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpufleet.errors import BackendError
 from gpufleet.integrations.kubernetes.client import connect, kubernetes_module
-from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
 
 CONDITION = "GpufleetRemediation"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -81,11 +81,13 @@ class KubernetesBackend(RemediationBackend):
     def nodes(self) -> list[str]:
         return [n.metadata.name for n in self._nodes()]
 
-    def placement(self) -> dict[str, Placement]:
+    def placement(self) -> dict[str, NodeLocation]:
         out = {}
         for n in self._nodes():
             labels = n.metadata.labels or {}
-            out[n.metadata.name] = Placement(rack=labels.get(self.rack_label, ""), leaf=labels.get(self.leaf_label, ""))
+            out[n.metadata.name] = NodeLocation(
+                rack=labels.get(self.rack_label, ""), leaf=labels.get(self.leaf_label, "")
+            )
         return out
 
     @staticmethod

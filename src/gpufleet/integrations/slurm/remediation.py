@@ -13,7 +13,7 @@ import time
 
 from gpufleet.errors import NotFoundError
 from gpufleet.integrations.slurm.client import SlurmJob, SlurmNode, SlurmRunner
-from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
 
 
 def _reason(text: str) -> str:
@@ -39,9 +39,9 @@ class SlurmBackend(RemediationBackend):
     def nodes(self) -> list[str]:
         return [n.name for n in self._nodes()]
 
-    def placement(self) -> dict[str, Placement]:
+    def placement(self) -> dict[str, NodeLocation]:
         """From node features written rack:<name> and leaf:<name> (Feature= in slurm.conf)."""
-        return {n.name: Placement(rack=n.feature("rack"), leaf=n.feature("leaf")) for n in self._nodes()}
+        return {n.name: NodeLocation(rack=n.feature("rack"), leaf=n.feature("leaf")) for n in self._nodes()}
 
     def unavailable(self) -> set[str]:
         return {n.name for n in self._nodes() if not n.state.available}

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
 
-__all__ = ["DiagResult", "Placement", "RemediationBackend", "UnsupportedActionError"]
+__all__ = ["DiagResult", "NodeLocation", "RemediationBackend", "UnsupportedActionError"]

@@ -13,7 +13,7 @@ class UnsupportedActionError(BackendError):
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class NodeLocation:
     """Where a node sits, for per-rack and per-leaf budgets. Empty when the backend does not know."""
 
     rack: str = ""
@@ -37,7 +37,7 @@ class RemediationBackend(ABC):
     def nodes(self) -> list[str]: ...
 
     @abstractmethod
-    def placement(self) -> dict[str, Placement]: ...
+    def placement(self) -> dict[str, NodeLocation]: ...
 
     @abstractmethod
     def unavailable(self) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpufleet.remediate.backends.base import DiagResult, Placement, RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
 
 _FIX = "run the control plane with --backend slurm or --backend kubernetes to act on nodes"
 
@@ -23,7 +23,7 @@ class ObserveOnlyBackend(RemediationBackend):
     def nodes(self) -> list[str]:
         return self._nodes()
 
-    def placement(self) -> dict[str, Placement]:
+    def placement(self) -> dict[str, NodeLocation]:
         return {}
 
     def unavailable(self) -> set[str]:

@@ -37,7 +37,7 @@ from gpufleet.sched.dra.objects import (
     ResourceSlice,
     _RequestBody,
 )
-from gpufleet.sched.partition.mig import Placement, completions, geometry_of
+from gpufleet.sched.partition.mig import MigPlacement, completions, geometry_of
 
 MAX_STEPS = 200_000  # backtracking budget: a claim that needs more search than this is reported, not hung on
 
@@ -92,7 +92,7 @@ class PoolDevice:
         }
 
     @cached_property
-    def mig_placement(self) -> tuple[str, tuple[str, str, str], Placement] | None:
+    def mig_placement(self) -> tuple[str, tuple[str, str, str], MigPlacement] | None:
         """For a partitionable MIG device: its geometry, the counter set of its GPU and its placement."""
         profile = self.attributes.get(self.driver, {}).get("profile")
         product = self.attributes.get(self.driver, {}).get("productName")
@@ -106,7 +106,7 @@ class PoolDevice:
             geometry = geometry_of(str(product))
         except UserError:
             return None
-        return geometry, (self.driver, self.pool, uses[0].counter_set), Placement(slices[0], str(profile))
+        return geometry, (self.driver, self.pool, uses[0].counter_set), MigPlacement(slices[0], str(profile))
 
     def attribute(self, qualified: str) -> Any:
         domain, name = self._split(qualified)
@@ -157,7 +157,7 @@ class Allocator:
                 for name, counter in cs.counters.items():
                     self.counters[(sl.spec.driver, sl.spec.pool.name, cs.name, name)] = Quantity(counter.value)
         self.consumed: dict[CounterKey, Fraction] = {}
-        self._placed: dict[tuple[str, str, str], set[Placement]] = {}  # MIG instances made on each GPU (counter set)
+        self._placed: dict[tuple[str, str, str], set[MigPlacement]] = {}  # MIG instances made on each GPU (counter set)
         self._gpu_order: dict[tuple[str, str, str], int] = {}
 
     @property

@@ -21,7 +21,7 @@ from gpufleet.model.gpu import Gpu, MigInstance
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class Placement:
+class MigPlacement:
     """One GPU instance: a profile at a start on the memory-slice axis (what `nvidia-smi mig -lgi` prints)."""
 
     start: int
@@ -63,7 +63,7 @@ def profile_names(geometry: str) -> list[str]:
     return [p.name for p in sorted(profiles, key=lambda p: (-p.memory_slices, -p.compute_slices, p.name))]
 
 
-def _problems(geometry: str, placements: Iterable[Placement]) -> list[str]:
+def _problems(geometry: str, placements: Iterable[MigPlacement]) -> list[str]:
     profiles = mig_profiles_for(geometry)
     used = 0
     counts: Counter[str] = Counter()
@@ -101,12 +101,12 @@ class MigLayout:
     """An immutable, valid set of GPU instances on one GPU of a geometry."""
 
     geometry: str
-    placements: tuple[Placement, ...] = ()
+    placements: tuple[MigPlacement, ...] = ()
 
     @classmethod
-    def of(cls, geometry: str, placements: Iterable[Placement | tuple[str, int]] = ()) -> MigLayout:
+    def of(cls, geometry: str, placements: Iterable[MigPlacement | tuple[str, int]] = ()) -> MigLayout:
         """Build and validate; raises UserError naming every rule the layout breaks."""
-        pls = tuple(sorted(p if isinstance(p, Placement) else Placement(p[1], p[0]) for p in placements))
+        pls = tuple(sorted(p if isinstance(p, MigPlacement) else MigPlacement(p[1], p[0]) for p in placements))
         for pl in pls:
             _profile(geometry, pl.profile)  # unknown geometry or profile: an error listing what exists
         problems = _problems(geometry, pls)
@@ -118,7 +118,7 @@ class MigLayout:
     @classmethod
     def from_gpu(cls, gpu: Gpu) -> MigLayout:
         geometry = geometry_of(gpu.model)
-        return cls.of(geometry, [Placement(i.start, i.profile) for i in gpu.mig_instances])
+        return cls.of(geometry, [MigPlacement(i.start, i.profile) for i in gpu.mig_instances])
 
     @property
     def used_mask(self) -> int:
@@ -144,7 +144,7 @@ class MigLayout:
     def free_starts(self, profile: str) -> list[int]:
         """Starts at which one more `profile` instance would keep the layout valid."""
         prof = _profile(self.geometry, profile)
-        return [s for s in prof.starts if not _problems(self.geometry, (*self.placements, Placement(s, profile)))]
+        return [s for s in prof.starts if not _problems(self.geometry, (*self.placements, MigPlacement(s, profile)))]
 
     def fits(self) -> dict[str, int]:
         """Every profile that still fits, with how many more of it alone could be added (the `-lgip` Free column)."""
@@ -155,13 +155,13 @@ class MigLayout:
                 starts = layout.free_starts(name)
                 if not starts:
                     break
-                layout = MigLayout(self.geometry, tuple(sorted((*layout.placements, Placement(starts[0], name)))))
+                layout = MigLayout(self.geometry, tuple(sorted((*layout.placements, MigPlacement(starts[0], name)))))
                 n += 1
             if n:
                 out[name] = n
         return out
 
-    def allocate(self, profile: str, start: int | None = None) -> tuple[MigLayout, Placement]:
+    def allocate(self, profile: str, start: int | None = None) -> tuple[MigLayout, MigPlacement]:
         """Add one instance, at `start` if given, else at the placement that keeps the most future layouts open.
 
         Positional fragmentation is real: instances at 0, 1 and 5 block every 3g although five slices are free.
@@ -172,7 +172,7 @@ class MigLayout:
         than always taking the lowest or the highest free start (tests/sched/test_mig.py measures this).
         """
         if start is not None:
-            placement = Placement(start, profile)
+            placement = MigPlacement(start, profile)
             return MigLayout.of(self.geometry, (*self.placements, placement)), placement
         starts = self.free_starts(profile)
         if not starts:
@@ -181,11 +181,11 @@ class MigLayout:
                 fix=f"what still fits: {', '.join(self.fits()) or 'nothing'}",
             )
         mine = frozenset(self.placements)
-        best = max(starts, key=lambda s: (completions(self.geometry, mine | {Placement(s, profile)}), s))
-        placement = Placement(best, profile)
+        best = max(starts, key=lambda s: (completions(self.geometry, mine | {MigPlacement(s, profile)}), s))
+        placement = MigPlacement(best, profile)
         return MigLayout(self.geometry, tuple(sorted((*self.placements, placement)))), placement
 
-    def release(self, placement: Placement) -> MigLayout:
+    def release(self, placement: MigPlacement) -> MigLayout:
         if placement not in self.placements:
             raise UserError(f"{placement} is not in the layout [{self}]")
         return MigLayout(self.geometry, tuple(p for p in self.placements if p != placement))
@@ -213,11 +213,11 @@ def enumerate_layouts(geometry: str) -> tuple[MigLayout, ...]:
     """Every valid layout of a geometry, the empty one included (2,319 on the 7-slice parts)."""
     profiles = mig_profiles_for(geometry)
     candidates = sorted(
-        (Placement(s, p.name) for p in profiles.values() for s in p.starts), key=lambda pl: (pl.start, pl.profile)
+        (MigPlacement(s, p.name) for p in profiles.values() for s in p.starts), key=lambda pl: (pl.start, pl.profile)
     )
     found: list[MigLayout] = []
 
-    def extend(i: int, chosen: list[Placement]) -> None:
+    def extend(i: int, chosen: list[MigPlacement]) -> None:
         found.append(MigLayout(geometry, tuple(sorted(chosen))))
         for j in range(i, len(candidates)):
             chosen.append(candidates[j])
@@ -230,12 +230,12 @@ def enumerate_layouts(geometry: str) -> tuple[MigLayout, ...]:
 
 
 @cache
-def _layout_sets(geometry: str) -> tuple[frozenset[Placement], ...]:
+def _layout_sets(geometry: str) -> tuple[frozenset[MigPlacement], ...]:
     return tuple(frozenset(layout.placements) for layout in enumerate_layouts(geometry))
 
 
 @cache
-def completions(geometry: str, placements: frozenset[Placement]) -> int:
+def completions(geometry: str, placements: frozenset[MigPlacement]) -> int:
     """How many valid layouts contain these placements: the ways a partly filled GPU can still be completed."""
     return sum(1 for layout in _layout_sets(geometry) if placements <= layout)
 

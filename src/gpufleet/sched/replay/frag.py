@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.sched.replay.openb import PodList
-from gpufleet.sched.replay.state import ClusterState, spec_allows
+from gpufleet.sched.replay.state import ReplayCluster, spec_allows
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -151,7 +151,7 @@ class FragModel:
             axis=1
         )
 
-    def node_frag(self, cluster: ClusterState, nodes: IntArray | None = None) -> FloatArray:
+    def node_frag(self, cluster: ReplayCluster, nodes: IntArray | None = None) -> FloatArray:
         idx = np.arange(len(cluster)) if nodes is None else nodes
         return self.frag(cluster.cpu_free[idx], cluster.gpu_free[idx], cluster.model_idx[idx], cluster.mem_free[idx])
 
@@ -159,7 +159,7 @@ class FragModel:
 class FragTracker:
     """Keeps every node's fragmentation current: after a placement only the changed node is recomputed."""
 
-    def __init__(self, model: FragModel, cluster: ClusterState) -> None:
+    def __init__(self, model: FragModel, cluster: ReplayCluster) -> None:
         self.model = model
         self.cluster = cluster
         self.values = model.node_frag(cluster)

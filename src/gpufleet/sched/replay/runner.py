@@ -22,7 +22,7 @@ from gpufleet.sched.replay.frag import FragModel, FragTracker, TypicalPods
 from gpufleet.sched.replay.openb import MILLI, NodeList, PodList
 from gpufleet.sched.replay.policies import make_policy
 from gpufleet.sched.replay.policies.fgd import FGD
-from gpufleet.sched.replay.state import ClusterState, Placement, PodRequest, pod_requests
+from gpufleet.sched.replay.state import PodRequest, ReplayCluster, ReplayPlacement, pod_requests
 
 DEFAULT_POINTS = (100, 130)
 FloatArray = npt.NDArray[np.float64]
@@ -145,7 +145,7 @@ def replay(
 ) -> ReplayResult:
     """Replay ``workload`` on a fresh cluster of ``nodes`` with one policy and one seed."""
     started = time.perf_counter()
-    cluster = ClusterState.from_nodes(nodes)
+    cluster = ReplayCluster.from_nodes(nodes)
     capacity = cluster.total_gpu_milli
     workload_rng = np.random.default_rng(seed)
     arrivals = arrival_order(workload, capacity, seed=seed, tune=tune, shuffle=shuffle, rng=workload_rng)
@@ -211,7 +211,7 @@ def replay(
     )
 
 
-def place_one(cluster: ClusterState, policy_name: str, pod: PodRequest, seed: int = 0) -> Placement | None:
+def place_one(cluster: ReplayCluster, policy_name: str, pod: PodRequest, seed: int = 0) -> ReplayPlacement | None:
     """Place a single pod with a workload-independent policy (for callers outside a replay)."""
     policy = make_policy(policy_name)
     feasible = cluster.feasible(pod)

@@ -77,13 +77,13 @@ def spec_allows(spec: str, model: str) -> bool:
 
 
 @dataclass
-class Placement:
+class ReplayPlacement:
     node: int
     gpus: tuple[int, ...] = ()
 
 
 @dataclass
-class ClusterState:
+class ReplayCluster:
     """Mutable free-resource arrays of a cluster."""
 
     names: tuple[str, ...]
@@ -103,7 +103,7 @@ class ClusterState:
     listeners: list[Callable[[int], None]] = field(default_factory=list)
 
     @classmethod
-    def from_nodes(cls, nodes: NodeList) -> ClusterState:
+    def from_nodes(cls, nodes: NodeList) -> ReplayCluster:
         n = len(nodes)
         width = max(1, int(nodes.num_gpu.max()) if n else 1)
         models = tuple(sorted(set(nodes.model)))
@@ -190,7 +190,7 @@ class ClusterState:
         detail = ", ".join(f"{count} {reason}" for reason, count in ranked)
         return f"{feasible}/{len(self)} nodes are available" + (f": {detail}." if detail else ".")
 
-    def place(self, pod: PodRequest, placement: Placement) -> None:
+    def place(self, pod: PodRequest, placement: ReplayPlacement) -> None:
         i = placement.node
         if len(placement.gpus) != pod.num_gpu:
             raise ValueError(f"pod {pod.name} needs {pod.num_gpu} GPU ids, got {placement.gpus}")

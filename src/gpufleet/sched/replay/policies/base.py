@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.sched.replay.openb import PodList
-from gpufleet.sched.replay.state import BoolArray, ClusterState, Placement, PodRequest
+from gpufleet.sched.replay.state import BoolArray, PodRequest, ReplayCluster, ReplayPlacement
 
 # kube-scheduler's score range
 MAX_NODE_SCORE = 100
@@ -23,17 +23,17 @@ class Policy(ABC):
     name: str = ""
     description: str = ""
 
-    def prepare(self, cluster: ClusterState, workload: PodList | None) -> None:  # noqa: B027 - optional hook
+    def prepare(self, cluster: ReplayCluster, workload: PodList | None) -> None:  # noqa: B027 - optional hook
         """Called once before a replay; ``workload`` is the trace's pod list (for workload-aware policies)."""
 
     @abstractmethod
     def choose(
-        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> Placement:
+        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> ReplayPlacement:
         """Pick a node among ``feasible`` (at least one is True) and the GPU ids the pod gets on it."""
 
 
-def pick_max(scores: npt.NDArray[np.float64], feasible: BoolArray, cluster: ClusterState) -> int:
+def pick_max(scores: npt.NDArray[np.float64], feasible: BoolArray, cluster: ReplayCluster) -> int:
     """The feasible node with the highest score; equal scores go to the node with the lowest ``name_rank``.
 
     The FGD paper's simulator replaced kube-scheduler's random tie-break with "smallest node name" (for

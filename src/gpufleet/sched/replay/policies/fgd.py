@@ -21,7 +21,7 @@ import numpy.typing as npt
 from gpufleet.sched.replay.frag import DEFAULT_POPULARITY_THRESHOLD, FragModel, FragTracker, TypicalPods
 from gpufleet.sched.replay.openb import MILLI, PodList
 from gpufleet.sched.replay.policies.base import MAX_NODE_SCORE, Policy, pick_max
-from gpufleet.sched.replay.state import BoolArray, ClusterState, Placement, PodRequest
+from gpufleet.sched.replay.state import BoolArray, PodRequest, ReplayCluster, ReplayPlacement
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -79,17 +79,17 @@ class FGD(Policy):
         self.tracker: FragTracker | None = None
         self._cache: dict[tuple[int | str, ...], _TypeCache] = {}
 
-    def prepare(self, cluster: ClusterState, workload: PodList | None) -> None:
+    def prepare(self, cluster: ReplayCluster, workload: PodList | None) -> None:
         if workload is None:
             raise ValueError("FGD needs the workload's pod list to derive its typical pods")
         typical = TypicalPods.from_pods(workload, self.popularity_threshold, with_memory=self.memory_aware)
         self.use_model(cluster, FragModel(typical, cluster.models))
 
-    def use_model(self, cluster: ClusterState, model: FragModel) -> None:
+    def use_model(self, cluster: ReplayCluster, model: FragModel) -> None:
         self.tracker = FragTracker(model, cluster)
         self._cache = {}
 
-    def deltas(self, cluster: ClusterState, pod: PodRequest) -> tuple[FloatArray, IntArray]:
+    def deltas(self, cluster: ReplayCluster, pod: PodRequest) -> tuple[FloatArray, IntArray]:
         """Per node: the best fragmentation decrease the pod allows there, and the GPU that gives it."""
         if self.tracker is None or self.tracker.cluster is not cluster:
             raise RuntimeError("call prepare() with this cluster first")
@@ -106,7 +106,7 @@ class FGD(Policy):
             self._rescore(cluster, pod, stale, entry)
         return entry.delta, entry.gpu
 
-    def _rescore(self, cluster: ClusterState, pod: PodRequest, nodes: IntArray, entry: _TypeCache) -> None:
+    def _rescore(self, cluster: ReplayCluster, pod: PodRequest, nodes: IntArray, entry: _TypeCache) -> None:
         assert self.tracker is not None
         rows, gpu, cpu_after, gpus_after = after_placement(cluster.cpu_free[nodes], cluster.gpu_free[nodes], pod)
         entry.stamp[nodes] = cluster.version[nodes]
@@ -132,20 +132,20 @@ class FGD(Policy):
         else:
             entry.delta[src] = delta
 
-    def node_scores(self, delta: FloatArray, cluster: ClusterState, pod: PodRequest) -> FloatArray:
+    def node_scores(self, delta: FloatArray, cluster: ReplayCluster, pod: PodRequest) -> FloatArray:
         """Node scores from the per-node deltas (subclasses add tie-breaks)."""
         return fgd_score(delta)
 
     def choose(
-        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> Placement:
+        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> ReplayPlacement:
         delta, gpu = self.deltas(cluster, pod)
         node = pick_max(self.node_scores(delta, cluster, pod), feasible, cluster)
         if pod.num_gpu == 0:
-            return Placement(node)
+            return ReplayPlacement(node)
         if pod.is_sharing:
-            return Placement(node, (int(gpu[node]),))
-        return Placement(node, cluster.exclusive_gpus(node, pod.num_gpu))
+            return ReplayPlacement(node, (int(gpu[node]),))
+        return ReplayPlacement(node, cluster.exclusive_gpus(node, pod.num_gpu))
 
 
 def fgd_score(delta: FloatArray) -> FloatArray:

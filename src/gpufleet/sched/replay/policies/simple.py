@@ -17,7 +17,7 @@ from gpufleet.sched.replay.policies.base import (
     pick_max,
     trunc_score,
 )
-from gpufleet.sched.replay.state import SHARE_TAG, BoolArray, ClusterState, Placement, PodRequest
+from gpufleet.sched.replay.state import SHARE_TAG, BoolArray, PodRequest, ReplayCluster, ReplayPlacement
 
 
 class FirstFit(Policy):
@@ -27,14 +27,14 @@ class FirstFit(Policy):
     description = "first feasible node, first GPUs that fit"
 
     def choose(
-        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> Placement:
+        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> ReplayPlacement:
         node = int(np.argmax(feasible))
         if pod.num_gpu == 0:
-            return Placement(node)
+            return ReplayPlacement(node)
         if pod.is_sharing:
-            return Placement(node, (int(np.argmax(cluster.gpu_free[node] >= pod.gpu_milli)),))
-        return Placement(node, cluster.exclusive_gpus(node, pod.num_gpu))
+            return ReplayPlacement(node, (int(np.argmax(cluster.gpu_free[node] >= pod.gpu_milli)),))
+        return ReplayPlacement(node, cluster.exclusive_gpus(node, pod.num_gpu))
 
 
 class RandomFit(Policy):
@@ -44,16 +44,16 @@ class RandomFit(Policy):
     description = "uniformly random feasible node"
 
     def choose(
-        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> Placement:
+        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> ReplayPlacement:
         nodes = np.flatnonzero(feasible)
         node = int(nodes[rng.integers(len(nodes))])
         if pod.num_gpu == 0:
-            return Placement(node)
+            return ReplayPlacement(node)
         if pod.is_sharing:
             fits = np.flatnonzero(cluster.gpu_free[node] >= pod.gpu_milli)
-            return Placement(node, (int(fits[rng.integers(len(fits))]),))
-        return Placement(node, cluster.exclusive_gpus(node, pod.num_gpu))
+            return ReplayPlacement(node, (int(fits[rng.integers(len(fits))]),))
+        return ReplayPlacement(node, cluster.exclusive_gpus(node, pod.num_gpu))
 
 
 class BestFit(Policy):
@@ -67,13 +67,13 @@ class BestFit(Policy):
     description = "least CPU+GPU left after placement"
 
     def choose(
-        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> Placement:
+        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> ReplayPlacement:
         left = (cluster.cpu_free - pod.cpu_milli) / MAX_SPEC_CPU * 0.5
         left = left + (cluster.gpu_left() - pod.total_gpu_milli) / MAX_SPEC_GPU * 0.5
         scores = trunc_score((1.0 - left) * MAX_NODE_SCORE)
         node = pick_max(scores, feasible, cluster)
-        return Placement(node, cluster.best_fit_gpus(node, pod))
+        return ReplayPlacement(node, cluster.best_fit_gpus(node, pod))
 
 
 class DotProduct(Policy):
@@ -87,13 +87,13 @@ class DotProduct(Policy):
     description = "smallest dot product of free and requested resources"
 
     def choose(
-        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> Placement:
+        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> ReplayPlacement:
         dot = (cluster.cpu_free / MAX_SPEC_CPU) * (pod.cpu_milli / MAX_SPEC_CPU)
         dot = dot + (cluster.gpu_left() / MAX_SPEC_GPU) * (pod.total_gpu_milli / MAX_SPEC_GPU)
         scores = trunc_score(MAX_NODE_SCORE * (1.0 - dot / 2.0))
         node = pick_max(scores, feasible, cluster)
-        return Placement(node, cluster.best_fit_gpus(node, pod))
+        return ReplayPlacement(node, cluster.best_fit_gpus(node, pod))
 
 
 class GpuPacking(Policy):
@@ -107,17 +107,17 @@ class GpuPacking(Policy):
     description = "shared GPUs first, then used nodes, then idle nodes"
 
     def choose(
-        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> Placement:
+        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> ReplayPlacement:
         if pod.num_gpu == 0:
             scores = np.zeros(len(cluster))
         else:
             scores = self._scores(cluster, pod)
         node = pick_max(scores, feasible, cluster)
-        return Placement(node, cluster.best_fit_gpus(node, pod))
+        return ReplayPlacement(node, cluster.best_fit_gpus(node, pod))
 
     @staticmethod
-    def _scores(cluster: ClusterState, pod: PodRequest) -> np.ndarray:
+    def _scores(cluster: ReplayCluster, pod: PodRequest) -> np.ndarray:
         full = cluster.fully_free()
         idle_score = np.maximum(MAX_NODE_SCORE // 3 - full, full)
         if pod.is_sharing:
@@ -144,8 +144,8 @@ class GpuClustering(Policy):
     description = "co-locate pods that request the same GPU shape"
 
     def choose(
-        self, cluster: ClusterState, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> Placement:
+        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
+    ) -> ReplayPlacement:
         tag = pod.affinity_tag
         if tag < 0:
             scores = np.zeros(len(cluster))
@@ -157,7 +157,7 @@ class GpuClustering(Policy):
             band = np.where(mine, np.where(shapes == 1, 3, 2), np.where(shapes == 0, 1, 0))
             scores = (fill + band * quarter).astype(np.float64)
         node = pick_max(scores, feasible, cluster)
-        return Placement(node, cluster.best_fit_gpus(node, pod))
+        return ReplayPlacement(node, cluster.best_fit_gpus(node, pod))
 
 
 __all__ = ["SHARE_TAG", "BestFit", "DotProduct", "FirstFit", "GpuClustering", "GpuPacking", "RandomFit"]
