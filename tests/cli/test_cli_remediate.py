@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.clirun import Ran
+from tests.clirun import gpufleet as run_cli
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 
 INCIDENT = """id: xid48-dgx-005-1
@@ -23,11 +22,8 @@ serial: "1654321098765"
 """
 
 
-def gpufleet(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPUFLEET_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
-    )
+def gpufleet(home: Path, *args: str) -> Ran:
+    return run_cli(*args, env={"GPUFLEET_HOME": str(home)})
 
 
 @pytest.fixture
