@@ -322,28 +322,6 @@ def test_the_consumer_is_recorded_in_reserved_for() -> None:
     assert doc["status"]["reservedFor"] == [{"resource": "pods", "name": "trainer-0", "uid": "0b9c2b5e-1"}]
 
 
-def test_cli_publishes_slices_and_allocates_claims(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    examples = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "examples" / "clusters"
-    claims = tmp_path / "claims.yaml"
-    claims.write_text(BIG_GPU)
-    cmd = [sys.executable, "-m", "gpufleet.cli.main", "partition", "dra-allocate", "--claims", str(claims),
-           "--cluster", str(examples / "mixed-fleet.yaml"), "--node", "h100-003"]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    done = yaml.safe_load(run.stdout)
-    kubernetes_validate.validate(done, K8S, strict=True)
-    assert done["metadata"]["name"] == "big-gpu-0"
-    assert done["status"]["allocation"]["devices"]["results"][0]["pool"] == "h100-003"
-    cmd[4:] = ["dra-slices", "--cluster", str(examples / "mixed-fleet.yaml"), "--node", "t4-000"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    docs = list(yaml.safe_load_all(run.stdout))
-    assert [d["kind"] for d in docs] == ["DeviceClass", "DeviceClass", "ResourceSlice"]
-    assert docs[2]["spec"]["devices"][0]["attributes"]["productName"] == {"string": "Tesla T4"}
-
-
 def mig_claim(name: str, profile: str, count: int = 1, constraint: str = "") -> ResourceClaim:
     expr = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
     return claim(

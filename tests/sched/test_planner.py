@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
-import sys
 from functools import cache
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -175,33 +171,6 @@ def test_gpus_that_already_have_a_wanted_layout_are_kept() -> None:
     result = plan(cluster, {"1g.10gb": 7})
     recon = reconfiguration(result)
     assert recon.changed_gpus == {} and recon.drain == []
-
-
-def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli.main", *args], capture_output=True, text=True, timeout=120
-    )
-
-
-def test_cli_plan_layouts_and_device_plugin_config(tmp_path: Path) -> None:
-    run = gpufleet("partition", "plan", "--demand", "1g.10gb=60,3g.40gb=10,gpu=20", "--gpu", "h100-sxm", "-o", "json",
-                   "--out", str(tmp_path))  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    data = json.loads(run.stdout)
-    assert (data["gpusUsed"], data["lowerBound"], data["optimal"]) == (33, 33, True)
-    assert data["devicePluginConfig"]["flags"]["migStrategy"] == "mixed"
-    assert {p.name for p in tmp_path.iterdir()} == {
-        "mig-parted-config.yaml", "node-labels.yaml", "configmaps.yaml", "plan.json",
-    }  # fmt: skip
-    for cm in yaml.safe_load_all((tmp_path / "configmaps.yaml").read_text()):
-        kubernetes_validate.validate(cm, "1.30.0", strict=True)
-    run = gpufleet("partition", "layouts", "--gpu", "h100-sxm", "-o", "json")
-    assert json.loads(run.stdout)["validPlacements"] == 2319
-    run = gpufleet("partition", "device-plugin-config", "--time-slicing", "4", "--rename")
-    config = load_config(run.stdout)
-    assert config.sharing.shared_name("nvidia.com/gpu") == "nvidia.com/gpu.shared"
-    run = gpufleet("partition", "plan", "--demand", "2g.10gb=1", "--gpu", "h100-sxm")
-    assert run.returncode == 2 and "no MIG profile '2g.10gb'" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_several_gpu_models_are_planned_together() -> None:

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.clirun import gpufleet
 from tests.conftest import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "examples" / "k8s" / "snapshot-h100.json"
-
-
-def gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli.main", *args], capture_output=True, text=True, env=os.environ, timeout=300
-    )
 
 
 def test_plan_on_the_sample_snapshot() -> None:
