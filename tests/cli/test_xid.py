@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from gpufleet.cli.main import app
-
-runner = CliRunner()
+from tests.clirun import gpufleet
 
 
 def test_classify_json_records(corpus: Path) -> None:
     files = [str(corpus / "xid154_gpud_gb200.log"), str(corpus / "burst_xid79_sxid_gpud.log")]
-    result = runner.invoke(app, ["xid", "classify", "-o", "json", *files])
-    assert result.exit_code == 0, result.stderr
+    result = gpufleet("xid", "classify", "-o", "json", *files)
+    assert result.returncode == 0, result.stderr
     records = json.loads(result.stdout)
     assert len(records) == 11
     first = records[0]
@@ -54,16 +48,10 @@ def test_classify_json_records(corpus: Path) -> None:
 
 
 def test_classify_table_warns_about_rejected_lines(corpus: Path) -> None:
-    result = runner.invoke(
-        app,
-        [
-            "xid",
-            "classify",
-            str(corpus / "neg_xid043_kmsg_malformed.log"),
-            str(corpus / "xid069_nvsentinel_csvtest.log"),
-        ],
+    result = gpufleet(
+        "xid", "classify", str(corpus / "neg_xid043_kmsg_malformed.log"), str(corpus / "xid069_nvsentinel_csvtest.log")
     )
-    assert result.exit_code == 0
+    assert result.returncode == 0
     assert "0001:ab:cd" in result.stdout  # printed as text, not as a Rich emoji code
     assert "neg_xid043_kmsg_malformed.log:1" in result.stderr
     assert "1 events: 1 NONFATAL RESTART_APP" in result.stdout
@@ -72,60 +60,45 @@ def test_classify_table_warns_about_rejected_lines(corpus: Path) -> None:
 def test_classify_with_policy_override(corpus: Path, tmp_path: Path) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text("overrides:\n  32: {severity: FATAL, action: RESET_GPU, reason: test}\n")
-    result = runner.invoke(
-        app,
-        [
-            "xid",
-            "classify",
-            "-o",
-            "json",
-            "--policy",
-            str(policy),
-            str(corpus / "xid032_nvsentinel_csvtest.log"),
-        ],
+    result = gpufleet(
+        "xid", "classify", "-o", "json", "--policy", str(policy), str(corpus / "xid032_nvsentinel_csvtest.log")
     )
-    assert result.exit_code == 0
+    assert result.returncode == 0
     assert json.loads(result.stdout)[0]["action"] == "RESET_GPU"
 
 
 def test_classify_reads_stdin(corpus: Path) -> None:
     text = (corpus / "xid013_gpud_dmesg_iso.log").read_text()
-    result = runner.invoke(app, ["xid", "classify", "-o", "yaml", "-"], input=text)
-    assert result.exit_code == 0 and "xid: 13" in result.stdout
+    result = gpufleet("xid", "classify", "-o", "yaml", "-", input=text)
+    assert result.returncode == 0 and "xid: 13" in result.stdout
 
 
 def test_explain_shows_catalog_and_peers() -> None:
-    result = runner.invoke(app, ["xid", "explain", "109", "-o", "json"])
-    assert result.exit_code == 0
+    result = gpufleet("xid", "explain", "109", "-o", "json")
+    assert result.returncode == 0
     record = json.loads(result.stdout)
     assert record["mnemonic"] == "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR"
     assert record["peers"]["k8s-device-plugin"] == "ignored"
     assert record["gpufleet"]["action"] == "RESET_GPU" and record["gpufleet"]["rule"] == "override 109"
-    nvl5 = json.loads(runner.invoke(app, ["xid", "explain", "145", "-o", "json"]).stdout)
+    nvl5 = json.loads(gpufleet("xid", "explain", "145", "-o", "json").stdout)
     assert any(row["unit"] == "RLW_RXPIPE" for row in nvl5["nvlink5_decode"])
-    table = runner.invoke(app, ["xid", "explain", "154"])
-    assert table.exit_code == 0 and "Drain P2P" in table.stdout
+    table = gpufleet("xid", "explain", "154")
+    assert table.returncode == 0 and "Drain P2P" in table.stdout
 
 
 def test_policy_prints_the_default_document() -> None:
-    result = runner.invoke(app, ["xid", "policy"])
-    assert result.exit_code == 0 and "recovery_actions:" in result.stdout
-
-
-def _gpufleet(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli.main", *args], capture_output=True, text=True, check=False
-    )
+    result = gpufleet("xid", "policy")
+    assert result.returncode == 0 and "recovery_actions:" in result.stdout
 
 
 def test_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
-    missing = _gpufleet("xid", "classify", str(tmp_path / "nope.log"))
+    missing = gpufleet("xid", "classify", str(tmp_path / "nope.log"))
     assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
-    unknown = _gpufleet("xid", "explain", "999")
+    unknown = gpufleet("xid", "explain", "999")
     assert unknown.returncode == 2 and "not in the catalog" in unknown.stderr
     bad_policy = tmp_path / "p.yaml"
     bad_policy.write_text("overrides:\n  32: {severity: FATAL, action: NUKE}\n")
-    result = _gpufleet("xid", "classify", "--policy", str(bad_policy), str(tmp_path))
+    result = gpufleet("xid", "classify", "--policy", str(bad_policy), str(tmp_path))
     assert result.returncode == 2 and "overrides.32.action" in result.stderr
 
 
@@ -136,8 +109,8 @@ def test_classify_binary_and_truncated_input(tmp_path: Path) -> None:
         b"GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 4\xff3, pid=1, name=a, b\n"
         b"NVRM: Xid (PCI:0000:3b:00): 1"
     )
-    result = runner.invoke(app, ["xid", "classify", "-o", "json", str(blob)])
-    assert result.exit_code == 0
+    result = gpufleet("xid", "classify", "-o", "json", str(blob))
+    assert result.returncode == 0
     [record] = json.loads(result.stdout)
     assert record["xid"] == 79 and record["raw"].startswith("NVRM: Xid (PCI:0000:3b:00): 79")
     assert "kern.bin:3" in result.stderr and "kern.bin:4" in result.stderr
@@ -147,14 +120,8 @@ def test_classify_from_dmesg(corpus: Path, tmp_path: Path) -> None:
     fake = tmp_path / "dmesg"
     fake.write_text(f'#!/bin/sh\ncat "{corpus / "xid013_gpud_dmesg_iso.log"}"\n')
     fake.chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(
-        [sys.executable, "-m", "gpufleet.cli.main", "xid", "classify", "--dmesg", "-o", "json"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
+    path = f"{tmp_path}{os.pathsep}{os.environ['PATH']}"
+    result = gpufleet("xid", "classify", "--dmesg", "-o", "json", env={"PATH": path})
     assert result.returncode == 0, result.stderr
     [record] = json.loads(result.stdout)
     assert (record["file"], record["xid"], record["action"]) == ("dmesg", 13, "RESTART_APP")
@@ -163,9 +130,9 @@ def test_classify_from_dmesg(corpus: Path, tmp_path: Path) -> None:
 def test_watch_once_prints_json_lines(corpus: Path, tmp_path: Path) -> None:
     log = tmp_path / "kern.log"
     log.write_text((corpus / "burst_xid79_sxid_gpud.log").read_text())
-    result = runner.invoke(app, ["xid", "watch", str(log), "--once", "--json"])
-    assert result.exit_code == 0, result.stderr
+    result = gpufleet("xid", "watch", str(log), "--once", "--json")
+    assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["kind"] for r in records[:2]] == ["xid", "fallen_off_bus"] and len(records) == 10
-    text = runner.invoke(app, ["xid", "watch", str(log), "--once"])
+    text = gpufleet("xid", "watch", str(log), "--once")
     assert "0000:91:00 xid 79 FATAL RESTART_BM GPU has fallen off the bus." in text.stdout
