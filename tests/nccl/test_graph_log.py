@@ -4,13 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from gpufleet.cli.main import app
 from gpufleet.errors import ParseError
 from gpufleet.nccl.graph_log import parse_graph_log
 from gpufleet.nccl.predict import predict_one
 from gpufleet.nccl.topology import Topology, derive_graphs
+from tests.clirun import gpufleet
 
 # Lines in ncclTopoPrintGraph's format (values chosen for the test, not captured from a run).
 LOG = """\
@@ -40,30 +39,27 @@ def test_no_graph_lines() -> None:
 def test_cli_graph_log(tmp_path: Path) -> None:
     f = tmp_path / "graph.log"
     f.write_text(LOG)
-    res = CliRunner().invoke(
-        app,
-        [
-            "nccl",
-            "predict",
-            "--gpu",
-            "h100-sxm",
-            "--nodes",
-            "4",
-            "--nics-per-node",
-            "8",
-            "--nic-gbps",
-            "400",
-            "--graph-log",
-            str(f),
-            "--algo",
-            "ring",
-            "-b",
-            "8G",
-            "-e",
-            "8G",
-            "-o",
-            "json",
-        ],
+    res = gpufleet(
+        "nccl",
+        "predict",
+        "--gpu",
+        "h100-sxm",
+        "--nodes",
+        "4",
+        "--nics-per-node",
+        "8",
+        "--nic-gbps",
+        "400",
+        "--graph-log",
+        str(f),
+        "--algo",
+        "ring",
+        "-b",
+        "8G",
+        "-e",
+        "8G",
+        "-o",
+        "json",
     )
-    assert res.exit_code == 0, res.output
-    assert json.loads(res.output)[0]["busbw_gbps"] == pytest.approx(8 * 40.0, rel=0.05)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["busbw_gbps"] == pytest.approx(8 * 40.0, rel=0.05)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from gpufleet.cli.main import app
 from gpufleet.sched.replay.openb import PodList, load_trace
 from gpufleet.sched.replay.runner import arrival_order, discrete_curve, replay
+from tests.clirun import gpufleet
 
 
 def uniform_pods(n: int, milli: int = 1000, gpus: int = 1) -> PodList:
@@ -125,31 +124,28 @@ def test_every_policy_replays_the_subset(tmp_path: Path, shared: Path) -> None:
 def test_cli_replay_json_and_plot(tmp_path: Path, shared: Path) -> None:
     trace = small_trace(tmp_path, shared, 30, 200)
     plot = tmp_path / "alloc.png"
-    runner = CliRunner(env={"COLUMNS": "200"})
-    res = runner.invoke(
-        app,
-        ["sched", "replay", "--trace-dir", str(trace), "--policy", "best-fit", "--seed", "42", "-o", "json"],
+    wide = {"COLUMNS": "200"}
+    res = gpufleet(
+        "sched", "replay", "--trace-dir", str(trace), "--policy", "best-fit", "--seed", "42", "-o", "json", env=wide
     )
-    assert res.exit_code == 0, res.output
+    assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert set(data) >= {"policy", "seed", "pods", "failed", "alloc_pct", "frag_amount_pct", "seconds"}
     assert set(data["alloc_pct"]) == {"100", "130"}
-    res = runner.invoke(
-        app,
-        [
-            "sched",
-            "replay",
-            "--trace-dir",
-            str(trace),
-            "--policy",
-            "fgd,best-fit",
-            "--seeds",
-            "1-2",
-            "--plot",
-            str(plot),
-        ],
+    res = gpufleet(
+        "sched",
+        "replay",
+        "--trace-dir",
+        str(trace),
+        "--policy",
+        "fgd,best-fit",
+        "--seeds",
+        "1-2",
+        "--plot",
+        str(plot),
+        env=wide,
     )
-    assert res.exit_code == 0, res.output
+    assert res.returncode == 0, res.stderr
     assert "best-fit (mean)" in res.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -157,13 +153,11 @@ def test_cli_replay_json_and_plot(tmp_path: Path, shared: Path) -> None:
 def test_cli_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "openb_node_list_gpu_node.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\na,1,1,x,T4\n")
     (tmp_path / "openb_pod_list_default.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
-    from gpufleet.errors import ParseError
-
-    res = CliRunner().invoke(app, ["sched", "replay", "--trace-dir", str(tmp_path)])
-    assert isinstance(res.exception, ParseError)
-    assert "openb_node_list_gpu_node.csv:2: column 'gpu' must be a whole number" in str(res.exception)
-    res = CliRunner().invoke(app, ["sched", "replay", "--trace-dir", str(tmp_path), "--seeds", "9-3"])
-    assert "bad seed list" in str(res.exception)
+    res = gpufleet("sched", "replay", "--trace-dir", str(tmp_path))
+    assert res.returncode == 2 and "Traceback" not in res.stderr  # a ParseError: one line, exit 2
+    assert "openb_node_list_gpu_node.csv:2: column 'gpu' must be a whole number" in res.stderr
+    res = gpufleet("sched", "replay", "--trace-dir", str(tmp_path), "--seeds", "9-3")
+    assert res.returncode == 2 and "bad seed list" in res.stderr
 
 
 def test_fragmentation_kpi_uses_the_papers_definition_for_every_policy(tmp_path: Path, shared: Path) -> None:
@@ -175,7 +169,7 @@ def test_fragmentation_kpi_uses_the_papers_definition_for_every_policy(tmp_path:
 
 
 def test_cli_lists_policies() -> None:
-    res = CliRunner().invoke(app, ["sched", "policies", "-o", "json"])
-    assert res.exit_code == 0
+    res = gpufleet("sched", "policies", "-o", "json")
+    assert res.returncode == 0
     names = [p["name"] for p in json.loads(res.stdout)]
     assert names[:2] == ["random", "first-fit"] and "fgd" in names and "fgd-plus" in names

@@ -5,9 +5,7 @@ import re
 from pathlib import Path
 
 import yaml
-from typer.testing import CliRunner
 
-from gpufleet.cli.main import app
 from gpufleet.telemetry.dashboards import dashboards
 from gpufleet.telemetry.fields import load_field_catalog
 from gpufleet.telemetry.rules import (
@@ -18,8 +16,7 @@ from gpufleet.telemetry.rules import (
     rule_tests,
     service_monitor,
 )
-
-runner = CliRunner()
+from tests.clirun import gpufleet
 
 
 def test_dashboards_query_catalog_metrics() -> None:
@@ -47,22 +44,22 @@ def test_dashboards_query_catalog_metrics() -> None:
 
 
 def test_cli_fields_rules_dashboard(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["telemetry", "fields", "-o", "json"])
-    assert result.exit_code == 0
+    result = gpufleet("telemetry", "fields", "-o", "json")
+    assert result.returncode == 0
     names = [f["name"] for f in json.loads(result.stdout)]
     assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" in names
-    result = runner.invoke(app, ["telemetry", "rules", "--out", str(tmp_path / "rules")])
-    assert result.exit_code == 0, result.output
+    result = gpufleet("telemetry", "rules", "--out", str(tmp_path / "rules"))
+    assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "rules").iterdir()) == [
         "gpufleet-rules-test.yml",
         "gpufleet-rules.yml",
         "prometheus-rule.yaml",
         "service-monitor.yaml",
     ]
-    result = runner.invoke(app, ["telemetry", "dashboard", "--out", str(tmp_path / "dash")])
-    assert result.exit_code == 0
+    result = gpufleet("telemetry", "dashboard", "--out", str(tmp_path / "dash"))
+    assert result.returncode == 0
     assert len(list((tmp_path / "dash").glob("*.json"))) == 3
-    result = runner.invoke(app, ["telemetry", "rules"])
+    result = gpufleet("telemetry", "rules")
     assert "GpuTemperatureHigh" in result.stdout
 
 

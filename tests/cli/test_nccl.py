@@ -3,76 +3,62 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from gpufleet.cli.main import app
 from gpufleet.nccl import allreduce_time_s
-
-runner = CliRunner()
+from tests.clirun import gpufleet
 
 
 def test_predict_json() -> None:
-    res = runner.invoke(
-        app,
-        [
-            "nccl",
-            "predict",
-            "--gpu",
-            "h100-sxm",
-            "--nodes",
-            "2",
-            "--nics-per-node",
-            "8",
-            "--nic-gbps",
-            "400",
-            "--transport",
-            "ib",
-            "--max-bytes",
-            "1G",
-            "-o",
-            "json",
-        ],
+    res = gpufleet(
+        "nccl",
+        "predict",
+        "--gpu",
+        "h100-sxm",
+        "--nodes",
+        "2",
+        "--nics-per-node",
+        "8",
+        "--nic-gbps",
+        "400",
+        "--transport",
+        "ib",
+        "--max-bytes",
+        "1G",
+        "-o",
+        "json",
     )
-    assert res.exit_code == 0, res.output
-    rows = json.loads(res.output)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
     assert rows[0]["bytes"] == 8 and rows[-1]["bytes"] == 1 << 30
     assert {"bytes", "algo", "proto", "time_us", "algbw_gbps", "busbw_gbps"} <= set(rows[0])
 
 
 def test_predict_plot(tmp_path: Path) -> None:
     out = tmp_path / "p.png"
-    res = runner.invoke(app, ["nccl", "predict", "--gpu", "a100", "--plot", str(out), "-e", "64M"])
-    assert res.exit_code == 0, res.output
+    res = gpufleet("nccl", "predict", "--gpu", "a100", "--plot", str(out), "-e", "64M")
+    assert res.returncode == 0, res.stderr
     assert out.stat().st_size > 1000
 
 
 def test_compare_infers_topology_from_file(corpus: Path) -> None:
     f = corpus / "nccl" / "perf" / "h100_oci_bm_gpu_h100_8_2node_roce.txt"
-    res = runner.invoke(app, ["nccl", "compare", str(f), "--gpu", "h100-sxm", "--nic-gbps", "200", "-o", "json"])
-    assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    res = gpufleet("nccl", "compare", str(f), "--gpu", "h100-sxm", "--nic-gbps", "200", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
     assert data["verdict"] == "healthy" and data["topology"]["nodes"] == 2 and data["topology"]["transport"] == "roce"
 
 
 def test_diagnose_and_lint(corpus: Path, tmp_path: Path) -> None:
-    res = runner.invoke(
-        app,
-        [
-            "nccl",
-            "diagnose",
-            str(corpus / "nccl" / "logs" / "04_socket_ifname_no_interface.log"),
-            "-o",
-            "json",
-        ],
+    res = gpufleet(
+        "nccl", "diagnose", str(corpus / "nccl" / "logs" / "04_socket_ifname_no_interface.log"), "-o", "json"
     )
-    assert res.exit_code == 0
-    assert json.loads(res.output)["class"] == "socket_ifname"
+    assert res.returncode == 0
+    assert json.loads(res.stdout)["class"] == "socket_ifname"
     env = tmp_path / "e"
     env.write_text("NCCL_IB_DISABLE=1\n")
-    res = runner.invoke(app, ["nccl", "lint", "--env-file", str(env), "-o", "json"])
-    assert json.loads(res.output)[0]["rule"] == "ib-disabled"
-    res = runner.invoke(app, ["nccl", "advise", "--gpu", "h100-sxm", "--transport", "roce", "-o", "json"])
-    assert any(a["var"] == "NCCL_IB_GID_INDEX" for a in json.loads(res.output))
+    res = gpufleet("nccl", "lint", "--env-file", str(env), "-o", "json")
+    assert json.loads(res.stdout)[0]["rule"] == "ib-disabled"
+    res = gpufleet("nccl", "advise", "--gpu", "h100-sxm", "--transport", "roce", "-o", "json")
+    assert any(a["var"] == "NCCL_IB_GID_INDEX" for a in json.loads(res.stdout))
 
 
 def test_twin_api() -> None:
@@ -96,9 +82,9 @@ def test_compare_infers_gpu_and_layout_from_device_lines(tmp_path: Path) -> None
     ]
     f = tmp_path / "run.txt"
     f.write_text("\n".join(f"[1,0]<stdout>:{line}" for line in header) + "\n")
-    res = runner.invoke(app, ["nccl", "compare", str(f), "--nics-per-node", "2", "--nic-gbps", "400", "-o", "json"])
-    assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    res = gpufleet("nccl", "compare", str(f), "--nics-per-node", "2", "--nic-gbps", "400", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
     topo = data["topology"]
     assert (topo["gpu"], topo["nodes"], topo["gpus_per_node"], topo["nccl_version"]) == (
         "h100-sxm",
