@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from gpufleet.health.diag import judge
@@ -54,25 +52,3 @@ def test_a_dcgmi_pass_with_nvlink_down_is_not_trusted(corpus: Path) -> None:
     outcome = judge(passing, "node", 2, nvlink)
     assert not outcome.passed
     assert "dcgmi said Pass but" in outcome.failures()[-1]
-
-
-def test_cli_judges_a_saved_dcgmi_run_and_exits_1(corpus: Path) -> None:
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpufleet.cli.main",
-            "diag",
-            "-r",
-            "3",
-            "--dcgmi-output",
-            str(corpus / "dcgmi_diag_fail_01_r3_rowremap_stas00.txt"),
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert res.returncode == 1, res.stderr
-    assert '"verdict": "Fail"' in res.stdout

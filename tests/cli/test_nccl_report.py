@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +11,7 @@ import uvicorn
 from gpufleet.server.app import create_app
 from gpufleet.state import Database
 from tests.agent.test_agent import free_port
+from tests.clirun import gpufleet
 from tests.twins import door, small_twin
 
 
@@ -26,17 +24,12 @@ def test_compare_report_reaches_the_control_plane(corpus: Path, tmp_path: Path) 
     thread.start()
     while not server.started:
         time.sleep(0.05)
-    env = {**os.environ, "GPUFLEET_SERVER": f"http://127.0.0.1:{port}", "GPUFLEET_TOKEN": "tok"}
+    env = {"GPUFLEET_SERVER": f"http://127.0.0.1:{port}", "GPUFLEET_TOKEN": "tok"}
     run_file = corpus / "nccl" / "perf" / "h100_oci_bm_gpu_h100_8_2node_roce.txt"
-    command = [
-        sys.executable, "-m", "gpufleet.cli.main", "nccl", "compare", "--report",
-        str(run_file), "--gpu", "h100-sxm", "--nic-gbps", "200",
-    ]  # fmt: skip
+    command = ["nccl", "compare", "--report", str(run_file), "--gpu", "h100-sxm", "--nic-gbps", "200"]
     try:
-        run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
-        bad = subprocess.run(
-            command, capture_output=True, text=True, env={**env, "GPUFLEET_TOKEN": "wrong"}, timeout=120
-        )
+        run = gpufleet(*command, env=env)
+        bad = gpufleet(*command, env={**env, "GPUFLEET_TOKEN": "wrong"})
     finally:
         server.should_exit = True
         thread.join(timeout=5)
