@@ -47,7 +47,6 @@ COMMAND_MODULES = (
     "gpufleet.cli.partition",
     "gpufleet.cli.remediate",
     "gpufleet.cli.diag",
-    "gpufleet.cli.schedule",
 )
 
 
