@@ -4,7 +4,8 @@ H100 cluster with a gpufleet secondary scheduler.
 Pod specs come from kubectl itself (`kubectl create job|deployment --dry-run=client`, `kubectl set resources --local`,
 `kubectl patch --local`); the script then wraps each pod template the way the API server returns a Pod (metadata,
 priority resolved from the PriorityClass, status). Nodes are assembled in the Node shape kubectl prints, with the labels
-GPU Feature Discovery sets. Run: `python examples/k8s/build_snapshot.py` (needs kubectl; no cluster is contacted).
+GPU Feature Discovery sets. Run: `.venv/bin/python scripts/build_k8s_snapshot.py` (needs kubectl; no cluster is
+contacted). A development script, not part of the installed package.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
+OUT = Path(__file__).resolve().parents[1] / "src" / "gpufleet" / "examples" / "k8s" / "snapshot-h100.json"
 NS = uuid.UUID("2b8f8a52-7d3e-4c61-9f0e-2d7c2a1f5e11")
 T0 = "2026-11-20T08:00:00Z"
 KUBECONFIG = """apiVersion: v1
@@ -435,6 +436,6 @@ if __name__ == "__main__":
         f.write(KUBECONFIG)
     ENV = {**os.environ, "KUBECONFIG": f.name}
     try:
-        (HERE / "snapshot-h100.json").write_text(json.dumps(build(), indent=4) + "\n")
+        OUT.write_text(json.dumps(build(), indent=4) + "\n")
     finally:
         os.unlink(f.name)
