@@ -127,13 +127,13 @@ def test_repeats_dedupe_and_lifecycle() -> None:
 def test_slow_collectives_from_nccl_compare_become_an_incident(shared: object) -> None:
     from pathlib import Path
 
-    from gpufleet.nccl.compare import Finding as NcclFinding
+    from gpufleet.nccl.compare import CollectiveFinding
 
     plane, _ = run_door(small_twin(), 5)
-    finding = NcclFinding(
-        "nccl_rail_missing",
-        "critical",
-        "bus bandwidth about half the expected on 2 nodes",
+    finding = CollectiveFinding(
+        kind="nccl_rail_missing",
+        severity="critical",
+        message="bus bandwidth about half the expected on 2 nodes",
         host=None,
         nbytes=2**30,
         ratio=0.51,

@@ -10,13 +10,13 @@ Public entry points for other parts of gpufleet:
 from __future__ import annotations
 
 from gpufleet.nccl.api import allreduce_time_s, collective_time_s
-from gpufleet.nccl.compare import CompareResult, Finding, compare_table, compare_to_findings
+from gpufleet.nccl.compare import CollectiveFinding, CompareResult, compare_table, compare_to_findings
 from gpufleet.nccl.predict import Prediction, predict_one, predict_sweep
 from gpufleet.nccl.topology import Topology
 
 __all__ = [
+    "CollectiveFinding",
     "CompareResult",
-    "Finding",
     "Prediction",
     "Topology",
     "allreduce_time_s",

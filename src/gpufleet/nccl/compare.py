@@ -6,6 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from gpufleet.nccl.perf_parser import PerfTable
 from gpufleet.nccl.predict import predict_one
 from gpufleet.nccl.topology import Topology
@@ -174,27 +176,38 @@ def _causes(table: PerfTable, topo: Topology, rows: list[RowComparison], big_rat
     return causes
 
 
-@dataclass(frozen=True)
-class Finding:
-    """A 'slower than expected' observation for the health pipeline."""
+class CollectiveFinding(BaseModel):
+    """A run slower than its fabric should give, as `nccl compare --report` sends it to the control plane (the
+    API validates the same model)."""
 
-    kind: str
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = Field(max_length=128)
     severity: Severity
-    message: str
+    message: str = Field(max_length=4096)
     node: str | None = None
     host: str | None = None
     nbytes: int | None = None
     ratio: float | None = None
 
 
-def compare_to_findings(result: CompareResult) -> list[Finding]:
+class CollectiveReport(BaseModel):
+    """What `POST /api/v1/nccl-findings` takes: the findings of one results file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(min_length=1, max_length=512)
+    findings: list[CollectiveFinding] = Field(max_length=1000)
+
+
+def compare_to_findings(result: CompareResult) -> list[CollectiveFinding]:
     """One finding per cause; the host is named when the run covered a single host."""
     host = result.hosts[0] if len(result.hosts) == 1 else None
     worst = min((r for r in result.rows if r.flagged), key=lambda r: r.ratio, default=None)
     findings = []
     for cause in result.causes:
         findings.append(
-            Finding(
+            CollectiveFinding(
                 kind=f"nccl_{cause.code}",
                 severity=cause.severity,
                 message=cause.message,

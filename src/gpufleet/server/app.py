@@ -6,12 +6,11 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet import __version__
 from gpufleet.control import views
@@ -19,27 +18,9 @@ from gpufleet.control.service import ControlPlane
 from gpufleet.errors import AuthError, GpufleetError, NotFoundError, UserError
 from gpufleet.model import IncidentState
 from gpufleet.model.wire import JSON, MAX_BODY, WireError, decode_batch, encode
+from gpufleet.nccl.compare import CollectiveReport
 
 HealthCheck = Callable[[], str | None]  # a problem to report, or None
-
-
-class CollectiveFinding(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    kind: str = Field(max_length=128)
-    severity: Literal["info", "warning", "critical"]
-    message: str = Field(max_length=4096)
-    node: str | None = None
-    host: str | None = None
-    nbytes: int | None = None
-    ratio: float | None = None
-
-
-class CollectiveReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    source: str = Field(min_length=1, max_length=512)
-    findings: list[CollectiveFinding] = Field(max_length=1000)
 
 
 VERBS = {
