@@ -11,7 +11,7 @@ from gpufleet.catalog import load_xid_catalog
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.health.xid_policy import (
     Action,
-    Severity,
+    XidSeverity,
     classify,
     decode_nvl5,
     default_policy,
@@ -60,7 +60,7 @@ def test_matches_expected_csv_for_every_file(corpus: Path) -> None:
 def test_every_catalog_code_has_a_verdict() -> None:
     for code in load_xid_catalog():
         verdict = classify(KernelEvent(kind="xid", line=1, raw="", message="", xid=code))
-        assert verdict.severity in (Severity.FATAL, Severity.NONFATAL)
+        assert verdict.severity in (XidSeverity.FATAL, XidSeverity.NONFATAL)
 
 
 def test_disagreements_are_documented_choices() -> None:
@@ -68,12 +68,12 @@ def test_disagreements_are_documented_choices() -> None:
     for code in (61, 62, 64, 108, 109, 160, 162):
         assert policy.overrides[code].reason, code
     assert policy.overrides[109].action == Action.RESET_GPU
-    assert policy.overrides[162].severity == Severity.NONFATAL
+    assert policy.overrides[162].severity == XidSeverity.NONFATAL
 
 
 def test_unknown_code_is_reported_as_unknown() -> None:
     verdict = _verdict("NVRM: Xid (PCI:0000:3b:00): 999, pid=1, name=x, new thing")
-    assert verdict.rule == "unknown-xid" and verdict.severity == Severity.FATAL
+    assert verdict.rule == "unknown-xid" and verdict.severity == XidSeverity.FATAL
     assert verdict.action == Action.CONTACT_SUPPORT
 
 
@@ -157,18 +157,18 @@ def test_xid154_follows_announced_action(state: str, action: str) -> None:
     verdict = _verdict(
         f"NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to {state}"
     )
-    assert verdict.action == action and verdict.severity == Severity.NONFATAL
+    assert verdict.action == action and verdict.severity == XidSeverity.NONFATAL
 
 
 def test_sxid_and_non_xid_signals() -> None:
     fatal = _verdict("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 LTSSM Fault Up")
-    assert (fatal.severity, fatal.action) == (Severity.FATAL, Action.RESTART_BM)
+    assert (fatal.severity, fatal.action) == (XidSeverity.FATAL, Action.RESTART_BM)
     nonfatal = _verdict("nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 30 egress error")
-    assert (nonfatal.severity, nonfatal.action) == (Severity.NONFATAL, Action.IGNORE)
+    assert (nonfatal.severity, nonfatal.action) == (XidSeverity.NONFATAL, Action.IGNORE)
     fallen = _verdict("NVRM: GPU 0000:3c:00.0: GPU has fallen off the bus.")
-    assert (fallen.severity, fallen.action) == (Severity.FATAL, Action.RESTART_BM)
+    assert (fallen.severity, fallen.action) == (XidSeverity.FATAL, Action.RESTART_BM)
     reset = _verdict("NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! NV_ERR_RESET_REQUIRED")
-    assert (reset.severity, reset.action) == (Severity.FATAL, Action.RESET_GPU)
+    assert (reset.severity, reset.action) == (XidSeverity.FATAL, Action.RESET_GPU)
 
 
 def test_override_from_file(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_override_from_file(tmp_path: Path) -> None:
     policy = load_policy(path)
     verdict = classify(KernelEvent(kind="xid", line=1, raw="", message="", xid=109), policy)
     assert (verdict.severity, verdict.action, verdict.rule) == (
-        Severity.NONFATAL,
+        XidSeverity.NONFATAL,
         Action.IGNORE,
         "override 109",
     )

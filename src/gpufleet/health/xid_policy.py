@@ -26,7 +26,9 @@ DEFAULT_POLICY = "xid_policy.yaml"
 NVL5_DECODE = "nvl5_decode.csv"
 
 
-class Severity(StrEnum):
+class XidSeverity(StrEnum):
+    """NVIDIA's fatality of an Xid (NVSentinel's FATAL/NONFATAL), not an incident's severity."""
+
     FATAL = "FATAL"
     NONFATAL = "NONFATAL"
 
@@ -67,7 +69,7 @@ _ACTION_WEIGHT = {
 class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    severity: Severity
+    severity: XidSeverity
     action: Action
     investigatory: str | None = None
     reason: str = ""
@@ -114,7 +116,7 @@ class XidPolicy(BaseModel):
     fallen_off_bus: Rule
     reset_required: Rule
     api_mismatch: Rule = Rule(
-        severity=Severity.FATAL,
+        severity=XidSeverity.FATAL,
         action=Action.UPDATE_SWFW,
         reason="user-space driver and kernel module versions differ: nothing CUDA starts until they match",
     )
@@ -125,7 +127,7 @@ class Verdict(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    severity: Severity
+    severity: XidSeverity
     action: Action
     investigatory: str | None = None
     bucket: str | None = None  # NVIDIA's catalog bucket for the code, e.g. WORKFLOW_NVLINK5_ERR or XID_154
@@ -279,7 +281,7 @@ def _nvl5_verdict(event: KernelEvent, info: XidInfo | None, policy: XidPolicy) -
 
     worst = max(rows, key=lambda r: (r.fatal, _ACTION_WEIGHT.get(action_of(r), 3)))
     return Verdict(
-        severity=Severity.FATAL if worst.fatal else Severity.NONFATAL,
+        severity=XidSeverity.FATAL if worst.fatal else XidSeverity.NONFATAL,
         action=action_of(worst),
         investigatory=worst.investigatory or None,
         bucket=bucket,
@@ -293,7 +295,7 @@ def _catalog_verdict(code: int, info: XidInfo, policy: XidPolicy) -> Verdict:
     if not info.nvidia_immediate_action or not info.nvsentinel_fatality:
         return _from_rule(policy.unrated, "unrated", bucket)
     return Verdict(
-        severity=Severity(info.nvsentinel_fatality),
+        severity=XidSeverity(info.nvsentinel_fatality),
         action=Action(info.nvidia_immediate_action),
         investigatory=info.nvidia_investigatory_action or None,
         bucket=bucket,

@@ -11,13 +11,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpufleet.errors import ParseError, UserError
+from gpufleet.model import Severity
 from gpufleet.nccl._files import load_yaml
 from gpufleet.nccl.constants import ALGOS, PROTOS
 from gpufleet.nccl.enable import parse_list
 from gpufleet.nccl.predict import predict_one
 from gpufleet.nccl.topology import Topology
-
-Severity = Literal["info", "warning", "critical"]
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,9 @@ def lint_env(env: dict[str, str], transport: str | None = None) -> list[LintFind
             try:
                 parse_list(relevant[var], elems, var)
             except UserError as exc:
-                out.append(LintFinding("invalid-list", var, relevant[var], "critical", exc.message, exc.fix or ""))
+                out.append(
+                    LintFinding("invalid-list", var, relevant[var], Severity.critical, exc.message, exc.fix or "")
+                )
     for rule in lint_rules():
         if rule.hit(relevant, transport):
             out.append(LintFinding(rule.id, rule.var, relevant[rule.var], rule.severity, rule.message, rule.fix))

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.model import Severity
 from gpufleet.nccl.perf_parser import PerfTable
 from gpufleet.nccl.predict import predict_one
 from gpufleet.nccl.topology import Topology
@@ -21,7 +22,6 @@ MID_REGION_BYTES = 1 << 20
 LATENCY_REGION_BYTES = 64 << 10
 # Small-message time this many times the model's is a latency problem, not noise.
 LATENCY_FACTOR = 2.5
-Severity = Literal["info", "warning", "critical"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def compare_table(table: PerfTable, topo: Topology, op: str | None = None) -> Co
                 f"messages up to 64 KiB take {result.latency_factor:.1f}x the expected time: per-operation "
                 "latency is high (CPU/NUMA binding of the ranks, a proxy thread starved of CPU, traffic "
                 "through the host instead of NVLink/GPUDirect, or a slow network path)",
-                "warning",
+                Severity.warning,
             )
         )
     if not rows:
@@ -116,13 +116,13 @@ def _causes(table: PerfTable, topo: Topology, rows: list[RowComparison], big_rat
                 "data_corruption",
                 f"#wrong > 0 at {sizes}: results were corrupted (GPU, NVLink or "
                 "NIC fault, or LL128 on an untested path)",
-                "critical",
+                Severity.critical,
             )
         )
     if table.truncated or (table.errors and not table.avg_busbw):
         last = _fmt(table.rows[-1].bytes) if table.rows else "the first size"
         hint = f": {table.errors[0][:160]}" if table.errors else ""
-        causes.append(Cause("run_failed", f"the run stopped after {last}{hint}", "critical"))
+        causes.append(Cause("run_failed", f"the run stopped after {last}{hint}", Severity.critical))
     flagged = [r for r in rows if r.flagged]
     if not flagged:
         return causes
@@ -137,7 +137,7 @@ def _causes(table: PerfTable, topo: Topology, rows: list[RowComparison], big_rat
                 f"large messages reach {big_ratio:.0%} of expected on a multi-node run: "
                 "about half the rails carry traffic (a NIC down or left out of NCCL_IB_HCA, a GPU without "
                 "its local NIC, or cross-rail routing)",
-                "critical",
+                Severity.critical,
             )
         )
     elif big_ratio is not None and big_ratio < 0.2:
@@ -151,7 +151,7 @@ def _causes(table: PerfTable, topo: Topology, rows: list[RowComparison], big_rat
                 "wrong_transport",
                 f"bandwidth is {big_ratio:.0%} of expected at every large size: "
                 f"traffic is likely going over {transport}",
-                "critical",
+                Severity.critical,
             )
         )
     elif large:
@@ -160,7 +160,7 @@ def _causes(table: PerfTable, topo: Topology, rows: list[RowComparison], big_rat
                 "low_peak",
                 f"peak bandwidth {worst.ratio:.0%} of expected at {_fmt(worst.bytes)}: a slow "
                 "link (NVLink/PCIe downtrained, NIC at lower speed, congestion) or thermal/power throttling",
-                "warning",
+                Severity.warning,
             )
         )
     if mid and not large:
@@ -170,7 +170,7 @@ def _causes(table: PerfTable, topo: Topology, rows: list[RowComparison], big_rat
                 f"sizes {where} fall to {worst.ratio:.0%} of expected while large messages "
                 "are fine: a protocol or channel problem (LL128 disabled, forced NCCL_PROTO/NCCL_ALGO, "
                 "NCCL_MAX_NCHANNELS too low, or NVLS/CollNet not engaging)",
-                "warning",
+                Severity.warning,
             )
         )
     return causes
