@@ -7,7 +7,7 @@ from pathlib import Path
 from gpufleet.health.diag import judge
 from gpufleet.sim.diag import twin_diag
 from gpufleet.sim.faults import InjectedFault
-from gpufleet.sources.dcgmi import DiagReport, DiagResult, DiagTest
+from gpufleet.sources.dcgmi import DiagReport, DiagTest, DiagTestResult
 from gpufleet.sources.topo import parse_nvlink_status
 from gpufleet.spec.scenario_spec import FaultType
 from tests.twins import small_twin
@@ -41,8 +41,8 @@ def test_levels_find_what_they_cover() -> None:
 def test_a_dcgmi_pass_with_nvlink_down_is_not_trusted(corpus: Path) -> None:
     passing = DiagReport(
         [
-            DiagTest("Memory", "Hardware", [DiagResult("Pass", None)]),
-            DiagTest("PCIe", "Integration", [DiagResult("Pass", None)]),
+            DiagTest("Memory", "Hardware", [DiagTestResult("Pass", None)]),
+            DiagTest("PCIe", "Integration", [DiagTestResult("Pass", None)]),
         ],
         level=2,
     )

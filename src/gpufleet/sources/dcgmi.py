@@ -66,7 +66,9 @@ _MESSAGE_ROWS = {"error": "error", "warning": "warning", "info": "info"}
 
 
 @dataclass(frozen=True)
-class DiagResult:
+class DiagTestResult:
+    """One result line of a dcgmi test: Pass/Fail/Warn/Skip for all GPUs or for the GPUs it names."""
+
     status: Status
     gpus: tuple[int, ...] | None  # None: all GPUs
 
@@ -85,7 +87,7 @@ class DiagMessage:
 class DiagTest:
     name: str
     category: str
-    results: list[DiagResult] = field(default_factory=list)
+    results: list[DiagTestResult] = field(default_factory=list)
     messages: list[DiagMessage] = field(default_factory=list)
 
     @property
@@ -190,7 +192,7 @@ def parse_diag(text: str, *, level: int | None = None, source: str = "dcgmi diag
             extra = _scope(value)
             if extra is None:
                 raise ParseError(f"{source}:{lineno}: cannot read continued result {value!r}")
-            current.results[-1] = DiagResult(last.status, (last.gpus or ()) + extra)
+            current.results[-1] = DiagTestResult(last.status, (last.gpus or ()) + extra)
         elif category.lower() == "metadata" and metadata:
             last_key = list(metadata)[-1]
             metadata[last_key] += value
@@ -205,9 +207,9 @@ def parse_diag(text: str, *, level: int | None = None, source: str = "dcgmi diag
 def _add_result(test: DiagTest, value: str, source: str, lineno: int) -> None:
     per_gpu = _PER_GPU.match(value)
     if per_gpu is not None:
-        test.results.append(DiagResult(per_gpu.group("status"), (int(per_gpu.group("gpu")),)))  # type: ignore[arg-type]
+        test.results.append(DiagTestResult(per_gpu.group("status"), (int(per_gpu.group("gpu")),)))  # type: ignore[arg-type]
         return
     result = _RESULT.match(value)
     if result is None:
         raise ParseError(f"{source}:{lineno}: {test.name}: expected Pass/Fail/Warn/Skip, got {value!r}")
-    test.results.append(DiagResult(result.group("status"), _scope(result.group("scope"))))  # type: ignore[arg-type]
+    test.results.append(DiagTestResult(result.group("status"), _scope(result.group("scope"))))  # type: ignore[arg-type]
