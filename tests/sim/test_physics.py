@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufleet.sim.throttle import ClockEvent
+from gpufleet.catalog.clock_events import clock_event_bit as bit
 from tests.twins import TwinFactory
 
 
@@ -16,7 +16,7 @@ def test_busy_gpus_run_near_tdp_and_settle_below_slowdown(make_twin: TwinFactory
     assert g.util[i] == 97.0
     assert 0.9 * g.tdp_w[i] <= g.power_w[i] <= g.tdp_w[i]
     assert g.temp_c[i] < g.max_operating_c[i]
-    assert not g.clock_events[i] & ClockEvent.HW_THERMAL_SLOWDOWN
+    assert not g.clock_events[i] & bit("hw_thermal")
 
 
 def test_power_cap_lowers_clock_and_sets_sw_power_cap(make_twin: TwinFactory) -> None:
@@ -27,8 +27,8 @@ def test_power_cap_lowers_clock_and_sets_sw_power_cap(make_twin: TwinFactory) ->
     g = twin.gpus
     assert g.power_w[i] <= 400.0
     assert g.sm_clock[i] < 0.8 * g.max_clock[i]
-    assert g.clock_events[i] & ClockEvent.SW_POWER_CAP
-    assert not g.clock_events[i] & ClockEvent.HW_THERMAL_SLOWDOWN
+    assert g.clock_events[i] & bit("power_cap")
+    assert not g.clock_events[i] & bit("hw_thermal")
 
 
 def test_throttling_happens_above_the_slowdown_temperature(make_twin: TwinFactory) -> None:
@@ -40,7 +40,7 @@ def test_throttling_happens_above_the_slowdown_temperature(make_twin: TwinFactor
     below_slowdown_never_hw_throttled = True
     for _ in range(1800):
         twin.step()
-        hw = bool(g.clock_events[i] & ClockEvent.HW_THERMAL_SLOWDOWN)
+        hw = bool(g.clock_events[i] & bit("hw_thermal"))
         if g.temp_c[i] < g.slowdown_c[i] - 1.5 and hw:
             below_slowdown_never_hw_throttled = False
         if hw and g.sm_clock[i] < 0.8 * g.max_clock[i]:
@@ -57,7 +57,7 @@ def test_idle_gpu(make_twin: TwinFactory) -> None:
     twin.run(900)
     i = twin.gpu("n-002", 0)  # not part of the job
     g = twin.gpus
-    assert g.util[i] == 0 and g.clock_events[i] & ClockEvent.GPU_IDLE
+    assert g.util[i] == 0 and g.clock_events[i] & bit("gpu_idle")
     assert abs(g.power_w[i] - g.idle_w[i]) < 2.0
     assert g.temp_c[i] < 35.0
 
@@ -68,7 +68,7 @@ def test_power_brake_pins_clocks(make_twin: TwinFactory) -> None:
     twin.gpus.power_brake[i] = True
     twin.run(5)
     assert twin.gpus.sm_clock[i] <= 0.3 * twin.gpus.max_clock[i] + 1
-    assert twin.gpus.clock_events[i] & ClockEvent.HW_POWER_BRAKE_SLOWDOWN
+    assert twin.gpus.clock_events[i] & bit("hw_power_brake")
 
 
 COUNTERS = (

@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.catalog.clock_events import clock_events_of, load_clock_events
 from gpufleet.catalog.dcgm_fields import parse_counter_file
 from gpufleet.errors import NotFoundError
-from gpufleet.telemetry.fields import clock_events_of, load_clock_events, load_field_catalog
+from gpufleet.telemetry.fields import load_field_catalog
 
 FAULT_FIELDS = [
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",

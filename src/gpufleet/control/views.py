@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpufleet.catalog.clock_events import clock_events_of
 from gpufleet.control.fleet import NodeState
 from gpufleet.model import EntityKind, IncidentState, Severity
-from gpufleet.telemetry.fields import load_clock_events
 
 if TYPE_CHECKING:
     from gpufleet.control.service import ControlPlane
@@ -24,7 +24,7 @@ def _num(value: float, digits: int = 1) -> float | None:
 def _clock_events(bits: float) -> list[str]:
     if np.isnan(bits):
         return []
-    return [e.name for e in load_clock_events() if int(bits) & e.bit]
+    return clock_events_of(int(bits))
 
 
 def _gpu_problems(plane: ControlPlane) -> dict[tuple[str, int], Severity]:

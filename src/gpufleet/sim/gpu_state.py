@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpufleet.catalog.clock_events import clock_event_bit as bit
 from gpufleet.model import Cluster
-from gpufleet.sim.throttle import ClockEvent
 
 IDLE_SM_CLOCK_MHZ = 345.0
 THERMAL_TAU_S = 45.0
@@ -63,7 +63,7 @@ class GpuArrays:
     mem_temp_c: np.ndarray
     cooling: np.ndarray  # 1.0 healthy; a failed fan divides it
     power_brake: np.ndarray  # bool
-    clock_events: np.ndarray  # uint32 ClockEvent bits
+    clock_events: np.ndarray  # uint32 clock-event bits (catalog/data/clock_events.csv)
     energy_mj: np.ndarray
     power_violation_ns: np.ndarray
     thermal_violation_ns: np.ndarray
@@ -137,7 +137,7 @@ class GpuArrays:
             mem_temp_c=f64(ambient_c + 10.0),
             cooling=f64(1.0),
             power_brake=np.zeros(n, dtype=bool),
-            clock_events=np.full(n, int(ClockEvent.GPU_IDLE), dtype=np.uint32),
+            clock_events=np.full(n, bit("gpu_idle"), dtype=np.uint32),
             energy_mj=f64(),
             power_violation_ns=f64(),
             thermal_violation_ns=f64(),
@@ -180,7 +180,7 @@ class GpuArrays:
 
         # Clock the workload asks for, then every limiter that can only lower it.
         clock = np.where(busy, max_clock, IDLE_SM_CLOCK_MHZ)
-        events = np.where(busy, 0, int(ClockEvent.GPU_IDLE)).astype(np.uint32)
+        events = np.where(busy, 0, bit("gpu_idle")).astype(np.uint32)
 
         # Power cap: p = idle + (1.05 tdp - idle) * u * (f/fmax)^2  ->  largest f with p <= limit.
         dyn = (FULL_LOAD_POWER_OVER_TDP * self.tdp_w - self.idle_w) * u
@@ -188,24 +188,24 @@ class GpuArrays:
             cap_ratio = np.sqrt(np.clip((self.power_limit_w - self.idle_w) / dyn, 0.0, None))
         capped = busy & (cap_ratio < clock / max_clock)
         clock = np.where(capped, max_clock * cap_ratio, clock)
-        events |= np.where(capped, int(ClockEvent.SW_POWER_CAP), 0).astype(np.uint32)
+        events |= np.where(capped, bit("power_cap"), 0).astype(np.uint32)
 
         # Software thermal slowdown above the max operating temperature, hardware slowdown near the limit.
         temp = self.temp_c
         sw_thermal = temp > self.max_operating_c
         sw_ratio = np.clip(1.0 - 0.04 * (temp - self.max_operating_c), 0.5, 1.0)
         clock = np.where(sw_thermal, np.minimum(clock, max_clock * sw_ratio), clock)
-        events |= np.where(sw_thermal, int(ClockEvent.SW_THERMAL_SLOWDOWN), 0).astype(np.uint32)
+        events |= np.where(sw_thermal, bit("sw_thermal"), 0).astype(np.uint32)
         hw_thermal = temp >= self.slowdown_c
         hw_ratio = np.clip(1.0 - 0.3 * (temp - self.slowdown_c + 1.0), 0.15, 1.0)
         clock = np.where(hw_thermal, np.minimum(clock, max_clock * hw_ratio), clock)
-        hw_bits = int(ClockEvent.HW_THERMAL_SLOWDOWN | ClockEvent.HW_SLOWDOWN)
+        hw_bits = bit("hw_thermal") | bit("hw_slowdown")
         events |= np.where(hw_thermal, hw_bits, 0).astype(np.uint32)
 
         # External power brake (a rack PSU or BMC asserting the brake) pins clocks low.
         brake = self.power_brake
         clock = np.where(brake, np.minimum(clock, max_clock * 0.3), clock)
-        brake_bits = int(ClockEvent.HW_POWER_BRAKE_SLOWDOWN | ClockEvent.HW_SLOWDOWN)
+        brake_bits = bit("hw_power_brake") | bit("hw_slowdown")
         events |= np.where(brake, brake_bits, 0).astype(np.uint32)
 
         clock = np.where(alive, np.maximum(clock, 0.0), 0.0)

@@ -10,11 +10,11 @@ from collections import deque
 
 import numpy as np
 
+from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.model import JobState
 from gpufleet.sim.twin import Twin
 from gpufleet.sim.workloads import LATENCY_BUCKETS_S
 from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost
-from gpufleet.telemetry.fields import load_clock_events
 from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, LabelItems, MetricFrame, label_items
 
 GaugeKey = tuple[str, LabelItems]

@@ -21,8 +21,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.telemetry.blanks import valid_mask
-from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField, load_clock_events
+from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -157,22 +157,3 @@ def load_field_catalog(counter_file: str = "default-counters.csv") -> FieldCatal
             fields.append(MetricField(name, base.prom_type, base.help, GPU, "i64", base.enabled_by_default))
     fields.extend(_ib_fields())
     return FieldCatalog(tuple(fields))
-
-
-@dataclass(frozen=True, slots=True)
-class ClockEvent:
-    name: str
-    bit: int
-    meaning: str
-
-
-@cache
-def load_clock_events() -> tuple[ClockEvent, ...]:
-    """The clock-event (throttle reason) bits and the `clock_event` label values dcgm-exporter gives them."""
-    rows = csv.DictReader(io.StringIO(read_data("clock_events.csv")))
-    return tuple(ClockEvent(r["clock_event"], int(r["bit"], 16), r["meaning"]) for r in rows)
-
-
-def clock_events_of(bitmask: int) -> list[str]:
-    """Names of the clock events set in a DCGM_FI_DEV_CLOCK_THROTTLE_REASONS bitmask."""
-    return [e.name for e in load_clock_events() if bitmask & e.bit]

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.catalog import load_ib_counters
+from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.errors import NotFoundError, UserError
-from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_clock_events, load_field_catalog
+from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_field_catalog
 
 DEFAULT_WINDOW_MS = 300_000  # dcgm-exporter's --xid-count-window-size and clock-events window
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.telemetry.blanks import valid_mask
 from gpufleet.telemetry.exposition import (
     POD_INFO_METRIC,
@@ -22,7 +23,6 @@ from gpufleet.telemetry.exposition import (
     gpu_series_labels,
     ib_port_labels,
 )
-from gpufleet.telemetry.fields import load_clock_events
 from gpufleet.telemetry.frame import MetricFrame
 
 Labels = dict[str, str]
