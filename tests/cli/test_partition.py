@@ -52,3 +52,19 @@ def test_cli_publishes_slices_and_allocates_claims(tmp_path: Path) -> None:
     docs = list(yaml.safe_load_all(run.stdout))
     assert [d["kind"] for d in docs] == ["DeviceClass", "DeviceClass", "ResourceSlice"]
     assert docs[2]["spec"]["devices"][0]["attributes"]["productName"] == {"string": "Tesla T4"}
+
+
+def test_cli_gfd_labels_follow_the_device_plugin_config(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "examples" / "clusters"
+    config = tmp_path / "plugin.yaml"
+    config.write_text(gpufleet("partition", "device-plugin-config", "--time-slicing", "4").stdout)
+    run = gpufleet(
+        "partition", "gfd-labels", "--cluster", str(examples / "mixed-fleet.yaml"), "--node", "t4-000",
+        "--config", str(config), "-o", "json",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    labels = json.loads(run.stdout)["t4-000"]
+    assert labels["nvidia.com/gpu.product"] == "Tesla-T4-SHARED" and labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    missing = gpufleet("partition", "gfd-labels", "--cluster", str(examples / "mixed-fleet.yaml"), "--config", "nope")
+    assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr

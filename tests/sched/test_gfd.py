@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpufleet.sched.framework.snapshot import parse_node
-from gpufleet.sched.partition.gfd import SharingStrategy, apply_gfd_labels, gfd_labels
+from gpufleet.sched.partition.device_plugin import MigStrategy, build_config
+from gpufleet.sched.partition.gfd import apply_gfd_labels, gfd_labels
 from tests.sched.k8s_objects import fabric_cluster, knode
 
 
@@ -24,22 +25,26 @@ def test_h100_labels() -> None:
     assert labels["nvidia.com/mps.capable"] == "false"
     assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
     assert labels["nvidia.com/gpu.replicas"] == "1"
+    # GFD also writes the deprecated version names, the machine type and the GPU mode
+    assert (labels["nvidia.com/cuda.driver.major"], labels["nvidia.com/cuda.driver.rev"]) == ("550", "07")
+    assert labels["nvidia.com/cuda.runtime.minor"] == "4"
+    assert (labels["nvidia.com/gpu.machine"], labels["nvidia.com/gpu.mode"]) == ("unknown", "compute")
 
 
 def test_sharing_changes_product_and_replicas() -> None:
     node = fabric_cluster(nodes=1, per_su=1, model="t4", gpus=4).nodes[0]
-    ts = gfd_labels(node, sharing=SharingStrategy.time_slicing, replicas=4)
+    ts = gfd_labels(node, build_config(time_slicing=4))
     assert ts["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
     assert ts["nvidia.com/gpu.replicas"] == "4"
     assert ts["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     assert ts["nvidia.com/mig.capable"] == "false"
-    renamed = gfd_labels(node, sharing=SharingStrategy.time_slicing, replicas=4, rename_by_default=True)
+    renamed = gfd_labels(node, build_config(time_slicing=4, rename=True))
     assert renamed["nvidia.com/gpu.product"] == "Tesla-T4"
-    mps = gfd_labels(node, sharing=SharingStrategy.mps, replicas=2)
+    mps = gfd_labels(node, build_config(mps=2))
     assert mps["nvidia.com/mps.capable"] == "true"
-    assert gfd_labels(fabric_cluster(nodes=1, per_su=1).nodes[0], mig_strategy="mixed")["nvidia.com/mig.strategy"] == (
-        "mixed"
-    )
+    assert gfd_labels(fabric_cluster(nodes=1, per_su=1).nodes[0], build_config(mig_strategy=MigStrategy.mixed))[
+        "nvidia.com/mig.strategy"
+    ] == ("mixed")
 
 
 def test_labels_round_trip_through_the_node_parser() -> None:

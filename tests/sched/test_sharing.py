@@ -18,6 +18,7 @@ from gpufleet.sched.partition.device_plugin import (
     mig_resource_name,
     render_config,
 )
+from gpufleet.sched.partition.gfd import gfd_labels
 from gpufleet.sched.partition.mig import MigLayout
 from gpufleet.sched.partition.sharing import (
     MilliShares,
@@ -25,7 +26,6 @@ from gpufleet.sched.partition.sharing import (
     admit_pod,
     advertise,
     extended_resource_count,
-    gfd_labels,
     mps_limits,
     pod_extended_resources,
 )

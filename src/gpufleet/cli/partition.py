@@ -212,6 +212,37 @@ def device_plugin_config_cmd(
         typer.echo(render_config(config), nl=False)
 
 
+@partition_app.command("gfd-labels")
+def gfd_labels_cmd(
+    cluster: Path = typer.Option(..., "--cluster", help="A kind: Cluster manifest."),
+    node: str | None = typer.Option(None, "--node", help="Only this node (default: every GPU node)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="A k8s-device-plugin config (version v1) the nodes run with (default: no sharing)."
+    ),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Print the labels GPU Feature Discovery would set on each node (product, count, replicas, sharing strategy,
+    MIG and MPS capability, driver and CUDA versions), as schedulers and nodeSelectors see them."""
+    from gpufleet.sched.partition.device_plugin import load_config
+    from gpufleet.sched.partition.gfd import gfd_labels
+    from gpufleet.spec.builder import build_cluster
+    from gpufleet.spec.loader import load_cluster
+
+    if config is not None and not config.is_file():
+        raise UserError(f"{config}: no such file", fix="pass a device-plugin config written by `device-plugin-config`")
+    plugin = load_config(config.read_text(), str(config)) if config is not None else None
+    manifest = load_cluster(cluster)
+    fleet = build_cluster(manifest.metadata.name, manifest.spec)
+    nodes = [fleet.node(node)] if node else [n for n in fleet.nodes if n.gpus]
+    data = {n.name: gfd_labels(n, plugin) for n in nodes}
+
+    def render(wide: bool) -> None:
+        rows = [[name, key, value] for name, labels in data.items() for key, value in sorted(labels.items())]
+        console.print(make_table(["NODE", "LABEL", "VALUE"], rows))
+
+    emit(data, output, render)
+
+
 @partition_app.command("dra-slices")
 def dra_slices_cmd(
     cluster: Path = typer.Option(..., "--cluster", help="A kind: Cluster manifest."),

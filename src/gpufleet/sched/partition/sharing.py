@@ -1,7 +1,7 @@
 """What a node advertises under a device-plugin config, and whether a pod's GPU request is admitted.
 
-Covers the MIG strategies (none/single/mixed), time-slicing and MPS replicas, MPS memory and thread limits, the
-GPU Feature Discovery labels that follow, and per-GPU milli-shares (the openb trace's `gpu_milli`).
+Covers the MIG strategies (none/single/mixed), time-slicing and MPS replicas, MPS memory and thread limits, and
+per-GPU milli-shares (the openb trace's `gpu_milli`). The GPU Feature Discovery labels that follow are in gfd.py.
 Capacity counts every device; allocatable only healthy ones (kubelet's device manager does the same).
 """
 
@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.errors import UserError
 from gpufleet.model.gpu import Gpu
 from gpufleet.model.node import Node
@@ -286,98 +285,3 @@ class MilliShares:
         for i in chosen:
             self.free[i] -= each
         return chosen
-
-
-# --- GPU Feature Discovery labels ----------------------------------------------------------------------------
-
-
-def _sanitise(text: str) -> str:
-    return "-".join(re.sub(r"[^A-Za-z0-9\-_. ]", "", text).split())
-
-
-def _product(parts: list[str], shared: bool) -> str:
-    return "-".join([_sanitise(p) for p in parts if p] + (["SHARED"] if shared else []))
-
-
-def _base(resource: str, count: int, replicas: int, strategy: SharingStrategy, product: str) -> dict[str, str]:
-    return {
-        f"{resource}.product": product,
-        f"{resource}.count": str(count),
-        f"{resource}.replicas": str(replicas),
-        f"{resource}.sharing-strategy": str(strategy if replicas > 1 else SharingStrategy.none),
-    }
-
-
-def gfd_labels(node: Node, config: DevicePluginConfig) -> dict[str, str]:
-    """The GPU labels GFD would set on `node` (no timestamp or machine-type labels)."""
-    if not node.gpus:
-        return {}
-    spec = node.gpus[0].model
-    sharing, strategy = config.sharing, config.mig_strategy
-    driver = node.software.driver_version.split(".")
-    cuda = node.software.cuda_version.split(".")
-    labels = {
-        "nvidia.com/cuda.driver-version.full": node.software.driver_version,
-        "nvidia.com/cuda.driver-version.major": driver[0],
-        "nvidia.com/cuda.driver-version.minor": driver[1] if len(driver) > 1 else "0",
-        "nvidia.com/cuda.driver-version.revision": driver[2] if len(driver) > 2 else "0",
-        "nvidia.com/cuda.runtime-version.full": node.software.cuda_version,
-        "nvidia.com/cuda.runtime-version.major": cuda[0],
-        "nvidia.com/cuda.runtime-version.minor": cuda[1] if len(cuda) > 1 else "0",
-        "nvidia.com/mig.capable": str(spec.mig_capable).lower(),
-        "nvidia.com/mps.capable": str(sharing.strategy is SharingStrategy.mps).lower(),
-    }
-    # GFD counts every GPU of the model in gpu.count; MIG-enabled GPUs are labelled without sharing (replicas 0)
-    # unless a MIG-disabled GPU exists, whose sharing labels override them. This holds under every strategy.
-    full = [g for g in node.gpus if not g.mig_enabled]
-    mig_on = [g for g in node.gpus if g.mig_enabled]
-    total = len(node.gpus)
-    arch = {
-        f"{GPU_RESOURCE}.memory": str(spec.memory_mib),
-        f"{GPU_RESOURCE}.family": spec.arch,  # the catalog names architectures as GFD's family label does
-        f"{GPU_RESOURCE}.compute.major": spec.compute_capability.split(".")[0],
-        f"{GPU_RESOURCE}.compute.minor": spec.compute_capability.split(".")[1],
-    }
-    if mig_on:  # MIG-enabled GPUs are labelled without sharing; full GPUs below override them
-        labels |= _base(GPU_RESOURCE, total, 0, SharingStrategy.none, _product([spec.product_name], False))
-        labels |= arch
-    if full:
-        entry = sharing.replicas_for(GPU_RESOURCE)
-        replicas = entry.replicas if entry else 1
-        shared = replicas > 1 and not sharing.is_renamed(GPU_RESOURCE)
-        labels |= _base(GPU_RESOURCE, total, replicas, sharing.strategy, _product([spec.product_name], shared))
-        labels |= arch
-    if strategy is MigStrategy.none:
-        return labels
-    labels["nvidia.com/mig.strategy"] = str(strategy)
-    if not mig_on:
-        return labels
-    adv = advertise(node, config)
-    if strategy is MigStrategy.single and adv.errors:
-        labels |= {
-            f"{GPU_RESOURCE}.product": _product([spec.product_name, "MIG", "INVALID"], False),
-            f"{GPU_RESOURCE}.count": "0",
-            f"{GPU_RESOURCE}.replicas": "0",
-            f"{GPU_RESOURCE}.memory": "0",
-        }
-        return labels
-    profiles = mig_profiles_for(spec.mig_geometry or "")
-    by_profile: dict[str, int] = {}
-    for gpu in mig_on:
-        for inst in gpu.mig_instances:
-            by_profile[inst.profile] = by_profile.get(inst.profile, 0) + 1
-    for profile, count in sorted(by_profile.items()):
-        resource = GPU_RESOURCE if strategy is MigStrategy.single else mig_resource_name(profile)
-        entry = sharing.replicas_for(resource)
-        replicas = entry.replicas if entry else 1
-        shared = replicas > 1 and not sharing.is_renamed(resource)
-        prof = profiles[profile]
-        labels |= _base(
-            resource, count, replicas, sharing.strategy, _product([spec.product_name, "MIG", profile], shared)
-        )
-        labels[f"{resource}.memory"] = str(round(prof.memory_gib * 1024))
-        labels[f"{resource}.slices.gi"] = str(prof.compute_slices)
-        labels[f"{resource}.slices.ci"] = str(prof.compute_slices)
-        if prof.sm_count:
-            labels[f"{resource}.multiprocessors"] = str(prof.sm_count)
-    return labels
