@@ -87,3 +87,15 @@ def test_ib_counters() -> None:
     assert counters["PortXmitData"].octets_div4
     assert counters["PortXmitDiscards"].cause == "congestion"
     assert all(c.metric.endswith("_total") for c in counters.values())
+
+
+def test_xid_causes_and_messages_name_catalog_codes() -> None:
+    from gpufleet.catalog.xid import load_xid_catalog, xid_causes, xid_message, xid_messages
+    from gpufleet.model import RootCause
+
+    catalog = load_xid_catalog()
+    assert {RootCause(cause) for cause in xid_causes().values()} >= {RootCause.gpu_lost, RootCause.nvlink}
+    assert set(xid_causes()) <= set(catalog) and set(xid_messages()) <= set(catalog)
+    assert "fallen off the bus" in xid_message(79)
+    unlisted = next(code for code in catalog if code not in xid_messages())
+    assert xid_message(unlisted) == catalog[unlisted].description

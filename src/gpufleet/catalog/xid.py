@@ -1,4 +1,5 @@
-"""The Xid catalog (xid_catalog.csv): NVIDIA's resolution buckets and what peer tools do with each code."""
+"""Xid facts: the catalog (xid_catalog.csv: NVIDIA's resolution buckets and what peer tools do with each code), the
+root cause a code names (xid_causes.yaml), and the message text the driver prints with it (xid_messages.yaml)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import csv
 import io
 from dataclasses import dataclass
 from functools import cache
+
+import yaml
 
 from gpufleet.catalog._files import read_text
 
@@ -48,3 +51,24 @@ def load_xid_catalog() -> dict[int, XidInfo]:
             exporter_text=row["dcgm_exporter_text"],
         )
     return catalog
+
+
+@cache
+def xid_causes() -> dict[int, str]:
+    """The root cause (a RootCause value) each listed code names; others are a generic GPU Xid."""
+    return {int(k): str(v) for k, v in yaml.safe_load(read_text("xid_causes.yaml")).items()}
+
+
+@cache
+def xid_messages() -> dict[int, str]:
+    """What the driver prints after `NVRM: Xid (PCI:...): N, pid=..., name=..., ` for the codes seen in real logs."""
+    return {int(k): str(v) for k, v in yaml.safe_load(read_text("xid_messages.yaml")).items()}
+
+
+def xid_message(code: int) -> str:
+    """The driver's text for `code`: a real one where known, else the catalog's description."""
+    message = xid_messages().get(code)
+    if message is not None:
+        return message
+    info = load_xid_catalog().get(code)
+    return info.description if info else "Unknown error"

@@ -2,30 +2,11 @@
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
-
-import yaml
-
-from gpufleet.catalog.xid import load_xid_catalog
+from gpufleet.catalog.xid import xid_message
 from gpufleet.sources.kmsg_format import dmesg_line, format_xid
 
 # Processes the twin names as Xid culprits: training ranks and the tools that poke GPUs.
 PROCESS_NAMES = ("python", "pt_main_thread", "nvidia-smi", "dcgm-exporter")
-
-
-@cache
-def xid_messages() -> dict[int, str]:
-    text = resources.files("gpufleet.sim").joinpath("data", "xid_messages.yaml").read_text(encoding="utf-8")
-    return {int(k): str(v) for k, v in yaml.safe_load(text).items()}
-
-
-def xid_text(code: int) -> str:
-    msg = xid_messages().get(code)
-    if msg is not None:
-        return msg
-    info = load_xid_catalog().get(code)
-    return info.description if info else "Unknown error"
 
 
 def stamp(boot_seconds: float) -> str:
@@ -35,7 +16,7 @@ def stamp(boot_seconds: float) -> str:
 
 def xid_line(boot_seconds: float, pci_short: str, code: int, pid: int | None, process: str | None) -> str:
     """An Xid as dmesg shows it; with no process to blame the driver writes pid='<unknown>', name=<unknown>."""
-    message = format_xid(pci_short, code, xid_text(code), pid=pid, process=process or "<unknown>")
+    message = format_xid(pci_short, code, xid_message(code), pid=pid, process=process or "<unknown>")
     return dmesg_line(message, boot_seconds)
 
 

@@ -8,10 +8,8 @@ GPU identities work across reads); this detector only judges them.
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 
-import yaml
-
+from gpufleet.catalog.xid import xid_causes as catalog_xid_causes
 from gpufleet.health.xid_policy import XidPolicy, classify, default_policy
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.kernel import KernelEvent
@@ -21,8 +19,7 @@ from gpufleet.model.pci import normalise_pci
 
 @cache
 def xid_causes() -> dict[int, RootCause]:
-    text = resources.files("gpufleet.health").joinpath("data", "xid_causes.yaml").read_text(encoding="utf-8")
-    return {int(k): RootCause(v) for k, v in yaml.safe_load(text).items()}
+    return {code: RootCause(cause) for code, cause in catalog_xid_causes().items()}
 
 
 class KernelDetector:
