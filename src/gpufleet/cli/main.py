@@ -47,6 +47,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.partition",
     "gpufleet.cli.remediate",
     "gpufleet.cli.diag",
+    "gpufleet.cli.read",
 )
 
 

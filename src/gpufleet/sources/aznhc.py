@@ -43,14 +43,19 @@ def parse_health_log(text: str, *, source: str = "health.log") -> list[NodeHealt
             continue
         match = _LINE.match(line.strip())
         if match is None:
-            raise ParseError(f"{source}:{lineno}: expected `node | status`, got {line.strip()[:60]!r}")
+            raise ParseError(
+                f"{source}:{lineno}: expected `node | status`, got {line.strip()[:60]!r}", fix="pass an NHC .health.log"
+            )
         node, status = match.group("node"), match.group("status").strip()
         if status.lower() == "healthy":
             results.append(NodeHealth(node, True))
             continue
         failed = _FAILED.match(status)
         if failed is None:
-            raise ParseError(f"{source}:{lineno}: status is neither Healthy nor ERROR: {status[:60]!r}")
+            raise ParseError(
+                f"{source}:{lineno}: status is neither Healthy nor ERROR: {status[:60]!r}",
+                fix="pass an NHC .health.log",
+            )
         detail = failed.group("detail").strip()
         check = _CHECK.match(detail)
         message = check.group("message") if check else detail

@@ -63,7 +63,10 @@ def parse_perfquery(text: str, *, source: str = "perfquery") -> list[PortCounter
             continue
         match = _PQ_FIELD.match(line)
         if match is None:
-            raise ParseError(f"{source}:{lineno}: not a perfquery counter line: {line[:60]!r}")
+            raise ParseError(
+                f"{source}:{lineno}: not a perfquery counter line: {line[:60]!r}",
+                fix="pass the output of `perfquery` or `perfquery -x`, unedited",
+            )
         if not blocks:
             raise ParseError(
                 f"{source}:{lineno}: counter before any `# Port counters` header",
@@ -75,7 +78,10 @@ def parse_perfquery(text: str, *, source: str = "perfquery") -> list[PortCounter
         try:
             blocks[-1].counters[name] = int(value, 0)
         except ValueError as exc:
-            raise ParseError(f"{source}:{lineno}: {name} has a non-numeric value {value!r}") from exc
+            raise ParseError(
+                f"{source}:{lineno}: {name} has a non-numeric value {value!r}",
+                fix="pass the output of `perfquery` or `perfquery -x`, unedited",
+            ) from exc
     if not blocks:
         raise ParseError(f"{source}: no `# Port counters` block", fix="pass the output of perfquery")
     return blocks
@@ -122,7 +128,10 @@ def parse_ibqueryerrors(text: str, *, source: str = "ibqueryerrors") -> QueryErr
             rest = port.group("rest")
             counters = {m.group("name"): int(m.group("value")) for m in _QE_COUNTER.finditer(rest)}
             if not counters and "[" in rest:
-                raise ParseError(f"{source}:{lineno}: cannot read the counters in {rest.strip()[:60]!r}")
+                raise ParseError(
+                    f"{source}:{lineno}: cannot read the counters in {rest.strip()[:60]!r}",
+                    fix="pass the output of `ibqueryerrors`, unedited",
+                )
             detail = _QE_COUNTER.sub("", rest).strip()
             number = None if port.group("port") == "ALL" else int(port.group("port"))
             report.ports.append(PortErrors(node, port.group("guid"), number, counters, detail))
@@ -179,7 +188,10 @@ def parse_iblinkinfo(text: str, *, source: str = "iblinkinfo") -> list[LinkInfo]
         link = _LI_LINK.match(line)
         if link is None:
             if "==(" in line:
-                raise ParseError(f"{source}:{lineno}: cannot read link line {line.strip()[:70]!r}")
+                raise ParseError(
+                    f"{source}:{lineno}: cannot read link line {line.strip()[:70]!r}",
+                    fix="pass the output of `iblinkinfo`, unedited",
+                )
             continue
         links.append(
             LinkInfo(
@@ -260,9 +272,14 @@ def parse_ibnetdiscover(text: str, *, source: str = "ibnetdiscover") -> FabricTo
             continue
         port = _ND_PORT.match(line)
         if port is None:
-            raise ParseError(f"{source}:{lineno}: not an ibnetdiscover line: {line[:70]!r}")
+            raise ParseError(
+                f"{source}:{lineno}: not an ibnetdiscover line: {line[:70]!r}",
+                fix="pass the output of `ibnetdiscover`, unedited",
+            )
         if current is None:
-            raise ParseError(f"{source}:{lineno}: port line before any Switch/Ca line")
+            raise ParseError(
+                f"{source}:{lineno}: port line before any Switch/Ca line", fix="pass the whole `ibnetdiscover` output"
+            )
         comment = port.group("comment") or ""
         if current.type == "Ca" and current.lid is None:
             own_lid = _ND_LID.match(comment)  # a CA's lid is on its port line: `# lid 2 lmc 0 "leaf1" ...`

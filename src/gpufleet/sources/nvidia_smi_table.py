@@ -67,7 +67,10 @@ def parse_table(text: str, *, source: str = "nvidia-smi") -> NvidiaSmiReport:
         if first is not None:
             bus = _BUS.match(cells[1])
             if bus is None:
-                raise ParseError(f"{source}:{lineno}: GPU row without a bus id: {line.strip()[:70]!r}")
+                raise ParseError(
+                    f"{source}:{lineno}: GPU row without a bus id: {line.strip()[:70]!r}",
+                    fix="pass the output of plain `nvidia-smi`, unedited",
+                )
             current = GpuRecord(
                 index=int(first.group("index")),
                 product_name=first.group("name"),
@@ -82,7 +85,10 @@ def parse_table(text: str, *, source: str = "nvidia-smi") -> NvidiaSmiReport:
                 try:
                     current.ecc_volatile_uncorrected_total = int(ecc)
                 except ValueError as exc:
-                    raise ParseError(f"{source}:{lineno}: bad Volatile Uncorr. ECC value {ecc!r}") from exc
+                    raise ParseError(
+                        f"{source}:{lineno}: bad Volatile Uncorr. ECC value {ecc!r}",
+                        fix="pass the output of plain `nvidia-smi`, unedited",
+                    ) from exc
             gpus.append(current)
             line_in_block = 1
             continue
@@ -92,7 +98,10 @@ def parse_table(text: str, *, source: str = "nvidia-smi") -> NvidiaSmiReport:
         if line_in_block == 2:
             second = _SECOND.match(cells[0])
             if second is None:
-                raise ParseError(f"{source}:{lineno}: cannot read fan/temp/perf/power: {cells[0].strip()!r}")
+                raise ParseError(
+                    f"{source}:{lineno}: cannot read fan/temp/perf/power: {cells[0].strip()!r}",
+                    fix="pass the output of plain `nvidia-smi`, unedited",
+                )
             current.fan_speed_pct = _num(second.group("fan"), "%")
             current.temp_c = _num(second.group("temp"), "C")
             current.performance_state = second.group("perf")

@@ -1,0 +1,184 @@
+"""`gpufleet read TOOL FILE`: parse what a node's tools printed (a saved file, or - for stdin) into gpufleet's
+records, to check a capture by eye or hand it to a script as JSON. The same parsers the agent runs."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.errors import UserError
+
+read_app = typer.Typer(
+    help="Parse a saved tool output (nvidia-smi, infiniband-diags, NHC health log, link syslog) into records.",
+    no_args_is_help=True,
+)
+
+FILE_ARG = typer.Argument(..., help="The saved output, or - to read stdin.")
+OUTPUT_OPT = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP)
+
+
+def _text(path: Path) -> tuple[str, str]:
+    """The file's text and the name to cite in errors."""
+    if str(path) == "-":
+        return sys.stdin.read(), "stdin"
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace"), path.name
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file", fix="pass the saved output, or - to read stdin") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory", fix="pass one saved output file") from None
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+@read_app.command("nvidia-smi")
+def nvidia_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """`nvidia-smi` (the table), `nvidia-smi -q` or `nvidia-smi -q -x`: one record per GPU, told apart by shape."""
+    from gpufleet.sources.nvidia_smi import parse_query
+    from gpufleet.sources.nvidia_smi_table import parse_table
+
+    text, source = _text(file)
+    table = re.search(r"^[|+][-=+ ]", text, re.MULTILINE) is not None  # the boxed table; -q is indented text
+    report = parse_table(text, source=source) if table else parse_query(text, source=source)
+
+    def render(wide: bool) -> None:
+        rows = [
+            [
+                _cell(g.index), _cell(g.pci), _cell(g.product_name), _cell(g.temp_c), _cell(g.power_draw_w),
+                _cell(g.gpu_util_pct), f"{_cell(g.memory_used_mib)} / {_cell(g.memory_total_mib)}",
+            ]
+            for g in report.gpus
+        ]  # fmt: skip
+        title = f"{source}: driver {_cell(report.driver_version)}, CUDA {_cell(report.cuda_version)}"
+        console.print(make_table(["GPU", "PCI", "PRODUCT", "TEMP C", "POWER W", "UTIL %", "MEMORY MiB"], rows, title))
+        for pci, why in report.unreachable.items():
+            console.print(f"[red]unreachable[/red] {pci}: {why}", highlight=False)
+        for error in report.errors:
+            console.print(f"[red]error[/red] {error}", highlight=False)
+
+    emit(report, output, render)
+
+
+@read_app.command("perfquery")
+def perfquery_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """`perfquery` or `perfquery -x`: the port counters, by the PMA names the catalog uses."""
+    from gpufleet.sources.ibdiags import parse_perfquery
+
+    text, source = _text(file)
+    ports = parse_perfquery(text, source=source)
+
+    def render(wide: bool) -> None:
+        rows = [[p.lid, p.port, "yes" if p.extended else "no", k, v] for p in ports for k, v in p.counters.items()]
+        console.print(make_table(["LID", "PORT", "EXTENDED", "COUNTER", "VALUE"], rows, source))
+
+    emit(ports, output, render)
+
+
+@read_app.command("ibqueryerrors")
+def ibqueryerrors_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """`ibqueryerrors`: the ports whose error counters are over threshold."""
+    from gpufleet.sources.ibdiags import parse_ibqueryerrors
+
+    text, source = _text(file)
+    report = parse_ibqueryerrors(text, source=source)
+
+    def render(wide: bool) -> None:
+        rows = [
+            [p.node, p.guid, "ALL" if p.port is None else p.port, ", ".join(f"{k}={v}" for k, v in p.counters.items())]
+            for p in report.ports
+        ]
+        console.print(make_table(["NODE", "GUID", "PORT", "ERRORS"], rows, source))
+        console.print(f"bad ports: {_cell(report.bad_ports)} of {_cell(report.ports_checked)} checked")
+
+    emit(report, output, render)
+
+
+@read_app.command("iblinkinfo")
+def iblinkinfo_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """`iblinkinfo`: every port with its state, width, speed and the far end."""
+    from gpufleet.sources.ibdiags import parse_iblinkinfo
+
+    text, source = _text(file)
+    links = parse_iblinkinfo(text, source=source)
+
+    def render(wide: bool) -> None:
+        rows = [
+            [
+                link.node, link.port, link.state, link.phys_state, _cell(link.width), _cell(link.speed_gbps),
+                f"{link.remote_name} [{_cell(link.remote_port)}]" if link.remote_lid is not None else "-", link.note,
+            ]
+            for link in links
+        ]  # fmt: skip
+        console.print(
+            make_table(["NODE", "PORT", "STATE", "PHYSICAL", "WIDTH", "GBPS", "REMOTE", "NOTE"], rows, source)
+        )
+
+    emit(links, output, render)
+
+
+@read_app.command("ibnetdiscover")
+def ibnetdiscover_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """`ibnetdiscover`: the fabric's nodes (switches and HCAs) and the links between them."""
+    from gpufleet.sources.ibdiags import parse_ibnetdiscover
+
+    text, source = _text(file)
+    fabric = parse_ibnetdiscover(text, source=source)
+
+    def render(wide: bool) -> None:
+        rows = [[n.id, n.type, n.ports, n.description, _cell(n.lid)] for n in fabric.nodes.values()]
+        console.print(make_table(["ID", "TYPE", "PORTS", "DESCRIPTION", "LID"], rows, source))
+        console.print(f"{len(fabric.links)} links")
+
+    emit(fabric, output, render)
+
+
+@read_app.command("link-events")
+def link_events_cmd(
+    file: Path = FILE_ARG,
+    year: int | None = typer.Option(None, "--year", help="Year of syslog stamps that carry none (default: this year)."),
+    output: OutputFormat = OUTPUT_OPT,
+) -> None:
+    """A syslog or kernel log: IB/RoCE link down and up events, and the flaps (downs) per interface."""
+    from gpufleet.sources.ibdiags import count_flaps, parse_link_events
+
+    text, _ = _text(file)
+    events = parse_link_events(text, year=year)
+    data: dict[str, Any] = {"flaps": count_flaps(events), "events": events}
+
+    def render(wide: bool) -> None:
+        rows = [[e.line, _cell(e.wall_time), _cell(e.host), e.interface, e.state] for e in events]
+        console.print(make_table(["LINE", "TIME", "HOST", "INTERFACE", "STATE"], rows))
+        for interface, downs in sorted(data["flaps"].items()):
+            console.print(f"{interface}: {downs} flap(s)")
+
+    emit(data, output, render)
+
+
+@read_app.command("nhc")
+def nhc_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """An NHC / Azure HPC node health check `.health.log`: each node's verdict, and the Xids a failed check quotes."""
+    from gpufleet.sources.aznhc import parse_health_log
+
+    text, source = _text(file)
+    nodes = parse_health_log(text, source=source)
+
+    def render(wide: bool) -> None:
+        rows = [
+            [n.node, "Healthy" if n.healthy else "ERROR", _cell(n.check), n.message,
+             ", ".join(str(e.xid) for e in n.kernel_events if e.xid is not None)]
+            for n in nodes
+        ]  # fmt: skip
+        console.print(make_table(["NODE", "STATUS", "CHECK", "MESSAGE", "XIDS"], rows, source))
+
+    emit(nodes, output, render)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(read_app, name="read")
