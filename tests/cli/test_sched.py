@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.clirun import gpufleet
 from tests.conftest import REPO_ROOT
+from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 
 SAMPLE = REPO_ROOT / "examples" / "k8s" / "snapshot-h100.json"
 
@@ -98,3 +101,36 @@ def test_run_without_credentials_is_a_one_line_error(tmp_path: Path) -> None:
     out = gpufleet("sched", "run", "--once", "--kubeconfig", str(cfg))
     assert out.returncode == 1 and "cannot load Kubernetes credentials" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.real
+def test_submit_gres_jobs_and_see_them_in_jobs_and_nodes(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
+    env = {"SLURM_CONF": slurm_cluster.conf}
+    run = gpufleet(
+        "sched", "submit", "--nodes", "2", "--gpus-per-node", "4", "--model", "h100-sxm", "--name", "pretrain",
+        "--exclude", "gpu-01", "--chdir", str(slurm_cluster.jobs_dir), "-o", "json", "--", "sleep", "30", env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    job_id = json.loads(run.stdout)["job_id"]
+    try:
+        slurm_cluster.wait_for(
+            lambda: (
+                json.loads(gpufleet("sched", "jobs", "--job", job_id, "-o", "json", env=env).stdout)[0]["state"]
+                == "RUNNING"
+            ),
+            "the job to run",
+        )
+        [job] = json.loads(gpufleet("sched", "jobs", "--job", job_id, "-o", "json", env=env).stdout)
+        assert job["name"] == "pretrain" and len(job["nodes"]) == 2 and "gpu-01" not in job["nodes"]
+        assert job["gpus_per_node"] == "gpu:h100:4"
+        nodes = {n["name"]: n for n in json.loads(gpufleet("sched", "nodes", "-o", "json", env=env).stdout)}
+        assert all(nodes[n]["gpus_used"] == 4 and nodes[n]["gpus_free"] == 4 for n in job["nodes"])
+        table = gpufleet("sched", "nodes", env=env)
+        assert "GPU TYPE" in table.stdout and "h100" in table.stdout
+    finally:
+        slurm_cluster.reset_nodes()
+
+
+def test_submit_needs_a_backend_that_takes_jobs() -> None:
+    run = gpufleet("sched", "submit", "--backend", "kubernetes", "--", "true")
+    assert run.returncode == 2 and "cannot take jobs" in run.stderr and "Traceback" not in run.stderr

@@ -442,5 +442,121 @@ def _strategy(policy: str) -> Any:
         raise UserError(f"unknown policy {policy!r}", fix="use --policy binpack or --policy spread") from None
 
 
+# --- Slurm: submit GPU jobs with GRES, and squeue/sinfo-style views of GPU jobs and nodes ------------------------
+
+BACKEND_HELP = "The scheduler to talk to: slurm (its client commands, with $SLURM_CONF or --slurm-conf)."
+SLURM_CONF_HELP = "The cluster's slurm.conf (default: $SLURM_CONF, then /etc/slurm/slurm.conf)."
+
+
+def _slurm(backend: str, slurm_conf: Path | None) -> Any:
+    from gpufleet.integrations.slurm.client import SlurmRunner
+    from gpufleet.integrations.slurm.scheduler import SlurmScheduler
+
+    if backend != "slurm":
+        raise UserError(
+            f"backend {backend!r} cannot take jobs here",
+            fix="use --backend slurm; on Kubernetes submit with kubectl and place with `gpufleet sched run`",
+        )
+    return SlurmScheduler(SlurmRunner(str(slurm_conf) if slurm_conf else None))
+
+
+@sched_app.command("submit", context_settings={"allow_interspersed_args": False})
+def submit_cmd(
+    command: list[str] = typer.Argument(..., help="What each node runs (put it after --)."),
+    backend: str = typer.Option("slurm", "--backend", help=BACKEND_HELP),
+    nodes: int = typer.Option(1, "--nodes", "-N", min=1, help="Nodes, one task each."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, help="GPUs on each node (--gres=gpu:TYPE:N)."),
+    gpu_type: str | None = typer.Option(None, "--gpu-type", help="The site's GRES type, e.g. h100."),
+    model: str | None = typer.Option(
+        None, "--model", help="A GPU model (h100-sxm) to match to the site's GRES type; default: its only type."
+    ),
+    name: str = typer.Option("gpufleet-job", "--name", help="Job name."),
+    partition: str | None = typer.Option(None, "--partition", "-p", help="Slurm partition."),
+    exclude: str | None = typer.Option(None, "--exclude", "-x", help="Nodes not to use, comma-separated."),
+    log: str | None = typer.Option(None, "--log", help="Where the job writes its output (sbatch --output, %j ok)."),
+    workdir: str | None = typer.Option(None, "--chdir", help="The job's working directory."),
+    slurm_conf: Path | None = typer.Option(None, "--slurm-conf", help=SLURM_CONF_HELP),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Submit a multi-node GPU job, as `sbatch --nodes=N --gres=gpu:TYPE:G --requeue` does; prints its job id.
+
+    Example: gpufleet sched submit --nodes 4 --gpus-per-node 8 --model h100-sxm -- torchrun train.py"""
+    import shlex
+
+    from gpufleet.model.workload import TrainingJob
+
+    scheduler = _slurm(backend, slurm_conf)
+    job = TrainingJob(
+        name=name,
+        nodes=[],
+        gpus_per_node=gpus_per_node,
+        excluded_nodes=[n for n in (exclude or "").split(",") if n],
+    )
+    job_id = scheduler.submit(
+        job, shlex.join(command), gpu_type=gpu_type, model=model, node_count=nodes, partition=partition,
+        output=log, workdir=workdir,
+    )  # fmt: skip
+    said = f"submitted job {job_id} ({name}: {nodes} node(s) x {gpus_per_node} GPUs)"
+    data = {"job_id": job_id, "name": name, "nodes": nodes, "gpus_per_node": gpus_per_node}
+    emit(data, output, lambda wide: console.print(said))
+
+
+@sched_app.command("jobs")
+def jobs_cmd(
+    backend: str = typer.Option("slurm", "--backend", help=BACKEND_HELP),
+    job_id: str | None = typer.Option(None, "--job", help="Only this job."),
+    slurm_conf: Path | None = typer.Option(None, "--slurm-conf", help=SLURM_CONF_HELP),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """GPU jobs, as squeue shows them, with the GPUs each asked for per node."""
+    scheduler = _slurm(backend, slurm_conf)
+    rows = [
+        {
+            "job_id": j.job_id, "name": j.name, "state": j.state, "nodes": j.nodes,
+            "gpus_per_node": ",".join(str(g) for g in j.gres if g.name == "gpu"), "reason": j.reason,
+            "excluded": j.excluded, "restarts": j.restarts,
+        }
+        for j in scheduler.runner.jobs(job_id)
+    ]  # fmt: skip
+
+    def render(wide: bool) -> None:
+        body = [
+            [r["job_id"], r["name"], r["state"], len(r["nodes"]), r["gpus_per_node"] or "-",
+             ",".join(r["nodes"]) or "-", r["reason"] or "-"]
+            for r in rows
+        ]  # fmt: skip
+        console.print(make_table(["JOBID", "NAME", "STATE", "NODES", "GRES/NODE", "NODELIST", "REASON"], body))
+
+    emit(rows, output, render)
+
+
+@sched_app.command("nodes")
+def nodes_cmd(
+    backend: str = typer.Option("slurm", "--backend", help=BACKEND_HELP),
+    slurm_conf: Path | None = typer.Option(None, "--slurm-conf", help=SLURM_CONF_HELP),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """GPU nodes, as sinfo shows them: state, GPU type, GPUs in use and free, and why a node is out."""
+    scheduler = _slurm(backend, slurm_conf)
+    nodes = scheduler.nodes()
+    rows = [
+        {
+            "name": n.name, "state": n.state, "gpu_type": n.gpu_type, "gpus": n.gpus, "gpus_used": n.gpus_used,
+            "gpus_free": n.gpus_free, "reason": n.reason,
+        }
+        for n in nodes
+    ]  # fmt: skip
+
+    def render(wide: bool) -> None:
+        body = [
+            [r["name"], r["state"], r["gpu_type"] or "-", r["gpus"], r["gpus_used"], r["gpus_free"], r["reason"] or "-"]
+            for r in rows
+        ]
+        console.print(make_table(["NODE", "STATE", "GPU TYPE", "GPUS", "USED", "FREE", "REASON"], body))
+        console.print(f"{sum(r['gpus_free'] for r in rows)} of {sum(r['gpus'] for r in rows)} GPUs free")
+
+    emit(rows, output, render)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(sched_app, name="sched")

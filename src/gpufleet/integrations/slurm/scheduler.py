@@ -47,12 +47,14 @@ def sbatch_args(
     command: str,
     gpu_type: str,
     *,
+    node_count: int | None = None,
     partition: str | None = None,
     output: str | None = None,
     workdir: str | None = None,
 ) -> list[str]:
-    """The sbatch argv for a training job: one task per node, `--gres=gpu:<type>:<gpus_per_node>` on each node,
-    its excluded nodes as `--exclude`, requeue allowed (remediation requeues jobs off broken nodes)."""
+    """The sbatch argv for a training job: one task per node on `node_count` nodes (default: as many as the job
+    names), `--gres=gpu:<type>:<gpus_per_node>` on each node, its excluded nodes as `--exclude`, requeue allowed
+    (remediation requeues jobs off broken nodes)."""
     if job.gpus_per_node < 1:
         raise UserError(f"job {job.name!r} asks for {job.gpus_per_node} GPUs per node", fix="ask for at least 1")
     if not command.strip():
@@ -61,7 +63,7 @@ def sbatch_args(
         "sbatch",
         "--parsable",
         f"--job-name={job.name}",
-        f"--nodes={max(len(job.nodes), 1)}",
+        f"--nodes={node_count or max(len(job.nodes), 1)}",
         "--ntasks-per-node=1",
         f"--gres=gpu:{gpu_type}:{job.gpus_per_node}",
         "--requeue",
@@ -111,6 +113,7 @@ class SlurmScheduler:
         *,
         gpu_type: str | None = None,
         model: str | None = None,
+        node_count: int | None = None,
         partition: str | None = None,
         output: str | None = None,
         workdir: str | None = None,
@@ -127,7 +130,10 @@ class SlurmScheduler:
                 raise UserError(
                     f"the cluster has GPU types {', '.join(sorted(types)) or '(none)'}", fix="pass gpu_type or model"
                 )
-        out = self.runner.run(sbatch_args(job, command, gpu_type, partition=partition, output=output, workdir=workdir))
+        argv = sbatch_args(
+            job, command, gpu_type, node_count=node_count, partition=partition, output=output, workdir=workdir
+        )
+        out = self.runner.run(argv)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise BackendError(f"sbatch printed no job id: {out.strip()[:200]!r}")

@@ -20,7 +20,7 @@ from gpufleet.integrations.slurm.client import (
     parse_squeue,
 )
 
-DATA = Path(__file__).parent / "data" / "slurm"
+DATA = Path(__file__).parent / "data"
 
 
 def test_hostlists_expand_ranges_lists_and_padding() -> None:
