@@ -16,6 +16,7 @@ from typing import Any
 
 from gpufleet.errors import BackendError
 from gpufleet.integrations.kubernetes.client import connect, kubernetes_module
+from gpufleet.integrations.kubernetes.objects import event, eviction
 from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
 
 CONDITION = "GpufleetRemediation"
@@ -45,8 +46,8 @@ class KubernetesBackend(RemediationBackend):
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`core` is a kubernetes.client.CoreV1Api (or anything with its methods)."""
+        kubernetes_module()  # no client installed: say so now, with the fix, not at the first action
         self.core = core
-        self.client = kubernetes_module().client
         self.event_namespace = event_namespace
         self.rack_label = rack_label
         self.leaf_label = leaf_label
@@ -106,20 +107,17 @@ class KubernetesBackend(RemediationBackend):
     # --- writes --------------------------------------------------------------------------------------------------
 
     def _event(self, node: str, reason: str, message: str, type_: str = "Warning") -> None:
-        c = self.client
-        stamp = datetime.fromtimestamp(self.clock(), UTC)
-        event = c.CoreV1Event(
-            metadata=c.V1ObjectMeta(generate_name=f"{node}.", namespace=self.event_namespace),
-            involved_object=c.V1ObjectReference(kind="Node", name=node, api_version="v1"),
+        body = event(
+            kind="Node",
+            name=node,
+            namespace=self.event_namespace,
             reason=reason,
-            message=message[:1024],
-            type=type_,
-            source=c.V1EventSource(component="gpufleet-remediate"),
-            first_timestamp=stamp,
-            last_timestamp=stamp,
-            count=1,
+            message=message,
+            type_=type_,
+            component="gpufleet-remediate",
+            when=datetime.fromtimestamp(self.clock(), UTC),
         )
-        self._call("create event", self.core.create_namespaced_event, self.event_namespace, event)
+        self._call("create event", self.core.create_namespaced_event, self.event_namespace, body)
 
     def _condition(self, node: str, active: bool, reason: str, message: str) -> None:
         stamp = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -167,18 +165,15 @@ class KubernetesBackend(RemediationBackend):
 
     def _evict(self, pods: list[Any]) -> tuple[list[str], list[str]]:
         """Evict pods; retry those a PodDisruptionBudget holds (HTTP 429). Returns (evicted, still blocked)."""
-        c, api_exc = self.client, _api_exception()
+        api_exc = _api_exception()
         evicted: list[str] = []
         pending = list(pods)
         for attempt in range(self.eviction_attempts):
             blocked = []
             for pod in pending:
                 name, ns = pod.metadata.name, pod.metadata.namespace
-                body = c.V1Eviction(
-                    metadata=c.V1ObjectMeta(name=name, namespace=ns), delete_options=c.V1DeleteOptions()
-                )
                 try:
-                    self.core.create_namespaced_pod_eviction(name, ns, body)
+                    self.core.create_namespaced_pod_eviction(name, ns, eviction(name, ns))
                     evicted.append(f"{ns}/{name}")
                 except api_exc as exc:
                     status = getattr(exc, "status", None)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufleet.errors import BackendError
 from gpufleet.integrations.kubernetes.client import connect, kubernetes_module
+from gpufleet.integrations.kubernetes.objects import event, eviction
 from gpufleet.model import Fabric
 from gpufleet.sched.framework.scheduler import Scheduler
 from gpufleet.sched.framework.scoring import Strategy
@@ -95,35 +96,23 @@ class KubernetesScheduler:
             raise BackendError(f"binding {pod.key} to {node} failed: {exc.status} {exc.reason}") from None
 
     def evict(self, pod: PodInfo, reason: str) -> None:
-        c = self.k8s.client
-        body = c.V1Eviction(
-            api_version="policy/v1",
-            kind="Eviction",
-            metadata=c.V1ObjectMeta(name=pod.pod.name, namespace=pod.pod.namespace),
-        )
+        body = eviction(pod.pod.name, pod.pod.namespace)
         try:
             self.core.create_namespaced_pod_eviction(pod.pod.name, pod.pod.namespace, body)
         except self.k8s.client.ApiException as exc:
             raise BackendError(f"evicting {pod.key} ({reason}) failed: {exc.status} {exc.reason}") from None
 
     def failed_event(self, pod: PodInfo, message: str) -> Any:
-        c = self.k8s.client
-        now = datetime.now(UTC)
-        return c.CoreV1Event(
-            api_version="v1",
-            kind="Event",
-            metadata=c.V1ObjectMeta(generate_name=f"{pod.pod.name}.", namespace=pod.pod.namespace),
-            involved_object=c.V1ObjectReference(
-                api_version="v1", kind="Pod", name=pod.pod.name, namespace=pod.pod.namespace, uid=pod.uid or None
-            ),
+        return event(
+            kind="Pod",
+            name=pod.pod.name,
+            namespace=pod.pod.namespace,
+            involved_namespace=pod.pod.namespace,
+            uid=pod.uid,
             reason="FailedScheduling",
             message=message,
-            type="Warning",
-            source=c.V1EventSource(component=self.scheduler_name),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-            reporting_component=self.scheduler_name,
+            component=self.scheduler_name,
+            when=datetime.now(UTC),
         )
 
     def run_once(self, dry_run: bool = False) -> CycleResult:
