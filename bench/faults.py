@@ -32,7 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.health.classic import ClassicPipeline
+from classic_alerts import ClassicPipeline
 from gpufleet.model import InferenceService, RootCause, TrainingJob
 from gpufleet.model.observe import Ack, Batch
 from gpufleet.sim.faults import InjectedFault, expand_campaign

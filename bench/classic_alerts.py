@@ -1,5 +1,5 @@
-"""The classic pipeline, for comparison: Prometheus scraping dcgm-exporter-style metrics and evaluating the alert
-rules of gpufleet's own rule file (telemetry/data/alert_rules.yaml) with their `for:` windows.
+"""The benchmarks' baseline, the classic pipeline: Prometheus scraping dcgm-exporter-style metrics and evaluating
+the alert rules of gpufleet's own rule file (telemetry/data/alert_rules.yaml) with their `for:` windows.
 
 Each rule's expression is evaluated here on the scraped samples exactly as Prometheus would at each evaluation:
 an alert is pending while the expression holds and fires once it has held for `for:` (checked only at evaluation
