@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.catalog import load_xid_catalog
+from gpufleet.catalog.xid import load_nvl5_decode
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.health.xid_policy import (
     Action,
@@ -15,7 +16,6 @@ from gpufleet.health.xid_policy import (
     classify,
     decode_nvl5,
     default_policy,
-    load_nvl5_decode,
     load_policy,
     policy_from_text,
 )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import yaml
+from pydantic import BaseModel, ConfigDict
 
 from gpufleet.catalog._files import read_text
 
@@ -72,3 +73,50 @@ def xid_message(code: int) -> str:
         return message
     info = load_xid_catalog().get(code)
     return info.description if info else "Unknown error"
+
+
+class Nvl5Rule(BaseModel):
+    """One row of NVIDIA's XID 144-150 decode table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    xid: int
+    unit: str
+    intrinfo_pattern_v1: str
+    intrinfo_pattern_v2: str
+    error_status: int
+    resolution: str
+    investigatory: str
+    severity: str
+    action2: str
+    hw_sw: str
+    effect: str
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        return tuple(self.unit.split("/"))
+
+    @property
+    def fatal(self) -> bool:
+        return not self.severity.lower().startswith("non")
+
+    def matches_intrinfo(self, intrinfo: int) -> bool:
+        return _bits_match(self.intrinfo_pattern_v1, intrinfo) or _bits_match(self.intrinfo_pattern_v2, intrinfo)
+
+
+def _bits_match(pattern: str, value: int) -> bool:
+    """`------000000----------0011000010`: most significant bit first, '-' matches anything."""
+    width = len(pattern)
+    for i, ch in enumerate(pattern):
+        if ch == "-":
+            continue
+        if ((value >> (width - 1 - i)) & 1) != int(ch):
+            return False
+    return True
+
+
+@cache
+def load_nvl5_decode() -> tuple[Nvl5Rule, ...]:
+    """NVIDIA's decode table for Xid 144-150 (NVLink5): which unit and bit pattern mean what, and what to do."""
+    rows = csv.DictReader(io.StringIO(read_text("nvl5_decode.csv")))
+    return tuple(Nvl5Rule(**{**row, "error_status": int(row["error_status"], 16)}) for row in rows)

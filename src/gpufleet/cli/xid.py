@@ -16,13 +16,13 @@ from rich.text import Text
 
 from gpufleet.catalog import load_xid_catalog
 from gpufleet.catalog._files import read_text
+from gpufleet.catalog.xid import load_nvl5_decode
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
 from gpufleet.errors import NotFoundError, UserError
 from gpufleet.health.xid_policy import (
     XidPolicy,
     classify,
     default_policy_text,
-    load_nvl5_decode,
     load_policy,
 )
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent

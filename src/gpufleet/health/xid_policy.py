@@ -1,14 +1,12 @@
 """Severity and action for kernel fault events, from the Xid catalog through a configurable policy.
 
 The facts are data: NVIDIA's Xid catalog (gpufleet.catalog), NVIDIA's NVLink5 decode table
-(data/nvl5_decode.csv) and the policy document (data/xid_policy.yaml) that records where the sources disagree
+(catalog/data/nvl5_decode.csv) and the policy document (data/xid_policy.yaml) that records where the sources disagree
 and what we chose. A site's own policy file is merged over the default, so it names only what it changes.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -19,11 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpufleet.catalog import XidInfo, load_xid_catalog
+from gpufleet.catalog.xid import Nvl5Rule, load_nvl5_decode
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail
 
 DEFAULT_POLICY = "xid_policy.yaml"
-NVL5_DECODE = "nvl5_decode.csv"
 
 
 class XidSeverity(StrEnum):
@@ -135,54 +133,8 @@ class Verdict(BaseModel):
     reason: str = ""
 
 
-class Nvl5Rule(BaseModel):
-    """One row of NVIDIA's XID 144-150 decode table."""
-
-    model_config = ConfigDict(frozen=True)
-
-    xid: int
-    unit: str
-    intrinfo_pattern_v1: str
-    intrinfo_pattern_v2: str
-    error_status: int
-    resolution: str
-    investigatory: str
-    severity: str
-    action2: str
-    hw_sw: str
-    effect: str
-
-    @property
-    def units(self) -> tuple[str, ...]:
-        return tuple(self.unit.split("/"))
-
-    @property
-    def fatal(self) -> bool:
-        return not self.severity.lower().startswith("non")
-
-    def matches_intrinfo(self, intrinfo: int) -> bool:
-        return _bits_match(self.intrinfo_pattern_v1, intrinfo) or _bits_match(self.intrinfo_pattern_v2, intrinfo)
-
-
-def _bits_match(pattern: str, value: int) -> bool:
-    """`------000000----------0011000010`: most significant bit first, '-' matches anything."""
-    width = len(pattern)
-    for i, ch in enumerate(pattern):
-        if ch == "-":
-            continue
-        if ((value >> (width - 1 - i)) & 1) != int(ch):
-            return False
-    return True
-
-
 def _data_text(name: str) -> str:
     return resources.files("gpufleet.health").joinpath("data", name).read_text(encoding="utf-8")
-
-
-@cache
-def load_nvl5_decode() -> tuple[Nvl5Rule, ...]:
-    rows = csv.DictReader(io.StringIO(_data_text(NVL5_DECODE)))
-    return tuple(Nvl5Rule(**{**row, "error_status": int(row["error_status"], 16)}) for row in rows)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
