@@ -11,8 +11,9 @@ class CounterWindow:
     """Keeps (time, values) snapshots of one counter row and answers "how much did it grow over the window".
 
     A counter that goes backwards was reset (a GPU reset clears volatile ECC counts, a port's counters are cleared
-    by `perfquery -R`): the growth since a reset is the new value itself, never a negative number. The growth is
-    kept as a running sum of step-to-step increases, so each push costs the same however long the window.
+    by `perfquery -R`): the growth since a reset is the new value itself, never a negative number. A missed reading
+    (NaN) is not a reset: the last value stands in for it, and a counter's first reading is its baseline. The growth
+    is kept as a running sum of step-to-step increases, so each push costs the same however long the window.
     """
 
     def __init__(self, window_s: float, resolution_s: float = 1.0) -> None:
@@ -28,8 +29,9 @@ class CounterWindow:
             return
         if self._snaps:
             prev = self._snaps[-1][1]
+            values = np.where(np.isnan(values), prev, values)  # a missed reading keeps the last one
             step = np.where(values >= prev, values - prev, values)  # a reset counts from zero again
-            step = np.where(np.isnan(step), 0.0, step)
+            step = np.where(np.isnan(prev), 0.0, step)  # the first reading is a baseline, not growth
             self._steps.append(step)
             self._total = step.copy() if self._total is None else self._total + step
         self._snaps.append((now, values.copy()))
