@@ -37,7 +37,7 @@ def _finding(now: float, node: str, problems: list[str]) -> Finding:
 
 class SoftwareDetector:
     def __init__(self, thresholds: Thresholds) -> None:
-        self.min_driver = {k: _version(v) for k, v in thresholds.software.cuda_min_driver.items()}
+        self.min_driver = thresholds.software.cuda_min_driver
 
     def node_checks(self, now: float, inventories: Sequence[NodeInventory]) -> list[Finding]:
         out: list[Finding] = []
@@ -46,8 +46,8 @@ class SoftwareDetector:
                 continue
             problems = []
             need = self.min_driver.get(".".join(inv.cuda.split(".")[:2]))
-            if need is not None and _version(inv.driver) < need:
-                problems.append(f"CUDA {inv.cuda} needs driver >= {'.'.join(map(str, need))}, node has {inv.driver}")
+            if need is not None and _version(inv.driver) < _version(need):
+                problems.append(f"CUDA {inv.cuda} needs driver >= {need}, node has {inv.driver}")
             if inv.fabric_manager and inv.fabric_manager != inv.driver:
                 problems.append(f"fabric manager {inv.fabric_manager} does not match driver {inv.driver}")
             if problems:
