@@ -52,6 +52,7 @@ class GpuDetectors:
         self.thermal_violation = CounterWindow(thresholds.thermal.window_s)
         self.pcie = CounterWindow(thresholds.pcie.window_s)
         self.nvlink_crc = CounterWindow(thresholds.nvlink.window_s)
+        self.nvlink_crc_data = CounterWindow(thresholds.nvlink.window_s)
         self.nvlink_recovery = CounterWindow(thresholds.nvlink.window_s)
         self.last_dbe = np.zeros(n)
 
@@ -158,7 +159,7 @@ class GpuDetectors:
 
     def _ecc(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         g, e = frame.gpu, self.t.ecc
-        dbe = np.nan_to_num(g("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), nan=0.0)
+        dbe = g("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")  # NaN (a missed reading) compares false: no finding, no reset
         for i in np.flatnonzero(dbe > self.last_dbe):
             out.append(
                 self._finding(
@@ -171,7 +172,7 @@ class GpuDetectors:
                     "WORKFLOW_XID_48",
                 )
             )
-        self.last_dbe = np.where(dbe < self.last_dbe, dbe, np.maximum(dbe, self.last_dbe))  # a reset clears it
+        self.last_dbe = np.where(np.isnan(dbe), self.last_dbe, dbe)  # lower after a GPU reset clears the count
         self.sbe.push(now, g("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"))
         grown = self.sbe.growth()
         if grown is not None and self.sbe.span() >= 30:
@@ -271,16 +272,16 @@ class GpuDetectors:
 
     def _nvlink(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         g, nv = frame.gpu, self.t.nvlink
-        crc = np.nan_to_num(g("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"), nan=0.0) + np.nan_to_num(
-            g("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"), nan=0.0
-        )
-        self.nvlink_crc.push(now, crc)
+        # flit and data CRC counters are windowed apart, so a reading missed in one is not a reset of their sum
+        self.nvlink_crc.push(now, g("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"))
+        self.nvlink_crc_data.push(now, g("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"))
         self.nvlink_recovery.push(now, g("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"))
-        crc_grown, rec_grown = self.nvlink_crc.growth(), self.nvlink_recovery.growth()
+        flit_grown, data_grown = self.nvlink_crc.growth(), self.nvlink_crc_data.growth()
+        rec_grown = self.nvlink_recovery.growth()
         span = self.nvlink_crc.span()
-        if crc_grown is None or rec_grown is None or span < 10:
+        if flit_grown is None or data_grown is None or rec_grown is None or span < 10:
             return
-        crc_rate, rec_rate = crc_grown * 60.0 / span, rec_grown * 60.0 / span
+        crc_rate, rec_rate = (flit_grown + data_grown) * 60.0 / span, rec_grown * 60.0 / span
         bad = (crc_rate > nv.crc_errors_per_minute) | (rec_rate > nv.recovery_errors_per_minute)
         for i in np.flatnonzero(bad):
             out.append(
