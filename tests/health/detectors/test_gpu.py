@@ -337,3 +337,21 @@ def test_a_held_gpu_under_the_utilization_floor_for_the_hold_is_idle(util: float
     assert seen(out) == ([(RootCause.idle_gpu, gpu(1), Severity.info)] if expect else [])
     if expect:
         assert out[0].effect and out[0].began == T0 and "ml/trainer-0" in out[0].summary
+
+
+@pytest.mark.parametrize("counter", [SBE, REPLAYS, CRC_FLIT, RECOVERY, VIOLATION])
+def test_a_missed_reading_of_a_lifetime_counter_is_not_a_burst(counter: str) -> None:
+    """A counter read as NaN once and then at its old value again has not grown."""
+    g = Gpus()
+    lifetime: dict[str, Row] = {counter: [0, 5e12 if counter == VIOLATION else 5000]}
+    assert [g.at(k, lifetime) for k in range(0, 30, 5)] == [[]] * 6
+    assert g.at(30, {counter: [0, float("nan")]}) == []
+    assert [g.at(k, lifetime) for k in range(35, 120, 5)] == [[]] * 17
+
+
+def test_a_missed_reading_of_the_double_bit_count_is_not_a_new_error() -> None:
+    g = Gpus()
+    assert seen(g.at(0, {DBE: [0, 2]})) == [(RootCause.ecc_dbe, gpu(1), Severity.critical)]
+    assert g.at(1, {DBE: [0, float("nan")]}) == []
+    assert g.at(2, {DBE: [0, 2]}) == []
+    assert seen(g.at(3, {DBE: [0, 3]})) == [(RootCause.ecc_dbe, gpu(1), Severity.critical)]
