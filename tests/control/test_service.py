@@ -246,3 +246,14 @@ def test_remediation_in_the_running_loop_never_fails_on_thread_affinity(tmp_path
     assert plane.remediation.reports > 0 and plane.remediation.errors == 0
     done = [e for e in plane.store.audit_log.entries(actor="remediation") if e.decision == "done"]
     assert done and twin.cluster.node("n-001").unschedulable
+
+
+def test_a_node_action_the_backend_cannot_take_is_refused_and_audited(tmp_path: Path) -> None:
+    from gpufleet.remediate.backends.base import UnsupportedActionError
+
+    plane = plane_at(Database(tmp_path / "s.db"), Clock())
+    plane.ingest(batch("n1", [], inventory=inventory("n1")))
+    with pytest.raises(UnsupportedActionError, match="no backend to cordon on n1"):
+        plane.node_action("admin", "cordon", "n1")
+    [entry] = [e for e in plane.store.audit_log.entries() if e.action == "cordon"]
+    assert entry.target == "node/n1" and entry.decision.startswith("failed: no backend to cordon")

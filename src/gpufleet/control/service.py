@@ -29,7 +29,7 @@ from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.model import Incident, IncidentState
 from gpufleet.model.observe import Ack, Batch, Finding, Record
-from gpufleet.remediate.backends.base import RemediationBackend
+from gpufleet.remediate.backends.base import Cordons, Drains, RemediationBackend
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
@@ -303,12 +303,15 @@ class ControlPlane:
         self.fleet.node(node)  # a node never heard of is a clear 404, not a backend error
         why = reason or f"{verb} by {actor}"
         try:
-            if verb == "cordon":
-                result = self.backend.cordon(node, why)
-            elif verb == "uncordon":
-                result = self.backend.uncordon(node)
-            elif verb == "drain":
-                result = self.backend.drain(node, why)
+            backend = self.backend
+            if verb == "cordon" and isinstance(backend, Cordons):
+                result = backend.cordon(node, why)
+            elif verb == "uncordon" and isinstance(backend, Cordons):
+                result = backend.uncordon(node)
+            elif verb == "drain" and isinstance(backend, Drains):
+                result = backend.drain(node, why)
+            elif verb in ("cordon", "uncordon", "drain"):
+                raise backend.cannot(verb, node, "act on the node in its scheduler by hand")
             else:
                 raise UserError(f"unknown action {verb!r}", fix="use cordon, uncordon or drain")
         except Exception as exc:

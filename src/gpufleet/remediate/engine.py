@@ -15,7 +15,18 @@ from typing import Literal
 from gpufleet.errors import BackendError, UserError
 from gpufleet.model.incident import Incident, Severity
 from gpufleet.model.observation import EntityKind
-from gpufleet.remediate.backends.base import RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import (
+    CapsPower,
+    Cordons,
+    Drains,
+    IsolatesPorts,
+    RebootsNodes,
+    RemediationBackend,
+    RequeuesJobs,
+    ResetsGpus,
+    RunsDiagnostics,
+    UnsupportedActionError,
+)
 from gpufleet.remediate.config import RemediationPolicy
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.remediate.runbook import INFORMS_ONLY, TAKES_NODE_OUT, ActionKind, RunbookManifest, RunbookSet, Step
@@ -48,6 +59,20 @@ class RunReport:
     @property
     def complete(self) -> bool:
         return all(s.decision in FINAL_OUTCOMES | {"done-earlier", "would"} for s in self.steps)
+
+
+# What a person can do instead when the backend lacks the capability for an action.
+INSTEAD: dict[ActionKind, str] = {
+    ActionKind.cordon: "cordon it in the scheduler by hand",
+    ActionKind.uncordon: "return it to service in the scheduler by hand",
+    ActionKind.drain: "drain it in the scheduler by hand",
+    ActionKind.reset_gpu: "reset it on the node (nvidia-smi -r -i N) and resume the node, or reboot it",
+    ActionKind.reboot_node: "reboot it through its BMC or a node-maintenance operator",
+    ActionKind.diag: 'run "dcgmi diag -r N" on the node (on Kubernetes, in a privileged pod)',
+    ActionKind.power_cap: "run nvidia-smi -pl on the node (or a node agent)",
+    ActionKind.isolate_port: "isolate it in the fabric manager (UFM)",
+    ActionKind.requeue_job: "requeue the job in its scheduler",
+}
 
 
 class Remediator:
@@ -319,29 +344,31 @@ class Remediator:
         # the incident id first: the scheduler shows (and may shorten) the reason, and it is how a person finds out why
         reason = f"{incident.id}: {step.reason or incident.summary}"
         a = step.action
-        if a is ActionKind.cordon:
+        if a is ActionKind.cordon and isinstance(b, Cordons):
             return "done", b.cordon(node, reason)
-        if a is ActionKind.uncordon:
+        if a is ActionKind.uncordon and isinstance(b, Cordons):
             return "done", b.uncordon(node)
-        if a is ActionKind.drain:
+        if a is ActionKind.drain and isinstance(b, Drains):
             return "done", b.drain(node, reason)
-        if a is ActionKind.reboot_node:
+        if a is ActionKind.reboot_node and isinstance(b, RebootsNodes):
             return "done", b.reboot_node(node, reason)
-        if a is ActionKind.reset_gpu:
+        if a is ActionKind.reset_gpu and isinstance(b, ResetsGpus):
             if e.index is None:
                 raise UserError(f"incident {incident.id} names no GPU index to reset")
             return "done", b.reset_gpu(node, e.index)
-        if a is ActionKind.diag:
+        if a is ActionKind.diag and isinstance(b, RunsDiagnostics):
             result = b.run_diag(node, step.level or 1)
             return ("passed" if result.passed else "failed"), result.detail
-        if a is ActionKind.power_cap:
+        if a is ActionKind.power_cap and isinstance(b, CapsPower):
             index = e.index if e.kind is EntityKind.gpu else None
             return "done", b.set_power_limit(node, index, step.power_fraction or 1.0)
-        if a is ActionKind.isolate_port:
+        if a is ActionKind.isolate_port and isinstance(b, IsolatesPorts):
             return "done", b.isolate_port(node, _rail_of(incident))
-        if a is ActionKind.requeue_job:
+        if a is ActionKind.requeue_job and isinstance(b, RequeuesJobs):
             exclude = [node] if node else []
             return "done", b.requeue_job(e.name, exclude)
+        if a in INSTEAD:  # the backend has no capability for it
+            raise b.cannot(_action_text(a, incident), node or e.name, INSTEAD[a])
         return "done", self._file(incident, runbook, step)
 
     def _file(self, incident: Incident, runbook: RunbookManifest, step: Step) -> str:
@@ -392,6 +419,24 @@ class Remediator:
                 f"{gpus} idle GPU(s) on {node}; cost unknown (set costPerGpuHour for {self.backend.gpu_model(node)!r})"
             )
         return f"{gpus} idle GPU(s) on {node} cost ${gpus * rate:,.2f}/h (${rate:,.2f} per GPU-hour)"
+
+
+def _action_text(action: ActionKind, incident: Incident) -> str:
+    """An action as a person says it: "reset GPU 3", "isolate port mlx5_6"."""
+    e = incident.entity
+    if action is ActionKind.reset_gpu and e.index is not None:
+        return f"reset GPU {e.index}"
+    if action is ActionKind.isolate_port:
+        return f"isolate port {e.name or f'mlx5_{e.index}'}"
+    if action is ActionKind.requeue_job:
+        return f"requeue {e.name}"
+    spoken = {
+        ActionKind.diag: "run diagnostics",
+        ActionKind.power_cap: "cap GPU power",
+        ActionKind.reboot_node: "reboot",
+        ActionKind.reset_gpu: "reset a GPU",
+    }
+    return spoken.get(action, action.value)
 
 
 def _rail_of(incident: Incident) -> int:

@@ -8,13 +8,35 @@ import threading
 from typing import Any
 
 from gpufleet.errors import BackendError
-from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend
+from gpufleet.remediate.backends.base import (
+    CapsPower,
+    Cordons,
+    DiagResult,
+    Drains,
+    IsolatesPorts,
+    NodeLocation,
+    RebootsNodes,
+    RemediationBackend,
+    RequeuesJobs,
+    ResetsGpus,
+    RunsDiagnostics,
+)
 from gpufleet.sim.journal import TwinJournal
 from gpufleet.sim.source import EPOCH
 from gpufleet.sim.twin import Twin
 
 
-class TwinBackend(RemediationBackend):
+class TwinBackend(
+    RemediationBackend,
+    Cordons,
+    Drains,
+    ResetsGpus,
+    RebootsNodes,
+    RunsDiagnostics,
+    CapsPower,
+    IsolatesPorts,
+    RequeuesJobs,
+):
     name = "twin"
 
     def __init__(self, twin: Twin, lock: threading.RLock | None = None, journal: TwinJournal | None = None) -> None:

@@ -17,6 +17,13 @@ from gpufleet.integrations.kubernetes.remediation import CONDITION, KubernetesBa
 from gpufleet.model.incident import RootCause  # noqa: E402
 from gpufleet.model.observation import EntityKind  # noqa: E402
 from gpufleet.remediate import FileTicketSink, RemediationStore, Remediator, UnsupportedActionError  # noqa: E402
+from gpufleet.remediate.backends.base import (  # noqa: E402
+    CapsPower,
+    IsolatesPorts,
+    RebootsNodes,
+    ResetsGpus,
+    RunsDiagnostics,
+)
 from tests.remediate.helpers import incident, policy  # noqa: E402
 
 
@@ -190,10 +197,10 @@ def test_placement_and_gpu_facts_from_labels() -> None:
 def test_node_local_actions_are_unsupported() -> None:
     api = _cluster()
     backend = _backend(api)
-    with pytest.raises(UnsupportedActionError):
-        backend.reset_gpu("gpu-0", 1)
-    with pytest.raises(UnsupportedActionError):
-        backend.isolate_port("gpu-0", 3)
+    # the API reaches no GPU, BMC or port: the backend lacks those capabilities
+    assert not isinstance(backend, ResetsGpus | RebootsNodes | RunsDiagnostics | CapsPower | IsolatesPorts)
+    refusal = backend.cannot("reset GPU 1", "gpu-0", "reset it on the node")
+    assert isinstance(refusal, UnsupportedActionError) and "cannot reset GPU 1 on gpu-0" in refusal.message
     assert api.events[-1].reason == "GpufleetActionUnsupported"
 
 

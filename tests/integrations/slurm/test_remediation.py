@@ -11,6 +11,7 @@ from gpufleet.integrations.slurm.client import SinfoRow
 from gpufleet.integrations.slurm.remediation import SlurmBackend
 from gpufleet.model.incident import RootCause
 from gpufleet.remediate import FileTicketSink, RemediationStore, Remediator, UnsupportedActionError
+from gpufleet.remediate.backends.base import CapsPower, IsolatesPorts, ResetsGpus
 from tests.remediate.helpers import incident, policy
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 
@@ -67,8 +68,9 @@ def test_requeue_job_by_name(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
 
 def test_node_local_actions_are_unsupported_and_say_so(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
     backend = SlurmBackend(slurm_cluster.runner)
-    with pytest.raises(UnsupportedActionError, match="reset"):
-        backend.reset_gpu("gpu-01", 0)
+    # the controller cannot reach a GPU, its power or a port: the backend lacks those capabilities
+    assert not isinstance(backend, ResetsGpus | CapsPower | IsolatesPorts)
+    assert "cannot reset GPU 0 on gpu-01" in backend.cannot("reset GPU 0", "gpu-01", "reset it on the node").message
     with pytest.raises(UnsupportedActionError, match="diag"):
         backend.run_diag("gpu-01", 2)
     assert SlurmBackend(slurm_cluster.runner, diag_command="true {node} {level}").run_diag("gpu-01", 2).passed

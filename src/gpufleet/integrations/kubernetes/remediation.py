@@ -17,7 +17,14 @@ from typing import Any
 from gpufleet.errors import BackendError
 from gpufleet.integrations.kubernetes.client import connect, kubernetes_module
 from gpufleet.integrations.kubernetes.objects import event, eviction
-from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import (
+    Cordons,
+    Drains,
+    NodeLocation,
+    RemediationBackend,
+    RequeuesJobs,
+    UnsupportedActionError,
+)
 
 CONDITION = "GpufleetRemediation"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -29,7 +36,7 @@ def _api_exception() -> type[Exception]:
     return ApiException
 
 
-class KubernetesBackend(RemediationBackend):
+class KubernetesBackend(RemediationBackend, Cordons, Drains, RequeuesJobs):
     name = "kubernetes"
 
     def __init__(
@@ -216,24 +223,10 @@ class KubernetesBackend(RemediationBackend):
             raise BackendError(f"requeue of {job} incomplete: {', '.join(blocked)} held by a PodDisruptionBudget")
         return f"job {job}: evicted {', '.join(evicted) or 'no pods'} from {', '.join(exclude) or 'all nodes'}"
 
-    def _unsupported(self, what: str, node: str, fix: str) -> UnsupportedActionError:
-        self._event(node, "GpufleetActionUnsupported", f"{what} needs a node-local agent")
-        return UnsupportedActionError(f"the Kubernetes API cannot {what} on {node}", fix=fix)
-
-    def reset_gpu(self, node: str, index: int) -> str:
-        raise self._unsupported(f"reset GPU {index}", node, "reset it on the node (nvidia-smi -r) or reboot it")
-
-    def reboot_node(self, node: str, reason: str) -> str:
-        raise self._unsupported("reboot", node, "reboot through the machine's BMC or a node-maintenance operator")
-
-    def run_diag(self, node: str, level: int) -> DiagResult:
-        raise self._unsupported(f"run diag r{level}", node, "run dcgmi diag in a privileged pod on the node")
-
-    def set_power_limit(self, node: str, index: int | None, fraction: float) -> str:
-        raise self._unsupported("set GPU power limits", node, "run nvidia-smi -pl on the node")
-
-    def isolate_port(self, node: str, rail: int) -> str:
-        raise self._unsupported(f"isolate port mlx5_{rail}", node, "isolate it in the fabric manager (UFM)")
+    def cannot(self, action: str, node: str, fix: str) -> UnsupportedActionError:
+        """Also tells the node's watchers (an Event), since a person must act on the node itself."""
+        self._event(node, "GpufleetActionUnsupported", f"{action} needs a node-local agent")
+        return UnsupportedActionError(f"the Kubernetes API cannot {action} on {node}", fix=fix)
 
     def gpu_count(self, node: str) -> int:
         status = self._node(node).status

@@ -3,7 +3,7 @@
 is a cordon; our drain also requeues the jobs running there, excluding the node.
 
 Actions that need the node itself (GPU reset, power limits, port isolation) are not something the controller can
-do; they raise UnsupportedActionError so the runbook stops with the node drained and the audit log says why.
+do, so the backend lacks those capabilities: the runbook stops with the node drained and the audit log says why.
 """
 
 from __future__ import annotations
@@ -13,7 +13,17 @@ import time
 
 from gpufleet.errors import NotFoundError
 from gpufleet.integrations.slurm.client import SlurmJob, SlurmNode, SlurmRunner
-from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import (
+    Cordons,
+    DiagResult,
+    Drains,
+    NodeLocation,
+    RebootsNodes,
+    RemediationBackend,
+    RequeuesJobs,
+    RunsDiagnostics,
+    UnsupportedActionError,
+)
 
 
 def _reason(text: str) -> str:
@@ -21,7 +31,7 @@ def _reason(text: str) -> str:
     return " ".join(text.split())[:200] or "gpufleet remediation"
 
 
-class SlurmBackend(RemediationBackend):
+class SlurmBackend(RemediationBackend, Cordons, Drains, RebootsNodes, RunsDiagnostics, RequeuesJobs):
     name = "slurm"
 
     def __init__(self, runner: SlurmRunner | None = None, diag_command: str | None = None) -> None:
@@ -71,12 +81,6 @@ class SlurmBackend(RemediationBackend):
         moved = [self._requeue(job, [node]) for job in self._jobs_on(node)]
         return f"node {node} set to DRAIN; requeued jobs: {', '.join(moved) or 'none'}"
 
-    def reset_gpu(self, node: str, index: int) -> str:
-        raise UnsupportedActionError(
-            f"Slurm cannot reset GPU {index} on {node}",
-            fix="reset it on the node (nvidia-smi -r -i N) and resume the node, or reboot it",
-        )
-
     def reboot_node(self, node: str, reason: str) -> str:
         # ASAP: no new jobs, reboot once idle. No nextstate (Slurm only offers RESUME or DOWN): the DRAIN flag the
         # runbook set before survives the reboot, so the node stays out until its diag passes and uncordons it.
@@ -95,16 +99,6 @@ class SlurmBackend(RemediationBackend):
         except Exception as exc:  # a failing diag exits non-zero: that is a result, not an error
             return DiagResult(False, f"{' '.join(argv)}: {exc}")
         return DiagResult(True, (out.strip().splitlines() or ["exit 0"])[-1][:200])
-
-    def set_power_limit(self, node: str, index: int | None, fraction: float) -> str:
-        raise UnsupportedActionError(
-            f"Slurm cannot set GPU power limits on {node}", fix="run nvidia-smi -pl on the node (or a node agent)"
-        )
-
-    def isolate_port(self, node: str, rail: int) -> str:
-        raise UnsupportedActionError(
-            f"Slurm cannot isolate port mlx5_{rail} on {node}", fix="isolate it in the fabric manager (UFM)"
-        )
 
     def _requeue(self, job: SlurmJob, exclude: list[str]) -> str:
         self.runner.run(["scontrol", "requeue", job.job_id])

@@ -1,4 +1,5 @@
-"""The one interface every remediation backend implements."""
+"""The interface every remediation backend implements (what it answers), and one capability mixin per thing a
+backend can do to a node or a job."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from gpufleet.errors import BackendError
 
 
 class UnsupportedActionError(BackendError):
-    """The backend has no way to carry out this action (e.g. a GPU reset through the Slurm controller)."""
+    """The backend cannot carry out this action: it lacks the capability (a GPU reset through the Slurm controller)
+    or the configuration for it (no diag command)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,10 @@ class DiagResult:
 
 
 class RemediationBackend(ABC):
+    """What every backend answers: the cluster's clock, nodes, where they sit and which are out of service. What it
+    can do to a node comes from the capability mixins below; the engine asks `isinstance(backend, Capability)`
+    before it acts, and a backend without one is asked to explain (`cannot`)."""
+
     name: str = ""
 
     @abstractmethod
@@ -47,33 +53,9 @@ class RemediationBackend(ABC):
     def node_ready(self, node: str) -> bool:
         """The node is up and answering (after a reboot)."""
 
-    @abstractmethod
-    def cordon(self, node: str, reason: str) -> str: ...
-
-    @abstractmethod
-    def uncordon(self, node: str) -> str: ...
-
-    @abstractmethod
-    def drain(self, node: str, reason: str) -> str: ...
-
-    @abstractmethod
-    def reset_gpu(self, node: str, index: int) -> str: ...
-
-    @abstractmethod
-    def reboot_node(self, node: str, reason: str) -> str: ...
-
-    @abstractmethod
-    def run_diag(self, node: str, level: int) -> DiagResult: ...
-
-    @abstractmethod
-    def set_power_limit(self, node: str, index: int | None, fraction: float) -> str:
-        """Cap one GPU (or all of a node's GPUs when index is None) at `fraction` of its TDP."""
-
-    @abstractmethod
-    def isolate_port(self, node: str, rail: int) -> str: ...
-
-    @abstractmethod
-    def requeue_job(self, job: str, exclude: list[str]) -> str: ...
+    def cannot(self, action: str, node: str, fix: str) -> UnsupportedActionError:
+        """The error for an action this backend has no capability for (`action` reads "reset GPU 3")."""
+        return UnsupportedActionError(f"the {self.name or 'configured'} backend cannot {action} on {node}", fix=fix)
 
     def gpu_count(self, node: str) -> int:
         return 0
@@ -86,3 +68,50 @@ class RemediationBackend(ABC):
 
     def gpu_serial(self, node: str, index: int) -> str | None:
         return None
+
+
+# --- capabilities: a backend lists those it has among its bases ----------------------------------------------
+
+
+class Cordons(ABC):
+    @abstractmethod
+    def cordon(self, node: str, reason: str) -> str: ...
+
+    @abstractmethod
+    def uncordon(self, node: str) -> str: ...
+
+
+class Drains(ABC):
+    @abstractmethod
+    def drain(self, node: str, reason: str) -> str: ...
+
+
+class ResetsGpus(ABC):
+    @abstractmethod
+    def reset_gpu(self, node: str, index: int) -> str: ...
+
+
+class RebootsNodes(ABC):
+    @abstractmethod
+    def reboot_node(self, node: str, reason: str) -> str: ...
+
+
+class RunsDiagnostics(ABC):
+    @abstractmethod
+    def run_diag(self, node: str, level: int) -> DiagResult: ...
+
+
+class CapsPower(ABC):
+    @abstractmethod
+    def set_power_limit(self, node: str, index: int | None, fraction: float) -> str:
+        """Cap one GPU (or all of a node's GPUs when index is None) at `fraction` of its TDP."""
+
+
+class IsolatesPorts(ABC):
+    @abstractmethod
+    def isolate_port(self, node: str, rail: int) -> str: ...
+
+
+class RequeuesJobs(ABC):
+    @abstractmethod
+    def requeue_job(self, job: str, exclude: list[str]) -> str: ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpufleet.remediate.backends.base import DiagResult, NodeLocation, RemediationBackend, UnsupportedActionError
+from gpufleet.remediate.backends.base import NodeLocation, RemediationBackend, UnsupportedActionError
 
 _FIX = "run the control plane with --backend slurm or --backend kubernetes to act on nodes"
 
@@ -32,32 +32,5 @@ class ObserveOnlyBackend(RemediationBackend):
     def node_ready(self, node: str) -> bool:
         return True
 
-    def _refuse(self, what: str) -> UnsupportedActionError:
-        return UnsupportedActionError(f"no backend to {what}", fix=_FIX)
-
-    def cordon(self, node: str, reason: str) -> str:
-        raise self._refuse(f"cordon {node}")
-
-    def uncordon(self, node: str) -> str:
-        raise self._refuse(f"uncordon {node}")
-
-    def drain(self, node: str, reason: str) -> str:
-        raise self._refuse(f"drain {node}")
-
-    def reset_gpu(self, node: str, index: int) -> str:
-        raise self._refuse(f"reset GPU {index} on {node}")
-
-    def reboot_node(self, node: str, reason: str) -> str:
-        raise self._refuse(f"reboot {node}")
-
-    def run_diag(self, node: str, level: int) -> DiagResult:
-        raise self._refuse(f"run diagnostics on {node}")
-
-    def set_power_limit(self, node: str, index: int | None, fraction: float) -> str:
-        raise self._refuse(f"cap power on {node}")
-
-    def isolate_port(self, node: str, rail: int) -> str:
-        raise self._refuse(f"isolate a port of {node}")
-
-    def requeue_job(self, job: str, exclude: list[str]) -> str:
-        raise self._refuse(f"requeue {job}")
+    def cannot(self, action: str, node: str, fix: str) -> UnsupportedActionError:
+        return UnsupportedActionError(f"no backend to {action} on {node}", fix=_FIX)
