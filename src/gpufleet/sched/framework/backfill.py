@@ -12,15 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gpufleet.model import Gang
 from gpufleet.sched.framework.gang import build_units, place_gang
 from gpufleet.sched.framework.snapshot import PodInfo
-from gpufleet.sched.framework.types import Placement, Unit
-
-if TYPE_CHECKING:
-    from gpufleet.sched.framework.scheduler import Scheduler
+from gpufleet.sched.framework.types import Placement, Placer, Unit
 
 
 @dataclass(slots=True)
@@ -45,7 +41,7 @@ def _unit_runtime(unit: Unit) -> float:
     return max(r for r in runtimes if r is not None)
 
 
-def shadow_time(sched: Scheduler, unit: Unit, now: float, ends: dict[str, float]) -> tuple[float, list[str]]:
+def shadow_time(sched: Placer, unit: Unit, now: float, ends: dict[str, float]) -> tuple[float, list[str]]:
     """When the unit could start if running pods end as estimated, and on which nodes. Changes nothing."""
     state = sched.state
     mark = state.mark()
@@ -69,7 +65,7 @@ def shadow_time(sched: Scheduler, unit: Unit, now: float, ends: dict[str, float]
 
 
 def backfill(
-    sched: Scheduler,
+    sched: Placer,
     pending: Sequence[PodInfo],
     gangs: dict[str, Gang] | None = None,
     *,

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpufleet.model import GPU_RESOURCE, Gang
 from gpufleet.sched.framework.filters import feasible
 from gpufleet.sched.framework.snapshot import PodInfo
-from gpufleet.sched.framework.types import Placement, Unit
-
-if TYPE_CHECKING:
-    from gpufleet.sched.framework.scheduler import Scheduler
+from gpufleet.sched.framework.types import Placement, Placer, Unit
 
 
 @dataclass(slots=True)
@@ -58,7 +54,7 @@ def build_units(pending: Sequence[PodInfo], gangs: dict[str, Gang], placed_count
     return units
 
 
-def _try_members(sched: Scheduler, pods: Sequence[PodInfo], restrict: np.ndarray | None) -> GangOutcome:
+def _try_members(sched: Placer, pods: Sequence[PodInfo], restrict: np.ndarray | None) -> GangOutcome:
     out = GangOutcome()
     groups: set[int] = set()
     for pod in pods:
@@ -77,7 +73,7 @@ def _try_members(sched: Scheduler, pods: Sequence[PodInfo], restrict: np.ndarray
 MAX_GROUP_TRIALS = 4
 
 
-def _candidate_groups(sched: Scheduler, pods: Sequence[PodInfo]) -> list[int]:
+def _candidate_groups(sched: Placer, pods: Sequence[PodInfo]) -> list[int]:
     """Leaf groups that could hold every member, by a vectorised upper bound, tightest first."""
     state = sched.state
     biggest = pods[0]
@@ -99,7 +95,7 @@ def _candidate_groups(sched: Scheduler, pods: Sequence[PodInfo]) -> list[int]:
     return [int(g) for g in order if capacity[g] >= len(pods)]
 
 
-def place_gang(sched: Scheduler, unit: Unit) -> GangOutcome:
+def place_gang(sched: Placer, unit: Unit) -> GangOutcome:
     """All-or-nothing: returns placements only when at least `unit.min_member` landed; otherwise rolls back."""
     state = sched.state
     # Largest members first: they are the hardest to fit.

@@ -9,7 +9,6 @@ gang preemptor evicts nothing unless every member it needs can be placed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,10 +16,7 @@ from gpufleet.sched.framework.filters import affinity_mask, taint_mask, unschedu
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.state import Assignment, ClusterState
 from gpufleet.sched.framework.topology import max_free_in_domain
-from gpufleet.sched.framework.types import Eviction, EvictPredicate, Placement, Unit
-
-if TYPE_CHECKING:
-    from gpufleet.sched.framework.scheduler import Scheduler
+from gpufleet.sched.framework.types import Eviction, EvictPredicate, Placement, Placer, Unit
 
 # (victim, preemptor) -> may the victim be evicted for the preemptor?
 
@@ -44,7 +40,7 @@ class PreemptionResult:
 
 
 def _victim_groups(
-    sched: Scheduler, pods: list[PodInfo], preemptor: PodInfo, can_evict: EvictPredicate
+    sched: Placer, pods: list[PodInfo], preemptor: PodInfo, can_evict: EvictPredicate
 ) -> list[list[Assignment]]:
     """Evictable pods on a node, expanded to whole gangs; a gang with any member that may not go is kept."""
     state = sched.state
@@ -73,7 +69,7 @@ class _Group:
     priority: int
 
 
-def _node_groups(sched: Scheduler, pod: PodInfo, node: int, idx: np.ndarray, can_evict: EvictPredicate) -> list[_Group]:
+def _node_groups(sched: Placer, pod: PodInfo, node: int, idx: np.ndarray, can_evict: EvictPredicate) -> list[_Group]:
     state = sched.state
     on_node = [p for p in state.pods_on[node].values() if can_evict(p, pod)]
     out = []
@@ -147,7 +143,7 @@ def candidate_limit(nodes: int) -> int:
 
 
 def choose_victims(
-    sched: Scheduler, pod: PodInfo, can_evict: EvictPredicate, gang_groups: set[int] | None = None
+    sched: Placer, pod: PodInfo, can_evict: EvictPredicate, gang_groups: set[int] | None = None
 ) -> VictimChoice | None:
     """The node whose dry run evicts the fewest pods (then lowest priorities).
 
@@ -205,7 +201,7 @@ def choose_victims(
     return best
 
 
-def preempt_for_unit(sched: Scheduler, unit: Unit, can_evict: EvictPredicate | None = None) -> PreemptionResult | None:
+def preempt_for_unit(sched: Placer, unit: Unit, can_evict: EvictPredicate | None = None) -> PreemptionResult | None:
     """Place the unit by evicting victims, or change nothing and return None."""
     if not all(p.preemptible for p in unit.pods):
         return None

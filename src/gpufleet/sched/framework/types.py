@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from gpufleet.sched.framework.snapshot import PodInfo
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from gpufleet.sched.framework.state import ClusterState
 
 EvictPredicate = Callable[[PodInfo, PodInfo], bool]  # (victim, preemptor): may the victim go?
 
@@ -65,3 +71,16 @@ class Explanation:
     feasible: list[tuple[str, float]]  # (node, score), best first
     reasons: dict[str, int]
     message: str | None
+
+
+class Placer(Protocol):
+    """What gang placement, preemption and backfill need of the scheduler that drives them: its cluster state, and
+    choosing and taking a node for one pod."""
+
+    state: ClusterState
+
+    def select_node(
+        self, pod: PodInfo, restrict: np.ndarray | None = None, gang_groups: set[int] | None = None
+    ) -> tuple[int, float] | None: ...
+
+    def place(self, pod: PodInfo, node: int, score_: float = 0.0) -> Placement: ...
