@@ -9,20 +9,39 @@ mitigated.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpufleet.model import Incident, IncidentState
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 
 if TYPE_CHECKING:
-    from gpufleet.control.service import ControlPlane
+    from gpufleet.control.store import StateStore
+    from gpufleet.health.incidents import IncidentBook
+    from gpufleet.remediate.backends.base import RemediationBackend
+    from gpufleet.state import Database
 
 log = logging.getLogger("gpufleet.remediate")
+
+
+class Plane(Protocol):
+    """What remediation needs of the control plane: its database and backend, the live incident book under its
+    lock, the stored incidents, and a way to mark one mitigated."""
+
+    db: Database
+    backend: RemediationBackend
+    book: IncidentBook
+    lock: threading.RLock
+    store: StateStore
+
+    def mitigated(self, incident_id: str) -> None: ...
+
+
 MODES = ("off", "dry-run", "on")
 RESUME_EVERY_S = 30.0  # cluster-clock seconds between two passes over paused runbooks
 
 
-def default_remediator(plane: ControlPlane, dry_run: bool) -> Any:
+def default_remediator(plane: Plane, dry_run: bool) -> Any:
     from pathlib import Path
 
     from gpufleet.remediate import FileTicketSink, RemediationPolicy, RemediationStore, Remediator
@@ -33,7 +52,7 @@ def default_remediator(plane: ControlPlane, dry_run: bool) -> Any:
 
 
 class RemediationDriver:
-    def __init__(self, plane: ControlPlane, mode: str, remediator: Any = None) -> None:
+    def __init__(self, plane: Plane, mode: str, remediator: Any = None) -> None:
         if mode not in MODES:
             from gpufleet.errors import UserError
 
