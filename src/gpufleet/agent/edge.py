@@ -15,7 +15,7 @@ from gpufleet.agent.pusher import NodeState
 from gpufleet.agent.spool import RecordSpool
 from gpufleet.health.edge import NodeHealth
 from gpufleet.model.kernel import KernelEvent
-from gpufleet.model.observe import JobFact, KernelReport, MetricSnapshot, NodeInventory, Observation
+from gpufleet.model.observe import JobFact, MetricSnapshot, NodeInventory, Observation
 from gpufleet.telemetry.frame import MetricFrame
 
 INVENTORY_EVERY_S = 300.0  # an agent resends its inventory this often (and whenever it changes)
@@ -85,9 +85,8 @@ class EdgeAgent:
 
     def kernel_events(self, events: list[KernelEvent]) -> None:
         """Reports the kernel-log follower just parsed: judged and spooled now, pushed at once."""
-        reports: list[KernelReport] = []
         with self._lock:
-            findings = self.health.kernel.events(time.time(), self.node, events, reports)
+            findings, reports = self.health.kernel.judge(time.time(), self.node, events)
             self._spool([*reports, *findings])
         self.wake()
 

@@ -79,7 +79,9 @@ class NodeHealth:
         out = EdgeOutput()
         for node, events in (kernel or {}).items():
             if events:
-                out.findings += self.kernel.events(now, node, list(events), out.kernel)
+                findings, reports = self.kernel.judge(now, node, list(events))
+                out.findings += findings
+                out.kernel += reports
         measured = self.gpu.observe(now, frame) + self.fabric.observe(now, frame, out.links)
         if inventories:
             measured += self.software.node_checks(now, inventories)

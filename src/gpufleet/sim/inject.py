@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
 
 from gpufleet.catalog.xid import load_xid_catalog
-from gpufleet.model import JobState
+from gpufleet.model import Cluster, JobState, TrainingJob
 from gpufleet.sim import kmsg
+from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.faults import InjectedFault
+from gpufleet.sim.gpu_state import GpuArrays
+from gpufleet.sim.workloads import TrainingSet
 from gpufleet.spec.scenario_spec import FaultType
-
-if TYPE_CHECKING:
-    from gpufleet.sim.twin import Twin
 
 # Xids whose catalog action is to restart the application: the process dies, its job fails.
 APP_FATAL_ACTIONS = {"RESTART_APP"}
@@ -24,17 +27,38 @@ PCIE_REPLAYS_PER_S = 2.0  # 120 a minute, far above DCGM's per-lane budget for a
 NVLINK_ERRORS_PER_S = 5.0
 
 
-def inject(twin: Twin, fault: InjectedFault) -> None:
+class FaultTarget(Protocol):
+    """What a fault changes: the twin's state arrays and the public methods that keep them consistent."""
+
+    cluster: Cluster
+    gpus: GpuArrays
+    ports: PortArrays
+    training: TrainingSet
+    idle_override: np.ndarray
+
+    def gpu(self, node: str, index: int) -> int: ...
+    def port_of(self, node: str, rail: int) -> int: ...
+    def boot_seconds(self, node: str) -> float: ...
+    def write_kernel(self, node: str, lines: list[str], gpu: int | None = None, **attrs: object) -> None: ...
+    def emit_xid(self, i: int, code: int) -> None: ...
+    def lose_gpu(self, i: int, *, thermal: bool = False) -> None: ...
+    def set_link(self, port: int, node: str, rail: int, *, up: bool) -> None: ...
+    def add_flap(self, node: str, rail: int, until: float) -> None: ...
+    def at(self, when: float, fn: Callable[[], None]) -> None: ...
+    def stop_job(self, job: TrainingJob, reason: str, *, restart: bool = True) -> None: ...
+
+
+def inject(twin: FaultTarget, fault: InjectedFault) -> None:
     handler = _HANDLERS[fault.type]
     handler(twin, fault)
 
 
-def _gpu(twin: Twin, fault: InjectedFault) -> int:
+def _gpu(twin: FaultTarget, fault: InjectedFault) -> int:
     assert fault.node is not None and fault.gpu is not None
     return twin.gpu(fault.node, fault.gpu)
 
 
-def _job_of_gpu(twin: Twin, i: int) -> str | None:
+def _job_of_gpu(twin: FaultTarget, i: int) -> str | None:
     ts = twin.training
     for j, job in enumerate(ts.jobs):
         if job.state in (JobState.running, JobState.hung) and i in ts.ranks_of(j):
@@ -42,7 +66,7 @@ def _job_of_gpu(twin: Twin, i: int) -> str | None:
     return None
 
 
-def _xid(twin: Twin, fault: InjectedFault) -> None:
+def _xid(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     code = fault.code or 0
     twin.emit_xid(i, code)
@@ -71,12 +95,12 @@ def _xid(twin: Twin, fault: InjectedFault) -> None:
         fault.effects.append(f"job {job} hangs")
 
 
-def _ecc_dbe(twin: Twin, fault: InjectedFault) -> None:
+def _ecc_dbe(twin: FaultTarget, fault: InjectedFault) -> None:
     fault.code = 48
     _xid(twin, fault)
 
 
-def _off_bus(twin: Twin, fault: InjectedFault) -> None:
+def _off_bus(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     job = _job_of_gpu(twin, i)
     twin.lose_gpu(i)
@@ -84,23 +108,23 @@ def _off_bus(twin: Twin, fault: InjectedFault) -> None:
         fault.effects.append(f"job {job} hangs")
 
 
-def _thermal(twin: Twin, fault: InjectedFault) -> None:
+def _thermal(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     twin.gpus.cooling[i] = 0.3  # a dead fan: the heat sink sheds under a third of its normal heat
 
 
-def _power_brake(twin: Twin, fault: InjectedFault) -> None:
+def _power_brake(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     twin.gpus.power_brake[i] = True
     if fault.duration:
         twin.at(fault.time + fault.duration, lambda: _release_brake(twin, i))
 
 
-def _release_brake(twin: Twin, i: int) -> None:
+def _release_brake(twin: FaultTarget, i: int) -> None:
     twin.gpus.power_brake[i] = False
 
 
-def _pcie(twin: Twin, fault: InjectedFault) -> None:
+def _pcie(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     g = twin.gpus
     g.pcie_width[i] = max(1, int(g.pcie_max_width[i]) // 2)
@@ -108,23 +132,23 @@ def _pcie(twin: Twin, fault: InjectedFault) -> None:
     g.pcie_replay_rate_per_s[i] = PCIE_REPLAYS_PER_S
 
 
-def _nvlink(twin: Twin, fault: InjectedFault) -> None:
+def _nvlink(twin: FaultTarget, fault: InjectedFault) -> None:
     fault.code = 74
     _xid(twin, fault)
 
 
-def _symbol(twin: Twin, fault: InjectedFault) -> None:
+def _symbol(twin: FaultTarget, fault: InjectedFault) -> None:
     assert fault.node is not None and fault.rail is not None
     p = twin.port_of(fault.node, fault.rail)
     twin.ports.symbol_rate_per_s[p] = SYMBOL_ERRORS_PER_S * (fault.factor or 1.0)
 
 
-def _flap(twin: Twin, fault: InjectedFault) -> None:
+def _flap(twin: FaultTarget, fault: InjectedFault) -> None:
     assert fault.node is not None and fault.rail is not None
     twin.add_flap(fault.node, fault.rail, fault.time + (fault.duration or 600.0))
 
 
-def _link_down(twin: Twin, fault: InjectedFault) -> None:
+def _link_down(twin: FaultTarget, fault: InjectedFault) -> None:
     assert fault.node is not None and fault.rail is not None
     p = twin.port_of(fault.node, fault.rail)
     twin.set_link(p, fault.node, fault.rail, up=False)
@@ -133,7 +157,7 @@ def _link_down(twin: Twin, fault: InjectedFault) -> None:
             fault.effects.append(f"job {job.name} hangs")
 
 
-def _rank(twin: Twin, fault: InjectedFault) -> int:
+def _rank(twin: FaultTarget, fault: InjectedFault) -> int:
     assert fault.job is not None
     job = twin.cluster.job(fault.job)
     j = twin.training.jobs.index(job)
@@ -141,24 +165,24 @@ def _rank(twin: Twin, fault: InjectedFault) -> int:
     return int(ranks[(fault.rank or 0) % ranks.size])
 
 
-def _nccl_hang(twin: Twin, fault: InjectedFault) -> None:
+def _nccl_hang(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _rank(twin, fault)
     twin.training.stuck[i] = True
     fault.effects.append(f"job {fault.job} hangs")
 
 
-def _straggler(twin: Twin, fault: InjectedFault) -> None:
+def _straggler(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _rank(twin, fault)
     twin.training.straggle[i] = fault.factor or STRAGGLER_FACTOR
     if fault.duration:
         twin.at(fault.time + fault.duration, lambda: _unstraggle(twin, i))
 
 
-def _unstraggle(twin: Twin, i: int) -> None:
+def _unstraggle(twin: FaultTarget, i: int) -> None:
     twin.training.straggle[i] = 1.0
 
 
-def _idle(twin: Twin, fault: InjectedFault) -> None:
+def _idle(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     job = _job_of_gpu(twin, i)
     if job is not None:
@@ -168,7 +192,7 @@ def _idle(twin: Twin, fault: InjectedFault) -> None:
     twin.idle_override[i] = True
 
 
-def _driver_mismatch(twin: Twin, fault: InjectedFault) -> None:
+def _driver_mismatch(twin: FaultTarget, fault: InjectedFault) -> None:
     assert fault.node is not None
     node = twin.cluster.node(fault.node)
     user_space = node.software.driver_version

@@ -28,12 +28,12 @@ class KernelDetector:
         self.gpu_by_pci = gpu_by_pci
         self.policy = policy or default_policy()
 
-    def events(self, now: float, node: str, events: list[KernelEvent], reports: list[KernelReport]) -> list[Finding]:
-        """Findings for `events`; each event is also appended to `reports` as the record the control plane keeps."""
-        out = []
+    def judge(self, now: float, node: str, events: list[KernelEvent]) -> tuple[list[Finding], list[KernelReport]]:
+        """A finding for each event, and the record of it the control plane keeps."""
+        findings, reports = [], []
         for event in events:
             finding = self._finding(now, node, event)
-            out.append(finding)
+            findings.append(finding)
             reports.append(
                 KernelReport(
                     now,
@@ -47,7 +47,7 @@ class KernelDetector:
                     event.sxid,
                 )
             )
-        return out
+        return findings, reports
 
     def _finding(self, now: float, node: str, event: KernelEvent) -> Finding:
         verdict = classify(event, self.policy)
