@@ -110,4 +110,17 @@ CREATE TABLE IF NOT EXISTS breaker (
     reason TEXT NOT NULL,
     changed_by TEXT NOT NULL
 );
+
+-- API bearer tokens: only a hash of the secret is kept; a revoked token stays listed (the audit names it)
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    secret_hash TEXT NOT NULL,
+    created REAL NOT NULL,
+    created_by TEXT NOT NULL,
+    last_used REAL,
+    revoked REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS tokens_secret ON tokens(secret_hash);
 """
