@@ -23,10 +23,10 @@ from gpufleet.control.service import ControlPlane
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, KernelReport
 from gpufleet.remediate.backends.observe import ObserveOnlyBackend
-from gpufleet.server.app import create_app
 from gpufleet.sim.source import TwinSource
 from gpufleet.state import Database
 from gpufleet.telemetry.frame import MetricFrame
+from tests import apiclient
 from tests.twins import small_twin, su_scenario
 
 TOKEN = "agent-test-token"
@@ -109,7 +109,9 @@ def control_plane(tmp_path: Path) -> Iterator[tuple[str, ControlPlane, uvicorn.S
     plane = ControlPlane(Database(tmp_path / "cp.db"), ObserveOnlyBackend(lambda: sorted(holder["p"].fleet.nodes)))
     holder["p"] = plane
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(plane, TOKEN), host="127.0.0.1", port=port, log_level="error"))
+    server = uvicorn.Server(
+        uvicorn.Config(apiclient.app(plane, secret=TOKEN), host="127.0.0.1", port=port, log_level="error")
+    )
     yield f"http://127.0.0.1:{port}", plane, server
     server.should_exit = True
 

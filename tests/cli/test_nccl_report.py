@@ -8,8 +8,8 @@ from pathlib import Path
 
 import uvicorn
 
-from gpufleet.server.app import create_app
 from gpufleet.state import Database
+from tests import apiclient
 from tests.agent.test_agent import free_port
 from tests.clirun import gpufleet
 from tests.twins import door, small_twin
@@ -18,7 +18,7 @@ from tests.twins import door, small_twin
 def test_compare_report_reaches_the_control_plane(corpus: Path, tmp_path: Path) -> None:
     plane, _ = door(small_twin(), db=Database(tmp_path / "s.db"))
     port = free_port()
-    app = create_app(plane, "tok")  # type: ignore[arg-type]
+    app = apiclient.app(plane, secret="tok")
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -36,4 +36,6 @@ def test_compare_report_reaches_the_control_plane(corpus: Path, tmp_path: Path) 
     assert run.returncode == 0, run.stderr
     assert "reported 0 finding(s)" in run.stdout  # a healthy run: nothing to open
     assert bad.returncode == 1 and "refused the findings" in bad.stderr and "Traceback" not in bad.stderr
-    assert [e.action for e in plane.store.audit_log.entries()] == ["nccl-findings"]  # type: ignore[attr-defined]
+    audit = [(e.actor, e.action, e.decision) for e in plane.store.audit_log.entries()]  # type: ignore[attr-defined]
+    assert audit[0] == ("admin", "nccl-findings", "0 finding(s)")
+    assert audit[1][:2] == ("anonymous", "POST /api/v1/nccl-findings") and "not valid" in audit[1][2]

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from gpufleet.cli.server import Mode, twin_plane
-from gpufleet.server.app import create_app
+from tests import apiclient
 from tests.twins import su_scenario
 
 
@@ -94,7 +93,7 @@ def test_remediation_acts_in_the_running_loop_and_survives_a_restart(scenario: P
 def test_readers_never_wait_for_the_twin(scenario: Path, tmp_path: Path) -> None:
     running = twin_plane(tmp_path / "r", scenario, Mode.dry_run, 1.0)
     _steps(running, 30)
-    client = TestClient(create_app(running.plane, "t", running.checks[:0]))
+    client = apiclient.client(running.plane, running.checks[:0], secret="t")
     answered: dict[str, int] = {}
     with running.loop.lock:  # the twin is busy stepping: its lock is held
         reader = threading.Thread(

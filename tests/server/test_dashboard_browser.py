@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from gpufleet.server.app import create_app
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
 from gpufleet.state import Database
+from tests import apiclient
 from tests.conftest import require_tool
 from tests.twins import door, small_twin
 
@@ -45,7 +45,7 @@ def served(tmp_path: Path) -> Iterator[str]:
     plane, fleet = door(twin, remediation="dry-run", db=Database(tmp_path / "state.db"))
     run_headless(twin, fleet, plane.ingest, plane.tick, 180)  # type: ignore[attr-defined]
     port = _free_port()
-    app = create_app(plane, "t")
+    app = apiclient.app(plane, secret="t")
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

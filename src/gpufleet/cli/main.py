@@ -48,6 +48,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.remediate",
     "gpufleet.cli.diag",
     "gpufleet.cli.read",
+    "gpufleet.cli.token",
 )
 
 

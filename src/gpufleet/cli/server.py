@@ -18,7 +18,7 @@ from rich.panel import Panel
 
 from gpufleet.background import Background
 from gpufleet.cli.output import console
-from gpufleet.control.paths import DEFAULT_PORT, api_token, data_dir
+from gpufleet.control.paths import DEFAULT_PORT, data_dir
 from gpufleet.errors import UserError
 from gpufleet.spec.base import parse_duration
 
@@ -159,15 +159,46 @@ def twin_plane(
     return Running(plane, runner, [check], about)
 
 
-def serve(running: Running, host: str, port: int, run_for: str | None, banner: Callable[[int], str]) -> None:
+@dataclass(frozen=True)
+class Tls:
+    cert: Path | None = None
+    key: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise UserError("TLS needs both --tls-cert and --tls-key")
+        for path in (self.cert, self.key):
+            if path is not None and not path.is_file():
+                raise UserError(f"no such file: {path}", fix="give the PEM files of the server's certificate and key")
+
+    @property
+    def on(self) -> bool:
+        return self.cert is not None
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def serve(
+    running: Running,
+    host: str,
+    port: int,
+    run_for: str | None,
+    banner: Callable[[int], str],
+    tls: Tls | None = None,
+) -> None:
     """Serve the API and the dashboard until Ctrl-C or `run_for`; `banner(port)` is shown once the port is bound
     (with --port 0, the one the system picked)."""
     import uvicorn
 
     from gpufleet.server.app import create_app
+    from gpufleet.state.tokens import TokenStore, bootstrap_admin
 
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("listening on %s: reads are open to anyone who can reach it (TLS and roles are not set up)", host)
+    tls = tls or Tls()
+    if host not in LOCAL_HOSTS and not tls.on:
+        log.warning(
+            "listening on %s without TLS: tokens cross the network in clear; give --tls-cert and --tls-key", host
+        )
     try:
         sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
     except OSError as exc:
@@ -176,10 +207,18 @@ def serve(running: Running, host: str, port: int, run_for: str | None, banner: C
         raise UserError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}", fix="choose another --port or stop what uses it"
         ) from None
-    token = api_token(create=True)
-    assert token is not None
-    app = create_app(running.plane, token, running.checks)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    tokens = TokenStore(running.plane.db)
+    if bootstrap_admin(tokens, data_dir() / "token") is not None:
+        log.info("admin token written to %s (mode 0600)", data_dir() / "token")
+    app = create_app(running.plane, running.checks, tokens=tokens)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=str(tls.cert) if tls.cert else None,
+        ssl_keyfile=str(tls.key) if tls.key else None,
+    )
+    server = uvicorn.Server(config)
     console.print(Panel(banner(sock.getsockname()[1]), expand=False))
     running.loop.start()
     if run_for:
@@ -194,15 +233,17 @@ def serve(running: Running, host: str, port: int, run_for: str | None, banner: C
         running.plane.db.close()
 
 
-def _banner(title: str, host: str, port: int, running: Running, home: Path, remediation: Mode) -> str:
-    url = f"http://{host}:{port}/"
+def _banner(
+    title: str, host: str, port: int, running: Running, home: Path, remediation: Mode, tls: bool = False
+) -> str:
+    url = f"{'https' if tls else 'http'}://{host}:{port}/"
     return (
         f"[bold]{title}[/bold]\n"
         f"dashboard {url}\n"
         f"API       {url}api/v1/nodes   (agents push to {url}api/v1/ingest)\n"
         f"{running.describe}\n"
         f"state     {home / 'state.db'} ({len(running.plane.book.incidents)} incidents kept)\n"
-        f"token     {home / 'token'} (needed by agents, cordon/uncordon/drain, incident changes)\n"
+        f"token     {home / 'token'} (admin; `gpufleet token create --role viewer|operator|agent` for others)\n"
         f"health    detection on; remediation {remediation.value} through the {running.plane.backend.name} backend\n"
         "try       gpufleet get nodes   |   gpufleet get incidents   |   Ctrl-C to stop"
     )
@@ -230,9 +271,12 @@ def server(
         "instead of the embedded store.",
     ),
     run_for: str | None = typer.Option(None, "--run-for", help="Stop after this much wall time (e.g. 30s)."),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Serve HTTPS with this PEM certificate."),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="The certificate's PEM private key."),
 ) -> None:
     """Run the control plane: agents push to it, it correlates incidents and remediates through a backend."""
     _logging()
+    tls = Tls(tls_cert, tls_key)
     home = data_dir()
     if backend is BackendName.twin:
         running = twin_plane(home, scenario, remediate, speed, metrics)
@@ -245,7 +289,8 @@ def server(
         host,
         port,
         run_for,
-        lambda bound: _banner("gpufleet control plane", host, bound, running, home, remediate),
+        lambda bound: _banner("gpufleet control plane", host, bound, running, home, remediate, tls.on),
+        tls,
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 DEFAULT_PORT = 8470
@@ -19,17 +18,13 @@ def server_url() -> str:
     return os.environ.get("GPUFLEET_SERVER", f"http://127.0.0.1:{DEFAULT_PORT}")
 
 
-def api_token(create: bool = False) -> str | None:
-    """The bearer token mutating API calls need: $GPUFLEET_TOKEN, else the one `gpufleet up` wrote."""
+def api_token() -> str | None:
+    """The bearer token API calls send: $GPUFLEET_TOKEN, else the admin token the control plane wrote on its first
+    start in this data directory."""
     env = os.environ.get("GPUFLEET_TOKEN")
     if env:
-        return env
+        return env.strip()
     path = data_dir() / "token"
     if path.exists():
         return path.read_text().strip()
-    if not create:
-        return None
-    token = secrets.token_hex(24)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
-    return token
+    return None

@@ -1,14 +1,14 @@
-"""HTTP API and dashboard over the control plane: routers parse, call the service, and answer. Reads are open on
-loopback; every call that changes something (and every agent push) needs the bearer token."""
+"""HTTP API and dashboard over the control plane: routers parse, call the service, and answer. Who may call what is
+decided in front of them (`security.Guard`): reads are open on loopback, changes need an operator token, agent
+pushes an agent token."""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
@@ -19,6 +19,8 @@ from gpufleet.errors import AuthError, GpufleetError, NotFoundError, UserError
 from gpufleet.model import IncidentState
 from gpufleet.model.wire import JSON, MAX_BODY, WireError, decode_batch, encode
 from gpufleet.nccl.compare import CollectiveReport
+from gpufleet.server.security import Guard
+from gpufleet.state.tokens import TokenStore
 
 HealthCheck = Callable[[], str | None]  # a problem to report, or None
 
@@ -30,16 +32,28 @@ VERBS = {
 }
 
 
-def create_app(plane: ControlPlane, token: str, checks: list[HealthCheck] | None = None) -> FastAPI:
+BODY_LIMIT = 1024 * 1024  # every request but an agent's batch
+
+
+def actor(request: Request) -> str:
+    """The name of the token that made this request (the Guard let it through)."""
+    token = getattr(request.state, "token", None)
+    if token is None:
+        raise AuthError("this call needs a token", fix="send Authorization: Bearer <token>")
+    return str(token.name)
+
+
+def create_app(
+    plane: ControlPlane, checks: list[HealthCheck] | None = None, *, tokens: TokenStore | None = None
+) -> FastAPI:
     app = FastAPI(title="gpufleet", version=__version__)
     extra_checks = list(checks or [])
+    tokens = tokens or TokenStore(plane.db)
 
-    def require_token(authorization: str | None = Header(default=None)) -> str:
-        if not authorization or not authorization.lower().startswith("bearer "):
-            raise AuthError("this call changes the cluster and needs a token", fix="send Authorization: Bearer <token>")
-        if not hmac.compare_digest(authorization.split(" ", 1)[1].strip(), token):
-            raise AuthError("the token is not valid", fix="use the token in the control plane's data directory")
-        return "admin"
+    def audit(who: str, action: str, target: str, result: str, request: str) -> None:
+        plane.audit(who, action, target, result, request)
+
+    app.add_middleware(Guard, tokens=tokens, audit=audit, body_limit=BODY_LIMIT, ingest_limit=MAX_BODY)
 
     @app.exception_handler(GpufleetError)
     async def _errors(request: Request, exc: GpufleetError) -> JSONResponse:
@@ -51,6 +65,14 @@ def create_app(plane: ControlPlane, token: str, checks: list[HealthCheck] | None
         elif isinstance(exc, UserError):
             status = 400
         return JSONResponse({"error": exc.message, "fix": exc.fix}, status_code=status)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        # logged with its traceback by the server; the client gets no stack trace
+        return JSONResponse(
+            {"error": f"internal error: {type(exc).__name__}", "fix": "see the control plane's log; please report it"},
+            status_code=500,
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -84,7 +106,7 @@ def create_app(plane: ControlPlane, token: str, checks: list[HealthCheck] | None
     # --- the door: agents push here ------------------------------------------------------------------------------
 
     @app.post("/api/v1/ingest")
-    async def ingest(request: Request, actor: str = Depends(require_token)) -> Response:
+    async def ingest(request: Request) -> Response:
         body = await request.body()
         if len(body) > MAX_BODY:
             raise WireError(f"batch of {len(body)} bytes is over {MAX_BODY}", fix="push smaller batches")
@@ -114,15 +136,15 @@ def create_app(plane: ControlPlane, token: str, checks: list[HealthCheck] | None
         return views.job_rows(plane)
 
     @app.get("/api/v1/events")
-    def events(kind: str | None = None, node: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        if not 1 <= limit <= 10000:
-            raise UserError("limit must be between 1 and 10000")
+    def events(
+        kind: str | None = None, node: str | None = None, limit: int = Query(100, ge=1, le=10_000)
+    ) -> list[dict[str, Any]]:
         return plane.store.events(kind, node, limit)
 
     @app.get("/api/v1/incidents")
-    def incidents(state: str | None = None, node: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-        if not 1 <= limit <= 100_000:
-            raise UserError("limit must be between 1 and 100000")
+    def incidents(
+        state: str | None = None, node: str | None = None, limit: int = Query(500, ge=1, le=100_000)
+    ) -> list[dict[str, Any]]:
         return plane.incidents(state, node, limit)
 
     @app.get("/api/v1/incidents/{incident_id}")
@@ -130,9 +152,7 @@ def create_app(plane: ControlPlane, token: str, checks: list[HealthCheck] | None
         return plane.incident(incident_id)
 
     @app.get("/api/v1/audit")
-    def audit(limit: int = 100, incident: str | None = None) -> list[dict[str, Any]]:
-        if not 1 <= limit <= 10000:
-            raise UserError("limit must be between 1 and 10000")
+    def audit_log(limit: int = Query(100, ge=1, le=10_000), incident: str | None = None) -> list[dict[str, Any]]:
         return [e.as_dict() for e in plane.store.audit_log.entries(incident=incident, limit=limit)]
 
     @app.get("/api/v1/agents")
@@ -146,30 +166,30 @@ def create_app(plane: ControlPlane, token: str, checks: list[HealthCheck] | None
     # --- changes -------------------------------------------------------------------------------------------------
 
     @app.post("/api/v1/incidents/{incident_id}/{verb}")
-    def incident_transition(incident_id: str, verb: str, actor: str = Depends(require_token)) -> dict[str, Any]:
+    def incident_transition(incident_id: str, verb: str, request: Request) -> dict[str, Any]:
         if verb not in VERBS:
             raise UserError(f"unknown verb {verb!r}", fix="use acknowledge, mitigate or resolve")
-        inc = plane.transition(incident_id, VERBS[verb], actor)
+        inc = plane.transition(incident_id, VERBS[verb], actor(request))
         return {"id": inc.id, "state": inc.state.value}
 
     @app.post("/api/v1/nccl-findings")
-    def nccl_findings(body: CollectiveReport, actor: str = Depends(require_token)) -> dict[str, Any]:
+    def nccl_findings(body: CollectiveReport, request: Request) -> dict[str, Any]:
         """`gpufleet nccl compare --report`: a run slower than the fabric should give becomes an incident."""
-        return {"incidents": plane.report_collective(body.findings, body.source, actor)}
+        return {"incidents": plane.report_collective(body.findings, body.source, actor(request))}
 
-    def _action(verb: str, name: str, actor: str) -> dict[str, Any]:
-        return {"node": name, "action": verb, "result": plane.node_action(actor, verb, name)}
+    def _action(verb: str, name: str, request: Request) -> dict[str, Any]:
+        return {"node": name, "action": verb, "result": plane.node_action(actor(request), verb, name)}
 
     @app.post("/api/v1/nodes/{name}/cordon")
-    def cordon(name: str, actor: str = Depends(require_token)) -> dict[str, Any]:
-        return _action("cordon", name, actor)
+    def cordon(name: str, request: Request) -> dict[str, Any]:
+        return _action("cordon", name, request)
 
     @app.post("/api/v1/nodes/{name}/uncordon")
-    def uncordon(name: str, actor: str = Depends(require_token)) -> dict[str, Any]:
-        return _action("uncordon", name, actor)
+    def uncordon(name: str, request: Request) -> dict[str, Any]:
+        return _action("uncordon", name, request)
 
     @app.post("/api/v1/nodes/{name}/drain")
-    def drain(name: str, actor: str = Depends(require_token)) -> dict[str, Any]:
-        return _action("drain", name, actor)
+    def drain(name: str, request: Request) -> dict[str, Any]:
+        return _action("drain", name, request)
 
     return app

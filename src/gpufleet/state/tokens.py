@@ -112,6 +112,8 @@ class TokenStore:
             "INSERT INTO tokens (id, name, role, secret_hash, created, created_by) VALUES (?, ?, ?, ?, ?, ?)",
             (id_, name, role.value, secret_hash(secret), now, created_by),
         )
+        with self._lock:
+            self._cache.pop(secret_hash(secret), None)
         return Token(id_, name, role, now, created_by, None, None)
 
     def authenticate(self, secret: str) -> Token | None:

@@ -1,0 +1,110 @@
+"""`gpufleet token create|list|revoke`: the API's bearer tokens, managed on the control plane's host (its state
+database), as `kubeadm token` is."""
+
+from __future__ import annotations
+
+import getpass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
+from gpufleet.control.paths import data_dir
+from gpufleet.errors import UserError
+from gpufleet.state.audit import AuditLog
+from gpufleet.state.tokens import Role, Token, TokenStore, write_secret
+
+token_app = typer.Typer(
+    help="API tokens and their roles: viewer (reads), operator (changes), admin (also tokens), agent (pushes).",
+    no_args_is_help=True,
+)
+
+STATE_HELP = "The control plane's state database (default: the SQLite file in $GPUFLEET_HOME)."
+
+
+def _store(state: str | None) -> TokenStore:
+    from gpufleet.state import open_state
+
+    if state is not None:
+        raise UserError("--state takes a PostgreSQL URL once that store is available", fix="drop --state")
+    return TokenStore(open_state(data_dir()))
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return ""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _row(token: Token) -> dict[str, object]:
+    return {
+        "id": token.id,
+        "name": token.name,
+        "role": token.role.value,
+        "created": _when(token.created),
+        "created_by": token.created_by,
+        "last_used": _when(token.last_used),
+        "revoked": _when(token.revoked),
+    }
+
+
+def _who() -> str:
+    try:
+        return f"local:{getpass.getuser()}"
+    except Exception:
+        return "local"
+
+
+@token_app.command("create")
+def create(
+    name: str = typer.Option(..., "--name", help="What the audit log will call its holder, e.g. ci-bot."),
+    role: Role = typer.Option(..., "--role", help="viewer, operator, admin or agent."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write the token to this file (mode 0600) instead of printing it."
+    ),
+    state: str | None = typer.Option(None, "--state", help=STATE_HELP),
+) -> None:
+    """Make a token; its secret is shown once (only a hash is kept)."""
+    store = _store(state)
+    token, secret = store.create(name, role.value, _who())
+    AuditLog(store.db).append(
+        actor=_who(), action="token-create", target=f"token/{token.name}", decision=f"created ({token.role.value})"
+    )
+    if out is not None:
+        write_secret(out, secret)
+        err_console.print(f"token {token.name} ({token.role.value}) written to {out}")
+        return
+    err_console.print(f"token {token.name} ({token.role.value}); it is shown only now:")
+    console.print(secret, markup=False, highlight=False)
+
+
+@token_app.command("list")
+def list_tokens(
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+    state: str | None = typer.Option(None, "--state", help=STATE_HELP),
+) -> None:
+    """Every token with its role and when it was last used (never its secret)."""
+    rows = [_row(t) for t in _store(state).list()]
+
+    def table(wide: bool) -> None:
+        cols = ["id", "name", "role", "created", "last_used", "revoked"] + (["created_by"] if wide else [])
+        console.print(make_table([c.upper() for c in cols], [[r[c] for c in cols] for r in rows]))
+
+    emit(rows, output, table)
+
+
+@token_app.command("revoke")
+def revoke(
+    name: str = typer.Argument(..., help="The token's name or id."),
+    state: str | None = typer.Option(None, "--state", help=STATE_HELP),
+) -> None:
+    """Stop a token working (within seconds on every control-plane replica); it stays listed."""
+    store = _store(state)
+    token = store.revoke(name)
+    AuditLog(store.db).append(actor=_who(), action="token-revoke", target=f"token/{token.name}", decision="revoked")
+    console.print(f"token {token.name} revoked", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(token_app, name="token")

@@ -1,0 +1,37 @@
+"""The control plane's API for tests: an app whose tokens the test chose, and an in-process client on loopback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from gpufleet.server.app import HealthCheck, create_app
+from gpufleet.state.tokens import TokenStore
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+LOOPBACK = ("127.0.0.1", 50000)
+
+
+def grant(plane: Any, secret: str = TOKEN, role: str = "admin", name: str | None = None) -> TokenStore:
+    """`secret` as a token of `role` in the plane's state database (once)."""
+    tokens = TokenStore(plane.db)
+    if tokens.authenticate(secret) is None:
+        name = name or role
+        if tokens.get(name, missing_ok=True) is not None:
+            name = f"{name}-{len(tokens.list())}"
+        tokens.adopt(name, role, secret, "test")
+    return tokens
+
+
+def app(plane: Any, checks: list[HealthCheck] | None = None, secret: str = TOKEN) -> FastAPI:
+    return create_app(plane, checks, tokens=grant(plane, secret))
+
+
+def client(
+    plane: Any, checks: list[HealthCheck] | None = None, secret: str = TOKEN, remote: str | None = None
+) -> TestClient:
+    """A client on loopback, or from the address `remote` (where reads need a token too)."""
+    return TestClient(app(plane, checks, secret), client=(remote, 50000) if remote else LOOPBACK)
