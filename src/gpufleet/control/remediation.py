@@ -42,12 +42,11 @@ RESUME_EVERY_S = 30.0  # cluster-clock seconds between two passes over paused ru
 
 
 def default_remediator(plane: Plane, dry_run: bool) -> Any:
-    from pathlib import Path
-
     from gpufleet.remediate import FileTicketSink, RemediationPolicy, RemediationStore, Remediator
 
     policy = RemediationPolicy.model_validate({"spec": {"dryRun": dry_run}})
-    tickets = FileTicketSink(Path(plane.db.path).parent / "tickets") if plane.db.path != ":memory:" else None
+    directory = plane.db.directory
+    tickets = FileTicketSink(directory / "tickets") if directory is not None else None
     return Remediator(plane.backend, RemediationStore(plane.db), policy=policy, tickets=tickets)
 
 

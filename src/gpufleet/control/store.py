@@ -73,13 +73,14 @@ class StateStore:
                 rows,
             )
             self.db.execute(
-                "INSERT INTO streams VALUES (?,?,?,?,?) ON CONFLICT(agent, incarnation) "
+                "INSERT INTO streams VALUES (?,?,?,?,?) ON CONFLICT (agent, incarnation) "
                 "DO UPDATE SET last_seq = excluded.last_seq, last_time = excluded.last_time, node = excluded.node",
                 (batch.agent, batch.incarnation, batch.node, last_seq, batch.sent),
             )
             if batch.inventory is not None:
                 self.db.execute(
-                    "INSERT OR REPLACE INTO inventory VALUES (?,?,?,?)",
+                    "INSERT INTO inventory VALUES (?,?,?,?) ON CONFLICT (node) "
+                    "DO UPDATE SET agent = excluded.agent, updated = excluded.updated, body = excluded.body",
                     (batch.node, batch.agent, received, _json.encode(batch.inventory).decode()),
                 )
 

@@ -83,7 +83,9 @@ class RemediationStore:
 
     def record_step(self, rec: StepRecord) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO remediation_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO remediation_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (incident, step, mode) "
+            "DO UPDATE SET action = excluded.action, target = excluded.target, outcome = excluded.outcome, "
+            "time = excluded.time, detail = excluded.detail",
             (rec.incident, rec.step, self.mode, rec.action, rec.target, rec.outcome, rec.time, rec.detail),
         )
 
@@ -144,7 +146,8 @@ class RemediationStore:
         if before is not None:
             return False
         self.db.execute(
-            "INSERT OR IGNORE INTO remediation_failures VALUES (?, ?, ?, ?)", (incident, self.mode, node, when)
+            "INSERT INTO remediation_failures VALUES (?, ?, ?, ?) ON CONFLICT (incident, mode) DO NOTHING",
+            (incident, self.mode, node, when),
         )
         return True
 
@@ -163,6 +166,7 @@ class RemediationStore:
 
     def set_breaker(self, tripped: bool, since: float, reason: str, changed_by: str) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO breaker VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO breaker VALUES (?, ?, ?, ?, ?) ON CONFLICT (mode) DO UPDATE SET state = excluded.state, "
+            "since = excluded.since, reason = excluded.reason, changed_by = excluded.changed_by",
             (self.mode, "tripped" if tripped else "closed", since, reason, changed_by),
         )

@@ -3,8 +3,8 @@ same actions at the same moments give the same cluster), then brought to the mom
 every action taken on it replayed. The checkpoint also holds its agents' stream positions, so their records go on
 from where the control plane's stopped: nothing is replayed into it, nothing is lost.
 
-The journal lives in the control plane's state database; a checkpoint is written in the same transaction as the
-batches of its moment.
+The journal lives in the control plane's state database (its tables are in state/schema.py); a checkpoint is
+written in the same transaction as the batches of its moment.
 """
 
 from __future__ import annotations
@@ -16,23 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.state import Database
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS twin_checkpoint (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    scenario TEXT NOT NULL,
-    time REAL NOT NULL,
-    incarnation TEXT NOT NULL,
-    agents TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS twin_actions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    scenario TEXT NOT NULL,
-    time REAL NOT NULL,
-    action TEXT NOT NULL,
-    args TEXT NOT NULL
-);
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +33,8 @@ def scenario_id(path: Path) -> str:
 
 class TwinJournal:
     def __init__(self, db: Database, scenario: str) -> None:
-        self.db = db
+        self.db = db  # its tables are in the state schema (state/schema.py)
         self.scenario = scenario
-        with db.transaction():
-            for statement in _DDL.split(";"):
-                if statement.strip():
-                    db.execute(statement)
 
     def load(self) -> tuple[Checkpoint | None, list[tuple[float, str, list[Any]]]]:
         """The last checkpoint and the actions to replay, if they belong to this scenario."""
@@ -75,7 +54,9 @@ class TwinJournal:
 
     def checkpoint(self, time: float, incarnation: str, agents: dict[str, dict[str, int]]) -> None:
         self.db.execute(
-            "INSERT OR REPLACE INTO twin_checkpoint VALUES (1, ?, ?, ?, ?)",
+            "INSERT INTO twin_checkpoint VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "scenario = excluded.scenario, time = excluded.time, incarnation = excluded.incarnation, "
+            "agents = excluded.agents",
             (self.scenario, time, incarnation, json.dumps(agents)),
         )
 

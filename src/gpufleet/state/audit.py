@@ -59,7 +59,7 @@ class AuditLog:
         clause, args = where({"incident": incident, "actor": actor})
         sql = f"SELECT {', '.join(COLUMNS)} FROM audit{clause}"
         if limit:
-            sql = f"SELECT * FROM ({sql} ORDER BY seq DESC LIMIT {int(limit)}) ORDER BY seq"
+            sql = f"SELECT * FROM ({sql} ORDER BY seq DESC LIMIT {int(limit)}) AS newest ORDER BY seq"
         else:
             sql += " ORDER BY seq"
         rows = self.db.query(sql, args)

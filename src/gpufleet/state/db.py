@@ -1,12 +1,19 @@
-"""The control plane's one state database (SQLite, the embedded default).
+"""The control plane's one state database: what it answers, and SQLite (the embedded default) answering it.
 
 One connection, one re-entrant lock: every thread (API handlers, ingest, the control loop, remediation) goes
-through it, so no SQLite object is ever used from a thread it was not made for. `transaction()` makes a block
-atomic: a batch is written whole or not at all, and a failed one leaves nothing behind for the next.
+through it, so no connection is ever used by two threads at once (nor SQLite's from a thread it was not made
+for). `transaction()` makes a block atomic: a batch is written whole or not at all, and a failed one leaves
+nothing behind for the next.
+
+Callers write SQL once for both engines: `?` placeholders, and `INSERT ... ON CONFLICT (...) DO UPDATE / DO
+NOTHING` rather than SQLite's `INSERT OR REPLACE / IGNORE`. `gpufleet.state.open_state` picks the engine: a data
+directory's SQLite file, or a PostgreSQL URL (state/postgres.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -15,41 +22,62 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import BackendError
-from gpufleet.state.schema import SCHEMA, SCHEMA_VERSION
 
 DB_NAME = "state.db"
 
 
 class Database:
-    def __init__(self, path: Path | str) -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(SCHEMA)
-        except sqlite3.Error as exc:
-            raise BackendError(
-                f"cannot open the state database {self.path}: {exc}",
-                fix="check that the data directory ($GPUFLEET_HOME) is writable and the file is a gpufleet database",
-            ) from None
+    """The interface every engine answers. `Database(path)` is the SQLite database at `path` (or ":memory:"), as
+    it always was; `open_state` also reaches PostgreSQL."""
+
+    dialect = ""
+    location = ""  # where the database is, for messages (never with a password)
+    directory: Path | None = None  # the data directory beside it (tickets and other files), if there is one
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Database:
+        return super().__new__(SQLiteDatabase if cls is Database else cls)
+
+    def __init__(self, path: Path | str = ":memory:") -> None:
         self._lock = threading.RLock()
         self._depth = 0
-        stored = self.get_meta("schema_version")
-        if stored is None:
-            self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif int(stored) > SCHEMA_VERSION:
-            raise BackendError(
-                f"{self.path} was written by a newer gpufleet (schema {stored}, this one reads {SCHEMA_VERSION})",
-                fix="upgrade gpufleet, or point $GPUFLEET_HOME at another directory",
-            )
+
+    # --- what each engine provides ----------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        raise NotImplementedError
+
+    def _commit(self) -> None:
+        raise NotImplementedError
+
+    def _rollback(self) -> None:
+        raise NotImplementedError
+
+    def lock_schema(self) -> None:
+        """Inside a transaction: keep other processes from migrating this database until it ends."""
+        raise NotImplementedError
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Run one statement. Returns the id of the row it inserted: SQLite gives it for any INSERT, PostgreSQL
+        when the statement ends in `RETURNING <id column>` (which SQLite also accepts); else 0."""
+        raise NotImplementedError
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def one(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        raise NotImplementedError
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        raise NotImplementedError
+
+    # --- the same on every engine -----------------------------------------------------------------------------
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -62,19 +90,81 @@ class Database:
                 finally:
                     self._depth -= 1
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin()
             self._depth = 1
             try:
                 yield
             except BaseException:
                 self._depth = 0
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
             self._depth = 0
-            self._db.execute("COMMIT")
+            self._commit()
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.one("SELECT value FROM meta WHERE key = ?", (key,))
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+
+class SQLiteDatabase(Database):
+    """One SQLite file (WAL; readable by its owner only), or one in memory."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: Path | str = ":memory:") -> None:
+        super().__init__()
+        self.path = self.location = str(path)
+        memory = self.path in (":memory:", "")
+        self.directory = None if memory else Path(self.path).parent
+        try:
+            if not memory:
+                _private_file(Path(self.path))
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+        except (sqlite3.Error, OSError) as exc:
+            raise BackendError(
+                f"cannot open the state database {self.path}: {exc}",
+                fix="check that the data directory ($GPUFLEET_HOME) is writable and the file is a gpufleet database",
+            ) from None
+        from gpufleet.state.migrations import migrate
+
+        try:
+            migrate(self)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise BackendError(
+                f"cannot read the state database {self.path}: {exc}",
+                fix="point $GPUFLEET_HOME at a gpufleet data directory (this file is not a gpufleet database)",
+            ) from None
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _begin(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        self._db.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        self._db.execute("ROLLBACK")
+
+    def lock_schema(self) -> None:
+        pass  # BEGIN IMMEDIATE already holds the file's write lock
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        """Run one statement; returns the row id it inserted (or 0)."""
         with self._lock:
             return self._db.execute(sql, args).lastrowid or 0
 
@@ -92,12 +182,16 @@ class Database:
             row: tuple[Any, ...] | None = self._db.execute(sql, args).fetchone()
             return row
 
-    def get_meta(self, key: str) -> str | None:
-        row = self.one("SELECT value FROM meta WHERE key = ?", (key,))
-        return None if row is None else str(row[0])
 
-    def set_meta(self, key: str, value: str) -> None:
-        self.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+def _private_file(path: Path) -> None:
+    """Create the database file readable by its owner only before SQLite opens it (SQLite gives its -wal and
+    -shm files the database file's mode), and take away others' access to one made before."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            if f.stat().st_mode & 0o077:
+                f.chmod(0o600)
 
 
 def where(filters: Mapping[str, Any], *conditions: str) -> tuple[str, list[Any]]:
@@ -115,8 +209,3 @@ def where(filters: Mapping[str, Any], *conditions: str) -> tuple[str, list[Any]]
             parts.append(f"{column} = ?")
             args.append(value)
     return (f" WHERE {' AND '.join(parts)}" if parts else ""), args
-
-
-def open_state(directory: Path) -> Database:
-    """The state database of a data directory ($GPUFLEET_HOME)."""
-    return Database(Path(directory) / DB_NAME)

@@ -18,7 +18,11 @@ class IncidentTable:
     def next_number(self) -> int:
         """The number after every incident id this database has ever given out."""
         stored = self.db.get_meta("incident_counter")  # kept as the next number to give
-        row = self.db.one("SELECT MAX(CAST(SUBSTR(id, 5) AS INTEGER)) FROM incidents WHERE id LIKE 'INC-%'")
+        # only ids that are INC- and digits (a file's incident may be named anything); 18 digits fit in 64 bits
+        row = self.db.one(
+            "SELECT MAX(CAST(SUBSTR(id, 5) AS BIGINT)) FROM incidents WHERE id LIKE 'INC-%' "
+            "AND LENGTH(id) BETWEEN 5 AND 22 AND TRIM(SUBSTR(id, 5), '0123456789') = ''"
+        )
         highest = int(row[0] or 0) if row else 0
         return max(int(stored or 1), highest + 1)
 
@@ -40,7 +44,13 @@ class IncidentTable:
             for b in bodies
         ]
         with self.db.transaction():
-            self.db.executemany("INSERT OR REPLACE INTO incidents VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+            self.db.executemany(
+                "INSERT INTO incidents VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET "
+                "cause = excluded.cause, entity = excluded.entity, node = excluded.node, severity = excluded.severity, "
+                "state = excluded.state, first_seen = excluded.first_seen, last_seen = excluded.last_seen, "
+                "count = excluded.count, body = excluded.body",
+                rows,
+            )
             if counter is not None:
                 self.db.set_meta("incident_counter", str(counter))
 

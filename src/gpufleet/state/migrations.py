@@ -1,0 +1,46 @@
+"""Bring a state database to this gpufleet's schema: the migrations it has not had, in order, in one transaction.
+
+Several servers may start against one PostgreSQL at once; the database's own lock (`Database.lock_schema`) makes
+the second wait for the first and then find nothing left to do. A database written by a newer gpufleet is refused
+rather than half-understood.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufleet.errors import BackendError
+from gpufleet.state.schema import META, MIGRATIONS, SCHEMA_VERSION, Migration
+
+if TYPE_CHECKING:
+    from gpufleet.state.db import Database
+
+
+def version(db: Database) -> int:
+    """The schema version the database is at (0 for a new one)."""
+    stored = db.get_meta("schema_version")
+    return int(stored) if stored is not None else 0
+
+
+def migrate(db: Database, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+    """Apply what the database lacks; returns the version it is at now."""
+    latest = len(migrations)
+    with db.transaction():
+        db.lock_schema()
+        db.execute(META)
+        current = version(db)
+        if current > latest:
+            raise BackendError(
+                f"{db.location} was written by a newer gpufleet (schema {current}, this one reads {latest})",
+                fix="upgrade gpufleet, or point it at another database",
+            )
+        if current == latest:
+            return current
+        for migration in migrations[current:]:
+            for statement in migration.sql(db.dialect):
+                db.execute(statement)
+        db.set_meta("schema_version", str(latest))
+    return latest
+
+
+__all__ = ["SCHEMA_VERSION", "migrate", "version"]
