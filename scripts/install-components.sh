@@ -14,6 +14,7 @@ prometheus: prometheus prometheus-alertmanager victoria-metrics
 chromium: chromium fonts-dejavu-core
 ib: ibsim-utils infiniband-diags opensm libumad2sim0 rdma-core
 slurm: slurm-wlm slurmd slurmctld slurmrestd slurm-client munge slurm-wlm-jwt-plugin
+postgresql: postgresql
 "
 
 group_packages() {
