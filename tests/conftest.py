@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from gpufleet.state import Database
+    from tests.pg import PostgresServer, StateTarget
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -33,9 +39,10 @@ def corpus(shared: Path) -> Path:
     return shared / "corpus"
 
 
-def require_tool(*names: str) -> None:
-    """Skip when a real external tool is missing; under CI=true a missing tool is a failure, not a skip."""
-    missing = [n for n in names if shutil.which(n) is None]
+def require_tool(*names: str, path: str | None = None) -> None:
+    """Skip when a real external tool is missing; under CI=true a missing tool is a failure, not a skip. `path`
+    searches there instead of $PATH."""
+    missing = [n for n in names if shutil.which(n, path=path) is None]
     if missing:
         msg = f"needs {', '.join(missing)} (installed by scripts/install-components.sh)"
         if IN_CI:
@@ -48,3 +55,42 @@ def make_twin():  # type: ignore[no-untyped-def]
     from tests.twins import small_twin
 
     return small_twin
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session (tests/pg.py)."""
+    from tests.pg import PostgresServer, require_postgres
+
+    server = PostgresServer(require_postgres())
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer) -> Iterator[str]:
+    """The URL of a new, empty database on the session's server, dropped after the test."""
+    url = postgres.create_database()
+    yield url
+    postgres.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.real)])
+def state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateTarget]:
+    """Where a state database lives, once on each engine: a data directory's SQLite file, or a fresh PostgreSQL
+    database. Whatever the test opened is closed after it."""
+    from tests.pg import StateTarget
+
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    target = StateTarget(tmp_path / "home", url)
+    yield target
+    target.close_all()
+
+
+@pytest.fixture
+def state_db(state: StateTarget) -> Database:
+    """The state database of `state`, open."""
+    return state.open()
