@@ -21,6 +21,7 @@ class MetricRecorder:
     def __init__(self, store: EmbeddedStore | RemoteStore) -> None:
         self.store = store
         self._ids: dict[tuple[tuple[str, str], ...], int] = {}
+        self._matrix_ids: dict[tuple[str, tuple[str, ...], tuple[str, ...]], np.ndarray] = {}
         self._failing = False
 
     def record(self, now: float, samples: Sequence[Sample]) -> None:
@@ -46,6 +47,32 @@ class MetricRecorder:
             if self._failing:
                 log.info("metric store answers again")
             self._failing = False
+
+    def record_matrix(
+        self, now: float, names: Sequence[str], node: str, gpus: Sequence[str], values: np.ndarray
+    ) -> None:
+        """One node's per-GPU series at once: `values[i, j]` is series `names[i]` of GPU `gpus[j]` (NaN: unknown,
+        not written)."""
+        values = values[:, : len(gpus)]
+        if isinstance(self.store, EmbeddedStore):
+            key = (node, tuple(names), tuple(gpus))
+            ids = self._matrix_ids.get(key)
+            if ids is None:
+                ids = np.array(
+                    [[self.store.series_id({"__name__": n, "node": node, "gpu": g}) for g in gpus] for n in names],
+                    dtype=np.int64,
+                )
+                self._matrix_ids[key] = ids
+            known = ~np.isnan(values)
+            self.store.write_ids(ids[known], now, values[known].astype(np.float64))
+            return
+        samples = [
+            ({"__name__": n, "node": node, "gpu": g}, float(values[i, j]))
+            for i, n in enumerate(names)
+            for j, g in enumerate(gpus)
+            if not np.isnan(values[i, j])
+        ]
+        self.record(now, samples)
 
     def range(self, series: str, start: float, end: float, step: float) -> list[RangeSeries]:
         return self.store.range(series, start, end, step)

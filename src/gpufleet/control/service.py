@@ -29,7 +29,7 @@ from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.model import Incident, IncidentState
 from gpufleet.model.observe import Ack, Batch, Finding, Record
-from gpufleet.remediate.backends.base import Cordons, Drains, RemediationBackend
+from gpufleet.remediate.backends.base import Cordons, Drains, RemediationBackend, RequeuesJobs, ResetsGpus
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
@@ -40,6 +40,7 @@ Clock = Callable[[], float]
 BACKEND_REFRESH_S = 5.0  # wall seconds between two reads of the backend's node states
 METRICS_FLUSH_S = 60.0
 RECORD_EVERY_S = 5.0
+RECORD_GPUS_EVERY_S = 30.0  # per-GPU timelines: a point every 30 s of cluster time is 480 over the dashboard's 4 h
 PRUNE_AFTER_S = 86_400.0  # resolved incidents leave memory (not the database) after a day
 
 # what the control plane records into the metric store: per node and for the fleet
@@ -52,6 +53,18 @@ FLEET_SERIES = (
     ("gpufleet_fleet_gpu_utilization_avg", "DCGM_FI_DEV_GPU_UTIL", "avg"),
     ("gpufleet_fleet_gpu_temp_max", "DCGM_FI_DEV_GPU_TEMP", "max"),
     ("gpufleet_fleet_power_watts", "DCGM_FI_DEV_POWER_USAGE", "sum"),
+)
+# per GPU, labelled node and gpu: what the GPU page draws
+GPU_SERIES = (
+    ("gpufleet_gpu_temp_c", "DCGM_FI_DEV_GPU_TEMP"),
+    ("gpufleet_gpu_power_w", "DCGM_FI_DEV_POWER_USAGE"),
+    ("gpufleet_gpu_sm_clock_mhz", "DCGM_FI_DEV_SM_CLOCK"),
+    ("gpufleet_gpu_util_pct", "DCGM_FI_DEV_GPU_UTIL"),
+    ("gpufleet_gpu_fb_used_mib", "DCGM_FI_DEV_FB_USED"),
+    ("gpufleet_gpu_clock_events", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    ("gpufleet_gpu_ecc_dbe_volatile", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    ("gpufleet_gpu_ecc_sbe_volatile", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    ("gpufleet_gpu_pcie_replays", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
 )
 _AGG = {"avg": lambda v: float(v.mean()), "max": lambda v: float(v.max()), "sum": lambda v: float(v.sum())}
 
@@ -99,6 +112,7 @@ class ControlPlane:
         self._metrics_flushed = time.monotonic()
         self._pruned_at = -np.inf
         self._recorded_at = -np.inf
+        self._gpus_recorded_at = -np.inf
         self.ticks = 0
         self.last_tick: float | None = None  # monotonic
         self.loop_error: str | None = None
@@ -233,6 +247,19 @@ class ControlPlane:
             if finite.size:
                 samples.append(({"__name__": name}, _AGG[op](finite)))
         self.metrics.record(now, samples)
+        if now - self._gpus_recorded_at >= RECORD_GPUS_EVERY_S:
+            self._gpus_recorded_at = now
+            for node in self.fleet.nodes.values():
+                if node.lost or node.gpu_matrix is None or node.metrics is None:
+                    continue
+                width = int(node.gpu_matrix.shape[1])
+                rows = np.full((len(GPU_SERIES), width), np.nan)
+                for i, (_, field) in enumerate(GPU_SERIES):
+                    row = node.gpu_row(field)
+                    if row.size == width:
+                        rows[i] = row
+                gpus = [str(g) for g in node.metrics.gpus]
+                self.metrics.record_matrix(now, [name for name, _ in GPU_SERIES], node.name, gpus, rows)
 
     def _flush_metrics(self) -> None:
         if self.metrics is not None and time.monotonic() - self._metrics_flushed > METRICS_FLUSH_S:
@@ -271,13 +298,18 @@ class ControlPlane:
         body["last_seen_ago_s"] = round(max(0.0, now - float(body["last_seen"])), 1)
         return body
 
-    def transition(self, incident_id: str, state: IncidentState, actor: str) -> Incident:
-        with self.lock:
-            if incident_id not in self.book.incidents and self.store.incidents.get(incident_id) is not None:
-                raise UserError(f"{incident_id} is resolved; it cannot change any more")
-            inc = self.book.transition(incident_id, state)
-            self._flush()
-        self.audit(actor, state.value, f"incident/{incident_id}", inc.state.value)
+    def transition(self, incident_id: str, state: IncidentState, actor: str, request: str = "") -> Incident:
+        target = f"incident/{incident_id}"
+        try:
+            with self.lock:
+                if incident_id not in self.book.incidents and self.store.incidents.get(incident_id) is not None:
+                    raise UserError(f"{incident_id} is resolved; it cannot change any more")
+                inc = self.book.transition(incident_id, state)
+                self._flush()
+        except Exception as exc:
+            self.audit(actor, state.value, target, f"failed: {exc}", request)
+            raise
+        self.audit(actor, state.value, target, inc.state.value, request)
         return inc
 
     def mitigated(self, incident_id: str) -> None:
@@ -299,33 +331,85 @@ class ControlPlane:
 
     # --- node actions (people, through the API) -------------------------------------------------------------------
 
-    def node_action(self, actor: str, verb: str, node: str, reason: str = "") -> str:
-        self.fleet.node(node)  # a node never heard of is a clear 404, not a backend error
+    def node_action(
+        self,
+        actor: str,
+        verb: str,
+        node: str,
+        reason: str = "",
+        *,
+        gpu: int | None = None,
+        dry_run: bool = False,
+        request: str = "",
+    ) -> str:
+        """A person's action on a node (cordon, uncordon, drain) or one of its GPUs (reset), through the backend.
+        With `dry_run`, everything is checked (the node, the GPU, that the backend can) and nothing is done."""
+        state = self.fleet.node(node)  # a node never heard of is a clear 404, not a backend error
+        target = f"node/{node}" if gpu is None else f"gpu/{node}/{gpu}"
+        if verb == "reset":
+            if gpu is None:
+                raise UserError("reset needs a GPU index", fix="POST /api/v1/nodes/NODE/gpus/INDEX/reset")
+            known = {g.index for g in state.inventory.gpus} if state.inventory else set()
+            if gpu not in known:
+                raise NotFoundError(f"{node} has no GPU {gpu}", fix=f"its GPUs: {sorted(known)}")
         why = reason or f"{verb} by {actor}"
+        backend = self.backend
+        act: Callable[[], str] | None = None
+        if verb == "cordon" and isinstance(backend, Cordons):
+            act = lambda: backend.cordon(node, why)  # noqa: E731
+        elif verb == "uncordon" and isinstance(backend, Cordons):
+            act = lambda: backend.uncordon(node)  # noqa: E731
+        elif verb == "drain" and isinstance(backend, Drains):
+            act = lambda: backend.drain(node, why)  # noqa: E731
+        elif verb == "reset" and isinstance(backend, ResetsGpus):
+            act = lambda: backend.reset_gpu(node, gpu)  # type: ignore[arg-type]  # noqa: E731
+        elif verb not in ("cordon", "uncordon", "drain", "reset"):
+            raise UserError(f"unknown action {verb!r}", fix="use cordon, uncordon, drain or reset")
+        return self._act(actor, verb, target, node, act, dry_run, request)
+
+    def job_action(
+        self, actor: str, verb: str, job: str, exclude: list[str], *, dry_run: bool = False, request: str = ""
+    ) -> str:
+        """Requeue a job (away from `exclude` nodes) through the backend."""
+        if verb != "requeue":
+            raise UserError(f"unknown action {verb!r}", fix="use requeue")
+        if not any(j.name == job for j in self.fleet.jobs()):
+            raise NotFoundError(f"no job {job}", fix="list them with `gpufleet get jobs`")
+        for name in exclude:
+            self.fleet.node(name)
+        backend = self.backend
+        act = (lambda: backend.requeue_job(job, exclude)) if isinstance(backend, RequeuesJobs) else None
+        return self._act(actor, verb, f"job/{job}", None, act, dry_run, request)
+
+    def _act(
+        self,
+        actor: str,
+        verb: str,
+        target: str,
+        node: str | None,
+        act: Callable[[], str] | None,
+        dry_run: bool,
+        request: str,
+    ) -> str:
         try:
-            backend = self.backend
-            if verb == "cordon" and isinstance(backend, Cordons):
-                result = backend.cordon(node, why)
-            elif verb == "uncordon" and isinstance(backend, Cordons):
-                result = backend.uncordon(node)
-            elif verb == "drain" and isinstance(backend, Drains):
-                result = backend.drain(node, why)
-            elif verb in ("cordon", "uncordon", "drain"):
-                raise backend.cannot(verb, node, "act on the node in its scheduler by hand")
-            else:
-                raise UserError(f"unknown action {verb!r}", fix="use cordon, uncordon or drain")
+            if act is None:
+                raise self.backend.cannot(verb, node or target, "do it in the cluster's scheduler by hand")
+            result = f"would {verb} {target}" if dry_run else act()
         except Exception as exc:
-            self.audit(actor, verb, f"node/{node}", f"failed: {exc}")
+            self.audit(actor, verb, target, f"failed: {exc}", request, dry_run=dry_run)
             raise
-        self.audit(actor, verb, f"node/{node}", result)
-        self.store.add_event(self.clock(), "action", f"node/{node}", f"{actor}: {result}", node)
-        self._refresh_backend(force=True)
+        self.audit(actor, verb, target, result, request, dry_run=dry_run)
+        if not dry_run:
+            self.store.add_event(self.clock(), "action", target, f"{actor}: {result}", node or "")
+            self._refresh_backend(force=True)
         return result
 
-    def audit(self, actor: str, action: str, target: str, result: str, request: str = "") -> None:
+    def audit(
+        self, actor: str, action: str, target: str, result: str, request: str = "", *, dry_run: bool = False
+    ) -> None:
         self.store.audit_log.append(
             time_=self.clock(), actor=actor, action=action, target=target, decision=result, request=request,
-            backend=self.backend.name,
+            backend=self.backend.name, dry_run=dry_run,
         )  # fmt: skip
 
     @property

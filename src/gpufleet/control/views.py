@@ -217,7 +217,7 @@ def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dic
     return body
 
 
-def summary(plane: ControlPlane) -> dict[str, Any]:
+def summary(plane: ControlPlane, with_history: bool = True) -> dict[str, Any]:
     """The dashboard's page: headline figures, the per-GPU grid, fleet history from the metric store, jobs,
     open incidents."""
     now = plane.clock()
@@ -285,7 +285,7 @@ def summary(plane: ControlPlane) -> dict[str, Any]:
             "remediation": plane.remediation.mode,
             "backend": plane.backend.name,
         }
-    body["history"] = history(plane, now)
+    body["history"] = history(plane, now) if with_history else []
     return body
 
 

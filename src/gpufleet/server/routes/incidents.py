@@ -1,0 +1,90 @@
+"""Incidents: list with filters and a cursor, detail with evidence, effects and the actions taken, and the changes
+people make (acknowledge, mitigate, resolve); findings of slow collectives reported by `nccl compare --report`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Body, Query, Request
+
+from gpufleet.control.service import ControlPlane
+from gpufleet.model import IncidentState
+from gpufleet.nccl.compare import CollectiveReport
+from gpufleet.server import schemas
+from gpufleet.server.routes.common import actor, described
+
+VERBS = {
+    "acknowledge": IncidentState.acknowledged,
+    "mitigate": IncidentState.mitigated,
+    "resolve": IncidentState.resolved,
+}
+ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+
+
+def router(plane: ControlPlane) -> APIRouter:
+    api = APIRouter(prefix="/api/v1", tags=["incidents"])
+
+    @api.get("/incidents", response_model=list[schemas.IncidentRow])
+    def incidents(
+        state: Literal["open", "acknowledged", "mitigated", "resolved"] | None = None,
+        node: str | None = Query(None, max_length=253),
+        severity: Literal["info", "warning", "critical"] | None = None,
+        cause: str | None = Query(None, max_length=64, description="A root cause, e.g. gpu-lost or ib-link-down."),
+        since: float | None = Query(
+            None, description="Only incidents seen after this time (epoch s): pass the newest `last_seen` you hold."
+        ),
+        limit: int = Query(500, ge=1, le=100_000),
+    ) -> list[dict[str, Any]]:
+        """Newest first."""
+        filtered = severity is not None or cause is not None or since is not None
+        rows = plane.incidents(state, node, 100_000 if filtered else limit)
+        if filtered:
+            rows = [
+                r
+                for r in rows
+                if (severity is None or r["severity"] == severity)
+                and (cause is None or r["cause"] == cause)
+                and (since is None or float(r["last_seen"]) > since)
+            ][:limit]
+        return rows
+
+    @api.get(
+        "/incidents/{incident_id}",
+        response_model=schemas.IncidentDetail,
+        responses={404: {"model": schemas.Problem}},
+    )
+    def incident(incident_id: str) -> dict[str, Any]:
+        """The incident with its evidence, what it caused, and every decision and action taken on it."""
+        body = plane.incident(incident_id)
+        body["actions"] = [e.as_dict() for e in plane.store.audit_log.entries(incident=incident_id, limit=500)]
+        body["actions"] += [
+            e.as_dict()
+            for e in plane.store.audit_log.entries(limit=500)
+            if e.target == f"incident/{incident_id}" and e.incident != incident_id
+        ]
+        body["actions"].sort(key=lambda a: a["seq"])
+        return body
+
+    @api.post(
+        "/incidents/{incident_id}/{verb}",
+        response_model=schemas.Transition,
+        responses={400: {"model": schemas.Problem}, 404: {"model": schemas.Problem}},
+    )
+    def transition(
+        incident_id: str,
+        verb: Literal["acknowledge", "mitigate", "resolve"],
+        request: Request,
+        note: schemas.Note | None = Body(None),
+    ) -> dict[str, Any]:
+        """Move an incident on: acknowledge (someone is on it), mitigate, or resolve."""
+        inc = plane.transition(
+            incident_id, VERBS[verb], actor(request), described(request, note.model_dump() if note else None)
+        )
+        return {"id": inc.id, "state": inc.state.value}
+
+    @api.post("/nccl-findings", response_model=schemas.CollectiveResult, tags=["collectives"])
+    def nccl_findings(body: CollectiveReport, request: Request) -> dict[str, Any]:
+        """`gpufleet nccl compare --report`: a run slower than the fabric should give becomes an incident."""
+        return {"incidents": plane.report_collective(body.findings, body.source, actor(request))}
+
+    return api

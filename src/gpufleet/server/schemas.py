@@ -1,0 +1,281 @@
+"""The API's response shapes, so `/openapi.json` describes every field a client reads.
+
+They mirror what `control/views.py` builds (one shape for the API, the CLI and the dashboard); a field added there
+and not here is dropped from the answer, and the API tests compare the two.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Shape(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Problem(Shape):
+    error: str = Field(description="What is wrong.")
+    fix: str | None = Field(None, description="What to do about it.")
+
+
+class Health(Shape):
+    status: Literal["ok", "unhealthy"]
+    problems: list[str]
+    time: float = Field(description="The control plane's clock (epoch seconds; the twin's clock under `up`).")
+    nodes: int
+    batches: int = Field(description="Agent batches taken since start.")
+    ticks: int = Field(description="Control-loop turns since start.")
+    remediation: str
+    backend: str
+    leader: bool = Field(True, description="Whether this replica runs correlation and remediation.")
+
+
+class GpuRow(Shape):
+    node: str
+    gpu: int
+    uuid: str
+    serial: str
+    pci_bus_id: str
+    model: str
+    health: Literal["healthy", "degraded", "unhealthy", "lost", "unknown"]
+    util_pct: float | None
+    temp_c: float | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    fb_used_mib: float | None
+    clock_events: list[str] = Field(description="Active clock-event (throttle) reasons, by NVML's names.")
+    ecc_dbe_volatile: float | None
+    pcie: str = Field(description="Current PCIe link, e.g. gen5 x16.")
+    xid_last: float | None
+    held_by: str | None = Field(description="The workload holding the GPU, if any.")
+
+
+class NodeRow(Shape):
+    name: str
+    status: str = Field(description="Ready or AgentLost, with SchedulingDisabled when cordoned.")
+    pool: str
+    rack: str
+    gpu_model: str | None
+    gpus: int
+    gpus_allocatable: int = Field(description="GPUs healthy or degraded (capacity minus the failed).")
+    gpu_util_pct: float | None
+    gpu_temp_max_c: float | None
+    power_kw: float
+    links_up: str
+    jobs: list[str]
+    driver: str
+    cuda: str
+    agent: str
+    last_seen_ago_s: float | None
+
+
+class Condition(Shape):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+
+
+class Nic(Shape):
+    name: str
+    port: int
+    rail: int | None
+    guid: str
+    state: Literal["Active", "Down"]
+    speed_gbps: float | None
+    peer: str | None
+    symbol_errors: float | None
+    link_downed: float | None
+    rcv_errors: float | None
+
+
+class EntityRef(Shape):
+    kind: str
+    node: str
+    index: int | None
+    name: str
+
+
+class Evidence(Shape):
+    time: float
+    source: str
+    text: str
+
+
+class IncidentRow(Shape):
+    id: str
+    cause: str
+    entity: EntityRef
+    node: str
+    severity: Literal["info", "warning", "critical"]
+    summary: str
+    first_seen: float
+    last_seen: float
+    state: Literal["open", "acknowledged", "mitigated", "resolved"]
+    count: int
+    evidence: list[Evidence]
+    effects: list[str] = Field(description="What it caused: jobs stalled, GPUs lost from allocatable, ...")
+    action: str = Field(description="The action the detector recommends (NVIDIA's, for an Xid).")
+    xid: int | None
+    serial: str | None
+    age_s: float
+    last_seen_ago_s: float
+
+
+class Software(Shape):
+    driver: str
+    cuda: str
+    kernel: str
+    fabric_manager: str
+
+
+class NodeDetail(Shape):
+    name: str
+    agent: str
+    status: str
+    labels: dict[str, str]
+    conditions: list[Condition]
+    software: Software
+    gpus: list[GpuRow]
+    nics: list[Nic]
+    incidents: list[IncidentRow]
+    kernel_log: list[str] = Field(description="The node's latest kernel-log GPU reports, as the driver printed them.")
+
+
+class JobRow(Shape):
+    name: str
+    state: Literal["Running", "Stalled"]
+    nodes: int
+    ranks: int
+    step: int
+    step_time_s: float
+    last_step_age_s: float
+    restarts: int
+    cause: str | None = Field(description="The open incident that stalled it, if known.")
+    node_list: list[str]
+
+
+class EventRow(Shape):
+    id: int = Field(description="Cursor: pass it as `before` (older) or `after` (newer).")
+    agent: str
+    seq: int
+    time: float
+    received: float
+    node: str
+    kind: str
+    entity: str
+    message: str
+    attrs: dict[str, Any]
+
+
+class AuditRow(Shape):
+    seq: int
+    time: float
+    recorded: float
+    actor: str = Field(description="The token's name, `anonymous`, or `remediation`.")
+    action: str
+    target: str
+    decision: str
+    reason: str
+    incident: str
+    cause: str
+    runbook: str
+    step: str
+    dry_run: bool
+    backend: str
+    request: str
+
+
+class AgentRow(Shape):
+    agent: str
+    incarnation: str
+    node: str
+    last_seq: int
+    last_time: float
+
+
+class GridRow(Shape):
+    node: str
+    status: str
+    cordoned: bool
+    util: list[int | None]
+    temp: list[int | None]
+    throttled: list[bool]
+    allocated: list[bool]
+
+
+class HistoryPoint(Shape):
+    t: float
+    util: float | None = None
+    temp: float | None = None
+    power: float | None = Field(None, description="Fleet power in kW.")
+
+
+class Summary(Shape):
+    time: float
+    nodes: int
+    nodes_lost: int
+    gpus: int
+    gpus_lost: int
+    gpus_throttled: int
+    gpus_idle_held: int
+    util_mean: float
+    temp_max: float | None
+    power_kw: float
+    jobs: dict[str, int]
+    links_down: int
+    incidents_open: int
+    incidents_critical: int
+    grid: list[GridRow]
+    job_rows: list[JobRow]
+    incidents: list[IncidentRow]
+    remediation: str
+    backend: str
+    history: list[HistoryPoint]
+
+
+class Transition(Shape):
+    id: str
+    state: str
+
+
+class ActionResult(Shape):
+    target: str = Field(description="node/NAME, gpu/NODE/INDEX or job/NAME.")
+    action: str
+    result: str
+    dry_run: bool = False
+
+
+class CollectiveResult(Shape):
+    incidents: list[str]
+
+
+class Sample(Shape):
+    labels: dict[str, str]
+    time: float
+    value: float | None
+
+
+class Range(Shape):
+    labels: dict[str, str]
+    points: list[tuple[float, float | None]] = Field(description="[time, value] pairs.")
+
+
+class IncidentDetail(IncidentRow):
+    actions: list[AuditRow] = Field(description="Remediation decisions and people's changes, oldest first.")
+
+
+class Note(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    note: str = Field("", max_length=2000, description="Why, for the audit log.")
+
+
+class ActionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dryRun: bool = Field(False, description="Check everything (node, GPU, backend capability) and change nothing.")
+    reason: str = Field("", max_length=500, description="Why, for the audit log and the scheduler's reason field.")
+
+
+class RequeueRequest(ActionRequest):
+    exclude: list[str] = Field(default_factory=list, max_length=1000, description="Nodes the job must not return to.")
