@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -185,3 +186,33 @@ def test_the_stream_sends_summary_and_replays_events(served: str, plane: Any) ->
     kinds = [k for k, _ in frames]
     assert kinds[0] == "summary" and '"gpus":24' in frames[0][1]
     assert "event" in kinds
+
+
+def test_the_fabric_names_each_link_its_switch_and_its_incident(tmp_path: Path) -> None:
+    twin = small_twin(faults=[InjectedFault(0, FaultType.link_down, 30.0, node="n-001", rail=2)])
+    plane, fleet = door(twin, db=Database(tmp_path / "state.db"))
+    run_headless(twin, fleet, plane.ingest, plane.tick, 120)
+    client = apiclient.client(plane)
+    fabric = client.get("/api/v1/fabric").json()
+    assert len(fabric["links"]) == 24 and len(fabric["switches"]) == 8
+    (down,) = [link for link in fabric["links"] if link["state"] == "Down"]
+    assert (down["node"], down["hca"], down["switch"], down["severity"]) == (
+        "n-001",
+        "mlx5_2",
+        "leaf-su1-r2",
+        "critical",
+    )
+    assert down["incident"] and down["link_downed"] == 1
+    leaf = next(s for s in fabric["switches"] if s["name"] == "leaf-su1-r2")
+    assert (leaf["links"], leaf["down"]) == (3, 1)
+    now = plane.clock()
+    counters = client.get(
+        "/api/v1/metrics/range",
+        params={
+            "series": 'gpufleet_port_link_downed{node="n-001",port="mlx5_2/1"}',
+            "start": now - 120,
+            "end": now,
+            "step": 30,
+        },
+    ).json()
+    assert counters and max(v for _, v in counters[0]["points"]) == 1

@@ -84,12 +84,17 @@ def _metrics(home: Path, url: str | None) -> Any:
 
 
 def real_plane(
-    home: Path, backend: BackendName, remediation: Mode, diag_command: str | None, metrics: str | None = None
+    home: Path,
+    backend: BackendName,
+    remediation: Mode,
+    diag_command: str | None,
+    metrics: str | None = None,
+    state: str | None = None,
 ) -> Running:
     from gpufleet.control.service import ControlPlane
     from gpufleet.state import open_state
 
-    db = open_state(home)
+    db = open_state(home, state)
     holder: dict[str, Any] = {}
     if backend is BackendName.slurm:
         from gpufleet.integrations.slurm.remediation import SlurmBackend
@@ -111,7 +116,12 @@ def real_plane(
 
 
 def twin_plane(
-    home: Path, scenario: Path | None, remediation: Mode, speed: float, metrics: str | None = None
+    home: Path,
+    scenario: Path | None,
+    remediation: Mode,
+    speed: float,
+    metrics: str | None = None,
+    state: str | None = None,
 ) -> Running:
     """The twin's nodes as agents of an in-process control plane; `scenario` defaults to the built-in 256-GPU day."""
     from gpufleet.cli.core import builtin_example
@@ -128,7 +138,7 @@ def twin_plane(
         raise UserError("--speed must be positive")
     scenario = scenario or builtin_example("scenarios/day-256gpu.yaml")
     twin, _ = build_twin(scenario)
-    db = open_state(home)
+    db = open_state(home, state)
     journal = TwinJournal(db, scenario_id(scenario))
     lock = threading.RLock()
     backend = TwinBackend(twin, lock, journal)
@@ -242,13 +252,17 @@ def _banner(
         f"dashboard {url}\n"
         f"API       {url}api/v1/nodes   (agents push to {url}api/v1/ingest)\n"
         f"{running.describe}\n"
-        f"state     {home / 'state.db'} ({len(running.plane.book.incidents)} incidents kept)\n"
+        f"state     {running.plane.db.location} ({len(running.plane.book.incidents)} incidents kept)\n"
         f"token     {home / 'token'} (admin; `gpufleet token create --role viewer|operator|agent` for others)\n"
         f"health    detection on; remediation {remediation.value} through the {running.plane.backend.name} backend\n"
         "try       gpufleet get nodes   |   gpufleet get incidents   |   Ctrl-C to stop"
     )
 
 
+STATE_HELP = (
+    "Keep state in this PostgreSQL database (postgresql://user@host/db; several replicas may share it) instead "
+    "of the SQLite file in $GPUFLEET_HOME. Also $GPUFLEET_STATE."
+)
 REMEDIATE_HELP = "off, dry-run (decide and audit with the same safety checks, change nothing) or on (act)."
 
 
@@ -271,6 +285,7 @@ def server(
         "instead of the embedded store.",
     ),
     run_for: str | None = typer.Option(None, "--run-for", help="Stop after this much wall time (e.g. 30s)."),
+    state: str | None = typer.Option(None, "--state", envvar="GPUFLEET_STATE", help=STATE_HELP),
     tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Serve HTTPS with this PEM certificate."),
     tls_key: Path | None = typer.Option(None, "--tls-key", help="The certificate's PEM private key."),
 ) -> None:
@@ -279,11 +294,11 @@ def server(
     tls = Tls(tls_cert, tls_key)
     home = data_dir()
     if backend is BackendName.twin:
-        running = twin_plane(home, scenario, remediate, speed, metrics)
+        running = twin_plane(home, scenario, remediate, speed, metrics, state)
     else:
         if scenario is not None:
             raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
-        running = real_plane(home, backend, remediate, diag_command, metrics)
+        running = real_plane(home, backend, remediate, diag_command, metrics, state)
     serve(
         running,
         host,
@@ -305,12 +320,13 @@ def up(
         None, "--run-for", help="Stop after this much wall time (e.g. 30s); default runs until Ctrl-C."
     ),
     remediate: Mode = typer.Option(Mode.dry_run, "--remediate", help=REMEDIATE_HELP),
+    state: str | None = typer.Option(None, "--state", envvar="GPUFLEET_STATE", help=STATE_HELP),
 ) -> None:
     """Start the embedded default: the control plane, the digital twin's nodes as agents behind the same door, and
     the dashboard on 127.0.0.1."""
     _logging()
     home = data_dir()
-    running = twin_plane(home, scenario, remediate, speed)
+    running = twin_plane(home, scenario, remediate, speed, state=state)
     serve(running, host, port, run_for, lambda bound: _banner("gpufleet is up", host, bound, running, home, remediate))
 
 

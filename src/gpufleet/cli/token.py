@@ -4,6 +4,7 @@ database), as `kubeadm token` is."""
 from __future__ import annotations
 
 import getpass
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,7 +12,6 @@ import typer
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
 from gpufleet.control.paths import data_dir
-from gpufleet.errors import UserError
 from gpufleet.state.audit import AuditLog
 from gpufleet.state.tokens import Role, Token, TokenStore, write_secret
 
@@ -20,15 +20,16 @@ token_app = typer.Typer(
     no_args_is_help=True,
 )
 
-STATE_HELP = "The control plane's state database (default: the SQLite file in $GPUFLEET_HOME)."
+STATE_HELP = (
+    "The control plane's state database: a postgresql:// URL, or $GPUFLEET_STATE; default the SQLite file in "
+    "$GPUFLEET_HOME."
+)
 
 
 def _store(state: str | None) -> TokenStore:
     from gpufleet.state import open_state
 
-    if state is not None:
-        raise UserError("--state takes a PostgreSQL URL once that store is available", fix="drop --state")
-    return TokenStore(open_state(data_dir()))
+    return TokenStore(open_state(data_dir(), state or os.environ.get("GPUFLEET_STATE")))
 
 
 def _when(t: float | None) -> str:

@@ -49,17 +49,23 @@ class MetricRecorder:
             self._failing = False
 
     def record_matrix(
-        self, now: float, names: Sequence[str], node: str, gpus: Sequence[str], values: np.ndarray
+        self,
+        now: float,
+        names: Sequence[str],
+        node: str,
+        gpus: Sequence[str],
+        values: np.ndarray,
+        label: str = "gpu",
     ) -> None:
-        """One node's per-GPU series at once: `values[i, j]` is series `names[i]` of GPU `gpus[j]` (NaN: unknown,
-        not written)."""
+        """One node's per-device series at once: `values[i, j]` is series `names[i]` of device `gpus[j]` (a GPU
+        index, or a port with `label="port"`); NaN is unknown and not written."""
         values = values[:, : len(gpus)]
         if isinstance(self.store, EmbeddedStore):
             key = (node, tuple(names), tuple(gpus))
             ids = self._matrix_ids.get(key)
             if ids is None:
                 ids = np.array(
-                    [[self.store.series_id({"__name__": n, "node": node, "gpu": g}) for g in gpus] for n in names],
+                    [[self.store.series_id({"__name__": n, "node": node, label: g}) for g in gpus] for n in names],
                     dtype=np.int64,
                 )
                 self._matrix_ids[key] = ids
@@ -67,7 +73,7 @@ class MetricRecorder:
             self.store.write_ids(ids[known], now, values[known].astype(np.float64))
             return
         samples = [
-            ({"__name__": n, "node": node, "gpu": g}, float(values[i, j]))
+            ({"__name__": n, "node": node, label: g}, float(values[i, j]))
             for i, n in enumerate(names)
             for j, g in enumerate(gpus)
             if not np.isnan(values[i, j])

@@ -66,6 +66,13 @@ GPU_SERIES = (
     ("gpufleet_gpu_ecc_sbe_volatile", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
     ("gpufleet_gpu_pcie_replays", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
 )
+# per HCA port, labelled node and port (hca/port): a link's counters over time
+PORT_SERIES = (
+    ("gpufleet_port_symbol_errors", "infiniband_port_symbol_errors_total"),
+    ("gpufleet_port_link_downed", "infiniband_port_link_downed_total"),
+    ("gpufleet_port_rcv_errors", "infiniband_port_receive_errors_total"),
+    ("gpufleet_port_xmit_discards", "infiniband_port_transmit_discards_total"),
+)
 _AGG = {"avg": lambda v: float(v.mean()), "max": lambda v: float(v.max()), "sum": lambda v: float(v.sum())}
 
 
@@ -260,6 +267,15 @@ class ControlPlane:
                         rows[i] = row
                 gpus = [str(g) for g in node.metrics.gpus]
                 self.metrics.record_matrix(now, [name for name, _ in GPU_SERIES], node.name, gpus, rows)
+                if node.port_matrix is not None and node.metrics.ports:
+                    ports = list(node.metrics.ports)
+                    counters = np.full((len(PORT_SERIES), len(ports)), np.nan)
+                    for i, (_, field) in enumerate(PORT_SERIES):
+                        at = node.port_field_index.get(field)
+                        if at is not None:
+                            counters[i] = node.port_matrix[at, : len(ports)]
+                    names = [name for name, _ in PORT_SERIES]
+                    self.metrics.record_matrix(now, names, node.name, ports, counters, label="port")
 
     def _flush_metrics(self) -> None:
         if self.metrics is not None and time.monotonic() - self._metrics_flushed > METRICS_FLUSH_S:

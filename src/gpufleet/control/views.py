@@ -308,5 +308,56 @@ def history(plane: ControlPlane, now: float) -> list[dict[str, Any]]:
     return [columns[t] for t in sorted(columns)]
 
 
+PORT_COUNTERS = (
+    ("symbol_errors", "infiniband_port_symbol_errors_total"),
+    ("link_downed", "infiniband_port_link_downed_total"),
+    ("rcv_errors", "infiniband_port_receive_errors_total"),
+)
+
+
+def fabric(plane: ControlPlane) -> dict[str, Any]:
+    """Every HCA port the agents reported, the switch at its other end, its state and error counters, and the open
+    incident on it; switches with how many of their links are down or erring."""
+    rank = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
+    with plane.lock:
+        on_port: dict[tuple[str, str, int | None], tuple[str, Severity]] = {}
+        for inc in plane.book.open_incidents():
+            e = inc.entity
+            if e.kind is EntityKind.port and e.node:
+                key = (e.node, e.name, e.index)
+                if key not in on_port or rank[inc.severity] > rank[on_port[key][1]]:
+                    on_port[key] = (inc.id, inc.severity)
+        links = []
+        for node in sorted(plane.fleet.nodes.values(), key=lambda n: n.name):
+            for p in node.inventory.ports if node.inventory else []:
+                counters = {k: _num(node.port_value(series, p.name), 0) for k, series in PORT_COUNTERS}
+                incident = on_port.get((node.name, p.hca, p.port))
+                links.append(
+                    {
+                        "node": node.name,
+                        "hca": p.hca,
+                        "port": p.port,
+                        "rail": p.rail,
+                        "guid": p.guid,
+                        "switch": p.peer or None,
+                        "state": "Unknown" if node.lost else "Active" if node.ports_up.get(p.name, True) else "Down",
+                        "speed_gbps": p.rate_gbps,
+                        **counters,
+                        "incident": incident[0] if incident else None,
+                        "severity": incident[1].value if incident else None,
+                    }
+                )
+    switches: dict[str, dict[str, Any]] = {}
+    for link in links:
+        peer = link["switch"]
+        if not isinstance(peer, str):
+            continue
+        sw = switches.setdefault(peer, {"name": peer, "links": 0, "down": 0, "erring": 0})
+        sw["links"] += 1
+        sw["down"] += link["state"] == "Down"
+        sw["erring"] += bool(link["symbol_errors"] or link["rcv_errors"] or link["link_downed"])
+    return {"switches": sorted(switches.values(), key=lambda s: s["name"]), "links": links}
+
+
 def incident_states() -> list[str]:
     return [s.value for s in IncidentState]

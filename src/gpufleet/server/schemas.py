@@ -279,3 +279,31 @@ class ActionRequest(BaseModel):
 
 class RequeueRequest(ActionRequest):
     exclude: list[str] = Field(default_factory=list, max_length=1000, description="Nodes the job must not return to.")
+
+
+class Link(Shape):
+    node: str
+    hca: str
+    port: int
+    rail: str
+    guid: str
+    switch: str | None = Field(description="The switch at the other end, when known.")
+    state: Literal["Active", "Down", "Unknown"]
+    speed_gbps: float | None
+    symbol_errors: float | None
+    link_downed: float | None
+    rcv_errors: float | None
+    incident: str | None = Field(description="The worst open incident on this port.")
+    severity: Literal["info", "warning", "critical"] | None
+
+
+class Switch(Shape):
+    name: str
+    links: int
+    down: int
+    erring: int = Field(description="Links with symbol, receive or link-downed errors counted.")
+
+
+class Fabric(Shape):
+    switches: list[Switch]
+    links: list[Link]

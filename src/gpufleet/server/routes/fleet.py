@@ -41,6 +41,11 @@ def router(plane: ControlPlane) -> APIRouter:
     def jobs() -> list[dict[str, Any]]:
         return views.job_rows(plane)
 
+    @api.get("/fabric", response_model=schemas.Fabric)
+    def fabric() -> dict[str, Any]:
+        """HCA ports and the switches they reach: state, error counters, open incidents."""
+        return views.fabric(plane)
+
     @api.get("/agents", response_model=list[schemas.AgentRow])
     def agents() -> list[dict[str, Any]]:
         streams = plane.store.streams()
