@@ -15,13 +15,9 @@ from gpufleet.control.service import ControlPlane
 from gpufleet.errors import BackendError
 from gpufleet.model import Entity, EntityKind, IncidentState, RootCause, Severity
 from gpufleet.model.observe import (
-    SCHEMA_VERSION,
-    Batch,
     Finding,
-    GpuInfo,
     KernelReport,
     MetricSnapshot,
-    NodeInventory,
     Record,
 )
 from gpufleet.model.wire import WireError, decode_batch, encode
@@ -30,48 +26,14 @@ from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
 from gpufleet.state import Database
+from tests.control.helpers import T0, Clock, batch, inventory, lost_gpu, plane_at
+from tests.pg import StateTarget
 from tests.twins import door, small_twin
 
-T0 = 1_800_000_000.0
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def plane_at(db: Database, clock: Clock, remediation: str = "off") -> ControlPlane:
-    holder: dict[str, ControlPlane] = {}
-    backend = ObserveOnlyBackend(lambda: sorted(holder["p"].fleet.nodes))
-    plane = ControlPlane(db, backend, clock=clock, remediation=remediation)
-    holder["p"] = plane
-    return plane
-
-
-def lost_gpu(node: str, when: float, gpu: int = 3) -> Finding:
-    return Finding(
-        when, RootCause.gpu_lost, Entity(EntityKind.gpu, node, gpu), Severity.critical,
-        f"Xid 79 on gpu/{node}/{gpu}", "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "kmsg",
-        action="RESTART_BM", xid=79,
-    )  # fmt: skip
-
-
-def batch(node: str, records: list[Record], incarnation: str = "inc-1", when: float = T0, **kw: Any) -> Batch:
-    return Batch(v=SCHEMA_VERSION, agent=node, incarnation=incarnation, node=node, sent=when, records=records, **kw)
-
-
-def inventory(node: str) -> NodeInventory:
-    return NodeInventory(
-        hostname=node, driver="550.90.07", cuda="12.4", gpus=[GpuInfo(i, f"GPU-{i}", "H100") for i in range(8)]
-    )
-
-
-def test_a_record_is_stored_once_however_often_it_is_sent(tmp_path: Path) -> None:
+def test_a_record_is_stored_once_however_often_it_is_sent(state_db: Database) -> None:
     clock = Clock()
-    plane = plane_at(Database(tmp_path / "s.db"), clock)
+    plane = plane_at(state_db, clock)
     report = KernelReport(T0, "a", "xid", "Xid 79", "NVRM: Xid (PCI:0000:3b:00): 79, ...", gpu=3, xid=79)
     records = [Record(1, report), Record(2, lost_gpu("a", T0))]
     first = plane.ingest(batch("a", records, inventory=inventory("a")))
@@ -83,8 +45,8 @@ def test_a_record_is_stored_once_however_often_it_is_sent(tmp_path: Path) -> Non
     assert plane.book.incidents["INC-000001"].count == 1
 
 
-def test_a_new_spool_is_a_new_stream_and_nothing_of_it_is_dropped(tmp_path: Path) -> None:
-    plane = plane_at(Database(tmp_path / "s.db"), Clock())
+def test_a_new_spool_is_a_new_stream_and_nothing_of_it_is_dropped(state_db: Database) -> None:
+    plane = plane_at(state_db, Clock())
     plane.ingest(batch("a", [Record(k, lost_gpu("a", T0, gpu=k % 8)) for k in range(1, 16)]))
     # the agent's data folder was lost: its new spool starts again at 1, under a new incarnation
     ack = plane.ingest(batch("a", [Record(k, lost_gpu("a", T0 + 5, gpu=k % 8)) for k in range(1, 16)], "inc-2"))
@@ -92,8 +54,8 @@ def test_a_new_spool_is_a_new_stream_and_nothing_of_it_is_dropped(tmp_path: Path
     assert plane.store.count_events(agent="a") == 30
 
 
-def test_out_of_range_sequence_numbers_are_refused_before_anything_is_written(tmp_path: Path) -> None:
-    plane = plane_at(Database(tmp_path / "s.db"), Clock())
+def test_out_of_range_sequence_numbers_are_refused_before_anything_is_written(state_db: Database) -> None:
+    plane = plane_at(state_db, Clock())
     body = encode(batch("a", [Record(1, lost_gpu("a", T0))])).replace(b'"seq":1', b'"seq":9223372036854775808')
     with pytest.raises(WireError, match="seq"):
         decode_batch(body)
@@ -101,8 +63,8 @@ def test_out_of_range_sequence_numbers_are_refused_before_anything_is_written(tm
     assert ok.stored == 1 and plane.health().healthy
 
 
-def test_a_failed_batch_leaves_nothing_behind_and_the_next_one_is_taken(tmp_path: Path, monkeypatch: Any) -> None:
-    plane = plane_at(Database(tmp_path / "s.db"), Clock())
+def test_a_failed_batch_leaves_nothing_behind_and_the_next_one_is_taken(state_db: Database, monkeypatch: Any) -> None:
+    plane = plane_at(state_db, Clock())
     real = plane.store.store_batch
 
     def broken(*args: Any, **kw: Any) -> None:
@@ -125,12 +87,11 @@ def test_a_failed_batch_leaves_nothing_behind_and_the_next_one_is_taken(tmp_path
     assert [i.cause for i in plane.book.incidents.values()] == [RootCause.gpu_lost]
 
 
-def test_incident_ids_are_unique_for_the_life_of_the_database(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    plane = plane_at(Database(path), Clock())
+def test_incident_ids_are_unique_for_the_life_of_the_database(state: StateTarget) -> None:
+    plane = plane_at(state.open(), Clock())
     plane.ingest(batch("a", [Record(1, lost_gpu("a", T0))]))
     plane.db.close()
-    again = plane_at(Database(path), Clock())
+    again = plane_at(state.open(), Clock())
     assert again.book.incidents["INC-000001"].cause is RootCause.gpu_lost  # reloaded
     again.ingest(batch("a", [Record(2, lost_gpu("a", T0 + 1))]))  # the same fault: deduplicated after a restart
     again.ingest(batch("b", [Record(1, lost_gpu("b", T0 + 2))]))
@@ -139,11 +100,11 @@ def test_incident_ids_are_unique_for_the_life_of_the_database(tmp_path: Path) ->
     assert again.incident("INC-000001")["cause"] == "gpu-lost"
 
 
-def test_a_silent_agent_marks_its_node_agent_lost(tmp_path: Path) -> None:
+def test_a_silent_agent_marks_its_node_agent_lost(state_db: Database) -> None:
     from gpufleet.control import views
 
     clock = Clock()
-    plane = plane_at(Database(tmp_path / "s.db"), clock)
+    plane = plane_at(state_db, clock)
     plane.ingest(batch("a", [], inventory=inventory("a"), interval=1.0))
     clock.now += 2.0
     plane.tick()
@@ -156,9 +117,9 @@ def test_a_silent_agent_marks_its_node_agent_lost(tmp_path: Path) -> None:
     assert views.node_rows(plane)[0]["status"] == "Ready"
 
 
-def test_a_condition_that_clears_resolves_after_its_hold_but_a_reported_fault_stays_open(tmp_path: Path) -> None:
+def test_a_condition_that_clears_resolves_after_its_hold_but_a_reported_fault_stays_open(state_db: Database) -> None:
     clock = Clock()
-    plane = plane_at(Database(tmp_path / "s.db"), clock)
+    plane = plane_at(state_db, clock)
     brake = Finding(T0, RootCause.power_brake, Entity(EntityKind.gpu, "a", 0), Severity.warning, "power brake",
                     "asserted 3 s", "telemetry", action="CHECK_MECHANICALS")  # fmt: skip
     plane.ingest(batch("a", [Record(1, brake), Record(2, lost_gpu("a", T0))]))
@@ -224,13 +185,13 @@ def test_dry_run_decides_what_acting_would(tmp_path: Path) -> None:
     assert any(n.unschedulable for n in on_twin.cluster.nodes)
 
 
-def test_remediation_in_the_running_loop_never_fails_on_thread_affinity(tmp_path: Path) -> None:
+def test_remediation_in_the_running_loop_never_fails_on_thread_affinity(state_db: Database) -> None:
     """Ingest, the loop and remediation run on different threads over one state database."""
     from gpufleet.sim.runner import SimRunner
 
     twin = small_twin(faults=[InjectedFault(0, FaultType.gpu_off_bus, 5.0, node="n-001", gpu=2)], restart=30.0)
     lock = threading.RLock()
-    db = Database(tmp_path / "s.db")
+    db = state_db
     plane, fleet = door(twin, remediation="on", db=db, lock=lock)
     runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, db=db, speed=200.0)
     runner.start()
@@ -248,12 +209,36 @@ def test_remediation_in_the_running_loop_never_fails_on_thread_affinity(tmp_path
     assert done and twin.cluster.node("n-001").unschedulable
 
 
-def test_a_node_action_the_backend_cannot_take_is_refused_and_audited(tmp_path: Path) -> None:
+def test_a_node_action_the_backend_cannot_take_is_refused_and_audited(state_db: Database) -> None:
     from gpufleet.remediate.backends.base import UnsupportedActionError
 
-    plane = plane_at(Database(tmp_path / "s.db"), Clock())
+    plane = plane_at(state_db, Clock())
     plane.ingest(batch("n1", [], inventory=inventory("n1")))
     with pytest.raises(UnsupportedActionError, match="no backend to cordon on n1"):
         plane.node_action("admin", "cordon", "n1")
     [entry] = [e for e in plane.store.audit_log.entries() if e.action == "cordon"]
     assert entry.target == "node/n1" and entry.decision.startswith("failed: no backend to cordon")
+
+
+def test_incidents_audit_and_streams_survive_a_restart(state: StateTarget) -> None:
+    """What one control plane stored, the next one on the same database (SQLite file or PostgreSQL) starts from."""
+    clock = Clock()
+    plane = plane_at(state.open(), clock, remediation="dry-run")
+    records = [Record(1, lost_gpu("a", T0)), Record(2, lost_gpu("a", T0, gpu=5))]
+    plane.ingest(batch("a", records, inventory=inventory("a")))
+    plane.tick()
+    plane.audit("alice", "ack", "incident/INC-000001", "done")
+    audit = [e.as_dict() for e in plane.store.audit_log.entries()]
+    assert {e["actor"] for e in audit} == {"alice", "remediation"}
+    plane.close()
+    plane.db.close()
+
+    again = plane_at(state.open(), clock, remediation="dry-run")
+    assert sorted(again.book.incidents) == ["INC-000001", "INC-000002"]
+    assert again.incident("INC-000002")["entity"]["index"] == 5
+    assert [e.as_dict() for e in again.store.audit_log.entries()] == audit
+    assert sorted(again.fleet.nodes) == ["a"]  # from the stored inventory
+    ack = again.ingest(batch("a", records))  # re-sent after the restart: already held
+    assert (ack.stored, ack.duplicates) == (0, 2)
+    again.ingest(batch("b", [Record(1, lost_gpu("b", T0 + 1))]))
+    assert sorted(again.book.incidents)[-1] == "INC-000003"

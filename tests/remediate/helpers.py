@@ -1,4 +1,4 @@
-"""Shared pieces of the remediation tests: incidents, and a remediator on a small twin with its own state dir."""
+"""Shared pieces of the remediation tests: incidents, and a remediator on a small twin with its own state database."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from gpufleet.model.observation import Entity, EntityKind
 from gpufleet.remediate import FileTicketSink, RemediationPolicy, RemediationStore, Remediator
 from gpufleet.sim.backend import TwinBackend
 from gpufleet.sim.twin import Twin
+from gpufleet.state import Database
 
 
 def incident(
@@ -44,10 +45,11 @@ def policy(**spec: object) -> RemediationPolicy:
     return RemediationPolicy.model_validate({"spec": spec})
 
 
-def remediator(twin: Twin, tmp: Path, pol: RemediationPolicy | None = None) -> Remediator:
+def remediator(twin: Twin, tmp: Path, pol: RemediationPolicy | None = None, db: Database | None = None) -> Remediator:
+    """`db` is the state database to keep its books in (default: a SQLite file in `tmp`)."""
     return Remediator(
         TwinBackend(twin),
-        RemediationStore(tmp / "remediate.db"),
+        RemediationStore(db if db is not None else tmp / "remediate.db"),
         pol or policy(),
         tickets=FileTicketSink(tmp / "tickets"),
     )

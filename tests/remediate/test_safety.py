@@ -3,7 +3,6 @@ dry-run changes nothing, and the audit log is durable and append-only."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from gpufleet.sim.backend import TwinBackend
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.twin import Twin
 from gpufleet.spec.scenario_spec import FaultType
+from tests.pg import StateTarget
 from tests.remediate.helpers import incident, policy, remediator
 from tests.twins import small_twin
 
@@ -180,18 +180,17 @@ def test_dry_run_changes_nothing_but_logs_everything(tmp_path: Path) -> None:
     assert [s.decision for s in real.steps] == ["done"] * 3
 
 
-def test_audit_log_is_append_only_and_durable(tmp_path: Path) -> None:
+def test_audit_log_is_append_only_and_durable(state: StateTarget, tmp_path: Path) -> None:
     twin = small_twin(nodes=2, job_nodes=0)
-    rem = remediator(twin, tmp_path)
+    rem = remediator(twin, tmp_path, db=state.open())
     rem.apply(incident(RootCause.driver_mismatch, "n-000", gpu=None))
-    rem.store.close()
-    db = sqlite3.connect(tmp_path / "remediate.db")
-    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+    rem.store.db.close()
+    db = state.open()  # as another process would
+    with pytest.raises(Exception, match="append-only"):
         db.execute("UPDATE audit SET decision = 'done'")
-    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+    with pytest.raises(Exception, match="append-only"):
         db.execute("DELETE FROM audit")
-    db.close()
-    assert [e.step for e in RemediationStore(tmp_path / "remediate.db").audit_entries()] == ["cordon", "repair"]
+    assert [e.step for e in RemediationStore(db).audit_entries()] == ["cordon", "repair"]
 
 
 def test_limits_resolve_percentages_and_counts() -> None:
