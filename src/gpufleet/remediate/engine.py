@@ -31,7 +31,7 @@ from gpufleet.remediate.config import RemediationPolicy
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.remediate.runbook import INFORMS_ONLY, TAKES_NODE_OUT, ActionKind, RunbookManifest, RunbookSet, Step
 from gpufleet.remediate.safety import breaker_verdict, budget_refusal, rate_limit_deferral
-from gpufleet.remediate.store import FINAL_OUTCOMES, BreakerState, RemediationStore, StepRecord
+from gpufleet.remediate.store import FINAL_OUTCOMES, UNCONFIRMED, BreakerState, RemediationStore, StepRecord
 from gpufleet.remediate.tickets import Ticket, TicketSink
 
 Mode = Literal["plan", "dry-run", "apply"]
@@ -207,6 +207,24 @@ class Remediator:
         node_coming_back = False  # plan/dry-run: an earlier step would reboot the node
         for step in runbook.spec.steps:
             rec = books.step(incident.id, step.id)
+            if rec is not None and rec.outcome in UNCONFIRMED and mode == "apply":
+                # begun by a control plane that stopped before it saw the result (a leader that died): acting
+                # again could do it twice, so a person finishes it
+                d = StepDecision(
+                    step.id,
+                    step.action.value,
+                    rec.target,
+                    "interrupted",
+                    f"{step.action.value} on {rec.target} was begun at {rec.time:.0f} and never confirmed; "
+                    "check the target, finish by hand, then resolve the incident",
+                )
+                report.steps.append(d)
+                if rec.outcome != "interrupted":
+                    self._audit(mode, books, incident, runbook.name, d)
+                    books.record_step(
+                        StepRecord(incident.id, step.id, rec.action, rec.target, "interrupted", rec.time, d.reason)
+                    )
+                break
             if rec is not None and rec.outcome in books.final:
                 outcomes[step.id] = rec.outcome
                 report.steps.append(StepDecision(step.id, step.action.value, rec.target, "done-earlier", rec.detail))
@@ -316,6 +334,10 @@ class Remediator:
             return decided("deferred", deferral, stop=True)
         if mode != "apply":
             return decided("would", conditional or self._describe(incident, step))
+        # the intent is durable before the action starts: whoever takes over never repeats it unknowingly
+        books.record_step(
+            StepRecord(incident.id, step.id, step.action.value, target, "started", now, "begun; not yet confirmed")
+        )
         try:
             outcome, detail = self._execute(incident, runbook, step)
         except UnsupportedActionError as exc:

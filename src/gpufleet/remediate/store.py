@@ -18,11 +18,14 @@ StoreMode = Literal["on", "dry-run"]
 
 # Outcomes after which a step never runs again for the same incident.
 FINAL_OUTCOMES = frozenset({"done", "passed", "failed", "skipped"})
+# A step begun (its intent written before the backend was called) but never confirmed: the control plane stopped
+# in between. It is not run again by anyone; a person finishes it.
+UNCONFIRMED = frozenset({"started", "interrupted"})
 # In a dry run, "would" is the outcome of a step that acting would have carried out.
 DRY_FINAL = FINAL_OUTCOMES | {"would"}
 ACTOR = "remediation"
 
-__all__ = ["FINAL_OUTCOMES", "AuditEntry", "BreakerState", "RemediationStore", "StepRecord"]
+__all__ = ["FINAL_OUTCOMES", "UNCONFIRMED", "AuditEntry", "BreakerState", "RemediationStore", "StepRecord"]
 
 
 @dataclass(frozen=True, slots=True)
