@@ -108,7 +108,17 @@ def real_plane(
         from gpufleet.remediate.backends.observe import ObserveOnlyBackend
 
         impl = ObserveOnlyBackend(lambda: sorted(holder["plane"].fleet.nodes))
-    plane = ControlPlane(db, impl, remediation=remediation.value, metrics=_metrics(home, metrics))
+    replication = None
+    if db.dialect == "postgresql":  # replicas may share it: one leads, every one ingests and answers
+        from gpufleet.control.replicas import Replication, replica_name
+        from gpufleet.state.leadership import PostgresLeadership
+
+        assert state is not None
+        name = replica_name()
+        replication = Replication(db, PostgresLeadership(state, name), shared=True, name=name)
+    plane = ControlPlane(
+        db, impl, remediation=remediation.value, metrics=_metrics(home, metrics), replication=replication
+    )
     holder["plane"] = plane
     loop = ControlLoop(plane)
     check = lambda: None if loop.alive else "the control loop is not running"  # noqa: E731
@@ -229,7 +239,9 @@ def serve(
         ssl_keyfile=str(tls.key) if tls.key else None,
     )
     server = uvicorn.Server(config)
-    console.print(Panel(banner(sock.getsockname()[1]), expand=False))
+    bound = sock.getsockname()[1]
+    running.plane.replication.address = f"{host}:{bound}"
+    console.print(Panel(banner(bound), expand=False))
     running.loop.start()
     if run_for:
         timer = threading.Timer(parse_duration(run_for), lambda: setattr(server, "should_exit", True))

@@ -17,11 +17,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpufleet.control.fleet import FleetState
 from gpufleet.control.metrics import MetricRecorder
 from gpufleet.control.remediation import RemediationDriver
+from gpufleet.control.replicas import Replication
 from gpufleet.control.store import StateStore
 from gpufleet.errors import NotFoundError, UserError
 from gpufleet.health.centre import Correlator, collective_findings
@@ -42,6 +44,7 @@ METRICS_FLUSH_S = 60.0
 RECORD_EVERY_S = 5.0
 RECORD_GPUS_EVERY_S = 30.0  # per-GPU timelines: a point every 30 s of cluster time is 480 over the dashboard's 4 h
 PRUNE_AFTER_S = 86_400.0  # resolved incidents leave memory (not the database) after a day
+SYNC_EVERY_S = 2.0  # wall seconds between a replica's reloads of the incidents
 
 # what the control plane records into the metric store: per node and for the fleet
 NODE_SERIES = (
@@ -93,6 +96,7 @@ class ControlPlane:
         thresholds: Thresholds | None = None,
         metrics: EmbeddedStore | RemoteStore | None = None,
         remediator: Any = None,
+        replication: Replication | None = None,
     ) -> None:
         self.db = db
         self.store = StateStore(db)
@@ -104,16 +108,13 @@ class ControlPlane:
         self.fleet = FleetState()
         self.fleet.load_inventory(self.store.inventories())
         self._dirty: dict[str, Incident] = {}
-        self._announced: set[str] = set()
-        book = IncidentBook(on_change=self._changed, first_number=self.store.incidents.next_number())
-        active = self.store.incidents.list(limit=1_000_000, active_only=True)  # resolved ones stay in the database
-        book.load(incident_from_dict(b, "stored incident") for b in active)
-        book.job_resources = self.fleet.job_resources
-        self._announced = set(book.incidents)
-        self.book = book
-        self.correlator = Correlator(book, self.thresholds)
+        self.replication = replication or Replication(db)
+        self.leader = self.replication.leads()
+        self._load_book()
         self._streams = {key: seq for key, (seq, _t, _n) in self.store.streams().items()}
-        self.remediation = RemediationDriver(self, remediation, remediator)
+        self._remediation_mode, self._remediator = remediation, remediator
+        self.remediation = RemediationDriver(self, remediation, remediator if self.leader else None)
+        self._synced_at = -np.inf
         self._unavailable: set[str] = set()
         self._backend_read_at = -np.inf
         self._metrics_flushed = time.monotonic()
@@ -125,10 +126,24 @@ class ControlPlane:
         self.loop_error: str | None = None
         self.batches = 0
 
+    def _load_book(self) -> None:
+        """The unresolved incidents from the database (at start, on taking the lead, and on a replica that does not
+        lead, which shows what the leader decided)."""
+        book = IncidentBook(on_change=self._changed, first_number=self.store.incidents.next_number())
+        active = self.store.incidents.list(limit=1_000_000, active_only=True)  # resolved ones stay in the database
+        book.load(incident_from_dict(b, "stored incident") for b in active)
+        book.job_resources = self.fleet.job_resources
+        self._announced = set(book.incidents)
+        self.book = book
+        self.correlator = Correlator(book, self.thresholds)
+
     # --- ingest: the one door ------------------------------------------------------------------------------------
 
     def ingest(self, batch: Batch) -> Ack:
-        """Store a batch's new records exactly once, update the fleet, and correlate its findings."""
+        """Store a batch's new records exactly once, update the fleet, and correlate its findings (on the leader;
+        another replica passes them to it through the feed)."""
+        if self.replication.shared:
+            return self._ingest_shared(batch)
         now = self.clock()
         key = (batch.agent, batch.incarnation)
         with self.lock:
@@ -144,10 +159,25 @@ class ControlPlane:
             self.batches += 1
         return Ack(top, len(new), len(batch.records) - len(new))
 
+    def _ingest_shared(self, batch: Batch) -> Ack:
+        """As `ingest`, with other replicas taking batches too: the stream's position is read (and locked) in the
+        database, and the new records go to the feed in the same transaction."""
+        now = self.clock()
+        key = (batch.agent, batch.incarnation)
+        with self.lock, self.db.transaction():
+            last = self.store.stream_position(*key)
+            new = [r for r in batch.records if r.seq > last]
+            top = max(last, batch.records[-1].seq) if batch.records else last
+            self.store.store_batch(batch, new, top, time.time())
+            self.replication.publish(msgspec.structs.replace(batch, records=new))
+            self._take(batch, key, new, top, now)
+            self.batches += 1
+        return Ack(top, len(new), len(batch.records) - len(new))
+
     def _take(self, batch: Batch, key: tuple[str, str], new: list[Record], top: int, now: float) -> None:
         """What the batch tells about the node, and the incidents its findings open or change."""
         self.fleet.update(batch, now, new)
-        findings = [r.body for r in new if isinstance(r.body, Finding)]
+        findings = [r.body for r in new if isinstance(r.body, Finding)] if self.leader else []
         if findings:
             self._correlated(self.correlator.add(findings, self.fleet.owner))
         self._flush()
@@ -174,9 +204,16 @@ class ControlPlane:
     # --- the control loop ----------------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """One turn: lost agents, cross-node correlation, cleared conditions, then remediation (outside the lock)."""
+        """One turn: lost agents, cross-node correlation, cleared conditions, then remediation (outside the lock).
+        With replicas: first what the others took in; a replica that does not lead only keeps its view fresh."""
         now = self.clock()
         try:
+            if self.replication.shared:
+                self._follow(now)
+                if not self.leader:
+                    self._refresh_backend()
+                    self.loop_error = None
+                    return
             with self.lock:
                 for node in self.fleet.mark_lost(now, self.thresholds.control.agent_lost_intervals):
                     self.store.add_event(
@@ -203,6 +240,39 @@ class ControlPlane:
             log.exception("control loop turn failed")
         self.ticks += 1
         self.last_tick = time.monotonic()
+
+    def _follow(self, now: float) -> None:
+        leading = self.replication.leads()
+        with self.lock:
+            if leading != self.leader:
+                self.leader = leading
+                self._load_book()  # what the last leader decided, and everything people changed since
+                remediator = self._remediator if leading else None
+                self.remediation = RemediationDriver(self, self._remediation_mode, remediator)
+                log.info("this replica %s", "leads now" if leading else "no longer leads")
+            for batch in self.replication.others():
+                key = (batch.agent, batch.incarnation)
+                top = max(self._streams.get(key, 0), batch.records[-1].seq if batch.records else 0)
+                self._take(batch, key, list(batch.records), top, now)
+            if time.monotonic() - self._synced_at >= SYNC_EVERY_S:
+                self._synced_at = time.monotonic()
+                if leading:
+                    self._merge_people_changes()
+                else:
+                    self._load_book()
+                    self.fleet.mark_lost(now, self.thresholds.control.agent_lost_intervals)
+        self.replication.heartbeat(leading)
+
+    def _merge_people_changes(self) -> None:
+        """Incidents people moved on through another replica: states only go forward, so the later one wins."""
+        live = self.book.open_incidents()
+        stored = self.store.incidents.states([i.id for i in live])
+        order = list(IncidentState)
+        for inc in live:
+            state = stored.get(inc.id)
+            if state is not None and order.index(IncidentState(state)) > order.index(inc.state):
+                self.book.transition(inc.id, IncidentState(state))
+        self._flush()
 
     def _refresh_backend(self, force: bool = False) -> None:
         wall = time.monotonic()
@@ -283,6 +353,7 @@ class ControlPlane:
             self.metrics.flush()
 
     def close(self) -> None:
+        self.replication.close()
         with self.lock:
             self._flush()
             if self.metrics is not None:
@@ -338,6 +409,12 @@ class ControlPlane:
 
     def report_collective(self, findings: list[Any], source: str, actor: str) -> list[str]:
         """`gpufleet nccl compare --report`: findings of a slow collective become incidents."""
+        if not self.leader:
+            leaders = [r["address"] for r in self.replication.replicas() if r["leader"]]
+            raise UserError(
+                "this control-plane replica does not lead; the leader opens incidents",
+                fix=f"send the report to the leader ({leaders[0] if leaders else 'see /healthz of each replica'})",
+            )
         with self.lock:
             changed = self.correlator.add(collective_findings(self.clock(), findings, source), self.fleet.owner)
             self._correlated(changed)

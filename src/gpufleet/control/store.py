@@ -47,6 +47,15 @@ class StateStore:
         rows = self.db.query("SELECT agent, incarnation, last_seq, last_time, node FROM streams")
         return {(r[0], r[1]): (int(r[2]), float(r[3]), r[4]) for r in rows}
 
+    def stream_position(self, agent: str, incarnation: str) -> int:
+        """The stream's last stored sequence number, its row locked until the transaction ends where the engine
+        can (PostgreSQL), so two replicas taking the same re-sent batch cannot both store it."""
+        lock = " FOR UPDATE" if self.db.dialect == "postgresql" else ""
+        row = self.db.one(
+            f"SELECT last_seq FROM streams WHERE agent = ? AND incarnation = ?{lock}", (agent, incarnation)
+        )
+        return int(row[0]) if row else 0
+
     def store_batch(self, batch: Batch, new: list[Record], last_seq: int, received: float) -> None:
         """The new records of a batch, its stream's position and its inventory, in one transaction."""
         rows = []

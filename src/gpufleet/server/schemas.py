@@ -30,6 +30,7 @@ class Health(Shape):
     remediation: str
     backend: str
     leader: bool = Field(True, description="Whether this replica runs correlation and remediation.")
+    replica: str = Field("", description="This replica's name (host:pid).")
 
 
 class GpuRow(Shape):

@@ -10,6 +10,14 @@ from gpufleet.state.db import Database, where
 
 ID_PREFIX = "INC-"
 
+# An incident's state only moves forward; with several writers (control-plane replicas, a person acknowledging
+# through one while the leader updates the count through another) the furthest state stands.
+_RANK = "CASE {} WHEN 'open' THEN 0 WHEN 'acknowledged' THEN 1 WHEN 'mitigated' THEN 2 ELSE 3 END"
+_FORWARD_STATE = (
+    f"CASE WHEN {_RANK.format('incidents.state')} > {_RANK.format('excluded.state')} "
+    "THEN incidents.state ELSE excluded.state END"
+)
+
 
 class IncidentTable:
     def __init__(self, db: Database) -> None:
@@ -47,24 +55,40 @@ class IncidentTable:
             self.db.executemany(
                 "INSERT INTO incidents VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET "
                 "cause = excluded.cause, entity = excluded.entity, node = excluded.node, severity = excluded.severity, "
-                "state = excluded.state, first_seen = excluded.first_seen, last_seen = excluded.last_seen, "
+                f"state = {_FORWARD_STATE}, first_seen = excluded.first_seen, last_seen = excluded.last_seen, "
                 "count = excluded.count, body = excluded.body",
                 rows,
             )
             if counter is not None:
                 self.db.set_meta("incident_counter", str(counter))
 
+    def states(self, ids: list[str]) -> dict[str, str]:
+        """The stored state of each of these incidents (another replica may have changed it)."""
+        out: dict[str, str] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = self.db.query(f"SELECT id, state FROM incidents WHERE id IN ({', '.join('?' * len(chunk))})", chunk)
+            out.update({str(r[0]): str(r[1]) for r in rows})
+        return out
+
     def get(self, incident_id: str) -> dict[str, Any] | None:
-        row = self.db.one("SELECT body FROM incidents WHERE id = ?", (incident_id,))
-        return None if row is None else dict(json.loads(row[0]))
+        row = self.db.one("SELECT body, state FROM incidents WHERE id = ?", (incident_id,))
+        return None if row is None else _body(row)
 
     def list(
         self, state: str | None = None, node: str | None = None, limit: int = 500, active_only: bool = False
     ) -> list[dict[str, Any]]:
         clause, args = where({"state": state, "node": node}, *(["state != 'resolved'"] if active_only else []))
-        sql = f"SELECT body FROM incidents{clause} ORDER BY first_seen DESC, id DESC LIMIT ?"
+        sql = f"SELECT body, state FROM incidents{clause} ORDER BY first_seen DESC, id DESC LIMIT ?"
         rows = self.db.query(sql, [*args, limit])
-        return [dict(json.loads(r[0])) for r in rows]
+        return [_body(r) for r in rows]
+
+
+def _body(row: tuple[Any, ...]) -> dict[str, Any]:
+    """The stored body, with the state column (which may be further on than the body's last writer knew)."""
+    body = dict(json.loads(row[0]))
+    body["state"] = row[1]
+    return body
 
 
 def _entity_text(entity: dict[str, Any]) -> str:

@@ -37,7 +37,8 @@ def router(plane: ControlPlane, checks: list[HealthCheck], requests: RequestMetr
             "ticks": plane.ticks,
             "remediation": plane.remediation.mode,
             "backend": plane.backend.name,
-            "leader": getattr(plane, "leader", True),
+            "leader": plane.leader,
+            "replica": plane.replication.name,
         }
         return JSONResponse(body, status_code=200 if not problems else 503)
 
