@@ -1,0 +1,179 @@
+// A node: its conditions and software, its GPUs (each linking to its page), its NICs with state and counters,
+// per-node history (utilization, hottest GPU, power), its open incidents and its latest kernel-log lines.
+
+import * as api from "../api.js";
+import { chartCard, startOf, timeChart } from "../charts.js";
+import {
+  $, RANGES, ago, banner, clearBanner, dash, empty, entityLink, gpuLink, html, incidentLink, mib, num, pill, portHref,
+  raw, rangeOf, rangeSeg, set, unit,
+} from "../ui.js";
+
+export const title = (p) => p.name;
+
+const SEVERE_CLOCK = new Set(["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"]);
+
+export function clockEventPills(list) {
+  if (!list || !list.length) return html`<span class="dim">none</span>`;
+  return list.map((c) => html`${pill(c, SEVERE_CLOCK.has(c) ? "warn" : "outline")} `);
+}
+
+function statusPills(status) {
+  return String(status)
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((s) => html`${pill(s, s === "Ready" ? "ok" : s === "SchedulingDisabled" ? "warn" : "bad")} `);
+}
+
+function conditions(list) {
+  if (!list.length) return empty("no conditions reported");
+  return html`<table><thead><tr><th>condition</th><th>status</th><th>reason</th></tr></thead><tbody>${list.map((c) => {
+    const good = c.type === "Ready" ? c.status === "True" : c.status === "False";
+    return html`<tr><td>${c.type}</td><td>${pill(c.status, c.status === "Unknown" ? "outline" : good ? "ok" : "warn")}</td><td class="muted">${c.reason}</td></tr>`;
+  })}</tbody></table>`;
+}
+
+function software(s, labels, agent) {
+  return html`<dl class="kv">
+    <dt>driver</dt><dd>${s.driver || dash}</dd><dt>CUDA</dt><dd>${s.cuda || dash}</dd>
+    <dt>kernel</dt><dd>${s.kernel || dash}</dd><dt>fabric manager</dt><dd>${s.fabric_manager || dash}</dd>
+    <dt>agent</dt><dd>${agent}</dd>
+    ${Object.entries(labels || {}).map(([k, v]) => html`<dt>${k}</dt><dd>${v}</dd>`)}</dl>`;
+}
+
+function gpuTable(gpus) {
+  if (!gpus.length) return empty("no GPUs reported");
+  return html`<table><thead><tr><th>GPU</th><th>health</th><th class="num">util</th><th class="num">temp</th><th class="num">power</th>
+    <th class="num">SM clock</th><th class="num">memory used</th><th>clock events</th><th class="num">ECC DBE</th><th>PCIe</th>
+    <th class="num">last Xid</th><th>held by</th></tr></thead><tbody>${gpus.map((g) => html`<tr data-gpu="${g.gpu}">
+      <td>${gpuLink(g.node, g.gpu, `GPU ${g.gpu}`)}</td><td>${pill(g.health)}</td>
+      <td class="num">${unit(g.util_pct, "%")}</td><td class="num ${g.temp_c >= 85 ? "bad" : g.temp_c >= 80 ? "warn" : ""}">${unit(g.temp_c, "°C")}</td>
+      <td class="num">${unit(g.power_w, "W")}</td><td class="num">${unit(g.sm_clock_mhz, "MHz")}</td><td class="num">${mib(g.fb_used_mib)}</td>
+      <td>${clockEventPills(g.clock_events)}</td><td class="num ${g.ecc_dbe_volatile ? "bad" : ""}">${num(g.ecc_dbe_volatile)}</td>
+      <td class="nowrap">${g.pcie || dash}</td><td class="num ${g.xid_last ? "warn" : ""}">${g.xid_last ? num(g.xid_last) : dash}</td>
+      <td class="muted">${g.held_by || dash}</td></tr>`)}</tbody></table>`;
+}
+
+const errCls = (v) => (v ? "bad" : "");
+
+function nicTable(nics, node) {
+  if (!nics.length) return empty("no NICs reported");
+  return html`<table><thead><tr><th>port</th><th class="num">rail</th><th>state</th><th class="num">speed</th><th>switch</th>
+    <th class="num">symbol errors</th><th class="num">link downed</th><th class="num">rcv errors</th><th>GUID</th></tr></thead>
+    <tbody>${nics.map((n) => html`<tr><td><a href="${portHref(node, n.name, n.port)}">${n.name}/${n.port}</a></td>
+      <td class="num">${n.rail ?? dash}</td><td>${pill(n.state)}</td><td class="num">${n.speed_gbps ? `${num(n.speed_gbps)} Gb/s` : dash}</td>
+      <td>${n.peer || dash}</td><td class="num ${errCls(n.symbol_errors)}">${num(n.symbol_errors)}</td>
+      <td class="num ${errCls(n.link_downed)}">${num(n.link_downed)}</td><td class="num ${errCls(n.rcv_errors)}">${num(n.rcv_errors)}</td>
+      <td class="mono muted">${n.guid}</td></tr>`)}</tbody></table>`;
+}
+
+export function incidentRows(list, now) {
+  if (!list.length) return empty("no open incidents");
+  return html`<table><thead><tr><th>severity</th><th>incident</th><th>state</th><th>cause</th><th>where</th><th>opened</th><th>summary</th></tr></thead>
+    <tbody>${list.map((i) => html`<tr><td>${pill(i.severity)}</td><td class="nowrap">${incidentLink(i.id)}</td><td>${pill(i.state)}</td>
+      <td>${i.cause}</td><td>${entityLink(i.entity)}</td><td class="nowrap">${ago(now - i.first_seen)}</td><td>${i.summary}</td></tr>`)}</tbody></table>`;
+}
+
+export async function mount(root, ctx) {
+  const name = ctx.params.name;
+  let range = rangeOf(ctx.query);
+  root.innerHTML = String(html`
+    <div class="crumbs"><a href="#/">overview</a> / node</div>
+    <div class="title"><h1>${name}</h1><span id="status"></span><span class="sub" id="sub"></span>
+      <span class="right"><a class="btn" href="#/incidents?node=${encodeURIComponent(name)}">incidents</a>
+      <a class="btn" href="#/fabric?node=${encodeURIComponent(name)}">fabric</a></span></div>
+    <section class="grid g3" style="margin-bottom:14px">
+      <div class="panel"><h2>conditions</h2><div id="conditions"></div></div>
+      <div class="panel"><h2>software</h2><div id="software"></div></div>
+      <div class="panel"><h2>at a glance</h2><div id="glance"></div></div>
+    </section>
+    <div class="panel" style="margin-bottom:14px"><h2>history <span class="right">${rangeSeg(range)}</span></h2>
+      <div class="grid g3">
+        ${raw(chartCard("node-util", "GPU utilization, mean", "%"))}
+        ${raw(chartCard("node-temp", "hottest GPU", "°C"))}
+        ${raw(chartCard("node-power", "GPU power", "kW"))}
+      </div></div>
+    <div class="panel" style="margin-bottom:14px"><h2>GPUs</h2><div id="gpus"></div></div>
+    <div class="panel" style="margin-bottom:14px"><h2>NICs</h2><div id="nics"></div></div>
+    <section class="grid g2">
+      <div class="panel"><h2>open incidents</h2><div id="incidents"></div></div>
+      <div class="panel"><h2>kernel log <span class="right muted">latest GPU reports, as the driver printed them</span></h2><div id="kmsg"></div></div>
+    </section>`);
+
+  let busy = false;
+  let lastCharts = 0;
+
+  const drawDetail = (d) => {
+    set($("#status", root), statusPills(d.status));
+    set($("#sub", root), `${d.gpus.length} GPUs · ${d.nics.length} NICs${d.labels && d.labels.rack ? ` · ${d.labels.rack}` : ""}`);
+    set($("#conditions", root), conditions(d.conditions));
+    set($("#software", root), software(d.software, d.labels, d.agent));
+    const now = api.now();
+    const healthy = d.gpus.filter((g) => g.health === "healthy").length;
+    const lost = d.gpus.filter((g) => g.health === "lost").length;
+    const up = d.nics.filter((n) => n.state === "Active").length;
+    const crit = d.incidents.filter((i) => i.severity === "critical").length;
+    const jobs = [...new Set(d.gpus.map((g) => g.held_by).filter(Boolean))];
+    set($("#glance", root), html`<dl class="kv">
+      <dt>GPUs healthy</dt><dd class="${healthy < d.gpus.length ? (lost ? "bad" : "warn") : "ok"}">${healthy} / ${d.gpus.length}${lost ? ` (${lost} lost)` : ""}</dd>
+      <dt>IB ports active</dt><dd class="${up < d.nics.length ? "bad" : "ok"}">${up} / ${d.nics.length}</dd>
+      <dt>open incidents</dt><dd class="${crit ? "bad" : d.incidents.length ? "warn" : "ok"}">${d.incidents.length}${crit ? ` (${crit} critical)` : ""}</dd>
+      <dt>held by</dt><dd>${jobs.length ? jobs.join(", ") : html`<span class="dim">nothing</span>`}</dd></dl>`);
+    set($("#gpus", root), gpuTable(d.gpus));
+    set($("#nics", root), nicTable(d.nics, d.name));
+    set($("#incidents", root), incidentRows(d.incidents, now));
+    set($("#kmsg", root), d.kernel_log.length
+      ? html`<div class="log">${d.kernel_log.map((l) => html`<div>${l}</div>`)}</div>`
+      : empty("no GPU reports in the kernel log"));
+  };
+
+  const drawCharts = async () => {
+    lastCharts = Date.now();
+    const span = RANGES[range];
+    const end = api.now() ?? (await api.fetchTime());
+    const q = (metric) => api.range(api.selector(metric, { node: name }), { end, span, points: 480 });
+    const [util, temp, power] = await Promise.all([
+      q("gpufleet_node_gpu_utilization_avg"), q("gpufleet_node_gpu_temp_max"), q("gpufleet_node_power_watts"),
+    ]);
+    const pts = (r, k = 1) => (r[0] ? r[0].points.map(([t, v]) => [t, v === null ? null : v * k]) : []);
+    const common = { start: startOf([util, temp, power], end, span), end, empty: "no data yet for this node" };
+    timeChart($("#node-util", root), { ...common, unit: "%", y: { min: 0, max: 100 }, series: [{ label: "mean utilization", color: "#58a6ff", area: true, points: pts(util) }] });
+    timeChart($("#node-temp", root), { ...common, unit: "°C", y: { floor: 20, ceil: 90 }, series: [{ label: "hottest GPU", color: "#f0883e", points: pts(temp) }] });
+    timeChart($("#node-power", root), {
+      ...common, unit: "kW", y: { floor: 0 }, fmt: (v) => `${num(v, 2)} kW`,
+      series: [{ label: "GPU power", color: "#bc8cff", area: true, points: pts(power, 1 / 1000) }],
+    });
+  };
+
+  const load = async (charts) => {
+    if (busy) return;
+    busy = true;
+    try {
+      const d = await api.get(`/api/v1/nodes/${encodeURIComponent(name)}`);
+      drawDetail(d);
+      if (charts) await drawCharts();
+      clearBanner("node");
+    } catch (err) {
+      banner(err, { key: "node" });
+      if (err.status === 404) set($("#gpus", root), empty(`no node named ${name}`));
+    } finally {
+      busy = false;
+    }
+  };
+
+  root.querySelector("#ranges").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-range]");
+    if (b) ctx.setQuery({ range: b.dataset.range });
+  });
+
+  if (api.now() === null) await api.fetchTime();
+  await load(true);
+  return {
+    onSummary: () => load(Date.now() - lastCharts > 30000),
+    onQuery: (q) => {
+      range = rangeOf(q);
+      root.querySelectorAll("#ranges button").forEach((b) => b.classList.toggle("on", b.dataset.range === range));
+      drawCharts().catch((err) => banner(err, { key: "node" }));
+    },
+  };
+}
