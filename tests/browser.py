@@ -162,15 +162,24 @@ class Chromium:
             f"waited {timeout:.0f} s for {what or expression}; last value {value!r}; page errors: {self.errors}"
         )
 
-    def click(self, selector: str) -> None:
-        """Scroll the element into view and click its centre with real mouse events."""
+    def _centre(self, selector: str) -> dict[str, Any]:
         box = self.evaluate(
             f"""(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;
             e.scrollIntoView({{block: "center"}}); const r = e.getBoundingClientRect();
             return {{x: r.left + r.width / 2, y: r.top + r.height / 2, disabled: !!e.disabled}}; }})()"""
         )
         if box is None:
-            raise BrowserError(f"nothing matches {selector!r} to click")
+            raise BrowserError(f"nothing matches {selector!r}")
+        return dict(box)
+
+    def hover(self, selector: str) -> None:
+        """Move the mouse over the element's centre."""
+        box = self._centre(selector)
+        self.send("Input.dispatchMouseEvent", type="mouseMoved", x=box["x"], y=box["y"])
+
+    def click(self, selector: str) -> None:
+        """Scroll the element into view and click its centre with real mouse events."""
+        box = self._centre(selector)
         if box["disabled"]:
             raise BrowserError(f"{selector!r} is disabled")
         x, y = box["x"], box["y"]

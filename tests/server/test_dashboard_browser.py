@@ -208,6 +208,11 @@ def test_node_page(browser: Chromium, served: Served, shots: Path) -> None:
     assert "gpu-lost" in browser.evaluate("document.querySelector('#incidents').innerText")
     assert "Ready" in browser.evaluate("document.querySelector('#conditions').innerText")
     _shot(browser, shots, "node")
+    # a node the control plane does not know: the API's own words, and an empty page rather than empty tables
+    _open(browser, served, "#/node/nope")
+    browser.wait_for("document.querySelector('[data-empty=not-found]')", what="the not-found state")
+    shown = browser.evaluate("document.querySelector('#banners').innerText")
+    assert "404" in shown and "no node 'nope'" in shown and "gpufleet get nodes" in shown
     _no_page_errors(browser)
 
 
@@ -224,6 +229,14 @@ def test_gpu_page_timelines_and_clock_events(browser: Chromium, served: Served, 
     assert "hw_thermal" in lanes or "sw_thermal" in lanes, lanes
     assert browser.evaluate("document.querySelectorAll('#gpu-clock rect.band').length") >= 1
     assert browser.evaluate("document.querySelectorAll('#gpu-temp line.marker').length") >= 1  # the incident
+    # the crosshair reads values off the chart, with their unit
+    browser.hover("#gpu-temp svg")
+    tip = browser.wait_for(
+        "(() => { const t = document.querySelector('#gpu-temp .tip'); "
+        "return t && t.style.display === 'block' && t.innerText; })()",
+        what="the tooltip",
+    )
+    assert "°C" in tip and "Z" in tip
     gpu = next(g for g in served.api("api/v1/gpus?node=n-000") if g["gpu"] == 2)
     inventory = browser.evaluate("document.querySelector('#inventory').innerText")
     for field in ("uuid", "serial", "pci_bus_id", "model"):

@@ -346,6 +346,10 @@ function observe(box) {
     const widths = new WeakMap();
     observer = new ResizeObserver((entries) => {
       for (const entry of entries) {
+        if (!entry.target.isConnected) {
+          observer.unobserve(entry.target); // its page was left
+          continue;
+        }
         const w = Math.floor(entry.contentRect.width);
         if (widths.get(entry.target) === w) continue;
         const first = !widths.has(entry.target);

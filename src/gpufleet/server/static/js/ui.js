@@ -140,6 +140,12 @@ export function entityTextLink(text) {
 
 export const empty = (text = "no data yet") => html`<div class="empty">${text}</div>`;
 
+/** What a page shows when the API answers 404 for what it is about (the banner carries the API's words). */
+export function notFound(root, crumbs, text) {
+  set(root, html`<div class="crumbs">${crumbs}</div><div class="panel empty" data-empty="not-found">${text}
+    · <a href="#/">back to the overview</a></div>`);
+}
+
 // --- banners -----------------------------------------------------------------------------------------------------
 
 /** Show the API's `error` and `fix` (or any error) at the top of the page; `key` replaces an earlier one. */

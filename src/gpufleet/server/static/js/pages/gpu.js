@@ -5,7 +5,7 @@
 import * as api from "../api.js";
 import { chartCard, spansOf, startOf, timeChart } from "../charts.js";
 import {
-  $, RANGES, banner, clearBanner, dash, empty, html, mib, num, pill, raw, rangeOf, rangeSeg, set, unit,
+  $, RANGES, banner, clearBanner, dash, empty, html, mib, notFound, num, pill, raw, rangeOf, rangeSeg, set, unit,
 } from "../ui.js";
 import { clockEventPills, incidentRows } from "./node.js";
 
@@ -75,7 +75,7 @@ export async function mount(root, ctx) {
     <section class="kpis" id="readings"></section>
     <section class="grid g3" style="margin-bottom:14px">
       <div class="panel"><h2>inventory</h2><div id="inventory"></div></div>
-      <div class="panel span2"><h2>incidents on this GPU</h2><div id="incidents"></div></div>
+      <div class="panel span2"><h2>incidents on this GPU <span class="right muted">open and past</span></h2><div id="incidents"></div></div>
     </section>
     <div class="panel"><h2>timelines <span class="muted" style="text-transform:none;letter-spacing:0;font-weight:400">one point every 30 s of cluster time</span>
       <span class="right">${rangeSeg(range)}</span></h2>
@@ -94,9 +94,9 @@ export async function mount(root, ctx) {
   let busy = false;
   let lastCharts = 0;
 
-  const drawDetail = (d) => {
+  const drawDetail = (d, all) => {
     gpu = d.gpus.find((g) => g.gpu === index) || null;
-    incidents = d.incidents.filter((i) => i.entity && i.entity.kind === "gpu" && i.entity.index === index);
+    incidents = (all || d.incidents).filter((i) => i.entity && i.entity.kind === "gpu" && i.entity.node === node && i.entity.index === index);
     if (!gpu) {
       set($("#readings", root), "");
       set($("#inventory", root), empty(`${node} has no GPU ${index}`));
@@ -107,7 +107,7 @@ export async function mount(root, ctx) {
     set($("#siblings", root), html`<span class="seg">${d.gpus.map((g) => html`<a class="${g.gpu === index ? "on" : ""}" href="#/gpu/${encodeURIComponent(node)}/${g.gpu}${range !== "4h" ? `?range=${range}` : ""}">${g.gpu}</a>`)}</span>`);
     set($("#readings", root), readings(gpu));
     set($("#inventory", root), inventory(gpu));
-    set($("#incidents", root), incidentRows(incidents, api.now()));
+    set($("#incidents", root), incidentRows(incidents, api.now(), "no incidents on this GPU"));
   };
 
   const drawCharts = async () => {
@@ -162,13 +162,16 @@ export async function mount(root, ctx) {
     if (busy) return;
     busy = true;
     try {
-      const d = await api.get(`/api/v1/nodes/${encodeURIComponent(node)}`);
-      drawDetail(d);
+      const [d, all] = await Promise.all([
+        api.get(`/api/v1/nodes/${encodeURIComponent(node)}`),
+        api.get("/api/v1/incidents", { node, limit: 500 }).catch(() => null), // resolved ones too
+      ]);
+      drawDetail(d, all);
       if (charts) await drawCharts();
       clearBanner("gpu");
     } catch (err) {
       banner(err, { key: "gpu" });
-      if (err.status === 404) set($("#inventory", root), empty(`no node named ${node}`));
+      if (err.status === 404) notFound(root, html`<a href="#/">overview</a> / GPU`, `no node named ${node}`);
     } finally {
       busy = false;
     }

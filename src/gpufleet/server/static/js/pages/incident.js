@@ -3,7 +3,7 @@
 
 import * as api from "../api.js";
 import {
-  $, banner, clearBanner, dash, empty, entityLink, html, nodeLink, pill, set, when,
+  $, banner, clearBanner, dash, empty, entityLink, html, nodeLink, notFound, pill, set, when,
 } from "../ui.js";
 
 export const title = (p) => p.id;
@@ -129,7 +129,7 @@ export async function mount(root, ctx) {
       clearBanner("incident");
     } catch (err) {
       banner(err, { key: "incident" });
-      if (err.status === 404) set($("#facts", root), empty(`no incident ${id}`));
+      if (err.status === 404) notFound(root, html`<a href="#/incidents">incidents</a> / ${id}`, `no incident ${id}`);
     } finally {
       busy = false;
     }

@@ -5,7 +5,7 @@ import * as api from "../api.js";
 import { chartCard, startOf, timeChart } from "../charts.js";
 import {
   $, RANGES, ago, banner, clearBanner, dash, empty, entityLink, gpuLink, html, incidentLink, mib, num, pill, portHref,
-  raw, rangeOf, rangeSeg, set, unit,
+  notFound, raw, rangeOf, rangeSeg, set, unit,
 } from "../ui.js";
 
 export const title = (p) => p.name;
@@ -67,8 +67,8 @@ function nicTable(nics, node) {
       <td class="mono muted">${n.guid}</td></tr>`)}</tbody></table>`;
 }
 
-export function incidentRows(list, now) {
-  if (!list.length) return empty("no open incidents");
+export function incidentRows(list, now, none = "no open incidents") {
+  if (!list.length) return empty(none);
   return html`<table><thead><tr><th>severity</th><th>incident</th><th>state</th><th>cause</th><th>where</th><th>opened</th><th>summary</th></tr></thead>
     <tbody>${list.map((i) => html`<tr><td>${pill(i.severity)}</td><td class="nowrap">${incidentLink(i.id)}</td><td>${pill(i.state)}</td>
       <td>${i.cause}</td><td>${entityLink(i.entity)}</td><td class="nowrap">${ago(now - i.first_seen)}</td><td>${i.summary}</td></tr>`)}</tbody></table>`;
@@ -155,7 +155,7 @@ export async function mount(root, ctx) {
       clearBanner("node");
     } catch (err) {
       banner(err, { key: "node" });
-      if (err.status === 404) set($("#gpus", root), empty(`no node named ${name}`));
+      if (err.status === 404) notFound(root, html`<a href="#/">overview</a> / node`, `no node named ${name}`);
     } finally {
       busy = false;
     }
