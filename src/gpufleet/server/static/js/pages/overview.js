@@ -25,8 +25,10 @@ function memoryGiB(model) {
   return m ? Number(m[1]) : null;
 }
 
-function kpi(label, value, { cls = "", href, suffix, title } = {}) {
-  const inner = html`<div class="v">${value}${suffix ? html`<small>${suffix}</small>` : ""}</div><div class="l">${label}</div>`;
+/** A headline figure: its value with a short unit, and a label that may carry a detail ("6 critical"). */
+function kpi(label, value, { cls = "", href, suffix, sub, title } = {}) {
+  const inner = html`<div class="v">${value}${suffix ? html`<small>${suffix}</small>` : ""}</div>
+    <div class="l">${label}${sub ? html` · <b>${sub}</b>` : ""}</div>`;
   return href
     ? html`<a class="kpi ${cls}" href="${href}" title="${title || ""}">${inner}</a>`
     : html`<div class="kpi ${cls}" title="${title || ""}">${inner}</div>`;
@@ -35,7 +37,7 @@ function kpi(label, value, { cls = "", href, suffix, title } = {}) {
 function kpis(s) {
   const hot = s.temp_max === null ? "" : s.temp_max >= 85 ? "bad" : s.temp_max >= 80 ? "warn" : "ok";
   return html`
-    ${kpi("GPUs", num(s.gpus), { suffix: `${s.nodes} nodes${s.nodes_lost ? `, ${s.nodes_lost} lost` : ""}`, cls: s.nodes_lost ? "bad" : "ok" })}
+    ${kpi("GPUs", num(s.gpus), { sub: `${s.nodes} nodes${s.nodes_lost ? `, ${s.nodes_lost} lost` : ""}`, cls: s.nodes_lost ? "bad" : "ok" })}
     ${kpi("mean utilization", num(s.util_mean, 1), { suffix: "%" })}
     ${kpi("power", num(s.power_kw, 1), { suffix: "kW" })}
     ${kpi("hottest GPU", s.temp_max === null ? "–" : num(s.temp_max), { suffix: s.temp_max === null ? "" : "°C", cls: hot })}
@@ -47,7 +49,7 @@ function kpis(s) {
     ${kpi("IB links down", num(s.links_down), { cls: s.links_down ? "bad" : "ok", href: "#/fabric" })}
     ${kpi("incidents open", num(s.incidents_open), {
       cls: s.incidents_critical ? "bad" : s.incidents_open ? "warn" : "ok", href: "#/incidents?state=open",
-      suffix: s.incidents_critical ? `${s.incidents_critical} critical` : "",
+      sub: s.incidents_critical ? `${s.incidents_critical} critical` : "",
     })}`;
 }
 
@@ -124,7 +126,7 @@ function incidentsTable(list, now) {
   const order = { critical: 0, warning: 1, info: 2 };
   const rows = [...list].sort((a, b) => order[a.severity] - order[b.severity] || b.first_seen - a.first_seen).slice(0, 10);
   return html`<table><thead><tr><th>severity</th><th>incident</th><th>cause</th><th>where</th><th>opened</th><th>what it caused</th></tr></thead>
-    <tbody>${rows.map((i) => html`<tr><td>${pill(i.severity)}</td><td>${incidentLink(i.id)} ${i.state !== "open" ? pill(i.state) : ""}</td>
+    <tbody>${rows.map((i) => html`<tr><td>${pill(i.severity)}</td><td class="nowrap">${incidentLink(i.id)} ${i.state !== "open" ? pill(i.state) : ""}</td>
       <td>${i.cause}</td><td>${entityLink(i.entity)}</td><td class="nowrap">${ago(now - i.first_seen)}</td>
       <td>${i.effects.length ? i.effects.join("; ") : html`<span class="dim">–</span>`}</td></tr>`)}</tbody></table>
     ${list.length > rows.length ? html`<div class="muted" style="margin-top:6px"><a href="#/incidents?state=open">all ${list.length} open incidents →</a></div>` : ""}`;
@@ -146,7 +148,7 @@ function idleTable(gpus, s) {
 function jobsTable(rows) {
   if (!rows.length) return empty("no training jobs");
   return html`<table><thead><tr><th>job</th><th>state</th><th class="num">ranks</th><th class="num">step time</th><th>last step</th><th>cause</th></tr></thead>
-    <tbody>${rows.map((j) => html`<tr><td>${j.name}</td><td>${pill(j.state)}</td><td class="num">${j.ranks}</td>
+    <tbody>${rows.map((j) => html`<tr><td class="nowrap">${j.name}</td><td>${pill(j.state)}</td><td class="num">${j.ranks}</td>
       <td class="num">${num(j.step_time_s, 2)} s</td><td class="nowrap ${j.state === "Stalled" ? "warn" : ""}">${ago(j.last_step_age_s)}</td>
       <td>${causeLinks(j.cause)}</td></tr>`)}</tbody></table>`;
 }
@@ -227,9 +229,15 @@ export async function mount(root, ctx) {
     if (busy) return;
     busy = true;
     try {
-      const [s, g] = await Promise.all([api.get("/api/v1/summary"), api.get("/api/v1/gpus").catch(() => null)]);
-      gpus = g;
-      render(s);
+      // the summary draws the figures and charts; the GPU rows (power, memory, who holds what) follow
+      const rows = api.get("/api/v1/gpus").catch(() => null);
+      render(await api.get("/api/v1/summary"));
+      const g = await rows;
+      if (g) {
+        gpus = g;
+        drawHeat();
+        set($("#idle", root), idleTable(gpus, summary));
+      }
       clearBanner("overview");
     } catch (err) {
       banner(err, { key: "overview" });
