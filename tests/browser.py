@@ -196,6 +196,7 @@ class Chromium:
         """A PNG of the page (all of it, not only the viewport, when `full_page`)."""
         params: dict[str, Any] = {"format": "png", "captureBeyondViewport": full_page}
         if full_page:
+            self.evaluate("window.scrollTo(0, 0)")  # else a sticky header is drawn where the page was scrolled to
             size = self.send("Page.getLayoutMetrics")["cssContentSize"]
             height = min(int(size["height"]) + 1, 8000)
             params["clip"] = {"x": 0, "y": 0, "width": self.width, "height": max(height, self.height), "scale": 1}
