@@ -170,3 +170,14 @@ def _incident(number: int) -> dict[str, object]:
 
 def test_sqlite_database_is_the_default(tmp_path: Path) -> None:
     assert isinstance(open_state(tmp_path), SQLiteDatabase)
+
+
+def test_a_version_1_file_from_before_tokens_gets_them(tmp_path: Path) -> None:
+    # released version-1 files were made before the tokens table joined version 1's schema
+    _load_v1(tmp_path / "state.db", "DROP INDEX tokens_secret; DROP TABLE tokens;")
+    db = open_state(tmp_path)
+    assert version(db) == SCHEMA_VERSION
+    tokens = TokenStore(db)
+    _, secret = tokens.create("admin", "admin", "test")
+    assert tokens.authenticate(secret) is not None
+    db.close()

@@ -214,6 +214,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        4,
+        "API tokens for databases made at version 1 before the tokens table was part of it",
+        (
+            # API bearer tokens: only a hash of the secret is kept; a revoked token stays listed (the audit names it)
+            """CREATE TABLE IF NOT EXISTS tokens (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                role TEXT NOT NULL,
+                secret_hash TEXT NOT NULL,
+                created {real} NOT NULL,
+                created_by TEXT NOT NULL,
+                last_used {real},
+                revoked {real}
+            )""",
+            "CREATE UNIQUE INDEX IF NOT EXISTS tokens_secret ON tokens(secret_hash)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
