@@ -38,6 +38,8 @@ def main(
 # Each module exposes `register(app)`; one line per command family keeps this file free of their details.
 COMMAND_MODULES = (
     "gpufleet.cli.core",
+    "gpufleet.cli.fleet",
+    "gpufleet.cli.top",
     "gpufleet.cli.server",
     "gpufleet.cli.telemetry",
     "gpufleet.cli.agent",

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 # Piped output is not wrapped at 80 columns: tables stay one line per row, as kubectl prints them.
 console = Console(width=None if sys.stdout.isatty() else 250)
@@ -62,10 +63,13 @@ def emit(data: Any, fmt: OutputFormat, render_table: Callable[[bool], None]) -> 
         render_table(fmt is OutputFormat.wide)
 
 
-def make_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> Table:
-    table = Table(title=title, header_style="bold", box=None, pad_edge=False)
+def make_table(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, show_header: bool = True
+) -> Table:
+    """Cells are plain text: a value is never read as markup or emoji (00000000:AB:00.0 stays a PCI id)."""
+    table = Table(title=title, header_style="bold", box=None, pad_edge=False, show_header=show_header)
     for col in columns:
         table.add_column(col)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(Text("" if v is None else str(v)) for v in row))
     return table

@@ -308,3 +308,8 @@ class Switch(Shape):
 class Fabric(Shape):
     switches: list[Switch]
     links: list[Link]
+
+
+class WhoAmI(Shape):
+    name: str = Field(description="The token's name, or anonymous.")
+    role: Literal["viewer", "operator", "admin", "agent", "none"]

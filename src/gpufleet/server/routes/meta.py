@@ -8,7 +8,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
@@ -41,6 +41,14 @@ def router(plane: ControlPlane, checks: list[HealthCheck], requests: RequestMetr
             "replica": plane.replication.name,
         }
         return JSONResponse(body, status_code=200 if not problems else 503)
+
+    @api.get("/api/v1/whoami", response_model=schemas.WhoAmI, tags=["meta"])
+    def whoami(request: Request) -> dict[str, Any]:
+        """The token this request carried: its name and role (anonymous on loopback without one)."""
+        token = getattr(request.state, "token", None)
+        if token is None:
+            return {"name": "anonymous", "role": "none"}
+        return {"name": token.name, "role": token.role.value}
 
     @api.get("/metrics", response_class=PlainTextResponse, tags=["meta"])
     def metrics() -> PlainTextResponse:

@@ -1,0 +1,165 @@
+"""kubectl-like verbs against a running control plane: every resource, selectors, describe, incident changes,
+actions with --dry-run, where the server and token come from, `top`, and what a follower of the stream prints."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+import yaml
+
+from gpufleet.cli import fleet
+from gpufleet.cli.client import Api
+from gpufleet.cli.output import OutputFormat
+from gpufleet.sim.faults import InjectedFault
+from gpufleet.sim.runner import run_headless
+from gpufleet.spec.scenario_spec import FaultType
+from gpufleet.state import Database
+from tests import apiclient
+from tests.clirun import gpufleet
+from tests.twins import door, small_twin
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    tmp = tmp_path_factory.mktemp("fleet-cli")
+    twin = small_twin(
+        faults=[
+            InjectedFault(0, FaultType.gpu_off_bus, 30.0, node="n-001", gpu=4),
+            InjectedFault(1, FaultType.link_down, 40.0, node="n-002", rail=3),
+        ]
+    )
+    plane, sim = door(twin, db=Database(tmp / "state.db"))
+    run_headless(twin, sim, plane.ingest, plane.tick, 120)
+    plane.twin = twin
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(apiclient.app(plane), host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", plane
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def env(served: tuple[str, Any], tmp_path: Path) -> dict[str, str]:
+    return {"GPUFLEET_SERVER": served[0], "GPUFLEET_TOKEN": apiclient.TOKEN, "GPUFLEET_HOME": str(tmp_path)}
+
+
+def run(env: dict[str, str], *args: str) -> Any:
+    res = gpufleet(*args, env=env)
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_every_resource_lists(env: dict[str, str]) -> None:
+    run(env, "uncordon", "n-000", "--dry-run")  # something in the audit log
+    for resource, key in (
+        ("nodes", "name"),
+        ("gpus", "gpu"),
+        ("jobs", "name"),
+        ("incidents", "id"),
+        ("events", "kind"),
+        ("audit", "actor"),
+        ("agents", "agent"),
+        ("links", "hca"),
+        ("switches", "links"),
+    ):
+        rows = json.loads(run(env, "get", resource, "-o", "json").stdout)
+        assert rows and key in rows[0], resource
+        assert run(env, "get", resource).stdout.strip(), resource  # and a table
+    assert yaml.safe_load(run(env, "get", "switches", "-o", "yaml").stdout)[0]["name"].startswith("leaf-")
+
+
+def test_selectors(env: dict[str, str]) -> None:
+    critical = json.loads(run(env, "get", "incidents", "-l", "severity=critical", "-o", "json").stdout)
+    assert critical and all(i["severity"] == "critical" for i in critical)
+    down = json.loads(run(env, "get", "links", "-l", "state=Down", "-o", "json").stdout)
+    assert [(x["node"], x["hca"]) for x in down] == [("n-002", "mlx5_3")]
+    lost = json.loads(run(env, "get", "gpus", "-l", "health=lost,node=n-001", "-o", "json").stdout)
+    assert [g["gpu"] for g in lost] == [4]
+    others = json.loads(run(env, "get", "nodes", "-l", "name!=n-000", "-o", "json").stdout)
+    assert [n["name"] for n in others] == ["n-001", "n-002"]
+    bad = gpufleet("get", "nodes", "-l", "oops", env=env)
+    assert bad.returncode == 2 and "bad selector 'oops'" in bad.stderr
+
+
+def test_describe_node_gpu_and_incident(env: dict[str, str]) -> None:
+    node = run(env, "describe", "node", "n-001").stdout
+    assert "Capacity: 8 GPUs   Allocatable: 7 GPUs" in node
+    wide = run(env, "get", "gpus", "--node", "n-001", "-o", "wide").stdout
+    for g in json.loads(run(env, "get", "gpus", "--node", "n-001", "-o", "json").stdout):
+        assert g["pci_bus_id"] in wide  # a PCI id stays text: ":ab:" must not turn into an emoji
+    gpu = run(env, "describe", "gpu", "n-001/4").stdout
+    assert "n-001/4" in gpu and "lost" in gpu
+    inc = json.loads(run(env, "get", "incidents", "-l", "cause=gpu-lost", "-o", "json").stdout)[0]
+    detail = run(env, "describe", "incident", inc["id"]).stdout
+    assert inc["id"] in detail and "evidence" in detail and "gpu-lost" in detail
+    assert gpufleet("describe", "gpu", "n-001", env=env).returncode == 2
+
+
+def test_incident_changes_and_actions(env: dict[str, str], served: tuple[str, Any]) -> None:
+    plane = served[1]
+    inc = json.loads(run(env, "get", "incidents", "-l", "cause=ib-link-down", "-o", "json").stdout)[0]
+    assert run(env, "ack", inc["id"], "--note", "looking").stdout.strip() == f"{inc['id']} acknowledged"
+    entry = [e for e in plane.store.audit_log.entries() if e.target == f"incident/{inc['id']}"][-1]
+    assert entry.actor == "admin" and "looking" in entry.request
+    dry = run(env, "drain", "n-002", "--dry-run").stdout.strip()
+    assert dry == "(dry run) node/n-002: would drain node/n-002"  # a sentence, not a Python dict
+    assert not plane.twin.cluster.node("n-002").unschedulable
+    done = run(env, "cordon", "n-002", "--reason", "cable check").stdout.strip()
+    assert done.startswith("node/n-002: ") and plane.twin.cluster.node("n-002").unschedulable
+    run(env, "uncordon", "n-002")
+    assert run(env, "reset", "n-000/2", "--dry-run").stdout.strip() == "(dry run) gpu/n-000/2: would reset gpu/n-000/2"
+    assert "would requeue job/job" in run(env, "requeue", "job", "--exclude", "n-001", "--dry-run").stdout
+
+
+def test_where_the_server_and_token_come_from(env: dict[str, str], tmp_path: Path) -> None:
+    no_token = {**env, "GPUFLEET_TOKEN": ""}
+    refused = gpufleet("cordon", "n-000", env=no_token)
+    assert refused.returncode == 2 and "needs a token" in refused.stderr and "--token-file" in refused.stderr
+    token_file = tmp_path / "t"
+    token_file.write_text(apiclient.TOKEN + "\n")
+    ok = gpufleet("cordon", "n-000", "--dry-run", "--token-file", str(token_file), env=no_token)
+    assert ok.returncode == 0, ok.stderr
+    nowhere = gpufleet("get", "nodes", "--server", "http://127.0.0.1:9", env=env)
+    assert nowhere.returncode == 1
+    assert "no control plane answers at http://127.0.0.1:9 (from --server)" in nowhere.stderr
+    assert "GPUFLEET_SERVER" in nowhere.stderr and "gpufleet config set server" in nowhere.stderr
+    remembered = {"GPUFLEET_HOME": env["GPUFLEET_HOME"], "GPUFLEET_TOKEN": apiclient.TOKEN}
+    assert run(remembered, "config", "set", "server", env["GPUFLEET_SERVER"]).stdout
+    assert json.loads(run(remembered, "get", "nodes", "-o", "json").stdout)  # the remembered server answers
+    assert env["GPUFLEET_SERVER"] in run(remembered, "config", "view").stdout
+    assert gpufleet("config", "set", "server", "not-a-url", env=remembered).returncode == 2
+
+
+def test_top_once(env: dict[str, str]) -> None:
+    out = run(env, "top", "--once").stdout
+    assert "3 nodes  24 GPUs" in out and "n-001" in out and "open incidents:" in out and "gpu-lost" in out
+
+
+def test_watch_prints_what_changes(served: tuple[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    api = Api(served[0])
+    incident = api.get("/api/v1/incidents")[0]
+    changed = {**incident, "state": "mitigated"}
+
+    def frames(self: Api) -> Iterator[tuple[str, Any]]:
+        yield "summary", {}
+        yield "incident", changed
+        yield "event", {"id": 1, "node": "n-000"}
+
+    monkeypatch.setattr(Api, "stream", frames)
+    fleet._watch(api, fleet.Resource.incidents, OutputFormat.json, [], None, 100)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == [changed]
