@@ -133,10 +133,14 @@ def job_rows(plane: ControlPlane) -> list[dict[str, Any]]:
     now = plane.clock()
     with plane.lock:
         cause_of: dict[str, str] = {}
-        for inc in plane.book.open_incidents():
+        live = plane.book.open_incidents()
+        # an incident whose effect is the job's own ("job X hung: ...") names it first; one that only mentions
+        # the job is the cause only when none does
+        for inc in live:
             for effect in inc.effects:
                 if effect.startswith("job "):
                     cause_of.setdefault(effect.split()[1], f"{inc.id} {inc.cause.value} on {inc.entity}")
+        for inc in live:
             for effect in inc.effects:
                 for job in plane.fleet.jobs():
                     if job.name in effect.split():
