@@ -90,15 +90,17 @@ def load_main(
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            try:
-                conn.request("GET", plan[i])
-                resp = conn.getresponse()
-                resp.read()
-                status = resp.status
-            except (OSError, http.client.HTTPException):
-                status = 0
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            status = 0
+            for _attempt in range(2):  # a keep-alive connection the server closed while idle: retry once, as clients do
+                try:
+                    conn.request("GET", plan[i])
+                    resp = conn.getresponse()
+                    resp.read()
+                    status = resp.status
+                    break
+                except (OSError, http.client.HTTPException):
+                    conn.close()
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             mine.append((time.monotonic() - due, status))
         conn.close()
         with lock:
@@ -339,7 +341,7 @@ def main() -> None:
     if args.output == "json":
         print(json.dumps(result, indent=2))
         return
-    out = Console()
+    out = Console(width=160)
     table = Table(title=f"API reads, {args.nodes} nodes x 8 GPUs pushing once a second (open-loop load, 30 s)")
     for col in ("target req/s", "achieved", "requests", "p50 ms", "p99 ms", "max ms", "errors", "p99 vs baseline"):
         table.add_column(col, justify="right")

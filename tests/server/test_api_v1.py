@@ -216,3 +216,20 @@ def test_the_fabric_names_each_link_its_switch_and_its_incident(tmp_path: Path) 
         },
     ).json()
     assert counters and max(v for _, v in counters[0]["points"]) == 1
+
+
+def test_shared_views_keep_their_shapes(client: Any) -> None:
+    from pydantic import TypeAdapter
+
+    from gpufleet.server import schemas
+
+    for path, shape in (
+        ("/api/v1/summary", schemas.Summary),
+        ("/api/v1/nodes", list[schemas.NodeRow]),
+        ("/api/v1/gpus", list[schemas.GpuRow]),
+        ("/api/v1/jobs", list[schemas.JobRow]),
+        ("/api/v1/fabric", schemas.Fabric),
+    ):
+        body = client.get(path).json()
+        TypeAdapter(shape).validate_python(body)  # encoded once and shared, so checked here rather than per call
+        assert client.get(path).json() == body  # the second read within the moment is the same answer

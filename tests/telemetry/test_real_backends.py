@@ -19,6 +19,7 @@ from gpufleet.telemetry.exposition import CONTENT_TYPE, Renderer
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.rules import RulesConfig, dump, rule_groups
 from gpufleet.telemetry.store import RemoteConfig, RemoteStore
+from tests import apiclient
 from tests.conftest import REPO_ROOT, require_tool
 from tests.twins import door, small_twin
 
@@ -167,4 +168,14 @@ def test_the_control_plane_keeps_its_fleet_history_in_a_remote_store(stack: dict
     history = poll(lambda: views.history(plane, start + 300))  # type: ignore[arg-type]
     assert len(history) >= 4 and all(0 < p["util"] <= 100 for p in history if "util" in p)
     assert any(p.get("power", 0) > 1.0 for p in history)  # kW of 24 GPUs
+    # per-GPU timelines and aggregation, through the API's metric query, answered by the backend's PromQL
+    client = apiclient.client(plane)
+    params = {"series": 'gpufleet_gpu_temp_c{node="n-000"}', "start": start, "end": start + 300, "step": 30}
+    temps = poll(lambda: client.get("/api/v1/metrics/range", params=params).json() or None)
+    assert {s["labels"]["gpu"] for s in temps} == {str(g) for g in range(8)}
+    by_node = client.get(
+        "/api/v1/metrics/query",
+        params={"series": "gpufleet_gpu_power_w", "op": "sum", "by": "node", "time": start + 300},
+    ).json()
+    assert {s["labels"]["node"] for s in by_node} == {"n-000", "n-001", "n-002"}
     store.close()

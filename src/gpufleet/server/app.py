@@ -14,6 +14,7 @@ from gpufleet import __version__
 from gpufleet.control.service import ControlPlane
 from gpufleet.errors import AuthError, GpufleetError, NotFoundError, UserError
 from gpufleet.model.wire import MAX_BODY
+from gpufleet.server.cache import ReadCache
 from gpufleet.server.routes import actions, fleet, incidents, ingest, meta, records, stream
 from gpufleet.server.routes.common import BadParameter
 from gpufleet.server.routes.meta import HealthCheck
@@ -84,8 +85,12 @@ def create_app(
             status_code=422,
         )
 
-    for module in (fleet, incidents, actions, records, ingest, stream):
-        app.include_router(module.router(plane))
+    cache = ReadCache()
+    app.state.read_cache = cache
+    for module in (fleet, incidents, actions):
+        app.include_router(module.router(plane, cache))
+    for plain in (records, ingest, stream):
+        app.include_router(plain.router(plane))
     app.include_router(meta.router(plane, list(checks or []), requests))
     meta.mount_pages(app)
     return app

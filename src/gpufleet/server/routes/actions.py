@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Request
 
 from gpufleet.control.service import ControlPlane
 from gpufleet.server import schemas
+from gpufleet.server.cache import ReadCache
 from gpufleet.server.routes.common import actor, described
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -18,19 +19,22 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def router(plane: ControlPlane) -> APIRouter:
+def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["actions"])
 
     def node_action(verb: str, name: str, request: Request, body: schemas.ActionRequest | None) -> dict[str, Any]:
         body = body or schemas.ActionRequest()
-        result = plane.node_action(
-            actor(request),
-            verb,
-            name,
-            body.reason,
-            dry_run=body.dryRun,
-            request=described(request, body.model_dump()),
-        )
+        try:
+            result = plane.node_action(
+                actor(request),
+                verb,
+                name,
+                body.reason,
+                dry_run=body.dryRun,
+                request=described(request, body.model_dump()),
+            )
+        finally:
+            cache.clear()
         return {"target": f"node/{name}", "action": verb, "result": result, "dry_run": body.dryRun}
 
     @api.post("/nodes/{name}/cordon", response_model=schemas.ActionResult, responses=ERRORS)
@@ -53,29 +57,35 @@ def router(plane: ControlPlane) -> APIRouter:
     ) -> dict[str, Any]:
         """Reset one GPU (nvidia-smi -r); the backend refuses while work holds it."""
         body = body or schemas.ActionRequest()
-        result = plane.node_action(
-            actor(request),
-            "reset",
-            name,
-            body.reason,
-            gpu=index,
-            dry_run=body.dryRun,
-            request=described(request, body.model_dump()),
-        )
+        try:
+            result = plane.node_action(
+                actor(request),
+                "reset",
+                name,
+                body.reason,
+                gpu=index,
+                dry_run=body.dryRun,
+                request=described(request, body.model_dump()),
+            )
+        finally:
+            cache.clear()
         return {"target": f"gpu/{name}/{index}", "action": "reset", "result": result, "dry_run": body.dryRun}
 
     @api.post("/jobs/{name}/requeue", response_model=schemas.ActionResult, responses=ERRORS)
     def requeue(name: str, request: Request, body: schemas.RequeueRequest | None = Body(None)) -> dict[str, Any]:
         """Requeue a job, keeping it off the nodes in `exclude`."""
         body = body or schemas.RequeueRequest()
-        result = plane.job_action(
-            actor(request),
-            "requeue",
-            name,
-            body.exclude,
-            dry_run=body.dryRun,
-            request=described(request, body.model_dump()),
-        )
+        try:
+            result = plane.job_action(
+                actor(request),
+                "requeue",
+                name,
+                body.exclude,
+                dry_run=body.dryRun,
+                request=described(request, body.model_dump()),
+            )
+        finally:
+            cache.clear()
         return {"target": f"job/{name}", "action": "requeue", "result": result, "dry_run": body.dryRun}
 
     return api

@@ -5,28 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import Response
 
 from gpufleet.control import views
 from gpufleet.control.service import ControlPlane
 from gpufleet.errors import UserError
 from gpufleet.server import schemas
+from gpufleet.server.cache import ReadCache
 from gpufleet.server.routes.common import BadParameter
 from gpufleet.telemetry.store.query import AGG_OPS
 
 MAX_POINTS = 11_000  # as Prometheus refuses a range query of more points per series
 
 
-def router(plane: ControlPlane) -> APIRouter:
+def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["fleet"])
 
     @api.get("/summary", response_model=schemas.Summary)
-    def summary() -> dict[str, Any]:
+    def summary() -> Response:
         """What the dashboard's overview shows: headline figures, the per-GPU grid, fleet history, jobs, incidents."""
-        return views.summary(plane)
+        return cache.answer("summary", lambda: views.summary(plane))
 
     @api.get("/nodes", response_model=list[schemas.NodeRow])
-    def nodes() -> list[dict[str, Any]]:
-        return views.node_rows(plane)
+    def nodes() -> Response:
+        return cache.answer("nodes", lambda: views.node_rows(plane))
 
     @api.get("/nodes/{name}", response_model=schemas.NodeDetail, responses={404: {"model": schemas.Problem}})
     def node(name: str) -> dict[str, Any]:
@@ -34,17 +36,19 @@ def router(plane: ControlPlane) -> APIRouter:
         return views.describe_node(plane, name)
 
     @api.get("/gpus", response_model=list[schemas.GpuRow])
-    def gpus(node: str | None = Query(None, max_length=253)) -> list[dict[str, Any]]:
-        return views.gpu_rows(plane, node)
+    def gpus(node: str | None = Query(None, max_length=253)) -> Any:
+        if node is not None:
+            return views.gpu_rows(plane, node)
+        return cache.answer("gpus", lambda: views.gpu_rows(plane))
 
     @api.get("/jobs", response_model=list[schemas.JobRow])
-    def jobs() -> list[dict[str, Any]]:
-        return views.job_rows(plane)
+    def jobs() -> Response:
+        return cache.answer("jobs", lambda: views.job_rows(plane))
 
     @api.get("/fabric", response_model=schemas.Fabric)
-    def fabric() -> dict[str, Any]:
+    def fabric() -> Response:
         """HCA ports and the switches they reach: state, error counters, open incidents."""
-        return views.fabric(plane)
+        return cache.answer("fabric", lambda: views.fabric(plane))
 
     @api.get("/agents", response_model=list[schemas.AgentRow])
     def agents() -> list[dict[str, Any]]:

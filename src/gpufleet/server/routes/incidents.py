@@ -11,6 +11,7 @@ from gpufleet.control.service import ControlPlane
 from gpufleet.model import IncidentState
 from gpufleet.nccl.compare import CollectiveReport
 from gpufleet.server import schemas
+from gpufleet.server.cache import ReadCache
 from gpufleet.server.routes.common import actor, described
 
 VERBS = {
@@ -21,7 +22,7 @@ VERBS = {
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 
 
-def router(plane: ControlPlane) -> APIRouter:
+def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["incidents"])
 
     @api.get("/incidents", response_model=list[schemas.IncidentRow])
@@ -77,14 +78,20 @@ def router(plane: ControlPlane) -> APIRouter:
         note: schemas.Note | None = Body(None),
     ) -> dict[str, Any]:
         """Move an incident on: acknowledge (someone is on it), mitigate, or resolve."""
-        inc = plane.transition(
-            incident_id, VERBS[verb], actor(request), described(request, note.model_dump() if note else None)
-        )
+        try:
+            inc = plane.transition(
+                incident_id, VERBS[verb], actor(request), described(request, note.model_dump() if note else None)
+            )
+        finally:
+            cache.clear()
         return {"id": inc.id, "state": inc.state.value}
 
     @api.post("/nccl-findings", response_model=schemas.CollectiveResult, tags=["collectives"])
     def nccl_findings(body: CollectiveReport, request: Request) -> dict[str, Any]:
         """`gpufleet nccl compare --report`: a run slower than the fabric should give becomes an incident."""
-        return {"incidents": plane.report_collective(body.findings, body.source, actor(request))}
+        try:
+            return {"incidents": plane.report_collective(body.findings, body.source, actor(request))}
+        finally:
+            cache.clear()
 
     return api

@@ -1,0 +1,42 @@
+"""The shared read views: built once per moment however many ask, dropped by any change made through the API."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gpufleet.server.cache import ReadCache
+
+
+def test_one_build_serves_every_caller_within_the_moment() -> None:
+    cache = ReadCache(ttl_s=60.0)
+    builds: list[int] = []
+
+    def build() -> dict[str, int]:
+        builds.append(1)
+        time.sleep(0.05)  # slow enough that the callers overlap
+        return {"n": len(builds)}
+
+    answers: list[bytes] = []
+    threads = [threading.Thread(target=lambda: answers.append(cache.get("v", build))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and set(answers) == {b'{"n":1}'}
+
+
+def test_a_change_drops_every_view() -> None:
+    cache = ReadCache(ttl_s=60.0)
+    count = iter(range(10))
+    assert cache.get("a", lambda: next(count)) == b"0"
+    assert cache.get("a", lambda: next(count)) == b"0"
+    cache.clear()
+    assert cache.get("a", lambda: next(count)) == b"1"
+
+
+def test_a_view_older_than_the_moment_is_rebuilt() -> None:
+    cache = ReadCache(ttl_s=0.0)
+    count = iter(range(10))
+    assert cache.get("a", lambda: next(count)) == b"0"
+    assert cache.get("a", lambda: next(count)) == b"1"
