@@ -251,34 +251,22 @@ def _transition(verb: str, incident: str, note: str, server: str | None, token_f
 NOTE_OPT = typer.Option("", "--note", help="Why, for the audit log.")
 
 
-def ack(
-    incident: str = typer.Argument(..., help="Incident id, e.g. INC-000004."),
-    note: str = NOTE_OPT,
-    server: str | None = SERVER_OPT,
-    token_file: Path | None = TOKEN_OPT,
-) -> None:
-    """Acknowledge an incident: someone is on it."""
-    _transition("acknowledge", incident, note, server, token_file)
+def _transition_command(verb: str, doc: str) -> Any:
+    def command(
+        incident: str = typer.Argument(..., help="Incident id, e.g. INC-000004."),
+        note: str = NOTE_OPT,
+        server: str | None = SERVER_OPT,
+        token_file: Path | None = TOKEN_OPT,
+    ) -> None:
+        _transition(verb, incident, note, server, token_file)
+
+    command.__doc__ = doc
+    return command
 
 
-def mitigate(
-    incident: str = typer.Argument(...),
-    note: str = NOTE_OPT,
-    server: str | None = SERVER_OPT,
-    token_file: Path | None = TOKEN_OPT,
-) -> None:
-    """Mark an incident mitigated."""
-    _transition("mitigate", incident, note, server, token_file)
-
-
-def resolve(
-    incident: str = typer.Argument(...),
-    note: str = NOTE_OPT,
-    server: str | None = SERVER_OPT,
-    token_file: Path | None = TOKEN_OPT,
-) -> None:
-    """Resolve an incident."""
-    _transition("resolve", incident, note, server, token_file)
+ack = _transition_command("acknowledge", "Acknowledge an incident: someone is on it.")
+mitigate = _transition_command("mitigate", "Mark an incident mitigated.")
+resolve = _transition_command("resolve", "Resolve an incident.")
 
 
 DRY_OPT = typer.Option(False, "--dry-run", help="Check everything and change nothing.")
@@ -377,6 +365,8 @@ def config_view() -> None:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (get, describe, ack, mitigate, resolve, cordon, uncordon, drain, reset, requeue):
+    for command in (get, describe, cordon, uncordon, drain, reset, requeue):
         app.command()(command)
+    for name, command in (("ack", ack), ("mitigate", mitigate), ("resolve", resolve)):
+        app.command(name)(command)
     app.add_typer(config_app, name="config")

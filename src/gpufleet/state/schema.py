@@ -44,6 +44,22 @@ class Migration:
 
 _APPEND_ONLY = "the audit log is append-only"
 
+# API bearer tokens: only a hash of the secret is kept; a revoked token stays listed (the audit names it).
+# In migration 1 and again (for files made at version 1 before it was there) in migration 4.
+_TOKENS = (
+    """CREATE TABLE IF NOT EXISTS tokens (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        role TEXT NOT NULL,
+        secret_hash TEXT NOT NULL,
+        created {real} NOT NULL,
+        created_by TEXT NOT NULL,
+        last_used {real},
+        revoked {real}
+    )""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS tokens_secret ON tokens(secret_hash)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -143,18 +159,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 reason TEXT NOT NULL,
                 changed_by TEXT NOT NULL
             )""",
-            # API bearer tokens: only a hash of the secret is kept; a revoked token stays listed (the audit names it)
-            """CREATE TABLE IF NOT EXISTS tokens (
-                id TEXT PRIMARY KEY,
-                name TEXT NOT NULL UNIQUE,
-                role TEXT NOT NULL,
-                secret_hash TEXT NOT NULL,
-                created {real} NOT NULL,
-                created_by TEXT NOT NULL,
-                last_used {real},
-                revoked {real}
-            )""",
-            "CREATE UNIQUE INDEX IF NOT EXISTS tokens_secret ON tokens(secret_hash)",
+            *_TOKENS,
         ),
         sqlite=(
             f"""CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
@@ -217,20 +222,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         4,
         "API tokens for databases made at version 1 before the tokens table was part of it",
-        (
-            # API bearer tokens: only a hash of the secret is kept; a revoked token stays listed (the audit names it)
-            """CREATE TABLE IF NOT EXISTS tokens (
-                id TEXT PRIMARY KEY,
-                name TEXT NOT NULL UNIQUE,
-                role TEXT NOT NULL,
-                secret_hash TEXT NOT NULL,
-                created {real} NOT NULL,
-                created_by TEXT NOT NULL,
-                last_used {real},
-                revoked {real}
-            )""",
-            "CREATE UNIQUE INDEX IF NOT EXISTS tokens_secret ON tokens(secret_hash)",
-        ),
+        (*_TOKENS,),
     ),
 )
 

@@ -22,7 +22,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["actions"])
 
-    def node_action(verb: str, name: str, request: Request, body: schemas.ActionRequest | None) -> dict[str, Any]:
+    def node_action(
+        verb: str, name: str, request: Request, body: schemas.ActionRequest | None, gpu: int | None = None
+    ) -> dict[str, Any]:
         body = body or schemas.ActionRequest()
         try:
             result = plane.node_action(
@@ -30,12 +32,14 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
                 verb,
                 name,
                 body.reason,
+                gpu=gpu,
                 dry_run=body.dryRun,
                 request=described(request, body.model_dump()),
             )
         finally:
-            cache.clear()
-        return {"target": f"node/{name}", "action": verb, "result": result, "dry_run": body.dryRun}
+            cache.clear()  # whatever happened, the next read shows it
+        target = f"node/{name}" if gpu is None else f"gpu/{name}/{gpu}"
+        return {"target": target, "action": verb, "result": result, "dry_run": body.dryRun}
 
     @api.post("/nodes/{name}/cordon", response_model=schemas.ActionResult, responses=ERRORS)
     def cordon(name: str, request: Request, body: schemas.ActionRequest | None = Body(None)) -> dict[str, Any]:
@@ -56,20 +60,7 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
         name: str, index: int, request: Request, body: schemas.ActionRequest | None = Body(None)
     ) -> dict[str, Any]:
         """Reset one GPU (nvidia-smi -r); the backend refuses while work holds it."""
-        body = body or schemas.ActionRequest()
-        try:
-            result = plane.node_action(
-                actor(request),
-                "reset",
-                name,
-                body.reason,
-                gpu=index,
-                dry_run=body.dryRun,
-                request=described(request, body.model_dump()),
-            )
-        finally:
-            cache.clear()
-        return {"target": f"gpu/{name}/{index}", "action": "reset", "result": result, "dry_run": body.dryRun}
+        return node_action("reset", name, request, body, gpu=index)
 
     @api.post("/jobs/{name}/requeue", response_model=schemas.ActionResult, responses=ERRORS)
     def requeue(name: str, request: Request, body: schemas.RequeueRequest | None = Body(None)) -> dict[str, Any]:
