@@ -87,9 +87,9 @@ def create_app(
 
     cache = ReadCache()
     app.state.read_cache = cache
-    for module in (fleet, incidents, actions):
+    for module in (fleet, incidents, actions, records):
         app.include_router(module.router(plane, cache))
-    for plain in (records, ingest, stream):
+    for plain in (ingest, stream):
         app.include_router(plain.router(plane))
     app.include_router(meta.router(plane, list(checks or []), requests))
     meta.mount_pages(app)

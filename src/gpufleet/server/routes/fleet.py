@@ -31,15 +31,13 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
         return cache.answer("nodes", lambda: views.node_rows(plane))
 
     @api.get("/nodes/{name}", response_model=schemas.NodeDetail, responses={404: {"model": schemas.Problem}})
-    def node(name: str) -> dict[str, Any]:
+    def node(name: str) -> Response:
         """A node's conditions, software, GPUs, NICs, open incidents and latest kernel-log reports."""
-        return views.describe_node(plane, name)
+        return cache.answer(f"node/{name}", lambda: views.describe_node(plane, name))
 
     @api.get("/gpus", response_model=list[schemas.GpuRow])
     def gpus(node: str | None = Query(None, max_length=253)) -> Any:
-        if node is not None:
-            return views.gpu_rows(plane, node)
-        return cache.answer("gpus", lambda: views.gpu_rows(plane))
+        return cache.answer(f"gpus/{node or ''}", lambda: views.gpu_rows(plane, node))
 
     @api.get("/jobs", response_model=list[schemas.JobRow])
     def jobs() -> Response:

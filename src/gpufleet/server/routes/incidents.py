@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import Response
 
 from gpufleet.control.service import ControlPlane
 from gpufleet.model import IncidentState
@@ -35,8 +36,14 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
             None, description="Only incidents seen after this time (epoch s): pass the newest `last_seen` you hold."
         ),
         limit: int = Query(500, ge=1, le=100_000),
-    ) -> list[dict[str, Any]]:
+    ) -> Response:
         """Newest first."""
+        key = f"incidents/{state}/{node}/{severity}/{cause}/{since}/{limit}"
+        return cache.answer(key, lambda: _incidents(state, node, severity, cause, since, limit))
+
+    def _incidents(
+        state: str | None, node: str | None, severity: str | None, cause: str | None, since: float | None, limit: int
+    ) -> list[dict[str, Any]]:
         filtered = severity is not None or cause is not None or since is not None
         rows = plane.incidents(state, node, 100_000 if filtered else limit)
         if filtered:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import Response
 
 from gpufleet.control.service import ControlPlane
 from gpufleet.server import schemas
+from gpufleet.server.cache import ReadCache
 from gpufleet.server.routes.common import BadParameter
 
 # kmsg: kernel-log GPU reports; link: IB port changes; finding: detector findings; incident: incidents opened;
@@ -15,7 +17,7 @@ from gpufleet.server.routes.common import BadParameter
 EVENT_KINDS = ("kmsg", "link", "finding", "incident", "agent", "action")
 
 
-def router(plane: ControlPlane) -> APIRouter:
+def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["records"])
 
     @api.get("/events", response_model=list[schemas.EventRow])
@@ -25,13 +27,13 @@ def router(plane: ControlPlane) -> APIRouter:
         ),
         node: str | None = Query(None, max_length=2000, description="One or more nodes, comma-separated."),
         limit: int = Query(100, ge=1, le=10_000),
-    ) -> list[dict[str, Any]]:
+    ) -> Response:
         """Newest first."""
         if kind:
             unknown = [k for k in kind.split(",") if k not in EVENT_KINDS]
             if unknown:
                 raise BadParameter(f"unknown event kind {unknown[0]!r}", fix=f"use one of: {', '.join(EVENT_KINDS)}")
-        return plane.store.events(kind, node, limit)
+        return cache.answer(f"events/{kind}/{node}/{limit}", lambda: plane.store.events(kind, node, limit))
 
     @api.get("/audit", response_model=list[schemas.AuditRow])
     def audit(
