@@ -14,7 +14,9 @@ import os
 import socket
 import time
 
-from gpufleet.model.observe import Batch
+import msgspec
+
+from gpufleet.model.observe import Batch, Record
 from gpufleet.model.wire import MSGPACK, WireError, decode_batch, encode
 from gpufleet.state.db import Database
 from gpufleet.state.leadership import Leadership, SoleLeadership
@@ -61,12 +63,12 @@ class Replication:
     def leads(self) -> bool:
         return self.leadership.leads()
 
-    def publish(self, batch: Batch) -> None:
-        """Inside the ingest transaction: the batch (only its new records) for the other replicas."""
+    def publish(self, batch: Batch, new: list[Record]) -> None:
+        """Inside the ingest transaction: the batch, with only its new records, for the other replicas."""
         if self.shared:
+            body = encode(msgspec.structs.replace(batch, records=new), MSGPACK)
             self.db.execute(
-                "INSERT INTO feed (replica, received, body) VALUES (?, ?, ?)",
-                (self.name, time.time(), encode(batch, MSGPACK)),
+                "INSERT INTO feed (replica, received, body) VALUES (?, ?, ?)", (self.name, time.time(), body)
             )
 
     def others(self) -> list[Batch]:

@@ -17,7 +17,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from gpufleet.control.fleet import FleetState
@@ -142,35 +141,22 @@ class ControlPlane:
     def ingest(self, batch: Batch) -> Ack:
         """Store a batch's new records exactly once, update the fleet, and correlate its findings (on the leader;
         another replica passes them to it through the feed)."""
-        if self.replication.shared:
-            return self._ingest_shared(batch)
         now = self.clock()
         key = (batch.agent, batch.incarnation)
-        with self.lock:
-            last = self._streams.get(key, 0)
+        shared = self.replication.shared
+        # with other replicas taking batches too, the stream's position is read (and locked) in the database, and
+        # every batch is written: the others learn the node's state from the feed
+        with self.lock, self.db.transaction() if shared else nullcontext():
+            last = self.store.stream_position(*key) if shared else self._streams.get(key, 0)
             new = [r for r in batch.records if r.seq > last]
             top = max(last, batch.records[-1].seq) if batch.records else last
-            writes = bool(new) or batch.inventory is not None or key not in self._streams
+            writes = shared or bool(new) or batch.inventory is not None or key not in self._streams
             # the batch and the incidents it changed, or none of it (a push with only state writes nothing)
             with self.db.transaction() if writes else nullcontext():
                 if writes:
                     self.store.store_batch(batch, new, top, time.time())
+                    self.replication.publish(batch, new)
                 self._take(batch, key, new, top, now)
-            self.batches += 1
-        return Ack(top, len(new), len(batch.records) - len(new))
-
-    def _ingest_shared(self, batch: Batch) -> Ack:
-        """As `ingest`, with other replicas taking batches too: the stream's position is read (and locked) in the
-        database, and the new records go to the feed in the same transaction."""
-        now = self.clock()
-        key = (batch.agent, batch.incarnation)
-        with self.lock, self.db.transaction():
-            last = self.store.stream_position(*key)
-            new = [r for r in batch.records if r.seq > last]
-            top = max(last, batch.records[-1].seq) if batch.records else last
-            self.store.store_batch(batch, new, top, time.time())
-            self.replication.publish(msgspec.structs.replace(batch, records=new))
-            self._take(batch, key, new, top, now)
             self.batches += 1
         return Ack(top, len(new), len(batch.records) - len(new))
 
