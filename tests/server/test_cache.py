@@ -40,3 +40,12 @@ def test_a_view_older_than_the_moment_is_rebuilt() -> None:
     count = iter(range(10))
     assert cache.get("a", lambda: next(count)) == b"0"
     assert cache.get("a", lambda: next(count)) == b"1"
+
+
+def test_views_that_are_no_longer_asked_for_do_not_pile_up() -> None:
+    from gpufleet.server.cache import MAX_ENTRIES
+
+    cache = ReadCache(ttl_s=0.0)  # every entry is stale at once
+    for k in range(5 * MAX_ENTRIES):
+        cache.get(f"incidents/since={k}", lambda: [])
+    assert len(cache._entries) <= MAX_ENTRIES and not cache._building

@@ -86,7 +86,6 @@ def create_app(
         )
 
     cache = ReadCache()
-    app.state.read_cache = cache
     for module in (fleet, incidents, actions, records):
         app.include_router(module.router(plane, cache))
     for plain in (ingest, stream):

@@ -17,6 +17,7 @@ import msgspec
 from fastapi.responses import Response
 
 TTL_S = 1.0
+MAX_ENTRIES = 512  # keys carry query parameters (an incident cursor, a node): stale ones go past this many
 JSON = "application/json"
 
 _encode = msgspec.json.Encoder().encode
@@ -54,7 +55,11 @@ class ReadCache:
             body = _encode(build())
             with self._lock:
                 self.builds += 1
+                self._building.pop(key, None)  # callers already waiting hold the gate; later ones find the entry
                 if generation == self._generation:  # not if a change dropped the views meanwhile
+                    if len(self._entries) >= MAX_ENTRIES:
+                        now = time.monotonic()
+                        self._entries = {k: e for k, e in self._entries.items() if now - e[0] < self.ttl_s}
                     self._entries[key] = (time.monotonic(), generation, body)
             return body
 
