@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
-from gpufleet.control.paths import DEFAULT_PORT, data_dir
+from gpufleet.control.paths import DEFAULT_PORT, api_token, data_dir
 from gpufleet.errors import AuthError, BackendError, NotFoundError, UserError
 
 CONFIG_KEYS = ("server", "token-file")
@@ -72,11 +72,7 @@ class Api:
                 return self._token_file.read_text(encoding="utf-8").strip()
             except OSError as exc:
                 raise UserError(f"cannot read the token file {self._token_file}: {exc.strerror}") from None
-        env = os.environ.get("GPUFLEET_TOKEN")
-        if env:
-            return env.strip()
-        path = data_dir() / "token"
-        return path.read_text(encoding="utf-8").strip() if path.exists() else None
+        return api_token()
 
     def _headers(self) -> dict[str, str]:
         token = self.token()

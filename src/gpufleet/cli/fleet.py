@@ -71,7 +71,7 @@ def _local_rows(resource: Resource, scenario: Path, at: str, node: str | None) -
     if r == "jobs":
         return views.job_rows(plane)
     if r in ("links", "switches"):
-        return list(views.fabric(plane)[r if r == "links" else "switches"])
+        return list(views.fabric(plane)[r])
     if r == "events":
         return plane.store.events(None, node, 1000)
     raise UserError(f"--scenario cannot show {r}", fix="ask a running control plane (drop --scenario)")

@@ -318,28 +318,21 @@ def compare(
 
 def _report(file: Path, result: object) -> None:
     """POST the run's findings to the control plane, which opens collective-slow incidents for them."""
-    import httpx
-
-    from gpufleet.control.paths import api_token, server_url
-    from gpufleet.errors import BackendError
+    from gpufleet.cli.client import Api
+    from gpufleet.errors import BackendError, GpufleetError
     from gpufleet.nccl.compare import CollectiveReport, compare_to_findings
 
     report = CollectiveReport(source=file.name, findings=compare_to_findings(result))  # type: ignore[arg-type]
-    token = api_token()
-    if token is None:
+    api = Api()
+    if api.token() is None:
         raise UserError("no API token found", fix="set GPUFLEET_TOKEN or run where `gpufleet up` runs")
     try:
-        resp = httpx.post(
-            f"{server_url()}/api/v1/nccl-findings",
-            json=report.model_dump(mode="json"),
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=10,
-        )
-    except httpx.HTTPError:
-        raise BackendError(f"no control plane answers at {server_url()}", fix="start one with `gpufleet up`") from None
-    if resp.status_code >= 400:
-        raise BackendError(f"the control plane refused the findings: {resp.json().get('error', resp.text)}")
-    console.print(f"reported {len(report.findings)} finding(s): {', '.join(resp.json()['incidents']) or 'no incident'}")
+        answer = api.post("/api/v1/nccl-findings", report.model_dump(mode="json"))
+    except BackendError:
+        raise
+    except GpufleetError as exc:  # refused: the server said why
+        raise BackendError(f"the control plane refused the findings: {exc.message}", fix=exc.fix) from None
+    console.print(f"reported {len(report.findings)} finding(s): {', '.join(answer['incidents']) or 'no incident'}")
 
 
 def _infer_topology(table: object) -> dict[str, object]:

@@ -10,6 +10,7 @@ import typer
 
 import gpufleet.remediate  # noqa: F401  (registers the Runbook and RemediationPolicy kinds for `gpufleet validate`)
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.cli.render import clock
 
 remediate_app = typer.Typer(
     help="Fix faults safely: runbooks per root cause, budgets, a circuit breaker, rate limits, an audit log.",
@@ -218,7 +219,7 @@ def audit(
     def render(wide: bool) -> None:
         cols = ["SEQ", "TIME", "INCIDENT", "STEP", "ACTION", "TARGET", "DECISION", "REASON"]
         rows: list[tuple[object, ...]] = [
-            (e.seq, _when(e.time), e.incident, e.step, e.action, e.target,
+            (e.seq, clock(e.time), e.incident, e.step, e.action, e.target,
              e.decision + (" (dry-run)" if e.dry_run else ""), e.reason or f"by {e.actor}")
             for e in entries
         ]  # fmt: skip
@@ -228,12 +229,6 @@ def audit(
         console.print(make_table(cols, rows))
 
     emit(entries, output, render)
-
-
-def _when(epoch: float) -> str:
-    import datetime
-
-    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def runbooks(

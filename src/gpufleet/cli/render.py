@@ -169,9 +169,10 @@ def _line(label: str, value: str) -> Text:
 
 
 def clock(t: float | None) -> str:
+    """An epoch time as UTC, e.g. 2026-01-01 12:00:00Z."""
     from datetime import UTC, datetime
 
-    return "-" if t is None else datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if t is None else datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def count(value: float | None) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import getpass
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
+from gpufleet.cli.render import clock
 from gpufleet.control.paths import data_dir
 from gpufleet.state.audit import AuditLog
 from gpufleet.state.tokens import Role, Token, TokenStore, write_secret
@@ -33,9 +33,7 @@ def _store(state: str | None) -> TokenStore:
 
 
 def _when(t: float | None) -> str:
-    if t is None:
-        return ""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return "" if t is None else clock(t)
 
 
 def _row(token: Token) -> dict[str, object]:

@@ -14,10 +14,6 @@ def data_dir() -> Path:
     return path
 
 
-def server_url() -> str:
-    return os.environ.get("GPUFLEET_SERVER", f"http://127.0.0.1:{DEFAULT_PORT}")
-
-
 def api_token() -> str | None:
     """The bearer token API calls send: $GPUFLEET_TOKEN, else the admin token the control plane wrote on its first
     start in this data directory."""
