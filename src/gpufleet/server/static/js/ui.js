@@ -194,6 +194,19 @@ export function rangeOf(query, fallback = "4h") {
   return RANGES[r] ? r : fallback;
 }
 
+/** A click on one of `root`'s range buttons puts that range in the page's hash (so the choice deep-links). */
+export function onRangeClick(root, ctx) {
+  root.querySelector("#ranges").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-range]");
+    if (b) ctx.setQuery({ range: b.dataset.range });
+  });
+}
+
+/** Show `range` as the chosen one among `root`'s range buttons. */
+export function markRange(root, range) {
+  root.querySelectorAll("#ranges button").forEach((b) => b.classList.toggle("on", b.dataset.range === range));
+}
+
 /** Buttons choosing the charts' time range; each sets `range` in the page's hash. */
 export function rangeSeg(current) {
   return html`<span class="seg" id="ranges">${Object.keys(RANGES).map(

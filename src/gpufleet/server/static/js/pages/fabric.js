@@ -5,7 +5,7 @@
 import * as api from "../api.js";
 import { chartCard, startOf, timeChart } from "../charts.js";
 import {
-  $, RANGES, banner, clearBanner, dash, empty, html, incidentLink, nodeLink, num, pill, raw, rangeOf, rangeSeg, set,
+  $, RANGES, banner, clearBanner, dash, empty, html, incidentLink, nodeLink, num, pill, raw, onRangeClick, rangeOf, rangeSeg, set,
 } from "../ui.js";
 
 export const title = () => "fabric";
@@ -111,10 +111,7 @@ export async function mount(root, ctx) {
       return;
     }
     set(side, detail(l, range));
-    side.querySelector("#ranges").addEventListener("click", (e) => {
-      const b = e.target.closest("button[data-range]");
-      if (b) ctx.setQuery({ range: b.dataset.range });
-    });
+    onRangeClick(side, ctx);
     const span = RANGES[range];
     const end = api.now() ?? (await api.fetchTime());
     const answers = await Promise.all(

@@ -5,7 +5,7 @@
 import * as api from "../api.js";
 import { chartCard, spansOf, startOf, timeChart } from "../charts.js";
 import {
-  $, RANGES, banner, clearBanner, dash, empty, html, mib, notFound, num, pill, raw, rangeOf, rangeSeg, set, unit,
+  $, RANGES, banner, clearBanner, dash, empty, html, mib, notFound, num, pill, raw, markRange, onRangeClick, rangeOf, rangeSeg, set, unit,
 } from "../ui.js";
 import { clockEventPills, incidentRows } from "./node.js";
 
@@ -177,10 +177,7 @@ export async function mount(root, ctx) {
     }
   };
 
-  root.querySelector("#ranges").addEventListener("click", (e) => {
-    const b = e.target.closest("button[data-range]");
-    if (b) ctx.setQuery({ range: b.dataset.range });
-  });
+  onRangeClick(root, ctx);
 
   if (api.now() === null) await api.fetchTime();
   await load(true);
@@ -188,7 +185,7 @@ export async function mount(root, ctx) {
     onSummary: () => load(Date.now() - lastCharts > 30000),
     onQuery: (q) => {
       range = rangeOf(q);
-      root.querySelectorAll("#ranges button").forEach((b) => b.classList.toggle("on", b.dataset.range === range));
+      markRange(root, range);
       drawCharts().catch((err) => banner(err, { key: "gpu" }));
     },
   };

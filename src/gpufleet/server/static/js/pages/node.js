@@ -5,7 +5,7 @@ import * as api from "../api.js";
 import { chartCard, startOf, timeChart } from "../charts.js";
 import {
   $, RANGES, ago, banner, clearBanner, dash, empty, entityLink, gpuLink, html, incidentLink, mib, num, pill, portHref,
-  notFound, raw, rangeOf, rangeSeg, set, unit,
+  notFound, raw, markRange, onRangeClick, rangeOf, rangeSeg, set, unit,
 } from "../ui.js";
 
 export const title = (p) => p.name;
@@ -161,10 +161,7 @@ export async function mount(root, ctx) {
     }
   };
 
-  root.querySelector("#ranges").addEventListener("click", (e) => {
-    const b = e.target.closest("button[data-range]");
-    if (b) ctx.setQuery({ range: b.dataset.range });
-  });
+  onRangeClick(root, ctx);
 
   if (api.now() === null) await api.fetchTime();
   await load(true);
@@ -172,7 +169,7 @@ export async function mount(root, ctx) {
     onSummary: () => load(Date.now() - lastCharts > 30000),
     onQuery: (q) => {
       range = rangeOf(q);
-      root.querySelectorAll("#ranges button").forEach((b) => b.classList.toggle("on", b.dataset.range === range));
+      markRange(root, range);
       drawCharts().catch((err) => banner(err, { key: "node" }));
     },
   };
