@@ -4,15 +4,11 @@ actions with --dry-run, where the server and token come from, `top`, and what a 
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 import yaml
 
 from gpufleet.cli import fleet
@@ -39,17 +35,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]
     plane, sim = door(twin, db=Database(tmp / "state.db"))
     run_headless(twin, sim, plane.ingest, plane.tick, 120)
     plane.twin = twin
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(apiclient.app(plane), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", plane
-    server.should_exit = True
-    thread.join(timeout=10)
+    with apiclient.serving(apiclient.app(plane)) as url:
+        yield url, plane
 
 
 @pytest.fixture

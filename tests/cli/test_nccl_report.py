@@ -2,37 +2,22 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
-
-import uvicorn
 
 from gpufleet.state import Database
 from tests import apiclient
-from tests.agent.test_agent import free_port
 from tests.clirun import gpufleet
 from tests.twins import door, small_twin
 
 
 def test_compare_report_reaches_the_control_plane(corpus: Path, tmp_path: Path) -> None:
     plane, _ = door(small_twin(), db=Database(tmp_path / "s.db"))
-    port = free_port()
-    app = apiclient.app(plane, secret="tok")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    env = {"GPUFLEET_SERVER": f"http://127.0.0.1:{port}", "GPUFLEET_TOKEN": "tok"}
     run_file = corpus / "nccl" / "perf" / "h100_oci_bm_gpu_h100_8_2node_roce.txt"
     command = ["nccl", "compare", "--report", str(run_file), "--gpu", "h100-sxm", "--nic-gbps", "200"]
-    try:
+    with apiclient.serving(apiclient.app(plane, secret="tok")) as url:
+        env = {"GPUFLEET_SERVER": url, "GPUFLEET_TOKEN": "tok"}
         run = gpufleet(*command, env=env)
         bad = gpufleet(*command, env={**env, "GPUFLEET_TOKEN": "wrong"})
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
     assert run.returncode == 0, run.stderr
     assert "reported 0 finding(s)" in run.stdout  # a healthy run: nothing to open
     assert bad.returncode == 1 and "refused the findings" in bad.stderr and "Traceback" not in bad.stderr

@@ -3,15 +3,12 @@ actions with dryRun, event kinds, the metric query API, the control plane's own 
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
@@ -156,19 +153,8 @@ def test_the_control_plane_exposes_its_own_metrics(client: Any) -> None:
 
 @pytest.fixture
 def served(plane: Any) -> Iterator[str]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(apiclient.app(plane), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with apiclient.serving(apiclient.app(plane)) as url:
+        yield url
 
 
 def test_the_stream_sends_summary_and_replays_events(served: str, plane: Any) -> None:

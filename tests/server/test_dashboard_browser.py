@@ -9,15 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
@@ -44,14 +41,6 @@ class Served:
             return json.load(resp)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """Three nodes, 15 minutes of cluster time: a hot GPU and a power brake on n-000, a GPU off the bus on n-001
@@ -70,19 +59,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     app = apiclient.app(plane, secret="admin-secret-for-the-browser-test")
     apiclient.grant(plane, OPERATOR_SECRET, role="operator", name=OPERATOR)
     incidents = {r["cause"]: r["id"] for r in plane.incidents()}  # type: ignore[attr-defined]
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", timeout_graceful_shutdown=2)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if server.started:
-            break
-        time.sleep(0.025)
-    yield Served(f"http://127.0.0.1:{port}/", incidents)
-    server.should_exit = True
-    thread.join(timeout=10)
+    with apiclient.serving(app) as url:
+        yield Served(f"{url}/", incidents)
 
 
 @pytest.fixture(scope="module")
