@@ -14,7 +14,17 @@ import numpy as np
 
 from gpufleet.errors import NotFoundError
 from gpufleet.health.detectors.training import JobView
-from gpufleet.model.observe import Batch, JobFact, KernelReport, LinkEvent, MetricSnapshot, NodeInventory, Record
+from gpufleet.model.observe import (
+    Batch,
+    JobFact,
+    KernelReport,
+    LinkEvent,
+    MetricSnapshot,
+    NodeInventory,
+    Record,
+    SchedulerReport,
+    ServiceFact,
+)
 
 KERNEL_LOG = 50  # recent kernel reports kept per node for `describe node`
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -35,6 +45,7 @@ class NodeState:
     gpu_column: dict[int, int] = field(default_factory=dict)  # GPU index -> column
     column_of: np.ndarray = field(default_factory=lambda: np.full(0, -1, dtype=np.int64))  # the same, as an array
     jobs: list[JobFact] = field(default_factory=list)
+    services: list[ServiceFact] = field(default_factory=list)
     kernel_log: deque[KernelReport] = field(default_factory=lambda: deque(maxlen=KERNEL_LOG))
     ports_up: dict[str, bool] = field(default_factory=dict)  # "mlx5_0/1" -> up
     lost: bool = False  # the agent fell silent
@@ -88,6 +99,7 @@ class FleetState:
         self._rank_indices: dict[str, tuple[JobView, int, np.ndarray]] = {}
         self._flat: tuple[np.ndarray, dict[str, int]] | None = None  # the utilization of every GPU, end to end
         self._layout = 0  # bumps when a node appears or its GPU columns change
+        self.scheduler: dict[str, tuple[str, SchedulerReport]] = {}  # manager -> (reporting node, its last report)
 
     def node(self, name: str) -> NodeState:
         """A node that has reported, or a NotFoundError that says where to look."""
@@ -113,6 +125,10 @@ class FleetState:
         if batch.jobs is not None and batch.jobs != node.jobs:
             node.jobs = batch.jobs
             self._jobs = self._owner = None
+        if batch.services is not None:
+            node.services = batch.services
+        if batch.scheduler is not None:
+            self.scheduler[batch.scheduler.manager] = (node.name, batch.scheduler)
         for record in new:
             body = record.body
             if isinstance(body, KernelReport):

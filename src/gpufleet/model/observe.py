@@ -7,8 +7,8 @@ control plane stores each record exactly once per (agent, incarnation, seq) and 
 number it holds (`Ack`).
 
 - Durable records (`Record`: a `KernelReport`, a `LinkEvent` or a `Finding`) are delivered exactly once.
-- State (`NodeInventory`, `MetricSnapshot`, `JobFact`) is latest-value: a push replaces what the last one said, and
-  a lost push is simply superseded by the next.
+- State (`NodeInventory`, `MetricSnapshot`, `JobFact`, `ServiceFact`, `SchedulerReport`) is latest-value: a push
+  replaces what the last one said, and a lost push is simply superseded by the next.
 
 Times are Unix epoch seconds everywhere. `docs/wire.md` describes the wire form (JSON, or msgpack).
 """
@@ -105,6 +105,18 @@ class Record(msgspec.Struct):
 # --- latest-value state ----------------------------------------------------------------------------------------
 
 
+class MigInfo(msgspec.Struct):
+    """A MIG GPU instance as NVML lists it: its profile (`3g.40gb`), GPU-instance id, where it sits on the GPU's
+    memory-slice axis (`start`, `size` slices), and the MIG device UUID of its compute instance."""
+
+    profile: Short
+    gi_id: Annotated[int, msgspec.Meta(ge=0, le=255)]
+    start: Annotated[int, msgspec.Meta(ge=0, le=255)]
+    size: Annotated[int, msgspec.Meta(ge=1, le=255)]
+    uuid: Short = ""
+    ci_id: Annotated[int, msgspec.Meta(ge=0, le=255)] | None = None
+
+
 class GpuInfo(msgspec.Struct):
     index: GpuIndex
     uuid: Short
@@ -113,6 +125,8 @@ class GpuInfo(msgspec.Struct):
     serial: Short = ""
     mig_mode: bool | None = None
     memory_mib: float | None = None
+    power_limit_w: float | None = None
+    mig: Annotated[list[MigInfo], msgspec.Meta(max_length=64)] = []
 
 
 class PortInfo(msgspec.Struct):
@@ -226,6 +240,59 @@ class JobFact(msgspec.Struct):
     restarts: int = 0
 
 
+class ServiceFact(msgspec.Struct):
+    """An inference service with replicas on this node, from its own request-duration histogram: percentiles are
+    over the requests since the last push (None when there were too few to say), counts are cumulative."""
+
+    service: Name
+    gpus: Annotated[list[GpuIndex], msgspec.Meta(max_length=4096)] = []
+    requests: Annotated[int, msgspec.Meta(ge=0)] = 0
+    errors: Annotated[int, msgspec.Meta(ge=0)] = 0
+    requests_per_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    p50_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    p95_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    p99_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    slo_p99_s: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
+    window_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0  # what the percentiles span
+
+
+class PendingWork(msgspec.Struct):
+    """Work the workload manager has not placed, and why, in its own words (a Kubernetes FailedScheduling message,
+    a Slurm pending Reason)."""
+
+    name: Name
+    queue: Short = ""
+    namespace: Short = ""  # Kubernetes namespace, or the Slurm account
+    gpus: Annotated[int, msgspec.Meta(ge=0)] = 0
+    since: Time | None = None  # submitted or first unschedulable
+    reason: Short = ""  # Unschedulable, Resources, Priority, QOSMaxGRESPerUser, ...
+    message: Text = ""
+    priority: int | None = None
+
+
+class QueueUse(msgspec.Struct):
+    """A queue's GPUs: in use, asked for by pending work, and its quota (a Kueue ClusterQueue's nominal quota and
+    borrowing limit, or a Slurm partition's GPUs). None is unknown or unlimited."""
+
+    name: Name
+    gpus_used: Annotated[int, msgspec.Meta(ge=0)] = 0
+    gpus_pending: Annotated[int, msgspec.Meta(ge=0)] = 0
+    quota: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    borrowing_limit: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    pending: Annotated[int, msgspec.Meta(ge=0)] = 0
+    running: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+class SchedulerReport(msgspec.Struct):
+    """The workload manager's view, from the agent that watches it (`gpufleet agent --workload slurm|kubernetes`,
+    or the twin's): one per cluster, latest-value like the rest of a node's state."""
+
+    manager: Short  # slurm, kubernetes, twin
+    time: Time
+    pending: Annotated[list[PendingWork], msgspec.Meta(max_length=100_000)] = []
+    queues: Annotated[list[QueueUse], msgspec.Meta(max_length=10_000)] = []
+
+
 # --- the batch -------------------------------------------------------------------------------------------------
 
 
@@ -243,6 +310,8 @@ class Batch(msgspec.Struct):
     inventory: NodeInventory | None = None
     metrics: MetricSnapshot | None = None
     jobs: Annotated[list[JobFact], msgspec.Meta(max_length=1024)] | None = None  # None: not reported this time
+    services: Annotated[list[ServiceFact], msgspec.Meta(max_length=1024)] | None = None  # likewise
+    scheduler: SchedulerReport | None = None  # from an agent that watches the workload manager
 
     def __post_init__(self) -> None:
         if self.v != SCHEMA_VERSION:
