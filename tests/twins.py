@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from gpufleet.model import TrainingJob
+from gpufleet.model import InferenceService, TrainingJob
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.twin import Twin
 from gpufleet.spec.builder import build_cluster
@@ -22,6 +22,7 @@ def small_twin(
     model: str = "h100-sxm",
     restart: float | None = None,
     timeout: float = 1800.0,
+    service_node: str | None = None,
 ) -> Twin:
     body = ClusterBody.model_validate(
         {
@@ -34,7 +35,8 @@ def small_twin(
     if job_nodes:
         names = [f"n-{i:03d}" for i in range(job_nodes)]
         jobs.append(TrainingJob(name="job", nodes=names, gpus_per_node=8, nccl_timeout_s=timeout))
-    return Twin(cluster, seed=seed, jobs=jobs, faults=faults, restart_backoff_s=restart)
+    services = [InferenceService("chat", service_node, (0, 1), slo_p99_s=0.5)] if service_node else []
+    return Twin(cluster, seed=seed, jobs=jobs, services=services, faults=faults, restart_backoff_s=restart)
 
 
 def door(twin: Twin, remediation: str = "off", db: object = None, lock: object = None) -> tuple[object, object]:

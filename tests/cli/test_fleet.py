@@ -30,7 +30,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]
         faults=[
             InjectedFault(0, FaultType.gpu_off_bus, 30.0, node="n-001", gpu=4),
             InjectedFault(1, FaultType.link_down, 40.0, node="n-002", rail=3),
-        ]
+        ],
+        service_node="n-002",
     )
     plane, sim = door(twin, db=Database(tmp / "state.db"))
     run_headless(twin, sim, plane.ingest, plane.tick, 120)
@@ -56,6 +57,7 @@ def test_every_resource_lists(env: dict[str, str]) -> None:
         ("nodes", "name"),
         ("gpus", "gpu"),
         ("jobs", "name"),
+        ("services", "p99_s"),
         ("incidents", "id"),
         ("events", "kind"),
         ("audit", "actor"),
@@ -67,6 +69,14 @@ def test_every_resource_lists(env: dict[str, str]) -> None:
         assert rows and key in rows[0], resource
         assert run(env, "get", resource).stdout.strip(), resource  # and a table
     assert yaml.safe_load(run(env, "get", "switches", "-o", "yaml").stdout)[0]["name"].startswith("leaf-")
+
+
+def test_services_show_their_latency_against_the_objective(env: dict[str, str]) -> None:
+    (chat,) = json.loads(run(env, "get", "services", "-o", "json").stdout)
+    assert chat["name"] == "chat" and chat["gpus"] == ["n-002/0", "n-002/1"] and chat["slo_p99_s"] == 0.5
+    assert chat["state"] == "Serving" and 0 < chat["p50_s"] <= chat["p99_s"] < 0.5
+    table = run(env, "get", "services", "-o", "wide").stdout
+    assert "chat" in table and "500ms" in table and "n-002/0,n-002/1" in table
 
 
 def test_selectors(env: dict[str, str]) -> None:

@@ -4,9 +4,12 @@ mentions it."""
 from __future__ import annotations
 
 from gpufleet.control import views
+from gpufleet.model.observe import JobFact, RankFact, ServiceFact
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
+from gpufleet.state import Database
+from tests.control.helpers import T0, Clock, batch, plane_at
 from tests.twins import door, small_twin
 
 
@@ -22,3 +25,29 @@ def test_a_stalled_jobs_cause_is_the_incident_that_hung_it() -> None:
     (job,) = views.job_rows(plane)  # type: ignore[arg-type]
     assert job["state"] == "Stalled"
     assert "gpu-lost on gpu/n-001/5" in job["cause"]
+
+
+def test_services_join_their_replicas_and_judge_against_the_objective(state_db: Database) -> None:
+    clock = Clock()
+    plane = plane_at(state_db, clock)
+    fast = ServiceFact("chat", [0], requests=900, requests_per_s=15.0, p50_s=0.08, p99_s=0.3, slo_p99_s=0.5)
+    slow = ServiceFact("chat", [1, 2], requests=100, errors=2, requests_per_s=5.0, p50_s=0.2, p99_s=0.9)
+    quiet = ServiceFact("embed", [3], requests=4, requests_per_s=0.1)
+    plane.ingest(batch("n-0", [], services=[fast]))
+    plane.ingest(batch("n-1", [], services=[slow, quiet]))
+    chat, embed = views.service_rows(plane)  # type: ignore[arg-type]
+    assert chat["replicas"] == 2 and chat["gpus"] == ["n-0/0", "n-1/1", "n-1/2"]
+    assert chat["requests_per_s"] == 20.0 and chat["error_ratio"] == 0.002
+    assert chat["p99_s"] == 0.9 and chat["slo_p99_s"] == 0.5  # the worst replica, against the objective
+    assert chat["state"] == "SLO breached"
+    assert embed["state"] == "Too little traffic" and embed["p99_s"] is None
+
+
+def test_a_jobs_stragglers_are_the_ranks_clearly_slower_than_its_median(state_db: Database) -> None:
+    plane = plane_at(state_db, Clock())
+    ranks = [RankFact(r, r, 1.0) for r in range(7)] + [RankFact(7, 7, 1.6)]
+    fact = JobFact("train", ranks, world_size=8, last_step_time=T0, step_seconds=1.1, step=10)
+    plane.ingest(batch("n-0", [], jobs=[fact]))
+    (row,) = views.job_rows(plane)  # type: ignore[arg-type]
+    assert row["rank_compute_median_s"] == 1.0
+    assert row["stragglers"] == [{"rank": 7, "node": "n-0", "gpu": 7, "compute_s": 1.6, "ratio": 1.6}]

@@ -52,7 +52,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             InjectedFault(2, FaultType.power_brake, 200.0, node="n-000", gpu=6, duration=240.0),
             InjectedFault(3, FaultType.link_down, 400.0, node="n-002", rail=5),
             InjectedFault(4, FaultType.gpu_off_bus, 420.0, node="n-001", gpu=5),
-        ]
+        ],
+        service_node="n-002",
     )
     plane, fleet = door(twin, remediation="dry-run", db=Database(tmp_path_factory.mktemp("state") / "state.db"))
     run_headless(twin, fleet, plane.ingest, plane.tick, 900)  # type: ignore[attr-defined]
@@ -319,5 +320,17 @@ def test_jobs_page(browser: Chromium, served: Served, shots: Path) -> None:
         'document.querySelector(\'#jobs-table tr[data-job="job"] a[href^="#/incident/"]\') !== null'
     )
     assert browser.evaluate("document.querySelector('#jobs-kpis').innerText").count("1") >= 1
+    # the inference service: its percentiles drawn as ticks against the objective, and its p99 history
+    service = browser.wait_for(
+        "document.querySelector('#services-table tr[data-service=\"chat\"]')?.innerText", what="the service"
+    )
+    assert "Serving" in service and "p99 < 500 ms" in service
+    ticks = browser.evaluate(
+        "[...document.querySelectorAll('#services-table .latency-bar line.q')].map(l => l.dataset.q)"
+    )
+    assert ticks == ["p50", "p95", "p99"]
+    assert browser.evaluate("document.querySelectorAll('#services-table .latency-bar line.slo').length") == 1
+    browser.wait_for("document.querySelector('#svc-p99 path.series')", what="the p99 history drawn")
+    assert _points(browser, "#svc-p99") >= 5
     _shot(browser, shots, "jobs")
     _no_page_errors(browser)

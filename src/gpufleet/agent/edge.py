@@ -12,10 +12,11 @@ from collections.abc import Callable
 import numpy as np
 
 from gpufleet.agent.pusher import NodeState
+from gpufleet.agent.services import ServiceWindows
 from gpufleet.agent.spool import RecordSpool
 from gpufleet.health.edge import NodeHealth
 from gpufleet.model.kernel import KernelEvent
-from gpufleet.model.observe import JobFact, MetricSnapshot, NodeInventory, Observation
+from gpufleet.model.observe import JobFact, MetricSnapshot, NodeInventory, Observation, SchedulerReport
 from gpufleet.telemetry.frame import MetricFrame
 
 INVENTORY_EVERY_S = 300.0  # an agent resends its inventory this often (and whenever it changes)
@@ -69,6 +70,7 @@ class EdgeAgent:
         inventory: Callable[[], NodeInventory],
         *,
         jobs: Callable[[], list[JobFact] | None] | None = None,
+        scheduler: Callable[[], SchedulerReport | None] | None = None,
         port_speeds_gbps: np.ndarray | None = None,
         wake: Callable[[], None] = lambda: None,
     ) -> None:
@@ -77,6 +79,8 @@ class EdgeAgent:
         self.state = state
         self.read_inventory = inventory
         self.read_jobs = jobs
+        self.read_scheduler = scheduler  # on the agent that watches the workload manager
+        self.services = ServiceWindows()
         self.wake = wake
         self.health = NodeHealth(frame, port_speeds_gbps=port_speeds_gbps)
         self._lock = threading.Lock()  # the kernel follower and the collector both spool
@@ -100,7 +104,11 @@ class EdgeAgent:
             observations: list[Observation] = [*out.links, *out.findings]
             self._spool(observations)
         self.state.set(
-            snapshot(frame, now), inventories[0] if inventories else None, self.read_jobs() if self.read_jobs else None
+            snapshot(frame, now),
+            inventories[0] if inventories else None,
+            self.read_jobs() if self.read_jobs else None,
+            self.services.facts(frame, now) if frame.histograms else None,
+            self.read_scheduler() if self.read_scheduler else None,
         )
         if observations:
             self.wake()

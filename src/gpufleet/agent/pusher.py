@@ -12,7 +12,15 @@ import httpx
 
 from gpufleet.agent.spool import RecordSpool
 from gpufleet.background import Background
-from gpufleet.model.observe import SCHEMA_VERSION, Batch, JobFact, MetricSnapshot, NodeInventory
+from gpufleet.model.observe import (
+    SCHEMA_VERSION,
+    Batch,
+    JobFact,
+    MetricSnapshot,
+    NodeInventory,
+    SchedulerReport,
+    ServiceFact,
+)
 from gpufleet.model.wire import JSON, WireError, decode_ack, encode
 
 log = logging.getLogger("gpufleet.agent")
@@ -27,18 +35,22 @@ class NodeState:
         self.inventory: NodeInventory | None = None
         self.inventory_due = False
         self.jobs: list[JobFact] | None = None
+        self.services: list[ServiceFact] | None = None
+        self.scheduler: SchedulerReport | None = None
 
     def set(
         self,
         metrics: MetricSnapshot | None,
         inventory: NodeInventory | None = None,
         jobs: list[JobFact] | None = None,
+        services: list[ServiceFact] | None = None,
+        scheduler: SchedulerReport | None = None,
     ) -> None:
         with self.lock:
             self.metrics = metrics
             if inventory is not None:
                 self.inventory, self.inventory_due = inventory, True
-            self.jobs = jobs
+            self.jobs, self.services, self.scheduler = jobs, services, scheduler
 
 
 class BatchPusher(Background):
@@ -86,6 +98,8 @@ class BatchPusher(Background):
                 inventory=inventory,
                 metrics=self.state.metrics,
                 jobs=self.state.jobs,
+                services=self.state.services,
+                scheduler=self.state.scheduler,
             )
         token = self.token()
         headers = {"Content-Type": JSON, **({"Authorization": f"Bearer {token}"} if token else {})}

@@ -17,7 +17,7 @@ from gpufleet.agent.http import make_server, serve_in_thread
 from gpufleet.agent.kernel import KernelLog
 from gpufleet.agent.pusher import BatchPusher, NodeState
 from gpufleet.agent.spool import RecordSpool
-from gpufleet.model.observe import JobFact, NodeInventory
+from gpufleet.model.observe import JobFact, NodeInventory, SchedulerReport
 from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -93,6 +93,7 @@ def assemble(
     exposition: ExpositionConfig | None = None,
     kernel_log: Path | None = DEV_KMSG,
     jobs: Callable[[], list[JobFact] | None] | None = None,
+    scheduler: Callable[[], SchedulerReport | None] | None = None,
     port_speeds_gbps: np.ndarray | None = None,
     guard: Callable[[Callable[[], None]], None] | None = None,
     stoppers: list[Stoppable] | None = None,
@@ -107,7 +108,15 @@ def assemble(
     state = NodeState()
     pusher = BatchPusher(spool, state, control_plane, token, agent=node, node=node, interval=interval)
     edge = EdgeAgent(
-        node, frame, spool, state, inventory, jobs=jobs, port_speeds_gbps=port_speeds_gbps, wake=pusher.wake
+        node,
+        frame,
+        spool,
+        state,
+        inventory,
+        jobs=jobs,
+        scheduler=scheduler,
+        port_speeds_gbps=port_speeds_gbps,
+        wake=pusher.wake,
     )
     collector.after.append(edge.after_collect)
     agent.pusher, agent.edge, agent.spool = pusher, edge, spool

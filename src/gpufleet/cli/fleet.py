@@ -21,6 +21,7 @@ class Resource(StrEnum):
     nodes = "nodes"
     gpus = "gpus"
     jobs = "jobs"
+    services = "services"
     incidents = "incidents"
     events = "events"
     audit = "audit"
@@ -42,7 +43,7 @@ SELECTOR_HELP = "Keep rows whose fields (or node labels) match: key=value, key!=
 
 def _rows(resource: Resource, api: Api, node: str | None, limit: int) -> list[dict[str, Any]]:
     r = resource.value
-    if r in ("nodes", "jobs", "agents"):
+    if r in ("nodes", "jobs", "services", "agents"):
         return list(api.get(f"/api/v1/{r}"))
     if r == "gpus":
         return list(api.get("/api/v1/gpus", node=node))
@@ -70,6 +71,8 @@ def _local_rows(resource: Resource, scenario: Path, at: str, node: str | None) -
         return views.gpu_rows(plane, node)
     if r == "jobs":
         return views.job_rows(plane)
+    if r == "services":
+        return views.service_rows(plane)
     if r in ("links", "switches"):
         return list(views.fabric(plane)[r])
     if r == "events":

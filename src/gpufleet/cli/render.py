@@ -63,7 +63,7 @@ def render_gpus(rows: list[dict[str, Any]], wide: bool) -> None:
 def render_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
     cols = ["NAME", "STATE", "NODES", "RANKS", "STEP", "STEP TIME", "LAST STEP", "RESTARTS", "CAUSE"]
     if wide:
-        cols.append("NODE LIST")
+        cols += ["STRAGGLERS", "NODE LIST"]
     out = []
     for r in rows:
         row = [
@@ -78,7 +78,38 @@ def render_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
             r["cause"] or "-",
         ]
         if wide:
+            slow = r.get("stragglers") or []
+            row.append(", ".join(f"{x['rank']} ({x['node']}/{x['gpu']} x{x['ratio']})" for x in slow[:3]) or "-")
             row.append(",".join(r["node_list"]))
+        out.append(row)
+    console.print(make_table(cols, out))
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def render_services(rows: list[dict[str, Any]], wide: bool) -> None:
+    cols = ["NAME", "STATE", "REPLICAS", "REQ/S", "P50", "P95", "P99", "SLO P99", "ERRORS"]
+    if wide:
+        cols += ["GPUS", "WINDOW"]
+    out = []
+    for r in rows:
+        row = [
+            r["name"],
+            r["state"],
+            r["replicas"],
+            f"{r['requests_per_s']:g}",
+            _seconds(r["p50_s"]),
+            _seconds(r["p95_s"]),
+            _seconds(r["p99_s"]),
+            _seconds(r["slo_p99_s"]),
+            "-" if r["error_ratio"] is None else f"{r['errors']} ({r['error_ratio']:.2%})",
+        ]
+        if wide:
+            row += [",".join(r["gpus"]) or "-", f"{r['window_s']:.0f}s"]
         out.append(row)
     console.print(make_table(cols, out))
 
@@ -121,7 +152,13 @@ def entity(e: dict[str, Any] | str) -> str:
     return "/".join(str(p) for p in parts if p)
 
 
-RENDERERS = {"nodes": render_nodes, "gpus": render_gpus, "jobs": render_jobs, "incidents": render_incidents}
+RENDERERS = {
+    "nodes": render_nodes,
+    "gpus": render_gpus,
+    "jobs": render_jobs,
+    "services": render_services,
+    "incidents": render_incidents,
+}
 
 
 def node_detail(d: dict[str, Any]) -> None:

@@ -75,6 +75,13 @@ PORT_SERIES = (
     ("gpufleet_port_rcv_errors", "infiniband_port_receive_errors_total"),
     ("gpufleet_port_xmit_discards", "infiniband_port_transmit_discards_total"),
 )
+# per inference service replica, labelled service and node: the jobs page's latency history
+SERVICE_SERIES = (
+    ("gpufleet_service_latency_p50_seconds", "p50_s"),
+    ("gpufleet_service_latency_p95_seconds", "p95_s"),
+    ("gpufleet_service_latency_p99_seconds", "p99_s"),
+    ("gpufleet_service_requests_per_second", "requests_per_s"),
+)
 _AGG = {"avg": lambda v: float(v.mean()), "max": lambda v: float(v.max()), "sum": lambda v: float(v.sum())}
 
 
@@ -296,7 +303,14 @@ class ControlPlane:
         samples: list[tuple[dict[str, str], float]] = []
         fleet_rows: dict[str, list[np.ndarray]] = {field: [] for _, field, _ in NODE_SERIES}
         for node in self.fleet.nodes.values():
-            if node.lost or node.gpu_matrix is None:
+            if node.lost:
+                continue
+            for fact in node.services:
+                for series, attr in SERVICE_SERIES:
+                    value = getattr(fact, attr)
+                    if value is not None:
+                        samples.append(({"__name__": series, "service": fact.service, "node": node.name}, value))
+            if node.gpu_matrix is None:
                 continue
             for series, field, op in NODE_SERIES:
                 row = node.gpu_row(field)

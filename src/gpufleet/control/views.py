@@ -9,7 +9,9 @@ import numpy as np
 
 from gpufleet.catalog.clock_events import clock_events_of
 from gpufleet.control.fleet import NodeState
+from gpufleet.health.detectors.training import JobView
 from gpufleet.model import EntityKind, IncidentState, Severity
+from gpufleet.model.observe import ServiceFact
 
 if TYPE_CHECKING:
     from gpufleet.control.service import ControlPlane
@@ -162,9 +164,83 @@ def job_rows(plane: ControlPlane) -> list[dict[str, Any]]:
                     "restarts": max((f.restarts for f in facts), default=0),
                     "cause": cause_of.get(job.name) if stalled else None,
                     "node_list": sorted({n for n, _ in job.ranks}),
+                    **_stragglers(job, plane.thresholds.training.straggler_ratio),
                 }
             )
         return rows
+
+
+def _stragglers(job: JobView, ratio: float) -> dict[str, Any]:
+    """The ranks computing clearly slower than the job's median right now (the detector also waits for it to last
+    before it opens an incident)."""
+    times = np.array(job.rank_compute, dtype=np.float64)
+    if not np.isfinite(times).any():
+        return {"rank_compute_median_s": None, "stragglers": []}
+    median = float(np.nanmedian(times))
+    slow = np.flatnonzero(np.isfinite(times) & (times > ratio * median))
+    return {
+        "rank_compute_median_s": round(median, 3),
+        "stragglers": [
+            {
+                "rank": int(r),
+                "node": job.ranks[r][0],
+                "gpu": job.ranks[r][1],
+                "compute_s": round(float(times[r]), 3),
+                "ratio": round(float(times[r]) / median, 2) if median > 0 else None,
+            }
+            for r in slow[np.argsort(-times[slow])][:20]
+        ],
+    }
+
+
+def service_rows(plane: ControlPlane) -> list[dict[str, Any]]:
+    """Inference services joined across the nodes hosting their replicas: traffic, errors and latency percentiles
+    against the service's objective. A percentile is None when too few requests came to say."""
+    with plane.lock:
+        merged: dict[str, list[tuple[str, ServiceFact]]] = {}
+        for node in plane.fleet.nodes.values():
+            if node.lost:
+                continue
+            for fact in node.services:
+                merged.setdefault(fact.service, []).append((node.name, fact))
+    rows = []
+    for name, parts in sorted(merged.items()):
+        facts = [f for _, f in parts]
+        rate = sum(f.requests_per_s for f in facts)
+
+        def worst(attr: str, facts: list[ServiceFact] = facts) -> float | None:
+            values = [v for f in facts if (v := getattr(f, attr)) is not None]
+            return max(values) if values else None  # replicas' percentiles cannot be merged; the worst is honest
+
+        p99 = worst("p99_s")
+        slo = min((f.slo_p99_s for f in facts if f.slo_p99_s is not None), default=None)
+        requests = sum(f.requests for f in facts)
+        errors = sum(f.errors for f in facts)
+        if p99 is None:
+            state = "Idle" if rate == 0 else "Too little traffic"
+        elif slo is not None and p99 > slo:
+            state = "SLO breached"
+        else:
+            state = "Serving"
+        rows.append(
+            {
+                "name": name,
+                "state": state,
+                "replicas": len(parts),
+                "nodes": sorted({n for n, _ in parts}),
+                "gpus": [f"{n}/{g}" for n, f in parts for g in f.gpus],
+                "requests_per_s": round(rate, 2),
+                "requests": requests,
+                "errors": errors,
+                "error_ratio": round(errors / requests, 6) if requests else None,
+                "p50_s": worst("p50_s"),
+                "p95_s": worst("p95_s"),
+                "p99_s": p99,
+                "slo_p99_s": slo,
+                "window_s": max((f.window_s for f in facts), default=0.0),
+            }
+        )
+    return rows
 
 
 def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dict[str, Any]:

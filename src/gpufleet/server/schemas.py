@@ -144,6 +144,14 @@ class NodeDetail(Shape):
     kernel_log: list[str] = Field(description="The node's latest kernel-log GPU reports, as the driver printed them.")
 
 
+class Straggler(Shape):
+    rank: int
+    node: str
+    gpu: int
+    compute_s: float
+    ratio: float | None = Field(description="Its compute time over the job's median.")
+
+
 class JobRow(Shape):
     name: str
     state: Literal["Running", "Stalled"]
@@ -155,6 +163,27 @@ class JobRow(Shape):
     restarts: int
     cause: str | None = Field(description="The open incident that stalled it, if known.")
     node_list: list[str]
+    rank_compute_median_s: float | None = Field(description="The median rank's compute time per step.")
+    stragglers: list[Straggler] = Field(description="Ranks computing clearly slower than the median, slowest first.")
+
+
+class ServiceRow(Shape):
+    """An inference service joined across its replicas; percentiles are the worst replica's over `window_s`."""
+
+    name: str
+    state: Literal["Serving", "SLO breached", "Too little traffic", "Idle"]
+    replicas: int
+    nodes: list[str]
+    gpus: list[str] = Field(description="node/GPU index of every GPU it runs on.")
+    requests_per_s: float
+    requests: int = Field(description="Requests counted since the servers started.")
+    errors: int
+    error_ratio: float | None
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    slo_p99_s: float | None = Field(description="The service's p99 latency objective, when it declares one.")
+    window_s: float
 
 
 class EventRow(Shape):

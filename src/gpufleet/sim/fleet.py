@@ -14,10 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
+import msgspec
 import numpy as np
 
 from gpufleet import __version__
 from gpufleet.agent.edge import InventoryCadence
+from gpufleet.agent.services import ServiceWindows
 from gpufleet.health.edge import NodeHealth
 from gpufleet.model import JobState
 from gpufleet.model.kernel import KernelEvent
@@ -29,9 +31,13 @@ from gpufleet.model.observe import (
     JobFact,
     MetricSnapshot,
     NodeInventory,
+    PendingWork,
     PortInfo,
+    QueueUse,
     RankFact,
     Record,
+    SchedulerReport,
+    ServiceFact,
 )
 from gpufleet.sim.source import EPOCH, RANK_EXPORT_S, GaugeKey, TwinSource
 from gpufleet.sim.twin import Twin
@@ -86,6 +92,7 @@ class SimFleet:
             agent.ports = [self.port_names[int(i)] for i in port_cols]
         self._ranks: dict[tuple[str, int, tuple[str, ...]], dict[str, list[RankFact]]] = {}
         self._rank_layout: dict[tuple[str, int, tuple[str, ...]], dict[str, list[tuple[int, int, GaugeKey]]]] = {}
+        self.services = ServiceWindows()
         self.batches = 0
 
     # --- a collection --------------------------------------------------------------------------------------------
@@ -114,6 +121,8 @@ class SimFleet:
         out = self.health.observe(now, frame, kernel, inventories)
         observations = out.by_node()
         jobs = self.job_facts()
+        services = self.service_facts(now)
+        scheduler: SchedulerReport | None = self.scheduler_report(now)
         batches = []
         for agent in self.agents.values():
             for obs in observations.get(agent.node, ()):
@@ -133,8 +142,11 @@ class SimFleet:
                     inventory=agent.inventory_due,
                     metrics=self._snapshot(agent, now),
                     jobs=jobs.get(agent.node, []),
+                    services=services.get(agent.node, []),
+                    scheduler=scheduler,
                 )
             )
+            scheduler = None  # one agent watches the workload manager
             agent.inventory_due = None
         self.batches += len(batches)
         return batches
@@ -210,6 +222,56 @@ class SimFleet:
                     )
                 )
         return out
+
+    def service_facts(self, now: float) -> dict[str, list[ServiceFact]]:
+        """Per node, the inference services with replicas there, from their request-duration histograms."""
+        by_name = {st.service.name: st for st in self.twin.services}
+        out: dict[str, list[ServiceFact]] = {}
+        for fact in self.services.facts(self.frame, now):
+            st = by_name.get(fact.service)
+            if st is None:
+                continue
+            gpus = [int(self.twin.gpus.index_on_node[k]) for k in st.gpus]
+            fact = msgspec.structs.replace(fact, gpus=gpus, errors=st.errors, slo_p99_s=st.service.slo_p99_s)
+            out.setdefault(st.service.node, []).append(fact)
+        return out
+
+    def scheduler_report(self, now: float) -> SchedulerReport:
+        """The twin's workload manager: jobs waiting for nodes, said as kube-scheduler says it, and its queues."""
+        twin = self.twin
+        gpu_nodes = [n for n in twin.cluster.nodes if n.gpus]
+        busy = {n for j in twin.cluster.jobs if j.state in (JobState.running, JobState.hung) for n in j.nodes}
+        busy |= {st.service.node for st in twin.services}
+        cordoned = sum(1 for n in gpu_nodes if n.unschedulable)
+        pending: list[PendingWork] = []
+        queues: dict[str, QueueUse] = {}
+        for job in twin.cluster.jobs:
+            use = queues.setdefault(job.queue, QueueUse(name=job.queue))
+            gpus = job.world_size
+            if job.state is JobState.pending:
+                use.pending += 1
+                use.gpus_pending += gpus
+                short = sum(1 for n in gpu_nodes if n.name in busy and not n.unschedulable)
+                parts = [f"{short} Insufficient nvidia.com/gpu"] if short else []
+                if cordoned:
+                    parts.append(f"{cordoned} node(s) were unschedulable")
+                if job.excluded_nodes:
+                    parts.append(f"{len(job.excluded_nodes)} node(s) didn't match Pod's node affinity/selector")
+                pending.append(
+                    PendingWork(
+                        name=job.name,
+                        queue=job.queue,
+                        namespace="training",
+                        gpus=gpus,
+                        reason="Unschedulable",
+                        message=f"0/{len(gpu_nodes)} nodes are available: {', '.join(parts) or 'no spare nodes'}.",
+                        priority=job.priority,
+                    )
+                )
+            elif job.state in (JobState.running, JobState.hung):
+                use.running += 1
+                use.gpus_used += gpus
+        return SchedulerReport(manager="twin", time=now, pending=pending, queues=list(queues.values()))
 
     def _layout(self, j: int) -> dict[str, list[tuple[int, int, GaugeKey]]]:
         """A job's ranks by node: (rank, GPU index, the gauge its compute time is exported under)."""

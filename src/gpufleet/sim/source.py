@@ -253,3 +253,4 @@ class TwinSource:
             hist.bucket_counts[:] = np.cumsum(st.bucket_counts[: len(LATENCY_BUCKETS_S)])
             hist.sum = st.latency_sum_s
             hist.count = int(st.bucket_counts.sum())
+            frame.set_gauge("gpufleet_inference_request_errors_total", {"model": st.service.name}, float(st.errors))

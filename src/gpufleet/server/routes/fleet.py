@@ -43,6 +43,11 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     def jobs() -> Response:
         return cache.answer("jobs", lambda: views.job_rows(plane))
 
+    @api.get("/services", response_model=list[schemas.ServiceRow])
+    def services() -> Response:
+        """Inference services: traffic, errors and latency percentiles against their objective."""
+        return cache.answer("services", lambda: views.service_rows(plane))
+
     @api.get("/fabric", response_model=schemas.Fabric)
     def fabric() -> Response:
         """HCA ports and the switches they reach: state, error counters, open incidents."""
