@@ -44,21 +44,31 @@ def client(
 
 
 @contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    """`app` served by uvicorn on a free loopback port for the block; yields its base URL. Open event streams
-    (a dashboard's) are cut after 2 s at the end."""
+def serving(app: FastAPI, host: str = "127.0.0.1") -> Iterator[str]:
+    """`app` served by uvicorn on a free port of `host` (loopback unless said) for the block; yields its base URL.
+    Open event streams (a dashboard's) are cut after 2 s at the end."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", timeout_graceful_shutdown=2)
-    )
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="error", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def outside_address() -> str | None:
+    """An IPv4 address of this machine that is not loopback (a browser there is "another host" to the API), or
+    None when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # sends nothing: only asks which local address a route would use
+            address = str(s.getsockname()[0])
+        except OSError:
+            return None
+    return None if address.startswith("127.") or address == "0.0.0.0" else address

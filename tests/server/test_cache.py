@@ -35,8 +35,28 @@ def test_a_change_drops_every_view() -> None:
     assert cache.get("a", lambda: next(count)) == b"1"
 
 
-def test_a_view_older_than_the_moment_is_rebuilt() -> None:
-    cache = ReadCache(ttl_s=0.0)
+def test_a_view_past_its_moment_is_served_while_one_background_build_replaces_it() -> None:
+    cache = ReadCache(ttl_s=0.0, stale_limit_s=60.0)
+    count = iter(range(10))
+    release = threading.Event()
+
+    def build() -> int:
+        n = next(count)
+        if n == 1:
+            release.wait(5)  # the rebuild is slow: readers must not wait for it
+        return n
+
+    assert cache.get("a", build) == b"0"
+    assert [cache.get("a", build) for _ in range(5)] == [b"0"] * 5  # one rebuild started, nobody waited
+    release.set()
+    deadline = time.monotonic() + 5
+    while cache.get("a", build) == b"0" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.get("a", build) in (b"1", b"2") and cache.builds >= 2
+
+
+def test_a_view_too_old_to_serve_is_built_in_the_request() -> None:
+    cache = ReadCache(ttl_s=0.0, stale_limit_s=0.0)
     count = iter(range(10))
     assert cache.get("a", lambda: next(count)) == b"0"
     assert cache.get("a", lambda: next(count)) == b"1"

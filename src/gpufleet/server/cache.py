@@ -1,13 +1,16 @@
 """Answers to the heavy reads (summary, nodes, GPUs, jobs, fabric), encoded once and shared for a moment.
 
 Under load every dashboard and script asks for the same few views; building one walks every GPU of the fleet under
-the control plane's lock, which ingest needs too. A view is rebuilt at most once per `TTL_S` (one caller builds,
-the others wait for it and share the bytes), and any change made through the API drops every view at once, so a
-person who cordons a node sees it cordoned on the next read. What agents push shows within `TTL_S`.
+the control plane's lock, which ingest needs too. A view is rebuilt at most once per `TTL_S`, and a reader never
+waits for that: past its TTL an answer is still served while one background build replaces it (what agents push
+shows within about two TTLs). Only a view that has no answer yet is built in the reader's request (one caller
+builds, the others wait and share the bytes). Any change made through the API drops every view at once, so a
+person who cordons a node sees it cordoned on the next read.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -17,20 +20,23 @@ import msgspec
 from fastapi.responses import Response
 
 TTL_S = 1.0
+STALE_LIMIT_S = 10.0  # an answer older than this is not served while it is rebuilt: the reader waits instead
 MAX_ENTRIES = 512  # keys carry query parameters (an incident cursor, a node): stale ones go past this many
 JSON = "application/json"
 
+log = logging.getLogger("gpufleet.server")
 _encode = msgspec.json.Encoder().encode
 
 
 class ReadCache:
-    def __init__(self, ttl_s: float = TTL_S) -> None:
-        self.ttl_s = ttl_s
+    def __init__(self, ttl_s: float = TTL_S, stale_limit_s: float = STALE_LIMIT_S) -> None:
+        self.ttl_s, self.stale_limit_s = ttl_s, stale_limit_s
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[float, int, bytes]] = {}  # key -> (built at, generation, body)
         self._building: dict[str, threading.Lock] = {}
+        self._refreshing: set[str] = set()
         self._generation = 0
-        self.hits = self.builds = 0
+        self.hits = self.builds = self.stale = 0
 
     def clear(self) -> None:
         with self._lock:
@@ -41,9 +47,32 @@ class ReadCache:
         return Response(self.get(key, build), media_type=JSON)
 
     def get(self, key: str, build: Callable[[], Any]) -> bytes:
-        body = self._fresh(key)
-        if body is not None:
-            return body
+        now = time.monotonic()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[1] == self._generation:
+                age = now - entry[0]
+                if age < self.ttl_s:
+                    self.hits += 1
+                    return entry[2]
+                if age < self.stale_limit_s:
+                    self.stale += 1
+                    if key not in self._refreshing:
+                        self._refreshing.add(key)
+                        threading.Thread(target=self._refresh, args=(key, build), daemon=True).start()
+                    return entry[2]
+        return self._build_now(key, build)
+
+    def _refresh(self, key: str, build: Callable[[], Any]) -> None:
+        try:
+            self._build_now(key, build)
+        except Exception:  # the reader is gone; the next one builds in its request and sees the error
+            log.exception("rebuilding the %s view failed", key)
+        finally:
+            with self._lock:
+                self._refreshing.discard(key)
+
+    def _build_now(self, key: str, build: Callable[[], Any]) -> bytes:
         with self._lock:
             gate = self._building.setdefault(key, threading.Lock())
         with gate:  # one caller builds; the others wait and take what it built

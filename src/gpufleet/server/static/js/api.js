@@ -160,13 +160,26 @@ export async function whoami() {
 // --- live updates ------------------------------------------------------------------------------------------------
 
 /** Follow /api/v1/stream: handlers.summary / incident / event get each frame's data, handlers.status("live" |
- * "polling" | "down"). EventSource cannot send a token, so where the stream is refused (reads from another host
- * need a viewer token) this falls back to polling the summary every 5 s with the token. Returns a stop function. */
+ * "polling" | "down"). EventSource cannot send a token, so with a token stored (reads from another host need a
+ * viewer token) the stream is read through fetch with the token instead; only where the stream is refused even
+ * so does this fall back to polling the summary every 5 s. Returns a stop function. */
 export function follow(handlers) {
   let source = null;
+  let reader = null;
   let poller = null;
   let stopped = false;
+  let lastId = null;
   const status = (s) => handlers.status && handlers.status(s);
+
+  const dispatch = (kind, data) => {
+    const body = JSON.parse(data);
+    if (kind === "summary") {
+      noteTime(body.time);
+      handlers.summary && handlers.summary(body);
+    } else if (handlers[kind]) {
+      handlers[kind](body);
+    }
+  };
 
   const poll = () => {
     if (poller) return;
@@ -185,17 +198,58 @@ export function follow(handlers) {
     poller = setInterval(once, 5000);
   };
 
+  /** The stream through fetch, with the token: frames are blank-line separated `event:`/`data:`/`id:` lines. */
+  const openWithToken = async () => {
+    const query = lastId === null ? "" : `?after=${encodeURIComponent(lastId)}`;
+    let res;
+    try {
+      res = await fetch(`/api/v1/stream${query}`, { headers: { Authorization: `Bearer ${token.get()}`, Accept: "text/event-stream" } });
+    } catch {
+      status("down");
+      if (!stopped) setTimeout(open, 3000);
+      return;
+    }
+    if (!res.ok || !res.body) return poll(); // refused: the token may not read from here
+    status("live");
+    reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const frame = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          let kind = "message";
+          const data = [];
+          for (const line of frame.split("\n")) {
+            if (line.startsWith("event:")) kind = line.slice(6).trim();
+            else if (line.startsWith("data:")) data.push(line.slice(5).trim());
+            else if (line.startsWith("id:")) lastId = line.slice(3).trim();
+          }
+          if (data.length) dispatch(kind, data.join("\n"));
+        }
+      }
+    } catch {
+      /* the connection dropped: reconnect below */
+    }
+    reader = null;
+    if (!stopped) {
+      status("down");
+      setTimeout(open, 3000);
+    }
+  };
+
   const open = () => {
-    if (stopped || typeof EventSource === "undefined") return poll();
+    if (stopped) return;
+    if (token.get() && typeof fetch !== "undefined" && typeof TextDecoder !== "undefined") return openWithToken();
+    if (typeof EventSource === "undefined") return poll();
     source = new EventSource("/api/v1/stream");
     source.addEventListener("open", () => status("live"));
-    source.addEventListener("summary", (e) => {
-      const s = JSON.parse(e.data);
-      noteTime(s.time);
-      handlers.summary && handlers.summary(s);
-    });
-    source.addEventListener("incident", (e) => handlers.incident && handlers.incident(JSON.parse(e.data)));
-    source.addEventListener("event", (e) => handlers.event && handlers.event(JSON.parse(e.data)));
+    for (const kind of ["summary", "incident", "event"]) source.addEventListener(kind, (e) => dispatch(kind, e.data));
     source.addEventListener("error", () => {
       if (source.readyState === EventSource.CLOSED) {
         source = null;
@@ -209,6 +263,7 @@ export function follow(handlers) {
   return () => {
     stopped = true;
     if (source) source.close();
+    if (reader) reader.cancel();
     if (poller) clearInterval(poller);
   };
 }
