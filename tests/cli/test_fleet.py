@@ -16,7 +16,8 @@ from gpufleet.cli.client import Api
 from gpufleet.cli.output import OutputFormat
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
-from gpufleet.spec.scenario_spec import FaultType
+from gpufleet.sim.scenario import carve_mig
+from gpufleet.spec.scenario_spec import FaultType, MigSpec
 from gpufleet.state import Database
 from tests import apiclient
 from tests.clirun import gpufleet
@@ -33,6 +34,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]
         ],
         service_node="n-002",
     )
+    mig = MigSpec(nodes=["n-002"], gpus=[7], devices={"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
+    carve_mig(twin.cluster, [mig], "test")
     plane, sim = door(twin, db=Database(tmp / "state.db"))
     run_headless(twin, sim, plane.ingest, plane.tick, 120)
     plane.twin = twin
@@ -106,6 +109,25 @@ def test_describe_node_gpu_and_incident(env: dict[str, str]) -> None:
     assert gpufleet("describe", "gpu", "n-001", env=env).returncode == 2
 
 
+def test_a_mig_gpu_shows_its_instances_and_power_limit(env: dict[str, str]) -> None:
+    header, *lines = run(env, "get", "gpus", "--node", "n-002", "-o", "wide").stdout.splitlines()
+    assert header.rstrip().endswith("MIG")
+    by_gpu = {line.split()[1]: line.rstrip() for line in lines}
+    assert by_gpu["7"].endswith(" 3g.40gb,2g.20gb,1g.10gb x2")  # largest first, repeats counted
+    assert all(by_gpu[str(i)].endswith(" off") for i in range(7))
+    gpu = run(env, "describe", "gpu", "n-002/7").stdout
+    assert "Power limit: 700 W" in gpu and "MIG: on, 4 instances on 8 memory slices, none free" in gpu
+    rows = [line.split() for line in gpu.splitlines() if line[:1].isdigit()]  # PROFILE GI PLACEMENT CI UUID
+    assert [r[:4] for r in rows] == [
+        ["1g.10gb", "1", "0:1", "0"],
+        ["1g.10gb", "2", "1:1", "0"],
+        ["2g.20gb", "3", "2:2", "0"],
+        ["3g.40gb", "4", "4:4", "0"],
+    ]
+    assert all(r[4].startswith("MIG-") for r in rows)
+    assert "MIG: off" in run(env, "describe", "gpu", "n-002/0").stdout
+
+
 def test_incident_changes_and_actions(env: dict[str, str], served: tuple[str, Any]) -> None:
     plane = served[1]
     inc = json.loads(run(env, "get", "incidents", "-l", "cause=ib-link-down", "-o", "json").stdout)[0]
@@ -160,3 +182,37 @@ def test_watch_prints_what_changes(served: tuple[str, Any], monkeypatch: pytest.
     fleet._watch(api, fleet.Resource.incidents, OutputFormat.json, [], None, 100)
     printed = json.loads(capsys.readouterr().out)
     assert printed == [changed]
+
+
+def test_pending_work_and_queues(env: dict[str, str], served: tuple[str, Any]) -> None:
+    from gpufleet.model.observe import SCHEMA_VERSION, Batch, PendingWork, QueueUse, SchedulerReport
+
+    plane = served[1]
+    now = plane.clock()
+    waits = PendingWork(
+        name="41 pretrain-70b",
+        queue="gpu",
+        namespace="research",
+        gpus=16,
+        since=now - 5400,
+        reason="QOSMaxGRESPerUser",
+        message="its QOS's limit on GRES (GPUs) per user is reached",
+    )
+    report = SchedulerReport(
+        manager="slurm",
+        time=now,
+        pending=[PendingWork(name="42 eval", queue="gpu", gpus=1, since=now - 60, reason="Priority"), waits],
+        queues=[QueueUse(name="gpu", gpus_used=24, gpus_pending=17, quota=32, pending=2, running=3)],
+    )
+    plane.ingest(Batch(v=SCHEMA_VERSION, agent="login-1", incarnation="q", node="login-1", sent=now, scheduler=report))
+    rows = json.loads(run(env, "get", "pending", "-o", "json").stdout)
+    assert [r["name"] for r in rows[:2]] == ["41 pretrain-70b", "42 eval"]  # longest-waiting first
+    assert rows[0]["manager"] == "slurm" and rows[0]["waiting_s"] == 5400.0 and rows[0]["gpus"] == 16
+    table = run(env, "get", "pending").stdout
+    assert "QOSMaxGRESPerUser" in table and "1h30m" in table and "MANAGER" not in table
+    wide = run(env, "get", "pending", "-o", "wide", "-l", "reason=Priority").stdout
+    assert "MANAGER" in wide and "42 eval" in wide and "41 pretrain-70b" not in wide
+    queues = yaml.safe_load(run(env, "get", "queues", "-o", "yaml").stdout)
+    gpu = next(q for q in queues if q["manager"] == "slurm")
+    assert (gpu["name"], gpu["use_pct"], gpu["gpus_pending"]) == ("gpu", 75.0, 17)
+    assert "75%" in run(env, "get", "queues", "-l", "manager=slurm").stdout

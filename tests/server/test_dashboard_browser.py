@@ -18,7 +18,8 @@ import pytest
 
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
-from gpufleet.spec.scenario_spec import FaultType
+from gpufleet.sim.scenario import carve_mig
+from gpufleet.spec.scenario_spec import FaultType, MigSpec
 from gpufleet.state import Database
 from tests import apiclient
 from tests.browser import LOCAL, Chromium
@@ -29,12 +30,15 @@ pytestmark = pytest.mark.real
 
 OPERATOR = "night-shift"  # the operator token's name, as the audit log must show it
 OPERATOR_SECRET = "op-secret-for-the-browser-test"
+VIEWER = "wallboard"
+VIEWER_SECRET = "viewer-secret-for-the-browser-test"
 
 
 @dataclass
 class Served:
     url: str
     incidents: dict[str, str]  # cause -> incident id
+    app: Any = None
 
     def api(self, path: str) -> Any:
         with LOCAL.open(self.url + path.lstrip("/"), timeout=10) as resp:
@@ -55,13 +59,23 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         ],
         service_node="n-002",
     )
+    # n-002's last two GPUs in MIG mode: one carved whole, one with half its memory slices free
+    carve_mig(
+        twin.cluster,
+        [
+            MigSpec(nodes=["n-002"], gpus=[7], devices={"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}),
+            MigSpec(nodes=["n-002"], gpus=[6], devices={"4g.40gb": 1}),
+        ],
+        "browser test",
+    )
     plane, fleet = door(twin, remediation="dry-run", db=Database(tmp_path_factory.mktemp("state") / "state.db"))
     run_headless(twin, fleet, plane.ingest, plane.tick, 900)  # type: ignore[attr-defined]
     app = apiclient.app(plane, secret="admin-secret-for-the-browser-test")
     apiclient.grant(plane, OPERATOR_SECRET, role="operator", name=OPERATOR)
     incidents = {r["cause"]: r["id"] for r in plane.incidents()}  # type: ignore[attr-defined]
+    apiclient.grant(plane, VIEWER_SECRET, role="viewer", name=VIEWER)
     with apiclient.serving(app) as url:
-        yield Served(f"{url}/", incidents)
+        yield Served(f"{url}/", incidents, app)
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +238,59 @@ def test_gpu_page_timelines_and_clock_events(browser: Chromium, served: Served, 
     _no_page_errors(browser)
 
 
+def test_gpu_page_draws_the_mig_layout(browser: Chromium, served: Served, shots: Path) -> None:
+    _open(browser, served, "#/gpu/n-002/7")
+    browser.wait_for("document.querySelector('#mig svg.mig-bar')", what="the MIG layout")
+    blocks = browser.evaluate(
+        """[...document.querySelectorAll('#mig .mig-block')].map(b => ({
+          profile: b.dataset.profile, start: +b.dataset.start, size: +b.dataset.size, gi: +b.dataset.gi,
+          label: b.querySelector('text').textContent, title: b.querySelector('title').textContent,
+          x: +b.querySelector('rect').getAttribute('x'), w: +b.querySelector('rect').getAttribute('width')}))"""
+    )
+    assert [(b["profile"], b["start"], b["size"]) for b in blocks] == [
+        ("1g.10gb", 0, 1),
+        ("1g.10gb", 1, 1),
+        ("2g.20gb", 2, 2),
+        ("3g.40gb", 4, 4),
+    ]
+    assert all(b["label"] == b["profile"] and f"GI {b['gi']}" in b["title"] and "MIG-" in b["title"] for b in blocks)
+    # drawn where they sit: one slice is an eighth of the bar, a block spans its slices
+    slice_w = blocks[0]["w"] + 2
+    assert [round((b["x"] - 1) / slice_w, 2) for b in blocks] == [0.0, 1.0, 2.0, 4.0]  # a 1-unit gap each side
+    assert [round((b["w"] + 2) / slice_w, 2) for b in blocks] == [1.0, 1.0, 2.0, 4.0]
+    assert browser.evaluate("document.querySelector('#mig svg').dataset.slices") == "8"
+    assert browser.evaluate("document.querySelectorAll('#mig .mig-free').length") == 0
+    assert browser.evaluate("document.querySelectorAll('#mig-instances tbody tr').length") == 4
+    assert "power limit" in browser.evaluate("document.querySelector('#inventory').innerText")
+    _shot(browser, shots, "gpu-mig")
+    # half carved: the free slices are drawn and marked free
+    _open(browser, served, "#/gpu/n-002/6")
+    browser.wait_for("document.querySelector('#mig svg.mig-bar')", what="the half-carved layout")
+    assert browser.evaluate("[...document.querySelectorAll('#mig .mig-block')].map(b => b.dataset.profile)") == [
+        "4g.40gb"
+    ]
+    free = browser.evaluate("[...document.querySelectorAll('#mig .mig-free')].map(r => +r.dataset.slice)")
+    assert free == [4, 5, 6, 7]
+    assert browser.evaluate("document.querySelectorAll('#mig .mig-free-label').length") == 4
+    _shot(browser, shots, "gpu-mig-free")
+    # a GPU with MIG off says so, and has no bar
+    _open(browser, served, "#/gpu/n-002/5")
+    browser.wait_for("document.querySelector('#mig [data-mig]')", what="the MIG state")
+    assert browser.evaluate("document.querySelector('#mig').innerText.trim()") == "MIG off"
+    assert browser.evaluate("document.querySelector('#mig svg')") is None
+    # the node page: a compact layout per GPU
+    _open(browser, served, "#/node/n-002")
+    cells = browser.evaluate(
+        """[...document.querySelectorAll('#gpus tbody tr')].map(r => {
+          const c = r.querySelector('td.mig');
+          return [c.querySelectorAll('.mig-block').length, c.innerText.trim()]; })"""
+    )
+    assert cells[7][0] == 4 and cells[6][0] == 1
+    assert [c[1] for c in cells[:6]] == ["MIG off"] * 6
+    _shot(browser, shots, "node-mig")
+    _no_page_errors(browser)
+
+
 def test_fabric_page_and_a_links_counters(browser: Chromium, served: Served, shots: Path) -> None:
     _open(browser, served, "#/fabric")
     assert browser.evaluate("document.querySelectorAll('#matrix button.link').length") == 24
@@ -333,4 +400,101 @@ def test_jobs_page(browser: Chromium, served: Served, shots: Path) -> None:
     browser.wait_for("document.querySelector('#svc-p99 path.series')", what="the p99 history drawn")
     assert _points(browser, "#svc-p99") >= 5
     _shot(browser, shots, "jobs")
+    _no_page_errors(browser)
+
+
+def test_a_viewer_on_another_host_follows_the_fleet_live(browser: Chromium, served: Served, shots: Path) -> None:
+    """From another host reads need a token, and EventSource cannot send one: with a viewer token pasted, the page
+    reads and follows the stream with it (live, not polling)."""
+    address = apiclient.outside_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback, so no browser can be on another host")
+    with apiclient.serving(served.app, host=address) as url:
+        browser.navigate(f"{url}/#/")
+        browser.evaluate("localStorage.clear()")
+        browser.send("Page.reload")
+        browser.wait_for("document.querySelector('.banner')?.innerText.includes('token')", what="the refusal")
+        assert browser.evaluate("document.querySelector('#live').textContent") != "live"  # refused without one
+        browser.click("#who")
+        browser.type_text("#token-input", VIEWER_SECRET)
+        browser.click("#token-save")
+        browser.wait_for(f"document.querySelector('#who').innerText.includes('{VIEWER}')", what="who we are")
+        browser.wait_for("document.querySelector('#live').textContent === 'live'", what="the stream, with the token")
+        browser.send("Page.reload")  # and straight to live on the next visit, the token remembered
+        _drawn(browser, "#/")
+        browser.wait_for("document.querySelectorAll('.hcell').length === 24", what="the heat map, read with the token")
+        browser.wait_for("document.querySelector('#live').textContent === 'live'", what="live again")
+        _shot(browser, shots, "remote-viewer")
+        browser.evaluate("localStorage.clear()")
+    browser.errors[:] = [e for e in browser.errors if "401" not in e]  # the refusals before the token, on purpose
+    _no_page_errors(browser)
+
+
+def test_scheduler_page_draws_quota_bars_and_pending_work(browser: Chromium, served: Served, shots: Path) -> None:
+    """A Slurm watcher's report pushed through the door: a partition over its quota with work waiting, drawn as a
+    bar, and the pending jobs longest-waiting first with Slurm's reason; the twin's own report has nothing pending."""
+    import urllib.request
+
+    from gpufleet.model.observe import SCHEMA_VERSION, Batch, PendingWork, QueueUse, SchedulerReport
+    from gpufleet.model.wire import encode
+
+    now = served.api("api/v1/summary")["time"]
+    report = SchedulerReport(
+        manager="slurm",
+        time=now - 4,
+        pending=[
+            PendingWork(name="17 eval", queue="gpu", gpus=2, since=now - 120, reason="Priority", message="behind 16"),
+            PendingWork(
+                name="16 pretrain-70b",
+                queue="gpu",
+                namespace="research",
+                gpus=16,
+                since=now - 7300,
+                reason="Resources",
+                message="waiting for resources (partition gpu: 40 of 32 GPUs allocated; it asks for 16)",
+            ),
+        ],
+        queues=[
+            QueueUse(name="gpu", gpus_used=40, gpus_pending=18, quota=32, borrowing_limit=16, pending=2, running=5)
+        ],
+    )
+    batch = Batch(v=SCHEMA_VERSION, agent="login-1", incarnation="b", node="login-1", sent=now, scheduler=report)
+    push = urllib.request.Request(
+        f"{served.url}api/v1/ingest",
+        data=encode(batch),
+        method="POST",
+        headers={"Authorization": "Bearer admin-secret-for-the-browser-test", "Content-Type": "application/json"},
+    )
+    with LOCAL.open(push, timeout=10) as resp:
+        assert resp.status == 200
+
+    _open(browser, served, "#/scheduler")
+    rows = browser.wait_for(
+        "[...document.querySelectorAll('.pending-table[data-manager=slurm] tbody tr')].map(r => r.dataset.pending)",
+        what="slurm's pending rows",
+    )
+    assert rows == ["16 pretrain-70b", "17 eval"]  # longest-waiting first
+    first = browser.evaluate("document.querySelector('.pending-table[data-manager=slurm] tbody tr').innerText")
+    assert "Resources" in first and "2 h 01 min" in first and "partition gpu: 40 of 32" in first
+    bar = browser.evaluate(
+        """(() => { const s = document.querySelector('.manager[data-manager=slurm] svg.quota-bar[data-queue=gpu]');
+        const w = (sel) => { const e = s.querySelector(sel); return e ? +e.getAttribute('width') : null; };
+        const x = (sel) => { const e = s.querySelector(sel); return e ? +e.getAttribute('x1') : null; };
+        return {scale: +s.dataset.scale, used: w('rect.used'), borrowed: w('rect.borrowed'), pending: w('rect.pending'),
+                quota: x('line.quota-line'), borrow: x('line.borrow-line')}; })()"""
+    )
+    # 40 in use of a quota of 32 (8 borrowed), 18 asked for: the bar spans 58 GPUs over 360 px
+    assert bar == pytest.approx(
+        {"scale": 58, "used": 32 / 58 * 360, "borrowed": 8 / 58 * 360, "pending": 18 / 58 * 360,
+         "quota": 32 / 58 * 360, "borrow": 48 / 58 * 360},
+        abs=0.01,
+    )  # fmt: skip
+    queue_row = browser.evaluate(
+        "document.querySelector('.queue-table[data-manager=slurm] tr[data-queue=gpu]').innerText"
+    )
+    assert "125%" in queue_row
+    twin = browser.evaluate("document.querySelector('.manager[data-manager=twin] [data-empty]')?.innerText")
+    assert twin == "nothing pending"
+    assert browser.evaluate("document.querySelector('.nav a[data-nav=scheduler]').classList.contains('on')")
+    _shot(browser, shots, "scheduler")
     _no_page_errors(browser)

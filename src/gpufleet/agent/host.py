@@ -12,6 +12,7 @@ from pathlib import Path
 from gpufleet.agent.collector import MetricSource
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
 from gpufleet.errors import GpufleetError
+from gpufleet.model.observe import SchedulerReport
 from gpufleet.sources.host import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
 from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
@@ -32,6 +33,7 @@ def host_agent(
     kmsg_file: Path | None = None,
     ib_sysfs: Path = SYSFS_IB,
     labels: dict[str, str] | None = None,
+    scheduler: Callable[[], SchedulerReport | None] | None = None,
 ) -> Agent:
     name = node or socket.gethostname()
     nvml = None
@@ -69,6 +71,7 @@ def host_agent(
         token=token,
         exposition=exposition,
         kernel_log=kmsg_file or DEV_KMSG,
+        scheduler=scheduler,
         port_speeds_gbps=port_speeds(frame, inventory()) if ports else None,
     )
     for source, why in down:  # said once, and kept visible in /metrics and /healthz

@@ -5,13 +5,33 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from gpufleet.cli.output import console
 from gpufleet.errors import UserError
 from gpufleet.spec.base import parse_duration
+
+if TYPE_CHECKING:
+    from gpufleet.agent.workload import WorkloadWatch
+    from gpufleet.model.observe import SchedulerReport
+
+
+class Workload(StrEnum):
+    slurm = "slurm"
+    kubernetes = "kubernetes"
+
+
+WORKLOAD_HELP = (
+    "Also watch this workload manager and report its pending work (with its reason) and its queues' GPU use and "
+    "quota, read at most every 15 s: slurm (squeue and scontrol, with $SLURM_CONF or --slurm-conf) or kubernetes "
+    "(unschedulable pods, FailedScheduling events, Kueue ClusterQueues; --kubeconfig, else the pod's service "
+    "account). Run it on one node per cluster; needs --control-plane."
+)
 
 
 def agent(
@@ -57,9 +77,18 @@ def agent(
     run_for: str | None = typer.Option(
         None, "--run-for", help="Stop after this long (e.g. 30s); default until Ctrl-C."
     ),
+    workload: Workload | None = typer.Option(None, "--workload", help=WORKLOAD_HELP),
+    slurm_conf: str | None = typer.Option(
+        None, "--slurm-conf", help="With --workload slurm: the cluster's slurm.conf (default $SLURM_CONF)."
+    ),
+    kubeconfig: str | None = typer.Option(
+        None, "--kubeconfig", help="With --workload kubernetes: the kubeconfig (default $KUBECONFIG, else in-cluster)."
+    ),
+    context: str | None = typer.Option(None, "--context", help="With --workload kubernetes: the kubeconfig context."),
 ) -> None:
     """Collect GPU and fabric telemetry and serve it as dcgm-exporter does; with --control-plane, also run the node's
-    detectors and report what they find, the kernel log's GPU faults and the node's inventory."""
+    detectors and report what they find, the kernel log's GPU faults and the node's inventory; with --workload, also
+    what the workload manager has not placed and why, and its queues' GPUs against quota."""
     from gpufleet.cli.core import builtin_example
     from gpufleet.control.paths import api_token
     from gpufleet.control.paths import data_dir as default_dir
@@ -78,6 +107,13 @@ def agent(
     )
     directory = data_dir or default_dir() / "agent"
     token = api_token
+    watch = None
+    if workload is not None:
+        if sim:
+            raise UserError("the twin reports its own workload manager", fix="drop --workload, or --sim")
+        if not control_plane:
+            raise UserError(f"--workload {workload} reports to a control plane", fix="add --control-plane URL")
+        watch = _watch(workload, slurm_conf, kubeconfig, context)
     if sim:
         from gpufleet.sim.agent import sim_agent
 
@@ -109,11 +145,15 @@ def agent(
             node=node,
             kmsg_file=kmsg_file,
             ib_sysfs=ib_sysfs,
+            scheduler=watch,
         )
+    if watch is not None:
+        built.stoppers.insert(0, watch)  # reading before the first collection, stopped last
     built.start()
     console.print(
         f"gpufleet agent for {built.node} serving http://{host}:{built.port}/metrics every {interval}"
         + (f", reporting to {control_plane}" if control_plane else "")
+        + (f", watching {workload}" if workload else "")
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -123,6 +163,24 @@ def agent(
         pass
     finally:
         built.stop()
+
+
+def _watch(workload: Workload, slurm_conf: str | None, kubeconfig: str | None, context: str | None) -> WorkloadWatch:
+    """The reader for `workload`, in its own thread. Credentials that cannot load are an error now; a manager that
+    does not answer yet is only logged, and the agent goes on."""
+    from gpufleet.agent.workload import WorkloadWatch
+
+    read: Callable[[], SchedulerReport]
+    if workload is Workload.slurm:
+        from gpufleet.integrations.slurm.client import SlurmRunner
+        from gpufleet.integrations.slurm.queue import SlurmQueueReader
+
+        read = SlurmQueueReader(SlurmRunner(slurm_conf)).read
+    else:
+        from gpufleet.integrations.kubernetes.queue import KubernetesQueueReader
+
+        read = KubernetesQueueReader.connect(kubeconfig, context).read
+    return WorkloadWatch(read, workload.value)
 
 
 def register(app: typer.Typer) -> None:

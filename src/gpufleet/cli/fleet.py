@@ -28,6 +28,8 @@ class Resource(StrEnum):
     agents = "agents"
     links = "links"
     switches = "switches"
+    pending = "pending"
+    queues = "queues"
 
 
 SCENARIO_OPT = typer.Option(
@@ -53,6 +55,8 @@ def _rows(resource: Resource, api: Api, node: str | None, limit: int) -> list[di
         return list(api.get("/api/v1/events", node=node, limit=limit))
     if r == "audit":
         return list(api.get("/api/v1/audit", limit=limit))
+    if r in ("pending", "queues"):
+        return scheduler_rows(api.get("/api/v1/scheduler"), r)
     fabric = api.get("/api/v1/fabric")
     return list(fabric["links"] if r == "links" else fabric["switches"])
 
@@ -77,7 +81,17 @@ def _local_rows(resource: Resource, scenario: Path, at: str, node: str | None) -
         return list(views.fabric(plane)[r])
     if r == "events":
         return plane.store.events(None, node, 1000)
+    if r in ("pending", "queues"):
+        return scheduler_rows(views.scheduler(plane), r)
     raise UserError(f"--scenario cannot show {r}", fix="ask a running control plane (drop --scenario)")
+
+
+def scheduler_rows(view: dict[str, Any], which: str) -> list[dict[str, Any]]:
+    """Every manager's pending work (longest-waiting first across them) or queues, each row naming its manager."""
+    rows = [row for m in view["managers"] for row in m[which]]
+    if which == "pending":
+        rows.sort(key=lambda p: (p["since"] is None, p["since"] or 0.0))
+    return rows
 
 
 def parse_selector(text: str | None) -> list[tuple[str, bool, str]]:
@@ -143,7 +157,9 @@ def _render(resource: Resource, rows: list[dict[str, Any]], wide: bool, header: 
 
 def get(
     resource: Resource = typer.Argument(
-        ..., help="nodes, gpus, jobs, incidents, events, audit, agents, links, switches"
+        ...,
+        help="nodes, gpus, jobs, incidents, events, audit, agents, links, switches, pending (work the workload "
+        "manager has not placed, and why), queues (GPUs in use against quota)",
     ),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
     selector: str | None = typer.Option(None, "--selector", "-l", help=SELECTOR_HELP),
@@ -156,7 +172,7 @@ def get(
     token_file: Path | None = TOKEN_OPT,
 ) -> None:
     """List resources, like `kubectl get`: nodes, GPUs, jobs, incidents, events, the audit log, agents, fabric
-    links and switches."""
+    links and switches, and the workload manager's pending work and queues."""
     sel = parse_selector(selector)
     if scenario is not None:
         if watch:

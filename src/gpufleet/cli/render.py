@@ -3,6 +3,7 @@ shown as text, never as markup: a PCI id like 00000000:AB:00.0 must not become a
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from rich.panel import Panel
@@ -38,7 +39,7 @@ def render_nodes(rows: list[dict[str, Any]], wide: bool) -> None:
 def render_gpus(rows: list[dict[str, Any]], wide: bool) -> None:
     cols = ["NODE", "GPU", "HEALTH", "UTIL", "TEMP", "POWER", "SM MHZ", "MEM USED", "CLOCK EVENTS"]
     if wide:
-        cols += ["UUID", "PCI", "PCIE", "DBE", "XID"]
+        cols += ["UUID", "PCI", "PCIE", "DBE", "XID", "MIG"]
     out = []
     for r in rows:
         row = [
@@ -55,9 +56,21 @@ def render_gpus(rows: list[dict[str, Any]], wide: bool) -> None:
         if wide:
             dbe = "-" if r["ecc_dbe_volatile"] is None else f"{r['ecc_dbe_volatile']:.0f}"
             xid = f"{r['xid_last']:.0f}" if r["xid_last"] else "-"
-            row += [r["uuid"], r["pci_bus_id"], r["pcie"], dbe, xid]
+            row += [r["uuid"], r["pci_bus_id"], r["pcie"], dbe, xid, mig_summary(r)]
         out.append(row)
     console.print(make_table(cols, out))
+
+
+def mig_summary(g: dict[str, Any]) -> str:
+    """A GPU's MIG layout in one cell, largest instances first: `3g.40gb,2g.20gb,1g.10gb x2`; `off`; `on, empty`;
+    `-` for a GPU without MIG (or a control plane that does not say)."""
+    mode = g.get("mig_mode")
+    if mode is None:
+        return "-"
+    if not mode:
+        return "off"
+    counts = Counter(m["profile"] for m in sorted(g.get("mig", []), key=lambda m: (-m["size"], m["start"])))
+    return ",".join(p if n == 1 else f"{p} x{n}" for p, n in counts.items()) or "on, empty"
 
 
 def render_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
@@ -152,12 +165,55 @@ def entity(e: dict[str, Any] | str) -> str:
     return "/".join(str(p) for p in parts if p)
 
 
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def render_pending(rows: list[dict[str, Any]], wide: bool) -> None:
+    cols = ["NAME", "QUEUE", "GPUS", "WAITING", "REASON", "MESSAGE"]
+    if wide:
+        cols = ["MANAGER", "NAMESPACE", *cols, "PRIORITY", "SINCE"]
+    out = []
+    for r in rows:
+        waiting = None if r["waiting_s"] is None else round(r["waiting_s"])
+        row = [r["name"], r["queue"] or "-", r["gpus"], ago(waiting), r["reason"] or "-"]
+        row.append(r["message"] if wide else _clip(r["message"], 80))
+        if wide:
+            priority = "-" if r["priority"] is None else r["priority"]
+            row = [r["manager"], r["namespace"] or "-", *row, priority, clock(r["since"])]
+        out.append(row)
+    console.print(make_table(cols, out))
+
+
+def render_queues(rows: list[dict[str, Any]], wide: bool) -> None:
+    cols = ["NAME", "GPUS USED", "QUOTA", "USE", "PENDING GPUS", "RUNNING", "PENDING"]
+    if wide:
+        cols = ["MANAGER", *cols, "BORROWING LIMIT"]
+    out = []
+    for r in rows:
+        row = [
+            r["name"],
+            r["gpus_used"],
+            "-" if r["quota"] is None else r["quota"],
+            "-" if r["use_pct"] is None else f"{r['use_pct']:.0f}%",
+            r["gpus_pending"],
+            r["running"],
+            r["pending"],
+        ]
+        if wide:
+            row = [r["manager"], *row, count(r["borrowing_limit"])]
+        out.append(row)
+    console.print(make_table(cols, out))
+
+
 RENDERERS = {
     "nodes": render_nodes,
     "gpus": render_gpus,
     "jobs": render_jobs,
     "services": render_services,
     "incidents": render_incidents,
+    "pending": render_pending,
+    "queues": render_queues,
 }
 
 
@@ -241,4 +297,30 @@ def gpu_detail(g: dict[str, Any]) -> None:
     console.print(_line("Serial", g["serial"] or "-"))
     console.print(_line("PCI", f"{g['pci_bus_id']}   link {g['pcie']}"))
     console.print(_line("Held by", g["held_by"] or "-"))
+    limit = g.get("power_limit_w")
+    console.print(_line("Power limit", "-" if limit is None else f"{limit:g} W"))
+    console.print(_line("MIG", _mig_state(g)))
     render_gpus([g], wide=True)
+    ci = lambda m: "-" if m["ci_id"] is None else m["ci_id"]  # noqa: E731
+    instances = [
+        [m["profile"], m["gi_id"], f"{m['start']}:{m['size']}", ci(m), m["uuid"] or "-"] for m in g.get("mig", [])
+    ]
+    if instances:
+        console.print(make_table(["PROFILE", "GI", "PLACEMENT", "CI", "UUID"], instances))
+
+
+def _mig_state(g: dict[str, Any]) -> str:
+    """MIG mode, and on a MIG GPU how its memory slices are used: `on, 4 instances, slices 0-7 used`."""
+    mode = g.get("mig_mode")
+    if mode is None:
+        return "not supported" if g.get("slices") is None else "unknown"
+    if not mode:
+        return "off"
+    used = {s for m in g.get("mig", []) for s in range(m["start"], m["start"] + m["size"])}
+    slices = g.get("slices")
+    free = [s for s in range(slices) if s not in used] if slices else []
+    count = len(g.get("mig", []))
+    text = f"on, {count} instance{'s' if count != 1 else ''}"
+    if slices:
+        text += f" on {slices} memory slices, " + (f"free: {','.join(map(str, free))}" if free else "none free")
+    return text

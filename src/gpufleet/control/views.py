@@ -3,15 +3,19 @@ incidents, and the backend's node states. One shape for every reader."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpufleet.catalog.clock_events import clock_events_of
+from gpufleet.catalog.gpus import get_gpu_model
+from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.control.fleet import NodeState
+from gpufleet.errors import NotFoundError
 from gpufleet.health.detectors.training import JobView
 from gpufleet.model import EntityKind, IncidentState, Severity
-from gpufleet.model.observe import ServiceFact
+from gpufleet.model.observe import GpuInfo, ServiceFact
 
 if TYPE_CHECKING:
     from gpufleet.control.service import ControlPlane
@@ -56,6 +60,26 @@ def gpu_rows(plane: ControlPlane, node: str | None = None) -> list[dict[str, Any
         return [row for n in nodes for row in _gpus_of(n, problems)]
 
 
+@lru_cache(maxsize=64)
+def _memory_slices(model: str) -> int | None:
+    """The width of a GPU model's memory-slice axis (8 on A100 and H100), from the catalog's MIG geometry; None for a
+    GPU without MIG or one the catalog does not know."""
+    try:
+        geometry = get_gpu_model(model).mig_geometry
+    except NotFoundError:
+        return None
+    if geometry is None:
+        return None
+    return max(p.starts[-1] + p.size for p in mig_profiles_for(geometry).values())
+
+
+def _mig_rows(g: GpuInfo) -> list[dict[str, Any]]:
+    return [
+        {"profile": m.profile, "gi_id": m.gi_id, "start": m.start, "size": m.size, "uuid": m.uuid, "ci_id": m.ci_id}
+        for m in g.mig
+    ]
+
+
 def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list[dict[str, Any]]:
     rows = []
     held = dict(zip(node.metrics.gpus, node.metrics.held, strict=False)) if node.metrics and node.metrics.held else {}
@@ -88,6 +112,11 @@ def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list
                 "pcie": "-" if np.isnan(gen) else f"gen{int(gen)} x{int(width)}",
                 "xid_last": _num(value("DCGM_FI_DEV_XID_ERRORS"), 0),
                 "held_by": held.get(g.index) or None,
+                "fb_total_mib": None if g.memory_mib is None else round(g.memory_mib),
+                "power_limit_w": None if g.power_limit_w is None else round(g.power_limit_w, 1),
+                "mig_mode": g.mig_mode,
+                "mig": _mig_rows(g),
+                "slices": _memory_slices(g.model),
             }
         )
     return rows
@@ -441,3 +470,64 @@ def fabric(plane: ControlPlane) -> dict[str, Any]:
 
 def incident_states() -> list[str]:
     return [s.value for s in IncidentState]
+
+
+SCHEDULER_STALE_S = 120.0  # a watcher reads every 15 s: this many seconds without a report is a watcher in trouble
+
+
+def scheduler(plane: ControlPlane) -> dict[str, Any]:
+    """Per workload manager, its latest report: pending work longest-waiting first (work with no known start
+    last), and its queues with their use of quota. `stale` when the report is old or its agent went silent."""
+    now = plane.clock()
+    with plane.lock:
+        reports = [
+            (manager, node, report, plane.fleet.nodes[node].lost if node in plane.fleet.nodes else True)
+            for manager, (node, report) in sorted(plane.fleet.scheduler.items())
+        ]
+    managers = []
+    for manager, node, report, lost in reports:
+        age = max(0.0, now - report.time)
+        waits = sorted(report.pending, key=lambda p: (p.since is None, p.since or 0.0, p.name))
+        pending = [
+            {
+                "manager": manager,
+                "name": p.name,
+                "queue": p.queue,
+                "namespace": p.namespace,
+                "gpus": p.gpus,
+                "since": p.since,
+                "waiting_s": round(max(0.0, now - p.since), 1) if p.since is not None else None,
+                "reason": p.reason,
+                "message": p.message,
+                "priority": p.priority,
+            }
+            for p in waits
+        ]
+        queues = [
+            {
+                "manager": manager,
+                "name": q.name,
+                "gpus_used": q.gpus_used,
+                "gpus_pending": q.gpus_pending,
+                "quota": q.quota,
+                "borrowing_limit": q.borrowing_limit,
+                "use_pct": round(100.0 * q.gpus_used / q.quota, 1) if q.quota else None,
+                "pending": q.pending,
+                "running": q.running,
+            }
+            for q in sorted(report.queues, key=lambda q: q.name)
+        ]
+        managers.append(
+            {
+                "manager": manager,
+                "node": node,
+                "time": report.time,
+                "age_s": round(age, 1),
+                "stale": lost or age > SCHEDULER_STALE_S,
+                "pending_count": len(pending),
+                "gpus_pending": sum(p.gpus for p in report.pending),
+                "pending": pending,
+                "queues": queues,
+            }
+        )
+    return {"time": now, "managers": managers}

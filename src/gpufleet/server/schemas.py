@@ -33,6 +33,15 @@ class Health(Shape):
     replica: str = Field("", description="This replica's name (host:pid).")
 
 
+class MigInstance(Shape):
+    profile: str = Field(description="The GPU-instance profile, in NVIDIA's names: 1g.10gb, 3g.40gb, 1g.10gb+me.")
+    gi_id: int = Field(description="The GPU-instance id NVML gives it.")
+    start: int = Field(description="Its first memory slice.")
+    size: int = Field(description="How many memory slices it spans.")
+    uuid: str = Field(description="The MIG device's UUID (MIG-...), empty when no compute instance was read.")
+    ci_id: int | None = Field(description="The compute instance behind that UUID.")
+
+
 class GpuRow(Shape):
     node: str
     gpu: int
@@ -51,6 +60,13 @@ class GpuRow(Shape):
     pcie: str = Field(description="Current PCIe link, e.g. gen5 x16.")
     xid_last: float | None
     held_by: str | None = Field(description="The workload holding the GPU, if any.")
+    fb_total_mib: float | None = Field(None, description="Framebuffer total, as the node's inventory reports it.")
+    power_limit_w: float | None = Field(None, description="The enforced power limit.")
+    mig_mode: bool | None = Field(None, description="MIG mode as NVML reports it now; null when it has no MIG.")
+    mig: list[MigInstance] = Field([], description="The GPU instances of a MIG-enabled GPU, by placement.")
+    slices: int | None = Field(
+        None, description="Memory slices of the model's MIG geometry (8 on A100 and H100); null without MIG."
+    )
 
 
 class NodeRow(Shape):
@@ -342,3 +358,49 @@ class Fabric(Shape):
 class WhoAmI(Shape):
     name: str = Field(description="The token's name, or anonymous.")
     role: Literal["viewer", "operator", "admin", "agent", "none"]
+
+
+class PendingRow(Shape):
+    """Work the workload manager has not placed, and why in its own words."""
+
+    manager: str = Field(description="The workload manager that reported it: slurm, kubernetes, twin.")
+    name: str = Field(description="The pod, Kueue Workload or Slurm job (JOBID NAME).")
+    queue: str = Field(description="Kueue ClusterQueue, Slurm partition, or the namespace without Kueue.")
+    namespace: str = Field(description="Kubernetes namespace, or the Slurm account.")
+    gpus: int = Field(description="GPUs it asks for in all (MIG instances count one each).")
+    since: float | None = Field(description="When it was submitted or first found unschedulable (epoch s).")
+    waiting_s: float | None = Field(description="How long it has waited, when `since` is known.")
+    reason: str = Field(description="The manager's reason: Unschedulable, Resources, Priority, QOSMaxGRESPerUser, ...")
+    message: str = Field(description="The manager's words: a FailedScheduling message, or a Slurm reason explained.")
+    priority: int | None
+
+
+class QueueRow(Shape):
+    """A queue's GPUs: in use, asked for by pending work, and its quota."""
+
+    manager: str
+    name: str
+    gpus_used: int
+    gpus_pending: int = Field(description="GPUs its pending work asks for.")
+    quota: int | None = Field(description="Kueue nominal quota, or the Slurm partition's GPUs; null: none.")
+    borrowing_limit: int | None = Field(description="How much more it may borrow from its cohort; null: unlimited.")
+    use_pct: float | None = Field(description="GPUs in use as a percentage of quota (over 100 when borrowing).")
+    pending: int = Field(description="Pending workloads or jobs.")
+    running: int = Field(description="Admitted workloads, running jobs or pods.")
+
+
+class ManagerView(Shape):
+    manager: str
+    node: str = Field(description="The node whose agent reported it.")
+    time: float = Field(description="When the report was read (epoch s).")
+    age_s: float
+    stale: bool = Field(description="The report is over two minutes old, or its agent went silent.")
+    pending_count: int
+    gpus_pending: int
+    pending: list[PendingRow] = Field(description="Longest-waiting first.")
+    queues: list[QueueRow]
+
+
+class SchedulerView(Shape):
+    time: float = Field(description="The control plane's clock.")
+    managers: list[ManagerView] = Field(description="One per workload manager that reports, by name.")

@@ -30,6 +30,7 @@ from gpufleet.model.observe import (
     GpuInfo,
     JobFact,
     MetricSnapshot,
+    MigInfo,
     NodeInventory,
     PendingWork,
     PortInfo,
@@ -314,7 +315,20 @@ def node_inventory(twin: Twin, name: str) -> NodeInventory:
         fabric_manager=sw.fabric_manager_version,
         agent_version=__version__,
         gpus=[
-            GpuInfo(g.index, g.uuid, g.model.product_name, g.pci_bus_id, g.serial, False, float(g.model.memory_mib))
+            GpuInfo(
+                g.index,
+                g.uuid,
+                g.model.product_name,
+                g.pci_bus_id,
+                g.serial,
+                mig_mode=g.mig_enabled if g.model.mig_capable else None,  # NVML answers NotSupported without MIG
+                memory_mib=float(g.model.memory_mib),
+                power_limit_w=float(twin.gpus.power_limit_w[twin.gpu(name, g.index)]),
+                # the twin's GPU instances each hold one compute instance spanning it, CI 0 as NVML numbers it
+                mig=[MigInfo(i.profile, i.gi_id, i.start, i.size, i.uuid, 0) for i in g.mig_instances]
+                if g.mig_enabled
+                else [],
+            )
             for g in node.gpus
         ],
         ports=ports,

@@ -4,13 +4,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.errors import ManifestError
+from gpufleet.errors import ManifestError, UserError
 from gpufleet.model import Cluster, InferenceService, TrainingJob
+from gpufleet.sched.partition.mig import geometry_of, layout_for_counts
 from gpufleet.sim.faults import expand_campaign, from_specs
 from gpufleet.sim.twin import Twin
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.loader import load_scenario
-from gpufleet.spec.scenario_spec import ScenarioBody
+from gpufleet.spec.scenario_spec import MigSpec, ScenarioBody
+
+
+def carve_mig(cluster: Cluster, specs: list[MigSpec], source: str) -> None:
+    """Put the chosen GPUs in MIG mode with their GPU instances, as mig-parted would: placements from the catalog's
+    geometry, every layout checked by its rules (starts, overlaps, max counts)."""
+    carved: set[tuple[str, int]] = set()
+    names = {n.name for n in cluster.nodes}
+    for spec in specs:
+        for name in spec.nodes:
+            if name not in names:
+                raise ManifestError(source, f"mig: no node named {name!r}", fix="name nodes of the cluster")
+            node = cluster.node(name)
+            for index in spec.gpus if spec.gpus is not None else range(len(node.gpus)):
+                if index >= len(node.gpus):
+                    raise ManifestError(source, f"mig: {name} has no GPU {index}", fix=f"it has {len(node.gpus)}")
+                if (name, index) in carved:
+                    raise ManifestError(source, f"mig: {name} GPU {index} is listed twice", fix="list each GPU once")
+                carved.add((name, index))
+                gpu = node.gpus[index]
+                try:
+                    layout = layout_for_counts(geometry_of(gpu.model), spec.devices)
+                except UserError as exc:
+                    raise ManifestError(source, f"mig: {name} GPU {index}: {exc.message}", fix=exc.fix) from None
+                gpu.mig_enabled, gpu.mig_instances = True, layout.to_instances(gpu.uuid)
 
 
 def layout_workload(
@@ -18,7 +43,7 @@ def layout_workload(
 ) -> tuple[list[TrainingJob], list[InferenceService]]:
     wl = body.workload
     gpu_nodes = [n for n in cluster.nodes if n.gpus]
-    used: set[str] = set()
+    used: set[str] = {n.name for n in gpu_nodes if any(g.mig_enabled for g in n.gpus)}  # no room for full-GPU ranks
     services: list[InferenceService] = []
     gpu_cursor: dict[str, int] = {}
     for svc in wl.inference:
@@ -48,7 +73,8 @@ def layout_workload(
         if isinstance(spec.nodes, list):
             names = spec.nodes
             for name in names:
-                cluster.node(name)
+                if any(g.mig_enabled for g in cluster.node(name).gpus):
+                    raise ManifestError(source, f"training job {spec.name!r} names {name}, whose GPUs are in MIG mode")
         else:
             free = [n.name for n in gpu_nodes if n.name not in used]
             if spec.nodes > len(free):
@@ -90,6 +116,7 @@ def build_twin(path: Path, *, ring_seconds: int = 300) -> tuple[Twin, float]:
     scenario, cluster_name, body = load_scenario(path)
     spec = scenario.spec
     cluster = build_cluster(cluster_name, body)
+    carve_mig(cluster, spec.mig, str(path))
     jobs, services = layout_workload(cluster, spec, str(path))
     faults = from_specs(spec.faults, cluster, jobs, str(path))
     if spec.campaign is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -112,11 +112,22 @@ class WorkloadSpec(Manifest):
     restart_backoff: Duration = 120.0
 
 
+class MigSpec(Manifest):
+    """GPUs in MIG mode from the start, as mig-parted applies a config: each chosen GPU gets `devices` (profile ->
+    instances per GPU, mig-parted's `mig-devices`; empty is MIG on with no instances yet), placed where its
+    geometry allows. Training jobs laid out by count stay off these nodes: a full-GPU rank cannot use them."""
+
+    nodes: list[str] = Field(min_length=1)
+    gpus: list[Annotated[int, Field(ge=0)]] | None = None  # GPU indices on each node; all of them when absent
+    devices: dict[str, Annotated[int, Field(ge=0, le=7)]] = {}
+
+
 class ScenarioBody(Manifest):
     cluster: str | ClusterBody  # a path (relative to the scenario file) or an inline cluster spec
     duration: Duration = 86400.0
     tick: Duration = 1.0
     seed: int = 0
+    mig: list[MigSpec] = []
     workload: WorkloadSpec = WorkloadSpec()
     faults: list[FaultSpec] = []
     campaign: CampaignSpec | None = None

@@ -23,6 +23,7 @@ const ROUTES = [
   { re: /^\/incidents$/, page: "incidents", nav: "incidents" },
   { re: /^\/incident\/([^/]+)$/, page: "incident", nav: "incidents", keys: ["id"] },
   { re: /^\/jobs$/, page: "jobs", nav: "jobs" },
+  { re: /^\/scheduler$/, page: "scheduler", nav: "scheduler" },
 ];
 
 const state = { key: null, page: null, controller: null, summary: null, seq: 0 };
@@ -168,6 +169,7 @@ function tokenDialog() {
     if (!input.value.trim()) return;
     api.token.set(input.value);
     input.value = "";
+    follow();
     const me = await identity();
     if (me) dlg.hidden = true;
   };
@@ -177,6 +179,7 @@ function tokenDialog() {
   });
   $("#token-forget").onclick = async () => {
     api.token.clear();
+    follow();
     await identity();
   };
   $("#token-close").onclick = () => {
@@ -186,11 +189,12 @@ function tokenDialog() {
 
 // --- start -------------------------------------------------------------------------------------------------------
 
-function start() {
-  tokenDialog();
-  identity();
-  window.addEventListener("hashchange", route);
-  api.follow({
+let unfollow = null;
+
+/** Follow the live stream, anew when the stored token changes (with a token it is read with that token). */
+function follow() {
+  if (unfollow) unfollow();
+  unfollow = api.follow({
     status: live,
     summary: (s) => {
       header(s);
@@ -199,6 +203,13 @@ function start() {
     incident: (i) => state.controller && state.controller.onIncident && state.controller.onIncident(i),
     event: (e) => state.controller && state.controller.onEvent && state.controller.onEvent(e),
   });
+}
+
+function start() {
+  tokenDialog();
+  identity();
+  window.addEventListener("hashchange", route);
+  follow();
   route().then(() => {
     if (state.summary) return; // the page fetched the summary and filled the header
     api

@@ -7,7 +7,7 @@ import { chartCard, spansOf, startOf, timeChart } from "../charts.js";
 import {
   $, RANGES, banner, clearBanner, dash, empty, html, mib, notFound, num, pill, raw, markRange, onRangeClick, rangeOf, rangeSeg, set, unit,
 } from "../ui.js";
-import { clockEventPills, incidentRows } from "./node.js";
+import { clockEventPills, incidentRows, migBar } from "./node.js";
 
 export const title = (p) => `${p.node} GPU ${p.index}`;
 
@@ -43,6 +43,9 @@ function inventory(g) {
     <dt>serial</dt><dd class="mono">${g.serial || dash}</dd>
     <dt>PCI bus</dt><dd class="mono">${g.pci_bus_id || dash}</dd>
     <dt>PCIe link</dt><dd>${g.pcie || dash}</dd>
+    <dt>memory</dt><dd>${mib(g.fb_total_mib)}</dd>
+    <dt>power limit</dt><dd>${unit(g.power_limit_w, "W")}</dd>
+    <dt>MIG</dt><dd>${g.mig_mode === true ? "on" : g.mig_mode === false ? "off" : dash}</dd>
     <dt>held by</dt><dd>${g.held_by || html`<span class="dim">nothing</span>`}</dd>
     <dt>last Xid</dt><dd class="${g.xid_last ? "warn" : ""}">${g.xid_last ? num(g.xid_last) : dash}</dd>
     <dt>clock events</dt><dd>${clockEventPills(g.clock_events)}</dd></dl>`;
@@ -57,6 +60,14 @@ function readings(g) {
     ${tile("utilization", unit(g.util_pct, "%"))}
     ${tile("memory used", mib(g.fb_used_mib))}
     ${tile("ECC DBE (volatile)", num(g.ecc_dbe_volatile), g.ecc_dbe_volatile ? "bad" : "")}`;
+}
+
+// The GPU instances under the bar, as `nvidia-smi mig -lgi` lists them, with each one's MIG device.
+function migTable(g) {
+  if (g.mig_mode !== true || !(g.mig || []).length) return "";
+  return html`<table class="mig-instances"><thead><tr><th>profile</th><th class="num">GI</th><th>placement</th><th class="num">CI</th><th>MIG device</th></tr></thead>
+    <tbody>${g.mig.map((m) => html`<tr data-gi="${m.gi_id}"><td>${m.profile}</td><td class="num">${m.gi_id}</td><td class="mono">${m.start}:${m.size}</td>
+      <td class="num">${m.ci_id ?? dash}</td><td class="mono muted">${m.uuid || dash}</td></tr>`)}</tbody></table>`;
 }
 
 function memoryGiB(model) {
@@ -77,6 +88,8 @@ export async function mount(root, ctx) {
       <div class="panel"><h2>inventory</h2><div id="inventory"></div></div>
       <div class="panel span2"><h2>incidents on this GPU <span class="right muted">open and past</span></h2><div id="incidents"></div></div>
     </section>
+    <div class="panel" style="margin-bottom:14px"><h2>MIG layout <span class="right muted">memory slices, one block per GPU instance</span></h2>
+      <div id="mig"></div><div id="mig-instances"></div></div>
     <div class="panel"><h2>timelines <span class="muted" style="text-transform:none;letter-spacing:0;font-weight:400">one point every 30 s of cluster time</span>
       <span class="right">${rangeSeg(range)}</span></h2>
       <div class="grid g2">
@@ -99,6 +112,7 @@ export async function mount(root, ctx) {
     incidents = (all || d.incidents).filter((i) => i.entity && i.entity.kind === "gpu" && i.entity.node === node && i.entity.index === index);
     if (!gpu) {
       set($("#readings", root), "");
+      set($("#mig", root), "");
       set($("#inventory", root), empty(`${node} has no GPU ${index}`));
       return;
     }
@@ -107,6 +121,8 @@ export async function mount(root, ctx) {
     set($("#siblings", root), html`<span class="seg">${d.gpus.map((g) => html`<a class="${g.gpu === index ? "on" : ""}" href="#/gpu/${encodeURIComponent(node)}/${g.gpu}${range !== "4h" ? `?range=${range}` : ""}">${g.gpu}</a>`)}</span>`);
     set($("#readings", root), readings(gpu));
     set($("#inventory", root), inventory(gpu));
+    set($("#mig", root), migBar(gpu));
+    set($("#mig-instances", root), migTable(gpu));
     set($("#incidents", root), incidentRows(incidents, api.now(), "no incidents on this GPU"));
   };
 
@@ -141,7 +157,7 @@ export async function mount(root, ctx) {
       series: [{ label: "SM clock", color: "#39c5cf", points: pts.clock }],
     });
     timeChart($("#gpu-util", root), { ...common, unit: "%", y: { min: 0, max: 100 }, series: [{ label: "utilization", color: "#58a6ff", area: true, points: pts.util }] });
-    const total = gpu ? memoryGiB(gpu.model) : null;
+    const total = gpu ? (gpu.fb_total_mib ? gpu.fb_total_mib / 1024 : memoryGiB(gpu.model)) : null;
     timeChart($("#gpu-fb", root), {
       ...common, unit: "GiB", y: { floor: 0, ceil: total || undefined }, fmt: (v) => `${num(v, 1)} GiB`,
       series: [{ label: "framebuffer used", color: "#56d364", area: true, points: scale(pts.fb, 1 / 1024) }],

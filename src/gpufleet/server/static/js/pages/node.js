@@ -17,6 +17,46 @@ export function clockEventPills(list) {
   return list.map((c) => html`${pill(c, SEVERE_CLOCK.has(c) ? "warn" : "outline")} `);
 }
 
+// --- the MIG layout: the GPU's memory slices, one block per GPU instance at its placement, free slices dashed ----
+
+const sizeClass = (profile) => `g${(/^(\d+)g/.exec(profile || "") || ["", "x"])[1]}`; // 3g.40gb -> g3
+
+/** A MIG GPU's layout as SVG: its memory slices left to right, each GPU instance a block over the slices it spans
+ * (labelled with its profile; the GI id, placement and MIG device on hover), free slices outlined and marked.
+ * `compact` is the node page's version: one row high, a block labelled by its size (3g) where that fits. */
+export function migBar(g, { compact = false } = {}) {
+  if (g.mig_mode === false) return html`<span class="mig-off" data-mig="off">MIG off</span>`;
+  if (g.mig_mode !== true) {
+    return html`<span class="dim" data-mig="none">${compact ? dash : g.slices ? "MIG mode not reported" : "no MIG on this GPU"}</span>`;
+  }
+  const list = g.mig || [];
+  const n = Math.max(g.slices || 0, ...list.map((m) => m.start + m.size), 1); // a model the catalog lacks: what NVML said
+  const W = compact ? 160 : 800;
+  const H = compact ? 18 : 46;
+  const axis = compact ? 0 : 16;
+  const cw = W / n;
+  const used = new Set(list.flatMap((m) => Array.from({ length: m.size }, (_, k) => m.start + k)));
+  const free = Array.from({ length: n }, (_, i) => i).filter((i) => !used.has(i));
+  const freeRects = free.map((i) => html`<rect class="mig-free" data-slice="${i}" x="${i * cw + 1.5}" y="1.5" width="${cw - 3}" height="${H - 3}" rx="3"><title>memory slice ${i}: free</title></rect>
+    ${compact ? "" : html`<text class="mig-free-label" x="${(i + 0.5) * cw}" y="${H / 2 + 4}" text-anchor="middle">free</text>`}`);
+  const blocks = list.map((m) => {
+    const x = m.start * cw;
+    const w = m.size * cw;
+    const tip = `GI ${m.gi_id} · ${m.profile} · slices ${m.start}${m.size > 1 ? `–${m.start + m.size - 1}` : ""}`
+      + `${m.ci_id !== null && m.ci_id !== undefined ? ` · CI ${m.ci_id}` : ""}${m.uuid ? ` · ${m.uuid}` : ""}`;
+    const label = compact ? (w >= 34 ? m.profile.split(".")[0] : "") : m.profile;
+    return html`<g class="mig-block ${sizeClass(m.profile)}" data-profile="${m.profile}" data-gi="${m.gi_id}" data-start="${m.start}" data-size="${m.size}">
+      <title>${tip}</title><rect x="${x + 1}" y="1" width="${w - 2}" height="${H - 2}" rx="3"></rect>
+      ${label ? html`<text x="${x + w / 2}" y="${H / 2 + (compact ? 4 : 0)}" text-anchor="middle">${label}</text>` : ""}
+      ${compact ? "" : html`<text class="gi" x="${x + w / 2}" y="${H / 2 + 14}" text-anchor="middle">GI ${m.gi_id}</text>`}</g>`;
+  });
+  const ticks = compact ? "" : Array.from({ length: n }, (_, i) => html`<text class="mig-tick" x="${(i + 0.5) * cw}" y="${H + 12}" text-anchor="middle">${i}</text>`);
+  const summary = `${list.length} GPU instance${list.length === 1 ? "" : "s"} on ${n} memory slices, ${free.length} free`;
+  const size = compact ? raw(`width="${W}" height="${H}"`) : raw('width="100%"');
+  return html`<svg class="mig-bar${compact ? " compact" : ""}" data-mig="on" data-slices="${n}" viewBox="0 0 ${W} ${H + axis}"
+    ${size} role="img" aria-label="${summary}"><title>${summary}</title>${freeRects}${blocks}${ticks}</svg>`;
+}
+
 function statusPills(status) {
   return String(status)
     .split(",")
@@ -45,13 +85,13 @@ function gpuTable(gpus) {
   if (!gpus.length) return empty("no GPUs reported");
   return html`<table><thead><tr><th>GPU</th><th>health</th><th class="num">util</th><th class="num">temp</th><th class="num">power</th>
     <th class="num">SM clock</th><th class="num">memory used</th><th>clock events</th><th class="num">ECC DBE</th><th>PCIe</th>
-    <th class="num">last Xid</th><th>held by</th></tr></thead><tbody>${gpus.map((g) => html`<tr data-gpu="${g.gpu}">
+    <th class="num">last Xid</th><th>held by</th><th>MIG</th></tr></thead><tbody>${gpus.map((g) => html`<tr data-gpu="${g.gpu}">
       <td>${gpuLink(g.node, g.gpu, `GPU ${g.gpu}`)}</td><td>${pill(g.health)}</td>
       <td class="num">${unit(g.util_pct, "%")}</td><td class="num ${g.temp_c >= 85 ? "bad" : g.temp_c >= 80 ? "warn" : ""}">${unit(g.temp_c, "°C")}</td>
       <td class="num">${unit(g.power_w, "W")}</td><td class="num">${unit(g.sm_clock_mhz, "MHz")}</td><td class="num">${mib(g.fb_used_mib)}</td>
       <td>${clockEventPills(g.clock_events)}</td><td class="num ${g.ecc_dbe_volatile ? "bad" : ""}">${num(g.ecc_dbe_volatile)}</td>
       <td class="nowrap">${g.pcie || dash}</td><td class="num ${g.xid_last ? "warn" : ""}">${g.xid_last ? num(g.xid_last) : dash}</td>
-      <td class="muted">${g.held_by || dash}</td></tr>`)}</tbody></table>`;
+      <td class="muted">${g.held_by || dash}</td><td class="mig">${migBar(g, { compact: true })}</td></tr>`)}</tbody></table>`;
 }
 
 const errCls = (v) => (v ? "bad" : "");
