@@ -95,3 +95,12 @@ def test_a_training_job_cannot_name_a_mig_node(tmp_path: Path) -> None:
     )
     with pytest.raises(ManifestError, match="'big' names n-001, whose GPUs are in MIG mode"):
         build_twin(path)
+
+
+@pytest.mark.parametrize(
+    "scenario", sorted((Path(__file__).parents[2] / "src/gpufleet/examples/scenarios").glob("*.yaml")), ids=str
+)
+def test_every_built_in_scenario_builds(scenario: Path) -> None:
+    """The README runs them: each must plan its workload and faults on its cluster."""
+    twin, _ = build_twin(scenario)
+    assert twin.cluster.nodes
