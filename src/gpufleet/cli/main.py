@@ -50,6 +50,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.remediate",
     "gpufleet.cli.diag",
     "gpufleet.cli.read",
+    "gpufleet.cli.triage",
     "gpufleet.cli.token",
 )
 

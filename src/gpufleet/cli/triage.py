@@ -1,0 +1,83 @@
+"""`gpufleet triage FILE... | -`: what operators paste, told apart by content and judged."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.text import Text
+
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.errors import UserError
+from gpufleet.triage.detect import FORMATS
+from gpufleet.triage.report import TriageReport
+from gpufleet.triage.run import triage_stream
+
+VERDICT_STYLE = {"healthy": "green", "degraded": "yellow", "faulty": "bold red", "unknown": "dim"}
+SEVERITY_STYLE = {"critical": "red", "warning": "yellow", "info": "dim"}
+
+
+def _one(name: str, fmt: str | None) -> TriageReport:
+    if name == "-":
+        return triage_stream(sys.stdin.buffer, "stdin", fmt)
+    path = Path(name)
+    if path.is_dir():
+        raise UserError(f"{name} is a directory", fix="pass the saved output files, or - to read stdin")
+    if not path.is_file() and not path.exists():
+        raise UserError(f"{name}: no such file", fix="pass the saved output, or - to read stdin")
+    if not path.is_file():
+        raise UserError(f"{name} is not a regular file", fix="save the output to a file first, or pipe it to -")
+    try:
+        with path.open("rb") as stream:
+            return triage_stream(stream, name, fmt)
+    except PermissionError:
+        raise UserError(f"{name}: permission denied", fix="check the file's permissions") from None
+
+
+def triage(
+    files: list[str] = typer.Argument(..., help="Saved outputs or pasted text; - reads stdin."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
+    fmt: str | None = typer.Option(
+        None, "--format", "-F", help=f"Read as this format instead of telling it: {', '.join(FORMATS)}."
+    ),
+) -> None:
+    """Tell what printed each input (kernel log, nvidia-smi, dcgmi, NCCL log, InfiniBand tools, kubectl, ...) by
+    its content, and judge it: healthy, degraded, faulty, or unknown when it cannot say. Pasted text is fine:
+    prompts, echoed commands, `> ` quoting, elisions, markers, colour and launcher prefixes are taken off.
+
+    Exit status: 0 healthy or degraded, 1 faulty, 3 unknown (so a script can tell "fine" from "cannot say")."""
+    if fmt is not None and fmt not in FORMATS:
+        raise UserError(f"no format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
+    reports = [_one(name, fmt) for name in files]
+    body = [r.as_dict() for r in reports]
+
+    def render(wide: bool) -> None:
+        for r in reports:
+            head = Text.assemble(
+                (f"{r.source}", "bold"), "  ", (r.format, "cyan"), "  ", (r.verdict.upper(), VERDICT_STYLE[r.verdict])
+            )
+            console.print(head)
+            if r.findings:
+                rows = []
+                for f in r.findings:
+                    row = [Text(f.severity, style=SEVERITY_STYLE[f.severity]), f.code, f.entity or "-", f.message]
+                    row.append(f.fix or "-")
+                    if wide:
+                        row.append(" | ".join(f.evidence[:2]))
+                    rows.append(row)
+                cols = ["SEVERITY", "CODE", "ENTITY", "FINDING", "FIX"] + (["EVIDENCE"] if wide else [])
+                console.print(make_table(cols, rows))
+            for note in r.notes:
+                console.print(Text(f"  note: {note}", style="dim"))
+
+    emit(body if len(body) > 1 else body[0], output, render)
+    verdicts = {r.verdict for r in reports}
+    if "faulty" in verdicts:
+        raise typer.Exit(1)
+    if verdicts == {"unknown"}:
+        raise typer.Exit(3)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("triage")(triage)

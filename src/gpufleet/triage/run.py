@@ -1,0 +1,60 @@
+"""Triage one input end to end: stream its lines through the paste cleaner, tell its format from the first lines,
+and hand the rest to that format's reader without holding the whole input (a kernel log of any size streams)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from itertools import chain
+from typing import BinaryIO
+
+from gpufleet.triage.detect import SAMPLE_LINES, detect
+from gpufleet.triage.paste import Paste, text_lines
+from gpufleet.triage.readers import read
+from gpufleet.triage.report import TriageReport
+
+SAMPLE_CHARS = 4 * 1024 * 1024  # the sample a format is told from never holds more than this
+WIDE_SAMPLE_LINES = 20_000  # a kernel log may start with thousands of lines before its first NVIDIA one
+KEEPS_LAUNCHERS = frozenset({"nccl-log"})  # its reader learns each line's rank from the launcher's prefix
+
+
+def triage_lines(raw: Iterable[str], source: str, fmt: str | None = None) -> TriageReport:
+    """Judge the raw lines of one input (as read or pasted). `fmt` forces a format instead of telling it."""
+    raw_iter = iter(raw)
+    sample: list[str] = []  # raw lines held to tell the format
+    cleaned: list[str] = []
+    paste = Paste()
+    size = 0
+    found = fmt
+    while found is None and size < SAMPLE_CHARS and len(sample) < WIDE_SAMPLE_LINES:
+        line = next(raw_iter, None)
+        if line is None:
+            break
+        sample.append(line)
+        size += len(line)
+        clean = paste.clean(line)
+        if clean is not None:
+            cleaned.append(clean)
+        if len(sample) in (SAMPLE_LINES, 2 * SAMPLE_LINES) or len(sample) % 2000 == 0:
+            found = detect(cleaned)
+    if found is None:
+        found = detect(cleaned)
+    if found is None:
+        report = TriageReport("unknown", source, judged=False)
+        report.notes.append(
+            "not a format triage knows: kernel log, nvidia-smi (-q, table, nvlink -s, topo -m), dcgmi diag/health, "
+            "dcgm-exporter metrics, NCCL log, nccl-tests, ibstat, ibstatus, perfquery, ibqueryerrors, iblinkinfo, "
+            "ibnetdiscover, kubectl node JSON or describe"
+        )
+        if not sample:
+            report.notes[-1] = "the input is empty"
+        return report
+    # start again from the first line, cleaned for this format, and go on through the rest as it streams
+    paste = Paste(launchers=found not in KEEPS_LAUNCHERS)
+    lines: Iterator[str] = paste.cleaned(chain(sample, raw_iter))
+    report = read(found, lines, source)
+    report.notes[:0] = paste.notes()
+    return report
+
+
+def triage_stream(stream: BinaryIO, source: str, fmt: str | None = None) -> TriageReport:
+    return triage_lines(text_lines(stream), source, fmt)

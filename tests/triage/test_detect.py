@@ -1,0 +1,34 @@
+"""A format is told by its content."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.triage.detect import detect
+
+SAMPLES = {
+    "kernel-log": ["[  101.2] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."],
+    "nvidia-smi-q": ["==============NVSMI LOG==============", "Attached GPUs                             : 8"],
+    "nvidia-smi-table": ["| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |",
+                         "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |"],
+    "dcgmi-diag": ["| Diagnostic                | Result                                         |",
+                   "| GPU Memory                | Fail - GPU: 0                                  |"],
+    "nccl-log": ["node1:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4"],
+    "nccl-tests": ["# nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5",
+                   "# Avg bus bandwidth    : 181.2"],
+    "ibstat": ["CA 'mlx5_0'", "\tPort 1:", "\t\tPhysical state: LinkUp", "\t\tLink layer: InfiniBand"],
+    "perfquery": ["# Port counters: Lid 1 port 1 (CapMask: 0x5A00)", "PortSelect:......................1"],
+    "dcgm-exporter-metrics": ["# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).",
+                              'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 34'],
+    "kubectl-node-json": ['{', '  "apiVersion": "v1",', '  "kind": "Node",'],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLES))
+def test_each_format_by_its_own_lines(fmt: str) -> None:
+    assert detect(SAMPLES[fmt]) == fmt
+
+
+def test_nothing_recognisable_is_none() -> None:
+    assert detect(["hello", "world"]) is None
+    assert detect([]) is None
