@@ -42,37 +42,50 @@ class Paste:
         self.cut = 0  # lines longer than MAX_LINE
 
     def clean(self, line: str) -> str | None:
-        """The line as the tool printed it, or None when it is not the tool's (a prompt, an elision)."""
+        """The line as the tool printed it, or None when it is not the tool's (a prompt, an elision).
+
+        Each rule is tried only when a cheap look at the line says it could apply: most lines of a large log
+        need none of them, and this runs once per line."""
         self.lines += 1
         if len(line) > MAX_LINE:
             line = line[:MAX_LINE]
             self.cut += 1
-        line = line.rstrip("\r\n").replace("\r", "")
+        line = line.rstrip("\r\n")
+        if "\r" in line:
+            line = line.replace("\r", "")
         if "\x1b" in line:
             line, n = _ANSI.subn("", line)
             self.stripped["terminal colour"] += n > 0
-        if line.lstrip().startswith(">"):
+        head = line.lstrip()[:1]
+        if head == ">":
             line, n = _QUOTE.subn("", line)
             self.stripped["quoting"] += n
-        for pattern, what in ((_MPIRUN, "mpirun prefixes"), (_SRUN_LABEL, "srun labels")) if self.launchers else ():
-            new = pattern.sub("", line, count=1)
-            if new != line:
-                self.stripped[what] += 1
-                line = new
-        if _CODE_FENCE.match(line):
+            head = line.lstrip()[:1]
+        if self.launchers:
+            if head == "[" and "]<std" in line[:24]:
+                line = self._strip(_MPIRUN, line, "mpirun prefixes")
+            elif head.isdigit() and ": " in line[:12]:
+                line = self._strip(_SRUN_LABEL, line, "srun labels")
+            head = line.lstrip()[:1]
+        if head == "`" and _CODE_FENCE.match(line):
             self.stripped["code fences"] += 1
             return None
-        if _ELISION.match(line):
+        if head in ".…[(<-" and _ELISION.match(line):
             self.stripped["elisions"] += 1
             return None
-        if _PROMPT.match(line):
+        if ("$" in line or "#" in line or "%" in line or "> " in line) and _PROMPT.match(line):
             self.stripped["prompts and echoed commands"] += 1
             return None
-        marked = _MARKER.sub("", line)
-        if marked != line:
+        if ("<" in line or ">" in line) and (marked := _MARKER.sub("", line)) != line:
             self.stripped["markers"] += 1
             line = marked
         return line
+
+    def _strip(self, pattern: re.Pattern[str], line: str, what: str) -> str:
+        new = pattern.sub("", line, count=1)
+        if new != line:
+            self.stripped[what] += 1
+        return new
 
     def cleaned(self, lines: Iterable[str]) -> Iterator[str]:
         for raw in lines:
