@@ -19,7 +19,9 @@ REQUIRED = ["v100", "t4", "a10", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pci
 def test_required_models_are_physically_consistent(name: str) -> None:
     spec = get_gpu_model(name)
     assert 0 < spec.idle_w < spec.tdp_w
-    assert spec.max_operating_temp_c < spec.slowdown_temp_c < spec.shutdown_temp_c
+    temps = (spec.max_operating_temp_c, spec.slowdown_temp_c, spec.shutdown_temp_c)
+    assert None not in temps and temps == tuple(sorted(temps))  # type: ignore[type-var]
+    assert len(set(temps)) == 3
     assert spec.memory_mib > 10_000
     if spec.nvswitch:
         assert spec.nvlink_links > 0

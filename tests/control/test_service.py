@@ -242,3 +242,24 @@ def test_incidents_audit_and_streams_survive_a_restart(state: StateTarget) -> No
     assert (ack.stored, ack.duplicates) == (0, 2)
     again.ingest(batch("b", [Record(1, lost_gpu("b", T0 + 1))]))
     assert sorted(again.book.incidents)[-1] == "INC-000003"
+
+
+def test_the_fall_off_count_of_a_node_survives_a_restart(state: StateTarget) -> None:
+    """Three fall-offs, each rebooted and resolved, then a restart: the fourth within 30 days still escalates."""
+    clock = Clock()
+    plane = plane_at(state.open(), clock)
+    day = 86_400.0
+    for k in range(3):
+        clock.now = T0 + k * day
+        plane.ingest(batch("a", [Record(k + 1, lost_gpu("a", clock.now))], when=clock.now))
+        (inc,) = plane.book.open_incidents()
+        plane.transition(inc.id, IncidentState.resolved, "alice")  # rebooted, passed its diag
+    plane.close()
+    plane.db.close()
+
+    clock.now = T0 + 3 * day
+    again = plane_at(state.open(), clock)
+    assert again.book.open_incidents() == []
+    again.ingest(batch("a", [Record(4, lost_gpu("a", clock.now))], when=clock.now))
+    (escalated,) = again.book.open_incidents()
+    assert escalated.action == "RMA" and "more than 3" in escalated.summary

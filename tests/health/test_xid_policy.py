@@ -65,7 +65,7 @@ def test_every_catalog_code_has_a_verdict() -> None:
 
 def test_disagreements_are_documented_choices() -> None:
     policy = default_policy()
-    for code in (61, 62, 64, 108, 109, 160, 162):
+    for code in (61, 62, 108, 109, 160, 162):
         assert policy.overrides[code].reason, code
     assert policy.overrides[109].action == Action.RESET_GPU
     assert policy.overrides[162].severity == XidSeverity.NONFATAL
@@ -182,7 +182,8 @@ def test_override_from_file(tmp_path: Path) -> None:
         "override 109",
     )
     # the rest of the default policy is still there
-    assert policy.overrides[64].action == Action.RESET_GPU
+    assert policy.overrides[62].action == Action.RESET_GPU
+    assert policy.row_remap.recorded.action == Action.IGNORE
     # and a new override for a code the default leaves to the catalog
     policy13 = policy_from_text("overrides:\n  13: {severity: FATAL, action: RESET_GPU}\n")
     assert classify(KernelEvent(kind="xid", line=1, raw="", message="", xid=13), policy13).action == Action.RESET_GPU
@@ -209,3 +210,37 @@ def test_bad_policy_files_name_the_problem(text: str, fragment: str) -> None:
 def test_missing_policy_file_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot read policy file"):
         load_policy(tmp_path / "nope.yaml")
+
+
+def test_row_remap_recorded_asks_for_a_reset_when_idle_not_a_drain() -> None:
+    verdict = _verdict(
+        "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."
+    )
+    assert (verdict.severity, verdict.action, verdict.investigatory) == (
+        XidSeverity.NONFATAL,
+        Action.IGNORE,
+        "RESET_GPU",
+    )
+    assert verdict.cause is not None and verdict.cause.value == "retired-pages"
+    assert "convenient time" in verdict.reason
+
+
+def test_row_remap_failure_text_escalates() -> None:
+    verdict = _verdict(
+        "NVRM: Xid (PCI:0000:3b:00): 64, Row Remapper Error: (0x00000000abcdef00) - Row Remapping table is full"
+    )
+    assert (verdict.severity, verdict.action) == (XidSeverity.FATAL, Action.CONTACT_SUPPORT)
+    assert verdict.cause is not None and verdict.cause.value == "row-remap-failure"
+
+
+def test_a_site_override_for_63_still_wins() -> None:
+    policy = policy_from_text("overrides:\n  63: {severity: FATAL, action: RESET_GPU}\n")
+    verdict = classify(KernelEvent(kind="xid", line=1, raw="", message="", xid=63), policy)
+    assert (verdict.action, verdict.rule) == (Action.RESET_GPU, "override 63")
+
+
+def test_the_escalation_windows_are_the_documented_ones() -> None:
+    escalation = default_policy().escalation
+    assert escalation.repeated_gpu_lost.max_in_window == 3
+    assert escalation.repeated_gpu_lost.window_s == escalation.memory_progression.window_s == 30 * 86_400
+    assert escalation.repeated_gpu_lost.rule.action == Action.RMA

@@ -87,3 +87,24 @@ def test_runbook_is_a_manifest_kind(tmp_path: Path) -> None:
 def test_bad_runbooks_name_the_problem(tmp_path: Path, steps: str, message: str) -> None:
     with pytest.raises(ManifestError, match=message):
         load_runbooks(_write(tmp_path, steps))
+
+
+def test_a_recorded_row_remap_is_watched_not_sent_back() -> None:
+    rb = RunbookSet.builtin()
+    chosen = rb.select(incident(RootCause.retired_pages, "n", action="IGNORE", xid=63))
+    assert chosen.name == "row-remap-recorded"
+    kinds = [s.action for s in chosen.spec.steps]
+    assert ActionKind.cordon not in kinds and ActionKind.drain not in kinds
+    assert all(s.ticket_kind != "rma" for s in chosen.spec.steps)
+    # the telemetry's retired-page limit (pre-Ampere) and a real remap failure still return the board
+    assert rb.select(incident(RootCause.retired_pages, "n", action="CONTACT_SUPPORT")).name == "retired-pages"
+    assert rb.select(incident(RootCause.row_remap_failure, "n", action="CONTACT_SUPPORT")).name == "row-remap-failure"
+
+
+@pytest.mark.parametrize("cause", [RootCause.gpu_lost, RootCause.ecc_dbe])
+def test_an_escalation_replaces_the_hardware_instead_of_another_reboot(cause: RootCause) -> None:
+    chosen = RunbookSet.builtin().select(incident(cause, "n", action="RMA"))
+    assert chosen.name == "replace-hardware"
+    assert [s.action for s in chosen.spec.steps] == [ActionKind.cordon, ActionKind.drain, ActionKind.ticket]
+    assert chosen.spec.steps[-1].ticket_kind == "rma"
+    assert ActionKind.reboot_node not in [s.action for s in chosen.spec.steps]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.model.pci import normalise_pci
-from gpufleet.sources.kmsg import KernelEvent, parse_kmsg, scan_kmsg
+from gpufleet.sources.kmsg import KernelEvent, KmsgParser, parse_kmsg, scan_kmsg
 from gpufleet.sources.kmsg_framing import split_frame
 
 XID79 = "NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
@@ -99,11 +99,66 @@ def test_burst_xid79_then_sxids(corpus: Path) -> None:
     assert sx.sxid == 20034 and sx.pci == "0000:06:00"
     assert sx.sxid_detail is not None
     assert sx.sxid_detail.switch == "nvidia-nvswitch1" and sx.sxid_detail.fatal is True and sx.sxid_detail.link == 48
-    orphan = events[4]  # nvswitch2's detail line arrives before any head line of nvswitch2
-    assert orphan.sxid_detail is not None and orphan.sxid_detail.fatal is None
     data = events[5]  # nvswitch0's Data words belong to its `Fatal, Link 63` head two lines up
     assert data.sxid_detail is not None
     assert (data.sxid_detail.fatal, data.sxid_detail.link, data.sxid_detail.continues_line) == (True, 63, 7)
+    # nvswitch2's detail line (line 8) came before its `Fatal, Link 37` head (line 10): it joins that record
+    early, head = events[4], events[6]
+    assert (early.line, head.line) == (8, 10)
+    assert early.sxid_detail is not None
+    assert (early.sxid_detail.fatal, early.sxid_detail.link, early.sxid_detail.continues_line) == (True, 37, 10)
+    assert all(e.sxid_detail is not None and e.sxid_detail.fatal is True for e in events[2:])
+
+
+SXID_HEAD = "[100.000200] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 LTSSM Fault Up"
+SXID_DATA = "[100.000100] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {0x10000000, 0x00000000}"
+SXID_SEVERITY = (
+    "[100.000150] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Severity 1 Engine instance 63 Sub-engine "
+    "instance 00"
+)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [SXID_DATA, SXID_SEVERITY, SXID_HEAD],
+        [SXID_SEVERITY, SXID_HEAD, SXID_DATA],
+        [SXID_HEAD, SXID_DATA, SXID_SEVERITY],
+        [SXID_DATA, "unrelated line", SXID_HEAD, SXID_SEVERITY],
+    ],
+)
+def test_sxid_detail_lines_join_their_head_in_any_order(lines: list[str]) -> None:
+    events = parse_kmsg("\n".join(lines))
+    assert len(events) == 3
+    head_line = next(e.line for e in events if e.sxid_detail is not None and e.sxid_detail.continues_line is None)
+    for event in events:
+        assert event.sxid_detail is not None
+        assert (event.sxid_detail.fatal, event.sxid_detail.link) == (True, 63)
+        assert event.sxid_detail.continues_line in (None, head_line)
+    assert sum(e.sxid_detail.continues_line is None for e in events if e.sxid_detail) == 1
+
+
+def test_a_detail_line_whose_head_never_comes_is_read_on_its_own() -> None:
+    events = parse_kmsg(SXID_DATA)
+    assert len(events) == 1 and events[0].sxid_detail is not None and events[0].sxid_detail.fatal is None
+
+
+def test_a_detail_line_does_not_join_a_head_long_after_it() -> None:
+    late_head = SXID_HEAD.replace("[100.000200]", "[160.000000]")
+    lines = [SXID_DATA] + [f"[1{i:02d}.5] NVRM: unrelated {i}" for i in range(3)] + [late_head]
+    events = parse_kmsg("\n".join(lines))
+    data = next(e for e in events if "Data" in e.message)
+    assert data.sxid_detail is not None and data.sxid_detail.fatal is None
+
+
+def test_a_held_detail_line_is_released_when_no_head_follows_in_the_stream() -> None:
+    parser = KmsgParser()
+    assert parser.feed_line(SXID_DATA) == []  # held: its head may be the next line
+    released = []
+    for i in range(20):
+        released += parser.feed_line(f"[{101 + i}.0] NVRM: unrelated {i}")
+    assert len(released) == 1 and released[0].sxid_detail is not None and released[0].sxid_detail.fatal is None
+    assert parser.finish() == []
 
 
 def test_nvlink5_register_words(corpus: Path) -> None:

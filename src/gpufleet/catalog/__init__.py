@@ -1,7 +1,7 @@
 """Facts as data files, with one loader each: GPU models, MIG geometry, Xid codes, IB counters, dcgm-exporter fields."""
 
 from gpufleet.catalog.dcgm_fields import DcgmField, load_dcgm_fields
-from gpufleet.catalog.gpus import GpuModelSpec, get_gpu_model, load_gpu_models
+from gpufleet.catalog.gpus import GpuModelSpec, get_gpu_model, load_gpu_models, model_for_product_name
 from gpufleet.catalog.ib_counters import IbCounter, load_ib_counters
 from gpufleet.catalog.mig import MigProfile, load_mig_profiles, mig_profiles_for
 from gpufleet.catalog.xid import XidInfo, load_xid_catalog
@@ -19,4 +19,5 @@ __all__ = [
     "load_mig_profiles",
     "load_xid_catalog",
     "mig_profiles_for",
+    "model_for_product_name",
 ]

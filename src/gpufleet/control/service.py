@@ -142,6 +142,14 @@ class ControlPlane:
         self._announced = set(book.incidents)
         self.book = book
         self.correlator = Correlator(book, self.thresholds)
+        if self.leader:  # only the leader correlates
+            # the Xid escalations count over weeks (fall-offs per node, remaps per GPU): resolved incidents of that
+            # window are history too
+            since = self.clock() - self.correlator.history.window_s
+            recent = self.store.incidents.list(state=IncidentState.resolved.value, limit=100_000)
+            self.correlator.history.remember(
+                incident_from_dict(b, "stored incident") for b in recent if b["last_seen"] >= since
+            )
 
     # --- ingest: the one door ------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from gpufleet.health.detectors.software import SoftwareDetector
 from gpufleet.health.detectors.training import JobView, RankUtil, TrainingDetectors
+from gpufleet.health.fault_history import FaultHistory
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.model import Entity, EntityKind, Incident, RootCause, Severity
@@ -24,9 +25,17 @@ RankOwner = Callable[[str, int | None], str | None]  # (node, GPU index) -> the 
 
 
 class Correlator:
-    def __init__(self, book: IncidentBook | None = None, thresholds: Thresholds | None = None) -> None:
+    def __init__(
+        self,
+        book: IncidentBook | None = None,
+        thresholds: Thresholds | None = None,
+        history: FaultHistory | None = None,
+    ) -> None:
         self.thresholds = thresholds or load_thresholds()
         self.book = book or IncidentBook()
+        # the Xid escalations judge a report against the GPU's and node's past, rebuilt from kept incidents
+        self.history = history or FaultHistory()
+        self.history.remember(self.book.incidents.values())
         self.training = TrainingDetectors(self.thresholds)
         self.software = SoftwareDetector(self.thresholds)
         self.holds = self.thresholds.control.resolve_after_s
@@ -42,7 +51,7 @@ class Correlator:
                     f.job = owner(f.entity.node, f.entity.index)
         changed: dict[str, Incident] = {}
         for finding in sorted(findings, key=lambda f: f.effect):
-            inc = self.book.add(finding)
+            inc = self.book.add(self.history.judge(finding))
             changed[inc.id] = inc
         self.findings += len(findings)
         return list(changed.values())

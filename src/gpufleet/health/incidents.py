@@ -4,7 +4,10 @@ Rules, in order, for each finding:
 1. The same cause on the same thing is the same incident (count and last-seen go up; evidence is kept, bounded).
 2. A flapping link supersedes the link-down incident of the same port (the first down was the start of the flap).
 3. A kernel report that follows another one on the same GPU within a few seconds (Xid 63 after 48, the identity
-   lines around an Xid 79) belongs to the first one.
+   lines around an Xid 79) belongs to the first one, unless it is graver (a 48 right after a 63 is the fault, not
+   a detail of the remap record).
+3a. An escalation (action RMA: the fault history says resets and reboots no longer help) opens an incident of its
+   own, so its runbook runs even while the incident it escalates is still open.
 4. An effect (a stalled or hung job, a straggler, an idle rank) goes to an open incident on the same GPU, node or
    NIC port: a lost GPU, its job's hang and the stalled training run are ONE incident. Only an effect with no
    hardware cause to join becomes an incident of its own.
@@ -61,6 +64,7 @@ JOINS = {
 LOCAL_EFFECTS = frozenset({RootCause.straggler})
 # Xids whose action is to restart the application killed the job; they never explain a hang
 APP_ACTIONS = frozenset({"RESTART_APP", "IGNORE"})
+ESCALATED_ACTION = "RMA"
 ACTIVE_SLACK_S = 120.0
 _RANK_SEVERITY = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
 
@@ -125,6 +129,8 @@ class IncidentBook:
 
     def _existing(self, f: Finding) -> Incident | None:
         inc = self._live(self.by_key.get(f.key))
+        if inc is not None and f.action == ESCALATED_ACTION and inc.action != ESCALATED_ACTION:
+            return None
         if inc is not None:
             return inc
         if f.cause in SUPERSEDES:
@@ -135,9 +141,14 @@ class IncidentBook:
                 older.summary = f.summary
                 self.by_key[f.key] = older.id
                 return older
-        if f.source == "kmsg":
+        if f.source == "kmsg" and f.action != ESCALATED_ACTION:
             for inc in self._on(_resource_keys(f.entity)[:1]):
-                if inc.entity == f.entity and f.time - inc.first_seen <= BURST_S and inc.evidence[0].source == "kmsg":
+                if (
+                    inc.entity == f.entity
+                    and f.time - inc.first_seen <= BURST_S
+                    and inc.evidence[0].source == "kmsg"
+                    and _RANK_SEVERITY[f.severity] <= _RANK_SEVERITY[inc.severity]
+                ):
                     return inc
         if f.effect:
             return self._cause_of(f)

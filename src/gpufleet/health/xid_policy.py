@@ -7,6 +7,7 @@ and what we chose. A site's own policy file is merged over the default, so it na
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -19,9 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpufleet.catalog import XidInfo, load_xid_catalog
 from gpufleet.catalog.xid import Nvl5Rule, load_nvl5_decode
 from gpufleet.errors import ManifestError, UserError
+from gpufleet.model.incident import RootCause
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail
 
 DEFAULT_POLICY = "xid_policy.yaml"
+ROW_REMAP_XIDS = frozenset({63, 64})  # row-remap / page-retirement recording event, and its recording failure
 
 
 class XidSeverity(StrEnum):
@@ -51,6 +54,9 @@ class Action(StrEnum):
     WORKFLOW_NVLINK_ERR = "WORKFLOW_NVLINK_ERR"
     WORKFLOW_NVLINK5_ERR = "WORKFLOW_NVLINK5_ERR"
     XID_154 = "XID_154"
+    # not an NVIDIA bucket: what the escalation rules ask for when repeats show the part itself is failing
+    # (NVIDIA's investigatory CONTACT_SUPPORT for these codes is the return-merchandise process)
+    RMA = "RMA"
 
 
 # how much each action disturbs: when several decode rows apply, the most disruptive wins
@@ -70,6 +76,7 @@ class Rule(BaseModel):
     severity: XidSeverity
     action: Action
     investigatory: str | None = None
+    cause: RootCause | None = None  # the root cause to file it under, where the code alone would mislead
     reason: str = ""
 
 
@@ -87,6 +94,47 @@ class Nvl5Policy(BaseModel):
     undecoded_fatal: Rule
     undecoded_nonfatal: Rule
     xid_154_eval: Action = Action.XID_154
+
+
+class RowRemapPolicy(BaseModel):
+    """Xid 63 and 64: a recorded remap is watched; only a text that names a real failure escalates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recorded: Rule
+    failed: Rule
+    failure_text: tuple[str, ...] = Field(min_length=1)  # regular expressions, matched case-insensitively
+
+    def names_a_failure(self, message: str) -> bool:
+        return any(re.search(pattern, message, re.IGNORECASE) for pattern in self.failure_text)
+
+
+class MemoryProgression(BaseModel):
+    """An uncorrectable error (Xid 48) on a GPU that recorded a row remap (63/64) before: the memory is failing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window_s: float = Field(gt=0)
+    same_event_s: float = Field(ge=0)  # a 63 printed with the 48 that caused it is one event, not a progression
+    rule: Rule
+
+
+class RepeatedGpuLost(BaseModel):
+    """A node whose GPUs keep falling off the bus: past `max_in_window` episodes a reboot is no longer the fix."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window_s: float = Field(gt=0)
+    max_in_window: int = Field(ge=1)
+    episode_s: float = Field(ge=0)  # the lines of one fall-off (Xid 79, the probe report, other GPUs) are one
+    rule: Rule
+
+
+class Escalation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory_progression: MemoryProgression
+    repeated_gpu_lost: RepeatedGpuLost
 
 
 class SxidPolicy(BaseModel):
@@ -110,6 +158,8 @@ class XidPolicy(BaseModel):
     recovery_actions: dict[int, ActionRule]
     unknown_recovery_action: ActionRule
     xid45_with_root: Rule
+    row_remap: RowRemapPolicy
+    escalation: Escalation
     sxid: SxidPolicy
     fallen_off_bus: Rule
     reset_required: Rule
@@ -129,6 +179,7 @@ class Verdict(BaseModel):
     action: Action
     investigatory: str | None = None
     bucket: str | None = None  # NVIDIA's catalog bucket for the code, e.g. WORKFLOW_NVLINK5_ERR or XID_154
+    cause: RootCause | None = None  # set where the policy files the event under a cause other than the code's
     rule: str  # which step decided: catalog, override, nvl5-decode, xid154, ...
     reason: str = ""
 
@@ -199,6 +250,7 @@ def _from_rule(rule: Rule, step: str, bucket: str | None) -> Verdict:
         action=rule.action,
         investigatory=rule.investigatory,
         bucket=bucket,
+        cause=rule.cause,
         rule=step,
         reason=rule.reason,
     )
@@ -262,6 +314,11 @@ def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) ->
         return _from_rule(policy.unknown_xid, "unknown-xid", None)
     if code in policy.overrides:  # a site's explicit choice for a code wins over every derived rule
         return _from_rule(policy.overrides[code], f"override {code}", info.nvidia_immediate_action or None)
+    if code in ROW_REMAP_XIDS:
+        bucket = info.nvidia_immediate_action or None
+        if code == 64 and policy.row_remap.names_a_failure(event.message):
+            return _from_rule(policy.row_remap.failed, "row-remap: the driver reports a failure", bucket)
+        return _from_rule(policy.row_remap.recorded, f"row-remap: Xid {code} recorded, not failed", bucket)
     if code in NVL5_XIDS:
         decoded = _nvl5_verdict(event, info, policy)
         if decoded is not None:

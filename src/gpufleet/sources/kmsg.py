@@ -62,6 +62,11 @@ _GPC_TPC_SM = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+), SM (?P<sm>\d+)\
 FALLEN_OFF_BUS_XID = 79
 # lines a multi-line fallen-off-the-bus report may span before we give up on it
 _FALLEN_SPAN = 4
+# An SXid detail line (`Severity ...`, `Data {...}`) can reach the log before its `Fatal, Link N` head when
+# several switches print at once or a collector reorders lines; it waits this long for its head before it is
+# read on its own (as an unmarked record).
+_SXID_WAIT_LINES = 16
+_SXID_WAIT_S = 1.0
 
 
 @dataclass
@@ -82,6 +87,18 @@ class _FallenReport:
         id_match = _PCI_ID.search(message)
         if id_match is not None:
             self.device_id = id_match.group("id")
+
+
+@dataclass
+class _HeldDetail:
+    """An SXid detail line seen before any head of its switch and code: it joins the head when that comes."""
+
+    line: int
+    raw: str
+    frame: Frame
+    pci: str
+    rest: str
+    link: int | None
 
 
 class _Stamp(TypedDict):
@@ -173,19 +190,22 @@ class KmsgParser:
         self._last_xid: dict[str, int] = {}
         self._sxid_heads: dict[tuple[str, int], tuple[int, bool, int | None]] = {}  # (switch, code) -> head
         self._pending: _FallenReport | None = None  # a multi-line fallen-off-the-bus report in progress
+        self._held: dict[tuple[str, int], list[_HeldDetail]] = {}  # SXid details waiting for their head
 
     def feed_line(self, raw: str) -> list[KernelEvent]:
         """Parse the next line; returns the events it completed (usually zero or one)."""
         self._lineno += 1
         raw = raw.rstrip("\r\n")
+        before = len(self.scan.events)
+        if self._held:
+            self._release_stale()
         # journald JSON may spell the message as a byte array, so those lines are always read
         if self._pending is None and _TRIGGERS.search(raw) is None and not raw.startswith("{"):
-            return []
-        before = len(self.scan.events)
+            return self.scan.events[before:]
         if not _printable(raw):
             if "NVRM" in raw or "Xid" in raw:
                 self._reject(raw, "line holds control or undecodable bytes")
-            return []
+            return self.scan.events[before:]
         frame = split_frame(raw, year=self.year)
         if "\n" in frame.message:  # a journal entry holding a multi-line printk: its lines, in order
             for part in frame.message.split("\n"):
@@ -203,6 +223,8 @@ class KmsgParser:
         before = len(self.scan.events)
         if self._pending is not None:
             self._emit_fallen(self._pending, complete=False)
+        for key in list(self._held):
+            self._release(key, None)
         return self.scan.events[before:]
 
     # -- helpers ---------------------------------------------------------------------------------------------
@@ -390,32 +412,70 @@ class KmsgParser:
         link = int(link_match.group("link")) if link_match else None
         code = int(match.group("code"))
         key = (match.group("dev"), code)
+        last_head = self._sxid_heads.get(key)
+        if fatal is None and (last_head is None or self._lineno - last_head[0] > _SXID_WAIT_LINES):
+            # a detail line ahead of its head (or long after the last one): it is part of the record whose
+            # head comes next, not a record of its own
+            self._held.setdefault(key, []).append(_HeldDetail(self._lineno, raw, frame, pci, rest, link))
+            return
         continues = None
         if fatal is not None:
             self._sxid_heads[key] = (self._lineno, fatal, link)
-        elif key in self._sxid_heads:
-            continues, fatal, link = self._sxid_heads[key]
+        elif last_head is not None:
+            continues, fatal, link = last_head
+        self._emit_sxid(self._lineno, raw, frame, pci, rest, key, SxidDetail(key[0], fatal, link, continues))
+        if fatal is not None and key in self._held:
+            self._release(key, (self._lineno, fatal, link), frame)
+
+    def _emit_sxid(
+        self, line: int, raw: str, frame: Frame, pci: str, rest: str, key: tuple[str, int], detail: SxidDetail
+    ) -> None:
         self.scan.events.append(
             KernelEvent(
                 kind="sxid",
-                line=self._lineno,
+                line=line,
                 raw=raw,
                 message=rest,
-                sxid=code,
+                sxid=key[1],
                 pci=pci,
-                sxid_detail=SxidDetail(switch=match.group("dev"), fatal=fatal, link=link, continues_line=continues),
+                sxid_detail=detail,
                 **self._base(frame),
             )
         )
 
+    def _release(
+        self, key: tuple[str, int], head: tuple[int, bool, int | None] | None, frame: Frame | None = None
+    ) -> None:
+        """Emit the detail lines held for `key`: joined to `head`, or unmarked when no head came in time."""
+        for held in self._held.pop(key, []):
+            if head is None or frame is None or not self._head_in_time(held, frame):
+                detail = SxidDetail(key[0], None, held.link)
+            else:
+                head_line, fatal, link = head
+                detail = SxidDetail(key[0], fatal, link if link is not None else held.link, head_line)
+            self._emit_sxid(held.line, held.raw, held.frame, held.pci, held.rest, key, detail)
+
+    def _release_stale(self) -> None:
+        """Held detail lines whose head did not follow within the wait are read on their own."""
+        for key, held in list(self._held.items()):
+            if self._lineno - held[0].line > _SXID_WAIT_LINES:
+                self._release(key, None)
+
+    def _head_in_time(self, held: _HeldDetail, frame: Frame) -> bool:
+        if held.frame.uptime_s is not None and frame.uptime_s is not None:
+            return abs(frame.uptime_s - held.frame.uptime_s) <= _SXID_WAIT_S
+        return self._lineno - held.line <= _SXID_WAIT_LINES
+
 
 def scan_kmsg(text: str | Iterable[str], *, host: str | None = None, year: int | None = None) -> KmsgScan:
-    """Parse kernel log text (any framing, mixed freely) into events and rejected lines."""
+    """Parse kernel log text (any framing, mixed freely) into events, in line order, and rejected lines."""
     parser = KmsgParser(host=host, year=year)
     lines = text.splitlines() if isinstance(text, str) else text
     for raw in lines:
         parser.feed_line(raw)
     parser.finish()
+    # a detail line held for its head completes after lines that follow it: a whole text reads in line order
+    parser.scan.events.sort(key=lambda e: e.line)
     return parser.scan
 
 

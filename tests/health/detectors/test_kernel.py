@@ -30,7 +30,7 @@ def judge(*events: KernelEvent, detector: KernelDetector | None = None):  # type
     [
         (79, RootCause.gpu_lost, Severity.critical, "RESTART_BM"),
         (48, RootCause.ecc_dbe, Severity.critical, "WORKFLOW_XID_48"),
-        (64, RootCause.row_remap_failure, Severity.critical, "RESET_GPU"),
+        (64, RootCause.retired_pages, Severity.info, "IGNORE"),  # a recording event whose text names no failure
         (74, RootCause.nvlink, Severity.critical, "WORKFLOW_NVLINK_ERR"),
         (119, RootCause.gpu_xid, Severity.critical, "RESET_GPU"),
         (13, RootCause.gpu_xid, Severity.warning, "RESTART_APP"),  # the application's fault: restart it
@@ -44,6 +44,39 @@ def test_cause_severity_and_action_per_xid(xid: int, cause: RootCause, severity:
     assert finding.entity == Entity(EntityKind.gpu, "node-a", 5)
     assert finding.source == "kmsg" and finding.time == T0
     assert finding.summary.startswith(f"Xid {xid} on ")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Row Remapper Error: (0x0000000018f31d80) - Row Remapping table is full",
+        "Row Remapper Error: (0x0000000018f31d80) - All reserved rows for bank are remapped",
+        "DRAM Retirement failed due to no spare for retirement at 0x0000000018f31d80",
+        "Row Remapper: Failed to remap a row, GPU must be serviced.",
+    ],
+)
+def test_an_xid_64_that_names_a_remap_failure_is_filed_as_one(message: str) -> None:
+    (finding,), _ = judge(KernelEvent("xid", 1, f"NVRM: Xid (PCI:{PCI}): 64, {message}", message, xid=64, pci=PCI))
+    assert (finding.cause, finding.severity, finding.action) == (
+        RootCause.row_remap_failure,
+        Severity.critical,
+        "CONTACT_SUPPORT",
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Row Remapper: New row (0x0000000018f31d80) marked for remapping, reset gpu to activate.",
+        "Row Remapper: (0x0000000018f31d80) - Attempting to remap a row that is already pending remapping. "
+        "Remapping will occur when the GPU is reset",
+        "DRAM Retirement failed due to pending row remap at 0x0000000018f31d80",
+    ],
+)
+def test_a_recorded_row_remap_is_watched_not_drained(message: str) -> None:
+    xid = 63 if "New row" in message else 64
+    (finding,), _ = judge(KernelEvent("xid", 1, f"NVRM: Xid (PCI:{PCI}): {xid}, {message}", message, xid=xid, pci=PCI))
+    assert (finding.cause, finding.severity, finding.action) == (RootCause.retired_pages, Severity.info, "IGNORE")
 
 
 def test_a_gpu_off_the_bus_is_lost_whatever_its_code() -> None:

@@ -70,7 +70,9 @@ class KernelDetector:
                 "kmsg",
                 action="CORDON",
             )
-        if event.kind == "fallen_off_bus" or event.xid == 79:
+        if verdict.cause is not None:
+            cause = verdict.cause
+        elif event.kind == "fallen_off_bus" or event.xid == 79:
             cause = RootCause.gpu_lost
         elif event.kind == "sxid":
             cause = RootCause.nvlink
