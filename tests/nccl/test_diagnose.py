@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.nccl.diagnose import CLASSES, diagnose_files, diagnose_texts
+from gpufleet.nccl.diagnose import CLASSES, describe_wc_status, diagnose_files, diagnose_texts, wc_status_of
 
 
 def _expected(corpus: Path) -> list[dict[str, str]]:
@@ -47,6 +47,17 @@ def test_classes_are_the_documented_set() -> None:
         "topology_file",
         "version_mismatch",
         "collective_timeout",
+        "cuda_error",
+        "host_resource_limit",
+        "duplicate_gpu",
+        "nvlink_error",
+        "nic_mismatch",
+        "ib_setup_error",
+        "p2p_ipc",
+        "invalid_usage",
+        "topology_detection",
+        "peer_connection_lost",
+        "comm_aborted",
         "unknown",
     }
 
@@ -187,3 +198,172 @@ def test_empty_rank_file_is_named() -> None:
     texts = [(f"log{r}", _init_lines("h", r, 3, True)) for r in range(2)] + [("log2", "")]
     dx = diagnose_texts(texts)
     assert dx.cls == "unknown" and dx.ranks == [2]
+
+
+# ibv_wc_status decode.
+@pytest.mark.parametrize(
+    ("line", "status"),
+    [
+        ("NET/IB : Got completion from peer 10.0.0.7<5123> with error 12, opcode 0, len 0, vendor err 129", 12),
+        ("NET/IB : Got completion from peer 10.0.0.7<5123> with status=5 opcode=0 len=0 vendor err 249 (Recv)", 5),
+        (
+            "NET/IB: Got completion from peer 10.0.0.7<5123> with status=IBV_WC_REM_ACCESS_ERR(10) "
+            "opcode=IBV_WC_RDMA_WRITE(1) vendor_err=136  hca mlx5_2",
+            10,
+        ),
+        ("NET/IB : Got async event : port error", None),
+    ],
+)
+def test_wc_status_in_every_nccl_format(line: str, status: int | None) -> None:
+    assert wc_status_of(line) == status
+
+
+def test_wc_status_decode() -> None:
+    assert describe_wc_status(12).startswith("status 12 RETRY_EXC_ERR: the peer or the path is gone")
+    assert describe_wc_status(5).startswith("status 5 WR_FLUSH_ERR:") and "cascade" in describe_wc_status(5)
+    assert describe_wc_status(4).startswith("status 4 LOC_PROT_ERR:")
+    assert describe_wc_status(13).startswith("status 13 RNR_RETRY_EXC_ERR:")
+    assert "not an ibv_wc_status" in describe_wc_status(77)
+
+
+# Multi-rank excerpts written from the message formats in data/messages.yaml: the root cause must win.
+def _nccl(host: str, rank: int, where: str, text: str, level: str = "WARN") -> str:
+    return f"{host}:{2000 + rank}:{2100 + rank} [{rank % 8}] {where} NCCL {level} {text}"
+
+
+def _torch_timeout(rank: int, seq: int = 4711) -> str:
+    return (
+        f"[rank{rank}]:[E1122 10:00:00.000000 99 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) "
+        f"Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
+        "NumelIn=4194304, NumelOut=4194304, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
+    )
+
+
+def test_retry_exceeded_on_one_rank_outranks_socket_errors_and_timeouts() -> None:
+    hosts = {0: "gpu-a", 1: "gpu-a", 2: "gpu-b", 3: "gpu-b"}
+    texts = [(f"rank{r}.log", _init_lines(hosts[r], r, 4, True)) for r in range(4)]
+    ib = (
+        _nccl(
+            "gpu-b",
+            2,
+            "transport/net_ib.cc:1696",
+            "NET/IB : Got completion from peer 10.1.0.5<51234> with "
+            "status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.1.0.6 remoteGids::ffff:10.1.0.5",
+        )
+        + "\n"
+        + _nccl(
+            "gpu-b",
+            2,
+            "transport/net_ib.cc:1696",
+            "NET/IB : Got completion from peer 10.1.0.5<51234> with "
+            "status=5 opcode=0 len=0 vendor err 249 (Send) localGid ::ffff:10.1.0.6 remoteGids::ffff:10.1.0.5",
+        )
+        + "\n"
+        + _nccl(
+            "gpu-b",
+            2,
+            "transport/net_ib/common.h:620",
+            "HINT: In many cases this error occurs when the NCCL_IB_TIMEOUT is set too short.",
+            level="INFO",
+        )
+    )
+    texts[2] = (texts[2][0], texts[2][1] + ib + "\n")
+    for r in (0, 1):
+        sock = _nccl(
+            hosts[r], r, "misc/socket.cc:49", "socketProgress: Connection closed by remote peer gpu-b.cluster<40432>"
+        )
+        texts[r] = (texts[r][0], texts[r][1] + sock + "\n" + _torch_timeout(r) + "\n")
+    texts[3] = (texts[3][0], texts[3][1] + _torch_timeout(3) + "\n")
+    dx = diagnose_texts(texts)
+    assert dx.cls == "ib_transport_error"
+    assert dx.ranks == [2] and "gpu-b" in dx.hosts
+    assert "status 12 RETRY_EXC_ERR" in dx.summary
+    assert "status=12" in dx.evidence[0] and not any("status=5" in e for e in dx.evidence)
+    assert {"peer_connection_lost", "collective_timeout"} <= set(dx.also_seen)
+
+
+def test_flush_after_an_oom_is_a_cascade() -> None:
+    text = "\n".join(
+        [
+            _nccl("gpu-c", 5, "include/alloc.h:185", "Failed to CUDA calloc 6291456 bytes"),
+            _nccl(
+                "gpu-d",
+                9,
+                "transport/net_ib.cc:1696",
+                "NET/IB : Got completion from peer 10.1.0.9<5123> with status=5 opcode=0 len=0 vendor err 249 (Recv)",
+            ),
+            _nccl("gpu-d", 9, "proxy.cc:1143", "Socket recv failed while polling for opId=0x7f00aa001200"),
+        ]
+    )
+    dx = diagnose_texts([("job.log", text)])
+    assert dx.cls == "cuda_oom"
+    assert "ib_transport_error" not in dx.also_seen  # the flush is the OOM's cascade, not a second cause
+
+
+def test_flush_alone_is_reported_as_a_cascade_of_something_unseen() -> None:
+    line = _nccl(
+        "gpu-d",
+        1,
+        "transport/net_ib.cc:1696",
+        "NET/IB : Got completion from peer 10.1.0.9<5123> with status=5 opcode=0 len=0 vendor err 249 (Recv)",
+    )
+    dx = diagnose_texts([("r1.log", line)])
+    assert dx.cls == "ib_transport_error"
+    assert "status 5 WR_FLUSH_ERR" in dx.summary and "not in these logs" in dx.summary
+
+
+def test_cuda_error_on_one_rank_outranks_remote_errors_and_timeouts() -> None:
+    texts = [
+        (
+            "r0.log",
+            _nccl("gpu-a", 0, "misc/socket.cc:49", "socketProgress: Connection closed by remote peer gpu-b<40432>")
+            + "\n"
+            + _torch_timeout(0),
+        ),
+        (
+            "r1.log",
+            _nccl("gpu-b", 1, "enqueue.cc:1457", "Cuda failure 'an illegal memory access was encountered'")
+            + "\nNCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+        ),
+    ]
+    dx = diagnose_texts(texts)
+    assert dx.cls == "cuda_error" and dx.ranks == [1]
+
+
+def test_monitored_barrier_names_the_missing_ranks() -> None:
+    text = (
+        "[rank0]: RuntimeError: [Rank 0]: Ranks 3, 5 failed to pass monitoredBarrier in 30000 ms\n"
+        "[rank1]: [Rank 1]: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for "
+        "send/recv from rank 0. Please check rank 0 logs for faulty rank.\n"
+    )
+    dx = diagnose_texts([("torchrun.log", text)])
+    assert dx.cls == "collective_timeout"
+    assert dx.ranks == [3, 5]
+
+
+def test_pytorch_last_error_line_carries_the_nccl_cause() -> None:
+    text = (
+        "[rank1]:[E ProcessGroupNCCL.cpp:1414] [PG 0 Rank 1] Process group watchdog thread terminated with "
+        "exception: NCCL error: remote process exited or there was a network error, NCCL version 2.20.5\n"
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"
+        "Last error:\n"
+        "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000\n"
+    )
+    dx = diagnose_texts([("torchrun.log", text)])
+    assert dx.cls == "duplicate_gpu"
+
+
+def test_unknown_shows_the_catalogued_warn_lines_not_a_guess() -> None:
+    text = "\n".join(
+        [
+            _nccl(
+                "gpu-a", 0, "init.cc:1554", "NCCL_WORK_FIFO_DEPTH=3 is being ignored because it is not a power of 2."
+            ),
+            _nccl("gpu-a", 0, "proxy.cc:512", "Proxy append out of bounds"),
+            _nccl("gpu-a", 0, "proxy.cc:1530", "[Service thread] Unknown command 7 from localRank 2"),
+        ]
+    )
+    dx = diagnose_texts([("a.log", text)])
+    assert dx.cls == "unknown"
+    assert "Proxy append out of bounds" in dx.evidence[0]
+    assert not any("is being ignored" in e for e in dx.evidence)  # a setting NCCL adjusted is not a failure

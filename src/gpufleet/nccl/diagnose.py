@@ -1,8 +1,10 @@
 """Diagnose NCCL failures from NCCL_DEBUG output and PyTorch ProcessGroupNCCL logs (one file or one per rank).
 
 Lines are normalised first (ANSI colour, launcher prefixes, NUL and other binary bytes), the launcher or
-file name tells which rank wrote them, then the signatures in data/signatures.yaml are tried in priority
-order.
+file name tells which rank wrote them. Each line then gets a class: from the hand-written refinements in
+data/signatures.yaml if one matches, else from data/messages.yaml, the catalog of NCCL's and PyTorch's own
+message texts. The class with the lowest priority found is the diagnosis; IB completion statuses are decoded
+with data/ibv_wc_status.yaml, and a WR_FLUSH_ERR completion next to another error counts as its cascade.
 """
 
 from __future__ import annotations
@@ -34,6 +36,25 @@ INIT_DONE = re.compile(r"Init COMPLETE|ncclCommInitRank.*(?:COMPLETE|Init COMPLE
 LAST_ENQUEUED = re.compile(r"last enqueued (?:NCCL )?work: (\d+)", re.IGNORECASE)
 PEER = re.compile(r"from peer ([\w.:-]+?)<\d+>")
 FILE_RANK = re.compile(r"(?:rank|r)[_.-]?(\d+)(?!.*\d)", re.IGNORECASE)
+# Only lines with one of these words can hold a catalogued message; the rest skip the catalog.
+CANDIDATE = re.compile(
+    r"WARN|error|fail|timed? ?out|timeout|refused|reset by|abort|mismatch|no device|not found|not supported|"
+    r"unsupported|fall(?:ing)? ?back|invalid|exceed|insufficient|denied|closed|retry|unable|cannot|can't|"
+    r"could not|couldn't|watchdog|heartbeat|monitoredBarrier|lagging|collective #|HINT|duplicate",
+    re.IGNORECASE,
+)
+# PyTorch prints NCCL's last WARN text on the line after "Last error:", without NCCL's prefix.
+LAST_ERROR = re.compile(r"Last error:\s*$")
+# NCCL 2.12 prints "with error 12", 2.13-2.26 "status=12", 2.27+ "status=IBV_WC_RETRY_EXC_ERR(12)".
+WC_STATUS = re.compile(r"\bstatus=\(?(?:IBV_WC_\w+)?\)?\(?(\d+)\)?|Got completion from peer \S+ with error (\d+)")
+# Ranks PyTorch names outright: monitoredBarrier's missing ranks and the desync report's lagging ones.
+NAMED_SUSPECTS = (
+    re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier"),
+    re.compile(r"ranks \[([\d, ]+)\] are the lagging ranks"),
+    re.compile(r"- \[([\d, ]+)\] joined but didn't finish collective"),
+)
+# Classes a line may carry that never become the diagnosis.
+NOT_A_CAUSE = ("benign", "unknown")
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,52 @@ class Signature:
     summary: str
     fix: str
     patterns: tuple[re.Pattern[str], ...]
+    # Lower-case literal text each pattern requires ("" when none): most lines fail this cheap test.
+    anchors: tuple[str, ...] = ()
+
+
+def literal_runs(regex: str) -> list[str]:
+    """The literal stretches a regular expression requires, in order (empty when it has a top-level `|`)."""
+    runs: list[str] = []
+    cur = ""
+    depth = 0
+    i = 0
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\" and i + 1 < len(regex):
+            nxt = regex[i + 1]
+            if depth == 0:
+                if nxt.isalnum():  # \d, \s, \b...: a class, not a character
+                    runs.append(cur)
+                    cur = ""
+                else:
+                    cur += nxt
+            i += 2
+            continue
+        if c == "(":
+            depth += 1
+            if depth == 1:
+                runs.append(cur)
+                cur = ""
+        elif c == ")":
+            depth -= 1
+        elif depth == 0:
+            if c == "|":
+                return []
+            if c in "?*{":
+                cur = cur[:-1]  # the character before is optional
+                runs.append(cur)
+                cur = ""
+            elif c in ".[^$+":
+                runs.append(cur)
+                cur = ""
+                if c == "[":
+                    i = regex.index("]", i + 2)
+            else:
+                cur += c
+        i += 1
+    runs.append(cur)
+    return [r for r in runs if r]
 
 
 @cache
@@ -54,7 +121,8 @@ def signatures() -> tuple[Signature, ...]:
             int(spec["priority"]),
             spec["summary"],
             spec["fix"],
-            tuple(re.compile(p, re.IGNORECASE) for p in spec["patterns"]),
+            tuple(re.compile(p, re.IGNORECASE) for p in spec.get("patterns") or ()),
+            tuple(max(literal_runs(p) or [""], key=len).lower() for p in spec.get("patterns") or ()),
         )
         for name, spec in raw.items()
     ]
@@ -62,6 +130,104 @@ def signatures() -> tuple[Signature, ...]:
 
 
 CLASSES = (*(s.name for s in signatures()), "unknown")
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    id: int
+    cls: str
+    regex: re.Pattern[str]
+    anchor: str  # literal text every match contains: a cheap test before the regex
+    weight: int  # literal characters: of several matching entries the most specific wins
+    source: str
+
+
+@cache
+def catalog() -> tuple[CatalogEntry, ...]:
+    entries = []
+    for raw in load_yaml("messages.yaml")["messages"]:
+        runs = literal_runs(raw["regex"])
+        entries.append(
+            CatalogEntry(
+                int(raw["id"]),
+                raw["class"],
+                re.compile(raw["regex"]),
+                max(runs, key=len) if runs else "",
+                sum(map(len, runs)),
+                raw["source"],
+            )
+        )
+    return tuple(entries)
+
+
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _whole_words(anchor: str) -> list[str]:
+    """Words of the anchor that are whole words in any matching line: its first and last word may be glued to
+    the text a capture group stands for, so they count only when the anchor starts or ends with a non-word."""
+    spans = [(m.start(), m.end(), m.group()) for m in WORD.finditer(anchor)]
+    return [w for start, end, w in spans if start > 0 and end < len(anchor) and len(w) > 2]
+
+
+@cache
+def _catalog_index() -> tuple[dict[str, tuple[CatalogEntry, ...]], tuple[CatalogEntry, ...]]:
+    """Entries keyed by one whole word of their anchor (the word fewest entries share), and those with none."""
+    entries = catalog()
+    freq: dict[str, int] = {}
+    for entry in entries:
+        for w in set(_whole_words(entry.anchor)):
+            freq[w] = freq.get(w, 0) + 1
+    index: dict[str, list[CatalogEntry]] = {}
+    always: list[CatalogEntry] = []
+    for entry in entries:
+        words = _whole_words(entry.anchor)
+        if words:
+            index.setdefault(min(words, key=lambda w: (freq[w], w)), []).append(entry)
+        else:
+            always.append(entry)
+    return {w: tuple(es) for w, es in index.items()}, tuple(always)
+
+
+@cache
+def wc_status() -> dict[int, dict[str, str]]:
+    return {int(k): v for k, v in load_yaml("ibv_wc_status.yaml")["wc_status"].items()}
+
+
+def classify_line(text: str) -> str | None:
+    """The class one normalised line belongs to: a hand refinement first, else the catalog's most specific entry."""
+    hand = _hand_class(text)
+    if hand:
+        return hand
+    index, always = _catalog_index()
+    candidates = list(always)
+    for word in set(WORD.findall(text)):
+        candidates.extend(index.get(word, ()))
+    best: CatalogEntry | None = None
+    for entry in candidates:
+        if entry.anchor in text and (best is None or entry.weight > best.weight) and entry.regex.search(text):
+            best = entry
+    return best.cls if best else None
+
+
+def wc_status_of(text: str) -> int | None:
+    m = WC_STATUS.search(text)
+    if not m:
+        return None
+    return int(m.group(1) or m.group(2))
+
+
+def describe_wc_status(status: int) -> str:
+    """'status 12 RETRY_EXC_ERR: the peer or the path is gone ...'"""
+    known = wc_status().get(status)
+    if not known:
+        return f"status {status}: not an ibv_wc_status value"
+    return f"status {status} {known['name']}: {known['nccl']}"
+
+
+def _is_cascade(text: str) -> bool:
+    status = wc_status_of(text)
+    return status is not None and bool(wc_status().get(status, {}).get("cascade"))
 
 
 @dataclass(frozen=True)
@@ -183,11 +349,13 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
             file_ranks[name] = rank
         per_file[name] = read_lines(text, name, rank)
     lines = [ln for group in per_file.values() for ln in group]
+    classes = _classify(per_file)
     matches: dict[str, list[LogLine]] = {}
-    for sig in signatures():
-        hit = [ln for ln in lines if any(p.search(ln.text) for p in sig.patterns)]
-        if hit:
-            matches[sig.name] = hit
+    for ln in lines:
+        cls = classes.get(id(ln))
+        if cls and cls not in NOT_A_CAUSE:
+            matches.setdefault(cls, []).append(ln)
+    flush_only = _drop_cascades(matches)
     if not matches:
         dx = Diagnosis(
             "unknown",
@@ -198,14 +366,26 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
                 "rank and run diagnose on all files"
             ),
         )
-        dx.evidence = [ln.raw for ln in lines if "WARN" in ln.text or "error" in ln.text.lower()][:5]
+        dx.evidence = _telling_lines(lines, classes)
+        if dx.evidence:
+            dx.summary = "NCCL reported errors, but none names a known cause; the WARN lines below are the first"
         dx.ranks, dx.hosts = _missing_or_failed_ranks(per_file, lines, multi, file_ranks)
         return dx
-    by_priority = sorted(matches, key=lambda n: next(s.priority for s in signatures() if s.name == n))
+    priority = {s.name: s.priority for s in signatures()}
+    by_priority = sorted(matches, key=lambda n: priority[n])
     best = by_priority[0]
     sig = next(s for s in signatures() if s.name == best)
     hits = matches[best]
     dx = Diagnosis(best, sig.summary, sig.fix)
+    if best == "ib_transport_error":
+        # The completion that failed first tells the cause; flushes after it are its cascade.
+        hits = sorted(hits, key=lambda ln: _is_cascade(ln.text))
+        status = next((s for ln in hits if (s := wc_status_of(ln.text)) is not None), None)
+        if status is not None:
+            dx.summary += f"; {describe_wc_status(status)}"
+        if flush_only:
+            dx.summary += "; only flushed completions seen: the error that started it is not in these logs"
+        hits = [h for h in hits if not _is_cascade(h.text)] or hits
     dx.evidence = _dedupe([ln.raw for ln in hits])[:6]
     dx.also_seen = by_priority[1:]
     if best == "collective_timeout":
@@ -225,6 +405,64 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
             dx.summary += f"; rank(s) {', '.join(map(str, failed))} did not finish initialising"
             dx.ranks = _dedupe_int(dx.ranks + failed)
     return dx
+
+
+def _classify(per_file: dict[str, list[LogLine]]) -> dict[int, str]:
+    """Class of every line that has one, keyed by id(line)."""
+    out: dict[int, str] = {}
+    for group in per_file.values():
+        after_last_error = False
+        for ln in group:
+            candidate = after_last_error or CANDIDATE.search(ln.text) is not None
+            after_last_error = LAST_ERROR.search(ln.text) is not None
+            cls = classify_line(ln.text) if candidate else _hand_class(ln.text)
+            if cls:
+                out[id(ln)] = cls
+    return out
+
+
+@cache
+def _hand_patterns() -> tuple[tuple[str, re.Pattern[str], str], ...]:
+    """(anchor, pattern, class) in priority order, flat: this runs on every line."""
+    return tuple((a, p, sig.name) for sig in signatures() for p, a in zip(sig.patterns, sig.anchors, strict=True))
+
+
+def _hand_class(text: str) -> str | None:
+    low = text.lower()
+    for anchor, pattern, name in _hand_patterns():
+        if anchor in low and pattern.search(text):
+            return name
+    return None
+
+
+def _drop_cascades(matches: dict[str, list[LogLine]]) -> bool:
+    """Flushed completions (WR_FLUSH_ERR) follow an earlier error: with another cause in the logs they are its
+    cascade and leave the IB class out. True when flushes are all the IB evidence there is."""
+    ib = matches.get("ib_transport_error")
+    if not ib or not all(_is_cascade(ln.text) for ln in ib):
+        return False
+    others = [c for c in matches if c not in ("ib_transport_error", "collective_timeout", "comm_aborted")]
+    if others:
+        del matches["ib_transport_error"]
+        return False
+    return True
+
+
+def _telling_lines(lines: list[LogLine], classes: dict[int, str]) -> list[str]:
+    """For an unknown diagnosis: catalogued failure messages first (one per distinct text), then other WARN
+    lines, then anything saying error; never the lines the catalog knows are not failures."""
+    ranked: list[tuple[int, int, str]] = []
+    for i, ln in enumerate(lines):
+        cls = classes.get(id(ln))
+        if cls == "benign":
+            continue
+        if cls == "unknown":
+            ranked.append((0, i, ln.raw))
+        elif "WARN" in ln.text:
+            ranked.append((1, i, ln.raw))
+        elif "error" in ln.text.lower():
+            ranked.append((2, i, ln.raw))
+    return _dedupe([raw for _, _, raw in sorted(ranked)])[:5]
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -270,8 +508,11 @@ def _timeout_suspects(
     if enqueued and not missing and len(set(enqueued.values())) > 1:
         top = max(enqueued.values())
         missing = sorted(r for r, v in enqueued.items() if v < top)
+    named = _named_suspects(lines)
+    if named:
+        missing = named
     hosts = _dedupe([ln.host for ln in lines if ln.host and ln.rank in missing])
-    seq = re.search(r"SeqNum=(\d+).*?OpType=(\w+)", hits[0].text)
+    seq = next((m for ln in hits if (m := re.search(r"SeqNum=(\d+).*?OpType=(\w+)", ln.text))), None)
     what = f" {seq.group(2)} SeqNum={seq.group(1)}" if seq else ""
     if missing:
         detail = (
@@ -281,6 +522,16 @@ def _timeout_suspects(
     else:
         detail = f"every rank timed out in{what or ' a collective'}: look for a fabric or GPU fault"
     return missing, hosts, detail
+
+
+def _named_suspects(lines: list[LogLine]) -> list[int]:
+    named: set[int] = set()
+    for ln in lines:
+        for pat in NAMED_SUSPECTS:
+            m = pat.search(ln.text)
+            if m:
+                named.update(int(r) for r in re.findall(r"\d+", m.group(1)))
+    return sorted(named)
 
 
 def _missing_or_failed_ranks(
