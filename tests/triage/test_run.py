@@ -77,6 +77,14 @@ def test_a_kernel_log_streams_past_its_quiet_start() -> None:
     assert report.format == "kernel-log" and report.verdict == "faulty"
 
 
+def test_a_format_is_told_past_the_usual_sample() -> None:
+    """An application's chatter first, the driver's report thousands of lines later: still told and judged."""
+    chatter = (f"worker {i}: loading shard {i}\n" for i in range(5_000))
+    fault = iter(["[ 99999.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"])
+    report = triage_lines((line for part in (chatter, fault) for line in part), "late")
+    assert report.format == "kernel-log" and report.verdict == "faulty"
+
+
 def test_empty_and_unknown_inputs_say_so() -> None:
     empty = triage_stream(io.BytesIO(b""), "empty")
     assert empty.verdict == "unknown" and "empty" in empty.notes[0]

@@ -5,7 +5,7 @@ absent, not zero."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,15 +30,10 @@ class _Point:
     count: int
 
 
-@dataclass(slots=True)
-class _Service:
-    past: deque[_Point] = field(default_factory=deque)
-
-
 class ServiceWindows:
     def __init__(self, window_s: float = WINDOW_S, min_requests: int = MIN_REQUESTS) -> None:
         self.window_s, self.min_requests = window_s, min_requests
-        self._services: dict[tuple[str, LabelItems], _Service] = {}
+        self._past: dict[tuple[str, LabelItems], deque[_Point]] = {}  # per histogram, its points in the window
 
     def facts(self, frame: MetricFrame, now: float) -> list[ServiceFact]:
         out = []
@@ -47,9 +42,8 @@ class ServiceWindows:
             service = dict(labels).get(label or "")
             if not service:
                 continue
-            state = self._services.setdefault((name, labels), _Service())
+            past = self._past.setdefault((name, labels), deque())
             point = _Point(now, hist.bucket_counts.copy(), hist.count)
-            past = state.past
             if past and point.count < past[-1].count:  # the server restarted: its counters began again
                 past.clear()
             past.append(point)

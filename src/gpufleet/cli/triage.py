@@ -22,11 +22,11 @@ def _one(name: str, fmt: str | None) -> TriageReport:
     if name == "-":
         return triage_stream(sys.stdin.buffer, "stdin", fmt)
     path = Path(name)
+    if not path.exists():
+        raise UserError(f"{name}: no such file", fix="pass the saved output, or - to read stdin")
     if path.is_dir():
         raise UserError(f"{name} is a directory", fix="pass the saved output files, or - to read stdin")
-    if not path.is_file() and not path.exists():
-        raise UserError(f"{name}: no such file", fix="pass the saved output, or - to read stdin")
-    if not path.is_file():
+    if not path.is_file():  # /dev/zero, a FIFO: a stream that may never end
         raise UserError(f"{name} is not a regular file", fix="save the output to a file first, or pipe it to -")
     try:
         with path.open("rb") as stream:

@@ -233,7 +233,7 @@ class SimFleet:
             if st is None:
                 continue
             gpus = [int(self.twin.gpus.index_on_node[k]) for k in st.gpus]
-            fact = msgspec.structs.replace(fact, gpus=gpus, errors=st.errors, slo_p99_s=st.service.slo_p99_s)
+            fact = msgspec.structs.replace(fact, gpus=gpus, slo_p99_s=st.service.slo_p99_s)
             out.setdefault(st.service.node, []).append(fact)
         return out
 
@@ -244,6 +244,7 @@ class SimFleet:
         busy = {n for j in twin.cluster.jobs if j.state in (JobState.running, JobState.hung) for n in j.nodes}
         busy |= {st.service.node for st in twin.services}
         cordoned = sum(1 for n in gpu_nodes if n.unschedulable)
+        short = sum(1 for n in gpu_nodes if n.name in busy and not n.unschedulable)
         pending: list[PendingWork] = []
         queues: dict[str, QueueUse] = {}
         for job in twin.cluster.jobs:
@@ -252,7 +253,6 @@ class SimFleet:
             if job.state is JobState.pending:
                 use.pending += 1
                 use.gpus_pending += gpus
-                short = sum(1 for n in gpu_nodes if n.name in busy and not n.unschedulable)
                 parts = [f"{short} Insufficient nvidia.com/gpu"] if short else []
                 if cordoned:
                     parts.append(f"{cordoned} node(s) were unschedulable")

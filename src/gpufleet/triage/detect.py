@@ -4,7 +4,8 @@ scored over the first lines of the cleaned input; the best score wins, and nothi
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
+from itertools import islice
 
 SAMPLE_LINES = 400
 
@@ -119,18 +120,31 @@ MIN_SCORE = 6  # below this, nothing is sure enough to name
 FORMATS = tuple(SIGNS)
 
 
-def scores(lines: Sequence[str]) -> dict[str, int]:
-    out = {}
-    for fmt, signs in _COMPILED.items():
-        hit = [w for pattern, w in signs if any(pattern.search(line) for line in lines)]
-        if hit:
-            out[fmt] = sum(hit)
-    return out
+class Detector:
+    """Scores lines as they come, each line looked at once: a sign counts the first time any line shows it."""
+
+    def __init__(self) -> None:
+        self._unseen = [(fmt, pattern, w) for fmt, signs in _COMPILED.items() for pattern, w in signs]
+        self.scores: dict[str, int] = {}
+
+    def feed(self, line: str) -> None:
+        hits = [sign for sign in self._unseen if sign[1].search(line)]
+        for fmt, _, w in hits:
+            self.scores[fmt] = self.scores.get(fmt, 0) + w
+        if hits:
+            self._unseen = [sign for sign in self._unseen if sign not in hits]
+
+    def best(self) -> str | None:
+        """The format scoring highest, or None when none is sure enough."""
+        if not self.scores:
+            return None
+        fmt = max((f for f in FORMATS if f in self.scores), key=self.scores.__getitem__)  # a tie: the first listed
+        return fmt if self.scores[fmt] >= MIN_SCORE else None
 
 
-def detect(lines: Sequence[str]) -> str | None:
-    """The format of a text from its first lines, or None when no format is sure enough."""
-    ranked = sorted(scores(lines[:SAMPLE_LINES]).items(), key=lambda kv: -kv[1])
-    if not ranked or ranked[0][1] < MIN_SCORE:
-        return None
-    return ranked[0][0]
+def detect(lines: Iterable[str]) -> str | None:
+    """The format of a text from its first SAMPLE_LINES lines, or None when no format is sure enough."""
+    detector = Detector()
+    for line in islice(lines, SAMPLE_LINES):
+        detector.feed(line)
+    return detector.best()

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from itertools import chain
 from typing import BinaryIO
 
-from gpufleet.triage.detect import SAMPLE_LINES, detect
+from gpufleet.triage.detect import SAMPLE_LINES, Detector
 from gpufleet.triage.paste import Paste, text_lines
 from gpufleet.triage.readers import read
 from gpufleet.triage.report import TriageReport
@@ -21,8 +21,8 @@ def triage_lines(raw: Iterable[str], source: str, fmt: str | None = None) -> Tri
     """Judge the raw lines of one input (as read or pasted). `fmt` forces a format instead of telling it."""
     raw_iter = iter(raw)
     sample: list[str] = []  # raw lines held to tell the format
-    cleaned: list[str] = []
     paste = Paste()
+    detector = Detector()
     size = 0
     found = fmt
     while found is None and size < SAMPLE_CHARS and len(sample) < WIDE_SAMPLE_LINES:
@@ -33,11 +33,11 @@ def triage_lines(raw: Iterable[str], source: str, fmt: str | None = None) -> Tri
         size += len(line)
         clean = paste.clean(line)
         if clean is not None:
-            cleaned.append(clean)
-        if len(sample) in (SAMPLE_LINES, 2 * SAMPLE_LINES) or len(sample) % 2000 == 0:
-            found = detect(cleaned)
+            detector.feed(clean)
+        if len(sample) >= SAMPLE_LINES:  # past the usual sample, the first sure answer is taken
+            found = detector.best()
     if found is None:
-        found = detect(cleaned)
+        found = detector.best()
     if found is None:
         report = TriageReport("unknown", source, judged=False)
         report.notes.append(
