@@ -47,11 +47,10 @@ class ReadCache:
         return Response(self.get(key, build), media_type=JSON)
 
     def get(self, key: str, build: Callable[[], Any]) -> bytes:
-        now = time.monotonic()
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[1] == self._generation:
-                age = now - entry[0]
+            entry = self._current(key)
+            if entry is not None:
+                age = time.monotonic() - entry[0]
                 if age < self.ttl_s:
                     self.hits += 1
                     return entry[2]
@@ -92,10 +91,15 @@ class ReadCache:
                     self._entries[key] = (time.monotonic(), generation, body)
             return body
 
+    def _current(self, key: str) -> tuple[float, int, bytes] | None:
+        """The entry for `key` if no change has dropped it since it was built (call holding the lock)."""
+        entry = self._entries.get(key)
+        return entry if entry is not None and entry[1] == self._generation else None
+
     def _fresh(self, key: str) -> bytes | None:
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and time.monotonic() - entry[0] < self.ttl_s and entry[1] == self._generation:
+            entry = self._current(key)
+            if entry is not None and time.monotonic() - entry[0] < self.ttl_s:
                 self.hits += 1
                 return entry[2]
         return None
