@@ -172,6 +172,26 @@ export function clearBanner(key) {
   document.querySelectorAll(`#banners .banner[data-key="${key}"]`).forEach((b) => b.remove());
 }
 
+/** A page's refresh: one at a time (a call while one runs is dropped, the next summary brings another), its error
+ * shown as the page's banner under `key` and cleared by the next success; `onError(err)` runs after the banner
+ * (a 404's not-found page). */
+export function refresher(key, fn, onError) {
+  let busy = false;
+  return async (...args) => {
+    if (busy) return;
+    busy = true;
+    try {
+      await fn(...args);
+      clearBanner(key);
+    } catch (err) {
+      banner(err, { key });
+      if (onError) onError(err);
+    } finally {
+      busy = false;
+    }
+  };
+}
+
 export function clearBanners() {
   const box = document.getElementById("banners");
   if (box) box.innerHTML = "";

@@ -5,7 +5,8 @@
 import * as api from "../api.js";
 import { chartCard, startOf, timeChart } from "../charts.js";
 import {
-  $, RANGES, banner, clearBanner, dash, empty, html, incidentLink, nodeLink, num, pill, raw, onRangeClick, rangeOf, rangeSeg, set,
+  $, banner, dash, empty, html, incidentLink, nodeLink, num, onRangeClick, pill, rangeOf, RANGES, rangeSeg, raw,
+  refresher, set,
 } from "../ui.js";
 
 export const title = () => "fabric";
@@ -101,7 +102,6 @@ export async function mount(root, ctx) {
     </section>`);
 
   let fabric = null;
-  let busy = false;
 
   const drawSide = async () => {
     const side = $("#side", root);
@@ -144,20 +144,11 @@ export async function mount(root, ctx) {
     set($("#matrix-legend", root), legend());
   };
 
-  const load = async (side) => {
-    if (busy) return;
-    busy = true;
-    try {
-      fabric = await api.get("/api/v1/fabric");
-      draw();
-      if (side || !selected) await drawSide();
-      clearBanner("fabric");
-    } catch (err) {
-      banner(err, { key: "fabric" });
-    } finally {
-      busy = false;
-    }
-  };
+  const load = refresher("fabric", async (side) => {
+    fabric = await api.get("/api/v1/fabric");
+    draw();
+    if (side || !selected) await drawSide();
+});
 
   root.querySelector("#matrix").addEventListener("click", (e) => {
     const b = e.target.closest("button[data-link]");

@@ -5,7 +5,8 @@
 import * as api from "../api.js";
 import { chartCard, spansOf, startOf, timeChart } from "../charts.js";
 import {
-  $, RANGES, banner, clearBanner, dash, empty, html, mib, notFound, num, pill, raw, markRange, onRangeClick, rangeOf, rangeSeg, set, unit,
+  $, banner, dash, empty, html, markRange, mib, notFound, num, onRangeClick, pill, rangeOf, RANGES, rangeSeg, raw,
+  refresher, set, unit,
 } from "../ui.js";
 import { clockEventPills, incidentRows, migBar } from "./node.js";
 
@@ -104,7 +105,6 @@ export async function mount(root, ctx) {
 
   let gpu = null;
   let incidents = [];
-  let busy = false;
   let lastCharts = 0;
 
   const drawDetail = (d, all) => {
@@ -174,24 +174,16 @@ export async function mount(root, ctx) {
     if (legend && !lanes.length) legend.innerHTML = '<span class="dim">no clock events in this range</span>';
   };
 
-  const load = async (charts) => {
-    if (busy) return;
-    busy = true;
-    try {
-      const [d, all] = await Promise.all([
-        api.get(`/api/v1/nodes/${encodeURIComponent(node)}`),
-        api.get("/api/v1/incidents", { node, limit: 500 }).catch(() => null), // resolved ones too
-      ]);
-      drawDetail(d, all);
-      if (charts) await drawCharts();
-      clearBanner("gpu");
-    } catch (err) {
-      banner(err, { key: "gpu" });
-      if (err.status === 404) notFound(root, html`<a href="#/">overview</a> / GPU`, `no node named ${node}`);
-    } finally {
-      busy = false;
-    }
-  };
+  const load = refresher("gpu", async (charts) => {
+    const [d, all] = await Promise.all([
+      api.get(`/api/v1/nodes/${encodeURIComponent(node)}`),
+      api.get("/api/v1/incidents", { node, limit: 500 }).catch(() => null), // resolved ones too
+    ]);
+    drawDetail(d, all);
+    if (charts) await drawCharts();
+  }, (err) => {
+    if (err.status === 404) notFound(root, html`<a href="#/">overview</a> / GPU`, `no node named ${node}`);
+  });
 
   onRangeClick(root, ctx);
 

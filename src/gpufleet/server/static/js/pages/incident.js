@@ -2,9 +2,7 @@
 // trail), and the buttons that move it on (acknowledge, mitigate, resolve) with the operator's token.
 
 import * as api from "../api.js";
-import {
-  $, banner, clearBanner, dash, empty, entityLink, html, nodeLink, notFound, pill, set, when,
-} from "../ui.js";
+import { $, banner, clearBanner, dash, empty, entityLink, html, nodeLink, notFound, pill, refresher, set, when } from "../ui.js";
 
 export const title = (p) => p.id;
 
@@ -86,7 +84,6 @@ export async function mount(root, ctx) {
     <div class="panel"><h2>actions taken <span class="right muted">remediation's decisions and people's changes, oldest first</span></h2><div id="trail-box"></div></div>`);
 
   let current = null;
-  let busy = false;
 
   const acting = () => {
     const who = document.getElementById("who");
@@ -121,19 +118,11 @@ export async function mount(root, ctx) {
     root.dataset.state = i.state;
   };
 
-  const load = async () => {
-    if (busy) return;
-    busy = true;
-    try {
-      draw(await api.get(`/api/v1/incidents/${encodeURIComponent(id)}`));
-      clearBanner("incident");
-    } catch (err) {
-      banner(err, { key: "incident" });
-      if (err.status === 404) notFound(root, html`<a href="#/incidents">incidents</a> / ${id}`, `no incident ${id}`);
-    } finally {
-      busy = false;
-    }
-  };
+  const load = refresher("incident", async () => {
+    draw(await api.get(`/api/v1/incidents/${encodeURIComponent(id)}`));
+  }, (err) => {
+    if (err.status === 404) notFound(root, html`<a href="#/incidents">incidents</a> / ${id}`, `no incident ${id}`);
+  });
 
   root.querySelector("#buttons").addEventListener("click", async (e) => {
     const b = e.target.closest("button[data-verb]");

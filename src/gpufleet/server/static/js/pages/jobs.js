@@ -4,7 +4,7 @@
 
 import * as api from "../api.js";
 import { chartCard, startOf, timeChart } from "../charts.js";
-import { $, ago, banner, causeLinks, clearBanner, dash, empty, gpuLink, html, nodeLink, num, pill, raw, set } from "../ui.js";
+import { $, ago, causeLinks, dash, empty, gpuLink, html, nodeLink, num, pill, raw, refresher, set } from "../ui.js";
 
 export const title = () => "jobs";
 
@@ -114,7 +114,6 @@ export async function mount(root) {
     <div class="panel" style="margin-bottom:14px"><h2>training jobs</h2><div id="jobs"></div></div>
     <div class="panel" style="margin-bottom:14px"><h2>inference services <span class="right muted">percentiles over the last minute; the worst replica's</span></h2><div id="services"></div></div>
     <div class="panel"><h2>p99 latency, last hour</h2><div class="grid g1">${raw(chartCard("svc-p99", "p99 latency by service", "s"))}</div></div>`);
-  let busy = false;
   let drawnAt = 0;
   const COLORS = ["#58a6ff", "#f0883e", "#bc8cff", "#3fb950", "#d29922", "#ff7b72"];
 
@@ -131,33 +130,24 @@ export async function mount(root) {
     });
   };
 
-  const load = async () => {
-    if (busy) return;
-    busy = true;
-    try {
-      const [rows, svcs] = await Promise.all([api.get("/api/v1/jobs"), api.get("/api/v1/services")]);
-      const running = rows.filter((j) => j.state === "Running").length;
-      const stalled = rows.length - running;
-      const breached = svcs.filter((r) => r.state === "SLO breached").length;
-      const tile = (label, v, cls) => html`<div class="kpi ${cls}"><div class="v">${v}</div><div class="l">${label}</div></div>`;
-      set($("#jobs-kpis", root), html`${tile("running", running, "ok")}${tile("stalled", stalled, stalled ? "bad" : "ok")}
-        ${tile("ranks", num(rows.reduce((n, j) => n + j.ranks, 0)), "")}${tile("stragglers", num(rows.reduce((n, j) => n + (j.stragglers || []).length, 0)), "")}
-        ${tile("services", svcs.length, "")}${tile("over objective", breached, breached ? "bad" : "ok")}
-        ${tile("requests/s", num(svcs.reduce((n, r) => n + r.requests_per_s, 0)), "")}`);
-      set($("#jobs-sub", root), `${rows.length} training job${rows.length === 1 ? "" : "s"}, ${svcs.length} inference service${svcs.length === 1 ? "" : "s"}`);
-      set($("#jobs", root), table(rows));
-      set($("#services", root), services(svcs));
-      if (Date.now() - drawnAt > 15000) {
-        drawnAt = Date.now();
-        await history(svcs);
-      }
-      clearBanner("jobs");
-    } catch (err) {
-      banner(err, { key: "jobs" });
-    } finally {
-      busy = false;
+  const load = refresher("jobs", async () => {
+    const [rows, svcs] = await Promise.all([api.get("/api/v1/jobs"), api.get("/api/v1/services")]);
+    const running = rows.filter((j) => j.state === "Running").length;
+    const stalled = rows.length - running;
+    const breached = svcs.filter((r) => r.state === "SLO breached").length;
+    const tile = (label, v, cls) => html`<div class="kpi ${cls}"><div class="v">${v}</div><div class="l">${label}</div></div>`;
+    set($("#jobs-kpis", root), html`${tile("running", running, "ok")}${tile("stalled", stalled, stalled ? "bad" : "ok")}
+      ${tile("ranks", num(rows.reduce((n, j) => n + j.ranks, 0)), "")}${tile("stragglers", num(rows.reduce((n, j) => n + (j.stragglers || []).length, 0)), "")}
+      ${tile("services", svcs.length, "")}${tile("over objective", breached, breached ? "bad" : "ok")}
+      ${tile("requests/s", num(svcs.reduce((n, r) => n + r.requests_per_s, 0)), "")}`);
+    set($("#jobs-sub", root), `${rows.length} training job${rows.length === 1 ? "" : "s"}, ${svcs.length} inference service${svcs.length === 1 ? "" : "s"}`);
+    set($("#jobs", root), table(rows));
+    set($("#services", root), services(svcs));
+    if (Date.now() - drawnAt > 15000) {
+      drawnAt = Date.now();
+      await history(svcs);
     }
-  };
+});
 
   await load();
   return { onSummary: () => load() };

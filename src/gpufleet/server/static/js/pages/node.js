@@ -4,8 +4,8 @@
 import * as api from "../api.js";
 import { chartCard, startOf, timeChart } from "../charts.js";
 import {
-  $, RANGES, ago, banner, clearBanner, dash, empty, entityLink, gpuLink, html, incidentLink, mib, num, pill, portHref,
-  notFound, raw, markRange, onRangeClick, rangeOf, rangeSeg, set, unit,
+  $, ago, banner, dash, empty, entityLink, gpuLink, html, incidentLink, markRange, mib, notFound, num,
+  onRangeClick, pill, portHref, rangeOf, RANGES, rangeSeg, raw, refresher, set, unit,
 } from "../ui.js";
 
 export const title = (p) => p.name;
@@ -140,7 +140,6 @@ export async function mount(root, ctx) {
       <div class="panel"><h2>kernel log <span class="right muted">latest GPU reports, as the driver printed them</span></h2><div id="kmsg"></div></div>
     </section>`);
 
-  let busy = false;
   let lastCharts = 0;
 
   const drawDetail = (d) => {
@@ -185,21 +184,13 @@ export async function mount(root, ctx) {
     });
   };
 
-  const load = async (charts) => {
-    if (busy) return;
-    busy = true;
-    try {
-      const d = await api.get(`/api/v1/nodes/${encodeURIComponent(name)}`);
-      drawDetail(d);
-      if (charts) await drawCharts();
-      clearBanner("node");
-    } catch (err) {
-      banner(err, { key: "node" });
-      if (err.status === 404) notFound(root, html`<a href="#/">overview</a> / node`, `no node named ${name}`);
-    } finally {
-      busy = false;
-    }
-  };
+  const load = refresher("node", async (charts) => {
+    const d = await api.get(`/api/v1/nodes/${encodeURIComponent(name)}`);
+    drawDetail(d);
+    if (charts) await drawCharts();
+  }, (err) => {
+    if (err.status === 404) notFound(root, html`<a href="#/">overview</a> / node`, `no node named ${name}`);
+  });
 
   onRangeClick(root, ctx);
 

@@ -4,8 +4,8 @@
 import * as api from "../api.js";
 import { chartCard, niceTicks, rampColor, rampCss, timeChart } from "../charts.js";
 import {
-  $, ago, banner, causeLinks, clearBanner, clock, empty, entityLink, entityTextLink, gpuHref, gpuLink, html, incidentLink,
-  num, pill, raw, set, unit,
+  $, ago, causeLinks, clock, empty, entityLink, entityTextLink, gpuHref, gpuLink, html, incidentLink, num, pill,
+  raw, refresher, set, unit,
 } from "../ui.js";
 
 export const title = () => "overview";
@@ -181,7 +181,6 @@ export async function mount(root, ctx) {
 
   let summary = null;
   let gpus = null;
-  let busy = false;
   let events = [];
 
   const drawHeat = () => {
@@ -225,26 +224,17 @@ export async function mount(root, ctx) {
     set($("#jobs", root), jobsTable(s.job_rows || []));
   };
 
-  const load = async () => {
-    if (busy) return;
-    busy = true;
-    try {
-      // the summary draws the figures and charts; the GPU rows (power, memory, who holds what) follow
-      const rows = api.get("/api/v1/gpus").catch(() => null);
-      render(await api.get("/api/v1/summary"));
-      const g = await rows;
-      if (g) {
-        gpus = g;
-        drawHeat();
-        set($("#idle", root), idleTable(gpus, summary));
-      }
-      clearBanner("overview");
-    } catch (err) {
-      banner(err, { key: "overview" });
-    } finally {
-      busy = false;
+  const load = refresher("overview", async () => {
+    // the summary draws the figures and charts; the GPU rows (power, memory, who holds what) follow
+    const rows = api.get("/api/v1/gpus").catch(() => null);
+    render(await api.get("/api/v1/summary"));
+    const g = await rows;
+    if (g) {
+      gpus = g;
+      drawHeat();
+      set($("#idle", root), idleTable(gpus, summary));
     }
-  };
+});
 
   root.querySelector("#modes").addEventListener("click", (e) => {
     const b = e.target.closest("button[data-mode]");

@@ -3,7 +3,7 @@
 // not placed, longest-waiting first, with the reason and message in the manager's own words.
 
 import * as api from "../api.js";
-import { $, ago, banner, clearBanner, dash, duration, empty, html, num, pill, set } from "../ui.js";
+import { $, ago, dash, duration, empty, html, num, pill, refresher, set } from "../ui.js";
 
 export const title = () => "scheduler";
 
@@ -91,37 +91,27 @@ export async function mount(root) {
     <div class="title"><h1>Scheduler</h1><span class="sub" id="sched-sub"></span></div>
     <section class="kpis" id="sched-kpis"></section>
     <div id="managers"></div>`);
-  let busy = false;
 
-  const load = async () => {
-    if (busy) return;
-    busy = true;
-    try {
-      const view = await api.get("/api/v1/scheduler");
-      const ms = view.managers;
-      if (!ms.length) {
-        set($("#sched-kpis", root), "");
-        set($("#sched-sub", root), "");
-        set($("#managers", root), html`<div class="panel empty" data-empty="no-managers">no workload manager reports to this control plane:
-          run <code>gpufleet agent --workload slurm|kubernetes</code></div>`);
-      } else {
-        const pending = ms.reduce((n, m) => n + m.pending_count, 0);
-        const gpus = ms.reduce((n, m) => n + m.gpus_pending, 0);
-        const longest = Math.max(0, ...ms.flatMap((m) => m.pending.map((p) => p.waiting_s || 0)));
-        const over = ms.reduce((n, m) => n + m.queues.filter((q) => q.use_pct !== null && q.use_pct > 100).length, 0);
-        const tile = (label, v, cls) => html`<div class="kpi ${cls}"><div class="v">${v}</div><div class="l">${label}</div></div>`;
-        set($("#sched-kpis", root), html`${tile("pending", num(pending), pending ? "warn" : "ok")}${tile("GPUs asked for", num(gpus), gpus ? "warn" : "ok")}
-          ${tile("longest wait", pending ? duration(longest) : dash, "")}${tile("queues borrowing", num(over), "")}`);
-        set($("#sched-sub", root), ms.map((m) => `${m.manager} (${m.queues.length} queue${m.queues.length === 1 ? "" : "s"})`).join(", "));
-        set($("#managers", root), html`${ms.map(manager)}`);
-      }
-      clearBanner("scheduler");
-    } catch (err) {
-      banner(err, { key: "scheduler" });
-    } finally {
-      busy = false;
+  const load = refresher("scheduler", async () => {
+    const view = await api.get("/api/v1/scheduler");
+    const ms = view.managers;
+    if (!ms.length) {
+      set($("#sched-kpis", root), "");
+      set($("#sched-sub", root), "");
+      set($("#managers", root), html`<div class="panel empty" data-empty="no-managers">no workload manager reports to this control plane:
+        run <code>gpufleet agent --workload slurm|kubernetes</code></div>`);
+    } else {
+      const pending = ms.reduce((n, m) => n + m.pending_count, 0);
+      const gpus = ms.reduce((n, m) => n + m.gpus_pending, 0);
+      const longest = Math.max(0, ...ms.flatMap((m) => m.pending.map((p) => p.waiting_s || 0)));
+      const over = ms.reduce((n, m) => n + m.queues.filter((q) => q.use_pct !== null && q.use_pct > 100).length, 0);
+      const tile = (label, v, cls) => html`<div class="kpi ${cls}"><div class="v">${v}</div><div class="l">${label}</div></div>`;
+      set($("#sched-kpis", root), html`${tile("pending", num(pending), pending ? "warn" : "ok")}${tile("GPUs asked for", num(gpus), gpus ? "warn" : "ok")}
+        ${tile("longest wait", pending ? duration(longest) : dash, "")}${tile("queues borrowing", num(over), "")}`);
+      set($("#sched-sub", root), ms.map((m) => `${m.manager} (${m.queues.length} queue${m.queues.length === 1 ? "" : "s"})`).join(", "));
+      set($("#managers", root), html`${ms.map(manager)}`);
     }
-  };
+});
 
   await load();
   return { onSummary: () => load() };
