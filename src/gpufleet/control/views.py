@@ -13,7 +13,7 @@ from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.control.fleet import NodeState
 from gpufleet.errors import NotFoundError
-from gpufleet.health.detectors.training import JobView
+from gpufleet.health.detectors.training import JobView, slow_ranks
 from gpufleet.model import EntityKind, IncidentState, Severity
 from gpufleet.model.observe import GpuInfo, ServiceFact
 
@@ -205,8 +205,8 @@ def _stragglers(job: JobView, ratio: float) -> dict[str, Any]:
     times = np.array(job.rank_compute, dtype=np.float64)
     if not np.isfinite(times).any():
         return {"rank_compute_median_s": None, "stragglers": []}
-    median = float(np.nanmedian(times))
-    slow = np.flatnonzero(np.isfinite(times) & (times > ratio * median))
+    median, mask = slow_ranks(times, ratio)
+    slow = np.flatnonzero(mask)
     return {
         "rank_compute_median_s": round(median, 3),
         "stragglers": [

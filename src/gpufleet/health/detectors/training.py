@@ -37,6 +37,13 @@ class JobView:
 RankUtil = Callable[[JobView], np.ndarray]  # GPU utilization of each rank's GPU, NaN where the GPU reads nothing
 
 
+def slow_ranks(times: np.ndarray, ratio: float) -> tuple[float, np.ndarray]:
+    """The median of the ranks' compute times and which ranks take more than `ratio` times it (an unknown time
+    is never slow). Some time must be known."""
+    median = float(np.nanmedian(times))
+    return median, np.isfinite(times) & (times > ratio * median)
+
+
 class TrainingDetectors:
     def __init__(self, thresholds: Thresholds) -> None:
         self.t = thresholds.training
@@ -131,8 +138,7 @@ class TrainingDetectors:
         if np.isnan(times).all():
             since[:] = np.nan
             return []
-        median = float(np.nanmedian(times))
-        slow = np.isfinite(times) & (times > self.t.straggler_ratio * median)
+        median, slow = slow_ranks(times, self.t.straggler_ratio)
         since[:] = np.where(slow, np.where(np.isnan(since), now, since), np.nan)
         out = []
         for rank in np.flatnonzero(slow & (now - since >= self.t.straggler_hold_s)):
