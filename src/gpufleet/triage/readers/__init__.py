@@ -1,0 +1,38 @@
+"""One reader per format: cleaned lines in, a judged `TriageReport` out. Each reuses the parser the rest of gpufleet
+runs on the same tool's output (the agent's kernel-log parser and Xid policy, the nvidia-smi and dcgmi parsers,
+NCCL diagnosis), so triage and the fleet agree about what a line means."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpufleet.errors import GpufleetError
+from gpufleet.triage.readers.common import Reader
+from gpufleet.triage.readers.dcgm import read_dcgmi_diag
+from gpufleet.triage.readers.kernel import read_kernel_log
+from gpufleet.triage.readers.nccl import read_nccl_log
+from gpufleet.triage.readers.smi import read_nvidia_smi_q, read_nvidia_smi_table
+from gpufleet.triage.report import TriageReport
+
+READERS: dict[str, Reader] = {
+    "kernel-log": read_kernel_log,
+    "nvidia-smi-q": read_nvidia_smi_q,
+    "nvidia-smi-table": read_nvidia_smi_table,
+    "dcgmi-diag": read_dcgmi_diag,
+    "nccl-log": read_nccl_log,
+}
+
+
+def read(fmt: str, lines: Iterable[str], source: str) -> TriageReport:
+    """Judge `lines` as `fmt`; a format without a reader yet, or a parser's refusal, is `unknown` saying why."""
+    reader = READERS.get(fmt)
+    if reader is None:
+        report = TriageReport(fmt, source, judged=False)
+        report.notes.append(f"recognised as {fmt}, which triage cannot judge yet")
+        return report
+    try:
+        return reader(lines, source)
+    except GpufleetError as exc:
+        report = TriageReport(fmt, source, judged=False)
+        report.notes.append(f"could not read it as {fmt}: {exc.message}")
+        return report
