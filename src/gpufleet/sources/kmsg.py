@@ -192,6 +192,14 @@ class KmsgParser:
         self._pending: _FallenReport | None = None  # a multi-line fallen-off-the-bus report in progress
         self._held: dict[tuple[str, int], list[_HeldDetail]] = {}  # SXid details waiting for their head
 
+    def skip_to(self, lineno: int) -> None:
+        """The next line fed is line `lineno`: the ones before it were left out (they hold nothing this parser
+        reads), and SXid details waiting for a head that many lines back are read on their own."""
+        if lineno - 1 > self._lineno:
+            self._lineno = lineno - 1
+            if self._held:
+                self._release_stale()
+
     def feed_line(self, raw: str) -> list[KernelEvent]:
         """Parse the next line; returns the events it completed (usually zero or one)."""
         self._lineno += 1

@@ -7,9 +7,11 @@ from collections.abc import Iterable, Iterator
 from itertools import chain
 from typing import BinaryIO
 
+from gpufleet.sources.kmsg_stream import candidate_lines
 from gpufleet.triage.detect import SAMPLE_LINES, Detector
 from gpufleet.triage.paste import Paste, text_lines
 from gpufleet.triage.readers import read
+from gpufleet.triage.readers.kernel import read_numbered_kernel_log
 from gpufleet.triage.report import TriageReport
 
 SAMPLE_CHARS = 4 * 1024 * 1024  # the sample a format is told from never holds more than this
@@ -19,7 +21,17 @@ KEEPS_LAUNCHERS = frozenset({"nccl-log"})  # its reader learns each line's rank 
 
 def triage_lines(raw: Iterable[str], source: str, fmt: str | None = None) -> TriageReport:
     """Judge the raw lines of one input (as read or pasted). `fmt` forces a format instead of telling it."""
-    raw_iter = iter(raw)
+    return _triage(iter(raw), None, source, fmt)
+
+
+def triage_stream(stream: BinaryIO, source: str, fmt: str | None = None) -> TriageReport:
+    """Judge a byte stream; a kernel log's lines past the sample are skimmed a chunk at a time for the few that
+    hold a GPU or link report, so a log of any size reads at the speed of one regex scan."""
+    return _triage(text_lines(stream), stream, source, fmt)
+
+
+def _triage(raw_iter: Iterator[str], stream: BinaryIO | None, source: str, fmt: str | None) -> TriageReport:
+    """`raw_iter` gives the lines; when `stream` is the stream it reads, a kernel log may take the rest from it."""
     sample: list[str] = []  # raw lines held to tell the format
     paste = Paste()
     detector = Detector()
@@ -50,11 +62,12 @@ def triage_lines(raw: Iterable[str], source: str, fmt: str | None = None) -> Tri
         return report
     # start again from the first line, cleaned for this format, and go on through the rest as it streams
     paste = Paste(launchers=found not in KEEPS_LAUNCHERS)
-    lines: Iterator[str] = paste.cleaned(chain(sample, raw_iter))
-    report = read(found, lines, source)
+    if found == "kernel-log" and stream is not None:
+        numbered = chain(enumerate(sample, start=1), candidate_lines(stream, len(sample) + 1))
+        report = read_numbered_kernel_log(
+            ((number, line) for number, raw in numbered if (line := paste.clean(raw)) is not None), source
+        )
+    else:
+        report = read(found, paste.cleaned(chain(sample, raw_iter)), source)
     report.notes[:0] = paste.notes()
     return report
-
-
-def triage_stream(stream: BinaryIO, source: str, fmt: str | None = None) -> TriageReport:
-    return triage_lines(text_lines(stream), source, fmt)

@@ -32,7 +32,7 @@ class KernelDetector:
         """A finding for each event, and the record of it the control plane keeps."""
         findings, reports = [], []
         for event in events:
-            finding = self._finding(now, node, event)
+            finding = self.finding(now, node, event)
             findings.append(finding)
             reports.append(
                 KernelReport(
@@ -49,7 +49,8 @@ class KernelDetector:
             )
         return findings, reports
 
-    def _finding(self, now: float, node: str, event: KernelEvent) -> Finding:
+    def finding(self, now: float, node: str, event: KernelEvent) -> Finding:
+        """One event judged by the policy, tied to its GPU (or node)."""
         verdict = classify(event, self.policy)
         pci = normalise_pci(event.pci) if event.pci else None
         gpu = self.gpu_by_pci.get((node, pci)) if pci else None

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
+from gpufleet.health.detectors.kernel import KernelDetector
+from gpufleet.health.fault_history import FaultHistory
 from gpufleet.health.xid_policy import Action, XidPolicy, XidSeverity, classify, load_policy
+from gpufleet.model import Severity as ModelSeverity
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.triage.readers.common import MAX_FINDINGS
-from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import MAX_EVIDENCE, Severity, TriageFinding, TriageReport
+
+MAX_REJECTED = 20  # unreadable lines quoted
 
 _CRITICAL_ACTIONS = {Action.RESET_GPU, Action.RESTART_BM, Action.RESTART_VM, Action.CHECK_MECHANICALS}
 
@@ -26,39 +33,126 @@ def _kernel_severity(event: KernelEvent, policy: XidPolicy) -> tuple[Severity, s
 
 def read_kernel_log(lines: Iterable[str], source: str) -> TriageReport:
     """Xid, SXid, fallen-off-the-bus and reset-required reports, judged by the Xid policy, line by line."""
+    return read_numbered_kernel_log(enumerate(lines, start=1), source)
+
+
+@dataclass(slots=True)
+class _Group:
+    """The reports of one code on one GPU or switch: a burst of 16 Xid 13 lines is one finding saying 16."""
+
+    finding: TriageFinding
+    first_line: int
+    last_line: int
+    escalated: bool
+    count: int = 1
+
+
+class _Findings:
+    """Findings grouped by (code, entity) in order of first appearance. Past MAX_FINDINGS groups, new ones are only
+    counted by severity, so a fatal report late in a huge log still makes it faulty."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, str, str], _Group] = {}
+        self.unlisted: dict[Severity, int] = {}
+
+    def add(self, finding: TriageFinding, line: int, escalated: bool) -> None:
+        key = (finding.check, finding.code, finding.entity)
+        group = self.groups.get(key)
+        if group is None:
+            if len(self.groups) < MAX_FINDINGS:
+                self.groups[key] = _Group(finding, line, line, escalated)
+            else:
+                self.unlisted[finding.severity] = self.unlisted.get(finding.severity, 0) + 1
+            return
+        group.count += 1
+        group.last_line = line
+        # the worst report speaks for the group
+        if (_RANK[finding.severity], escalated) > (_RANK[group.finding.severity], group.escalated):
+            finding.evidence = group.finding.evidence + finding.evidence
+            group.finding, group.escalated = finding, escalated
+        elif len(group.finding.evidence) < MAX_EVIDENCE:
+            group.finding.evidence += finding.evidence
+
+    def into(self, report: TriageReport) -> None:
+        for group in sorted(self.groups.values(), key=lambda g: -_RANK[g.finding.severity]):
+            finding = group.finding
+            if group.count > 1:
+                finding.message += f" ({group.count} reports, lines {group.first_line}-{group.last_line})"
+            finding.evidence = finding.evidence[:MAX_EVIDENCE]
+            report.findings.append(finding)
+        for severity, n in self.unlisted.items():
+            message = f"{n} more {severity} report(s) on other GPUs or codes (the first {MAX_FINDINGS} are listed)"
+            report.findings.append(TriageFinding("unlisted", severity, message, code="unlisted"))
+
+
+_RANK: dict[Severity, int] = {"info": 0, "warning": 1, "critical": 2}
+
+
+def _event_finding(event: KernelEvent, policy: XidPolicy) -> TriageFinding:
+    severity, action, reason = _kernel_severity(event, policy)
+    code = f"Xid {event.xid}" if event.kind == "xid" else f"SXid {event.sxid}" if event.kind == "sxid" else event.kind
+    return TriageFinding(
+        check=event.kind,
+        severity=severity,
+        entity=f"PCI {event.pci}" if event.pci else (event.sxid_detail.switch if event.sxid_detail else ""),
+        code=code,
+        message=event.message if event.known else f"{event.message} (a code NVIDIA's catalog does not list)",
+        fix=f"{action}: {reason}" if reason else action,
+        evidence=[event.raw],
+    )
+
+
+def _seconds(event: KernelEvent) -> float | None:
+    when = event.time
+    return when.timestamp() if isinstance(when, datetime) else when
+
+
+def _escalate(finding: TriageFinding, event: KernelEvent, history: FaultHistory, detector: KernelDetector) -> bool:
+    """The fleet's escalation rules over this log's own history: a row remap then an uncorrectable ECC error on one
+    GPU, or a node losing GPUs again and again. True when the finding was escalated."""
+    when = _seconds(event)
+    if when is None:
+        return False  # no time on the line: the rules' windows cannot be applied
+    plain = detector.finding(when, event.host or "this host", event)
+    judged = history.judge(plain)
+    if judged.action != plain.action:
+        finding.severity = "critical" if judged.severity is ModelSeverity.critical else finding.severity
+        why = judged.summary.rsplit(" - escalated: ", 1)[-1]
+        finding.message = f"{finding.message} - escalated: {why}"
+        finding.fix = f"{judged.action}: {why}"
+        return True
+    return False
+
+
+def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> TriageReport:
+    """The same from (line number, text) pairs, which may leave out lines that hold nothing to read
+    (`kmsg_stream.candidate_lines`). Memory stays bounded: events are judged and grouped as they come."""
     report = TriageReport("kernel-log", source)
     parser = KmsgParser()
     policy = load_policy()
-    events: list[KernelEvent] = []
-    dropped = 0
-    for line in lines:
-        for event in parser.feed_line(line):
-            if len(events) < MAX_FINDINGS:
-                events.append(event)
-            else:
-                dropped += 1
-    tail = parser.finish()
-    events += tail[: max(0, MAX_FINDINGS - len(events))]
-    for event in events:
-        severity, action, reason = _kernel_severity(event, policy)
-        code = (
-            f"Xid {event.xid}" if event.kind == "xid" else f"SXid {event.sxid}" if event.kind == "sxid" else event.kind
-        )
-        report.findings.append(
-            TriageFinding(
-                check=event.kind,
-                severity=severity,
-                entity=f"PCI {event.pci}" if event.pci else (event.sxid_detail.switch if event.sxid_detail else ""),
-                code=code,
-                message=event.message if event.known else f"{event.message} (a code NVIDIA's catalog does not list)",
-                fix=f"{action}: {reason}" if reason else action,
-                evidence=[event.raw],
-            )
-        )
-    if dropped:
-        report.notes.append(f"{dropped} more GPU fault reports not listed (first {MAX_FINDINGS} shown)")
-    rejected = parser.scan.rejected
-    for bad in rejected[:20]:
+    history = FaultHistory(policy)
+    detector = KernelDetector({}, policy)
+    findings = _Findings()
+    seen = 0
+
+    def judge(events: list[KernelEvent]) -> None:
+        nonlocal seen
+        for event in events:
+            seen += 1
+            finding = _event_finding(event, policy)
+            findings.add(finding, event.line, _escalate(finding, event, history, detector))
+        parser.scan.events.clear()  # judged: the parser need not keep them
+
+    rejected = 0
+    for number, line in lines:
+        parser.skip_to(number)
+        judge(parser.feed_line(line))
+        if len(parser.scan.rejected) > MAX_REJECTED:
+            rejected += len(parser.scan.rejected) - MAX_REJECTED
+            del parser.scan.rejected[MAX_REJECTED:]
+    judge(parser.finish())
+    findings.into(report)
+    for bad in parser.scan.rejected:
         report.findings.append(
             TriageFinding(
                 "unreadable",
@@ -68,8 +162,10 @@ def read_kernel_log(lines: Iterable[str], source: str) -> TriageReport:
                 evidence=[bad.raw],
             )
         )
-    if not events:
-        if rejected:  # the only GPU lines could not be read: saying healthy would be a guess
+    if rejected:
+        report.notes.append(f"{rejected} more unreadable GPU lines not listed")
+    if not seen:
+        if parser.scan.rejected:  # the only GPU lines could not be read: saying healthy would be a guess
             report.judged = False
             report.notes.append("no readable GPU fault report; the lines that look like one are listed")
         else:
