@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.clirun import gpufleet
 
 
@@ -136,3 +138,36 @@ def test_watch_once_prints_json_lines(corpus: Path, tmp_path: Path) -> None:
     assert [r["kind"] for r in records[:2]] == ["xid", "fallen_off_bus"] and len(records) == 10
     text = gpufleet("xid", "watch", str(log), "--once")
     assert "0000:91:00 xid 79 FATAL RESTART_BM GPU has fallen off the bus." in text.stdout
+
+
+def test_watch_once_on_a_missing_file_is_an_error(tmp_path: Path) -> None:
+    result = gpufleet("xid", "watch", str(tmp_path / "nope.log"), "--once")
+    assert result.returncode != 0 and "no such file" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero on this system")
+def test_endless_devices_are_refused_not_followed() -> None:
+    watch = gpufleet("xid", "watch", "/dev/zero", "--once")
+    assert watch.returncode != 0 and "does not give kernel log records" in watch.stderr
+    classify = gpufleet("xid", "classify", "/dev/zero")
+    assert classify.returncode != 0 and "not a regular file" in classify.stderr
+
+
+def test_a_yaml_bomb_policy_is_refused_quickly(tmp_path: Path) -> None:
+    bomb = tmp_path / "policy.yaml"
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    bomb.write_text("\n".join(levels) + "\n")
+    log = tmp_path / "kern.log"
+    log.write_text("[  1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    result = gpufleet("xid", "classify", "--policy", str(bomb), str(log))
+    assert result.returncode != 0 and "expands to more than" in result.stderr
+
+
+def test_classify_reads_pasted_text(tmp_path: Path) -> None:
+    line = "[  1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+    pasted = f"$ dmesg | grep -i xid\n> {line}  <== here\n"
+    result = gpufleet("xid", "classify", "-o", "json", "-", input=pasted)
+    assert result.returncode == 0, result.stderr
+    (record,) = json.loads(result.stdout)
+    assert (record["xid"], record["pci"], record["line"]) == (79, "0000:3b:00", 2)

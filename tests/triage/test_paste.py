@@ -41,3 +41,12 @@ def test_an_overlong_line_is_cut_not_held() -> None:
     data = b"a" * (3 * MAX_LINE) + b"\nnext\n\xff\xfe bad utf-8\n"
     lines = list(text_lines(io.BytesIO(data)))
     assert len(lines[0]) <= MAX_LINE + 1 and lines[1] == "next\n" and "\ufffd" in lines[2]
+
+
+def test_tool_arrows_are_not_an_authors_marker() -> None:
+    paste = Paste()
+    link = '          1    1[  ] ==( 4X 25.78125 Gbps Active/  LinkUp)==>       2    1[  ] "H-0008f10403960559" ( )'
+    info = '   Link info:     22    1[  ] ==( 4X 10.0 Gbps Active/  LinkUp)==>  0x0002c90200412345    1    1[  ] "s"'
+    assert paste.clean(link) == link and paste.clean(info) == info
+    assert paste.clean("value: 3 ==> the bad one") == "value: 3"
+    assert paste.clean("Xid 79 line   <=== this one") == "Xid 79 line"

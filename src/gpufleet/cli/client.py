@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import yaml
 
+from gpufleet import yaml_input
 from gpufleet.control.paths import DEFAULT_PORT, api_token, data_dir
-from gpufleet.errors import AuthError, BackendError, NotFoundError, UserError
+from gpufleet.errors import AuthError, BackendError, ManifestError, NotFoundError, UserError
 
 CONFIG_KEYS = ("server", "token-file")
 
@@ -31,11 +32,9 @@ def read_config() -> dict[str, str]:
     if not path.exists():
         return {}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(
-            f"{path} is not valid YAML: {exc}", fix="fix it, or remove it and use `gpufleet config set`"
-        ) from None
+        data = yaml_input.load(path.read_text(encoding="utf-8", errors="replace"), str(path)) or {}
+    except ManifestError as exc:
+        raise UserError(exc.message, fix="fix it, or remove it and use `gpufleet config set`") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a mapping", fix="remove it and use `gpufleet config set`")
     return {str(k): str(v) for k, v in data.items() if k in CONFIG_KEYS}

@@ -4,14 +4,13 @@ records, to check a capture by eye or hand it to a script as JSON. The same pars
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from gpufleet.cli.inputs import read_input_text
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
-from gpufleet.errors import UserError
 
 read_app = typer.Typer(
     help="Parse a saved tool output (nvidia-smi, infiniband-diags, NHC health log, link syslog) into records.",
@@ -24,14 +23,8 @@ OUTPUT_OPT = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP
 
 def _text(path: Path) -> tuple[str, str]:
     """The file's text and the name to cite in errors."""
-    if str(path) == "-":
-        return sys.stdin.read(), "stdin"
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace"), path.name
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file", fix="pass the saved output, or - to read stdin") from None
-    except IsADirectoryError:
-        raise UserError(f"{path} is a directory", fix="pass one saved output file") from None
+    text, cited = read_input_text(path)
+    return text, Path(cited).name
 
 
 def _cell(value: object) -> str:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import typer
 from rich.text import Text
 
+from gpufleet.cli.inputs import open_input
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
 from gpufleet.triage.detect import FORMATS
@@ -19,20 +17,8 @@ SEVERITY_STYLE = {"critical": "red", "warning": "yellow", "info": "dim"}
 
 
 def _one(name: str, fmt: str | None) -> TriageReport:
-    if name == "-":
-        return triage_stream(sys.stdin.buffer, "stdin", fmt)
-    path = Path(name)
-    if not path.exists():
-        raise UserError(f"{name}: no such file", fix="pass the saved output, or - to read stdin")
-    if path.is_dir():
-        raise UserError(f"{name} is a directory", fix="pass the saved output files, or - to read stdin")
-    if not path.is_file():  # /dev/zero, a FIFO: a stream that may never end
-        raise UserError(f"{name} is not a regular file", fix="save the output to a file first, or pipe it to -")
-    try:
-        with path.open("rb") as stream:
-            return triage_stream(stream, name, fmt)
-    except PermissionError:
-        raise UserError(f"{name}: permission denied", fix="check the file's permissions") from None
+    with open_input(name) as (stream, cited):
+        return triage_stream(stream, cited, fmt)
 
 
 def triage(

@@ -17,6 +17,7 @@ from rich.text import Text
 from gpufleet.catalog import load_xid_catalog
 from gpufleet.catalog._files import read_text
 from gpufleet.catalog.xid import load_nvl5_decode
+from gpufleet.cli.inputs import open_input
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
 from gpufleet.errors import NotFoundError, UserError
 from gpufleet.health.xid_policy import (
@@ -26,8 +27,11 @@ from gpufleet.health.xid_policy import (
     load_policy,
 )
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent
-from gpufleet.sources.kmsg import KmsgScan, scan_kmsg
+from gpufleet.sources.kmsg import KmsgParser, KmsgScan
 from gpufleet.sources.kmsg_stream import dmesg_events, follow_file, read_dev_kmsg
+from gpufleet.triage.paste import Paste
+from gpufleet.triage.readers.kernel import kernel_events
+from gpufleet.triage.run import kernel_log_lines
 
 sub = typer.Typer(
     help="Kernel-log GPU faults: classify Xid/SXid/fallen-off-the-bus lines, explain Xid codes.",
@@ -119,16 +123,15 @@ def event_record(file: str, event: KernelEvent, policy: XidPolicy) -> dict[str, 
     }
 
 
-def _read_input(name: str) -> str:
-    if name == "-":
-        return sys.stdin.read()
-    path = Path(name)
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError as exc:
-        raise NotFoundError(f"no such file: {name}", fix="check the path") from exc
-    except OSError as exc:
-        raise UserError(f"cannot read {name}: {exc.strerror}", fix="check the path and permissions") from exc
+def _scan_file(name: str, host: str | None, year: int | None) -> tuple[str, KmsgScan]:
+    """A kernel log read as triage reads one: streamed, pasted-text hazards taken off, and past the first lines
+    only the lines that can hold a GPU report parsed."""
+    with open_input(name) as (stream, cited):
+        parser = KmsgParser(host=host, year=year)
+        events = list(kernel_events(kernel_log_lines(stream, Paste()), parser))
+    if parser.rejected_unlisted:
+        err_console.print(f"warning: {cited}: {parser.rejected_unlisted} more unreadable GPU lines not listed")
+    return cited, KmsgScan(sorted(events, key=lambda e: e.line), parser.scan.rejected)
 
 
 @sub.command("classify")
@@ -153,7 +156,7 @@ def classify_cmd(
     if from_dmesg:
         scans.append(("dmesg", dmesg_events()))
     for name in files or []:
-        scans.append((name, scan_kmsg(_read_input(name), host=host, year=year)))
+        scans.append(_scan_file(name, host, year))
     if not scans:
         raise UserError("nothing to classify", fix="give one or more log files, '-' for stdin, or --dmesg")
     records = [event_record(name, event, policy) for name, scan in scans for event in scan.events]
@@ -298,6 +301,11 @@ def watch_cmd(
 
     if path == "/dev/kmsg" or path.startswith("/dev/"):
         events = read_dev_kmsg(path, follow=not once, stop=stop, host=host)
+    elif not Path(path).exists():
+        if once:
+            raise NotFoundError(f"{path}: no such file", fix="check the path (without --once, watch waits for it)")
+        err_console.print(f"waiting for {path} to appear (Ctrl-C stops)")
+        events = follow_file(path, from_start=True, stop=stop, host=host)
     else:
         events = follow_file(path, from_start=from_start or once, stop=stop, host=host)
     for event in events:

@@ -11,6 +11,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from gpufleet import yaml_input
 from gpufleet.errors import ManifestError
 from gpufleet.model import RootCause
 
@@ -126,9 +127,10 @@ def load_thresholds(path: Path | None = None) -> Thresholds:
     raw = _default_raw()
     if path is not None:
         try:
-            over = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ManifestError(str(path), f"cannot read thresholds: {exc}") from None
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ManifestError(str(path), f"cannot read thresholds: {exc.strerror}") from None
+        over = yaml_input.load(text, str(path)) or {}
         if not isinstance(over, dict):
             raise ManifestError(str(path), "expected a mapping of sections (ecc, thermal, ...)")
         raw = _merge(raw, over)

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpufleet import yaml_input
 from gpufleet.catalog import XidInfo, load_xid_catalog
 from gpufleet.catalog.xid import Nvl5Rule, load_nvl5_decode
 from gpufleet.errors import ManifestError, UserError
@@ -211,10 +212,7 @@ def default_policy() -> XidPolicy:
 
 def policy_from_text(text: str, *, source: str = "<policy>") -> XidPolicy:
     """A policy document merged over the default one."""
-    try:
-        overlay = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ManifestError(source, f"not valid YAML: {exc}", fix="fix the YAML syntax") from exc
+    overlay = yaml_input.load(text, source) or {}
     if not isinstance(overlay, dict):
         raise ManifestError(source, "a policy file must be a mapping", fix="start from the default policy's keys")
     merged = _merge(yaml.safe_load(_data_text(DEFAULT_POLICY)), overlay)

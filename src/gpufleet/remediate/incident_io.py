@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpufleet import yaml_input
 from gpufleet.errors import ManifestError
 from gpufleet.model.incident import Evidence, Incident, IncidentState, RootCause, Severity
 from gpufleet.model.observation import Entity, EntityKind
@@ -110,9 +110,9 @@ def load_incidents(path: Path) -> list[Incident]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError(str(path), f"cannot read: {exc}", fix="pass a JSON or YAML incident file") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ManifestError(str(path), f"not valid JSON/YAML: {exc}", fix="fix the syntax") from None
+        data = json.loads(text) if path.suffix == ".json" else yaml_input.load(text, str(path))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ManifestError(str(path), f"not valid JSON: {exc}", fix="fix the syntax") from None
     if isinstance(data, dict) and "incidents" in data:
         data = data["incidents"]
     items = data if isinstance(data, list) else [data]

@@ -185,6 +185,7 @@ class KmsgParser:
         self.year = year
         self.catalog = load_xid_catalog()
         self.scan = KmsgScan()
+        self.rejected_unlisted = 0  # unreadable lines a caller dropped from scan.rejected to bound it
         self._lineno = 0
         self._uuids: dict[str, str] = {}
         self._last_xid: dict[str, int] = {}

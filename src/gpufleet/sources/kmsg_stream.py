@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -21,12 +22,14 @@ from gpufleet.sources.kmsg import KernelEvent, KmsgParser, KmsgScan, scan_kmsg
 DMESG_TIMEOUT_S = 30.0
 CHUNK_BYTES = 4 * 1024 * 1024
 MAX_LINE_BYTES = 64 * 1024  # a longer line is cut here
+MAX_SKIP_BYTES = 16 * 1024 * 1024  # a "line" longer than this is not text (/dev/zero, a binary): reading stops
 # what a line must hold for the parser (or a link-flap count) to read it; each is looked for with bytes.find, many
 # times faster than one regex alternation over gigabytes. A journald JSON line may spell its message as a byte
 # array, so those (a line starting with `{`) are always read.
 CANDIDATE_WORDS = (b"NVRM", b"SXid", b"nvswitch", b"lost carrier", b"Gained carrier", b": Link down", b": Link up")
 # the lines after a candidate also go to the parser: a multi-line report's later lines need not repeat a trigger
 _CONTEXT_LINES = 4
+_KMSG_RECORD = re.compile(rb"^\d+,\d+,\d+,")
 
 
 class KmsgFeed:
@@ -68,12 +71,16 @@ def _line_blocks(stream: BinaryIO) -> Iterator[bytes]:
     is cut there, so no block holds more than a chunk and one line."""
     buf = b""
     overlong = False  # the rest of a cut line is being dropped
+    skipped = 0
     while chunk := stream.read(CHUNK_BYTES):
         if overlong:
             newline = chunk.find(b"\n")
             if newline == -1:
+                skipped += len(chunk)
+                if skipped > MAX_SKIP_BYTES:
+                    break
                 continue
-            chunk, overlong = chunk[newline:], False
+            chunk, overlong, skipped = chunk[newline:], False, 0
         buf += chunk
         end = buf.rfind(b"\n") + 1
         if end:
@@ -232,6 +239,11 @@ def read_dev_kmsg(
                 raise BackendError(f"reading {path} failed: {exc.strerror}") from exc
             if not record:
                 break
+            if _KMSG_RECORD.match(record) is None:
+                raise UserError(
+                    f"{path} does not give kernel log records (`prio,seq,usec,flags;message`)",
+                    fix="follow /dev/kmsg, or give a log file",
+                )
             for line in record.decode("utf-8", errors="replace").splitlines():
                 yield from parser.feed_line(line)
         yield from parser.finish()

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
+from gpufleet import yaml_input
 from gpufleet.errors import ManifestError
 
 API_VERSION = "gpufleet.io/v1"
@@ -139,13 +139,7 @@ def read_yaml_documents(path: Path) -> list[dict[str, Any]]:
         raise ManifestError(str(path), "file not found", fix="check the path") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError(str(path), f"cannot read: {exc}", fix="pass a readable UTF-8 YAML file") from None
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ManifestError(str(path), f"not valid YAML{where}: {problem}", fix="fix the YAML syntax") from None
+    docs = [d for d in yaml_input.load_documents(text, str(path)) if d is not None]
     for doc in docs:
         if not isinstance(doc, dict):
             raise ManifestError(str(path), f"expected a mapping with apiVersion and kind, got {type(doc).__name__}")

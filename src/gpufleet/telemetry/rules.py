@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet import yaml_input
 from gpufleet.catalog import load_ib_counters, load_xid_catalog
 from gpufleet.errors import ManifestError
 from gpufleet.telemetry.fields import read_data
@@ -52,9 +53,10 @@ class RulesConfig(BaseModel):
     @classmethod
     def from_file(cls, path: Path) -> RulesConfig:
         try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ManifestError(str(path), f"cannot read: {exc}", fix="give a readable YAML file") from exc
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ManifestError(str(path), f"cannot read: {exc.strerror}", fix="give a readable YAML file") from exc
+        raw = yaml_input.load(text, str(path)) or {}
         try:
             return cls.model_validate(raw)
         except ValueError as exc:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 MAX_LINE = 64 * 1024  # longer lines are cut here: a line is never held whole past this
+MAX_SKIP = 16 * 1024 * 1024  # a "line" longer than this is not text (/dev/zero, a binary): reading stops there
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 _QUOTE = re.compile(r"^(?:\s{0,3}>(?: |$))+")
@@ -26,7 +27,11 @@ _PROMPT = re.compile(
 _ELISION = re.compile(
     r"^\s*(?:\.{3,}|…+|\[\s*\.{3}\s*\]|\(\s*\.{3}\s*\)|<\s*snip\s*>|\[\s*snip\s*\]|-+\s*snip\s*-+)\s*$"
 )
-_MARKER = re.compile(r"\s*(?:<[=-]{2,}|[=-]{2,}>)(?:\s.*)?$|\s*<-{1,}\s*(?:here|this|that|error|look)\b.*$", re.I)
+# an author's pointer after the text: `  <=== this`, `  <-- here`, `  ==> the error`. It follows whitespace, and a
+# right-pointing one is followed by words, not a number: iblinkinfo and ibqueryerrors print `)==>  12    1[  ]`
+_MARKER = re.compile(
+    r"\s+(?:<[=-]{2,}(?:\s.*)?|[=-]{2,}>(?:\s+(?!\d)\S.*)?|<-\s*(?:here|this|that|error|look)\b.*)$", re.I
+)
 _MPIRUN = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
 _SRUN_LABEL = re.compile(r"^\s{0,4}\d{1,6}: (?=\S)")
 _CODE_FENCE = re.compile(r"^\s*```[\w-]*\s*$")
@@ -107,7 +112,11 @@ def text_lines(stream: BinaryIO) -> Iterator[str]:
         if not raw:
             return
         if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-            rest = raw
+            rest, skipped = raw, 0
             while rest and not rest.endswith(b"\n"):  # skip the rest of an overlong line without holding it
                 rest = stream.readline(MAX_LINE)
+                skipped += len(rest)
+                if skipped > MAX_SKIP:
+                    yield raw.decode("utf-8", errors="replace")
+                    return
         yield raw.decode("utf-8", errors="replace")

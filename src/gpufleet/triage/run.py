@@ -3,7 +3,7 @@ and hand the rest to that format's reader without holding the whole input (a ker
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from typing import BinaryIO
 
@@ -17,6 +17,13 @@ from gpufleet.triage.report import TriageReport
 SAMPLE_CHARS = 4 * 1024 * 1024  # the sample a format is told from never holds more than this
 WIDE_SAMPLE_LINES = 20_000  # a kernel log may start with thousands of lines before its first NVIDIA one
 KEEPS_LAUNCHERS = frozenset({"nccl-log"})  # its reader learns each line's rank from the launcher's prefix
+
+
+def kernel_log_lines(stream: BinaryIO, paste: Paste, head: Sequence[str] = ()) -> Iterator[tuple[int, str]]:
+    """The numbered, cleaned lines of a kernel log worth parsing: `head` (the lines already read from `stream`)
+    whole, then the rest of the stream skimmed a chunk at a time (`kmsg_stream.candidate_lines`)."""
+    numbered = chain(enumerate(head, start=1), candidate_lines(stream, len(head) + 1))
+    return ((number, line) for number, raw in numbered if (line := paste.clean(raw)) is not None)
 
 
 def triage_lines(raw: Iterable[str], source: str, fmt: str | None = None) -> TriageReport:
@@ -63,10 +70,7 @@ def _triage(raw_iter: Iterator[str], stream: BinaryIO | None, source: str, fmt: 
     # start again from the first line, cleaned for this format, and go on through the rest as it streams
     paste = Paste(launchers=found not in KEEPS_LAUNCHERS)
     if found == "kernel-log" and stream is not None:
-        numbered = chain(enumerate(sample, start=1), candidate_lines(stream, len(sample) + 1))
-        report = read_numbered_kernel_log(
-            ((number, line) for number, raw in numbered if (line := paste.clean(raw)) is not None), source
-        )
+        report = read_numbered_kernel_log(kernel_log_lines(stream, paste, sample), source)
     else:
         report = read(found, paste.cleaned(chain(sample, raw_iter)), source)
     report.notes[:0] = paste.notes()

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpufleet import yaml_input
 from gpufleet.errors import ManifestError
 from gpufleet.spec.base import explain_validation
 
@@ -155,10 +156,7 @@ class DevicePluginConfig(_Config):
 
 
 def load_config(text: str, source: str = "device-plugin config") -> DevicePluginConfig:
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ManifestError(source, f"not valid YAML: {exc}", fix="fix the YAML syntax") from None
+    doc = yaml_input.load(text, source)
     if not isinstance(doc, dict):
         raise ManifestError(source, "expected a mapping with `version: v1`", fix="start the file with `version: v1`")
     if doc.get("version") != "v1":

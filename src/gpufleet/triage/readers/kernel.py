@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -124,6 +124,20 @@ def _escalate(finding: TriageFinding, event: KernelEvent, history: FaultHistory,
     return False
 
 
+def kernel_events(lines: Iterable[tuple[int, str]], parser: KmsgParser) -> Iterator[KernelEvent]:
+    """The events of (line number, text) pairs as the parser completes them, each handed on and not kept; the
+    parser keeps the first MAX_REJECTED unreadable lines and counts the rest."""
+    for number, line in lines:
+        parser.skip_to(number)
+        yield from parser.feed_line(line)
+        parser.scan.events.clear()
+        if len(parser.scan.rejected) > MAX_REJECTED:
+            parser.rejected_unlisted += len(parser.scan.rejected) - MAX_REJECTED
+            del parser.scan.rejected[MAX_REJECTED:]
+    yield from parser.finish()
+    parser.scan.events.clear()
+
+
 def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> TriageReport:
     """The same from (line number, text) pairs, which may leave out lines that hold nothing to read
     (`kmsg_stream.candidate_lines`). Memory stays bounded: events are judged and grouped as they come."""
@@ -135,22 +149,10 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
     findings = _Findings()
     seen = 0
 
-    def judge(events: list[KernelEvent]) -> None:
-        nonlocal seen
-        for event in events:
-            seen += 1
-            finding = _event_finding(event, policy)
-            findings.add(finding, event.line, _escalate(finding, event, history, detector))
-        parser.scan.events.clear()  # judged: the parser need not keep them
-
-    rejected = 0
-    for number, line in lines:
-        parser.skip_to(number)
-        judge(parser.feed_line(line))
-        if len(parser.scan.rejected) > MAX_REJECTED:
-            rejected += len(parser.scan.rejected) - MAX_REJECTED
-            del parser.scan.rejected[MAX_REJECTED:]
-    judge(parser.finish())
+    for event in kernel_events(lines, parser):
+        seen += 1
+        finding = _event_finding(event, policy)
+        findings.add(finding, event.line, _escalate(finding, event, history, detector))
     findings.into(report)
     for bad in parser.scan.rejected:
         report.findings.append(
@@ -162,8 +164,8 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
                 evidence=[bad.raw],
             )
         )
-    if rejected:
-        report.notes.append(f"{rejected} more unreadable GPU lines not listed")
+    if parser.rejected_unlisted:
+        report.notes.append(f"{parser.rejected_unlisted} more unreadable GPU lines not listed")
     if not seen:
         if parser.scan.rejected:  # the only GPU lines could not be read: saying healthy would be a guess
             report.judged = False
