@@ -107,7 +107,7 @@ def _journal_json(line: str) -> Frame | None:
     """`journalctl -o json`: the message may hold several lines (a multi-line printk is one journal entry)."""
     try:
         entry = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting past the stack, not a journal entry
         return None
     if not isinstance(entry, dict) or "MESSAGE" not in entry:
         return None
