@@ -1,10 +1,14 @@
-"""`gpufleet diag` through the real entry point: a saved dcgmi run is judged and the exit code says so."""
+"""`gpufleet diag` through the real entry point: a saved dcgmi run is judged (as `gpufleet triage` judges it) and
+the exit code says so; a saved NVLink status is judged alone; unreadable files are clear errors."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.clirun import gpufleet
+
+DATA = Path(__file__).parents[1] / "sources" / "data"
 
 
 def test_cli_judges_a_saved_dcgmi_run_and_exits_1(corpus: Path) -> None:
@@ -13,3 +17,64 @@ def test_cli_judges_a_saved_dcgmi_run_and_exits_1(corpus: Path) -> None:
     )
     assert res.returncode == 1, res.stderr
     assert '"verdict": "Fail"' in res.stdout
+
+
+def test_the_diagnostics_own_error_exits_3_with_the_fix() -> None:
+    res = gpufleet("diag", "-r", "2", "--dcgmi-output", str(DATA / "dcgmi_diag_4x_r2_internal_error.txt"), "-o", "json")
+    assert res.returncode == 3, res.stderr
+    body = json.loads(res.stdout)
+    assert body["verdict"] == "Unknown" and set(body) == {"node", "level", "verdict", "checks"}
+    statuses = {c["name"]: c["status"] for c in body["checks"]}
+    assert statuses == {"dcgmi: software": "Pass", "dcgmi: memory": "Pass", "dcgmi: pcie": "Unknown"}
+
+
+def test_passing_run_at_its_level_and_below_a_higher_one() -> None:
+    run = str(DATA / "dcgmi_diag_4x_r2_pass.txt")
+    assert gpufleet("diag", "-r", "2", "--dcgmi-output", run).returncode == 0
+    higher = gpufleet("diag", "-r", "3", "--dcgmi-output", run)
+    assert higher.returncode == 3 and "Unknown" in higher.stdout
+
+
+def test_a_hardware_failure_exits_1_and_a_pasted_copy_too(tmp_path: Path) -> None:
+    text = (DATA / "dcgmi_diag_4x_r3_memory_fail.txt").read_text()
+    pasted = tmp_path / "ticket.txt"
+    pasted.write_text("$ sudo dcgmi diag -r 3\r\n" + "".join(f"> {line}\r\n" for line in text.splitlines()))
+    for path in (DATA / "dcgmi_diag_4x_r3_memory_fail.txt", pasted):
+        res = gpufleet("diag", "-r", "3", "--dcgmi-output", str(path), "-o", "json")
+        assert res.returncode == 1 and json.loads(res.stdout)["verdict"] == "Fail", res.stderr
+
+
+def test_nvlink_status_alone(corpus: Path) -> None:
+    down = gpufleet("diag", "--nvlink-status", str(corpus / "nvlink_status_all_inactive_aznhc.txt"), "-o", "json")
+    assert down.returncode == 1, down.stderr
+    assert [c["name"] for c in json.loads(down.stdout)["checks"]] == ["Links"]
+    up = gpufleet("diag", "--nvlink-status", str(corpus / "nvlink_status_a100_ok_gpud.txt"))
+    assert up.returncode == 0 and "every NVLink active" in up.stdout
+
+
+def test_nvlink_status_with_a_passing_run_is_not_trusted(corpus: Path) -> None:
+    res = gpufleet(
+        "diag", "-r", "2", "--dcgmi-output", str(DATA / "dcgmi_diag_4x_r2_pass.txt"),
+        "--nvlink-status", str(corpus / "nvlink_status_all_inactive_aznhc.txt"), "-o", "json",
+    )  # fmt: skip
+    assert res.returncode == 1
+    links = [c for c in json.loads(res.stdout)["checks"] if c["name"] == "Links"]
+    assert links[0]["detail"].startswith("dcgmi said Pass but")
+
+
+def test_unreadable_inputs_are_clear_errors(tmp_path: Path) -> None:
+    cases = {
+        str(tmp_path / "nope.txt"): "no such file",
+        str(tmp_path): "is a directory",
+        "/dev/zero": "not a regular file",
+    }
+    for path, words in cases.items():
+        for flag in ("--dcgmi-output", "--nvlink-status"):
+            res = gpufleet("diag", flag, path)
+            assert res.returncode != 0 and words in res.stderr and "Traceback" not in res.stderr, (flag, path)
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00\xff\xfe garbage\n" * 10)
+    res = gpufleet("diag", "--dcgmi-output", str(junk))
+    assert res.returncode != 0 and "no dcgmi diag table" in res.stderr and "Traceback" not in res.stderr
+    res = gpufleet("diag", "--nvlink-status", str(junk))
+    assert res.returncode != 0 and "Traceback" not in res.stderr

@@ -6,6 +6,8 @@ from pathlib import Path
 from gpufleet.nccl import allreduce_time_s
 from tests.clirun import gpufleet
 
+DATA = Path(__file__).resolve().parents[1] / "triage" / "readers" / "data"
+
 
 def test_predict_json() -> None:
     res = gpufleet(
@@ -79,6 +81,8 @@ def test_compare_infers_gpu_and_layout_from_device_lines(tmp_path: Path) -> None
         "#       size         count      type   redop    root     time   algbw   busbw #wrong",
         "  1073741824     268435456     float     sum      -1    20000   53.69   80.53      0"
         "    20000   53.69   80.53      0",
+        "# Out of bounds values : 0 OK",
+        "# Avg bus bandwidth    : 80.53 ",
     ]
     f = tmp_path / "run.txt"
     f.write_text("\n".join(f"[1,0]<stdout>:{line}" for line in header) + "\n")
@@ -93,3 +97,54 @@ def test_compare_infers_gpu_and_layout_from_device_lines(tmp_path: Path) -> None
         "2.21.5",
     )
     assert data["verdict"] == "underperforming"  # 80 GB/s where 2 x 400 Gb/s NICs per node allow far more
+
+
+def test_compare_reads_everything_from_a_whole_run() -> None:
+    res = gpufleet("nccl", "compare", str(DATA / "nccl_tests_a100_allreduce_8gpu.txt"), "-o", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert (data["verdict"], data["complete"], data["op"]) == ("healthy", True, "allreduce")
+    assert (data["topology"]["gpu"], data["topology"]["gpus_per_node"]) == ("a100-80gb", 8)
+    assert data["assumed"] == ["NCCL 2.30 model (not in the output)"]
+    assert not any(r["flagged"] for r in data["rows"]) and data["rows"][-1]["bytes"] == 8 << 30
+
+
+def test_compare_output_cut_before_the_closing_line_is_unknown(tmp_path: Path) -> None:
+    text = (DATA / "nccl_tests_a100_allreduce_8gpu.txt").read_text()
+    cut = tmp_path / "cut.txt"
+    cut.write_text(text[: text.index("# Out of bounds")])
+    res = gpufleet("nccl", "compare", str(cut), "-o", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["verdict"] == "unknown" and data["complete"] is False and data["causes"] == []
+    table = gpufleet("nccl", "compare", str(cut))
+    assert "unknown" in table.stdout and "closing '# Avg bus bandwidth' line" in table.stdout
+
+
+def test_compare_without_a_gpu_still_reports_corruption(tmp_path: Path) -> None:
+    text = (DATA / "nccl_tests_a40_wrong.txt").read_text().replace("NVIDIA A40", "NVIDIA Quadro Z9000")
+    run = tmp_path / "run.txt"
+    run.write_text(text)
+    res = gpufleet("nccl", "compare", str(run), "-o", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["verdict"] == "failed" and data["topology"] is None and "not in the catalog" in data["not_judged"]
+    assert [c["code"] for c in data["causes"]] == ["data_corruption"]
+    healthy = tmp_path / "healthy.txt"
+    healthy.write_text((DATA / "nccl_tests_a100_allreduce_8gpu.txt").read_text().replace("A100", "Z9"))
+    res = gpufleet("nccl", "compare", str(healthy))
+    assert res.returncode != 0 and "not in the catalog" in res.stderr and "--gpu" in res.stderr
+    res = gpufleet("nccl", "compare", str(healthy), "--gpu", "a100-80gb", "-o", "json")
+    assert json.loads(res.stdout)["verdict"] == "healthy"
+
+
+def test_compare_several_runs_in_one_file(tmp_path: Path) -> None:
+    both = tmp_path / "both.txt"
+    both.write_text(
+        (DATA / "nccl_tests_a100_allreduce_8gpu.txt").read_text()
+        + (DATA / "nccl_tests_h100_allgather_slow.txt").read_text()
+    )
+    res = gpufleet("nccl", "compare", str(both), "-o", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert [(d["op"], d["verdict"]) for d in data] == [("allreduce", "healthy"), ("allgather", "underperforming")]

@@ -41,7 +41,7 @@ HAZARDS: dict[str, bytes] = {
         b"NVRM: Xid (PCI:0000:3b:00): " + b"7" * 5000 + b", pid=1, boom\n"
     ),
     "float-overflow": b"    Power Draw          : 1e400 W\n  1e400  1e400  float  sum  -1  1e400  1e400  1e400  0\n",
-    "deep-nesting": b"[" * 100_000 + b"\n" + b"{\"kind\": \"Node\", \"a\": " * 20_000 + b"\n",
+    "deep-nesting": b"[" * 100_000 + b"\n" + b'{"kind": "Node", "a": ' * 20_000 + b"\n",
     "empty": b"",
     "endless-line": b"x" * (2 * 1024 * 1024),
 }

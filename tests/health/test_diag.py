@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.health.diag import judge
+from gpufleet.health.diag import judge, judge_links
 from gpufleet.sim.diag import twin_diag
 from gpufleet.sim.faults import InjectedFault
-from gpufleet.sources.dcgmi import DiagReport, DiagTest, DiagTestResult
+from gpufleet.sources.dcgmi import DiagReport, DiagTest, DiagTestResult, parse_diag
 from gpufleet.sources.topo import parse_nvlink_status
 from gpufleet.spec.scenario_spec import FaultType
 from tests.twins import small_twin
+
+DATA = Path(__file__).parents[1] / "sources" / "data"
 
 
 def test_a_healthy_node_passes_every_level() -> None:
@@ -52,3 +54,35 @@ def test_a_dcgmi_pass_with_nvlink_down_is_not_trusted(corpus: Path) -> None:
     outcome = judge(passing, "node", 2, nvlink)
     assert not outcome.passed
     assert "dcgmi said Pass but" in outcome.failures()[-1]
+
+
+def _report(name: str, level: int) -> DiagReport:
+    return parse_diag((DATA / name).read_text(), level=level)
+
+
+def test_the_diagnostics_own_error_is_unknown_not_a_gpu_failure() -> None:
+    outcome = judge(_report("dcgmi_diag_4x_r2_internal_error.txt", 2), "node", 2)
+    assert outcome.verdict == "Unknown" and not outcome.passed and not outcome.failures()
+    pcie = next(c for c in outcome.checks if c.name == "dcgmi: pcie")
+    assert pcie.status == "Unknown" and "the diagnostic itself failed" in pcie.detail and "Restart DCGM" in pcie.detail
+
+
+def test_a_hardware_failure_fails_and_names_the_gpu() -> None:
+    outcome = judge(_report("dcgmi_diag_4x_r3_memory_fail.txt", 3), "node", 3)
+    assert outcome.verdict == "Fail"
+    assert any("GPU 1" in f for f in outcome.failures())
+
+
+def test_a_cut_output_or_a_lower_level_is_never_a_pass() -> None:
+    text = (DATA / "dcgmi_diag_4x_r2_pass.txt").read_text()
+    cut = parse_diag(text[: len(text) // 2], level=2)
+    assert judge(cut, "node", 2).verdict == "Unknown"
+    assert judge(_report("dcgmi_diag_4x_r2_pass.txt", 2), "node", 2).verdict == "Pass"
+    assert judge(_report("dcgmi_diag_4x_r2_pass.txt", 3), "node", 3).verdict == "Unknown"  # no stress tests
+
+
+def test_links_alone(corpus: Path) -> None:
+    down = judge_links("node", 1, parse_nvlink_status((corpus / "nvlink_status_all_inactive_aznhc.txt").read_text()))
+    assert down.verdict == "Fail" and "GPU 6 NVLink" in down.failures()[0] and "dcgmi said" not in down.failures()[0]
+    up = judge_links("node", 1, parse_nvlink_status((corpus / "nvlink_status_a100_ok_gpud.txt").read_text()))
+    assert up.verdict == "Pass" and up.checks[0].name == "Links"

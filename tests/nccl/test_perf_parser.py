@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ParseError
-from gpufleet.nccl.perf_parser import parse_perf
+from gpufleet.nccl.perf_parser import parse_perf, parse_perf_runs
 
 HEADER = """# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20
 #  Rank  0 Group  0 Pid  11111 on   node-a device  0 [0x18] NVIDIA H100 80GB HBM3
@@ -86,3 +86,115 @@ def test_nccl_version_line() -> None:
     )
     t = parse_perf(text)
     assert t.nccl_version == "2.21.5" and len(t.rows) == 1
+
+
+ROW = (
+    "     1048576        262144     float     sum      -1    50.00   20.97   31.46      0"
+    "    49.00   21.40   32.10      0"
+)
+FOOTER = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 31.78 \n#\n"
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "#   Rank  0 on     node-a device  0 [0x1a] Tesla V100-SXM2-32GB",  # 1.x: no Pid
+        "#   Rank  0 Pid   4242 on     node-a device  0 [0x1a] Tesla V100-SXM2-32GB",  # 2.0-2.13
+        "#  Rank  0 Group  0 Pid   4242 on     node-a device  0 [0x1a] Tesla V100-SXM2-32GB",  # 2.14
+        "#  Rank  0 Group  0 Pid   4242 on     node-a device  0 [0000:1a:00] Tesla V100-SXM2-32GB",  # 2.15+
+        "  Rank  0 Group  0 Pid   4242 on     node-a device  0 [0000:1a:00] Tesla V100-SXM2-32GB",  # '#' lost
+    ],
+)
+def test_device_lines_of_every_version(device: str) -> None:
+    t = parse_perf(f"{device}\n{ROW}\n{FOOTER}")
+    assert (t.gpu_name, t.hosts, t.nranks, t.nodes) == ("Tesla V100-SXM2-32GB", ["node-a"], 1, 1)
+
+
+def test_version_lines_and_run_names() -> None:
+    text = (
+        "# nccl-tests version 2.19.6 nccl-headers=22807 nccl-library=22807\n"
+        "# Collective test starting: ./build/reduce_scatter_perf\n" + ROW + "\n" + FOOTER
+    )
+    t = parse_perf(text)
+    assert (t.tests_version, t.nccl_version, t.op, t.truncated) == ("2.19.6", "2.28.7", "reducescatter", False)
+    assert parse_perf("# nccl-tests version 2.0.0 nccl-headers=2804 nccl-library=2804\n" + ROW).nccl_version == "2.8.4"
+
+
+def test_zero_byte_rows_are_read_and_left_out() -> None:
+    zero = "           0             0     float    none      -1" + "     0.00    0.00    0.00      0" * 2
+    t = parse_perf(f"{zero}\n{zero}\n{ROW}\n{FOOTER}")
+    assert t.zero_rows == 2 and [r.bytes for r in t.rows] == [1048576] and not t.truncated
+
+
+def test_the_closing_line_and_rows_cut_short() -> None:
+    assert not parse_perf(f"{HEADER}{ROW}\n{FOOTER}").truncated
+    assert parse_perf(f"{HEADER}{ROW}\n").truncated  # no `# Avg bus bandwidth`: cut, or the run never finished
+    cut = parse_perf(f"{HEADER}{ROW}\n{ROW[:95]}\n")  # through the in-place time
+    assert cut.truncated and cut.rows[-1].partial and cut.rows[-1].ip_busbw is None
+    assert cut.rows[-1].oop_busbw == pytest.approx(31.46)
+    for short in (ROW[:70], "     2097152        524288     float     sum      -1"):  # no bandwidth yet
+        only_size = parse_perf(f"{HEADER}{ROW}\n{short}\n")
+        assert only_size.truncated and len(only_size.rows) == 1
+
+
+def test_not_applicable_and_old_error_columns() -> None:
+    na = ROW.replace("      0    49.00", "    N/A    49.00").removesuffix("      0") + "    N/A"
+    t = parse_perf(f"{na}\n{FOOTER}")
+    assert t.rows[0].oop_wrong is None and t.rows[0].busbw == pytest.approx(32.10) and t.wrong_column == "off"
+    old = (
+        "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "        4096          1024     float     sum    93.73    0.04    0.09  1e-06    93.15    0.04    0.09  2e+00\n"
+        "# Out of bounds values : 3 FAILED\n# Avg bus bandwidth    : 0.09 \n"
+    )
+    t = parse_perf(old)  # 2.0-2.12: the largest difference, not a count; no root column
+    assert t.rows[0].wrong == 0 and t.wrong_column == "delta" and t.out_of_bounds == 3
+    assert t.rows[0].oop_time_us == pytest.approx(93.73) and t.rows[0].busbw == pytest.approx(0.09)
+
+
+def test_per_iteration_columns_timestamps_and_fp8() -> None:
+    header = (
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max"
+        "    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%           timestamp"
+    )
+    row = (
+        "     1048576       1048576    f8e4m3     sum      -1    50.00   20.97   31.46       0    48.00    55.00"
+        "    54.00     3.10    49.00   21.40   32.10       0    47.00    52.00    51.00     2.20  2025-03-14 10:22:01"
+    )
+    t = parse_perf(f"{header}\n{row}\n{FOOTER}")
+    (r,) = t.rows
+    assert (r.dtype, r.oop_busbw, r.ip_time_us, r.ip_busbw, r.ip_wrong) == ("f8e4m3", 31.46, 49.0, 32.10, 0)
+
+
+def test_hypercube_prints_no_redop() -> None:
+    row = ROW.replace("     sum", "        ")
+    assert parse_perf(f"{row}\n{FOOTER}").rows[0].busbw == pytest.approx(32.10)
+
+
+def test_runs_one_after_another_are_kept_apart() -> None:
+    first = f"# Collective test starting: all_reduce_perf\n{HEADER}{ROW}\n{FOOTER}"
+    second = "# Collective test starting: all_gather_perf\n# nThread 1 nGpus 8 minBytes 8\n"
+    second += ROW.replace("sum", "none")
+    runs = parse_perf_runs(f"{first}{second}\n".splitlines())
+    assert [(r.op, len(r.rows), r.truncated) for r in runs] == [("allreduce", 1, False), ("allgather", 1, True)]
+    assert runs[0].nranks == 4 and runs[1].nranks is None
+
+
+def test_absurd_numbers_are_not_rows() -> None:
+    huge = "9" * 40 + ROW.lstrip().removeprefix("1048576")
+    inf = ROW.replace("31.46", "1e400")
+    t = parse_perf(f"{huge}\n{inf}\n{ROW}\n{FOOTER}")
+    assert [r.busbw for r in t.rows] == [pytest.approx(32.10)]  # 1e400 is no bandwidth: not a row
+
+
+def test_a_failure_is_kept_and_what_the_output_ends_with() -> None:
+    text = f"{HEADER}h:1:2 [0] NCCL WARN an early warning\n{ROW}\nh: Test NCCL failure common.cu:1 'internal error'\n"
+    t = parse_perf(text)
+    assert len(t.errors) == 2 and t.last_errors == ["h: Test NCCL failure common.cu:1 'internal error'"]
+
+
+def test_not_applicable_in_place_of_any_number() -> None:
+    na_times = ROW.replace("50.00", "  N/A").replace("49.00", "  N/A")
+    no_bandwidth = "     2097152        524288     float     sum      -1" + "      N/A     N/A     N/A      0" * 2
+    t = parse_perf(f"{na_times}\n{no_bandwidth}\n{FOOTER}")
+    assert [r.busbw for r in t.rows] == [pytest.approx(32.10)] and t.rows[0].time_us is None
+    assert not t.truncated  # a row of N/A is no row cut short

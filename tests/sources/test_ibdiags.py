@@ -18,7 +18,11 @@ from gpufleet.sources.ibdiags import (
     parse_ibnetdiscover,
     parse_ibqueryerrors,
     parse_link_events,
+    parse_link_line,
     parse_perfquery,
+    scan_iblinkinfo,
+    scan_ibnetdiscover,
+    scan_perfquery,
 )
 
 IBSIM = Path(__file__).parent / "data" / "ibsim"  # real tool output from a simulated fabric (see README.md)
@@ -189,3 +193,165 @@ def test_link_flaps_in_syslog(corpus: Path) -> None:
 def test_kernel_link_messages() -> None:
     text = "[ 12.0] mlx5_core 0000:3b:00.0 ib0: Link down\n[ 13.0] mlx5_core 0000:3b:00.0 ib0: Link up\n"
     assert [(e.interface, e.state) for e in parse_link_events(text)] == [("ib0", "down"), ("ib0", "up")]
+
+
+# -- every version's names and modes (real captures from ibsim and outputs written from the tools' source) -----
+IB = Path(__file__).parents[1] / "triage" / "readers" / "data" / "ib"  # shared with the IB readers' tests
+
+
+def _ib(name: str) -> str:
+    return (IB / name).read_text()
+
+
+def test_perfquery_names_before_2010_are_the_catalogs() -> None:
+    [old] = parse_perfquery(_ib("perfquery_old_names_2008.txt"))
+    assert (old.lid, old.port, old.extended, old.cap_mask, old.complete) == (4, 1, False, None, True)
+    assert old.counters["SymbolErrorCounter"] == 65535 and old.counters["LinkErrorRecoveryCounter"] == 255
+    assert old.counters["PortXmitDiscards"] == 87 and old.counters["PortXmitData"] == 4294967295
+    assert old.printed["SymbolErrorCounter"] == "SymbolErrors" and "SymbolErrors" not in old.counters
+    assert set(old.known()) == set(load_ib_counters()) - {"PortXmitWait"}  # before XmtWait existed
+    [later] = parse_perfquery(_ib("perfquery_old_names_2010.txt"))
+    assert later.counters["PortXmitWait"] == 1523 and later.printed["PortXmitWait"] == "XmtWait"
+    assert later.cap_mask == "0x1200" and later.complete
+
+
+def test_perfquery_attributes_and_port_names() -> None:
+    [details] = parse_perfquery(_ib("perfquery_rcv_error_details_ibsim.txt"))
+    assert (details.attribute, details.counters["PortLocalPhysicalErrors"], details.complete) == (
+        "PortRcvErrorDetails",
+        5,
+        True,
+    )
+    [summed] = parse_perfquery(_ib("perfquery_all_ports_ibsim.txt"))
+    assert (summed.lid, summed.port, summed.cap_mask) == (4, 255, "0x1300")
+    [dr] = parse_perfquery(_ib("perfquery_dr_path_busy.txt"))
+    assert (dr.lid, dr.port, dr.where) == (None, 1, "DR path slid 0; dlid 0; 0,1")
+    [ext] = parse_perfquery(_ib("perfquery_x_error_counters.txt"))
+    assert ext.extended and ext.cap_mask2 == "0x0000002" and ext.complete
+    assert (ext.counters["SymbolErrorCounter"], ext.counters["LinkDownedCounter"]) == (123456, 300)
+
+
+def test_perfquery_records_that_lack_fields_are_incomplete() -> None:
+    for name in ("perfquery_saturated_ibsim.txt", "perfquery_x_error_counters.txt", "perfquery_old_names_2008.txt"):
+        lines = _ib(name).splitlines()
+        for cut in range(2, len(lines)):  # every cut inside the record (QP1Dropped came late: optional)
+            if all("QP1Dropped" in line for line in lines[cut:]):
+                continue
+            scan = scan_perfquery("\n".join(lines[:cut]))
+            assert scan.truncated and not scan.blocks[0].complete, (name, cut)
+        for drop in range(3, len(lines)):  # a line left out in the middle (QP1Dropped came late: optional)
+            if "QP1Dropped" in lines[drop]:
+                continue
+            scan = scan_perfquery("\n".join(lines[:drop] + lines[drop + 1 :]))
+            assert scan.truncated, (name, lines[drop])
+
+
+def test_perfquery_excerpt_and_failures() -> None:
+    lines = _ib("perfquery_x_ibsim.txt").splitlines()
+    scan = scan_perfquery("\n".join(lines[4:]))  # from PortRcvData on: no header
+    [block] = scan.blocks
+    assert scan.starts_mid_record and (block.attribute, block.extended, block.lid) == (
+        "PortCountersExtended",
+        True,
+        None,
+    )
+    assert block.complete  # it owes only the fields after its first
+    failed = scan_perfquery(_ib("perfquery_failed_ibsim.txt"))
+    assert not failed.blocks and any("iberror" in d for d in failed.diagnostics)
+    with pytest.raises(ParseError, match="classportinfo"):
+        parse_perfquery(_ib("perfquery_failed_ibsim.txt"))
+
+
+def test_ibqueryerrors_every_version() -> None:
+    old = parse_ibqueryerrors(_ib("ibqueryerrors_old_names_1_5.txt"))
+    assert not old.summary and old.suppressed == ["PortRcvSwitchRelayErrors"]
+    assert [(p.node, p.port, p.counters) for p in old.ports] == [
+        (
+            "ISR9024D Voltaire",
+            3,
+            {"SymbolErrorCounter": 65535, "LinkErrorRecoveryCounter": 255, "LinkDownedCounter": 12},
+        ),
+        ("ISR9024D Voltaire", 9, {"PortXmitDiscards": 231, "PortXmitWait": 2867}),
+        ("node17 HCA-1", 1, {"PortRcvErrors": 14}),
+    ]
+    assert old.ports[0].printed["LinkErrorRecoveryCounter"] == "LinkRecovers"
+    perl = parse_ibqueryerrors(_ib("ibqueryerrors_perl_2008.txt"))
+    assert perl.ports[0].counters == {"SymbolErrorCounter": 4, "LinkErrorRecoveryCounter": 1}
+    wide = parse_ibqueryerrors(_ib("ibqueryerrors_64bit.txt"))
+    assert wide.ports[0].counters["SymbolErrorCounter"] == 70213 and "SymbolErrorCounter" in wide.ports[0].wide
+    assert (wide.pma_failures, wide.thresholds, wide.summary, wide.bad_ports) == (3, {}, True, 2)
+    assert wide.ports[1].port is None and wide.ports[1].node_guid == "0x946dae0300f1a2b0"
+    signed = parse_ibqueryerrors('Errors for "n"\n   GUID 0x1 port 1: [PortXmitWait == -2]\n')
+    assert signed.ports[0].counters == {"PortXmitWait": (1 << 32) - 2}  # versions printing %d wrapped
+    thresholds = parse_ibqueryerrors(_ib("ibqueryerrors_thresholds_ibsim.txt"))
+    assert thresholds.thresholds == {"SymbolErrorCounter": 10, "PortXmitWait": 1000, "LinkDownedCounter": 10}
+    suppressed = parse_ibqueryerrors(_ib("ibqueryerrors_suppressed_ibsim.txt"))
+    assert suppressed.suppressed == ["SymbolErrorCounter", "PortXmitWait"]
+
+
+def test_ibqueryerrors_link_info_and_data_counters() -> None:
+    report = parse_ibqueryerrors(_ib("ibqueryerrors_report_port_ibsim.txt"))
+    leaf = next(p for p in report.ports if p.node == "leaf1" and p.port == 35)
+    link = parse_link_line(leaf.detail)
+    assert link is not None and (link.lid, link.port, link.state, link.phys_state) == (4, 35, "Down", "Polling")
+    data = parse_ibqueryerrors(_ib("ibqueryerrors_data_ibsim.txt"))
+    node01 = data.ports[0]
+    assert node01.counters["PortXmitData"] == 12456 and "PortXmitData" in node01.wide
+    assert "SymbolErrorCounter" not in node01.wide  # 16-bit PortCounters value
+    counters_only = parse_ibqueryerrors('Data Counters for 0x1 "n"\n   GUID 0x1 port 1: [PortXmitData == 8 (8.000B)]\n')
+    assert counters_only.ports[0].data_only
+
+
+def test_iblinkinfo_every_mode() -> None:
+    line_mode = scan_iblinkinfo(_ib("iblinkinfo_line_ibsim.txt"))
+    types = {(link.node, link.node_type) for link in line_mode.links}
+    assert ("leaf1", "Switch") in types and ("node01 mlx5_0", "CA") in types and not line_mode.unreadable
+    first = line_mode.links[0]
+    assert first.remote_guid is not None and first.remote_lid is not None
+    settings = scan_iblinkinfo(_ib("iblinkinfo_settings_ibsim.txt"))
+    assert settings.links[0].settings == "(HOQ:0 VL_Stall:7)" and settings.links[0].note == "Could be 12X"
+    fdr = {link.port: link for link in scan_iblinkinfo(_ib("iblinkinfo_fdr_states.txt")).links}
+    assert (fdr[2].speed, fdr[2].speed_gbps) == ("10.0 Gbps (FDR10)", 10.0)
+    assert fdr[3].note == "Could be FDR10 (Found link at QDR but expected speed is FDR10)"
+    assert (fdr[4].state, fdr[5].state, fdr[6].phys_state) == ("Armed", "Initialize", "LinkUp")
+    perl = scan_iblinkinfo(_ib("iblinkinfo_perl_2008.txt"))
+    assert [(li.node, li.node_type, li.port, li.width, li.state, li.phys_state, li.note) for li in perl.links[:3]] == [
+        ("ISR9024D Voltaire", "Switch", 1, "4X", "Active", "LinkUp", ""),
+        ("ISR9024D Voltaire", "Switch", 2, "1X", "Active", "LinkUp", "Could be 4X"),
+        ("ISR9024D Voltaire", "Switch", 3, "4X", "Down", "Polling", ""),
+    ]
+    assert len(perl.links) == 24 and not perl.unreadable
+    degraded = {li.port: li for li in scan_iblinkinfo(_ib("iblinkinfo_degraded_ibsim.txt")).links if li.node == "leafA"}
+    assert not degraded[3].far_end_available and degraded[3].note == "Port not available"
+    assert degraded[1].width == "1X" and degraded[2].speed_gbps == 25.78125
+
+
+def test_iblinkinfo_far_end_cut_off_and_excerpts() -> None:
+    line = "           4    1[  ] ==( 4X        53.125 Gbps Active/  LinkUp)"
+    [link] = scan_iblinkinfo(line).links
+    assert not link.far_end_shown and link.remote_port is None and link.up
+    scan = scan_iblinkinfo(_ib("iblinkinfo_ibsim.txt").split("Switch: 0x0000000000200002 leaf1:\n", 1)[1])
+    assert scan.starts_mid_record or scan.links[0].node == ""
+    assert scan_iblinkinfo("Switch: 0x1 s:\nCA: x:\n").empty_nodes == ["s", "x"]
+
+
+def test_ibnetdiscover_every_mode() -> None:
+    grouped = parse_ibnetdiscover(_ib("ibnetdiscover_grouped_ibsim.txt"))
+    full = parse_ibnetdiscover(_ib("ibnetdiscover_full_ibsim.txt"))
+    assert len(grouped.links) == len(full.links) == 40
+    assert all((link.width, link.speed) == ("4x", "HDR") for link in full.links)  # ` s=4 w=2 v=4` after it
+    ports = scan_ibnetdiscover(_ib("ibnetdiscover_ports_degraded_ibsim.txt"))
+    assert ports.ports_report and len(ports.links) == 12 and len(ports.unconnected) == 8
+    gpu01 = next(link for link in ports.links if link.node == "Ca:gpu01 mlx5_0")
+    assert (gpu01.width, gpu01.speed, gpu01.lid, gpu01.remote_lid, gpu01.remote) == ("1x", "HDR", 2, 3, "Switch:leafA")
+    no_sm = parse_ibnetdiscover(_ib("ibnetdiscover_init_no_sm_ibsim.txt"))
+    assert {link.lid for link in no_sm.links} == {0} and {link.remote_lid for link in no_sm.links} == {0}
+    mixed = parse_ibnetdiscover(_ib("ibnetdiscover_ndr_mixed.txt"))
+    switch_side = {link.port: (link.width, link.speed) for link in mixed.links if link.node.startswith("S-")}
+    assert switch_side == {1: ("4x", "NDR"), 2: ("2x", "NDR"), 3: ("1x", "NDR"), 4: ("4x", "EDR")}
+    unknown = scan_ibnetdiscover(
+        'Switch\t8 "S-1"\t\t# "s" base port 0 lid 3 lmc 0\n[1]\t"H-2"[1](3) \t\t# "h" lid 4 ?????\n'
+    )
+    assert (unknown.links[0].width, unknown.links[0].speed, unknown.links[0].remote_lid) == (None, None, 4)
+    with pytest.raises(ParseError, match="not an ibnetdiscover line"):
+        parse_ibnetdiscover('Ca\t : 0x0000000000100011 ports 2 devid 0x0 vendid 0x0 "node08 mlx5_0"\n')

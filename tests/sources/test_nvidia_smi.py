@@ -17,6 +17,7 @@ import pytest
 from gpufleet.errors import ParseError
 from gpufleet.sources.nvidia_smi import parse_query, parse_query_text, parse_query_xml
 from gpufleet.sources.nvidia_smi_table import parse_table
+from gpufleet.sources.nvidia_smi_values import unreadable
 
 NVSMI_Q_01_AS_XML = """<?xml version="1.0" ?>
 <!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v11.dtd">
@@ -436,3 +437,148 @@ def test_unreachable_gpu_and_failed_runs() -> None:
         "Make sure that the latest NVIDIA driver is installed and running.\n"
     )
     assert failed.gpus == [] and failed.errors[0].startswith("NVIDIA-SMI has failed")
+
+
+# -- values nvidia-smi could not read, ECC mode, excerpts and cuts ---------------------------------------------
+@pytest.mark.parametrize(
+    ("printed", "meaning"),
+    [
+        ("N/A", "not-available"),
+        ("[N/A]", "not-available"),
+        ("[Not Supported]", "not-available"),
+        ("Not Supported", "not-available"),
+        ("[Insufficient Permissions]", "not-available"),
+        ("ERR!", "read-error"),
+        ("[Unknown Error]", "read-error"),
+        ("Unknown Error", "read-error"),
+        ("[Timeout]", "read-error"),
+        ("[Some Future NVML Error]", "read-error"),
+        ("[GPU requires reset]", "reset-required"),
+        ("[GPU is lost]", "gpu-lost"),
+        ("81 C", None),
+        ("Enabled", None),
+        ("[...]", None),
+    ],
+)
+def test_the_sentinel_vocabulary(printed: str, meaning: str | None) -> None:
+    assert unreadable(printed) == meaning
+
+
+def test_error_values_are_kept_with_their_lines_and_read_as_none() -> None:
+    text = (
+        FULL_TEXT.replace("81 C", "ERR!")
+        .replace("699.13 W", "[GPU requires reset]")
+        .replace(
+            "Fan Speed                             : N/A", "Fan Speed                             : [Unknown Error]"
+        )
+    )
+    gpu = parse_query_text(text).gpus[0]  # strict: these are nvidia-smi's own words, not bad input
+    assert gpu.temp_c is None and gpu.power_draw_w is None and gpu.fan_speed_pct is None
+    found = {v.name: (v.printed, v.kind, v.line) for v in gpu.unreadable}
+    assert found["Temperature/GPU Current Temp"] == ("ERR!", "read-error", "GPU Current Temp                  : ERR!")
+    assert found["GPU Power Readings/Power Draw"][1] == "reset-required"
+    assert found["Fan Speed"][1] == "read-error"
+    assert len(found) == 3  # N/A values are not faults
+
+
+def test_xml_error_values_are_kept() -> None:
+    gpu = parse_query_xml(FULL_XML.replace("<gpu_temp>81 C", "<gpu_temp>[GPU is lost]")).gpus[0]
+    assert gpu.temp_c is None
+    assert [(v.name, v.kind) for v in gpu.unreadable] == [("temperature/gpu_temp", "gpu-lost")]
+
+
+@pytest.mark.parametrize(("current", "pending"), [("Disabled", "Disabled"), ("Off", "Off"), ("Disabled", "Enabled")])
+def test_ecc_mode_off_parses(current: str, pending: str) -> None:
+    text = FULL_TEXT.replace(
+        "    ECC Mode\n        Current                           : Enabled\n",
+        f"    ECC Mode\n        Current                           : {current}\n"
+        f"        Pending                           : {pending}\n",
+    )
+    gpu = parse_query_text(text).gpus[0]
+    assert gpu.ecc_mode_current is False and gpu.ecc_mode_pending is (pending == "Enabled")
+
+
+def test_table_ecc_off_and_err_cells() -> None:
+    data = Path(__file__).parents[1] / "triage" / "readers" / "data"
+    off = parse_table((data / "nvsmi_table_a100_ecc_off.txt").read_text())
+    assert [(g.ecc_mode_current, g.ecc_volatile_uncorrected_total) for g in off.gpus] == [(True, 0), (False, None)]
+    err = parse_table((data / "nvsmi_table_a40_err.txt").read_text())
+    lost = err.gpus[4]
+    assert lost.product_name is None and lost.temp_c is None and lost.pci == "0000:81:00"
+    assert [v.name for v in lost.unreadable] == [
+        "Name", "Volatile Uncorr. ECC", "Fan", "Temp", "Perf", "Pwr:Usage", "Pwr:Cap", "GPU-Util", "MIG M.",
+    ]  # fmt: skip
+    assert all(not g.unreadable for g in err.gpus[:4]) and err.cut_short is None and err.partial is None
+
+
+def test_table_with_a_redacted_bus_and_cut_inside_a_gpu() -> None:
+    data = Path(__file__).parents[1] / "triage" / "readers" / "data"
+    text = (data / "nvsmi_table_a100_ecc_off.txt").read_text().replace("00000000:0F:00.0", "        ...     ")
+    report = parse_table(text)
+    assert report.gpus[1].pci is None and report.gpus[1].pci_bus_id == "..."
+    cut = parse_table(text[: text.index("| N/A   31C")])
+    assert cut.cut_short == "the input ends inside GPU 1's rows"
+
+
+def test_excerpt_starting_mid_record_places_keys_by_their_unique_tail() -> None:
+    excerpt = (
+        "            DRAM Uncorrectable            : 4\n"  # Volatile or Aggregate: not placed
+        "        Aggregate\n"
+        "            SRAM Uncorrectable            : 2\n"
+        "            DRAM Uncorrectable            : 1\n"
+        "    Remapped Rows\n"
+        "        Pending                           : Yes\n"
+        "        Remapping Failure Occurred        : No\n"
+    )
+    report = parse_query_text(excerpt)
+    [gpu] = report.gpus
+    assert gpu.ecc_aggregate.sram_uncorrectable == 2 and gpu.ecc_volatile.dram_uncorrectable is None
+    assert gpu.remap_pending is True and report.cut_short is None
+
+
+def test_redacted_and_dedented_gpu_sections() -> None:
+    report = parse_query_text(
+        "GPU 00000000:...\nRetired Pages\n    Double Bit ECC : 3\n    Pending Page Blacklist : No\n"
+    )
+    [gpu] = report.gpus
+    assert gpu.pci_bus_id == "00000000:..." and gpu.pci is None and gpu.retired_dbe == 3
+
+
+@pytest.mark.parametrize(
+    ("cut_at", "why"),
+    [
+        ("            SRAM Uncorrectable Parity     : 3", "inside the 'ECC Errors' section"),
+        ("        Single Bit ECC", "at the 'Retired Pages' heading"),
+        ("        Remapping Failure Occurred", "inside the 'Remapped Rows' section"),
+        ("            HW Power Brake Slowdown", "inside the 'Clocks Event Reasons' section"),
+    ],
+)
+def test_a_record_cut_short_says_where(cut_at: str, why: str) -> None:
+    report = parse_query_text(FULL_TEXT[: FULL_TEXT.index(cut_at)])
+    assert report.cut_short is not None and why in report.cut_short
+
+
+def test_fewer_gpus_than_attached_or_no_processes_entry_is_partial(corpus: Path) -> None:
+    q01 = parse_query_text((corpus / "nvsmi_q_01_a100_ecc_rowremap_stas00.txt").read_text())
+    assert q01.partial == "it shows 1 of the 8 attached GPUs" and q01.cut_short is None
+    q03 = (corpus / "nvsmi_q_03_retired_pages_bad_aznhc.txt").read_text()
+    two = parse_query_text(q03[: q03.index("GPU 00000002")] + "GPU 00000002:00:00.0\n")
+    assert two.cut_short is not None and "header" in two.cut_short
+    assert parse_query_text(FULL_TEXT).partial is not None  # a full -q's GPU ends with its Processes entry
+    assert parse_query_text(FULL_TEXT + "    Processes                             : None\n").partial is None
+
+
+def test_the_last_gpu_shorter_than_the_one_before_is_cut(corpus: Path) -> None:
+    q04 = (corpus / "nvsmi_q_04_retired_pages_good_aznhc.txt").read_text()
+    cut = parse_query_text(q04[: q04.rindex("        Double Bit ECC")])
+    assert cut.cut_short is not None and parse_query_text(q04).cut_short is None
+
+
+def test_lenient_parsing_notes_what_does_not_read() -> None:
+    bad = FULL_TEXT.replace("81 C", "1e400 C").replace(
+        "Replays Since Reset               : 3", "Replays : " + "9" * 5000
+    )
+    report = parse_query_text(bad + "stray prose at the margin\n", strict=False)
+    assert report.gpus[0].temp_c is None and len(report.problems) == 2
+    with pytest.raises(ParseError, match="GPU Current Temp"):
+        parse_query_text(bad)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ParseError
-from gpufleet.sources.topo import expand_cpu_list, parse_nvlink_status, parse_topo_matrix
+from gpufleet.sources.topo import expand_cpu_list, parse_nvlink_status, parse_topo_matrix, read_nvlink_status
 
 # topo -m with NIC rows, tab-separated as nvidia-smi writes it (layout of an 8-GPU, 2-NIC excerpt)
 WITH_NICS = (
@@ -96,3 +96,72 @@ def test_nvlink_status_inactive_link_and_errors() -> None:
         parse_nvlink_status("\t Link 0: 25 GB/s\n")
     with pytest.raises(ParseError, match="unknown link state"):
         parse_nvlink_status("GPU 0: X (UUID: GPU-1)\n\t Link 0: fast\n")
+
+
+def test_single_spaced_columns_and_a_header_at_the_margin() -> None:
+    # as a paste loses the tabs (environment dumps print the matrix this way)
+    text = (
+        "GPU0 NIC0 NIC1 CPU Affinity NUMA Affinity GPU NUMA ID\n"
+        "GPU0 X NODE SYS 16-31 1 N/A\nNIC0 NODE X SYS\nNIC1 SYS SYS X\n"
+        "\nNIC Legend:\n\nNIC0: mlx5_2\nNIC1: mlx5_bond_0\n"
+    )
+    matrix = parse_topo_matrix(text)
+    assert matrix.devices == ["GPU0", "NIC0", "NIC1"] and matrix.cpu_affinity == {"GPU0": "16-31"}
+    assert matrix.numa_affinity == {"GPU0": 1} and matrix.nic_names["NIC1"] == "mlx5_bond_0"
+
+
+def test_lenient_matrix_says_where_it_is_cut(corpus: Path) -> None:
+    text = (corpus / "topo_m_01_a100_nv12_stas00.txt").read_text()
+    rows = parse_topo_matrix(text[: text.index("GPU6  NV12")], strict=False)
+    assert rows.cut_short == "the matrix ends before the rows for GPU6, GPU7" and len(rows.rows) == 6
+    mid_row = parse_topo_matrix(text[: text.index("GPU7  NV12") + 20], strict=False)
+    assert mid_row.cut_short == "the row for GPU7 stops after 3 of its 8 columns"
+    no_affinity = parse_topo_matrix(text[: text.rindex("24-47")], strict=False)
+    assert no_affinity.cut_short == "the row for GPU7 stops before its CPU affinity"
+    assert parse_topo_matrix(text, strict=False).cut_short is None
+
+
+def test_product_names_pasted_alongside_are_kept() -> None:
+    listing = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-2)\n"
+    assert parse_topo_matrix(WITH_NICS + listing).product_names == ["NVIDIA H100 80GB HBM3"] * 2
+
+
+def test_absurd_numbers_are_parse_errors_or_read_as_unknown() -> None:
+    with pytest.raises(ParseError, match="unknown connection type"):
+        parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tNV" + "9" * 5000 + "\nGPU1\tNV1\t X\n")
+    huge = parse_topo_matrix("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-99999999999\t" + "9" * 5000 + "\n")
+    assert huge.numa_affinity == {"GPU0": None}
+    with pytest.raises(ParseError, match="bad CPU list"):
+        huge.cpus("GPU0")
+    with pytest.raises(ParseError, match="more than"):
+        expand_cpu_list("0-999999")
+
+
+def test_nvlink_status_as_other_drivers_print_it() -> None:
+    text = (
+        "GPU 0: NVIDIA A100-PCIE-40GB\n"  # UUID left out by the one who pasted it
+        "NVML: Unable to retrieve Nvlink information as all links are inActive\n"
+        "GPU 1: NVIDIA GeForce RTX 5090 (UUID: GPU-2)\n"
+        "Device does not have or support Nvlink\n"
+        "GPU 2: NVIDIA GB200 (UUID: GPU-d1b93026-6d5b-03bd-3a71-f85b47a61bde)\n"
+        "Link 0: 53.125 GB/s\n"
+        "         Link 1: ERR!\n"
+        "\t Link 2: Active\n"
+    )
+    a100, geforce, gb200 = parse_nvlink_status(text)
+    assert a100.all_inactive and a100.uuid == "" and geforce.unsupported and not geforce.links
+    assert [(link.state, link.speed_gbps) for link in gb200.links] == [
+        ("active", 53.125),
+        ("unreadable", None),
+        ("active", None),
+    ]
+    assert gb200.lines[0].startswith("GPU 2:") and gb200.active_links == 2
+
+
+def test_nvlink_lenient_reading() -> None:
+    status = read_nvlink_status("\t Link 0: 25 GB/s\nGPU 1: X (UUID: GPU-1)\n\t Link 0: 25 GB", strict=False)
+    assert [g.index for g in status.gpus] == [-1, 1]
+    assert status.cut_short is not None and "25 GB" in status.cut_short
+    assert status.gpus[1].links[0].state == "unknown" and len(status.problems) == 1
+    cut_header = read_nvlink_status("GPU 6: NVIDIA A100-SXM4-80GB (UUID: GPU-9667d95e", strict=False)
+    assert cut_header.cut_short == "the last line does not read as nvlink -s output"

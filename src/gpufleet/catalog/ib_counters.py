@@ -1,4 +1,5 @@
-"""InfiniBand PMA port counters (ib_counters.csv): widths, sysfs file names, metric names and what each one means."""
+"""InfiniBand PMA port counters (ib_counters.csv): widths, sysfs file names, metric names, what each one means, the
+names older infiniband-diags printed for it, and what a count over its threshold calls for."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import csv
 import io
 from dataclasses import dataclass
 from functools import cache
+from typing import Literal
 
 from gpufleet.catalog._files import read_text
+
+OverThreshold = Literal["critical", "warning", "info", ""]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +25,10 @@ class IbCounter:
     cause: str  # physical, physical-remote, routing, config, congestion, management, traffic
     threshold: int | None  # infiniband-diags' sample error_thresholds value
     description: str
+    over_threshold: OverThreshold = ""  # what a count over the threshold is; "" for traffic counters
+    aliases: tuple[str, ...] = ()  # names infiniband-diags printed before the PMA names (libibmad before 2010-08)
+    fix: str = ""
+    source: str = ""
 
     @property
     def octets_div4(self) -> bool:
@@ -30,6 +38,12 @@ class IbCounter:
     @property
     def saturation(self) -> int:
         return (1 << self.bits) - 1
+
+
+def _over_threshold(value: str) -> OverThreshold:
+    if value not in ("critical", "warning", "info", ""):
+        raise ValueError(f"ib_counters.csv: over_threshold {value!r} is not critical, warning, info or empty")
+    return value  # type: ignore[return-value]
 
 
 @cache
@@ -46,5 +60,30 @@ def load_ib_counters() -> dict[str, IbCounter]:
             cause=row["cause"],
             threshold=int(row["threshold"]) if row["threshold"] else None,
             description=row["description"],
+            over_threshold=_over_threshold(row.get("over_threshold") or ""),
+            aliases=tuple(a for a in (row.get("aliases") or "").split("|") if a),
+            fix=row.get("fix") or "",
+            source=row.get("source") or "",
         )
     return out
+
+
+@cache
+def _names() -> dict[str, str]:
+    names: dict[str, str] = {}
+    for counter in load_ib_counters().values():
+        names[counter.name] = counter.name
+        for alias in counter.aliases:
+            names[alias] = counter.name
+    return names
+
+
+@cache
+def _folded() -> dict[str, str]:
+    return {name.lower(): pma for name, pma in _names().items()}
+
+
+def ib_counter_name(name: str) -> str | None:
+    """The catalog's PMA name for a counter name any infiniband-diags version printed (`SymbolErrors`,
+    `XmtDiscards`, `SymbolErrorCounter`), or None for a counter the catalog does not describe."""
+    return _names().get(name) or _folded().get(name.lower())

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
-from gpufleet.health.diag import DiagOutcome, judge, run_dcgmi
+from gpufleet.health.diag import DiagOutcome, judge, judge_links, run_dcgmi
 from gpufleet.spec.base import parse_duration
+
+MAX_INPUT = 64 * 1024 * 1024  # a saved output larger than this is not a dcgmi or nvidia-smi output
 
 
 def diag(
@@ -18,16 +21,25 @@ def diag(
     scenario: Path | None = typer.Option(None, "--scenario", "-f", help="Check a node of this scenario's twin."),
     at: str = typer.Option("0s", "--at", help="With --scenario: simulate this long first."),
     dcgmi_output: Path | None = typer.Option(None, "--dcgmi-output", help="Judge a saved `dcgmi diag` output."),
-    nvlink_status: Path | None = typer.Option(None, "--nvlink-status", help="A saved `nvidia-smi nvlink -s`."),
+    nvlink_status: Path | None = typer.Option(
+        None, "--nvlink-status", help="A saved `nvidia-smi nvlink -s`; alone, only the links are judged."
+    ),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
-    """Run health checks; exit 1 if any fails. A dcgmi PASS while NVLink or HCA links are down is not trusted."""
-    from gpufleet.sources.dcgmi import parse_diag
+    """Run health checks. A dcgmi PASS while NVLink or HCA links are down is not trusted, a dcgmi failure that is
+    the diagnostic's own error is Unknown (not a GPU failure), and a cut output is Unknown (never Pass).
+
+    Exit status: 0 Pass or Warn, 1 Fail, 3 Unknown (the run cannot say)."""
+    from gpufleet.sources.dcgmi import read_diag
     from gpufleet.sources.topo import parse_nvlink_status
+    from gpufleet.triage.paste import Paste
 
     if level not in (1, 2, 3):
         raise UserError(f"-r {level}", fix="use -r 1, 2 or 3")
-    nvlink = parse_nvlink_status(_read(nvlink_status), source=str(nvlink_status)) if nvlink_status else None
+    nvlink = None
+    if nvlink_status is not None:
+        text = "\n".join(line.rstrip("\r\n") for line in _lines(nvlink_status))
+        nvlink = parse_nvlink_status(text, source=str(nvlink_status))
     if scenario is not None:
         from gpufleet.sim.diag import twin_diag
         from gpufleet.sim.scenario import build_twin
@@ -38,8 +50,11 @@ def diag(
         twin.run(parse_duration(at))
         outcome = twin_diag(twin, node, level)
     elif dcgmi_output is not None:
-        report = parse_diag(_read(dcgmi_output), level=level, source=str(dcgmi_output))
+        lines = Paste().cleaned(_lines(dcgmi_output))  # the same cleaning triage gives a paste
+        report = read_diag(lines, level=level, source=str(dcgmi_output))
         outcome = judge(report, node or "this host", level, nvlink)
+    elif nvlink is not None:
+        outcome = judge_links(node or "this host", level, nvlink)
     else:
         outcome = judge(run_dcgmi(level), node or "this host", level, nvlink)
     body = {
@@ -49,20 +64,35 @@ def diag(
         "checks": [{"name": c.name, "status": c.status, "detail": c.detail} for c in outcome.checks],
     }
     emit(body, output, lambda wide: _render(outcome))
+    if outcome.verdict == "Unknown":
+        raise typer.Exit(3)
     if not outcome.passed:
         raise typer.Exit(1)
 
 
-def _read(path: Path) -> str:
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a saved output, read in bounded pieces; a clear error for what cannot be read."""
+    from gpufleet.triage.paste import text_lines
+
+    if not path.exists():
+        raise UserError(f"{path}: no such file", fix="pass the saved output")
+    if path.is_dir():
+        raise UserError(f"{path} is a directory", fix="pass the saved output file")
+    if not path.is_file():  # /dev/zero, a FIFO: a stream that may never end
+        raise UserError(f"{path} is not a regular file", fix="save the output to a file first")
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        if path.stat().st_size > MAX_INPUT:
+            raise UserError(f"{path} is larger than {MAX_INPUT // (1024 * 1024)} MiB", fix="pass the saved output")
+        with path.open("rb") as stream:
+            lines = list(text_lines(stream))
     except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}", fix="pass a readable file") from None
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}", fix="pass a readable file") from None
+    return iter(lines)
 
 
 def _render(outcome: DiagOutcome) -> None:
-    colour = {"Pass": "green", "Warn": "yellow", "Fail": "red", "Skip": "dim"}
-    rows = [[c.name, f"[{colour[c.status]}]{c.status}[/]", c.detail] for c in outcome.checks]
+    colour = {"Pass": "green", "Warn": "yellow", "Fail": "red", "Skip": "dim", "Unknown": "magenta"}
+    rows = [[c.name, c.status, c.detail] for c in outcome.checks]  # table cells are plain text, never markup
     console.print(make_table(["CHECK", "RESULT", "DETAIL"], rows, title=f"diag -r {outcome.level} on {outcome.node}"))
     console.print(f"verdict: [{colour[outcome.verdict]}]{outcome.verdict}[/]")
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
 from gpufleet.nccl.topology import Topology
+
+if TYPE_CHECKING:
+    from gpufleet.nccl.compare import CollectiveFinding, RunJudgement
 
 sub = typer.Typer(
     help="NCCL: predict collective performance, compare nccl-tests runs, advise, lint, diagnose logs.",
@@ -230,45 +233,61 @@ def compare(
         False, "--report", help="Send the findings to the running control plane (incidents: collective-slow)."
     ),
 ) -> None:
-    """Line up a measured run with the prediction and say which sizes fall short, by how much, and why."""
-    from gpufleet.nccl.compare import compare_table
-    from gpufleet.nccl.perf_parser import parse_perf
-    from gpufleet.nccl.predict import normalize_coll
+    """Line up a measured run with the prediction and say which sizes fall short, by how much, and why.
 
-    table = parse_perf(file.read_text(encoding="utf-8", errors="replace"))
-    inferred = _infer_topology(table)
-    topo = _topology(
-        inferred,
-        gpu=gpu,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        nics_per_node=nics_per_node,
-        nic_gbps=nic_gbps,
-        transport=transport,
-        nvls=nvls,
-        sharp=sharp,
-        nvswitch=nvswitch,
-        cpu_vendor=cpu,
-        nccl_version=nccl_version,
-        graph_override=_graph_override(graph_log),
-        tuning_override=_tuning_override(tuning_log),
-    )
-    coll = normalize_coll(op) if op else None
-    if coll is None and table.op and table.op not in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce"):
-        raise UserError(
-            f"the model does not cover {table.op}",
-            fix="compare allreduce/allgather/reducescatter/broadcast/reduce runs, or pass --op",
-        )
-    result = compare_table(table, topo, coll)
-    data = {
+    GPU model, GPU count and nodes come from the run's own header lines; flags override them, and what was assumed
+    is said. Output that ends before nccl-tests' closing `# Avg bus bandwidth` line is judged `unknown`, never
+    healthy; rows with `#wrong` > 0 make it `failed`."""
+    from gpufleet.nccl.compare import judge_run, run_findings
+    from gpufleet.nccl.perf_parser import parse_perf_runs
+
+    text = file.read_text(encoding="utf-8", errors="replace").replace("\x00", "")
+    runs = parse_perf_runs(text.splitlines())
+    flags: dict[str, object] = {
+        "gpu": gpu,
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "nics_per_node": nics_per_node,
+        "nic_gbps": nic_gbps,
+        "transport": transport,
+        "nvls": nvls,
+        "sharp": sharp or None,
+        "nvswitch": nvswitch,
+        "cpu_vendor": cpu,
+        "nccl_version": nccl_version,
+        "graph_override": _graph_override(graph_log),
+        "tuning_override": _tuning_override(tuning_log),
+    }
+    judgements = [judge_run(table, flags, op, default_op="allreduce") for table in runs]
+    if len(judgements) == 1:
+        only = judgements[0]
+        if only.result is None and not only.issues:  # nothing to say about this run: say what is missing
+            raise UserError(only.not_judged, fix=only.fix or None)
+    data = [_compare_data(file, j) for j in judgements]
+
+    def render(wide: bool) -> None:
+        for number, j in enumerate(judgements, 1):
+            name = file.name if len(judgements) == 1 else f"{file.name} (run {number}: {j.op or 'unknown test'})"
+            _render_run(name, j)
+
+    emit(data[0] if len(data) == 1 else data, output, render)
+    if report:
+        _report(file, [f for j in judgements for f in run_findings(j)])
+
+
+def _compare_data(file: Path, j: RunJudgement) -> dict[str, object]:
+    """One judged run as `compare -o json` prints it."""
+    result = j.result
+    return {
         "file": str(file),
-        "op": result.op,
-        "nccl_version_in_file": table.nccl_version,
-        "verdict": result.verdict,
-        "median_ratio_large": result.median_ratio_bandwidth_region,
-        "latency_factor_small": result.latency_factor,
-        "flagged_sizes": result.flagged_sizes,
-        "causes": [{"code": c.code, "severity": c.severity, "message": c.message} for c in result.causes],
+        "op": j.op,
+        "nccl_version_in_file": j.table.nccl_version,
+        "verdict": j.verdict,
+        "complete": j.complete,
+        "median_ratio_large": result.median_ratio_bandwidth_region if result else None,
+        "latency_factor_small": result.latency_factor if result else None,
+        "flagged_sizes": result.flagged_sizes if result else [],
+        "causes": [{"code": c.code, "severity": c.severity, "message": c.message} for c in j.causes],
         "rows": [
             {
                 "bytes": r.bytes,
@@ -279,12 +298,17 @@ def compare(
                 "proto": r.proto,
                 "flagged": r.flagged,
             }
-            for r in result.rows
+            for r in (result.rows if result else [])
         ],
-        "topology": result.topology.model_dump(),
+        "topology": j.topology.model_dump() if j.topology else None,
+        "assumed": j.assumed,
+        "not_judged": j.not_judged or None,
     }
 
-    def render(wide: bool) -> None:
+
+def _render_run(name: str, j: RunJudgement) -> None:
+    result, topo = j.result, j.topology
+    if result is not None and topo is not None:
         body = [
             [
                 human(r.bytes),
@@ -301,28 +325,32 @@ def compare(
                 ["size", "measured busbw", "expected busbw", "ratio", "NCCL pick", ""],
                 body,
                 title=(
-                    f"{file.name}: {result.verdict} ({topo.gpu} x {topo.nranks} ranks, {topo.nodes} node(s), "
+                    f"{name}: {j.verdict} ({topo.gpu} x {topo.nranks} ranks, {topo.nodes} node(s), "
                     f"NCCL {topo.nccl_version} model)"
                 ),
             )
         )
         if result.latency_factor is not None:
             console.print(f"small messages (<= 64 KiB): {result.latency_factor:.1f}x the expected time")
-        for c in result.causes:
-            console.print(f"[bold]{c.severity}[/bold] {c.code}: {c.message}", highlight=False)
+    else:
+        console.print(f"{name}: {j.verdict}", highlight=False)
+    for c in j.causes:
+        console.print(f"[bold]{c.severity}[/bold] {c.code}: {c.message}", highlight=False)
+    if j.not_judged:
+        console.print(f"bandwidth not compared: {j.not_judged}" + (f" ({j.fix})" if j.fix else ""), highlight=False)
+    if not j.complete:
+        console.print("the output ends before nccl-tests' closing '# Avg bus bandwidth' line", highlight=False)
+    for fact in j.assumed:
+        console.print(f"assumed: {fact}", highlight=False)
 
-    emit(data, output, render)
-    if report:
-        _report(file, result)
 
-
-def _report(file: Path, result: object) -> None:
+def _report(file: Path, findings: list[CollectiveFinding]) -> None:
     """POST the run's findings to the control plane, which opens collective-slow incidents for them."""
     from gpufleet.cli.client import Api
     from gpufleet.errors import BackendError, GpufleetError
-    from gpufleet.nccl.compare import CollectiveReport, compare_to_findings
+    from gpufleet.nccl.compare import CollectiveReport
 
-    report = CollectiveReport(source=file.name, findings=compare_to_findings(result))  # type: ignore[arg-type]
+    report = CollectiveReport(source=file.name, findings=findings)
     api = Api()
     if api.token() is None:
         raise UserError("no API token found", fix="set GPUFLEET_TOKEN or run where `gpufleet up` runs")
@@ -333,33 +361,6 @@ def _report(file: Path, result: object) -> None:
     except GpufleetError as exc:  # refused: the server said why
         raise BackendError(f"the control plane refused the findings: {exc.message}", fix=exc.fix) from None
     console.print(f"reported {len(report.findings)} finding(s): {', '.join(answer['incidents']) or 'no incident'}")
-
-
-def _infer_topology(table: object) -> dict[str, object]:
-    """GPU model, nodes and ranks per node from the file's header; flags override."""
-    from gpufleet.catalog.gpus import get_gpu_model
-    from gpufleet.errors import NotFoundError
-
-    out: dict[str, object] = {}
-    gpu_name = getattr(table, "gpu_name", None)
-    if gpu_name:
-        with contextlib.suppress(NotFoundError):
-            out["gpu"] = get_gpu_model(gpu_name).name
-    nranks, nodes = getattr(table, "nranks", None), getattr(table, "nodes", None)
-    if nodes:
-        out["nodes"] = nodes
-        if nranks:
-            out["gpus_per_node"] = max(1, nranks // nodes)
-    version = getattr(table, "nccl_version", None)
-    if version:
-        out["nccl_version"] = version
-    env = getattr(table, "env", {})
-    hca = env.get("NCCL_IB_HCA")
-    if hca and not hca.startswith("^"):
-        out["nics_per_node"] = len([h for h in hca.lstrip("=").split(",") if h])
-    if env.get("NCCL_IB_GID_INDEX") or env.get("NCCL_IB_TC"):
-        out["transport"] = "roce"
-    return out
 
 
 @sub.command("advise")

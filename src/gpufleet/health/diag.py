@@ -8,8 +8,11 @@
   the steady state each GPU would reach at full load with its current cooling and power limits (thermal headroom,
   power brake, NVLink error rate), which is what a burn test exposes.
 
-`dcgmi diag` is used when present and its verdict is combined with our own link checks: dcgmi has passed -r 2
-with every NVLink down (NVIDIA/DCGM#198), so a PASS next to a down link becomes a FAIL that says why.
+`dcgmi diag` is used when present and judged by `gpufleet.sources.dcgmi.assess`, the judgement `gpufleet triage`
+gives the same output: a failure whose only reasons are the diagnostic's own errors makes the run Unknown, never a
+GPU failure, and an output that is cut or lacks its level's tests is Unknown, never Pass. Its verdict is combined
+with our own link checks: dcgmi has passed -r 2 with every NVLink down (NVIDIA/DCGM#198), so a PASS next to a down
+link becomes a FAIL that says why.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpufleet.errors import BackendError
-from gpufleet.sources.dcgmi import DiagReport, parse_diag
+from gpufleet.errors import BackendError, ParseError
+from gpufleet.sources.dcgmi import DiagAssessment, DiagReport, assess, read_diag
 from gpufleet.sources.topo import NvlinkGpu
 
-Status = Literal["Pass", "Fail", "Warn", "Skip"]
-_RANK = {"Skip": 0, "Pass": 1, "Warn": 2, "Fail": 3}
+Status = Literal["Pass", "Fail", "Warn", "Skip", "Unknown"]
+_RANK = {"Skip": 0, "Pass": 1, "Warn": 2, "Unknown": 3, "Fail": 4}
 
 
 @dataclass(slots=True)
@@ -41,6 +44,7 @@ class DiagOutcome:
     level: int
     checks: list[Check] = field(default_factory=list)
     dcgmi: DiagReport | None = None
+    assessment: DiagAssessment | None = None
 
     @property
     def verdict(self) -> Status:
@@ -58,19 +62,51 @@ class DiagOutcome:
 def judge(
     report: DiagReport, node: str, level: int, nvlink: list[NvlinkGpu] | None = None, ib_down: list[str] | None = None
 ) -> DiagOutcome:
-    """dcgmi's verdict, plus our link checks: its PASS is not trusted while NVLink or HCA links are down."""
-    out = DiagOutcome(node, level, dcgmi=report)
-    for test in report.tests:
-        detail = "; ".join(m.text for m in test.messages if m.severity == "error") or test.status
-        out.checks.append(Check(f"dcgmi: {test.name}", level, test.status, detail))
+    """dcgmi's verdict judged (the GPUs, a setting, or the diagnostic itself), plus our link checks: its PASS is not
+    trusted while NVLink or HCA links are down."""
+    assessment = assess(report, level)
+    out = DiagOutcome(node, level, dcgmi=report, assessment=assessment)
+    for verdict in assessment.tests:
+        out.checks.append(Check(f"dcgmi: {verdict.test.name}", level, verdict.status, verdict.detail))
+    for issue in assessment.issues:
+        if issue.test == "dcgmi":  # dcgmi's own failure, printed outside the table
+            status: Status = "Fail" if issue.severity == "critical" else "Unknown"
+            out.checks.append(Check("dcgmi", level, status, f"{issue.message} ({issue.fix})"))
+    if assessment.gaps:
+        out.checks.append(Check("dcgmi output", level, "Unknown", "; ".join(assessment.gaps)))
+    if assessment.verdict == "Unknown" and all(c.status in ("Pass", "Skip") for c in out.checks):
+        out.checks.append(Check("dcgmi output", level, "Unknown", "no test of the run can be judged"))
+    links = link_check(level, nvlink, ib_down, dcgmi_verdict=report.verdict)
+    if links is not None:
+        out.checks.append(links)
+    return out
+
+
+def link_check(
+    level: int, nvlink: list[NvlinkGpu] | None, ib_down: list[str] | None = None, dcgmi_verdict: str | None = None
+) -> Check | None:
+    """NVLink (from `nvidia-smi nvlink -s`) and HCA links: Fail naming every link down, Pass when all are up, None
+    when nothing was given."""
+    if nvlink is None and not ib_down:
+        return None
     down = []
     for gpu in nvlink or []:
         if gpu.all_inactive or any(not link.active for link in gpu.links):
             down.append(f"GPU {gpu.index} NVLink {gpu.active_links}/{len(gpu.links) or '?'} active")
     down += [f"{port} link down" for port in ib_down or []]
     if down:
-        trusted = "" if report.verdict == "Fail" else f"dcgmi said {report.verdict} but "
-        out.checks.append(Check("Links", level, "Fail", trusted + "; ".join(down)))
+        trusted = "" if dcgmi_verdict in (None, "Fail") else f"dcgmi said {dcgmi_verdict} but "
+        return Check("Links", level, "Fail", trusted + "; ".join(down))
+    gpus = len(nvlink or [])
+    return Check("Links", level, "Pass", f"{gpus} GPU(s), every NVLink active")
+
+
+def judge_links(node: str, level: int, nvlink: list[NvlinkGpu]) -> DiagOutcome:
+    """The link checks alone, from a saved `nvidia-smi nvlink -s` (no diagnostic run)."""
+    out = DiagOutcome(node, level)
+    check = link_check(level, nvlink)
+    if check is not None:
+        out.checks.append(check)
     return out
 
 
@@ -83,6 +119,8 @@ def run_dcgmi(level: int) -> DiagReport:
         proc = subprocess.run([binary, "diag", "-r", str(level)], capture_output=True, text=True, timeout=3600)
     except subprocess.TimeoutExpired:
         raise BackendError(f"dcgmi diag -r {level} did not finish within an hour") from None
-    if proc.returncode not in (0, 226) and "Diagnostic" not in proc.stdout:  # 226: some tests failed
-        raise BackendError(f"dcgmi diag failed: {proc.stderr.strip()[:300]}", fix="is nv-hostengine running?")
-    return parse_diag(proc.stdout, level=level)
+    try:
+        return read_diag(proc.stdout.splitlines(), level=level)  # dcgmi's own `Error: ...` lines are judged too
+    except ParseError:
+        detail = (proc.stderr.strip() or proc.stdout.strip())[:300]
+        raise BackendError(f"dcgmi diag failed: {detail}", fix="is nv-hostengine running?") from None

@@ -39,6 +39,7 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "mig_mode_current": (("MIG Mode/Current",), ("mig_mode/current_mig",)),
     "mig_mode_pending": (("MIG Mode/Pending",), ("mig_mode/pending_mig",)),
     "ecc_mode_current": (("ECC Mode/Current",), ("ecc_mode/current_ecc",)),
+    "ecc_mode_pending": (("ECC Mode/Pending",), ("ecc_mode/pending_ecc",)),
     "temp_c": (("Temperature/GPU Current Temp",), ("temperature/gpu_temp",)),
     "temp_shutdown_c": (("Temperature/GPU Shutdown Temp",), ("temperature/gpu_temp_max_threshold",)),
     "temp_slowdown_c": (("Temperature/GPU Slowdown Temp",), ("temperature/gpu_temp_slow_threshold",)),
@@ -97,7 +98,8 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("retired_pages/double_bit_retirement/retired_count",),
     ),
     "retired_pending": (
-        ("Retired Pages/Pending Page Blacklist", "Retired Pages/Pending Page Retirement"),
+        # "Pending" alone on drivers before R450
+        ("Retired Pages/Pending Page Blacklist", "Retired Pages/Pending Page Retirement", "Retired Pages/Pending"),
         ("retired_pages/pending_blacklist", "retired_pages/pending_retirement"),
     ),
     "remap_correctable": (("Remapped Rows/Correctable Error",), ("remapped_rows/remapped_row_corr",)),
@@ -135,3 +137,77 @@ CLOCK_REASONS = {
 }
 REASON_SECTIONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")
 HISTOGRAM_LEVELS = ("max", "high", "partial", "low", "none")
+
+# Top-level sections of a GPU in `-q` text: a line naming one is read as a section even when a pasted excerpt
+# has lost its indentation (R450 to R570 key names; the ones the record reads come from the paths above).
+GPU_SECTIONS = (
+    "Driver Model",
+    "Inforom Version",
+    "GPU Operation Mode",
+    "GPU C2C Mode",
+    "GPU Virtualization Mode",
+    "GPU Recovery Action",
+    "IBMNPU",
+    "PCI",
+    "Clocks Event Reasons",
+    "Clocks Throttle Reasons",
+    "Clocks Event Reasons Counters",
+    "Sparse Operation Mode",
+    "FB Memory Usage",
+    "BAR1 Memory Usage",
+    "Conf Compute Protected Memory Usage",
+    "Utilization",
+    "Encoder Stats",
+    "FBC Stats",
+    "DRAM Encryption Mode",
+    "ECC Mode",
+    "ECC Errors",
+    "Retired Pages",
+    "Remapped Rows",
+    "Temperature",
+    "GPU Power Readings",
+    "Power Readings",
+    "GPU Memory Power Readings",
+    "Module Power Readings",
+    "Power Smoothing",
+    "Workload Power Profiles",
+    "Clocks",
+    "Applications Clocks",
+    "Default Applications Clocks",
+    "Deferred Clocks",
+    "Max Clocks",
+    "Max Customer Boost Clocks",
+    "Clock Policy",
+    "Voltage",
+    "Fabric",
+    "Processes",
+    "Capabilities",
+    "MIG Mode",
+    "MIG Devices",
+    "GPU Reset Status",
+    "Volatile",
+    "Aggregate",
+    "Aggregate Uncorrectable SRAM Sources",
+    "Bank Remap Availability Histogram",
+    "GPU Link Info",
+    "Bridge Chip",
+)
+
+
+def text_paths() -> dict[str, str]:
+    """Every `-q` text path the record reads -> the path it stands for (aliases of a renamed section map to the
+    current name), so a key whose sections were cut off an excerpt can be placed by its unique tail."""
+    paths: dict[str, str] = {}
+    for text, _ in FIELDS.values():
+        for path in text:
+            paths[path] = text[0]
+    for key, _ in ECC_COUNTERS.values():
+        for scope in ("Volatile", "Aggregate"):
+            paths[f"ECC Errors/{scope}/{key}"] = f"ECC Errors/{scope}/{key}"
+    for key, _ in CLOCK_REASONS.values():
+        for section in REASON_SECTIONS:
+            paths[f"{section}/{key}"] = f"{REASON_SECTIONS[0]}/{key}"
+    for level in HISTOGRAM_LEVELS:
+        path = f"Remapped Rows/Bank Remap Availability Histogram/{level.capitalize()}"
+        paths[path] = path
+    return paths

@@ -62,3 +62,33 @@ def test_a_node_losing_gpus_a_fourth_time_escalates_to_replacement() -> None:
     assert "escalated" in finding.message and finding.fix.startswith("RMA")
     three = read_kernel_log(episodes[:3], "three")
     assert all("escalated" not in f.message for f in three.findings)
+
+
+def _carrier(clock: str, what: str, iface: str = "ib3") -> str:
+    return f"Aug 17 {clock} node-7 systemd-networkd[812]: {iface}: {what}"
+
+
+def test_link_events_flapping_down_and_a_single_drop() -> None:
+    flapping = [_carrier("06:18:01", "lost carrier"), _carrier("06:18:05", "Gained carrier"),
+                _carrier("06:21:00", "lost carrier"), _carrier("06:21:02", "Gained carrier")]  # fmt: skip
+    (finding,) = read_kernel_log(flapping, "flap").findings
+    assert (finding.code, finding.severity, finding.entity) == ("link flap", "critical", "node-7:ib3")
+    assert "2 within 10 min" in finding.message and len(finding.evidence) == 4
+
+    apart = [_carrier("06:00:00", "lost carrier"), _carrier("06:00:03", "Gained carrier"),
+             _carrier("07:00:00", "lost carrier"), _carrier("07:00:03", "Gained carrier")]  # fmt: skip
+    report = read_kernel_log(apart, "apart")
+    assert [(f.code, f.severity) for f in report.findings] == [("link down", "warning")]
+    assert report.verdict == "degraded"
+
+    still_down = [_carrier("06:00:00", "lost carrier")]
+    mlx = ["[  812.004211] mlx5_core 0000:0c:00.0 ibp12s0: Link down"]
+    for lines in (still_down, mlx):
+        report = read_kernel_log(lines, "down")
+        assert [(f.code, f.severity) for f in report.findings] == [("link down", "critical")]
+
+
+def test_a_syslog_of_link_events_is_told_as_a_log() -> None:
+    from gpufleet.triage.detect import detect
+
+    assert detect([_carrier("06:18:01", "lost carrier"), _carrier("06:18:05", "Gained carrier")]) == "kernel-log"

@@ -1,37 +1,149 @@
-"""DCGM outputs: `dcgmi diag` results."""
+"""DCGM outputs: `dcgmi diag` results (judged exactly as `gpufleet diag --dcgmi-output` judges them) and
+`dcgmi health -c` reports. Both stream their lines through the parsers in gpufleet.sources."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from gpufleet.sources.dcgmi import DiagTestResult, parse_diag
-from gpufleet.triage.readers.common import bounded_text
-from gpufleet.triage.report import TriageFinding, TriageReport
+from gpufleet.sources.dcgmi import DiagIssue, DiagParser, assess, classify_message
+from gpufleet.sources.dcgmi_health import HealthParser, HealthReport
+from gpufleet.triage.readers.common import MAX_FINDINGS, MAX_TEXT
+from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+
+_HEALTH_FIX = {
+    "critical": "drain the node; run `dcgmi diag -r 3` on it and follow the failure it names",
+    "warning": "watch it: rerun `dcgmi health -c`, and run `dcgmi diag -r 2` at the next drain",
+}
+
+
+def bounded_lines(lines: Iterable[str], report: TriageReport) -> Iterator[str]:
+    """The lines up to MAX_TEXT characters in all; past that the report says the rest was not read."""
+    size = 0
+    for line in lines:
+        size += len(line) + 1
+        if size > MAX_TEXT:
+            report.notes.append(f"only the first {MAX_TEXT // (1024 * 1024)} MiB were read")
+            report.complete = False
+            return
+        yield line
+
+
+def _finding(issue: DiagIssue) -> TriageFinding:
+    return TriageFinding(
+        check=f"dcgmi: {issue.test}",
+        severity=issue.severity,
+        message=issue.message,
+        entity=issue.entity,
+        code=issue.test,
+        fix=issue.fix,
+        evidence=issue.evidence,
+    )
 
 
 def read_dcgmi_diag(lines: Iterable[str], source: str) -> TriageReport:
+    """Each failing test judged by why it failed: a GPU fault, a node setting, or the diagnostic's own error (which
+    leaves the run unknown, never faulty); an output that is cut or lacks rows is never healthy."""
     report = TriageReport("dcgmi-diag", source)
-    diag = parse_diag(bounded_text(lines, report), source=source)
-    for test in diag.tests:
-        # a test with no per-GPU result lines (a Deployment error) stands for all GPUs with its own status
-        results = test.results or [DiagTestResult(test.status, None)]
-        for result in results:
-            if result.status not in ("Fail", "Warn"):
-                continue
-            gpus = "all GPUs" if result.gpus is None else "GPU " + ", ".join(map(str, result.gpus))
-            errors = [m.text for m in test.messages if m.severity == "error"] or [m.text for m in test.messages]
-            report.findings.append(
-                TriageFinding(
-                    check=f"dcgmi: {test.name}",
-                    severity="critical" if result.status == "Fail" else "warning",
-                    message=f"{test.name} {result.status.lower()}ed on {gpus}" + (f": {errors[0]}" if errors else ""),
-                    entity=gpus,
-                    code=test.name,
-                    fix="drain the node and rerun `dcgmi diag -r 3`; a repeated hardware failure means replacement",
-                    evidence=errors,
-                )
-            )
-    if not diag.tests:
+    parser = DiagParser(source)
+    for line in bounded_lines(lines, report):
+        parser.feed(line)
+    if not parser.has_content:
         report.judged = False
-        report.notes.append("no diagnostic results found")
+        report.notes.append("no diagnostic table, JSON or dcgmi error found")
+        return report
+    assessment = assess(parser.finish())
+    report.findings.extend(_finding(issue) for issue in assessment.issues[:MAX_FINDINGS])
+    if assessment.own_errors:
+        report.judged = False
+        report.notes.append(
+            "the diagnostic itself failed on part of the run (see the findings): that part says nothing about the "
+            "GPUs; fix what they name and rerun"
+        )
+    if assessment.gaps:
+        report.complete = False
+        report.notes.extend(assessment.gaps)
+    if not any(t.status != "Skip" for t in assessment.tests) and not assessment.issues:
+        report.judged = False
+        report.notes.append("no test ran (every test was skipped or not run)")
+    report.notes.extend(assessment.notes)
+    return report
+
+
+def _health_severity(health: str) -> Severity | None:
+    return {"Failure": "critical", "Warning": "warning"}.get(health)  # type: ignore[return-value]
+
+
+def _judge_health(health: HealthReport, report: TriageReport) -> None:
+    shown = False
+    for entity in health.entities:
+        for system in entity.systems or []:
+            severity = _health_severity(system.health)
+            rule = classify_message(system.message) if system.message else None
+            if system.health == "Internal error" or (rule is not None and rule.kind == "diagnostic"):
+                report.judged = False  # the watch could not be evaluated: it says nothing of the entity
+                report.findings.append(
+                    TriageFinding("dcgmi health", "info", f"DCGM could not evaluate the {system.name} of "
+                                  f"{entity.name}: {system.message or system.health}", entity.name,
+                                  system.name, rule.fix if rule and rule.fix else "check nv-hostengine's log",
+                                  system.lines)
+                )  # fmt: skip
+                shown = True
+                continue
+            if severity is None:
+                continue
+            shown = True
+            report.findings.append(
+                TriageFinding("dcgmi health", severity, f"{system.name}: {system.message or system.health}",
+                              entity.name, system.name, (rule.fix if rule and rule.fix else _HEALTH_FIX[severity]),
+                              system.lines)
+            )  # fmt: skip
+        severity = _health_severity(entity.health)
+        if severity is not None and not entity.systems:
+            shown = True
+            report.findings.append(
+                TriageFinding("dcgmi health", severity, f"{entity.name} is {entity.health}", entity.name,
+                              entity.health, _HEALTH_FIX[severity], entity.lines)
+            )  # fmt: skip
+    overall = _health_severity(health.overall or "")
+    if overall is not None and not any(f.severity == overall for f in report.findings):
+        report.findings.append(
+            TriageFinding("dcgmi health", overall, f"overall health is {health.overall}", "node", "Overall Health",
+                          _HEALTH_FIX[overall], [health.overall_line])
+        )  # fmt: skip
+        shown = True
+    if health.overall == "Internal error":
+        report.judged = False
+        report.notes.append("DCGM reports an internal error for the overall health: it could not evaluate it")
+    elif health.overall is None and not shown:
+        report.judged = False
+        report.notes.append("no `Overall Health` row: nothing to judge")
+
+
+def read_dcgmi_health(lines: Iterable[str], source: str) -> TriageReport:
+    """Each entity's systems as DCGM's health watches rated them: Failure is faulty, Warning degraded; a watch DCGM
+    could not evaluate leaves the report unknown."""
+    report = TriageReport("dcgmi-health", source)
+    parser = HealthParser()
+    for line in bounded_lines(lines, report):
+        parser.feed(line)
+    health = parser.finish()
+    if health.watch_list:
+        report.judged = False
+        report.notes.append("this lists the health watches that are on (`dcgmi health -f`); `dcgmi health -c` checks")
+        return report
+    if not parser.rows:
+        report.judged = False
+        for error in health.errors:
+            rule = classify_message(error)
+            fix = "enable the watches: `dcgmi health -s a` (then wait a minute for PCIe, thermal and power data)"
+            if "not enabled" not in error:
+                fix = rule.fix if rule and rule.fix else "start nv-hostengine and check the group id (`-g`)"
+            report.findings.append(TriageFinding("dcgmi health", "info", f"dcgmi could not check: {error}",
+                                                 code="dcgmi error", fix=fix, evidence=[error]))  # fmt: skip
+        report.notes.append("no health report in the input" if not health.errors else "dcgmi printed no report")
+        return report
+    _judge_health(health, report)
+    if health.gaps:
+        report.complete = False
+        report.notes.extend(health.gaps)
     return report

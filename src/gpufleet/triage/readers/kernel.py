@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from gpufleet.health.detectors.kernel import KernelDetector
 from gpufleet.health.fault_history import FaultHistory
+from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.xid_policy import Action, XidPolicy, XidSeverity, classify, load_policy
 from gpufleet.model import Severity as ModelSeverity
 from gpufleet.model.kernel import KernelEvent
+from gpufleet.sources.ibdiags import LinkStateEvent, link_event
 from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.triage.readers.common import MAX_FINDINGS
 from gpufleet.triage.report import MAX_EVIDENCE, Severity, TriageFinding, TriageReport
@@ -138,6 +141,77 @@ def kernel_events(lines: Iterable[tuple[int, str]], parser: KmsgParser) -> Itera
     parser.scan.events.clear()
 
 
+class _LinkWatch:
+    """Network links going down and up (systemd-networkd's carrier lines, mlx5_core's Link down/up): two downs of
+    one interface within the flap window is a flapping link, and a link whose last report was down is down."""
+
+    MAX_INTERFACES = 256
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.recent: dict[str, deque[float]] = {}  # interface -> times of its downs within the window
+        self.downs: dict[str, int] = {}
+        self.worst: dict[str, int] = {}  # most downs seen within one window
+        self.untimed: set[str] = set()
+        self.last: dict[str, LinkStateEvent] = {}
+        self.evidence: dict[str, list[str]] = {}
+
+    def see(self, number: int, line: str) -> None:
+        # a syslog stamp has no year; any fixed leap year orders the lines of one log for the window
+        event = link_event(line, number, year=2000)
+        if event is None:
+            return
+        name = f"{event.host}:{event.interface}" if event.host else event.interface
+        if name not in self.last and len(self.last) >= self.MAX_INTERFACES:
+            return
+        self.last[name] = event
+        quoted = self.evidence.setdefault(name, [])
+        if len(quoted) < MAX_EVIDENCE:
+            quoted.append(line)
+        if event.state != "down":
+            return
+        self.downs[name] = self.downs.get(name, 0) + 1
+        if event.wall_time is None:
+            self.untimed.add(name)
+            return
+        when = event.wall_time.timestamp()
+        recent = self.recent.setdefault(name, deque())
+        recent.append(when)
+        while recent and when - recent[0] > self.window_s:
+            recent.popleft()
+        self.worst[name] = max(self.worst.get(name, 0), len(recent))
+
+    def into(self, report: TriageReport) -> None:
+        minutes = self.window_s / 60
+        for name, last in self.last.items():
+            downs = self.downs.get(name, 0)
+            evidence = self.evidence[name]
+            flapping = self.worst.get(name, 0) >= 2 or (name in self.untimed and downs >= 2)
+            if flapping:
+                within = (
+                    f"{self.worst[name]} within {minutes:.0f} min"
+                    if name not in self.untimed
+                    else "the lines carry no time to window them"
+                )
+                report.findings.append(
+                    TriageFinding("link", "critical", f"{name} is flapping: {downs} link downs ({within})", name,
+                                  "link flap", "check the cable and transceiver at both ends (reseat, then replace); "
+                                  "read the port's counters (`perfquery`, symbol errors and link downed)", evidence)
+                )  # fmt: skip
+            if last.state == "down":
+                report.findings.append(
+                    TriageFinding("link", "critical", f"{name} is down: its last report (line {last.line}) lost the "
+                                  "link", name, "link down", "check the cable, the switch port and `ibstat`",
+                                  [last.raw])
+                )  # fmt: skip
+            elif downs and not flapping:
+                report.findings.append(
+                    TriageFinding("link", "warning", f"{name} went down {downs} time(s) and came back", name,
+                                  "link down", "watch it: a second drop within the window makes it a flapping link",
+                                  evidence)
+                )  # fmt: skip
+
+
 def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> TriageReport:
     """The same from (line number, text) pairs, which may leave out lines that hold nothing to read
     (`kmsg_stream.candidate_lines`). Memory stays bounded: events are judged and grouped as they come."""
@@ -149,11 +223,20 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
     findings = _Findings()
     seen = 0
 
-    for event in kernel_events(lines, parser):
+    links = _LinkWatch(load_thresholds().infiniband.flap_window_s)
+
+    def watched() -> Iterator[tuple[int, str]]:
+        for number, line in lines:
+            links.see(number, line)
+            yield number, line
+
+    for event in kernel_events(watched(), parser):
         seen += 1
         finding = _event_finding(event, policy)
         findings.add(finding, event.line, _escalate(finding, event, history, detector))
     findings.into(report)
+    links.into(report)
+    seen += len(links.last)
     for bad in parser.scan.rejected:
         report.findings.append(
             TriageFinding(
@@ -171,5 +254,5 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
             report.judged = False
             report.notes.append("no readable GPU fault report; the lines that look like one are listed")
         else:
-            report.notes.append("no GPU fault report (Xid, SXid, fallen off the bus) in this log")
+            report.notes.append("no GPU fault report (Xid, SXid, fallen off the bus) or link event in this log")
     return report

@@ -1,11 +1,16 @@
-"""NCCL logs, diagnosed against the catalog of NCCL's own messages."""
+"""NCCL logs, diagnosed against the catalog of NCCL's own messages; nccl-tests runs, judged as `gpufleet nccl
+compare` judges them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from gpufleet.triage.readers.common import bounded_text
-from gpufleet.triage.report import TriageFinding, TriageReport
+from gpufleet.triage.readers.common import MAX_FINDINGS, MAX_TEXT, bounded_text
+from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+
+if TYPE_CHECKING:
+    from gpufleet.nccl.compare import RunJudgement
 
 
 def read_nccl_log(lines: Iterable[str], source: str) -> TriageReport:
@@ -25,3 +30,122 @@ def read_nccl_log(lines: Iterable[str], source: str) -> TriageReport:
     if dx.also_seen:
         report.notes.append(f"also seen (symptoms of the cause, or secondary): {', '.join(dx.also_seen)}")
     return report
+
+
+MAX_RUNS_JUDGED = 20  # runs in one input judged one by one; more are counted in a note
+CHECK = "nccl-tests"
+FIXES = {
+    "data_corruption": "drain the hosts of this run; run `dcgmi diag -r 3` on each and rerun nccl-tests on fewer GPUs "
+    "to find the GPU or link that corrupts data",
+    "run_failed": "read the error above (rerun with NCCL_DEBUG=INFO and give that log to `gpufleet triage`)",
+    "avg_below_target": "compare the run with the fabric's expectation (`gpufleet nccl compare`)",
+    "rail_missing": "check every NIC is up and listed in NCCL_IB_HCA (`ibstat`), and that each GPU has its rail",
+    "wrong_transport": "check NCCL_IB_DISABLE / NCCL_P2P_DISABLE and that NVLink / GPUDirect RDMA are up",
+    "low_peak": "check link speeds (`nvidia-smi nvlink -s`, `nvidia-smi -q -d PCIE`, `ibstat`) and clock throttling",
+    "mid_size_dip": "unset forced NCCL_PROTO / NCCL_ALGO / NCCL_MAX_NCHANNELS and rerun",
+    "high_latency": "check rank-to-CPU binding and NUMA placement; rerun with `--bind-to numa`",
+}
+
+
+def read_nccl_tests(lines: Iterable[str], source: str) -> TriageReport:
+    """nccl-tests output (all_reduce_perf and friends), judged as `gpufleet nccl compare` judges it: corrupted
+    results and a run that stopped are faulty, bandwidth below the model's expectation is degraded, and output that
+    ends before nccl-tests' closing lines is not a whole run."""
+    from gpufleet.nccl.compare import judge_run
+    from gpufleet.nccl.perf_parser import PerfParser
+
+    report = TriageReport("nccl-tests", source)
+    parser = PerfParser()
+    size = 0
+    for line in lines:  # streamed: only the rows are held
+        size += len(line) + 1
+        if size > MAX_TEXT:
+            report.notes.append(f"only the first {MAX_TEXT // (1024 * 1024)} MiB were read")
+            report.complete = False
+            break
+        parser.feed(line)
+    runs = parser.finish()
+    judged = False
+    for number, table in enumerate(runs[:MAX_RUNS_JUDGED], 1):
+        name = f"run {number} ({table.op or 'test not named'})" if len(runs) > 1 else ""
+        judged |= _present(judge_run(table), name, report)
+    if len(runs) > MAX_RUNS_JUDGED:
+        report.notes.append(f"{len(runs) - MAX_RUNS_JUDGED} more run(s) were not judged")
+        report.complete = False
+    report.judged = judged
+    del report.findings[MAX_FINDINGS:]
+    return report
+
+
+def _present(j: RunJudgement, name: str, report: TriageReport) -> bool:
+    """Findings and notes for one judged run; True when something about it could be judged."""
+    table = j.table
+    prefix = f"{name}: " if name else ""
+    entity = ", ".join(table.hosts[:4]) + (f" and {len(table.hosts) - 4} more" if len(table.hosts) > 4 else "")
+    if name:
+        entity = f"{name}, {entity}" if entity else name
+    row_lines = {r.bytes: r.line for r in table.rows}
+    for cause in j.causes:
+        severity: Severity = "critical" if cause.code in ("data_corruption", "run_failed") else "warning"
+        if cause.code == "data_corruption":
+            evidence = [r.line for r in table.wrong_rows] + [table.out_of_bounds_line]
+        elif cause.code == "run_failed":
+            evidence = (table.last_errors or table.errors)[:6] + ([table.rows[-1].line] if table.rows else [])
+        elif cause.code == "avg_below_target":
+            evidence = [table.footer or ""]
+        elif j.result is not None:
+            flagged = [row_lines.get(n, "") for n in j.result.flagged_sizes]
+            evidence = flagged[:4] + flagged[-4:] if len(flagged) > 8 else flagged
+        else:
+            evidence = []
+        code = {"data_corruption": "#wrong", "run_failed": "run stopped"}.get(cause.code, cause.code)
+        if cause.code == "data_corruption" and not table.wrong_rows:
+            code = "out of bounds values"
+        fix = FIXES.get(cause.code, "")
+        message = cause.message
+        if cause.code == "run_failed":
+            message, fix = _diagnosed(table.errors, message, fix)
+        report.findings.append(TriageFinding(CHECK, severity, message, entity, code, fix, [e for e in evidence if e]))
+    if table.truncated:
+        report.complete = False
+        report.notes.append(
+            f"{prefix}the output ends before nccl-tests' closing '# Avg bus bandwidth' line: cut short, or the run "
+            "did not finish"
+        )
+    if j.inferred.read:
+        report.notes.append(f"{prefix}read from the output: {', '.join(j.inferred.read)}")
+    for fact in j.assumed:
+        report.notes.append(f"{prefix}assumed: {fact}")
+    if table.zero_rows:
+        report.notes.append(f"{prefix}{table.zero_rows} 0-byte row(s) read and left out: nothing moves at that size")
+    if table.wrong_column == "off":
+        report.notes.append(f"{prefix}#wrong is N/A: the data check was off (-c 0), so corruption was not checked")
+    elif table.wrong_column == "delta" and table.out_of_bounds is None:
+        report.notes.append(f"{prefix}the error column (nccl-tests before 2.13) is a difference, not a count of "
+                            "wrong elements, and the output has no 'Out of bounds values' line")  # fmt: skip
+    result, topo = j.result, j.topology
+    if result is None or topo is None:
+        flags = f" (`gpufleet nccl compare` can be told: {j.fix})" if "--" in j.fix else ""
+        report.notes.append(f"{prefix}bandwidth not judged: {j.not_judged}{flags}")
+        if table.rows and table.wrong_column == "count" and not j.issues:
+            report.notes.append(f"{prefix}no corrupted results: #wrong is 0 on every row read")
+        return bool(j.issues)
+    if result.median_ratio_bandwidth_region is not None:
+        report.notes.append(
+            f"{prefix}bus bandwidth from 256 MiB up is {result.median_ratio_bandwidth_region:.0%} of the expected for "
+            f"{topo.nranks} x {topo.gpu} on {topo.nodes} node(s) ({j.op}, NCCL {topo.nccl_version} model)"
+        )
+    elif not result.rows:
+        report.notes.append(f"{prefix}no row large enough to compare with the model")
+        return bool(j.issues)
+    return True
+
+
+def _diagnosed(errors: list[str], message: str, fix: str) -> tuple[str, str]:
+    """The stop explained by NCCL's own messages among the error lines, when they name a known failure."""
+    from gpufleet.nccl.diagnose import diagnose_texts
+
+    dx = diagnose_texts([("nccl-tests", "\n".join(errors))])
+    if dx.cls == "unknown":
+        return message, fix
+    return f"{message} ({dx.cls}: {dx.summary})", dx.fix or fix

@@ -1,18 +1,228 @@
-"""nvidia-smi outputs, read by the parsers the agent uses on the same tool."""
+"""nvidia-smi outputs (`-q`, the table, `nvlink -s`, `topo -m`), read by the parsers the agent uses on the same
+tool and judged against the GPU catalog where the output names the model."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from collections import Counter
 from collections.abc import Iterable
+from functools import lru_cache
 
-from gpufleet.sources.nvidia_smi import GpuRecord, NvidiaSmiReport, parse_query
+from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
+from gpufleet.sources.nvidia_smi import GpuRecord, NvidiaSmiReport, UnreadableValue, parse_query
 from gpufleet.sources.nvidia_smi_table import parse_table
-from gpufleet.triage.readers.common import bounded_text
+from gpufleet.sources.nvidia_smi_values import MEANS, Unreadable
+from gpufleet.sources.topo import PCIE_TYPES, NvlinkGpu, TopoMatrix, parse_topo_matrix, read_nvlink_status
+from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 
+MAX_LISTED = 8  # names listed in one message before "and N more"
 
+
+def _listed(names: list[str]) -> str:
+    more = len(names) - MAX_LISTED
+    return ", ".join(names[:MAX_LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _settle(report: TriageReport, cut_short: str | None, partial: str | None, problems: list[str]) -> None:
+    """Say how much of the input could be judged.
+
+    A text that surely ends inside a record cannot be judged healthy. One that may lack GPUs or sections (an
+    excerpt, or a cut at a record's end) or holds values that did not read is still judged on what it shows when
+    that already found something; shown nothing wrong, it could be hiding the fault, so the verdict is unknown."""
+    if len(report.findings) > MAX_FINDINGS:
+        rank = {"critical": 0, "warning": 1, "info": 2}
+        kept = sorted(range(len(report.findings)), key=lambda i: (rank[report.findings[i].severity], i))
+        dropped = len(report.findings) - MAX_FINDINGS
+        report.findings = [report.findings[i] for i in sorted(kept[:MAX_FINDINGS])]
+        report.notes.append(f"{dropped} more findings not listed (the {MAX_FINDINGS} most severe are)")
+    if cut_short:
+        report.complete = False
+        report.notes.append(f"the input ends mid-record: {cut_short}")
+    found = any(f.severity in ("critical", "warning") for f in report.findings)
+    if problems:
+        report.notes.append(f"{len(problems)} line(s) or value(s) did not read, e.g. {problems[0]}")
+    if partial or problems:
+        why = partial or "some values did not read"
+        if found:
+            report.notes.append(f"judged on what it shows: {why}")
+        else:
+            report.complete = False
+            report.notes.append(f"nothing wrong in what it shows, but {why}")
+
+
+# -- which GPUs should have NVLink -----------------------------------------------------------------------------
+def nvlink_design(spec: GpuModelSpec | None, name: str) -> str | None:
+    """How a model's GPUs are NVLinked: `fabric` (NVSwitch board), `mesh` (SXM board wired GPU to GPU), `bridged`
+    (NVL cards sold with bridges), `optional` (PCIe cards that may carry a bridge), `none`; None: unknown model."""
+    if spec is None:
+        return None
+    if spec.nvlink_links == 0:
+        return "none"
+    if spec.nvswitch:
+        return "fabric"
+    names = " ".join([name, spec.name, spec.product_name, *spec.aliases]).lower()
+    if "sxm" in names:
+        return "mesh"
+    if re.search(r"\bnvl\b|-nvl\b", names):
+        return "bridged"
+    return "optional"
+
+
+EXPECTS_NVLINK = ("fabric", "mesh", "bridged")
+_NVLINK_FIX = {
+    "fabric": "on an NVSwitch system check the fabric manager (`systemctl status nvidia-fabricmanager`; its version "
+    "must match the driver's) and `nvidia-smi -q | grep -A3 Fabric`; if only this GPU is down, drain the node, reset "
+    "the GPU or reboot, and replace it if its links stay inactive",
+    "mesh": "drain the node and reboot; NVLinks that stay inactive on an SXM board need the board serviced",
+    "bridged": "check that the NVLink bridges are present and seated, then reboot",
+}
+
+
+@lru_cache(maxsize=256)
+def _data_centre(name: str | None) -> bool | None:
+    """A data-centre GPU (ECC expected on); None when the name does not say."""
+    if not name:
+        return None
+    if re.search(r"geforce|titan|quadro|workstation|rtx (?:a?\d{4}|6000 ada)", name, re.IGNORECASE):
+        return False
+    if model_for_product_name(name) is not None or re.search(r"\btesla\b", name, re.IGNORECASE):
+        return True
+    return None
+
+
+# -- nvidia-smi -q and the table -------------------------------------------------------------------------------
 def _gpu_name(gpu: GpuRecord) -> str:
     parts = [f"GPU {gpu.index}" if gpu.index is not None else "", gpu.pci or ""]
     return " ".join(p for p in parts if p) or (gpu.uuid or "GPU")
+
+
+# -q sections holding the GPU's own state; an error elsewhere (inforom, applications clocks) weighs less
+_STATE_SECTIONS = (
+    "Product Name", "Performance State", "Fan Speed", "FB Memory Usage", "Utilization", "ECC Mode", "ECC Errors",
+    "Retired Pages", "Remapped Rows", "Temperature", "GPU Power Readings", "Power Readings", "Clocks", "PCI",
+    "MIG Mode", "Clocks Event Reasons", "Clocks Throttle Reasons",
+)  # fmt: skip
+_XML_STATE = (
+    "product_name", "performance_state", "fan_speed", "fb_memory_usage", "utilization", "ecc_mode", "ecc_errors",
+    "retired_pages", "remapped_rows", "temperature", "gpu_power_readings", "power_readings", "clocks", "pci",
+    "mig_mode", "clocks_event_reasons", "clocks_throttle_reasons",
+)  # fmt: skip
+_TABLE_COLUMNS = (
+    "Name", "Disp.A", "Volatile Uncorr. ECC", "Fan", "Temp", "Perf", "Pwr:Usage", "Pwr:Cap", "Fan/Temp/Perf/Pwr",
+    "Memory-Usage", "GPU-Util", "Compute M.", "MIG M.",
+)  # fmt: skip
+
+
+def _fields(names: list[str]) -> str:
+    """A few values by name; many by the sections they are in (`ECC Errors, Temperature (19 values)`)."""
+    if len(names) <= 3:
+        return ", ".join(names)
+    return f"{_listed(_unique(name.split('/', 1)[0] for name in names))} ({len(names)} values)"
+
+
+def _is_state(value: UnreadableValue) -> bool:
+    top = value.name.split("/", 1)[0]
+    return value.name in _TABLE_COLUMNS or top in _STATE_SECTIONS or top in _XML_STATE
+
+
+def _judge_unreadable(gpu: GpuRecord, entity: str, report: TriageReport) -> None:
+    """Values nvidia-smi printed as errors: a GPU gone or needing a reset is critical; one unreadable value is a
+    warning naming it; two or more of the GPU's own readings unreadable means the GPU is not answering."""
+    gone = [v for v in gpu.unreadable if v.kind in ("reset-required", "gpu-lost")]
+    if gone:
+        kind: Unreadable = "gpu-lost" if any(v.kind == "gpu-lost" for v in gone) else "reset-required"
+        code = "GPU is lost" if kind == "gpu-lost" else "GPU requires reset"
+        fix = (
+            "drain the node and reboot it; check `dmesg` for Xid 79 (fallen off the bus), and replace the GPU if it is "
+            "lost again"
+            if kind == "gpu-lost"
+            else "drain the node, then reset the GPU (`nvidia-smi -r -i <id>`) or reboot; check `dmesg` for the Xid "
+            "that led here (119, 154), and replace the GPU if it comes back like this"
+        )
+        names = _unique(v.name for v in gone)
+        report.findings.append(
+            TriageFinding(
+                "gpu-state",
+                "critical",
+                f"nvidia-smi prints {gone[0].printed} for {_fields(names)}: {MEANS[kind]}",
+                entity,
+                code,
+                fix,
+                _unique(v.line for v in gone if v.line),
+            )
+        )
+    errors = [v for v in gpu.unreadable if v.kind == "read-error"]
+    if not errors:
+        return
+    names = _unique(v.name for v in errors)
+    state = _unique(v.name for v in errors if _is_state(v))
+    printed = _unique(v.printed for v in errors)
+    severity: Severity = "critical" if len(state) >= 2 else "warning"
+    if severity == "critical":
+        message = (
+            f"nvidia-smi could not read {_fields(names)} ({', '.join(printed[:3])}): the GPU is not answering for "
+            "its own state"
+        )
+        fix = (
+            "drain the node; check `dmesg` for Xid errors (79, 119, 154 mean the GPU needs a reset), reset the GPU "
+            "or reboot, and replace it if the values stay unreadable"
+        )
+    else:
+        message = f"nvidia-smi could not read {_fields(names)} ({', '.join(printed[:3])})"
+        fix = (
+            "watch it: read it again with `nvidia-smi -q`; a value that stays unreadable, or more of them, means the "
+            "GPU needs a reset (check `dmesg` for Xid errors)"
+        )
+    code = "ERR!" if printed == ["ERR!"] else "unreadable value"
+    report.findings.append(
+        TriageFinding("gpu-state", severity, message, entity, code, fix, _unique(v.line for v in errors if v.line))
+    )
+
+
+def _judge_ecc_mode(gpu: GpuRecord, entity: str, report: TriageReport) -> None:
+    current, pending = gpu.ecc_mode_current, gpu.ecc_mode_pending
+    data_centre = _data_centre(gpu.product_name)
+    if current is False and pending is True:
+        report.findings.append(
+            TriageFinding(
+                "ecc",
+                "warning",
+                "ECC is off and turns on at the next reboot",
+                entity,
+                "ECC mode pending",
+                "drain the node and reboot it to apply the pending ECC mode",
+            )
+        )
+    elif current is False and data_centre is not False:
+        what = "a data-centre GPU" if data_centre else "this GPU (the input does not name a data-centre model)"
+        report.findings.append(
+            TriageFinding(
+                "ecc",
+                "warning",
+                f"ECC is disabled on {what}: memory errors go uncounted and no rows are remapped",
+                entity,
+                "ECC disabled",
+                "enable it with `sudo nvidia-smi -e 1 -i <id>`, then reboot (an ECC mode change takes effect at "
+                "the next reboot)",
+            )
+        )
+    elif current is True and pending is False:
+        report.findings.append(
+            TriageFinding(
+                "ecc",
+                "warning",
+                "ECC is on but turns off at the next reboot",
+                entity,
+                "ECC mode pending",
+                "keep it on with `sudo nvidia-smi -e 1 -i <id>` before the next reboot",
+            )
+        )
 
 
 def _judge_gpu(gpu: GpuRecord, report: TriageReport) -> None:
@@ -21,6 +231,7 @@ def _judge_gpu(gpu: GpuRecord, report: TriageReport) -> None:
     def add(check: str, severity: Severity, code: str, message: str, fix: str) -> None:
         report.findings.append(TriageFinding(check, severity, message, entity, code, fix))
 
+    _judge_unreadable(gpu, entity, report)
     if gpu.remap_failure:
         add("row-remap", "critical", "row remap failure", "a row remap failed: the memory cannot be repaired",
             "drain the node and replace the GPU (RMA)")  # fmt: skip
@@ -36,6 +247,7 @@ def _judge_gpu(gpu: GpuRecord, report: TriageReport) -> None:
     if uncorrected:
         add("ecc", "critical", "volatile uncorrectable ECC", f"{uncorrected} uncorrectable ECC error(s) since the "
             "last reset", "drain, reset the GPU and run `dcgmi diag -r 3`; replace it if they return")  # fmt: skip
+    _judge_ecc_mode(gpu, entity, report)
     width, width_max = gpu.pcie_width_current, gpu.pcie_width_max
     if width is not None and width_max is not None and width < width_max:
         add("pcie", "warning", "PCIe width", f"PCIe link at x{width}, capable of x{width_max}",
@@ -46,34 +258,475 @@ def _judge_gpu(gpu: GpuRecord, report: TriageReport) -> None:
                 "check cooling and power delivery (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`)")  # fmt: skip
 
 
+_IDENTITY = {"pci_bus_id", "pci", "index", "driver_version", "cuda_version"}
+
+
+def _has_readings(gpu: GpuRecord) -> bool:
+    """The record holds something read from the GPU, beyond which GPU it is."""
+    empty = GpuRecord()
+    return any(
+        getattr(gpu, f.name) != getattr(empty, f.name) for f in dataclasses.fields(GpuRecord) if f.name not in _IDENTITY
+    )
+
+
 def _judge_nvidia_smi(smi: NvidiaSmiReport, report: TriageReport) -> None:
     for message in smi.errors:
         report.findings.append(TriageFinding("nvidia-smi", "critical", message, fix="check the driver (`dmesg`)"))
     for pci, why in smi.unreachable.items():
+        permission = "permission" in why.lower()
         report.findings.append(
             TriageFinding(
                 "gpu-lost",
-                "critical",
+                "warning" if permission else "critical",
                 f"nvidia-smi cannot reach this GPU: {why}",
                 f"PCI {pci}",
                 "unreachable",
-                "drain the node; reboot it, and replace the GPU if it stays lost",
+                "run nvidia-smi as root"
+                if permission
+                else "drain the node; reboot it, and replace the GPU if it stays lost",
             )
         )
     for gpu in smi.gpus:
         _judge_gpu(gpu, report)
-    if not smi.gpus and not smi.errors and not smi.unreachable:
+    report.notes.extend(smi.notes)
+    read = [gpu for gpu in smi.gpus if _has_readings(gpu)]
+    if not read and not smi.errors and not smi.unreachable:
         report.judged = False
-        report.notes.append("no GPU section found")
+        report.notes.append("no GPU section found" if not smi.gpus else "no value nvidia-smi prints was found")
+    _settle(report, smi.cut_short, smi.partial, smi.problems)
 
 
 def read_nvidia_smi_q(lines: Iterable[str], source: str) -> TriageReport:
     report = TriageReport("nvidia-smi-q", source)
-    _judge_nvidia_smi(parse_query(bounded_text(lines, report), source=source), report)
+    _judge_nvidia_smi(parse_query(bounded_text(lines, report), source=source, strict=False), report)
     return report
 
 
 def read_nvidia_smi_table(lines: Iterable[str], source: str) -> TriageReport:
     report = TriageReport("nvidia-smi-table", source)
-    _judge_nvidia_smi(parse_table(bounded_text(lines, report), source=source), report)
+    # a table that stops before the process table may be missing GPUs (it never says how many there are), so
+    # it is not called healthy however well the GPUs it shows look
+    smi = parse_table(bounded_text(lines, report), source=source, strict=False)
+    _judge_nvidia_smi(smi, report)
+    return report
+
+
+# -- nvidia-smi nvlink -s --------------------------------------------------------------------------------------
+def _nvlink_entity(gpu: NvlinkGpu) -> str:
+    if gpu.index < 0:
+        return "a GPU whose line is not in the input"
+    return f"GPU {gpu.index} ({gpu.name})" if gpu.name else f"GPU {gpu.index}"
+
+
+def _speed(value: float) -> str:
+    return f"{value:g} GB/s"
+
+
+class _NvlinkJudge:
+    """Judges each GPU's links against its model and against the GPUs of the same model beside it."""
+
+    def __init__(self, gpus: list[NvlinkGpu], report: TriageReport) -> None:
+        self.gpus = gpus
+        self.report = report
+        names = {g.name for g in gpus}
+        self.specs = {name: model_for_product_name(name) if name else None for name in names}
+        # per model name, over the GPUs of that name: how many have a link up, their fastest link, their link counts
+        self.active: Counter[str] = Counter(g.name for g in gpus if g.active_links and g.index >= 0)
+        self.best: dict[str, float] = {}
+        self.counts: dict[str, Counter[int]] = {}
+        for g in gpus:
+            speeds = [link.speed_gbps for link in g.links if link.active and link.speed_gbps]
+            self.best[g.name] = max([self.best.get(g.name, 0.0), *speeds])
+            if g.index >= 0:
+                self.counts.setdefault(g.name, Counter())[len(g.links)] += 1
+        self.judged = 0
+        self.unjudged: list[str] = []
+        self.may_be_cut: str | None = None
+
+    def add(
+        self, gpu: NvlinkGpu, severity: Severity, code: str, message: str, fix: str, links: Iterable[int] = ()
+    ) -> None:
+        """A finding quoting the GPU's line and the lines of `links` (or of every link not running)."""
+        wanted = {f"Link {n}:" for n in links}
+        shown = [line for line in gpu.lines[1:] if (any(w in line for w in wanted) if wanted else "GB/s" not in line)]
+        self.report.findings.append(
+            TriageFinding("nvlink", severity, message, _nvlink_entity(gpu), code, fix, gpu.lines[:1] + shown[:7])
+        )
+
+    def most_links_beside(self, gpu: NvlinkGpu) -> int:
+        """The most links another GPU of the same name lists."""
+        counts = self.counts.get(gpu.name, Counter())
+        own = len(gpu.links) if gpu.index >= 0 else -1
+        return max([n for n, times in counts.items() if times - (n == own) > 0] or [0])
+
+    def judge(self, gpu: NvlinkGpu, last: bool) -> None:
+        spec = self.specs[gpu.name]
+        design = nvlink_design(spec, gpu.name)
+        peers_active = self.active[gpu.name] - (1 if gpu.active_links and gpu.index >= 0 else 0) > 0
+        expected = design in EXPECTS_NVLINK or (design is None and peers_active)
+        fix = _NVLINK_FIX.get(design or "fabric", _NVLINK_FIX["fabric"])
+        model = spec.name if spec is not None else "its model"
+        listed = sum(1 for link in gpu.links if link.state != "unknown")  # a state cut mid-way says nothing
+        if gpu.unsupported:
+            if design in EXPECTS_NVLINK and spec is not None:
+                self.judged += 1
+                self.add(
+                    gpu,
+                    "warning",
+                    "NVLink unsupported",
+                    f"nvidia-smi says this GPU has no NVLink, though "
+                    f"{model} has {spec.nvlink_links} links (a VM given one GPU, or NVLink disabled)",
+                    fix,
+                )
+            else:
+                self.judged += design is not None
+            return
+        if listed == 0 and not gpu.all_inactive:
+            if last:
+                self.may_be_cut = f"the input ends right after {_nvlink_entity(gpu)}'s line"
+            elif expected:
+                self.judged += 1
+                self.add(gpu, "warning", "NVLink not listed", "nvidia-smi lists no links for this GPU", fix)
+            else:
+                self.unjudged.append(_nvlink_entity(gpu))
+            return
+        if gpu.active_links == 0:
+            if expected:
+                self.judged += 1
+                why = f"{model} has {spec.nvlink_links} links" if spec is not None else "GPUs beside it have theirs"
+                alone = len(self.gpus) == 1 and gpu.index == 0
+                self.add(
+                    gpu,
+                    "warning" if alone else "critical",
+                    "NVLink down",
+                    f"all NVLinks are inactive ({why}): NVLink is down or the fabric manager is not running"
+                    + (" (or a VM given this one GPU, where NVLink has no peer)" if alone else ""),
+                    fix,
+                )
+            elif design in ("optional", "none"):
+                self.judged += 1
+                self.report.notes.append(f"{_nvlink_entity(gpu)}: no active NVLink, as for a PCIe card without bridges")
+            else:
+                self.unjudged.append(_nvlink_entity(gpu))
+            return
+        self.judged += 1
+        self.judge_links(gpu, spec, fix, last)
+
+    def judge_links(self, gpu: NvlinkGpu, spec: GpuModelSpec | None, fix: str, last: bool) -> None:
+        down = [link for link in gpu.links if link.state in ("inactive", "unreadable")]
+        if down:
+            severity: Severity = "critical" if any("reset" in link.printed.lower() for link in down) else "warning"
+            names = [f"link {link.link} ({link.printed})" for link in down]
+            self.add(
+                gpu,
+                severity,
+                "NVLink inactive links",
+                f"{len(down)} of {len(gpu.links)} NVLinks are not "
+                f"active: {_listed(names)}; traffic over NVLink is slower",
+                fix,
+                [link.link for link in down],
+            )
+        speeds = [link.speed_gbps for link in gpu.links if link.active and link.speed_gbps]
+        best = self.best.get(gpu.name, 0.0)
+        floor = max(best, 0.9 * spec.nvlink_bw_gbps_per_link if spec is not None else 0.0)
+        slow = [link for link in gpu.links if link.active and link.speed_gbps and link.speed_gbps < 0.97 * floor]
+        if speeds and slow:
+            names = [f"link {link.link} at {_speed(link.speed_gbps or 0)}" for link in slow]
+            if best >= floor or spec is None:
+                expect = f"the {_speed(best)} of the other links"
+            else:
+                expect = f"the {_speed(spec.nvlink_bw_gbps_per_link)} per link of {spec.name}"
+            self.add(
+                gpu,
+                "warning",
+                "NVLink slow links",
+                f"{_listed(names)}, below {expect}",
+                "reset the GPU or reboot; links that stay slow need the board or bridges checked",
+                [link.link for link in slow],
+            )
+        full = spec.nvlink_links if spec is not None else 0
+        most = self.most_links_beside(gpu)
+        want = max(full, most)
+        numbers = sorted(link.link for link in gpu.links)
+        contiguous = numbers == list(range(len(numbers)))
+        if want and len(gpu.links) < want:
+            if last and contiguous:
+                self.may_be_cut = f"{_nvlink_entity(gpu)} lists {len(gpu.links)} links where {want} are expected"
+            else:
+                source = (
+                    f"{spec.name} has {full}" if spec is not None and full >= most else f"GPUs beside it list {most}"
+                )
+                self.add(gpu, "warning", "NVLink links missing", f"lists {len(gpu.links)} NVLinks; {source}", fix)
+
+
+def read_nvidia_smi_nvlink(lines: Iterable[str], source: str) -> TriageReport:
+    """`nvidia-smi nvlink -s`: every GPU's links judged against what its model should have."""
+    report = TriageReport("nvidia-smi-nvlink", source)
+    status = read_nvlink_status(bounded_text(lines, report), source=source, strict=False)
+    judge = _NvlinkJudge(status.gpus, report)
+    for number, gpu in enumerate(status.gpus):
+        judge.judge(gpu, last=number == len(status.gpus) - 1)
+    if judge.unjudged:
+        report.notes.append(
+            f"cannot tell whether {_listed(judge.unjudged)} should have NVLink: the model is not in the catalog"
+        )
+    if not judge.judged and not judge.may_be_cut and not status.cut_short:
+        report.judged = False
+    elif not report.findings and judge.judged:
+        shown = [g for g in status.gpus if g.active_links]
+        if shown:
+            rates = _unique(_speed(lk.speed_gbps) for g in shown for lk in g.links if lk.speed_gbps)
+            report.notes.append(
+                f"{len(shown)} GPU(s) with NVLink active, at {', '.join(rates[:3]) or 'no listed speed'}"
+            )
+    _settle(report, status.cut_short or judge.may_be_cut, _nvlink_listing_partial(status.gpus), status.problems)
+    return report
+
+
+BOARD_SIZES = (4, 8, 16)  # GPUs on an HGX/DGX board (SXM, NVSwitch): fewer listed from GPU 0 means a cut listing
+
+
+def _nvlink_listing_partial(gpus: list[NvlinkGpu]) -> str | None:
+    """nvlink -s does not say how many GPUs there are; a listing from GPU 0 of SXM/NVSwitch parts that stops short
+    of a board's GPU count may be a cut one."""
+    indices = [g.index for g in gpus]
+    if not gpus or indices != list(range(len(gpus))) or len(gpus) in BOARD_SIZES:
+        return None
+    designs = {nvlink_design(model_for_product_name(g.name) if g.name else None, g.name) for g in gpus}
+    if designs <= {"fabric", "mesh"}:
+        return f"it lists {len(gpus)} GPU(s) from GPU 0, where SXM boards carry {' or '.join(map(str, BOARD_SIZES))}"
+    return None
+
+
+# -- nvidia-smi topo -m ----------------------------------------------------------------------------------------
+_NIC_NEAR = ("PIX", "PXB")
+_RANK = {kind: rank for rank, kind in enumerate(("X", "NV", *PCIE_TYPES))}
+
+
+def _nv(kind: str | None) -> int:
+    return int(kind[2:]) if kind and kind.startswith("NV") else 0
+
+
+class _TopoJudge:
+    def __init__(self, matrix: TopoMatrix, report: TriageReport) -> None:
+        self.matrix = matrix
+        self.report = report
+        self.gpus = matrix.gpus
+        self.pairs = {
+            (a, b): kind
+            for i, a in enumerate(self.gpus)
+            for b in self.gpus[i + 1 :]
+            if (kind := matrix.link_between(a, b)) is not None
+        }
+        models = {m.name: m for n in matrix.product_names if (m := model_for_product_name(n)) is not None}
+        self.spec = next(iter(models.values())) if len(models) == 1 else None
+        self.design = nvlink_design(self.spec, matrix.product_names[0]) if self.spec is not None else None
+        self.nvlink_judged = False
+
+    def add(self, severity: Severity, code: str, message: str, entity: str, fix: str, rows: list[str]) -> None:
+        evidence = [self.matrix.rows[r] for r in rows if r in self.matrix.rows]
+        self.report.findings.append(TriageFinding("topology", severity, message, entity, code, fix, evidence))
+
+    def totals(self) -> dict[str, int]:
+        return {g: sum(_nv(k) for pair, k in self.pairs.items() if g in pair) for g in self.gpus}
+
+    def off_fabric(self, severity: Severity, fix: str) -> set[str]:
+        """GPUs with no NVLink to any GPU while others are NVLinked to each other."""
+        totals = self.totals()
+        linked = [g for g in self.gpus if totals[g]]
+        off = [
+            g for g in self.gpus if not totals[g] and any((g, o) in self.pairs or (o, g) in self.pairs for o in linked)
+        ]
+        for gpu in off:
+            kinds = _unique(k for pair, k in self.pairs.items() if gpu in pair)
+            self.add(
+                severity,
+                "NVLink down",
+                f"{gpu} reaches the other GPUs over PCIe only ({'/'.join(kinds)}) while "
+                "they are NVLinked: its NVLinks are down",
+                gpu,
+                fix,
+                [gpu],
+            )
+        return set(off) if linked else set()
+
+    def judge_nvlink(self) -> None:
+        if len(self.gpus) < 2 or not self.pairs:
+            return
+        nv = {pair: _nv(kind) for pair, kind in self.pairs.items()}
+        top = max(nv.values())
+        spec, design = self.spec, self.design
+        if spec is not None and design is not None:
+            self.nvlink_judged = True
+            self.judge_with_model(spec, design, nv, top)
+            return
+        if not top:
+            self.report.notes.append(
+                "no GPU pair is NVLinked: right for PCIe cards, a fault on SXM/NVSwitch boards (fabric manager not "
+                "running, NVLink down); topo -m does not name the GPU model, so this is not judged (pass "
+                "`nvidia-smi nvlink -s` or `nvidia-smi -q` to judge it)"
+            )
+            return
+        self.nvlink_judged = True
+        fix = "check `nvidia-smi nvlink -s` for the inactive links; " + _NVLINK_FIX["fabric"]
+        totals = self.totals()
+        linked = [g for g in self.gpus if totals[g]]
+        alone = [g for g in self.gpus if not totals[g]]
+        if len(linked) >= 3 and self.meshed(linked):
+            lower = [pair for pair, n in nv.items() if 0 < n < top]
+            if lower:
+                self.warn_pairs(lower, nv, f"the NV{top} elsewhere in the mesh", fix)
+            for gpu in alone:
+                kinds = _unique(k for pair, k in self.pairs.items() if gpu in pair)
+                self.add(
+                    "warning",
+                    "NVLink down",
+                    f"{gpu} reaches the other GPUs over PCIe only ({'/'.join(kinds)}) while they are NVLinked to each "
+                    f"other (NV{top}): its NVLinks look down",
+                    gpu,
+                    fix,
+                    [gpu],
+                )
+            if not lower and not alone:
+                self.report.notes.append(
+                    f"every GPU pair is NVLinked with NV{top}; topo -m does not name the GPU model, so {top} is not "
+                    "checked against it"
+                )
+            return
+        most = max(totals[g] for g in linked)
+        low = [g for g in linked if totals[g] < most]
+        for gpu in low:
+            self.add(
+                "warning",
+                "NVLink links missing",
+                f"{gpu} has {totals[gpu]} NVLinks to other GPUs where the others have {most}",
+                gpu,
+                fix,
+                [gpu],
+            )
+        if not low:
+            self.report.notes.append(
+                f"each NVLinked GPU has {most} NVLinks to the other GPUs; topo -m does not name the GPU model, so "
+                f"{most} is not checked against it"
+            )
+        if alone:
+            self.report.notes.append(
+                f"{_listed(alone)} have no NVLink to any GPU (a card without a bridge, or its links down): without "
+                "the GPU model this is not judged"
+            )
+
+    def meshed(self, gpus: list[str]) -> bool:
+        """Every pair among `gpus` that the matrix shows is NVLinked."""
+        return all(
+            _nv(kind) > 0
+            for i, a in enumerate(gpus)
+            for b in gpus[i + 1 :]
+            if (kind := self.matrix.link_between(a, b)) is not None
+        )
+
+    def warn_pairs(self, pairs: list[tuple[str, str]], nv: dict[tuple[str, str], int], than: str, fix: str) -> None:
+        names = [f"{a}-{b} NV{nv[(a, b)]}" for a, b in pairs]
+        rows = _unique(g for pair in pairs for g in pair)
+        self.add(
+            "warning",
+            "NVLink links missing",
+            f"{len(pairs)} GPU pair(s) have fewer NVLinks than {than}: {_listed(names)}",
+            _listed(rows),
+            fix,
+            rows,
+        )
+
+    def judge_with_model(self, spec: GpuModelSpec, design: str, nv: dict[tuple[str, str], int], top: int) -> None:
+        links = spec.nvlink_links
+        fix = _NVLINK_FIX.get(design, _NVLINK_FIX["fabric"])
+        if design not in EXPECTS_NVLINK:
+            if top:
+                lower = [pair for pair, n in nv.items() if 0 < n < top]
+                if lower:
+                    self.warn_pairs(lower, nv, f"the NV{top} of the other bridged pairs", _NVLINK_FIX["bridged"])
+            self.report.notes.append(f"{spec.name}: NVLink is optional for this model (bridges), not required")
+            return
+        if design == "fabric" and top >= links:
+            pcie = [pair for pair, n in nv.items() if n == 0]
+            off = self.off_fabric("critical", fix)
+            rest = [pair for pair in pcie if not (set(pair) & off)]
+            if rest:
+                names = [f"{a}-{b} {self.pairs[(a, b)]}" for a, b in rest]
+                self.add(
+                    "critical",
+                    "NVLink down",
+                    f"GPU pairs that {spec.name}'s NVSwitch fabric links show PCIe: {_listed(names)}",
+                    _listed(_unique(g for p in rest for g in p)),
+                    fix,
+                    _unique(g for p in rest for g in p),
+                )
+            lower = [pair for pair, n in nv.items() if 0 < n < links]
+            if lower:
+                self.warn_pairs(lower, nv, f"the {links} links of {spec.name}", fix)
+            return
+        severity: Severity = "warning" if design == "bridged" else "critical"
+        off = self.off_fabric(severity, fix)
+        totals = self.totals()
+        for gpu in self.gpus:
+            if gpu in off:
+                continue
+            if totals[gpu] == 0:
+                self.add(
+                    severity,
+                    "NVLink down",
+                    f"{gpu} has no NVLink to any GPU, though {spec.name} has {links}",
+                    gpu,
+                    fix,
+                    [gpu],
+                )
+            elif totals[gpu] < links and design != "bridged":
+                self.add(
+                    "warning",
+                    "NVLink links missing",
+                    f"{gpu} has {totals[gpu]} NVLinks to other GPUs, {spec.name} has {links}",
+                    gpu,
+                    fix,
+                    [gpu],
+                )
+
+    def judge_nics(self) -> None:
+        nics = self.matrix.nics
+        if not nics or len(self.gpus) < 2:
+            return
+        nearest: dict[str, str] = {}
+        for gpu in self.gpus:
+            kinds = [k for nic in nics if (k := self.matrix.link_between(gpu, nic)) is not None]
+            if kinds:
+                nearest[gpu] = min(kinds, key=lambda k: _RANK.get(k, 99))
+        near = [g for g, k in nearest.items() if k in _NIC_NEAR]
+        far = [g for g, k in nearest.items() if k not in _NIC_NEAR]
+        if near and far:
+            names = [f"{g} ({nearest[g]})" for g in far]
+            self.add(
+                "warning",
+                "NIC affinity",
+                f"{_listed(names)} have no NIC on PIX/PXB while {len(near)} other "
+                "GPU(s) each have one: their GPUDirect RDMA traffic crosses the host bridge",
+                _listed(far),
+                "check that each GPU's NIC is present and up (`ibstat`, the NIC legend); a NIC missing from the "
+                "matrix is usually a failed or unseated HCA",
+                far,
+            )
+
+
+def read_nvidia_smi_topo(lines: Iterable[str], source: str) -> TriageReport:
+    """`nvidia-smi topo -m`: which GPU pairs are NVLinked, against the model when the input names it, and which
+    GPUs lack a NIC close by."""
+    report = TriageReport("nvidia-smi-topo", source)
+    matrix = parse_topo_matrix(bounded_text(lines, report), source=source, strict=False)
+    judge = _TopoJudge(matrix, report)
+    if judge.spec is None and matrix.product_names:
+        report.notes.append("the GPU names in the input do not name one catalog model: NVLink judged by its pattern")
+    judge.judge_nvlink()
+    judge.judge_nics()
+    if not judge.nvlink_judged and not report.findings:
+        report.judged = False
+        if len(judge.gpus) < 2:
+            report.notes.append("one GPU: no GPU pair to judge")
+    _settle(report, matrix.cut_short, None, matrix.problems)
     return report
