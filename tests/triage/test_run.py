@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import random
+from pathlib import Path
 
 import pytest
 
@@ -12,20 +14,8 @@ from tests.conftest import shared_dir
 
 CORPUS = shared_dir() / "corpus"
 
-# file -> (format, verdict, a code it must find)
-EXPECTED = {
-    "xid079_dcgm_kmsgtest.log": ("kernel-log", "faulty", "Xid 79"),
-    "xid119_gpud_testdata.log": ("kernel-log", "faulty", "Xid 119"),
-    "xid013_gpud_dmesg_iso.log": ("kernel-log", "degraded", "Xid 13"),
-    "sxid20034_gpud_readme.log": ("kernel-log", "faulty", "SXid 20034"),
-    "neg_xid043_kmsg_malformed.log": ("kernel-log", "unknown", "unreadable"),
-    "nvsmi_q_01_a100_ecc_rowremap_stas00.txt": ("nvidia-smi-q", "degraded", "row remap pending"),
-    "nvsmi_q_02_sram_uncorrectable_stas00.txt": ("nvidia-smi-q", "faulty", "volatile uncorrectable ECC"),
-    "nvsmi_q_04_retired_pages_good_aznhc.txt": ("nvidia-smi-q", "healthy", ""),
-    "nvsmi_table_01_a100_stas00.txt": ("nvidia-smi-table", "healthy", ""),
-    "dcgmi_diag_fail_01_r3_rowremap_stas00.txt": ("dcgmi-diag", "faulty", "Deployment"),
-    "dcgmi_diag_fail_02_r2_memory_thermal_stas00.txt": ("dcgmi-diag", "faulty", "GPU Memory"),
-}
+# every real capture: its format, verdict, the codes it must find, and why (bench/triage.py reads the same table)
+EXPECTED = {row["file"]: row for row in csv.DictReader((Path(__file__).parent / "data" / "corpus_verdicts.csv").open())}
 
 
 def _run(text: str) -> tuple[str, str, list[str]]:
@@ -39,9 +29,9 @@ def test_real_captures(name: str) -> None:
     if not path.exists():
         pytest.skip(f"{path} is not on this machine")
     fmt, verdict, codes = _run(path.read_text(errors="replace"))
-    want_fmt, want_verdict, want_code = EXPECTED[name]
-    assert (fmt, verdict) == (want_fmt, want_verdict)
-    assert not want_code or want_code in codes
+    want = EXPECTED[name]
+    assert (fmt, verdict) == (want["format"], want["verdict"]), want["why"]
+    assert {c for c in want["codes"].split(";") if c} <= set(codes)
 
 
 def _pasted(text: str, rng: random.Random) -> str:
@@ -118,3 +108,14 @@ def test_a_truncated_diagnostic_never_turns_into_a_pass() -> None:
     text = path.read_text()
     for cut in range(len(text) // 4, len(text), max(1, len(text) // 40)):
         assert _run(text[:cut])[1] != "healthy", cut
+
+
+def test_every_capture_has_an_expected_verdict() -> None:
+    if not CORPUS.exists():
+        pytest.skip(f"{CORPUS} is not on this machine")
+    captures = {
+        str(p.relative_to(CORPUS))
+        for p in CORPUS.rglob("*")
+        if p.is_file() and not p.name.endswith(".source.txt") and p.suffix != ".csv"
+    }
+    assert captures <= set(EXPECTED), sorted(captures - set(EXPECTED))
