@@ -68,16 +68,11 @@ OUT_OPT = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP)
 
 
 def _topology(defaults: dict[str, object], **flags: object) -> Topology:
+    from gpufleet.nccl.compare import build_topology
+
     values = {k: v for k, v in defaults.items() if v is not None}
     values.update({k: v for k, v in flags.items() if v is not None})
-    if "gpu" not in values:
-        raise UserError("no GPU model given", fix="pass --gpu (e.g. h100-sxm)")
-    if values.get("nodes", 1) == 1:
-        values.setdefault("nics_per_node", 0)
-    try:
-        return Topology(**values)
-    except ValueError as exc:
-        raise UserError(f"bad topology: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from exc
+    return build_topology(values)
 
 
 @sub.command("predict")

@@ -3,29 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from gpufleet.sources.dcgmi import DiagIssue, DiagParser, assess, classify_message
 from gpufleet.sources.dcgmi_health import HealthParser, HealthReport
-from gpufleet.triage.readers.common import MAX_FINDINGS, MAX_TEXT
+from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 
 _HEALTH_FIX = {
     "critical": "drain the node; run `dcgmi diag -r 3` on it and follow the failure it names",
     "warning": "watch it: rerun `dcgmi health -c`, and run `dcgmi diag -r 2` at the next drain",
 }
-
-
-def bounded_lines(lines: Iterable[str], report: TriageReport) -> Iterator[str]:
-    """The lines up to MAX_TEXT characters in all; past that the report says the rest was not read."""
-    size = 0
-    for line in lines:
-        size += len(line) + 1
-        if size > MAX_TEXT:
-            report.notes.append(f"only the first {MAX_TEXT // (1024 * 1024)} MiB were read")
-            report.complete = False
-            return
-        yield line
 
 
 def _finding(issue: DiagIssue) -> TriageFinding:

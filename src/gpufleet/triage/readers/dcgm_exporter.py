@@ -33,8 +33,7 @@ from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.xid_policy import Action, XidSeverity, classify, load_policy
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.sources.prom_text import BadLine, Metadata, Sample, exact_int, parse_line
-from gpufleet.triage.readers.common import MAX_FINDINGS
-from gpufleet.triage.readers.dcgm import bounded_lines
+from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 
 MAX_GPUS = 4096

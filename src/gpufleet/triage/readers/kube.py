@@ -24,12 +24,12 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.errors import ParseError
-from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
+from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines, bounded_text
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 
 CUT = "\x00cut"  # marks an object or list the input ended inside
@@ -638,7 +638,7 @@ def read_kubectl_describe_node(lines: Iterable[str], source: str) -> TriageRepor
     """`kubectl describe node NAME` or `kubectl describe nodes` (one node after another)."""
     report = TriageReport("kubectl-describe-node", source)
     parser = DescribeParser()
-    for line in _bounded_lines(lines, report):
+    for line in bounded_lines(lines, report):
         parser.feed(line)
     nodes = [n for n in parser.nodes if n.name or n.conditions or n.capacity or n.taints]
     if not nodes:
@@ -666,17 +666,3 @@ def _nothing_to_judge(nodes: list[NodeView], report: TriageReport) -> None:
         report.notes.append(f"no conditions or resources for {', '.join(empty[:8])}: nothing to judge there")
     if len(empty) == len(nodes):
         report.judged = False
-
-
-def _bounded_lines(lines: Iterable[str], report: TriageReport) -> Iterator[str]:
-    """The lines up to MAX_TEXT, streamed (a note says when more was left unread)."""
-    from gpufleet.triage.readers.common import MAX_TEXT
-
-    size = 0
-    for line in lines:
-        size += len(line) + 1
-        if size > MAX_TEXT:
-            report.notes.append(f"only the first {MAX_TEXT // (1024 * 1024)} MiB were read")
-            report.complete = False
-            return
-        yield line
