@@ -46,7 +46,7 @@ def triage(
             console.print(head)
             if r.findings:
                 rows = []
-                for f in r.findings:
+                for f in r.ordered():
                     row = [Text(f.severity, style=SEVERITY_STYLE[f.severity]), f.code, f.entity or "-", f.message]
                     row.append(f.fix or "-")
                     if wide:

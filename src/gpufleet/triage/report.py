@@ -13,6 +13,7 @@ from typing import Any, Literal
 Severity = Literal["critical", "warning", "info"]
 Verdict = Literal["healthy", "degraded", "faulty", "unknown"]
 MAX_EVIDENCE = 8  # lines quoted per finding
+_WORST_FIRST: dict[Severity, int] = {"critical": 0, "warning": 1, "info": 2}
 
 
 @dataclass(slots=True)
@@ -55,11 +56,15 @@ class TriageReport:
             return "unknown"
         return "degraded" if "warning" in severities else "healthy"
 
+    def ordered(self) -> list[TriageFinding]:
+        """The findings worst first, in the reader's order within a severity."""
+        return sorted(self.findings, key=lambda f: _WORST_FIRST[f.severity])
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "format": self.format,
             "verdict": self.verdict,
-            "findings": [f.as_dict() for f in self.findings],
+            "findings": [f.as_dict() for f in self.ordered()],
             "notes": self.notes,
         }
