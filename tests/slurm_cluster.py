@@ -90,17 +90,25 @@ class SlurmCluster:
         self.runner.run(["scancel", "--full", "-u", "root"])
         self.wait_for(lambda: not self.runner.squeue(), "jobs to finish")
         for node in self.runner.nodes():
-            if not node.state.available:
+            # RESUME is valid only for a node taken out (down, drained, failed); one whose slurmd is still
+            # registering or rebooting (UNKNOWN, NOT_RESPONDING) comes back by itself
+            if node.state.base == "DOWN" or node.state.flags & {"DRAIN", "FAIL"}:
                 self.scontrol("update", f"NodeName={node.name}", "State=RESUME")
-        self.wait_for(lambda: all(n.state.available for n in self.runner.nodes()), "nodes to be idle")
 
-    def wait_for(self, check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+        def out() -> dict[str, str]:
+            return {n.name: str(n.state) for n in self.runner.nodes() if not n.state.available}
+
+        self.wait_for(lambda: not out(), "nodes to be idle", detail=out)
+
+    def wait_for(
+        self, check: Callable[[], bool], what: str, timeout_s: float = 60.0, detail: Callable[[], object] | None = None
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if check():
                 return
             time.sleep(0.25)
-        raise AssertionError(f"timed out waiting for {what}")
+        raise AssertionError(f"timed out waiting for {what}" + (f": {detail()}" if detail else ""))
 
 
 _CLUSTER: SlurmCluster | None = None
