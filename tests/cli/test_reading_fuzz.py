@@ -81,3 +81,10 @@ def test_damaged_captures(tmp_path: Path, command: tuple[str, ...]) -> None:
         path = tmp_path / f"damaged-{attempt}.txt"
         path.write_bytes(cut)
         _run(command, path)
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero on this system")
+@pytest.mark.parametrize("command", list(COMMANDS), ids=" ".join)
+def test_an_endless_device_is_refused(command: tuple[str, ...]) -> None:
+    res = gpufleet(*command, "/dev/zero")
+    assert res.returncode != 0 and "not a regular file" in res.stderr, res.stderr

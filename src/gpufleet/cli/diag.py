@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
+from gpufleet.cli.inputs import read_input_lines
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
 from gpufleet.health.diag import DiagOutcome, judge, judge_links, run_dcgmi
 from gpufleet.spec.base import parse_duration
-
-MAX_INPUT = 64 * 1024 * 1024  # a saved output larger than this is not a dcgmi or nvidia-smi output
 
 
 def diag(
@@ -38,7 +36,7 @@ def diag(
         raise UserError(f"-r {level}", fix="use -r 1, 2 or 3")
     nvlink = None
     if nvlink_status is not None:
-        text = "\n".join(line.rstrip("\r\n") for line in _lines(nvlink_status))
+        text = "\n".join(line.rstrip("\r\n") for line in read_input_lines(nvlink_status)[0])
         nvlink = parse_nvlink_status(text, source=str(nvlink_status))
     if scenario is not None:
         from gpufleet.sim.diag import twin_diag
@@ -50,7 +48,7 @@ def diag(
         twin.run(parse_duration(at))
         outcome = twin_diag(twin, node, level)
     elif dcgmi_output is not None:
-        lines = Paste().cleaned(_lines(dcgmi_output))  # the same cleaning triage gives a paste
+        lines = Paste().cleaned(read_input_lines(dcgmi_output)[0])  # the same cleaning triage gives a paste
         report = read_diag(lines, level=level, source=str(dcgmi_output))
         outcome = judge(report, node or "this host", level, nvlink)
     elif nvlink is not None:
@@ -68,26 +66,6 @@ def diag(
         raise typer.Exit(3)
     if not outcome.passed:
         raise typer.Exit(1)
-
-
-def _lines(path: Path) -> Iterator[str]:
-    """The lines of a saved output, read in bounded pieces; a clear error for what cannot be read."""
-    from gpufleet.triage.paste import text_lines
-
-    if not path.exists():
-        raise UserError(f"{path}: no such file", fix="pass the saved output")
-    if path.is_dir():
-        raise UserError(f"{path} is a directory", fix="pass the saved output file")
-    if not path.is_file():  # /dev/zero, a FIFO: a stream that may never end
-        raise UserError(f"{path} is not a regular file", fix="save the output to a file first")
-    try:
-        if path.stat().st_size > MAX_INPUT:
-            raise UserError(f"{path} is larger than {MAX_INPUT // (1024 * 1024)} MiB", fix="pass the saved output")
-        with path.open("rb") as stream:
-            lines = list(text_lines(stream))
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}", fix="pass a readable file") from None
-    return iter(lines)
 
 
 def _render(outcome: DiagOutcome) -> None:

@@ -38,12 +38,32 @@ def open_input(name: str | Path) -> Iterator[tuple[BinaryIO, str]]:
         yield stream, name
 
 
+def _too_big(cited: str, limit: int) -> UserError:
+    return UserError(
+        f"{cited} is larger than {limit // (1024 * 1024)} MiB", fix="pass the part that matters, or use triage"
+    )
+
+
 def read_input_text(name: str | Path, limit: int = MAX_TEXT_BYTES) -> tuple[str, str]:
     """The whole text of a file or stdin (invalid UTF-8 replaced) and the name to cite; refused past `limit`."""
     with open_input(name) as (stream, cited):
         data = stream.read(limit + 1)
     if len(data) > limit:
-        raise UserError(
-            f"{cited} is larger than {limit // (1024 * 1024)} MiB", fix="pass the part that matters, or use triage"
-        )
+        raise _too_big(cited, limit)
     return data.decode("utf-8", errors="replace"), cited
+
+
+def read_input_lines(name: str | Path, limit: int = MAX_TEXT_BYTES) -> tuple[list[str], str]:
+    """The lines of a file or stdin as `triage.paste.text_lines` gives them (each bounded, invalid UTF-8
+    replaced) and the name to cite; refused past `limit` in all."""
+    from gpufleet.triage.paste import text_lines
+
+    lines: list[str] = []
+    size = 0
+    with open_input(name) as (stream, cited):
+        for line in text_lines(stream):
+            size += len(line)
+            if size > limit:
+                raise _too_big(cited, limit)
+            lines.append(line)
+    return lines, cited

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from gpufleet.cli.inputs import read_input_text
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
 from gpufleet.nccl.topology import Topology
@@ -236,7 +237,7 @@ def compare(
     from gpufleet.nccl.compare import judge_run, run_findings
     from gpufleet.nccl.perf_parser import parse_perf_runs
 
-    text = file.read_text(encoding="utf-8", errors="replace").replace("\x00", "")
+    text = read_input_text(file)[0].replace("\x00", "")
     runs = parse_perf_runs(text.splitlines())
     flags: dict[str, object] = {
         "gpu": gpu,
@@ -451,9 +452,10 @@ def diagnose_cmd(
     output: OutputFormat = OUT_OPT,
 ) -> None:
     """Classify an NCCL failure from its logs and name the rank/host at fault, with evidence lines."""
-    from gpufleet.nccl.diagnose import diagnose_files
+    from gpufleet.nccl.diagnose import diagnose_texts
 
-    dx = diagnose_files(list(files))
+    texts = [read_input_text(f) for f in files]
+    dx = diagnose_texts([(cited, text) for text, cited in texts])
     data = dx.as_dict()
 
     def render(wide: bool) -> None:
