@@ -27,10 +27,10 @@ from gpufleet.health.xid_policy import (
     load_policy,
 )
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent
-from gpufleet.sources.kmsg import KmsgParser, KmsgScan
+from gpufleet.sources.kmsg import KmsgScan
 from gpufleet.sources.kmsg_stream import dmesg_events, follow_file, read_dev_kmsg
 from gpufleet.triage.paste import Paste
-from gpufleet.triage.readers.kernel import kernel_events
+from gpufleet.triage.readers.kernel import kernel_events, streaming_parser
 from gpufleet.triage.run import kernel_log_lines
 
 sub = typer.Typer(
@@ -127,7 +127,7 @@ def _scan_file(name: str, host: str | None, year: int | None) -> tuple[str, Kmsg
     """A kernel log read as triage reads one: streamed, pasted-text hazards taken off, and past the first lines
     only the lines that can hold a GPU report parsed."""
     with open_input(name) as (stream, cited):
-        parser = KmsgParser(host=host, year=year)
+        parser = streaming_parser(host=host, year=year)
         events = list(kernel_events(kernel_log_lines(stream, Paste()), parser))
     if parser.rejected_unlisted:
         err_console.print(f"warning: {cited}: {parser.rejected_unlisted} more unreadable GPU lines not listed")

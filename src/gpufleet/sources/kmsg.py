@@ -180,12 +180,24 @@ class KmsgParser:
     streaming readers in `kmsg_stream` do it as lines arrive.
     """
 
-    def __init__(self, *, host: str | None = None, year: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        host: str | None = None,
+        year: int | None = None,
+        keep_events: bool = True,
+        max_rejected: int | None = None,
+    ) -> None:
+        """`keep_events=False` hands each event on without keeping it in `scan.events`, and `max_rejected` keeps
+        only the first unreadable lines (counting the rest in `rejected_unlisted`): a log of any length then
+        parses in bounded memory."""
         self.host = host
         self.year = year
+        self.keep_events = keep_events
+        self.max_rejected = max_rejected
         self.catalog = load_xid_catalog()
         self.scan = KmsgScan()
-        self.rejected_unlisted = 0  # unreadable lines a caller dropped from scan.rejected to bound it
+        self.rejected_unlisted = 0
         self._lineno = 0
         self._uuids: dict[str, str] = {}
         self._last_xid: dict[str, int] = {}
@@ -203,29 +215,9 @@ class KmsgParser:
 
     def feed_line(self, raw: str) -> list[KernelEvent]:
         """Parse the next line; returns the events it completed (usually zero or one)."""
-        self._lineno += 1
-        raw = raw.rstrip("\r\n")
         before = len(self.scan.events)
-        if self._held:
-            self._release_stale()
-        # journald JSON may spell the message as a byte array, so those lines are always read
-        if self._pending is None and _TRIGGERS.search(raw) is None and not raw.startswith("{"):
-            return self.scan.events[before:]
-        if not _printable(raw):
-            if "NVRM" in raw or "Xid" in raw:
-                self._reject(raw, "line holds control or undecodable bytes")
-            return self.scan.events[before:]
-        frame = split_frame(raw, year=self.year)
-        if "\n" in frame.message:  # a journal entry holding a multi-line printk: its lines, in order
-            for part in frame.message.split("\n"):
-                piece = replace(frame, message=part.strip(), continuation=False)
-                self._feed_pending(raw, piece)
-                self._parse_message(raw, piece)
-            return self.scan.events[before:]
-        self._feed_pending(raw, frame)
-        if not frame.continuation:
-            self._parse_message(raw, frame)
-        return self.scan.events[before:]
+        self._feed(raw)
+        return self._completed(before)
 
     def finish(self) -> list[KernelEvent]:
         """End of input: a fallen-off-the-bus report cut short is still a report of a lost GPU."""
@@ -234,10 +226,42 @@ class KmsgParser:
             self._emit_fallen(self._pending, complete=False)
         for key in list(self._held):
             self._release(key, None)
-        return self.scan.events[before:]
+        return self._completed(before)
 
     # -- helpers ---------------------------------------------------------------------------------------------
+    def _completed(self, before: int) -> list[KernelEvent]:
+        new = self.scan.events[before:]
+        if not self.keep_events:
+            del self.scan.events[before:]
+        return new
+
+    def _feed(self, raw: str) -> None:
+        self._lineno += 1
+        raw = raw.rstrip("\r\n")
+        if self._held:
+            self._release_stale()
+        # journald JSON may spell the message as a byte array, so those lines are always read
+        if self._pending is None and _TRIGGERS.search(raw) is None and not raw.startswith("{"):
+            return
+        if not _printable(raw):
+            if "NVRM" in raw or "Xid" in raw:
+                self._reject(raw, "line holds control or undecodable bytes")
+            return
+        frame = split_frame(raw, year=self.year)
+        if "\n" in frame.message:  # a journal entry holding a multi-line printk: its lines, in order
+            for part in frame.message.split("\n"):
+                piece = replace(frame, message=part.strip(), continuation=False)
+                self._feed_pending(raw, piece)
+                self._parse_message(raw, piece)
+            return
+        self._feed_pending(raw, frame)
+        if not frame.continuation:
+            self._parse_message(raw, frame)
+
     def _reject(self, raw: str, reason: str) -> None:
+        if self.max_rejected is not None and len(self.scan.rejected) >= self.max_rejected:
+            self.rejected_unlisted += 1
+            return
         self.scan.rejected.append(RejectedLine(self._lineno, raw, reason))
 
     def _base(self, frame: Frame) -> _Stamp:

@@ -92,3 +92,11 @@ def test_a_syslog_of_link_events_is_told_as_a_log() -> None:
     from gpufleet.triage.detect import detect
 
     assert detect([_carrier("06:18:01", "lost carrier"), _carrier("06:18:05", "Gained carrier")]) == "kernel-log"
+
+
+def test_unreadable_lines_are_quoted_up_to_a_bound_and_counted_past_it() -> None:
+    bad = [f"[{i}.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, \x07 garbled" for i in range(30)]
+    report = read_kernel_log(bad, "garbled")
+    assert len([f for f in report.findings if f.code == "unreadable"]) == 20
+    assert "10 more unreadable GPU lines not listed" in report.notes
+    assert report.verdict == "unknown"

@@ -127,18 +127,17 @@ def _escalate(finding: TriageFinding, event: KernelEvent, history: FaultHistory,
     return False
 
 
+def streaming_parser(*, host: str | None = None, year: int | None = None) -> KmsgParser:
+    """A parser that hands events on without keeping them and quotes at most MAX_REJECTED unreadable lines."""
+    return KmsgParser(host=host, year=year, keep_events=False, max_rejected=MAX_REJECTED)
+
+
 def kernel_events(lines: Iterable[tuple[int, str]], parser: KmsgParser) -> Iterator[KernelEvent]:
-    """The events of (line number, text) pairs as the parser completes them, each handed on and not kept; the
-    parser keeps the first MAX_REJECTED unreadable lines and counts the rest."""
+    """The events of (line number, text) pairs as the parser completes them."""
     for number, line in lines:
         parser.skip_to(number)
         yield from parser.feed_line(line)
-        parser.scan.events.clear()
-        if len(parser.scan.rejected) > MAX_REJECTED:
-            parser.rejected_unlisted += len(parser.scan.rejected) - MAX_REJECTED
-            del parser.scan.rejected[MAX_REJECTED:]
     yield from parser.finish()
-    parser.scan.events.clear()
 
 
 class _LinkWatch:
@@ -216,7 +215,7 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
     """The same from (line number, text) pairs, which may leave out lines that hold nothing to read
     (`kmsg_stream.candidate_lines`). Memory stays bounded: events are judged and grouped as they come."""
     report = TriageReport("kernel-log", source)
-    parser = KmsgParser()
+    parser = streaming_parser()
     policy = load_policy()
     history = FaultHistory(policy)
     detector = KernelDetector({}, policy)
