@@ -17,7 +17,7 @@ from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
 from gpufleet.errors import UserError
 from gpufleet.model import Severity
 from gpufleet.nccl.constants import DEFAULT_VERSION, available_versions, load_constants
-from gpufleet.nccl.perf_parser import PerfRow, PerfTable
+from gpufleet.nccl.perf_parser import STOP_HINTS, PerfRow, PerfTable
 from gpufleet.nccl.predict import Prediction, bus_factor, normalize_coll, predict_one
 from gpufleet.nccl.topology import Topology
 from gpufleet.nccl.tuning import COLLECTIVES
@@ -133,23 +133,9 @@ def _fmt(n: int) -> str:
 
 
 RUN_CAUSES = ("data_corruption", "run_failed", "avg_below_target")
-# Lines that mean the run stopped (nccl-tests' CUDACHECK/NCCLCHECK/TESTCHECK, its timeout, MPI and Slurm), as
-# against an NCCL WARN a run may print and still finish.
-FATAL_HINTS = (
-    "Test NCCL failure",
-    "Test CUDA failure",
-    "Test failure",
-    "Test timeout",
-    "NCCL failure",
-    "MPI_ABORT",
-    "mpirun noticed",
-    "srun: error",
-    "Segmentation fault",
-    "Bus error",
-    "core dumped",
-    "terminate called",
-    "# error:",
-)
+# Lines that mean the run stopped, as against an NCCL WARN a run may print and still finish; nccl-tests' own
+# `# error:` lines too.
+FATAL_HINTS = (*STOP_HINTS, "# error:")
 
 
 def run_causes(table: PerfTable) -> list[Cause]:

@@ -60,16 +60,14 @@ DTYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,15}")
 DATE, CLOCK = re.compile(r"\d{4}-\d\d-\d\d"), re.compile(r"\d\d:\d\d:\d\d")
 # An "error" value of nccl-tests before 2.13 (`%5.0le`, the largest difference) rather than a `%6g` count.
 DELTA_FORM = re.compile(r"\d(?:\.\d*)?e(?:-\d+|\+0[0-5])", re.IGNORECASE)
-# What nccl-tests, NCCL, MPI and Slurm print when a run stops (common.h's CUDACHECK/NCCLCHECK/TESTCHECK, ...).
-ERROR_HINTS = (
-    "NCCL WARN",
-    "NCCL failure",
+# What nccl-tests, NCCL, MPI and Slurm print when a run stops (common.h's CUDACHECK/NCCLCHECK/TESTCHECK, its
+# timeout, MPI and Slurm) ...
+STOP_HINTS = (
     "Test NCCL failure",
-    "CUDA failure",
+    "Test CUDA failure",
     "Test failure",
     "Test timeout",
-    "NCCL error",
-    "CUDA error",
+    "NCCL failure",
     "MPI_ABORT",
     "mpirun noticed",
     "srun: error",
@@ -77,8 +75,9 @@ ERROR_HINTS = (
     "Bus error",
     "core dumped",
     "terminate called",
-    "Abort",
 )
+# ... and every line worth keeping as an error, including warnings a run may print and still finish
+ERROR_HINTS = (*STOP_HINTS, "NCCL WARN", "CUDA failure", "NCCL error", "CUDA error", "Abort")
 COMMAND = re.compile(r"^(?:\$\s*)?(?:\S*/)?(?:mpirun|mpiexec|srun|torchrun|\S*_perf(?:_mpi)?)(?:\s|$)")
 TEST_NAMES = {
     "all_reduce": "allreduce",
