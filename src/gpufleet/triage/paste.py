@@ -10,8 +10,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-MAX_LINE = 64 * 1024  # longer lines are cut here: a line is never held whole past this
-MAX_SKIP = 16 * 1024 * 1024  # a "line" longer than this is not text (/dev/zero, a binary): reading stops there
+from gpufleet.sources.kmsg_stream import MAX_LINE_BYTES, MAX_SKIP_BYTES
+
+# longer lines are cut at MAX_LINE (a line is never held whole past it), and a "line" longer than MAX_SKIP is not
+# text (/dev/zero, a binary): reading stops there. The kernel-log skimmer uses the same bounds.
+MAX_LINE, MAX_SKIP = MAX_LINE_BYTES, MAX_SKIP_BYTES
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 _QUOTE = re.compile(r"^(?:\s{0,3}>(?: |$))+")
