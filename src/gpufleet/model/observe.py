@@ -293,6 +293,92 @@ class SchedulerReport(msgspec.Struct):
     queues: Annotated[list[QueueUse], msgspec.Meta(max_length=10_000)] = []
 
 
+PortNumber = Annotated[int, msgspec.Meta(ge=0, le=255)]
+
+
+class FabricNodeFact(msgspec.Struct, array_like=True):
+    """A switch, HCA or router the subnet shows. `name` is "host/device" for an HCA whose description says so."""
+
+    name: Name
+    kind: Literal["switch", "hca", "router"]
+    guid: Short = ""
+    lid: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None  # a switch's (port 0)
+    ports: Annotated[int, msgspec.Meta(ge=0, le=255)] = 0
+    description: Short = ""
+    tier: Short = ""
+
+
+class FabricLinkFact(msgspec.Struct, array_like=True):
+    """A cable between two ports, with what the ports negotiated."""
+
+    a: Name
+    a_port: PortNumber
+    b: Name
+    b_port: PortNumber
+    width: Annotated[int, msgspec.Meta(ge=1, le=32)] | None = None  # lanes
+    speed: Short | None = None  # SDR ... NDR, XDR
+    up: bool = True
+    a_lid: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
+    b_lid: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
+    note: Short = ""  # iblinkinfo's "Could be 12X"
+
+
+class IdlePortFact(msgspec.Struct, array_like=True):
+    """A port with no link: its state as the tools print it ("Down/Polling", "Down/Disabled")."""
+
+    node: Name
+    port: PortNumber
+    state: Short
+
+
+class PortCounterFact(msgspec.Struct, array_like=True):
+    """One port's PMA counters, aligned with the report's `counter_names` (None: not read)."""
+
+    node: Name
+    port: PortNumber
+    values: Annotated[list[Annotated[int, msgspec.Meta(ge=0)] | None], msgspec.Meta(max_length=64)]
+
+
+class SubnetManagerFact(msgspec.Struct):
+    """The master subnet manager as `sminfo` shows it; its activity count grows with every sweep it makes."""
+
+    lid: Annotated[int, msgspec.Meta(ge=0, le=65535)]
+    guid: Short
+    activity: Annotated[int, msgspec.Meta(ge=0)]
+    priority: Annotated[int, msgspec.Meta(ge=0, le=15)] = 0
+    state: Short = ""  # SMINFO_MASTER, SMINFO_STANDBY, ...
+
+
+class FabricReport(msgspec.Struct):
+    """One poll of one subnet, by the agent that watches the fabric (`gpufleet agent --fabric`, or the twin's):
+    the topology as discovered, ports without a link, and the ports' counters. Latest-value, like the rest of a
+    node's state; the control plane analyses each new one (`time` tells them apart).
+
+    `counters_complete` says every port was read (a perfquery sweep); otherwise only the ports listed had
+    anything to report (ibqueryerrors lists ports with errors), and the others' counters did not move."""
+
+    subnet: Short  # the local port the subnet is reached through ("mlx5_0/1"), or "default"
+    time: Time
+    source: Short = "live"  # live, twin
+    nodes: Annotated[list[FabricNodeFact], msgspec.Meta(max_length=200_000)] = []
+    links: Annotated[list[FabricLinkFact], msgspec.Meta(max_length=1_000_000)] = []
+    idle_ports: Annotated[list[IdlePortFact], msgspec.Meta(max_length=2_000_000)] = []
+    counter_names: Annotated[list[Short], msgspec.Meta(max_length=64)] = []
+    counters: Annotated[list[PortCounterFact], msgspec.Meta(max_length=2_000_000)] = []
+    counters_complete: bool = False
+    conflicts: Annotated[list[Text], msgspec.Meta(max_length=1000)] = []  # cables the two ends list differently
+    errors: Annotated[list[Text], msgspec.Meta(max_length=100)] = []  # tools that failed or timed out this poll
+    poll_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    took_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    sm: SubnetManagerFact | None = None
+
+    def __post_init__(self) -> None:
+        width = len(self.counter_names)
+        for row in self.counters:
+            if len(row.values) != width:
+                raise ValueError(f"counters of {row.node}/{row.port} hold {len(row.values)} values for {width} names")
+
+
 # --- the batch -------------------------------------------------------------------------------------------------
 
 
@@ -312,6 +398,7 @@ class Batch(msgspec.Struct):
     jobs: Annotated[list[JobFact], msgspec.Meta(max_length=1024)] | None = None  # None: not reported this time
     services: Annotated[list[ServiceFact], msgspec.Meta(max_length=1024)] | None = None  # likewise
     scheduler: SchedulerReport | None = None  # from an agent that watches the workload manager
+    fabric: Annotated[list[FabricReport], msgspec.Meta(max_length=16)] | None = None  # from a fabric watcher
 
     def __post_init__(self) -> None:
         if self.v != SCHEMA_VERSION:

@@ -1,0 +1,44 @@
+"""What the fabric checks report: one finding per problem, naming the cable (both ends) or the port."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpufleet.fabric.graph import End
+
+Severity = Literal["critical", "warning", "info"]
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class FabricFinding:
+    kind: str  # missing-link, miscabled, link-width, link-speed, duplicate-guid, link-down, symbol-errors, ...
+    severity: Severity
+    message: str
+    fix: str
+    ends: tuple[End, End] | None = None  # a cable
+    port: End | None = None  # one port
+    action: str = ""  # what remediation may do about it: isolate-port, or nothing
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"kind": self.kind, "severity": self.severity}
+        if self.ends is not None:
+            body["ends"] = [str(self.ends[0]), str(self.ends[1])]
+        if self.port is not None:
+            body["port"] = str(self.port)
+        body["message"] = self.message
+        body["fix"] = self.fix
+        if self.action:
+            body["action"] = self.action
+        return body
+
+    @property
+    def key(self) -> str:
+        """Stable across polls: the same problem on the same ports is the same finding."""
+        where = f"{self.ends[0]}|{self.ends[1]}" if self.ends else str(self.port or "")
+        return f"{self.kind}:{where}"
+
+
+def worst_first(findings: list[FabricFinding]) -> list[FabricFinding]:
+    return sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.kind, f.key))
