@@ -47,7 +47,7 @@ def test_required_runbook_shapes() -> None:
     assert ActionKind.requeue_job in [s.action for s in rb["nccl-hang"].spec.steps]
     assert [s.action for s in rb["idle-gpu"].spec.steps] == [ActionKind.notify]  # never kills by default
     assert [s.action for s in rb["driver-mismatch"].spec.steps] == [ActionKind.cordon, ActionKind.ticket]
-    assert rb["bad-cable"].spec.steps[0].when.entity_kind == [EntityKind.port]
+    assert rb["bad-cable"].spec.steps[0].when.entity_kind == [EntityKind.port, EntityKind.link]
 
 
 def _write(tmp: Path, steps: str, name: str = "x") -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufleet.model import Gang, GpuRequest, Pod
 from gpufleet.sched.framework.scheduler import Scheduler
-from gpufleet.sched.framework.snapshot import pod_info
+from gpufleet.sched.framework.snapshot import FabricHealth, LeafHealth, PodInfo, pod_info
 from gpufleet.sched.framework.topology import choose_gpus, leaves_of_nodes, leaves_spanned, nvlink_domains
 from gpufleet.sched.framework.types import Failure, Placement
 from tests.sched.k8s_objects import H100_NVL, fabric_cluster, knode, pod, snap
@@ -79,3 +79,29 @@ def test_gang_too_big_for_one_group_spans_the_fewest() -> None:
     result = sched.plan(members, {"default/g": Gang("default/g", 6)})
     assert len(result.placements) == 6
     assert leaves_spanned(sched.state.leaves, [p.node for p in result.placements]) == 16
+
+
+def test_gang_keeps_off_a_degraded_leaf_unless_nothing_else_fits() -> None:
+    cluster = fabric_cluster(nodes=8, per_su=4)
+    rails = {f"n-{i:03d}": {r: f"su{i // 4 + 1}-r{r}" for r in range(8)} for i in range(8)}
+    degraded = FabricHealth(rails, {"su1-r3": LeafHealth("degraded", 0.5, ("1 of 2 uplinks missing",))})
+    members = [pod_info(Pod(f"g-{i}", gpu=GpuRequest(count=8), gang="default/g")) for i in range(3)]
+
+    def plan(health: FabricHealth | None, gang: list[PodInfo]) -> list[str]:
+        sched = Scheduler.from_cluster(cluster, fabric_health=health)
+        sched.state.assign(pod_info(Pod("busy", gpu=GpuRequest(count=2))), 0)
+        return sorted(p.node for p in sched.plan(gang, {"default/g": Gang("default/g", len(gang))}).placements)
+
+    # su1 is the tighter group (test above); one of its rail leaves short of an uplink sends the gang to su2
+    assert plan(FabricHealth(rails), members) == ["n-001", "n-002", "n-003"]
+    assert plan(degraded, members) == ["n-004", "n-005", "n-006"]
+    # seven whole nodes fit only by taking su1's too
+    seven = [pod_info(Pod(f"g-{i}", gpu=GpuRequest(count=8), gang="default/g")) for i in range(7)]
+    assert plan(degraded, seven) == [f"n-{i:03d}" for i in range(1, 8)]
+
+
+def test_unknown_fabric_health_is_ok() -> None:
+    health = FabricHealth()
+    assert health.node_state("anything") == ("ok", 1.0, ())
+    sched = Scheduler.from_cluster(fabric_cluster(nodes=2, per_su=2), fabric_health=health)
+    assert not sched.state.fabric_avoid.any() and not sched.state.has_fabric_health

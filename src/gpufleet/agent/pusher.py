@@ -15,6 +15,7 @@ from gpufleet.background import Background
 from gpufleet.model.observe import (
     SCHEMA_VERSION,
     Batch,
+    FabricReport,
     JobFact,
     MetricSnapshot,
     NodeInventory,
@@ -37,6 +38,7 @@ class NodeState:
         self.jobs: list[JobFact] | None = None
         self.services: list[ServiceFact] | None = None
         self.scheduler: SchedulerReport | None = None
+        self.fabric: list[FabricReport] | None = None  # sent once: a topology is large, and it changes per poll
 
     def set(
         self,
@@ -51,6 +53,11 @@ class NodeState:
             if inventory is not None:
                 self.inventory, self.inventory_due = inventory, True
             self.jobs, self.services, self.scheduler = jobs, services, scheduler
+
+    def put_fabric(self, reports: list[FabricReport]) -> None:
+        """The fabric watch's latest poll; it replaces one not yet sent."""
+        with self.lock:
+            self.fabric = reports
 
 
 class BatchPusher(Background):
@@ -100,6 +107,7 @@ class BatchPusher(Background):
                 jobs=self.state.jobs,
                 services=self.state.services,
                 scheduler=self.state.scheduler,
+                fabric=self.state.fabric,
             )
         token = self.token()
         headers = {"Content-Type": JSON, **({"Authorization": f"Bearer {token}"} if token else {})}
@@ -118,10 +126,11 @@ class BatchPusher(Background):
             return False
         self.spool.ack(ack.acked)
         self.acked = ack.acked
-        if inventory is not None:
-            with self.state.lock:
-                if self.state.inventory is inventory:
-                    self.state.inventory_due = False
+        with self.state.lock:
+            if inventory is not None and self.state.inventory is inventory:
+                self.state.inventory_due = False
+            if batch.fabric is not None and self.state.fabric is batch.fabric:
+                self.state.fabric = None
         self.pushes += 1
         if self._warned:
             log.info("pushing to %s again; %d records waiting", self.url, len(self.spool))

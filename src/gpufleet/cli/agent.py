@@ -17,8 +17,9 @@ from gpufleet.errors import UserError
 from gpufleet.spec.base import parse_duration
 
 if TYPE_CHECKING:
+    from gpufleet.agent.fabric import FabricWatch
     from gpufleet.agent.workload import WorkloadWatch
-    from gpufleet.model.observe import SchedulerReport
+    from gpufleet.model.observe import FabricReport, SchedulerReport
 
 
 class Workload(StrEnum):
@@ -85,6 +86,23 @@ def agent(
         None, "--kubeconfig", help="With --workload kubernetes: the kubeconfig (default $KUBECONFIG, else in-cluster)."
     ),
     context: str | None = typer.Option(None, "--context", help="With --workload kubernetes: the kubeconfig context."),
+    fabric: bool = typer.Option(
+        False,
+        "--fabric",
+        help="Also watch the InfiniBand fabric: run ibnetdiscover, iblinkinfo and ibqueryerrors every --fabric-poll "
+        "and report topology, port states and counters (the control plane validates and judges them). Run it on one "
+        "host with an HCA on each subnet; needs --control-plane and infiniband-diags.",
+    ),
+    fabric_subnet: list[str] = typer.Option(
+        [],
+        "--fabric-subnet",
+        help="With --fabric: a local HCA port that reaches a subnet, as CA:PORT (e.g. mlx5_0:1); repeat for several "
+        "subnets. Default: the tools' default port.",
+    ),
+    fabric_poll: str = typer.Option("30s", "--fabric-poll", help="With --fabric: time between two polls."),
+    tool_timeout: str = typer.Option(
+        "60s", "--tool-timeout", help="With --fabric: a diag tool still running after this is stopped."
+    ),
 ) -> None:
     """Collect GPU and fabric telemetry and serve it as dcgm-exporter does; with --control-plane, also run the node's
     detectors and report what they find, the kernel log's GPU faults and the node's inventory; with --workload, also
@@ -114,6 +132,13 @@ def agent(
         if not control_plane:
             raise UserError(f"--workload {workload} reports to a control plane", fix="add --control-plane URL")
         watch = _watch(workload, slurm_conf, kubeconfig, context)
+    fabric_watch = None
+    if fabric:
+        if sim:
+            raise UserError("the twin reports its own fabric", fix="drop --fabric, or --sim")
+        if not control_plane:
+            raise UserError("--fabric reports to a control plane", fix="add --control-plane URL")
+        fabric_watch = _fabric_watch(fabric_subnet, parse_duration(fabric_poll), parse_duration(tool_timeout))
     if sim:
         from gpufleet.sim.agent import sim_agent
 
@@ -149,11 +174,21 @@ def agent(
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last
+    if fabric_watch is not None and built.pusher is not None:
+        pusher = built.pusher
+
+        def deliver(reports: list[FabricReport]) -> None:
+            pusher.state.put_fabric(reports)
+            pusher.wake()
+
+        fabric_watch.deliver = deliver
+        built.stoppers.insert(0, fabric_watch)
     built.start()
     console.print(
         f"gpufleet agent for {built.node} serving http://{host}:{built.port}/metrics every {interval}"
         + (f", reporting to {control_plane}" if control_plane else "")
         + (f", watching {workload}" if workload else "")
+        + (f", polling the fabric every {fabric_poll}" if fabric_watch else "")
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -163,6 +198,24 @@ def agent(
         pass
     finally:
         built.stop()
+
+
+def _fabric_watch(subnets: list[str], poll_s: float, timeout_s: float) -> FabricWatch:
+    from gpufleet.agent.fabric import FabricWatch
+    from gpufleet.fabric.collect import FabricTools
+
+    if poll_s <= 0 or timeout_s <= 0:
+        raise UserError("--fabric-poll and --tool-timeout must be positive", fix="e.g. --fabric-poll 30s")
+    tools: list[FabricTools] = []
+    for text in subnets or [""]:
+        if not text:
+            tools.append(FabricTools(timeout_s=timeout_s))
+            continue
+        ca, _, port = text.partition(":")
+        if not ca or (port and not port.isdigit()):
+            raise UserError(f"--fabric-subnet {text!r} is not CA:PORT", fix="e.g. --fabric-subnet mlx5_0:1")
+        tools.append(FabricTools(ca=ca, port=int(port) if port else 1, timeout_s=timeout_s))
+    return FabricWatch(tools, lambda reports: None, poll_s=poll_s)
 
 
 def _watch(workload: Workload, slurm_conf: str | None, kubeconfig: str | None, context: str | None) -> WorkloadWatch:

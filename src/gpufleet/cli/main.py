@@ -51,6 +51,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.diag",
     "gpufleet.cli.read",
     "gpufleet.cli.triage",
+    "gpufleet.cli.fabric",
     "gpufleet.cli.token",
 )
 

@@ -10,12 +10,15 @@ from typing import TYPE_CHECKING
 import typer
 
 from gpufleet.cli.inputs import read_input_text
-from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
 from gpufleet.errors import UserError
 from gpufleet.nccl.topology import Topology
 
 if TYPE_CHECKING:
+    from gpufleet.fabric.graph import FabricGraph
+    from gpufleet.fabric.rails import JobFabric
     from gpufleet.nccl.compare import CollectiveFinding, RunJudgement
+    from gpufleet.nccl.perf_parser import PerfTable
 
 sub = typer.Typer(
     help="NCCL: predict collective performance, compare nccl-tests runs, advise, lint, diagnose logs.",
@@ -66,6 +69,18 @@ TUNING_LOG_OPT = typer.Option(
     help="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING log (rank 0): use NCCL's printed cost table",
 )
 OUT_OPT = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP)
+FABRIC_OPT = typer.Option(
+    None,
+    "--fabric",
+    exists=True,
+    dir_okay=False,
+    help="`ibnetdiscover` output: rails per node (the hosts' cabled HCA ports), their link speed (the slowest) and "
+    "the switch hops between the job's hosts come from the discovered fabric. --nics-per-node, --nic-gbps and "
+    "--transport, when given too, win over it.",
+)
+# what the model is told when neither a flag nor the fabric says
+PREDICT_DEFAULTS: dict[str, object] = {"nodes": 1, "nics_per_node": 0, "nic_gbps": 0.0, "transport": "ib"}
+FABRIC_FLAGS = {"nics_per_node": "--nics-per-node", "nic_gbps": "--nic-gbps", "transport": "--transport"}
 
 
 def _topology(defaults: dict[str, object], **flags: object) -> Topology:
@@ -79,11 +94,24 @@ def _topology(defaults: dict[str, object], **flags: object) -> Topology:
 @sub.command("predict")
 def predict(
     gpu: str = GPU_OPT,
-    nodes: int = typer.Option(1, "--nodes", min=1, help="Number of nodes"),
+    nodes: int | None = typer.Option(
+        None, "--nodes", min=1, help="Number of nodes (default 1, or the hosts --fabric/--hosts name)"
+    ),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, help="GPUs (ranks) per node"),
-    nics_per_node: int = typer.Option(0, "--nics-per-node", min=0, help="Fabric NIC ports per node"),
-    nic_gbps: float = typer.Option(0.0, "--nic-gbps", min=0, help="Speed of one NIC port, Gb/s"),
-    transport: str = typer.Option("ib", "--transport", help="ib, roce, efa or socket"),
+    nics_per_node: int | None = typer.Option(
+        None, "--nics-per-node", min=0, help="Fabric NIC ports per node (default 0, or from --fabric)"
+    ),
+    nic_gbps: float | None = typer.Option(
+        None, "--nic-gbps", min=0, help="Speed of one NIC port, Gb/s (default: from --fabric)"
+    ),
+    transport: str | None = typer.Option(None, "--transport", help="ib, roce, efa or socket (default ib)"),
+    fabric: Path | None = FABRIC_OPT,
+    hosts: str | None = typer.Option(
+        None,
+        "--hosts",
+        help="With --fabric: the job's hosts, comma-separated, as the fabric's HCAs name them "
+        "(default: every host of the fabric)",
+    ),
     nvls: bool | None = NVLS_OPT,
     sharp: bool = SHARP_OPT,
     nvswitch: bool | None = NVSWITCH_OPT,
@@ -101,10 +129,32 @@ def predict(
     output: OutputFormat = OUT_OPT,
 ) -> None:
     """Predict time, algbw and busbw per message size, with the algorithm and protocol NCCL would pick."""
+    from gpufleet.fabric.rails import job_fabric
     from gpufleet.nccl.predict import predict_sweep
 
+    given: dict[str, object] = {"nics_per_node": nics_per_node, "nic_gbps": nic_gbps, "transport": transport}
+    host_list = _host_list(hosts)
+    loaded = _load_fabric(fabric, host_list)
+    job = job_fabric(loaded[0], host_list, source=loaded[1]) if loaded is not None else None
+    notes: list[str] = []
+    layout: dict[str, object] = dict(PREDICT_DEFAULTS)
+    if job is not None:
+        layout.update(job.flags())
+        notes = _fabric_notes(job, given)
+        if hosts and nodes is not None and nodes != len(job.hosts):
+            raise UserError(
+                f"--nodes {nodes} but --hosts names {len(job.hosts)} host(s)",
+                fix="drop --nodes: with --hosts, the job's hosts are its nodes",
+            )
+        if nodes is None:
+            nodes = len(job.hosts)
+        if not hosts:
+            notes.append(
+                f"the job's hosts are not named (--hosts): rails and speed are the slowest across all "
+                f"{len(job.hosts)} hosts of the fabric"
+            )
     topo = _topology(
-        {},
+        layout,
         gpu=gpu,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
@@ -138,6 +188,10 @@ def predict(
     ]
     if plot is not None:
         _plot(plot, rows, f"{topo.gpu} x{topo.nranks} ({topo.nodes} node(s)) {rows[0].op}")
+    if job is not None and output not in (OutputFormat.table, OutputFormat.wide):
+        # the rows stay the whole of stdout; what the fabric said goes beside them
+        for line in _fabric_lines(job, notes):
+            err_console.print(line, highlight=False, markup=False)
 
     def table(wide: bool) -> None:
         # nccl-tests column order, float elements, one placement (the model has no in/out-of-place split).
@@ -164,8 +218,78 @@ def predict(
             f"NCCL {topo.nccl_version} model"
         )
         console.print(make_table(cols, body, title=title))
+        if job is not None:
+            for line in _fabric_lines(job, notes):
+                console.print(line, highlight=False, markup=False)
 
     emit(data, output, table)
+
+
+def _host_list(text: str | None) -> list[str] | None:
+    names = [h.strip() for h in (text or "").split(",") if h.strip()]
+    return names or None
+
+
+def _read_fabric(path: Path) -> tuple[FabricGraph, str]:
+    """The fabric an `ibnetdiscover` output shows, and the name to cite it by."""
+    from gpufleet.fabric.discover import from_ibnetdiscover
+    from gpufleet.sources.ibdiags import parse_ibnetdiscover
+
+    text, cited = read_input_text(path)
+    return from_ibnetdiscover(parse_ibnetdiscover(text, source=cited)), cited
+
+
+def _live_fabric() -> tuple[FabricGraph, str]:
+    """The fabric as the running control plane last discovered it."""
+    from gpufleet.cli.client import Api
+    from gpufleet.fabric.rails import graph_from_rows
+
+    api = Api()
+    systems, links = api.get("/api/v1/fabric/systems"), api.get("/api/v1/fabric/links")
+    if not systems:
+        raise UserError(
+            "the control plane has not discovered the fabric",
+            fix="run a fabric watcher (`gpufleet agent --fabric`), or pass an `ibnetdiscover` output with --fabric",
+        )
+    return graph_from_rows(systems, links), "the control plane's fabric"
+
+
+def _load_fabric(path: Path | None, hosts: list[str] | None, *, live: bool = False) -> tuple[FabricGraph, str] | None:
+    """The discovered fabric the command was pointed at, or None when none was."""
+    if path is not None and live:
+        raise UserError("--fabric and --live-fabric both name a fabric", fix="give one of them")
+    if path is None and not live:
+        if hosts:
+            raise UserError("--hosts names hosts of a fabric, and no fabric was given", fix="add --fabric FILE")
+        return None
+    return _read_fabric(path) if path is not None else _live_fabric()
+
+
+def _fabric_notes(job: JobFabric, given: dict[str, object]) -> list[str]:
+    """Which of a flag and the fabric the model took, where both say something: the flag."""
+    notes = []
+    from_fabric = job.flags()
+    units = {"nic_gbps": " Gb/s", "nics_per_node": " per node"}
+    for key, flag in FABRIC_FLAGS.items():
+        mine, theirs = given.get(key), from_fabric.get(key)
+        if mine is not None and theirs is not None and mine != theirs:
+            unit = units.get(key, "")
+            mine_text = f"{mine:g}" if isinstance(mine, float | int) else str(mine)
+            theirs_text = f"{theirs:g}" if isinstance(theirs, float | int) else str(theirs)
+            notes.append(f"{flag} {mine_text} wins over the fabric's {theirs_text}{unit}")
+    return notes
+
+
+def _fabric_lines(job: JobFabric, notes: list[str]) -> list[str]:
+    speed = f"{job.nic_gbps:g} Gb/s" if job.nic_gbps is not None else "speed unknown"
+    if job.hops is None:
+        apart = ""
+    elif job.hops <= 1:
+        apart = f", one leaf per rail ({', '.join(job.path)})"
+    else:
+        apart = f", up to {job.hops} switches apart ({' -> '.join(job.path)})"
+    lines = [f"fabric ({job.source}): {len(job.hosts)} host(s), {job.nics_per_node} rail(s) per node at {speed}{apart}"]
+    return lines + [f"fabric: {note}" for note in [*job.notes, *notes]]
 
 
 def _graph_override(
@@ -224,6 +348,12 @@ def compare(
     cpu: str | None = CPU_OPT,
     nccl_version: str | None = VERSION_OPT,
     op: str | None = typer.Option(None, "--op", help="Collective (default: from the file, else allreduce)"),
+    fabric: Path | None = FABRIC_OPT,
+    live_fabric: bool = typer.Option(
+        False,
+        "--live-fabric",
+        help="Like --fabric, from the running control plane's discovered fabric (the server --report sends to).",
+    ),
     output: OutputFormat = OUT_OPT,
     report: bool = typer.Option(
         False, "--report", help="Send the findings to the running control plane (incidents: collective-slow)."
@@ -232,7 +362,8 @@ def compare(
     """Line up a measured run with the prediction and say which sizes fall short, by how much, and why.
 
     GPU model, GPU count and nodes come from the run's own header lines; flags override them, and what was assumed
-    is said. Output that ends before nccl-tests' closing `# Avg bus bandwidth` line is judged `unknown`, never
+    is said. With --fabric, rails per node and their speed come from the run's hosts in the discovered fabric.
+    Output that ends before nccl-tests' closing `# Avg bus bandwidth` line is judged `unknown`, never
     healthy; rows with `#wrong` > 0 make it `failed`."""
     from gpufleet.nccl.compare import judge_run, run_findings
     from gpufleet.nccl.perf_parser import parse_perf_runs
@@ -254,21 +385,59 @@ def compare(
         "graph_override": _graph_override(graph_log),
         "tuning_override": _tuning_override(tuning_log),
     }
-    judgements = [judge_run(table, flags, op, default_op="allreduce") for table in runs]
+    loaded = _load_fabric(fabric, None, live=live_fabric)
+    judgements, jobs = [], []
+    for table in runs:
+        job = _run_fabric(loaded, table, flags) if loaded is not None else None
+        given = {k: v for k, v in flags.items() if v is not None}
+        run_flags = flags if job is None else {**job[0].flags(), **job[2], **given}
+        judgements.append(judge_run(table, run_flags, op, default_op="allreduce"))
+        jobs.append(job)
     if len(judgements) == 1:
         only = judgements[0]
         if only.result is None and not only.issues:  # nothing to say about this run: say what is missing
             raise UserError(only.not_judged, fix=only.fix or None)
     data = [_compare_data(file, j) for j in judgements]
+    for body, job in zip(data, jobs, strict=True):
+        if job is not None:
+            body["fabric"] = {**job[0].to_dict(), "notes": [*job[0].notes, *job[1]]}
 
     def render(wide: bool) -> None:
-        for number, j in enumerate(judgements, 1):
+        for number, (j, job) in enumerate(zip(judgements, jobs, strict=True), 1):
             name = file.name if len(judgements) == 1 else f"{file.name} (run {number}: {j.op or 'unknown test'})"
             _render_run(name, j)
+            if job is not None:
+                for line in _fabric_lines(job[0], job[1]):
+                    console.print(line, highlight=False, markup=False)
 
     emit(data[0] if len(data) == 1 else data, output, render)
     if report:
         _report(file, [f for j in judgements for f in run_findings(j)])
+
+
+def _run_fabric(
+    loaded: tuple[FabricGraph, str], table: PerfTable, flags: dict[str, object]
+) -> tuple[JobFabric, list[str], dict[str, object]]:
+    """The run's rails from the fabric (its hosts', or every host's when it names none), what to say about them,
+    and what the run itself says that is narrower than the fabric (NCCL_IB_HCA leaving rails out)."""
+    from gpufleet.fabric.rails import job_fabric
+    from gpufleet.nccl.compare import infer_topology
+
+    job = job_fabric(loaded[0], table.hosts or None, source=loaded[1])
+    notes = _fabric_notes(job, flags)
+    if not table.hosts:
+        notes.append(
+            f"the run names no hosts: rails and speed are the slowest across all {len(job.hosts)} hosts of the fabric"
+        )
+    narrower: dict[str, object] = {}
+    hcas = infer_topology(table).values.get("nics_per_node")
+    if isinstance(hcas, int) and hcas < job.nics_per_node and flags.get("nics_per_node") is None:
+        narrower["nics_per_node"] = hcas
+        notes.append(
+            f"the run's NCCL_IB_HCA names {hcas} HCA(s), fewer than the fabric's {job.nics_per_node} rails per node: "
+            f"the model uses {hcas}"
+        )
+    return job, notes, narrower
 
 
 def _compare_data(file: Path, j: RunJudgement) -> dict[str, object]:

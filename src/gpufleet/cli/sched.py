@@ -267,6 +267,14 @@ def plan_cmd(
         help="YAML list of queues: name, guaranteed {resource: n}, borrowing (default true), limit. Pods name their "
         "queue with the kueue.x-k8s.io/queue-name label.",
     ),
+    fabric: Path | None = typer.Option(
+        None,
+        "--fabric",
+        exists=True,
+        dir_okay=False,
+        help="`ibnetdiscover` output: gangs keep off nodes whose rails go through a leaf with an uplink down, "
+        "missing or slow (unless nothing else fits), and prefer leaves with their uplinks whole.",
+    ),
     backfill: bool = typer.Option(
         False,
         "--backfill",
@@ -284,6 +292,8 @@ def plan_cmd(
     from gpufleet.sched.framework.types import PlanResult
 
     snap = load_snapshot(snapshot)
+    if fabric is not None:
+        snap.fabric_health = _fabric_health(fabric, [n.node.name for n in snap.nodes])
     sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))
     pending = snap.pending(scheduler_name)
     book = _queues(queues) if queues else None
@@ -325,6 +335,13 @@ def plan_cmd(
     }
     if backfill:
         data["reservation"] = reservation
+    leaves = snap.fabric_health.leaves if snap.fabric_health is not None else {}
+    bad = {name: h for name, h in sorted(leaves.items()) if h.state != "ok"}
+    if fabric is not None:
+        data["fabric"] = {
+            name: {"state": h.state, "uplink_capacity": h.uplink_capacity, "reasons": list(h.reasons)}
+            for name, h in bad.items()
+        }
 
     def render(wide: bool) -> None:
         rows: list[list[Any]] = [
@@ -342,8 +359,23 @@ def plan_cmd(
                 f"reserved for {reservation['unit']}: starts in {reservation['start_in_s']:g}s on "
                 f"{', '.join(reservation['nodes'])}"
             )
+        for name, h in bad.items():
+            why = "; ".join(h.reasons)
+            console.print(f"fabric: {name} is {h.state} ({why}): gangs keep off its nodes while others fit",
+                          highlight=False, markup=False)  # fmt: skip
 
     emit(data, output, render)
+
+
+def _fabric_health(path: Path, names: list[str]) -> Any:
+    """Leaf health for placement from an `ibnetdiscover` output, filed under the snapshot's node names."""
+    from gpufleet.cli.inputs import read_input_text
+    from gpufleet.fabric.discover import from_ibnetdiscover
+    from gpufleet.fabric.placement import placement_health
+    from gpufleet.sources.ibdiags import parse_ibnetdiscover
+
+    text, cited = read_input_text(path)
+    return placement_health(from_ibnetdiscover(parse_ibnetdiscover(text, source=cited)), names=names)
 
 
 @sched_app.command("explain")

@@ -84,6 +84,40 @@ def _metrics(home: Path, url: str | None) -> Any:
     return RemoteStore(RemoteConfig(url=url, query_params={"nocache": "1"}))
 
 
+@dataclass(frozen=True)
+class FabricOptions:
+    """What the control plane knows of the fabric before any poll: the intended cabling, and whether it may isolate
+    switch ports itself with the real tools."""
+
+    expect: Path | None = None
+    isolate_with: str = "none"  # none, ibportstate
+    subnet: str | None = None  # CA:PORT for ibportstate
+    tool_timeout_s: float = 30.0
+
+    def service(self) -> Any:
+        from gpufleet.control.fabric import FabricService
+        from gpufleet.fabric.intended import load_expected
+        from gpufleet.health.thresholds import load_thresholds
+
+        expected = load_expected(self.expect) if self.expect is not None else None
+        return FabricService(load_thresholds(), expected)
+
+    def isolation(self) -> Any:
+        if self.isolate_with == "none":
+            return None
+        if self.isolate_with != "ibportstate":
+            raise UserError(f"--fabric-isolation {self.isolate_with!r}", fix="use none or ibportstate")
+        from gpufleet.remediate.backends.fabric import IbPortState
+
+        ca, port = None, None
+        if self.subnet:
+            ca, _, number = self.subnet.partition(":")
+            if not ca or (number and not number.isdigit()):
+                raise UserError(f"--fabric-subnet {self.subnet!r} is not CA:PORT", fix="e.g. --fabric-subnet mlx5_0:1")
+            port = int(number) if number else 1
+        return IbPortState(ca, port, timeout_s=self.tool_timeout_s)
+
+
 def real_plane(
     home: Path,
     backend: BackendName,
@@ -91,6 +125,7 @@ def real_plane(
     diag_command: str | None,
     metrics: str | None = None,
     state: str | None = None,
+    fabric: FabricOptions | None = None,
 ) -> Running:
     from gpufleet.control.service import ControlPlane
     from gpufleet.state import open_state
@@ -117,8 +152,15 @@ def real_plane(
         assert state is not None
         name = replica_name()
         replication = Replication(db, PostgresLeadership(state, name), shared=True, name=name)
+    options = fabric or FabricOptions()
     plane = ControlPlane(
-        db, impl, remediation=remediation.value, metrics=_metrics(home, metrics), replication=replication
+        db,
+        impl,
+        remediation=remediation.value,
+        metrics=_metrics(home, metrics),
+        replication=replication,
+        fabric=options.service(),
+        port_isolation=options.isolation(),
     )
     holder["plane"] = plane
     loop = ControlLoop(plane)
@@ -136,7 +178,10 @@ def twin_plane(
 ) -> Running:
     """The twin's nodes as agents of an in-process control plane; `scenario` defaults to the built-in 256-GPU day."""
     from gpufleet.cli.core import builtin_example
+    from gpufleet.control.fabric import FabricService
     from gpufleet.control.service import ControlPlane
+    from gpufleet.fabric.intended import intended_graph
+    from gpufleet.health.thresholds import load_thresholds
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
     from gpufleet.sim.journal import TwinJournal, scenario_id
@@ -153,8 +198,15 @@ def twin_plane(
     journal = TwinJournal(db, scenario_id(scenario))
     lock = threading.RLock()
     backend = TwinBackend(twin, lock, journal)
+    thresholds = load_thresholds()
     plane = ControlPlane(
-        db, backend, clock=lambda: EPOCH + twin.time, remediation=remediation.value, metrics=_metrics(home, metrics)
+        db,
+        backend,
+        clock=lambda: EPOCH + twin.time,
+        remediation=remediation.value,
+        metrics=_metrics(home, metrics),
+        thresholds=thresholds,
+        fabric=FabricService(thresholds, intended_graph(twin.cluster)),  # the manifest's cabling is the intent
     )
     fleet = SimFleet(twin)
     runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, db=db, journal=journal, speed=speed)
@@ -305,6 +357,22 @@ def server(
     state: str | None = typer.Option(None, "--state", envvar="GPUFLEET_STATE", help=STATE_HELP),
     tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Serve HTTPS with this PEM certificate."),
     tls_key: Path | None = typer.Option(None, "--tls-key", help="The certificate's PEM private key."),
+    fabric_expect: Path | None = typer.Option(
+        None,
+        "--fabric-expect",
+        help="The intended fabric: a Cluster manifest (or an ibnetdiscover dump of the fabric as it should be). Each "
+        "fabric poll is validated against it; without it, the fabric as first discovered is the reference.",
+    ),
+    fabric_isolation: str = typer.Option(
+        "none",
+        "--fabric-isolation",
+        help="none, or ibportstate: isolate switch ports from this host with `ibportstate LID PORT disable` (it needs "
+        "an HCA on the subnet and the right to manage the switches). Automatic isolation still passes the "
+        "remediation budgets, rate limits and breaker, and is audited.",
+    ),
+    fabric_subnet: str | None = typer.Option(
+        None, "--fabric-subnet", help="With --fabric-isolation ibportstate: the local CA:PORT to use (e.g. mlx5_0:1)."
+    ),
 ) -> None:
     """Run the control plane: agents push to it, it correlates incidents and remediates through a backend."""
     _logging()
@@ -315,7 +383,8 @@ def server(
     else:
         if scenario is not None:
             raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
-        running = real_plane(home, backend, remediate, diag_command, metrics, state)
+        options = FabricOptions(fabric_expect, fabric_isolation, fabric_subnet)
+        running = real_plane(home, backend, remediate, diag_command, metrics, state, options)
     serve(
         running,
         host,

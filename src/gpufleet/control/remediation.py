@@ -47,7 +47,14 @@ def default_remediator(plane: Plane, dry_run: bool) -> Any:
     policy = RemediationPolicy.model_validate({"spec": {"dryRun": dry_run}})
     directory = plane.db.directory
     tickets = FileTicketSink(directory / "tickets") if directory is not None else None
-    return Remediator(plane.backend, RemediationStore(plane.db), policy=policy, tickets=tickets)
+    return Remediator(
+        plane.backend,
+        RemediationStore(plane.db),
+        policy=policy,
+        tickets=tickets,
+        fabric=getattr(plane, "fabric", None),
+        port_isolation=getattr(plane, "port_isolation", None),
+    )
 
 
 class RemediationDriver:

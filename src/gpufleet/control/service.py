@@ -12,25 +12,35 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from gpufleet.control.fabric import FabricService, parse_end
 from gpufleet.control.fleet import FleetState
 from gpufleet.control.metrics import MetricRecorder
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.replicas import Replication
 from gpufleet.control.store import StateStore
 from gpufleet.errors import NotFoundError, UserError
+from gpufleet.fabric.facts import hang_facts
 from gpufleet.health.centre import Correlator, collective_findings
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.model import Incident, IncidentState
+from gpufleet.model.fabric_facts import FabricFacts
 from gpufleet.model.observe import Ack, Batch, Finding, Record
-from gpufleet.remediate.backends.base import Cordons, Drains, RemediationBackend, RequeuesJobs, ResetsGpus
+from gpufleet.remediate.backends.base import (
+    Cordons,
+    Drains,
+    IsolatesFabricPorts,
+    RemediationBackend,
+    RequeuesJobs,
+    ResetsGpus,
+)
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
@@ -103,14 +113,20 @@ class ControlPlane:
         metrics: EmbeddedStore | RemoteStore | None = None,
         remediator: Any = None,
         replication: Replication | None = None,
+        fabric: FabricService | None = None,
+        port_isolation: IsolatesFabricPorts | None = None,
     ) -> None:
         self.db = db
         self.store = StateStore(db)
         self.backend = backend
         self.clock = clock
         self.thresholds = thresholds or load_thresholds()
+        self.fabric = fabric or FabricService(self.thresholds)
+        # switch-port isolation when the backend has none of its own (the real tools, where the operator allows it)
+        self.port_isolation = port_isolation
         self.metrics = MetricRecorder(metrics) if metrics is not None else None
         self.lock = threading.RLock()
+        self._fabric_facts: tuple[tuple[int, tuple[str, ...]], FabricFacts] | None = None
         self.fleet = FleetState()
         self.fleet.load_inventory(self.store.inventories())
         self._dirty: dict[str, Incident] = {}
@@ -141,7 +157,7 @@ class ControlPlane:
         book.job_resources = self.fleet.job_resources
         self._announced = set(book.incidents)
         self.book = book
-        self.correlator = Correlator(book, self.thresholds)
+        self.correlator = Correlator(book, self.thresholds, fabric=self.fabric_facts)
         if self.leader:  # only the leader correlates
             # the Xid escalations count over weeks (fall-offs per node, remaps per GPU): resolved incidents of that
             # window are history too
@@ -150,6 +166,22 @@ class ControlPlane:
             self.correlator.history.remember(
                 incident_from_dict(b, "stored incident") for b in recent if b["last_seen"] >= since
             )
+
+    def fabric_facts(self, hosts: Collection[str]) -> FabricFacts | None:
+        """What the discovered fabric knows of a hung job's hosts, for the correlator to blame a bad cable: their
+        rails, and the cables with an active finding with what the fabric service pushed for each. Kept until the
+        next poll or other hosts, so a hang seen every turn does not walk the fabric every turn."""
+        key = (self.fabric.reports, tuple(sorted(hosts)))
+        if self._fabric_facts is not None and self._fabric_facts[0] == key:
+            return self._fabric_facts[1]
+        graph = self.fabric.graph()
+        if graph is None:
+            return None
+        now = self.clock()
+        found = [(f, self.fabric.finding(now, f)) for _subnet, f in self.fabric.findings() if f.severity != "info"]
+        facts = hang_facts(graph, found, hosts)
+        self._fabric_facts = (key, facts)
+        return facts
 
     # --- ingest: the one door ------------------------------------------------------------------------------------
 
@@ -179,6 +211,15 @@ class ControlPlane:
         """What the batch tells about the node, and the incidents its findings open or change."""
         self.fleet.update(batch, now, new)
         findings = [r.body for r in new if isinstance(r.body, Finding)] if self.leader else []
+        for report in batch.fabric or ():
+            fabric_findings = self.fabric.take(report)
+            if self.leader:
+                findings += fabric_findings
+        if batch.fabric:
+            for event in self.fabric.drain_events():
+                if event.kind != "poll-error":
+                    self.store.add_event(event.time, "fabric", " <-> ".join(event.ends) or event.subnet,
+                                         event.message, "")  # fmt: skip
         if findings:
             self._correlated(self.correlator.add(findings, self.fleet.owner))
         self._flush()
@@ -481,6 +522,39 @@ class ControlPlane:
         backend = self.backend
         act = (lambda: backend.requeue_job(job, exclude)) if isinstance(backend, RequeuesJobs) else None
         return self._act(actor, verb, f"job/{job}", None, act, dry_run, request)
+
+    def port_action(
+        self, actor: str, verb: str, port: str, reason: str = "", *, dry_run: bool = False, request: str = ""
+    ) -> str:
+        """Isolate a port or cable (disable the switch port that faces it) or return it to service."""
+        if verb not in ("isolate", "restore"):
+            raise UserError(f"unknown port action {verb!r}", fix="use isolate or restore")
+        end = parse_end(port)
+        if end is None:
+            raise UserError(f"{port!r} is not a port", fix="name it as SWITCH/PORT or HOST/HCA/PORT (e.g. leaf1/35)")
+        found = self.fabric.switch_port_of(end)
+        if found is None:
+            raise NotFoundError(
+                f"no switch port faces {port} in the discovered fabric",
+                fix="list the ports with `GET /api/v1/fabric/ports`; the fabric needs a watcher (`gpufleet agent "
+                "--fabric`) reporting",
+            )
+        switch_port, lid = found
+        backend = self.backend
+        isolation = backend if isinstance(backend, IsolatesFabricPorts) else self.port_isolation
+        act: Callable[[], str] | None = None
+        if isolation is not None:
+            act = lambda: isolation.set_switch_port(  # noqa: E731
+                switch_port.node, switch_port.port, lid, enable=verb == "restore"
+            )
+        result = self._act(actor, f"{verb}-port", f"port/{switch_port}", None, act, dry_run, request)
+        if not dry_run:
+            with self.fabric.lock:
+                if verb == "isolate":
+                    self.fabric.isolated[switch_port] = self.clock()
+                else:
+                    self.fabric.isolated.pop(switch_port, None)
+        return result
 
     def _act(
         self,

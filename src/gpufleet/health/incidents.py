@@ -10,7 +10,8 @@ Rules, in order, for each finding:
    own, so its runbook runs even while the incident it escalates is still open.
 4. An effect (a stalled or hung job, a straggler, an idle rank) goes to an open incident on the same GPU, node or
    NIC port: a lost GPU, its job's hang and the stalled training run are ONE incident. Only an effect with no
-   hardware cause to join becomes an incident of its own.
+   hardware cause to join becomes an incident of its own. A hang the correlation blamed on a cable (a port or a
+   link) joins that cable's incident first, whatever the cable shows (errors as well as a flap).
 
 Incidents close on their own only when they stand for a condition that is measured continuously (a power brake,
 a link down, a stalled job): once no finding has confirmed it for the cause's hold time, it is resolved. A fault
@@ -52,6 +53,17 @@ SLOW_CAUSES = frozenset(
         RootCause.ecc_sbe_rate,
         RootCause.ib_symbol_errors,
         RootCause.ib_congestion,
+    }
+)
+# what a cable can show; a hang the correlation put on a cable joins that cable's incident whatever it shows
+CABLE_CAUSES = frozenset(
+    {
+        RootCause.ib_link_down,
+        RootCause.ib_link_flap,
+        RootCause.ib_symbol_errors,
+        RootCause.ib_congestion,
+        RootCause.ib_link_degraded,
+        RootCause.fabric_cabling,
     }
 )
 JOINS = {
@@ -162,6 +174,9 @@ class IncidentBook:
         did not hang it.
         """
         joins = JOINS.get(f.cause, HANG_CAUSES)
+        on_cable = f.entity.kind in (EntityKind.port, EntityKind.link) and f.cause not in LOCAL_EFFECTS
+        if on_cable:
+            joins = joins | CABLE_CAUSES
         began = f.began if f.began is not None else f.time
 
         def explains(i: Incident) -> bool:
@@ -172,6 +187,8 @@ class IncidentBook:
         own = [i for i in self._on(_resource_keys(f.entity)) if explains(i)]
         if f.cause in LOCAL_EFFECTS:
             own = [i for i in own if i.entity == f.entity or i.entity.kind is EntityKind.node]
+        if on_cable:
+            own = [i for i in own if i.entity == f.entity] or own
         if own:
             return max(own, key=lambda i: i.first_seen)
         if f.job and f.cause not in LOCAL_EFFECTS:
@@ -179,6 +196,10 @@ class IncidentBook:
             if wide:
                 return max(wide, key=lambda i: i.first_seen)
         return None
+
+    def live(self, key: str) -> Incident | None:
+        """The unresolved incident a finding with this key ("cause:entity") belongs to, if one is open."""
+        return self._live(self.by_key.get(key))
 
     def _live(self, incident_id: str | None) -> Incident | None:
         inc = self.incidents.get(incident_id) if incident_id else None

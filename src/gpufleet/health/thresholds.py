@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufleet import yaml_input
 from gpufleet.errors import ManifestError
@@ -70,6 +70,43 @@ class Infiniband(_Section):
         return speed_gbps * 1e9 * self.symbol_window_s * self.symbol_ber
 
 
+class BerWindow(_Section):
+    window_s: float = Field(gt=0)
+    ber: float = Field(gt=0)
+
+    def budget(self, rate_gbps: float, span_s: float | None = None) -> float:
+        """Errors a link of `rate_gbps` may count in the window (or in `span_s`, when a reading covers longer)."""
+        return rate_gbps * 1e9 * max(self.window_s, span_s or 0.0) * self.ber
+
+
+class Fabric(_Section):
+    """The fabric service's judgement of every port's counters, polled from the subnet (perfquery, ibqueryerrors)."""
+
+    symbol_windows: list[BerWindow] = Field(min_length=1)  # shortest first: the first one is the critical one
+    packet_drop_rate: float = Field(gt=0)
+    flap_window_s: float = Field(gt=0)
+    flap_downs: int = Field(ge=2)
+    window_s: float = Field(gt=0)
+    rcv_errors_per_window: float = Field(ge=0)
+    remote_physical_errors_per_window: float = Field(ge=0)
+    xmit_discards_per_window: float = Field(ge=0)
+    vl15_dropped_per_window: float = Field(ge=0)
+    link_integrity_errors_per_window: float = Field(ge=0)
+    buffer_overrun_errors_per_window: float = Field(ge=0)
+    link_recoveries_per_window: float = Field(ge=0)
+    xmit_wait_bytes_per_tick: float = Field(gt=0)
+    congestion_info_fraction: float = Field(gt=0, le=1)
+    congestion_warning_fraction: float = Field(gt=0, le=1)
+    silent_after_polls: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Fabric:
+        if self.congestion_info_fraction > self.congestion_warning_fraction:
+            raise ValueError("congestion_info_fraction must not be above congestion_warning_fraction")
+        self.symbol_windows = sorted(self.symbol_windows, key=lambda w: w.window_s)
+        return self
+
+
 class Training(_Section):
     hang_min_s: float
     hang_step_multiple: float
@@ -105,6 +142,7 @@ class Thresholds(_Section):
     pcie: Pcie
     nvlink: Nvlink
     infiniband: Infiniband
+    fabric: Fabric
     training: Training
     idle: Idle
     software: Software

@@ -73,6 +73,8 @@ class Link:
     b: tuple[str, int]
     speed_gbps: float
     state: PortState = PortState.active
+    width: int | None = None  # lanes the cable should train at (4 for 4X), when the design says
+    speed: str | None = None  # InfiniBand generation it should run at: HDR, NDR, XDR
 
     @property
     def key(self) -> str:

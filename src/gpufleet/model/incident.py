@@ -38,6 +38,9 @@ class RootCause(StrEnum):
     ib_link_down = "ib-link-down"
     ib_link_flap = "ib-link-flap"
     ib_congestion = "ib-congestion"
+    ib_link_degraded = "ib-link-degraded"  # a link trained below its width or speed
+    fabric_cabling = "fabric-cabling"  # cabling differs from the intended fabric: missing, miscabled, unexpected
+    fabric_config = "fabric-config"  # duplicate GUIDs or LIDs, unassigned LIDs
     nccl_hang = "nccl-hang"
     straggler = "straggler"
     training_stall = "training-stall"

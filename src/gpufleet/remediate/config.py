@@ -91,6 +91,9 @@ def _default_rate_limits() -> dict[ActionKind, RateLimitSpec]:
     return {
         ActionKind.drain: RateLimitSpec(min_interval=30.0),
         ActionKind.reboot_node: RateLimitSpec(min_interval=60.0, max_per_hour=30),
+        # NVIDIA's PDR plugin isolates at most max(10, 0.5 % of the fabric) ports: more at once is a fabric-wide
+        # cause (a switch, a firmware push, a detector gone wrong) that isolation would only make worse
+        ActionKind.isolate_port: RateLimitSpec(max_per_hour=10),
     }
 
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import getpass
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from gpufleet.errors import BackendError, UserError
 from gpufleet.model.incident import Incident, Severity
-from gpufleet.model.observation import EntityKind
+from gpufleet.model.observation import Entity, EntityKind
 from gpufleet.remediate.backends.base import (
     CapsPower,
     Cordons,
     Drains,
+    IsolatesFabricPorts,
     IsolatesPorts,
     RebootsNodes,
     RemediationBackend,
@@ -75,6 +76,11 @@ INSTEAD: dict[ActionKind, str] = {
 }
 
 
+class FabricPorts(Protocol):
+    def switch_port_for(self, entity: Entity) -> tuple[str, int, int | None] | None:
+        """(switch, port, switch LID) that isolates the entity's port or cable, if the fabric shows one."""
+
+
 class Remediator:
     def __init__(
         self,
@@ -83,8 +89,12 @@ class Remediator:
         policy: RemediationPolicy | None = None,
         runbooks: RunbookSet | None = None,
         tickets: TicketSink | None = None,
+        fabric: FabricPorts | None = None,
+        port_isolation: IsolatesFabricPorts | None = None,
     ) -> None:
         self.backend = backend
+        self.fabric = fabric  # which switch port isolates an incident's port or cable
+        self.port_isolation = port_isolation  # when the backend cannot (the real tools, where allowed)
         self.store = store
         self.policy = policy or RemediationPolicy()
         self.runbooks = runbooks or RunbookSet.builtin()
@@ -384,8 +394,14 @@ class Remediator:
         if a is ActionKind.power_cap and isinstance(b, CapsPower):
             index = e.index if e.kind is EntityKind.gpu else None
             return "done", b.set_power_limit(node, index, step.power_fraction or 1.0)
-        if a is ActionKind.isolate_port and isinstance(b, IsolatesPorts):
-            return "done", b.isolate_port(node, _rail_of(incident))
+        if a is ActionKind.isolate_port:
+            isolation = b if isinstance(b, IsolatesFabricPorts) else self.port_isolation
+            target = self.fabric.switch_port_for(e) if self.fabric is not None else None
+            if isolation is not None and target is not None:
+                switch, port, lid = target
+                return "done", isolation.set_switch_port(switch, port, lid, enable=False)
+            if isinstance(b, IsolatesPorts) and e.kind is EntityKind.port and e.node:
+                return "done", b.isolate_port(node, _rail_of(incident))
         if a is ActionKind.requeue_job and isinstance(b, RequeuesJobs):
             exclude = [node] if node else []
             return "done", b.requeue_job(e.name, exclude)
@@ -462,9 +478,10 @@ def _action_text(action: ActionKind, incident: Incident) -> str:
 
 
 def _rail_of(incident: Incident) -> int:
+    """The rail of an HCA port: its device's number (a port entity's index is the port number on the HCA)."""
     e = incident.entity
-    if e.index is not None:
-        return e.index
     if e.name.startswith("mlx5_") and e.name[5:].isdigit():
         return int(e.name[5:])
+    if e.index is not None:
+        return e.index
     raise UserError(f"incident {incident.id} names no port (entity {e})", fix="give the port as index or mlx5_N name")

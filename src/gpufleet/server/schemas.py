@@ -404,3 +404,114 @@ class ManagerView(Shape):
 class SchedulerView(Shape):
     time: float = Field(description="The control plane's clock.")
     managers: list[ManagerView] = Field(description="One per workload manager that reports, by name.")
+
+
+# --- the fabric service (/api/v1/fabric/...), shaped after UFM's resources ----------------------------------------
+
+
+class SubnetManagerRow(Shape):
+    lid: int
+    guid: str
+    activity: int = Field(description="sminfo's activity count: it grows with every sweep.")
+    priority: int
+    state: str = Field(description="SMINFO_MASTER, SMINFO_STANDBY, ...")
+
+
+class SubnetRow(Shape):
+    subnet: str = Field(description="The local port the subnet is reached through (mlx5_0/1), or default.")
+    source: str = Field(description="live (the real tools) or twin.")
+    time: float = Field(description="When the last poll was taken (epoch s).")
+    polls: int
+    poll_s: float
+    took_s: float = Field(description="How long the last poll's tools ran.")
+    switches: int
+    hcas: int
+    links: int
+    links_down: int
+    findings: dict[str, int] = Field(description="Active findings by severity.")
+    errors: list[str] = Field(description="Tools that failed or timed out in the last poll.")
+    subnet_manager: SubnetManagerRow | None
+    expected: str = Field(description="What the fabric is checked against: the manifest, or the first discovery.")
+
+
+class FabricSubnets(Shape):
+    subnets: list[SubnetRow]
+    reports: int
+    isolated_ports: int
+
+
+class FabricSystem(Shape):
+    name: str
+    type: Literal["switch", "hca", "router"]
+    guid: str
+    lid: int | None
+    ports: int
+    description: str
+    tier: str = Field(description="leaf, spine or core for a switch.")
+    host: str
+    subnet: str
+
+
+class FabricLinkRow(Shape):
+    a: str = Field(description="One end, SWITCH/PORT or HOST/HCA/PORT.")
+    b: str
+    a_node: str
+    b_node: str
+    tiers: list[str]
+    width: str | None = Field(description="Negotiated width, e.g. 4x.")
+    speed: str | None = Field(description="Negotiated speed, e.g. NDR.")
+    rate_gbps: float | None
+    up: bool
+    state: str
+    subnet: str
+    worst: str = Field(description="The worst active finding on either end: critical, warning, info, or empty.")
+    error_rate_per_s: float = Field(description="Error counters' growth per second at both ends, last poll.")
+
+
+class FabricPortRow(Shape):
+    name: str
+    ufm_name: str = Field(description="UFM's name for the port: <GUID without 0x>_<port>.")
+    node: str
+    port: int
+    peer: str | None
+    state: str
+    counters: dict[str, int] = Field(description="Latest PMA counters by name (PortXmitData counts octets / 4).")
+    rates_per_s: dict[str, float]
+    errors: int = Field(description="Sum of the error counters.")
+    subnet: str
+
+
+class FabricAlarm(Shape):
+    kind: str = Field(description="missing-link, miscabled, link-down, link-flap, symbol-errors, ...")
+    severity: Literal["critical", "warning", "info"]
+    ends: list[str] | None = None
+    port: str | None = None
+    message: str
+    fix: str
+    action: str | None = Field(None, description="What remediation may do: isolate-port.")
+    subnet: str
+
+
+class FabricEventRow(Shape):
+    time: float
+    subnet: str
+    kind: str = Field(description="link-down, link-up, sm-sweep, sm-change, poll-error.")
+    severity: str
+    message: str
+    ends: list[str]
+
+
+class TelemetrySeries(Shape):
+    port: str
+    points: list[dict[str, float]] = Field(description="{time, <counter>: value, ...} per poll.")
+
+
+class FabricTelemetry(Shape):
+    port: str
+    peer: str | None
+    series: list[TelemetrySeries]
+
+
+class IsolatedPort(Shape):
+    port: str
+    since: float

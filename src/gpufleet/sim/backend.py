@@ -13,6 +13,7 @@ from gpufleet.remediate.backends.base import (
     Cordons,
     DiagResult,
     Drains,
+    IsolatesFabricPorts,
     IsolatesPorts,
     NodeLocation,
     RebootsNodes,
@@ -34,6 +35,7 @@ class TwinBackend(
     RebootsNodes,
     RunsDiagnostics,
     CapsPower,
+    IsolatesFabricPorts,
     IsolatesPorts,
     RequeuesJobs,
 ):
@@ -89,6 +91,8 @@ class TwinBackend(
                 twin.set_power_limit(args[0], int(args[1]), float(args[2]))
             elif action == "isolate_port":
                 twin.isolate_port(args[0], int(args[1]))
+            elif action == "set_switch_port":
+                twin.set_switch_port(args[0], int(args[1]), enable=bool(args[2]))
             elif action == "requeue_job":
                 result = twin.requeue_job(args[0], list(args[1]))
             else:
@@ -149,6 +153,10 @@ class TwinBackend(
     def isolate_port(self, node: str, rail: int) -> str:
         self.apply("isolate_port", node, rail)
         return f"port {node}/mlx5_{rail} isolated"
+
+    def set_switch_port(self, switch: str, port: int, lid: int | None, *, enable: bool) -> str:
+        self.apply("set_switch_port", switch, port, enable)
+        return f"switch port {switch}/{port} {'enabled' if enable else 'disabled (isolated)'}"
 
     def requeue_job(self, job: str, exclude: list[str]) -> str:
         with self.lock:

@@ -46,6 +46,7 @@ class PortArrays:
     counters: dict[str, np.ndarray] = field(default_factory=dict)
     nic_port: dict[tuple[int, int], int] = field(default_factory=dict)  # (node index, rail) -> port index
     by_key: dict[tuple[str, int], int] = field(default_factory=dict)
+    disabled: set[int] = field(default_factory=set)  # ports switched off (isolation): Down/Disabled
 
     @classmethod
     def from_cluster(cls, cluster: Cluster) -> PortArrays:

@@ -40,6 +40,7 @@ from gpufleet.model.observe import (
     SchedulerReport,
     ServiceFact,
 )
+from gpufleet.sim.fabric_report import TwinFabricWatch
 from gpufleet.sim.source import EPOCH, RANK_EXPORT_S, GaugeKey, TwinSource
 from gpufleet.sim.twin import Twin
 from gpufleet.sources.kmsg import KmsgParser
@@ -94,6 +95,7 @@ class SimFleet:
         self._ranks: dict[tuple[str, int, tuple[str, ...]], dict[str, list[RankFact]]] = {}
         self._rank_layout: dict[tuple[str, int, tuple[str, ...]], dict[str, list[tuple[int, int, GaugeKey]]]] = {}
         self.services = ServiceWindows()
+        self.fabric_watch = TwinFabricWatch(twin)
         self.batches = 0
 
     # --- a collection --------------------------------------------------------------------------------------------
@@ -124,6 +126,7 @@ class SimFleet:
         jobs = self.job_facts()
         services = self.service_facts(now)
         scheduler: SchedulerReport | None = self.scheduler_report(now)
+        fabric = [self.fabric_watch.report(twin.time, now)] if self.fabric_watch.due(twin.time) else None
         batches = []
         for agent in self.agents.values():
             for obs in observations.get(agent.node, ()):
@@ -145,9 +148,10 @@ class SimFleet:
                     jobs=jobs.get(agent.node, []),
                     services=services.get(agent.node, []),
                     scheduler=scheduler,
+                    fabric=fabric,
                 )
             )
-            scheduler = None  # one agent watches the workload manager
+            scheduler = fabric = None  # one agent watches the workload manager, and one the fabric
             agent.inventory_due = None
         self.batches += len(batches)
         return batches

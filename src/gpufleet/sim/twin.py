@@ -361,6 +361,26 @@ class Twin:
         self.ports.symbol_rate_per_s[p] = 0.0
         self.set_link(p, node, rail, up=False)
 
+    def set_switch_port(self, switch: str, port: int, *, enable: bool) -> None:
+        """A switch port disabled (isolated, as `ibportstate ... disable` does) or enabled again; its cable goes down
+        or comes back, and a node at the other end sees its carrier go."""
+        i = self.ports.by_key.get((switch, port))
+        if i is None:
+            raise NotFoundError(f"no cabled port {port} on switch {switch!r}")
+        peer = int(self.ports.peer[i])
+        if enable:
+            self.ports.disabled.discard(i)
+        else:
+            self.ports.disabled.add(i)
+            self._flaps = [f for f in self._flaps if f.port not in (i, peer)]
+            self.ports.symbol_rate_per_s[[i, peer]] = 0.0
+        owner = self.ports.owner[peer]
+        if "/" in owner:  # the far end is an HCA: its node sees the link go, as with any cable fault
+            node, hca = owner.split("/", 1)
+            self.set_link(peer, node, int(hca.rsplit("_", 1)[1]), up=enable)
+        else:
+            self.ports.set_link(i, enable, self.time)
+
     def requeue_job(self, name: str, exclude: list[str]) -> bool:
         """Restart a stopped or hung job on the same node count, swapping excluded nodes for spare ones."""
         job = self.cluster.job(name)

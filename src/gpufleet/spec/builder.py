@@ -1,4 +1,4 @@
-"""Build a model Cluster from a cluster spec: nodes, GPUs with stable identities, NICs and a rail-optimized fabric."""
+"""Build a model Cluster from a cluster spec: nodes, GPUs with stable identities, NICs and the fabric's cabling."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import uuid
 
 from gpufleet.catalog.gpus import get_gpu_model
+from gpufleet.errors import UserError
 from gpufleet.model import (
     Cluster,
     Fabric,
@@ -20,7 +21,7 @@ from gpufleet.model import (
     Switch,
     Taint,
 )
-from gpufleet.spec.cluster_spec import ClusterBody, FabricSpec, NodePoolSpec, SoftwareSpec
+from gpufleet.spec.cluster_spec import LANE_GBPS, ClusterBody, FabricSpec, NodePoolSpec, SoftwareSpec, parse_end
 
 # PCI bus numbers of the eight GPUs in a DGX/HGX H100 baseboard, as nvidia-smi lists them.
 HGX_8GPU_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
@@ -69,8 +70,7 @@ def _software(pool: NodePoolSpec, default: SoftwareSpec) -> SoftwareFacts:
     )
 
 
-def _build_node(cluster: str, pool: NodePoolSpec, index: int, body: ClusterBody) -> Node:
-    name = f"{pool.name}-{index:03d}"
+def _build_node(cluster: str, pool: NodePoolSpec, index: int, body: ClusterBody, name: str) -> Node:
     labels = {"gpufleet.io/pool": pool.name, "kubernetes.io/hostname": name, **pool.labels}
     node = Node(
         name=name,
@@ -98,88 +98,231 @@ def _build_node(cluster: str, pool: NodePoolSpec, index: int, body: ClusterBody)
             )
     for r in range(pool.nics.count):
         nic = Nic(node=name, name=f"mlx5_{r}", guid=_guid(cluster, name, "nic", r), rail=r, netdev=f"ib{r}")
-        nic.ports.append(
-            Port(
-                owner=f"{name}/mlx5_{r}",
-                number=1,
-                guid=nic.guid,
-                lid=0,
-                speed_gbps=pool.nics.speed_gbps,
-                rail=r,
+        for number in range(1, pool.nics.ports + 1):
+            nic.ports.append(
+                Port(
+                    owner=f"{name}/mlx5_{r}",
+                    number=number,
+                    guid=nic.guid if number == 1 else _guid(cluster, name, "nic", r, number),
+                    lid=0,
+                    speed_gbps=pool.nics.speed_gbps,
+                    rail=r,
+                )
             )
-        )
         node.nics.append(nic)
     return node
 
 
-def build_fabric(cluster: str, nodes: list[Node], spec: FabricSpec) -> Fabric:
-    """A two-tier fat tree. Rail-optimized: NIC r of every node in a scalable unit goes to that unit's leaf r."""
-    fabric = Fabric(spec.transport)
-    hosts = [n for n in nodes if n.nics]
-    if spec.topology == "none" or not hosts:
-        return fabric
-    rails = max(len(n.nics) for n in hosts)
-    down = spec.leaf_radix // 2
-    per_su = min(spec.nodes_per_su, down) if spec.topology == "rail-optimized-fat-tree" else down
-    leaves: list[Switch] = []
-    lid = 1
+class _Wiring:
+    """A fabric as it is built: switches, their ports handed out in order, and cables at the design's width and
+    speed."""
 
-    def new_switch(name: str, tier: str, group: int, rail: int | None) -> Switch:
-        nonlocal lid
-        sw = Switch(name=name, guid=_guid(cluster, name), tier=tier, radix=spec.leaf_radix, group=group, rail=rail)
-        lid += 1
-        fabric.switches.append(sw)
+    def __init__(self, cluster: str, spec: FabricSpec) -> None:
+        self.cluster = cluster
+        self.spec = spec
+        self.fabric = Fabric(spec.transport)
+        self.used: dict[str, int] = {}  # switch -> ports handed out from 1 up (downlinks of spines and cores)
+
+    def switch(self, name: str, tier: str, group: int, rail: int | None = None, radix: int | None = None) -> Switch:
+        sw = Switch(name, _guid(self.cluster, name), tier, radix or self.spec.radix, group, rail)
+        self.fabric.switches.append(sw)
         return sw
 
-    def connect(a: tuple[str, int], b: tuple[str, int], b_port: Port | None) -> None:
-        fabric.links.append(Link(a=a, b=b, speed_gbps=spec.link_speed_gbps))
-        if b_port is not None:
-            b_port.peer = a
+    def port(self, sw: Switch, number: int, rail: int | None = None) -> Port:
+        port = Port(sw.name, number, sw.guid, 0, self.spec.link_speed_gbps, rail=rail)
+        sw.ports.append(port)
+        return port
 
+    def next_port(self, sw: Switch) -> Port:
+        self.used[sw.name] = self.used.get(sw.name, 0) + 1
+        return self.port(sw, self.used[sw.name])
+
+    def cable(self, a: Port, b: Port, width: int | None = None, speed: str | None = None) -> None:
+        width = width or self.spec.link_width
+        speed = speed or self.spec.link_speed
+        rate = LANE_GBPS[speed] * width if speed in LANE_GBPS else self.spec.link_speed_gbps
+        a.peer, b.peer = (b.owner, b.number), (a.owner, a.number)
+        self.fabric.links.append(Link((a.owner, a.number), (b.owner, b.number), rate, width=width, speed=speed))
+
+    def spread(self, lower: Switch, uppers: list[Switch], first_port: int, count: int) -> None:
+        """`count` uplinks of `lower`, its ports first_port+1 on, dealt round `uppers`: as many to each."""
+        for t in range(count):
+            self.cable(self.port(lower, first_port + 1 + t), self.next_port(uppers[t % len(uppers)]))
+
+
+def _even_count(cables: int, capacity: int, per_lower: int) -> int:
+    """Upper switches for `cables` uplinks of `capacity` ports each, rounded up so every lower switch can give each
+    the same number of its `per_lower` uplinks."""
+    count = max(1, math.ceil(cables / capacity))
+    while count < per_lower and per_lower % count:
+        count += 1
+    return count  # more than per_lower: some lower switch cannot reach every upper one (the caller refuses that)
+
+
+def build_fabric(cluster: str, nodes: list[Node], spec: FabricSpec) -> Fabric:
+    """The cabling of the cluster's fabric.
+
+    - rail-optimized-fat-tree: NIC r of every node of a scalable unit goes to that unit's leaf r; in two tiers the
+      leaves of rail r across the units share a plane of spines (rails share a plane while one rail cannot fill a
+      spine), as the DGX SuperPOD is built.
+    - fat-tree: HCAs fill the leaves in order.
+    - Three tiers (beyond k²/2 endpoints for radix k): pods of k/2 leaves with their own spines, spine j of every
+      pod cabled to core plane j.
+    - explicit: the manifest's own switches and cables.
+
+    A leaf's uplinks are spread evenly over the spines it reaches, and every spine of a plane gets as many: what
+    fabric validation holds the found fabric to.
+    """
+    if spec.topology == "none":
+        return Fabric(spec.transport)
+    wiring = _Wiring(cluster, spec)
+    if spec.topology == "explicit":
+        _explicit(wiring, nodes)
+        return wiring.fabric
+    hosts = [n for n in nodes if n.nics]
+    if not hosts:
+        return wiring.fabric
+    down, up, radix = spec.nodes_per_su, spec.uplinks_per_leaf, spec.radix
+    rails = max(len(n.nics) for n in hosts)
+    leaves: list[Switch] = []
     if spec.topology == "rail-optimized-fat-tree":
-        units = math.ceil(len(hosts) / per_su)
+        units = math.ceil(len(hosts) / down)
         for su in range(units):
-            members = hosts[su * per_su : (su + 1) * per_su]
+            members = hosts[su * down : (su + 1) * down]
             for rail in range(rails):
-                leaf = new_switch(f"leaf-su{su + 1}-r{rail}", "leaf", su, rail)
+                leaf = wiring.switch(f"leaf-su{su + 1}-r{rail}", "leaf", su, rail)
                 leaves.append(leaf)
                 for slot, node in enumerate(members, start=1):
-                    if rail >= len(node.nics):
-                        continue
-                    nic_port = node.nics[rail].ports[0]
-                    leaf.ports.append(Port(leaf.name, slot, leaf.guid, 0, spec.link_speed_gbps, rail=rail))
-                    connect((leaf.name, slot), (nic_port.owner, 1), nic_port)
+                    if rail < len(node.nics):
+                        wiring.cable(wiring.port(leaf, slot, rail), node.nics[rail].ports[0])
     else:
-        endpoints = [(n, nic) for n in hosts for nic in n.nics]
+        endpoints = [nic.ports[0] for n in hosts for nic in n.nics]
         for i in range(math.ceil(len(endpoints) / down)):
-            leaf = new_switch(f"leaf-{i + 1}", "leaf", i, None)
+            leaf = wiring.switch(f"leaf-{i + 1}", "leaf", 0)
             leaves.append(leaf)
-            for slot, (_node, nic) in enumerate(endpoints[i * down : (i + 1) * down], start=1):
-                nic_port = nic.ports[0]
-                leaf.ports.append(Port(leaf.name, slot, leaf.guid, 0, spec.link_speed_gbps))
-                connect((leaf.name, slot), (nic_port.owner, 1), nic_port)
+            for slot, nic_port in enumerate(endpoints[i * down : (i + 1) * down], start=1):
+                wiring.cable(wiring.port(leaf, slot), nic_port)
 
-    uplinks = len(leaves) * (spec.leaf_radix - down)
-    n_spines = max(1, math.ceil(uplinks / spec.leaf_radix))
-    spines = [new_switch(f"spine-{s + 1}", "spine", 0, None) for s in range(n_spines)]
-    spine_next = [1] * n_spines
-    for li, leaf in enumerate(leaves):
-        for u in range(spec.leaf_radix - down):
-            s = (li + u) % n_spines
-            spine = spines[s]
-            port_no = down + 1 + u
-            leaf.ports.append(Port(leaf.name, port_no, leaf.guid, 0, spec.link_speed_gbps))
-            spine.ports.append(Port(spine.name, spine_next[s], spine.guid, 0, spec.link_speed_gbps))
-            connect((leaf.name, port_no), (spine.name, spine_next[s]), None)
-            spine_next[s] += 1
-    return fabric
+    fits_two = math.ceil(len(leaves) * up / radix) <= up  # every leaf reaches every spine: k²/2 endpoints at 1:1
+    tiers = (2 if fits_two else 3) if spec.tiers == "auto" else spec.tiers
+    if tiers == 2 and not fits_two:
+        raise UserError(
+            f"{len(leaves)} leaves with {up} uplinks each do not fit under one tier of {radix}-port spines",
+            fix="set fabric.tiers to auto or 3, or use switches with more ports (leafRadix)",
+        )
+    if tiers == 2:
+        if spec.topology == "rail-optimized-fat-tree":
+            per_plane = _rails_per_plane(rails, len(leaves) // rails, up, radix)
+            planes = [
+                [leaf for leaf in leaves if (leaf.rail or 0) // per_plane == p] for p in range(rails // per_plane)
+            ]
+        else:
+            planes = [leaves]
+        spines = 0
+        for p, lowers in enumerate(planes):
+            count = _even_count(len(lowers) * up, radix, up)
+            uppers = [wiring.switch(f"spine-{spines + s + 1}", "spine", p) for s in range(count)]
+            spines += count
+            for leaf in lowers:
+                wiring.spread(leaf, uppers, down, up)
+        return wiring.fabric
+    _three_tiers(wiring, leaves, down, up, radix)
+    return wiring.fabric
+
+
+def _rails_per_plane(rails: int, units: int, up: int, radix: int) -> int:
+    """Rails whose leaves share a plane of spines: one, unless one rail's leaves cannot fill a spine."""
+    for per_plane in range(1, rails + 1):
+        if rails % per_plane == 0 and per_plane * units * up >= radix:
+            return per_plane
+    return rails
+
+
+def _three_tiers(wiring: _Wiring, leaves: list[Switch], down: int, up: int, radix: int) -> None:
+    pod_size = radix // 2  # leaves of a pod, and downlinks of its spines: a spine has as many up as down
+    planes: dict[int, list[Switch]] = {}
+    spines = 0
+    for pod, start in enumerate(range(0, len(leaves), pod_size)):
+        lowers = leaves[start : start + pod_size]
+        if wiring.spec.topology == "fat-tree":
+            for leaf in lowers:
+                leaf.group = pod
+        count = _even_count(len(lowers) * up, pod_size, up)
+        uppers = [wiring.switch(f"spine-{spines + s + 1}", "spine", pod) for s in range(count)]
+        spines += count
+        for leaf in lowers:
+            wiring.spread(leaf, uppers, down, up)
+        for j, spine in enumerate(uppers):
+            planes.setdefault(j, []).append(spine)
+    cores = 0
+    for j, members in sorted(planes.items()):
+        each = [wiring.used[s.name] for s in members]  # uplinks of a spine: as many as it has downlinks
+        count = _even_count(sum(each), radix, max(each))
+        if count > max(each):
+            raise UserError(
+                f"{len(leaves)} leaves of radix {radix} need more than three tiers",
+                fix="use switches with more ports (leafRadix), or split the cluster into several fabrics",
+            )
+        uppers = [wiring.switch(f"core-{cores + c + 1}", "core", j) for c in range(count)]
+        cores += count
+        for spine, uplinks in zip(members, each, strict=True):
+            wiring.spread(spine, uppers, pod_size, uplinks)
+
+
+def _explicit(wiring: _Wiring, nodes: list[Node]) -> None:
+    """The manifest's own switches and cables (checked when the manifest was read)."""
+    spec = wiring.spec
+    hca_ports = {(p.owner, p.number): p for n in nodes for nic in n.nics for p in nic.ports}
+    tiers = _explicit_tiers(spec)
+    switches = {s.name: wiring.switch(s.name, tiers[s.name], 0, radix=s.ports) for s in spec.switches}
+    for link in spec.links:
+        ends: list[Port] = []
+        for text in (link.a, link.b):
+            end = parse_end(text)
+            port = None
+            if end is not None and end[0] in switches:
+                port = wiring.port(switches[end[0]], end[1])
+            elif end is not None:
+                port = hca_ports.get(end)
+            if port is None:
+                raise UserError(f"fabric link end {text!r} is not a port of this cluster", fix="check fabric.links")
+            ends.append(port)
+        wiring.cable(ends[0], ends[1], link.width, link.speed)
+
+
+def _explicit_tiers(spec: FabricSpec) -> dict[str, str]:
+    """Tiers of an explicit fabric's switches: as given, else a switch cabled to an HCA is a leaf, and each hop
+    above the leaves a tier higher (spine, then core)."""
+    given = {s.name: s.tier for s in spec.switches}
+    neighbours: dict[str, set[str]] = {name: set() for name in given}
+    depth: dict[str, int] = {}
+    for link in spec.links:
+        a, b = parse_end(link.a), parse_end(link.b)
+        if a is None or b is None:
+            continue
+        if a[0] in given and b[0] in given:
+            neighbours[a[0]].add(b[0])
+            neighbours[b[0]].add(a[0])
+        for one, other in ((a[0], b[0]), (b[0], a[0])):
+            if one in given and "/" in other:
+                depth[one] = 0
+    frontier = sorted(depth)
+    while frontier:
+        after: list[str] = []
+        for name in frontier:
+            for other in sorted(neighbours[name] - depth.keys()):
+                depth[other] = depth[name] + 1
+                after.append(other)
+        frontier = after
+    names = ("leaf", "spine", "core")
+    return {name: tier or names[min(depth.get(name, 1), 2)] for name, tier in given.items()}
 
 
 def build_cluster(name: str, body: ClusterBody) -> Cluster:
     nodes: list[Node] = []
     pools: list[NodePool] = []
     for pool in body.node_pools:
-        pool_nodes = [_build_node(name, pool, i, body) for i in range(pool.count)]
+        pool_nodes = [_build_node(name, pool, i, body, host) for i, host in enumerate(pool.node_names())]
         nodes.extend(pool_nodes)
         pools.append(
             NodePool(

@@ -112,6 +112,14 @@ class IsolatesPorts(ABC):
     def isolate_port(self, node: str, rail: int) -> str: ...
 
 
+class IsolatesFabricPorts(ABC):
+    """Takes a switch port out of service and back (UFM's port isolation; `ibportstate LID PORT disable`). The
+    switch port facing a bad cable is what isolates it, whichever end counted the errors."""
+
+    @abstractmethod
+    def set_switch_port(self, switch: str, port: int, lid: int | None, *, enable: bool) -> str: ...
+
+
 class RequeuesJobs(ABC):
     @abstractmethod
     def requeue_job(self, job: str, exclude: list[str]) -> str: ...

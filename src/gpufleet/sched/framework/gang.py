@@ -54,9 +54,10 @@ def build_units(pending: Sequence[PodInfo], gangs: dict[str, Gang], placed_count
     return units
 
 
-def _try_members(sched: Placer, pods: Sequence[PodInfo], restrict: np.ndarray | None) -> GangOutcome:
+def _try_members(sched: Placer, pods: Sequence[PodInfo], restrict: np.ndarray | None, gang: bool) -> GangOutcome:
     out = GangOutcome()
-    groups: set[int] = set()
+    # a gang's members score by leaf and fabric health; a lone pod needs neither (None)
+    groups: set[int] | None = set() if gang else None
     for pod in pods:
         picked = sched.select_node(pod, restrict, groups)
         if picked is None:
@@ -65,7 +66,7 @@ def _try_members(sched: Placer, pods: Sequence[PodInfo], restrict: np.ndarray | 
         placement = sched.place(pod, *picked)
         out.placements.append(placement)
         g = int(sched.state.leaf_group[picked[0]])
-        if g >= 0:
+        if g >= 0 and groups is not None:
             groups.add(g)
     return out
 
@@ -73,14 +74,18 @@ def _try_members(sched: Placer, pods: Sequence[PodInfo], restrict: np.ndarray | 
 MAX_GROUP_TRIALS = 4
 
 
-def _candidate_groups(sched: Placer, pods: Sequence[PodInfo]) -> list[int]:
-    """Leaf groups that could hold every member, by a vectorised upper bound, tightest first."""
+def _candidate_groups(sched: Placer, pods: Sequence[PodInfo], allowed: np.ndarray | None = None) -> list[int]:
+    """Leaf groups that could hold every member (on `allowed` nodes), by a vectorised upper bound, tightest
+    first."""
     state = sched.state
     biggest = pods[0]
     idx, amounts, unknown = state.request_vector(biggest)
     if unknown:
         return []
-    ok = np.flatnonzero(feasible(state, biggest) & (state.leaf_group >= 0))
+    usable = feasible(state, biggest) & (state.leaf_group >= 0)
+    if allowed is not None:
+        usable &= allowed
+    ok = np.flatnonzero(usable)
     if len(ok) == 0:
         return []
     free = state.free_
@@ -95,21 +100,46 @@ def _candidate_groups(sched: Placer, pods: Sequence[PodInfo]) -> list[int]:
     return [int(g) for g in order if capacity[g] >= len(pods)]
 
 
-def place_gang(sched: Placer, unit: Unit) -> GangOutcome:
-    """All-or-nothing: returns placements only when at least `unit.min_member` landed; otherwise rolls back."""
+def _whole(sched: Placer, unit: Unit, pods: Sequence[PodInfo], allowed: np.ndarray | None) -> GangOutcome | None:
+    """Every member placed on `allowed` nodes (all when None), in one leaf group if one holds them, else
+    anywhere; None (and nothing left placed) when some member does not fit."""
     state = sched.state
-    # Largest members first: they are the hardest to fit.
-    pods = sorted(unit.pods, key=lambda p: -p.requests.get(GPU_RESOURCE, 0))
     start = state.mark()
     if len(state.group_names) > 1:
         # Tightest leaf group first (fewest free GPUs) among those whose rough capacity can hold the gang;
         # a trial placement confirms it, trying a few groups before giving up on single-group placement.
-        for g in _candidate_groups(sched, pods)[:MAX_GROUP_TRIALS]:
-            out = _try_members(sched, pods, state.leaf_group == g)
+        for g in _candidate_groups(sched, pods, allowed)[:MAX_GROUP_TRIALS]:
+            restrict = state.leaf_group == g
+            out = _try_members(sched, pods, restrict if allowed is None else restrict & allowed, unit.gang)
             if not out.unplaced:
                 return out
             state.rollback(start)
-    out = _try_members(sched, pods, None)
+    if allowed is None:
+        return None
+    out = _try_members(sched, pods, allowed, unit.gang)
+    if not out.unplaced:
+        return out
+    state.rollback(start)
+    return None
+
+
+def place_gang(sched: Placer, unit: Unit) -> GangOutcome:
+    """All-or-nothing: returns placements only when at least `unit.min_member` landed; otherwise rolls back.
+
+    A gang first keeps off nodes whose rails go through a degraded or down leaf (or whose own cable is bad); only
+    when it fits nowhere else does it take them."""
+    state = sched.state
+    # Largest members first: they are the hardest to fit.
+    pods = sorted(unit.pods, key=lambda p: -p.requests.get(GPU_RESOURCE, 0))
+    start = state.mark()
+    if unit.gang and bool(state.fabric_avoid.any()):
+        out_healthy = _whole(sched, unit, pods, ~state.fabric_avoid)
+        if out_healthy is not None:
+            return out_healthy
+    found = _whole(sched, unit, pods, None)
+    if found is not None:
+        return found
+    out = _try_members(sched, pods, None, unit.gang)
     if len(out.placements) >= unit.min_member and out.placements:
         return out
     fitted = len(out.placements)

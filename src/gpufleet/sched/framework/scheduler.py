@@ -26,7 +26,7 @@ from gpufleet.sched.framework.gang import GangOutcome, build_units, place_gang
 from gpufleet.sched.framework.preemption import preempt_for_unit
 from gpufleet.sched.framework.queues import QueueBook
 from gpufleet.sched.framework.scoring import ScoreWeights, Strategy, score
-from gpufleet.sched.framework.snapshot import NodeInfo, PodInfo, Snapshot, node_info, pod_info
+from gpufleet.sched.framework.snapshot import FabricHealth, NodeInfo, PodInfo, Snapshot, node_info, pod_info
 from gpufleet.sched.framework.state import ClusterState
 from gpufleet.sched.framework.types import Explanation, Failure, Placement, PlanResult
 
@@ -37,11 +37,12 @@ class Scheduler:
         nodes: list[NodeInfo],
         *,
         fabric: Fabric | None = None,
+        fabric_health: FabricHealth | None = None,
         bound: Iterable[PodInfo] = (),
         strategy: Strategy = Strategy.binpack,
         weights: ScoreWeights | None = None,
     ) -> None:
-        self.state = ClusterState(nodes, fabric)
+        self.state = ClusterState(nodes, fabric, fabric_health)
         self.strategy = strategy
         self.weights = weights or ScoreWeights()
         self.pods: dict[str, PodInfo] = {}
@@ -53,6 +54,8 @@ class Scheduler:
 
     @classmethod
     def from_snapshot(cls, snap: Snapshot, **kwargs: object) -> Scheduler:
+        if snap.fabric_health is not None:
+            kwargs.setdefault("fabric_health", snap.fabric_health)
         sched = cls(snap.nodes, bound=[p for p in snap.pods if p.bound], **kwargs)  # type: ignore[arg-type]
         sched.pods.update({p.key: p for p in snap.pods})
         return sched

@@ -111,6 +111,12 @@ def leaf_affinity(state: ClusterState, nodes: np.ndarray, gang_groups: set[int])
     return np.where(np.isin(groups, list(gang_groups)) & (groups >= 0), MAX_SCORE, 0.0)
 
 
+def fabric_fit(state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+    """Gang members prefer nodes whose rails go through healthy leaves with their uplinks whole: a collective
+    runs at the pace of its slowest link."""
+    return np.asarray(state.fabric_fit[nodes], dtype=np.float64)
+
+
 def score(
     state: ClusterState,
     pod: PodInfo,
@@ -128,4 +134,6 @@ def score(
         total += weights.topology * nvlink_fit(state, pod, nodes)
     if gang_groups:
         total += weights.topology * leaf_affinity(state, nodes, gang_groups)
+    if gang_groups is not None and state.has_fabric_health:  # a gang member (a single pod needs no fabric)
+        total += weights.topology * fabric_fit(state, nodes)
     return total

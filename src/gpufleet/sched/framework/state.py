@@ -9,7 +9,7 @@ import numpy as np
 
 from gpufleet.errors import InternalError
 from gpufleet.model import GPU_RESOURCE, Fabric, GpuSharing, Taint, TaintEffect
-from gpufleet.sched.framework.snapshot import NodeInfo, PodInfo
+from gpufleet.sched.framework.snapshot import FabricHealth, NodeInfo, PodInfo
 from gpufleet.sched.framework.topology import (
     choose_gpus,
     leaf_groups,
@@ -23,6 +23,8 @@ UNREACHABLE_TAINT = Taint("node.kubernetes.io/unreachable", TaintEffect.no_sched
 # Nodes that share this label value sit under the same IB leaf switches (one rail group / scalable unit).
 LEAF_GROUP_LABEL = "gpufleet.io/leaf-group"
 BASE_RESOURCES = ("cpu", "memory", "pods", GPU_RESOURCE)
+# how much a gang member likes a node by the health of the leaves its rails go through (unknown counts as ok)
+FABRIC_FIT = {"ok": 100.0, "degraded": 25.0, "down": 0.0}
 
 
 @dataclass(slots=True)
@@ -49,7 +51,9 @@ def effective_taints(info: NodeInfo) -> tuple[Taint, ...]:
 class ClusterState:
     """Mutable placement state over a fixed node list. Every change is journaled so it can be rolled back."""
 
-    def __init__(self, nodes: list[NodeInfo], fabric: Fabric | None = None) -> None:
+    def __init__(
+        self, nodes: list[NodeInfo], fabric: Fabric | None = None, fabric_health: FabricHealth | None = None
+    ) -> None:
         self.nodes = nodes
         self.names = [n.node.name for n in nodes]
         self.index = {name: i for i, name in enumerate(self.names)}
@@ -91,6 +95,12 @@ class ClusterState:
                 for n in nodes
                 if n.node.labels.get(LEAF_GROUP_LABEL)
             }
+        if fabric_health is not None:  # the discovered fabric knows best which leaves a node reaches
+            for name in self.names:
+                rails = fabric_health.rails.get(name)
+                if rails:
+                    self.leaves[name] = frozenset(rails.values())
+        self._fabric(fabric_health)
         groups = leaf_groups(self.leaves)
         self.leaf_group = np.full(len(nodes), -1, dtype=np.int64)
         self.group_names = list(groups)
@@ -106,6 +116,23 @@ class ClusterState:
         self.priority_counts: Counter[int] = Counter()
         self._journal: list[tuple[str, Assignment]] = []
         self._mask_cache: dict[object, np.ndarray] = {}
+
+    def _fabric(self, health: FabricHealth | None) -> None:
+        """Per node: whether a gang should avoid it (a rail through a degraded or down leaf, or a bad cable of its
+        own) and how much it is preferred (FABRIC_FIT times the uplink capacity left)."""
+        self.fabric_avoid = np.zeros(len(self.names), dtype=bool)
+        self.fabric_fit = np.full(len(self.names), FABRIC_FIT["ok"])
+        self.fabric_reasons: dict[str, tuple[str, ...]] = {}
+        self.has_fabric_health = False  # some node is less than fully fit: scoring then weighs it
+        if health is None:
+            return
+        for i, name in enumerate(self.names):
+            state, capacity, reasons = health.node_state(name)
+            self.fabric_avoid[i] = state != "ok"
+            self.fabric_fit[i] = FABRIC_FIT[state] * max(0.0, min(capacity, 1.0))
+            if reasons:
+                self.fabric_reasons[name] = reasons
+        self.has_fabric_health = bool((self.fabric_fit < FABRIC_FIT["ok"]).any())
 
     def __len__(self) -> int:
         return len(self.names)

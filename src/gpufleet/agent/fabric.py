@@ -1,0 +1,58 @@
+"""The fabric on the agent that watches it (`gpufleet agent --fabric`, on a host with an HCA on each subnet): every
+poll runs discovery and the counter sweep of each subnet in a thread of its own, so a slow or hung tool never holds
+up a collection, and hands the reports to the pusher, which sends each once (a lost push is sent again).
+
+The analysis (validation against the intended cabling, counter rates, both ends of a cable, incidents) is the
+control plane's: one place sees every subnet, switch side and host side together.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from gpufleet.background import Background
+from gpufleet.fabric.collect import FabricTools, poll_subnet
+from gpufleet.model.observe import FabricReport
+
+log = logging.getLogger("gpufleet.agent")
+
+DEFAULT_POLL_S = 30.0
+
+
+class FabricWatch(Background):
+    thread_name = "fabric"
+
+    def __init__(
+        self, subnets: list[FabricTools], deliver: Callable[[list[FabricReport]], None], poll_s: float = DEFAULT_POLL_S
+    ) -> None:
+        super().__init__()
+        self.subnets = subnets
+        self.deliver = deliver
+        self.poll_s = poll_s
+        self.polls = 0
+        self.failing: dict[str, str] = {}
+
+    def poll(self) -> list[FabricReport]:
+        reports = [poll_subnet(tools, poll_s=self.poll_s) for tools in self.subnets]
+        for report in reports:
+            why = "; ".join(report.errors)
+            if why and self.failing.get(report.subnet) != why:
+                log.warning("fabric poll of subnet %s: %s", report.subnet, why)
+            elif not why and report.subnet in self.failing:
+                log.info("fabric poll of subnet %s works again", report.subnet)
+            if why:
+                self.failing[report.subnet] = why
+            else:
+                self.failing.pop(report.subnet, None)
+        self.polls += 1
+        self.deliver(reports)
+        return reports
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.poll()
+            except Exception:  # a bug in one poll must not end the watch
+                log.exception("fabric poll failed")
+            self.stopping.wait(self.poll_s)

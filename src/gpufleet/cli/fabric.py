@@ -1,0 +1,223 @@
+"""`gpufleet fabric`: the InfiniBand fabric as discovery finds it, checked as ibdiagnet checks it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.text import Text
+
+from gpufleet.cli.inputs import read_input_text
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.errors import ParseError, UserError
+
+if TYPE_CHECKING:
+    from gpufleet.fabric.findings import FabricFinding
+    from gpufleet.fabric.graph import End, FabricGraph, Link
+
+sub = typer.Typer(
+    help="InfiniBand fabric: discover it and validate it against the intended cabling.", no_args_is_help=True
+)
+
+SEVERITY_STYLE = {"critical": "red", "warning": "yellow", "info": "dim"}
+_TIERS = {"leaf": 0, "spine": 1, "core": 2}
+
+# typer keeps the line breaks of every paragraph after the first: each is one line here
+DISCOVER_HELP = "\n\n".join(
+    (
+        "Discover the fabric (from saved ibnetdiscover/iblinkinfo output, or by running them) and validate it as "
+        "ibdiagnet does: duplicate GUIDs, LIDs and node descriptions, links down or below their width or speed, and, "
+        "with --expect, missing cables, miscabled ports and unexpected cables or nodes.",
+        "Exit status: 0 nothing critical, 1 a critical finding (a cable missing, down or miscabled, a GUID or LID "
+        "used twice), 2 bad input.",
+        "Examples:",
+        "  gpufleet fabric discover --ibnetdiscover ibnetdiscover.txt --iblinkinfo iblinkinfo.txt",
+        "  ibnetdiscover | gpufleet fabric discover --ibnetdiscover - --expect cluster.yaml -o json",
+        "  gpufleet fabric discover --live --ca mlx5_0 --port 1 --expect known-good-ibnetdiscover.txt",
+    )
+)
+
+
+@sub.command("discover", help=DISCOVER_HELP)
+def discover(
+    ibnetdiscover: str | None = typer.Option(
+        None, "--ibnetdiscover", metavar="FILE", help="A saved `ibnetdiscover` output; - reads stdin."
+    ),
+    iblinkinfo: str | None = typer.Option(
+        None,
+        "--iblinkinfo",
+        metavar="FILE",
+        help="A saved `iblinkinfo` of the same fabric: adds port states (Down/Polling) and its 'Could be' hints.",
+    ),
+    live: bool = typer.Option(False, "--live", help="Run ibnetdiscover and iblinkinfo on this host."),
+    ca: str | None = typer.Option(None, "--ca", help="With --live: the local HCA to reach the subnet through."),
+    port: int | None = typer.Option(None, "--port", min=1, help="With --live: that HCA's port (default 1)."),
+    tool_timeout: float | None = typer.Option(
+        None, "--tool-timeout", min=0.1, metavar="S", help="With --live: stop each tool after S seconds (default 60)."
+    ),
+    expect: Path | None = typer.Option(
+        None,
+        "--expect",
+        metavar="FILE",
+        help="The fabric as it should be: a `kind: Cluster` manifest, or an ibnetdiscover output of the fabric when "
+        "it was right.",
+    ),
+    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
+) -> None:
+    from gpufleet.fabric.validate import validate
+
+    _check_options(ibnetdiscover, iblinkinfo, live, ca, port, tool_timeout)
+    expected = _expected(expect) if expect is not None else None
+    graph, source = _live(ca, port, tool_timeout) if live else _saved(str(ibnetdiscover), iblinkinfo)
+    findings = validate(graph, expected)
+    body = _body(graph, findings)
+    emit(body, output, lambda wide: _render(graph, body, findings, source, wide))
+    if any(f.severity == "critical" for f in findings):
+        raise typer.Exit(1)
+
+
+def _check_options(
+    ibnetdiscover: str | None,
+    iblinkinfo: str | None,
+    live: bool,
+    ca: str | None,
+    port: int | None,
+    tool_timeout: float | None,
+) -> None:
+    if live and ibnetdiscover is not None:
+        raise UserError(
+            "--ibnetdiscover and --live both given", fix="read a saved output (--ibnetdiscover FILE) or run the tools "
+            "(--live), not both"
+        )  # fmt: skip
+    if not live and ibnetdiscover is None:
+        raise UserError(
+            "no fabric to discover", fix="pass --ibnetdiscover FILE (a saved output, - for stdin) or --live"
+        )
+    if live and iblinkinfo is not None:
+        raise UserError("--iblinkinfo is for saved outputs", fix="--live runs iblinkinfo itself: drop --iblinkinfo")
+    if not live:
+        given = [flag for flag, value in (("--ca", ca), ("--port", port), ("--tool-timeout", tool_timeout)) if value]
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            raise UserError(f"{' and '.join(given)} {verb} only with --live", fix="add --live, or drop it")
+    if ibnetdiscover == "-" and iblinkinfo == "-":
+        raise UserError("both inputs read stdin", fix="save one of them to a file")
+
+
+def _saved(ibnetdiscover: str, iblinkinfo: str | None) -> tuple[FabricGraph, str]:
+    from gpufleet.fabric.discover import add_link_states
+    from gpufleet.fabric.intended import graph_from_ibnetdiscover
+    from gpufleet.sources.ibdiags import parse_iblinkinfo
+
+    text, cited = read_input_text(ibnetdiscover)
+    graph = graph_from_ibnetdiscover(text, cited)
+    if iblinkinfo is not None:
+        link_text, link_cited = read_input_text(iblinkinfo)
+        links = parse_iblinkinfo(link_text, source=link_cited)
+        if not links:
+            raise ParseError(f"{link_cited}: no iblinkinfo port lines", fix="pass the output of `iblinkinfo`")
+        add_link_states(graph, links)
+        cited = f"{cited} + {link_cited}"
+    return graph, cited
+
+
+def _live(ca: str | None, port: int | None, tool_timeout: float | None) -> tuple[FabricGraph, str]:
+    from gpufleet.fabric.collect import DEFAULT_TIMEOUT_S, FabricTools
+
+    tools = FabricTools(ca=ca, port=port, timeout_s=tool_timeout or DEFAULT_TIMEOUT_S)
+    return tools.discover(), f"live (subnet {tools.subnet})"
+
+
+def _expected(path: Path) -> FabricGraph:
+    from gpufleet.fabric.intended import load_expected
+
+    return load_expected(path)
+
+
+def _ordered(graph: FabricGraph, link: Link) -> tuple[End, End]:
+    """HCA end first, then the lower tier, as the findings name cables."""
+
+    def rank(end: End) -> tuple[int, End]:
+        node = graph.nodes.get(end.node)
+        if node is None:
+            return 9, end
+        return (-1 if not node.is_switch else _TIERS.get(node.tier, 8)), end
+
+    return (link.a, link.b) if rank(link.a) <= rank(link.b) else (link.b, link.a)
+
+
+def _body(graph: FabricGraph, findings: list[FabricFinding]) -> dict[str, Any]:
+    switches = [
+        {"name": n.name, "guid": n.guid, "lid": n.lid, "ports": n.ports, "tier": n.tier} for n in graph.switches()
+    ]
+    hcas = [{"name": n.name, "host": n.host, "guid": n.guid, "ports": n.ports} for n in graph.hcas()]
+    links = []
+    for link in graph.links:
+        a, b = _ordered(graph, link)
+        links.append(
+            {
+                "a": str(a),
+                "b": str(b),
+                "width": f"{link.width}x" if link.width else None,
+                "speed": link.speed,
+                "rate_gbps": link.rate_gbps,
+                "up": link.up,
+            }
+        )
+    return {"switches": switches, "hcas": hcas, "links": links, "findings": [f.to_dict() for f in findings]}
+
+
+def _render(graph: FabricGraph, body: dict[str, Any], findings: list[FabricFinding], source: str, wide: bool) -> None:
+    severities: Counter[str] = Counter(f.severity for f in findings)
+    down = sum(1 for link in graph.links if not link.up)
+    console.print(
+        Text.assemble(
+            (source, "bold"),
+            f"  {len(body['switches'])} switches, {len(body['hcas'])} HCAs, {len(body['links'])} links"
+            + (f" ({down} down)" if down else "")
+            + "; findings: ",
+            *_severity_counts(severities),
+        )
+    )
+    used = Counter(end.node for link in graph.links for end in link.ends())
+    rows = [
+        [s["name"], s["tier"] or "-", s["lid"] if s["lid"] is not None else "-", f"{used[s['name']]}/{s['ports']}"]
+        + ([s["guid"] or "-"] if wide else [])
+        for s in sorted(body["switches"], key=lambda s: (_TIERS.get(s["tier"], 8), s["name"]))
+    ]
+    if rows:
+        console.print(make_table(["SWITCH", "TIER", "LID", "CABLED"] + (["GUID"] if wide else []), rows))
+    if wide and body["links"]:
+        link_rows = [
+            [lk["a"], lk["b"], lk["width"] or "-", lk["speed"] or "-", "up" if lk["up"] else "DOWN"]
+            for lk in body["links"]
+        ]
+        console.print(make_table(["END A", "END B", "WIDTH", "SPEED", "STATE"], link_rows))
+    if findings:
+        finding_rows = []
+        for f in findings:
+            where = f"{f.ends[0]} <-> {f.ends[1]}" if f.ends else _port(f.port)
+            finding_rows.append([Text(f.severity, style=SEVERITY_STYLE[f.severity]), f.kind, where, f.message, f.fix])
+        console.print(make_table(["SEVERITY", "KIND", "WHERE", "FINDING", "FIX"], finding_rows))
+
+
+def _port(end: End | None) -> str:
+    if end is None:
+        return "-"
+    return end.node if end.port == 0 else str(end)  # port 0: the node itself
+
+
+def _severity_counts(severities: Counter[str]) -> list[Text | str]:
+    parts: list[Text | str] = []
+    for i, severity in enumerate(("critical", "warning", "info")):
+        count = severities.get(severity, 0)
+        parts.append(Text(f"{count} {severity}", style=SEVERITY_STYLE[severity] if count else ""))
+        if i < 2:
+            parts.append(", ")
+    return parts
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sub, name="fabric")

@@ -1,0 +1,110 @@
+"""What the twin's fabric watcher reports each poll: the fabric as discovery would find it (a cable that is down is
+not discovered; its ports show Down/Polling, or Down/Disabled when isolated), and the counters of the ports with
+errors, as ibqueryerrors --data lists them. It goes through the same door as a real subnet's poll."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
+from gpufleet.fabric.report import report_from_graph
+from gpufleet.model.observe import FabricReport, SubnetManagerFact
+from gpufleet.sim.twin import Twin
+
+# the twin's counters by the PMA names the tools print; data counters count octets divided by 4
+PMA_NAMES = {
+    "symbol_errors": "SymbolErrorCounter",
+    "link_error_recovery": "LinkErrorRecoveryCounter",
+    "link_downed": "LinkDownedCounter",
+    "rcv_errors": "PortRcvErrors",
+    "rcv_remote_phys_errors": "PortRcvRemotePhysicalErrors",
+    "xmit_discards": "PortXmitDiscards",
+    "xmit_wait": "PortXmitWait",
+    "vl15_dropped": "VL15Dropped",
+    "xmit_bytes": "PortXmitData",
+    "rcv_bytes": "PortRcvData",
+    "xmit_pkts": "PortXmitPkts",
+    "rcv_pkts": "PortRcvPkts",
+}
+ERROR_COUNTERS = ("symbol_errors", "link_error_recovery", "link_downed", "rcv_errors", "rcv_remote_phys_errors",
+                  "xmit_discards", "vl15_dropped")  # fmt: skip
+SM_SWEEP_S = 5.0  # OpenSM's sweep_interval in the shared ibsim recipe
+
+
+def _width_speed(gbps: float) -> tuple[int, str]:
+    per_lane = gbps / 4
+    for speed, rate in (("XDR", 200.0), ("NDR", 100.0), ("HDR", 50.0), ("EDR", 25.0), ("FDR", 14.0)):
+        if per_lane >= rate:
+            return 4, speed
+    return 4, "QDR"
+
+
+class TwinFabricWatch:
+    """Builds the twin's fabric poll; the topology's static part is made once."""
+
+    def __init__(self, twin: Twin, poll_s: float = 30.0) -> None:
+        self.twin = twin
+        self.poll_s = poll_s
+        self.next_poll = 0.0
+        fabric = twin.cluster.fabric
+        self.nodes: list[Node] = []
+        lid = 1
+        for sw in fabric.switches:
+            self.nodes.append(Node(sw.name, NodeKind.switch, sw.guid, sw.radix, lid, sw.name, tier=sw.tier,
+                                   rail=sw.rail, group=sw.group))  # fmt: skip
+            lid += 1
+        self.port_lid: dict[int, int] = {}
+        ports = twin.ports
+        for i, owner in enumerate(ports.owner):
+            if "/" in owner:
+                self.port_lid[i] = lid
+                lid += 1
+        hcas = {owner for owner in ports.owner if "/" in owner}
+        nic_guids = {nic.ports[0].owner: nic.guid for node in twin.cluster.nodes for nic in node.nics if nic.ports}
+        for owner in sorted(hcas):
+            host, device = owner.split("/", 1)
+            self.nodes.append(Node(owner, NodeKind.hca, nic_guids.get(owner, ""), 1, None, f"{host} {device}",
+                                   host=host))  # fmt: skip
+        self.switch_lid = {n.name: n.lid for n in self.nodes if n.kind is NodeKind.switch}
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_poll
+
+    def report(self, now: float, wall: float) -> FabricReport:
+        """The poll at twin time `now`, stamped `wall` (the epoch time the twin's agents use)."""
+        self.next_poll = now + self.poll_s
+        ports = self.twin.ports
+        graph = FabricGraph(source="twin")
+        for node in self.nodes:
+            graph.add_node(node)
+        for i in range(0, ports.n, 2):
+            j = i + 1
+            a = End(ports.owner[i], int(ports.number[i]))
+            b = End(ports.owner[j], int(ports.number[j]))
+            if ports.up[i]:
+                width, speed = _width_speed(float(ports.speed_gbps[i]))
+                graph.add_link(Link(a, b, width, speed, True, self._lid(i), self._lid(j)))
+            else:
+                for k, end in ((i, a), (j, b)):
+                    graph.idle_ports[end] = "Down/Disabled" if k in ports.disabled else "Down/Polling"
+        errors = np.zeros(ports.n, dtype=bool)
+        for name in ERROR_COUNTERS:
+            errors |= ports.counters[name] > 0
+        counters: dict[End, dict[str, int]] = {}
+        for k in map(int, np.flatnonzero(errors)):
+            values = {}
+            for name, pma in PMA_NAMES.items():
+                value = int(ports.counters[name][k])
+                values[pma] = value // 4 if name.endswith("_bytes") else value
+            counters[End(ports.owner[k], int(ports.number[k]))] = values
+        report = report_from_graph(graph, subnet="default", time=wall, source="twin", counters=counters,
+                                   poll_s=self.poll_s)  # fmt: skip
+        first_switch = next((n for n in self.nodes if n.kind is NodeKind.switch), None)
+        if first_switch is not None:
+            report.sm = SubnetManagerFact(first_switch.lid or 1, first_switch.guid, int(now // SM_SWEEP_S), 0,
+                                          "SMINFO_MASTER")  # fmt: skip
+        return report
+
+    def _lid(self, i: int) -> int | None:
+        owner = self.twin.ports.owner[i]
+        return self.port_lid.get(i) if "/" in owner else self.switch_lid.get(owner)

@@ -1,0 +1,141 @@
+"""`gpufleet fabric discover` as a person runs it: saved outputs or stdin, a table or JSON, an exit status that says
+whether anything is critical, and one clear line for every input it cannot use."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.clirun import Ran, gpufleet
+
+CAPTURES = Path(__file__).parents[1] / "sources" / "data" / "ibsim"
+NETDISCOVER = CAPTURES / "ibnetdiscover.txt"
+LINKINFO = CAPTURES / "iblinkinfo.txt"
+EXAMPLE = Path(__file__).parents[2] / "src" / "gpufleet" / "examples" / "clusters" / "ibsim-fattree.yaml"
+
+
+def _clear_error(res: Ran, *words: str) -> None:
+    """Exit 2, one `error:` line and its `fix:`, naming what went wrong; never a traceback."""
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and len(lines) <= 2 and lines[-1].strip().startswith("fix: "), lines
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+def test_json_shape_of_the_capture() -> None:
+    res = gpufleet("fabric", "discover", "--ibnetdiscover", str(NETDISCOVER), "-o", "json")
+    assert res.returncode == 0, res.stderr  # warnings only
+    body = json.loads(res.stdout)
+    assert set(body) == {"switches", "hcas", "links", "findings"}
+    assert len(body["switches"]) == 6 and len(body["hcas"]) == 8 and len(body["links"]) == 19
+    leaf1 = next(s for s in body["switches"] if s["name"] == "leaf1")
+    assert leaf1 == {"name": "leaf1", "guid": "0x0000000000200002", "lid": 4, "ports": 36, "tier": "leaf"}
+    node05 = next(h for h in body["hcas"] if h["name"] == "node05/mlx5_0")
+    assert node05 == {"name": "node05/mlx5_0", "host": "node05", "guid": "0x0000000000100008", "ports": 2}
+    link = next(lk for lk in body["links"] if lk["a"] == "node01/mlx5_0/1")
+    assert link == {"a": "node01/mlx5_0/1", "b": "leaf1/1", "width": "4x", "speed": "HDR", "rate_gbps": 200.0,
+                    "up": True}  # fmt: skip
+    assert [(f["kind"], f["severity"], f["port"]) for f in body["findings"]] == [
+        ("asymmetric-uplinks", "warning", "leaf1/0"),
+        ("asymmetric-uplinks", "warning", "spine1/0"),
+    ]
+
+
+def test_against_the_manifest_a_missing_cable_is_critical() -> None:
+    res = gpufleet(
+        "fabric", "discover", "--ibnetdiscover", str(NETDISCOVER), "--iblinkinfo", str(LINKINFO),
+        "--expect", str(EXAMPLE), "-o", "json",
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    [finding] = json.loads(res.stdout)["findings"]
+    assert finding["kind"] == "missing-link" and finding["ends"] == ["leaf1/35", "spine1/1"]
+    assert set(finding) == {"kind", "severity", "ends", "message", "fix"}
+
+
+def test_an_ibnetdiscover_output_as_the_expected_fabric_from_stdin() -> None:
+    text = NETDISCOVER.read_text()
+    res = gpufleet("fabric", "discover", "--ibnetdiscover", "-", "--expect", str(NETDISCOVER), input=text)
+    assert res.returncode == 0, res.stderr
+    assert "stdin" in res.stdout and "6 switches, 8 HCAs, 19 links; findings: 0 critical, 0 warning, 0 info" in (
+        res.stdout
+    )
+
+
+def test_the_table_names_both_ends_worst_first() -> None:
+    res = gpufleet(
+        "fabric", "discover", "--ibnetdiscover", str(NETDISCOVER), "--iblinkinfo", str(LINKINFO),
+        "--expect", str(EXAMPLE),
+    )  # fmt: skip
+    assert res.returncode == 1
+    out = res.stdout
+    assert "6 switches, 8 HCAs, 19 links; findings: 1 critical, 0 warning, 0 info" in out
+    assert "SWITCH" in out and "leaf1" in out and "3/36" in out  # leaf1 has 3 of its 36 ports cabled
+    row = next(line for line in out.splitlines() if line.startswith("critical"))
+    assert "missing-link" in row and "leaf1/35 <-> spine1/1" in row and "Down/Polling" in out
+    wide = gpufleet("fabric", "discover", "--ibnetdiscover", str(NETDISCOVER), "-o", "wide")
+    assert "END A" in wide.stdout and "node05/mlx5_0/2" in wide.stdout and "GUID" in wide.stdout
+
+
+def test_yaml_output() -> None:
+    res = gpufleet("fabric", "discover", "--ibnetdiscover", str(NETDISCOVER), "-o", "yaml")
+    assert res.returncode == 0 and res.stdout.startswith("switches:")
+
+
+def test_which_fabric_to_read_is_a_clear_choice() -> None:
+    _clear_error(gpufleet("fabric", "discover"), "no fabric to discover")
+    _clear_error(gpufleet("fabric", "discover", "--live", "--ibnetdiscover", str(NETDISCOVER)), "both given")
+    _clear_error(gpufleet("fabric", "discover", "--ibnetdiscover", str(NETDISCOVER), "--ca", "mlx5_0"), "--live")
+    _clear_error(gpufleet("fabric", "discover", "--live", "--iblinkinfo", str(LINKINFO)), "--iblinkinfo")
+    _clear_error(gpufleet("fabric", "discover", "--ibnetdiscover", "-", "--iblinkinfo", "-", input=""), "stdin")
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
+    _clear_error(gpufleet("fabric", "discover", "--ibnetdiscover", str(tmp_path / "nope.txt")), "no such file")
+    _clear_error(gpufleet("fabric", "discover", "--ibnetdiscover", str(tmp_path)), "is a directory")
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("hello\nthis is not a fabric\n")
+    _clear_error(gpufleet("fabric", "discover", "--ibnetdiscover", str(foreign)), "not an ibnetdiscover line")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    _clear_error(gpufleet("fabric", "discover", "--ibnetdiscover", str(empty)), "no Switch or Ca entries")
+    cut = tmp_path / "cut.txt"
+    cut.write_text(NETDISCOVER.read_text()[:1500])  # cut in the middle of a record
+    _clear_error(gpufleet("fabric", "discover", "--ibnetdiscover", str(cut)), "stops early")
+    mid_line = tmp_path / "mid.txt"
+    mid_line.write_text(NETDISCOVER.read_text()[:1000].rstrip() + '\n[3]\t"S-00000')
+    _clear_error(gpufleet("fabric", "discover", "--ibnetdiscover", str(mid_line)), "not an ibnetdiscover line")
+    _clear_error(
+        gpufleet("fabric", "discover", "--ibnetdiscover", str(NETDISCOVER), "--iblinkinfo", str(foreign)),
+        "no iblinkinfo port lines",
+    )
+
+
+def test_a_bad_expected_fabric_is_a_clear_error(tmp_path: Path) -> None:
+    base = ("fabric", "discover", "--ibnetdiscover", str(NETDISCOVER), "--expect")
+    _clear_error(gpufleet(*base, str(tmp_path / "cluster.yaml")), "no such file")
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("{a: leaf1/35, b: spine1/1}", "{a: leaf1/99, b: spine1/1}"))
+    _clear_error(gpufleet(*base, str(bad)), "leaf1 has ports 1-36")
+
+
+def test_live_without_the_tools_says_what_to_install(tmp_path: Path) -> None:
+    res = gpufleet("fabric", "discover", "--live", "--tool-timeout", "5", env={"PATH": str(tmp_path)})
+    _clear_error(res, "ibnetdiscover is not installed")
+    assert "infiniband-diags" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff\xfe\x80 Switch 36 \x00\n", b"\x00" * 4096, b"x" * (2 * 1024 * 1024), b'Switch\t36 "S-1"\n' * 3],
+    ids=["invalid-utf8", "nul-bytes", "endless-line", "headers-only"],
+)
+def test_hazards_get_a_clear_error_or_an_answer(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "hazard.txt"
+    path.write_bytes(content)
+    res = gpufleet("fabric", "discover", "--ibnetdiscover", str(path))
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr
+    assert res.returncode in (0, 2), res.stderr
