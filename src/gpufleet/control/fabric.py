@@ -15,11 +15,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from gpufleet.fabric.counters import CounterTracker, Readings
 from gpufleet.fabric.findings import SEVERITY_RANK, FabricFinding, worst_first
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind
 from gpufleet.fabric.health import PortHealth
-from gpufleet.fabric.report import graph_from_report, readings_from_report
+from gpufleet.fabric.report import graph_from_report, readings_from_report, report_from_graph
 from gpufleet.fabric.validate import validate
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
@@ -137,15 +139,9 @@ class FabricService:
             self._learn(state, graph)
             self._subnet_manager(state, report, previous_sm)
             expected = self._expected_for(graph) if self.expected is not None else state.baseline
-            state.validation = validate(graph, expected) if graph.nodes else []
+            state.validation = self._seen_before(state, validate(graph, expected) if graph.nodes else [])
             readings = readings_from_report(report)
-            rows = Readings.from_rows(
-                [End(row.node, row.port) for row in report.counters],
-                report.counter_names,
-                [row.values for row in report.counters],
-                left_out="silent" if report.counters_complete else "unchanged",
-            )
-            deltas = state.tracker.update(report.time, rows, complete=report.counters_complete)
+            deltas = state.tracker.update(report.time, _rows(report), complete=report.counters_complete)
             # link changes are the topology's to tell (a cable gone from discovery), above
             state.port_findings, _changes = state.health.observe(report.time, deltas, graph)
             state.rates = deltas.rates()
@@ -162,6 +158,57 @@ class FabricService:
                 for f in self.active(state)
                 if f.severity != "info" and f.kind not in ALARMS_ONLY
             ]
+
+    def _seen_before(self, state: SubnetState, found: list[FabricFinding]) -> list[FabricFinding]:
+        """A cable the manifest expects and this service has seen up is down, not missing: an incident about a
+        link, not about cabling (and the same after a restart, the baseline being kept)."""
+        out = []
+        for finding in found:
+            ends = finding.ends
+            if finding.kind == "missing-link" and ends and state.baseline.link_at(ends[0]) is not None:
+                seen = state.baseline.link_at(ends[0])
+                if seen is not None and seen.other(ends[0]) == ends[1]:
+                    shown = state.graph.idle_ports.get(ends[0]) or state.graph.idle_ports.get(ends[1])
+                    finding = FabricFinding(
+                        "link-down",
+                        "critical",
+                        f"link {ends[0]} <-> {ends[1]} is down: it was up before"
+                        + (f", its ports show {shown}" if shown else ", it is no longer discovered"),
+                        "check the cable and the transceivers at both ends, and that the far end is powered and its "
+                        "port enabled (`ibportstate <lid> <port> query`); reseat or replace what is bad",
+                        ends=ends,
+                    )
+            out.append(finding)
+        return out
+
+    # --- durable across restarts --------------------------------------------------------------------------------
+
+    def snapshot(self, subnet: str) -> tuple[float, bytes, bytes] | None:
+        """The subnet's last poll and its baseline (every cable seen up), to keep in the state database."""
+        with self.lock:
+            state = self.subnets.get(subnet)
+            if state is None:
+                return None
+            baseline = report_from_graph(state.baseline, subnet=subnet, time=state.report.time, source="baseline")
+            return state.report.time, _msgpack.encode(state.report), _msgpack.encode(baseline)
+
+    def restore(self, rows: list[tuple[str, bytes, bytes]], isolated: list[tuple[str, float]]) -> None:
+        """Take back what `snapshot` kept: the last poll primes the counters (the next one gives deltas, not
+        resets) and the baseline tells which cables were up; no events or findings come of it."""
+        with self.lock:
+            for subnet, report_bytes, baseline_bytes in rows:
+                report = _report_decoder.decode(report_bytes)
+                graph = graph_from_report(report)
+                state = SubnetState(subnet, report, graph, CounterTracker(), PortHealth(self.thresholds, graph=graph))
+                state.baseline = graph_from_report(_report_decoder.decode(baseline_bytes))
+                state.tracker.update(report.time, _rows(report), complete=report.counters_complete)
+                state.counters = readings_from_report(report)
+                state.polls = 1
+                self.subnets[subnet] = state
+            for text, since in isolated:
+                end = parse_end(text)
+                if end is not None:
+                    self.isolated[end] = since
 
     def _learn(self, state: SubnetState, graph: FabricGraph) -> None:
         baseline = state.baseline
@@ -327,6 +374,17 @@ class FabricService:
 
 
 _DOWN = frozenset(("link-down", "link-flap"))
+_msgpack = msgspec.msgpack.Encoder()
+_report_decoder = msgspec.msgpack.Decoder(FabricReport)
+
+
+def _rows(report: FabricReport) -> Readings:
+    return Readings.from_rows(
+        [End(row.node, row.port) for row in report.counters],
+        report.counter_names,
+        [row.values for row in report.counters],
+        left_out="silent" if report.counters_complete else "unchanged",
+    )
 
 
 def merged_findings(validation: list[FabricFinding], port: list[FabricFinding]) -> list[FabricFinding]:

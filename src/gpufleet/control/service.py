@@ -122,6 +122,7 @@ class ControlPlane:
         self.clock = clock
         self.thresholds = thresholds or load_thresholds()
         self.fabric = fabric or FabricService(self.thresholds)
+        self.fabric.restore(self.store.fabric_subnets(), self.store.isolated_ports())
         # switch-port isolation when the backend has none of its own (the real tools, where the operator allows it)
         self.port_isolation = port_isolation
         self.metrics = MetricRecorder(metrics) if metrics is not None else None
@@ -215,6 +216,9 @@ class ControlPlane:
             fabric_findings = self.fabric.take(report)
             if self.leader:
                 findings += fabric_findings
+            kept = self.fabric.snapshot(report.subnet)
+            if kept is not None:
+                self.store.save_fabric(report.subnet, *kept)
         if batch.fabric:
             for event in self.fabric.drain_events():
                 if event.kind != "poll-error":
@@ -549,11 +553,13 @@ class ControlPlane:
             )
         result = self._act(actor, f"{verb}-port", f"port/{switch_port}", None, act, dry_run, request)
         if not dry_run:
+            since = self.clock() if verb == "isolate" else None
             with self.fabric.lock:
-                if verb == "isolate":
-                    self.fabric.isolated[switch_port] = self.clock()
+                if since is not None:
+                    self.fabric.isolated[switch_port] = since
                 else:
                     self.fabric.isolated.pop(switch_port, None)
+            self.store.set_isolated(str(switch_port), since)
         return result
 
     def _act(

@@ -97,6 +97,31 @@ class StateStore:
         rows = self.db.query("SELECT node, agent, body FROM inventory ORDER BY node")
         return [(r[0], r[1], _inventory.decode(r[2])) for r in rows]
 
+    # --- the fabric --------------------------------------------------------------------------------------------
+
+    def save_fabric(self, subnet: str, updated: float, report: bytes, baseline: bytes) -> None:
+        self.db.execute(
+            "INSERT INTO fabric_subnets VALUES (?,?,?,?) ON CONFLICT (subnet) "
+            "DO UPDATE SET updated = excluded.updated, report = excluded.report, baseline = excluded.baseline",
+            (subnet, updated, report, baseline),
+        )
+
+    def fabric_subnets(self) -> list[tuple[str, bytes, bytes]]:
+        rows = self.db.query("SELECT subnet, report, baseline FROM fabric_subnets ORDER BY subnet")
+        return [(r[0], bytes(r[1]), bytes(r[2])) for r in rows]
+
+    def set_isolated(self, port: str, since: float | None) -> None:
+        if since is None:
+            self.db.execute("DELETE FROM fabric_isolated WHERE port = ?", (port,))
+        else:
+            self.db.execute(
+                "INSERT INTO fabric_isolated VALUES (?,?) ON CONFLICT (port) DO UPDATE SET since = excluded.since",
+                (port, since),
+            )
+
+    def isolated_ports(self) -> list[tuple[str, float]]:
+        return [(r[0], float(r[1])) for r in self.db.query("SELECT port, since FROM fabric_isolated ORDER BY port")]
+
     # --- events --------------------------------------------------------------------------------------------------
 
     def add_event(self, when: float, kind: str, entity: str, message: str, node: str = "", **attrs: Any) -> None:

@@ -153,6 +153,11 @@ class IncidentBook:
                 older.summary = f.summary
                 self.by_key[f.key] = older.id
                 return older
+        for newer, superseded in SUPERSEDES.items():  # a link down seen after it was found flapping is the flap
+            if f.cause is superseded:
+                flapping = self._live(self.by_key.get(f"{newer.value}:{f.entity}"))
+                if flapping is not None:
+                    return flapping
         if f.source == "kmsg" and f.action != ESCALATED_ACTION:
             for inc in self._on(_resource_keys(f.entity)[:1]):
                 if (

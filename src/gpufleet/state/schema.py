@@ -224,6 +224,22 @@ MIGRATIONS: tuple[Migration, ...] = (
         "API tokens for databases made at version 1 before the tokens table was part of it",
         (*_TOKENS,),
     ),
+    Migration(
+        5,
+        "fabric: each subnet's last poll and every cable seen up, and the switch ports isolation took out",
+        (
+            """CREATE TABLE IF NOT EXISTS fabric_subnets (
+                subnet TEXT PRIMARY KEY,
+                updated {real} NOT NULL,
+                report {blob} NOT NULL,
+                baseline {blob} NOT NULL
+            )""",
+            """CREATE TABLE IF NOT EXISTS fabric_isolated (
+                port TEXT PRIMARY KEY,
+                since {real} NOT NULL
+            )""",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

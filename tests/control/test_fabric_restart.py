@@ -1,0 +1,80 @@
+"""The fabric service keeps what it learned across a restart of the control plane: a cable it saw up and that is
+down is still a link down (not a missing cable), the counters go on from their last values, and isolated ports
+stay listed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from gpufleet.control import fabric as views
+from gpufleet.control.fabric import FabricService
+from gpufleet.control.service import ControlPlane
+from gpufleet.fabric.discover import from_ibnetdiscover
+from gpufleet.fabric.graph import End
+from gpufleet.fabric.intended import load_expected
+from gpufleet.fabric.report import report_from_graph
+from gpufleet.health.thresholds import load_thresholds
+from gpufleet.model.observe import SCHEMA_VERSION, Batch, FabricReport
+from gpufleet.remediate.backends.base import IsolatesFabricPorts
+from gpufleet.remediate.backends.observe import ObserveOnlyBackend
+from gpufleet.sources.ibdiags import parse_ibnetdiscover
+from gpufleet.state import Database
+
+ROOT = Path(__file__).parents[2]
+CAPTURE = ROOT / "tests" / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+MANIFEST = ROOT / "src" / "gpufleet" / "examples" / "clusters" / "ibsim-fattree.yaml"
+
+
+class Switches(IsolatesFabricPorts):
+    """Switch ports as a switch keeps them: the ones disabled."""
+
+    def __init__(self) -> None:
+        self.disabled: set[tuple[str, int]] = set()
+
+    def set_switch_port(self, switch: str, port: int, lid: int | None, *, enable: bool) -> str:
+        (self.disabled.discard if enable else self.disabled.add)((switch, port))
+        return f"{switch}/{port} {'enabled' if enable else 'disabled'}"
+
+
+def _plane(db: Database, switches: Switches) -> ControlPlane:
+    service = FabricService(load_thresholds(), load_expected(MANIFEST))
+    return ControlPlane(db, ObserveOnlyBackend(lambda: []), fabric=service, port_isolation=switches)
+
+
+def _push(plane: ControlPlane, report: FabricReport) -> None:
+    plane.ingest(Batch(v=SCHEMA_VERSION, agent="watch", incarnation="i", node="sm", sent=time.time(), fabric=[report]))
+
+
+def _poll(at: float, *, drop: tuple[str, int] | None = None, symbol: int = 0) -> FabricReport:
+    graph = from_ibnetdiscover(parse_ibnetdiscover(CAPTURE.read_text()))
+    if drop is not None:
+        gone = graph.link_at(End(*drop))
+        assert gone is not None
+        graph.links.remove(gone)
+        graph.idle_ports.update({gone.a: "Down/Polling", gone.b: "Down/Polling"})
+    counters = {End("node01/mlx5_0", 1): {"SymbolErrorCounter": symbol, "PortRcvErrors": 0}}
+    return report_from_graph(graph, subnet="default", time=at, counters=counters)
+
+
+def test_what_the_fabric_service_learned_survives_a_restart(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+    switches = Switches()
+    plane = _plane(db, switches)
+    _push(plane, _poll(1000.0, symbol=5))
+    _push(plane, _poll(1030.0, drop=("leaf2", 35), symbol=5))
+    kinds = {(a["kind"], frozenset(a.get("ends") or ())) for a in views.alarms(plane.fabric)}
+    assert ("link-down", frozenset({"leaf2/35", "spine1/2"})) in kinds
+    assert "leaf1/2 disabled" in plane.port_action("tester", "isolate", "node02/mlx5_0/1")  # the switch side
+    assert switches.disabled == {("leaf1", 2)}
+    plane.close()
+    db.close()
+
+    again = _plane(Database(tmp_path / "state.db"), switches)
+    assert set(again.fabric.isolated) == {End("leaf1", 2)}
+    assert again.fabric.subnets["default"].report.time == 1030.0
+    _push(again, _poll(1060.0, drop=("leaf2", 35), symbol=5))
+    alarms = views.alarms(again.fabric)
+    down = [a for a in alarms if set(a.get("ends") or ()) == {"leaf2/35", "spine1/2"}]
+    assert [a["kind"] for a in down] == ["link-down"]  # not a missing cable: it was seen up before the restart
+    assert not [a for a in alarms if a["kind"] == "symbol-errors"]  # counters went on from 5, not from zero
