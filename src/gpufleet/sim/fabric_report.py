@@ -9,23 +9,11 @@ import numpy as np
 from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.model.observe import FabricReport, SubnetManagerFact
+from gpufleet.sim.source import PORT_COUNTERS
 from gpufleet.sim.twin import Twin
 
 # the twin's counters by the PMA names the tools print; data counters count octets divided by 4
-PMA_NAMES = {
-    "symbol_errors": "SymbolErrorCounter",
-    "link_error_recovery": "LinkErrorRecoveryCounter",
-    "link_downed": "LinkDownedCounter",
-    "rcv_errors": "PortRcvErrors",
-    "rcv_remote_phys_errors": "PortRcvRemotePhysicalErrors",
-    "xmit_discards": "PortXmitDiscards",
-    "xmit_wait": "PortXmitWait",
-    "vl15_dropped": "VL15Dropped",
-    "xmit_bytes": "PortXmitData",
-    "rcv_bytes": "PortRcvData",
-    "xmit_pkts": "PortXmitPkts",
-    "rcv_pkts": "PortRcvPkts",
-}
+PMA_NAMES = {**PORT_COUNTERS, "xmit_bytes": "PortXmitData", "rcv_bytes": "PortRcvData"}
 ERROR_COUNTERS = ("symbol_errors", "link_error_recovery", "link_downed", "rcv_errors", "rcv_remote_phys_errors",
                   "xmit_discards", "vl15_dropped")  # fmt: skip
 SM_SWEEP_S = 5.0  # OpenSM's sweep_interval in the shared ibsim recipe
