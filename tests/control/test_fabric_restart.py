@@ -11,7 +11,7 @@ from gpufleet.control import fabric as views
 from gpufleet.control.fabric import FabricService
 from gpufleet.control.service import ControlPlane
 from gpufleet.fabric.discover import from_ibnetdiscover
-from gpufleet.fabric.graph import End
+from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
 from gpufleet.fabric.intended import load_expected
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.health.thresholds import load_thresholds
@@ -78,3 +78,25 @@ def test_what_the_fabric_service_learned_survives_a_restart(tmp_path: Path) -> N
     down = [a for a in alarms if set(a.get("ends") or ()) == {"leaf2/35", "spine1/2"}]
     assert [a["kind"] for a in down] == ["link-down"]  # not a missing cable: it was seen up before the restart
     assert not [a for a in alarms if a["kind"] == "symbol-errors"]  # counters went on from 5, not from zero
+
+
+def test_each_subnet_is_checked_against_its_own_part_of_the_manifest(tmp_path: Path) -> None:
+    compute = from_ibnetdiscover(parse_ibnetdiscover(CAPTURE.read_text()))
+    storage = FabricGraph(source="manifest")
+    storage.add_node(Node("stor-leaf", NodeKind.switch, ports=36, tier="leaf"))
+    storage.add_node(Node("nas01/mlx5_1", NodeKind.hca, host="nas01"))
+    storage.add_link(Link(End("stor-leaf", 1), End("nas01/mlx5_1", 1), 4, "HDR"))
+    expected = load_expected(MANIFEST)  # the compute fabric, and a storage fabric on its own subnet
+    for node in storage.nodes.values():
+        expected.add_node(node)
+    expected.add_link(storage.links[0])
+    service = FabricService(load_thresholds(), expected)
+    plane = ControlPlane(Database(tmp_path / "state.db"), ObserveOnlyBackend(lambda: []), fabric=service)
+    _push(plane, report_from_graph(compute, subnet="mlx5_0/1", time=1000.0))
+    _push(plane, report_from_graph(storage, subnet="mlx5_1/1", time=1000.0))
+    assert set(plane.fabric.subnets) == {"mlx5_0/1", "mlx5_1/1"}
+    alarms = views.alarms(plane.fabric)
+    # neither subnet is blamed for the other's nodes; the compute one still misses the cable its capture lacks
+    assert [(a["subnet"], a["kind"]) for a in alarms if a["kind"].startswith("missing")] == [
+        ("mlx5_0/1", "missing-link")
+    ]

@@ -111,6 +111,7 @@ class FabricService:
         self._undrained: list[FabricEvent] = []
         self.history: dict[End, deque[tuple[float, dict[str, int]]]] = {}
         self.isolated: dict[End, float] = {}  # ports isolation took out of service, and when
+        self._pieces: dict[str, frozenset[str]] | None = None  # each expected node's connected piece
         self.lock = threading.RLock()
         self.reports = 0
 
@@ -251,10 +252,17 @@ class FabricService:
             del self._undrained[: len(self._undrained) - MAX_EVENTS]
 
     def _expected_for(self, graph: FabricGraph) -> FabricGraph | None:
-        """The intended fabric covers every subnet; each subnet is checked against the part of it it shows."""
-        if self.expected is None or len(self.subnets) <= 1:
+        """The intended fabric may cover several subnets (a compute and a storage fabric): each subnet is checked
+        against the parts of it (its connected pieces) that it shows something of."""
+        if self.expected is None:
+            return None
+        if self._pieces is None:
+            self._pieces = _pieces(self.expected)
+        names: set[str] = set()
+        for piece in {self._pieces[name] for name in graph.nodes if name in self._pieces}:
+            names |= piece
+        if len(names) == len(self.expected.nodes):
             return self.expected
-        names = set(graph.nodes)
         return self.expected.restricted_to(names)
 
     def active(self, state: SubnetState) -> list[FabricFinding]:
@@ -385,6 +393,26 @@ def _rows(report: FabricReport) -> Readings:
         [row.values for row in report.counters],
         left_out="silent" if report.counters_complete else "unchanged",
     )
+
+
+def _pieces(graph: FabricGraph) -> dict[str, frozenset[str]]:
+    """Each node's connected piece of the graph (union-find over the links)."""
+    parent = {name: name for name in graph.nodes}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    for link in graph.links:
+        if link.a.node in parent and link.b.node in parent:
+            parent[root(link.a.node)] = root(link.b.node)
+    members: dict[str, set[str]] = {}
+    for name in parent:
+        members.setdefault(root(name), set()).add(name)
+    frozen = {top: frozenset(names) for top, names in members.items()}
+    return {name: frozen[root(name)] for name in parent}
 
 
 def merged_findings(validation: list[FabricFinding], port: list[FabricFinding]) -> list[FabricFinding]:
