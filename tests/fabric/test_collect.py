@@ -10,12 +10,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from gpufleet.fabric.collect import FabricToolError, FabricTools, parse_sminfo, poll_subnet, readings_from_errors
+from gpufleet.fabric.collect import FabricToolError, FabricTools, parse_sminfo, poll_subnet
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End
 from gpufleet.fabric.report import graph_from_report, readings_from_report, report_from_graph
 from gpufleet.model.observe import FabricReport
-from gpufleet.sources.ibdiags import parse_ibnetdiscover, parse_ibqueryerrors
+from gpufleet.sources.ibdiags import parse_ibnetdiscover
 
 CAPTURES = Path(__file__).parents[1] / "sources" / "data" / "ibsim"
 
@@ -74,10 +74,19 @@ def test_sminfo() -> None:
     assert parse_sminfo("ibwarn: sminfo: query failed") is None
 
 
-def test_ibqueryerrors_counters_land_on_the_graphs_ports() -> None:
-    graph = from_ibnetdiscover(parse_ibnetdiscover((CAPTURES / "ibnetdiscover.txt").read_text()))
-    readings = readings_from_errors(parse_ibqueryerrors((CAPTURES / "ibqueryerrors.txt").read_text()), graph)
-    assert readings[End("node01/mlx5_0", 1)]["SymbolErrorCounter"] == 1234
+def test_ibqueryerrors_counters_land_on_the_graphs_ports(tmp_path: Path) -> None:
+    env = _fake_tools(
+        tmp_path,
+        {
+            "ibnetdiscover": f"cat {CAPTURES / 'ibnetdiscover.txt'}",
+            "iblinkinfo": f"cat {CAPTURES / 'iblinkinfo.txt'}",
+            "ibqueryerrors": f"cat {CAPTURES / 'ibqueryerrors.txt'}; exit 1",
+            "sminfo": "echo 'sminfo: sm lid 1 sm guid 0x200000, activity count 1 priority 0 state 3 SMINFO_MASTER'",
+        },
+    )
+    report = poll_subnet(FabricTools(env=env))
+    assert not report.errors
+    assert readings_from_report(report)[End("node01/mlx5_0", 1)]["SymbolErrorCounter"] == 1234
 
 
 def test_a_report_survives_the_wire_both_ways() -> None:

@@ -15,15 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpufleet.errors import ParseError, UserError
+from gpufleet.fabric.counters import readings_from_ibqueryerrors
 from gpufleet.fabric.discover import add_link_states, from_ibnetdiscover
 from gpufleet.fabric.graph import End, FabricGraph, normalise_guid
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.model.observe import FabricReport, SubnetManagerFact
 from gpufleet.sources.ibdiags import (
-    PortCounters,
     QueryErrorsReport,
     parse_ibnetdiscover,
-    parse_perfquery,
     scan_iblinkinfo,
 )
 from gpufleet.sources.ibdiags import parse_ibqueryerrors as _parse_qe
@@ -122,10 +121,6 @@ class FabricTools:
         failure); `--data` adds the traffic counters."""
         return _parse_qe(self.run("ibqueryerrors", "--data", ok_codes=(0, 1)).stdout, source="ibqueryerrors")
 
-    def counters(self, lid: int, port: int, *, extended: bool = True) -> list[PortCounters]:
-        args = ["-x"] if extended else []
-        return parse_perfquery(self.run("perfquery", *args, str(lid), str(port)).stdout, source="perfquery")
-
     def set_port(self, lid: int, port: int, action: str) -> str:
         """`ibportstate LID PORT disable|enable|reset`: isolation of a switch port, and its return."""
         if action not in ("disable", "enable", "reset"):
@@ -153,31 +148,6 @@ def parse_sminfo(text: str) -> SubnetManagerFact | None:
     )
 
 
-def _port_names(graph: FabricGraph) -> dict[str, str]:
-    """Description or GUID -> node name, for tools that name ports by description (ibqueryerrors)."""
-    names: dict[str, str] = {}
-    for node in graph.nodes.values():
-        if node.guid:
-            names[node.guid] = node.name
-        names.setdefault(node.description, node.name)
-    return names
-
-
-def readings_from_errors(report: QueryErrorsReport, graph: FabricGraph) -> dict[End, dict[str, int]]:
-    """ibqueryerrors' per-port counters keyed by the graph's ports (a switch's all-ports aggregate is left out:
-    its ports are listed on their own)."""
-    names = _port_names(graph)
-    out: dict[End, dict[str, int]] = {}
-    for port in report.ports:
-        if port.port is None:
-            continue
-        name = names.get(normalise_guid(port.node_guid or port.guid)) or names.get(port.node)
-        if name is None:
-            continue
-        out.setdefault(End(name, port.port), {}).update(port.counters)
-    return out
-
-
 def poll_subnet(tools: FabricTools, *, poll_s: float = 0.0, now: Callable[[], float] = time.time) -> FabricReport:
     """One poll: discovery, then every port's error counters. A tool that fails or times out is reported in the
     poll's `errors`, and what the others found still goes out."""
@@ -192,7 +162,7 @@ def poll_subnet(tools: FabricTools, *, poll_s: float = 0.0, now: Callable[[], fl
     sm = None
     if graph.nodes:
         try:
-            counters = readings_from_errors(tools.query_errors(), graph)
+            counters = readings_from_ibqueryerrors(tools.query_errors(), graph).as_mapping()
         except (FabricToolError, ParseError) as exc:
             errors.append(exc.message)
         try:

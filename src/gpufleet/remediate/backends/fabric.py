@@ -4,10 +4,8 @@ asks for it only after the same budget, rate-limit and breaker checks as any act
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 from gpufleet.errors import BackendError
+from gpufleet.fabric.collect import FabricToolError, FabricTools
 from gpufleet.remediate.backends.base import IsolatesFabricPorts
 
 
@@ -23,7 +21,7 @@ class IbPortState(IsolatesFabricPorts):
         env: dict[str, str] | None = None,
         cwd: str | None = None,
     ) -> None:
-        self.ca, self.port, self.timeout_s, self.env, self.cwd = ca, port, timeout_s, env, cwd
+        self.tools = FabricTools(ca=ca, port=port, timeout_s=timeout_s, env=env, cwd=cwd)
 
     def set_switch_port(self, switch: str, port: int, lid: int | None, *, enable: bool) -> str:
         if lid is None or lid <= 0:
@@ -31,27 +29,12 @@ class IbPortState(IsolatesFabricPorts):
                 f"switch {switch} has no LID in the discovered fabric",
                 fix="check the subnet manager assigned LIDs (`ibswitches`), then retry",
             )
-        if shutil.which("ibportstate", path=(self.env or {}).get("PATH")) is None:
-            raise BackendError(
-                "ibportstate is not installed", fix="install infiniband-diags on the control plane's host"
-            )
-        local = (["-C", self.ca] if self.ca else []) + (["-P", str(self.port)] if self.port else [])
-        verb = "enable" if enable else "disable"
-        argv = ["ibportstate", *local, str(lid), str(port), verb]
         try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, errors="replace", timeout=self.timeout_s, env=self.env,
-                cwd=self.cwd, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
+            self.tools.set_port(lid, port, "enable" if enable else "disable")
+        except FabricToolError as exc:  # an action that failed, to the engine: the backend's error
             raise BackendError(
-                f"`{' '.join(argv)}` did not finish in {self.timeout_s:g} s",
-                fix="check the subnet manager and the path to the switch; isolate the port in the switch's CLI",
+                exc.message,
+                fix=f"{exc.fix}; check the M_Key and that this host may manage the switch, or isolate the port in "
+                "the switch's CLI",
             ) from None
-        if done.returncode != 0:
-            last = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            raise BackendError(
-                f"`{' '.join(argv)}` failed (exit {done.returncode}): {last[-1][:200] if last else 'no output'}",
-                fix="check the M_Key and that this host may manage the switch; isolate the port in the switch's CLI",
-            )
         return f"switch {switch} (lid {lid}) port {port} {'enabled' if enable else 'disabled (isolated)'}"
