@@ -202,7 +202,7 @@ def agent(
 
 def _fabric_watch(subnets: list[str], poll_s: float, timeout_s: float) -> FabricWatch:
     from gpufleet.agent.fabric import FabricWatch
-    from gpufleet.fabric.collect import FabricTools
+    from gpufleet.fabric.collect import FabricTools, local_port
 
     if poll_s <= 0 or timeout_s <= 0:
         raise UserError("--fabric-poll and --tool-timeout must be positive", fix="e.g. --fabric-poll 30s")
@@ -211,10 +211,8 @@ def _fabric_watch(subnets: list[str], poll_s: float, timeout_s: float) -> Fabric
         if not text:
             tools.append(FabricTools(timeout_s=timeout_s))
             continue
-        ca, _, port = text.partition(":")
-        if not ca or (port and not port.isdigit()):
-            raise UserError(f"--fabric-subnet {text!r} is not CA:PORT", fix="e.g. --fabric-subnet mlx5_0:1")
-        tools.append(FabricTools(ca=ca, port=int(port) if port else 1, timeout_s=timeout_s))
+        ca, port = local_port(text)
+        tools.append(FabricTools(ca=ca, port=port, timeout_s=timeout_s))
     return FabricWatch(tools, lambda reports: None, poll_s=poll_s)
 
 

@@ -107,14 +107,12 @@ class FabricOptions:
             return None
         if self.isolate_with != "ibportstate":
             raise UserError(f"--fabric-isolation {self.isolate_with!r}", fix="use none or ibportstate")
+        from gpufleet.fabric.collect import local_port
         from gpufleet.remediate.backends.fabric import IbPortState
 
-        ca, port = None, None
-        if self.subnet:
-            ca, _, number = self.subnet.partition(":")
-            if not ca or (number and not number.isdigit()):
-                raise UserError(f"--fabric-subnet {self.subnet!r} is not CA:PORT", fix="e.g. --fabric-subnet mlx5_0:1")
-            port = int(number) if number else 1
+        if not self.subnet:
+            return IbPortState(timeout_s=self.tool_timeout_s)
+        ca, port = local_port(self.subnet)
         return IbPortState(ca, port, timeout_s=self.tool_timeout_s)
 
 

@@ -19,7 +19,7 @@ import msgspec
 
 from gpufleet.fabric.counters import CounterTracker, Readings
 from gpufleet.fabric.findings import SEVERITY_RANK, FabricFinding, worst_first
-from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind
+from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind, parse_end
 from gpufleet.fabric.health import PortHealth
 from gpufleet.fabric.report import graph_from_report, readings_from_report, report_from_graph
 from gpufleet.fabric.validate import validate
@@ -432,14 +432,6 @@ def merged_findings(validation: list[FabricFinding], port: list[FabricFinding]) 
         seen.add(key)
         out.append(found)
     return worst_first(out)
-
-
-def parse_end(text: str) -> End | None:
-    """ "leaf1/35" or "dgx-001/mlx5_0/1" -> End; None when it is not one."""
-    node, sep, port = text.strip().rpartition("/")
-    if not sep or not node or not port.isdigit() or int(port) > 255:
-        return None
-    return End(node, int(port))
 
 
 def ends_of(entity: Entity) -> list[End]:

@@ -44,6 +44,14 @@ class ToolRun:
     seconds: float
 
 
+def local_port(text: str) -> tuple[str, int]:
+    """(CA, port) from `--fabric-subnet CA[:PORT]` (port 1 when not given)."""
+    ca, _, port = text.partition(":")
+    if not ca or (port and not port.isdigit()):
+        raise UserError(f"--fabric-subnet {text!r} is not CA:PORT", fix="e.g. --fabric-subnet mlx5_0:1")
+    return ca, int(port) if port else 1
+
+
 @dataclass
 class FabricTools:
     """The tools of one subnet. `env` and `cwd` are for the tools' environment (a simulated fabric reaches them

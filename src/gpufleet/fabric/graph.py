@@ -208,6 +208,14 @@ def node_name(description: str, guid: str, kind: NodeKind, taken: Collection[str
     return text
 
 
+def parse_end(text: str) -> End | None:
+    """ "leaf1/35" or "dgx-001/mlx5_0/1" -> End; None when it is not one."""
+    node, sep, port = text.strip().rpartition("/")
+    if not sep or not node or not port.isdigit() or int(port) > 255:
+        return None
+    return End(node, int(port))
+
+
 def normalise_guid(text: str | None) -> str:
     """0x and 16 lower-case hex digits, from the many ways the tools print a GUID (`0x0002c903000e0b72`,
     `S-0002c903000e0b72`, `2c903000e0b72`)."""

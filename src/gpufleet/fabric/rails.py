@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.errors import UserError
-from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
+from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind, parse_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +323,7 @@ def graph_from_rows(systems: Iterable[Mapping[str, Any]], links: Iterable[Mappin
             )
         )
     for row in links:
-        a, b = _end(row.get("a")), _end(row.get("b"))
+        a, b = parse_end(str(row.get("a") or "")), parse_end(str(row.get("b") or ""))
         if a is None or b is None:
             continue
         width = str(row.get("width") or "").lower().removesuffix("x")
@@ -331,8 +331,3 @@ def graph_from_rows(systems: Iterable[Mapping[str, Any]], links: Iterable[Mappin
             Link(a, b, int(width) if width.isdigit() else None, row.get("speed") or None, bool(row.get("up", True)))
         )
     return graph
-
-
-def _end(text: object) -> End | None:
-    node, sep, port = str(text or "").rpartition("/")
-    return End(node, int(port)) if sep and node and port.isdigit() else None
