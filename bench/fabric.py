@@ -130,33 +130,11 @@ def ibsim(console: Console, poll_s: float) -> None:
     sys.path.insert(0, str(ROOT))
     from gpufleet.agent.fabric import FabricWatch
     from gpufleet.fabric.collect import FabricTools
+    from tests.ibsim import SOCKET_SYSCTLS, running_fabric
 
-    umad = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
-    data = ROOT / "tests" / "fabric" / "data"
-    work = Path(tempfile.mkdtemp(prefix="fabric-bench-"))
-    (work / "osm").mkdir()
-    subprocess.run(["sysctl", "-qw", "net.unix.max_dgram_qlen=4096", "net.core.wmem_default=8388608",
-                    "net.core.wmem_max=8388608"], check=False)  # fmt: skip
-    env = {**os.environ, "IBSIM_SOCKNAME": f"gpufleet-bench-{os.getpid()}"}
-    fifo = work / "console.fifo"
-    os.mkfifo(fifo)
-    console_fd = os.open(fifo, os.O_RDWR)
-    log = work / "ibsim.out"
-    procs = []
-    with log.open("wb") as out, open(fifo, "rb") as console_in:
-        procs.append(subprocess.Popen(["ibsim", "-s", str(data / "fattree.net")], stdin=console_in, stdout=out,
-                                      stderr=subprocess.STDOUT, cwd=work, env=env))  # fmt: skip
-    try:
-        _wait(lambda: "Network simulator ready" in log.read_text(), 10)
-        osm_dir = str(work / "osm")
-        osm_env = {**env, "LD_PRELOAD": str(umad), "OSM_TMP_DIR": osm_dir, "OSM_CACHE_DIR": osm_dir}
-        osm_log = work / "osm" / "opensm.log"
-        opensm = ["opensm", "-F", str(data / "opensm.conf"), "-f", str(osm_log)]
-        procs.append(
-            subprocess.Popen(opensm, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=work, env=osm_env)
-        )
-        _wait(lambda: osm_log.exists() and "SUBNET UP" in osm_log.read_text(), 20)
-        tools = FabricTools(timeout_s=20, env={**env, "LD_PRELOAD": str(umad)}, cwd=str(work))
+    subprocess.run(["sysctl", "-qw", *SOCKET_SYSCTLS], check=False)
+    with running_fabric(Path(tempfile.mkdtemp(prefix="fabric-bench-"))) as fabric:
+        tools = FabricTools(timeout_s=20, env=fabric.env, cwd=str(fabric.work))
         service = FabricService(load_thresholds())
         found_at: dict[str, float] = {}
 
@@ -177,9 +155,9 @@ def ibsim(console: Console, poll_s: float) -> None:
         watch.start()
         time.sleep(poll_s * 1.5)
         t_down = time.monotonic()
-        os.write(console_fd, b'Unlink "leaf2"[35]\n')
+        os.write(fabric.console, b'Unlink "leaf2"[35]\n')
         t_counter = time.monotonic()
-        os.write(console_fd, b'PerformanceSet "node03 mlx5_0"[1] PortCounters.SymbolErrorCounter=500\n')
+        os.write(fabric.console, b'PerformanceSet "node03 mlx5_0"[1] PortCounters.SymbolErrorCounter=500\n')
         _wait(lambda: any(k.startswith("link-down") for k in found_at)
               and any(k.startswith("symbol-errors") for k in found_at), poll_s * 4 + 30)  # fmt: skip
         watch.stop()
@@ -198,14 +176,6 @@ def ibsim(console: Console, poll_s: float) -> None:
         table.add_row("symbol errors raised -> finding", f"{counter:.2f}", f"{counter / poll_s:.2f}",
                       "<= 1 poll + its run")  # fmt: skip
         console.print(table)
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        os.close(console_fd)
 
 
 def _wait(check, timeout_s: float) -> None:  # type: ignore[no-untyped-def]

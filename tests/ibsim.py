@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,13 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
         unavailable(f"needs {UMAD2SIM} (package libumad2sim0)")
     if subprocess.run(["sysctl", "-qw", *SOCKET_SYSCTLS], capture_output=True, check=False).returncode != 0:
         unavailable("needs root to raise the unix socket limits ibsim and OpenSM need")
-    work = tmp_path_factory.mktemp("ibfabric")
+    with running_fabric(tmp_path_factory.mktemp("ibfabric")) as started:
+        yield started
+
+
+@contextmanager
+def running_fabric(work: Path) -> Iterator[Fabric]:
+    """ibsim and OpenSM in `work` (the socket limits already raised), stopped on leaving."""
     (work / "osm").mkdir()
     env = {**os.environ, "IBSIM_SOCKNAME": f"gpufleet-test-{os.getpid()}"}  # a fabric of our own
     fifo = work / "console.fifo"
