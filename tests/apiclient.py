@@ -43,13 +43,18 @@ def client(
     return TestClient(app(plane, checks, secret), client=(remote, 50000) if remote else LOOPBACK)
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server a test starts."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 @contextmanager
 def serving(app: FastAPI, host: str = "127.0.0.1") -> Iterator[str]:
     """`app` served by uvicorn on a free port of `host` (loopback unless said) for the block; yields its base URL.
     Open event streams (a dashboard's) are cut after 2 s at the end."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port = s.getsockname()[1]
+    port = free_port(host)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="error", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

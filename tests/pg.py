@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.state import Database, open_state
+from tests.apiclient import free_port
 from tests.conftest import REPO_ROOT, require_tool
 
 TOOLS = ("initdb", "pg_ctl", "postgres")
@@ -43,12 +43,6 @@ def require_postgres() -> str:
     if os.geteuid() == 0:
         require_tool("runuser")  # PostgreSQL will not run as root
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PostgresServer:
@@ -76,7 +70,7 @@ class PostgresServer:
         return proc.stdout
 
     def start(self) -> None:
-        self.url = self._script("start-postgres.sh", str(self.data), str(_free_port())).strip().splitlines()[-1]
+        self.url = self._script("start-postgres.sh", str(self.data), str(free_port())).strip().splitlines()[-1]
 
     def stop(self) -> None:
         if self._admin is not None:

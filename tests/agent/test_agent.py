@@ -5,7 +5,6 @@ reporting to a real control plane over HTTP."""
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -27,16 +26,11 @@ from gpufleet.sim.source import TwinSource
 from gpufleet.state import Database
 from gpufleet.telemetry.frame import MetricFrame
 from tests import apiclient
+from tests.apiclient import free_port
 from tests.twins import small_twin, su_scenario
 
 TOKEN = "agent-test-token"
 XID_79 = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BrokenSource:

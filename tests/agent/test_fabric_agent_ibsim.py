@@ -5,7 +5,6 @@ console reported by the next polls, each process its own, as operators run them.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,18 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.apiclient import free_port
 from tests.ibsim import UMAD2SIM, Fabric, fabric  # noqa: F401
 
 pytestmark = pytest.mark.real
 
 MANIFEST = Path(__file__).parents[2] / "src" / "gpufleet" / "examples" / "clusters" / "ibsim-fattree.yaml"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _start(args: list[str], env: dict[str, str], cwd: Path, name: str) -> subprocess.Popen[bytes]:
@@ -40,7 +33,7 @@ def _start(args: list[str], env: dict[str, str], cwd: Path, name: str) -> subpro
 @pytest.fixture
 def served(fabric: Fabric, tmp_path: Path) -> Iterator[tuple[httpx.Client, Callable[[], str]]]:  # noqa: F811
     home = tmp_path / "home"
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("GPUFLEET_TOKEN", "GPUFLEET_SERVER", "LD_PRELOAD")}
     env.update(GPUFLEET_HOME=str(home), PYTHONUNBUFFERED="1")
     server = _start(["server", "--port", str(port), "--fabric-expect", str(MANIFEST)], env, tmp_path, "server")

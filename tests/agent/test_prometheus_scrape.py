@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from gpufleet.sim.agent import sim_agent
-from tests.agent.test_agent import free_port
+from tests.apiclient import free_port
 from tests.conftest import REPO_ROOT, require_tool
 
 EXAMPLES = REPO_ROOT / "src" / "gpufleet" / "examples"

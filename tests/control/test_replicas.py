@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from gpufleet.remediate.backends.observe import ObserveOnlyBackend
 from gpufleet.state import leadership as leadership_module
 from gpufleet.state import open_state
 from gpufleet.state.leadership import PostgresLeadership
+from tests.apiclient import free_port
 from tests.control.helpers import T0, Clock, batch, inventory, lost_gpu
 
 pytestmark = pytest.mark.real
@@ -118,12 +118,6 @@ def test_when_the_leader_goes_another_takes_over_where_it_stopped(pair: tuple[Co
     assert not a.leader
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _server(url: str, home: Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "GPUFLEET_HOME": str(home)}
     command = [sys.executable, "-m", "gpufleet.cli.main", "server", "--state", url, "--port", str(port)]
@@ -147,7 +141,7 @@ def _wait(condition: object, seconds: float) -> bool:
 
 
 def test_killing_the_leader_process_hands_over_within_seconds(pg_url: str, tmp_path: Path) -> None:
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     servers = [_server(pg_url, tmp_path / f"r{k}", port) for k, port in enumerate(ports)]
     try:
         assert _wait(lambda: all(_health(p) for p in ports), 60), "the replicas did not start"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from gpufleet.integrations.slurm.client import SlurmNode
+from tests.apiclient import free_port
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 
 pytestmark = pytest.mark.real
@@ -51,13 +51,6 @@ STREAM_XIDS = (
 )
 STREAM_PCI = {"gpu-01": ("0000:86:00", "0000:af:00"), "gpu-02": ("0000:18:00", "0000:3b:00")}
 STREAM_FIRST_PID = {"gpu-01": 10_000, "gpu-02": 20_000}  # every line's pid is unique across both nodes
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _append(path: Path, line: str) -> None:
@@ -105,7 +98,7 @@ class Fleet:
     def __init__(self, root: Path, slurm_conf: str) -> None:
         self.root = root
         self.home = root / "home"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if k not in ("GPUFLEET_TOKEN", "GPUFLEET_SERVER")}
         self.env.update(GPUFLEET_HOME=str(self.home), SLURM_CONF=slurm_conf, PYTHONUNBUFFERED="1")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import threading
 import time
@@ -20,18 +19,13 @@ from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.rules import RulesConfig, dump, rule_groups
 from gpufleet.telemetry.store import RemoteConfig, RemoteStore
 from tests import apiclient
+from tests.apiclient import free_port
 from tests.conftest import REPO_ROOT, require_tool
 from tests.twins import door, small_twin
 
 from .conftest import filled_frame
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def poll(fn: Callable[[], Any], timeout: float = 20.0) -> Any:
