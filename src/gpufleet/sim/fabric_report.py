@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
+from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind
+from gpufleet.fabric.intended import intended_graph
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.model.observe import FabricReport, SubnetManagerFact
 from gpufleet.sim.source import PORT_COUNTERS
@@ -19,14 +20,6 @@ ERROR_COUNTERS = ("symbol_errors", "link_error_recovery", "link_downed", "rcv_er
 SM_SWEEP_S = 5.0  # OpenSM's sweep_interval in the shared ibsim recipe
 
 
-def _width_speed(gbps: float) -> tuple[int, str]:
-    per_lane = gbps / 4
-    for speed, rate in (("XDR", 200.0), ("NDR", 100.0), ("HDR", 50.0), ("EDR", 25.0), ("FDR", 14.0)):
-        if per_lane >= rate:
-            return 4, speed
-    return 4, "QDR"
-
-
 class TwinFabricWatch:
     """Builds the twin's fabric poll; the topology's static part is made once."""
 
@@ -34,25 +27,19 @@ class TwinFabricWatch:
         self.twin = twin
         self.poll_s = poll_s
         self.next_poll = 0.0
-        fabric = twin.cluster.fabric
-        self.nodes: list[Node] = []
+        # the twin's cables train as designed: nodes, widths and speeds are the manifest's intended fabric
+        self.design = intended_graph(twin.cluster)
+        self.nodes = list(self.design.nodes.values())
         lid = 1
-        for sw in fabric.switches:
-            self.nodes.append(Node(sw.name, NodeKind.switch, sw.guid, sw.radix, lid, sw.name, tier=sw.tier,
-                                   rail=sw.rail, group=sw.group))  # fmt: skip
-            lid += 1
+        for node in self.nodes:
+            if node.kind is NodeKind.switch:
+                node.lid = lid
+                lid += 1
         self.port_lid: dict[int, int] = {}
-        ports = twin.ports
-        for i, owner in enumerate(ports.owner):
+        for i, owner in enumerate(twin.ports.owner):
             if "/" in owner:
                 self.port_lid[i] = lid
                 lid += 1
-        hcas = {owner for owner in ports.owner if "/" in owner}
-        nic_guids = {nic.ports[0].owner: nic.guid for node in twin.cluster.nodes for nic in node.nics if nic.ports}
-        for owner in sorted(hcas):
-            host, device = owner.split("/", 1)
-            self.nodes.append(Node(owner, NodeKind.hca, nic_guids.get(owner, ""), 1, None, f"{host} {device}",
-                                   host=host))  # fmt: skip
         self.switch_lid = {n.name: n.lid for n in self.nodes if n.kind is NodeKind.switch}
 
     def due(self, now: float) -> bool:
@@ -70,7 +57,8 @@ class TwinFabricWatch:
             a = End(ports.owner[i], int(ports.number[i]))
             b = End(ports.owner[j], int(ports.number[j]))
             if ports.up[i]:
-                width, speed = _width_speed(float(ports.speed_gbps[i]))
+                designed = self.design.link_at(a)
+                width, speed = (designed.width, designed.speed) if designed is not None else (None, None)
                 graph.add_link(Link(a, b, width, speed, True, self._lid(i), self._lid(j)))
             else:
                 for k, end in ((i, a), (j, b)):
