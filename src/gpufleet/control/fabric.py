@@ -29,7 +29,7 @@ from gpufleet.model.observe import FabricReport, Finding, SubnetManagerFact
 
 MAX_EVENTS = 2000
 HISTORY_POINTS = 720  # per port: a point per poll, 6 h at 30 s
-MAX_HISTORY_PORTS = 5000  # ports with a history: those that ever counted an error, and those people asked about
+MAX_HISTORY_PORTS = 5000  # ports with a history: the first that ever counted an error
 
 CAUSES: dict[str, RootCause] = {
     "link-down": RootCause.ib_link_down,
@@ -86,7 +86,7 @@ class SubnetState:
 class FabricEvent:
     time: float
     subnet: str
-    kind: str  # link-down, link-up, port-down, port-up, sm-sweep, poll-error, finding
+    kind: str  # link-down, link-up, sm-sweep, sm-change, poll-error
     severity: str
     message: str
     ends: tuple[str, ...] = ()
@@ -146,8 +146,7 @@ class FabricService:
             # link changes are the topology's to tell (a cable gone from discovery), above
             state.port_findings, _changes = state.health.observe(report.time, deltas, graph)
             state.rates = deltas.rates()
-            for end, values in readings.items():
-                state.counters[end] = values
+            state.counters.update(readings)
             self._remember(report.time, readings, state)
             state.worst = {}
             for found in self.active(state):

@@ -15,13 +15,8 @@ from gpufleet.control.service import ControlPlane
 from gpufleet.errors import NotFoundError
 from gpufleet.server import schemas
 from gpufleet.server.cache import ReadCache
+from gpufleet.server.routes.actions import ERRORS  # the answers an action may get
 from gpufleet.server.routes.common import BadParameter, actor, described
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": schemas.Problem},
-    404: {"model": schemas.Problem},
-    409: {"model": schemas.Problem},
-}
 
 
 def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
