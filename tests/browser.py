@@ -7,9 +7,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
+import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +219,39 @@ class Chromium:
             self.process.kill()
             self.process.wait(timeout=5)
         self._log.close()
+
+
+# --- what the dashboard's browser tests share ------------------------------------------------------------------
+
+
+def started(profile: Path) -> Iterator[Chromium]:
+    """A headless Chromium on a fresh profile (skipped without it; required under CI), closed after; a fixture
+    body: `yield from started(tmp_path_factory.mktemp("chromium-profile"))`."""
+    from tests.conftest import require_tool
+
+    require_tool("chromium")
+    chromium = Chromium(shutil.which("chromium") or "chromium", profile)
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
+def artifacts(tmp_path: Path) -> Path:
+    """Where screenshots go: $GPUFLEET_ARTIFACTS when set, else the test's tmp_path."""
+    env = os.environ.get("GPUFLEET_ARTIFACTS")
+    path = Path(env) if env else tmp_path
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def shot(browser: Chromium, shots: Path, name: str) -> Path:
+    path = browser.screenshot(shots / f"dashboard-{name}.png")
+    print(f"screenshot: {path}")
+    assert path.stat().st_size > 20_000  # a rendered page, not a blank one
+    return path
+
+
+def no_page_errors(browser: Chromium) -> None:
+    errors, browser.errors[:] = list(browser.errors), []
+    assert not errors, errors

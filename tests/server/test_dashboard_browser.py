@@ -7,8 +7,6 @@ through the API, and a refusal shows the API's own error text. Screenshots of ea
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +20,7 @@ from gpufleet.sim.scenario import carve_mig
 from gpufleet.spec.scenario_spec import FaultType, MigSpec
 from gpufleet.state import Database
 from tests import apiclient
-from tests.browser import LOCAL, Chromium
-from tests.conftest import require_tool
+from tests.browser import LOCAL, Chromium, artifacts, no_page_errors, shot, started
 from tests.twins import door, small_twin
 
 pytestmark = pytest.mark.real
@@ -80,20 +77,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def browser(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
-    require_tool("chromium")
-    chromium = Chromium(shutil.which("chromium") or "chromium", tmp_path_factory.mktemp("chromium-profile"))
-    try:
-        yield chromium
-    finally:
-        chromium.close()
+    yield from started(tmp_path_factory.mktemp("chromium-profile"))
 
 
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
-    env = os.environ.get("GPUFLEET_ARTIFACTS")
-    path = Path(env) if env else tmp_path
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return artifacts(tmp_path)
 
 
 def _open(browser: Chromium, served: Served, route: str) -> None:
@@ -129,18 +118,6 @@ def _points(browser: Chromium, card: str) -> int:
               + c.querySelectorAll('circle.dot').length; }})()"""
         )
     )
-
-
-def _shot(browser: Chromium, shots: Path, name: str) -> Path:
-    path = browser.screenshot(shots / f"dashboard-{name}.png")
-    print(f"screenshot: {path}")
-    assert path.stat().st_size > 20_000  # a rendered page, not a blank one
-    return path
-
-
-def _no_page_errors(browser: Chromium) -> None:
-    errors, browser.errors[:] = list(browser.errors), []
-    assert not errors, errors
 
 
 def test_overview_draws_kpis_heat_map_and_history(browser: Chromium, served: Served, shots: Path) -> None:
@@ -184,8 +161,8 @@ def test_overview_draws_kpis_heat_map_and_history(browser: Chromium, served: Ser
     browser.wait_for("document.querySelector('#events').innerText.includes('fallen off the bus')", what="the event log")
     incidents = browser.evaluate("document.querySelector('#incidents').innerText")
     assert "gpu-lost" in incidents and "gpu/n-001/5" in incidents
-    _shot(browser, shots, "overview")
-    _no_page_errors(browser)
+    shot(browser, shots, "overview")
+    no_page_errors(browser)
 
 
 def test_node_page(browser: Chromium, served: Served, shots: Path) -> None:
@@ -200,13 +177,13 @@ def test_node_page(browser: Chromium, served: Served, shots: Path) -> None:
     assert "fallen off the bus" in browser.evaluate("document.querySelector('#kmsg').innerText")
     assert "gpu-lost" in browser.evaluate("document.querySelector('#incidents').innerText")
     assert "Ready" in browser.evaluate("document.querySelector('#conditions').innerText")
-    _shot(browser, shots, "node")
+    shot(browser, shots, "node")
     # a node the control plane does not know: the API's own words, and an empty page rather than empty tables
     _open(browser, served, "#/node/nope")
     browser.wait_for("document.querySelector('[data-empty=not-found]')", what="the not-found state")
     shown = browser.evaluate("document.querySelector('#banners').innerText")
     assert "404" in shown and "no node 'nope'" in shown and "gpufleet get nodes" in shown
-    _no_page_errors(browser)
+    no_page_errors(browser)
 
 
 def test_gpu_page_timelines_and_clock_events(browser: Chromium, served: Served, shots: Path) -> None:
@@ -234,8 +211,8 @@ def test_gpu_page_timelines_and_clock_events(browser: Chromium, served: Served, 
     inventory = browser.evaluate("document.querySelector('#inventory').innerText")
     for field in ("uuid", "serial", "pci_bus_id", "model"):
         assert gpu[field] in inventory, field
-    _shot(browser, shots, "gpu")
-    _no_page_errors(browser)
+    shot(browser, shots, "gpu")
+    no_page_errors(browser)
 
 
 def test_gpu_page_draws_the_mig_layout(browser: Chromium, served: Served, shots: Path) -> None:
@@ -262,7 +239,7 @@ def test_gpu_page_draws_the_mig_layout(browser: Chromium, served: Served, shots:
     assert browser.evaluate("document.querySelectorAll('#mig .mig-free').length") == 0
     assert browser.evaluate("document.querySelectorAll('#mig-instances tbody tr').length") == 4
     assert "power limit" in browser.evaluate("document.querySelector('#inventory').innerText")
-    _shot(browser, shots, "gpu-mig")
+    shot(browser, shots, "gpu-mig")
     # half carved: the free slices are drawn and marked free
     _open(browser, served, "#/gpu/n-002/6")
     browser.wait_for("document.querySelector('#mig svg.mig-bar')", what="the half-carved layout")
@@ -272,7 +249,7 @@ def test_gpu_page_draws_the_mig_layout(browser: Chromium, served: Served, shots:
     free = browser.evaluate("[...document.querySelectorAll('#mig .mig-free')].map(r => +r.dataset.slice)")
     assert free == [4, 5, 6, 7]
     assert browser.evaluate("document.querySelectorAll('#mig .mig-free-label').length") == 4
-    _shot(browser, shots, "gpu-mig-free")
+    shot(browser, shots, "gpu-mig-free")
     # a GPU with MIG off says so, and has no bar
     _open(browser, served, "#/gpu/n-002/5")
     browser.wait_for("document.querySelector('#mig [data-mig]')", what="the MIG state")
@@ -287,8 +264,8 @@ def test_gpu_page_draws_the_mig_layout(browser: Chromium, served: Served, shots:
     )
     assert cells[7][0] == 4 and cells[6][0] == 1
     assert [c[1] for c in cells[:6]] == ["MIG off"] * 6
-    _shot(browser, shots, "node-mig")
-    _no_page_errors(browser)
+    shot(browser, shots, "node-mig")
+    no_page_errors(browser)
 
 
 def test_fabric_page_and_a_links_counters(browser: Chromium, served: Served, shots: Path) -> None:
@@ -305,8 +282,8 @@ def test_fabric_page_and_a_links_counters(browser: Chromium, served: Served, sho
     for counter in ("symbol_errors", "link_downed", "rcv_errors", "xmit_discards"):
         assert _points(browser, f"#port-{counter}") >= 10, counter
     assert "INC-" in browser.evaluate("document.querySelector('#side').innerText")  # its open incident
-    _shot(browser, shots, "fabric")
-    _no_page_errors(browser)
+    shot(browser, shots, "fabric")
+    no_page_errors(browser)
 
 
 def test_incident_list_filters(browser: Chromium, served: Served, shots: Path) -> None:
@@ -331,8 +308,8 @@ def test_incident_list_filters(browser: Chromium, served: Served, shots: Path) -
         "document.querySelector('#incident-table tbody tr').innerText.includes('ib-symbol-errors')",
         what="one ib-symbol-errors incident",
     )
-    _shot(browser, shots, "incidents")
-    _no_page_errors(browser)
+    shot(browser, shots, "incidents")
+    no_page_errors(browser)
 
 
 def test_a_change_without_a_token_shows_the_apis_refusal(browser: Chromium, served: Served, shots: Path) -> None:
@@ -345,8 +322,8 @@ def test_a_change_without_a_token_shows_the_apis_refusal(browser: Chromium, serv
     assert "this call needs a token" in shown and "Authorization: Bearer" in shown  # the API's error and fix
     assert "this call needs a token" in browser.evaluate("document.querySelector('#banners').innerText")
     assert served.api(f"api/v1/incidents/{ident}")["state"] == "open"
-    _shot(browser, shots, "incident-refused")
-    _no_page_errors(browser)
+    shot(browser, shots, "incident-refused")
+    no_page_errors(browser)
 
 
 def test_acknowledge_an_incident_with_an_operator_token(browser: Chromium, served: Served, shots: Path) -> None:
@@ -375,8 +352,8 @@ def test_acknowledge_an_incident_with_an_operator_token(browser: Chromium, serve
     assert mine and mine[-1]["actor"] == OPERATOR and mine[-1]["decision"] == "acknowledged"
     assert "looking at it from the browser test" in mine[-1]["request"]
     assert browser.evaluate("document.querySelector('#buttons button[data-verb=acknowledge]').disabled") is True
-    _shot(browser, shots, "incident")
-    _no_page_errors(browser)
+    shot(browser, shots, "incident")
+    no_page_errors(browser)
 
 
 def test_jobs_page(browser: Chromium, served: Served, shots: Path) -> None:
@@ -399,8 +376,8 @@ def test_jobs_page(browser: Chromium, served: Served, shots: Path) -> None:
     assert browser.evaluate("document.querySelectorAll('#services-table .latency-bar line.slo').length") == 1
     browser.wait_for("document.querySelector('#svc-p99 path.series')", what="the p99 history drawn")
     assert _points(browser, "#svc-p99") >= 5
-    _shot(browser, shots, "jobs")
-    _no_page_errors(browser)
+    shot(browser, shots, "jobs")
+    no_page_errors(browser)
 
 
 def test_a_viewer_on_another_host_follows_the_fleet_live(browser: Chromium, served: Served, shots: Path) -> None:
@@ -424,10 +401,10 @@ def test_a_viewer_on_another_host_follows_the_fleet_live(browser: Chromium, serv
         _drawn(browser, "#/")
         browser.wait_for("document.querySelectorAll('.hcell').length === 24", what="the heat map, read with the token")
         browser.wait_for("document.querySelector('#live').textContent === 'live'", what="live again")
-        _shot(browser, shots, "remote-viewer")
+        shot(browser, shots, "remote-viewer")
         browser.evaluate("localStorage.clear()")
     browser.errors[:] = [e for e in browser.errors if "401" not in e]  # the refusals before the token, on purpose
-    _no_page_errors(browser)
+    no_page_errors(browser)
 
 
 def test_scheduler_page_draws_quota_bars_and_pending_work(browser: Chromium, served: Served, shots: Path) -> None:
@@ -496,5 +473,5 @@ def test_scheduler_page_draws_quota_bars_and_pending_work(browser: Chromium, ser
     twin = browser.evaluate("document.querySelector('.manager[data-manager=twin] [data-empty]')?.innerText")
     assert twin == "nothing pending"
     assert browser.evaluate("document.querySelector('.nav a[data-nav=scheduler]').classList.contains('on')")
-    _shot(browser, shots, "scheduler")
-    _no_page_errors(browser)
+    shot(browser, shots, "scheduler")
+    no_page_errors(browser)

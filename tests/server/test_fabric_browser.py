@@ -8,8 +8,6 @@ artifacts (in $GPUFLEET_ARTIFACTS when set, else the test's tmp_path)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,7 @@ from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
 from gpufleet.state import Database
 from tests import apiclient
-from tests.browser import LOCAL, Chromium
-from tests.conftest import require_tool
+from tests.browser import LOCAL, Chromium, artifacts, no_page_errors, shot, started
 from tests.twins import door, small_twin
 
 pytestmark = pytest.mark.real
@@ -60,20 +57,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def browser(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
-    require_tool("chromium")
-    chromium = Chromium(shutil.which("chromium") or "chromium", tmp_path_factory.mktemp("chromium-profile"))
-    try:
-        yield chromium
-    finally:
-        chromium.close()
+    yield from started(tmp_path_factory.mktemp("chromium-profile"))
 
 
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
-    env = os.environ.get("GPUFLEET_ARTIFACTS")
-    path = Path(env) if env else tmp_path
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return artifacts(tmp_path)
 
 
 def _open(browser: Chromium, served: Served, route: str) -> None:
@@ -86,18 +75,6 @@ def _open(browser: Chromium, served: Served, route: str) -> None:
         f"v.dataset.route === {json.dumps(route)}; }})()",
         what=f"{route} to be drawn",
     )
-
-
-def _shot(browser: Chromium, shots: Path, name: str) -> Path:
-    path = browser.screenshot(shots / f"dashboard-{name}.png")
-    print(f"screenshot: {path}")
-    assert path.stat().st_size > 20_000  # a rendered page, not a blank one
-    return path
-
-
-def _no_page_errors(browser: Chromium) -> None:
-    errors, browser.errors[:] = list(browser.errors), []
-    assert not errors, errors
 
 
 def _key(cable: dict[str, Any]) -> str:
@@ -190,8 +167,8 @@ def test_the_topology_draws_every_switch_hca_and_cable(browser: Chromium, served
     line = browser.evaluate("document.querySelector('#fabric-subnets [data-subnet=\"default\"]').innerText")
     for part in ("12 switches", "24 HCAs", "87 links", "1 down", "master", "last poll", "ago"):
         assert part in line, (part, line)
-    _shot(browser, shots, "fabric-topology")
-    _no_page_errors(browser)
+    shot(browser, shots, "fabric-topology")
+    no_page_errors(browser)
 
 
 def test_clicking_a_cable_shows_both_ends_counters(browser: Chromium, served: Served, shots: Path) -> None:
@@ -222,8 +199,8 @@ def test_clicking_a_cable_shows_both_ends_counters(browser: Chromium, served: Se
     assert ERRING[0] in detail and ERRING[1] in detail and "4x NDR" in detail and "errors/" in detail
     alarms = browser.evaluate("[...document.querySelectorAll('#cable-alarms tr[data-kind]')].map(r => r.dataset.kind)")
     assert "symbol-errors" in alarms
-    _shot(browser, shots, "fabric-cable")
-    _no_page_errors(browser)
+    shot(browser, shots, "fabric-cable")
+    no_page_errors(browser)
 
 
 def test_a_link_to_the_down_cable(browser: Chromium, served: Served, shots: Path) -> None:
@@ -242,7 +219,7 @@ def test_a_link_to_the_down_cable(browser: Chromium, served: Served, shots: Path
     browser.click("#cable [data-close=cable]")
     browser.wait_for("!location.hash.includes('cable=') && document.querySelector('#cable').hidden", what="closed")
     assert browser.evaluate("document.querySelectorAll('#topology line.cable.sel').length") == 0
-    _no_page_errors(browser)
+    no_page_errors(browser)
 
 
 def test_alarms_and_events_name_the_cable_that_went_down(browser: Chromium, served: Served, shots: Path) -> None:
@@ -269,8 +246,8 @@ def test_alarms_and_events_name_the_cable_that_went_down(browser: Chromium, serv
     # an alarm's end is a link to its cable
     browser.click(f'#fabric-alarms tr[data-kind="link-down"] a[data-end="{DOWN[1]}"]')
     browser.wait_for("document.querySelectorAll('#cable-LinkDownedCounter path.series').length === 2", what="the cable")
-    _shot(browser, shots, "fabric-alarms")
-    _no_page_errors(browser)
+    shot(browser, shots, "fabric-alarms")
+    no_page_errors(browser)
 
 
 def test_hcas_counted_per_leaf(browser: Chromium, served: Served, shots: Path) -> None:
@@ -293,5 +270,5 @@ def test_hcas_counted_per_leaf(browser: Chromium, served: Served, shots: Path) -
     browser.wait_for(f"location.hash.includes({json.dumps('cable=leaf-su1-r5%2F3')})", what="the worst of them chosen")
     browser.click('#topology-mode button[data-hcas="auto"]')
     browser.wait_for("document.querySelectorAll('#topology g.hca').length === 24", what="each HCA again")
-    _shot(browser, shots, "fabric-per-leaf")
-    _no_page_errors(browser)
+    shot(browser, shots, "fabric-per-leaf")
+    no_page_errors(browser)
