@@ -4,7 +4,8 @@
 # left alone. Installs nothing (scripts/install-components.sh slurm does).
 #
 # Usage: scripts/start-slurm.sh [RUN_DIR]     (default: $SLURM_DIR, else ./.slurm)
-#   Env: SLURM_NODES (4), SLURM_GPU_TYPE (h100), SLURM_GPUS (8), SLURM_PORT_BASE (17000), SLURM_CTLD_PORT (6817)
+#   Env: SLURM_NODES (4), SLURM_GPU_TYPE (h100), SLURM_GPUS (8), SLURM_PORT_BASE (17000), SLURM_CTLD_PORT (6817),
+#        SLURM_EXTRA_CONF (lines appended to slurm.conf, e.g. "Prolog=...\nPrologFlags=Alloc"; default none)
 # Then: export SLURM_CONF=RUN_DIR/etc/slurm.conf   (the script prints it)
 set -euo pipefail
 
@@ -62,6 +63,9 @@ open(sys.argv[2], "w").write(text)
 PY
 }
 render "$REPO/deploy/slurm/slurm.conf.in" "$D/etc/slurm.conf"
+if [ -n "${SLURM_EXTRA_CONF:-}" ]; then
+  printf '# From SLURM_EXTRA_CONF:\n%s\n' "$SLURM_EXTRA_CONF" >> "$D/etc/slurm.conf"
+fi
 render "$REPO/deploy/slurm/gres.conf.in" "$D/etc/gres.conf"
 : > "$D/etc/plugstack.conf"   # else slurmd reads /etc/slurm/plugstack.conf
 

@@ -5,6 +5,9 @@ started once per test process and stopped (by pid file) when the process exits.
 
     @pytest.mark.real
     def test_x(slurm_cluster: SlurmCluster) -> None: ...
+
+A test that needs its own configuration (a Prolog, say) starts a cluster of its own beside the shared one:
+`SlurmCluster(root, nodes=2, extra_conf="Prolog=...")`, then start() and, at the end, stop().
 """
 
 from __future__ import annotations
@@ -48,12 +51,24 @@ def _free_port_block(size: int) -> int:
     raise RuntimeError("no free port block")
 
 
+def require_slurm() -> None:
+    """Skip (fail under CI) where the test cluster cannot run: no Slurm, or not root."""
+    require_tool("slurmctld", "slurmd", "scontrol", "sbatch", "munge")
+    if os.geteuid() != 0:
+        (pytest.fail if IN_CI else pytest.skip)(
+            "the test Slurm cluster runs its daemons as root (SlurmUser=root, mknod)"
+        )
+
+
 class SlurmCluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, nodes: int = NODES, extra_conf: str = "") -> None:
+        """`extra_conf`: slurm.conf lines appended to the rendered file (start-slurm.sh's SLURM_EXTRA_CONF)."""
         self.root = root
         self.conf = str(root / "etc" / "slurm.conf")
         self.runner = SlurmRunner(self.conf)
-        self.nodes = [f"gpu-{i:02d}" for i in range(1, NODES + 1)]
+        self.node_count = nodes
+        self.extra_conf = extra_conf
+        self.nodes = [f"gpu-{i:02d}" for i in range(1, nodes + 1)]
         self.jobs_dir = root / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.base_port: int | None = None
@@ -65,9 +80,15 @@ class SlurmCluster:
     def start(self) -> None:
         """Run scripts/start-slurm.sh (again: it leaves running daemons alone)."""
         if self.base_port is None:
-            self.base_port = _free_port_block(NODES + 1)
+            self.base_port = _free_port_block(self.node_count + 1)
         base = self.base_port
-        env = dict(os.environ, SLURM_NODES=str(NODES), SLURM_CTLD_PORT=str(base), SLURM_PORT_BASE=str(base))
+        env = dict(
+            os.environ,
+            SLURM_NODES=str(self.node_count),
+            SLURM_CTLD_PORT=str(base),
+            SLURM_PORT_BASE=str(base),
+            SLURM_EXTRA_CONF=self.extra_conf,  # set even when empty: a cluster never takes one from the environment
+        )
         proc = subprocess.run(
             [str(REPO_ROOT / "scripts" / "start-slurm.sh"), str(self.root)],
             env=env,
@@ -133,11 +154,7 @@ def get_cluster() -> SlurmCluster:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    require_tool("slurmctld", "slurmd", "scontrol", "sbatch", "munge")
-    if os.geteuid() != 0:
-        (pytest.fail if IN_CI else pytest.skip)(
-            "the test Slurm cluster runs its daemons as root (SlurmUser=root, mknod)"
-        )
+    require_slurm()
     cluster = get_cluster()
     cluster.reset_nodes()
     yield cluster

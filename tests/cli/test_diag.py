@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.clirun import gpufleet
 
 DATA = Path(__file__).parents[1] / "sources" / "data"
@@ -78,3 +80,12 @@ def test_unreadable_inputs_are_clear_errors(tmp_path: Path) -> None:
     assert res.returncode != 0 and "no dcgmi diag table" in res.stderr and "Traceback" not in res.stderr
     res = gpufleet("diag", "--nvlink-status", str(junk))
     assert res.returncode != 0 and "Traceback" not in res.stderr
+
+
+def test_no_dcgmi_on_this_host_is_unknown_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    ran = gpufleet("diag", "-r", "1", "-o", "json")
+    assert ran.returncode == 3, ran.stderr
+    body = json.loads(ran.stdout)
+    assert body["verdict"] == "Unknown"
+    assert body["checks"][0]["name"] == "dcgmi" and "not installed" in body["checks"][0]["detail"]

@@ -1,6 +1,7 @@
 """The agent on a real node: NVML for the GPUs, sysfs for the InfiniBand ports, the kernel log, and the node's
-inventory. Each part is isolated: a missing NVML library or driver, a host without InfiniBand or an unreadable
-kernel log is one log line and `gpufleet_source_up{source=...} 0`, never a stopped agent."""
+inventory; with a job-map directory, which Slurm jobs use each GPU. Each part is isolated: a missing NVML library or
+driver, a host without InfiniBand, an unreadable kernel log or job map is one log line and
+`gpufleet_source_up{source=...} 0`, never a stopped agent."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
 from gpufleet.errors import GpufleetError
 from gpufleet.model.observe import SchedulerReport
 from gpufleet.sources.host import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
+from gpufleet.sources.slurm_jobmap import JobMapSource
 from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -34,6 +36,7 @@ def host_agent(
     ib_sysfs: Path = SYSFS_IB,
     labels: dict[str, str] | None = None,
     scheduler: Callable[[], SchedulerReport | None] | None = None,
+    job_map_dir: Path | None = None,
 ) -> Agent:
     name = node or socket.gethostname()
     nvml = None
@@ -57,6 +60,8 @@ def host_agent(
         sources.append(nvml)
     if ports:
         sources.append(IbSysfsSource(ib_sysfs))
+    if job_map_dir is not None:
+        sources.append(JobMapSource(job_map_dir))
     inventory = lambda: read_inventory(name, nvml, ib_sysfs, labels)  # noqa: E731
     agent = assemble(
         name,

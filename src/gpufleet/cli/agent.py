@@ -70,7 +70,15 @@ def agent(
     pod_labels: bool = typer.Option(
         False,
         "--pod-labels",
-        help="Put pod/namespace/container on every GPU series (dcgm-exporter style) instead of an info metric.",
+        help="Put pod/namespace/container, and hpc_job with --job-map-dir, on every GPU series (dcgm-exporter style) "
+        "instead of info metrics.",
+    ),
+    job_map_dir: Path | None = typer.Option(
+        None,
+        "--job-map-dir",
+        help="Read which Slurm jobs use each GPU from this directory every collection (one file per GPU index, a job "
+        "id a line: dcgm-exporter's --hpc-job-mapping-dir format, kept by deploy/slurm/prolog.sh, e.g. "
+        "/run/gpufleet/job-map) and expose them as hpc_job.",
     ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Where the event spool lives (default ~/.gpufleet/agent)."
@@ -139,6 +147,8 @@ def agent(
         if not control_plane:
             raise UserError("--fabric reports to a control plane", fix="add --control-plane URL")
         fabric_watch = _fabric_watch(fabric_subnet, parse_duration(fabric_poll), parse_duration(tool_timeout))
+    if sim and job_map_dir is not None:
+        raise UserError("the twin attributes its own GPUs", fix="drop --job-map-dir, or --sim")
     if sim:
         from gpufleet.sim.agent import sim_agent
 
@@ -171,6 +181,7 @@ def agent(
             kmsg_file=kmsg_file,
             ib_sysfs=ib_sysfs,
             scheduler=watch,
+            job_map_dir=job_map_dir,
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last

@@ -8,8 +8,8 @@ import typer
 
 from gpufleet.cli.inputs import read_input_lines
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
-from gpufleet.errors import UserError
-from gpufleet.health.diag import DiagOutcome, judge, judge_links, run_dcgmi
+from gpufleet.errors import BackendError, UserError
+from gpufleet.health.diag import Check, DiagOutcome, judge, judge_links, run_dcgmi
 from gpufleet.spec.base import parse_duration
 
 
@@ -54,7 +54,11 @@ def diag(
     elif nvlink is not None:
         outcome = judge_links(node or "this host", level, nvlink)
     else:
-        outcome = judge(run_dcgmi(level), node or "this host", level, nvlink)
+        try:
+            outcome = judge(run_dcgmi(level), node or "this host", level, nvlink)
+        except BackendError as exc:  # no dcgmi, no host engine: the run cannot say, which is not a GPU failure
+            reason = f"{exc.message} ({exc.fix})" if exc.fix else exc.message
+            outcome = DiagOutcome(node or "this host", level, [Check("dcgmi", level, "Unknown", reason)])
     body = {
         "node": outcome.node,
         "level": outcome.level,

@@ -4,9 +4,11 @@ GPU series carry dcgm-exporter's labels in its order: gpu, UUID, pci_bus_id, dev
 [GPU_I_PROFILE,
 GPU_I_ID], Hostname/hostname, then the sorted label fields and per-metric labels (DCGM_FI_DRIVER_VERSION,
 xid, ...),
-then, in compat mode, the sorted attribution labels (container, namespace, pod). By default attribution goes
+then, in compat mode, the sorted attribution labels (container, hpc_job, namespace, pod): a GPU that several Slurm
+jobs share has one series per job, as dcgm-exporter's HPC job mapping writes it. By default attribution goes
 to one
-`gpufleet_gpu_pod_info` series per used GPU instead, so a pod coming or going does not create new GPU series.
+`gpufleet_gpu_pod_info` series per used GPU and one `gpufleet_gpu_job_info` series per GPU and job instead, so a
+workload coming or going does not create new GPU series.
 
 Label strings are built once per entity set (the cache key is the frame and its labels_version); a render only
 formats values.
@@ -29,6 +31,9 @@ from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 POD_INFO_METRIC = "gpufleet_gpu_pod_info"
 POD_INFO_HELP = "Workload using the GPU (join on UUID and GPU_I_ID to attribute GPU series to pods)."
+JOB_INFO_METRIC = "gpufleet_gpu_job_info"
+JOB_INFO_HELP = "Slurm job using the GPU (join on UUID and GPU_I_ID to attribute GPU series to hpc_job)."
+JOB_LABEL = "hpc_job"  # dcgm-exporter's label for the HPC job mapping
 
 
 class ExpositionConfig(BaseModel):
@@ -94,6 +99,18 @@ def attribution_labels(frame: MetricFrame, index: int, config: ExpositionConfig)
     return list(zip(names, (attr.container, attr.namespace, attr.pod), strict=True))
 
 
+def series_attributions(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[list[tuple[str, str]]]:
+    """The attribution label sets of a GPU's series in compat mode: one per HPC job using the GPU (each with its
+    hpc_job), or the one set of pod labels (empty with none); always [[]] in info mode."""
+    if config.attribution != "labels":
+        return [[]]
+    pod = attribution_labels(frame, index, config)
+    jobs = frame.jobs[index]
+    if not jobs:
+        return [sorted(pod)]
+    return [sorted([*pod, (JOB_LABEL, job)]) for job in jobs]
+
+
 def gpu_series_labels(
     frame: MetricFrame, index: int, config: ExpositionConfig, extra: list[tuple[str, str]] | None = None
 ) -> list[tuple[str, str]]:
@@ -126,10 +143,11 @@ class _Layout:
     """Everything about a frame's label sets that does not change between ticks."""
 
     key: tuple[int, int, int]
-    gpu_prefixes: list[list[str]]  # [field][entity] -> 'NAME{labels} '
+    gpu_prefixes: list[list[str]]  # [field][row] -> 'NAME{labels} '
+    gpu_rows: np.ndarray | None  # the entity of each row when a GPU has several (one per HPC job); None: one each
     gpu_headers: list[str]
     label_bodies: list[list[tuple[str, str]]]  # per entity: identity + label fields (no attribution)
-    attr_bodies: list[list[tuple[str, str]]]  # per entity: attribution labels for compat mode
+    attr_bodies: list[list[list[tuple[str, str]]]]  # per entity: its series' attribution label sets (compat mode)
     ib_prefixes: list[list[str]]
     ib_headers: list[str]
 
@@ -146,12 +164,15 @@ class Renderer:
         n = len(frame.entities)
         bodies = []
         attrs = []
+        rows: list[int] = []
         for i, entity in enumerate(frame.entities):
             bodies.append([*gpu_identity_labels(entity, cfg), *sorted(entity.label_fields)])
-            attrs.append(sorted(attribution_labels(frame, i, cfg)) if cfg.attribution == "labels" else [])
+            attrs.append(series_attributions(frame, i, cfg))
+            rows.extend([i] * len(attrs[i]))
+        bodies_by_row = [_pairs([*bodies[i], *a]) for i in range(n) for a in attrs[i]]
         prefixes = []
         for field in frame.gpu_fields:
-            prefixes.append([f"{field.name}{{{_pairs([*bodies[i], *attrs[i]])}}} " for i in range(n)])
+            prefixes.append([f"{field.name}{{{body}}} " for body in bodies_by_row])
         ib_prefixes = []
         port_bodies = [_pairs(ib_port_labels(p)) for p in frame.ib_ports]
         for field in frame.ib_fields:
@@ -159,6 +180,7 @@ class Renderer:
         return _Layout(
             key=(id(frame), frame.labels_version, id(frame.catalog)),
             gpu_prefixes=prefixes,
+            gpu_rows=None if len(rows) == n else np.array(rows, dtype=np.intp),
             gpu_headers=[_header(f) for f in frame.gpu_fields],
             label_bodies=bodies,
             attr_bodies=attrs,
@@ -175,10 +197,12 @@ class Renderer:
     def render(self, frame: MetricFrame) -> str:
         lay = self.layout(frame)
         out: list[str] = []
-        self._render_matrix(out, frame.values, frame.gpu_fields, lay.gpu_headers, lay.gpu_prefixes)
+        gpu_values = frame.values if lay.gpu_rows is None else frame.values[:, lay.gpu_rows]
+        self._render_matrix(out, gpu_values, frame.gpu_fields, lay.gpu_headers, lay.gpu_prefixes)
         self._render_labelled_counts(frame, lay, out)
         self._render_matrix(out, frame.ib_values, frame.ib_fields, lay.ib_headers, lay.ib_prefixes)
         self._render_pod_info(frame, lay, out)
+        self._render_job_info(frame, out)
         self._render_plain(frame, out)
         return "".join(out)
 
@@ -220,8 +244,9 @@ class Renderer:
             for i in np.flatnonzero(ok).tolist():
                 labels = [*lay.label_bodies[i][:], *extra]
                 ident_len = len(gpu_identity_labels(frame.entities[i], self.config))
-                body = [*labels[:ident_len], *sorted(labels[ident_len:]), *lay.attr_bodies[i]]
-                lines.append(f"{name}{{{_pairs(body)}}} {int(row[i])}\n")
+                for attrs in lay.attr_bodies[i]:
+                    body = [*labels[:ident_len], *sorted(labels[ident_len:]), *attrs]
+                    lines.append(f"{name}{{{_pairs(body)}}} {int(row[i])}\n")
         if lines:
             out.append(_header(field))
             out.extend(lines)
@@ -255,6 +280,18 @@ class Renderer:
                 lines.append(f"{POD_INFO_METRIC}{{{_pairs(body)}}} 1\n")
         if lines:
             out.append(f"# HELP {POD_INFO_METRIC} {POD_INFO_HELP}\n# TYPE {POD_INFO_METRIC} gauge\n")
+            out.extend(lines)
+
+    def _render_job_info(self, frame: MetricFrame, out: list[str]) -> None:
+        if self.config.attribution != "info":
+            return
+        lines = []
+        for i, entity in enumerate(frame.entities):
+            for job in frame.jobs[i]:
+                body = [*gpu_identity_labels(entity, self.config), (JOB_LABEL, job)]
+                lines.append(f"{JOB_INFO_METRIC}{{{_pairs(body)}}} 1\n")
+        if lines:
+            out.append(f"# HELP {JOB_INFO_METRIC} {JOB_INFO_HELP}\n# TYPE {JOB_INFO_METRIC} gauge\n")
             out.extend(lines)
 
     @staticmethod

@@ -103,6 +103,7 @@ class MetricFrame:
     ib_values: np.ndarray = field(init=False)  # (IB counters, ports), in metric units (bytes, not octets/4)
     ib_up: np.ndarray = field(init=False)  # per port: 1 link up (ACTIVE/LinkUp), 0 down, NaN not read this tick
     attribution: list[Attribution | None] = field(init=False)
+    jobs: list[tuple[str, ...]] = field(init=False)  # per entity: Slurm (HPC) job ids using it, exposed as hpc_job
     gauges: dict[tuple[str, LabelItems], float] = field(init=False)
     histograms: dict[tuple[str, LabelItems], Histogram] = field(init=False)
     labels_version: int = field(init=False, default=0)  # bumps when entities' label sets change
@@ -125,6 +126,7 @@ class MetricFrame:
         self.ib_values = np.full((len(self.ib_fields), len(self.ib_ports)), np.nan)
         self.ib_up = np.full(len(self.ib_ports), np.nan)
         self.attribution = [None] * n
+        self.jobs = [()] * n
         self.gauges = {}
         self.histograms = {}
 
@@ -161,6 +163,12 @@ class MetricFrame:
             self.attribution[index] = attribution
             self.labels_version += 1
 
+    def set_jobs(self, index: int, jobs: tuple[str, ...]) -> None:
+        """The HPC job ids using a GPU (a Slurm prolog's job map), in the order given."""
+        if self.jobs[index] != jobs:
+            self.jobs[index] = jobs
+            self.labels_version += 1
+
     def set_entities(self, entities: Iterable[GpuEntity]) -> None:
         """Replace the entity list (a GPU appeared or vanished); values reset to NaN."""
         self.entities = tuple(entities)
@@ -169,6 +177,7 @@ class MetricFrame:
         self.clock_events = np.full((len(load_clock_events()), n), np.nan)
         self.xid_counts = {}
         self.attribution = [None] * n
+        self.jobs = [()] * n
         self.labels_version += 1
 
     # -- InfiniBand ports ------------------------------------------------------------------------------------

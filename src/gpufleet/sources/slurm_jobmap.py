@@ -1,0 +1,121 @@
+"""Which Slurm jobs use which GPU, from the directory a Slurm prolog keeps (deploy/slurm/prolog.sh).
+
+The format is dcgm-exporter's HPC job mapping: one file per GPU, named by its index ("0") or, for a MIG instance, by
+the GPU's index and the GPU instance id ("2.0"); each line of a file is the id of a job using that GPU. Other names
+(the prolog's lock and temporary files, anything else) are not mapping files and are passed over, as dcgm-exporter
+does. A mapping file that cannot be read or holds something that is not a job id is reported and skipped: one bad
+file never costs the other GPUs their jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.errors import BackendError
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
+
+log = logging.getLogger("gpufleet.agent")
+
+MAPPING_NAME = re.compile(r"^\d+(?:\.\d+)?$")
+MAX_FILE_BYTES = 64 * 1024  # thousands of job ids; more is not a mapping file
+MAX_JOB_ID = 128  # a label value, not a document
+_JOB_ID = re.compile(r"^[\x21-\x7e]+$")  # printable, no spaces: 1234, 1234_7 (array), 1234+0 (heterogeneous)
+
+
+@dataclass(frozen=True, slots=True)
+class JobMap:
+    """The jobs on each GPU ("0", or "2.0" for a MIG instance), and what could not be read."""
+
+    jobs: dict[str, tuple[str, ...]]
+    problems: tuple[str, ...] = ()
+
+
+def parse_job_file(text: str) -> tuple[tuple[str, ...], list[str]]:
+    """One mapping file's job ids, in file order and each once (blank lines and surrounding spaces dropped), and a
+    note for each line that is not a job id."""
+    jobs: list[str] = []
+    problems: list[str] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        job = raw.strip()
+        if not job:
+            continue
+        if len(job) > MAX_JOB_ID or not _JOB_ID.match(job):
+            problems.append(f"line {lineno} is not a job id: {job[:40]!r}")
+            continue
+        if job not in jobs:
+            jobs.append(job)
+    return tuple(jobs), problems
+
+
+def read_job_map(directory: Path) -> JobMap:
+    """Read the mapping directory. A directory that does not exist yet means no job has started (the prolog creates
+    it); one that cannot be listed is a BackendError."""
+    try:
+        entries = sorted(directory.iterdir())
+    except FileNotFoundError:
+        return JobMap({})
+    except OSError as exc:
+        raise BackendError(
+            f"cannot read the job-map directory {directory}: {exc.strerror or exc}",
+            fix="let the agent's user read it (the prolog writes it world-readable), or fix --job-map-dir",
+        ) from None
+    jobs: dict[str, tuple[str, ...]] = {}
+    problems: list[str] = []
+    for path in entries:
+        if not MAPPING_NAME.match(path.name):
+            continue
+        try:
+            if not path.is_file():
+                continue
+            with path.open("rb") as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+            continue
+        if len(data) > MAX_FILE_BYTES:
+            problems.append(f"{path}: larger than {MAX_FILE_BYTES} bytes, skipped")
+            continue
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append(f"{path}: not text, skipped")
+            continue
+        found, bad = parse_job_file(text)
+        problems.extend(f"{path}: {note}" for note in bad)
+        if found:
+            jobs[path.name] = found
+    return JobMap(jobs, tuple(problems))
+
+
+def mapping_key(entity: GpuEntity) -> str:
+    """The mapping file name for a GPU: its index, or index.instance for a MIG GPU instance."""
+    if entity.mig_profile and entity.gpu_instance_id is not None:
+        return f"{entity.gpu}.{entity.gpu_instance_id}"
+    return str(entity.gpu)
+
+
+class JobMapSource:
+    """Puts each GPU's Slurm jobs on the frame every collection (exposed as `hpc_job`, like dcgm-exporter's)."""
+
+    name = "job-map"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._reported: set[str] = set()
+
+    def collect(self, frame: MetricFrame) -> None:
+        try:
+            mapping = read_job_map(self.directory)
+        except BackendError:
+            for i in range(len(frame.entities)):  # no labels rather than stale ones; the collector reports it
+                frame.set_jobs(i, ())
+            raise
+        fresh = set(mapping.problems) - self._reported
+        for problem in sorted(fresh):  # each said once, not on every collection
+            log.warning("job map: %s", problem)
+        self._reported = set(mapping.problems)
+        for i, entity in enumerate(frame.entities):
+            frame.set_jobs(i, mapping.jobs.get(mapping_key(entity), ()))
