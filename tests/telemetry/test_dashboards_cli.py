@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from gpufleet.telemetry.dashboards import dashboards
+from gpufleet.deploy.chart import DASHBOARDS_DIR, RULES_FILE
+from gpufleet.telemetry.dashboards import dashboard_files, dashboards
 from gpufleet.telemetry.fields import load_field_catalog
 from gpufleet.telemetry.rules import (
     RulesConfig,
@@ -64,11 +65,45 @@ def test_cli_fields_rules_dashboard(tmp_path: Path) -> None:
 
 
 def test_committed_artifacts_are_current() -> None:
+    """deploy/monitoring and the Helm chart's copies (deploy/helm/gpufleet/files) are what the generators make now:
+    gpufleet telemetry rules --config deploy/monitoring/rules-config.yaml --out deploy/monitoring --chart ...
+    gpufleet telemetry dashboard --out deploy/monitoring/dashboards --chart deploy/helm/gpufleet"""
     deploy = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
+    chart = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpufleet"
     cfg = RulesConfig.from_file(deploy / "rules-config.yaml")
     assert (deploy / "gpufleet-rules.yml").read_text() == dump(rule_groups(cfg))
     assert (deploy / "gpufleet-rules-test.yml").read_text() == dump(rule_tests(cfg))
     assert yaml.safe_load((deploy / "prometheus-rule.yaml").read_text()) == prometheus_rule(cfg)
     assert yaml.safe_load((deploy / "service-monitor.yaml").read_text()) == service_monitor(cfg)
-    for uid, board in dashboards().items():
+    assert (chart / RULES_FILE).read_text() == dump(rule_groups(cfg))
+    boards = dashboards()
+    for uid, board in boards.items():
         assert json.loads((deploy / "dashboards" / f"{uid}.json").read_text()) == board
+    want = dashboard_files(boards)
+    have = {p.name: p.read_text() for p in (chart / DASHBOARDS_DIR).glob("*.json")}
+    assert have == want
+
+
+def test_monitor_labels_reach_the_operator_objects() -> None:
+    """kube-prometheus-stack selects ServiceMonitors and PrometheusRules by release: <its release name>."""
+    assert service_monitor()["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert prometheus_rule()["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    cfg = RulesConfig(monitor_labels={"release": "prom"})
+    assert service_monitor(cfg)["metadata"]["labels"] == {"app.kubernetes.io/name": "gpufleet-agent", "release": "prom"}
+    assert prometheus_rule(cfg)["metadata"]["labels"]["release"] == "prom"
+
+
+def test_cli_writes_the_chart_copies(tmp_path: Path) -> None:
+    chart = tmp_path / "chart"
+    chart.mkdir()
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: gpufleet\nversion: 0.1.0\n")
+    result = gpufleet("telemetry", "rules", "--chart", str(chart))
+    assert result.returncode == 0, result.stderr
+    assert (chart / RULES_FILE).read_text() == dump(rule_groups(RulesConfig()))
+    assert "GpuTemperatureHigh" not in result.stdout  # written, not printed
+    result = gpufleet("telemetry", "dashboard", "--chart", str(chart), "--out", str(tmp_path / "boards"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (chart / DASHBOARDS_DIR).iterdir()) == sorted(dashboard_files(dashboards()))
+    assert len(list((tmp_path / "boards").glob("*.json"))) == 3
+    not_a_chart = gpufleet("telemetry", "rules", "--chart", str(tmp_path / "boards"))
+    assert not_a_chart.returncode == 2 and "not a Helm chart" in not_a_chart.stderr

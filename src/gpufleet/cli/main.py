@@ -53,6 +53,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.triage",
     "gpufleet.cli.fabric",
     "gpufleet.cli.token",
+    "gpufleet.cli.deploy",
 )
 
 

@@ -18,17 +18,24 @@ sub = typer.Typer(
 )
 
 OUT_HELP = "Write the files into this directory instead of printing."
+CHART_HELP = "Also write them into this Helm chart's files/ (deploy/helm/gpufleet), which Helm reads them from."
 
 
 def _write(out: Path, files: dict[str, str]) -> None:
     try:
-        out.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
             (out / name).write_text(text)
     except OSError as exc:
-        raise UserError(f"cannot write to {out}: {exc}", fix="choose a writable --out directory") from exc
+        raise UserError(f"cannot write to {out}: {exc}", fix="choose a writable directory") from exc
     for name in files:
         console.print(f"wrote {out / name}", highlight=False)
+
+
+def _chart(path: Path) -> Path:
+    from gpufleet.deploy.chart import chart_dir
+
+    return chart_dir(path)
 
 
 @sub.command("fields")
@@ -64,10 +71,11 @@ def rules_cmd(
         help="YAML with thresholds and prices (fields of RulesConfig, e.g. usd_per_gpu_hour).",
     ),
     hostname_label: str = typer.Option("hostname", "--hostname-label", help="hostname (4.x) or Hostname (3.x)."),
+    chart: Path | None = typer.Option(None, "--chart", metavar="DIR", help=CHART_HELP),
 ) -> None:
     """Generate alert rules: a Prometheus rule file, its promtool unit tests, a PrometheusRule and a
     ServiceMonitor. With --out, writes gpufleet-rules.yml, gpufleet-rules-test.yml, prometheus-rule.yaml and
-    service-monitor.yaml; otherwise prints the rule file."""
+    service-monitor.yaml; with --chart, the rule file into the chart's files/; otherwise prints the rule file."""
     from gpufleet.telemetry.rules import (
         RULE_FILE,
         RulesConfig,
@@ -81,6 +89,10 @@ def rules_cmd(
         raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")
     cfg = RulesConfig.from_file(config) if config else RulesConfig()
     cfg = cfg.model_copy(update={"hostname_label": hostname_label})
+    if chart is not None:
+        from gpufleet.deploy.chart import RULES_FILE
+
+        _write(_chart(chart), {RULES_FILE: dump(rule_groups(cfg))})
     if out is not None:
         from gpufleet.telemetry.rules import service_monitor
 
@@ -93,6 +105,7 @@ def rules_cmd(
                 "service-monitor.yaml": dump(service_monitor(cfg)),
             },
         )
+    if out is not None or chart is not None:
         return
     groups = rule_groups(cfg)
     sys.stdout.write(dump_json(groups) + "\n" if output is OutputFormat.json else dump(groups))
@@ -103,15 +116,22 @@ def dashboard_cmd(
     out: Path | None = typer.Option(None, "--out", help=OUT_HELP),
     output: OutputFormat = typer.Option(OutputFormat.json, "-o", "--output", help="json (default) or yaml."),
     hostname_label: str = typer.Option("hostname", "--hostname-label", help="hostname (4.x) or Hostname (3.x)."),
+    chart: Path | None = typer.Option(None, "--chart", metavar="DIR", help=CHART_HELP),
 ) -> None:
-    """Generate Grafana dashboards (cluster overview, node view, fabric view) from the field catalog."""
-    from gpufleet.telemetry.dashboards import dashboards
+    """Generate Grafana dashboards (cluster overview, node view, fabric view) from the field catalog. With --out
+    or --chart (into its files/dashboards/), one JSON file per dashboard; otherwise printed."""
+    from gpufleet.telemetry.dashboards import dashboard_files, dashboards
 
     if hostname_label not in ("hostname", "Hostname"):
         raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")
     boards: dict[str, Any] = dashboards(hostname_label)  # type: ignore[arg-type]
+    if chart is not None:
+        from gpufleet.deploy.chart import DASHBOARDS_DIR
+
+        _write(_chart(chart), {f"{DASHBOARDS_DIR}/{name}": text for name, text in dashboard_files(boards).items()})
     if out is not None:
-        _write(out, {f"{uid}.json": json.dumps(board, indent=2) + "\n" for uid, board in boards.items()})
+        _write(out, dashboard_files(boards))
+    if out is not None or chart is not None:
         return
     if output is OutputFormat.yaml:
         from gpufleet.cli.output import dump_yaml

@@ -3,6 +3,7 @@ data/dashboards.yaml."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import yaml
@@ -175,3 +176,8 @@ def dashboards(
         spec["fabric"]["uid"]: _fabric_dashboard(spec["fabric"], cat),
     }
     return boards
+
+
+def dashboard_files(boards: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """File name -> JSON text, one file per dashboard (what Grafana's provisioning and its sidecar read)."""
+    return {f"{uid}.json": json.dumps(board, indent=2) + "\n" for uid, board in boards.items()}

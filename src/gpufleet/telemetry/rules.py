@@ -1,5 +1,4 @@
-"""Alert rules generated from data: a Prometheus rule file, a PrometheusRule manifest, a ServiceMonitor for
-the
+"""Alert rules generated from data: a Prometheus rule file, a PrometheusRule manifest, a ServiceMonitor for the
 agent, and a `promtool test rules` file with a firing and a quiet case for every rule.
 
 Rules and their tests live in data/alert_rules.yaml; thresholds come from RulesConfig, fatal Xids from the Xid
@@ -49,6 +48,9 @@ class RulesConfig(BaseModel):
     namespace: str = "monitoring"
     agent_port_name: str = "metrics"
     agent_selector: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "gpufleet-agent"})
+    # The Prometheus Operator picks ServiceMonitors and PrometheusRules by label; kube-prometheus-stack's selector is
+    # release: <the name it was installed under>, and objects without it are ignored without a word.
+    monitor_labels: dict[str, str] = Field(default_factory=lambda: {"release": "kube-prometheus-stack"})
 
     @classmethod
     def from_file(cls, path: Path) -> RulesConfig:
@@ -212,7 +214,11 @@ def prometheus_rule(cfg: RulesConfig | None = None) -> dict[str, Any]:
         "metadata": {
             "name": "gpufleet-rules",
             "namespace": cfg.namespace,
-            "labels": {"app.kubernetes.io/name": "gpufleet", "app.kubernetes.io/component": "alerting"},
+            "labels": {
+                "app.kubernetes.io/name": "gpufleet",
+                "app.kubernetes.io/component": "alerting",
+                **cfg.monitor_labels,
+            },
         },
         "spec": rule_groups(cfg),
     }
@@ -226,7 +232,7 @@ def service_monitor(cfg: RulesConfig | None = None, interval: str = "15s") -> di
         "metadata": {
             "name": "gpufleet-agent",
             "namespace": cfg.namespace,
-            "labels": {"app.kubernetes.io/name": "gpufleet-agent"},
+            "labels": {"app.kubernetes.io/name": "gpufleet-agent", **cfg.monitor_labels},
         },
         "spec": {
             "selector": {"matchLabels": dict(cfg.agent_selector)},

@@ -1,0 +1,73 @@
+"""The Kubernetes API calls gpufleet makes from inside a cluster, and the RBAC rule each one needs.
+
+The chart's ClusterRoles grant exactly these rules and nothing else; the tests hold the code, this table and the
+rendered chart to each other, so a new API call without its rule (or a rule nothing uses) fails them.
+The node agent itself makes no API call: it reads its node, and its pods mount no service-account token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Rule = tuple[str, str, str]  # (API group, resource, verb); "" is the core group
+
+
+@dataclass(frozen=True, slots=True)
+class ApiCall:
+    method: str  # the official client's method (CoreV1Api, CustomObjectsApi), as the code calls it
+    group: str
+    resource: str
+    verb: str
+
+    @property
+    def rule(self) -> Rule:
+        return (self.group, self.resource, self.verb)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What one of the chart's service accounts may do, and the modules whose calls need it."""
+
+    account: str  # the service account's suffix in the chart: <fullname>-<account>
+    modules: tuple[str, ...]
+    calls: tuple[ApiCall, ...]
+
+    @property
+    def rules(self) -> frozenset[Rule]:
+        return frozenset(call.rule for call in self.calls)
+
+    @property
+    def methods(self) -> frozenset[str]:
+        return frozenset(call.method for call in self.calls)
+
+
+# `gpufleet server --backend kubernetes`: cordon, drain, requeue, a node condition and an event per action.
+CONTROL_PLANE = Grant(
+    account="server",
+    modules=("gpufleet.integrations.kubernetes.remediation", "gpufleet.integrations.kubernetes.client"),
+    calls=(
+        ApiCall("read_node", "", "nodes", "get"),
+        ApiCall("list_node", "", "nodes", "list"),
+        ApiCall("patch_node", "", "nodes", "patch"),
+        ApiCall("patch_node_status", "", "nodes/status", "patch"),
+        ApiCall("list_pod_for_all_namespaces", "", "pods", "list"),
+        ApiCall("create_namespaced_pod_eviction", "", "pods/eviction", "create"),
+        ApiCall("create_namespaced_event", "", "events", "create"),
+    ),
+)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_RESOURCES = ("clusterqueues", "localqueues", "workloads")
+
+# `gpufleet agent --workload kubernetes` on one node: pending pods, why they wait, and Kueue's queues.
+WORKLOAD_WATCH = Grant(
+    account="agent-watch",
+    modules=("gpufleet.integrations.kubernetes.queue", "gpufleet.integrations.kubernetes.client"),
+    calls=(
+        ApiCall("list_pod_for_all_namespaces", "", "pods", "list"),
+        ApiCall("list_event_for_all_namespaces", "", "events", "list"),
+        *(ApiCall("list_cluster_custom_object", KUEUE_GROUP, plural, "list") for plural in KUEUE_RESOURCES),
+    ),
+)
+
+GRANTS = (CONTROL_PLANE, WORKLOAD_WATCH)
