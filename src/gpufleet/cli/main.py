@@ -54,6 +54,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.fabric",
     "gpufleet.cli.token",
     "gpufleet.cli.deploy",
+    "gpufleet.cli.doctor",
 )
 
 

@@ -1,0 +1,11 @@
+"""The doctor's rules. Each module registers its rules on import; `registered()` imports them all."""
+
+from __future__ import annotations
+
+from gpufleet.doctor.rules.base import REGISTRY, Registered
+
+
+def registered() -> dict[str, Registered]:
+    from gpufleet.doctor.rules import drivers, monitoring, sharing, stack, workloads  # noqa: F401  (they register)
+
+    return dict(sorted(REGISTRY.items()))
