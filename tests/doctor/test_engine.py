@@ -100,3 +100,30 @@ def test_a_large_repository_is_read_on_every_core_with_the_same_findings(
     parallel = engine.run([str(tmp_path)], on_file=seen.append)
     assert parallel.findings == serial.findings and parallel.schema_version == "1.30.0"
     assert len(seen) == parallel.files == 42
+
+
+def test_kubectl_dry_run_output_is_a_manifest_and_is_validated(tmp_path: Path) -> None:
+    import json
+    import shutil
+    import subprocess
+
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    made = subprocess.run(
+        ["kubectl", "create", "deployment", "web", "--image=nginx", "--dry-run=client", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    obj = json.loads(made.stdout)
+    assert obj["metadata"]["creationTimestamp"] is None and obj["status"] == {}
+    assert hits(doctor(tmp_path, ("ok.json", obj)), "GF000") == []
+    obj["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    [finding] = hits(doctor(tmp_path, ("bad.json", obj)), "GF000")
+    assert "'resource' -> 'resources'" in finding.fix
+
+
+def test_objects_read_back_from_a_cluster_are_not_schema_checked(tmp_path: Path) -> None:
+    node = gpu_node("gpu-01")  # a capture: status filled in, fields a manifest would not carry
+    node["status"]["nodeInfo"].pop("architecture")
+    assert hits(doctor(tmp_path, ("nodes.json", node_list(node))), "GF000") == []

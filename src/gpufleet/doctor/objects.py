@@ -64,8 +64,10 @@ class K8sObject:
     @property
     def is_live(self) -> bool:
         """Read back from a cluster (`kubectl get -o json|yaml`), not a manifest to apply."""
-        meta = self.metadata
-        return "status" in self.data or "uid" in meta or "creationTimestamp" in meta or "resourceVersion" in meta
+        meta = self.metadata  # `kubectl create --dry-run=client -o yaml` writes creationTimestamp: null and status: {}
+        return bool(
+            self.data.get("status") or meta.get("uid") or meta.get("creationTimestamp") or meta.get("resourceVersion")
+        )
 
     @property
     def ref(self) -> str:
