@@ -164,7 +164,8 @@ def gpu_resource_names(container: dict[str, Any]) -> set[str]:
     names: set[str] = set()
     for section in ("limits", "requests"):
         for name in resources(container, section):
-            if name in GPU_RESOURCES or name.startswith(MIG_RESOURCE_PREFIX):
+            # <resource>.shared: the device plugin's name for time-sliced or MPS replicas with renameByDefault
+            if name.removesuffix(".shared") in GPU_RESOURCES or name.startswith(MIG_RESOURCE_PREFIX):
                 names.add(name)
     return names
 

@@ -742,3 +742,10 @@ def test_gf013_kuberay_mounts_dev_shm_in_the_ray_container_itself(tmp_path: Path
     # unless the object store is told to live elsewhere
     [finding] = hits(doctor(tmp_path, ("r.yaml", ray(rayStartParams={"plasma-directory": "/tmp"}))), "GF013")
     assert "workerGroupSpecs[0]" in finding.message and finding.severity == "error"
+
+
+def test_shared_gpu_replicas_count_as_gpus(tmp_path: Path) -> None:
+    """nvidia.com/gpu.shared (time-slicing with renameByDefault) is a GPU request like any other."""
+    pod = gpu_pod(requests={"nvidia.com/gpu.shared": 1}, limits={})
+    [finding] = hits(doctor(tmp_path, ("p.yaml", pod)), "GF001")
+    assert "nvidia.com/gpu.shared" in finding.message
