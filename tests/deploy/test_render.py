@@ -26,6 +26,7 @@ from gpufleet.deploy.render import (
     render,
     to_json,
     to_yaml,
+    validate,
     write,
 )
 from gpufleet.errors import DependencyMissingError, ManifestError, UserError
@@ -520,3 +521,17 @@ def test_write_replaces_only_what_it_rendered(tmp_path: Path) -> None:
     daemonset = (tmp_path / "daemonset-gpufleet-agent.yaml").read_text()
     assert daemonset.startswith(HEADER + "\n# Source: gpufleet/templates/agent-daemonset.yaml\n")
     assert "# The groups that may read the host's kernel log" in daemonset  # the chart's comments travel with it
+
+
+def test_an_invalid_rendered_object_is_refused_with_its_field_and_a_hint() -> None:
+    good = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "gpufleet"}}
+    monitor = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "m"}}
+    unchecked = validate([Manifest(good, "", "t/cm.yaml"), Manifest(monitor, "", "t/sm.yaml")], "1.33")
+    assert [m.kind for m in unchecked] == ["ServiceMonitor"]
+    bad = {**good, "dataa": {"k": "v"}}
+    with pytest.raises(UserError) as raised:
+        validate([Manifest(bad, "", "t/cm.yaml")], "1.33")
+    assert "ConfigMap gpufleet/x (from t/cm.yaml) is not valid for Kubernetes 1.33: (the object): unknown field" in (
+        raised.value.message
+    )
+    assert "'dataa' -> 'data'" in (raised.value.fix or "")

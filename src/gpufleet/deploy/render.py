@@ -249,22 +249,27 @@ def _install_order(manifest: Manifest) -> tuple[int, str, str]:
 
 
 def validate(manifests: list[Manifest], version: str) -> list[Manifest]:
-    """Check each object against the Kubernetes `version` schemas, strictly; returns the custom resources, which
-    those schemas do not describe."""
-    kv = _validator()
+    """Check each object against the Kubernetes `version` schemas, strictly, as `gpufleet doctor` does (the same
+    cached validators, every error with its field and a hint); returns the custom resources, which those schemas
+    do not describe."""
+    from gpufleet.doctor import schema
+    from gpufleet.doctor.load import Document
+    from gpufleet.doctor.objects import K8sObject
+
     unchecked = []
     for manifest in manifests:
-        try:
-            kv.validate(manifest.obj, f"{version}.0", strict=True)
-        except kv.SchemaNotFoundError:
+        obj = K8sObject(Document(manifest.template, 0, manifest.obj))
+        if not schema.has_schema(obj, f"{version}.0"):
             unchecked.append(manifest)
-        except kv.ValidationError as exc:
-            field = ".".join(str(p) for p in exc.path) or "(the object)"
+            continue
+        errors = schema.validate(obj, f"{version}.0")
+        if errors:
+            more = " (the first of several errors)" if len(errors) > 1 else ""
             raise UserError(
-                f"{manifest.label} (from {manifest.template}) is not valid for Kubernetes {version}: "
-                f"{field}: {exc.message}",
-                fix="correct the value that feeds this field in the values file (see the chart's values.yaml)",
-            ) from None
+                f"{manifest.label} (from {manifest.template}) is {errors[0].message}{more}",
+                fix=f"{errors[0].fix}: correct the value that feeds this field in the values file (see the chart's"
+                " values.yaml)",
+            )
     return unchecked
 
 
