@@ -50,6 +50,7 @@ def test_the_schema_version_follows_the_cluster(tmp_path: Path) -> None:
     report = doctor(tmp_path, ("p.yaml", GOOD_POD), ("version.json", version))
     assert report.schema_version == "1.31.0"
     assert doctor(tmp_path, ("p.yaml", GOOD_POD), kube_version=(1, 36)).schema_version == "1.36.0"
+    assert doctor(tmp_path, ("p.yaml", GOOD_POD), facts={"kubernetesVersion": "v1.30.2"}).schema_version == "1.30.0"
 
 
 def test_an_api_version_kubernetes_no_longer_serves_is_an_error(tmp_path: Path) -> None:

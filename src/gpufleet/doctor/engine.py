@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpufleet.doctor import schema
 from gpufleet.doctor.catalog import rule_catalog
-from gpufleet.doctor.facts import ClusterFacts, Version, gather, read_cluster_facts
+from gpufleet.doctor.facts import ClusterFacts, Version, gather, merge_cluster_facts, parse_version, read_cluster_facts
 from gpufleet.doctor.findings import Finding, Severity, ordered
 from gpufleet.doctor.load import Document, Loaded, input_files, load
 from gpufleet.doctor.objects import K8sObject, pod_templates
@@ -139,17 +139,6 @@ def _read_all(files: list[str], version: str, on_file: Callable[[str], None] | N
     return merged, findings
 
 
-def _provisional_version(kube_version: Version | None, cluster_facts: Path | None) -> Version | None:
-    """The Kubernetes version known before anything is read (the captures may still name another)."""
-    if kube_version is not None:
-        return kube_version
-    if cluster_facts is not None:
-        facts = ClusterFacts()
-        read_cluster_facts(cluster_facts, facts)
-        return facts.kubernetes_version
-    return None
-
-
 def run(
     paths: Iterable[str],
     *,
@@ -159,7 +148,10 @@ def run(
     on_file: Callable[[str], None] | None = None,
 ) -> Report:
     files = input_files(paths)
-    guess = schema.schema_version(_provisional_version(kube_version, cluster_facts)) if check_schema else ""
+    given = read_cluster_facts(cluster_facts) if cluster_facts is not None else None
+    # The version known before anything is read (a capture in the input may still name another).
+    known_before = kube_version or (parse_version(given.kubernetes_version) if given else None)
+    guess = schema.schema_version(known_before) if check_schema else ""
     loaded, checked = _read_all(files, guess, on_file)
     findings = list(loaded.findings)
     objects: list[K8sObject] = []
@@ -173,8 +165,8 @@ def run(
         else:
             unknown.append(doc)
     facts = gather(configs, objects)
-    if cluster_facts is not None:
-        read_cluster_facts(cluster_facts, facts)
+    if given is not None:
+        merge_cluster_facts(given, str(cluster_facts), facts)
     if kube_version is not None:
         facts.kubernetes_version, facts.kubernetes_source = kube_version, "--kube-version"
     rules = registered()

@@ -219,8 +219,8 @@ def gather(documents: list[Document], objects: list[K8sObject]) -> ClusterFacts:
     return facts
 
 
-def read_cluster_facts(path: Path, facts: ClusterFacts) -> None:
-    """Merge a --cluster-facts file into `facts` (the file wins: it is what the operator says)."""
+def read_cluster_facts(path: Path) -> ClusterFactsFile:
+    """A --cluster-facts file, validated."""
     name = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -237,6 +237,11 @@ def read_cluster_facts(path: Path, facts: ClusterFacts) -> None:
         raise ManifestError(
             name, f"{where}: {first['msg']}", fix="see `gpufleet doctor --help` for the cluster-facts format"
         ) from None
+    return given
+
+
+def merge_cluster_facts(given: ClusterFactsFile, name: str, facts: ClusterFacts) -> None:
+    """Merge the cluster-facts file `name` into `facts` (the file wins: it is what the operator says)."""
     if given.kubernetes_version:
         facts.kubernetes_version, facts.kubernetes_source = parse_version(given.kubernetes_version), name
     if given.gpu_operator_version:
