@@ -125,6 +125,9 @@ class ClusterFacts:
     # component (kubelet, apiserver) -> gate -> on; with the file that set it
     feature_gates: dict[str, dict[str, bool]] = field(default_factory=dict)
     gate_sources: dict[str, str] = field(default_factory=dict)
+    # admission plugins a kube-apiserver static pod in the input enables (--enable minus --disable), and its file
+    admission_plugins: set[str] = field(default_factory=set)
+    admission_source: str = ""
 
     @property
     def gpu_nodes(self) -> list[NodeFacts]:
@@ -155,6 +158,21 @@ def node_facts(obj: K8sObject) -> NodeFacts:
         kernel=info.get("kernelVersion"),
         os_image=info.get("osImage"),
     )
+
+
+def flag_values(args: list[str], flag: str) -> list[str]:
+    """Every value of `flag` in a command line, written `--flag=value` or `--flag value`."""
+    out = []
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            out.append(arg[len(flag) + 1 :])
+        elif arg == flag and i + 1 < len(args):
+            out.append(args[i + 1])
+    return out
+
+
+def _names(text: str) -> set[str]:
+    return {p.strip() for p in text.split(",") if p.strip()}
 
 
 def _gates(text: str) -> dict[str, bool]:
@@ -209,10 +227,15 @@ def gather(documents: list[Document], objects: list[K8sObject]) -> ClusterFacts:
         if obj.kind == "Pod" and obj.name.startswith("kube-apiserver"):
             for template in pod_templates(obj):
                 for c in template.containers():
-                    for arg in [*as_list(c.get("command")), *as_list(c.get("args"))]:
-                        if isinstance(arg, str) and arg.startswith("--feature-gates="):
-                            facts.feature_gates.setdefault("apiserver", {}).update(_gates(arg.split("=", 1)[1]))
-                            facts.gate_sources["apiserver"] = obj.doc.file
+                    args = [str(a) for a in [*as_list(c.get("command")), *as_list(c.get("args"))]]
+                    for value in flag_values(args, "--feature-gates"):
+                        facts.feature_gates.setdefault("apiserver", {}).update(_gates(value))
+                        facts.gate_sources["apiserver"] = obj.doc.file
+                    enabled = {p for v in flag_values(args, "--enable-admission-plugins") for p in _names(v)}
+                    disabled = {p for v in flag_values(args, "--disable-admission-plugins") for p in _names(v)}
+                    if enabled - disabled:
+                        facts.admission_plugins |= enabled - disabled
+                        facts.admission_source = obj.doc.file
     if facts.kubernetes_version is None and kubelet_versions:
         # The control plane is at least as new as its kubelets; the newest kubelet is the best floor we have.
         facts.kubernetes_version, facts.kubernetes_source = max(kubelet_versions)

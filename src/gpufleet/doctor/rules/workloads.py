@@ -30,7 +30,6 @@ from gpufleet.doctor.objects import (
     exact_quantity,
     gpu_resource_names,
     node_selection_matches,
-    pod_templates,
     quantity,
     resources,
     tolerates,
@@ -309,22 +308,8 @@ def _candidates(cluster: _Cluster, t: PodTemplate) -> list[NodeFacts]:
 
 def _admission_plugin(ctx: Context) -> str | None:
     """Where the ExtendedResourceToleration admission plugin is seen enabled, or None."""
-    for obj in ctx.of_kind("Pod"):
-        if not obj.name.startswith("kube-apiserver"):
-            continue
-        for t in pod_templates(obj):
-            for c in t.containers():
-                args = [str(a) for a in [*as_list(c.get("command")), *as_list(c.get("args"))]]
-                plugins: dict[str, set[str]] = {"enable": set(), "disable": set()}
-                for i, arg in enumerate(args):
-                    for which in plugins:
-                        flag = f"--{which}-admission-plugins"
-                        value = arg[len(flag) + 1 :] if arg.startswith(flag + "=") else None
-                        if arg == flag and i + 1 < len(args):
-                            value = args[i + 1]
-                        plugins[which].update(p.strip() for p in (value or "").split(","))
-                if "ExtendedResourceToleration" in plugins["enable"] - plugins["disable"]:
-                    return f"kube-apiserver in {obj.doc.file}"
+    if "ExtendedResourceToleration" in ctx.facts.admission_plugins:
+        return f"kube-apiserver in {ctx.facts.admission_source}"
     if any("cloud.google.com/gke-nodepool" in n.labels for n in ctx.facts.nodes.values()):
         return "GKE, whose API server runs it"
     return None
