@@ -49,6 +49,21 @@ class RootCause(StrEnum):
     recovery_action = "recovery-action"  # Xid 154: the driver announced what it needs
     diag_failure = "diag-failure"
     collective_slow = "collective-slow"  # a measured collective (nccl-tests) well below what the fabric should give
+    # the application layer: what a job's or a service's own metrics say
+    loss_nonfinite = "loss-nonfinite"  # NaN or infinite loss (or gradient norm)
+    loss_plateau = "loss-plateau"  # loss not decreasing over N steps: frozen (stall) or flat within noise (plateau)
+    loss_divergence = "loss-divergence"  # validation loss rising while training loss falls, or loss blowing up
+    gradient_norm = "gradient-norm"  # exploding (> 100) or vanishing (< 1e-7)
+    throughput_drop = "throughput-drop"  # samples/s well below the job's own baseline
+    input_starved = "input-starved"  # GPUs waiting on the input pipeline
+    checkpoint_failure = "checkpoint-failure"
+    gpu_oom = "gpu-oom"  # CUDA out of memory: the framework's allocator, not the kernel
+    host_oom = "host-oom"  # the kernel's OOM killer (a cgroup limit or the node's memory)
+    slo_latency = "slo-latency"  # request-duration percentiles over their objective
+    slo_ttft = "slo-ttft"  # time to first token over its objective
+    slo_errors = "slo-errors"  # error ratio over its objective
+    slo_availability = "slo-availability"  # successful-request ratio under its objective over the hour
+    service_stale = "service-stale"  # a service's replicas stopped reporting
 
 
 @dataclass(slots=True)

@@ -228,6 +228,28 @@ class RankFact(msgspec.Struct, array_like=True):
     compute_s: float | None = None  # the rank's compute time per step, when the framework exports it
 
 
+class TrainingSignals(msgspec.Struct, omit_defaults=True):
+    """What a job's own instrumentation said at its last scrape (the `gpufleet.instrument` names); None where the
+    job does not export it. JSON has no NaN or infinity, so a non-finite value travels as None with its field's
+    name in `nonfinite` (a NaN loss is a finding, not a missing value)."""
+
+    step: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    loss: float | None = None
+    validation_loss: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    samples_per_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    tokens_per_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    data_wait_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None  # the slowest rank's input wait, last step
+    checkpoints_ok: Annotated[int, msgspec.Meta(ge=0)] = 0  # cumulative
+    checkpoints_failed: Annotated[int, msgspec.Meta(ge=0)] = 0
+    checkpoint_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None  # the last write's duration
+    last_checkpoint_time: Time | None = None
+    barrier_timeouts: Annotated[int, msgspec.Meta(ge=0)] = 0
+    missing_rank: Annotated[int, msgspec.Meta(ge=0)] | None = None  # the rank the last timed-out barrier lacked
+    nonfinite: Annotated[list[Short], msgspec.Meta(max_length=16)] = []
+
+
 class JobFact(msgspec.Struct):
     """A training job's ranks on this node and its progress, as the framework reports it."""
 
@@ -238,11 +260,29 @@ class JobFact(msgspec.Struct):
     step_seconds: float = 0.0
     step: int = 0
     restarts: int = 0
+    signals: TrainingSignals | None = None  # from the node that hosts the rank exporting them (rank 0 usually)
+
+
+class HistogramFact(msgspec.Struct, array_like=True):
+    """A cumulative Prometheus histogram as last scraped: `counts[i]` observations were <= `bounds[i]`, `count`
+    in all (the +Inf bucket). The control plane differences successive ones over its own windows."""
+
+    bounds: Annotated[list[float], msgspec.Meta(max_length=64)]
+    counts: Annotated[list[Annotated[float, msgspec.Meta(ge=0.0)]], msgspec.Meta(max_length=64)]
+    count: Annotated[float, msgspec.Meta(ge=0.0)]
+    sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.counts) != len(self.bounds):
+            raise ValueError(f"histogram has {len(self.counts)} counts for {len(self.bounds)} bounds")
 
 
 class ServiceFact(msgspec.Struct):
     """An inference service with replicas on this node, from its own request-duration histogram: percentiles are
-    over the requests since the last push (None when there were too few to say), counts are cumulative."""
+    over the requests since the last push (None when there were too few to say), counts are cumulative.
+
+    The cumulative histograms (request duration, time to first token, inter-token latency) let the control plane
+    judge the SLOs over its own windows (5 minutes, an hour), summed across the service's replicas."""
 
     service: Name
     gpus: Annotated[list[GpuIndex], msgspec.Meta(max_length=4096)] = []
@@ -254,6 +294,13 @@ class ServiceFact(msgspec.Struct):
     p99_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
     slo_p99_s: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
     window_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0  # what the percentiles span
+    version: Short = ""
+    latency: HistogramFact | None = None
+    ttft: HistogramFact | None = None
+    inter_token: HistogramFact | None = None
+    generated_tokens: Annotated[float, msgspec.Meta(ge=0.0)] | None = None  # cumulative
+    queue_depth: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    problems: Annotated[list[Text], msgspec.Meta(max_length=16)] = []  # what was wrong with its series, and skipped
 
 
 class PendingWork(msgspec.Struct):
