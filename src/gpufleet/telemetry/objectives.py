@@ -1,0 +1,49 @@
+"""Service-level objectives of inference services: one definition read by the SLO alert rules (PromQL, for
+Prometheus) and by the control plane's SLO detector, so both judge a service against the same numbers.
+
+The defaults are the serving objectives operators start from: p99 under 2 s and p95 under 500 ms over 5 minutes,
+time to first token under 300 ms, errors under 0.1 %, availability of 99.9 % over an hour, within a 30-day budget.
+A percentile over too few requests is noise: below `min_requests_per_s` the service is said to have too little
+traffic, and nothing is alerted.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Objectives(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    p99_s: float | None = Field(default=2.0, gt=0)  # request duration, 99th percentile
+    p95_s: float | None = Field(default=0.5, gt=0)
+    ttft_s: float | None = Field(default=0.3, gt=0)  # time to first token, judged at `ttft_quantile`
+    ttft_quantile: float = Field(default=0.95, gt=0, lt=1)
+    error_ratio: float | None = Field(default=0.001, gt=0, lt=1)  # failed requests / requests
+    availability: float | None = Field(default=0.999, gt=0, lt=1)  # successful requests / requests, over the hour
+    latency_window_s: float = Field(default=300.0, gt=0)  # the percentiles' window
+    availability_window_s: float = Field(default=3600.0, gt=0)
+    budget_window_days: float = Field(default=30.0, gt=0)  # the error budget the burn rates spend
+    min_requests_per_s: float = Field(default=0.1, ge=0)  # under this, too little traffic to judge
+
+
+class ServiceObjectives(Objectives):
+    """One service's objectives (`model` is the `model` label its metrics carry); unset fields take the defaults."""
+
+    model: str = Field(min_length=1)
+    version: str | None = None  # only this version's series; every version when absent
+
+
+class SloConfig(BaseModel):
+    """Objectives for every service (`defaults`) and per service (`services`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    defaults: Objectives = Objectives()
+    services: list[ServiceObjectives] = []
+
+    def for_service(self, model: str) -> Objectives:
+        for svc in self.services:
+            if svc.model == model:
+                return svc
+        return self.defaults
