@@ -42,8 +42,10 @@ class SloConfig(BaseModel):
     defaults: Objectives = Objectives()
     services: list[ServiceObjectives] = []
 
-    def for_service(self, model: str) -> Objectives:
+    def for_service(self, model: str, version: str = "") -> Objectives:
+        """The service's own objectives over the config's defaults (fields it leaves unset take those)."""
         for svc in self.services:
-            if svc.model == model:
-                return svc
+            if svc.model == model and svc.version in (None, version):
+                own = svc.model_dump(exclude_unset=True, exclude={"model", "version"})
+                return self.defaults.model_copy(update=own)
         return self.defaults
