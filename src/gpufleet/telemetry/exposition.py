@@ -99,6 +99,16 @@ def attribution_labels(frame: MetricFrame, index: int, config: ExpositionConfig)
     return list(zip(names, (attr.container, attr.namespace, attr.pod), strict=True))
 
 
+def info_labels(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[tuple[str, str]]:
+    """The workload info series' labels: the pod's, and its workload (job or service) when known. Only the info
+    series carries `workload`: dcgm-exporter's own series keep exactly its labels."""
+    attrs = attribution_labels(frame, index, config)
+    workload = frame.attribution[index]
+    if attrs and workload is not None and workload.workload:
+        attrs.append(("workload", workload.workload))
+    return attrs
+
+
 def series_attributions(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[list[tuple[str, str]]]:
     """The attribution label sets of a GPU's series in compat mode: one per HPC job using the GPU (each with its
     hpc_job), or the one set of pod labels (empty with none); always [[]] in info mode."""
@@ -274,7 +284,7 @@ class Renderer:
             return
         lines = []
         for i, entity in enumerate(frame.entities):
-            attrs = attribution_labels(frame, i, self.config)
+            attrs = info_labels(frame, i, self.config)
             if attrs:
                 body = [*gpu_identity_labels(entity, self.config), *sorted(attrs)]
                 lines.append(f"{POD_INFO_METRIC}{{{_pairs(body)}}} 1\n")

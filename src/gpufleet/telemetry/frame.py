@@ -50,6 +50,7 @@ class Attribution:
     pod: str
     namespace: str
     container: str
+    workload: str = ""  # the job or service the pod belongs to (its owner), for cost and the application join
 
 
 @dataclass(frozen=True, slots=True)

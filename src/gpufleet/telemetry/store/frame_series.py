@@ -18,10 +18,10 @@ from gpufleet.telemetry.blanks import valid_mask
 from gpufleet.telemetry.exposition import (
     POD_INFO_METRIC,
     ExpositionConfig,
-    attribution_labels,
     gpu_identity_labels,
     gpu_series_labels,
     ib_port_labels,
+    info_labels,
 )
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -123,7 +123,7 @@ class FrameSeries:
             return _with_name("DCGM_EXP_XID_ERRORS_COUNT", gpu_series_labels(frame, i, cfg, extra))
         if kind == "pod":
             _, i, _attr = key
-            attrs = sorted(attribution_labels(frame, i, cfg))
+            attrs = sorted(info_labels(frame, i, cfg))
             return _with_name(POD_INFO_METRIC, [*gpu_identity_labels(frame.entities[i], cfg), *attrs])
         if kind == "gauge":
             return _with_name(key[1], list(key[2]))
