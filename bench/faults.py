@@ -37,8 +37,7 @@ from gpufleet.model import InferenceService, RootCause, TrainingJob
 from gpufleet.model.observe import Ack, Batch
 from gpufleet.sim.faults import InjectedFault, expand_campaign
 from gpufleet.sim.scenario import layout_workload
-from gpufleet.sim.source import EPOCH
-from gpufleet.sim.twin import Twin
+from gpufleet.sim.twin import EPOCH, Twin
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.scenario_spec import CampaignSpec, FaultType, ScenarioBody
 

@@ -92,7 +92,7 @@ from gpufleet.errors import ManifestError
 from gpufleet.model.observe import Ack, Batch, Finding, Record
 from gpufleet.model.wire import JSON, decode_ack, encode
 from gpufleet.sim.faults import InjectedFault
-from gpufleet.sim.source import EPOCH
+from gpufleet.sim.twin import EPOCH
 from gpufleet.spec.scenario_spec import FaultType
 
 BENCH = Path(__file__).resolve().parent

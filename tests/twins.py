@@ -46,7 +46,7 @@ def door(twin: Twin, remediation: str = "off", db: object = None, lock: object =
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
-    from gpufleet.sim.source import EPOCH
+    from gpufleet.sim.twin import EPOCH
     from gpufleet.state import Database
     from gpufleet.telemetry.store import EmbeddedStore
 

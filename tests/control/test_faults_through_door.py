@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet.model import EntityKind, Incident, RootCause
 from gpufleet.sim.faults import InjectedFault
-from gpufleet.sim.source import EPOCH
+from gpufleet.sim.twin import EPOCH
 from gpufleet.spec.scenario_spec import FaultType
 from tests.twins import run_door, small_twin
 

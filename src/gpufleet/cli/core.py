@@ -31,7 +31,6 @@ def local_plane(scenario: Path, at: str, progress: bool = True) -> Any:
     from gpufleet.sim.fleet import SimFleet
     from gpufleet.sim.runner import run_headless
     from gpufleet.sim.scenario import build_twin
-    from gpufleet.sim.source import EPOCH
     from gpufleet.state import Database
     from gpufleet.telemetry.store import EmbeddedStore
 
@@ -42,7 +41,7 @@ def local_plane(scenario: Path, at: str, progress: bool = True) -> Any:
     plane = ControlPlane(
         Database(":memory:"),
         TwinBackend(twin, threading.RLock()),
-        clock=lambda: EPOCH + twin.time,
+        clock=lambda: twin.epoch + twin.time,
         remediation="off",
         metrics=EmbeddedStore(None),
     )

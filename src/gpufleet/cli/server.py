@@ -185,7 +185,6 @@ def twin_plane(
     from gpufleet.sim.journal import TwinJournal, scenario_id
     from gpufleet.sim.runner import SimRunner
     from gpufleet.sim.scenario import build_twin
-    from gpufleet.sim.source import EPOCH
     from gpufleet.state import open_state
 
     if speed <= 0:
@@ -194,13 +193,17 @@ def twin_plane(
     twin, _ = build_twin(scenario)
     db = open_state(home, state)
     journal = TwinJournal(db, scenario_id(scenario))
+    checkpoint, actions = journal.load()
+    if checkpoint is None:
+        journal.reset()
+    twin.epoch = journal.epoch(fresh=time.time())  # the twin's clock starts at the wall clock
     lock = threading.RLock()
     backend = TwinBackend(twin, lock, journal)
     thresholds = load_thresholds()
     plane = ControlPlane(
         db,
         backend,
-        clock=lambda: EPOCH + twin.time,
+        clock=lambda: twin.epoch + twin.time,
         remediation=remediation.value,
         metrics=_metrics(home, metrics),
         thresholds=thresholds,
@@ -208,7 +211,6 @@ def twin_plane(
     )
     fleet = SimFleet(twin)
     runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, db=db, journal=journal, speed=speed)
-    checkpoint, actions = journal.load()
     resumed = ""
     if checkpoint is not None:
         started = time.perf_counter()
@@ -221,8 +223,6 @@ def twin_plane(
             time.perf_counter() - started,
             replayed,
         )
-    else:
-        journal.reset()
     check = lambda: runner.error or (None if runner.alive else "the twin is not running")  # noqa: E731
     about = (
         f"cluster   {twin.cluster.name}: {len(twin.cluster.nodes)} nodes, {twin.gpus.n} GPUs, speed {speed:g}x{resumed}"

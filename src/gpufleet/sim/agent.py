@@ -75,7 +75,7 @@ def sim_agent(
     token: Callable[[], str | None],
     exposition: ExpositionConfig | None = None,
 ) -> Agent:
-    twin, _ = build_twin(scenario)
+    twin, _ = build_twin(scenario, epoch=time.time())  # its jobs' timestamps on the wall clock Prometheus reads
     clock = TwinClock(twin, speed)
     source = TwinSource(twin, node=node)
     frame = source.new_frame()

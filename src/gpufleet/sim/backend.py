@@ -23,7 +23,6 @@ from gpufleet.remediate.backends.base import (
     RunsDiagnostics,
 )
 from gpufleet.sim.journal import TwinJournal
-from gpufleet.sim.source import EPOCH
 from gpufleet.sim.twin import Twin
 
 
@@ -47,7 +46,7 @@ class TwinBackend(
         self.journal = journal
 
     def now(self) -> float:
-        return EPOCH + float(self.twin.time)
+        return self.twin.epoch + float(self.twin.time)
 
     def nodes(self) -> list[str]:
         return [n.name for n in self.twin.cluster.nodes]

@@ -41,7 +41,7 @@ from gpufleet.model.observe import (
     ServiceFact,
 )
 from gpufleet.sim.fabric_report import TwinFabricWatch
-from gpufleet.sim.source import EPOCH, RANK_EXPORT_S, GaugeKey, TwinSource
+from gpufleet.sim.source import RANK_EXPORT_S, GaugeKey, TwinSource
 from gpufleet.sim.twin import Twin
 from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.telemetry.frame import label_items
@@ -103,7 +103,7 @@ class SimFleet:
     def collect(self) -> list[Batch]:
         """Every answering node's batch for the twin's current moment."""
         twin, frame = self.twin, self.frame
-        now = EPOCH + twin.time
+        now = twin.epoch + twin.time
         frame.clear_values()
         self.source.collect(frame)
         kernel: dict[str, list[KernelEvent]] = {}
@@ -220,7 +220,7 @@ class SimFleet:
                         job=job.name,
                         ranks=node_ranks,
                         world_size=job.world_size,
-                        last_step_time=EPOCH + job.last_step_time,
+                        last_step_time=twin.epoch + job.last_step_time,
                         step_seconds=job.step_time_s,
                         step=job.step,
                         restarts=job.restarts,

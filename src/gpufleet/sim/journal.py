@@ -17,6 +17,8 @@ from typing import Any
 
 from gpufleet.state import Database
 
+EPOCH_KEY = "twin_epoch"
+
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
@@ -51,6 +53,16 @@ class TwinJournal:
         with self.db.transaction():
             self.db.execute("DELETE FROM twin_checkpoint")
             self.db.execute("DELETE FROM twin_actions")
+        self.db.set_meta(EPOCH_KEY, "")
+
+    def epoch(self, fresh: float) -> float:
+        """The twin's t=0 as Unix time: kept from the run a checkpoint belongs to, so a resumed twin's times go on
+        from its incidents' and metrics'; `fresh` (the wall clock) for a twin starting anew."""
+        kept = self.db.get_meta(EPOCH_KEY)
+        if kept:
+            return float(kept)
+        self.db.set_meta(EPOCH_KEY, repr(fresh))
+        return fresh
 
     def checkpoint(self, time: float, incarnation: str, agents: dict[str, dict[str, int]]) -> None:
         self.db.execute(

@@ -8,7 +8,7 @@ from gpufleet.errors import ManifestError, UserError
 from gpufleet.model import Cluster, InferenceService, TrainingJob
 from gpufleet.sched.partition.mig import geometry_of, layout_for_counts
 from gpufleet.sim.faults import expand_campaign, from_specs
-from gpufleet.sim.twin import Twin
+from gpufleet.sim.twin import EPOCH, Twin
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.loader import load_scenario
 from gpufleet.spec.scenario_spec import MigSpec, ScenarioBody
@@ -112,7 +112,7 @@ def layout_workload(
     return jobs, services
 
 
-def build_twin(path: Path, *, ring_seconds: int = 300) -> tuple[Twin, float]:
+def build_twin(path: Path, *, ring_seconds: int = 300, epoch: float = EPOCH) -> tuple[Twin, float]:
     scenario, cluster_name, body = load_scenario(path)
     spec = scenario.spec
     cluster = build_cluster(cluster_name, body)
@@ -132,5 +132,6 @@ def build_twin(path: Path, *, ring_seconds: int = 300) -> tuple[Twin, float]:
         cost_per_gpu_hour=body.cost_per_gpu_hour,
         ring_seconds=ring_seconds,
         restart_backoff_s=spec.workload.restart_backoff if spec.workload.restart_policy == "OnFailure" else None,
+        epoch=epoch,
     )
     return twin, spec.duration

@@ -22,7 +22,6 @@ GaugeKey = tuple[str, LabelItems]
 RANK_EXPORT_S = 5.0
 
 # Wall-clock origin for the twin's t=0, so timestamps look like Unix time to Prometheus and to people.
-EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 # (DCGM field, twin array, scale)
 GPU_FIELDS: tuple[tuple[str, str, float], ...] = (
@@ -139,7 +138,7 @@ class TwinSource:
     def collect(self, frame: MetricFrame) -> None:
         """Fill `frame` with the twin's current readings (the caller clears the frame once per tick)."""
         twin, g, idx = self.twin, self.twin.gpus, self.gpu_idx
-        frame.timestamp = EPOCH + twin.time
+        frame.timestamp = twin.epoch + twin.time
         alive = g.alive[idx]
         for field, attr, scale in GPU_FIELDS:
             if not frame.has_gpu_field(field):
@@ -233,7 +232,7 @@ class TwinSource:
                 continue
             labels = {"job": job.name}
             if job.state in (JobState.running, JobState.hung):
-                frame.set_gauge("training_last_step_timestamp_seconds", labels, EPOCH + job.last_step_time)
+                frame.set_gauge("training_last_step_timestamp_seconds", labels, twin.epoch + job.last_step_time)
                 frame.set_gauge("training_step_duration_seconds", labels, job.step_time_s)
             else:
                 frame.remove_gauge("training_last_step_timestamp_seconds", labels)

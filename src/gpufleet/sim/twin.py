@@ -41,6 +41,8 @@ from gpufleet.sim.workloads import (
     training_demand,
 )
 
+EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the reproducible runs' t=0
+
 BOOT_OFFSET_S = 3 * 86400.0  # nodes booted three days before the twin's t=0
 REBOOT_S = 300.0
 FLAP_PERIOD_S = 90.0
@@ -79,8 +81,12 @@ class Twin:
         cost_per_gpu_hour: dict[str, float] | None = None,
         ring_seconds: int = 300,
         restart_backoff_s: float | None = 120.0,
+        epoch: float = EPOCH,
     ) -> None:
         self.cluster = cluster
+        # Unix time of the twin's t=0: a fixed day for reproducible runs, the wall clock when it runs beside real
+        # tools (timestamps its workloads export are compared with Prometheus' time())
+        self.epoch = epoch
         self.seed = seed
         self.tick = tick
         self.ambient_c = ambient_c
