@@ -5,12 +5,14 @@ next push. Kernel reports do not wait for a collection: they are judged and spoo
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from gpufleet.agent.app import read_signals, with_signals
 from gpufleet.agent.pusher import NodeState
 from gpufleet.agent.services import ServiceWindows
 from gpufleet.agent.spool import RecordSpool
@@ -18,6 +20,8 @@ from gpufleet.health.edge import NodeHealth
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import JobFact, MetricSnapshot, NodeInventory, Observation, SchedulerReport
 from gpufleet.telemetry.frame import MetricFrame
+
+log = logging.getLogger("gpufleet.agent")
 
 INVENTORY_EVERY_S = 300.0  # an agent resends its inventory this often (and whenever it changes)
 INVENTORY_CHECK_S = 60.0  # how often an agent looks at its node's versions
@@ -86,6 +90,7 @@ class EdgeAgent:
         self._lock = threading.Lock()  # the kernel follower and the collector both spool
         self.inventory = InventoryCadence()
         self.records = 0
+        self._said: set[str] = set()  # application-metric problems already logged
 
     def kernel_events(self, events: list[KernelEvent]) -> None:
         """Reports the kernel-log follower just parsed: judged and spooled now, pushed at once."""
@@ -106,12 +111,21 @@ class EdgeAgent:
         self.state.set(
             snapshot(frame, now),
             inventories[0] if inventories else None,
-            self.read_jobs() if self.read_jobs else None,
+            self._jobs(frame),
             self.services.facts(frame, now) if frame.histograms else None,
             self.read_scheduler() if self.read_scheduler else None,
         )
         if observations:
             self.wake()
+
+    def _jobs(self, frame: MetricFrame) -> list[JobFact] | None:
+        """The jobs on this node: from the workload reader, with what the jobs' own series say."""
+        read = read_signals(frame.gauges)
+        for problem in read.problems:
+            if problem not in self._said:
+                self._said.add(problem)
+                log.warning("application metrics: %s", problem)
+        return with_signals(self.read_jobs() if self.read_jobs else None, read)
 
     def _spool(self, observations: list[Observation]) -> None:
         if observations:

@@ -14,6 +14,7 @@ from gpufleet.agent.collector import MetricSource
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
 from gpufleet.errors import GpufleetError
 from gpufleet.model.observe import SchedulerReport
+from gpufleet.sources.app_scrape import AppMetricsSource, AppScrape
 from gpufleet.sources.host import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
 from gpufleet.sources.slurm_jobmap import JobMapSource
 from gpufleet.telemetry.exposition import ExpositionConfig
@@ -37,6 +38,7 @@ def host_agent(
     labels: dict[str, str] | None = None,
     scheduler: Callable[[], SchedulerReport | None] | None = None,
     job_map_dir: Path | None = None,
+    app_targets: list[str] | None = None,
 ) -> Agent:
     name = node or socket.gethostname()
     nvml = None
@@ -62,6 +64,9 @@ def host_agent(
         sources.append(IbSysfsSource(ib_sysfs))
     if job_map_dir is not None:
         sources.append(JobMapSource(job_map_dir))
+    scrape = AppScrape(app_targets, every_s=max(interval, 5.0)) if app_targets else None
+    if scrape is not None:
+        sources.append(AppMetricsSource(scrape))
     inventory = lambda: read_inventory(name, nvml, ib_sysfs, labels)  # noqa: E731
     agent = assemble(
         name,
@@ -79,6 +84,8 @@ def host_agent(
         scheduler=scheduler,
         port_speeds_gbps=port_speeds(frame, inventory()) if ports else None,
     )
+    if scrape is not None:
+        agent.stoppers.insert(0, scrape)
     for source, why in down:  # said once, and kept visible in /metrics and /healthz
         agent.collector.report(source, False, why)
     return agent

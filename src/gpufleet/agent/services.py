@@ -1,24 +1,60 @@
-"""Inference services seen from their own request-duration histograms: requests, errors and latency percentiles
-over the last minute, for the push. A percentile needs enough requests to mean something; with fewer it is
-absent, not zero."""
+"""Inference services seen from their own series: request-duration, time-to-first-token and inter-token histograms,
+errors, generated tokens and queue depth (gpufleet.instrument's names, or vLLM's), into one `ServiceFact` per
+service and version for the push.
+
+The last minute's traffic and p50/p95/p99 are computed here for a quick look; the cumulative histograms travel too,
+so the control plane judges the SLOs over its own windows, summed across replicas. A percentile needs enough
+requests to mean something; with fewer it is absent, not zero. A histogram that breaks Prometheus' rules (bounds
+not ascending, cumulative counts falling) is skipped and said in the fact's `problems`, never half-read.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpufleet.model.observe import ServiceFact
-from gpufleet.telemetry.frame import LabelItems, MetricFrame
+from gpufleet.instrument import names
+from gpufleet.model.observe import HistogramFact, ServiceFact
+from gpufleet.telemetry.frame import Histogram, LabelItems, MetricFrame
 from gpufleet.telemetry.quantile import histogram_quantile
 
-# histogram -> the label that names the service (gpufleet's own instrumentation, vLLM's)
-LATENCY_HISTOGRAMS = {
-    "gpufleet_inference_request_duration_seconds": "model",
-    "vllm:e2e_request_latency_seconds": "model_name",
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """One server's names for the same signals, and the label that names the service."""
+
+    service_label: str
+    ttft: str
+    inter_token: str
+    errors: str | None
+    generated_tokens: str
+    queue_depth: str
+
+
+# request-duration histogram -> how the rest of that server's series are named
+DIALECTS = {
+    names.INFERENCE_REQUEST_DURATION: Dialect(
+        "model",
+        names.INFERENCE_TIME_TO_FIRST_TOKEN,
+        names.INFERENCE_INTER_TOKEN_LATENCY,
+        names.INFERENCE_ERRORS,
+        names.INFERENCE_GENERATED_TOKENS,
+        names.INFERENCE_QUEUE_DEPTH,
+    ),
+    names.VLLM_REQUEST_DURATION: Dialect(
+        "model_name",
+        names.VLLM_TIME_TO_FIRST_TOKEN,
+        names.VLLM_INTER_TOKEN_LATENCY,
+        None,  # vLLM counts finished requests by reason, not errors
+        names.VLLM_GENERATED_TOKENS,
+        names.VLLM_QUEUE_DEPTH,
+    ),
 }
-ERRORS = "gpufleet_inference_request_errors_total"
+LATENCY_HISTOGRAMS = {name: d.service_label for name, d in DIALECTS.items()}
+ERRORS = names.INFERENCE_ERRORS
 WINDOW_S = 60.0
 MIN_REQUESTS = 20  # fewer in the window: no percentile
 
@@ -30,6 +66,22 @@ class _Point:
     count: int
 
 
+def histogram_fact(hist: Histogram) -> tuple[HistogramFact | None, str | None]:
+    """The wire form of a scraped histogram, or why it cannot be read."""
+    bounds = np.asarray(hist.bounds, dtype=np.float64)
+    counts = np.asarray(hist.bucket_counts, dtype=np.float64)
+    if bounds.size == 0 or bounds.size != counts.size:
+        return None, f"{bounds.size} bucket bounds for {counts.size} counts"
+    if not np.isfinite(bounds).all() or np.any(np.diff(bounds) <= 0):
+        return None, "bucket bounds are not finite and ascending"
+    if not np.isfinite(counts).all() or counts.min() < 0 or np.any(np.diff(counts) < 0):
+        return None, "cumulative bucket counts fall from one bucket to the next"
+    if not math.isfinite(hist.count) or hist.count < counts[-1]:
+        return None, f"count {hist.count} is below the last bucket's {counts[-1]:g}"
+    total = hist.sum if math.isfinite(hist.sum) else 0.0
+    return HistogramFact(bounds.tolist(), counts.tolist(), float(hist.count), total), None
+
+
 class ServiceWindows:
     def __init__(self, window_s: float = WINDOW_S, min_requests: int = MIN_REQUESTS) -> None:
         self.window_s, self.min_requests = window_s, min_requests
@@ -38,35 +90,69 @@ class ServiceWindows:
     def facts(self, frame: MetricFrame, now: float) -> list[ServiceFact]:
         out = []
         for (name, labels), hist in frame.histograms.items():
-            label = LATENCY_HISTOGRAMS.get(name)
-            service = dict(labels).get(label or "")
-            if not service:
+            dialect = DIALECTS.get(name)
+            label = dict(labels)
+            service = label.get(dialect.service_label, "") if dialect else ""
+            if dialect is None or not service:
                 continue
-            past = self._past.setdefault((name, labels), deque())
-            point = _Point(now, hist.bucket_counts.copy(), hist.count)
-            if past and point.count < past[-1].count:  # the server restarted: its counters began again
-                past.clear()
-            past.append(point)
-            while len(past) > 1 and now - past[1].time >= self.window_s:
-                past.popleft()
-            first = past[0]
-            requests = point.count - first.count
-            span = now - first.time
-            quantiles: list[float | None] = [None, None, None]
-            if requests >= self.min_requests:
-                window = point.buckets - first.buckets
-                quantiles = [round(histogram_quantile(q, hist.bounds, window, requests), 6) for q in (0.5, 0.95, 0.99)]
-            errors = frame.gauges.get((ERRORS, ((label or "model", service),)), 0.0)
+            problems: list[str] = []
+            latency, why = histogram_fact(hist)
+            if why:
+                problems.append(f"{name}: {why}; skipped")
+            quantiles, requests, span = self._window((name, labels), hist, now) if latency else ([None] * 3, 0, 0.0)
+            extra = self._companions(frame, dialect, labels, problems)
+            errors = frame.gauges.get((dialect.errors, labels), 0.0) if dialect.errors else 0.0
             out.append(
                 ServiceFact(
                     service=service,
-                    requests=point.count,
-                    errors=int(errors),
+                    requests=int(hist.count) if latency else 0,
+                    errors=int(errors) if math.isfinite(errors) and errors >= 0 else 0,
                     requests_per_s=round(requests / span, 3) if span > 0 else 0.0,
                     p50_s=quantiles[0],
                     p95_s=quantiles[1],
                     p99_s=quantiles[2],
                     window_s=round(span, 3),
+                    version=label.get("version", ""),
+                    latency=latency,
+                    problems=problems[:16],
+                    **extra,
                 )
             )
+        return out
+
+    def _window(
+        self, key: tuple[str, LabelItems], hist: Histogram, now: float
+    ) -> tuple[list[float | None], int, float]:
+        past = self._past.setdefault(key, deque())
+        point = _Point(now, np.asarray(hist.bucket_counts).copy(), int(hist.count))
+        if past and point.count < past[-1].count:  # the server restarted: its counters began again
+            past.clear()
+        past.append(point)
+        while len(past) > 1 and now - past[1].time >= self.window_s:
+            past.popleft()
+        first = past[0]
+        requests = point.count - first.count
+        quantiles: list[float | None] = [None, None, None]
+        if requests >= self.min_requests:
+            window = point.buckets - first.buckets
+            quantiles = [round(histogram_quantile(q, hist.bounds, window, requests), 6) for q in (0.5, 0.95, 0.99)]
+        return quantiles, requests, now - first.time
+
+    @staticmethod
+    def _companions(
+        frame: MetricFrame, dialect: Dialect, labels: LabelItems, problems: list[str]
+    ) -> dict[str, HistogramFact | float | None]:
+        """The service's other series, under the same labels as its request-duration histogram."""
+        out: dict[str, HistogramFact | float | None] = {}
+        for field, name in (("ttft", dialect.ttft), ("inter_token", dialect.inter_token)):
+            hist = frame.histograms.get((name, labels))
+            if hist is not None:
+                fact, why = histogram_fact(hist)
+                if why:
+                    problems.append(f"{name}: {why}; skipped")
+                out[field] = fact
+        for field, name in (("generated_tokens", dialect.generated_tokens), ("queue_depth", dialect.queue_depth)):
+            value = frame.gauges.get((name, labels))
+            if value is not None and math.isfinite(value) and value >= 0:
+                out[field] = value
         return out

@@ -80,6 +80,12 @@ def agent(
         "id a line: dcgm-exporter's --hpc-job-mapping-dir format, kept by deploy/slurm/prolog.sh, e.g. "
         "/run/gpufleet/job-map) and expose them as hpc_job.",
     ),
+    app_metrics: list[str] = typer.Option(
+        [],
+        "--app-metrics",
+        help="Scrape a training or serving process's /metrics (gpufleet.instrument, vLLM) and report its jobs and "
+        "services with the node's GPUs; repeat for each process (e.g. http://127.0.0.1:8000/metrics).",
+    ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Where the event spool lives (default ~/.gpufleet/agent)."
     ),
@@ -147,6 +153,8 @@ def agent(
         if not control_plane:
             raise UserError("--fabric reports to a control plane", fix="add --control-plane URL")
         fabric_watch = _fabric_watch(fabric_subnet, parse_duration(fabric_poll), parse_duration(tool_timeout))
+    if sim and app_metrics:
+        raise UserError("the twin's jobs and services export their own metrics", fix="drop --app-metrics, or --sim")
     if sim and job_map_dir is not None:
         raise UserError("the twin attributes its own GPUs", fix="drop --job-map-dir, or --sim")
     if sim:
@@ -182,6 +190,7 @@ def agent(
             ib_sysfs=ib_sysfs,
             scheduler=watch,
             job_map_dir=job_map_dir,
+            app_targets=_app_targets(app_metrics),
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last
@@ -209,6 +218,15 @@ def agent(
         pass
     finally:
         built.stop()
+
+
+def _app_targets(urls: list[str]) -> list[str]:
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise UserError(
+                f"--app-metrics {url!r} is not an http(s) URL", fix="e.g. --app-metrics http://127.0.0.1:8000/metrics"
+            )
+    return urls
 
 
 def _fabric_watch(subnets: list[str], poll_s: float, timeout_s: float) -> FabricWatch:

@@ -24,6 +24,7 @@ from gpufleet.model.observe import (
     Record,
     SchedulerReport,
     ServiceFact,
+    TrainingSignals,
 )
 
 KERNEL_LOG = 50  # recent kernel reports kept per node for `describe node`
@@ -184,6 +185,21 @@ class FleetState:
                     parts.step_seconds = max(parts.step_seconds, fact.step_seconds)
             self._jobs = [parts.view(name) for name, parts in merged.items()]
         return self._jobs
+
+    def job_signals(self) -> dict[str, tuple[TrainingSignals, float]]:
+        """Each job's own signals, from the node exporting them (rank 0's), with when that node last pushed."""
+        out: dict[str, tuple[TrainingSignals, float]] = {}
+        for node in self.nodes.values():
+            if node.lost:
+                continue  # a silent node's last values are not the job's present
+            for fact in node.jobs:
+                if fact.signals is not None and (fact.job not in out or out[fact.job][1] < node.last_seen):
+                    out[fact.job] = (fact.signals, node.last_seen)
+        return out
+
+    def service_facts(self) -> list[tuple[str, ServiceFact]]:
+        """Every service replica the answering nodes report, with its node: a silent node's replicas go stale."""
+        return [(node.name, fact) for node in self.nodes.values() if not node.lost for fact in node.services]
 
     def rank_util(self, job: JobView) -> np.ndarray:
         """Each rank's GPU utilization (NaN where its GPU or its node's agent reports nothing)."""

@@ -15,7 +15,7 @@ from gpufleet.control.fleet import NodeState
 from gpufleet.errors import NotFoundError
 from gpufleet.health.detectors.training import JobView, slow_ranks
 from gpufleet.model import EntityKind, IncidentState, Severity
-from gpufleet.model.observe import GpuInfo, ServiceFact
+from gpufleet.model.observe import GpuInfo, ServiceFact, TrainingSignals
 
 if TYPE_CHECKING:
     from gpufleet.control.service import ControlPlane
@@ -176,6 +176,7 @@ def job_rows(plane: ControlPlane) -> list[dict[str, Any]]:
                 for job in plane.fleet.jobs():
                     if job.name in effect.split():
                         cause_of.setdefault(job.name, f"{inc.id} {inc.cause.value} on {inc.entity}")
+        signals = plane.fleet.job_signals()
         rows = []
         for job in sorted(plane.fleet.jobs(), key=lambda j: j.name):
             facts = [f for n in plane.fleet.nodes.values() for f in n.jobs if f.job == job.name]
@@ -194,9 +195,30 @@ def job_rows(plane: ControlPlane) -> list[dict[str, Any]]:
                     "cause": cause_of.get(job.name) if stalled else None,
                     "node_list": sorted({n for n, _ in job.ranks}),
                     **_stragglers(job, plane.thresholds.training.straggler_ratio),
+                    **_signal_columns(signals.get(job.name)),
                 }
             )
         return rows
+
+
+def _signal_columns(entry: tuple[TrainingSignals, float] | None) -> dict[str, Any]:
+    """What the job's own metrics say, beside what the hardware says (None where it does not export a value)."""
+    s = entry[0] if entry is not None else TrainingSignals()
+    return {
+        "loss": _finite_or_text(s.loss, "loss", s.nonfinite),
+        "validation_loss": _finite_or_text(s.validation_loss, "validation_loss", s.nonfinite),
+        "learning_rate": s.learning_rate,
+        "grad_norm": _finite_or_text(s.grad_norm, "grad_norm", s.nonfinite),
+        "samples_per_s": None if s.samples_per_s is None else round(s.samples_per_s, 1),
+        "tokens_per_s": None if s.tokens_per_s is None else round(s.tokens_per_s, 1),
+        "data_wait_s": s.data_wait_s,
+        "checkpoints_ok": s.checkpoints_ok,
+        "checkpoints_failed": s.checkpoints_failed,
+    }
+
+
+def _finite_or_text(value: float | None, name: str, nonfinite: list[str]) -> float | str | None:
+    return "NaN/inf" if name in nonfinite else (None if value is None else round(value, 5))
 
 
 def _stragglers(job: JobView, ratio: float) -> dict[str, Any]:

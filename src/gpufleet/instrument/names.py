@@ -22,6 +22,10 @@ TRAINING_TOKENS_PER_SECOND = "training_tokens_per_second"  # gauge {job}: over t
 TRAINING_LAST_STEP = "training_last_step_timestamp_seconds"  # gauge {job}: Unix time of the last completed step
 TRAINING_STEP_DURATION = "training_step_duration_seconds"  # gauge {job}: wall time of the last step
 TRAINING_RANK_COMPUTE = "training_rank_compute_seconds"  # gauge {job, rank}: forward+backward time of the last step
+TRAINING_WORLD_SIZE = "training_world_size"  # gauge {job}: ranks in the job
+# Per-rank series may carry `gpu`, the node-local GPU index the rank runs on (its LOCAL_RANK or CUDA device), so the
+# agent can place the rank on its GPU without the kubelet's help.
+RANK_GPU_LABEL = "gpu"
 TRAINING_RANK_DATA_WAIT = "training_rank_data_wait_seconds"  # gauge {job, rank}: time the step waited for input
 TRAINING_CHECKPOINTS = "training_checkpoints_total"  # counter {job, result="success"|"failure"}
 TRAINING_CHECKPOINT_DURATION = "training_checkpoint_duration_seconds"  # gauge {job}: the last write's duration

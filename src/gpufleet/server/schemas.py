@@ -181,6 +181,15 @@ class JobRow(Shape):
     node_list: list[str]
     rank_compute_median_s: float | None = Field(description="The median rank's compute time per step.")
     stragglers: list[Straggler] = Field(description="Ranks computing clearly slower than the median, slowest first.")
+    loss: float | str | None = Field(default=None, description="The job's last loss; 'NaN/inf' when it diverged.")
+    validation_loss: float | str | None = None
+    learning_rate: float | None = None
+    grad_norm: float | str | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    data_wait_s: float | None = Field(default=None, description="The slowest rank's wait for input, last step.")
+    checkpoints_ok: int = 0
+    checkpoints_failed: int = 0
 
 
 class ServiceRow(Shape):

@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from gpufleet import __version__
+from gpufleet.agent.app import read_signals
 from gpufleet.agent.edge import InventoryCadence
 from gpufleet.agent.services import ServiceWindows
 from gpufleet.health.edge import NodeHealth
@@ -39,6 +40,7 @@ from gpufleet.model.observe import (
     Record,
     SchedulerReport,
     ServiceFact,
+    TrainingSignals,
 )
 from gpufleet.sim.fabric_report import TwinFabricWatch
 from gpufleet.sim.source import RANK_EXPORT_S, GaugeKey, TwinSource
@@ -95,6 +97,7 @@ class SimFleet:
         self._ranks: dict[tuple[str, int, tuple[str, ...]], dict[str, list[RankFact]]] = {}
         self._rank_layout: dict[tuple[str, int, tuple[str, ...]], dict[str, list[tuple[int, int, GaugeKey]]]] = {}
         self.services = ServiceWindows()
+        self._signals: dict[str, TrainingSignals] | None = None
         self.fabric_watch = TwinFabricWatch(twin)
         self.batches = 0
 
@@ -201,6 +204,8 @@ class SimFleet:
         every few seconds, progress every step)."""
         twin, ts, gauges = self.twin, self.twin.training, self.frame.gauges
         exported = twin.time % RANK_EXPORT_S < twin.tick  # the twin's frameworks just exported rank times
+        if exported or self._signals is None:  # the agent's own reading of the jobs' series, at their export pace
+            self._signals = read_signals(gauges).jobs
         out: dict[str, list[JobFact]] = {}
         for j, job in enumerate(ts.jobs):
             if job.state not in (JobState.running, JobState.hung):
@@ -215,6 +220,7 @@ class SimFleet:
                     node: [RankFact(r, g, gauges.get(gauge)) for r, g, gauge in mine] for node, mine in layout.items()
                 }
             for node, node_ranks in ranks.items():
+                first = node_ranks[0].rank == 0 if node_ranks else False  # rank 0's node exports the job's values
                 out.setdefault(node, []).append(
                     JobFact(
                         job=job.name,
@@ -224,6 +230,7 @@ class SimFleet:
                         step_seconds=job.step_time_s,
                         step=job.step,
                         restarts=job.restarts,
+                        signals=self._signals.get(job.name) if first else None,
                     )
                 )
         return out
