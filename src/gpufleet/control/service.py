@@ -21,6 +21,7 @@ import numpy as np
 
 from gpufleet.control.fabric import FabricService, parse_end
 from gpufleet.control.fleet import FleetState
+from gpufleet.control.gpu_use import GpuUseRecorder
 from gpufleet.control.metrics import MetricRecorder
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.replicas import Replication
@@ -43,6 +44,7 @@ from gpufleet.remediate.backends.base import (
 )
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
+from gpufleet.telemetry.objectives import SloConfig
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
 
 log = logging.getLogger("gpufleet.control")
@@ -92,6 +94,14 @@ SERVICE_SERIES = (
     ("gpufleet_service_latency_p99_seconds", "p99_s"),
     ("gpufleet_service_requests_per_second", "requests_per_s"),
 )
+# per training job, labelled job, under the instrumentation's own names: the jobs page's loss and throughput history
+JOB_SERIES = (
+    ("training_loss", "loss"),
+    ("training_validation_loss", "validation_loss"),
+    ("training_samples_per_second", "samples_per_s"),
+    ("training_tokens_per_second", "tokens_per_s"),
+    ("training_gradient_norm", "grad_norm"),
+)
 _AGG = {"avg": lambda v: float(v.mean()), "max": lambda v: float(v.max()), "sum": lambda v: float(v.sum())}
 
 
@@ -115,17 +125,20 @@ class ControlPlane:
         replication: Replication | None = None,
         fabric: FabricService | None = None,
         port_isolation: IsolatesFabricPorts | None = None,
+        slo: SloConfig | None = None,
     ) -> None:
         self.db = db
         self.store = StateStore(db)
         self.backend = backend
         self.clock = clock
         self.thresholds = thresholds or load_thresholds()
+        self.slo = slo or SloConfig()
         self.fabric = fabric or FabricService(self.thresholds)
         self.fabric.restore(self.store.fabric_subnets(), self.store.isolated_ports())
         # switch-port isolation when the backend has none of its own (the real tools, where the operator allows it)
         self.port_isolation = port_isolation
         self.metrics = MetricRecorder(metrics) if metrics is not None else None
+        self.gpu_use = GpuUseRecorder(self.metrics) if self.metrics is not None else None  # what cost reads
         self.lock = threading.RLock()
         self._fabric_facts: tuple[tuple[int, tuple[str, ...]], FabricFacts] | None = None
         self.fleet = FleetState()
@@ -158,7 +171,7 @@ class ControlPlane:
         book.job_resources = self.fleet.job_resources
         self._announced = set(book.incidents)
         self.book = book
-        self.correlator = Correlator(book, self.thresholds, fabric=self.fabric_facts)
+        self.correlator = Correlator(book, self.thresholds, fabric=self.fabric_facts, slo=self.slo)
         if self.leader:  # only the leader correlates
             # the Xid escalations count over weeks (fall-offs per node, remaps per GPU): resolved incidents of that
             # window are history too
@@ -270,11 +283,19 @@ class ControlPlane:
                         node.name,
                     )
                 changed = self.correlator.tick(
-                    now, self.fleet.jobs(), self.fleet.rank_util, self.fleet.inventories, self.fleet.owner
+                    now,
+                    self.fleet.jobs(),
+                    self.fleet.rank_util,
+                    self.fleet.inventories,
+                    self.fleet.owner,
+                    signals=self.fleet.job_signals,
+                    services=self.fleet.service_facts,
                 )
                 self._correlated(changed)
                 self._flush()
                 self._record_fleet(now)
+                if self.gpu_use is not None:
+                    self.gpu_use.record(now, self.fleet)
                 if now - self._pruned_at > 3600.0:
                     self._prune(now)
             self._refresh_backend()
@@ -355,6 +376,11 @@ class ControlPlane:
         self._recorded_at = now
         samples: list[tuple[dict[str, str], float]] = []
         fleet_rows: dict[str, list[np.ndarray]] = {field: [] for _, field, _ in NODE_SERIES}
+        for job, (signals, _) in self.fleet.job_signals().items():
+            for series, attr in JOB_SERIES:
+                value = getattr(signals, attr)
+                if value is not None:
+                    samples.append(({"__name__": series, "job": job}, value))
         for node in self.fleet.nodes.values():
             if node.lost:
                 continue

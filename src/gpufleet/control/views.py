@@ -13,6 +13,7 @@ from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.control.fleet import NodeState
 from gpufleet.errors import NotFoundError
+from gpufleet.health.detectors.slo import ServiceStatus
 from gpufleet.health.detectors.training import JobView, slow_ranks
 from gpufleet.model import EntityKind, IncidentState, Severity
 from gpufleet.model.observe import GpuInfo, ServiceFact, TrainingSignals
@@ -245,8 +246,9 @@ def _stragglers(job: JobView, ratio: float) -> dict[str, Any]:
 
 
 def service_rows(plane: ControlPlane) -> list[dict[str, Any]]:
-    """Inference services joined across the nodes hosting their replicas: traffic, errors and latency percentiles
-    against the service's objective. A percentile is None when too few requests came to say."""
+    """Inference services joined across the nodes hosting their replicas: the last minute's traffic and
+    percentiles (the worst replica's), and the SLO detector's judgement over its own windows (summed across
+    replicas): which objectives are breached, or why nothing can be said (too little traffic, stale)."""
     with plane.lock:
         merged: dict[str, list[tuple[str, ServiceFact]]] = {}
         for node in plane.fleet.nodes.values():
@@ -254,8 +256,12 @@ def service_rows(plane: ControlPlane) -> list[dict[str, Any]]:
                 continue
             for fact in node.services:
                 merged.setdefault(fact.service, []).append((node.name, fact))
+        statuses: dict[str, list[ServiceStatus]] = {}
+        for status in plane.correlator.slo.statuses():
+            statuses.setdefault(status.service, []).append(status)
     rows = []
-    for name, parts in sorted(merged.items()):
+    for name in sorted(merged.keys() | statuses.keys()):
+        parts = merged.get(name, [])
         facts = [f for _, f in parts]
         rate = sum(f.requests_per_s for f in facts)
 
@@ -264,13 +270,16 @@ def service_rows(plane: ControlPlane) -> list[dict[str, Any]]:
             return max(values) if values else None  # replicas' percentiles cannot be merged; the worst is honest
 
         p99 = worst("p99_s")
-        slo = min((f.slo_p99_s for f in facts if f.slo_p99_s is not None), default=None)
         requests = sum(f.requests for f in facts)
         errors = sum(f.errors for f in facts)
-        if p99 is None:
-            state = "Idle" if rate == 0 else "Too little traffic"
-        elif slo is not None and p99 > slo:
+        judged = statuses.get(name, [])
+        slo = _slo_columns(judged)
+        if judged and all(s.stale for s in judged):
+            state = "Stale"
+        elif slo["breaches"]:
             state = "SLO breached"
+        elif p99 is None and not slo["p99_5m_s"]:
+            state = "Idle" if rate == 0 else "Too little traffic"
         else:
             state = "Serving"
         rows.append(
@@ -287,11 +296,55 @@ def service_rows(plane: ControlPlane) -> list[dict[str, Any]]:
                 "p50_s": worst("p50_s"),
                 "p95_s": worst("p95_s"),
                 "p99_s": p99,
-                "slo_p99_s": slo,
+                "slo_p99_s": min(
+                    (f.slo_p99_s for f in facts if f.slo_p99_s is not None), default=slo["objective_p99_s"]
+                ),
                 "window_s": max((f.window_s for f in facts), default=0.0),
+                "versions": sorted({f.version for f in facts if f.version}),
+                "queue_depth": sum(f.queue_depth for f in facts if f.queue_depth is not None) if facts else None,
+                **slo,
             }
         )
     return rows
+
+
+def _slo_columns(judged: list[ServiceStatus]) -> dict[str, Any]:
+    """The SLO detector's view of a service: the worst of its versions, its breaches and what it could not say."""
+
+    def worst(attr: str) -> float | None:
+        values = [float(v) for s in judged if (v := getattr(s, attr)) is not None]
+        return max(values) if values else None
+
+    availability = [float(s.availability) for s in judged if s.availability is not None]
+    burn = [b for s in judged for b in s.burn]
+    first = judged[0].objectives if judged else None
+    return {
+        "objective_p99_s": first.p99_s if first else None,
+        "objective_ttft_s": first.ttft_s if first else None,
+        "objective_availability": first.availability if first else None,
+        "p95_5m_s": _num(worst("p95_s") or float("nan"), 4),
+        "p99_5m_s": _num(worst("p99_s") or float("nan"), 4),
+        "ttft_5m_s": _num(worst("ttft_s") or float("nan"), 4),
+        "error_ratio_5m": worst("error_ratio"),
+        "availability_1h": min(availability) if availability else None,
+        "burn_rates": [
+            {
+                "windows": f"{b.long_s / 3600:g}h/{b.short_s / 60:g}m",
+                "threshold": float(b.threshold),
+                "long": _plain(b.long),
+                "short": _plain(b.short),
+                "firing": bool(b.firing),
+            }
+            for b in burn
+        ],
+        "breaches": sorted({c.value for s in judged for c in s.breaches}),
+        "slo_note": "; ".join(dict.fromkeys(s.note for s in judged if s.note)),
+        "problems": sorted({p for s in judged for p in s.problems}),
+    }
+
+
+def _plain(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)
 
 
 def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 import msgspec
 import numpy as np
 
+from gpufleet.health.detectors.application import ApplicationDetectors, HostLoads, JobSignalsView
+from gpufleet.health.detectors.slo import ServiceSloDetector
 from gpufleet.health.detectors.software import SoftwareDetector
 from gpufleet.health.detectors.training import JobView, RankUtil, TrainingDetectors
 from gpufleet.health.fault_history import FaultHistory
@@ -24,10 +26,13 @@ from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.model import Entity, EntityKind, Incident, RootCause, Severity
 from gpufleet.model.fabric_facts import FabricFacts, FabricView, LinkProblem
-from gpufleet.model.observe import Finding, NodeInventory
+from gpufleet.model.observe import Finding, NodeInventory, ServiceFact, TrainingSignals
+from gpufleet.telemetry.objectives import ServiceObjectives, SloConfig
 
 SOFTWARE_EVERY_S = 60.0
 RankOwner = Callable[[str, int | None], str | None]  # (node, GPU index) -> the job whose rank holds it
+JobSignals = Callable[[], dict[str, tuple[TrainingSignals, float]]]  # job -> its signals, when its node reported
+ServiceReplicas = Callable[[], list[tuple[str, ServiceFact]]]  # every replica reported, with its node
 # cable findings that stop a collective outright rank before those that only lose packets
 _STOPS = (RootCause.ib_link_down, RootCause.ib_link_flap)
 _RANK_SEVERITY = {Severity.critical: 2, Severity.warning: 1, Severity.info: 0}
@@ -40,6 +45,7 @@ class Correlator:
         thresholds: Thresholds | None = None,
         history: FaultHistory | None = None,
         fabric: FabricView | None = None,
+        slo: SloConfig | None = None,
     ) -> None:
         self.thresholds = thresholds or load_thresholds()
         self.fabric = fabric  # what the fabric knows of a hung job's hosts (the control plane's fabric service)
@@ -49,6 +55,8 @@ class Correlator:
         self.history.remember(self.book.incidents.values())
         self.training = TrainingDetectors(self.thresholds)
         self.software = SoftwareDetector(self.thresholds)
+        self.application = ApplicationDetectors(self.thresholds)  # what the jobs' own metrics say
+        self.slo = ServiceSloDetector(slo or SloConfig(), self.thresholds)
         self.holds = self.thresholds.control.resolve_after_s
         self._software_at = -np.inf
         self.findings = 0
@@ -74,9 +82,20 @@ class Correlator:
         rank_util: RankUtil,
         inventories: Callable[[], Sequence[NodeInventory]],
         owner: RankOwner | None = None,
+        signals: JobSignals | None = None,
+        services: ServiceReplicas | None = None,
+        host_load: HostLoads | None = None,
     ) -> list[Incident]:
         """The cross-node checks for this moment, then the incidents whose condition has cleared."""
         findings = self.training.observe(now, jobs, rank_util)
+        if signals is not None:
+            said = signals()
+            views = [JobSignalsView(job, *said[job.name]) for job in jobs if job.name in said]
+            findings += self.application.observe(now, views, rank_util, host_load)
+        if services is not None:
+            replicas = services()
+            self._declared_objectives(replicas)
+            findings += self.slo.observe(now, replicas)
         if self.fabric is not None:
             findings = self.blame_fabric(now, findings, jobs, rank_util)
         if now - self._software_at >= SOFTWARE_EVERY_S:
@@ -84,6 +103,19 @@ class Correlator:
             findings += self.software.fleet_drift(now, inventories())
         changed = self.add(findings, owner)
         return changed + self.book.resolve_cleared(now, self.holds)
+
+    def _declared_objectives(self, replicas: list[tuple[str, ServiceFact]]) -> None:
+        """A service that declares its own p99 objective is judged by it, unless the operator's SLO config names
+        the service (the operator's word wins; the config's defaults do not)."""
+        config = self.slo.config
+        named = {s.model for s in config.services}
+        declared: dict[str, float] = {}
+        for _, fact in replicas:
+            if fact.slo_p99_s is not None and fact.service not in named:
+                declared[fact.service] = min(fact.slo_p99_s, declared.get(fact.service, fact.slo_p99_s))
+        if declared:
+            own = [ServiceObjectives(model=name, p99_s=p99) for name, p99 in sorted(declared.items())]
+            self.slo.config = config.model_copy(update={"services": [*config.services, *own]})
 
     def blame_fabric(
         self, now: float, findings: list[Finding], jobs: list[JobView], rank_util: RankUtil

@@ -66,17 +66,36 @@ CABLE_CAUSES = frozenset(
         RootCause.fabric_cabling,
     }
 )
+# what can slow a whole job down: its slowest rank sets its pace, and so does its input pipeline
+THROUGHPUT_CAUSES = SLOW_CAUSES | {
+    RootCause.straggler,
+    RootCause.ib_link_degraded,
+    RootCause.ib_link_flap,
+    RootCause.collective_slow,
+    RootCause.input_starved,
+}
 JOINS = {
     RootCause.training_stall: HANG_CAUSES,
     RootCause.nccl_hang: HANG_CAUSES,
     RootCause.straggler: SLOW_CAUSES | HANG_CAUSES,
     RootCause.idle_gpu: HANG_CAUSES | SLOW_CAUSES | {RootCause.nccl_hang},
+    RootCause.throughput_drop: THROUGHPUT_CAUSES,
 }
 # effects that only the rank's own GPU (or its node) can explain, not any fault elsewhere in the job
 LOCAL_EFFECTS = frozenset({RootCause.straggler})
 # Xids whose action is to restart the application killed the job; they never explain a hang
 APP_ACTIONS = frozenset({"RESTART_APP", "IGNORE"})
 ESCALATED_ACTION = "RMA"
+# an incident opened by one of these names the job it holds back, so the job's row links to it
+JOB_EFFECTS = frozenset(
+    {
+        RootCause.nccl_hang,
+        RootCause.straggler,
+        RootCause.training_stall,
+        RootCause.throughput_drop,
+        RootCause.input_starved,
+    }
+)
 ACTIVE_SLACK_S = 120.0
 _RANK_SEVERITY = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
 
@@ -236,7 +255,7 @@ class IncidentBook:
             action=f.action,
             xid=f.xid,
         )
-        if f.job and f.cause in (RootCause.nccl_hang, RootCause.straggler, RootCause.training_stall):
+        if f.job and f.cause in JOB_EFFECTS:
             inc.effects.append(f"job {f.job}")
         self.incidents[inc.id] = inc
         self.by_key[f.key] = inc.id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from gpufleet import yaml_input
 from gpufleet.errors import ManifestError
@@ -128,6 +129,87 @@ class Software(_Section):
     cuda_min_driver: dict[str, str]
 
 
+class JobChecks(_Section):
+    """How one training job's own metrics are judged (the application detectors)."""
+
+    stale_s: float = Field(gt=0)  # signals reported longer ago than this are not judged
+    progress_min_s: float = Field(gt=0)  # nor a job whose last step is older than this ...
+    progress_step_multiple: float = Field(gt=0)  # ... and this many step times (a hang is the training detector's)
+    warmup_steps: int = Field(ge=0)  # the loss trend and the throughput baseline start after this step
+    loss_window_steps: int = Field(ge=1)  # the loss trend compares the last this-many steps with those before
+    loss_min_points: int = Field(ge=2)  # readings a window needs before it is judged
+    plateau_ratio: float = Field(ge=0, lt=1)  # the window's mean or best must improve on the last by this share
+    blowup_ratio: float = Field(gt=1)  # the loss this many times its best of the last two windows
+    validation_evals: int = Field(ge=2)  # validation rising over this many evaluations while training falls
+    validation_rise_ratio: float = Field(gt=0)  # or this far above its best while training is no higher
+    grad_norm_max: float = Field(gt=0)
+    grad_norm_min: float = Field(ge=0)
+    hold_points: int = Field(ge=1)  # readings in a row a blow-up or a gradient norm out of range must hold
+    throughput_drop: float = Field(gt=0, lt=1)  # samples/s this share below the job's own baseline ...
+    throughput_hold_s: float = Field(ge=0)  # ... for this long
+    throughput_recent_points: int = Field(ge=1)  # the current pace: the median of this many last readings
+    throughput_baseline_s: float = Field(gt=0)  # the baseline: healthy readings over this long ...
+    throughput_baseline_quantile: float = Field(gt=0, le=1)  # ... at this quantile
+    throughput_baseline_min_points: int = Field(ge=1)
+    starved_util_percent: float = Field(gt=0, le=100)  # ranks' GPUs under this utilization ...
+    starved_wait_share: float = Field(gt=0, lt=1)  # ... while the step waits this share of its time on input
+    starved_hold_s: float = Field(ge=0)
+    host_cpu_busy: float = Field(gt=0, le=1)  # supporting evidence: a rank's host this busy ...
+    host_io_wait: float = Field(gt=0, le=1)  # ... or waiting on I/O this much
+
+    @model_validator(mode="after")
+    def _ranges(self) -> JobChecks:
+        if self.grad_norm_min >= self.grad_norm_max:
+            raise ValueError("grad_norm_min must be below grad_norm_max")
+        return self
+
+
+class ServiceChecks(_Section):
+    """How the SLO detector reads services (the objectives themselves are the SLO config's)."""
+
+    stale_s: float = Field(gt=0)  # a service none of whose replicas reported for this long is stale
+    forget_after_s: float = Field(gt=0)  # a replica (or service) silent this long is forgotten
+    min_requests: int = Field(ge=1)  # a window with fewer requests is too little traffic, whatever the rate
+    resolution_s: float = Field(gt=0)  # the history keeps a point this often
+    latency_needs_both: bool  # the latency SLO is missed when both p99 and p95 are over (else either)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ServiceChecks:
+        if self.forget_after_s < self.stale_s:
+            raise ValueError("forget_after_s must not be below stale_s")
+        return self
+
+
+class Application(_Section):
+    """What jobs' and services' own metrics are judged against. `jobs` overrides some of `defaults` for a job,
+    keyed by its name or a glob pattern: the exact name wins, then the first pattern that matches, in file order."""
+
+    defaults: JobChecks
+    jobs: dict[str, dict[str, Any]] = {}
+    services: ServiceChecks
+    _merged: dict[str, JobChecks] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _merge_jobs(self) -> Application:
+        base = self.defaults.model_dump()
+        for pattern, over in self.jobs.items():
+            try:
+                self._merged[pattern] = JobChecks.model_validate({**base, **over})
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"])
+                raise ValueError(f"jobs.{pattern}.{where}: {err['msg']}") from None
+        return self
+
+    def for_job(self, name: str) -> JobChecks:
+        if name in self._merged:
+            return self._merged[name]
+        for pattern, checks in self._merged.items():
+            if fnmatchcase(name, pattern):
+                return checks
+        return self.defaults
+
+
 class Control(_Section):
     agent_lost_intervals: float  # an agent silent for this many of its intervals has lost its node
     finding_repeat_s: float  # a condition that goes on is confirmed this often (each hold below is longer)
@@ -146,6 +228,7 @@ class Thresholds(_Section):
     training: Training
     idle: Idle
     software: Software
+    application: Application
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.telemetry import cost_report
+
 
 class Shape(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -192,11 +194,19 @@ class JobRow(Shape):
     checkpoints_failed: int = 0
 
 
+class BurnRateRow(Shape):
+    windows: str
+    threshold: float
+    long: float | None
+    short: float | None
+    firing: bool
+
+
 class ServiceRow(Shape):
     """An inference service joined across its replicas; percentiles are the worst replica's over `window_s`."""
 
     name: str
-    state: Literal["Serving", "SLO breached", "Too little traffic", "Idle"]
+    state: Literal["Serving", "SLO breached", "Too little traffic", "Idle", "Stale"]
     replicas: int
     nodes: list[str]
     gpus: list[str] = Field(description="node/GPU index of every GPU it runs on.")
@@ -207,8 +217,22 @@ class ServiceRow(Shape):
     p50_s: float | None
     p95_s: float | None
     p99_s: float | None
-    slo_p99_s: float | None = Field(description="The service's p99 latency objective, when it declares one.")
+    slo_p99_s: float | None = Field(description="The service's p99 latency objective.")
     window_s: float
+    versions: list[str] = []
+    queue_depth: float | None = None
+    objective_p99_s: float | None = None
+    objective_ttft_s: float | None = None
+    objective_availability: float | None = None
+    p95_5m_s: float | None = Field(default=None, description="Over the SLO window, summed across replicas.")
+    p99_5m_s: float | None = None
+    ttft_5m_s: float | None = Field(default=None, description="Time to first token at the objective's quantile.")
+    error_ratio_5m: float | None = None
+    availability_1h: float | None = None
+    burn_rates: list[BurnRateRow] = Field(default=[], description="The SRE workbook's multi-window burn rates.")
+    breaches: list[str] = Field(default=[], description="Root causes of the objectives breached now.")
+    slo_note: str = Field(default="", description="Why nothing can be judged (too little traffic, stale).")
+    problems: list[str] = Field(default=[], description="Series of the service that could not be read.")
 
 
 class EventRow(Shape):
@@ -524,3 +548,8 @@ class FabricTelemetry(Shape):
 class IsolatedPort(Shape):
     port: str
     since: float
+
+
+# The cost report is a typed model already (telemetry/cost_report.py), described field by field there: the API answers
+# it as it is, so the two cannot drift apart.
+CostReport = cost_report.CostReport

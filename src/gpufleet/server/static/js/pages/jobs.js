@@ -79,6 +79,11 @@ function services(rows) {
     })}</tbody></table>`;
 }
 
+function loss(v) {
+  if (v === null || v === undefined) return dash;
+  return typeof v === "string" ? v : num(v, 3);
+}
+
 function stragglers(j) {
   if (!j.stragglers || !j.stragglers.length) return html`<span class="dim">${dash}</span>`;
   const first = j.stragglers.slice(0, 2).map((x, i) => html`${i ? ", " : ""}<span class="warn" title="rank ${x.rank}: ${num(x.compute_s, 2)} s per step vs the median ${num(j.rank_compute_median_s, 2)} s">${gpuLink(x.node, x.gpu, `rank ${x.rank}`)} ×${num(x.ratio, 2)}</span>`);
@@ -95,12 +100,17 @@ function table(rows) {
   const order = { Stalled: 0, Running: 1 };
   const sorted = [...rows].sort((a, b) => order[a.state] - order[b.state] || a.name.localeCompare(b.name));
   return html`<table id="jobs-table"><thead><tr><th>job</th><th>state</th><th class="num">nodes</th><th class="num">ranks</th><th class="num">step</th>
-    <th class="num">step time</th><th>last step</th><th>stragglers</th><th class="num">restarts</th><th>cause of the stall</th><th>on</th></tr></thead>
+    <th class="num">step time</th><th>last step</th><th class="num">loss</th><th class="num">samples/s</th><th class="num">ckpt fails</th>
+    <th>stragglers</th><th class="num">restarts</th><th>cause of the stall</th><th>on</th></tr></thead>
     <tbody>${sorted.map((j) => {
       const late = j.last_step_age_s > 3 * Math.max(1, j.step_time_s);
       return html`<tr data-job="${j.name}" data-state="${j.state}"><td><b>${j.name}</b></td><td>${pill(j.state)}</td><td class="num">${j.nodes}</td>
         <td class="num">${j.ranks}</td><td class="num">${num(j.step)}</td><td class="num">${num(j.step_time_s, 2)} s</td>
-        <td class="nowrap ${j.state === "Stalled" ? "bad" : late ? "warn" : ""}">${ago(j.last_step_age_s)}</td><td>${stragglers(j)}</td>
+        <td class="nowrap ${j.state === "Stalled" ? "bad" : late ? "warn" : ""}">${ago(j.last_step_age_s)}</td>
+        <td class="num ${typeof j.loss === "string" ? "bad" : ""}" data-col="loss" title="${j.validation_loss === null || j.validation_loss === undefined ? "" : `validation ${j.validation_loss}`}">${loss(j.loss)}</td>
+        <td class="num" data-col="samples" title="${j.tokens_per_s ? `${num(j.tokens_per_s)} tokens/s` : ""}">${j.samples_per_s === null || j.samples_per_s === undefined ? dash : num(j.samples_per_s, 1)}</td>
+        <td class="num ${j.checkpoints_failed ? "bad" : ""}" title="${num(j.checkpoints_ok || 0)} written">${j.checkpoints_failed || (j.checkpoints_ok ? 0 : dash)}</td>
+        <td>${stragglers(j)}</td>
         <td class="num ${j.restarts ? "warn" : ""}">${j.restarts}</td>
         <td>${j.cause ? causeLinks(j.cause) : j.state === "Stalled" ? html`<span class="muted">not known yet</span>` : html`<span class="dim">–</span>`}</td>
         <td>${nodesOf(j.node_list)}</td></tr>`;
@@ -113,6 +123,7 @@ export async function mount(root) {
     <section class="kpis" id="jobs-kpis"></section>
     <div class="panel" style="margin-bottom:14px"><h2>training jobs</h2><div id="jobs"></div></div>
     <div class="panel" style="margin-bottom:14px"><h2>inference services <span class="right muted">percentiles over the last minute; the worst replica's</span></h2><div id="services"></div></div>
+    <div class="panel" style="margin-bottom:14px"><h2>training, last hour</h2><div class="grid g2">${raw(chartCard("job-loss", "loss by job", ""))}${raw(chartCard("job-samples", "samples/s by job", "/s"))}</div></div>
     <div class="panel"><h2>p99 latency, last hour</h2><div class="grid g1">${raw(chartCard("svc-p99", "p99 latency by service", "s"))}</div></div>`);
   let drawnAt = 0;
   const COLORS = ["#58a6ff", "#f0883e", "#bc8cff", "#3fb950", "#d29922", "#ff7b72"];
@@ -130,6 +141,22 @@ export async function mount(root) {
     });
   };
 
+  const training = async () => {
+    const span = 3600;
+    const end = api.now() ?? (await api.fetchTime());
+    const [lossSeries, rate] = await Promise.all([
+      api.range("training_loss", { end, span, points: 240, op: "max", by: "job" }),
+      api.range("training_samples_per_second", { end, span, points: 240, op: "max", by: "job" }),
+    ]);
+    const draw = (id, answer, unit, fmt, emptyText) =>
+      timeChart($(id, root), {
+        start: startOf([answer], end, span), end, unit, y: { floor: 0 }, fmt, empty: emptyText,
+        series: answer.slice(0, 12).map((r, i) => ({ label: r.labels.job || "all", color: COLORS[i % COLORS.length], points: r.points })),
+      });
+    draw("#job-loss", lossSeries, "", (v) => num(v, 3), "no loss reported yet");
+    draw("#job-samples", rate, "/s", (v) => num(v, 0), "no throughput reported yet");
+  };
+
   const load = refresher("jobs", async () => {
     const [rows, svcs] = await Promise.all([api.get("/api/v1/jobs"), api.get("/api/v1/services")]);
     const running = rows.filter((j) => j.state === "Running").length;
@@ -145,7 +172,7 @@ export async function mount(root) {
     set($("#services", root), services(svcs));
     if (Date.now() - drawnAt > 15000) {
       drawnAt = Date.now();
-      await history(svcs);
+      await Promise.all([history(svcs), training()]);
     }
 });
 
