@@ -21,6 +21,10 @@ SAMPLES = {
     "dcgm-exporter-metrics": ["# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).",
                               'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 34'],
     "kubectl-node-json": ['{', '  "apiVersion": "v1",', '  "kind": "Node",'],
+    "kubectl-pod-json": ['{', '    "apiVersion": "v1",', '    "kind": "Pod",'],
+    "app-log": ["[rank0]: Traceback (most recent call last):",
+                "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+                "capacity of 79.15 GiB of which 3.19 MiB is free."],
 }  # fmt: skip
 
 
@@ -32,3 +36,19 @@ def test_each_format_by_its_own_lines(fmt: str) -> None:
 def test_nothing_recognisable_is_none() -> None:
     assert detect(["hello", "world"]) is None
     assert detect([]) is None
+
+
+def test_a_pod_without_its_kind_and_the_oom_killer_alone() -> None:
+    assert detect(['"status": {', '"containerStatuses": [', "{", '"restartCount": 1,']) == "kubectl-pod-json"
+    assert detect(["Memory cgroup out of memory: Killed process 1234 (python) total-vm:1kB, anon-rss:1kB"]) == (
+        "kernel-log"
+    )
+
+
+def test_an_application_log_never_outscores_a_format_with_signs_of_its_own() -> None:
+    oom = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total"
+    assert detect(
+        ["node1:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4", "Traceback (most recent call last):", oom]
+    ) == ("nccl-log")
+    assert detect(["{", '    "kind": "Pod",', f'    "message": "{oom}"']) == "kubectl-pod-json"
+    assert detect(["If out-of-memory error occurs during cudagraph capture, consider decreasing it"]) is None

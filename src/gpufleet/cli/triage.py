@@ -9,6 +9,7 @@ from gpufleet.cli.inputs import open_input
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
 from gpufleet.triage.detect import FORMATS
+from gpufleet.triage.readers.oom import side_by_side
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_stream
 
@@ -37,6 +38,12 @@ def triage(
         raise UserError(f"no format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
     reports = [_one(name, fmt) for name in files]
     body = [r.as_dict() for r in reports]
+    # a kill by the kernel in one input and a GPU out of memory in another: two failures, said in one line
+    combined = side_by_side(reports)
+    if combined is not None:
+        for r, entry in zip(reports, body, strict=True):
+            if r in combined[1]:
+                entry["notes"] = [*entry["notes"], f"side by side: {combined[0]}"]
 
     def render(wide: bool) -> None:
         for r in reports:
@@ -56,6 +63,8 @@ def triage(
                 console.print(make_table(cols, rows))
             for note in r.notes:
                 console.print(Text(f"  note: {note}", style="dim"))
+        if combined is not None:
+            console.print(Text.assemble(("side by side: ", "bold"), combined[0]))
 
     emit(body if len(body) > 1 else body[0], output, render)
     verdicts = {r.verdict for r in reports}

@@ -26,7 +26,24 @@ MAX_SKIP_BYTES = 16 * 1024 * 1024  # a "line" longer than this is not text (/dev
 # what a line must hold for the parser (or a link-flap count) to read it; each is looked for with bytes.find, many
 # times faster than one regex alternation over gigabytes. A journald JSON line may spell its message as a byte
 # array, so those (a line starting with `{`) are always read.
-CANDIDATE_WORDS = (b"NVRM", b"SXid", b"nvswitch", b"lost carrier", b"Gained carrier", b": Link down", b": Link up")
+CANDIDATE_WORDS = (
+    b"NVRM",
+    b"SXid",
+    b"nvswitch",
+    b"lost carrier",
+    b"Gained carrier",
+    b": Link down",
+    b": Link up",
+    # the kernel's OOM killer, for triage to tell a host-memory kill from a GPU-memory one
+    b"Killed process",
+    b"Kill process",
+    b"oom-kill:",
+    b"invoked oom-killer",
+    b"oom_reaper",
+    b"memory: usage",
+    b"Memory cgroup stats for",
+    b"killed as a result of limit",
+)
 # the lines after a candidate also go to the parser: a multi-line report's later lines need not repeat a trigger
 _CONTEXT_LINES = 4
 _KMSG_RECORD = re.compile(rb"^\d+,\d+,\d+,")

@@ -23,6 +23,9 @@ SIGNS: dict[str, tuple[tuple[str, int], ...]] = {
         # a syslog or journal line of any program, and the link events its reader counts
         (r"^(?:\w{3} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*) [\w.-]+ [\w.@-]+(?:\[\d+\])?: ", 3),
         (r": (?:lost carrier|Gained carrier)$|mlx5_core \S+ \S+: Link (?:up|down)\b", 6),
+        # the OOM killer's report (mm/oom_kill.c, mm/memcontrol.c): a kill, its constraint line, who invoked it
+        (r"(?:Memory cgroup out of memory|Out of memory): Kill(?:ed)? process \d+|oom-kill:constraint=", 8),
+        (r"\binvoked oom-killer: |oom_reaper: reaped process \d+", 6),
     ),
     "nvidia-smi-q": (
         (r"^=+NVSMI LOG=+", 10),
@@ -158,6 +161,13 @@ SIGNS: dict[str, tuple[tuple[str, int], ...]] = {
         (r"\"allocatable\":\s*\{", 3),
         (r"\"lastHeartbeatTime\":\s*\"", 4),
     ),
+    "kubectl-pod-json": (
+        (r"\"kind\":\s*\"Pod\"", 10),
+        (r"\"containerStatuses\":\s*\[", 6),  # a Pod's fields without its kind, as other tools copy them
+        (r"\"restartCount\":\s*\d", 3),
+        (r"\"lastState\":\s*\{", 3),
+        (r"\"qosClass\":\s*\"", 3),
+    ),
     "kubectl-describe-node": (
         (r"^Name:\s+\S", 3),
         (r"^Roles:\s+", 6),
@@ -166,6 +176,19 @@ SIGNS: dict[str, tuple[tuple[str, int], ...]] = {
         (r"^Conditions:\s*$", 3),
         (r"^Unschedulable:\s+(?:true|false)\s*$", 6),
         (r"^\s+Type\s+Status\s+LastHeartbeatTime\s+LastTransitionTime", 8),  # only a node's conditions have these
+    ),
+    # an application's own log: told only by an out-of-memory report, each framework's wording (readers/oom.py), so
+    # it never outscores a format with signs of its own (an NCCL log with an OOM line stays an NCCL log); listed
+    # last, it loses ties
+    "app-log": (
+        (
+            r"(?:CUDA|HIP) out of memory\.(?:\*\*)? Tried to allocate|CUDA error: out of memory|RESOURCE_EXHAUSTED: "
+            r"Out of memory|Resource exhausted: Out of memory while|OOM when allocating tensor|No available memory "
+            r"for the cache blocks|KV cache is needed, which is larger than|Cuda failure (?:2 )?'out of memory'",
+            7,
+        ),
+        (r"Detected \d+ oom[-_]kill events? in |srun: error: \S+: tasks? [\d,-]+: Out Of Memory", 7),  # Slurm
+        (r"^\W{0,3}(?:\[\w+(?:,\d+)?\](?:<std\w+>)?:\s*)*Traceback \(most recent call last\)", 1),
     ),
 }
 _COMPILED = {fmt: tuple((re.compile(p), w) for p, w in signs) for fmt, signs in SIGNS.items()}

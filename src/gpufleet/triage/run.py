@@ -16,7 +16,7 @@ from gpufleet.triage.report import TriageReport
 
 SAMPLE_CHARS = 4 * 1024 * 1024  # the sample a format is told from never holds more than this
 WIDE_SAMPLE_LINES = 20_000  # a kernel log may start with thousands of lines before its first NVIDIA one
-KEEPS_LAUNCHERS = frozenset({"nccl-log"})  # its reader learns each line's rank from the launcher's prefix
+KEEPS_LAUNCHERS = frozenset({"nccl-log", "app-log"})  # its reader learns each line's rank from the launcher's prefix
 
 
 def kernel_log_lines(stream: BinaryIO, paste: Paste, head: Sequence[str] = ()) -> Iterator[tuple[int, str]]:
@@ -62,7 +62,8 @@ def _triage(raw_iter: Iterator[str], stream: BinaryIO | None, source: str, fmt: 
         report.notes.append(
             "not a format triage knows: kernel log, nvidia-smi (-q, table, nvlink -s, topo -m), dcgmi diag/health, "
             "dcgm-exporter metrics, NCCL log, nccl-tests, ibstat, ibstatus, perfquery, ibqueryerrors, iblinkinfo, "
-            "ibnetdiscover, kubectl node JSON or describe"
+            "ibnetdiscover, kubectl node JSON or describe, kubectl pod JSON, a training or serving log with an "
+            "out-of-memory error"
         )
         if not sample:
             report.notes[-1] = "the input is empty"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpufleet.errors import GpufleetError
+from gpufleet.triage.readers.app_log import read_app_log
 from gpufleet.triage.readers.common import Reader
 from gpufleet.triage.readers.dcgm import read_dcgmi_diag, read_dcgmi_health
 from gpufleet.triage.readers.dcgm_exporter import read_dcgm_exporter_metrics
@@ -21,6 +22,7 @@ from gpufleet.triage.readers.ib import (
 from gpufleet.triage.readers.kernel import read_kernel_log
 from gpufleet.triage.readers.kube import read_kubectl_describe_node, read_kubectl_node_json
 from gpufleet.triage.readers.nccl import read_nccl_log, read_nccl_tests
+from gpufleet.triage.readers.pod import read_kubectl_pod_json
 from gpufleet.triage.readers.smi import (
     read_nvidia_smi_nvlink,
     read_nvidia_smi_q,
@@ -42,12 +44,14 @@ READERS: dict[str, Reader] = {
     "nccl-tests": read_nccl_tests,
     "kubectl-node-json": read_kubectl_node_json,
     "kubectl-describe-node": read_kubectl_describe_node,
+    "kubectl-pod-json": read_kubectl_pod_json,
     "ibstat": read_ibstat,
     "ibstatus": read_ibstatus,
     "perfquery": read_perfquery,
     "ibqueryerrors": read_ibqueryerrors,
     "iblinkinfo": read_iblinkinfo,
     "ibnetdiscover": read_ibnetdiscover,
+    "app-log": read_app_log,
 }
 
 

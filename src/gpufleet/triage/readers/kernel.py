@@ -1,4 +1,9 @@
-"""Kernel logs: streamed line by line through the agent's kernel-log parser and judged by the Xid policy."""
+"""Kernel logs: streamed line by line through the agent's kernel-log parser and judged by the Xid policy; link events
+and the OOM killer's kills are read from the same lines.
+
+A kill by the OOM killer is host memory, never the GPU's. The node running out (`Out of memory: Killed process`) is
+critical: any process on it, the kubelet or a GPU daemon included, may be next. A kill at a memory cgroup's limit (a
+container's or a job's) is a warning for the node: the workload outgrew its own limit, the node is fine."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from gpufleet.model.kernel import KernelEvent
 from gpufleet.sources.ibdiags import LinkStateEvent, link_event
 from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.triage.readers.common import MAX_FINDINGS
+from gpufleet.triage.readers.oom import HOST_OOM, OomKill, OomKillTracker, describe_kills
 from gpufleet.triage.report import MAX_EVIDENCE, Severity, TriageFinding, TriageReport
 
 MAX_REJECTED = 20  # unreadable lines quoted
@@ -211,6 +217,24 @@ class _LinkWatch:
                 )  # fmt: skip
 
 
+def _oom_findings(tracker: OomKillTracker, report: TriageReport) -> None:
+    """One finding per memory cgroup (or for the node), with the kills in it."""
+    groups: dict[tuple[str, str], list[OomKill]] = {}
+    for kill in tracker.kills:
+        groups.setdefault((kill.scope, kill.pod_uid or kill.memcg or kill.task_memcg), []).append(kill)
+    for (scope, where), kills in list(groups.items())[:MAX_FINDINGS]:
+        message, fix = describe_kills(kills)
+        if len(kills) > 1:
+            message += f" ({len(kills)} kills, lines {kills[0].first_line}-{kills[-1].first_line})"
+        entity = f"pod {kills[0].pod_uid}" if kills[0].pod_uid else where or ("node" if scope == "node" else "")
+        # the first kill's report (its cgroup, limit and victim), then the last kill's own lines
+        evidence = kills[0].lines[: MAX_EVIDENCE - 2] + (kills[-1].lines[-2:] if len(kills) > 1 else [])
+        severity: Severity = "critical" if scope == "node" else "warning"
+        report.findings.append(TriageFinding("oom-kill", severity, message, entity, HOST_OOM, fix, evidence))
+    if tracker.unlisted:
+        report.notes.append(f"{tracker.unlisted} more OOM kill(s) not listed")
+
+
 def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> TriageReport:
     """The same from (line number, text) pairs, which may leave out lines that hold nothing to read
     (`kmsg_stream.candidate_lines`). Memory stays bounded: events are judged and grouped as they come."""
@@ -223,10 +247,12 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
     seen = 0
 
     links = _LinkWatch(load_thresholds().infiniband.flap_window_s)
+    ooms = OomKillTracker()
 
     def watched() -> Iterator[tuple[int, str]]:
         for number, line in lines:
             links.see(number, line)
+            ooms.feed(number, line)
             yield number, line
 
     for event in kernel_events(watched(), parser):
@@ -235,7 +261,8 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
         findings.add(finding, event.line, _escalate(finding, event, history, detector))
     findings.into(report)
     links.into(report)
-    seen += len(links.last)
+    _oom_findings(ooms, report)
+    seen += len(links.last) + len(ooms.kills)
     for bad in parser.scan.rejected:
         report.findings.append(
             TriageFinding(
@@ -253,5 +280,7 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
             report.judged = False
             report.notes.append("no readable GPU fault report; the lines that look like one are listed")
         else:
-            report.notes.append("no GPU fault report (Xid, SXid, fallen off the bus) or link event in this log")
+            report.notes.append(
+                "no GPU fault report (Xid, SXid, fallen off the bus), link event or OOM kill in this log"
+            )
     return report
