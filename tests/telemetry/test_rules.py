@@ -43,6 +43,12 @@ def test_required_rules_exist() -> None:
         "GpuEccDoubleBitError",
         "GpuRowRemapFailure",
         "InfinibandSymbolErrorsRising",
+        "TrainingLossNotFinite",
+        "TrainingThroughputDrop",
+        "TrainingLossPlateau",
+        "TrainingGradientNormOutOfRange",
+        "TrainingCheckpointFailed",
+        "TrainingValidationDiverging",
     ):
         assert name in names
     temp = next(r for r in alerts(RulesConfig()) if r["alert"] == "GpuTemperatureHigh")
@@ -66,7 +72,34 @@ def test_every_rule_has_a_quiet_and_a_firing_test() -> None:
     assert len(tests) == len(rules)
     for test in tests:
         quiet, firing = test["alert_rule_test"]
-        assert quiet["exp_alerts"] == [] and len(firing["exp_alerts"]) == 1
+        assert quiet["exp_alerts"] == [] and len(firing["exp_alerts"]) >= 1
+
+
+def test_idle_cost_counts_allocated_gpus_only() -> None:
+    idle = next(r for r in alerts(PRICED) if r["alert"] == "GpuIdleCost30m")
+    # gpufleet's info series, dcgm-exporter's pod labels, or its HPC job label; joined on the configured hostname label
+    assert "and on(UUID, GPU_I_ID, Hostname) (gpufleet_gpu_pod_info or gpufleet_gpu_job_info)" in idle["expr"]
+    assert 'pod!=""} < 10' in idle["expr"] and 'hpc_job!=""} < 10' in idle["expr"]
+    test = next(t for t in rule_tests(PRICED)["tests"] if t["name"].startswith("GpuIdleCost30m"))
+    firing = test["alert_rule_test"][1]["exp_alerts"]
+    assert sorted(a["exp_labels"]["gpu"] for a in firing) == ["3", "5", "6", "7"]  # not 4 (unallocated), 1 (busy)
+    assert any(s["series"].startswith("gpufleet_gpu_pod_info{") for s in test["input_series"])
+    old_uuid = RulesConfig(uuid_label="uuid")
+    assert "on(uuid, GPU_I_ID, hostname)" in next(r for r in alerts(old_uuid) if r["alert"] == "GpuIdleCost1h")["expr"]
+
+
+def test_training_thresholds_come_from_the_config() -> None:
+    cfg = RulesConfig(throughput_drop_ratio=0.3, grad_norm_max=50, grad_norm_min=1e-9, loss_plateau_ratio=0.02)
+    rules = {r["alert"]: r for r in alerts(cfg)}
+    assert (
+        "< 0.7 * quantile_over_time(0.5, training_samples_per_second[1h] offset 30m)"
+        in (rules["TrainingThroughputDrop"]["expr"])
+    )
+    assert rules["TrainingGradientNormOutOfRange"]["expr"] == (
+        "training_gradient_norm > 50 or training_gradient_norm < 1e-09"
+    )
+    assert "- 0.02 * abs(" in rules["TrainingLossPlateau"]["expr"]
+    assert rules["TrainingLossNotFinite"]["expr"] == "training_loss != training_loss or abs(training_loss) == +Inf"
 
 
 def test_manifests() -> None:
@@ -88,7 +121,7 @@ def test_annotation_rendering_subset() -> None:
 def test_bad_config_file_names_the_problem(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text("gpu_temp: 80\n")
-    with pytest.raises(ManifestError, match=r"rules\.yaml"):
+    with pytest.raises(ManifestError, match=r"rules\.yaml: unknown field 'gpu_temp' \(did you mean 'gpu_temp_c'\?\)"):
         RulesConfig.from_file(path)
 
 
@@ -117,6 +150,37 @@ def test_promtool_catches_a_wrong_expectation(tmp_path: Path) -> None:
     (tmp_path / "tests.yml").write_text(dump(tests))
     run = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode != 0
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(
+    ("alert", "naive", "wrongly_fires"),
+    [
+        # idle cost without the allocation check: the unallocated idle GPU 4 would cost money
+        ("GpuIdleCost30m", 'DCGM_FI_DEV_GPU_UTIL{modelName=~".*"} < 10', 'gpu="4"'),
+        # a plateau without the step check: a hung job's flat loss would look like one
+        (
+            "TrainingLossPlateau",
+            "min_over_time(training_loss[1h]) > min_over_time(training_loss[1h] offset 1h)"
+            " - 0.01 * abs(min_over_time(training_loss[1h] offset 1h))",
+            'job="llm-hung"',
+        ),
+    ],
+)
+def test_promtool_refuses_a_rule_that_ignores_what_it_must(
+    tmp_path: Path, alert: str, naive: str, wrongly_fires: str
+) -> None:
+    require_tool("promtool")
+    write_rules(tmp_path, RulesConfig())
+    rules = yaml.safe_load((tmp_path / RULE_FILE).read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule["alert"] == alert:
+                rule["expr"] = naive
+    (tmp_path / RULE_FILE).write_text(dump(rules))
+    run = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert wrongly_fires in run.stdout + run.stderr
 
 
 @pytest.mark.real

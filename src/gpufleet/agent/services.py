@@ -33,6 +33,10 @@ class Dialect:
     generated_tokens: str
     queue_depth: str
 
+    @property
+    def histograms(self) -> tuple[str, str]:
+        return self.ttft, self.inter_token
+
 
 # request-duration histogram -> how the rest of that server's series are named
 DIALECTS = {
@@ -100,7 +104,10 @@ class ServiceWindows:
             if why:
                 problems.append(f"{name}: {why}; skipped")
             quantiles, requests, span = self._window((name, labels), hist, now) if latency else ([None] * 3, 0, 0.0)
-            extra = self._companions(frame, dialect, labels, problems)
+            ttft, inter_token = (self._histogram(frame, name, labels, problems) for name in dialect.histograms)
+            tokens, queue = (
+                self._gauge(frame, name, labels) for name in (dialect.generated_tokens, dialect.queue_depth)
+            )
             errors = frame.gauges.get((dialect.errors, labels), 0.0) if dialect.errors else 0.0
             out.append(
                 ServiceFact(
@@ -114,8 +121,11 @@ class ServiceWindows:
                     window_s=round(span, 3),
                     version=label.get("version", ""),
                     latency=latency,
+                    ttft=ttft,
+                    inter_token=inter_token,
+                    generated_tokens=tokens,
+                    queue_depth=queue,
                     problems=problems[:16],
-                    **extra,
                 )
             )
         return out
@@ -139,20 +149,17 @@ class ServiceWindows:
         return quantiles, requests, now - first.time
 
     @staticmethod
-    def _companions(
-        frame: MetricFrame, dialect: Dialect, labels: LabelItems, problems: list[str]
-    ) -> dict[str, HistogramFact | float | None]:
-        """The service's other series, under the same labels as its request-duration histogram."""
-        out: dict[str, HistogramFact | float | None] = {}
-        for field, name in (("ttft", dialect.ttft), ("inter_token", dialect.inter_token)):
-            hist = frame.histograms.get((name, labels))
-            if hist is not None:
-                fact, why = histogram_fact(hist)
-                if why:
-                    problems.append(f"{name}: {why}; skipped")
-                out[field] = fact
-        for field, name in (("generated_tokens", dialect.generated_tokens), ("queue_depth", dialect.queue_depth)):
-            value = frame.gauges.get((name, labels))
-            if value is not None and math.isfinite(value) and value >= 0:
-                out[field] = value
-        return out
+    def _histogram(frame: MetricFrame, name: str, labels: LabelItems, problems: list[str]) -> HistogramFact | None:
+        """One of the service's other histograms, under the same labels as its request-duration histogram."""
+        hist = frame.histograms.get((name, labels))
+        if hist is None:
+            return None
+        fact, why = histogram_fact(hist)
+        if why:
+            problems.append(f"{name}: {why}; skipped")
+        return fact
+
+    @staticmethod
+    def _gauge(frame: MetricFrame, name: str, labels: LabelItems) -> float | None:
+        value = frame.gauges.get((name, labels))
+        return value if value is not None and math.isfinite(value) and value >= 0 else None

@@ -1,19 +1,24 @@
-"""`gpufleet deploy`: gpufleet's Kubernetes manifests, rendered from its Helm chart with real Helm."""
+"""`gpufleet deploy`: gpufleet's Kubernetes manifests, rendered from its Helm chart with real Helm; the SLO alert
+rules of inference services; a KEDA ScaledObject that scales one on its own latency or queue."""
 
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from gpufleet.cli.inputs import read_input_text
-from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, dump_json, dump_yaml, emit, err_console, make_table
+from gpufleet.deploy.keda import DEFAULT_PROMETHEUS
 from gpufleet.deploy.render import DEFAULT_KUBE_VERSION
 from gpufleet.errors import UserError
 
 sub = typer.Typer(
-    help="Deploy gpufleet: Kubernetes manifests from the Helm chart, and how big a deployment gets.",
+    help="Deploy gpufleet: Kubernetes manifests from the Helm chart, how big a deployment gets, SLO alert rules "
+    "and KEDA autoscaling for inference services.",
     no_args_is_help=True,
 )
 
@@ -134,6 +139,158 @@ def size_cmd(
         console.print(make_table(["", f"{nodes:,} nodes x {gpus_per_node} GPUs"], rows))
 
     emit(plan.to_json(), output, table)
+
+
+class SloFormat(StrEnum):
+    prometheus_rule = "prometheus-rule"
+    rules = "rules"
+
+
+class Signal(StrEnum):
+    p99 = "p99"
+    queue = "queue"
+
+
+def _manifest_format(output: OutputFormat) -> None:
+    if output not in (OutputFormat.yaml, OutputFormat.json):
+        raise UserError(f"-o {output.value} is not a manifest format", fix="use -o yaml or -o json")
+
+
+def _print_or_write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror}", fix="give a writable path to --out") from None
+    console.print(f"wrote {out}", highlight=False)
+
+
+SLO_HELP = "\n\n".join(
+    (
+        "Prometheus rules for the service-level objectives of inference services: recording rules for the share of "
+        "bad requests of every objective over 5m, 30m, 1h and 6h, multi-window multi-burn-rate alerts on them (a "
+        "page at 14.4 times the budget's pace over 1h and 5m, a ticket at 6 times over 6h and 30m, for a 30-day "
+        "budget), the objectives as plain threshold alerts (InferenceLatencyP99High, InferenceErrorRateHigh, ...), "
+        "and an info alert for a service with too little traffic to judge, whose other alerts are held.",
+        "The objectives file has `defaults` (p99_s, p95_s, ttft_s, ttft_quantile, error_ratio, availability, "
+        "latency_window_s, availability_window_s, budget_window_days, min_requests_per_s) and `services`, a list of "
+        "the same fields with the `model` (and optionally `version`) label of a service; every other model is "
+        "judged by the defaults. Latency thresholds must be bucket bounds of gpufleet's histograms.",
+        "Examples:",
+        "  gpufleet deploy slo | kubectl apply -f -",
+        "  gpufleet deploy slo -f deploy/monitoring/slo-config.yaml --format rules --out gpufleet-slo-rules.yml",
+        "  gpufleet deploy slo -f slo.yaml --rules-config deploy/monitoring/rules-config.yaml -o json",
+    )
+)
+
+
+@sub.command("slo", help=SLO_HELP)
+def slo_cmd(
+    filename: str | None = typer.Option(
+        None, "-f", "--filename", metavar="FILE", help="The objectives (YAML; - reads stdin). Default: built-in."
+    ),
+    fmt: SloFormat = typer.Option(
+        SloFormat.prometheus_rule,
+        "--format",
+        help="prometheus-rule (a monitoring.coreos.com/v1 object) or rules (a rule file for rule_files:).",
+    ),
+    rules_config: Path | None = typer.Option(
+        None,
+        "--rules-config",
+        metavar="FILE",
+        help="The PrometheusRule's namespace and monitor_labels from this rules config (as `gpufleet telemetry "
+        "rules --config` reads it). Default: namespace monitoring, release: kube-prometheus-stack.",
+    ),
+    out: Path | None = typer.Option(None, "--out", metavar="FILE", help="Write to this file instead of printing."),
+    output: OutputFormat = typer.Option(OutputFormat.yaml, "-o", "--output", metavar="yaml|json", help="yaml or json."),
+) -> None:
+    from gpufleet.telemetry import slo
+    from gpufleet.telemetry.objectives import SloConfig
+    from gpufleet.telemetry.rules import RulesConfig, dump
+
+    _manifest_format(output)
+    if filename is not None:
+        text, cited = read_input_text(filename)
+        cfg = slo.load_config(text, cited)
+    else:
+        cfg = SloConfig()
+    rules_cfg = RulesConfig.from_file(rules_config) if rules_config else RulesConfig()
+    data = slo.prometheus_rule(cfg, rules_cfg) if fmt is SloFormat.prometheus_rule else slo.rule_groups(cfg)
+    _print_or_write(dump_json(data) + "\n" if output is OutputFormat.json else dump(data), out)
+
+
+KEDA_HELP = "\n\n".join(
+    (
+        "A KEDA ScaledObject (keda.sh/v1alpha1) that scales an inference Deployment on a Prometheus query of "
+        "gpufleet's serving metrics. --signal p99 scales on the p99 request duration over 2 minutes against "
+        "--target seconds (default: 75% of the p99 objective, 1.5 s); --signal queue on the requests waiting, "
+        "--target per replica (default 4).",
+        "--min-replicas 0 scales to zero (queue only: at zero replicas there is no latency to measure); the queue "
+        "depth must then come from something that stays up, such as the router in front of the model, and the "
+        "first waiting request wakes the Deployment (--activation-threshold, default 0). The object is checked "
+        "against KEDA's CRD schema (strict: an unknown field is an error) before it is printed.",
+        "Examples:",
+        "  gpufleet deploy keda --deployment llm-serve --model llama-3-70b -n ml | kubectl apply -f -",
+        "  gpufleet deploy keda --deployment llm-serve --model llama-3-70b --signal queue --target 8 "
+        "--min-replicas 0 --max-replicas 16",
+        "  gpufleet deploy keda --deployment chat --model chat --prometheus https://prom.example.com --auth prom-creds",
+    )
+)
+
+
+@sub.command("keda", help=KEDA_HELP)
+def keda_cmd(
+    deployment: str = typer.Option(..., "--deployment", metavar="NAME", help="The Deployment to scale."),
+    model: str = typer.Option(..., "--model", metavar="MODEL", help="The `model` label of the service's metrics."),
+    model_version: str | None = typer.Option(
+        None, "--model-version", metavar="VERSION", help="Only this `version` label's series (default: all)."
+    ),
+    signal: Signal = typer.Option(Signal.p99, "--signal", help="p99 (request duration) or queue (waiting requests)."),
+    target: float | None = typer.Option(
+        None, "--target", help="p99: seconds; queue: waiting requests per replica. Default: 1.5 s or 4."
+    ),
+    min_replicas: int = typer.Option(1, "--min-replicas", help="0 scales to zero (queue only)."),
+    max_replicas: int = typer.Option(10, "--max-replicas"),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="The Deployment's namespace."),
+    prometheus: str = typer.Option(DEFAULT_PROMETHEUS, "--prometheus", metavar="URL", help="Prometheus' address."),
+    name: str | None = typer.Option(None, "--name", help="The ScaledObject's name (default: the Deployment's)."),
+    polling_interval: int = typer.Option(15, "--polling-interval", metavar="SECONDS", help="How often KEDA asks."),
+    cooldown: int = typer.Option(
+        300, "--cooldown", metavar="SECONDS", help="How long after the last activity before scaling to zero."
+    ),
+    activation_threshold: float | None = typer.Option(
+        None, "--activation-threshold", help="The value above which the Deployment leaves zero replicas."
+    ),
+    auth: str | None = typer.Option(
+        None, "--auth", metavar="NAME", help="A TriggerAuthentication holding Prometheus' credentials."
+    ),
+    cluster_auth: bool = typer.Option(False, "--cluster-auth", help="--auth names a ClusterTriggerAuthentication."),
+    output: OutputFormat = typer.Option(OutputFormat.yaml, "-o", "--output", metavar="yaml|json", help="yaml or json."),
+) -> None:
+    from gpufleet.deploy.keda import KedaOptions, scaled_object
+
+    _manifest_format(output)
+    opts = KedaOptions(
+        deployment=deployment,
+        model=model,
+        version=model_version,
+        signal="queue" if signal is Signal.queue else "p99",
+        target=target,
+        namespace=namespace,
+        name=name,
+        server_address=prometheus,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        polling_interval_s=polling_interval,
+        cooldown_period_s=cooldown,
+        activation_threshold=activation_threshold,
+        authentication=auth,
+        authentication_kind="ClusterTriggerAuthentication" if cluster_auth else "TriggerAuthentication",
+    )
+    obj: dict[str, Any] = scaled_object(opts)
+    sys.stdout.write(dump_json(obj) + "\n" if output is OutputFormat.json else dump_yaml(obj))
 
 
 def register(app: typer.Typer) -> None:

@@ -7,13 +7,14 @@ catalog, IB thresholds from the IB counter catalog, and idle-cost prices (US$ pe
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpufleet import yaml_input
 from gpufleet.catalog import load_ib_counters, load_xid_catalog
@@ -24,7 +25,7 @@ RULE_FILE = "gpufleet-rules.yml"
 _PLACEHOLDER = re.compile(r"<<([a-z_]+)>>")
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 TEST_HOST = "gpu-node-01"
-TEST_GPU_LABELS = {"gpu": "3", "UUID": "GPU-9a63752e-af8d-fe52-7f0d-968bca6d52e3", "device": "nvidia3"}
+TEST_GPU = {"gpu": "3", "uuid": "GPU-9a63752e-af8d-fe52-7f0d-968bca6d52e3", "device": "nvidia3"}
 TEST_MODEL = "NVIDIA H100 80GB HBM3"
 
 
@@ -34,6 +35,7 @@ class RulesConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hostname_label: Literal["hostname", "Hostname"] = "hostname"
+    uuid_label: Literal["UUID", "uuid"] = "UUID"  # as the agent's ExpositionConfig names it
     gpu_temp_c: float = 85
     vram_ratio: float = Field(0.95, gt=0, le=1)
     idle_util_percent: float = 10
@@ -41,6 +43,12 @@ class RulesConfig(BaseModel):
     stall_seconds: int = 600
     clock_drop_ratio: float = Field(0.85, gt=0, lt=1)
     clock_drop_temp_c: float = 80
+    # Training runs: each judged against its own history.
+    throughput_drop_ratio: float = Field(0.2, gt=0, lt=1)  # samples/s this far below the job's own baseline
+    loss_plateau_ratio: float = Field(0.01, ge=0, lt=1)  # the least relative gain of an hour's best loss
+    grad_norm_max: float = Field(100, gt=0)
+    grad_norm_min: float = Field(1e-7, ge=0)
+    validation_rise_ratio: float = Field(0.1, gt=0)  # validation loss this far above its best of 6 hours
     ib_counters: tuple[str, ...] = ("SymbolErrorCounter", "LinkDownedCounter", "LinkErrorRecoveryCounter")
     # The operator's own rate for a GPU-hour; idle alerts quote it. Set per model by NVML model name.
     default_usd_per_gpu_hour: float = Field(2.0, ge=0)
@@ -61,8 +69,41 @@ class RulesConfig(BaseModel):
         raw = yaml_input.load(text, str(path)) or {}
         try:
             return cls.model_validate(raw)
-        except ValueError as exc:
-            raise ManifestError(str(path), str(exc).splitlines()[0], fix="see `gpufleet telemetry rules -h`") from exc
+        except ValidationError as exc:
+            raise config_error(str(path), cls, exc, fix="see `gpufleet telemetry rules -h`") from None
+
+
+def config_error(source: str, model: type[BaseModel], exc: ValidationError, fix: str) -> ManifestError:
+    """One line naming the first bad field of a config file (and, for a misspelt one, the field meant)."""
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo explains a missing field
+    first = errors[0]
+    loc = first["loc"]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+    if first["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1)
+        message = f"unknown field {where!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    elif first["type"] == "model_type" and not loc:
+        message = f"expected a mapping of settings, got {type(first['input']).__name__}"
+    else:
+        message = f"{where or '(document)'}: {first['msg']}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more)"
+    return ManifestError(source, message, fix=fix)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the (nested) model at `loc`; list indices are skipped."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", {})
+        field = fields.get(part) if isinstance(fields, dict) else None
+        if field is None:
+            return []
+        candidates = [field.annotation, *getattr(field.annotation, "__args__", ())]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return list(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else []
 
 
 def re2_escape(text: str) -> str:
@@ -92,6 +133,7 @@ def _base_values(cfg: RulesConfig) -> dict[str, str]:
     fatal = sorted(code for code, info in load_xid_catalog().items() if info.fatal)
     return {
         "host": cfg.hostname_label,
+        "uuid": cfg.uuid_label,
         "gpu_temp_c": _fmt(cfg.gpu_temp_c),
         "vram_ratio": _fmt(cfg.vram_ratio),
         "vram_percent": _fmt(round(cfg.vram_ratio * 100, 2)),
@@ -102,6 +144,14 @@ def _base_values(cfg: RulesConfig) -> dict[str, str]:
         "clock_drop_percent": _fmt(round(cfg.clock_drop_ratio * 100, 2)),
         "clock_drop_temp_c": _fmt(cfg.clock_drop_temp_c),
         "fatal_xids": "|".join(str(c) for c in fatal),
+        "throughput_keep_ratio": _fmt(round(1 - cfg.throughput_drop_ratio, 6)),
+        "throughput_drop_percent": _fmt(round(cfg.throughput_drop_ratio * 100, 2)),
+        "loss_plateau_ratio": _fmt(cfg.loss_plateau_ratio),
+        "loss_plateau_percent": _fmt(round(cfg.loss_plateau_ratio * 100, 2)),
+        "grad_norm_max": _fmt(cfg.grad_norm_max),
+        "grad_norm_min": _fmt(cfg.grad_norm_min),
+        "validation_rise_ratio": _fmt(cfg.validation_rise_ratio),
+        "validation_rise_percent": _fmt(round(cfg.validation_rise_ratio * 100, 2)),
     }
 
 
@@ -257,7 +307,7 @@ def _go_float(value: float) -> str:
 
 
 def _humanize(value: float) -> str:
-    return "%.4g" % value  # noqa: UP031 - Go's humanize for 1 <= |v| < 1000 is %.4g
+    return "%.4g" % value  # noqa: UP031 - Go's humanizePercentage is %.4g of the percentage
 
 
 _TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
@@ -290,7 +340,9 @@ def _series_labels(scope: str, cfg: RulesConfig, values: Mapping[str, str]) -> d
     if scope == "ib_port":
         return {"hca": "mlx5_0", "port": "1", "rail": "0", "hostname": TEST_HOST}
     return {
-        **TEST_GPU_LABELS,
+        "gpu": TEST_GPU["gpu"],
+        cfg.uuid_label: TEST_GPU["uuid"],
+        "device": TEST_GPU["device"],
         "modelName": values.get("test_model", TEST_MODEL),
         cfg.hostname_label: TEST_HOST,
     }
@@ -301,6 +353,23 @@ def _selector(name: str, labels: Mapping[str, str]) -> str:
     return f"{name}{{{body}}}"
 
 
+def _filled_labels(labels: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, str]:
+    return {fill(str(k), values): fill(str(v), values) for k, v in labels.items()}
+
+
+def _input_series(
+    series: Mapping[str, Any], labels: Mapping[str, str], values: Mapping[str, str]
+) -> list[dict[str, str]]:
+    """promtool input series of one entity: a metric's values, or {labels, values} for a series with labels of its
+    own (an info series naming a pod) over the entity's."""
+    out = []
+    for metric, spec in series.items():
+        own = _filled_labels(spec.get("labels", {}), values) if isinstance(spec, dict) else {}
+        samples = spec["values"] if isinstance(spec, dict) else spec
+        out.append({"series": _selector(fill(metric, values), {**labels, **own}), "values": fill(str(samples), values)})
+    return out
+
+
 def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE) -> dict[str, Any]:
     """A promtool test file: for each generated rule, one group with a quiet and a firing evaluation."""
     cfg = cfg or RulesConfig()
@@ -308,18 +377,27 @@ def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE) -> di
     for _group, rules in _expanded(cfg):
         for rule, values in rules:
             spec = rule["test"]
-            labels = {**_series_labels(spec.get("scope", "gpu"), cfg, values), **spec.get("labels", {})}
-            alertname = fill(rule["alert"], values)
-            series = [
-                {"series": _selector(fill(metric, values), labels), "values": fill(vals, values)}
-                for metric, vals in spec["series"].items()
-            ]
-            expected_labels = {**labels, **_rule_labels(rule, values)}
-            value = spec.get("value")
-            annotations = {
-                key: render_annotation(fill(rule[key], values), expected_labels, value)
-                for key in ("summary", "description")
+            labels = {
+                **_series_labels(spec.get("scope", "gpu"), cfg, values),
+                **_filled_labels(spec.get("labels", {}), values),
             }
+            alertname = fill(rule["alert"], values)
+            series = _input_series(spec["series"], labels, values)
+            entities = [(labels, True, spec.get("value"))]
+            for other in spec.get("others", []):
+                own = {**labels, **_filled_labels(other.get("labels", {}), values)}
+                series += _input_series(other["series"], own, values)
+                entities.append((own, bool(other["fires"]), other.get("value")))
+            expected = []
+            for entity_labels, fires, value in entities:
+                if not fires:
+                    continue
+                alert_labels = {**entity_labels, **_rule_labels(rule, values)}
+                annotations = {
+                    key: render_annotation(fill(rule[key], values), alert_labels, value)
+                    for key in ("summary", "description")
+                }
+                expected.append({"exp_labels": alert_labels, "exp_annotations": annotations})
             variant = values.get("test_model") or values.get("ib_counter") or "default"
             tests.append(
                 {
@@ -328,11 +406,7 @@ def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE) -> di
                     "input_series": series,
                     "alert_rule_test": [
                         {"eval_time": spec["quiet_at"], "alertname": alertname, "exp_alerts": []},
-                        {
-                            "eval_time": spec["fires_at"],
-                            "alertname": alertname,
-                            "exp_alerts": [{"exp_labels": expected_labels, "exp_annotations": annotations}],
-                        },
+                        {"eval_time": spec["fires_at"], "alertname": alertname, "exp_alerts": expected},
                     ],
                 }
             )
