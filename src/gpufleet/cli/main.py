@@ -55,6 +55,7 @@ COMMAND_MODULES = (
     "gpufleet.cli.token",
     "gpufleet.cli.deploy",
     "gpufleet.cli.doctor",
+    "gpufleet.cli.cost",
 )
 
 

@@ -15,7 +15,7 @@ from gpufleet.control.service import ControlPlane
 from gpufleet.errors import AuthError, GpufleetError, NotFoundError, UserError
 from gpufleet.model.wire import MAX_BODY
 from gpufleet.server.cache import ReadCache
-from gpufleet.server.routes import actions, fabric, fleet, incidents, ingest, meta, records, scheduler, stream
+from gpufleet.server.routes import actions, cost, fabric, fleet, incidents, ingest, meta, records, scheduler, stream
 from gpufleet.server.routes.common import BadParameter
 from gpufleet.server.routes.meta import HealthCheck
 from gpufleet.server.security import Guard
@@ -86,7 +86,7 @@ def create_app(
         )
 
     cache = ReadCache()
-    for module in (fleet, incidents, actions, records, scheduler, fabric):
+    for module in (fleet, incidents, actions, records, scheduler, fabric, cost):
         app.include_router(module.router(plane, cache))
     for plain in (ingest, stream):
         app.include_router(plain.router(plane))

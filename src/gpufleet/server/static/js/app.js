@@ -24,6 +24,7 @@ const ROUTES = [
   { re: /^\/incident\/([^/]+)$/, page: "incident", nav: "incidents", keys: ["id"] },
   { re: /^\/jobs$/, page: "jobs", nav: "jobs" },
   { re: /^\/scheduler$/, page: "scheduler", nav: "scheduler" },
+  { re: /^\/cost$/, page: "cost", nav: "cost" },
 ];
 
 const state = { key: null, page: null, controller: null, summary: null, seq: 0 };
