@@ -131,6 +131,17 @@ class TrainingJob:
     priority: int = 0
     excluded_nodes: list[str] = field(default_factory=list)
     restarts: int = 0
+    # what its training loop reports about itself
+    sequence_length: int = 4096  # tokens per sample
+    learning_rate: float = 3e-4  # peak, after warm-up
+    warmup_steps: int = 100
+    total_steps: int = 100_000  # the planned run: the cosine schedule reaches its floor here
+    eval_every: int = 50  # steps between validation-loss evaluations
+    checkpoint_every: int = 100  # steps between checkpoints
+
+    @property
+    def samples_per_step(self) -> int:
+        return max(1, round(self.tokens_per_step / self.sequence_length))
 
     @property
     def world_size(self) -> int:
@@ -148,5 +159,8 @@ class InferenceService:
     node: str
     gpu_indices: tuple[int, ...]
     requests_per_s: float = 50.0
-    base_latency_s: float = 0.08
+    base_latency_s: float = 0.08  # a request's mean duration, unloaded, at full clocks
     slo_p99_s: float = 0.5
+    version: str = "v1"  # the model version served
+    tokens_per_request: float = 16.0  # generated per request, on average
+    capacity_per_gpu: float = 400.0  # requests/s a GPU serves before requests queue

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpufleet.errors import ManifestError
-from gpufleet.model import Cluster, TrainingJob
+from gpufleet.model import Cluster, InferenceService, TrainingJob
 from gpufleet.spec.scenario_spec import (
     GPU_FAULTS,
+    INFRASTRUCTURE_FAULTS,
     JOB_FAULTS,
     NODE_FAULTS,
     PORT_FAULTS,
+    SERVICE_FAULTS,
+    TRAINING_APP_FAULTS,
     CampaignSpec,
     FaultSpec,
     FaultType,
@@ -23,6 +27,8 @@ DEFAULT_DURATION_S = {
     FaultType.power_brake: 900.0,
     FaultType.link_flap: 600.0,
     FaultType.straggler: 3600.0,
+    FaultType.error_burst: 600.0,
+    FaultType.traffic_ramp: 1800.0,
 }
 
 
@@ -42,9 +48,12 @@ class InjectedFault:
     code: int | None = None
     factor: float | None = None
     effects: list[str] = field(default_factory=list)  # what followed: "job train-3 hung", ...
+    service: str | None = None
 
     @property
     def target(self) -> str:
+        if self.service is not None:
+            return f"service/{self.service}"
         if self.job is not None:
             return f"job/{self.job}" + (f"/rank{self.rank}" if self.rank is not None else "")
         if self.gpu is not None:
@@ -58,9 +67,16 @@ class InjectedFault:
         return f"{self.type.value}" + (f" {self.code}" if self.code is not None else "")
 
 
-def from_specs(specs: list[FaultSpec], cluster: Cluster, jobs: list[TrainingJob], source: str) -> list[InjectedFault]:
+def from_specs(
+    specs: list[FaultSpec],
+    cluster: Cluster,
+    jobs: list[TrainingJob],
+    source: str,
+    services: Sequence[InferenceService] = (),
+) -> list[InjectedFault]:
     nodes = {n.name: n for n in cluster.nodes}
     job_names = {j.name: j for j in jobs}
+    service_names = {s.name for s in services}
     out = []
     for i, spec in enumerate(sorted(specs, key=lambda s: s.at)):
         where = f"spec.faults ({spec.type.value} at {spec.at:g}s)"
@@ -79,6 +95,11 @@ def from_specs(specs: list[FaultSpec], cluster: Cluster, jobs: list[TrainingJob]
                 raise ManifestError(source, f"{where}: no training job named {spec.job!r}", fix=f"jobs: {known}")
             if spec.rank is not None and spec.rank >= job.world_size:
                 raise ManifestError(source, f"{where}: job {spec.job} has {job.world_size} ranks")
+        if spec.service is not None and spec.service not in service_names:
+            known = ", ".join(sorted(service_names)) or "none"
+            raise ManifestError(
+                source, f"{where}: no inference service named {spec.service!r}", fix=f"services: {known}"
+            )
         out.append(
             InjectedFault(
                 id=i,
@@ -92,21 +113,27 @@ def from_specs(specs: list[FaultSpec], cluster: Cluster, jobs: list[TrainingJob]
                 duration=spec.duration or DEFAULT_DURATION_S.get(spec.type),
                 code=spec.code,
                 factor=spec.factor,
+                service=spec.service,
             )
         )
     return out
 
 
 def expand_campaign(
-    campaign: CampaignSpec, cluster: Cluster, jobs: list[TrainingJob], duration: float, first_id: int
+    campaign: CampaignSpec,
+    cluster: Cluster,
+    jobs: list[TrainingJob],
+    duration: float,
+    first_id: int,
+    services: Sequence[InferenceService] = (),
 ) -> list[InjectedFault]:
     """`per_type` faults of each type at random times, each on a different node, job faults on their own jobs.
 
-    Job faults get jobs no other fault touches, and hardware faults land on nodes outside those jobs, so every
-    injected fault has exactly one root cause to find.
+    Job faults get jobs no other fault touches, service faults services of their own, and hardware faults land on
+    nodes outside those jobs, so every injected fault has exactly one root cause to find.
     """
     rng = np.random.default_rng(campaign.seed)
-    types = list(FaultType) if campaign.types == "all" else list(campaign.types)
+    types = list(INFRASTRUCTURE_FAULTS) if campaign.types == "all" else list(campaign.types)
     end = campaign.end if campaign.end is not None else max(campaign.start + 1.0, duration - 1800.0)
     job_faults = [t for t in types if t in JOB_FAULTS]
     reserved: list[TrainingJob] = []
@@ -120,9 +147,20 @@ def expand_campaign(
             )
         picks = rng.choice(len(jobs), size=need_jobs, replace=False)
         reserved = [jobs[int(i)] for i in picks]
+    service_faults = [t for t in types if t in SERVICE_FAULTS]
+    need_services = len(service_faults) * campaign.per_type
+    if need_services > len(services):
+        raise ManifestError(
+            "campaign",
+            f"{need_services} service faults need as many inference services, the workload has {len(services)}",
+            fix="add inference services or lower perType",
+        )
+    service_picks = iter(
+        [services[int(i)] for i in rng.permutation(len(services))[:need_services]] if need_services else []
+    )
     reserved_nodes = {n for j in reserved for n in j.nodes}
     gpu_nodes = [n for n in cluster.nodes if n.gpus and n.name not in reserved_nodes]
-    hw_types = [t for t in types if t not in JOB_FAULTS]
+    hw_types = [t for t in types if t not in JOB_FAULTS and t not in SERVICE_FAULTS]
     need_nodes = len(hw_types) * campaign.per_type
     if need_nodes > len(gpu_nodes):
         raise ManifestError(
@@ -151,10 +189,13 @@ def expand_campaign(
             at = float(rng.uniform(campaign.start, end))
             fault = InjectedFault(id=first_id + len(faults), type=ftype, time=round(at))
             fault.duration = DEFAULT_DURATION_S.get(ftype)
-            if ftype in JOB_FAULTS:
+            if ftype in SERVICE_FAULTS:
+                fault.service = next(service_picks).name
+            elif ftype in JOB_FAULTS:
                 job = next(jobs_iter)
                 fault.job = job.name
-                fault.rank = int(rng.integers(job.world_size))
+                # an application fault is the whole job's (its loss, its checkpoints, its input pipeline)
+                fault.rank = None if ftype in TRAINING_APP_FAULTS else int(rng.integers(job.world_size))
                 fault.factor = 1.6 if ftype is FaultType.straggler else None
             else:
                 node = gpu_nodes[next(idle_picks) if ftype is FaultType.idle_gpu else next(node_picks)]

@@ -13,6 +13,7 @@ from gpufleet.sim import kmsg
 from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.gpu_state import GpuArrays
+from gpufleet.sim.serving import ServiceState
 from gpufleet.sim.workloads import TrainingSet
 from gpufleet.spec.scenario_spec import FaultType
 
@@ -25,6 +26,10 @@ STRAGGLER_FACTOR = 1.6
 SYMBOL_ERRORS_PER_S = 0.05  # 3 a minute: a BER far above what a healthy NDR link shows in 12 minutes
 PCIE_REPLAYS_PER_S = 2.0  # 120 a minute, far above DCGM's per-lane budget for a degraded x8 link
 NVLINK_ERRORS_PER_S = 5.0
+SLOW_INPUT_FACTOR = 2.0  # the loader delivers a batch in twice the GPU's compute time: steps take about twice as long
+SLO_BREACH_FACTOR = 10.0  # a request takes ten times as long: an 80 ms service answers its slowest in seconds
+ERROR_BURST_FRACTION = 0.2
+TRAFFIC_RAMP_FACTOR = 3.0
 
 
 class FaultTarget(Protocol):
@@ -34,6 +39,7 @@ class FaultTarget(Protocol):
     gpus: GpuArrays
     ports: PortArrays
     training: TrainingSet
+    services: list[ServiceState]
     idle_override: np.ndarray
 
     def gpu(self, node: str, index: int) -> int: ...
@@ -201,6 +207,115 @@ def _driver_mismatch(twin: FaultTarget, fault: InjectedFault) -> None:
     twin.write_kernel(fault.node, kmsg.api_mismatch_lines(twin.boot_seconds(fault.node), user_space, kernel_module))
 
 
+def _until(twin: FaultTarget, fault: InjectedFault, undo: Callable[[], None]) -> None:
+    """Undo the fault when its duration ends (if it has one)."""
+    if fault.duration:
+        twin.at(fault.time + fault.duration, undo)
+
+
+def _job(twin: FaultTarget, fault: InjectedFault) -> tuple[int, TrainingJob]:
+    assert fault.job is not None
+    job = twin.cluster.job(fault.job)
+    return twin.training.jobs.index(job), job
+
+
+def _loss_plateau(twin: FaultTarget, fault: InjectedFault) -> None:
+    j, job = _job(twin, fault)
+    twin.training.app.plateau(j, job.step, on=True)
+    _until(twin, fault, lambda: twin.training.app.plateau(j, job.step, on=False))
+
+
+def _steps(twin: FaultTarget) -> np.ndarray:
+    return np.array([j.step for j in twin.training.jobs], dtype=np.int64)
+
+
+def _loss_stall(twin: FaultTarget, fault: InjectedFault) -> None:
+    j, _ = _job(twin, fault)
+    twin.training.app.stall(j, _steps(twin), on=True)
+    _until(twin, fault, lambda: twin.training.app.stall(j, _steps(twin), on=False))
+
+
+def _loss_divergence(twin: FaultTarget, fault: InjectedFault) -> None:
+    j, job = _job(twin, fault)
+    twin.training.app.diverge(j, job.step, on=True)
+    _until(twin, fault, lambda: twin.training.app.diverge(j, job.step, on=False))
+
+
+def _loss_nan(twin: FaultTarget, fault: InjectedFault) -> None:
+    j, job = _job(twin, fault)
+    twin.training.app.go_nan(j, job.step, on=True)
+    _until(twin, fault, lambda: twin.training.app.go_nan(j, job.step, on=False))
+
+
+def _grad_explode(twin: FaultTarget, fault: InjectedFault) -> None:
+    j, _ = _job(twin, fault)
+    twin.training.app.explode(j, on=True)
+    _until(twin, fault, lambda: twin.training.app.explode(j, on=False))
+
+
+def _checkpoint_failure(twin: FaultTarget, fault: InjectedFault) -> None:
+    j, _ = _job(twin, fault)
+    twin.training.app.checkpoint_failing[j] = True
+
+    def mended() -> None:
+        twin.training.app.checkpoint_failing[j] = False
+
+    _until(twin, fault, mended)
+
+
+def _slow_input(twin: FaultTarget, fault: InjectedFault) -> None:
+    """The job's data loader (one rank's, with `rank`) falls behind: a step waits for its batch."""
+    j, job = _job(twin, fault)
+    ranks = twin.training.ranks_of(j) if fault.rank is None else np.array([_rank(twin, fault)])
+    twin.training.slow_input(ranks, fault.factor or SLOW_INPUT_FACTOR)
+    fault.effects.append(f"job {job.name} waits for its input")
+
+    def caught_up() -> None:
+        twin.training.slow_input(ranks, 1.0)
+
+    _until(twin, fault, caught_up)
+
+
+def _service(twin: FaultTarget, fault: InjectedFault) -> ServiceState | None:
+    return next((st for st in twin.services if st.service.name == fault.service), None)
+
+
+def _slo_breach(twin: FaultTarget, fault: InjectedFault) -> None:
+    st = _service(twin, fault)
+    if st is not None:
+        st.latency_factor = fault.factor or SLO_BREACH_FACTOR
+        _until(twin, fault, lambda: setattr(st, "latency_factor", 1.0))
+
+
+def _error_burst(twin: FaultTarget, fault: InjectedFault) -> None:
+    st = _service(twin, fault)
+    if st is not None:
+        st.error_fraction = fault.factor or ERROR_BURST_FRACTION
+        _until(twin, fault, lambda: setattr(st, "error_fraction", 0.0))
+
+
+def _traffic_ramp(twin: FaultTarget, fault: InjectedFault) -> None:
+    st = _service(twin, fault)
+    if st is not None:
+        # the rate climbs to its peak over the fault's duration; when it ends, traffic is back to usual
+        st.ramp = (fault.time, fault.duration or 1800.0, fault.factor or TRAFFIC_RAMP_FACTOR)
+        _until(twin, fault, lambda: setattr(st, "ramp", None))
+
+
+def _service_down(twin: FaultTarget, fault: InjectedFault) -> None:
+    st = _service(twin, fault)
+    if st is None:
+        return
+    st.down = True
+    fault.effects.append(f"service {st.service.name} stopped reporting")
+
+    def back() -> None:
+        st.down = False
+        st.restart()
+
+    _until(twin, fault, back)
+
+
 _HANDLERS = {
     FaultType.xid: _xid,
     FaultType.ecc_dbe: _ecc_dbe,
@@ -216,4 +331,15 @@ _HANDLERS = {
     FaultType.straggler: _straggler,
     FaultType.idle_gpu: _idle,
     FaultType.driver_mismatch: _driver_mismatch,
+    FaultType.loss_plateau: _loss_plateau,
+    FaultType.loss_stall: _loss_stall,
+    FaultType.loss_divergence: _loss_divergence,
+    FaultType.loss_nan: _loss_nan,
+    FaultType.grad_explode: _grad_explode,
+    FaultType.checkpoint_failure: _checkpoint_failure,
+    FaultType.slow_input: _slow_input,
+    FaultType.slo_breach: _slo_breach,
+    FaultType.error_burst: _error_burst,
+    FaultType.traffic_ramp: _traffic_ramp,
+    FaultType.service_down: _service_down,
 }

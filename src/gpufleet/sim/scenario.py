@@ -66,6 +66,9 @@ def layout_workload(
                 gpu_indices=tuple(range(first, first + svc.gpus)),
                 requests_per_s=svc.requests_per_s,
                 slo_p99_s=svc.slo_p99,
+                version=svc.version,
+                tokens_per_request=svc.tokens_per_request,
+                capacity_per_gpu=svc.capacity_per_gpu,
             )
         )
     jobs: list[TrainingJob] = []
@@ -92,6 +95,12 @@ def layout_workload(
                 model_params_b=spec.model_params_b,
                 tokens_per_step=spec.tokens_per_step,
                 nccl_timeout_s=spec.nccl_timeout,
+                sequence_length=spec.sequence_length,
+                learning_rate=spec.learning_rate,
+                warmup_steps=spec.warmup_steps,
+                total_steps=spec.total_steps,
+                eval_every=spec.eval_every,
+                checkpoint_every=spec.checkpoint_every,
             )
         )
     if wl.auto_training_nodes_per_job:
@@ -118,9 +127,9 @@ def build_twin(path: Path, *, ring_seconds: int = 300, epoch: float = EPOCH) -> 
     cluster = build_cluster(cluster_name, body)
     carve_mig(cluster, spec.mig, str(path))
     jobs, services = layout_workload(cluster, spec, str(path))
-    faults = from_specs(spec.faults, cluster, jobs, str(path))
+    faults = from_specs(spec.faults, cluster, jobs, str(path), services)
     if spec.campaign is not None:
-        faults += expand_campaign(spec.campaign, cluster, jobs, spec.duration, first_id=len(faults))
+        faults += expand_campaign(spec.campaign, cluster, jobs, spec.duration, len(faults), services)
     twin = Twin(
         cluster,
         seed=spec.seed,

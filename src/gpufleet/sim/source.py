@@ -12,16 +12,12 @@ import numpy as np
 
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.model import JobState
+from gpufleet.sim.app_export import RANK_EXPORT_S, AppSeries, GaugeKey
 from gpufleet.sim.twin import Twin
-from gpufleet.sim.workloads import LATENCY_BUCKETS_S
 from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost
-from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, LabelItems, MetricFrame, label_items
+from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
 
-GaugeKey = tuple[str, LabelItems]
-
-RANK_EXPORT_S = 5.0
-
-# Wall-clock origin for the twin's t=0, so timestamps look like Unix time to Prometheus and to people.
+__all__ = ["GPU_FIELDS", "PORT_COUNTERS", "RANK_EXPORT_S", "GaugeKey", "TwinSource"]  # the fleet reads these here
 
 # (DCGM field, twin array, scale)
 GPU_FIELDS: tuple[tuple[str, str, float], ...] = (
@@ -96,7 +92,7 @@ class TwinSource:
         )
         self._xids: deque[tuple[float, int, int]] = deque()  # (time, gpu flat index, code)
         self._layout: object = None
-        self._rank_keys: dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, list[GaugeKey]]] = {}
+        self.app = AppSeries(twin, self.gpu_idx, node)
         self._price = np.array(
             [
                 twin.cost_per_gpu_hour.get(twin.cluster.nodes[int(g.node_of[k])].gpu_model or "", 0.0)
@@ -185,7 +181,8 @@ class TwinSource:
             frame.set_xid_count(code, row)
 
     def _attribution(self, frame: MetricFrame) -> None:
-        """Which workload holds each GPU, as the kubelet's pod-resources API would say (rebuilt when it changes)."""
+        """Which workload holds each GPU, as the kubelet's pod-resources API would say (rebuilt when it changes): the
+        pod, and the job or service that owns it."""
         twin = self.twin
         layout = (
             tuple((j.name, j.state, tuple(j.nodes)) for j in twin.cluster.jobs),
@@ -201,55 +198,17 @@ class TwinSource:
             if job.state in (JobState.running, JobState.hung):
                 for k in ts.ranks_of(j):
                     node = twin.cluster.nodes[int(twin.gpus.node_of[k])].name
-                    owner[int(k)] = Attribution(pod=f"{job.name}-{node}", namespace="training", container="trainer")
+                    owner[int(k)] = Attribution(f"{job.name}-{node}", "training", "trainer", workload=job.name)
         for st in twin.services:
+            name = st.service.name
             for k in st.gpus:
-                owner[int(k)] = Attribution(pod=f"{st.service.name}-0", namespace="inference", container="server")
+                owner[int(k)] = Attribution(f"{name}-0", "inference", "server", workload=name)
         for k in np.flatnonzero(twin.idle_override):
-            owner.setdefault(int(k), Attribution(pod=f"reserved-{int(k)}", namespace="default", container="idle"))
+            owner.setdefault(int(k), Attribution(f"reserved-{int(k)}", "default", "idle", workload=""))
         for i, k in enumerate(self.gpu_idx):
             frame.set_attribution(i, owner.get(int(k)))
 
-    def _ranks(self, job: str, nodes: tuple[str, ...]) -> tuple[np.ndarray, list[GaugeKey]]:
-        """The flat GPU indices of a job's ranks this agent reports, and their gauge keys (cached per layout)."""
-        cached = self._rank_keys.get((job, nodes))
-        if cached is None:
-            ts = self.twin.training
-            ranks = ts.ranks_of([j.name for j in ts.jobs].index(job))
-            mine = np.flatnonzero(np.isin(ranks, self.gpu_idx))  # an agent reports the ranks on its own node
-            keys: list[GaugeKey] = [
-                ("training_rank_compute_seconds", label_items({"job": job, "rank": str(int(r))})) for r in mine
-            ]
-            cached = self._rank_keys[(job, nodes)] = (ranks[mine], keys)
-        return cached
-
     def _jobs(self, frame: MetricFrame) -> None:
-        twin = self.twin
+        """The workloads' own series, as the agent's scrape of their /metrics would fill them."""
         self._attribution(frame)
-        nodes = None if self.node is None else {self.node}
-        for job in twin.cluster.jobs:
-            if nodes is not None and not nodes & set(job.nodes):
-                continue
-            labels = {"job": job.name}
-            if job.state in (JobState.running, JobState.hung):
-                frame.set_gauge("training_last_step_timestamp_seconds", labels, twin.epoch + job.last_step_time)
-                frame.set_gauge("training_step_duration_seconds", labels, job.step_time_s)
-            else:
-                frame.remove_gauge("training_last_step_timestamp_seconds", labels)
-                frame.remove_gauge("training_step_duration_seconds", labels)
-            # Frameworks export per-rank step times every few seconds; a hung job completes no steps at all.
-            if job.state is JobState.running and twin.time % RANK_EXPORT_S < twin.tick:
-                ranks, keys = self._ranks(job.name, tuple(job.nodes))
-                values = twin.training.rank_compute_s[ranks]
-                frame.gauges.update((k, float(v)) for k, v in zip(keys, values, strict=True) if np.isfinite(v))
-        for st in twin.services:
-            if nodes is not None and st.service.node not in nodes:
-                continue
-            hist = frame.histogram(
-                "gpufleet_inference_request_duration_seconds", {"model": st.service.name}, LATENCY_BUCKETS_S.tolist()
-            )
-            # the twin keeps per-bucket counts; a Prometheus histogram is cumulative
-            hist.bucket_counts[:] = np.cumsum(st.bucket_counts[: len(LATENCY_BUCKETS_S)])
-            hist.sum = st.latency_sum_s
-            hist.count = int(st.bucket_counts.sum())
-            frame.set_gauge("gpufleet_inference_request_errors_total", {"model": st.service.name}, float(st.errors))
+        self.app.fill(frame)

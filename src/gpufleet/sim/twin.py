@@ -30,13 +30,13 @@ from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.gpu_state import GpuArrays
 from gpufleet.sim.inject import inject
 from gpufleet.sim.recorder import Recorder
+from gpufleet.sim.serving import ServiceState, step_inference
 from gpufleet.sim.workloads import (
     AllReduceModel,
-    ServiceState,
     TrainingSet,
     build_training,
+    carry_over,
     nccl_allreduce_s,
-    step_inference,
     step_training,
     training_demand,
 )
@@ -127,6 +127,7 @@ class Twin:
             self.ports,
             self.gpus.n,
             allreduce or nccl_allreduce_s,
+            seed=seed,
         )
         for job in cluster.jobs:
             job.state = JobState.running
@@ -173,8 +174,8 @@ class Twin:
             self._inject(self._pending.pop(0))
         self._run_timers(now)
 
-        training_demand(self.training, self.gpus)
-        step_inference(self.services, self.gpus, dt, self.rng)
+        training_demand(self.training, self.gpus, now)
+        step_inference(self.services, self.gpus, now, dt, self.rng)
         if self.idle_override.any():
             self.gpus.demand_util[self.idle_override] = 0.0
             self.gpus.allocated[self.idle_override] = True
@@ -448,9 +449,7 @@ class Twin:
             self.gpus.n,
             lambda *a: 0.0,
         )
-        ts.allreduce_s = old.allreduce_s.copy()
-        ts.progress = old.progress.copy()
-        ts.straggle, ts.stuck, ts.hang = old.straggle, old.stuck, old.hang
+        carry_over(old, ts)
         self.training = ts
 
     # --- views -----------------------------------------------------------------------------------------------

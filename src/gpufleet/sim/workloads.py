@@ -1,9 +1,12 @@
-"""Training jobs and inference services running on the twin, vectorized over jobs and ranks.
+"""Training jobs running on the twin, vectorized over jobs and ranks.
 
 A training step is compute (which runs at the speed of the slowest rank's clock, times any straggler factor) plus
-an AllReduce of the gradients (NCCL's cost for this fabric). A job stops making progress when a rank's GPU is lost,
-one of its rail links is down longer than InfiniBand's retry budget, or a rank's process is stuck: it is *hung*.
-NCCL's watchdog then fails it `nccl_timeout_s` after its last completed step, as PyTorch's ProcessGroupNCCL does.
+the time a rank waited for its input, plus an AllReduce of the gradients (NCCL's cost for this fabric). Every
+`checkpoint_every` steps a job stops stepping while it writes a checkpoint (sim/app_training.py).
+
+A job stops making progress when a rank's GPU is lost, one of its rail links is down longer than InfiniBand's retry
+budget, or a rank's process is stuck: it is *hung*. NCCL's watchdog then fails it `nccl_timeout_s` after its last
+completed step, as PyTorch's ProcessGroupNCCL does.
 """
 
 from __future__ import annotations
@@ -13,15 +16,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufleet.model import InferenceService, JobState, TrainingJob
+from gpufleet.model import JobState, TrainingJob
+from gpufleet.sim.app_training import TrainingApp
 from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.gpu_state import GpuArrays
 
 MODEL_FLOPS_UTILIZATION = 0.40
 TRAINING_UTIL = 97.0
+# A healthy data loader prefetches: what a step still waits for its input is a sliver of its compute.
+DATA_WAIT_FRACTION = 0.003
 # NCCL_IB_TIMEOUT=20 (4.3 s per try) x NCCL_IB_RETRY_CNT=7: a link must stay down about 30 s to break a QP.
 IB_RETRY_BUDGET_S = 30.0
-LATENCY_BUCKETS_S = np.array([0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
 
 # (gpu model, nodes, gpus per node, nics per node, nic Gb/s, transport, bytes) -> seconds
 AllReduceModel = Callable[[str, int, int, int, float, str, int], float]
@@ -79,8 +84,13 @@ class TrainingSet:
     port_bytes_per_step: np.ndarray
     straggle: np.ndarray  # per GPU compute multiplier (1.0 = healthy)
     stuck: np.ndarray  # per GPU: the rank's process stopped participating
+    app: TrainingApp
+    # per GPU: how many times slower than the GPU its rank's data loader delivers a batch (1.0 = keeps up)
+    input_slow: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    any_input_slow: bool = False  # some loader lags: the per-rank wait is worked out rank by rank
     hang: dict[str, HangCause] = field(default_factory=dict)
     rank_compute_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    step_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per job: what a step takes now
     rank_job: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # job index of each rank
     port_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     port_starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -95,6 +105,15 @@ class TrainingSet:
         end = self.starts[j + 1] if j + 1 < len(self.starts) else len(self.gpu_order)
         return self.gpu_order[self.starts[j] : end]
 
+    def slow_input(self, gpus: np.ndarray, factor: float) -> None:
+        """The data loaders of the ranks on `gpus` deliver a batch `factor` times slower than the GPU uses it."""
+        self.input_slow[gpus] = factor
+        self.any_input_slow = bool((self.input_slow > 1.0).any())
+
+    def data_wait_s(self, j: int, gpus: np.ndarray) -> np.ndarray:
+        """What each of job `j`'s ranks on `gpus` waited for its input in the last step."""
+        return self.compute_s[j] * (DATA_WAIT_FRACTION + self.input_slow[gpus] - 1.0)
+
 
 def build_training(
     jobs: list[TrainingJob],
@@ -106,6 +125,7 @@ def build_training(
     ports: PortArrays,
     n_gpus: int,
     allreduce: AllReduceModel,
+    seed: int = 0,
 ) -> TrainingSet:
     from gpufleet.catalog.gpus import get_gpu_model
 
@@ -140,13 +160,24 @@ def build_training(
         port_bytes_per_step=np.array(port_bytes),
         straggle=np.ones(n_gpus),
         stuck=np.zeros(n_gpus, dtype=bool),
+        app=TrainingApp.for_jobs(jobs, seed),
+        input_slow=np.ones(n_gpus),
         rank_compute_s=np.zeros(n_gpus),
+        step_s=np.zeros(len(jobs)),
         rank_job=np.repeat(np.arange(len(jobs)), sizes),
         port_order=np.concatenate(job_ports) if job_ports else np.zeros(0, np.int64),
         port_starts=np.concatenate([[0], np.cumsum(port_counts)[:-1]]).astype(np.int64) if jobs else port_counts,
         port_counts=port_counts,
         memory_fraction=np.array([j.gpu_memory_fraction for j in jobs]),
     )
+
+
+def carry_over(old: TrainingSet, new: TrainingSet) -> None:
+    """Keep what outlives a new rank layout: progress, per-GPU fault state and what the jobs' loops know."""
+    new.allreduce_s = old.allreduce_s.copy()
+    new.progress = old.progress.copy()
+    new.straggle, new.stuck, new.hang, new.app = old.straggle, old.stuck, old.hang, old.app
+    new.input_slow, new.any_input_slow = old.input_slow, old.any_input_slow
 
 
 def _job_codes(ts: TrainingSet) -> np.ndarray:
@@ -170,11 +201,16 @@ def step_training(
     order = ts.gpu_order
     codes = _job_codes(ts)
     ratio = np.where(gpus.alive, gpus.sm_clock / gpus.max_clock, 0.0)[order]
+    nominal = ts.compute_s[ts.rank_job]
     with np.errstate(divide="ignore"):
-        per_rank = np.where(ratio > 0, ts.compute_s[ts.rank_job] / ratio, np.inf)
+        per_rank = np.where(ratio > 0, nominal / ratio, np.inf)
     per_rank = per_rank * ts.straggle[order]
     ts.rank_compute_s[order] = per_rank
-    step_time = np.maximum.reduceat(per_rank, ts.starts) + ts.allreduce_s
+    if ts.any_input_slow:  # a lagging loader: its rank waits for the batch before it can compute
+        per_rank = per_rank + nominal * (ts.input_slow[order] - 1.0)
+    # the wait a healthy loader leaves is the same on every rank of a job
+    step_time = np.maximum.reduceat(per_rank, ts.starts) + ts.compute_s * DATA_WAIT_FRACTION + ts.allreduce_s
+    ts.step_s = step_time
 
     bad_gpu = (~gpus.alive | gpus.wedged | ts.stuck)[order]
     suspect = np.logical_or.reduceat(bad_gpu, ts.starts)
@@ -207,15 +243,20 @@ def step_training(
             codes[j] = 0
 
     moving = codes == 0
+    if ts.app.writes:
+        moving &= ~ts.app.writing(now)
     ts.progress = np.where(moving, ts.progress + dt / step_time, ts.progress)
     done = np.where(moving, np.floor(ts.progress), 0.0)
     ts.progress -= done
     for j in np.flatnonzero(done):
         job = ts.jobs[j]
+        before = job.step
         job.step += int(done[j])
         job.step_time_s = float(step_time[j])
         job.last_step_time = now + dt - float(ts.progress[j] * step_time[j])
         ports.add_traffic(ts.ports[j], np.full(ts.ports[j].size, int(ts.port_bytes_per_step[j] * done[j])))
+        ts.app.stepped(int(j), before, job.step, job.last_step_time)
+    ts.app.finish_writes(now + dt)
     return changes
 
 
@@ -251,8 +292,9 @@ def _link_healed(ts: TrainingSet, j: int, ports: PortArrays) -> bool:
     return bool(ports.up[ts.ports[j]].all())
 
 
-def training_demand(ts: TrainingSet, gpus: GpuArrays) -> None:
-    """Utilization and memory the jobs ask of their GPUs: busy when computing, spinning at 100% when hung."""
+def training_demand(ts: TrainingSet, gpus: GpuArrays, now: float = 0.0) -> None:
+    """Utilization and memory the jobs ask of their GPUs: busy when computing, spinning at 100% when hung, idle
+    while a checkpoint is written; a rank starved of input idles for the share of the step it waits."""
     if not ts.jobs:
         return
     order = ts.gpu_order
@@ -260,37 +302,14 @@ def training_demand(ts: TrainingSet, gpus: GpuArrays) -> None:
     quiet = (ts.stuck | gpus.wedged)[order]
     # NCCL kernels spin while waiting for a peer; a stuck rank's own GPU goes quiet.
     util = np.where(codes == 0, TRAINING_UTIL, np.where((codes == 1) & ~quiet, 100.0, 0.0))
+    if ts.any_input_slow:
+        slow = ts.input_slow[order]
+        step = ts.step_s[ts.rank_job]
+        wait = ts.compute_s[ts.rank_job] * (DATA_WAIT_FRACTION + slow - 1.0)
+        waiting = np.divide(wait, step, out=np.zeros(order.size), where=step > 0)
+        util = np.where((slow > 1.0) & (codes == 0), TRAINING_UTIL * (1.0 - np.clip(waiting, 0.0, 1.0)), util)
+    if ts.app.writes:  # a synchronous checkpoint leaves the GPUs idle while it writes
+        util = np.where(ts.app.writing(now)[ts.rank_job] & (codes == 0), 0.0, util)
     gpus.demand_util[order] = util
     gpus.demand_fb_mib[order] = np.where(codes <= 1, gpus.memory_mib[order] * ts.memory_fraction[ts.rank_job], 0.0)
     gpus.allocated[order] = codes <= 1
-
-
-@dataclass(slots=True)
-class ServiceState:
-    service: InferenceService
-    gpus: np.ndarray
-    bucket_counts: np.ndarray = field(default_factory=lambda: np.zeros(len(LATENCY_BUCKETS_S) + 1, np.int64))
-    latency_sum_s: float = 0.0
-    requests: int = 0
-    errors: int = 0
-
-
-def step_inference(services: list[ServiceState], gpus: GpuArrays, dt: float, rng: np.random.Generator) -> None:
-    for st in services:
-        svc = st.service
-        idx = st.gpus
-        gpus.allocated[idx] = True
-        gpus.demand_util[idx] = min(90.0, 20.0 + svc.requests_per_s * svc.base_latency_s * 60.0 / idx.size)
-        gpus.demand_fb_mib[idx] = gpus.memory_mib[idx] * 0.6
-        n = int(rng.poisson(svc.requests_per_s * dt))
-        if n == 0:
-            continue
-        if not gpus.alive[idx].all():
-            st.errors += n
-            st.requests += n
-            continue
-        ratio = float(np.min(gpus.sm_clock[idx] / gpus.max_clock[idx])) or 1.0
-        lat = svc.base_latency_s / max(ratio, 0.05) * rng.lognormal(0.0, 0.35, n)
-        st.bucket_counts += np.bincount(np.searchsorted(LATENCY_BUCKETS_S, lat), minlength=st.bucket_counts.size)
-        st.latency_sum_s += float(lat.sum())
-        st.requests += n

@@ -26,6 +26,18 @@ class FaultType(StrEnum):
     straggler = "straggler"
     idle_gpu = "idle-gpu"
     driver_mismatch = "driver-mismatch"
+    # the application layer: what a training loop or an inference server says about itself
+    loss_plateau = "loss-plateau"  # the loss stops decreasing: flat, with its usual noise
+    loss_stall = "loss-stall"  # the reported loss is frozen at one value
+    loss_divergence = "loss-divergence"  # validation loss climbs while the training loss keeps falling
+    loss_nan = "loss-nan"  # loss and gradient norm become NaN
+    grad_explode = "grad-explode"  # gradient norm far above its usual 0.5-2
+    checkpoint_failure = "checkpoint-failure"  # checkpoint writes fail
+    slow_input = "slow-input"  # the data loader falls behind: ranks wait for input, GPUs idle
+    slo_breach = "slo-breach"  # a service's latency rises `factor` times
+    error_burst = "error-burst"  # a service fails `factor` (a fraction) of its requests
+    traffic_ramp = "traffic-ramp"  # a service's request rate climbs to `factor` times over the duration
+    service_down = "service-down"  # a service stops answering, its /metrics with it
 
 
 # Where each fault lands: a GPU, a node, a NIC port (rail) or a job.
@@ -40,8 +52,22 @@ GPU_FAULTS = {
     FaultType.idle_gpu,
 }
 PORT_FAULTS = {FaultType.ib_symbol_errors, FaultType.link_flap, FaultType.link_down}
-JOB_FAULTS = {FaultType.nccl_hang, FaultType.straggler}
+TRAINING_APP_FAULTS = {
+    FaultType.loss_plateau,
+    FaultType.loss_stall,
+    FaultType.loss_divergence,
+    FaultType.loss_nan,
+    FaultType.grad_explode,
+    FaultType.checkpoint_failure,
+    FaultType.slow_input,
+}
+JOB_FAULTS = {FaultType.nccl_hang, FaultType.straggler, *TRAINING_APP_FAULTS}
 NODE_FAULTS = {FaultType.driver_mismatch}
+SERVICE_FAULTS = {FaultType.slo_breach, FaultType.error_burst, FaultType.traffic_ramp, FaultType.service_down}
+APP_FAULTS = TRAINING_APP_FAULTS | SERVICE_FAULTS
+# What a campaign's `types: all` means: the hardware, fabric and collective faults. Application faults are listed
+# by name, since each needs a workload that reports the series it changes.
+INFRASTRUCTURE_FAULTS = [t for t in FaultType if t not in APP_FAULTS]
 
 
 class FaultSpec(Manifest):
@@ -52,9 +78,12 @@ class FaultSpec(Manifest):
     rail: int | None = Field(default=None, ge=0)  # NIC index on the node
     job: str | None = None
     rank: int | None = Field(default=None, ge=0)
-    duration: Duration | None = None  # for faults that heal (flaps, power brake, straggler)
+    service: str | None = None  # an inference service's name, for service faults
+    duration: Duration | None = None  # for faults that heal (flaps, power brake, straggler, application faults)
     code: int | None = Field(default=None, ge=1, le=999)  # Xid code for `xid`
-    factor: float | None = Field(default=None, gt=0)  # slowdown (straggler) or error-rate multiplier
+    # slowdown (straggler, slow-input, slo-breach), error-rate multiplier, rate multiplier (traffic-ramp) or the
+    # fraction of requests that fail (error-burst)
+    factor: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _targets(self) -> FaultSpec:
@@ -67,6 +96,14 @@ class FaultSpec(Manifest):
             raise ValueError(f"fault {t.value!r} needs `job` (and optionally `rank`)")
         if t in NODE_FAULTS and self.node is None:
             raise ValueError(f"fault {t.value!r} needs `node`")
+        if t in SERVICE_FAULTS and self.service is None:
+            raise ValueError(f"fault {t.value!r} needs `service` (the inference service's name)")
+        if self.service is not None and t not in SERVICE_FAULTS:
+            raise ValueError(f"fault {t.value!r} does not take `service`: only service faults do")
+        if t is FaultType.error_burst and self.factor is not None and self.factor > 1:
+            raise ValueError("fault 'error-burst' takes `factor` as the fraction of requests that fail (0-1]")
+        if t in (FaultType.slow_input, FaultType.slo_breach, FaultType.traffic_ramp) and (self.factor or 2) <= 1:
+            raise ValueError(f"fault {t.value!r} needs a `factor` above 1 (how many times slower or busier)")
         if t is FaultType.xid and self.code is None:
             raise ValueError("fault 'xid' needs `code` (the Xid number)")
         return self
@@ -91,6 +128,13 @@ class TrainingJobSpec(Manifest):
     tokens_per_step: int = Field(default=4_000_000, gt=0)
     nccl_timeout: Duration = 1800.0
     start: Duration = 0.0
+    # what the training loop reports: samples are tokens_per_step / sequence_length per step
+    sequence_length: int = Field(default=4096, gt=0)
+    learning_rate: float = Field(default=3e-4, gt=0)  # the peak, after warm-up; cosine decay to a tenth of it
+    warmup_steps: int = Field(default=100, ge=0)
+    total_steps: int = Field(default=100_000, gt=0)  # the planned run, over which the learning rate decays
+    eval_every: int = Field(default=50, gt=0)  # steps between validation-loss evaluations
+    checkpoint_every: int = Field(default=100, gt=0)  # steps between checkpoints
 
 
 class InferenceSpec(Manifest):
@@ -99,6 +143,9 @@ class InferenceSpec(Manifest):
     gpus: int = Field(default=1, ge=1)
     requests_per_s: float = Field(default=50.0, gt=0)
     slo_p99: Duration = 0.5
+    version: str = Field(default="v1", min_length=1)  # the model version it serves (the `version` label)
+    tokens_per_request: float = Field(default=16.0, ge=1)  # generated tokens per request, on average
+    capacity_per_gpu: float = Field(default=400.0, gt=0)  # requests/s one GPU serves before requests queue
 
 
 class WorkloadSpec(Manifest):
