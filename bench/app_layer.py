@@ -259,13 +259,39 @@ def section_table(title: str, rows: list[Row]) -> Table:
     return table
 
 
+def detection_rows() -> list[Row]:
+    """gpufleet's incident for each case against the first 15 s evaluation at which promtool says the rule fires."""
+    from app_detection import detection
+
+    rows = []
+    for case in detection():
+        ours = case.gpufleet_s
+        peer = case.prometheus_s
+        rows.append(
+            Row(
+                case.what,
+                "not detected" if ours is None else f"{ours / 60:.1f} min",
+                f"{case.alert}: " + ("did not fire" if peer is None else f"{peer / 60:.1f} min"),
+                None if ours is None or peer is None or ours == 0 else peer / ours,
+                "faster than the rule",
+                None if ours is None else (peer is None or ours <= peer),
+            )
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer calls and repeats (smoke run)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens after the first, per inference request")
+    parser.add_argument("--no-detection", action="store_true", help="skip the detection-latency section (2 min)")
     args = parser.parse_args()
     console = Console(width=170)
     sections = [("Instrumentation overhead (medians)", overhead_rows(args.quick, args.tokens))]
+    if not args.no_detection:
+        sections.append(
+            ("Detection latency: the twin through the door vs Prometheus rules at a 15 s scrape", detection_rows())
+        )
     for title, rows in sections:
         console.print(section_table(title, rows))
 

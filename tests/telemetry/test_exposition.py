@@ -214,3 +214,19 @@ def test_label_cache_follows_entity_changes(frame: MetricFrame) -> None:
     text = renderer.render(frame)
     assert 'hostname="other"' in text and 'gpu-node-01"' not in text.split("infiniband")[0]
     assert MODEL in text
+
+
+def test_a_nan_loss_is_exported_and_counters_are_typed() -> None:
+    """A diverged job's NaN loss is its value; other NaN gauges are "no value" and stay out."""
+    from gpufleet.instrument import names
+    from gpufleet.telemetry.exposition import Renderer
+    from gpufleet.telemetry.frame import MetricFrame
+
+    frame = MetricFrame(entities=())
+    frame.set_gauge(names.TRAINING_LOSS, {"job": "a"}, float("nan"))
+    frame.set_gauge(names.TRAINING_SAMPLES_PER_SECOND, {"job": "a"}, float("nan"))
+    frame.set_gauge(names.TRAINING_STEPS, {"job": "a"}, 12)
+    body = Renderer().render(frame)
+    assert 'training_loss{job="a"} NaN' in body
+    assert "training_samples_per_second" not in body
+    assert "# TYPE training_steps_total counter" in body

@@ -142,6 +142,7 @@ class JobChecks(_Section):
     blowup_ratio: float = Field(gt=1)  # the loss this many times its best of the last two windows
     validation_evals: int = Field(ge=2)  # validation rising over this many evaluations while training falls
     validation_rise_ratio: float = Field(gt=0)  # or this far above its best while training is no higher
+    validation_min_rise_ratio: float = Field(default=0.02, ge=0)  # a rising run must climb this much: not noise
     grad_norm_max: float = Field(gt=0)
     grad_norm_min: float = Field(ge=0)
     hold_points: int = Field(ge=1)  # readings in a row a blow-up or a gradient norm out of range must hold

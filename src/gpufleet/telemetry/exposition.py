@@ -24,12 +24,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from gpufleet.catalog.clock_events import load_clock_events
+from gpufleet.instrument import names
 from gpufleet.telemetry.blanks import valid_mask
 from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 POD_INFO_METRIC = "gpufleet_gpu_pod_info"
+# a NaN elsewhere is "no value this tick"; a diverged model's NaN loss is the value, and Prometheus carries it
+NAN_MEANS_SOMETHING = frozenset({names.TRAINING_LOSS, names.TRAINING_VALIDATION_LOSS, names.TRAINING_GRADIENT_NORM})
 POD_INFO_HELP = "Workload using the GPU (join on UUID and GPU_I_ID to attribute GPU series to pods)."
 JOB_INFO_METRIC = "gpufleet_gpu_job_info"
 JOB_INFO_HELP = "Slurm job using the GPU (join on UUID and GPU_I_ID to attribute GPU series to hpc_job)."
@@ -308,12 +311,13 @@ class Renderer:
     def _render_plain(frame: MetricFrame, out: list[str]) -> None:
         by_name: dict[str, list[str]] = {}
         for (name, labels), value in frame.gauges.items():
-            if value != value:
+            if value != value and name not in NAN_MEANS_SOMETHING:
                 continue
             by_name.setdefault(name, []).append(f"{name}{{{_pairs(list(labels))}}} {format_float(value)}\n")
         for name, lines in by_name.items():
             field = _plain_field(frame, name)
-            out.append(_header(field) if field else f"# TYPE {name} gauge\n")
+            kind = "counter" if name.endswith("_total") else "gauge"
+            out.append(_header(field) if field else f"# TYPE {name} {kind}\n")
             out.extend(lines)
         hist_names: dict[str, list[str]] = {}
         for (name, labels), hist in frame.histograms.items():

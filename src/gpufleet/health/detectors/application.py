@@ -292,8 +292,13 @@ def _divergence(now: float, s: TrainingSignals, h: _History) -> Finding | None:
         return None
     last, k = evals[-1], c.validation_evals
     tail = evals[-k:]
-    rising = len(tail) == k and all(a.validation < b.validation for a, b in pairwise(tail))
     first = tail[0]
+    climb = last.validation - first.validation
+    rising = (
+        len(tail) == k
+        and all(a.validation < b.validation for a, b in pairwise(tail))
+        and climb > c.validation_min_rise_ratio * abs(first.validation)
+    )
     if rising and first.training is not None and last.training is not None and last.training < first.training:
         return _finding(
             now,
