@@ -276,7 +276,7 @@ def service_rows(plane: ControlPlane) -> list[dict[str, Any]]:
         slo = _slo_columns(judged)
         if judged and all(s.stale for s in judged):
             state = "Stale"
-        elif slo["breaches"]:
+        elif slo["breaches"] or (not slo["p99_5m_s"] and _over_declared(facts)):
             state = "SLO breached"
         elif p99 is None and not slo["p99_5m_s"]:
             state = "Idle" if rate == 0 else "Too little traffic"
@@ -306,6 +306,13 @@ def service_rows(plane: ControlPlane) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _over_declared(facts: list[ServiceFact]) -> bool:
+    """A service that exports percentiles but no histogram the detector can window: its worst replica's p99 of the
+    last minute against the p99 it declares."""
+    declared = [f.slo_p99_s for f in facts if f.slo_p99_s is not None]
+    return bool(declared) and any(f.p99_s is not None and f.p99_s > min(declared) for f in facts)
 
 
 def _slo_columns(judged: list[ServiceStatus]) -> dict[str, Any]:

@@ -191,7 +191,7 @@ def _nonfinite(now: float, s: TrainingSignals, name: str) -> Finding | None:
         RootCause.loss_nonfinite,
         Entity(EntityKind.job, name=name),
         Severity.critical,
-        f"job {name}'s {' and '.join(bad)} is NaN or infinite",
+        f"job {name}'s {' and '.join(bad)} {'are' if len(bad) > 1 else 'is'} NaN or infinite",
         f"{', '.join(bad)} not a finite number{at}: the run has diverged; every further step is wasted",
         SOURCE,
         job=name,
