@@ -30,10 +30,9 @@ from typing import Any
 
 from gpufleet.errors import ParseError
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines, bounded_text
+from gpufleet.triage.readers.kube_json import CUT, load_json
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 
-CUT = "\x00cut"  # marks an object or list the input ended inside
-MAX_DEPTH = 64  # a Node is nested about 8 deep; deeper is not kubectl's output (and would exhaust a recursive parser)
 MAX_NODES = 5_000
 MAX_ITEMS = 500  # conditions, taints, resources, labels read per node
 GPU_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.count", "nvidia.com/gpu.product")
@@ -364,69 +363,6 @@ def _judge_gfd_count(node: NodeView, add: Add) -> None:
 # ---------------------------------------------------------------- kubectl get node -o json
 
 
-def _nesting(text: str) -> tuple[int, int]:
-    """The deepest nesting of brackets outside strings (stopping past MAX_DEPTH), and how many stay open at the end:
-    checked before a recursive parser runs, and to tell JSON cut short from JSON that is wrong."""
-    depth = deepest = 0
-    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', text):
-        token = m.group()
-        if token in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-            if depth > MAX_DEPTH:
-                break
-        elif token in "]}":
-            depth = max(0, depth - 1)
-    return deepest, depth
-
-
-def _repaired(text: str) -> Any:
-    """JSON cut short, closed at its last complete member, each object and list it closes marked with CUT (so what
-    is missing from them is not taken as absent): what it held up to there, or None."""
-    closers = {"{": ', "\\u0000cut": true}', "[": ', "\\u0000cut"]'}
-    stack: list[str] = []
-    cut = None
-    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{},]', text):
-        token = m.group()
-        if token in "[{":
-            stack.append(closers[token])
-        elif token in "]}":
-            if stack:
-                stack.pop()
-        elif token == "," and stack:
-            cut = (m.start(), "".join(reversed(stack)))
-    if cut is None:
-        return None
-    try:
-        return json.loads(text[: cut[0]] + cut[1])
-    except (ValueError, RecursionError):
-        return None
-
-
-def _load_json(text: str, report: TriageReport) -> Any:
-    start = text.find("{")
-    if start < 0:
-        raise ParseError("no JSON object in the input", fix="give the output of `kubectl get node NAME -o json`")
-    body = text[start:]
-    deepest, still_open = _nesting(body)
-    if deepest > MAX_DEPTH:
-        raise ParseError(f"the JSON nests deeper than {MAX_DEPTH} levels: not a Node as kubectl prints it")
-    try:
-        value, _ = json.JSONDecoder().raw_decode(body)
-        return value
-    except RecursionError:
-        raise ParseError("the JSON nests too deeply to read") from None
-    except ValueError as exc:
-        if not still_open:  # every bracket closed, yet not JSON
-            raise ParseError(f"not valid JSON: {str(exc)[:200]}") from None
-    report.complete = False  # the text ends inside the JSON
-    report.notes.append("the JSON ends before its last closing bracket: input ends mid-record")
-    partial = _repaired(body)
-    if partial is None:
-        raise ParseError("the JSON is cut short before a single complete field")
-    return partial
-
-
 def _d(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -475,7 +411,7 @@ def _node_from_json(obj: dict[str, Any]) -> NodeView:
 def read_kubectl_node_json(lines: Iterable[str], source: str) -> TriageReport:
     """`kubectl get node NAME -o json`, or `kubectl get nodes -o json` (a List)."""
     report = TriageReport("kubectl-node-json", source)
-    value = _load_json(bounded_text(lines, report), report)
+    value = load_json(bounded_text(lines, report), report, "Node")
     if not isinstance(value, dict):
         raise ParseError("the JSON is not an object", fix="give the output of `kubectl get node NAME -o json`")
     kind = value.get("kind")

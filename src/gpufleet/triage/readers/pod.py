@@ -24,7 +24,7 @@ from typing import Any
 
 from gpufleet.errors import ParseError
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
-from gpufleet.triage.readers.kube import CUT, MAX_DEPTH, _nesting, _repaired  # the same cut-JSON repair as for nodes
+from gpufleet.triage.readers.kube_json import CUT, load_json
 from gpufleet.triage.readers.oom import GPU_OOM, HOST_OOM, SIGKILL, describe_gpu_oom, parse_gpu_oom
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 
@@ -244,29 +244,6 @@ def _judge_termination(pod: PodView, c: ContainerView, t: Termination, add: Add)
 # ---------------------------------------------------------------- reading
 
 
-def _load_json(text: str, report: TriageReport) -> Any:
-    start = text.find("{")
-    if start < 0:
-        raise ParseError("no JSON object in the input", fix="give the output of `kubectl get pod NAME -o json`")
-    body = text[start:]
-    deepest, still_open = _nesting(body)
-    if deepest > MAX_DEPTH:
-        raise ParseError(f"the JSON nests deeper than {MAX_DEPTH} levels: not a Pod as kubectl prints it")
-    try:
-        return json.JSONDecoder().raw_decode(body)[0]
-    except RecursionError:
-        raise ParseError("the JSON nests too deeply to read") from None
-    except ValueError as exc:
-        if not still_open:
-            raise ParseError(f"not valid JSON: {str(exc)[:200]}") from None
-    report.complete = False
-    report.notes.append("the JSON ends before its last closing bracket: input ends mid-record")
-    partial = _repaired(body)
-    if partial is None:
-        raise ParseError("the JSON is cut short before a single complete field")
-    return partial
-
-
 def _is_pod(obj: dict[str, Any]) -> bool:
     """A Pod, or a Pod's fields without its kind (a copy from another tool's document)."""
     if obj.get("kind") is not None:
@@ -277,7 +254,7 @@ def _is_pod(obj: dict[str, Any]) -> bool:
 def read_kubectl_pod_json(lines: Iterable[str], source: str) -> TriageReport:
     """`kubectl get pod NAME -o json`, or `kubectl get pods -o json` (a List)."""
     report = TriageReport("kubectl-pod-json", source)
-    value = _load_json(bounded_text(lines, report), report)
+    value = load_json(bounded_text(lines, report), report, "Pod")
     if not isinstance(value, dict):
         raise ParseError("the JSON is not an object", fix="give the output of `kubectl get pod NAME -o json`")
     if _is_pod(value):
