@@ -94,9 +94,11 @@ def test_facts_are_in_plausible_ranges(spec: GpuModelSpec) -> None:
     assert spec.source, "every entry names where its facts come from"
     assert 8 * 1024 <= spec.memory_mib <= 300 * 1024
     assert 40 <= spec.tdp_w <= 1400 and 0 < spec.idle_w < spec.tdp_w
-    assert spec.fp16_dense_tflops > 0 and 0 <= spec.nvlink_gen <= 5 and spec.nvlink_links <= 18
-    if spec.nvlink_links:
+    assert spec.fp16_dense_tflops > 0 and 0 <= spec.nvlink_gen <= 5 and spec.nvlink_links <= 21
+    if spec.nvlink_links and spec.vendor == "nvidia":
         assert spec.nvlink_gen > 0 and spec.nvlink_bw_gbps_per_link > 0
+    if spec.nvlink_links:
+        assert spec.nvlink_bw_gbps_per_link > 0 and spec.scaleup_kind != "none"
     if spec.nvswitch:
         assert spec.nvlink_links > 0
     if spec.pci_device_id:
@@ -136,3 +138,40 @@ def test_facts_nvidia_does_not_publish_are_left_out_not_guessed() -> None:
     b100 = get_gpu_model("b100")
     assert b100.slowdown_temp_c is None and b100.sm_count is None and b100.max_sm_clock_mhz is None
     assert b100.idle_w == round(b100.tdp_w * 0.12)  # the twin's estimate where no capture gives one
+
+
+@pytest.mark.parametrize(
+    ("name", "vendor", "resource", "scaleup"),
+    [
+        ("h100-sxm", "nvidia", "nvidia.com/gpu", "nvlink"),
+        ("mi210", "amd", "amd.com/gpu", "xgmi"),
+        ("mi250x", "amd", "amd.com/gpu", "xgmi"),
+        ("mi300x", "amd", "amd.com/gpu", "xgmi"),
+        ("mi325x", "amd", "amd.com/gpu", "xgmi"),
+        ("mi355x", "amd", "amd.com/gpu", "xgmi"),
+        ("gaudi2", "intel", "habana.ai/gaudi", "roce"),
+        ("gaudi3", "intel", "habana.ai/gaudi", "roce"),
+    ],
+)
+def test_every_vendor_is_data(name: str, vendor: str, resource: str, scaleup: str) -> None:
+    spec = get_gpu_model(name)
+    assert (spec.vendor, spec.resource, spec.scaleup_kind) == (vendor, resource, scaleup)
+    assert spec.vendor_spec.pci_vendor_id.startswith("0x")
+
+
+def test_product_names_of_other_vendors_resolve() -> None:
+    # amd-smi's MARKET_NAME, the AMD node labeller's product-name, hl-smi's AIP name and Gaudi's device.type
+    assert model_for_product_name("AMD Instinct MI300X").name == "mi300x"
+    assert get_gpu_model("Instinct_MI210").name == "mi210"
+    assert model_for_product_name("HL-225").name == "gaudi2"
+    assert get_gpu_model("GAUDI3").name == "gaudi3"
+
+
+def test_partition_modes_are_amds_and_mig_is_nvidias() -> None:
+    mi300x = get_gpu_model("mi300x")
+    assert mi300x.partition_capable and mi300x.compute_partitions == ("SPX", "DPX", "QPX", "CPX")
+    assert not get_gpu_model("mi250x").partition_capable and not get_gpu_model("gaudi3").partition_capable
+    with pytest.raises(ValueError, match="NVIDIA's"):
+        GpuModelSpec(name="x", vendor="amd", product_name="x", arch="x", compute_capability="9.0", memory_mib=1,
+                     tdp_w=1, pcie_gen=4, pcie_width=16, scaleup_links=0, scaleup_bw_gbps_per_link=0,
+                     fp16_dense_tflops=1)

@@ -45,13 +45,23 @@ class Gpu:
         return self.model.memory_mib
 
     @property
+    def vendor(self) -> str:
+        return self.model.vendor
+
+    @property
     def device(self) -> str:
-        """The device node name dcgm-exporter puts in its `device` label."""
+        """The device node's name: nvidiaN (dcgm-exporter's `device` label), renderD<128+N> for an AMD GPU, accelN
+        for a Gaudi."""
+        if self.model.vendor == "amd":
+            return f"renderD{128 + self.minor}"
+        if self.model.vendor == "intel":
+            return f"accel{self.minor}"
         return f"nvidia{self.minor}"
 
     @property
     def pci_short(self) -> str:
-        """The form kernel Xid lines use: 0000:18:00."""
+        """The form kernel lines are matched on: 0000:18:00 (Xid lines; amdgpu and habanalabs print the function
+        too, which normalising drops)."""
         domain, bus, rest = self.pci_bus_id.lower().split(":")
         return f"{domain[-4:]}:{bus}:{rest.split('.')[0]}"
 

@@ -34,6 +34,9 @@ class RootCause(StrEnum):
     power_brake = "power-brake"
     pcie = "pcie"
     nvlink = "nvlink"
+    scaleup_link = "scaleup-link"  # another vendor's scale-up fabric: Infinity Fabric (XGMI), Gaudi's scale-up ports
+    gpu_ras = "gpu-ras"  # an uncorrectable hardware error outside memory (AMD RAS, Gaudi critical HW/FW error)
+    gpu_hang = "gpu-hang"  # a ring or command-submission timeout: the driver resets the device
     ib_symbol_errors = "ib-symbol-errors"
     ib_link_down = "ib-link-down"
     ib_link_flap = "ib-link-flap"

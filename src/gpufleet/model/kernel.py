@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-EventKind = Literal["xid", "sxid", "fallen_off_bus", "reset_required", "api_mismatch"]
+# NVIDIA's: xid, sxid, fallen_off_bus, reset_required, api_mismatch. Every vendor's driver (amdgpu, habanalabs):
+# ras (a RAS hardware-error count in a block), hang (a ring or command-submission timeout), reset (the driver reset
+# the device and it came back), reset_failed (it did not: the device is unusable), hw_error (a critical hardware or
+# firmware error event).
+EventKind = Literal[
+    "xid", "sxid", "fallen_off_bus", "reset_required", "api_mismatch", "ras", "hang", "reset", "reset_failed", "hw_error"
+]
+RasSeverity = Literal["uncorrectable", "correctable", "deferred", "fatal"]
 NVL5_XIDS = frozenset(range(144, 151))  # NVLink5 errors whose action depends on the unit and status decode
 RECOVERY_XID = 154  # the driver announcing the recovery action the GPU needs
 
@@ -87,6 +94,11 @@ class KernelEvent:
     recovery: RecoveryChange | None = None
     sxid_detail: SxidDetail | None = None
     gpc_tpc_sm: tuple[int, int, int] | None = None  # where a graphics exception hit (NVIDIA's WORKFLOW_XID_13)
+    vendor: str = "nvidia"  # whose driver printed it: nvidia, amd (amdgpu), intel (habanalabs)
+    ras_block: str | None = None  # amdgpu RAS block, lower case: umc, gfx, sdma, xgmi_wafl, ...
+    ras_severity: RasSeverity | None = None
+    error_count: int | None = None  # errors the line reports (RAS counts)
+    detail: str | None = None  # the driver's own name for what happened: ring gfx_0.0.0, CS_TIMEOUT, CRITICL_HW_ERR
 
     @property
     def time(self) -> datetime | float | None:

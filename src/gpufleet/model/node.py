@@ -8,7 +8,7 @@ from enum import StrEnum
 from gpufleet.model.fabric import Nic
 from gpufleet.model.gpu import Gpu
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's; a node's own is `Node.gpu_resource`
 
 
 class TaintEffect(StrEnum):
@@ -63,17 +63,26 @@ class Node:
     def gpu_model(self) -> str | None:
         return self.gpus[0].model.name if self.gpus else None
 
+    @property
+    def gpu_vendor(self) -> str | None:
+        return self.gpus[0].model.vendor if self.gpus else None
+
+    @property
+    def gpu_resource(self) -> str:
+        """The resource its accelerators' device plugin advertises (nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi)."""
+        return self.gpus[0].model.resource if self.gpus else GPU_RESOURCE
+
     def capacity(self) -> dict[str, int]:
         res = {"cpu": self.cpu_milli, "memory": self.memory_mib * 1024 * 1024}
         if self.gpus:
-            res[GPU_RESOURCE] = len(self.gpus)
+            res[self.gpu_resource] = len(self.gpus)
         return res
 
     def allocatable(self) -> dict[str, int]:
         """Unhealthy GPUs reduce allocatable, never capacity (as the device plugin reports them)."""
         res = self.capacity()
         if self.gpus:
-            res[GPU_RESOURCE] = sum(1 for g in self.gpus if g.schedulable)
+            res[self.gpu_resource] = sum(1 for g in self.gpus if g.schedulable)
         return res
 
     def condition(self, type_: str) -> NodeCondition | None:

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from gpufleet.model.incident import RootCause, Severity
+from gpufleet.model.kernel import EventKind
 from gpufleet.model.observation import Entity
 
 SCHEMA_VERSION = 1
@@ -70,13 +71,15 @@ class KernelReport(msgspec.Struct, tag="kernel"):
 
     time: Time
     node: Name
-    kind: Literal["xid", "sxid", "fallen_off_bus", "reset_required", "api_mismatch"]
+    kind: EventKind
     message: Text
     raw: Text  # the driver's own line(s)
     gpu: GpuIndex | None = None
     pci: Short | None = None  # domain:bus:device
     xid: int | None = None
     sxid: int | None = None
+    vendor: Short = "nvidia"  # whose driver printed it
+    detail: Short = ""  # the RAS block and severity, the ring, or the driver's event name
 
 
 class LinkEvent(msgspec.Struct, tag="link"):
@@ -127,6 +130,9 @@ class GpuInfo(msgspec.Struct):
     memory_mib: float | None = None
     power_limit_w: float | None = None
     mig: Annotated[list[MigInfo], msgspec.Meta(max_length=64)] = []
+    vendor: Short = "nvidia"  # nvidia, amd, intel
+    partition: Short = ""  # AMD compute and memory partition mode: CPX_NPS4
+    parent: GpuIndex | None = None  # the physical device a partition belongs to
 
 
 class PortInfo(msgspec.Struct):

@@ -37,6 +37,10 @@ class GpuEntity:
     mig_profile: str | None = None  # GPU_I_PROFILE, e.g. "1g.10gb"
     gpu_instance_id: int | None = None  # GPU_I_ID
     label_fields: tuple[tuple[str, str], ...] = ()  # values of `label` fields, e.g. ("DCGM_FI_DRIVER_VERSION", ..)
+    vendor: str = "nvidia"  # whose exporter names its series: nvidia (dcgm-exporter), amd (DME), intel (Gaudi's)
+    serial: str = ""
+    partition: str = ""  # AMD compute and memory partition mode of the device, e.g. "CPX_NPS4"; "" unpartitioned
+    partition_id: int | None = None  # AMD partition index within its physical GPU
 
     @property
     def device_name(self) -> str:
