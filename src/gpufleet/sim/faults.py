@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.errors import ManifestError
-from gpufleet.model import Cluster, InferenceService, TrainingJob
+from gpufleet.model import Cluster, InferenceService, Node, TrainingJob
 from gpufleet.spec.scenario_spec import (
     GPU_FAULTS,
     INFRASTRUCTURE_FAULTS,
@@ -17,9 +17,11 @@ from gpufleet.spec.scenario_spec import (
     PORT_FAULTS,
     SERVICE_FAULTS,
     TRAINING_APP_FAULTS,
+    VENDOR_FAULTS,
     CampaignSpec,
     FaultSpec,
     FaultType,
+    fault_fits_vendor,
 )
 
 # Faults that heal by themselves after a while unless a duration is given.
@@ -49,6 +51,7 @@ class InjectedFault:
     factor: float | None = None
     effects: list[str] = field(default_factory=list)  # what followed: "job train-3 hung", ...
     service: str | None = None
+    block: str | None = None  # the RAS block of a `ras-error` on an AMD GPU
 
     @property
     def target(self) -> str:
@@ -88,6 +91,14 @@ def from_specs(
                 raise ManifestError(source, f"{where}: node {spec.node} has {len(node.gpus)} GPUs, no GPU {spec.gpu}")
             if spec.rail is not None and spec.rail >= len(node.nics):
                 raise ManifestError(source, f"{where}: node {spec.node} has {len(node.nics)} NICs, no rail {spec.rail}")
+            if not fault_fits_vendor(spec.type, node.gpu_vendor):
+                allowed = ", ".join(sorted(VENDOR_FAULTS[spec.type]))
+                raise ManifestError(
+                    source,
+                    f"{where}: node {spec.node} has {node.gpu_vendor or 'no'} accelerators; "
+                    f"{spec.type.value!r} is a fault of {allowed} devices",
+                    fix=_vendor_fix(spec.type),
+                )
         if spec.job is not None:
             job = job_names.get(spec.job)
             if job is None:
@@ -114,9 +125,18 @@ def from_specs(
                 code=spec.code,
                 factor=spec.factor,
                 service=spec.service,
+                block=spec.block,
             )
         )
     return out
+
+
+def _vendor_fix(fault: FaultType) -> str:
+    if fault is FaultType.xid:
+        return "on AMD or Gaudi devices use ras-error, gpu-hang, ecc-dbe or gpu-off-bus (their drivers print no Xid)"
+    if fault is FaultType.ras_error:
+        return "on NVIDIA GPUs use xid (e.g. code 48, 13) or ecc-dbe"
+    return "target a node of the vendor the fault belongs to"
 
 
 def expand_campaign(
@@ -133,7 +153,11 @@ def expand_campaign(
     nodes outside those jobs, so every injected fault has exactly one root cause to find.
     """
     rng = np.random.default_rng(campaign.seed)
-    types = list(INFRASTRUCTURE_FAULTS) if campaign.types == "all" else list(campaign.types)
+    vendors = {n.gpu_vendor for n in cluster.nodes if n.gpus}
+    if campaign.types == "all":  # the infrastructure faults this cluster's accelerators can have
+        types = [t for t in INFRASTRUCTURE_FAULTS if any(fault_fits_vendor(t, v) for v in vendors)]
+    else:
+        types = list(campaign.types)
     end = campaign.end if campaign.end is not None else max(campaign.start + 1.0, duration - 1800.0)
     job_faults = [t for t in types if t in JOB_FAULTS]
     reserved: list[TrainingJob] = []
@@ -180,7 +204,7 @@ def expand_campaign(
             f"{idle_count} idle-gpu faults need GPU nodes outside the training jobs; {len(idle_nodes)} are free",
             fix="lower autoTrainingFill so some nodes stay out of jobs",
         )
-    node_picks = iter([i for i in order if i not in idle_nodes][: need_nodes - idle_count])
+    node_picks = [i for i in order if i not in idle_nodes]
     idle_picks = iter(idle_nodes)
     jobs_iter = iter(reserved)
     faults: list[InjectedFault] = []
@@ -198,7 +222,9 @@ def expand_campaign(
                 fault.rank = None if ftype in TRAINING_APP_FAULTS else int(rng.integers(job.world_size))
                 fault.factor = 1.6 if ftype is FaultType.straggler else None
             else:
-                node = gpu_nodes[next(idle_picks) if ftype is FaultType.idle_gpu else next(node_picks)]
+                node = gpu_nodes[
+                    next(idle_picks) if ftype is FaultType.idle_gpu else _take(node_picks, gpu_nodes, ftype)
+                ]
                 fault.node = node.name
                 if ftype in GPU_FAULTS:
                     fault.gpu = int(rng.integers(len(node.gpus)))
@@ -212,3 +238,16 @@ def expand_campaign(
             faults.append(fault)
     faults.sort(key=lambda f: f.time)
     return faults
+
+
+def _take(picks: list[int], nodes: list[Node], fault: FaultType) -> int:
+    """The next picked node whose accelerators can have this fault (an Xid needs an NVIDIA GPU)."""
+    for position, i in enumerate(picks):
+        if fault_fits_vendor(fault, nodes[i].gpu_vendor):
+            return picks.pop(position)
+    allowed = ", ".join(sorted(VENDOR_FAULTS.get(fault, ())))
+    raise ManifestError(
+        "campaign",
+        f"no free node has {allowed} accelerators for a {fault.value} fault",
+        fix="drop the fault type from the campaign, or add such nodes",
+    )

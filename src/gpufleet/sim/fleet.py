@@ -339,6 +339,7 @@ def node_inventory(twin: Twin, name: str) -> NodeInventory:
                 mig=[MigInfo(i.profile, i.gi_id, i.start, i.size, i.uuid, 0) for i in g.mig_instances]
                 if g.mig_enabled
                 else [],
+                vendor=g.vendor,
             )
             for g in node.gpus
         ],

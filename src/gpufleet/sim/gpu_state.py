@@ -19,13 +19,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.catalog.clock_events import clock_event_bit as bit
-from gpufleet.model import Cluster
+from gpufleet.model import Cluster, Gpu
 
 IDLE_SM_CLOCK_MHZ = 345.0
 THERMAL_TAU_S = 45.0
 FULL_LOAD_POWER_OVER_TDP = 1.05  # unconstrained full load draws slightly above TDP; the power cap trims it
 THERMAL_HEADROOM_C = 45.0  # steady-state rise above ambient at TDP with healthy cooling
 FB_RESERVED_MIB = 574.0
+# Where the catalog gives no thermal thresholds or clocks (vendors that publish none per model: AMD and Intel read
+# them from the device at run time), the twin assumes these. Estimates, not facts: (max operating, slowdown,
+# shutdown) in C, and (SM/graphics, memory) clocks in MHz.
+TWIN_THERMAL_ESTIMATE_C = {"nvidia": (87.0, 90.0, 92.0), "amd": (95.0, 100.0, 110.0), "intel": (90.0, 95.0, 105.0)}
+TWIN_CLOCK_ESTIMATE_MHZ = (1600.0, 1300.0)
+
+
+def _thermal(gpu: Gpu, published: float | None, which: int) -> float:
+    return published if published is not None else TWIN_THERMAL_ESTIMATE_C[gpu.model.vendor][which]
 
 
 @dataclass(slots=True)
@@ -115,10 +124,10 @@ class GpuArrays:
             index_on_node=col(lambda g: g.index, np.int32),
             tdp_w=tdp,
             idle_w=col(lambda g: g.model.idle_w),
-            max_clock=col(lambda g: g.model.max_sm_clock_mhz),
-            slowdown_c=col(lambda g: g.model.slowdown_temp_c),
-            shutdown_c=col(lambda g: g.model.shutdown_temp_c),
-            max_operating_c=col(lambda g: g.model.max_operating_temp_c),
+            max_clock=col(lambda g: g.model.max_sm_clock_mhz or TWIN_CLOCK_ESTIMATE_MHZ[0]),
+            slowdown_c=col(lambda g: _thermal(g, g.model.slowdown_temp_c, 1)),
+            shutdown_c=col(lambda g: _thermal(g, g.model.shutdown_temp_c, 2)),
+            max_operating_c=col(lambda g: _thermal(g, g.model.max_operating_temp_c, 0)),
             memory_mib=col(lambda g: g.model.memory_mib),
             pcie_max_gen=col(lambda g: g.model.pcie_gen, np.int64),
             pcie_max_width=col(lambda g: g.model.pcie_width, np.int64),
@@ -130,7 +139,7 @@ class GpuArrays:
             util=f64(),
             mem_copy_util=f64(),
             sm_clock=f64(IDLE_SM_CLOCK_MHZ),
-            mem_clock=col(lambda g: g.model.max_mem_clock_mhz),
+            mem_clock=col(lambda g: g.model.max_mem_clock_mhz or TWIN_CLOCK_ESTIMATE_MHZ[1]),
             power_w=col(lambda g: g.model.idle_w),
             power_limit_w=tdp.copy(),
             temp_c=f64(ambient_c + 8.0),

@@ -9,7 +9,7 @@ import numpy as np
 
 from gpufleet.catalog.xid import load_xid_catalog
 from gpufleet.model import Cluster, JobState, TrainingJob
-from gpufleet.sim import kmsg
+from gpufleet.sim import kmsg, vendor_faults
 from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.gpu_state import GpuArrays
@@ -101,9 +101,22 @@ def _xid(twin: FaultTarget, fault: InjectedFault) -> None:
         fault.effects.append(f"job {job} hangs")
 
 
+def _vendor_of(twin: FaultTarget, i: int) -> str:
+    return twin.cluster.nodes[int(twin.gpus.node_of[i])].gpus[int(twin.gpus.index_on_node[i])].vendor
+
+
 def _ecc_dbe(twin: FaultTarget, fault: InjectedFault) -> None:
+    i = _gpu(twin, fault)
+    if _vendor_of(twin, i) != "nvidia":
+        vendor_faults.handle(twin, fault, i)
+        return
     fault.code = 48
     _xid(twin, fault)
+
+
+def _driver_fault(twin: FaultTarget, fault: InjectedFault) -> None:
+    """gpu-hang and ras-error: amdgpu's and habanalabs' own reports."""
+    vendor_faults.handle(twin, fault, _gpu(twin, fault))
 
 
 def _off_bus(twin: FaultTarget, fault: InjectedFault) -> None:
@@ -139,6 +152,10 @@ def _pcie(twin: FaultTarget, fault: InjectedFault) -> None:
 
 
 def _nvlink(twin: FaultTarget, fault: InjectedFault) -> None:
+    i = _gpu(twin, fault)
+    if _vendor_of(twin, i) != "nvidia":
+        vendor_faults.handle(twin, fault, i)
+        return
     fault.code = 74
     _xid(twin, fault)
 
@@ -331,6 +348,8 @@ _HANDLERS = {
     FaultType.straggler: _straggler,
     FaultType.idle_gpu: _idle,
     FaultType.driver_mismatch: _driver_mismatch,
+    FaultType.gpu_hang: _driver_fault,
+    FaultType.ras_error: _driver_fault,
     FaultType.loss_plateau: _loss_plateau,
     FaultType.loss_stall: _loss_stall,
     FaultType.loss_divergence: _loss_divergence,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.errors import ManifestError, UserError
-from gpufleet.model import Cluster, InferenceService, TrainingJob
+from gpufleet.model import Cluster, InferenceService, Node, TrainingJob
 from gpufleet.sched.partition.mig import geometry_of, layout_for_counts
 from gpufleet.sim.faults import expand_campaign, from_specs
 from gpufleet.sim.twin import EPOCH, Twin
@@ -47,9 +47,11 @@ def layout_workload(
     services: list[InferenceService] = []
     gpu_cursor: dict[str, int] = {}
     for svc in wl.inference:
-        node_name = svc.node or next((n.name for n in reversed(gpu_nodes) if n.name not in used), None)
+        candidates = [n for n in gpu_nodes if svc.pool is None or n.pool == svc.pool]
+        node_name = svc.node or next((n.name for n in reversed(candidates) if n.name not in used), None)
         if node_name is None:
-            raise ManifestError(source, f"no node left for inference service {svc.name!r}")
+            where = f" in pool {svc.pool!r}" if svc.pool else ""
+            raise ManifestError(source, f"no node left{where} for inference service {svc.name!r}")
         node = cluster.node(node_name)
         first = gpu_cursor.get(node_name, 0)
         if first + svc.gpus > len(node.gpus):
@@ -78,13 +80,23 @@ def layout_workload(
             for name in names:
                 if any(g.mig_enabled for g in cluster.node(name).gpus):
                     raise ManifestError(source, f"training job {spec.name!r} names {name}, whose GPUs are in MIG mode")
-        else:
-            free = [n.name for n in gpu_nodes if n.name not in used]
-            if spec.nodes > len(free):
+            models = {cluster.node(name).gpu_model for name in names}
+            if len(models) > 1:
                 raise ManifestError(
-                    source, f"training job {spec.name!r} needs {spec.nodes} nodes, {len(free)} are free"
+                    source,
+                    f"training job {spec.name!r} spans {', '.join(sorted(m or 'no GPU' for m in models))}: its ranks "
+                    "run one framework build and collective library",
+                    fix="list nodes of one GPU model (one pool)",
                 )
-            names = free[: spec.nodes]
+        else:
+            names = _free_nodes(gpu_nodes, used, spec.nodes, spec.pool)
+            if names is None:
+                where = f"pool {spec.pool!r}" if spec.pool else "any one pool"
+                raise ManifestError(
+                    source,
+                    f"training job {spec.name!r} needs {spec.nodes} free nodes of {where}",
+                    fix="give it fewer nodes, a pool with room, or list its nodes",
+                )
         used.update(names)
         gpn = spec.gpus_per_node or len(cluster.node(names[0]).gpus)
         jobs.append(
@@ -119,6 +131,15 @@ def layout_workload(
                 )
                 budget -= 1
     return jobs, services
+
+
+def _free_nodes(gpu_nodes: list[Node], used: set[str], count: int, pool: str | None) -> list[str] | None:
+    """`count` free nodes of one pool (the named one, else the first with room): a job's ranks share a GPU model."""
+    by_pool: dict[str, list[str]] = {}
+    for n in gpu_nodes:
+        if n.name not in used and (pool is None or n.pool == pool):
+            by_pool.setdefault(n.pool, []).append(n.name)
+    return next((names[:count] for names in by_pool.values() if len(names) >= count), None)
 
 
 def build_twin(path: Path, *, ring_seconds: int = 300, epoch: float = EPOCH) -> tuple[Twin, float]:

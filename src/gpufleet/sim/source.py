@@ -116,6 +116,8 @@ class TwinSource:
                     pci_bus_id=gpu.pci_bus_id,
                     device=gpu.device,
                     label_fields=(("DCGM_FI_DRIVER_VERSION", node.software.driver_version),),
+                    vendor=gpu.vendor,
+                    serial=gpu.serial,
                 )
             )
         return out

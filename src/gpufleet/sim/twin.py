@@ -24,7 +24,8 @@ from gpufleet.model import (
     NodeCondition,
     TrainingJob,
 )
-from gpufleet.sim import kmsg
+from gpufleet.sim import kmsg, vendor_faults
+from gpufleet.sim.vendor_faults import BOOT_NOTICE
 from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.gpu_state import GpuArrays
@@ -245,6 +246,10 @@ class Twin:
         node = self.cluster.nodes[int(self.gpus.node_of[i])]
         gpu = node.gpus[int(self.gpus.index_on_node[i])]
         self.gpus.alive[i] = False
+        if gpu.vendor != "nvidia":
+            lines = vendor_faults.lost_lines(gpu, self.boot_seconds(node.name))
+            self.write_kernel(node.name, lines, gpu=gpu.index, vendor=gpu.vendor, thermal=thermal)
+            return
         self.gpus.xid_last[i] = 79
         lines = kmsg.fallen_off_bus_lines(self.boot_seconds(node.name), gpu.pci_short, gpu.uuid, gpu.serial)
         self.write_kernel(node.name, lines[:2], gpu=gpu.index)
@@ -352,7 +357,8 @@ class Twin:
             self.gpus.reset(int(i))
         self.gpus.alive[idx] = True
         self.gpus.temp_c[idx] = self.ambient_c + 8.0
-        self._syslog(node, "kernel: Linux version booted; NVRM: loading NVIDIA UNIX x86_64 Kernel Module", reboot=False)
+        driver = BOOT_NOTICE.get(self.cluster.node(node).gpu_vendor or "nvidia", BOOT_NOTICE["nvidia"])
+        self._syslog(node, f"kernel: Linux version booted; {driver}", reboot=False)
 
     def set_power_limit(self, node: str, index: int, watts: float) -> None:
         i = self.gpu(node, index)
@@ -399,6 +405,7 @@ class Twin:
         busy = {n for j in self.cluster.jobs if j.state in (JobState.running, JobState.hung) for n in j.nodes}
         busy |= {s.service.node for s in self.services}
         keep = [n for n in job.nodes if n not in exclude]
+        model = self.cluster.node(job.nodes[0]).gpu_model
         spares = [
             n.name
             for n in self.cluster.nodes
@@ -407,6 +414,7 @@ class Twin:
             and n.name not in job.nodes
             and not n.unschedulable
             and len(n.gpus) >= job.gpus_per_node
+            and n.gpu_model == model  # a rank on another model (or vendor) would not run the job's build
             and not self._node_unusable(n.name)
             and not self.gpus.allocated[[self.gpu_index[(n.name, g.index)] for g in n.gpus]].any()
         ]

@@ -215,7 +215,9 @@ def step_training(
     bad_gpu = (~gpus.alive | gpus.wedged | ts.stuck)[order]
     suspect = np.logical_or.reduceat(bad_gpu, ts.starts)
     if ts.port_order.size:
-        suspect |= np.logical_or.reduceat(~ports.up[ts.port_order], ts.port_starts) & (ts.port_counts > 0)
+        # jobs on nodes without NICs (a Gaudi scales out on its own ports) have no slice: only the others are read
+        has = ts.port_counts > 0
+        suspect[has] |= np.logical_or.reduceat(~ports.up[ts.port_order], ts.port_starts[has])
     suspect |= codes == 1
     suspect &= codes <= 1
 

@@ -28,12 +28,23 @@ HGX_8GPU_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 _NS = uuid.UUID("6f1c0b7e-8a55-4d8e-9a77-1f0e5c2d4b11")
 
 
-def gpu_uuid(cluster: str, node: str, index: int) -> str:
-    return "GPU-" + str(uuid.uuid5(_NS, f"{cluster}/{node}/{index}"))
+def gpu_uuid(cluster: str, node: str, index: int, vendor: str = "nvidia") -> str:
+    """A stable UUID in the form the vendor's tools print: NVML's GPU-<uuid>, amd-smi's bare UUID, HLML's
+    serial-like UUID."""
+    base = uuid.uuid5(_NS, f"{cluster}/{node}/{index}")
+    if vendor == "amd":
+        return str(base)
+    if vendor == "intel":
+        return f"01P0-HL{base.hex[:6].upper()}-{base.hex[6:8].upper()}-{base.hex[8:14].upper()}-{index:02d}"
+    return f"GPU-{base}"
 
 
-def board_serial(cluster: str, node: str, index: int) -> str:
+def board_serial(cluster: str, node: str, index: int, vendor: str = "nvidia") -> str:
     digest = hashlib.sha256(f"{cluster}/{node}/{index}".encode()).hexdigest()
+    if vendor == "amd":
+        return "PCB" + str(int(digest[:12], 16))[:9].zfill(9)
+    if vendor == "intel":
+        return "AN" + digest[:10].upper()
     return "1654" + str(int(digest[:12], 16))[:9].zfill(9)
 
 
@@ -50,10 +61,11 @@ def pci_bus_ids(count: int) -> list[str]:
 
 
 def _nvlink_peers(model_name: str, count: int, index: int) -> list[int]:
+    """The devices a device reaches over its scale-up links (NVLink, XGMI, Gaudi's scale-up ports)."""
     spec = get_gpu_model(model_name)
     if spec.nvlink_links == 0 or count < 2:
         return []
-    if spec.nvswitch:
+    if spec.all_to_all:
         return [i for i in range(count) if i != index]
     partner = index ^ 1  # bridged pairs (H100 NVL, PCIe cards with NVLink bridges)
     return [partner] if partner < count else []
@@ -88,9 +100,9 @@ def _build_node(cluster: str, pool: NodePoolSpec, index: int, body: ClusterBody,
             node.gpus.append(
                 Gpu(
                     index=i,
-                    uuid=gpu_uuid(cluster, name, i),
+                    uuid=gpu_uuid(cluster, name, i, model.vendor),
                     pci_bus_id=bus,
-                    serial=board_serial(cluster, name, i),
+                    serial=board_serial(cluster, name, i, model.vendor),
                     model=model,
                     minor=i,
                     nvlink_peers=_nvlink_peers(model.name, pool.gpu.count, i),

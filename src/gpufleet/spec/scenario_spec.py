@@ -26,6 +26,12 @@ class FaultType(StrEnum):
     straggler = "straggler"
     idle_gpu = "idle-gpu"
     driver_mismatch = "driver-mismatch"
+    # in the driver's own words: amdgpu's ring timeout and reset, habanalabs' command-submission timeout and reset
+    # (an NVIDIA GPU's hang is an Xid: use `xid` with code 109 or 8)
+    gpu_hang = "gpu-hang"
+    # a RAS uncorrectable error in a hardware block (AMD: `block`, e.g. gfx, sdma, umc, xgmi_wafl), or Gaudi's
+    # critical hardware error event
+    ras_error = "ras-error"
     # the application layer: what a training loop or an inference server says about itself
     loss_plateau = "loss-plateau"  # the loss stops decreasing: flat, with its usual noise
     loss_stall = "loss-stall"  # the reported loss is frozen at one value
@@ -50,6 +56,8 @@ GPU_FAULTS = {
     FaultType.pcie_degrade,
     FaultType.nvlink_errors,
     FaultType.idle_gpu,
+    FaultType.gpu_hang,
+    FaultType.ras_error,
 }
 PORT_FAULTS = {FaultType.ib_symbol_errors, FaultType.link_flap, FaultType.link_down}
 TRAINING_APP_FAULTS = {
@@ -65,6 +73,28 @@ JOB_FAULTS = {FaultType.nccl_hang, FaultType.straggler, *TRAINING_APP_FAULTS}
 NODE_FAULTS = {FaultType.driver_mismatch}
 SERVICE_FAULTS = {FaultType.slo_breach, FaultType.error_burst, FaultType.traffic_ramp, FaultType.service_down}
 APP_FAULTS = TRAINING_APP_FAULTS | SERVICE_FAULTS
+# Faults that speak one driver's language: an Xid or an NVRM API mismatch is NVIDIA's, a RAS block error AMD's and
+# Gaudi's; scale-up link errors are NVLink's Xid 74 or an XGMI RAS error. Every other fault lands on any vendor.
+VENDOR_FAULTS: dict[FaultType, frozenset[str]] = {
+    FaultType.xid: frozenset({"nvidia"}),
+    FaultType.driver_mismatch: frozenset({"nvidia"}),
+    FaultType.ras_error: frozenset({"amd", "intel"}),
+    FaultType.gpu_hang: frozenset({"amd", "intel"}),
+    FaultType.nvlink_errors: frozenset({"nvidia", "amd"}),
+}
+# AMD RAS blocks a `ras-error` fault may name (amdgpu_ras.c's block names, lower case)
+RAS_BLOCKS = (
+    "umc", "sdma", "gfx", "mmhub", "athub", "pcie_bif", "hdp", "xgmi_wafl", "df", "smn", "sem", "mp0", "mp1",
+    "fuse", "mca", "vcn", "jpeg", "ih", "mpio",
+)  # fmt: skip
+
+
+def fault_fits_vendor(fault: FaultType, vendor: str | None) -> bool:
+    """Whether a fault can land on a device of this vendor (None: a node without accelerators)."""
+    allowed = VENDOR_FAULTS.get(fault)
+    return allowed is None or (vendor is not None and vendor in allowed)
+
+
 # What a campaign's `types: all` means: the hardware, fabric and collective faults. Application faults are listed
 # by name, since each needs a workload that reports the series it changes.
 INFRASTRUCTURE_FAULTS = [t for t in FaultType if t not in APP_FAULTS]
@@ -81,6 +111,7 @@ class FaultSpec(Manifest):
     service: str | None = None  # an inference service's name, for service faults
     duration: Duration | None = None  # for faults that heal (flaps, power brake, straggler, application faults)
     code: int | None = Field(default=None, ge=1, le=999)  # Xid code for `xid`
+    block: str | None = None  # the RAS block for `ras-error` on an AMD GPU (default gfx)
     # slowdown (straggler, slow-input, slo-breach), error-rate multiplier, rate multiplier (traffic-ramp) or the
     # fraction of requests that fail (error-burst)
     factor: float | None = Field(default=None, gt=0)
@@ -106,6 +137,8 @@ class FaultSpec(Manifest):
             raise ValueError(f"fault {t.value!r} needs a `factor` above 1 (how many times slower or busier)")
         if t is FaultType.xid and self.code is None:
             raise ValueError("fault 'xid' needs `code` (the Xid number)")
+        if self.block is not None and (t is not FaultType.ras_error or self.block not in RAS_BLOCKS):
+            raise ValueError(f"`block` is for 'ras-error' and one of: {', '.join(RAS_BLOCKS)}")
         return self
 
 
@@ -123,6 +156,7 @@ class CampaignSpec(Manifest):
 class TrainingJobSpec(Manifest):
     name: str
     nodes: int | list[str]
+    pool: str | None = None  # with a node count: take the nodes from this pool (default: one pool with room)
     gpus_per_node: int | None = None
     model_params_b: float = Field(default=7.0, gt=0)
     tokens_per_step: int = Field(default=4_000_000, gt=0)
@@ -140,6 +174,7 @@ class TrainingJobSpec(Manifest):
 class InferenceSpec(Manifest):
     name: str
     node: str | None = None
+    pool: str | None = None  # without `node`: a node of this pool
     gpus: int = Field(default=1, ge=1)
     requests_per_s: float = Field(default=50.0, gt=0)
     slo_p99: Duration = 0.5

@@ -40,6 +40,7 @@ const SERIES = {
 function inventory(g) {
   return html`<dl class="kv">
     <dt>model</dt><dd>${g.model || dash}</dd>
+    <dt>vendor</dt><dd>${g.vendor || dash}${g.partition ? ` · partition ${g.partition}` : ""}</dd>
     <dt>UUID</dt><dd class="mono">${g.uuid || dash}</dd>
     <dt>serial</dt><dd class="mono">${g.serial || dash}</dd>
     <dt>PCI bus</dt><dd class="mono">${g.pci_bus_id || dash}</dd>

@@ -80,7 +80,8 @@ function scale(mode, max, gpus) {
   if (mode === "util") return [0, 100];
   if (mode === "temp") return [25, 95];
   if (mode === "power") return [0, niceTicks(0, Math.max(300, max), 4).hi];
-  const total = Math.max(0, ...(gpus || []).map((g) => memoryGiB(g.model) || 0));
+  // the inventory's memory where the agent reported it; else the size in the model's name
+  const total = Math.max(0, ...(gpus || []).map((g) => (g.fb_total_mib ? g.fb_total_mib / 1024 : memoryGiB(g.model)) || 0));
   return [0, total || niceTicks(0, Math.max(8, max), 4).hi];
 }
 

@@ -1,0 +1,103 @@
+"""Faults on AMD and Gaudi devices, in their drivers' own words: amdgpu RAS errors, ring timeouts and resets, and
+habanalabs command-submission timeouts, critical hardware events and failed resets. No Xid: that is NVIDIA's.
+
+Each handler changes the twin as the real device behaves (an uncorrectable error wedges the device until a reset; a
+hang is reset by the driver itself, which kills the work on it; a failed reset leaves the device unusable) and
+writes the kernel lines the agent's parser reads through the one door.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufleet.model import Gpu, JobState
+from gpufleet.sim import kmsg
+
+if TYPE_CHECKING:
+    from gpufleet.sim.faults import InjectedFault
+    from gpufleet.sim.inject import FaultTarget
+
+DEFAULT_RAS_BLOCK = "gfx"
+# what each driver says when it loads after a reboot
+BOOT_NOTICE = {
+    "nvidia": "NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
+    "amd": "[drm] amdgpu kernel modesetting enabled.",
+    "intel": "habanalabs: loading driver",
+}
+
+
+def _device(twin: FaultTarget, i: int) -> tuple[str, Gpu]:
+    node = twin.cluster.nodes[int(twin.gpus.node_of[i])]
+    return node.name, node.gpus[int(twin.gpus.index_on_node[i])]
+
+
+def _bdf(gpu: Gpu) -> str:
+    """The PCI address as amdgpu and habanalabs print it: 0000:1c:00.0."""
+    domain, bus, rest = gpu.pci_bus_id.lower().split(":")
+    return f"{domain[-4:]}:{bus}:{rest}"
+
+
+def _job_on(twin: FaultTarget, i: int) -> str | None:
+    ts = twin.training
+    for j, job in enumerate(ts.jobs):
+        if job.state in (JobState.running, JobState.hung) and i in ts.ranks_of(j):
+            return job.name
+    return None
+
+
+def _fail_job(twin: FaultTarget, fault: InjectedFault, i: int, why: str) -> None:
+    job = _job_on(twin, i)
+    if job is not None:
+        twin.stop_job(twin.cluster.job(job), why)
+        fault.effects.append(f"job {job} failed")
+
+
+def uncorrectable(twin: FaultTarget, fault: InjectedFault, i: int, block: str) -> None:
+    """An uncorrectable error: amdgpu's RAS report for the block, or Gaudi's critical hardware-error event. The
+    device answers but makes no progress until it is reset; the work on it is lost."""
+    node, gpu = _device(twin, i)
+    boot = twin.boot_seconds(node)
+    if gpu.vendor == "amd":
+        lines = kmsg.amdgpu_ras_lines(boot, _bdf(gpu), block, "uncorrectable", 1)
+    else:
+        lines = kmsg.habanalabs_critical_lines(boot, _bdf(gpu), gpu.minor)
+    if block == "umc" or gpu.vendor == "intel" and fault.type.value == "ecc-dbe":
+        twin.gpus.double_bit_error(i)
+    twin.gpus.wedged[i] = True
+    twin.write_kernel(node, lines, gpu=gpu.index, vendor=gpu.vendor, block=block)
+    _fail_job(twin, fault, i, f"rank on {node} gpu {gpu.index} died: uncorrectable {block} error")
+
+
+def hang(twin: FaultTarget, fault: InjectedFault, i: int) -> None:
+    """A ring (amdgpu) or command-submission (habanalabs) timeout: the driver resets the device, which comes back,
+    but what ran on it is gone (amdgpu says VRAM is lost)."""
+    node, gpu = _device(twin, i)
+    boot = twin.boot_seconds(node)
+    if gpu.vendor == "amd":
+        lines = kmsg.amdgpu_hang_lines(boot, _bdf(gpu))
+    else:
+        lines = kmsg.habanalabs_reset_lines(boot, _bdf(gpu), gpu.minor)
+    twin.write_kernel(node, lines, gpu=gpu.index, vendor=gpu.vendor)
+    _fail_job(twin, fault, i, f"rank on {node} gpu {gpu.index} died: the driver reset the device after a hang")
+
+
+def lost_lines(gpu: Gpu, boot_seconds: float) -> list[str]:
+    """What a device that is gone for good writes: amdgpu's failed reset, habanalabs' "device is NOT usable"."""
+    if gpu.vendor == "amd":
+        return kmsg.amdgpu_reset_failed_lines(boot_seconds, _bdf(gpu))
+    return kmsg.habanalabs_reset_failed_lines(boot_seconds, _bdf(gpu), gpu.minor)
+
+
+def handle(twin: FaultTarget, fault: InjectedFault, i: int) -> None:
+    """A GPU fault on a device whose vendor is not NVIDIA (the scenario loader refused the ones it cannot have)."""
+    kind = fault.type.value
+    if kind == "ecc-dbe":
+        uncorrectable(twin, fault, i, "umc")
+    elif kind == "ras-error":
+        uncorrectable(twin, fault, i, fault.block or DEFAULT_RAS_BLOCK)
+    elif kind == "nvlink-errors":  # the scale-up fabric: Infinity Fabric's XGMI/WAFL block
+        uncorrectable(twin, fault, i, "xgmi_wafl")
+    elif kind == "gpu-hang":
+        hang(twin, fault, i)
+    else:
+        raise ValueError(f"{kind} is not a vendor driver fault")
