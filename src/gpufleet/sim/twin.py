@@ -25,13 +25,13 @@ from gpufleet.model import (
     TrainingJob,
 )
 from gpufleet.sim import kmsg, vendor_faults
-from gpufleet.sim.vendor_faults import BOOT_NOTICE
 from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.gpu_state import GpuArrays
 from gpufleet.sim.inject import inject
 from gpufleet.sim.recorder import Recorder
 from gpufleet.sim.serving import ServiceState, step_inference
+from gpufleet.sim.vendor_faults import BOOT_NOTICE
 from gpufleet.sim.workloads import (
     AllReduceModel,
     TrainingSet,

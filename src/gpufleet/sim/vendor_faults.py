@@ -61,7 +61,7 @@ def uncorrectable(twin: FaultTarget, fault: InjectedFault, i: int, block: str) -
         lines = kmsg.amdgpu_ras_lines(boot, _bdf(gpu), block, "uncorrectable", 1)
     else:
         lines = kmsg.habanalabs_critical_lines(boot, _bdf(gpu), gpu.minor)
-    if block == "umc" or gpu.vendor == "intel" and fault.type.value == "ecc-dbe":
+    if block == "umc":  # memory: the counters a DBE raises (Gaudi reports it as a critical event)
         twin.gpus.double_bit_error(i)
     twin.gpus.wedged[i] = True
     twin.write_kernel(node, lines, gpu=gpu.index, vendor=gpu.vendor, block=block)
