@@ -115,3 +115,48 @@ def gpu_node(
 
 def node_list(*nodes: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": list(nodes), "metadata": {"resourceVersion": ""}}
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def kubectl_create(*args: str) -> dict[str, Any]:
+    """`kubectl create ARGS --dry-run=client -o json` (offline): the object kubectl would send, as a base to edit."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    split = args.index("--") if "--" in args else len(args)  # kubectl's flags go before the command
+    command = ["kubectl", "create", *args[:split], "--dry-run=client", "-o", "json", *args[split:]]
+    made = subprocess.run(command, capture_output=True, text=True, check=True)
+    obj: dict[str, Any] = json.loads(made.stdout)
+    return obj
+
+
+def vendor_node(
+    name: str,
+    vendor: str,
+    *,
+    capacity: dict[str, str],
+    labels: dict[str, str] | None = None,
+    allocatable: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Node as `kubectl get nodes -o json` prints it, for an AMD (amd) or Gaudi (intel) node: capacity as the
+    device plugin and kubelet report it, labels as the vendor's feature discovery writes them."""
+    base = {"amd": {"amd.com/gpu.family": "AI", "feature.node.kubernetes.io/amd-gpu": "true"},
+            "intel": {"habana.ai/device.family": "gaudi", "habana.ai/device.count": "8"}}.get(vendor, {})  # fmt: skip
+    common = {"cpu": "192", "memory": "2113224092Ki", "pods": "110", "hugepages-2Mi": "0"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **base, **(labels or {})}},
+        "spec": {},
+        "status": {
+            "capacity": {**common, **capacity},
+            "allocatable": {**common, **capacity, **(allocatable or {})},
+            "nodeInfo": {"kubeletVersion": "v1.33.2", "containerRuntimeVersion": "containerd://1.7.27"},
+        },
+    }

@@ -32,7 +32,8 @@ PROGRESS_FROM_FILES = 200  # fewer files finish before a bar would help
 DOCTOR_HELP = "\n\n".join(
     (
         "Check Kubernetes manifests (files, directories, Helm-rendered output, - for stdin), GPU Operator "
-        "ClusterPolicy, device-plugin and mig-parted configs, Prometheus Operator objects and kubectl captures "
+        "ClusterPolicy and AMD GPU Operator DeviceConfig objects, device-plugin and mig-parted configs, NVIDIA, AMD "
+        "(ROCm) and Intel Gaudi workloads and device plugins, Prometheus Operator objects and kubectl captures "
         "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`) against the real "
         "Kubernetes schemas first, then against the known GPU-cluster mistakes (`--list-rules`).",
         "Exit status: 0 no error found, 1 an error found, 2 bad usage.",

@@ -14,6 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpufleet import yaml_input
+from gpufleet.catalog.vendors import gpu_resources, load_vendors
+from gpufleet.doctor.accelerators import is_amd_partition
 from gpufleet.doctor.load import Document
 from gpufleet.doctor.objects import K8sObject, as_dict, as_list, pod_templates, quantity
 from gpufleet.errors import ManifestError
@@ -22,6 +24,8 @@ Version = tuple[int, ...]
 _VERSION = re.compile(r"v?(\d+(?:\.\d+)*)")
 _OPERATOR_IMAGE = re.compile(r"/gpu-operator(?:-[a-z]+)?:v?(\d+\.\d+\.\d+)")
 _OPERATOR_CHART = re.compile(r"^gpu-operator-v?(\d+\.\d+\.\d+)")
+# AMD's operator is also an image named gpu-operator (docker.io/rocm/gpu-operator:v1.3.1): not NVIDIA's releases
+_OTHER_OPERATOR = re.compile(r"(^|/)(rocm|amd[a-z0-9-]*)/gpu-operator[:@]")
 
 
 def parse_version(text: str | None) -> Version | None:
@@ -78,10 +82,11 @@ class NodeFacts:
 
     @property
     def gpus(self) -> float:
-        return max(
-            (v for k, v in self.capacity.items() if k in ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")),
-            default=0.0,
-        ) or quantity(self.labels.get("nvidia.com/gpu.count", 0))
+        """Whole devices of any vendor in capacity, else AMD partitions (a node in mixed naming), else GPU Feature
+        Discovery's count."""
+        whole = max((v for k, v in self.capacity.items() if k in gpu_resources()), default=0.0)
+        partitions = sum(v for k, v in self.capacity.items() if is_amd_partition(k))
+        return whole or partitions or quantity(self.labels.get("nvidia.com/gpu.count", 0))
 
     @property
     def is_gpu_node(self) -> bool:
@@ -89,7 +94,11 @@ class NodeFacts:
 
     @property
     def gpu_product(self) -> str | None:
-        return self.labels.get("nvidia.com/gpu.product") or self.labels.get("amd.com/gpu.product-name")
+        """The product its vendor's feature discovery labels (nvidia.com/gpu.product, amd.com/gpu.product-name,
+        habana.ai/device.type)."""
+        return next(
+            (self.labels[v.product_label] for v in load_vendors().values() if self.labels.get(v.product_label)), None
+        )
 
     @property
     def driver_version(self) -> str | None:
@@ -191,7 +200,8 @@ def _operator_version(obj: K8sObject) -> str | None:
         return found.group(1)
     for template in pod_templates(obj):
         for c in template.containers():
-            match = _OPERATOR_IMAGE.search(str(c.get("image", "")))
+            image = str(c.get("image", ""))
+            match = _OPERATOR_IMAGE.search(image) if not _OTHER_OPERATOR.search(image.lower()) else None
             if match and (c.get("name") == "gpu-operator" or "gpu-operator:" in str(c.get("image"))):
                 return match.group(1)
     return None

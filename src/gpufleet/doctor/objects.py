@@ -3,16 +3,19 @@ one (core workloads, Jobs and CronJobs, and the training and serving operators' 
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from gpufleet.catalog.vendors import gpu_resources
+from gpufleet.doctor.accelerators import MIG_PREFIX, is_accelerator
 from gpufleet.doctor.load import Document
 
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+GPU_RESOURCES = tuple(sorted(gpu_resources()))  # every vendor's whole device: nvidia.com/gpu, amd.com/gpu, ...
+MIG_RESOURCE_PREFIX = MIG_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,33 +159,77 @@ class PodTemplate:
         return out
 
 
+def container_env(container: dict[str, Any]) -> dict[str, str]:
+    """A container's plain env values (valueFrom ones cannot be known from a manifest)."""
+    out: dict[str, str] = {}
+    for item in as_list(container.get("env")):
+        if isinstance(item, dict) and "name" in item and "value" in item:
+            out[str(item["name"])] = "" if item["value"] is None else str(item["value"])
+    return out
+
+
+def privileged(container: dict[str, Any]) -> bool:
+    return as_dict(container.get("securityContext")).get("privileged") is True
+
+
+def host_mounts(template: PodTemplate, container: dict[str, Any]) -> dict[str, str]:
+    """Where a container mounts host paths: normalised mountPath -> hostPath path (subPath appended)."""
+    host = {
+        str(v["name"]): str(as_dict(v.get("hostPath")).get("path") or "")
+        for v in as_list(template.spec.get("volumes"))
+        if isinstance(v, dict) and v.get("name") and isinstance(v.get("hostPath"), dict)
+    }
+    out = {}
+    for mount in map(as_dict, as_list(container.get("volumeMounts"))):
+        source = host.get(str(mount.get("name", "")))
+        if source and mount.get("mountPath"):
+            sub = str(mount.get("subPath") or "")
+            out[posixpath.normpath(str(mount["mountPath"]))] = posixpath.normpath(posixpath.join(source, sub))
+    return out
+
+
+def host_path_reaches(mounts: dict[str, str], path: str) -> str | None:
+    """The host path seen at `path` inside the container through a hostPath mount at or above it, or None."""
+    path = posixpath.normpath(path)
+    for mount_path in sorted(mounts, key=len, reverse=True):
+        if path == mount_path or path.startswith(mount_path.rstrip("/") + "/"):
+            return posixpath.normpath(posixpath.join(mounts[mount_path], posixpath.relpath(path, mount_path)))
+    return None
+
+
 def resources(container: dict[str, Any], section: str) -> dict[str, Any]:
     return as_dict(as_dict(container.get("resources")).get(section))
 
 
 def gpu_resource_names(container: dict[str, Any]) -> set[str]:
+    """The accelerator resources a container names: any vendor's whole devices, NVIDIA's MIG slices and shared
+    replicas (<resource>.shared), AMD's partitions (amd.com/cpx_nps4)."""
     names: set[str] = set()
     for section in ("limits", "requests"):
-        for name in resources(container, section):
-            # <resource>.shared: the device plugin's name for time-sliced or MPS replicas with renameByDefault
-            if name.removesuffix(".shared") in GPU_RESOURCES or name.startswith(MIG_RESOURCE_PREFIX):
-                names.add(name)
+        names.update(name for name in resources(container, section) if is_accelerator(name))
     return names
 
 
+def container_accelerators(container: dict[str, Any]) -> dict[str, float]:
+    """Accelerator resource -> how many the container gets (its limit, else its request), for positive amounts."""
+    out = {}
+    for name in gpu_resource_names(container):
+        limit = resources(container, "limits").get(name)
+        amount = quantity(limit if limit is not None else resources(container, "requests").get(name))
+        if amount > 0:
+            out[name] = amount
+    return out
+
+
 def quantity(value: Any) -> float:
-    """A resource quantity as a number ("2" -> 2, 1 -> 1, "500m" -> 0.5); 0 when it cannot be read."""
+    """A resource quantity as a number ("2" -> 2, 1 -> 1, "500m" -> 0.5, "1Gi" -> 1073741824); 0 when it cannot be
+    read."""
     if isinstance(value, bool):
         return 0.0
     if isinstance(value, int | float):
         return float(value)
-    text = str(value).strip()
-    try:
-        if text.endswith("m"):
-            return float(text[:-1]) / 1000
-        return float(text)
-    except ValueError:
-        return 0.0
+    exact = exact_quantity(value)
+    return float(exact) if exact is not None else 0.0
 
 
 def container_gpus(container: dict[str, Any]) -> float:

@@ -6,6 +6,15 @@ from gpufleet.doctor.rules.base import REGISTRY, Registered
 
 
 def registered() -> dict[str, Registered]:
-    from gpufleet.doctor.rules import drivers, monitoring, sharing, stack, workloads  # noqa: F401  (they register)
+    from gpufleet.doctor.rules import (  # noqa: F401  (they register)
+        amd,
+        drivers,
+        gaudi,
+        monitoring,
+        sharing,
+        stack,
+        vendors,
+        workloads,
+    )
 
     return dict(sorted(REGISTRY.items()))

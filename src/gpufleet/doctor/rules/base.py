@@ -75,6 +75,12 @@ class Context:
     def templates_in(self, namespaces: Iterable[str]) -> list[PodTemplate]:
         return [t for ns in namespaces for t in self._templates_by_namespace.get(ns, [])]
 
+    @cached_property
+    def gpu_operator_policies(self) -> list[K8sObject]:
+        """NVIDIA GPU Operator ClusterPolicies (nvidia.com); the Intel Gaudi Base Operator's ClusterPolicy
+        (habanalabs.habana.ai) shares the kind but none of its fields."""
+        return [o for o in self.of_kind("ClusterPolicy") if o.group in ("nvidia.com", "")]
+
 
 Check = Callable[[Context], Iterable[Hit]]
 

@@ -80,7 +80,7 @@ def mixed_mig_driver(ctx: Context) -> Iterator[Hit]:
         )
         return
     operator = operator_version(ctx.facts)
-    for policy in ctx.of_kind("ClusterPolicy"):
+    for policy in ctx.gpu_operator_policies:
         if as_dict(policy.spec.get("mig")).get("strategy") != "mixed":
             continue
         driver = as_dict(policy.spec.get("driver"))
@@ -226,7 +226,7 @@ def _compiles_driver(policies: list[K8sObject]) -> bool | None:
 
 @rule("GF017", reads=("ClusterPolicy",))
 def host_kernel_facts(ctx: Context) -> Iterator[Hit]:
-    policies = ctx.of_kind("ClusterPolicy")
+    policies = ctx.gpu_operator_policies
     vgpu = any(policy_bool(p.spec, "vgpuManager", "enabled") for p in policies)
     loaded: list[NodeFacts] = []
     loaded_denylisted: list[NodeFacts] = []

@@ -289,8 +289,16 @@ _CAPACITY = re.compile(r"\bkube_node_status_capacity\b\s*(\{[^}]*\})?")
 _ALLOCATABLE = re.compile(r"\bkube_node_status_allocatable\b\s*(\{[^}]*\})?")
 _RESOURCE = re.compile(r"""\bresource\s*(=~|=|!=|!~)\s*(?:"([^"]*)"|'([^']*)'|`([^`]*)`)""")
 _GPU_RESOURCE = re.compile(r"nvidia|amd_com_gpu|habana_ai_gaudi|gpu", re.IGNORECASE)
-# count(DCGM_FI_...) or count by (node) (DCGM_FI_...{...}): how many GPUs dcgm-exporter reports
-_DCGM_COUNT = re.compile(r"\bcount\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(\s*((?:DCGM|dcgm)_\w+)\s*(?:\{[^}]*\})?\s*\)")
+# count(DCGM_FI_...) or count by (node) (DCGM_FI_...{...}): how many GPUs an exporter reports
+_EXPORTER_COUNT = re.compile(r"\bcount\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(\s*(\w+)\s*(?:\{[^}]*\})?\s*\)")
+# Per-device series of each vendor's exporter (dcgm-exporter, AMD's device-metrics-exporter, Gaudi's
+# metric exporter), each with the kube-state-metrics resource of that vendor's GPUs.
+_EXPORTER_SERIES = (
+    (re.compile(r"^(DCGM|dcgm)_"), "nvidia_com_gpu"),
+    (re.compile(r"^gpu_(gfx_activity|health|package_power|average_package_power|power_usage|\w*temperature"
+                r"|total_vram|used_vram|free_vram|umc_activity|clock|ecc_\w+)$"), "amd_com_gpu"),
+    (re.compile(r"^habanalabs_"), "habana_ai_gaudi"),
+)  # fmt: skip
 
 
 def _gpu_resource(matchers: str | None) -> str | None:
@@ -311,9 +319,10 @@ def lost_gpu_check(expr: str) -> tuple[str, str] | None:
         resource = _gpu_resource(m.group(1))
         if resource:
             return f'kube_node_status_capacity{{resource="{resource}"}}', resource
-    found = _DCGM_COUNT.search(expr)
-    if found:
-        return f"the number of {found.group(1)} series", "nvidia_com_gpu"
+    for found in _EXPORTER_COUNT.finditer(expr):
+        for series, resource in _EXPORTER_SERIES:
+            if series.match(found.group(1)):
+                return f"the number of {found.group(1)} series", resource
     return None
 
 
@@ -355,7 +364,7 @@ def alert_on_gpu_capacity(ctx: Context) -> Iterator[Hit]:
         counted, resource = found
         message = (
             f"alert {alert.name} (group {alert.group}) watches {counted} to catch lost GPUs, but a GPU that fails"
-            " while the node runs (the device plugin marks it unhealthy, e.g. after a double-bit ECC Xid) still"
+            " while the node runs (the device plugin marks it unhealthy, e.g. after an uncorrectable ECC error) still"
             " counts there: the kubelet lowers only the node's allocatable, so the alert does not fire while pods"
             " cannot get that GPU"
         )

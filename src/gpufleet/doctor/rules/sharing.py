@@ -376,7 +376,7 @@ def exporters(ctx: Context) -> list[Exporter]:
             )
     if out:
         return out
-    for policy in ctx.of_kind("ClusterPolicy"):
+    for policy in ctx.gpu_operator_policies:
         spec = as_dict(policy.spec.get("dcgmExporter"))
         if spec.get("enabled") is False:
             continue
@@ -487,7 +487,7 @@ _MIG_FIX = (
 @rule("GF022", reads=("ClusterPolicy",))
 def mig_not_persisted(ctx: Context) -> Iterator[Hit]:
     mig_nodes = {n.name: why for n in ctx.facts.nodes.values() if (why := mig_in_use(n))}
-    policies = ctx.of_kind("ClusterPolicy")
+    policies = ctx.gpu_operator_policies
     for policy in policies:
         if as_dict(policy.spec.get("migManager")).get("enabled") is not False:
             continue

@@ -68,7 +68,7 @@ def nri_problem(runtime: Runtime, operator: Version | None) -> str | None:
 def nri_plugin_runtime(ctx: Context) -> Iterator[Hit]:
     nri = stack().gpu_operator.nri_plugin
     operator = operator_version(ctx.facts)
-    for policy in ctx.of_kind("ClusterPolicy"):
+    for policy in ctx.gpu_operator_policies:
         if policy_bool(policy.spec, "cdi", "nriPluginEnabled") is not True:
             continue
         if operator and operator[:2] < ver(nri.since)[:2]:
@@ -295,7 +295,7 @@ def cdi_cri_users(ctx: Context) -> list[CdiUser]:
                 out.append(CdiUser(f"container {c.get('name', '?')!r}", _strategies(value), obj=template.obj))
     operator = operator_version(ctx.facts)
     release = release_of(operator) if operator else None
-    for policy in ctx.of_kind("ClusterPolicy"):
+    for policy in ctx.gpu_operator_policies:
         if policy_bool(policy.spec, "devicePlugin", "enabled") is False:
             continue
         value = _env_value(as_dict(policy.spec.get("devicePlugin")).get("env"), "DEVICE_LIST_STRATEGY")

@@ -18,6 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.catalog.vendors import get_vendor, gpu_resources, load_vendors
+from gpufleet.doctor.accelerators import image_stack, resource_vendor
 from gpufleet.doctor.facts import NodeFacts
 from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.objects import (
@@ -47,12 +49,12 @@ INFERENCE_KINDS = {"Deployment", "StatefulSet", "LeaderWorkerSet", "InferenceSer
 ACCELERATOR = re.compile(
     r"^(nvidia\.com/|amd\.com/|gpu\.intel\.com/|habana\.ai/|google\.com/tpu|aws\.amazon\.com/neuron)"
 )
-# Labels that name the GPU model (or the machine type, which implies it).
+# Labels that name the GPU model (or the machine type, which implies it); each vendor's product label is added.
 MODEL_LABELS = {
-    "nvidia.com/gpu.product", "nvidia.com/gpu.family", "nvidia.com/gpu.machine", "nvidia.com/gpu.memory",
-    "amd.com/gpu.product-name", "cloud.google.com/gke-accelerator", "node.kubernetes.io/instance-type",
+    "nvidia.com/gpu.family", "nvidia.com/gpu.machine", "nvidia.com/gpu.memory", "amd.com/gpu.device-id",
+    "habana.ai/device.id", "cloud.google.com/gke-accelerator", "node.kubernetes.io/instance-type",
     "beta.kubernetes.io/instance-type", "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-family",
-}  # fmt: skip
+} | {v.product_label for v in load_vendors().values()}  # fmt: skip
 # Taints that mark a node's passing condition (not ready, cordoned, being scaled down), not what it is for.
 TRANSIENT_TAINT = re.compile(
     r"^(node\.kubernetes\.io/|node\.cloudprovider\.kubernetes\.io/|node\.cluster\.x-k8s\.io/uninitialized$"
@@ -290,7 +292,7 @@ def _offers(node: NodeFacts, resource: str, amount: float) -> bool:
     Feature Discovery's labels, its nvidia.com/gpu.count)."""
     if resource in node.allocatable or resource in node.capacity:
         return node.allocatable.get(resource, node.capacity.get(resource, 0.0)) >= max(amount, 1e-9)
-    gpu_capacity = any(k in node.capacity for k in ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"))
+    gpu_capacity = any(k in node.capacity for k in gpu_resources())
     labelled = resource == "nvidia.com/gpu" and node.labels.get("nvidia.com/gpu.present") == "true"
     return labelled and not gpu_capacity and (node.gpus == 0 or node.gpus >= amount)
 
@@ -370,15 +372,31 @@ def fractional_gpu(ctx: Context) -> Iterator[Hit]:
                 if not bad:
                     continue
                 shown = " and ".join(f"{name}: {v!r} in {s}" for s, v in bad.items())
-                kind = "MIG slices" if name.startswith(MIG_RESOURCE_PREFIX) else "GPUs"
+                kind, share = _SHARING.get(resource_vendor(name) or "nvidia", _SHARING["nvidia"])
+                kind = "MIG slices" if name.startswith(MIG_RESOURCE_PREFIX) else kind
                 yield Hit(
                     f"container {_name(c)!r} ({t.path}) asks for {shown}: {kind} are whole devices and the API server"
                     ' refuses a non-integer extended resource ("must be an integer"), so no pod is ever created',
-                    "ask for whole devices; to share one, ask for a MIG slice (e.g. nvidia.com/mig-1g.10gb: 1), a"
-                    " time-slicing or MPS replica of the device plugin (still 1 per container), or a device through a"
-                    " DRA ResourceClaim",
+                    f"ask for whole devices; {share}",
                     t.obj,
                 )
+
+
+# What each vendor's devices are called, and how a pod shares one instead of asking for a fraction (GF002).
+_SHARING = {
+    "nvidia": (
+        "GPUs",
+        "to share one, ask for a MIG slice (e.g. nvidia.com/mig-1g.10gb: 1), a time-slicing or MPS replica of the"
+        " device plugin (still 1 per container), or a device through a DRA ResourceClaim",
+    ),
+    "amd": (
+        "AMD GPUs and their partitions",
+        "to use part of an MI300-class GPU, partition it (compute modes DPX/QPX/CPX, applied with AMD's DCM) and ask"
+        " for whole partitions (amd.com/cpx_nps1: 1 with the mixed naming strategy), or claim it through the AMD"
+        " DRA driver (DeviceClass gpu.amd.com)",
+    ),
+    "intel": ("Gaudi cards", "Gaudi cards are neither partitioned nor shared (one process per card): ask for 1"),
+}
 
 
 @rule("GF003", reads=("RuntimeClass",))
@@ -455,15 +473,20 @@ def gpu_model_not_pinned(ctx: Context) -> Iterator[Hit]:
         models = Counter(m for n in nodes if (m := _model(n)))
         if len(models) < 2:
             continue
+        vendor = next((v for r in _requested(t) if (v := resource_vendor(r))), "nvidia")
+        label, labeller = get_vendor(vendor).product_label, _LABELLER.get(vendor, "its feature discovery")
         yield Hit(
             f"{_pods(t)} asks for {_amount(t)} with no selector or required affinity on the GPU model, and the GPU"
             f" nodes it may use carry {len(models)} models: {_counted(models)}: it lands on whichever has room"
             " (memory, speed and built engines differ; a distributed job on mixed models runs at the slowest)",
-            f"pin the model: nodeSelector {{nvidia.com/gpu.product: <model>}} (e.g. {models.most_common(1)[0][0]};"
-            " GPU Feature Discovery's label) or a required node affinity on it, or on cloud.google.com/gke-accelerator,"
+            f"pin the model: nodeSelector {{{label}: <model>}} (e.g. {models.most_common(1)[0][0]}; {labeller}'s"
+            " label) or a required node affinity on it, or on cloud.google.com/gke-accelerator,"
             " karpenter.k8s.aws/instance-gpu-name or node.kubernetes.io/instance-type",
             t.obj,
         )
+
+
+_LABELLER = {"nvidia": "GPU Feature Discovery", "amd": "the AMD node labeller", "intel": "Gaudi feature discovery"}
 
 
 def _training(t: PodTemplate) -> str | None:
@@ -596,12 +619,15 @@ def gpu_work_without_gpu(ctx: Context) -> Iterator[Hit]:
         if not any(every) and len(every) < 2:  # nothing, or one signal that says too little alone
             continue
         shown = "; ".join(f"{_name(c)!r}: {', '.join(text for text, _ in why)}" for c, why in found)
+        # the vendor the image is built for (a ROCm or Gaudi image asks for its own vendor's devices)
+        vendor = next((st[0] for c, _ in found if (st := image_stack(str(c.get("image") or "")))), "nvidia")
+        alternatives = "or a MIG slice, or a DRA resourceClaim" if vendor == "nvidia" else "or a DRA resourceClaim"
         yield Hit(
             f"{_pods(t)} looks like GPU work ({shown}) but asks for no GPU, MIG slice or other accelerator and"
             " holds no DRA claim: the silent CPU-only run (often 100x slower), or an inference server that fails at"
             " start looking for a device",
-            "add resources.limits {nvidia.com/gpu: N} (or a MIG slice, or a DRA resourceClaim); for a deliberate CPU"
-            ' run use a CPU image (a -cpu tag) or set CUDA_VISIBLE_DEVICES=""',
+            f"add resources.limits {{{get_vendor(vendor).resource}: N}} ({alternatives}); for a deliberate CPU run"
+            ' use a CPU image (a -cpu tag) or set CUDA_VISIBLE_DEVICES=""',
             t.obj,
         )
 
