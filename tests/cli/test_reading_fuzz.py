@@ -13,6 +13,7 @@ from tests.clirun import gpufleet
 from tests.conftest import shared_dir
 
 CORPUS = shared_dir() / "corpus"
+VENDOR_CAPTURES = Path(__file__).resolve().parents[1] / "sources" / "data"
 
 # command -> a capture it is meant for (the mutations start from it)
 COMMANDS: dict[tuple[str, ...], str] = {
@@ -29,6 +30,9 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("read", "ibnetdiscover"): "topo_m_02_h100_nv18_stas00.txt",
     ("read", "link-events"): "ib_linkflap_syslog_aznhc.log",
     ("read", "nhc"): "aznhc_health_log_real.txt",
+    ("read", "amd-smi"): str(VENDOR_CAPTURES / "amd" / "amd_smi_metric_mi300x_blog.txt"),
+    ("read", "rocm-smi"): str(VENDOR_CAPTURES / "amd" / "rocm_smi_concise_mi300x_loaded.txt"),
+    ("read", "hl-smi"): str(VENDOR_CAPTURES / "gaudi" / "hl_smi_q_gaudi2_poc.txt"),
 }
 
 HAZARDS: dict[str, bytes] = {

@@ -1,19 +1,26 @@
-"""The agent on a real node: NVML for the GPUs, sysfs for the InfiniBand ports, the kernel log, and the node's
-inventory; with a job-map directory, which Slurm jobs use each GPU. Each part is isolated: a missing NVML library or
-driver, a host without InfiniBand, an unreadable kernel log or job map is one log line and
-`gpufleet_source_up{source=...} 0`, never a stopped agent."""
+"""The agent on a real node: the accelerators' library (NVML, AMD SMI or Habana's HLML), sysfs for the InfiniBand
+ports, the kernel log, and the node's inventory; with a job-map directory, which Slurm jobs use each GPU. Each part
+is isolated: a missing library or driver, a host without InfiniBand, an unreadable kernel log or job map is one log
+line and `gpufleet_source_up{source=...} 0`, never a stopped agent.
+
+`accelerators="auto"` tries NVML, then amdsmi, then pyhlml, and keeps the first that starts with devices; only
+when none does are all of them reported down. Naming a vendor tries that library alone."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from gpufleet.agent.collector import MetricSource
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
-from gpufleet.errors import GpufleetError
-from gpufleet.model.observe import SchedulerReport
+from gpufleet.errors import GpufleetError, UserError
+from gpufleet.model.observe import NodeInventory, SchedulerReport
 from gpufleet.sources.app_scrape import AppMetricsSource, AppScrape
 from gpufleet.sources.host import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
 from gpufleet.sources.slurm_jobmap import JobMapSource
@@ -21,6 +28,53 @@ from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
 log = logging.getLogger("gpufleet.agent")
+
+ACCELERATORS = ("auto", "nvidia", "amd", "intel")
+# vendor -> (source name, module, class): the order `auto` tries them in
+GPU_SOURCES: dict[str, tuple[str, str, str]] = {
+    "nvidia": ("nvml", "gpufleet.sources.nvml", "NvmlSource"),
+    "amd": ("amdsmi", "gpufleet.sources.amdsmi_lib", "AmdSmiSource"),
+    "intel": ("hlml", "gpufleet.sources.hlml_lib", "HlmlSource"),
+}
+
+
+def open_gpu_source(hostname: str, accelerators: str = "auto") -> tuple[Any | None, list[tuple[str, str]]]:
+    """The node's GPU source and, when there is none, why each library tried is down (for source_up)."""
+    if accelerators not in ACCELERATORS:
+        raise UserError(f"unknown accelerators {accelerators!r}", fix=f"use one of: {', '.join(ACCELERATORS)}")
+    vendors = list(GPU_SOURCES) if accelerators == "auto" else [accelerators]
+    down: list[tuple[str, str]] = []
+    for vendor in vendors:
+        name, module, cls = GPU_SOURCES[vendor]
+        try:
+            source = getattr(importlib.import_module(module), cls)(hostname)
+        except GpufleetError as exc:
+            down.append((name, exc.message))
+            continue
+        if not source.handles and accelerators == "auto":
+            down.append((name, "the library started but lists no device"))
+            continue
+        log.info("accelerators: %s found %d device(s) through %s", vendor, len(source.handles), name)
+        return source, []
+    tried = "; ".join(f"{name}: {why}" for name, why in down)
+    log.info("accelerators: no GPU library found (%s)", tried)
+    return None, down
+
+
+def gpu_inventory_for(name: str, source: Any, ib_sysfs: Path, labels: dict[str, str] | None) -> NodeInventory:
+    """The node's inventory: NVML's GPUs through read_inventory, AMD's and Gaudi's from their own sources."""
+    if source is None or source.name == "nvml":
+        return read_inventory(name, source, ib_sysfs, labels)
+    inventory = read_inventory(name, None, ib_sysfs, labels)
+    if source.name == "amdsmi":
+        from gpufleet.sources.amdsmi_lib import amd_gpu_inventory
+
+        gpus = amd_gpu_inventory(source)
+    else:
+        from gpufleet.sources.hlml_lib import gaudi_inventory
+
+        gpus = gaudi_inventory(source)
+    return msgspec.structs.replace(inventory, gpus=gpus, driver=source.driver or inventory.driver)
 
 
 def host_agent(
@@ -39,18 +93,11 @@ def host_agent(
     scheduler: Callable[[], SchedulerReport | None] | None = None,
     job_map_dir: Path | None = None,
     app_targets: list[str] | None = None,
+    accelerators: str = "auto",
 ) -> Agent:
     name = node or socket.gethostname()
-    nvml = None
-    down: list[tuple[str, str]] = []
-    try:
-        from gpufleet.sources.nvml import NvmlSource
-
-        nvml = NvmlSource(name)
-        entities = nvml.entities()
-    except GpufleetError as exc:
-        down.append(("nvml", exc.message))
-        entities = []
+    gpus, down = open_gpu_source(name, accelerators)
+    entities = gpus.entities() if gpus is not None else []
     try:
         ports = ib_ports(ib_sysfs, name)
     except GpufleetError as exc:
@@ -58,8 +105,8 @@ def host_agent(
         ports = []
     frame = MetricFrame(tuple(entities), tuple(ports))
     sources: list[MetricSource] = []
-    if nvml is not None:
-        sources.append(nvml)
+    if gpus is not None:
+        sources.append(gpus)
     if ports:
         sources.append(IbSysfsSource(ib_sysfs))
     if job_map_dir is not None:
@@ -67,7 +114,7 @@ def host_agent(
     scrape = AppScrape(app_targets, every_s=max(interval, 5.0)) if app_targets else None
     if scrape is not None:
         sources.append(AppMetricsSource(scrape))
-    inventory = lambda: read_inventory(name, nvml, ib_sysfs, labels)  # noqa: E731
+    inventory = lambda: gpu_inventory_for(name, gpus, ib_sysfs, labels)  # noqa: E731
     agent = assemble(
         name,
         frame,

@@ -27,6 +27,13 @@ class Workload(StrEnum):
     kubernetes = "kubernetes"
 
 
+class Accelerators(StrEnum):
+    auto = "auto"
+    nvidia = "nvidia"
+    amd = "amd"
+    intel = "intel"
+
+
 WORKLOAD_HELP = (
     "Also watch this workload manager and report its pending work (with its reason) and its queues' GPU use and "
     "quota, read at most every 15 s: slurm (squeue and scontrol, with $SLURM_CONF or --slurm-conf) or kubernetes "
@@ -37,6 +44,12 @@ WORKLOAD_HELP = (
 
 def agent(
     sim: bool = typer.Option(False, "--sim", help="Read the digital twin instead of NVML and this host."),
+    accelerators: Accelerators = typer.Option(
+        Accelerators.auto,
+        "--accelerators",
+        help="Which GPU library to read: nvidia (NVML), amd (amdsmi), intel (Gaudi's pyhlml), or auto (the first of "
+        "them that finds devices, in that order).",
+    ),
     scenario: Path | None = typer.Option(None, "--scenario", "-f", help="With --sim: scenario (default: built-in)."),
     node: str | None = typer.Option(
         None,
@@ -191,6 +204,7 @@ def agent(
             scheduler=watch,
             job_map_dir=job_map_dir,
             app_targets=_app_targets(app_metrics),
+            accelerators=accelerators.value,
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from gpufleet.cli.inputs import read_input_text
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 
+if TYPE_CHECKING:
+    from gpufleet.sources.amd_smi import AmdSmiReport
+
 read_app = typer.Typer(
-    help="Parse a saved tool output (nvidia-smi, infiniband-diags, NHC health log, link syslog) into records.",
+    help="Parse a saved tool output (nvidia-smi, amd-smi, rocm-smi, hl-smi, infiniband-diags, NHC health log, link "
+    "syslog) into records.",
     no_args_is_help=True,
 )
 
@@ -55,6 +59,85 @@ def nvidia_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> 
             console.print(f"[red]unreachable[/red] {pci}: {why}", highlight=False)
         for error in report.errors:
             console.print(f"[red]error[/red] {error}", highlight=False)
+
+    emit(report, output, render)
+
+
+def _amd_rows(report: AmdSmiReport) -> list[list[str]]:
+    return [
+        [
+            _cell(g.index), _cell(g.bdf), _cell(g.market_name), _cell(g.model), _cell(g.partition or None),
+            _cell(g.gfx_activity_pct), _cell(g.vram_used_mib if g.vram_used_mib is not None else g.vram_used_pct),
+            _cell(g.temp_hotspot_c if g.temp_hotspot_c is not None else g.temp_edge_c), _cell(g.power_w),
+            _cell(g.ecc.uncorrectable),
+        ]
+        for g in report.gpus
+    ]  # fmt: skip
+
+
+_AMD_COLUMNS = ["GPU", "BDF", "NAME", "MODEL", "PARTITION", "GFX %", "VRAM MiB|%", "TEMP C", "POWER W", "ECC UE"]
+
+
+def _render_amd(report: AmdSmiReport, source: str) -> None:
+    title = f"{source}: {report.tool} {report.format}" + (
+        f", driver {report.driver_version}" if report.driver_version else ""
+    )
+    console.print(make_table(_AMD_COLUMNS, _amd_rows(report), title))
+    for problem in report.problems:
+        console.print(f"[yellow]unread[/yellow] {problem}", highlight=False)
+
+
+@read_app.command("amd-smi")
+def amd_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """`amd-smi list`, `static`, `metric` or `partition`, as text or --json (several may be concatenated): one
+    record per GPU or partition."""
+    from gpufleet.sources.amd_smi import parse_amd_smi
+
+    text, source = _text(file)
+    report = parse_amd_smi(text, source=source)
+    emit(report, output, lambda wide: _render_amd(report, source))
+
+
+@read_app.command("rocm-smi")
+def rocm_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """Plain `rocm-smi` (Concise Info, any release), `rocm-smi -a --json` or `rocm-smi --showmetrics`."""
+    from gpufleet.sources.rocm_smi import parse_rocm_smi
+
+    text, source = _text(file)
+    report = parse_rocm_smi(text, source=source)
+    emit(report, output, lambda wide: _render_amd(report, source))
+
+
+@read_app.command("hl-smi")
+def hl_smi_cmd(
+    file: Path = FILE_ARG,
+    fields: str | None = typer.Option(
+        None, "--fields", help="With `-Q ... -f csv,noheader` output: the -Q field list, in order (index,bus_id,...)."
+    ),
+    output: OutputFormat = OUTPUT_OPT,
+) -> None:
+    """Plain `hl-smi`, `hl-smi -q` / `-L`, or `hl-smi -Q <fields> -f csv`: one record per Gaudi device (AIP)."""
+    from gpufleet.sources.hl_smi import parse_hl_smi
+
+    text, source = _text(file)
+    report = parse_hl_smi(text, source=source, fields=fields.split(",") if fields else None)
+
+    def render(wide: bool) -> None:
+        rows = [
+            [
+                _cell(a.index), _cell(a.module_id), _cell(a.bus_id), _cell(a.product_name), _cell(a.model),
+                _cell(a.temp_c), _cell(a.power_w), _cell(a.utilization_pct),
+                f"{_cell(a.memory_used_mib)} / {_cell(a.memory_total_mib)}", _cell(a.replaced_rows_dbe),
+            ]
+            for a in report.aips
+        ]  # fmt: skip
+        title = f"{source}: hl-smi {report.format}" + (
+            f", driver {report.driver_version}" if report.driver_version else ""
+        )
+        columns = ["AIP", "MODULE", "BUS", "NAME", "MODEL", "TEMP C", "POWER W", "UTIL %", "MEMORY MiB", "ROWS DBE"]
+        console.print(make_table(columns, rows, title))
+        for problem in report.problems:
+            console.print(f"[yellow]unread[/yellow] {problem}", highlight=False)
 
     emit(report, output, render)
 
