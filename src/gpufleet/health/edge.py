@@ -62,7 +62,7 @@ class NodeHealth:
                 gpu_by_pci[(e.hostname, pci)] = e.gpu
         self.gpu = GpuDetectors(frame, self.thresholds)
         self.fabric = FabricDetectors(frame, self.thresholds, port_speeds_gbps)
-        self.kernel = KernelDetector(gpu_by_pci, policy)
+        self.kernel = KernelDetector(gpu_by_pci, policy, correctable_per_minute=self.thresholds.ecc.sbe_per_minute)
         self.software = SoftwareDetector(self.thresholds)
         self.repeat_s = self.thresholds.control.finding_repeat_s
         self._reported: dict[str, tuple[float, int]] = {}  # finding key -> (when last reported, severity rank)

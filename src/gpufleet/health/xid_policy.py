@@ -21,6 +21,7 @@ from gpufleet import yaml_input
 from gpufleet.catalog import XidInfo, load_xid_catalog
 from gpufleet.catalog.xid import Nvl5Rule, load_nvl5_decode
 from gpufleet.errors import ManifestError, UserError
+from gpufleet.health.vendor_policy import VendorAction, classify_vendor
 from gpufleet.model.incident import RootCause
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail
 
@@ -177,7 +178,7 @@ class Verdict(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     severity: XidSeverity
-    action: Action
+    action: Action | VendorAction  # NVIDIA's buckets; another vendor's events use the vendor-neutral terms
     investigatory: str | None = None
     bucket: str | None = None  # NVIDIA's catalog bucket for the code, e.g. WORKFLOW_NVLINK5_ERR or XID_154
     cause: RootCause | None = None  # set where the policy files the event under a cause other than the code's
@@ -337,7 +338,21 @@ def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) ->
 
 
 def classify(event: KernelEvent, policy: XidPolicy | None = None) -> Verdict:
-    """Severity and action for one kernel event under `policy` (the default policy when None)."""
+    """Severity and action for one kernel event under `policy` (the default policy when None).
+
+    The policy is NVIDIA's: another vendor's event (amdgpu, habanalabs) is judged by that vendor's rules instead.
+    """
+    if event.vendor != "nvidia":
+        said = classify_vendor(event)
+        return Verdict(
+            severity=XidSeverity.FATAL if said.fatal else XidSeverity.NONFATAL,
+            # the terms NVIDIA's vocabulary has too (RESET_GPU, RESTART_APP, IGNORE) are its members, so a reader
+            # of verdicts compares them one way
+            action=Action(said.action) if said.action in Action.__members__ else said.action,
+            cause=said.cause,
+            rule=f"{event.vendor}: {said.rule}",
+            reason=said.reason,
+        )
     policy = policy or default_policy()
     if event.kind == "xid":
         return classify_xid(event, policy, load_xid_catalog().get(event.xid or -1))

@@ -12,7 +12,9 @@ import getpass
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from gpufleet.errors import BackendError, UserError
+from gpufleet.catalog.gpus import get_gpu_model
+from gpufleet.catalog.vendors import get_vendor
+from gpufleet.errors import BackendError, NotFoundError, UserError
 from gpufleet.model.incident import Incident, Severity
 from gpufleet.model.observation import Entity, EntityKind
 from gpufleet.remediate.backends.base import (
@@ -67,7 +69,8 @@ INSTEAD: dict[ActionKind, str] = {
     ActionKind.cordon: "cordon it in the scheduler by hand",
     ActionKind.uncordon: "return it to service in the scheduler by hand",
     ActionKind.drain: "drain it in the scheduler by hand",
-    ActionKind.reset_gpu: "reset it on the node (nvidia-smi -r -i N) and resume the node, or reboot it",
+    ActionKind.reset_gpu: "reset it on the node with its vendor's tool (nvidia-smi -r -i N, amd-smi reset -G -g N, "
+    "hl-smi -i BUS_ID -r) and resume the node, or reboot it",
     ActionKind.reboot_node: "reboot it through its BMC or a node-maintenance operator",
     ActionKind.diag: 'run "dcgmi diag -r N" on the node (on Kubernetes, in a privileged pod)',
     ActionKind.power_cap: "run nvidia-smi -pl on the node (or a node agent)",
@@ -351,7 +354,7 @@ class Remediator:
         try:
             outcome, detail = self._execute(incident, runbook, step)
         except UnsupportedActionError as exc:
-            outcome, detail = "unsupported", exc.message
+            outcome, detail = "unsupported", str(exc)  # with what a person can do instead
         except BackendError as exc:
             outcome, detail = "error", exc.message
         except UserError as exc:  # a missing node or a bad value, reported by the backend
@@ -406,7 +409,8 @@ class Remediator:
             exclude = [node] if node else []
             return "done", b.requeue_job(e.name, exclude)
         if a in INSTEAD:  # the backend has no capability for it
-            raise b.cannot(_action_text(a, incident), node or e.name, INSTEAD[a])
+            fix = _reset_hint(b.gpu_model(node), e.index) if a is ActionKind.reset_gpu else None
+            raise b.cannot(_action_text(a, incident), node or e.name, fix or INSTEAD[a])
         return "done", self._file(incident, runbook, step)
 
     def _file(self, incident: Incident, runbook: RunbookManifest, step: Step) -> str:
@@ -457,6 +461,28 @@ class Remediator:
                 f"{gpus} idle GPU(s) on {node}; cost unknown (set costPerGpuHour for {self.backend.gpu_model(node)!r})"
             )
         return f"{gpus} idle GPU(s) on {node} cost ${gpus * rate:,.2f}/h (${rate:,.2f} per GPU-hour)"
+
+
+# How each vendor's management tool resets one GPU (catalog.vendors names the tool; the arguments are the tool's own)
+RESET_COMMANDS = {
+    "nvidia-smi": "nvidia-smi -r -i {index}",
+    "amd-smi": "amd-smi reset -G -g {index}",
+    "hl-smi": "hl-smi -i <bus id of device {index}> -r",
+}
+
+
+def _reset_hint(gpu_model: str, index: int | None) -> str | None:
+    """How to reset GPU `index` by hand with the node's vendor tool (amd-smi reset -G -g 3, ...), when the backend
+    names a model the catalog knows; None otherwise (the vendor-neutral hint applies)."""
+    try:
+        smi = get_vendor(get_gpu_model(gpu_model).vendor).smi if gpu_model else ""
+    except NotFoundError:
+        return None
+    command = RESET_COMMANDS.get(smi)
+    if command is None:
+        return None
+    which = command.format(index="N" if index is None else index)
+    return f"reset it on the node ({which}) and resume the node, or reboot it"
 
 
 def _action_text(action: ActionKind, incident: Incident) -> str:

@@ -59,11 +59,11 @@ def uncorrectable(twin: FaultTarget, fault: InjectedFault, i: int, block: str) -
     boot = twin.boot_seconds(node)
     if gpu.vendor == "amd":
         lines = kmsg.amdgpu_ras_lines(boot, _bdf(gpu), block, "uncorrectable", 1)
-    else:
-        lines = kmsg.habanalabs_critical_lines(boot, _bdf(gpu), gpu.minor)
+        twin.gpus.wedged[i] = True  # poisoned: no progress until the GPU is reset
+    else:  # the device CPU stops answering and the driver resets the device: it comes back, the work is gone
+        lines = kmsg.habanalabs_critical_lines(boot, _bdf(gpu))
     if block == "umc":  # memory: the counters a DBE raises (Gaudi reports it as a critical event)
         twin.gpus.double_bit_error(i)
-    twin.gpus.wedged[i] = True
     twin.write_kernel(node, lines, gpu=gpu.index, vendor=gpu.vendor, block=block)
     _fail_job(twin, fault, i, f"rank on {node} gpu {gpu.index} died: uncorrectable {block} error")
 
@@ -76,7 +76,7 @@ def hang(twin: FaultTarget, fault: InjectedFault, i: int) -> None:
     if gpu.vendor == "amd":
         lines = kmsg.amdgpu_hang_lines(boot, _bdf(gpu))
     else:
-        lines = kmsg.habanalabs_reset_lines(boot, _bdf(gpu), gpu.minor)
+        lines = kmsg.habanalabs_cs_timeout_lines(boot, _bdf(gpu))
     twin.write_kernel(node, lines, gpu=gpu.index, vendor=gpu.vendor)
     _fail_job(twin, fault, i, f"rank on {node} gpu {gpu.index} died: the driver reset the device after a hang")
 
@@ -85,7 +85,7 @@ def lost_lines(gpu: Gpu, boot_seconds: float) -> list[str]:
     """What a device that is gone for good writes: amdgpu's failed reset, habanalabs' "device is NOT usable"."""
     if gpu.vendor == "amd":
         return kmsg.amdgpu_reset_failed_lines(boot_seconds, _bdf(gpu))
-    return kmsg.habanalabs_reset_failed_lines(boot_seconds, _bdf(gpu), gpu.minor)
+    return kmsg.habanalabs_reset_failed_lines(boot_seconds, _bdf(gpu))
 
 
 def handle(twin: FaultTarget, fault: InjectedFault, i: int) -> None:

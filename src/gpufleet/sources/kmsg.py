@@ -9,7 +9,7 @@ where <root> is ` caused by previous Xid %d` on an Xid 45 whose cause the driver
 `NVRM: Xid (0000:03:00): 13, ...`. NVSwitch errors come as `nvidia-nvswitchN: SXid (PCI:0000:05:00.0): 20034,
 Fatal, Link 63 ...`, the lost-GPU case at probe time as the three-line `NVRM: The NVIDIA GPU 0000:b3:00.0 /
 (PCI ID: 10de:26b5) installed in this system has / fallen off the bus and is not responding to commands.`,
-which carries no Xid at all.
+which carries no Xid at all. AMD (amdgpu) and Intel Gaudi (habanalabs) reports are read by `kmsg_vendors`.
 
 `scan_kmsg` returns the events plus the lines that looked like a fault report but could not be read
 (`rejected`), so a garbled capture is visible rather than silently empty. A well-formed Xid line with a code
@@ -28,6 +28,7 @@ from gpufleet.catalog import load_xid_catalog
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail, RecoveryChange, SxidDetail
 from gpufleet.model.pci import normalise_pci
 from gpufleet.sources.kmsg_framing import Frame, split_frame
+from gpufleet.sources.kmsg_vendors import TRIGGER_WORDS, VendorLines
 
 _PCI_TEXT = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _XID_HEAD = re.compile(r"NVRM: Xid\b")
@@ -122,7 +123,7 @@ class KmsgScan:
 
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd]")
 # a line without any of these cannot start or be a report, so it is skipped without further reading
-_TRIGGERS = re.compile(r"NVRM|SXid|nvswitch")
+_TRIGGERS = re.compile("|".join(("NVRM", "SXid", "nvswitch", *TRIGGER_WORDS)))
 # every report this module reads has one of these in its message
 _REPORT_WORDS = re.compile(
     r"Xid|fallen off the bus|The NVIDIA GPU|NV_ERR_RESET_REQUIRED|GPU at PCI:|nvswitch|API mismatch"
@@ -204,6 +205,7 @@ class KmsgParser:
         self._sxid_heads: dict[tuple[str, int], tuple[int, bool, int | None]] = {}  # (switch, code) -> head
         self._pending: _FallenReport | None = None  # a multi-line fallen-off-the-bus report in progress
         self._held: dict[tuple[str, int], list[_HeldDetail]] = {}  # SXid details waiting for their head
+        self._vendors = VendorLines()  # amdgpu and habanalabs reports
 
     def skip_to(self, lineno: int) -> None:
         """The next line fed is line `lineno`: the ones before it were left out (they hold nothing this parser
@@ -307,6 +309,10 @@ class KmsgParser:
 
     def _parse_message(self, raw: str, frame: Frame) -> None:
         message = frame.message
+        vendor = self._vendors.read(message)
+        if vendor is not None:
+            self.scan.events.append(KernelEvent(line=self._lineno, raw=raw, **vendor.fields(), **self._base(frame)))
+            return
         if _REPORT_WORDS.search(message) is None:  # most NVRM lines (RPC tables, banners) report nothing
             return
         uuid_match = _UUID_LINE.search(message)

@@ -63,3 +63,20 @@ def format_fallen_off_bus(pci: str, device_id: str = "10de:2330") -> list[str]:
 def dmesg_line(message: str, uptime_s: float) -> str:
     """`[ 3606.832215] message`, as `dmesg` prints a record."""
     return f"[{uptime_s:12.6f}] {message}"
+
+
+def bdf(pci: str) -> str:
+    """`0000:1c:00.0`: a PCI address as amdgpu and habanalabs name their device (function included)."""
+    return f"{_pci(pci)}.0"
+
+
+def format_amdgpu(pci: str, message: str) -> str:
+    """`amdgpu 0000:1c:00.0: <message>`: amdgpu's dev_info/dev_err (mainline kernels print no inner `amdgpu: `)."""
+    return f"amdgpu {bdf(pci)}: {message}"
+
+
+def format_habanalabs(pci: str, message: str, *, hl_index: int | None = None) -> str:
+    """`habanalabs 0000:19:00.0: <message>` (the kernel's accel driver), or `habanalabs hl0: <message>` for the
+    out-of-tree driver, which names its devices hlN."""
+    device = f"hl{hl_index}" if hl_index is not None else bdf(pci)
+    return f"habanalabs {device}: {message}"

@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 from gpufleet.errors import BackendError, DependencyMissingError, UserError
 from gpufleet.sources.kmsg import KernelEvent, KmsgParser, KmsgScan, scan_kmsg
+from gpufleet.sources.kmsg_vendors import CANDIDATE_WORDS as VENDOR_WORDS
 
 DMESG_TIMEOUT_S = 30.0
 CHUNK_BYTES = 4 * 1024 * 1024
@@ -30,6 +31,7 @@ CANDIDATE_WORDS = (
     b"NVRM",
     b"SXid",
     b"nvswitch",
+    *VENDOR_WORDS,  # amdgpu and habanalabs reports
     b"lost carrier",
     b"Gained carrier",
     b": Link down",

@@ -73,11 +73,13 @@ def _nvlink_peers(model_name: str, count: int, index: int) -> list[int]:
 
 def _software(pool: NodePoolSpec, default: SoftwareSpec) -> SoftwareFacts:
     sw = pool.software or default
+    nvidia = pool.gpu is None or get_gpu_model(pool.gpu.model).vendor == "nvidia"
     return SoftwareFacts(
         driver_version=sw.driver_version,
         cuda_version=sw.cuda_version,
         kernel=sw.kernel,
-        fabric_manager_version=sw.fabric_manager_version or sw.driver_version,
+        # NVIDIA's fabric manager runs beside NVIDIA's driver only
+        fabric_manager_version=(sw.fabric_manager_version or sw.driver_version) if nvidia else "",
         nccl_version=sw.nccl_version,
     )
 

@@ -1,20 +1,34 @@
 """Kernel-log detector: every Xid, SXid, fallen-off-the-bus, reset-required and driver API-mismatch report becomes
 a finding, classified by the Xid policy (severity and NVIDIA's action) and tied to the GPU by its PCI address.
 
+AMD (amdgpu) and Intel Gaudi (habanalabs) reports are judged by their vendor's rules (`vendor_policy`) and named in
+the driver's own words. A correctable error the hardware fixed is no incident on its own (an info finding becomes an
+incident, and incidents go to remediation): it is kept as a report, and only a burst of them on one GPU (more errors
+in a minute than the single-bit ECC rate DCGM allows) becomes a finding.
+
 The reports arrive parsed (the kernel-log source runs one streaming parser per node, so multi-line reports and
 GPU identities work across reads); this detector only judges them.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from datetime import datetime
 from functools import cache
 
+import msgspec
+
 from gpufleet.catalog.xid import xid_causes as catalog_xid_causes
+from gpufleet.health.thresholds import load_thresholds
+from gpufleet.health.vendor_policy import DRIVERS, describe, is_bank_record
 from gpufleet.health.xid_policy import XidPolicy, classify, default_policy
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import Finding, KernelReport
 from gpufleet.model.pci import normalise_pci
+
+RATE_WINDOW_S = 60.0  # correctable errors are counted per GPU over this window
+_CORRECTED_CAUSES = (RootCause.ecc_sbe_rate, RootCause.scaleup_link)
 
 
 @cache
@@ -22,18 +36,36 @@ def xid_causes() -> dict[int, RootCause]:
     return {code: RootCause(cause) for code, cause in catalog_xid_causes().items()}
 
 
+def _reset_under_way(event: KernelEvent, finding: Finding) -> bool:
+    """habanalabs announcing a reset it has begun ("Going to reset device"): the same device always ends it with
+    "Successfully finished resetting" or "Failed to reset", and that line (or the hang before it) is the finding.
+    amdgpu's "GPU reset begin!" stays a finding: a GPU reset with its XGMI hive prints nothing else of its own."""
+    announced = event.kind == "reset" and finding.action == "IGNORE" and "succeeded" not in (event.detail or "")
+    return event.vendor == "intel" and announced
+
+
 class KernelDetector:
-    def __init__(self, gpu_by_pci: dict[tuple[str, str], int], policy: XidPolicy | None = None) -> None:
-        """`gpu_by_pci` maps (node, PCI domain:bus:device) to the GPU index on that node."""
+    def __init__(
+        self,
+        gpu_by_pci: dict[tuple[str, str], int],
+        policy: XidPolicy | None = None,
+        correctable_per_minute: float | None = None,
+    ) -> None:
+        """`gpu_by_pci` maps (node, PCI domain:bus:device) to the GPU index on that node; `correctable_per_minute`
+        (default: the thresholds' single-bit ECC rate) is how many corrected errors a GPU may report in a minute."""
         self.gpu_by_pci = gpu_by_pci
         self.policy = policy or default_policy()
+        self.correctable_limit = (
+            correctable_per_minute if correctable_per_minute is not None else load_thresholds().ecc.sbe_per_minute
+        )
+        self._corrected: dict[str, deque[tuple[float, int]]] = {}  # finding key -> (when, errors) in the window
+        self._rate_reported: dict[str, float] = {}  # finding key -> when its rate was last reported
 
     def judge(self, now: float, node: str, events: list[KernelEvent]) -> tuple[list[Finding], list[KernelReport]]:
-        """A finding for each event, and the record of it the control plane keeps."""
+        """A finding for each event (a corrected error only as part of a burst), and the record of each."""
         findings, reports = [], []
         for event in events:
             finding = self.finding(now, node, event)
-            findings.append(finding)
             reports.append(
                 KernelReport(
                     now,
@@ -45,8 +77,19 @@ class KernelDetector:
                     event.pci,
                     event.xid,
                     event.sxid,
+                    vendor=event.vendor,
+                    detail=(event.detail or "")[:256],
                 )
             )
+            if _reset_under_way(event, finding):
+                continue  # the line that ends it (succeeded, failed, not usable) or the hang before it is the finding
+            if event.vendor != "nvidia" and finding.severity is Severity.info and finding.cause in _CORRECTED_CAUSES:
+                # a machine-check bank record details errors the RAS count line reports: counted once, there
+                burst = None if is_bank_record(event) else self._corrected_burst(now, event, finding)
+                if burst is not None:
+                    findings.append(burst)
+                continue
+            findings.append(finding)
         return findings, reports
 
     def finding(self, now: float, node: str, event: KernelEvent) -> Finding:
@@ -85,16 +128,55 @@ class KernelDetector:
         severity = (
             Severity.critical if fatal else Severity.info if verdict.action.value == "IGNORE" else Severity.warning
         )
-        what = f"Xid {event.xid}" if event.xid is not None else event.kind.replace("_", " ")
-        known = "" if event.known else " (unknown code)"
+        if event.vendor != "nvidia":
+            summary = describe(event, str(entity))
+        else:
+            what = f"Xid {event.xid}" if event.xid is not None else event.kind.replace("_", " ")
+            known = "" if event.known else " (unknown code)"
+            summary = f"{what}{known} on {entity}: {event.message[:120]}"
         return Finding(
             now,
             cause,
             entity,
             severity,
-            f"{what}{known} on {entity}: {event.message[:120]}",
+            summary,
             event.raw.strip(),
             "kmsg",
             action=verdict.action.value,
             xid=event.xid,
         )
+
+    def _corrected_burst(self, now: float, event: KernelEvent, finding: Finding) -> Finding | None:
+        """The finding for a GPU whose corrected errors in the last minute passed the limit, at most once a window;
+        None while they stay under it."""
+        when = _event_time(event, now)
+        key = finding.key
+        window = self._corrected.setdefault(key, deque())
+        if window and when < window[-1][0]:  # another clock (a new boot, a different framing): start again
+            window.clear()
+        window.append((when, event.error_count or 1))
+        while window and when - window[0][0] > RATE_WINDOW_S:
+            window.popleft()
+        errors = sum(n for _, n in window)
+        last = self._rate_reported.get(key)
+        if errors <= self.correctable_limit or (last is not None and 0 <= when - last < RATE_WINDOW_S):
+            return None
+        self._rate_reported[key] = when
+        block = event.ras_block.upper() if event.ras_block else "the GPU"
+        driver = DRIVERS.get(event.vendor, event.vendor)
+        return msgspec.structs.replace(
+            finding,
+            severity=Severity.warning,
+            action="NONE",
+            summary=f"{driver}: {errors} corrected errors in {block} on {finding.entity} within a minute "
+            f"(limit {self.correctable_limit:g}): a part that keeps needing correction is failing",
+            evidence=f"{finding.evidence[:12_000]}\n{errors} corrected errors in {RATE_WINDOW_S:.0f} s",
+        )
+
+
+def _event_time(event: KernelEvent, now: float) -> float:
+    """When the line says it happened (epoch, or seconds since boot); the judging time when it says nothing."""
+    when = event.time
+    if isinstance(when, datetime):
+        return when.timestamp()
+    return when if when is not None else now

@@ -40,9 +40,10 @@ class SoftwareDetector:
         self.min_driver = thresholds.software.cuda_min_driver
 
     def node_checks(self, now: float, inventories: Sequence[NodeInventory]) -> list[Finding]:
+        """CUDA against the driver and the fabric manager against the driver: NVIDIA's pairings, so NVIDIA's nodes."""
         out: list[Finding] = []
         for inv in inventories:
-            if not inv.driver:
+            if not inv.driver or _vendor(inv) != "nvidia":
                 continue
             problems = []
             need = self.min_driver.get(".".join(inv.cuda.split(".")[:2]))
@@ -55,12 +56,24 @@ class SoftwareDetector:
         return out
 
     def fleet_drift(self, now: float, inventories: Sequence[NodeInventory]) -> list[Finding]:
-        drivers = [inv for inv in inventories if inv.driver and inv.gpus]
-        if len(drivers) < 2:
-            return []
-        fleet_driver, _ = Counter(inv.driver for inv in drivers).most_common(1)[0]
-        return [
-            _finding(now, inv.hostname, [f"driver {inv.driver} differs from the fleet's {fleet_driver}"])
-            for inv in drivers
-            if inv.driver != fleet_driver
-        ]
+        """Nodes whose driver differs from most nodes of the same vendor (an amdgpu version is not an NVIDIA one)."""
+        by_vendor: dict[str, list[NodeInventory]] = {}
+        for inv in inventories:
+            if inv.driver and inv.gpus:
+                by_vendor.setdefault(_vendor(inv), []).append(inv)
+        out = []
+        for vendor, drivers in by_vendor.items():
+            if len(drivers) < 2:
+                continue
+            fleet_driver, _ = Counter(inv.driver for inv in drivers).most_common(1)[0]
+            whose = "the fleet's" if len(by_vendor) == 1 else f"the fleet's {vendor} nodes'"
+            out += [
+                _finding(now, inv.hostname, [f"driver {inv.driver} differs from {whose} {fleet_driver}"])
+                for inv in drivers
+                if inv.driver != fleet_driver
+            ]
+        return out
+
+
+def _vendor(inv: NodeInventory) -> str:
+    return inv.gpus[0].vendor if inv.gpus else "nvidia"
