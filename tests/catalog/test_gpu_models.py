@@ -172,6 +172,17 @@ def test_partition_modes_are_amds_and_mig_is_nvidias() -> None:
     assert mi300x.partition_capable and mi300x.compute_partitions == ("SPX", "DPX", "QPX", "CPX")
     assert not get_gpu_model("mi250x").partition_capable and not get_gpu_model("gaudi3").partition_capable
     with pytest.raises(ValueError, match="NVIDIA's"):
-        GpuModelSpec(name="x", vendor="amd", product_name="x", arch="x", compute_capability="9.0", memory_mib=1,
-                     tdp_w=1, pcie_gen=4, pcie_width=16, scaleup_links=0, scaleup_bw_gbps_per_link=0,
-                     fp16_dense_tflops=1)
+        GpuModelSpec(
+            name="x",
+            vendor="amd",
+            product_name="x",
+            arch="x",
+            compute_capability="9.0",
+            memory_mib=1,
+            tdp_w=1,
+            pcie_gen=4,
+            pcie_width=16,
+            scaleup_links=0,
+            scaleup_bw_gbps_per_link=0,
+            fp16_dense_tflops=1,
+        )

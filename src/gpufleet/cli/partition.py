@@ -1,4 +1,5 @@
-"""`gpufleet partition ...`: MIG layouts, the partition planner and device-plugin configs."""
+"""`gpufleet partition ...`: MIG layouts, the partition planner and device-plugin configs; `partition amd ...`: AMD
+Instinct partition modes and a plan applied with AMD's Device Config Manager."""
 
 from __future__ import annotations
 
@@ -222,9 +223,10 @@ def gfd_labels_cmd(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Print the labels GPU Feature Discovery would set on each node (product, count, replicas, sharing strategy,
-    MIG and MPS capability, driver and CUDA versions), as schedulers and nodeSelectors see them."""
+    MIG and MPS capability, driver and CUDA versions), as schedulers and nodeSelectors see them; on AMD nodes the
+    AMD node labeller's, on Gaudi nodes Gaudi feature discovery's."""
     from gpufleet.sched.partition.device_plugin import load_config
-    from gpufleet.sched.partition.gfd import gfd_labels
+    from gpufleet.sched.partition.vendor_labels import discovery_labels
     from gpufleet.spec.builder import build_cluster
     from gpufleet.spec.loader import load_cluster
 
@@ -234,7 +236,7 @@ def gfd_labels_cmd(
     manifest = load_cluster(cluster)
     fleet = build_cluster(manifest.metadata.name, manifest.spec)
     nodes = [fleet.node(node)] if node else [n for n in fleet.nodes if n.gpus]
-    data = {n.name: gfd_labels(n, plugin) for n in nodes}
+    data = {n.name: discovery_labels(n, plugin) for n in nodes}
 
     def render(wide: bool) -> None:
         rows = [[name, key, value] for name, labels in data.items() for key, value in sorted(labels.items())]
@@ -247,13 +249,14 @@ def gfd_labels_cmd(
 def dra_slices_cmd(
     cluster: Path = typer.Option(..., "--cluster", help="A kind: Cluster manifest."),
     node: str | None = typer.Option(None, "--node", help="Only this node's slices."),
-    classes: bool = typer.Option(True, "--classes/--no-classes", help="Also print NVIDIA's DeviceClasses."),
+    classes: bool = typer.Option(True, "--classes/--no-classes", help="Also print the drivers' DeviceClasses."),
     dynamic_mig: bool = typer.Option(
         False, "--dynamic-mig", help="Publish every MIG placement as a partitionable device (shared counters)."
     ),
 ) -> None:
-    """Print the ResourceSlices (resource.k8s.io/v1) NVIDIA's DRA driver would publish for the cluster's GPUs."""
-    from gpufleet.sched.dra.slices import nvidia_device_classes, partitionable_slices, resource_slices
+    """Print the ResourceSlices (resource.k8s.io/v1) the vendors' DRA drivers would publish for the cluster's GPUs:
+    NVIDIA's gpu.nvidia.com, AMD's gpu.amd.com (Intel Gaudi has no DRA driver: its nodes are left out)."""
+    from gpufleet.sched.dra.vendors import device_classes, node_slices, published
     from gpufleet.sched.partition.device_plugin import dump_manifests
     from gpufleet.spec.builder import build_cluster
     from gpufleet.spec.loader import load_cluster
@@ -261,9 +264,16 @@ def dra_slices_cmd(
     manifest = load_cluster(cluster)
     fleet = build_cluster(manifest.metadata.name, manifest.spec)
     nodes = [fleet.node(node)] if node else [n for n in fleet.nodes if n.gpus]
-    publish = partitionable_slices if dynamic_mig else resource_slices
-    docs = [c.to_k8s() for c in nvidia_device_classes()] if classes else []
-    docs += [sl.to_k8s() for n in nodes for sl in publish(n)]
+    left_out: list[str] = []
+    if node:  # a node of a vendor without a driver is an error that says so
+        slices = node_slices(nodes[0], dynamic_mig=dynamic_mig)
+    else:
+        slices, left_out = published(nodes, dynamic_mig=dynamic_mig)
+    vendors = {n.gpu_vendor for n in nodes if n.name not in left_out}
+    docs = [c.to_k8s() for c in device_classes(v for v in vendors if v)] if classes else []
+    docs += [sl.to_k8s() for sl in slices]
+    if left_out:
+        typer.echo(f"left out (no DRA driver for their vendor): {', '.join(left_out)}", err=True)
     typer.echo(dump_manifests(docs), nl=False)
 
 
@@ -276,21 +286,22 @@ def dra_allocate_cmd(
     node: str | None = typer.Option(None, "--node", help="Allocate on this node (default: the first that fits)."),
     dynamic_mig: bool = typer.Option(False, "--dynamic-mig", help="MIG devices are created on allocation."),
 ) -> None:
-    """Allocate each claim in turn (CEL selectors, counts, constraints) and print it with status.allocation."""
+    """Allocate each claim in turn (CEL selectors, counts, constraints) from every vendor's slices and print it with
+    status.allocation."""
     from gpufleet.sched.dra.allocator import Allocator
     from gpufleet.sched.dra.objects import DeviceClass, ResourceClaim, ResourceClaimTemplate, load_dra_objects
-    from gpufleet.sched.dra.slices import nvidia_device_classes, partitionable_slices, resource_slices
+    from gpufleet.sched.dra.vendors import device_classes, published
     from gpufleet.sched.partition.device_plugin import dump_manifests
     from gpufleet.spec.builder import build_cluster
     from gpufleet.spec.loader import load_cluster
 
     manifest = load_cluster(cluster)
     fleet = build_cluster(manifest.metadata.name, manifest.spec)
-    publish = partitionable_slices if dynamic_mig else resource_slices
     objects = load_dra_objects(claims)
-    classes = {c.metadata.name: c for c in nvidia_device_classes()}
+    classes = {c.metadata.name: c for c in device_classes()}
     classes |= {o.metadata.name: o for o in objects if isinstance(o, DeviceClass)}
-    allocator = Allocator([sl for n in fleet.nodes for sl in publish(n)], classes.values())
+    slices, _ = published(fleet.nodes, dynamic_mig=dynamic_mig)  # a claim for Gaudi devices is told why it fails
+    allocator = Allocator(slices, classes.values())
     todo: list[ResourceClaim] = []
     for obj in objects:
         if isinstance(obj, ResourceClaim):
@@ -300,6 +311,128 @@ def dra_allocate_cmd(
     if not todo:
         raise UserError(f"{claims} holds no ResourceClaim or ResourceClaimTemplate", fix="add one")
     typer.echo(dump_manifests([allocator.allocate(c, node).to_k8s() for c in todo]), nl=False)
+
+
+amd_app = typer.Typer(
+    help="AMD Instinct compute and memory partitions: what each mode gives, and a plan applied with AMD's DCM.",
+    no_args_is_help=True,
+)
+partition_app.add_typer(amd_app, name="amd")
+
+
+@amd_app.command("modes")
+def amd_modes_cmd(
+    gpu: str = typer.Option("mi300x", "--gpu", help="AMD model (mi300x, mi325x, mi355x)."),
+    gpus: int = typer.Option(8, "--gpus", min=1, help="GPUs per node, for what the device plugin advertises."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Every compute+memory mode the kernel accepts: logical GPUs, XCDs, CUs and memory each, whether DCM applies it
+    and the resources a node of --gpus GPUs advertises under each naming strategy."""
+    from gpufleet.sched.partition.amd_partition import advertised, valid_modes
+
+    rows: list[dict[str, Any]] = [
+        {
+            "mode": m.name,
+            "logicalGpus": m.partitions,
+            "xcdsEach": m.xcds_each,
+            "cusEach": m.cus_each,
+            "memoryMiBEach": m.memory_mib,
+            "poolMiB": m.pool_mib,
+            "sharedBy": m.shared_by,
+            "dcm": m.dcm_valid,
+            "single": advertised(m.model, [m] * gpus, "single"),
+            "mixed": advertised(m.model, [m] * gpus, "mixed"),
+        }
+        for m in valid_modes(gpu)
+    ]
+
+    def render(wide: bool) -> None:
+        cols = ["MODE", "GPUS", "XCD", "CUS", "MEMORY EACH", "POOL", "SHARED BY", "DCM", "SINGLE", "MIXED"]
+        table = [
+            [r["mode"], r["logicalGpus"], r["xcdsEach"], r["cusEach"], _gib(r["memoryMiBEach"]), _gib(r["poolMiB"]),
+             r["sharedBy"], "yes" if r["dcm"] else "no", _res(r["single"]), _res(r["mixed"])]
+            for r in rows
+        ]  # fmt: skip
+        console.print(make_table(cols, table, title=f"{gpu}: partition modes, {gpus} GPUs a node"))
+
+    emit({"gpu": gpu, "gpusPerNode": gpus, "modes": rows}, output, render)
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:g} GiB"
+
+
+def _res(resources: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in resources.items())
+
+
+@amd_app.command("plan")
+def amd_plan_cmd(
+    demand: str = typer.Option(..., "--demand", help="MODE=COUNT: partitions wanted (cpx=40,gpu=3; cpx_nps4=16)."),
+    cluster: Path | None = typer.Option(None, "--cluster", help="A kind: Cluster manifest; its AMD nodes are planned."),
+    gpu: str = typer.Option("mi300x", "--gpu", help="Without --cluster: the AMD model of the nodes."),
+    nodes: int | None = typer.Option(
+        None, "--nodes", min=1, help="Without --cluster: this many nodes (default: fewest)."
+    ),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, help="Without --cluster: GPUs per node."),
+    naming: str = typer.Option(
+        "single", "--naming", help="The device plugin's resource_naming_strategy: single, mixed."
+    ),
+    kernel_modes: bool = typer.Option(
+        False, "--kernel-modes", help="Also DPX/QPX (set with amd-smi; DCM refuses them)."
+    ),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+    out: Path | None = typer.Option(None, "--out", help="Write the DCM ConfigMap, node labels and plan here."),
+) -> None:
+    """Choose a partition mode per AMD node so the demand fits, changing as few nodes (and stopping as few GPU pods)
+    as possible; print the DCM profiles, the labels, what each change drains and the steps."""
+    from gpufleet.sched.partition import amd_emit, amd_plan, planner
+    from gpufleet.spec.builder import build_cluster
+    from gpufleet.spec.loader import load_cluster
+
+    if naming not in ("single", "mixed"):
+        raise UserError(f"unknown naming strategy {naming!r}", fix="use single or mixed")
+    wanted = amd_plan.parse_amd_demand(demand)
+    if cluster is not None and nodes is not None:
+        raise UserError("--cluster and --nodes are alternatives", fix="pass one of them")
+    if cluster is not None:
+        manifest = load_cluster(cluster)
+        fleet = build_cluster(manifest.metadata.name, manifest.spec)
+    else:
+        count = nodes or amd_plan.nodes_needed(gpu, wanted, gpus_per_node, dcm_only=not kernel_modes)
+        fleet = planner.synthetic_cluster(gpu, count * gpus_per_node, gpus_per_node)
+    result = amd_plan.plan_amd(fleet, wanted, dcm_only=not kernel_modes)
+    data = amd_emit.summary(result, naming)  # type: ignore[arg-type]
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "dcm-configmap.yaml").write_text(yaml.safe_dump(data["dcmConfigMap"], sort_keys=False))
+        (out / "node-labels.yaml").write_text(yaml.safe_dump(data["nodeLabels"]))
+        (out / "plan.json").write_text(dump_json(data) + "\n")
+
+    def render(wide: bool) -> None:
+        changed = len(result.changed)
+        console.print(f"[bold]{changed}[/bold] of {len(result.choices)} AMD nodes change mode ({naming} naming)")
+        cols = ["NODE", "MODEL", "NOW", "PLAN", "GPUS", "CUS EACH", "MEMORY EACH", "ADVERTISED", "DCM PROFILE"]
+        rows = [
+            [n["node"], n["gpuModel"], n["current"], n["target"], n["logicalGpus"], n["cusEach"],
+             _gib(n["memoryMiBEach"]), _res(n["advertised"]), n["dcmProfile"] or "(amd-smi)"]
+            for n in data["nodes"] if wide or n["changed"] or len(data["nodes"]) <= 16
+        ]  # fmt: skip
+        console.print(make_table(cols, rows))
+        console.print(
+            make_table(["DEMAND", "WANTED", "PROVIDED"], [[k, wanted[k], v] for k, v in result.provided.items()])
+        )
+        for c in result.changed:
+            reload = ", amdgpu driver reload (NPS change)" if c.driver_reload else ""
+            console.print(f"[yellow]{c.node}[/yellow]: taint {data['taint']}{reload}; stops GPU pods: "
+                          f"{', '.join(c.gpu_pods) or '-'}; evicts: {', '.join(c.evicted) or '-'}")  # fmt: skip
+        if wide:
+            for line in data["commands"]:
+                console.print(f"  {line}", highlight=False, soft_wrap=True)
+        if out is not None:
+            console.print(f"wrote {out}/dcm-configmap.yaml, node-labels.yaml, plan.json")
+
+    emit(data, output, render)
 
 
 def register(app: typer.Typer) -> None:

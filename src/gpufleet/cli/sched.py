@@ -190,7 +190,9 @@ def replay_cmd(
 
     Pods are shuffled by the seed, re-sampled until their GPU request reaches --tune x capacity, placed one
     by one with no departures; a pod that fits nowhere fails. Reports GPU allocation % and fragmentation %
-    (of all GPUs) when the arrived GPU request reaches each --at percentage of capacity.
+    (of all GPUs) when the arrived GPU request reaches each --at percentage of capacity. Node models may be catalog
+    models of any vendor (h100-sxm, mi300x, gaudi3) and a pod list may name each pod's resource in a gpu_resource
+    column (amd.com/gpu, ...): such a pod only lands on that vendor's nodes.
     """
     policies = expand_policies(policy)
     seed_list = parse_seeds(seeds) if seeds else [seed]

@@ -29,6 +29,7 @@ class GpuRequest:
     mps_thread_percentage: int | None = None
     claims: tuple[str, ...] = ()  # ResourceClaim names for `dra`
     models: tuple[str, ...] = ()  # allowed GPU models (openb gpu_spec); empty = any
+    vendor: str = "nvidia"  # whose accelerators (catalog vendor name): nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi
 
     @property
     def gpu_milli_total(self) -> int:

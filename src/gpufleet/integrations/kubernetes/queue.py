@@ -4,12 +4,14 @@ Pending work: pods kube-scheduler could not place (`PodScheduled=False`, reason 
 latest `FailedScheduling` Event's when there is one, else the condition's) and pods held by a scheduling gate
 (`SchedulingGated`); with Kueue, also the Workloads it has not admitted (their `QuotaReserved` condition says why,
 e.g. "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor h100, 4 more
-needed"). A pod's GPUs are its `nvidia.com/gpu` and `nvidia.com/mig-*` requests (a MIG instance counts as one), by
-the API server's rules for container resources; a pod that asks for none counts only when it waits in a Kueue queue.
+needed"). A pod's GPUs are its accelerator requests of every vendor: whole devices (`nvidia.com/gpu`, `amd.com/gpu`,
+`habana.ai/gaudi`), NVIDIA MIG instances and AMD partitions (`amd.com/cpx_nps4`, one each), by the API server's
+rules for container resources; a pod that asks for none counts only when it waits in a Kueue queue.
 
 Queues: Kueue ClusterQueues (quota and borrowing limit from `spec.resourceGroups[].flavors[].resources[]`, in use from
-`status.flavorsUsage`, both summed over flavors for `nvidia.com/gpu`, or for the MIG resources of a queue that has no
-whole GPUs; workload counts from `status.pendingWorkloads` and `status.admittedWorkloads`); a pod's queue is
+`status.flavorsUsage`, both summed over flavors for the whole-device resources of every vendor it names, or for the
+MIG or partition resources of a queue that has no whole devices; workload counts from `status.pendingWorkloads` and
+`status.admittedWorkloads`); a pod's queue is
 the ClusterQueue its `kueue.x-k8s.io/queue-name` LocalQueue points to. Without Kueue, one queue per namespace, with
 no quota. An object that cannot be read is skipped and the reason returned, never raised.
 """
@@ -23,12 +25,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.catalog.vendors import gpu_resources
 from gpufleet.errors import BackendError, ParseError
 from gpufleet.integrations.kubernetes.client import connect, kubernetes_module
-from gpufleet.model import GPU_RESOURCE
 from gpufleet.model.observe import PendingWork, QueueUse, SchedulerReport
-from gpufleet.sched.framework.resources import parse_quantity, pod_requests
+from gpufleet.sched.framework.resources import MIG_PREFIX, parse_quantity, pod_requests
 from gpufleet.sched.framework.snapshot import parse_time
+from gpufleet.sched.partition.amd_partition import is_partition_resource
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -36,7 +39,6 @@ MANAGER = "kubernetes"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GATE = "kueue.x-k8s.io/admission"  # Kueue's gate on a plain pod until its Workload is admitted
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
-MIG_PREFIX = "nvidia.com/mig-"
 WAITING = ("Unschedulable", "SchedulingGated")
 NAME_MAX = 256
 TEXT_MAX = 16_384
@@ -45,12 +47,13 @@ Obj = dict[str, Any]
 
 
 def is_gpu(resource: str) -> bool:
-    return resource == GPU_RESOURCE or resource.startswith(MIG_PREFIX)
+    """A vendor's whole device, an NVIDIA MIG slice or an AMD partition (a time-sliced replica is no GPU)."""
+    return resource in gpu_resources() or resource.startswith(MIG_PREFIX) or is_partition_resource(resource)
 
 
 def gpus_of(spec: Obj, where: str) -> int:
-    """GPUs a pod spec asks for: whole GPUs and MIG instances over its containers (init containers as the API
-    server counts them)."""
+    """GPUs a pod spec asks for: whole devices, MIG instances and partitions over its containers (init containers
+    as the API server counts them)."""
     return sum(v for k, v in pod_requests(spec, where).items() if is_gpu(k))
 
 
@@ -148,10 +151,12 @@ def _local_queues(items: list[Any] | None, skipped: list[str]) -> dict[tuple[str
 
 
 def _counted(names: Iterable[str]) -> set[str]:
-    """The resources a queue's GPUs are counted in: nvidia.com/gpu when it covers whole GPUs, else its MIG
-    resources (whole GPUs and MIG instances are not added together)."""
+    """The resources a queue's GPUs are counted in: the whole-device resources it names (nvidia.com/gpu,
+    amd.com/gpu, habana.ai/gaudi, added together), else its MIG or partition resources (whole devices and slices of
+    them are not added together)."""
     gpu = {n for n in names if is_gpu(n)}
-    return {GPU_RESOURCE} if GPU_RESOURCE in gpu else gpu
+    whole = gpu & gpu_resources()
+    return whole or gpu
 
 
 def _cluster_queue(cq: Any, i: int) -> _Queue:

@@ -4,7 +4,8 @@ For each request (`exactly`, or the first `firstAvailable` alternative that work
 that match the DeviceClass selectors and the request selectors (CEL), are not allocated already, tolerate the
 device taints and have the requested capacity; `allocationMode: All` takes every matching device. Constraints
 (`matchAttribute`, `distinctAttribute`) are honoured by backtracking. All devices of a claim come from one node
-(node-local slices) or from slices usable on every node. The result is written to `status.allocation`.
+(node-local slices) or from slices usable on every node. The result is written to `status.allocation`. A claim that
+asks for the devices of a vendor without a DRA driver (Intel Gaudi) is told so, and what to request instead.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gpufleet.sched.dra.objects import (
     ResourceSlice,
     _RequestBody,
 )
+from gpufleet.sched.dra.vendors import driverless_vendor, no_driver_error
 from gpufleet.sched.partition.mig import MigPlacement, completions, geometry_of
 
 MAX_STEPS = 200_000  # backtracking budget: a claim that needs more search than this is reported, not hung on
@@ -166,6 +168,9 @@ class Allocator:
 
     def _class(self, name: str) -> DeviceClass:
         if name not in self.classes:
+            vendor = driverless_vendor(name)
+            if vendor is not None:
+                raise no_driver_error(vendor, f"device class {name!r}")
             raise UserError(
                 f"device class {name!r} not found", fix=f"create it, or use one of: {', '.join(self.classes) or '-'}"
             )
@@ -236,8 +241,22 @@ class Allocator:
                     done.status.reserved_for = [consumer]
                 return done
             reasons.append(f"{candidate or 'any node'}: {reason}")
+        self._driverless(claim)
         shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more nodes" if len(reasons) > 3 else "")
         raise UserError(f"cannot allocate ResourceClaim {name}: {shown}", fix="relax the selectors or free devices")
+
+    def _driverless(self, claim: ResourceClaim) -> None:
+        """A claim that failed while naming a vendor without a DRA driver fails for that reason."""
+        assert claim.spec.devices is not None
+        for req in claim.spec.devices.requests or []:
+            bodies = [req.exactly] if req.exactly is not None else list(req.first_available or [])
+            for body in bodies:
+                if body is None:
+                    continue
+                texts = [body.device_class_name] + [sel.cel.expression for sel in body.selectors or [] if sel.cel]
+                vendor = next((v for t in texts if (v := driverless_vendor(t)) is not None), None)
+                if vendor is not None:
+                    raise no_driver_error(vendor, f"ResourceClaim {claim.metadata.name}: request {req.name}")
 
     def _try_node(self, claim: ResourceClaim, node: str | None) -> tuple[list[tuple[str, PoolDevice]] | None, str]:
         assert claim.spec.devices is not None

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from gpufleet.model import NodeAffinity, SelectorRequirement, Taint, TaintEffect, Toleration
+from gpufleet.sched.framework.devices import vendor_label
+from gpufleet.sched.framework.resources import accelerators
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.state import ClusterState
 
@@ -27,6 +29,12 @@ def reason_taint(t: Taint) -> str:
 
 def reason_insufficient(resource: str) -> str:
     return f"Insufficient {resource}"
+
+
+def reason_vendor(node_vendor: str, wanted: frozenset[str], resources: Iterable[str]) -> str:
+    """`node(s) had NVIDIA accelerators, not the AMD accelerators the pod requests (amd.com/gpu)`."""
+    asked = " and ".join(vendor_label(v) for v in sorted(wanted))
+    return f"node(s) had {vendor_label(node_vendor)}, not the {asked} the pod requests ({', '.join(sorted(resources))})"
 
 
 def reason_nvlink(count: int) -> str:
@@ -140,6 +148,28 @@ def affinity_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
     return mask
 
 
+# --- accelerator vendor -----------------------------------------------------------------------------------------
+
+
+def vendor_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
+    """A pod asking for one vendor's accelerators only goes to nodes of that vendor (or to nodes with none, which the
+    resource filter then turns down); one asking for several vendors' fits no accelerator node."""
+    wanted = state.pod_vendors(pod)
+    if not wanted:
+        return np.ones(len(state), dtype=bool)
+    key = ("vendor", wanted)
+    mask = state.cached_mask(key)
+    if mask is None:
+        ok = [v is None or wanted == {v} for v in state.vendors]
+        mask = state.cache_mask(key, np.array(ok, dtype=bool))
+    return mask
+
+
+def static_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
+    """Nodes no eviction could open to the pod: cordoned, untolerated taints, node selection, vendor."""
+    return unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod) & vendor_mask(state, pod)
+
+
 # --- resources and NVLink ------------------------------------------------------------------------------------
 
 
@@ -172,8 +202,7 @@ def fits_node(state: ClusterState, pod: PodInfo, node: int) -> bool:
 
 def feasible(state: ClusterState, pod: PodInfo) -> np.ndarray:
     """Nodes that pass every filter."""
-    mask = unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod)
-    return mask & resource_mask(state, pod) & nvlink_mask(state, pod)
+    return static_mask(state, pod) & resource_mask(state, pod) & nvlink_mask(state, pod)
 
 
 # --- explanation ---------------------------------------------------------------------------------------------
@@ -185,6 +214,9 @@ def node_reasons(state: ClusterState, pod: PodInfo) -> list[list[str]]:
     cordon_ok = unschedulable_mask(state, pod)
     bad_taint = taint_reasons(state, pod)
     aff = affinity_mask(state, pod)
+    vendor = vendor_mask(state, pod)
+    wanted = state.pod_vendors(pod)
+    asked = accelerators(pod.requests)
     idx, amounts, unknown = state.request_vector(pod)
     free = state.alloc[:, idx] - state.used[:, idx]
     short = free < amounts
@@ -199,6 +231,10 @@ def node_reasons(state: ClusterState, pod: PodInfo) -> list[list[str]]:
             continue
         if not aff[i]:
             reasons[i].append(REASON_AFFINITY)
+            continue
+        node_vendor = state.vendors[i]
+        if not vendor[i] and node_vendor is not None:
+            reasons[i].append(reason_vendor(node_vendor, wanted, asked))
             continue
         res = [
             REASON_TOO_MANY_PODS if state.resources[c] == "pods" else reason_insufficient(state.resources[c])

@@ -3,7 +3,8 @@
 A gang is tried leaf group by leaf group (the nodes that share one set of rail leaves): the tightest group that holds
 it wins. If no single group does, members are placed one by one with a score that pulls them toward the groups the gang
 already uses. Either way the attempt runs on the state's journal, so a gang that falls short of minMember leaves no
-trace.
+trace. Members keep to nodes of the vendor whose devices they ask for (the vendor filter): a gang of AMD pods never
+spans to NVIDIA nodes, and its leaf groups are ranked by their free devices of that vendor.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufleet.model import GPU_RESOURCE, Gang
+from gpufleet.model import Gang
+from gpufleet.sched.framework.devices import vendor_resources
 from gpufleet.sched.framework.filters import feasible
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.types import Placement, Placer, Unit
@@ -93,7 +95,7 @@ def _candidate_groups(sched: Placer, pods: Sequence[PodInfo], allowed: np.ndarra
     groups = state.leaf_group[ok]
     ngroups = len(state.group_names)
     capacity = np.bincount(groups, weights=per_node, minlength=ngroups)
-    gpu_col = state.res_index[GPU_RESOURCE]
+    gpu_col = state.gpu_column(biggest)  # the vendor's devices (or partitions) the gang asks for
     member = state.leaf_group >= 0
     free_gpus = np.bincount(state.leaf_group[member], weights=free[member, gpu_col], minlength=ngroups)
     order = np.lexsort((np.arange(ngroups), free_gpus))
@@ -129,8 +131,9 @@ def place_gang(sched: Placer, unit: Unit) -> GangOutcome:
     A gang first keeps off nodes whose rails go through a degraded or down leaf (or whose own cable is bad); only
     when it fits nowhere else does it take them."""
     state = sched.state
-    # Largest members first: they are the hardest to fit.
-    pods = sorted(unit.pods, key=lambda p: -p.requests.get(GPU_RESOURCE, 0))
+    # Largest members first: they are the hardest to fit (a member keeps to its vendor's nodes by the filters).
+    devices = vendor_resources()
+    pods = sorted(unit.pods, key=lambda p: -sum(p.requests.get(r, 0) for r in devices))
     start = state.mark()
     if unit.gang and bool(state.fabric_avoid.any()):
         out_healthy = _whole(sched, unit, pods, ~state.fabric_avoid)

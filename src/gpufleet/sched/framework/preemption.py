@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufleet.sched.framework.filters import affinity_mask, taint_mask, unschedulable_mask
+from gpufleet.sched.framework.filters import static_mask
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.state import Assignment, ClusterState
 from gpufleet.sched.framework.topology import max_free_in_domain
@@ -152,7 +152,7 @@ def choose_victims(
     found is skipped without a dry run.
     """
     state = sched.state
-    static = unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod)
+    static = static_mask(state, pod)
     idx, need_arr, unknown = state.request_vector(pod)
     if unknown:
         return None

@@ -1,6 +1,8 @@
 """Queues with guaranteed quota, borrowing of idle quota, and reclaim.
 
-Each queue is guaranteed an amount per resource (typically ``nvidia.com/gpu``). A queue may run past its guarantee by
+Each queue is guaranteed an amount per resource (``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``, a MIG or
+partition resource; each counted on its own: a quota in ``amd.com/gpu`` counts only AMD GPUs, and borrowing takes only
+idle quota of the same resource). A queue may run past its guarantee by
 borrowing what other queues leave idle, as long as the total borrowed never exceeds the total idle guarantee (and the
 queue's own limit, if set). Work that runs on borrowed quota is reclaimable: when a queue submits work within its
 guarantee and the cluster is full, the scheduler may evict borrowers' pods (fewest, lowest priority first) to give the
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.errors import UserError
-from gpufleet.model import GPU_RESOURCE
+from gpufleet.sched.framework.devices import vendor_resources
+from gpufleet.sched.framework.resources import accelerator_vendor
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.types import EvictPredicate, Unit
 
@@ -43,14 +46,19 @@ class QueueBook:
     """Quota accounting over a set of queues. Pods of unknown queues go to `default` (no guarantee)."""
 
     specs: dict[str, QueueSpec]
-    resources: tuple[str, ...] = (GPU_RESOURCE,)
+    resources: tuple[str, ...] = field(default_factory=lambda: tuple(vendor_resources()))
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     members: dict[str, str] = field(default_factory=dict)  # pod key -> queue charged
 
     @classmethod
-    def of(cls, specs: Iterable[QueueSpec], resources: tuple[str, ...] = (GPU_RESOURCE,)) -> QueueBook:
+    def of(cls, specs: Iterable[QueueSpec], resources: tuple[str, ...] | None = None) -> QueueBook:
+        """Quota is kept in `resources`: by default every vendor's whole devices plus the accelerator resources
+        (MIG slices, AMD partitions) the queues name."""
         table = {s.name: s for s in specs}
         table.setdefault("default", QueueSpec(name="default"))
+        if resources is None:
+            named = {r for s in table.values() for r in (*s.guaranteed, *(s.limit or {})) if accelerator_vendor(r)}
+            resources = tuple(dict.fromkeys([*vendor_resources(), *sorted(named)]))
         return cls(table, resources)
 
     def _queue(self, name: str) -> str:

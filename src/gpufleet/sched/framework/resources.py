@@ -10,16 +10,26 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
+from gpufleet.catalog.vendors import vendor_of_resource
 from gpufleet.errors import ParseError
-from gpufleet.model import GPU_RESOURCE
+from gpufleet.sched.partition.amd_partition import is_partition_resource
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal(10**3)}
 _DECIMAL.update({"M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15)})
 _DECIMAL["E"] = Decimal(10**18)
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+MIG_PREFIX = "nvidia.com/mig-"
+SHARED_SUFFIX = ".shared"  # NVIDIA's time-sliced or MPS replicas under renameByDefault
+# what to request instead of a fraction, by vendor
+_WHOLE_FIX = {
+    "nvidia": "request whole GPUs, or a MIG profile / shared replica resource",
+    "amd": "request whole GPUs, or a partition (amd.com/cpx_nps4) where the device plugin uses mixed naming",
+    "intel": "request whole Gaudi devices: the device plugin does not share them",
+}
 
 
 def parse_quantity(text: str | int | float, *, what: str = "quantity") -> Decimal:
@@ -53,6 +63,25 @@ def is_extended_resource(name: str) -> bool:
     return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
 
 
+@cache
+def accelerator_vendor(name: str) -> str | None:
+    """The vendor whose accelerators a resource asks for: a whole device (nvidia.com/gpu, amd.com/gpu,
+    habana.ai/gaudi), an NVIDIA MIG slice or shared replica, an AMD partition (amd.com/cpx_nps4); None otherwise."""
+    spec = vendor_of_resource(name.removesuffix(SHARED_SUFFIX))
+    if spec is not None:
+        return spec.name
+    if name.startswith(MIG_PREFIX):
+        return "nvidia"
+    if is_partition_resource(name):
+        return "amd"
+    return None
+
+
+def accelerators(requests: dict[str, int]) -> dict[str, int]:
+    """The accelerator resources among a pod's requests (or a node's allocatable), the ones it has some of."""
+    return {k: v for k, v in requests.items() if v and accelerator_vendor(k) is not None}
+
+
 def resource_int(name: str, quantity: Any, where: str) -> int:
     """cpu in millicores, memory and storage in bytes, everything else a whole count."""
     value = parse_quantity(quantity, what=f"{where}[{name}]")
@@ -60,10 +89,10 @@ def resource_int(name: str, quantity: Any, where: str) -> int:
         return math.ceil(value * 1000)
     if is_extended_resource(name):
         if value != value.to_integral_value():
-            fix = "request whole GPUs, or a MIG profile / shared replica resource" if name == GPU_RESOURCE else None
+            vendor = accelerator_vendor(name)
             raise ParseError(
                 f'{where}[{name}]: Invalid value: "{quantity}": must be an integer',
-                fix=fix or "extended resources are whole numbers",
+                fix=_WHOLE_FIX.get(vendor or "", "extended resources are whole numbers"),
             )
         return int(value)
     return math.ceil(value)

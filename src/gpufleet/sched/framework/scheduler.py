@@ -13,14 +13,12 @@ import numpy as np
 
 from gpufleet.model import Cluster, Fabric, Gang, PodPhase
 from gpufleet.sched.framework.filters import (
-    affinity_mask,
     failed_scheduling_message,
     feasible,
     node_reasons,
     preemption_message,
     reason_counts,
-    taint_mask,
-    unschedulable_mask,
+    static_mask,
 )
 from gpufleet.sched.framework.gang import GangOutcome, build_units, place_gang
 from gpufleet.sched.framework.preemption import preempt_for_unit
@@ -105,7 +103,7 @@ class Scheduler:
         if not pod.preemptible:
             return "not eligible due to preemptionPolicy=Never."
         state = self.state
-        helpful = int((unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod)).sum())
+        helpful = int(static_mask(state, pod).sum())
         return preemption_message(len(state), helpful)
 
     def explain(self, pod: PodInfo) -> Explanation:

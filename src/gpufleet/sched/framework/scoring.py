@@ -7,7 +7,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from gpufleet.model import GPU_RESOURCE, TaintEffect
+from gpufleet.model import TaintEffect
+from gpufleet.sched.framework.devices import vendor_resources
 from gpufleet.sched.framework.filters import requirement_matches, tolerates
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.state import ClusterState
@@ -28,26 +29,38 @@ class ScoreWeights:
     node_affinity: float = 2.0
     resources_fit: float = 1.0
     topology: float = 2.0
-    resource_weights: dict[str, float] = field(default_factory=lambda: {"cpu": 1.0, "memory": 1.0, GPU_RESOURCE: 3.0})
+    # every vendor's whole devices weigh the same; a node is weighed by its own vendor's (see resources_fit)
+    resource_weights: dict[str, float] = field(
+        default_factory=lambda: {"cpu": 1.0, "memory": 1.0, **dict.fromkeys(vendor_resources(), 3.0)}
+    )
 
 
 def resources_fit(
     state: ClusterState, pod: PodInfo, nodes: np.ndarray, strategy: Strategy, weights: dict[str, float]
 ) -> np.ndarray:
-    """Requested-to-allocatable ratio after placing the pod, per resource, weighted (kube's Least/MostAllocated)."""
+    """Requested-to-allocatable ratio after placing the pod, per resource, weighted (kube's Least/MostAllocated).
+
+    A vendor's whole-device resource weighs only on the nodes whose accelerators it names (each node carries one
+    vendor's): an H100 node is scored on nvidia.com/gpu, an MI300X node on amd.com/gpu, with the same weight.
+    """
     total = np.zeros(len(nodes))
-    wsum = 0.0
+    wsum = np.zeros(len(nodes))
+    devices = vendor_resources()
+    own = state.node_gpu_col[nodes]
     for name, w in weights.items():
         col = state.res_index.get(name)
         if col is None:
+            continue
+        on = own == col if name in devices else np.ones(len(nodes), dtype=bool)
+        if not on.any():
             continue
         # fraction of the node's allocatable in use once the pod is placed (0 where the node has none)
         inv = state.inv_alloc[:, col][nodes]
         used = state.used[:, col][nodes] + pod.requests.get(name, 0)
         frac = np.minimum(used * inv, 1.0)
-        total += w * (frac if strategy is Strategy.binpack else 1.0 - frac)
-        wsum += w
-    return total * MAX_SCORE / wsum if wsum else total
+        total += np.where(on, w * (frac if strategy is Strategy.binpack else 1.0 - frac), 0.0)
+        wsum += np.where(on, w, 0.0)
+    return np.divide(total * MAX_SCORE, wsum, out=total.copy(), where=wsum > 0)
 
 
 def _normalize(raw: np.ndarray, reverse: bool = False) -> np.ndarray:

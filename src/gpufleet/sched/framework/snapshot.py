@@ -10,6 +10,10 @@ a PodGroup object in the same List (``spec.minMember``, or Volcano's ``spec.minA
 ``gpufleet.io/min-member``, else it is every pod of the group. Queues: ``kueue.x-k8s.io/queue-name`` label, Volcano's
 ``scheduling.volcano.sh/queue-name`` annotation, or ``gpufleet.io/queue``; otherwise ``default``.
 A runtime estimate for backfill is read from the annotation ``gpufleet.io/runtime-estimate`` (e.g. ``2h``).
+
+Accelerators of every vendor read alike (devices.py): a pod's GPU request and vendor follow its resource names
+(``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``, MIG slices, AMD partitions); a node's model and vendor
+follow the label its vendor's feature discovery writes and the capacity its device plugin reports.
 """
 
 from __future__ import annotations
@@ -18,19 +22,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from gpufleet.catalog.gpus import GpuModelSpec, load_gpu_models
 from gpufleet.errors import ParseError
 from gpufleet.model import (
-    GPU_RESOURCE,
     Gang,
-    Gpu,
-    GpuHealth,
-    GpuRequest,
-    GpuSharing,
     Node,
     NodeAffinity,
     NodeCondition,
@@ -42,7 +39,15 @@ from gpufleet.model import (
     TaintEffect,
     Toleration,
 )
+from gpufleet.sched.framework.devices import (
+    GPU_SHARED_RESOURCE,
+    gpu_model_for_product,
+    gpu_request_of,
+    model_pod_requests,
+    node_gpus,
+)
 from gpufleet.sched.framework.resources import (
+    MIG_PREFIX,
     container_resources,
     is_extended_resource,
     parse_quantity,
@@ -50,12 +55,20 @@ from gpufleet.sched.framework.resources import (
     resource_int,
 )
 
-GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 MIN_MEMBER_ANNOTATION = "gpufleet.io/min-member"
-__all__ = ["container_resources", "is_extended_resource", "parse_quantity", "pod_requests"]
+__all__ = [
+    "GPU_SHARED_RESOURCE",
+    "MIG_PREFIX",
+    "container_resources",
+    "gpu_model_for_product",
+    "gpu_request_of",
+    "is_extended_resource",
+    "model_pod_requests",
+    "parse_quantity",
+    "pod_requests",
+]
 QUEUE_KEYS = ("kueue.x-k8s.io/queue-name", "scheduling.volcano.sh/queue-name", "gpufleet.io/queue")
 RUNTIME_ANNOTATION = "gpufleet.io/runtime-estimate"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -68,18 +81,6 @@ POOL_LABELS = (
     "kubernetes.azure.com/agentpool",
     "node.kubernetes.io/instance-type",
 )
-
-
-def gpu_request_of(requests: dict[str, int]) -> GpuRequest:
-    if requests.get(GPU_RESOURCE):
-        return GpuRequest(GpuSharing.exclusive, count=requests[GPU_RESOURCE])
-    if requests.get(GPU_SHARED_RESOURCE):
-        return GpuRequest(GpuSharing.time_slicing, count=requests[GPU_SHARED_RESOURCE])
-    for name, count in requests.items():
-        if name.startswith(MIG_PREFIX) and count:
-            profile = name[len(MIG_PREFIX) :].removesuffix(".shared")
-            return GpuRequest(GpuSharing.mig, count=count, mig_profile=profile)
-    return GpuRequest()
 
 
 @dataclass(slots=True)
@@ -309,47 +310,6 @@ def parse_pod(obj: dict[str, Any], priority_classes: dict[str, int] | None = Non
     )
 
 
-@cache
-def _product_index() -> dict[str, GpuModelSpec]:
-    """GFD writes the product name with spaces as '-': index the catalog that way."""
-    return {spec.product_name.replace(" ", "-").lower(): spec for spec in load_gpu_models().values()}
-
-
-def gpu_model_for_product(label: str) -> GpuModelSpec | None:
-    base = label.split("-MIG-")[0].removesuffix("-SHARED")
-    return _product_index().get(base.replace(" ", "-").lower())
-
-
-def _node_gpus(name: str, labels: dict[str, str], capacity: int, allocatable: int) -> list[Gpu]:
-    spec = gpu_model_for_product(labels.get("nvidia.com/gpu.product", ""))
-    if spec is None or capacity <= 0:
-        return []
-    gpus = []
-    for i in range(capacity):
-        if spec.nvswitch:
-            peers = [j for j in range(capacity) if j != i]
-        elif spec.nvlink_links and (i ^ 1) < capacity:
-            peers = [i ^ 1]  # bridged pairs (H100 NVL)
-        else:
-            peers = []
-        gpus.append(
-            Gpu(
-                index=i,
-                uuid=f"{name}/gpu{i}",
-                pci_bus_id=f"00000000:{0x10 + i:02X}:00.0",
-                serial="",
-                model=spec,
-                minor=i,
-                nvlink_peers=peers,
-            )
-        )
-    # The device plugin reports unhealthy devices by lowering allocatable; which ones is not visible here.
-    for gpu in gpus[allocatable:]:
-        gpu.health = GpuHealth.unhealthy
-        gpu.health_reason = "device plugin reports it unhealthy (allocatable < capacity)"
-    return gpus
-
-
 def parse_node(obj: dict[str, Any]) -> NodeInfo:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -381,7 +341,7 @@ def parse_node(obj: dict[str, Any]) -> NodeInfo:
         pool=pool,
         cpu_milli=capacity.get("cpu", 0),
         memory_mib=capacity.get("memory", 0) // 2**20,
-        gpus=_node_gpus(name, labels, capacity.get(GPU_RESOURCE, 0), allocatable.get(GPU_RESOURCE, 0)),
+        gpus=node_gpus(name, labels, capacity, allocatable),
         labels=labels,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
@@ -454,21 +414,6 @@ def load_snapshot(path: Path) -> Snapshot:
     if not isinstance(doc, dict):
         raise ParseError(f"{path}: expected a kubectl List object", fix="capture with `kubectl get ... -o json`")
     return parse_snapshot(doc)
-
-
-def model_pod_requests(pod: Pod) -> dict[str, int]:
-    """The Kubernetes requests a model pod stands for (twin workloads, tests)."""
-    req: dict[str, int] = {}
-    if pod.cpu_milli:
-        req["cpu"] = pod.cpu_milli
-    if pod.memory_mib:
-        req["memory"] = pod.memory_mib * 2**20
-    g = pod.gpu
-    if g.count and g.sharing in (GpuSharing.exclusive, GpuSharing.mps, GpuSharing.time_slicing):
-        req[GPU_RESOURCE] = g.count
-    elif g.count and g.sharing is GpuSharing.mig and g.mig_profile:
-        req[MIG_PREFIX + g.mig_profile] = g.count
-    return req
 
 
 def pod_info(pod: Pod, *, runtime_s: float | None = None, scheduler_name: str = DEFAULT_SCHEDULER) -> PodInfo:

@@ -9,6 +9,8 @@ import numpy as np
 
 from gpufleet.errors import InternalError
 from gpufleet.model import GPU_RESOURCE, Fabric, GpuSharing, Taint, TaintEffect
+from gpufleet.sched.framework.devices import node_vendor, requested_vendors, vendor_resources
+from gpufleet.sched.framework.resources import accelerators
 from gpufleet.sched.framework.snapshot import FabricHealth, NodeInfo, PodInfo
 from gpufleet.sched.framework.topology import (
     choose_gpus,
@@ -22,7 +24,8 @@ NOT_READY_TAINT = Taint("node.kubernetes.io/not-ready", TaintEffect.no_schedule)
 UNREACHABLE_TAINT = Taint("node.kubernetes.io/unreachable", TaintEffect.no_schedule)
 # Nodes that share this label value sit under the same IB leaf switches (one rail group / scalable unit).
 LEAF_GROUP_LABEL = "gpufleet.io/leaf-group"
-BASE_RESOURCES = ("cpu", "memory", "pods", GPU_RESOURCE)
+# every vendor's whole-device resource has a column, so a pod asking for one is told which nodes lack it
+BASE_RESOURCES = ("cpu", "memory", "pods", *vendor_resources())
 # how much a gang member likes a node by the health of the leaves its rails go through (unknown counts as ok)
 FABRIC_FIT = {"ok": 100.0, "degraded": 25.0, "down": 0.0}
 
@@ -75,6 +78,13 @@ class ClusterState:
         with np.errstate(divide="ignore"):
             self.inv_alloc = np.asfortranarray(np.where(self.alloc > 0, 1.0 / np.maximum(self.alloc, 1), 0.0))
         self.unschedulable = np.array([n.node.unschedulable for n in nodes], dtype=bool)
+        # whose accelerators each node carries (None: none), and the column of its whole-device resource (a
+        # GPU-less node: NVIDIA's, which it has none of: scoring weighs it as an empty device column)
+        self.vendors = [node_vendor(n.node, n.allocatable) for n in nodes]
+        by_vendor = {v: r for r, v in vendor_resources().items()}
+        self.node_gpu_col = np.array(
+            [self.res_index[by_vendor.get(v or "", GPU_RESOURCE)] for v in self.vendors], dtype=np.int64
+        )
         self.taints = [effective_taints(n) for n in nodes]
         self.taint_groups: dict[tuple[Taint, ...], np.ndarray] = {}
         for i, t in enumerate(self.taints):
@@ -148,6 +158,18 @@ class ClusterState:
                 idx.append(col)
                 amounts.append(value)
         return np.array(idx, dtype=np.int64), np.array(amounts, dtype=np.int64), unknown
+
+    def gpu_column(self, pod: PodInfo) -> int:
+        """The column of the accelerator the pod asks for most of (NVIDIA's whole GPUs when it asks for none)."""
+        wanted = sorted(accelerators(pod.requests).items(), key=lambda kv: (-kv[1], kv[0]))
+        for name, _ in wanted:
+            if name in self.res_index:
+                return self.res_index[name]
+        return self.res_index[GPU_RESOURCE]
+
+    @staticmethod
+    def pod_vendors(pod: PodInfo) -> frozenset[str]:
+        return requested_vendors(pod.requests)
 
     def free(self) -> np.ndarray:
         return self.free_

@@ -48,8 +48,9 @@ def _base(resource: str, count: int, replicas: int, strategy: SharingStrategy, p
 
 def gfd_labels(node: Node, config: DevicePluginConfig | None = None, *, machine: str | None = None) -> dict[str, str]:
     """The labels GFD would set on `node` under a device-plugin `config` (default: no sharing, no MIG strategy), but
-    its timestamp. A node without GPUs gets none (GFD does not run there)."""
-    if not node.gpus:
+    its timestamp. A node without NVIDIA GPUs gets none (GFD does not run there; see vendor_labels for AMD's and
+    Gaudi's)."""
+    if not node.gpus or node.gpu_vendor != "nvidia":
         return {}
     config = config or DevicePluginConfig(version="v1")
     spec = node.gpus[0].model

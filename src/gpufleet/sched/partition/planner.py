@@ -249,7 +249,10 @@ def cluster_gpus(cluster: Cluster, model: GpuModelSpec | None) -> dict[str, list
             out.setdefault(gpu.model.name, []).append((node, gpu))
     if not out:
         what = f"{model.name} GPUs" if model else "MIG-capable GPUs"
-        raise UserError(f"the cluster has no {what}", fix="pass --gpu with a model the cluster has")
+        fix = "pass --gpu with a model the cluster has"
+        if any(g.model.vendor == "amd" and g.model.compute_partitions for _, g in cluster.iter_gpus()):
+            fix += "; AMD Instinct GPUs are partitioned by compute and memory mode: `gpufleet partition amd plan`"
+        raise UserError(f"the cluster has no {what}", fix=fix)
     return out
 
 

@@ -3,7 +3,7 @@
 A node's fragmentation is the expected amount of its free GPU share that a *typical pod*, drawn from the
 workload's pod-type distribution, could not use:
 
-- a typical pod the node can host (enough CPU, a GPU model the pod accepts, enough GPUs with the pod's
+- a typical pod the node can host (enough CPU, a GPU model and vendor the pod accepts, enough GPUs with the pod's
   per-GPU share free) wastes only the GPUs whose free share is below the pod's per-GPU request;
 - a typical pod the node cannot host (lacks CPU, lacks GPU share, wrong model) or that needs no GPU at all
   sees every free GPU share on the node as fragment.
@@ -33,7 +33,7 @@ DEFAULT_POPULARITY_THRESHOLD = 95.0
 
 @dataclass(frozen=True)
 class TypicalPods:
-    """Pod types (CPU milli, per-GPU milli, GPU count, GPU spec) with their normalised frequency."""
+    """Pod types (CPU milli, per-GPU milli, GPU count, GPU spec, vendor resource) with their normalised frequency."""
 
     cpu_milli: IntArray
     gpu_milli: IntArray
@@ -41,6 +41,10 @@ class TypicalPods:
     gpu_spec: tuple[str, ...]
     weight: FloatArray
     memory_mib: IntArray | None = None  # set when pod types are told apart by memory too
+    gpu_resource: tuple[str, ...] = ()  # per type; empty: no type names a vendor resource
+
+    def resource(self, i: int) -> str:
+        return self.gpu_resource[i] if self.gpu_resource else ""
 
     def __len__(self) -> int:
         return len(self.weight)
@@ -58,6 +62,7 @@ class TypicalPods:
                 int(pods.num_gpu[i]),
                 pods.gpu_spec[i],
                 int(pods.memory_mib[i]) if with_memory else 0,
+                pods.resource(i),
             )
             for i in range(len(pods))
         )
@@ -65,7 +70,7 @@ class TypicalPods:
         # most frequent first; equal counts in descending (cpu, milli, count, spec) order, like the reference
         ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
         target = threshold_pct * total / 100.0
-        chosen: list[tuple[tuple[int, int, int, str, int], int]] = []
+        chosen: list[tuple[tuple[int, int, int, str, int, str], int]] = []
         cum = 0.0
         for key, count in ranked:
             if cum >= target:
@@ -79,7 +84,13 @@ class TypicalPods:
             gpu_spec=tuple(k[3] for k, _ in chosen),
             weight=np.array([c / cum for _, c in chosen], dtype=np.float64),
             memory_mib=np.array([k[4] for k, _ in chosen], dtype=np.int64) if with_memory else None,
+            gpu_resource=tuple(k[5] for k, _ in chosen) if pods.gpu_resource else (),
         )
+
+
+def _allows(key: str, model: str) -> bool:
+    spec, _, resource = key.partition("\0")
+    return spec_allows(spec, model, resource)
 
 
 class FragModel:
@@ -102,7 +113,8 @@ class FragModel:
         weight = typical.weight[gpu]
         milli = typical.gpu_milli[gpu]
         self._mvals, midx = np.unique(milli, return_inverse=True)
-        specs = [s for s, g in zip(typical.gpu_spec, gpu, strict=True) if g]
+        # a type's access key: its model spec and vendor resource ("\0" never appears in either)
+        specs = [f"{s}\0{typical.resource(i)}" for i, (s, g) in enumerate(zip(typical.gpu_spec, gpu, strict=True)) if g]
         spec_names, spec_idx = np.unique(np.array(specs, dtype=object), return_inverse=True)
         keys = np.stack([midx, typical.num_gpu[gpu], spec_idx], axis=1) if len(cpu) else np.zeros((0, 3), int)
         groups, group_of = np.unique(keys, axis=0, return_inverse=True)
@@ -111,7 +123,7 @@ class FragModel:
         self._group_n = groups[:, 1]
         # access[model, group]: a GPU-less node ("" model) hosts no GPU pod
         self._access = np.array(
-            [[bool(m) and spec_allows(str(spec_names[g[2]]), m) for g in groups] for m in models],
+            [[bool(m) and _allows(str(spec_names[g[2]]), m) for g in groups] for m in models],
             dtype=np.float64,
         ).reshape(len(models), len(groups))
         self._cpu_steps = np.unique(cpu)

@@ -4,17 +4,25 @@ Node lists have the columns ``sn,cpu_milli,memory_mib,gpu,model``; pod lists hav
 ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,...`` (the multi-GPU variants stop after
 ``gpu_milli``). ``gpu_milli`` is the share of each requested GPU in 1/1000 GPU; ``gpu_spec`` lists the GPU
 models a pod accepts, joined by ``|``.
+
+Beyond the trace: a node's ``model`` may be any catalog model (``h100-sxm``, ``mi300x``, ``gaudi3``; the trace's
+own codes are NVIDIA parts), and an optional pod column ``gpu_resource`` names the vendor resource a pod asks for
+(``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``; empty: any vendor), so a trace can run on a cluster of
+several vendors with each pod kept to its vendor's nodes.
 """
 
 from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.catalog.gpus import get_gpu_model
+from gpufleet.catalog.vendors import get_vendor, gpu_resources
 from gpufleet.errors import NotFoundError, ParseError
 
 MILLI = 1000
@@ -24,6 +32,28 @@ GPU_NODE_FILE = "openb_node_list_gpu_node.csv"
 ALL_NODE_FILE = "openb_node_list_all_node.csv"
 
 IntArray = npt.NDArray[np.int64]
+# The trace's model codes; G1-G3 are undisclosed internal models.
+OPENB_MODELS = {
+    "P100": "p100",
+    "T4": "t4",
+    "V100M16": "v100-16gb",
+    "V100M32": "v100",
+    "A10": "a10",
+    "G1": "openb-g1",
+    "G2": "openb-g2",
+    "G3": "openb-g3",
+}
+
+
+@cache
+def model_resource(model: str) -> str:
+    """The whole-device resource of a node list's model: a trace code or a catalog model's vendor; a code the
+    catalog does not know is the trace's, and the trace's GPUs are NVIDIA's."""
+    try:
+        spec = get_gpu_model(OPENB_MODELS.get(model, model))
+    except NotFoundError:
+        return get_vendor("nvidia").resource
+    return spec.resource
 
 
 @dataclass(frozen=True)
@@ -55,9 +85,13 @@ class PodList:
     gpu_milli: IntArray
     gpu_spec: tuple[str, ...]
     qos: tuple[str, ...]
+    gpu_resource: tuple[str, ...] = ()  # per pod, "" for any vendor; empty tuple: no pod names one
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def resource(self, i: int) -> str:
+        return self.gpu_resource[i] if self.gpu_resource else ""
 
     @property
     def total_gpu_milli(self) -> int:
@@ -74,6 +108,7 @@ class PodList:
             gpu_milli=self.gpu_milli[idx],
             gpu_spec=tuple(self.gpu_spec[i] for i in idx),
             qos=tuple(self.qos[i] for i in idx),
+            gpu_resource=tuple(self.gpu_resource[i] for i in idx) if self.gpu_resource else (),
         )
 
 
@@ -148,13 +183,14 @@ def load_nodes(path: Path) -> NodeList:
 
 
 def load_pods(path: Path) -> PodList:
-    """Read a pod list (``openb_pod_list_*.csv``); ``gpu_spec`` and ``qos`` are optional columns."""
+    """Read a pod list (``openb_pod_list_*.csv``); ``gpu_spec``, ``qos`` and ``gpu_resource`` are optional."""
     header, rows = _rows(path, POD_COLUMNS)
     col = {name: header.index(name) for name in header}
     names: list[str] = []
     cpu, mem, ngpu, milli = [], [], [], []
     specs: list[str] = []
     qos: list[str] = []
+    resources: list[str] = []
     for line, row in rows:
         n = _int(path, line, "num_gpu", row[col["num_gpu"]])
         m = _int(path, line, "gpu_milli", row[col["gpu_milli"]])
@@ -178,6 +214,13 @@ def load_pods(path: Path) -> PodList:
         spec = row[col["gpu_spec"]].strip() if "gpu_spec" in col else ""
         specs.append("|".join(s for s in spec.split("|") if s) if n else "")
         qos.append(row[col["qos"]].strip() if "qos" in col else "")
+        resource = row[col["gpu_resource"]].strip() if "gpu_resource" in col and n else ""
+        if resource and resource not in gpu_resources():
+            raise ParseError(
+                f"{path}:{line}: gpu_resource {resource!r} is not a vendor's GPU resource",
+                fix=f"use one of {', '.join(sorted(gpu_resources()))}, or leave it empty for any vendor",
+            )
+        resources.append(resource)
     return PodList(
         names=tuple(names),
         cpu_milli=np.array(cpu, dtype=np.int64),
@@ -186,6 +229,7 @@ def load_pods(path: Path) -> PodList:
         gpu_milli=np.array(milli, dtype=np.int64),
         gpu_spec=tuple(specs),
         qos=tuple(qos),
+        gpu_resource=tuple(resources) if "gpu_resource" in col else (),
     )
 
 

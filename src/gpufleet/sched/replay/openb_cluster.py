@@ -7,20 +7,10 @@ from pathlib import Path
 from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.errors import ParseError
 from gpufleet.model import Cluster, Gpu, Node, NodePool
-from gpufleet.sched.replay.openb import load_nodes
+from gpufleet.sched.replay.openb import OPENB_MODELS, load_nodes
 from gpufleet.spec.builder import board_serial, gpu_uuid, pci_bus_ids
 
-# The trace's model codes; G1-G3 are undisclosed internal models.
-OPENB_MODELS = {
-    "P100": "p100",
-    "T4": "t4",
-    "V100M16": "v100-16gb",
-    "V100M32": "v100",
-    "A10": "a10",
-    "G1": "openb-g1",
-    "G2": "openb-g2",
-    "G3": "openb-g3",
-}
+__all__ = ["OPENB_MODELS", "load_openb_nodes"]
 
 
 def load_openb_nodes(path: Path, name: str = "openb") -> Cluster:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.sched.replay.openb import MILLI, NodeList, PodList
+from gpufleet.sched.replay.openb import MILLI, NodeList, PodList, model_resource
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -26,7 +26,8 @@ MAX_TAG = 8
 
 @dataclass(frozen=True)
 class PodRequest:
-    """What one pod asks for. ``gpu_milli`` is per GPU; ``gpu_spec`` is ``""`` or models joined by ``|``."""
+    """What one pod asks for. ``gpu_milli`` is per GPU; ``gpu_spec`` is ``""`` or models joined by ``|``;
+    ``gpu_resource`` the vendor resource its GPUs must be (``""``: any vendor)."""
 
     cpu_milli: int
     memory_mib: int = 0
@@ -34,6 +35,7 @@ class PodRequest:
     gpu_milli: int = 0
     gpu_spec: str = ""
     name: str = ""
+    gpu_resource: str = ""
 
     @property
     def is_sharing(self) -> bool:
@@ -44,9 +46,9 @@ class PodRequest:
         return self.num_gpu * self.gpu_milli
 
     @property
-    def type_key(self) -> tuple[int, int, int, str]:
+    def type_key(self) -> tuple[int, int, int, str, str]:
         """Pods with the same key score alike under every policy (memory only filters)."""
-        return (self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_spec)
+        return (self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_spec, self.gpu_resource)
 
     @property
     def affinity_tag(self) -> int:
@@ -65,15 +67,17 @@ def pod_requests(pods: PodList) -> list[PodRequest]:
             gpu_milli=int(pods.gpu_milli[i]),
             gpu_spec=pods.gpu_spec[i],
             name=pods.names[i],
+            gpu_resource=pods.resource(i),
         )
         for i in range(len(pods))
     ]
 
 
-def spec_allows(spec: str, model: str) -> bool:
-    """Whether a pod's ``gpu_spec`` accepts a node's GPU model (an empty spec accepts any)."""
+def spec_allows(spec: str, model: str, resource: str = "") -> bool:
+    """Whether a pod's ``gpu_spec`` accepts a node's GPU model (an empty spec accepts any) and the model's vendor
+    resource is the one the pod names (if it names one)."""
     wanted = [s for s in spec.split("|") if s]
-    return not wanted or model in wanted
+    return (not wanted or model in wanted) and (not resource or model_resource(model) == resource)
 
 
 @dataclass
@@ -99,7 +103,7 @@ class ReplayCluster:
     version: IntArray
     affinity: IntArray  # (nodes, MAX_TAG + 1) count of GPU pods per affinity tag
     name_rank: IntArray  # tie priority (ties go to the lowest); name order unless a replay sets it
-    _access: dict[str, BoolArray] = field(default_factory=dict)
+    _access: dict[tuple[str, str], BoolArray] = field(default_factory=dict)
     listeners: list[Callable[[int], None]] = field(default_factory=list)
 
     @classmethod
@@ -142,20 +146,25 @@ class ReplayCluster:
     def fully_free(self) -> IntArray:
         return (self.gpu_free == MILLI).sum(axis=1)
 
-    def access(self, spec: str) -> BoolArray:
-        """Per node: does the node's GPU model satisfy the spec (cached per spec string)."""
-        mask = self._access.get(spec)
+    def access(self, spec: str, resource: str = "") -> BoolArray:
+        """Per node: does the node's GPU model satisfy the spec and the vendor resource (cached per pair)."""
+        mask = self._access.get((spec, resource))
         if mask is None:
-            ok = np.array([bool(m) and spec_allows(spec, m) for m in self.models], dtype=bool)
+            ok = np.array([bool(m) and spec_allows(spec, m, resource) for m in self.models], dtype=bool)
             mask = ok[self.model_idx] if len(ok) else np.zeros(len(self), dtype=bool)
-            self._access[spec] = mask
+            self._access[(spec, resource)] = mask
         return mask
 
+    def node_resources(self) -> list[str]:
+        """Each node's whole-device resource ("" for GPU-less nodes)."""
+        per_model = [model_resource(m) if m else "" for m in self.models]
+        return [per_model[i] for i in self.model_idx] if per_model else [""] * len(self)
+
     def feasible(self, pod: PodRequest) -> BoolArray:
-        """Nodes passing every filter: CPU, memory, GPU model, enough GPUs with the per-GPU share free."""
+        """Nodes passing every filter: CPU, memory, vendor, GPU model, enough GPUs with the per-GPU share free."""
         ok = (self.cpu_free >= pod.cpu_milli) & (self.mem_free >= pod.memory_mib)
         if pod.num_gpu > 0:
-            ok &= self.access(pod.gpu_spec)
+            ok &= self.access(pod.gpu_spec, pod.gpu_resource)
             ok &= (self.gpu_free >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
         return ok
 
@@ -168,6 +177,12 @@ class ReplayCluster:
             ("Insufficient memory", self.mem_free >= pod.memory_mib),
         ]
         if pod.num_gpu > 0:
+            if pod.gpu_resource:
+                # one reason per other vendor, naming both: "2 node(s) had nvidia.com/gpu, not amd.com/gpu"
+                have = np.array(self.node_resources(), dtype=object)
+                for other in sorted({r for r in have if r and r != pod.gpu_resource}):
+                    checks.append((f"node(s) had {other}, not {pod.gpu_resource}", have != other))
+                checks.append((f"node(s) had no {pod.gpu_resource}", self.access("", pod.gpu_resource)))
             checks.append(("GPU model not in gpu_spec", self.access(pod.gpu_spec)))
             checks.append(
                 (
