@@ -42,11 +42,21 @@ def _chart(path: Path) -> Path:
 def fields_cmd(
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
     all_fields: bool = typer.Option(False, "--all", help="Include fields that are switched off."),
-    scope: str = typer.Option("", "--scope", help="Only this scope: gpu, ib_port or plain."),
+    scope: str = typer.Option("", "--scope", help="Only this scope: gpu, ib_port, plain or fleet."),
+    vendor: str = typer.Option(
+        "",
+        "--vendor",
+        help="Show the names amd (AMD Device Metrics Exporter) or intel (Gaudi metric exporter) gives the fields, "
+        "with the exporter's unit and the conversion from the canonical one.",
+    ),
 ) -> None:
-    """List the metrics the agent exports: dcgm-exporter names, types, help texts, and which are on."""
+    """List the metrics the agent exports: dcgm-exporter names, types, help texts, and which are on. With --vendor,
+    the series an AMD or Gaudi node exports instead, and which canonical field each comes from."""
     from gpufleet.telemetry.fields import load_field_catalog
 
+    if vendor and vendor.lower() != "nvidia":
+        _vendor_fields(vendor.lower(), output)
+        return
     rows = [f for f in load_field_catalog() if (all_fields or f.enabled) and (not scope or f.scope == scope)]
 
     def table(wide: bool) -> None:
@@ -57,6 +67,23 @@ def fields_cmd(
             for f in rows
         ]
         console.print(make_table(cols, data))
+
+    emit(rows, output, table)
+
+
+def _vendor_fields(vendor: str, output: OutputFormat) -> None:
+    from gpufleet.telemetry.vendor_metrics import field_names, load_vendor_metrics
+
+    known = load_vendor_metrics().vendors
+    if vendor not in known:
+        raise UserError(f"unknown --vendor {vendor!r}", fix=f"use one of: nvidia, {', '.join(sorted(known))}")
+    rows = field_names(vendor)
+
+    def table(wide: bool) -> None:
+        cols = ["FIELD", known[vendor].exporter.upper(), "UNIT", "FROM CANONICAL"]
+        extra = [c for c in ("models", "partitions") if any(c in r for r in rows)] if wide else []
+        data = [[r["field"], r["metric"], r["unit"], r["conversion"], *(r.get(c, "") for c in extra)] for r in rows]
+        console.print(make_table(cols + [c.upper() for c in extra], data))
 
     emit(rows, output, table)
 

@@ -1,5 +1,6 @@
 """Grafana dashboards (cluster overview, node, fabric) generated from the field catalog and
-data/dashboards.yaml."""
+data/dashboards.yaml. The cluster overview ends with a mixed-fleet panel set on the vendor-neutral
+gpufleet_accelerator_* series, so NVIDIA, AMD and Gaudi nodes show side by side."""
 
 from __future__ import annotations
 
@@ -136,14 +137,17 @@ def _gpu_dashboard(spec: dict[str, Any], catalog: FieldCatalog, host_label: str)
         if item.get("rate"):
             base = f"rate({base}[5m])"
         by = [host_label if b == "host" else b for b in item.get("by", [])]
-        if "agg" in item:
+        if "expr" in item:  # a query the field/agg/by form cannot say (a ratio of two families)
+            expr = item["expr"]
+        elif "agg" in item:
             expr = f"{item['agg']} by ({', '.join(by)}) ({base})" if by else f"{item['agg']}({base})"
         else:
             expr = base
         legend = item.get("legend") or " ".join("{{" + b + "}}" for b in by)
         legend = legend.replace("{{host}}", "{{" + host_label + "}}")
         title = item.get("title") or _title(field)
-        board["panels"].append(_panel(lay, item["kind"], title, expr, legend, _unit(field), field.help))
+        unit = item.get("unit") or _unit(field)
+        board["panels"].append(_panel(lay, item["kind"], title, expr, legend, unit, field.help))
     return board
 
 

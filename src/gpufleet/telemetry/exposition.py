@@ -10,6 +10,10 @@ to one
 `gpufleet_gpu_pod_info` series per used GPU and one `gpufleet_gpu_job_info` series per GPU and job instead, so a
 workload coming or going does not create new GPU series.
 
+AMD and Intel Gaudi devices render under their own exporters' names and labels (vendor_exposition), after the
+dcgm-exporter families; a frame without them renders exactly as before. Every accelerator, NVIDIA included, also
+gets the vendor-neutral gpufleet_accelerator_* series (fleet_exposition), last, unless the config turns them off.
+
 Label strings are built once per entity set (the cache key is the frame and its labels_version); a render only
 formats values.
 """
@@ -27,7 +31,12 @@ from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.instrument import names
 from gpufleet.telemetry.blanks import valid_mask
 from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField
+from gpufleet.telemetry.fleet_exposition import FleetLayout
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
+from gpufleet.telemetry.text_format import escape_help, format_float
+from gpufleet.telemetry.text_format import escape_label_value as escape_label_value  # re-exported
+from gpufleet.telemetry.text_format import label_pairs as _pairs
+from gpufleet.telemetry.vendor_exposition import VendorLayout, identity_labels, own_exporter, vendor_layout
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 POD_INFO_METRIC = "gpufleet_gpu_pod_info"
@@ -37,6 +46,12 @@ POD_INFO_HELP = "Workload using the GPU (join on UUID and GPU_I_ID to attribute 
 JOB_INFO_METRIC = "gpufleet_gpu_job_info"
 JOB_INFO_HELP = "Slurm job using the GPU (join on UUID and GPU_I_ID to attribute GPU series to hpc_job)."
 JOB_LABEL = "hpc_job"  # dcgm-exporter's label for the HPC job mapping
+# With AMD or Gaudi devices in the frame the info series name each device by its own exporter's identity labels.
+VENDOR_JOIN = (
+    ' (join on UUID and GPU_I_ID for dcgm-exporter and Gaudi series, on gpu_uuid for AMD\'s selecting gpu_uuid!="")'
+)
+MIXED_POD_INFO_HELP = "Workload using the GPU" + VENDOR_JOIN + "."
+MIXED_JOB_INFO_HELP = "Slurm job using the GPU" + VENDOR_JOIN + "."
 
 
 class ExpositionConfig(BaseModel):
@@ -48,30 +63,7 @@ class ExpositionConfig(BaseModel):
     uuid_label: Literal["UUID", "uuid"] = "UUID"
     attribution: Literal["info", "labels"] = "info"  # labels = dcgm-exporter compat: pod labels on GPU series
     old_namespace: bool = False  # --use-old-namespace: pod_name, pod_namespace, container_name
-
-
-def escape_label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def format_float(value: float) -> str:
-    """Go-style shortest float text, as client libraries write it ("1.5", "2", "+Inf")."""
-    value = float(value)
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "+Inf" if value > 0 else "-Inf"
-    if value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value)
-
-
-def _pairs(items: list[tuple[str, str]]) -> str:
-    return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in items)
+    fleet_series: bool = True  # the vendor-neutral gpufleet_accelerator_* series for every accelerator
 
 
 def gpu_identity_labels(entity: GpuEntity, config: ExpositionConfig) -> list[tuple[str, str]]:
@@ -163,6 +155,9 @@ class _Layout:
     attr_bodies: list[list[list[tuple[str, str]]]]  # per entity: its series' attribution label sets (compat mode)
     ib_prefixes: list[list[str]]
     ib_headers: list[str]
+    dcgm_mask: np.ndarray | None  # entities rendered as dcgm-exporter does; None: all of them
+    vendor: VendorLayout | None  # the AMD and Gaudi families; None: the frame has no such device
+    fleet: FleetLayout | None  # None: fleet series off
 
 
 class Renderer:
@@ -175,10 +170,16 @@ class Renderer:
     def _build_layout(self, frame: MetricFrame) -> _Layout:
         cfg = self.config
         n = len(frame.entities)
-        bodies = []
-        attrs = []
+        bodies: list[list[tuple[str, str]]] = []
+        attrs: list[list[list[tuple[str, str]]]] = []
         rows: list[int] = []
+        vendor = vendor_layout(frame, cfg)
+        dcgm = None if vendor is None else np.array([not own_exporter(e) for e in frame.entities], dtype=bool)
         for i, entity in enumerate(frame.entities):
+            if dcgm is not None and not dcgm[i]:
+                bodies.append([])
+                attrs.append([])  # no dcgm-exporter series: its exporter's names come from `vendor`
+                continue
             bodies.append([*gpu_identity_labels(entity, cfg), *sorted(entity.label_fields)])
             attrs.append(series_attributions(frame, i, cfg))
             rows.extend([i] * len(attrs[i]))
@@ -199,6 +200,9 @@ class Renderer:
             attr_bodies=attrs,
             ib_prefixes=ib_prefixes,
             ib_headers=[_header(f) for f in frame.ib_fields],
+            dcgm_mask=dcgm,
+            vendor=vendor,
+            fleet=FleetLayout(frame) if cfg.fleet_series else None,
         )
 
     def layout(self, frame: MetricFrame) -> _Layout:
@@ -213,11 +217,21 @@ class Renderer:
         gpu_values = frame.values if lay.gpu_rows is None else frame.values[:, lay.gpu_rows]
         self._render_matrix(out, gpu_values, frame.gpu_fields, lay.gpu_headers, lay.gpu_prefixes)
         self._render_labelled_counts(frame, lay, out)
+        if lay.vendor is not None:
+            lay.vendor.render(frame, out)
         self._render_matrix(out, frame.ib_values, frame.ib_fields, lay.ib_headers, lay.ib_prefixes)
         self._render_pod_info(frame, lay, out)
-        self._render_job_info(frame, out)
+        self._render_job_info(frame, lay, out)
         self._render_plain(frame, out)
+        if lay.fleet is not None:
+            lay.fleet.render(frame, out)
         return "".join(out)
+
+    def _identity(self, entity: GpuEntity) -> list[tuple[str, str]]:
+        """The labels an info series names the device by: those its exporter's series carry."""
+        if own_exporter(entity):
+            return identity_labels(entity, self.config.uuid_label)
+        return gpu_identity_labels(entity, self.config)
 
     @staticmethod
     def _render_matrix(
@@ -230,11 +244,11 @@ class Renderer:
         if values.size == 0:
             return
         ok = valid_mask(values)
-        for fi, field in enumerate(fields):
-            row_ok = ok[fi]
-            if not row_ok.any():
-                continue
-            idx = np.flatnonzero(row_ok)
+        # one vectorised test for which fields have a value: a catalog carries fields a GPU never fills (another
+        # vendor's), and a numpy call per empty field would cost more than the rest of its loop
+        for fi in np.flatnonzero(ok.any(axis=1)).tolist():
+            field = fields[fi]
+            idx = np.flatnonzero(ok[fi])
             texts = _int_text(values[fi, idx]) if field.value_type == "i64" else _f64_text(values[fi, idx])
             pre = prefixes[fi]
             out.append(headers[fi])
@@ -254,6 +268,8 @@ class Renderer:
         lines: list[str] = []
         for extra, row in rows:
             ok = valid_mask(row) & (row != 0)
+            if lay.dcgm_mask is not None:
+                ok &= lay.dcgm_mask  # Xids and clock-event reasons are NVIDIA's
             for i in np.flatnonzero(ok).tolist():
                 labels = [*lay.label_bodies[i][:], *extra]
                 ident_len = len(gpu_identity_labels(frame.entities[i], self.config))
@@ -289,22 +305,24 @@ class Renderer:
         for i, entity in enumerate(frame.entities):
             attrs = info_labels(frame, i, self.config)
             if attrs:
-                body = [*gpu_identity_labels(entity, self.config), *sorted(attrs)]
+                body = [*self._identity(entity), *sorted(attrs)]
                 lines.append(f"{POD_INFO_METRIC}{{{_pairs(body)}}} 1\n")
         if lines:
-            out.append(f"# HELP {POD_INFO_METRIC} {POD_INFO_HELP}\n# TYPE {POD_INFO_METRIC} gauge\n")
+            help_text = POD_INFO_HELP if lay.vendor is None else MIXED_POD_INFO_HELP
+            out.append(f"# HELP {POD_INFO_METRIC} {help_text}\n# TYPE {POD_INFO_METRIC} gauge\n")
             out.extend(lines)
 
-    def _render_job_info(self, frame: MetricFrame, out: list[str]) -> None:
+    def _render_job_info(self, frame: MetricFrame, lay: _Layout, out: list[str]) -> None:
         if self.config.attribution != "info":
             return
         lines = []
         for i, entity in enumerate(frame.entities):
             for job in frame.jobs[i]:
-                body = [*gpu_identity_labels(entity, self.config), (JOB_LABEL, job)]
+                body = [*self._identity(entity), (JOB_LABEL, job)]
                 lines.append(f"{JOB_INFO_METRIC}{{{_pairs(body)}}} 1\n")
         if lines:
-            out.append(f"# HELP {JOB_INFO_METRIC} {JOB_INFO_HELP}\n# TYPE {JOB_INFO_METRIC} gauge\n")
+            help_text = JOB_INFO_HELP if lay.vendor is None else MIXED_JOB_INFO_HELP
+            out.append(f"# HELP {JOB_INFO_METRIC} {help_text}\n# TYPE {JOB_INFO_METRIC} gauge\n")
             out.extend(lines)
 
     @staticmethod

@@ -24,6 +24,7 @@ from gpufleet.errors import NotFoundError
 GPU = "gpu"  # one series per GPU (or MIG instance), labelled like dcgm-exporter
 IB_PORT = "ib_port"  # one series per HCA port
 PLAIN = "plain"  # gpufleet's own series with their own labels
+FLEET = "fleet"  # one series per accelerator of any vendor, with vendor-neutral labels (derived from the GPU fields)
 
 IB_PORT_LABELS = ("hca", "port", "rail", "hostname")
 
@@ -39,7 +40,7 @@ class MetricField:
     name: str
     prom_type: str  # gauge, counter, histogram or label
     help: str
-    scope: str  # GPU, IB_PORT or PLAIN
+    scope: str  # GPU, IB_PORT, PLAIN or FLEET
     value_type: str = "f64"  # i64 renders as an integer (as dcgm-exporter does), f64 with six decimals
     enabled: bool = True
     labels: tuple[str, ...] = ()  # labels beyond the entity's own (xid, clock_event, job, source, ...)

@@ -27,6 +27,27 @@ _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 TEST_HOST = "gpu-node-01"
 TEST_GPU = {"gpu": "3", "uuid": "GPU-9a63752e-af8d-fe52-7f0d-968bca6d52e3", "device": "nvidia3"}
 TEST_MODEL = "NVIDIA H100 80GB HBM3"
+# The vendor rules' test devices, labelled as the AMD Device Metrics Exporter, the Gaudi metric exporter and the
+# fleet series label them (empty labels, such as an unused pod, are absent in Prometheus and left out here).
+TEST_AMD = {
+    "card_model": "AMD Instinct MI300X",
+    "deployment_mode": "baremetal",
+    "gpu_compute_partition_type": "spx",
+    "gpu_id": "3",
+    "gpu_memory_partition_type": "nps1",
+    "gpu_partition_id": "0",
+    "gpu_uuid": "62ff74a1-0000-1000-80e6-b5bb3c3ce000",
+    "hostname": TEST_HOST,
+    "serial_number": "692251001003",
+}
+TEST_GAUDI = {"Serial": "AN21010003", "UUID": "01P0-HL3090A0-15-U4V193-22-07-03", "device": "AN21010003", "id": "3"}
+TEST_ACCELERATOR = {
+    "vendor": "amd",
+    "model": "AMD Instinct MI300X",
+    "hostname": TEST_HOST,
+    "gpu": "3",
+    "uuid": TEST_AMD["gpu_uuid"],
+}
 
 
 class RulesConfig(BaseModel):
@@ -43,6 +64,8 @@ class RulesConfig(BaseModel):
     stall_seconds: int = 600
     clock_drop_ratio: float = Field(0.85, gt=0, lt=1)
     clock_drop_temp_c: float = 80
+    # the fleet over-temperature rule fires this far below an accelerator's slowdown temperature (0: at it)
+    temp_limit_margin_c: float = Field(0, ge=0)
     # Training runs: each judged against its own history.
     throughput_drop_ratio: float = Field(0.2, gt=0, lt=1)  # samples/s this far below the job's own baseline
     loss_plateau_ratio: float = Field(0.01, ge=0, lt=1)  # the least relative gain of an hour's best loss
@@ -143,6 +166,7 @@ def _base_values(cfg: RulesConfig) -> dict[str, str]:
         "clock_drop_ratio": _fmt(cfg.clock_drop_ratio),
         "clock_drop_percent": _fmt(round(cfg.clock_drop_ratio * 100, 2)),
         "clock_drop_temp_c": _fmt(cfg.clock_drop_temp_c),
+        "temp_limit_margin_c": _fmt(cfg.temp_limit_margin_c),
         "fatal_xids": "|".join(str(c) for c in fatal),
         "throughput_keep_ratio": _fmt(round(1 - cfg.throughput_drop_ratio, 6)),
         "throughput_drop_percent": _fmt(round(cfg.throughput_drop_ratio * 100, 2)),
@@ -339,6 +363,12 @@ def _series_labels(scope: str, cfg: RulesConfig, values: Mapping[str, str]) -> d
         return {"job": "llm-pretrain"}
     if scope == "ib_port":
         return {"hca": "mlx5_0", "port": "1", "rail": "0", "hostname": TEST_HOST}
+    if scope == "amd":
+        return dict(TEST_AMD)
+    if scope == "gaudi":
+        return dict(TEST_GAUDI)
+    if scope == "accelerator":
+        return dict(TEST_ACCELERATOR)
     return {
         "gpu": TEST_GPU["gpu"],
         cfg.uuid_label: TEST_GPU["uuid"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpufleet.telemetry.fields import GPU, IB_PORT, PLAIN, FieldCatalog, load_field_catalog
+from gpufleet.telemetry.fields import FLEET, GPU, IB_PORT, PLAIN, FieldCatalog, load_field_catalog
 
 # Prometheus' own figure for its TSDB after compression ("around 1-2 bytes per sample",
 # prometheus.io/docs/prometheus/latest/storage/); the upper end, for labels that change.
@@ -94,6 +94,7 @@ def series_counts(catalog: FieldCatalog | None = None) -> tuple[int, int, int]:
     an upper bound, since a GPU without a field's sensor (or a twin that does not simulate it) leaves it out."""
     fields = (catalog or load_field_catalog()).enabled()
     per_gpu = len(fields.gpu_value_fields()) + 1  # and the workload info series (exposition.POD_INFO_METRIC)
+    per_gpu += len(fields.scoped(FLEET))  # the vendor-neutral gpufleet_accelerator_* series, on by default
     per_gpu += LABELLED_SERIES_PER_GPU_FIELD * sum(1 for f in fields.scoped(GPU) if f.labels and not f.is_label)
     per_port = len(fields.scoped(IB_PORT))
     other = 0

@@ -3,6 +3,8 @@
 Stored series carry the same names and labels as /metrics (pod attribution as its own info series, never as
 GPU
 labels, so series stay stable), so a PromQL query reads the same against the embedded store, Prometheus or VM.
+The exception is an AMD or Gaudi device: /metrics names it as its vendor's exporter does, the store keeps the
+canonical (dcgm-exporter) names for every vendor, which is what the control plane's queries read.
 """
 
 from __future__ import annotations
