@@ -93,6 +93,6 @@ def test_remediation_acts_on_every_vendor(door: tuple[list[Incident], object, Tw
 
 
 def test_each_vendors_own_driver_versions_are_no_mismatch(door: tuple[list[Incident], object, Twin]) -> None:
-    """Every pool runs its vendor's driver (NVIDIA 550, amdgpu 6.10, habanalabs 1.21): that is no drift."""
+    """Every pool runs its vendor's driver (NVIDIA 550, amdgpu 6.12, habanalabs 1.21): that is no drift."""
     incidents, _, _ = door
     assert not [i for i in incidents if i.cause is RootCause.driver_mismatch], [i.summary for i in incidents]

@@ -71,9 +71,18 @@ def _nvlink_peers(model_name: str, count: int, index: int) -> list[int]:
     return [partner] if partner < count else []
 
 
+# What an AMD or Gaudi pool runs when its manifest names no software (the cluster default is NVIDIA's driver and
+# CUDA): the amdgpu driver, ROCm and RCCL of ROCm 6.4.1; the habanalabs driver, SynapseAI and HCCL of release 1.21.0.
+VENDOR_SOFTWARE = {
+    "amd": SoftwareSpec(driverVersion="6.12.12", cudaVersion="6.4.1", ncclVersion="2.22.3"),
+    "intel": SoftwareSpec(driverVersion="1.21.0", cudaVersion="1.21.0", ncclVersion="1.21.0"),
+}
+
+
 def _software(pool: NodePoolSpec, default: SoftwareSpec) -> SoftwareFacts:
-    sw = pool.software or default
-    nvidia = pool.gpu is None or get_gpu_model(pool.gpu.model).vendor == "nvidia"
+    vendor = get_gpu_model(pool.gpu.model).vendor if pool.gpu is not None else "nvidia"
+    sw = pool.software or VENDOR_SOFTWARE.get(vendor, default)
+    nvidia = vendor == "nvidia"
     return SoftwareFacts(
         driver_version=sw.driver_version,
         cuda_version=sw.cuda_version,
