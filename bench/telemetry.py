@@ -57,6 +57,10 @@ def node_frame(gpus: int, gpus_per_node: int = 8) -> MetricFrame:
     frame = MetricFrame(entities, ib_ports=ports, timestamp=T0)
     rng = np.random.default_rng(1)
     frame.values[:] = rng.uniform(0, 1000, frame.values.shape).round()
+    # an NVIDIA node: the fields only AMD and Gaudi sources fill (health, AFIDs, on-chip NIC ports) stay empty
+    for row, field in enumerate(frame.gpu_fields):
+        if field.name.startswith("gpufleet_gpu_") or field.name == "DCGM_FI_DEV_SLOWDOWN_TEMP":
+            frame.values[row] = np.nan
     frame.ib_values[:] = rng.integers(0, 1 << 40, frame.ib_values.shape)
     frame.clock_event_row("sw_thermal")[:] = 1
     frame.set_xid_count(79, np.ones(gpus))

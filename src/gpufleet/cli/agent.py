@@ -86,6 +86,11 @@ def agent(
         help="Put pod/namespace/container, and hpc_job with --job-map-dir, on every GPU series (dcgm-exporter style) "
         "instead of info metrics.",
     ),
+    fleet_series: bool = typer.Option(
+        True,
+        "--fleet-series/--no-fleet-series",
+        help="Also export the vendor-neutral gpufleet_accelerator_* series (one dashboard for NVIDIA, AMD and Gaudi).",
+    ),
     job_map_dir: Path | None = typer.Option(
         None,
         "--job-map-dir",
@@ -149,6 +154,7 @@ def agent(
     exposition = ExpositionConfig(
         hostname_label=hostname_label,
         attribution="labels" if pod_labels else "info",
+        fleet_series=fleet_series,
     )
     directory = data_dir or default_dir() / "agent"
     token = api_token

@@ -100,6 +100,13 @@ class TwinSource:
             ]
         )
         self._seen_events = 0
+        models = [twin.cluster.nodes[int(g.node_of[k])].gpus[int(g.index_on_node[k])].model for k in self.gpu_idx]
+        self._vendors = np.array([m.vendor for m in models])
+        # a Gaudi's on-chip ports: scale-up ports first, then its scale-out ports (bit n: port n)
+        ports = np.array([m.nvlink_links + m.scaleout_ports if m.vendor == "intel" else 0 for m in models])
+        self._ports_all = (2.0**ports - 1).astype(np.float64)
+        scaleout = np.array([m.scaleout_ports for m in models])
+        self._ports_external = self._ports_all - (2.0 ** (ports - scaleout) - 1)
 
     def entities(self) -> list[GpuEntity]:
         out = []
@@ -147,6 +154,7 @@ class TwinSource:
             frame.gpu("DCGM_FI_DEV_FB_FREE")[:] = np.where(alive, g.memory_mib[idx] - g.fb_used_mib[idx], np.nan)
         if frame.has_gpu_field(IDLE_COST_FIELD):
             fill_idle_cost(frame, self._price)
+        self._vendor_fields(frame, alive)
         self._clock_events(frame, alive)
         self._xid_window(frame)
         ports = twin.ports
@@ -156,6 +164,24 @@ class TwinSource:
         frame.set_ib_pma("PortRcvData", ports.counters["rcv_bytes"][self.port_idx] / 4)
         frame.ib_up[:] = ports.up[self.port_idx].astype(np.float64)  # what sysfs state/phys_state say
         self._jobs(frame)
+
+    def _vendor_fields(self, frame: MetricFrame, alive: np.ndarray) -> None:
+        """What only AMD's and Gaudi's agents report: the device's own health verdict (AMD's gpu_health: a device
+        wedged by an uncorrectable error fails it) and a Gaudi's built-in RoCE ports (all present and up)."""
+        g, idx = self.twin.gpus, self.gpu_idx
+        if frame.has_gpu_field("DCGM_FI_DEV_SLOWDOWN_TEMP"):
+            frame.gpu("DCGM_FI_DEV_SLOWDOWN_TEMP")[:] = np.where(alive, g.slowdown_c[idx], np.nan)
+        if frame.has_gpu_field("gpufleet_gpu_health"):
+            healthy = (~g.wedged[idx]).astype(np.float64)
+            frame.gpu("gpufleet_gpu_health")[:] = np.where(alive & (self._vendors == "amd"), healthy, np.nan)
+        gaudi = alive & (self._vendors == "intel")
+        for field, mask in (
+            ("gpufleet_gpu_nic_port_mask", self._ports_all),
+            ("gpufleet_gpu_nic_port_external_mask", self._ports_external),
+            ("gpufleet_gpu_nic_port_up_mask", self._ports_all),
+        ):
+            if frame.has_gpu_field(field):
+                frame.gpu(field)[:] = np.where(gaudi, mask, np.nan)
 
     def _clock_events(self, frame: MetricFrame, alive: np.ndarray) -> None:
         bits = self.twin.gpus.clock_events[self.gpu_idx]

@@ -37,13 +37,23 @@ def alpha_beta_allreduce_s(
 ) -> float:
     """Ring AllReduce under a latency-bandwidth model: used when no better collective model is wired in."""
     from gpufleet.catalog.gpus import get_gpu_model
+    from gpufleet.errors import UserError
 
     spec = get_gpu_model(gpu_model)
     ranks = nodes * gpus_per_node
     if ranks <= 1:
         return 0.0
     intra = spec.nvlink_bw_gbps if spec.nvlink_links else 12.0 * spec.pcie_gen / 3
-    inter = nics * nic_gbps / 8.0 * 0.92 if nodes > 1 else float("inf")
+    if nics == 0 and spec.scaleout_ports:  # a Gaudi scales out over its own RoCE ports, not host NICs
+        inter_gbs = gpus_per_node * spec.scaleout_ports * spec.nvlink_bw_gbps_per_link
+    else:
+        inter_gbs = nics * nic_gbps / 8.0
+    if nodes > 1 and inter_gbs <= 0:
+        raise UserError(
+            f"a {nodes}-node job on {gpu_model} nodes without NICs cannot exchange gradients",
+            fix="give the pool `nics`, or keep the job on one node",
+        )
+    inter = inter_gbs * 0.92 if nodes > 1 else float("inf")
     busbw_gbs = min(intra, inter) if nodes > 1 else intra
     latency_s = (2 * (ranks - 1)) * (5e-6 if nodes > 1 else 2e-6)
     return latency_s + nbytes * 2 * (ranks - 1) / ranks / (busbw_gbs * 1e9)
