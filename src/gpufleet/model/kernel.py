@@ -14,7 +14,16 @@ from typing import Literal
 # the device and it came back), reset_failed (it did not: the device is unusable), hw_error (a critical hardware or
 # firmware error event).
 EventKind = Literal[
-    "xid", "sxid", "fallen_off_bus", "reset_required", "api_mismatch", "ras", "hang", "reset", "reset_failed", "hw_error"
+    "xid",
+    "sxid",
+    "fallen_off_bus",
+    "reset_required",
+    "api_mismatch",
+    "ras",
+    "hang",
+    "reset",
+    "reset_failed",
+    "hw_error",
 ]
 RasSeverity = Literal["uncorrectable", "correctable", "deferred", "fatal"]
 NVL5_XIDS = frozenset(range(144, 151))  # NVLink5 errors whose action depends on the unit and status decode

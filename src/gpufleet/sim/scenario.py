@@ -89,14 +89,15 @@ def layout_workload(
                     fix="list nodes of one GPU model (one pool)",
                 )
         else:
-            names = _free_nodes(gpu_nodes, used, spec.nodes, spec.pool)
-            if names is None:
+            free = _free_nodes(gpu_nodes, used, spec.nodes, spec.pool)
+            if free is None:
                 where = f"pool {spec.pool!r}" if spec.pool else "any one pool"
                 raise ManifestError(
                     source,
                     f"training job {spec.name!r} needs {spec.nodes} free nodes of {where}",
                     fix="give it fewer nodes, a pool with room, or list its nodes",
                 )
+            names = free
         used.update(names)
         gpn = spec.gpus_per_node or len(cluster.node(names[0]).gpus)
         jobs.append(

@@ -74,8 +74,8 @@ def _nvlink_peers(model_name: str, count: int, index: int) -> list[int]:
 # What an AMD or Gaudi pool runs when its manifest names no software (the cluster default is NVIDIA's driver and
 # CUDA): the amdgpu driver, ROCm and RCCL of ROCm 6.4.1; the habanalabs driver, SynapseAI and HCCL of release 1.21.0.
 VENDOR_SOFTWARE = {
-    "amd": SoftwareSpec(driverVersion="6.12.12", cudaVersion="6.4.1", ncclVersion="2.22.3"),
-    "intel": SoftwareSpec(driverVersion="1.21.0", cudaVersion="1.21.0", ncclVersion="1.21.0"),
+    "amd": SoftwareSpec.model_validate({"driverVersion": "6.12.12", "cudaVersion": "6.4.1", "ncclVersion": "2.22.3"}),
+    "intel": SoftwareSpec.model_validate({"driverVersion": "1.21.0", "cudaVersion": "1.21.0", "ncclVersion": "1.21.0"}),
 }
 
 
