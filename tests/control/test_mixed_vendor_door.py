@@ -96,3 +96,10 @@ def test_each_vendors_own_driver_versions_are_no_mismatch(door: tuple[list[Incid
     """Every pool runs its vendor's driver (NVIDIA 550, amdgpu 6.12, habanalabs 1.21): that is no drift."""
     incidents, _, _ = door
     assert not [i for i in incidents if i.cause is RootCause.driver_mismatch], [i.summary for i in incidents]
+
+
+def test_healthy_work_stays_quiet(door: tuple[list[Incident], object, Twin]) -> None:
+    """Only the injected faults and what they cause open incidents: no application alarm on any vendor's jobs."""
+    incidents, _, _ = door
+    app = [i for i in incidents if i.cause.value.startswith(("loss-", "slo-", "throughput", "gradient"))]
+    assert not app, [f"{i.cause.value} {i.entity}: {i.summary}" for i in app]

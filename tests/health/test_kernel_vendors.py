@@ -211,3 +211,14 @@ def test_gaudi_devices_left_unusable_are_lost_gpus() -> None:
     assert findings[0].entity == Entity(EntityKind.gpu, "g2", 2)
     assert findings[1].entity == Entity(EntityKind.gpu, "g2", name="0000:34:00")  # not in the inventory: by address
     assert findings[0].summary == "habanalabs: init failed: device NOT usable on gpu/g2/2"
+
+
+def test_a_failed_resets_announcement_is_part_of_the_failure() -> None:
+    """`GPU reset begin!` then `GPU reset(1) failed` on one GPU: one lost-GPU finding, no separate reset notice."""
+    from gpufleet.sim import kmsg
+
+    lines = kmsg.amdgpu_reset_failed_lines(100.0, "0000:1c:00.0")
+    events = scan_kmsg("\n".join(lines) + "\n", year=2026).events
+    findings, reports = KernelDetector({("n", "0000:1c:00"): 3}).judge(T0, "n", events)
+    assert len(reports) == len(events) >= 3
+    assert {(f.cause, f.entity.index) for f in findings} == {(RootCause.gpu_lost, 3)}  # failed, and its ret

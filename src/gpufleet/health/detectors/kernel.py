@@ -36,12 +36,15 @@ def xid_causes() -> dict[int, RootCause]:
     return {code: RootCause(cause) for code, cause in catalog_xid_causes().items()}
 
 
+def _announced(event: KernelEvent, finding: Finding) -> bool:
+    return event.kind == "reset" and finding.action == "IGNORE" and "succeeded" not in (event.detail or "")
+
+
 def _reset_under_way(event: KernelEvent, finding: Finding) -> bool:
     """habanalabs announcing a reset it has begun ("Going to reset device"): the same device always ends it with
     "Successfully finished resetting" or "Failed to reset", and that line (or the hang before it) is the finding.
     amdgpu's "GPU reset begin!" stays a finding: a GPU reset with its XGMI hive prints nothing else of its own."""
-    announced = event.kind == "reset" and finding.action == "IGNORE" and "succeeded" not in (event.detail or "")
-    return event.vendor == "intel" and announced
+    return event.vendor == "intel" and _announced(event, finding)
 
 
 class KernelDetector:
@@ -64,6 +67,8 @@ class KernelDetector:
     def judge(self, now: float, node: str, events: list[KernelEvent]) -> tuple[list[Finding], list[KernelReport]]:
         """A finding for each event (a corrected error only as part of a burst), and the record of each."""
         findings, reports = [], []
+        # devices whose reset failed in this batch: the announcement of that reset is part of the failure
+        failed = {e.pci for e in events if e.vendor != "nvidia" and e.kind in ("reset_failed", "fallen_off_bus")}
         for event in events:
             finding = self.finding(now, node, event)
             reports.append(
@@ -81,7 +86,7 @@ class KernelDetector:
                     detail=(event.detail or "")[:256],
                 )
             )
-            if _reset_under_way(event, finding):
+            if _reset_under_way(event, finding) or (event.pci in failed and _announced(event, finding)):
                 continue  # the line that ends it (succeeded, failed, not usable) or the hang before it is the finding
             if event.vendor != "nvidia" and finding.severity is Severity.info and finding.cause in _CORRECTED_CAUSES:
                 # a machine-check bank record details errors the RAS count line reports: counted once, there
