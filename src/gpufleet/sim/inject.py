@@ -64,21 +64,13 @@ def _gpu(twin: FaultTarget, fault: InjectedFault) -> int:
     return twin.gpu(fault.node, fault.gpu)
 
 
-def _job_of_gpu(twin: FaultTarget, i: int) -> str | None:
-    ts = twin.training
-    for j, job in enumerate(ts.jobs):
-        if job.state in (JobState.running, JobState.hung) and i in ts.ranks_of(j):
-            return job.name
-    return None
-
-
 def _xid(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     code = fault.code or 0
     twin.emit_xid(i, code)
     info = load_xid_catalog().get(code)
     action = info.nvidia_immediate_action if info else "CONTACT_SUPPORT"
-    job = _job_of_gpu(twin, i)
+    job = twin.training.job_holding(i)
     if code == 79:
         twin.lose_gpu(i)
     elif code == 48:
@@ -121,7 +113,7 @@ def _driver_fault(twin: FaultTarget, fault: InjectedFault) -> None:
 
 def _off_bus(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
-    job = _job_of_gpu(twin, i)
+    job = twin.training.job_holding(i)
     twin.lose_gpu(i)
     if job:
         fault.effects.append(f"job {job} hangs")
@@ -207,7 +199,7 @@ def _unstraggle(twin: FaultTarget, i: int) -> None:
 
 def _idle(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
-    job = _job_of_gpu(twin, i)
+    job = twin.training.job_holding(i)
     if job is not None:
         # The rank is alive but starved (a stuck data loader): its GPU idles while the job waits on it.
         twin.training.stuck[i] = True

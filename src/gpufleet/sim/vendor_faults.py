@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufleet.model import Gpu, JobState
+from gpufleet.model import Gpu
 from gpufleet.sim import kmsg
 
 if TYPE_CHECKING:
@@ -31,22 +31,8 @@ def _device(twin: FaultTarget, i: int) -> tuple[str, Gpu]:
     return node.name, node.gpus[int(twin.gpus.index_on_node[i])]
 
 
-def _bdf(gpu: Gpu) -> str:
-    """The PCI address as amdgpu and habanalabs print it: 0000:1c:00.0."""
-    domain, bus, rest = gpu.pci_bus_id.lower().split(":")
-    return f"{domain[-4:]}:{bus}:{rest}"
-
-
-def _job_on(twin: FaultTarget, i: int) -> str | None:
-    ts = twin.training
-    for j, job in enumerate(ts.jobs):
-        if job.state in (JobState.running, JobState.hung) and i in ts.ranks_of(j):
-            return job.name
-    return None
-
-
 def _fail_job(twin: FaultTarget, fault: InjectedFault, i: int, why: str) -> None:
-    job = _job_on(twin, i)
+    job = twin.training.job_holding(i)
     if job is not None:
         twin.stop_job(twin.cluster.job(job), why)
         fault.effects.append(f"job {job} failed")
@@ -58,10 +44,10 @@ def uncorrectable(twin: FaultTarget, fault: InjectedFault, i: int, block: str) -
     node, gpu = _device(twin, i)
     boot = twin.boot_seconds(node)
     if gpu.vendor == "amd":
-        lines = kmsg.amdgpu_ras_lines(boot, _bdf(gpu), block, "uncorrectable", 1)
+        lines = kmsg.amdgpu_ras_lines(boot, gpu.pci_short, block, "uncorrectable", 1)
         twin.gpus.wedged[i] = True  # poisoned: no progress until the GPU is reset
     else:  # the device CPU stops answering and the driver resets the device: it comes back, the work is gone
-        lines = kmsg.habanalabs_critical_lines(boot, _bdf(gpu))
+        lines = kmsg.habanalabs_critical_lines(boot, gpu.pci_short)
     if block == "umc":  # memory: the counters a DBE raises (Gaudi reports it as a critical event)
         twin.gpus.double_bit_error(i)
     twin.write_kernel(node, lines, gpu=gpu.index, vendor=gpu.vendor, block=block)
@@ -74,9 +60,9 @@ def hang(twin: FaultTarget, fault: InjectedFault, i: int) -> None:
     node, gpu = _device(twin, i)
     boot = twin.boot_seconds(node)
     if gpu.vendor == "amd":
-        lines = kmsg.amdgpu_hang_lines(boot, _bdf(gpu))
+        lines = kmsg.amdgpu_hang_lines(boot, gpu.pci_short)
     else:
-        lines = kmsg.habanalabs_cs_timeout_lines(boot, _bdf(gpu))
+        lines = kmsg.habanalabs_cs_timeout_lines(boot, gpu.pci_short)
     twin.write_kernel(node, lines, gpu=gpu.index, vendor=gpu.vendor)
     _fail_job(twin, fault, i, f"rank on {node} gpu {gpu.index} died: the driver reset the device after a hang")
 
@@ -84,8 +70,8 @@ def hang(twin: FaultTarget, fault: InjectedFault, i: int) -> None:
 def lost_lines(gpu: Gpu, boot_seconds: float) -> list[str]:
     """What a device that is gone for good writes: amdgpu's failed reset, habanalabs' "device is NOT usable"."""
     if gpu.vendor == "amd":
-        return kmsg.amdgpu_reset_failed_lines(boot_seconds, _bdf(gpu))
-    return kmsg.habanalabs_reset_failed_lines(boot_seconds, _bdf(gpu))
+        return kmsg.amdgpu_reset_failed_lines(boot_seconds, gpu.pci_short)
+    return kmsg.habanalabs_reset_failed_lines(boot_seconds, gpu.pci_short)
 
 
 def handle(twin: FaultTarget, fault: InjectedFault, i: int) -> None:

@@ -115,6 +115,13 @@ class TrainingSet:
         end = self.starts[j + 1] if j + 1 < len(self.starts) else len(self.gpu_order)
         return self.gpu_order[self.starts[j] : end]
 
+    def job_holding(self, i: int) -> str | None:
+        """The running (or hung) job that has a rank on GPU `i`."""
+        for j, job in enumerate(self.jobs):
+            if job.state in (JobState.running, JobState.hung) and i in self.ranks_of(j):
+                return job.name
+        return None
+
     def slow_input(self, gpus: np.ndarray, factor: float) -> None:
         """The data loaders of the ranks on `gpus` deliver a batch `factor` times slower than the GPU uses it."""
         self.input_slow[gpus] = factor
