@@ -24,10 +24,9 @@ from gpufleet.sched.dra.objects import (
     DeviceClassSpec,
     DeviceSelector,
     ObjectMeta,
-    ResourcePool,
     ResourceSlice,
-    ResourceSliceSpec,
 )
+from gpufleet.sched.dra.slices import pool_slices
 from gpufleet.sched.partition.amd_partition import Modes, PartitionMode, node_modes
 
 DRIVER = get_vendor("amd").dra_driver  # gpu.amd.com
@@ -90,20 +89,7 @@ def amd_devices(node: Node, modes: Modes = None, sockets: int = SOCKETS) -> list
 
 def amd_resource_slices(node: Node, modes: Modes = None, generation: int = 1) -> list[ResourceSlice]:
     """The node's pool (128 devices a slice): its whole GPUs, or every partition of its partitioned ones."""
-    devices = amd_devices(node, modes)
-    chunks = [devices[i : i + 128] for i in range(0, len(devices), 128)] or [[]]
-    return [
-        ResourceSlice(
-            metadata=ObjectMeta(name=f"{node.name}-{DRIVER}-{i}"),
-            spec=ResourceSliceSpec(
-                driver=DRIVER,
-                pool=ResourcePool(name=node.name, generation=generation, resource_slice_count=len(chunks)),
-                node_name=node.name,
-                devices=chunk,
-            ),
-        )
-        for i, chunk in enumerate(chunks)
-    ]
+    return pool_slices(node.name, DRIVER, amd_devices(node, modes), generation)
 
 
 def amd_device_classes() -> list[DeviceClass]:

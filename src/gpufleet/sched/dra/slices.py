@@ -112,15 +112,20 @@ def node_devices(node: Node) -> list[Device]:
 
 def resource_slices(node: Node, generation: int = 1) -> list[ResourceSlice]:
     """The node's pool: one slice (more if over 128 devices), named like the driver's `<node>-gpu.nvidia.com-N`."""
-    devices = node_devices(node)
+    return pool_slices(node.name, DRIVER, node_devices(node), generation)
+
+
+def pool_slices(node: str, driver: str, devices: list[Device], generation: int = 1) -> list[ResourceSlice]:
+    """A node's pool of one driver's devices as ResourceSlices of at most 128 devices (the API's limit), named
+    `<node>-<driver>-N` as the drivers name theirs."""
     chunks = [devices[i : i + 128] for i in range(0, len(devices), 128)] or [[]]
     return [
         ResourceSlice(
-            metadata=ObjectMeta(name=f"{node.name}-{DRIVER}-{i}"),
+            metadata=ObjectMeta(name=f"{node}-{driver}-{i}"),
             spec=ResourceSliceSpec(
-                driver=DRIVER,
-                pool=ResourcePool(name=node.name, generation=generation, resource_slice_count=len(chunks)),
-                node_name=node.name,
+                driver=driver,
+                pool=ResourcePool(name=node, generation=generation, resource_slice_count=len(chunks)),
+                node_name=node,
                 devices=chunk,
             ),
         )
