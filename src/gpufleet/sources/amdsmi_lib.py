@@ -29,6 +29,7 @@ from gpufleet.errors import BackendError, DependencyMissingError
 from gpufleet.model.observe import GpuInfo
 from gpufleet.model.pci import normalise_pci
 from gpufleet.sources.amd_smi import PCIE_GEN_BY_GTS
+from gpufleet.sources.failing import FailingReadings
 from gpufleet.sources.smi_values import catalog_model, number, partition_mode
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
@@ -173,7 +174,7 @@ class AmdSmiSource:
             ) from None
         self._identities: list[_Identity] | None = None
         self.driver = self._driver()
-        self._failing: set[tuple[int, str]] = set()
+        self._failing = FailingReadings(log)
 
     def _attr(self, dotted: str) -> Any:
         value: Any = self.lib
@@ -274,11 +275,10 @@ class AmdSmiSource:
                 answer = answer.get(key) if isinstance(answer, Mapping) else None
             value = call.convert(answer)
             if value is not None and math.isfinite(value):
-                self._failing.discard((i, field_name))
+                self._failing.read(i, field_name)
                 return float(value)
-        if error is not None and (i, field_name) not in self._failing:
-            self._failing.add((i, field_name))
-            log.warning("GPU %d: %s unavailable: %s", i, field_name, error)
+        if error is not None:
+            self._failing.failed(i, field_name, error)
         return float("nan")
 
     def close(self) -> None:

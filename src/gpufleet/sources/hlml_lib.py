@@ -27,6 +27,7 @@ from typing import Any
 
 from gpufleet.errors import BackendError, DependencyMissingError
 from gpufleet.model.observe import GpuInfo
+from gpufleet.sources.failing import FailingReadings
 from gpufleet.sources.smi_values import catalog_model
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
@@ -154,7 +155,7 @@ class HlmlSource:
             ) from None
         self.driver = self._driver()
         self._identities: list[_Identity] | None = None
-        self._failing: set[tuple[int, str]] = set()
+        self._failing = FailingReadings(log, "Gaudi")
 
     def _try(self, function: str, *args: Any) -> Any:
         try:
@@ -234,11 +235,9 @@ class HlmlSource:
                 raise answer
             value = reading.convert(getattr(answer, reading.attr) if reading.attr else answer)
         except (self.lib.HLMLError, TypeError, ValueError) as exc:
-            if (i, field_name) not in self._failing:
-                self._failing.add((i, field_name))
-                log.warning("Gaudi %d: %s unavailable: %s", i, field_name, exc)
+            self._failing.failed(i, field_name, exc)
             return float("nan")
-        self._failing.discard((i, field_name))
+        self._failing.read(i, field_name)
         return value if math.isfinite(value) else float("nan")
 
     def _nic_ports(self, frame: MetricFrame, i: int, handle: Any) -> None:

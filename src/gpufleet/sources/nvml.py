@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.errors import BackendError, DependencyMissingError
+from gpufleet.sources.failing import FailingReadings
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
 log = logging.getLogger("gpufleet.nvml")
@@ -132,7 +133,7 @@ class NvmlSource:
             ) from None
         self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
         self.driver = _text(self.nvml.nvmlSystemGetDriverVersion())
-        self._failing: set[tuple[int, str]] = set()
+        self._failing = FailingReadings(log)
 
     def entities(self) -> list[GpuEntity]:
         out = []
@@ -158,11 +159,9 @@ class NvmlSource:
         try:
             value = float(fn())
         except self.nvml.NVMLError as exc:
-            if (i, field) not in self._failing:
-                self._failing.add((i, field))
-                log.warning("GPU %d: %s unavailable: %s", i, field, exc)
+            self._failing.failed(i, field, exc)
             return float("nan")
-        self._failing.discard((i, field))
+        self._failing.read(i, field)
         return value
 
     def collect(self, frame: MetricFrame) -> None:
