@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.errors import BackendError
-from gpufleet.telemetry.frame import GpuEntity, MetricFrame
+from gpufleet.telemetry.attribution import Allotment, Allotments
+from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -119,3 +120,28 @@ class JobMapSource:
         self._reported = set(mapping.problems)
         for i, entity in enumerate(frame.entities):
             frame.set_jobs(i, mapping.jobs.get(mapping_key(entity), ()))
+
+
+class JobMapAllotments:
+    """The job map as per-workload attribution reads it: each job holds the GPU (or MIG instance) its file names,
+    and several jobs in one file share it (Slurm's gres/shard, or MPS). Whose each process is comes from its cgroup
+    (`job_<id>` in the path), so shared GPUs split exactly."""
+
+    name = "job-map"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._reported: set[str] = set()
+
+    def read(self) -> Allotments:
+        mapping = read_job_map(self.directory)
+        for problem in sorted(set(mapping.problems) - self._reported):
+            log.warning("job map: %s", problem)
+        self._reported = set(mapping.problems)
+        return Allotments(
+            tuple(
+                Allotment(key, Attribution(hpc_job=job), resource="gres/gpu")
+                for key, jobs in mapping.jobs.items()
+                for job in jobs
+            )
+        )

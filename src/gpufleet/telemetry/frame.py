@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from gpufleet.catalog import load_ib_counters
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.errors import NotFoundError, UserError
 from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_field_catalog
+
+if TYPE_CHECKING:
+    from gpufleet.telemetry.attribution import DeviceAttribution
 
 DEFAULT_WINDOW_MS = 300_000  # dcgm-exporter's --xid-count-window-size and clock-events window
 
@@ -41,6 +45,7 @@ class GpuEntity:
     serial: str = ""
     partition: str = ""  # AMD compute and memory partition mode of the device, e.g. "CPX_NPS4"; "" unpartitioned
     partition_id: int | None = None  # AMD partition index within its physical GPU
+    mig_uuid: str = ""  # a MIG instance's own UUID (MIG-...), as the device plugin names it
 
     @property
     def device_name(self) -> str:
@@ -49,12 +54,13 @@ class GpuEntity:
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
-    """The workload using a GPU, as the kubelet pod-resources API tells it."""
+    """The workload using a GPU, as the kubelet pod-resources API (or a Slurm job map) tells it."""
 
-    pod: str
-    namespace: str
-    container: str
+    pod: str = ""
+    namespace: str = ""
+    container: str = ""
     workload: str = ""  # the job or service the pod belongs to (its owner), for cost and the application join
+    hpc_job: str = ""  # a Slurm job id, for a job's own attribution (no pod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +115,7 @@ class MetricFrame:
     ib_up: np.ndarray = field(init=False)  # per port: 1 link up (ACTIVE/LinkUp), 0 down, NaN not read this tick
     attribution: list[Attribution | None] = field(init=False)
     jobs: list[tuple[str, ...]] = field(init=False)  # per entity: Slurm (HPC) job ids using it, exposed as hpc_job
+    shares: list[DeviceAttribution | None] = field(init=False)  # per entity: who used what (telemetry.attribution)
     gauges: dict[tuple[str, LabelItems], float] = field(init=False)
     histograms: dict[tuple[str, LabelItems], Histogram] = field(init=False)
     labels_version: int = field(init=False, default=0)  # bumps when entities' label sets change
@@ -132,6 +139,7 @@ class MetricFrame:
         self.ib_up = np.full(len(self.ib_ports), np.nan)
         self.attribution = [None] * n
         self.jobs = [()] * n
+        self.shares = [None] * n
         self.gauges = {}
         self.histograms = {}
 
@@ -174,6 +182,13 @@ class MetricFrame:
             self.jobs[index] = jobs
             self.labels_version += 1
 
+    def set_shares(self, index: int, shares: DeviceAttribution | None) -> None:
+        """Who used what of a GPU this collection; the label cache is rebuilt only when its holders change."""
+        old = self.shares[index]
+        self.shares[index] = shares
+        if (None if old is None else old.labels_key()) != (None if shares is None else shares.labels_key()):
+            self.labels_version += 1
+
     def set_entities(self, entities: Iterable[GpuEntity]) -> None:
         """Replace the entity list (a GPU appeared or vanished); values reset to NaN."""
         self.entities = tuple(entities)
@@ -183,6 +198,7 @@ class MetricFrame:
         self.xid_counts = {}
         self.attribution = [None] * n
         self.jobs = [()] * n
+        self.shares = [None] * n
         self.labels_version += 1
 
     # -- InfiniBand ports ------------------------------------------------------------------------------------
