@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpufleet.model.incident import RootCause
+from gpufleet.sources.cgroups import parse_cgroup_path
 from gpufleet.triage.report import TriageReport
 
 GPU_OOM = RootCause.gpu_oom.value  # "gpu-oom"
@@ -249,18 +250,13 @@ class OomKill:
     @property
     def pod_uid(self) -> str:
         """The Kubernetes pod whose cgroup this is (`kubepods/.../pod<uid>` or the systemd `...-pod<uid>.slice`)."""
-        m = POD_UID.search(self.memcg or self.task_memcg)
-        return m[1].replace("_", "-") if m else ""
+        return parse_cgroup_path(self.memcg or self.task_memcg).pod_uid
 
     @property
     def qos(self) -> str:
-        path = self.memcg or self.task_memcg
-        if "kubepods" not in path:
-            return ""
-        return "burstable" if "burstable" in path else "besteffort" if "besteffort" in path else "guaranteed"
+        return parse_cgroup_path(self.memcg or self.task_memcg).qos
 
 
-POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 UNLIMITED_KB = 1 << 50  # the kernel prints a cgroup without a limit as 9007199254740988kB
 MAX_KILLS = 5_000
 _USAGE = re.compile(r"\bmemory: usage (?P<usage>\d+)kB, limit (?P<limit>\d+)kB")
