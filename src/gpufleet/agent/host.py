@@ -12,24 +12,43 @@ import importlib
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from gpufleet.agent.attribution import AllotmentReader, AttributionSource, OwnerReader, ProcessReader
 from gpufleet.agent.collector import MetricSource
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
 from gpufleet.errors import GpufleetError, UserError
 from gpufleet.model.observe import NodeInventory, SchedulerReport
 from gpufleet.sources.app_scrape import AppMetricsSource, AppScrape
 from gpufleet.sources.host import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
-from gpufleet.sources.slurm_jobmap import JobMapSource
+from gpufleet.sources.slurm_jobmap import JobMapAllotments
 from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
 log = logging.getLogger("gpufleet.agent")
 
 ACCELERATORS = ("auto", "nvidia", "amd", "intel")
+POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+KUBELET_PODS = "https://127.0.0.1:10250/pods"
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionOptions:
+    """Where the node's attribution readers read: the kubelet's pod-resources socket (None: not on Kubernetes; the
+    default path is used only when it exists), the pod list that names each container (the kubelet's /pods or the
+    API server's pods of this node; its CA when verified), and the host's /proc (the host's, with hostPID or
+    mounted)."""
+
+    pod_resources: Path | None = POD_RESOURCES_SOCKET
+    pod_list: str | None = KUBELET_PODS
+    pod_list_ca: str | None = None
+    proc_root: Path = Path("/proc")
+
+
 # vendor -> (source name, module, class): the order `auto` tries them in
 GPU_SOURCES: dict[str, tuple[str, str, str]] = {
     "nvidia": ("nvml", "gpufleet.sources.nvml", "NvmlSource"),
@@ -77,6 +96,38 @@ def gpu_inventory_for(name: str, source: Any, ib_sysfs: Path, labels: dict[str, 
     return msgspec.structs.replace(inventory, gpus=gpus, driver=source.driver or inventory.driver)
 
 
+def attribution_source(gpus: Any, job_map_dir: Path | None, options: AttributionOptions) -> AttributionSource:
+    """The node's attribution readers: allotments from pod-resources (Kubernetes) or the job map (Slurm), processes
+    from NVML, and owners from cgroups (through the pod list on Kubernetes). What is not there is said by the
+    source."""
+    allotments: list[AllotmentReader] = []
+    kubernetes = options.pod_resources is not None and (
+        options.pod_resources != POD_RESOURCES_SOCKET or options.pod_resources.exists()
+    )
+    if kubernetes and options.pod_resources is not None:
+        from gpufleet.sources.podresources import PodResourcesReader
+
+        allotments.append(PodResourcesReader(str(options.pod_resources)))
+    if job_map_dir is not None:
+        allotments.append(JobMapAllotments(job_map_dir))
+    processes: ProcessReader | None = None
+    if gpus is not None and gpus.name == "nvml":
+        from gpufleet.sources.nvml_processes import NvmlProcesses
+
+        processes = NvmlProcesses.of(gpus)
+    owners: OwnerReader | None = None
+    if processes is not None:
+        from gpufleet.sources.cgroups import CgroupOwners
+
+        pods = None
+        if kubernetes and options.pod_list:
+            from gpufleet.sources.kubelet_pods import KubeletPodList
+
+            pods = KubeletPodList(options.pod_list, verify=options.pod_list_ca or False).index
+        owners = CgroupOwners(pods=pods, proc_root=options.proc_root)
+    return AttributionSource(allotments, processes, owners)
+
+
 def host_agent(
     *,
     host: str,
@@ -94,6 +145,7 @@ def host_agent(
     job_map_dir: Path | None = None,
     app_targets: list[str] | None = None,
     accelerators: str = "auto",
+    attribution: AttributionOptions | None = AttributionOptions(),
 ) -> Agent:
     name = node or socket.gethostname()
     gpus, down = open_gpu_source(name, accelerators)
@@ -109,8 +161,8 @@ def host_agent(
         sources.append(gpus)
     if ports:
         sources.append(IbSysfsSource(ib_sysfs))
-    if job_map_dir is not None:
-        sources.append(JobMapSource(job_map_dir))
+    if attribution is not None:
+        sources.append(attribution_source(gpus, job_map_dir, attribution))
     scrape = AppScrape(app_targets, every_s=max(interval, 5.0)) if app_targets else None
     if scrape is not None:
         sources.append(AppMetricsSource(scrape))

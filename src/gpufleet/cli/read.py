@@ -63,6 +63,37 @@ def nvidia_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> 
     emit(report, output, render)
 
 
+@read_app.command("nvidia-smi-processes")
+def nvidia_smi_processes_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
+    """The processes on each GPU: plain `nvidia-smi` (its Processes: table), `--query-compute-apps ... --format=csv`
+    or `nvidia-smi pmon`, told apart by shape."""
+    from gpufleet.sources.nvidia_smi_processes import parse_processes
+
+    text, source = _text(file)
+    report = parse_processes(text, source=source)
+
+    def render(wide: bool) -> None:
+        if report.format == "table":
+            rows = [
+                [_cell(p.gpu), _cell(p.gpu_instance_id), _cell(p.compute_instance_id), p.pid, p.type, p.name,
+                 _cell(p.used_memory_mib)]
+                for p in report.processes
+            ]  # fmt: skip
+            columns = ["GPU", "GI", "CI", "PID", "TYPE", "NAME", "MEMORY MiB"]
+        elif report.format == "pmon":
+            rows = [
+                [s.cycle, s.gpu, s.pid, s.type, _cell(s.sm_util), _cell(s.mem_util), _cell(s.fb_mib), s.name]
+                for s in report.pmon
+            ]
+            columns = ["CYCLE", "GPU", "PID", "TYPE", "SM %", "MEM %", "FB MiB", "NAME"]
+        else:
+            rows = [[a.gpu_uuid or "-", a.pid, a.name or "-", _cell(a.used_memory_mib)] for a in report.compute_apps]
+            columns = ["GPU UUID", "PID", "NAME", "MEMORY MiB"]
+        console.print(make_table(columns, rows, f"{source}: {report.format}"))
+
+    emit(report, output, render)
+
+
 def _amd_rows(report: AmdSmiReport) -> list[list[str]]:
     return [
         [
