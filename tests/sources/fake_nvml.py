@@ -70,6 +70,8 @@ class FakeGpu:
     used_mib: float = 0.0
     total_mib: float = 0.0
     temperature_c: float | None = None  # None: the call is not answered (FUNCTION_NOT_FOUND)
+    util_pct: float | None = None  # nvmlDeviceGetUtilizationRates' gpu (NOT_SUPPORTED in MIG mode)
+    power_w: float | None = None
 
 
 class FakeNvml:
@@ -78,6 +80,7 @@ class FakeNvml:
         self.driver = driver
         self.calls: list[tuple[str, Any]] = []
         self.unnamed: set[int] = set()  # pids nvmlSystemGetProcessName cannot resolve
+        self.record_calls = True  # off for long runs (a benchmark), where the log would grow without end
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("nvml"):
@@ -89,7 +92,8 @@ class FakeNvml:
         return getattr(pynvml, name)  # NVMLError and its subclasses, constants, ctypes structures
 
     def _gpu(self, fn: str, handle: Any) -> FakeGpu:
-        self.calls.append((fn, handle))
+        if self.record_calls:
+            self.calls.append((fn, handle))
         gpu = self.gpus[handle[0] if isinstance(handle, tuple) else handle]
         if fn in gpu.failing:
             raise pynvml.NVMLError(gpu.failing[fn])
@@ -167,6 +171,20 @@ class FakeNvml:
                 else pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
             )
         return int(gpu.temperature_c)
+
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
+        gpu = self._gpu("nvmlDeviceGetUtilizationRates", h)
+        if gpu.util_pct is None or (gpu.mig_mode is not None and gpu.mig_mode[0] == 1):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        rates = pynvml.c_nvmlUtilization_t()
+        rates.gpu, rates.memory = round(gpu.util_pct), 0
+        return rates
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
+        gpu = self._gpu("nvmlDeviceGetPowerUsage", h)
+        if gpu.power_w is None or isinstance(h, tuple):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(gpu.power_w * 1000)
 
     def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
         gpu = self._gpu("nvmlDeviceGetMigMode", h)
@@ -255,7 +273,8 @@ class FakeNvml:
 
     def nvmlDeviceGetProcessUtilization(self, h: int, last_seen: int) -> list[Any]:
         gpu = self._gpu("nvmlDeviceGetProcessUtilization", h)
-        self.calls.append(("lastSeenTimeStamp", last_seen))
+        if self.record_calls:
+            self.calls.append(("lastSeenTimeStamp", last_seen))
         if (gpu.mig_mode is not None and gpu.mig_mode[0] == 1) or not gpu.sampling:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         out = []

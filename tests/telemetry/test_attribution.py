@@ -236,3 +236,9 @@ def test_unknown_devices_and_processes_are_noted_not_guessed() -> None:
 
 def test_idle_gpu_with_no_holder_and_no_process_has_no_attribution() -> None:
     assert attribute([GPU], [DeviceReading(0, 0)], AttributionInputs(allotments=(), owners={})).devices == [None]
+
+
+def test_without_an_allotment_reader_no_workload_is_said_to_use_a_gpu_it_was_not_given() -> None:
+    inputs = AttributionInputs(processes=ProcessReading((_proc(10), _proc(20))), owners={10: A, 20: B})
+    (dev,) = attribute([GPU], [DeviceReading(2_400, 10)], inputs).devices
+    assert dev is not None and [(s.holder, s.allotted) for s in dev.shares] == [(A, True), (B, True)]

@@ -91,6 +91,23 @@ def agent(
         "--fleet-series/--no-fleet-series",
         help="Also export the vendor-neutral gpufleet_accelerator_* series (one dashboard for NVIDIA, AMD and Gaudi).",
     ),
+    workload_series: list[str] = typer.Option(
+        [],
+        "--workload-series",
+        metavar="SEL",
+        help="Which workloads get per-workload GPU series (gpufleet_workload_gpu_*: memory, utilization, power, with "
+        "how each was obtained); repeat to add: sharing:<mode> (exclusive, time-slicing, mps, mig, mig-time-slicing) "
+        "for workloads on GPUs shared that way, namespace:<ns> for a namespace's workloads (namespace:* all), all, or "
+        "none. Given, it replaces the default (sharing:time-slicing, sharing:mps, sharing:mig-time-slicing). A GPU "
+        "that a workload uses without having been given it always gets them (the GpuWorkloadUnallotted alert).",
+    ),
+    workload_series_budget: int | None = typer.Option(
+        None,
+        "--workload-series-budget",
+        metavar="N",
+        help="The most per-workload GPU series one /metrics render writes (default 2000; 0: none): past it whole GPUs "
+        "are left out, the last in device order first, and counted in gpufleet_attribution_workload_series_dropped.",
+    ),
     job_map_dir: Path | None = typer.Option(
         None,
         "--job-map-dir",
@@ -151,11 +168,18 @@ def agent(
         raise UserError("--interval must be positive", fix="e.g. --interval 1s")
     if hostname_label not in ("hostname", "Hostname"):
         raise UserError(f"--hostname-label {hostname_label!r}", fix="use hostname or Hostname")
+    from gpufleet.telemetry.workload_exposition import workload_series_settings
+
+    if workload_series_budget is not None and workload_series_budget < 0:
+        raise UserError("--workload-series-budget must be 0 or more", fix="e.g. --workload-series-budget 2000")
     exposition = ExpositionConfig(
         hostname_label=hostname_label,
         attribution="labels" if pod_labels else "info",
         fleet_series=fleet_series,
+        **(workload_series_settings(workload_series) if workload_series else {}),
     )
+    if workload_series_budget is not None:
+        exposition = exposition.model_copy(update={"workload_series_budget": workload_series_budget})
     directory = data_dir or default_dir() / "agent"
     token = api_token
     watch = None

@@ -290,11 +290,11 @@ def attribute(
     return AttributionResult(out, list(notes.values()))
 
 
-def _sharing(entity: GpuEntity, dev: _Device, replicas: int) -> Sharing:
-    shared = len(dev.holders) > 1 or replicas > 1
+def _sharing(entity: GpuEntity, holders: int, processes: list[GpuProcess], replicas: int) -> Sharing:
+    shared = holders > 1 or replicas > 1
     if entity.mig_profile:
         return Sharing.mig_shared if shared else Sharing.mig
-    if any(p.mps for p in dev.processes):
+    if any(p.mps for p in processes):
         return Sharing.mps
     return Sharing.time_slicing if shared else Sharing.exclusive
 
@@ -304,19 +304,20 @@ def _device(
 ) -> DeviceAttribution:
     offered = inputs.replicas.get(entity.mig_uuid or entity.uuid, 0)
     replicas = max(offered, len(dev.replica_ids), 1)
-    sharing = _sharing(entity, dev, replicas)
     holders = list(dev.holders)
     owned: dict[int, list[GpuProcess]] = {k: [] for k in range(len(holders))}
     allotted = [True] * len(holders)
     unowned: list[GpuProcess] = []  # processes of no workload: the device's remainder
     unresolved: list[GpuProcess] = []  # processes whose workload cannot be told (no PID map, several holders)
+    known_allotments = inputs.allotments is not None  # without them, no one can be said not to have been given it
     for proc in dev.processes:
-        k = _holder_of(proc, holders, allotted, inputs.owners)
+        k = _holder_of(proc, holders, allotted, inputs.owners, known_allotments)
         if k is None:
             (unowned if inputs.owners is not None or not holders else unresolved).append(proc)
         else:
             owned.setdefault(k, []).append(proc)
     n = len(holders)
+    sharing = _sharing(entity, n, dev.processes, replicas)
     memory = _memory(n, owned, unresolved, inputs.processes is not None)
     compute, method, excess = _compute(n, owned, unresolved, reading.util_pct, sampled, inputs.processes is not None)
     mem_util = _mem_util(n, owned, reading.mem_util_pct, sampled, method)
@@ -346,7 +347,11 @@ def _device(
 
 
 def _holder_of(
-    proc: GpuProcess, holders: list[Attribution], allotted: list[bool], owners: Mapping[int, Attribution] | None
+    proc: GpuProcess,
+    holders: list[Attribution],
+    allotted: list[bool],
+    owners: Mapping[int, Attribution] | None,
+    known_allotments: bool,
 ) -> int | None:
     """The index of the holder a process belongs to, adding its owner when it was not given the device."""
     if owners is None:
@@ -358,7 +363,7 @@ def _holder_of(
         if same_workload(h, owner):
             return k
     holders.append(owner)
-    allotted.append(False)
+    allotted.append(not known_allotments)
     return len(holders) - 1
 
 

@@ -14,6 +14,18 @@ AMD and Intel Gaudi devices render under their own exporters' names and labels (
 dcgm-exporter families; a frame without them renders exactly as before. Every accelerator, NVIDIA included, also
 gets the vendor-neutral gpufleet_accelerator_* series (fleet_exposition), last, unless the config turns them off.
 
+Shared GPUs (MetricFrame.shares, telemetry.attribution): in info mode `gpufleet_gpu_pod_info` has one series per
+pod holding the device and `gpufleet_gpu_job_info` one per Slurm job, so several pods time-slicing a GPU each join
+its series. In labels mode (dcgm-exporter compat) a device held by one workload renders as dcgm-exporter does, its pod
+on every series; a device several workloads share (or one uses without having been given it) does not copy the pod
+labels onto every series as dcgm-exporter does, which counts a shared device once per pod in any sum. Its attributable
+fields (DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_MEM_COPY_UTIL, DCGM_FI_DEV_POWER_USAGE) have one series
+per holder with that holder's own part (none where it is not known) and one without pod labels for the remainder
+(what no workload accounts for; power has none, its parts add up to the device's), so `sum by (UUID)` gives the
+device's value; every other field (temperatures, clocks, errors) belongs to the device and renders once, without pod
+labels. In both modes the gpufleet_workload_gpu_* series carry each workload's use with how it was obtained
+(workload_exposition), within a per-render series budget.
+
 Label strings are built once per entity set (the cache key is the frame and its labels_version); a render only
 formats values.
 """
@@ -25,18 +37,32 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.instrument import names
 from gpufleet.telemetry.blanks import valid_mask
 from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField
 from gpufleet.telemetry.fleet_exposition import FleetLayout
-from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
+from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
 from gpufleet.telemetry.text_format import escape_help, format_float
 from gpufleet.telemetry.text_format import escape_label_value as escape_label_value  # re-exported
 from gpufleet.telemetry.text_format import label_pairs as _pairs
 from gpufleet.telemetry.vendor_exposition import VendorLayout, identity_labels, own_exporter, vendor_layout
+from gpufleet.telemetry.workload_exposition import (
+    DEFAULT_BUDGET,
+    DEFAULT_SHARING,
+    LabelsModeSplit,
+    SplitDevice,
+    WorkloadLayout,
+    check_sharing_modes,
+    holder_series_labels,
+    job_holders,
+    labels_mode_split,
+    pod_holders,
+    splits,
+    workload_layout,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 POD_INFO_METRIC = "gpufleet_gpu_pod_info"
@@ -64,6 +90,16 @@ class ExpositionConfig(BaseModel):
     attribution: Literal["info", "labels"] = "info"  # labels = dcgm-exporter compat: pod labels on GPU series
     old_namespace: bool = False  # --use-old-namespace: pod_name, pod_namespace, container_name
     fleet_series: bool = True  # the vendor-neutral gpufleet_accelerator_* series for every accelerator
+    # which workloads get gpufleet_workload_gpu_* series: those on devices shared in these modes (Sharing values, or
+    # "all"), those in these namespaces ("*": every one), and at most this many series per render (workload_exposition)
+    workload_series_sharing: tuple[str, ...] = DEFAULT_SHARING
+    workload_series_namespaces: tuple[str, ...] = ()
+    workload_series_budget: int = Field(DEFAULT_BUDGET, ge=0)
+
+    @field_validator("workload_series_sharing")
+    @classmethod
+    def _known_modes(cls, modes: tuple[str, ...]) -> tuple[str, ...]:
+        return check_sharing_modes(modes)
 
 
 def gpu_identity_labels(entity: GpuEntity, config: ExpositionConfig) -> list[tuple[str, str]]:
@@ -83,10 +119,8 @@ def gpu_identity_labels(entity: GpuEntity, config: ExpositionConfig) -> list[tup
     return items
 
 
-def attribution_labels(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[tuple[str, str]]:
-    attr = frame.attribution[index]
-    if attr is None:
-        return []
+def pod_labels(attr: Attribution, config: ExpositionConfig) -> list[tuple[str, str]]:
+    """A pod's labels as the config names them (container, namespace, pod; or dcgm-exporter's old names)."""
     if config.old_namespace:
         names = ("container_name", "pod_namespace", "pod_name")
     else:
@@ -94,14 +128,24 @@ def attribution_labels(frame: MetricFrame, index: int, config: ExpositionConfig)
     return list(zip(names, (attr.container, attr.namespace, attr.pod), strict=True))
 
 
-def info_labels(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[tuple[str, str]]:
-    """The workload info series' labels: the pod's, and its workload (job or service) when known. Only the info
+def attribution_labels(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[tuple[str, str]]:
+    attr = frame.attribution[index]
+    return [] if attr is None else pod_labels(attr, config)
+
+
+def holder_info_labels(holder: Attribution, config: ExpositionConfig) -> list[tuple[str, str]]:
+    """An info series' labels for one pod: the pod's, and its workload (job or service) when known. Only the info
     series carries `workload`: dcgm-exporter's own series keep exactly its labels."""
-    attrs = attribution_labels(frame, index, config)
-    workload = frame.attribution[index]
-    if attrs and workload is not None and workload.workload:
-        attrs.append(("workload", workload.workload))
+    attrs = pod_labels(holder, config)
+    if holder.workload:
+        attrs.append(("workload", holder.workload))
     return attrs
+
+
+def info_labels(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[tuple[str, str]]:
+    """The workload info series' labels of a device's attribution (frame.attribution)."""
+    attr = frame.attribution[index]
+    return [] if attr is None else holder_info_labels(attr, config)
 
 
 def series_attributions(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[list[tuple[str, str]]]:
@@ -158,6 +202,8 @@ class _Layout:
     dcgm_mask: np.ndarray | None  # entities rendered as dcgm-exporter does; None: all of them
     vendor: VendorLayout | None  # the AMD and Gaudi families; None: the frame has no such device
     fleet: FleetLayout | None  # None: fleet series off
+    split: LabelsModeSplit | None  # labels mode: shared devices' per-holder rows; None: no such device
+    workload: WorkloadLayout | None  # the per-workload families; None: no device has shares
 
 
 class Renderer:
@@ -173,6 +219,8 @@ class Renderer:
         bodies: list[list[tuple[str, str]]] = []
         attrs: list[list[list[tuple[str, str]]]] = []
         rows: list[int] = []
+        bodies_by_row: list[str] = []
+        split: list[SplitDevice] = []
         vendor = vendor_layout(frame, cfg)
         dcgm = None if vendor is None else np.array([not own_exporter(e) for e in frame.entities], dtype=bool)
         for i, entity in enumerate(frame.entities):
@@ -181,9 +229,19 @@ class Renderer:
                 attrs.append([])  # no dcgm-exporter series: its exporter's names come from `vendor`
                 continue
             bodies.append([*gpu_identity_labels(entity, cfg), *sorted(entity.label_fields)])
-            attrs.append(series_attributions(frame, i, cfg))
-            rows.extend([i] * len(attrs[i]))
-        bodies_by_row = [_pairs([*bodies[i], *a]) for i in range(n) for a in attrs[i]]
+            device = frame.shares[i]
+            if cfg.attribution == "labels" and device is not None and splits(device):
+                # the device's own row without pod labels, then one per holder (LabelsModeSplit fills them)
+                attrs.append([[]])
+                holders = [holder_series_labels(s.holder, cfg.old_namespace) for s in device.shares]
+                first = len(rows)
+                split.append(SplitDevice(i, first, tuple(range(first + 1, first + 1 + len(holders)))))
+                row_attrs = [[], *holders]
+            else:
+                attrs.append(series_attributions(frame, i, cfg))
+                row_attrs = attrs[i]
+            rows.extend([i] * len(row_attrs))
+            bodies_by_row.extend(_pairs([*bodies[i], *a]) for a in row_attrs)
         prefixes = []
         for field in frame.gpu_fields:
             prefixes.append([f"{field.name}{{{body}}} " for body in bodies_by_row])
@@ -194,7 +252,7 @@ class Renderer:
         return _Layout(
             key=(id(frame), frame.labels_version, id(frame.catalog)),
             gpu_prefixes=prefixes,
-            gpu_rows=None if len(rows) == n else np.array(rows, dtype=np.intp),
+            gpu_rows=None if rows == list(range(n)) else np.array(rows, dtype=np.intp),
             gpu_headers=[_header(f) for f in frame.gpu_fields],
             label_bodies=bodies,
             attr_bodies=attrs,
@@ -203,6 +261,8 @@ class Renderer:
             dcgm_mask=dcgm,
             vendor=vendor,
             fleet=FleetLayout(frame) if cfg.fleet_series else None,
+            split=labels_mode_split(frame, split),
+            workload=workload_layout(frame, cfg, self._identity),
         )
 
     def layout(self, frame: MetricFrame) -> _Layout:
@@ -215,6 +275,8 @@ class Renderer:
         lay = self.layout(frame)
         out: list[str] = []
         gpu_values = frame.values if lay.gpu_rows is None else frame.values[:, lay.gpu_rows]
+        if lay.split is not None:
+            lay.split.apply(frame, gpu_values)  # a copy: indexing by rows made one
         self._render_matrix(out, gpu_values, frame.gpu_fields, lay.gpu_headers, lay.gpu_prefixes)
         self._render_labelled_counts(frame, lay, out)
         if lay.vendor is not None:
@@ -222,6 +284,8 @@ class Renderer:
         self._render_matrix(out, frame.ib_values, frame.ib_fields, lay.ib_headers, lay.ib_prefixes)
         self._render_pod_info(frame, lay, out)
         self._render_job_info(frame, lay, out)
+        if lay.workload is not None:
+            lay.workload.render(frame, out)
         self._render_plain(frame, out)
         if lay.fleet is not None:
             lay.fleet.render(frame, out)
@@ -303,9 +367,8 @@ class Renderer:
             return
         lines = []
         for i, entity in enumerate(frame.entities):
-            attrs = info_labels(frame, i, self.config)
-            if attrs:
-                body = [*self._identity(entity), *sorted(attrs)]
+            for holder in pod_holders(frame, i):
+                body = [*self._identity(entity), *sorted(holder_info_labels(holder, self.config))]
                 lines.append(f"{POD_INFO_METRIC}{{{_pairs(body)}}} 1\n")
         if lines:
             help_text = POD_INFO_HELP if lay.vendor is None else MIXED_POD_INFO_HELP
@@ -317,7 +380,7 @@ class Renderer:
             return
         lines = []
         for i, entity in enumerate(frame.entities):
-            for job in frame.jobs[i]:
+            for job in job_holders(frame, i):
                 body = [*self._identity(entity), (JOB_LABEL, job)]
                 lines.append(f"{JOB_INFO_METRIC}{{{_pairs(body)}}} 1\n")
         if lines:

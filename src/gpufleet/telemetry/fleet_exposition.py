@@ -5,7 +5,7 @@ Labels: vendor, model, hostname, gpu, uuid, and partition for a partition of a p
 instance's GPU_I_ID, an AMD partition's index). Units are base units (ratio, bytes, watts, joules). What each family
 is derived from is data (the fleet section of data/vendor_metrics.yaml); its type and help text are the field
 catalog's (scope fleet), so switching a family off in the catalog leaves it out. gpufleet_accelerator_pod_info
-carries the workload with the same identity labels.
+carries the workload with the same identity labels, one series per pod holding the accelerator.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from gpufleet.telemetry.text_format import family_header
 from gpufleet.telemetry.text_format import label_pairs as _pairs
 from gpufleet.telemetry.vendor_exposition import catalog_model
 from gpufleet.telemetry.vendor_metrics import FleetSeries, load_vendor_metrics, scaled
+from gpufleet.telemetry.workload_exposition import pod_holders
 
 
 def fleet_labels(entity: GpuEntity) -> list[tuple[str, str]]:
@@ -124,12 +125,12 @@ def _catalog_values(entities: Sequence[GpuEntity], attribute: str) -> np.ndarray
 
 
 def _pod_lines(frame: MetricFrame, name: str, bodies: list[str]) -> list[str]:
+    """One series per pod holding each accelerator (several where pods share it)."""
     lines = []
-    for i, attr in enumerate(frame.attribution):
-        if attr is None:
-            continue
-        own = [("container", attr.container), ("namespace", attr.namespace), ("pod", attr.pod)]
-        if attr.workload:
-            own.append(("workload", attr.workload))
-        lines.append(f"{name}{{{bodies[i]},{_pairs(own)}}} 1\n")
+    for i in range(len(frame.entities)):
+        for attr in pod_holders(frame, i):
+            own = [("container", attr.container), ("namespace", attr.namespace), ("pod", attr.pod)]
+            if attr.workload:
+                own.append(("workload", attr.workload))
+            lines.append(f"{name}{{{bodies[i]},{_pairs(own)}}} 1\n")
     return lines

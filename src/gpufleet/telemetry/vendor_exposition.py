@@ -10,7 +10,8 @@ work unchanged.
 Pod attribution follows the exporter configuration (ExpositionConfig.attribution): by default the pod labels stay
 empty and gpufleet_gpu_pod_info carries the device's identity labels (AMD: serial_number, gpu_id,
 gpu_partition_id, gpu_uuid, hostname; Gaudi: Serial, UUID, device, id; see identity_labels for the joins); in
-compat mode the series carry the pod (and, on AMD, one series per Slurm job in job_id), as the exporters do.
+compat mode the series carry the pod (and, on AMD, one series per Slurm job in job_id), as the exporters do, except
+on a device several workloads share, whose series render once without them (series_labels).
 
 Label strings are built once per entity set, like the NVIDIA renderer's; a render formats values only.
 """
@@ -30,6 +31,7 @@ from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from gpufleet.telemetry.text_format import family_header
 from gpufleet.telemetry.text_format import label_pairs as _pairs
 from gpufleet.telemetry.vendor_metrics import VendorExporter, divisor, go_float, load_vendor_metrics
+from gpufleet.telemetry.workload_exposition import splits
 
 if TYPE_CHECKING:
     from gpufleet.telemetry.exposition import ExpositionConfig
@@ -138,12 +140,15 @@ def identity_labels(entity: GpuEntity, uuid_label: str = "UUID") -> Labels:
 
 def series_labels(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[dict[str, str]]:
     """The label sets of one entity's series: one, with empty pod labels, unless the config puts attribution on
-    the series (compat mode), where an AMD GPU shared by Slurm jobs gets one per job, as DME's job_id does."""
+    the series (compat mode), where an AMD GPU shared by Slurm jobs gets one per job, as DME's job_id does. A device
+    whose shares (MetricFrame.shares) split it among workloads renders once with empty pod labels even then: its
+    temperature or power is the device's, and gpufleet_workload_gpu_* says what each workload used."""
     entity = frame.entities[index]
-    attr = frame.attribution[index] if config.attribution == "labels" else None
+    labelled = config.attribution == "labels" and not splits(frame.shares[index])
+    attr = frame.attribution[index] if labelled else None
     if entity.vendor == AMD:
         pod = (attr.container, attr.namespace, attr.pod) if attr else ("", "", "")
-        jobs = frame.jobs[index] if config.attribution == "labels" else ()
+        jobs = frame.jobs[index] if labelled else ()
         return [amd_labels(entity, pod, job) for job in jobs] or [amd_labels(entity, pod)]
     return [gaudi_labels(entity, (attr.namespace, attr.pod) if attr else ("", ""))]
 

@@ -2,7 +2,9 @@
 
 Stored series carry the same names and labels as /metrics (pod attribution as its own info series, never as
 GPU
-labels, so series stay stable), so a PromQL query reads the same against the embedded store, Prometheus or VM.
+labels, so series stay stable: one gpufleet_gpu_pod_info per pod and gpufleet_gpu_job_info per Slurm job using a GPU,
+and the per-workload gpufleet_workload_gpu_* series within the same budget), so a PromQL query reads the same against
+the embedded store, Prometheus or VM.
 The exception is an AMD or Gaudi device: /metrics names it as its vendor's exporter does, the store keeps the
 canonical (dcgm-exporter) names for every vendor, which is what the control plane's queries read.
 """
@@ -18,14 +20,17 @@ import numpy as np
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.telemetry.blanks import valid_mask
 from gpufleet.telemetry.exposition import (
+    JOB_INFO_METRIC,
+    JOB_LABEL,
     POD_INFO_METRIC,
     ExpositionConfig,
     gpu_identity_labels,
     gpu_series_labels,
+    holder_info_labels,
     ib_port_labels,
-    info_labels,
 )
-from gpufleet.telemetry.frame import MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
+from gpufleet.telemetry.workload_exposition import WorkloadLayout, job_holders, pod_holders, workload_layout
 
 Labels = dict[str, str]
 SparseKey = tuple[Any, ...]
@@ -54,6 +59,17 @@ class FrameSeries:
         base = config or ExpositionConfig()
         self.config = base.model_copy(update={"attribution": "info"})
         self._layout: FrameLayout | None = None
+        self._workload: tuple[tuple[int, int, int], WorkloadLayout | None] | None = None
+
+    def _identity(self, entity: GpuEntity) -> list[tuple[str, str]]:
+        return gpu_identity_labels(entity, self.config)
+
+    def workload(self, frame: MetricFrame) -> WorkloadLayout | None:
+        """The per-workload attribution series' layout for the frame's label set (None: no device has shares)."""
+        key = (id(frame), frame.labels_version, id(frame.catalog))
+        if self._workload is None or self._workload[0] != key:
+            self._workload = (key, workload_layout(frame, self.config, self._identity))
+        return self._workload[1]
 
     def layout(self, frame: MetricFrame) -> FrameLayout:
         key = (id(frame), frame.labels_version, id(frame.catalog))
@@ -97,9 +113,18 @@ class FrameSeries:
             for xid, row in sorted(frame.xid_counts.items()):
                 for i in np.flatnonzero(valid_mask(row) & (row != 0)).tolist():
                     out.append((("xid", xid, i), float(row[i]), "counter"))
-        for i, attr in enumerate(frame.attribution):
-            if attr is not None:
+        for i in range(len(frame.entities)):
+            for attr in pod_holders(frame, i):
                 out.append((("pod", i, attr), 1.0, "gauge"))
+            for job in job_holders(frame, i):
+                out.append((("job", i, job), 1.0, "gauge"))
+        workload = self.workload(frame)
+        if workload is not None:
+            tick = workload.tick(frame)
+            for series, value in tick.samples:
+                out.append((("workload", workload.generation, series.uid), value, "gauge"))
+            for name, count in workload.node_values(tick):
+                out.append((("attribution", name), float(count), "gauge"))
         for (name, gauge_labels), value in frame.gauges.items():
             if value == value:
                 out.append((("gauge", name, gauge_labels), value, "gauge"))
@@ -124,9 +149,21 @@ class FrameSeries:
             extra = [window, ("xid", str(xid))]
             return _with_name("DCGM_EXP_XID_ERRORS_COUNT", gpu_series_labels(frame, i, cfg, extra))
         if kind == "pod":
-            _, i, _attr = key
-            attrs = sorted(info_labels(frame, i, cfg))
+            _, i, attr = key
+            attrs = sorted(holder_info_labels(attr, cfg))
             return _with_name(POD_INFO_METRIC, [*gpu_identity_labels(frame.entities[i], cfg), *attrs])
+        if kind == "job":
+            _, i, job = key
+            return _with_name(JOB_INFO_METRIC, [*gpu_identity_labels(frame.entities[i], cfg), (JOB_LABEL, job)])
+        if kind == "workload":
+            _, generation, uid = key
+            workload = self.workload(frame)
+            if workload is None or workload.generation != generation:
+                raise KeyError(f"attribution series {key!r} belongs to an earlier label set")
+            series = workload.series[uid]
+            return _with_name(series.family, series.labels)
+        if kind == "attribution":
+            return {"__name__": key[1]}
         if kind == "gauge":
             return _with_name(key[1], list(key[2]))
         _, name, pairs, part, bound = key
