@@ -110,6 +110,12 @@ class AttributionSource:
 
     def collect(self, frame: MetricFrame) -> None:
         allot = self._allotments(frame)
+        ended = getattr(self.owner_reader, "ended", None)  # a pod list can tell a pod that has ended
+        if allot is not None and ended is not None and self.owner_reader is not None:
+            given = allot.allotments
+            kept = self._try("owners", self.owner_reader.name, lambda: [a for a in given if not ended(a.holder)], frame)
+            if kept is not None:
+                allot = Allotments(tuple(kept), allot.replicas)
         reading = None
         if self.process_reader is not None:
             reading = self._try("processes", self.process_reader.name, self.process_reader.read, frame)

@@ -115,6 +115,35 @@ def agent(
         "id a line: dcgm-exporter's --hpc-job-mapping-dir format, kept by deploy/slurm/prolog.sh, e.g. "
         "/run/gpufleet/job-map) and expose them as hpc_job.",
     ),
+    pod_resources: str = typer.Option(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "--pod-resources",
+        metavar="SOCKET",
+        help="The kubelet's pod-resources socket: which container holds which GPU, MIG device or time-sliced "
+        "replica, read every collection (used when it exists; 'none': not on Kubernetes).",
+    ),
+    pod_list: str = typer.Option(
+        "https://127.0.0.1:10250/pods",
+        "--pod-list",
+        metavar="URL",
+        help="With pod-resources: where to read this node's pods, to name the container of each GPU process from its "
+        "cgroup (the kubelet's /pods, needing nodes/proxy; or the API server's "
+        "/api/v1/pods?fieldSelector=spec.nodeName=NODE, needing pods list; 'none': no PID-to-pod map).",
+    ),
+    pod_list_ca: str | None = typer.Option(
+        None, "--pod-list-ca", help="Verify --pod-list's certificate with this CA file (default: not verified)."
+    ),
+    proc_root: Path = typer.Option(
+        Path("/proc"),
+        "--proc-root",
+        help="The host's /proc (for each GPU process's cgroup; in a pod: hostPID, or the host's /proc mounted here).",
+    ),
+    attribution: bool = typer.Option(
+        True,
+        "--attribution/--no-attribution",
+        help="Attribute each GPU and MIG instance to the workloads using it (pod-resources or --job-map-dir, NVML's "
+        "per-process data, cgroups).",
+    ),
     app_metrics: list[str] = typer.Option(
         [],
         "--app-metrics",
@@ -218,7 +247,14 @@ def agent(
             exposition=exposition,
         )
     else:
-        from gpufleet.agent.host import host_agent
+        from gpufleet.agent.host import AttributionOptions, host_agent
+
+        options = AttributionOptions(
+            pod_resources=None if pod_resources == "none" else Path(pod_resources),
+            pod_list=None if pod_list == "none" else pod_list,
+            pod_list_ca=pod_list_ca,
+            proc_root=proc_root,
+        )
 
         built = host_agent(
             host=host,
@@ -235,6 +271,7 @@ def agent(
             job_map_dir=job_map_dir,
             app_targets=_app_targets(app_metrics),
             accelerators=accelerators.value,
+            attribution=options if attribution else None,
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last

@@ -202,6 +202,8 @@ class PodLookup(Protocol):
 
     def has_container(self, container_id: str) -> bool: ...
 
+    def ended(self, namespace: str, pod: str) -> bool: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
@@ -265,6 +267,16 @@ class CgroupOwners:
                 if owner is not None:
                     out[pid] = owner
         return out
+
+    def ended(self, holder: Attribution) -> bool:
+        """Whether the pod list says this holder's pod has ended: kubelets that still list a terminated pod's
+        devices in pod-resources would otherwise keep its labels on the GPU."""
+        if self.pods is None or not holder.pod:
+            return False
+        now = self.clock()
+        if self._index is None or now - self._loaded >= self.refresh_s:
+            self._load(now)
+        return self._need_index().ended(holder.namespace, holder.pod)
 
     # ---- processes
 

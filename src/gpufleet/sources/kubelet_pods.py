@@ -173,6 +173,11 @@ class PodIndex:
         found = self._by_name.get((namespace, pod))
         return found is not None and found.running
 
+    def ended(self, namespace: str, pod: str) -> bool:
+        """Whether the list has the pod and it no longer runs (a pod it does not have yet may have just started)."""
+        found = self._by_name.get((namespace, pod))
+        return found is not None and not found.running
+
 
 def _pod(item: Mapping[str, Any]) -> PodInfo | None:
     meta = _map(item.get("metadata"))
