@@ -242,3 +242,23 @@ def test_without_an_allotment_reader_no_workload_is_said_to_use_a_gpu_it_was_not
     inputs = AttributionInputs(processes=ProcessReading((_proc(10), _proc(20))), owners={10: A, 20: B})
     (dev,) = attribute([GPU], [DeviceReading(2_400, 10)], inputs).devices
     assert dev is not None and [(s.holder, s.allotted) for s in dev.shares] == [(A, True), (B, True)]
+
+
+def test_the_mps_server_is_the_devices_own_not_a_workload_using_it() -> None:
+    daemon = Attribution("mps-control-daemon-x", "gpu-operator", "mps-control-daemon-ctr")
+    inputs = AttributionInputs(
+        allotments=(Allotment("GPU-aaaa::0", A), Allotment("GPU-aaaa::1", B)),
+        processes=ProcessReading((_proc(9, mem=25, name="nvidia-cuda-mps-server"), _proc(10, mps=True))),
+        owners={9: daemon, 10: A},
+    )
+    (dev,) = attribute([GPU], [DeviceReading(1_500, 40)], inputs).devices
+    assert dev is not None and dev.holders == (A, B) and dev.unattributed_memory_mib == 500
+
+
+def test_a_holder_takes_its_workload_name_from_the_pod_list() -> None:
+    named = Attribution("nb-a", "team-a", "lab", workload="notebooks")
+    inputs = AttributionInputs(
+        allotments=(Allotment("GPU-aaaa", A),), processes=ProcessReading((_proc(10),)), owners={10: named}
+    )
+    (dev,) = attribute([GPU], [DeviceReading(1_200, 10)], inputs).devices
+    assert dev is not None and dev.holders == (named,) and dev.shares[0].allotted

@@ -1,6 +1,7 @@
 """`gpufleet agent --sim`: the agent a real node runs, reading one of the twin's nodes instead (or all of them):
 the same collector, edge detectors, spool and pusher, with the twin as its sources and its clock running in real
-time times `speed`."""
+time times `speed`. Who uses each GPU comes through the agent's own attribution, its readers answered by the twin
+node (pod-resources, NVML's processes, cgroups and the pod list), MIG instances as entities of their own."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpufleet.agent.runtime import Agent, assemble, locked
 from gpufleet.background import Background
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.sim.fleet import node_inventory
+from gpufleet.sim.node_readers import attribution_source
 from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.source import TwinSource
 from gpufleet.sim.twin import Twin
@@ -77,13 +79,13 @@ def sim_agent(
 ) -> Agent:
     twin, _ = build_twin(scenario, epoch=time.time())  # its jobs' timestamps on the wall clock Prometheus reads
     clock = TwinClock(twin, speed)
-    source = TwinSource(twin, node=node)
+    source = TwinSource(twin, node=node, mig_instances=True, attribution=False)
     frame = source.new_frame()
     name = node or f"{socket.gethostname()}-sim"
     agent = assemble(
         name,
         frame,
-        [source],
+        [source, attribution_source(twin, node)],
         inventory=lambda: node_inventory(twin, node or twin.cluster.nodes[0].name),
         interval=interval,
         host=host,

@@ -2,6 +2,13 @@
 
 A GPU that fell off the bus reads as no value at all (NaN, never exported), as dcgm-exporter shows a lost GPU.
 Xid counts follow DCGM_EXP_XID_ERRORS_COUNT: Xids of each code seen per GPU within the exporter's window.
+
+A GPU in MIG mode with instances is one entity per GPU instance (an agent's view, as dcgm-exporter reports it): each
+has its own memory used and free and its graphics-engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE, 0-1), no
+DCGM_FI_DEV_GPU_UTIL or MEM_COPY_UTIL (DCGM does not support them on MIG instances, dcgm-exporter#50 and #216);
+device-wide fields (temperature, power, clocks, error counters) repeat the GPU's value on each instance, as real
+dcgm-exporter output shows. Without the engine-activity field in the catalog, GPU_UTIL carries the instance's
+utilization instead, so a reader still has one.
 """
 
 from __future__ import annotations
@@ -11,8 +18,8 @@ from collections import deque
 import numpy as np
 
 from gpufleet.catalog.clock_events import load_clock_events
-from gpufleet.model import JobState
 from gpufleet.sim.app_export import RANK_EXPORT_S, AppSeries, GaugeKey
+from gpufleet.sim.node_answers import holders_layout, whole_gpu_holders
 from gpufleet.sim.twin import Twin
 from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost
 from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
@@ -70,21 +77,47 @@ PORT_COUNTERS = {
 }
 
 
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+MIG_UNSUPPORTED = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL")
+
+
 class TwinSource:
-    """Reads the twin for one node (an agent's view) or for every node (`node=None`)."""
+    """Reads the twin for one node (an agent's view) or for every node (`node=None`).
+
+    `mig_instances`: a MIG GPU's instances are entities of their own, as an agent reports them (default: the whole
+    GPU is one, with the sum of its instances' use, as the fleet's per-GPU snapshots carry it). `attribution`: who
+    holds each GPU is set straight from the twin's workloads (the fleet's fast path); an agent reads it through its
+    attribution readers instead."""
 
     name = "twin"
 
-    def __init__(self, twin: Twin, node: str | None = None, window_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        twin: Twin,
+        node: str | None = None,
+        window_s: float = 300.0,
+        *,
+        mig_instances: bool = False,
+        attribution: bool = True,
+    ) -> None:
         self.twin = twin
         self.node = node
         self.window_s = window_s
+        self.direct_attribution = attribution
         g = twin.gpus
         if node is None:
-            self.gpu_idx = np.arange(g.n)
+            gpus = np.arange(g.n)
         else:
             twin.cluster.node(node)
-            self.gpu_idx = np.flatnonzero(g.node_of == twin.node_index[node])
+            gpus = np.flatnonzero(g.node_of == twin.node_index[node])
+        columns: list[tuple[int, int]] = []  # (GPU, MIG instance or -1)
+        of_gpu = twin.pods.instances.of_gpu
+        for k in gpus.tolist():
+            columns += [(k, i) for i in of_gpu[k]] if mig_instances and k in of_gpu else [(k, -1)]
+        self.gpu_idx = np.array([k for k, _ in columns], dtype=np.int64)  # each column's GPU
+        self.inst_idx = np.array([i for _, i in columns], dtype=np.int64)
+        self.mig_cols = np.flatnonzero(self.inst_idx >= 0)
+        self._mig_inst = self.inst_idx[self.mig_cols]
         nodes = {twin.cluster.nodes[int(g.node_of[k])].name for k in self.gpu_idx}
         self.port_idx = np.array(
             sorted(p for (ni, _r), p in twin.ports.nic_port.items() if twin.cluster.nodes[ni].name in nodes),
@@ -111,7 +144,8 @@ class TwinSource:
     def entities(self) -> list[GpuEntity]:
         out = []
         twin = self.twin
-        for k in self.gpu_idx:
+        inst = twin.pods.instances
+        for k, i in zip(self.gpu_idx.tolist(), self.inst_idx.tolist(), strict=True):
             node = twin.cluster.nodes[int(twin.gpus.node_of[k])]
             gpu = node.gpus[int(twin.gpus.index_on_node[k])]
             out.append(
@@ -122,9 +156,12 @@ class TwinSource:
                     hostname=node.name,
                     pci_bus_id=gpu.pci_bus_id,
                     device=gpu.device,
+                    mig_profile=inst.profile[i] if i >= 0 else None,
+                    gpu_instance_id=inst.gi_id[i] if i >= 0 else None,
                     label_fields=(("DCGM_FI_DRIVER_VERSION", node.software.driver_version),),
                     vendor=gpu.vendor,
                     serial=gpu.serial,
+                    mig_uuid=inst.uuid[i] if i >= 0 else "",
                 )
             )
         return out
@@ -152,6 +189,8 @@ class TwinSource:
             frame.gpu(field)[:] = np.where(alive, values, np.nan)
         if frame.has_gpu_field("DCGM_FI_DEV_FB_FREE"):
             frame.gpu("DCGM_FI_DEV_FB_FREE")[:] = np.where(alive, g.memory_mib[idx] - g.fb_used_mib[idx], np.nan)
+        if self.mig_cols.size:
+            self._mig_fields(frame, alive)
         if frame.has_gpu_field(IDLE_COST_FIELD):
             fill_idle_cost(frame, self._price)
         self._vendor_fields(frame, alive)
@@ -164,6 +203,27 @@ class TwinSource:
         frame.set_ib_pma("PortRcvData", ports.counters["rcv_bytes"][self.port_idx] / 4)
         frame.ib_up[:] = ports.up[self.port_idx].astype(np.float64)  # what sysfs state/phys_state say
         self._jobs(frame)
+
+    def _mig_fields(self, frame: MetricFrame, alive: np.ndarray) -> None:
+        """A MIG instance's own readings (see the module's note)."""
+        cols, i = self.mig_cols, self._mig_inst
+        inst = self.twin.pods.instances
+        up = alive[cols]
+        used = inst.fb_used_mib[i]
+        util = inst.util[i]
+        if frame.has_gpu_field("DCGM_FI_DEV_FB_USED"):
+            frame.gpu("DCGM_FI_DEV_FB_USED")[cols] = np.where(up, used, np.nan)
+        if frame.has_gpu_field("DCGM_FI_DEV_FB_FREE"):
+            free = np.asarray(inst.memory_mib)[i] - used
+            frame.gpu("DCGM_FI_DEV_FB_FREE")[cols] = np.where(up, free, np.nan)
+        engine = frame.has_gpu_field(ENGINE_ACTIVE)
+        for field in MIG_UNSUPPORTED:
+            if frame.has_gpu_field(field):
+                frame.gpu(field)[cols] = np.nan
+        if engine:
+            frame.gpu(ENGINE_ACTIVE)[cols] = np.where(up, util / 100.0, np.nan)
+        elif frame.has_gpu_field("DCGM_FI_DEV_GPU_UTIL"):
+            frame.gpu("DCGM_FI_DEV_GPU_UTIL")[cols] = np.where(up, util, np.nan)
 
     def _vendor_fields(self, frame: MetricFrame, alive: np.ndarray) -> None:
         """What only AMD's and Gaudi's agents report: the device's own health verdict (AMD's gpu_health: a device
@@ -200,43 +260,43 @@ class TwinSource:
             self._xids.popleft()
         if not self._xids:
             return
-        position = {int(k): i for i, k in enumerate(self.gpu_idx)}
+        position: dict[int, list[int]] = {}  # a MIG GPU's Xids show on each of its instances, as its other fields
+        for i, k in enumerate(self.gpu_idx.tolist()):
+            position.setdefault(k, []).append(i)
         counts: dict[int, np.ndarray] = {}
         for _, k, code in self._xids:
-            if k in position:
-                counts.setdefault(code, np.zeros(len(self.gpu_idx)))[position[k]] += 1
+            for col in position.get(k, ()):
+                counts.setdefault(code, np.zeros(len(self.gpu_idx)))[col] += 1
         for code, row in counts.items():
             frame.set_xid_count(code, row)
 
     def _attribution(self, frame: MetricFrame) -> None:
         """Which workload holds each GPU, as the kubelet's pod-resources API would say (rebuilt when it changes): the
-        pod, and the job or service that owns it."""
+        pod, and the job or service that owns it; a shared GPU (or MIG instance) names its holder only while it has
+        one."""
         twin = self.twin
-        layout = (
-            tuple((j.name, j.state, tuple(j.nodes)) for j in twin.cluster.jobs),
-            tuple(st.service.name for st in twin.services),
-            int(np.count_nonzero(twin.idle_override)),
-        )
+        layout = (holders_layout(twin), twin.pods.version)
         if layout == self._layout:
             return
         self._layout = layout
-        owner: dict[int, Attribution] = {}
-        ts = twin.training
-        for j, job in enumerate(ts.jobs):
-            if job.state in (JobState.running, JobState.hung):
-                for k in ts.ranks_of(j):
-                    node = twin.cluster.nodes[int(twin.gpus.node_of[k])].name
-                    owner[int(k)] = Attribution(f"{job.name}-{node}", "training", "trainer", workload=job.name)
-        for st in twin.services:
-            name = st.service.name
-            for k in st.gpus:
-                owner[int(k)] = Attribution(f"{name}-0", "inference", "server", workload=name)
-        for k in np.flatnonzero(twin.idle_override):
-            owner.setdefault(int(k), Attribution(f"reserved-{int(k)}", "default", "idle", workload=""))
-        for i, k in enumerate(self.gpu_idx):
-            frame.set_attribution(i, owner.get(int(k)))
+        owner: dict[tuple[int, int], Attribution | None] = {
+            (k, -1): Attribution(h.pod, h.namespace, h.container, workload=h.workload)
+            for k, h in whole_gpu_holders(twin).items()
+        }
+        held: dict[tuple[int, int], set[Attribution]] = {}
+        for pod in twin.pods.running_pods(self.node):
+            for c in pod.containers:
+                if c.device is not None:
+                    who = Attribution(pod.name, pod.namespace, c.name, workload=pod.workload)
+                    held.setdefault((c.device.k, c.device.instance), set()).add(who)
+                    held.setdefault((c.device.k, -1), set()).add(who)  # the whole GPU, as the fleet reads it
+        for key, holders in held.items():
+            owner[key] = next(iter(holders)) if len(holders) == 1 else None
+        for i, (k, inst) in enumerate(zip(self.gpu_idx.tolist(), self.inst_idx.tolist(), strict=True)):
+            frame.set_attribution(i, owner.get((k, inst)))
 
     def _jobs(self, frame: MetricFrame) -> None:
         """The workloads' own series, as the agent's scrape of their /metrics would fill them."""
-        self._attribution(frame)
+        if self.direct_attribution:
+            self._attribution(frame)
         self.app.fill(frame)

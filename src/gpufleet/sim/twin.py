@@ -29,6 +29,7 @@ from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.gpu_state import GpuArrays
 from gpufleet.sim.inject import inject
+from gpufleet.sim.pods import SharedPods, ShareGroup, holder_pid
 from gpufleet.sim.recorder import Recorder
 from gpufleet.sim.serving import ServiceState, step_inference
 from gpufleet.sim.vendor_faults import BOOT_NOTICE
@@ -83,6 +84,7 @@ class Twin:
         ring_seconds: int = 300,
         restart_backoff_s: float | None = 120.0,
         epoch: float = EPOCH,
+        sharing: list[ShareGroup] | None = None,
     ) -> None:
         self.cluster = cluster
         # Unix time of the twin's t=0: a fixed day for reproducible runs, the wall clock when it runs beside real
@@ -138,6 +140,8 @@ class Twin:
             for svc in cluster.services
         ]
         self.recorder = Recorder(self.gpus.n, ring_seconds=ring_seconds)
+        # pods on shared GPUs (and every MIG instance's own readings); its own random stream, from the seed
+        self.pods = SharedPods(cluster, self.gpu_index, self.gpus, sharing or [], seed)
 
     # --- observation helpers ---------------------------------------------------------------------------------
 
@@ -180,6 +184,7 @@ class Twin:
         if self.idle_override.any():
             self.gpus.demand_util[self.idle_override] = 0.0
             self.gpus.allocated[self.idle_override] = True
+        self.pods.step(now, dt)
 
         for i in self.gpus.step(dt, self.ambient_c, self.rng):
             self.lose_gpu(int(i), thermal=True)
@@ -234,10 +239,14 @@ class Twin:
         self.write_kernel(node.name, [line], gpu=gpu.index, xid=code)
 
     def _culprit(self, node: str, gpu: int) -> tuple[int | None, str | None]:
-        """The process the driver names in an Xid line: the rank on that GPU, if a job holds it."""
+        """The process the driver names in an Xid line: a process on that GPU, if any holds it (the pids the node's
+        process list shows)."""
         i = self.gpu_index[(node, gpu)]
+        if i in self.pods.shared:
+            found = self.pods.culprit(i)
+            return found if found is not None else (None, None)
         if self.gpus.allocated[i]:
-            return 4000 + 97 * gpu + self.node_index[node] % 97, "python"
+            return holder_pid(self.node_index[node], gpu), "python"
         return None, None
 
     def lose_gpu(self, i: int, *, thermal: bool = False) -> None:
@@ -302,6 +311,7 @@ class Twin:
             if st.service.node == node:
                 self.gpus.allocated[st.gpus] = False
         self.services = [s for s in self.services if s.service.node != node]
+        self.pods.evict_node(node, self.time)
         return stopped
 
     def stop_job(self, job: TrainingJob, reason: str, *, restart: bool = True) -> None:

@@ -204,12 +204,94 @@ class MigSpec(Manifest):
     devices: dict[str, Annotated[int, Field(ge=0, le=7)]] = {}
 
 
+class SharingMode(StrEnum):
+    time_slicing = "time-slicing"
+    mps = "mps"
+    mig = "mig"
+
+
+# The most clients one GPU takes: MPS allows 48 per GPU from compute capability 7.0 (16 before; the
+# nvidia-cuda-mps-control man page); time-slicing is held to the same bound.
+MAX_REPLICAS = 48
+MAX_REPLICAS_PRE_VOLTA_MPS = 16
+
+
+def _ordered(name: str, pair: tuple[float, float], low: float, high: float) -> None:
+    if not low <= pair[0] <= pair[1] <= high:
+        raise ValueError(f"`{name}` is a [min, max] range within {low:g}..{high:g}, min first; got {list(pair)}")
+
+
+class SharedPodsSpec(Manifest):
+    """The pods that come and go on shared GPUs: Poisson arrivals, exponential lifetimes, and what each asks for.
+    Each container that asks for a GPU gets one device (a replica, or a MIG instance); the others (sidecars) none."""
+
+    arrivals_per_hour: float = Field(default=6.0, ge=0)
+    mean_lifetime: Duration = 1800.0
+    initial: int | None = Field(default=None, ge=0)  # pods running at t=0; default: the steady state, as room allows
+    containers: tuple[int, int] = (1, 1)  # containers per pod
+    gpu_containers: tuple[int, int] = (1, 1)  # of them, how many ask for a GPU
+    processes: tuple[int, int] = (1, 1)  # GPU processes per GPU container
+    memory_mib: tuple[float, float] = (1024.0, 4096.0)  # each process's GPU memory
+    sm_pct: tuple[float, float] = (10.0, 50.0)  # what each process would use of the device alone
+    namespaces: list[str] = Field(default=["default"], min_length=1)
+    workloads: list[str] = Field(default=["notebook"], min_length=1)  # the owners (Deployments, ...) pods come from
+    kind: Literal["Deployment", "StatefulSet", "Job"] = "Deployment"
+
+    @model_validator(mode="after")
+    def _ranges(self) -> SharedPodsSpec:
+        _ordered("containers", self.containers, 1, 3)
+        _ordered("gpuContainers", self.gpu_containers, 1, 2)
+        _ordered("processes", self.processes, 1, 2)
+        _ordered("memoryMib", self.memory_mib, 1, 1e7)
+        _ordered("smPct", self.sm_pct, 0, 100)
+        if self.gpu_containers[0] > self.containers[1]:
+            raise ValueError("`gpuContainers` cannot exceed `containers`: a pod has at least as many containers")
+        if self.mean_lifetime <= 0:
+            raise ValueError("`meanLifetime` must be positive")
+        return self
+
+
+class SharingSpec(Manifest):
+    """GPUs shared among pods, as the NVIDIA device plugin (or DRA driver) offers them: time-sliced or MPS replicas of
+    whole GPUs, or MIG instances (carved by `mig:`), each optionally time-sliced into `replicas`."""
+
+    nodes: list[str] = Field(min_length=1)
+    gpus: list[Annotated[int, Field(ge=0)]] | None = None  # GPU indices on each node; all of them when absent
+    mode: SharingMode
+    replicas: int | None = None  # time-slicing and MPS: 2..48 clients per GPU; MIG: per instance, 1 (exclusive)..48
+    profiles: list[str] | None = None  # MIG: which instance profiles this entry covers (default: every instance)
+    rename_by_default: bool = False  # the device plugin's renameByDefault: shared resources end in `.shared`
+    # kubelets that keep terminated pods in the pod-resources List (kubernetes#119423): an ended pod stays listed,
+    # with its devices, and in the node's pod list with phase Succeeded, for `lingerFor`
+    linger_terminated: bool = False
+    linger_for: Duration = 900.0
+    pods: SharedPodsSpec = SharedPodsSpec()
+
+    @model_validator(mode="after")
+    def _replicas(self) -> SharingSpec:
+        if self.mode is SharingMode.mig:
+            if self.replicas is None:
+                self.replicas = 1
+            if not 1 <= self.replicas <= MAX_REPLICAS:
+                raise ValueError(f"replicas of a MIG instance must be 1..{MAX_REPLICAS}, got {self.replicas}")
+            return self
+        if self.profiles is not None:
+            raise ValueError("`profiles` picks MIG instances: it is for `mode: mig` only")
+        if self.replicas is None or not 2 <= self.replicas <= MAX_REPLICAS:
+            raise ValueError(
+                f"{self.mode.value} needs `replicas` between 2 and {MAX_REPLICAS} (clients per GPU), "
+                f"got {self.replicas}"
+            )
+        return self
+
+
 class ScenarioBody(Manifest):
     cluster: str | ClusterBody  # a path (relative to the scenario file) or an inline cluster spec
     duration: Duration = 86400.0
     tick: Duration = 1.0
     seed: int = 0
     mig: list[MigSpec] = []
+    sharing: list[SharingSpec] = []  # GPUs shared among pods (after `mig:` has carved its GPUs)
     workload: WorkloadSpec = WorkloadSpec()
     faults: list[FaultSpec] = []
     campaign: CampaignSpec | None = None

@@ -310,8 +310,10 @@ def _device(
     unowned: list[GpuProcess] = []  # processes of no workload: the device's remainder
     unresolved: list[GpuProcess] = []  # processes whose workload cannot be told (no PID map, several holders)
     known_allotments = inputs.allotments is not None  # without them, no one can be said not to have been given it
+    mps = any(p.mps for p in dev.processes)
     for proc in dev.processes:
-        k = _holder_of(proc, holders, allotted, inputs.owners, known_allotments)
+        # on an MPS GPU the processes that are not clients are the MPS server (its daemon's pod): the device's own
+        k = _holder_of(proc, holders, allotted, inputs.owners, known_allotments, adopt=not mps or proc.mps)
         if k is None:
             (unowned if inputs.owners is not None or not holders else unresolved).append(proc)
         else:
@@ -352,8 +354,10 @@ def _holder_of(
     allotted: list[bool],
     owners: Mapping[int, Attribution] | None,
     known_allotments: bool,
+    adopt: bool = True,
 ) -> int | None:
-    """The index of the holder a process belongs to, adding its owner when it was not given the device."""
+    """The index of the holder a process belongs to (taking the owner's workload name, which the allotment does not
+    carry), adding its owner when it was not given the device and `adopt` says it may be."""
     if owners is None:
         return 0 if len(holders) == 1 else None
     owner = owners.get(proc.pid)
@@ -361,7 +365,11 @@ def _holder_of(
         return None
     for k, h in enumerate(holders):
         if same_workload(h, owner):
+            if owner.workload and not h.workload:
+                holders[k] = Attribution(h.pod, h.namespace, h.container, owner.workload, h.hpc_job)
             return k
+    if not adopt:
+        return None
     holders.append(owner)
     allotted.append(not known_allotments)
     return len(holders) - 1
