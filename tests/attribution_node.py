@@ -154,6 +154,65 @@ def stat_line(pid: int, start: int) -> str:
     return f"{pid} (worker) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"
 
 
+def load_fake(fake: FakeNvml, case: Case) -> dict[int, list[tuple[int, int]]]:
+    """Put the case's processes, MIG layout and readings on the fake driver; per GPU, the (pid, SM %) samples each
+    interval leaves."""
+    sampling: dict[int, list[tuple[int, int]]] = {}
+    for i, (spec, gpu) in enumerate(zip(case.gpus, fake.gpus, strict=True)):
+        procs = [p for p in case.procs if p.gpu == i]
+        if any(p.mps for p in procs):
+            procs.append(Proc(MPS_SERVER_PID + i, i, MPS_SERVER_MIB))
+        gpu.processes = [
+            FakeProcess(p.pid, p.mem_mib, p.gi, 0 if p.gi is not None else None, compute=not p.mps, mps=p.mps)
+            for p in procs
+        ]
+        sampling[i] = [(p.pid, int(p.sm)) for p in procs if p.sm is not None and not p.mps]
+        gpu.total_mib = GPU_MIB
+        gpu.used_mib = sum(p.mem_mib or 0.0 for p in procs) + spec.overhead_mib
+        gpu.util_pct = spec.util if spec.util is not None else min(100.0, sum(p.sm or 0.0 for p in procs))
+        gpu.power_w = spec.power_w
+        gpu.temperature_c = 45.0  # answers every device reading, as a driver does
+        if spec.mig:
+            gpu.mig_mode = (1, 1)
+            gpu.migs = [
+                FakeMig(
+                    slot,
+                    gi,
+                    0,
+                    spec.mig_uuid(gi),
+                    profile,
+                    f"{GPU_NAME} MIG {profile}",
+                    sum(p.mem_mib or 0.0 for p in procs if p.gi == gi) + spec.overhead_mib / len(spec.mig),
+                    total,
+                )
+                for slot, (gi, profile, total) in enumerate(spec.mig)
+            ]
+    return sampling
+
+
+def write_proc_tree(proc: Path, case: Case) -> None:
+    """/proc/<pid>/{cgroup,stat} for every process of the case (and nothing else)."""
+    for old in proc.iterdir():
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    pids = {p.pid: p.owner for p in case.procs}
+    pids.update({MPS_SERVER_PID + p.gpu: "" for p in case.procs if p.mps})
+    for pid, owner in pids.items():
+        d = proc / str(pid)
+        d.mkdir()
+        (d / "cgroup").write_text(cgroup_text(owner))
+        (d / "stat").write_text(stat_line(pid, 1000 + pid))
+
+
+def write_job_map(directory: Path, case: Case) -> None:
+    directory.mkdir(exist_ok=True)
+    for old in directory.iterdir():
+        old.unlink()
+    for key, jobs in case.slurm.items():
+        (directory / key).write_text("".join(f"{j}\n" for j in jobs))
+
+
 class Node:
     """One node's readers over a case; `update` replaces what runs (pods starting and ending between scrapes)."""
 
@@ -187,53 +246,12 @@ class Node:
     def update(self, case: Case) -> None:
         """Make the node run `case` from the next collection on."""
         self.case = case
-        for i, (spec, gpu) in enumerate(zip(case.gpus, self.fake.gpus, strict=True)):
-            procs = [p for p in case.procs if p.gpu == i]
-            if any(p.mps for p in procs):
-                procs.append(Proc(MPS_SERVER_PID + i, i, MPS_SERVER_MIB))
-            gpu.processes = [
-                FakeProcess(p.pid, p.mem_mib, p.gi, 0 if p.gi is not None else None, compute=not p.mps, mps=p.mps)
-                for p in procs
-            ]
-            self.sampling[i] = [(p.pid, int(p.sm)) for p in procs if p.sm is not None and not p.mps]
-            gpu.total_mib = GPU_MIB
-            gpu.used_mib = sum(p.mem_mib or 0.0 for p in procs) + spec.overhead_mib
-            gpu.util_pct = spec.util if spec.util is not None else min(100.0, sum(p.sm or 0.0 for p in procs))
-            gpu.power_w = spec.power_w
-            if spec.mig:
-                gpu.mig_mode = (1, 1)
-                gpu.migs = [
-                    FakeMig(
-                        slot,
-                        gi,
-                        0,
-                        spec.mig_uuid(gi),
-                        profile,
-                        f"{GPU_NAME} MIG {profile}",
-                        sum(p.mem_mib or 0.0 for p in procs if p.gi == gi) + spec.overhead_mib / len(spec.mig),
-                        total,
-                    )
-                    for slot, (gi, profile, total) in enumerate(spec.mig)
-                ]
+        self.sampling = load_fake(self.fake, case)
         self.kubelet.list_answer = list_answer(case.pods)
         self.kubelet.allocatable_answer = allocatable_answer(case)
         self.index = PodIndex.from_pod_list(pod_list(case.pods))
-        for old in self.proc.iterdir():
-            for f in old.iterdir():
-                f.unlink()
-            old.rmdir()
-        pids = {p.pid: p.owner for p in case.procs}
-        pids.update({MPS_SERVER_PID + p.gpu: "" for p in case.procs if p.mps})
-        for pid, owner in pids.items():
-            d = self.proc / str(pid)
-            d.mkdir()
-            (d / "cgroup").write_text(cgroup_text(owner))
-            (d / "stat").write_text(stat_line(pid, 1000 + pid))
-        self.job_map.mkdir(exist_ok=True)
-        for old_file in self.job_map.iterdir():
-            old_file.unlink()
-        for key, jobs in case.slurm.items():
-            (self.job_map / key).write_text("".join(f"{j}\n" for j in jobs))
+        write_proc_tree(self.proc, case)
+        write_job_map(self.job_map, case)
 
     def collect(self) -> MetricFrame:
         """One collection; each process with an SM figure in the case leaves a sample in the interval before it."""

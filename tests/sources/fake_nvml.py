@@ -172,6 +172,61 @@ class FakeNvml:
             )
         return int(gpu.temperature_c)
 
+    # --- the device's own readings, answered where the GPU has a temperature (a GPU described in full) ------------
+
+    def _full(self, fn: str, h: Any) -> FakeGpu:
+        gpu = self._gpu(fn, h)
+        if gpu.temperature_c is None or isinstance(h, tuple):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return gpu
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: Any) -> int:
+        return 123_456_789 + int(self._full("nvmlDeviceGetTotalEnergyConsumption", h).power_w or 0)
+
+    def nvmlDeviceGetClockInfo(self, h: Any, clock: int) -> int:
+        self._full("nvmlDeviceGetClockInfo", h)
+        return 1980 if clock == 1 else 2619
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: Any) -> int:
+        self._full("nvmlDeviceGetPcieReplayCounter", h)
+        return 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:
+        self._full("nvmlDeviceGetCurrentClocksEventReasons", h)
+        return 0
+
+    def nvmlDeviceGetViolationStatus(self, h: Any, policy: int) -> Any:
+        self._full("nvmlDeviceGetViolationStatus", h)
+        status = pynvml.c_nvmlViolationTime_t()
+        status.referenceTime, status.violationTime = 0, 0
+        return status
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Any, error: int, counter: int) -> int:
+        self._full("nvmlDeviceGetTotalEccErrors", h)
+        return 0
+
+    def nvmlDeviceGetRetiredPages(self, h: Any, cause: int) -> list[int]:
+        self._full("nvmlDeviceGetRetiredPages", h)
+        return []
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: Any) -> int:
+        self._full("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, h: Any) -> tuple[int, int, int, int]:
+        self._full("nvmlDeviceGetRemappedRows", h)
+        return (0, 0, 0, 0)
+
+    def nvmlDeviceGetNvLinkState(self, h: Any, link: int) -> int:
+        self._full("nvmlDeviceGetNvLinkState", h)
+        return 1
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: Any, link: int, counter: int) -> int:
+        self._full("nvmlDeviceGetNvLinkErrorCounter", h)
+        if link >= 18:  # an H100's 18 links
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return 0
+
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
         gpu = self._gpu("nvmlDeviceGetUtilizationRates", h)
         if gpu.util_pct is None or (gpu.mig_mode is not None and gpu.mig_mode[0] == 1):

@@ -687,3 +687,16 @@ def test_malformed_parts_are_logged_once(caplog: pytest.LogCaptureFixture) -> No
         got = reader.read()
     assert got.allotments == (Allotment("GPU-ok", holder("ok", "n", "c"), "nvidia.com/gpu"),)
     assert [r.getMessage() for r in caplog.records] == ["pod-resources: skipped podResources[0] has no name"]
+
+
+def test_an_unchanged_answer_is_not_decoded_again_and_a_changed_one_is(kubelet: Kubelet) -> None:
+    kubelet.list_answer = load("list_time_slicing_dcgm_exporter.json")
+    client = PodResourcesClient(str(kubelet.socket))
+    try:
+        first, second = client.list(), client.list()
+        assert first is second  # the same bytes: the same reading
+        kubelet.list_answer = load("list_whole_gpu_nvsentinel.json")
+        third = client.list()
+    finally:
+        client.close()
+    assert third is not first and third == load("list_whole_gpu_nvsentinel.json")

@@ -48,19 +48,42 @@ class InventoryCadence:
         return None
 
 
+_SUMMED_OVER_INSTANCES = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")
+
+
+def gpu_columns(frame: MetricFrame) -> tuple[list[int], np.ndarray]:
+    """One column per physical GPU, as the contract counts GPUs: a MIG GPU's instances (which repeat its
+    device-wide readings) become the GPU, its memory the sum of theirs."""
+    first: dict[int, int] = {}
+    for i, e in enumerate(frame.entities):
+        first.setdefault(e.gpu, i)
+    columns = list(first.values())
+    if len(columns) == len(frame.entities):
+        return columns, frame.values
+    values = frame.values[:, columns].copy()
+    gpu_of = np.array([e.gpu for e in frame.entities])
+    for name in _SUMMED_OVER_INSTANCES:
+        if frame.has_gpu_field(name):
+            row = frame.gpu(name)
+            k = [f.name for f in frame.gpu_fields].index(name)
+            values[k] = [np.nansum(row[gpu_of == frame.entities[c].gpu]) for c in columns]
+    return columns, values
+
+
 def snapshot(frame: MetricFrame, when: float) -> MetricSnapshot:
-    """A frame as the contract carries it."""
+    """A frame as the contract carries it: one column per physical GPU."""
     up = frame.ib_up
+    columns, values = gpu_columns(frame)
     return MetricSnapshot.of(
         when,
-        [e.gpu for e in frame.entities],
+        [frame.entities[c].gpu for c in columns],
         [f.name for f in frame.gpu_fields],
-        frame.values,
+        values,
         [f"{p.hca}/{p.port}" for p in frame.ib_ports],
         [f.name for f in frame.ib_fields],
         frame.ib_values,
         [bool(v >= 0.5) for v in up] if len(up) and not np.isnan(up).any() else [],
-        ["" if a is None else f"{a.namespace}/{a.pod}" for a in frame.attribution],
+        ["" if (a := frame.attribution[c]) is None else f"{a.namespace}/{a.pod}" for c in columns],
     )
 
 

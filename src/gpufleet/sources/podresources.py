@@ -452,6 +452,9 @@ class PodResourcesClient:
         self._lock = threading.Lock()
         self._channel: Any = None
         self._calls: dict[str, Any] = {}
+        # the last answer of each method, as bytes and as read: the kubelet answers the same until a pod changes, so
+        # an unchanged answer is not decoded again (the same dict comes back; callers must not change it)
+        self._last: dict[str, tuple[bytes, dict[str, Any]]] = {}
 
     def list(self) -> dict[str, Any]:
         """ListPodResourcesResponse, as json_format.MessageToDict gives it."""
@@ -484,7 +487,7 @@ class PodResourcesClient:
                 call = self._channel.unary_unary(
                     method,
                     request_serializer=self.messages[request].SerializeToString,
-                    response_deserializer=self.messages[response].FromString,
+                    response_deserializer=bytes,
                 )
                 self._calls[method] = call
             try:
@@ -494,7 +497,17 @@ class PodResourcesClient:
                 if not isinstance(error, MethodUnimplementedError):
                     self._drop()
                 raise error from None
-        result: dict[str, Any] = self.json_format.MessageToDict(reply)
+        last = self._last.get(method)
+        if last is not None and last[0] == reply:
+            return last[1]
+        try:
+            message = self.messages[response].FromString(reply)
+        except Exception as exc:  # DecodeError: not this API's message
+            raise BackendError(
+                f"the kubelet's {method} answer is not a {response}: {exc}", fix="check the kubelet's version and log"
+            ) from None
+        result: dict[str, Any] = self.json_format.MessageToDict(message)
+        self._last[method] = (reply, result)
         return result
 
     def _check_socket(self) -> None:
@@ -602,6 +615,7 @@ class PodResourcesReader:
         self._replicas_at: float | None = None
         self._no_allocatable = False
         self._said: set[str] = set()
+        self._listed: tuple[Mapping[str, Any], ListReading] | None = None  # the last answer and what it read
 
     def read(self) -> Allotments:
         try:
@@ -611,7 +625,11 @@ class PodResourcesReader:
             self._replicas_at = None
             self._no_allocatable = False
             raise
-        listing = parse_list(answer, self.resources)
+        if self._listed is not None and self._listed[0] is answer:  # the client's unchanged answer
+            listing = self._listed[1]
+        else:
+            listing = parse_list(answer, self.resources)
+            self._listed = (answer, listing)
         self._say_each(listing.skipped)
         return Allotments(listing.allotments, self._allocatable())
 

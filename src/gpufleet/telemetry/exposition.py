@@ -32,6 +32,7 @@ formats values.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -204,6 +205,7 @@ class _Layout:
     fleet: FleetLayout | None  # None: fleet series off
     split: LabelsModeSplit | None  # labels mode: shared devices' per-holder rows; None: no such device
     workload: WorkloadLayout | None  # the per-workload families; None: no device has shares
+    info_text: dict[str, str] = dataclasses.field(default_factory=dict)  # the info families, built once per label set
 
 
 class Renderer:
@@ -365,6 +367,13 @@ class Renderer:
     def _render_pod_info(self, frame: MetricFrame, lay: _Layout, out: list[str]) -> None:
         if self.config.attribution != "info":
             return
+        text = lay.info_text.get(POD_INFO_METRIC)
+        if text is None:
+            text = lay.info_text[POD_INFO_METRIC] = self._pod_info_text(frame, lay)
+        out.append(text)
+
+    def _pod_info_text(self, frame: MetricFrame, lay: _Layout) -> str:
+        out: list[str] = []
         lines = []
         for i, entity in enumerate(frame.entities):
             for holder in pod_holders(frame, i):
@@ -374,10 +383,18 @@ class Renderer:
             help_text = POD_INFO_HELP if lay.vendor is None else MIXED_POD_INFO_HELP
             out.append(f"# HELP {POD_INFO_METRIC} {help_text}\n# TYPE {POD_INFO_METRIC} gauge\n")
             out.extend(lines)
+        return "".join(out)
 
     def _render_job_info(self, frame: MetricFrame, lay: _Layout, out: list[str]) -> None:
         if self.config.attribution != "info":
             return
+        text = lay.info_text.get(JOB_INFO_METRIC)
+        if text is None:
+            text = lay.info_text[JOB_INFO_METRIC] = self._job_info_text(frame, lay)
+        out.append(text)
+
+    def _job_info_text(self, frame: MetricFrame, lay: _Layout) -> str:
+        out: list[str] = []
         lines = []
         for i, entity in enumerate(frame.entities):
             for job in job_holders(frame, i):
@@ -387,6 +404,7 @@ class Renderer:
             help_text = JOB_INFO_HELP if lay.vendor is None else MIXED_JOB_INFO_HELP
             out.append(f"# HELP {JOB_INFO_METRIC} {help_text}\n# TYPE {JOB_INFO_METRIC} gauge\n")
             out.extend(lines)
+        return "".join(out)
 
     @staticmethod
     def _render_plain(frame: MetricFrame, out: list[str]) -> None:
