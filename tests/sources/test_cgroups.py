@@ -320,16 +320,19 @@ def test_a_pod_of_one_container_answers_by_pod_uid_when_the_container_id_is_unkn
 
 
 def test_a_reused_pid_is_read_again_and_an_ended_one_forgotten(world: World) -> None:
-    proc, _, _, make = world
+    proc, _, clock, make = world
     owners = make()
     proc.add(400, scope("0b6e4d2a-5c1f-4a8e-9d3b-7f2e1c0a9b81", "a" * 64), start=5000)
     assert owners.owners([400]) == {400: SERVER}
     proc.add(400, "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n", start=9000)  # a new process
+    assert owners.owners([400]) == {400: SERVER}  # a PID NVML lists again is taken as the same until checked
+    clock.now += owners.verify_s
     assert owners.owners([400]) == {400: Attribution(hpc_job="7")}
     # the same process keeps its answer without its cgroup being read again
     (proc.root / "400" / "cgroup").write_text("0::/system.slice/other.service\n")
     assert owners.owners([400]) == {400: Attribution(hpc_job="7")}
     proc.remove(400)
+    clock.now += owners.verify_s  # NVML stops listing an ended process at once; asked anyway, it is checked
     assert owners.owners([400]) == {}
 
 

@@ -210,6 +210,7 @@ class PodLookup(Protocol):
 class _Seen:
     start: int  # the process's start time (field 22 of /proc/<pid>/stat): a reused PID has another
     ref: CgroupRef
+    checked: float = 0.0  # when the start time was last read
 
 
 def start_time(proc_root: Path, pid: int) -> int | None:
@@ -243,10 +244,12 @@ class CgroupOwners:
         proc_root: str | Path = "/proc",
         refresh_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        verify_s: float = 5.0,
     ) -> None:
         self.pods = pods
         self.proc_root = Path(proc_root)
         self.refresh_s = refresh_s
+        self.verify_s = verify_s  # how often a PID seen before has its start time read again (PID reuse)
         self.clock = clock
         self.loads = 0  # pod-list reads, for the curious
         self._index: PodLookup | None = None
@@ -286,23 +289,29 @@ class CgroupOwners:
     # ---- processes
 
     def _refs(self, pids: Iterable[int]) -> dict[int, CgroupRef]:
+        now = self.clock()
         seen: dict[int, _Seen] = {}
         asked = found = 0
         for pid in dict.fromkeys(pids):
             if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
                 continue
             asked += 1
+            cached = self._seen.get(pid)
+            if cached is not None and now - cached.checked < self.verify_s:
+                # NVML lists it again: still the process read; a reused PID is caught at the next check
+                seen[pid] = cached
+                found += 1
+                continue
             start = start_time(self.proc_root, pid)
             if start is None:  # ended
                 continue
             found += 1
-            cached = self._seen.get(pid)
             if cached is not None and cached.start == start:
-                seen[pid] = cached
+                seen[pid] = replace(cached, checked=now)
                 continue
             ref = self._read(pid, start)
             if ref is not None:
-                seen[pid] = _Seen(start, ref)
+                seen[pid] = _Seen(start, ref, now)
         self._seen = seen  # what was not asked about this time is forgotten: the map stays the GPU's processes
         self._check_visible(asked, found)
         return {pid: s.ref for pid, s in seen.items() if not s.ref.empty}
