@@ -3,7 +3,7 @@
 Each configuration runs the real agent (collector at 1 s, /metrics over HTTP, NvmlSource and NvmlProcesses on
 nvidia-ml-py with the driver replaced by data, AttributionSource reading the kubelet's pod-resources over gRPC on a
 unix socket, cgroups under a /proc tree and the pod list over HTTP) in a child process of its own, so its CPU and
-RSS are the agent's alone; this process plays the kubelet and Prometheus (a scrape every 250 ms). Configurations:
+RSS are the agent's alone; this process plays the kubelet and Prometheus (a scrape every second). Configurations:
 
 - baseline: 8 whole GPUs, attribution off (the agent as before);
 - whole: 8 whole GPUs, one pod each;
@@ -57,7 +57,7 @@ from tests.sources.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
 
 GPUS = [Gpu(f"GPU-{i:08x}-1111-2222-3333-444455556666") for i in range(8)]
 ONE_G = tuple((7 + k, "1g.10gb", 9_856.0) for k in range(7))
-SCRAPE_EVERY_S = 0.25
+SCRAPE_EVERY_S = 1.0  # as often as the agent collects: a demanding Prometheus
 
 
 def case(name: str) -> Case:
@@ -270,7 +270,7 @@ def main() -> None:
         with console.status(f"{config}: {args.seconds:g} s at 1 s collections"):
             results[config] = measure(config, args.seconds)
     base = results.get("baseline")
-    table = Table(title="Attribution on an 8-GPU node, collected every 1 s (medians; scrapes every 250 ms)")
+    table = Table(title="Attribution on an 8-GPU node, collected every 1 s (medians; a scrape every second)")
     for col in (
         "config",
         "entities",

@@ -212,6 +212,10 @@ def _lower(ci: int | None, than: int | None) -> bool:
     return ci is not None and (than is None or ci < than)
 
 
+# NVML answers NOT_SUPPORTED for a MIG-enabled GPU's utilization: not asked, rather than logged as failing
+_NOT_IN_MIG_MODE = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"})
+
+
 @dataclass(frozen=True, slots=True)
 class _Slot:
     """What one frame entity reads: a whole GPU, or one GPU instance of it."""
@@ -289,7 +293,7 @@ class NvmlSource:
                 continue
             first = parent_column.setdefault(slot.gpu, e)
             if first == e:
-                self._collect_gpu(frame, e, slot.gpu, slot.handle)
+                self._collect_gpu(frame, e, slot.gpu, slot.handle, mig=True)
             else:
                 frame.values[:, e] = frame.values[:, first]
             self._collect_instance(frame, e, slot.gpu, slot.mig)
@@ -299,8 +303,10 @@ class NvmlSource:
         assert self._slots is not None
         return self._slots
 
-    def _collect_gpu(self, frame: MetricFrame, e: int, i: int, h: Any) -> None:
+    def _collect_gpu(self, frame: MetricFrame, e: int, i: int, h: Any, mig: bool = False) -> None:
         for field, function, args, convert in READINGS:
+            if mig and field in _NOT_IN_MIG_MODE:
+                continue
             if frame.has_gpu_field(field):
                 call = getattr(self.nvml, function)
                 frame.gpu(field)[e] = self._read(i, field, partial(_convert, convert, call, h, *args))
