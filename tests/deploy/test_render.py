@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import httpx
 import pytest
+import typer
 import yaml
 
 from gpufleet import __version__
+from gpufleet.cli.agent import register as register_agent
 from gpufleet.deploy import rbac
 from gpufleet.deploy.chart import chart_dir
 from gpufleet.deploy.render import (
@@ -30,6 +34,8 @@ from gpufleet.deploy.render import (
     write,
 )
 from gpufleet.errors import DependencyMissingError, ManifestError, UserError
+from gpufleet.sources import kubelet_pods
+from gpufleet.telemetry.workload_exposition import workload_series_settings
 from tests.conftest import REPO_ROOT
 
 CHART = REPO_ROOT / "deploy" / "helm" / "gpufleet"
@@ -84,6 +90,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "server": {"enabled": False},
         "agent": {"controlPlane": {"url": "https://gpufleet.example.com:8470"}},
     },
+    "attribution-from-kubelet": {
+        "agent": {
+            "workloadWatch": {"enabled": True},
+            "attribution": {
+                "podList": "kubelet",
+                "workloadSeries": ["sharing:all", "namespace:ml-train"],
+                "workloadSeriesBudget": 500,
+            },
+        },
+    },
+    "no-attribution": {"agent": {"attribution": {"enabled": False}}},
 }
 
 
@@ -140,6 +157,8 @@ def test_defaults_render_the_core() -> None:
     kinds = sorted(m.kind for m in rendered.manifests)
     assert kinds == [
         "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "ClusterRoleBinding",
         "ConfigMap",
         "DaemonSet",
@@ -243,7 +262,8 @@ def test_daemonset_runs_on_gpu_nodes_and_mounts_host_paths_read_only(variant: st
     spec = daemonset["spec"]["template"]["spec"]
     assert GPU_TAINT in spec["tolerations"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert spec["runtimeClassName"] == "nvidia" and spec["automountServiceAccountToken"] is False
+    # the token is for the pod list alone (see the attribution tests below)
+    assert spec["runtimeClassName"] == "nvidia" and spec["automountServiceAccountToken"] is True
     (container,) = spec["containers"]
     env = {e["name"]: e for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
@@ -269,6 +289,11 @@ def test_daemonset_runs_on_gpu_nodes_and_mounts_host_paths_read_only(variant: st
     # every variant follows the host's kern.log (the default: no device, no capability)
     assert paths["/var/log"] == "Directory" and "--kmsg-file=/host/kernel-log/kern.log" in container["args"]
     assert "/dev/kmsg" not in paths
+    # the host's /proc for the cgroups of NVML's host PIDs: read-only, submounts too where possible, no hostPID
+    assert paths["/proc"] == "Directory" and "--proc-root=/host/proc" in container["args"]
+    assert mounts["host-proc"]["mountPath"] == "/host/proc"
+    assert mounts["host-proc"]["recursiveReadOnly"] == "IfPossible" and "mountPropagation" not in mounts["host-proc"]
+    assert "hostPID" not in spec and "hostNetwork" not in spec
 
 
 def test_agent_security_context_is_the_least_that_works() -> None:
@@ -287,7 +312,10 @@ def test_agent_security_context_is_the_least_that_works() -> None:
     assert file_mode["securityContext"]["supplementalGroups"] == [4]
 
 
-@pytest.mark.parametrize("variant", ["defaults", "example", "watch-with-own-affinity", "agents-only"])
+@pytest.mark.parametrize(
+    "variant",
+    ["defaults", "example", "watch-with-own-affinity", "agents-only", "attribution-from-kubelet", "no-attribution"],
+)
 def test_no_container_is_privileged(variant: str) -> None:
     for spec in pod_specs(objects(VARIANTS[variant])):
         assert "hostNetwork" not in spec and "hostPID" not in spec and "hostIPC" not in spec
@@ -405,7 +433,7 @@ def test_control_plane_cluster_role_grants_exactly_the_table() -> None:
     assert pod["automountServiceAccountToken"] is True
     # observe only: no role, no token
     observe = objects({"server": {"backend": "none"}})
-    assert not [m for m in observe if m.kind in ("ClusterRole", "ClusterRoleBinding")]
+    assert not [m for m in observe if m.kind in ("ClusterRole", "ClusterRoleBinding") and m.name == "gpufleet-server"]
     assert find(observe, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
@@ -420,13 +448,244 @@ def test_workload_watch_cluster_role_grants_exactly_the_table(kueue: bool) -> No
     assert binding["subjects"][0]["name"] == watch["serviceAccountName"] and watch["automountServiceAccountToken"]
 
 
-@pytest.mark.parametrize("variant", ["defaults", "example"])
-def test_the_node_agents_get_no_api_access(variant: str) -> None:
+# --- the agent's attribution: the host's /proc, its node's pods, and the one role that reads them -----------------
+
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+NODE = {"NODE_NAME": "gpu-node-7", "HOST_IP": "10.0.3.7"}  # what the downward API would give on one node
+
+
+def agent_daemonsets(manifests: list[Manifest]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod spec, agent container) of every agent DaemonSet: the node agents and the workload watch's."""
+    specs = [m.obj["spec"]["template"]["spec"] for m in manifests if m.kind == "DaemonSet"]
+    return [(spec, spec["containers"][0]) for spec in specs]
+
+
+def flag(args: list[str], name: str) -> list[str]:
+    return [a.split("=", 1)[1] for a in args if a.startswith(name + "=")]
+
+
+def kubelet_expands(container: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """The container's args as the kubelet hands them to it: $(VAR) replaced for the variables its env defines (an
+    undefined one would be passed as is, so none may be)."""
+    defined = {e["name"] for e in container["env"]}
+    for arg in container["args"]:
+        for name in _REFERENCE.findall(arg):
+            assert name in defined, f"{arg}: $({name}) is not in the container's env"
+    return [_REFERENCE.sub(lambda m: env[m.group(1)], arg) for arg in container["args"]]
+
+
+def pod_list_request(url: str, tmp_path: Path) -> httpx.Request:
+    """The request the agent's pod-list reader makes for `url`, with a service-account token."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"apiVersion": "v1", "kind": "PodList", "items": []})
+
+    token = tmp_path / "token"
+    token.write_text("service-account-token\n")
+    reader = kubelet_pods.KubeletPodList(url, token_path=token, transport=httpx.MockTransport(answer))
+    assert len(reader.index()) == 0
+    (request,) = seen
+    assert request.headers["Authorization"] == "Bearer service-account-token"
+    return request
+
+
+def rule_for(request: httpx.Request) -> rbac.Rule:
+    """The RBAC rule a GET needs: on the API server, a core collection outside any namespace is list on the resource
+    (cluster-wide: a ClusterRole); the kubelet authorizes /pods as get on nodes/pods (KubeletFineGrainedAuthz)."""
+    assert request.method == "GET"
+    parts = request.url.path.strip("/").split("/")
+    if request.url.port == 10250:
+        assert parts == ["pods"]
+        return ("", "nodes/pods", "get")
+    assert parts[:2] == ["api", "v1"] and len(parts) == 3, request.url.path
+    return ("", parts[2], "list")
+
+
+@pytest.mark.parametrize("variant", ["defaults", "example", "attribution-from-kubelet"])
+def test_agent_role_grants_exactly_the_pod_list_the_agent_reads(variant: str, tmp_path: Path) -> None:
     manifests = objects(VARIANTS[variant])
-    account = find(manifests, "ServiceAccount", "gpufleet-agent")
-    assert account["automountServiceAccountToken"] is False
+    role = find(manifests, "ClusterRole", "gpufleet-agent")
+    binding = find(manifests, "ClusterRoleBinding", "gpufleet-agent")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    daemonsets = agent_daemonsets(manifests)
+    # every agent, the workload watch's too, is bound, and nothing else
+    assert sorted(s["name"] for s in binding["subjects"]) == sorted(
+        spec["serviceAccountName"] for spec, _ in daemonsets
+    )
+    assert all(s["kind"] == "ServiceAccount" and s["namespace"] == "gpufleet" for s in binding["subjects"])
+    # the reader sends the token from where automounting puts it
+    assert Path("/var/run/secrets/kubernetes.io/serviceaccount/token") == kubelet_pods.TOKEN_PATH
+    for spec, container in daemonsets:
+        assert spec["automountServiceAccountToken"] is True
+        assert "hostNetwork" not in spec and "hostPID" not in spec
+        args = kubelet_expands(container, NODE)
+        (url,) = flag(args, "--pod-list")
+        request = pod_list_request(url, tmp_path)
+        assert _rules(role) == {rule_for(request)}
+        # the pod list is read only with pod-resources, which stays mounted read-only
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        assert mounts["pod-resources"]["readOnly"] is True
+        if rule_for(request) == ("", "pods", "list"):
+            assert request.url.host == "kubernetes.default.svc"
+            assert request.url.params["fieldSelector"] == "spec.nodeName=gpu-node-7"  # this node's pods only
+            assert request.url.params["resourceVersion"] == "0"  # from the API server's cache, not etcd
+            assert flag(args, "--pod-list-ca") == [str(kubelet_pods.CA_PATH)]  # the API server's certificate is checked
+        else:
+            assert request.url.host == "10.0.3.7" and request.url.scheme == "https"
+            env = {e["name"]: e for e in container["env"]}
+            assert env["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+            assert flag(args, "--pod-list-ca") == []  # the kubelet's self-signed certificate
+    # the watch's own role is unchanged by it
+    if variant == "example":
+        assert _rules(find(manifests, "ClusterRole", "gpufleet-agent-watch")) == rbac.WORKLOAD_WATCH.rules
+
+
+def test_a_pod_list_url_of_ones_own(tmp_path: Path) -> None:
+    url = "https://[$(HOST_IP)]:10250/pods"
+    manifests = objects({"agent": {"attribution": {"podList": "kubelet", "podListUrl": url}}})
+    ((_, container),) = agent_daemonsets(manifests)
+    args = kubelet_expands(container, {**NODE, "HOST_IP": "fd00::7"})
+    request = pod_list_request(flag(args, "--pod-list")[0], tmp_path)
+    assert request.url.host == "fd00::7" and rule_for(request) == ("", "nodes/pods", "get")
+    assert _rules(find(manifests, "ClusterRole", "gpufleet-agent")) == {rule_for(request)}
+
+
+@pytest.mark.parametrize(
+    ("values", "pod_list_flag", "proc"),
+    [
+        ({"attribution": {"enabled": False}}, None, False),
+        ({"attribution": {"podList": "none"}}, "none", True),
+        ({"podResources": {"enabled": False}}, "none", True),  # the pod list only names pod-resources' holders
+    ],
+    ids=["attribution-off", "pod-list-none", "no-pod-resources"],
+)
+def test_without_a_pod_list_the_agent_has_no_token_and_no_role(
+    values: dict[str, Any], pod_list_flag: str | None, proc: bool
+) -> None:
+    manifests = objects({"agent": values})
+    assert not [m for m in manifests if m.name == "gpufleet-agent" and m.kind.startswith("ClusterRole")]
     bound = [s["name"] for m in manifests if m.kind.endswith("RoleBinding") for s in m.obj["subjects"]]
     assert "gpufleet-agent" not in bound
+    assert find(manifests, "ServiceAccount", "gpufleet-agent")["automountServiceAccountToken"] is False
+    ((spec, container),) = agent_daemonsets(manifests)
+    args = container["args"]
+    assert spec["automountServiceAccountToken"] is False
+    assert flag(args, "--pod-list") == ([pod_list_flag] if pod_list_flag else [])
+    assert "--pod-list-ca" not in " ".join(args) and "HOST_IP" not in {e["name"] for e in container["env"]}
+    host_paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert ("/proc" in host_paths) is proc and ("/host/proc" in mounts) is proc
+    assert (flag(args, "--proc-root") == ["/host/proc"]) is proc
+    assert ("--no-attribution" in args) is not proc
+    if not proc:  # attribution off: none of its flags either
+        assert not [a for a in args if a.startswith("--workload-series")]
+
+
+def test_without_rbac_create_the_token_stays_for_a_binding_of_ones_own() -> None:
+    manifests = objects({"rbac": {"create": False}})
+    assert not [m for m in manifests if m.kind.startswith("ClusterRole")]
+    ((spec, _),) = agent_daemonsets(manifests)
+    assert spec["automountServiceAccountToken"] is True
+
+
+def test_the_role_is_bound_to_the_agents_own_account_only() -> None:
+    named = objects({"agent": {"serviceAccount": {"create": False, "name": "gpu-agents"}}})
+    assert find(named, "ClusterRoleBinding", "gpufleet-agent")["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-agents", "namespace": "gpufleet"}
+    ]
+    # the namespace's default account would give every pod running as it the pod list
+    with pytest.raises(ManifestError) as caught:
+        render({"agent": {"serviceAccount": {"create": False}}}, source="my-values.yaml")
+    assert caught.value.message.startswith("my-values.yaml: agent.serviceAccount.create is false")
+    assert "agent.serviceAccount.name" in caught.value.message and "podList=none" in caught.value.message
+    without = objects({"agent": {"serviceAccount": {"create": False}, "attribution": {"podList": "none"}}})
+    assert not [m for m in without if m.name == "gpufleet-agent" and m.kind.startswith("ClusterRole")]
+
+
+def test_workload_series_flags() -> None:
+    ((_, defaults),) = agent_daemonsets(objects({}))
+    assert flag(defaults["args"], "--workload-series") == []  # the agent's own default selection
+    assert flag(defaults["args"], "--workload-series-budget") == ["2000"]
+    for _, container in agent_daemonsets(objects(VARIANTS["attribution-from-kubelet"])):
+        selectors = flag(container["args"], "--workload-series")
+        assert selectors == ["sharing:all", "namespace:ml-train"]
+        assert workload_series_settings(selectors) == {
+            "workload_series_sharing": ("all",),
+            "workload_series_namespaces": ("ml-train",),
+        }
+        assert flag(container["args"], "--workload-series-budget") == ["500"]
+
+
+@pytest.mark.parametrize(
+    ("selector", "valid"),
+    [
+        ("sharing:mps", True),
+        ("sharing:mig-time-slicing", True),
+        ("sharing:all", True),
+        ("namespace:*", True),
+        ("namespace:ml-train", True),
+        ("all", True),
+        ("none", True),
+        ("sharing:shared", False),
+        ("namespace:", False),
+        ("pod:trainer-0", False),
+    ],
+)
+def test_the_schema_takes_the_selectors_the_agent_takes(selector: str, valid: bool) -> None:
+    values = {"agent": {"attribution": {"workloadSeries": [selector]}}}
+    if valid:
+        workload_series_settings([selector])
+        ((_, container),) = agent_daemonsets(objects(values))
+        assert flag(container["args"], "--workload-series") == [selector]
+    else:
+        with pytest.raises(UserError):
+            workload_series_settings([selector])
+        with pytest.raises(ManifestError, match=r"agent\.attribution\.workloadSeries\.0"):
+            render(values)
+
+
+def test_none_stands_alone() -> None:
+    with pytest.raises(UserError):
+        workload_series_settings(["none", "all"])
+    with pytest.raises(ManifestError) as caught:
+        render({"agent": {"attribution": {"workloadSeries": ["none", "all"]}}}, source="my-values.yaml")
+    assert 'agent.attribution.workloadSeries is ["none","all"]' in caught.value.message
+    assert "execution error" not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("attribution", "message"),
+    [
+        ({"podList": "hostNetwork"}, r"agent\.attribution\.podList: .*apiserver"),
+        ({"workloadSeriesBudget": -1}, r"agent\.attribution\.workloadSeriesBudget"),
+        ({"podListUrl": "http://kubernetes.default.svc/api/v1/pods"}, r"agent\.attribution\.podListUrl"),
+        ({"enable": True}, r"agent\.attribution: additional properties 'enable' not allowed"),
+    ],
+)
+def test_attribution_values_outside_the_schema(attribution: dict[str, Any], message: str) -> None:
+    with pytest.raises(ManifestError, match=message):
+        render({"agent": {"attribution": attribution}})
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_agent_takes_every_flag_the_chart_passes(variant: str) -> None:
+    """The chart's args, expanded as the kubelet does, parsed by the agent command itself (not run)."""
+    app = typer.Typer()
+    register_agent(app)
+    command = typer.main.get_command(app)
+    for _, container in agent_daemonsets(objects(VARIANTS[variant])):
+        args = kubelet_expands(container, NODE)
+        assert args[0] == "agent"
+        params = command.make_context("agent", args[1:]).params
+        assert params["attribution"] is (VARIANTS[variant].get("agent", {}).get("attribution", {}).get("enabled", True))
+        if params["attribution"]:
+            assert params["proc_root"] == Path("/host/proc")
 
 
 # --- values that cannot work: a clean error that names the fix ------------------------------------------------------
@@ -469,7 +728,7 @@ def test_replicas_without_postgresql_fail_with_the_fix() -> None:
 
 def test_an_invalid_passthrough_value_names_the_object_and_field() -> None:
     """Free-form values (affinity) are checked by the Kubernetes schemas once rendered."""
-    values = {"agent": {"affinity": {"nodeAfinity": {}}}}
+    values: dict[str, Any] = {"agent": {"affinity": {"nodeAfinity": {}}}}
     with pytest.raises(
         UserError, match=r"DaemonSet gpufleet/gpufleet-agent .*spec\.template\.spec\.affinity: .*nodeAfinity"
     ):

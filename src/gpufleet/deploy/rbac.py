@@ -2,7 +2,10 @@
 
 The chart's ClusterRoles grant exactly these rules and nothing else; the tests hold the code, this table and the
 rendered chart to each other, so a new API call without its rule (or a rule nothing uses) fails them.
-The node agent itself makes no API call: it reads its node, and its pods mount no service-account token.
+The node agent's one call is not in this table: to name the pod of each GPU process it lists its node's pods over
+plain HTTPS (sources.kubelet_pods; the API server's pods with a spec.nodeName field selector, or the kubelet's
+/pods), and the chart's agent ClusterRole grants exactly that (tests/deploy/test_render.py holds the rendered rule
+to the request the reader makes).
 """
 
 from __future__ import annotations
