@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import math
-import random
 from pathlib import Path
 
 import pynvml
@@ -33,6 +32,7 @@ from gpufleet.sources.nvml_processes import NvmlProcesses
 from gpufleet.telemetry.attribution import AttributionInputs, DeviceReading, GpuProcess, attribute
 from gpufleet.telemetry.frame import GpuEntity
 from tests.clirun import gpufleet
+from tests.sources.damage import JUNK, damaged
 from tests.sources.fake_nvml import FakeGpu, FakeNvml, FakeProcess, host_from_capture
 
 DATA = Path(__file__).parent / "data" / "nvml_processes"
@@ -584,23 +584,9 @@ def test_every_capture_has_its_provenance_and_reads(name: str) -> None:
 
 @pytest.mark.parametrize("name", [n for n in CAPTURES if not n.startswith("nvsmi_L_")])
 def test_damaged_captures_fail_only_as_parse_errors(name: str) -> None:
-    rng = random.Random(name)  # the same damage every run
-    original = text(name)
-    for _ in range(80):
-        chars = list(original)
-        for _ in range(rng.randint(1, 8)):
-            if not chars:
-                break
-            at = rng.randrange(len(chars))
-            action = rng.random()
-            if action < 0.4:
-                del chars[at : at + rng.randint(1, 20)]
-            elif action < 0.8:
-                chars.insert(at, rng.choice(["|", ",", " ", "\n", "#", "-", "x", "\x00", "N/A", "[", "]", "MiB", "²"]))
-            else:
-                chars = chars[:at]
+    for copy in damaged(text(name), name, 80, (*JUNK, "MiB", "²")):
         with contextlib.suppress(ParseError):
-            parse_processes("".join(chars), name)
+            parse_processes(copy, name)
 
 
 @settings(max_examples=150, deadline=None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from gpufleet.sources.ibdiags import (
 from gpufleet.sources.nvidia_smi import parse_query_text, parse_query_xml
 from gpufleet.sources.nvidia_smi_table import parse_table
 from gpufleet.sources.topo import parse_nvlink_status, parse_topo_matrix
+from tests.sources.damage import damaged
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "nvsmi_q_01_a100_ecc_rowremap_stas00.txt": parse_query_text,
@@ -54,22 +54,9 @@ def _survives(parser: Callable[[str], object], text: str) -> None:
 @pytest.mark.parametrize("name", sorted(PARSERS))
 def test_damaged_captures(corpus: Path, name: str) -> None:
     text = (corpus / name).read_text()
-    rng = random.Random(name)  # deterministic damage per file
     parser = PARSERS[name]
-    for _ in range(60):
-        chars = list(text)
-        for _ in range(rng.randint(1, 8)):
-            if not chars:
-                break
-            at = rng.randrange(len(chars))
-            action = rng.random()
-            if action < 0.4:
-                del chars[at : at + rng.randint(1, 20)]
-            elif action < 0.8:
-                chars.insert(at, rng.choice(["|", ":", " ", "\n", "\t", "0x", "-", "x", "\x00", "N/A", "[", "]"]))
-            else:
-                chars = chars[:at]  # cut short
-        _survives(parser, "".join(chars))
+    for copy in damaged(text, name, 60):
+        _survives(parser, copy)
 
 
 @settings(max_examples=150, deadline=None)
