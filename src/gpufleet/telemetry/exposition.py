@@ -61,6 +61,7 @@ from gpufleet.telemetry.workload_exposition import (
     job_holders,
     labels_mode_split,
     pod_holders,
+    pod_label_items,
     splits,
     workload_layout,
 )
@@ -122,11 +123,7 @@ def gpu_identity_labels(entity: GpuEntity, config: ExpositionConfig) -> list[tup
 
 def pod_labels(attr: Attribution, config: ExpositionConfig) -> list[tuple[str, str]]:
     """A pod's labels as the config names them (container, namespace, pod; or dcgm-exporter's old names)."""
-    if config.old_namespace:
-        names = ("container_name", "pod_namespace", "pod_name")
-    else:
-        names = ("container", "namespace", "pod")
-    return list(zip(names, (attr.container, attr.namespace, attr.pod), strict=True))
+    return pod_label_items(attr, config.old_namespace)
 
 
 def attribution_labels(frame: MetricFrame, index: int, config: ExpositionConfig) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ from gpufleet.telemetry.text_format import family_header
 from gpufleet.telemetry.text_format import label_pairs as _pairs
 from gpufleet.telemetry.vendor_exposition import catalog_model
 from gpufleet.telemetry.vendor_metrics import FleetSeries, load_vendor_metrics, scaled
-from gpufleet.telemetry.workload_exposition import pod_holders
+from gpufleet.telemetry.workload_exposition import pod_holders, workload_labels
 
 
 def fleet_labels(entity: GpuEntity) -> list[tuple[str, str]]:
@@ -129,8 +129,5 @@ def _pod_lines(frame: MetricFrame, name: str, bodies: list[str]) -> list[str]:
     lines = []
     for i in range(len(frame.entities)):
         for attr in pod_holders(frame, i):
-            own = [("container", attr.container), ("namespace", attr.namespace), ("pod", attr.pod)]
-            if attr.workload:
-                own.append(("workload", attr.workload))
-            lines.append(f"{name}{{{bodies[i]},{_pairs(own)}}} 1\n")
+            lines.append(f"{name}{{{bodies[i]},{_pairs(workload_labels(attr))}}} 1\n")
     return lines

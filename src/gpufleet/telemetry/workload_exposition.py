@@ -171,12 +171,17 @@ def splits(device: DeviceAttribution | None) -> bool:
     return device is not None and (len(device.shares) > 1 or any(not s.allotted for s in device.shares))
 
 
+def pod_label_items(holder: Attribution, old_namespace: bool = False) -> Labels:
+    """A pod's labels: container, namespace, pod (dcgm-exporter's --use-old-namespace names when asked)."""
+    names = ("container_name", "pod_namespace", "pod_name") if old_namespace else ("container", "namespace", "pod")
+    return list(zip(names, (holder.container, holder.namespace, holder.pod), strict=True))
+
+
 def holder_series_labels(holder: Attribution, old_namespace: bool) -> Labels:
     """A holder's labels on a dcgm-exporter series (labels mode): the pod's, and hpc_job for a Slurm job."""
     items: Labels = []
     if holder.pod or holder.namespace or holder.container:
-        names = ("container_name", "pod_namespace", "pod_name") if old_namespace else ("container", "namespace", "pod")
-        items.extend(zip(names, (holder.container, holder.namespace, holder.pod), strict=True))
+        items.extend(pod_label_items(holder, old_namespace))
     if holder.hpc_job:
         items.append(("hpc_job", holder.hpc_job))
     return sorted(items)
@@ -186,7 +191,7 @@ def workload_labels(holder: Attribution) -> Labels:
     """A holder's labels on gpufleet's per-workload series."""
     items: Labels = []
     if holder.pod or holder.namespace or holder.container:
-        items.extend([("container", holder.container), ("namespace", holder.namespace), ("pod", holder.pod)])
+        items.extend(pod_label_items(holder))
     if holder.hpc_job:
         items.append(("hpc_job", holder.hpc_job))
     if holder.workload:
