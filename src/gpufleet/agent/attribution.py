@@ -10,7 +10,7 @@ never carried over from an earlier one. `gpufleet_attribution_input{input,state}
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -21,10 +21,11 @@ from gpufleet.telemetry.attribution import (
     Allotments,
     AttributionInputs,
     DeviceReading,
+    EntityIndex,
     ProcessReading,
     attribute,
 )
-from gpufleet.telemetry.frame import Attribution, MetricFrame
+from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
 
 __all__ = ["AllotmentReader", "Allotments", "AttributionSource", "OwnerReader", "ProcessReader"]
 
@@ -98,6 +99,7 @@ class AttributionSource:
         self.process_reader = processes
         self.owner_reader = owners
         self._failing: dict[str, str] = {}
+        self._index: tuple[Sequence[GpuEntity], EntityIndex] | None = None
         self.notes_said: set[str] = set()
         for kind in INPUTS:
             if not self._configured(kind):
@@ -130,7 +132,9 @@ class AttributionSource:
             owners=owners,
             replicas=allot.replicas if allot is not None else {},
         )
-        result = attribute(frame.entities, device_readings(frame), inputs)
+        if self._index is None or self._index[0] is not frame.entities:  # entities change only with the GPUs
+            self._index = (frame.entities, EntityIndex(frame.entities))
+        result = attribute(frame.entities, device_readings(frame), inputs, self._index[1])
         for note in result.notes:
             if note not in self.notes_said:
                 self.notes_said.add(note)

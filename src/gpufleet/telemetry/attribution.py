@@ -250,9 +250,11 @@ def attribute(
     entities: Sequence[GpuEntity],
     readings: Sequence[DeviceReading],
     inputs: AttributionInputs,
+    index: EntityIndex | None = None,
 ) -> AttributionResult:
-    """Who used what of each entity in this collection (see the module's rules)."""
-    index = EntityIndex(entities)
+    """Who used what of each entity in this collection (see the module's rules). `index` is `entities`' index, kept
+    by a caller that attributes the same entities every collection."""
+    index = index if index is not None else EntityIndex(entities)
     devices = [_Device() for _ in entities]
     notes: dict[str, str] = {}
     for allot in inputs.allotments or ():
