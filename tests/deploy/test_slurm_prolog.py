@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.attribution import AttributionSource
 from gpufleet.integrations.slurm.client import expand_index_list
-from gpufleet.sources.slurm_jobmap import JobMapSource, read_job_map
+from gpufleet.sources.slurm_jobmap import JobMapAllotments, read_job_map
 from gpufleet.telemetry.exposition import ExpositionConfig, render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from tests.conftest import REPO_ROOT
@@ -146,7 +147,7 @@ def test_a_job_has_its_gpus_mapped_while_it_runs_and_unmapped_after(prolog: Prol
     # and the agent's source puts it on the GPUs' series
     frame = MetricFrame([GpuEntity(i, f"GPU-{i}", "NVIDIA H100 80GB HBM3", "gpu-01") for i in range(8)])
     frame.gpu("DCGM_FI_DEV_GPU_TEMP")[:] = 40
-    JobMapSource(directory).collect(frame)
+    AttributionSource([JobMapAllotments(directory)]).collect(frame)
     labelled = re.findall(
         r'DCGM_FI_DEV_GPU_TEMP\{gpu="(\d)".*hpc_job="(\d+)"', render(frame, ExpositionConfig(attribution="labels"))
     )

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.agent.attribution import AttributionSource
 from gpufleet.agent.collector import Collector
 from gpufleet.errors import BackendError
-from gpufleet.sources.slurm_jobmap import JobMapSource, mapping_key, parse_job_file, read_job_map
+from gpufleet.sources.slurm_jobmap import JobMapAllotments, parse_job_file, read_job_map
+from gpufleet.telemetry.attribution import EntityIndex, parse_device_id
 from gpufleet.telemetry.exposition import JOB_INFO_METRIC, ExpositionConfig, Renderer, render
 from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
 from tests.clirun import gpufleet
@@ -95,9 +97,16 @@ def test_no_directory_yet_is_no_jobs_and_one_that_cannot_be_listed_is_an_error(t
         read_job_map(tmp_path / "file")
 
 
-def test_mapping_key_is_the_index_or_index_and_gpu_instance() -> None:
-    assert mapping_key(GpuEntity(3, "GPU-x", "m", "h")) == "3"
-    assert mapping_key(GpuEntity(2, "GPU-x", "m", "h", mig_profile="1g.10gb", gpu_instance_id=0)) == "2.0"
+def test_a_file_name_is_the_gpu_index_or_index_and_gpu_instance() -> None:
+    gpus = [
+        GpuEntity(3, "GPU-x", "m", "h"),
+        GpuEntity(2, "GPU-y", "m", "h", mig_profile="1g.10gb", gpu_instance_id=0),
+        GpuEntity(2, "GPU-y", "m", "h", mig_profile="1g.10gb", gpu_instance_id=1),
+    ]
+    index = EntityIndex(gpus)
+    assert index.of_device(parse_device_id("3")) == 0
+    assert index.of_device(parse_device_id("2.0")) == 1
+    assert index.of_device(parse_device_id("2.1")) == 2
 
 
 # --- the source, each collection -------------------------------------------------------------------------------
@@ -106,7 +115,7 @@ def test_mapping_key_is_the_index_or_index_and_gpu_instance() -> None:
 def test_each_collection_follows_the_directory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     directory = write_map(tmp_path / "map", {"0": "31\n", "2": "31\n32\n", "3": b"\xff"})
     frame = temp_frame()
-    source = JobMapSource(directory)
+    source = AttributionSource([JobMapAllotments(directory)])
     with caplog.at_level(logging.WARNING, logger="gpufleet.agent"):
         source.collect(frame)
         version = frame.labels_version
@@ -120,10 +129,11 @@ def test_each_collection_follows_the_directory(tmp_path: Path, caplog: pytest.Lo
     assert frame.jobs == [(), (), ("32",), ()] and frame.labels_version > version
 
 
-def test_a_job_map_that_cannot_be_read_marks_the_source_down_and_drops_the_labels(tmp_path: Path) -> None:
+def test_a_job_map_that_cannot_be_read_marks_the_reader_down_and_drops_the_labels(tmp_path: Path) -> None:
     directory = write_map(tmp_path / "map", {"1": "41\n"})
     frame = temp_frame()
-    collector = Collector(frame, [Temperatures(), JobMapSource(directory)], exposition=COMPAT)
+    source = AttributionSource([JobMapAllotments(directory)])
+    collector = Collector(frame, [Temperatures(), source], exposition=COMPAT)
     collector.collect_once()
     assert 'hpc_job="41"' in collector.body.decode()
     for path in directory.iterdir():
@@ -133,7 +143,7 @@ def test_a_job_map_that_cannot_be_read_marks_the_source_down_and_drops_the_label
     collector.collect_once()
     body = collector.body.decode()
     assert "hpc_job" not in body and 'DCGM_FI_DEV_GPU_TEMP{gpu="1"' in body
-    assert 'gpufleet_source_up{source="job-map"} 0' in body
+    assert 'gpufleet_attribution_input{input="allotments",reader="job-map",state="down"} 1' in body
 
 
 # --- exposition --------------------------------------------------------------------------------------------------

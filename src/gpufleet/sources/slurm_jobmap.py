@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpufleet.errors import BackendError
 from gpufleet.telemetry.attribution import Allotment, Allotments
-from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
+from gpufleet.telemetry.frame import Attribution
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -89,37 +89,6 @@ def read_job_map(directory: Path) -> JobMap:
         if found:
             jobs[path.name] = found
     return JobMap(jobs, tuple(problems))
-
-
-def mapping_key(entity: GpuEntity) -> str:
-    """The mapping file name for a GPU: its index, or index.instance for a MIG GPU instance."""
-    if entity.mig_profile and entity.gpu_instance_id is not None:
-        return f"{entity.gpu}.{entity.gpu_instance_id}"
-    return str(entity.gpu)
-
-
-class JobMapSource:
-    """Puts each GPU's Slurm jobs on the frame every collection (exposed as `hpc_job`, like dcgm-exporter's)."""
-
-    name = "job-map"
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._reported: set[str] = set()
-
-    def collect(self, frame: MetricFrame) -> None:
-        try:
-            mapping = read_job_map(self.directory)
-        except BackendError:
-            for i in range(len(frame.entities)):  # no labels rather than stale ones; the collector reports it
-                frame.set_jobs(i, ())
-            raise
-        fresh = set(mapping.problems) - self._reported
-        for problem in sorted(fresh):  # each said once, not on every collection
-            log.warning("job map: %s", problem)
-        self._reported = set(mapping.problems)
-        for i, entity in enumerate(frame.entities):
-            frame.set_jobs(i, mapping.jobs.get(mapping_key(entity), ()))
 
 
 class JobMapAllotments:
