@@ -22,7 +22,7 @@ from rich.table import Table
 from gpufleet.sources.kmsg import scan_kmsg
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
+CORPUS = ROOT / "tests" / "corpus"
 BASELINE = re.compile(r"NVRM: Xid.*?: (\d+),")
 TARGET_LINES_PER_S = 100_000
 REPEATS = 5

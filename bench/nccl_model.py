@@ -1,19 +1,18 @@
 """NCCL model vs published nccl-tests tables, and prediction speed.
 
-For every AllReduce table in the shared corpus (nccl/perf), predict busbw per size with NCCL's cost
+For every AllReduce table in the corpus (tests/corpus/nccl/perf), predict busbw per size with NCCL's cost
 model for the NCCL version the run used (its .source.txt; 2.30 when not stated) and the topology the source
 describes, plus pipeline fill (data/expected.yaml), and report the median absolute percentage error for sizes
 >= 1 MiB. Also shown: the same with 2.30 constants, and NCCL's own estimate without fill. Each table goes
 through `compare`: healthy tables must come out healthy; a copy of each multi-node table at half bandwidth
 (a lost rail) must be flagged. Target: MdAPE <= 15% per table.
 
-Run: python bench/nccl_model.py [--shared PATH]
+Run: python bench/nccl_model.py [--perf-dir PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from dataclasses import replace
@@ -46,13 +45,7 @@ TABLES: dict[str, tuple[dict[str, object], str, str]] = {
     ),
 }
 TARGET = 15.0
-
-
-def _shared(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    env = os.environ.get("GPUFLEET_SHARED_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared"
+PERF = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "nccl" / "perf"
 
 
 def _mdape(topo: Topology, rows: list, min_bytes: int = 1 << 20, nccl_only: bool = False) -> float:  # type: ignore[type-arg]
@@ -69,9 +62,9 @@ def _mdape(topo: Topology, rows: list, min_bytes: int = 1 << 20, nccl_only: bool
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--shared", help="shared data folder (default: beside the repository)")
+    ap.add_argument("--perf-dir", type=Path, default=PERF, help="folder of nccl-tests tables with their .source.txt")
     args = ap.parse_args()
-    perf = _shared(args.shared) / "corpus" / "nccl" / "perf"
+    perf = args.perf_dir
     console = Console(width=170)
     table = Table(title="busbw error vs published nccl-tests tables (sizes >= 1 MiB), model of the run's NCCL")
     for col in (

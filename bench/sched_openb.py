@@ -26,7 +26,7 @@ from gpufleet.sched.replay.openb import load_trace
 from gpufleet.sched.replay.policies import PAPER_NAMES, expand_policies
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_TRACE = REPO.parent / "shared" / "data" / "openb"
+DEFAULT_TRACE = REPO / "tests" / "sched" / "data" / "openb"
 PAPER_FGD_100 = 95.23
 PAPER_BESTFIT_100 = 92.86
 WALL_TARGET_S = 20.0

@@ -31,7 +31,7 @@ from rich.table import Table
 from gpufleet.triage.run import triage_stream
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
+CORPUS = ROOT / "tests" / "corpus"
 EXPECTED = ROOT / "tests" / "triage" / "data" / "corpus_verdicts.csv"
 TARGET_S = 20.0
 TARGET_RSS_MB = 200.0

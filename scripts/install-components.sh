@@ -15,6 +15,12 @@ chromium: chromium fonts-dejavu-core
 ib: ibsim-utils infiniband-diags opensm libumad2sim0 rdma-core
 slurm: slurm-wlm slurmd slurmctld slurmrestd slurm-client munge slurm-wlm-jwt-plugin
 postgresql: postgresql
+kubectl: kubernetes-client
+"
+
+# A package not needed where a command it would provide is already there (e.g. kubectl from another source).
+PROVIDED_BY_COMMAND="
+kubernetes-client: kubectl
 "
 
 group_packages() {
@@ -47,8 +53,17 @@ for word in "${requested[@]}"; do
   fi
 done
 
+provided_by_command() {
+  local command
+  command="$(printf '%s\n' "$PROVIDED_BY_COMMAND" | awk -v p="$1:" '$1 == p { print $2 }')"
+  [[ -n "$command" ]] && command -v "$command" >/dev/null 2>&1
+}
+
 missing=()
 for pkg in "${packages[@]}"; do
+  if provided_by_command "$pkg"; then
+    continue
+  fi
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$pkg")
   fi

@@ -1,4 +1,4 @@
-"""Shared fixtures: where the shared reference data lives, and how tests that need real components behave."""
+"""Shared fixtures: where the real captures and the trace live, and how tests that need real components behave."""
 
 from __future__ import annotations
 
@@ -18,25 +18,22 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def shared_dir() -> Path:
-    """The shared data folder that sits beside the repository (corpus, openb trace, catalogs)."""
-    env = os.environ.get("GPUFLEET_SHARED_DIR")
-    return Path(env) if env else REPO_ROOT.parent / "shared"
+CORPUS = REPO_ROOT / "tests" / "corpus"
+"""Real captured outputs, each with a `.source.txt` naming where it came from (tests/corpus/README.md)."""
+OPENB = REPO_ROOT / "tests" / "sched" / "data" / "openb"
+"""The openb production trace's default pod list and GPU node list, with the FGD paper's results (SOURCES.md there)."""
+CATALOG_DATA = REPO_ROOT / "src" / "gpufleet" / "catalog" / "data"
+"""The catalogs' source tables as gpufleet ships them (SOURCES.md there)."""
 
 
 @pytest.fixture(scope="session")
-def shared() -> Path:
-    path = shared_dir()
-    if not path.is_dir():
-        if IN_CI:
-            pytest.fail(f"shared data folder missing at {path}")
-        pytest.skip(f"shared data folder not found at {path} (set GPUFLEET_SHARED_DIR)")
-    return path
+def corpus() -> Path:
+    return CORPUS
 
 
 @pytest.fixture(scope="session")
-def corpus(shared: Path) -> Path:
-    return shared / "corpus"
+def openb() -> Path:
+    return OPENB
 
 
 def require_tool(*names: str, path: str | None = None) -> None:

@@ -124,7 +124,7 @@ def test_repeats_dedupe_and_lifecycle() -> None:
         book.transition(inc.id, IncidentState.open)
 
 
-def test_slow_collectives_from_nccl_compare_become_an_incident(shared: object) -> None:
+def test_slow_collectives_from_nccl_compare_become_an_incident() -> None:
     from pathlib import Path
 
     from gpufleet.nccl.compare import CollectiveFinding

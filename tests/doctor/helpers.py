@@ -122,13 +122,11 @@ DATA = Path(__file__).parent / "data"
 
 def kubectl_create(*args: str) -> dict[str, Any]:
     """`kubectl create ARGS --dry-run=client -o json` (offline): the object kubectl would send, as a base to edit."""
-    import shutil
     import subprocess
 
-    import pytest
+    from tests.conftest import require_tool
 
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed")
+    require_tool("kubectl")
     split = args.index("--") if "--" in args else len(args)  # kubectl's flags go before the command
     command = ["kubectl", "create", *args[:split], "--dry-run=client", "-o", "json", *args[split:]]
     made = subprocess.run(command, capture_output=True, text=True, check=True)

@@ -105,11 +105,11 @@ def test_a_large_repository_is_read_on_every_core_with_the_same_findings(
 
 def test_kubectl_dry_run_output_is_a_manifest_and_is_validated(tmp_path: Path) -> None:
     import json
-    import shutil
     import subprocess
 
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed")
+    from tests.conftest import require_tool
+
+    require_tool("kubectl")
     made = subprocess.run(
         ["kubectl", "create", "deployment", "web", "--image=nginx", "--dry-run=client", "-o", "json"],
         capture_output=True,

@@ -4,7 +4,6 @@ on built fabrics; and fast enough for a 16k-HCA fabric."""
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 from typing import Any
 
@@ -348,7 +347,8 @@ def test_a_leaf_with_its_uplinks_bunched_on_one_spine() -> None:
 # --- speed ----------------------------------------------------------------------------------------------------------
 
 
-def test_16k_hcas_in_three_tiers_validate_in_well_under_two_seconds() -> None:
+def test_16k_hcas_in_three_tiers_validate_and_name_the_one_missing_cable() -> None:
+    """At SuperPOD size (its speed is measured by bench/fabric.py)."""
     body = ClusterBody.model_validate(
         {"nodePools": [{"name": "dgx", "count": 2048, "nics": {"count": 8}}], "fabric": {"leafRadix": 64}}
     )
@@ -357,8 +357,5 @@ def test_16k_hcas_in_three_tiers_validate_in_well_under_two_seconds() -> None:
     assert len(found.hcas()) == 16_384 and len(found.links) == 3 * 16_384
     assert {n.tier for n in found.nodes.values() if n.is_switch} == {"leaf", "spine", "core"}
     gone = found.links.pop(1234)
-    started = time.perf_counter()
     findings = validate(found, expected)
-    took = time.perf_counter() - started
     assert [f.kind for f in findings] == ["missing-link"] and set(findings[0].ends or ()) == {gone.a, gone.b}
-    assert took < 2.0, f"validation took {took:.2f} s"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import random
 import re
-from pathlib import Path
 
 import pytest
 
@@ -20,13 +19,14 @@ from gpufleet.sched.partition.mig import (
     layout_for_counts,
     maximal_count_vectors,
 )
+from tests.conftest import CATALOG_DATA
 
 H100 = "H100-SXM5-80GB"
 
 
-def _shared_placements(shared: Path) -> dict[tuple[str, str], tuple[set[int], int]]:
+def _catalog_placements() -> dict[tuple[str, str], tuple[set[int], int]]:
     out = {}
-    with (shared / "data" / "catalog" / "mig_profiles.csv").open() as fh:
+    with (CATALOG_DATA / "mig_profiles.csv").open() as fh:
         for row in csv.DictReader(fh):
             match = re.match(r"^\{([\d,]+)\}:(\d+)$", row["placements"])
             assert match, row
@@ -34,8 +34,8 @@ def _shared_placements(shared: Path) -> dict[tuple[str, str], tuple[set[int], in
     return out
 
 
-def test_every_profile_on_every_geometry_is_valid_exactly_at_its_listed_starts(shared: Path) -> None:
-    reference = _shared_placements(shared)
+def test_every_profile_on_every_geometry_is_valid_exactly_at_its_listed_starts() -> None:
+    reference = _catalog_placements()
     checked = 0
     for geometry in mig_geometries():
         for name, prof in mig_profiles_for(geometry).items():

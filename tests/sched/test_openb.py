@@ -82,8 +82,8 @@ def test_missing_files(tmp_path: Path) -> None:
         load_trace(tmp_path)
 
 
-def test_real_trace_shape(shared: Path) -> None:
-    nodes, pods = load_trace(shared / "data" / "openb")
+def test_real_trace_shape(openb: Path) -> None:
+    nodes, pods = load_trace(openb)
     assert len(nodes) == 1213
     assert int(nodes.num_gpu.sum()) == 6212
     assert len(pods) == 8152

@@ -54,8 +54,8 @@ def test_no_tune_keeps_every_pod_once() -> None:
     assert arrival_order(pods, 4000, seed=5, tune=0, shuffle=False).names == pods.names
 
 
-def test_default_trace_tuning_count(shared: Path) -> None:
-    nodes, pods = load_trace(shared / "data" / "openb")
+def test_default_trace_tuning_count(openb: Path) -> None:
+    nodes, pods = load_trace(openb)
     target = 1.3 * nodes.total_gpu_milli  # the simulator's log: 6086800 vs 8075600.00 (1.30 * 6212000)
     assert target == pytest.approx(8075600)
     counts = []
@@ -85,8 +85,8 @@ def test_discrete_curve_reads_like_the_paper_analysis() -> None:
     assert curve[130] is None
 
 
-def small_trace(tmp_path: Path, shared: Path, n_nodes: int = 40, n_pods: int = 300) -> Path:
-    src = shared / "data" / "openb"
+def small_trace(tmp_path: Path, openb: Path, n_nodes: int = 40, n_pods: int = 300) -> Path:
+    src = openb
     out = tmp_path / "openb"
     out.mkdir()
     for name, keep in (("openb_node_list_gpu_node.csv", n_nodes), ("openb_pod_list_default.csv", n_pods)):
@@ -95,8 +95,8 @@ def small_trace(tmp_path: Path, shared: Path, n_nodes: int = 40, n_pods: int = 3
     return out
 
 
-def test_replay_small_subset_is_deterministic(tmp_path: Path, shared: Path) -> None:
-    nodes, pods = load_trace(small_trace(tmp_path, shared))
+def test_replay_small_subset_is_deterministic(tmp_path: Path, openb: Path) -> None:
+    nodes, pods = load_trace(small_trace(tmp_path, openb))
     first = replay(nodes, pods, "fgd", seed=42, tune=1.3)
     again = replay(nodes, pods, "fgd", seed=42, tune=1.3)
     other = replay(nodes, pods, "fgd", seed=43, tune=1.3)
@@ -112,8 +112,8 @@ def test_replay_small_subset_is_deterministic(tmp_path: Path, shared: Path) -> N
     assert np.all(np.diff(first.alloc_curve) >= 0)
 
 
-def test_every_policy_replays_the_subset(tmp_path: Path, shared: Path) -> None:
-    nodes, pods = load_trace(small_trace(tmp_path, shared, 20, 150))
+def test_every_policy_replays_the_subset(tmp_path: Path, openb: Path) -> None:
+    nodes, pods = load_trace(small_trace(tmp_path, openb, 20, 150))
     expected = len(arrival_order(pods, nodes.total_gpu_milli, seed=1, tune=1.3))  # tuned down to 1.3x
     for name in ("random", "first-fit", "dot-product", "gpu-clustering", "gpu-packing", "best-fit", "fgd"):
         result = replay(nodes, pods, name, seed=1, tune=1.3)
@@ -121,8 +121,8 @@ def test_every_policy_replays_the_subset(tmp_path: Path, shared: Path) -> None:
         assert result.alloc_pct["130"] is not None
 
 
-def test_cli_replay_json_and_plot(tmp_path: Path, shared: Path) -> None:
-    trace = small_trace(tmp_path, shared, 30, 200)
+def test_cli_replay_json_and_plot(tmp_path: Path, openb: Path) -> None:
+    trace = small_trace(tmp_path, openb, 30, 200)
     plot = tmp_path / "alloc.png"
     wide = {"COLUMNS": "200"}
     res = gpufleet(
@@ -160,8 +160,8 @@ def test_cli_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert res.returncode == 2 and "bad seed list" in res.stderr
 
 
-def test_fragmentation_kpi_uses_the_papers_definition_for_every_policy(tmp_path: Path, shared: Path) -> None:
-    nodes, pods = load_trace(small_trace(tmp_path, shared, 20, 150))
+def test_fragmentation_kpi_uses_the_papers_definition_for_every_policy(tmp_path: Path, openb: Path) -> None:
+    nodes, pods = load_trace(small_trace(tmp_path, openb, 20, 150))
     runs = {name: replay(nodes, pods, name, seed=1) for name in ("best-fit", "fgd", "fgd-plus")}
     # same empty cluster, same typical pods: the same starting fragmentation, whatever the policy scores with
     assert runs["fgd"].frag_curve[0] == pytest.approx(runs["best-fit"].frag_curve[0])

@@ -44,6 +44,14 @@ def operations(app: Any) -> list[Any]:
     return [op for op in ops if op.path not in ("/api/v1/stream",)]
 
 
+def server_error(case: Any, response: Any) -> bool:
+    """A 5xx other than /healthz's documented 503 (no control loop turns in this fixture, so after 30 s of fuzzing
+    the health check rightly says so)."""
+    if case.formatted_path == "/healthz" and response.status_code == 503:
+        return response.json().get("status") != "unhealthy"
+    return response.status_code >= 500
+
+
 def fuzz(op: Any, check: Any, examples: int = 20) -> None:
     @given(case=op.as_strategy())
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -61,7 +69,7 @@ def test_no_500_and_no_change_without_the_right_token(fuzzed: Any) -> None:
         for who, headers in (("nobody", {}), ("viewer", {"Authorization": f"Bearer {VIEWER}"})):
             response = case.call(headers=headers)  # from "testclient": not loopback, reads need a token too
             where = f"{case.method} {case.formatted_path} as {who}"
-            assert response.status_code < 500, f"{where}: {response.text[:300]}"
+            assert not server_error(case, response), f"{where}: {response.text[:300]}"
             assert "Traceback" not in response.text
             if case.method.upper() != "GET":
                 assert response.status_code in (401, 403, 413), where
@@ -75,7 +83,7 @@ def test_no_500_for_an_admin_either(fuzzed: Any) -> None:
     def check(case: Any) -> None:
         response = case.call(headers={"Authorization": f"Bearer {apiclient.TOKEN}"})
         where = f"{case.method} {case.formatted_path}"
-        assert response.status_code < 500, f"{where}: {response.status_code} {response.text[:300]}"
+        assert not server_error(case, response), f"{where}: {response.status_code} {response.text[:300]}"
         assert "Traceback" not in response.text
 
     for op in operations(fuzzed[1]):
@@ -88,5 +96,6 @@ def test_a_flood_of_bad_requests_leaves_the_server_answering(fuzzed: Any) -> Non
     for k in range(300):
         client.post(f"/api/v1/nodes/n-00{k % 3}/drain", content=junk[k % len(junk)])
         client.get("/api/v1/events", params={"limit": "x" * (k % 50)})
+    fuzzed[0].tick()  # no control loop runs in this fixture: one turn, as the server's loop takes
     assert client.get("/healthz").status_code == 200
     assert client.get("/api/v1/nodes").status_code == 200

@@ -40,14 +40,7 @@ def _ours(text: str) -> list[tuple[str, dict[str, str], str]]:
     return out
 
 
-def _scrapes(shared: Path | None) -> list[Path]:
-    files = sorted(DATA.glob("dcgm_exporter_*.txt"))
-    if shared is not None:
-        files += sorted(p for p in (shared / "corpus").glob("dcgm_exporter_metrics_*.txt") if ".source" not in p.name)
-    return files
-
-
-@pytest.mark.parametrize("path", _scrapes(None), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(DATA.glob("dcgm_exporter_*.txt")), ids=lambda p: p.name)
 def test_agrees_with_prometheus_client(path: Path) -> None:
     text = path.read_text()
     assert _ours(text) == _reference(text)

@@ -57,8 +57,8 @@ def test_mixed_fleet() -> None:
     assert a100.labels["gpufleet.io/tier"] == "training" and len(a100.nics) == 4
 
 
-def test_openb_node_list(shared: Path) -> None:
-    cluster = load_openb_nodes(shared / "data" / "openb" / "openb_node_list_gpu_node.csv")
+def test_openb_node_list(openb: Path) -> None:
+    cluster = load_openb_nodes(openb / "openb_node_list_gpu_node.csv")
     assert len(cluster.nodes) == 1213
     assert cluster.gpu_count == 6212  # the trace's published GPU count
     models = Counter(n.gpus[0].model.name for n in cluster.nodes if n.gpus)

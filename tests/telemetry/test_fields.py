@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpufleet.catalog.clock_events import clock_events_of, load_clock_events
 from gpufleet.catalog.dcgm_fields import parse_counter_file
 from gpufleet.errors import NotFoundError
 from gpufleet.telemetry.fields import load_field_catalog
+from tests.conftest import CATALOG_DATA
 
 FAULT_FIELDS = [
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
@@ -39,8 +38,8 @@ def test_fault_fields_are_switched_on() -> None:
     assert not missing
 
 
-def test_names_types_and_help_follow_dcgm_exporter(shared: Path) -> None:
-    upstream = parse_counter_file((shared / "data/dcgm-exporter/default-counters.csv").read_text())
+def test_names_types_and_help_follow_dcgm_exporter() -> None:
+    upstream = parse_counter_file((CATALOG_DATA / "dcgm_exporter" / "default-counters.csv").read_text())
     catalog = load_field_catalog()
     # a name listed twice (PCIe bytes: old counter commented out, DCP gauge on) counts as its enabled line
     chosen = {f.name: f for f in upstream if not f.enabled_by_default}

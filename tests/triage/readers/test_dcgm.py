@@ -12,10 +12,9 @@ import pytest
 from gpufleet.triage.readers import read
 from gpufleet.triage.readers.dcgm import read_dcgmi_diag, read_dcgmi_health
 from gpufleet.triage.run import triage_lines, triage_stream
-from tests.conftest import shared_dir
+from tests.conftest import CORPUS
 
 DATA = Path(__file__).parents[2] / "sources" / "data"
-CORPUS = shared_dir() / "corpus"
 
 
 def _lines(name: str) -> list[str]:
@@ -111,10 +110,8 @@ def test_detected_by_content_even_pasted() -> None:
 
 
 def _files() -> list[Path]:
-    files = sorted(DATA.glob("dcgmi_*.txt")) + sorted(DATA.glob("dcgmi_*.json"))
-    if CORPUS.is_dir():
-        files += sorted(p for p in CORPUS.glob("dcgmi_*.txt") if ".source" not in p.name)
-    return files
+    real = sorted(p for p in CORPUS.glob("dcgmi_*.txt") if ".source" not in p.name)
+    return sorted(DATA.glob("dcgmi_*.txt")) + sorted(DATA.glob("dcgmi_*.json")) + real
 
 
 def _fmt(path: Path) -> str:

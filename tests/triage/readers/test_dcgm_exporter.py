@@ -12,10 +12,9 @@ import pytest
 from gpufleet.triage.readers import read
 from gpufleet.triage.readers.dcgm_exporter import field_ids, read_dcgm_exporter_metrics
 from gpufleet.triage.run import triage_lines
-from tests.conftest import shared_dir
+from tests.conftest import CORPUS
 
 DATA = Path(__file__).parents[2] / "sources" / "data"
-CORPUS = shared_dir() / "corpus"
 LABELS = 'gpu="{g}",UUID="GPU-{g}",pci_bus_id="00000000:{g}1:00.0",device="nvidia{g}",modelName="{model}"'
 
 
@@ -132,18 +131,14 @@ def test_corpus(name: str, verdict: str, code: str) -> None:
     """Excerpts of real scrapes: none but the fifth carries an Xid field, so none can be called healthy; the fifth
     counts Xid 42 once in its 5-minute window, which the Xid policy rates fatal."""
     path = CORPUS / name
-    if not path.exists():
-        pytest.skip(f"{path} is not on this machine")
     report = triage_lines(io.StringIO(path.read_text()), name)
     assert (report.format, report.verdict) == ("dcgm-exporter-metrics", verdict)
     assert not code or code in [f.code for f in report.findings]
 
 
 def _files() -> list[Path]:
-    files = sorted(DATA.glob("dcgm_exporter_*.txt"))
-    if CORPUS.is_dir():
-        files += sorted(p for p in CORPUS.glob("dcgm_exporter_metrics_*.txt") if ".source" not in p.name)
-    return files
+    real = sorted(p for p in CORPUS.glob("dcgm_exporter_metrics_*.txt") if ".source" not in p.name)
+    return sorted(DATA.glob("dcgm_exporter_*.txt")) + real
 
 
 def test_seeded_fuzz_cuts_mutations_and_dropped_lines() -> None:

@@ -11,10 +11,10 @@ import pytest
 from gpufleet.triage.readers import nccl as nccl_reader
 from gpufleet.triage.readers import read
 from gpufleet.triage.run import triage_lines, triage_stream
-from tests.conftest import shared_dir
+from tests.conftest import CORPUS
 
 DATA = Path(__file__).resolve().parent / "data"
-PERF = shared_dir() / "corpus" / "nccl" / "perf"
+PERF = CORPUS / "nccl" / "perf"
 FIXTURES = sorted(DATA.glob("nccl_tests_*.txt"))
 
 # fixture -> (verdict, codes)
@@ -89,8 +89,6 @@ def test_unknown_gpu_is_unknown_for_bandwidth_but_still_reports_wrong() -> None:
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_real_runs(name: str) -> None:
     path = PERF / name
-    if not path.exists():
-        pytest.skip(f"{path} is not on this machine")
     fmt, verdict, codes, notes = _triage(path.read_text())
     assert (fmt, verdict, codes) == ("nccl-tests", "unknown", [])
     assert any(CORPUS[name] in n for n in notes), notes
@@ -98,8 +96,6 @@ def test_real_runs(name: str) -> None:
 
 def test_published_busbw_tables_are_not_tool_output() -> None:
     path = PERF / "a100_azure_ndv4_1node_8gpu.txt"
-    if not path.exists():
-        pytest.skip(f"{path} is not on this machine")
     assert _triage(path.read_text())[:2] == ("unknown", "unknown")  # a summary table, not nccl-tests' output
     report = read("nccl-tests", iter(path.read_text().splitlines()), "table")
     assert report.verdict == "unknown" and any("does not name its test" in n for n in report.notes)
