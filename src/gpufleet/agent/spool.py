@@ -19,6 +19,7 @@ import msgspec
 from gpufleet.errors import BackendError
 from gpufleet.model.observe import Observation, Record
 from gpufleet.model.wire import encode
+from gpufleet.private_files import private_database, private_dir
 
 _decode: msgspec.json.Decoder[Observation] = msgspec.json.Decoder(Observation)
 
@@ -30,12 +31,13 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 class RecordSpool:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            private_dir(path.parent)  # the agent's data folder and its spool are its owner's only
+            private_database(path)
             self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise BackendError(
                 f"cannot open the agent's spool {path}: {exc}", fix="check the agent's --data-dir is writable"
             ) from exc

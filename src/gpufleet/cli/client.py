@@ -19,6 +19,7 @@ import yaml
 from gpufleet import yaml_input
 from gpufleet.control.paths import DEFAULT_PORT, api_token, data_dir
 from gpufleet.errors import AuthError, BackendError, ManifestError, NotFoundError, UserError
+from gpufleet.private_files import write_private
 
 CONFIG_KEYS = ("server", "token-file")
 
@@ -41,10 +42,7 @@ def read_config() -> dict[str, str]:
 
 
 def write_config(values: dict[str, str]) -> Path:
-    path = config_path()
-    path.write_text(yaml.safe_dump(values, sort_keys=True), encoding="utf-8")
-    path.chmod(0o600)
-    return path
+    return write_private(config_path(), yaml.safe_dump(values, sort_keys=True))
 
 
 class Api:

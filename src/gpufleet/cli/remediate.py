@@ -46,10 +46,9 @@ DIAG_OPT = typer.Option(
 
 def _state_dir(state: Path | None) -> Path:
     from gpufleet.control.paths import data_dir
+    from gpufleet.private_files import private_dir
 
-    path = state or data_dir()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(state) if state is not None else data_dir()
 
 
 def _backend(name: BackendName, scenario: Path | None, diag_command: str | None) -> Any:

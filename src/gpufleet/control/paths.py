@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpufleet.private_files import private_dir
+
 DEFAULT_PORT = 8470
 
 
 def data_dir() -> Path:
-    path = Path(os.environ.get("GPUFLEET_HOME", Path.home() / ".gpufleet"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """$GPUFLEET_HOME (default ~/.gpufleet), made or kept 0700: everything gpufleet writes in it is its owner's
+    only (gpufleet.private_files)."""
+    return private_dir(Path(os.environ.get("GPUFLEET_HOME", Path.home() / ".gpufleet")))
 
 
 def api_token() -> str | None:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gpufleet.errors import BackendError
+from gpufleet.private_files import private_dir, write_private
 
 
 @dataclass(slots=True)
@@ -46,13 +47,11 @@ class FileTicketSink(TicketSink):
         self.directory = Path(directory)
 
     def file(self, ticket: Ticket) -> str:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         path = self.directory / f"{_safe(ticket.id)}.json"
         if path.exists():
             return f"{path} (already filed)"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(ticket), indent=2) + "\n")
-        tmp.replace(path)
+        write_private(path, json.dumps(asdict(ticket), indent=2) + "\n")  # whole, and its owner's only
         return str(path)
 
     def tickets(self) -> list[Ticket]:

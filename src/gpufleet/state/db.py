@@ -12,8 +12,6 @@ directory's SQLite file, or a PostgreSQL URL (state/postgres.py).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -186,12 +184,9 @@ class SQLiteDatabase(Database):
 def _private_file(path: Path) -> None:
     """Create the database file readable by its owner only before SQLite opens it (SQLite gives its -wal and
     -shm files the database file's mode), and take away others' access to one made before."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-    for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        with contextlib.suppress(FileNotFoundError):
-            if f.stat().st_mode & 0o077:
-                f.chmod(0o600)
+    from gpufleet.private_files import private_database
+
+    private_database(path)
 
 
 def where(filters: Mapping[str, Any], *conditions: str) -> tuple[str, list[Any]]:

@@ -10,7 +10,6 @@ tokens; `agent` only pushes observations.
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import threading
 import time
@@ -172,11 +171,9 @@ class TokenStore:
 
 def write_secret(path: Path, secret: str) -> None:
     """A token file only its owner can read (created so from the start, never briefly world-readable)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
-    with open(fd, "w", encoding="utf-8") as f:
-        f.write(secret + "\n")
+    from gpufleet.private_files import write_private
+
+    write_private(path, secret + "\n")
 
 
 def bootstrap_admin(store: TokenStore, path: Path) -> str | None:

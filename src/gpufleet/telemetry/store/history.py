@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufleet.errors import BackendError
+from gpufleet.private_files import private_database, private_dir
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS series (
@@ -54,16 +55,16 @@ class History:
 
     def __init__(self, path: Path | None) -> None:
         target = ":memory:"
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            target = str(path)
         try:
+            if path is not None:  # its folder and files 0700/0600 like everything in the data directory
+                private_dir(path.parent)
+                target = str(private_database(path))
             self.db = sqlite3.connect(target, check_same_thread=False)
             self.db.executescript(_SCHEMA)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.DatabaseError as exc:
-            raise BackendError(f"cannot open metric history {target}: {exc}", fix="check the data dir") from exc
+        except (sqlite3.DatabaseError, OSError) as exc:
+            raise BackendError(f"cannot open metric history {path or target}: {exc}", fix="check the data dir") from exc
 
     def load_series(self) -> list[tuple[int, dict[str, str], str]]:
         rows = self.db.execute("SELECT id, labels, kind FROM series ORDER BY id").fetchall()
