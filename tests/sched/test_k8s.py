@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from gpufleet.errors import NotFoundError, ParseError
+from gpufleet.errors import ManifestError, NotFoundError, ParseError
 from gpufleet.model import GpuHealth, GpuSharing, TaintEffect
 from gpufleet.sched.framework.snapshot import (
     is_extended_resource,
@@ -166,9 +166,9 @@ def test_snapshot_gangs_priority_classes_and_pending() -> None:
 def test_load_snapshot_errors_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ParseError, match=r"bad\.json: not JSON"):
+    with pytest.raises(ManifestError, match=r"bad\.json: not valid JSON at line 1, column 2"):
         load_snapshot(bad)
-    with pytest.raises(NotFoundError):
+    with pytest.raises(ManifestError, match=r"missing\.json: file not found"):
         load_snapshot(tmp_path / "missing.json")
 
 

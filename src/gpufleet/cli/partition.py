@@ -225,6 +225,7 @@ def gfd_labels_cmd(
     """Print the labels GPU Feature Discovery would set on each node (product, count, replicas, sharing strategy,
     MIG and MPS capability, driver and CUDA versions), as schedulers and nodeSelectors see them; on AMD nodes the
     AMD node labeller's, on Gaudi nodes Gaudi feature discovery's."""
+    from gpufleet import yaml_input
     from gpufleet.sched.partition.device_plugin import load_config
     from gpufleet.sched.partition.vendor_labels import discovery_labels
     from gpufleet.spec.builder import build_cluster
@@ -232,7 +233,7 @@ def gfd_labels_cmd(
 
     if config is not None and not config.is_file():
         raise UserError(f"{config}: no such file", fix="pass a device-plugin config written by `device-plugin-config`")
-    plugin = load_config(config.read_text(), str(config)) if config is not None else None
+    plugin = load_config(yaml_input.read_file(config), str(config)) if config is not None else None
     manifest = load_cluster(cluster)
     fleet = build_cluster(manifest.metadata.name, manifest.spec)
     nodes = [fleet.node(node)] if node else [n for n in fleet.nodes if n.gpus]

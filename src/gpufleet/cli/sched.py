@@ -452,16 +452,10 @@ def run_cmd(
 def _queues(path: Path) -> Any:
 
     from gpufleet import yaml_input
-    from gpufleet.errors import ManifestError, NotFoundError
+    from gpufleet.errors import ManifestError
     from gpufleet.sched.framework.queues import load_queues
 
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise NotFoundError(f"{path}: no such file", fix="pass a YAML list of queues") from None
-    except OSError as exc:
-        raise ManifestError(str(path), f"cannot read: {exc.strerror}") from None
-    raw = yaml_input.load(text, str(path))
+    raw = yaml_input.load_file(path)
     if not isinstance(raw, list):
         raise ManifestError(str(path), "expected a list of queues", fix="- {name: research, guaranteed: {...}}")
     return load_queues(raw)

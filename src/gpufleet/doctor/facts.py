@@ -255,11 +255,7 @@ def gather(documents: list[Document], objects: list[K8sObject]) -> ClusterFacts:
 def read_cluster_facts(path: Path) -> ClusterFactsFile:
     """A --cluster-facts file, validated."""
     name = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(name, f"cannot read: {exc}", fix="give a readable YAML or JSON file") from exc
-    raw = yaml_input.load(text, name) or {}
+    raw = yaml_input.load_file(path) or {}
     if not isinstance(raw, dict):
         raise ManifestError(name, "not a mapping", fix="see `gpufleet doctor --help` for the cluster-facts format")
     try:

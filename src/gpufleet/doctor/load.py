@@ -7,7 +7,6 @@ one broken document loses nothing else and every object knows the line it starts
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -15,18 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpufleet import yaml_input
 from gpufleet.doctor.findings import Finding, Severity
 from gpufleet.errors import ManifestError, UserError
 
 SUFFIXES = (".yaml", ".yml", ".json")
-MAX_JSON_BYTES = 512 * 1024 * 1024  # `kubectl get pods -A -o json` of a large cluster
+MAX_JSON_BYTES = yaml_input.MAX_CAPTURE_BYTES  # `kubectl get pods -A -o json` of a large cluster
 _SEPARATOR = re.compile(r"^---(?:\s|$)")
 # What only a Helm template (not a Prometheus or Alertmanager template in a string) contains.
 _HELM = re.compile(r"\{\{-|-\}\}|\{\{\s*(?:\.Values|\.Release|\.Chart|\.Capabilities|include\s|template\s|toYaml\s)")
-_Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +109,14 @@ def _load_json(text: str, label: str, loaded: Loaded) -> bool:
         _problem(loaded, "GF092", Severity.error, label, 0, msg, "split the capture (e.g. one namespace per file)")
         return True
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if label.lower().endswith(".json"):
-            msg = f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            _problem(loaded, "GF092", Severity.error, label, exc.lineno, msg, "fix the JSON, or capture it again")
+        data = yaml_input.load_json(text, label, capture=True)
+    except ManifestError as exc:
+        syntax = re.search(r"not valid JSON at line (\d+)", exc.message)
+        if syntax is None or label.lower().endswith(".json"):
+            line = int(syntax.group(1)) if syntax else 0
+            detail = exc.message.removeprefix(f"{label}: ")
+            fix = "fix the JSON, or capture it again" if syntax else exc.fix or "capture it again"
+            _problem(loaded, "GF092", Severity.error, label, line, detail, fix)
             return True
         return False  # YAML flow style, perhaps
     _add(data, label, 1, loaded)
@@ -171,17 +170,8 @@ def _load_yaml_chunk(chunk: str, label: str, start: int, loaded: Loaded) -> None
 
 
 def _parse(chunk: str, label: str) -> list[Any]:
-    if "&" in chunk:  # anchors, hence possibly aliases: the bounded loader counts their expansion
-        return yaml_input.load_documents(chunk, label)
-    try:
-        return list(yaml.load_all(chunk, Loader=_Loader))  # a safe loader (libyaml's when built)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ManifestError(label, f"not valid YAML{where}: {problem}", fix="fix the YAML syntax") from None
-    except RecursionError:
-        raise ManifestError(label, "nested too deeply", fix="write the values out plainly") from None
+    # libyaml's reader when built; with anchors, the bounded reader that counts the aliases' expansion
+    return yaml_input.load_documents(chunk, label, capture=True)
 
 
 def _add(data: Any, label: str, line: int, loaded: Loaded) -> None:

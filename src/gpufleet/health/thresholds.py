@@ -248,11 +248,7 @@ def _default_raw() -> dict[str, Any]:
 def load_thresholds(path: Path | None = None) -> Thresholds:
     raw = _default_raw()
     if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ManifestError(str(path), f"cannot read thresholds: {exc.strerror}") from None
-        over = yaml_input.load(text, str(path)) or {}
+        over = yaml_input.load_file(path) or {}
         if not isinstance(over, dict):
             raise ManifestError(str(path), "expected a mapping of sections (ecc, thermal, ...)")
         raw = _merge(raw, over)

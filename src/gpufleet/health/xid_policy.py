@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpufleet import yaml_input
 from gpufleet.catalog import XidInfo, load_xid_catalog
 from gpufleet.catalog.xid import Nvl5Rule, load_nvl5_decode
-from gpufleet.errors import ManifestError, UserError
+from gpufleet.errors import ManifestError
 from gpufleet.health.vendor_policy import VendorAction, classify_vendor
 from gpufleet.model.incident import RootCause
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail
@@ -231,12 +231,7 @@ def load_policy(path: Path | str | None = None) -> XidPolicy:
     """The default policy, or the default with the file at `path` merged over it."""
     if path is None:
         return default_policy()
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read policy file {path}: {exc.strerror}", fix="check the --policy path") from exc
-    return policy_from_text(text, source=str(path))
+    return policy_from_text(yaml_input.read_file(path), source=str(path))
 
 
 def default_policy_text() -> str:

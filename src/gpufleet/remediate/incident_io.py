@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -103,16 +102,7 @@ def incident_from_dict(data: dict[str, Any], where: str = "incident") -> Inciden
 def load_incidents(path: Path) -> list[Incident]:
     """One incident (a mapping) or several (a list, or a JSON object with an `incidents` list) from JSON or YAML."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(str(path), "file not found", fix="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(str(path), f"cannot read: {exc}", fix="pass a JSON or YAML incident file") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml_input.load(text, str(path))
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ManifestError(str(path), f"not valid JSON: {exc}", fix="fix the syntax") from None
+    data = yaml_input.load_file(path)
     if isinstance(data, dict) and "incidents" in data:
         data = data["incidents"]
     items = data if isinstance(data, list) else [data]

@@ -133,13 +133,7 @@ def explain_validation(path: str, model: type[BaseModel], exc: ValidationError) 
 
 
 def read_yaml_documents(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(str(path), "file not found", fix="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(str(path), f"cannot read: {exc}", fix="pass a readable UTF-8 YAML file") from None
-    docs = [d for d in yaml_input.load_documents(text, str(path)) if d is not None]
+    docs = [d for d in yaml_input.load_file_documents(path) if d is not None]
     for doc in docs:
         if not isinstance(doc, dict):
             raise ManifestError(str(path), f"expected a mapping with apiVersion and kind, got {type(doc).__name__}")

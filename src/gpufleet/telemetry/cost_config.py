@@ -72,13 +72,7 @@ class CostConfig(BaseModel):
 
     @classmethod
     def from_file(cls, path: Path) -> CostConfig:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ManifestError(str(path), "file not found", fix="check the path to the price file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ManifestError(str(path), f"cannot read: {exc}", fix="give a readable UTF-8 YAML file") from None
-        raw = yaml_input.load(text, str(path)) or {}
+        raw = yaml_input.load_file(path) or {}
         if not isinstance(raw, dict):
             raise ManifestError(str(path), "expected a mapping", fix="see `gpufleet cost report -h` for the fields")
         try:

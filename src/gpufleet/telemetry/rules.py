@@ -85,11 +85,7 @@ class RulesConfig(BaseModel):
 
     @classmethod
     def from_file(cls, path: Path) -> RulesConfig:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ManifestError(str(path), f"cannot read: {exc.strerror}", fix="give a readable YAML file") from exc
-        raw = yaml_input.load(text, str(path)) or {}
+        raw = yaml_input.load_file(path) or {}
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:

@@ -18,13 +18,13 @@ follow the label its vendor's feature discovery writes and the capacity its devi
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from gpufleet import yaml_input
 from gpufleet.errors import ParseError
 from gpufleet.model import (
     Gang,
@@ -403,14 +403,8 @@ def assemble_gangs(pods: list[PodInfo], min_members: dict[str, int] | None = Non
 
 
 def load_snapshot(path: Path) -> Snapshot:
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        from gpufleet.errors import NotFoundError
-
-        raise NotFoundError(f"{path}: no such file", fix="capture with `kubectl get nodes,pods -A -o json`") from None
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"{path}: not JSON ({exc})", fix="capture with `kubectl get nodes,pods -A -o json`") from None
+    """A saved `kubectl get nodes,pods -A -o json`, read through the one bounded config reader."""
+    doc = yaml_input.load_json(yaml_input.read_file(path, capture=True), str(path), capture=True)
     if not isinstance(doc, dict):
         raise ParseError(f"{path}: expected a kubectl List object", fix="capture with `kubectl get ... -o json`")
     return parse_snapshot(doc)
