@@ -1,9 +1,10 @@
 """Who may call what: 401 without a valid token, 403 with too small a role, reads open only on loopback, bodies
-bounded before anything is read, and every refused change in the audit log (a flood as counts)."""
+bounded before anything is read, and every refused change in the audit log: a row per kind of request written at
+once, identical repeats as counts that are never lost, and a flood of different ones capped with what was dropped."""
 
 from __future__ import annotations
 
-import time
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,14 @@ from gpufleet.control.service import ControlPlane
 from gpufleet.model.wire import MAX_BODY
 from gpufleet.remediate.backends.observe import ObserveOnlyBackend
 from gpufleet.server.app import create_app
-from gpufleet.server.security import REFUSAL_AUDIT_EVERY_S, Need, needs
+from gpufleet.server.security import (
+    REFUSAL_COUNT_ROWS_CAP,
+    REFUSAL_FLUSH_S,
+    REFUSAL_NEW_KINDS_CAP,
+    Need,
+    RefusalAudit,
+    needs,
+)
 from gpufleet.state import Database
 from tests import apiclient
 
@@ -131,18 +139,105 @@ def test_a_chunked_body_is_cut_at_the_limit(plane: ControlPlane) -> None:
     assert res.status_code == 413
 
 
-def test_a_flood_of_refusals_is_audited_as_counts(plane: ControlPlane) -> None:
-    client = apiclient.client(plane)
-    for _ in range(200):
-        assert client.post("/api/v1/nodes/n1/drain").status_code == 401
-    time.sleep(REFUSAL_AUDIT_EVERY_S + 0.1)
-    assert client.post("/api/v1/nodes/n1/drain").status_code == 401
+def repeats(entry: Any) -> int:
+    """How many identical refusals an audit row stands for beyond the first of its kind (0 for a first row)."""
+    return int(json.loads(entry.request).get("repeats", 0))
+
+
+def test_a_refused_token_call_is_not_hidden_behind_a_harmless_one(plane: ControlPlane) -> None:
+    with TestClient(apiclient.app(plane, secret=SECRETS["admin"]), client=apiclient.LOOPBACK) as client:
+        assert client.post("/api/v1/incidents/INC-000001/acknowledge").status_code == 401
+        (first,) = refusals(plane)  # written at once, before any later refusal
+        assert first.target == "/api/v1/incidents/INC-000001/acknowledge"
+        for k in range(20):
+            assert client.post("/api/v1/tokens", json={"name": "x", "role": "admin"}).status_code == 401
+            if k == 0:  # the first of its kind is its own row at once, naming the path
+                assert [e.target for e in refusals(plane)] == [first.target, "/api/v1/tokens"]
+    # the server stopped: the repeats still held are written, whether a timer wrote some before or not
+    tokens = [e for e in refusals(plane) if e.target == "/api/v1/tokens"]
+    assert tokens[0].action == "POST /api/v1/tokens" and repeats(tokens[0]) == 0
+    assert 1 + sum(repeats(e) for e in tokens) == 20
+    assert tokens[-1].decision.endswith("identical requests from 127.0.0.1; 20 in all)")
+    assert [e.target for e in refusals(plane)].count(first.target) == 1
+
+
+def test_a_flood_of_identical_refusals_is_audited_as_counts(plane: ControlPlane) -> None:
+    with TestClient(apiclient.app(plane), client=apiclient.LOOPBACK) as client:
+        for _ in range(200):
+            assert client.post("/api/v1/nodes/n1/drain").status_code == 401
+        assert client.get("/healthz").status_code == 200  # still answering
     entries = refusals(plane)
     assert len(entries) < 200
-    counted = sum(1 + int(e.decision.split("(and ")[1].split()[0]) if "(and " in e.decision else 1 for e in entries)
-    assert counted == 201
-    assert "more like it from 127.0.0.1" in entries[-1].decision
-    assert client.get("/healthz").status_code == 200  # still answering
+    assert {e.target for e in entries} == {"/api/v1/nodes/n1/drain"}
+    assert sum(repeats(e) or 1 for e in entries) == 200  # a first row stands for one, a count row for its count
+
+
+class Rows:
+    """An audit sink and a clock for the refusal audit alone."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str, str]] = []
+        self.now = 1000.0
+
+    def __call__(self, *row: str) -> None:
+        self.rows.append(row)  # type: ignore[arg-type]
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_repeats_are_written_within_the_interval_without_a_later_refusal() -> None:
+    sink = Rows()
+    audit = RefusalAudit(sink, sink.clock, timer_s=None)
+    for _ in range(3):
+        audit.refused(401, "this call needs a token", "POST", "/api/v1/tokens", "10.0.0.9", "")
+    assert len(sink.rows) == 1 and sink.rows[0][2] == "/api/v1/tokens"
+    audit.flush()  # what the timer does: nothing is due yet
+    assert len(sink.rows) == 1
+    sink.now += REFUSAL_FLUSH_S
+    audit.flush()
+    assert len(sink.rows) == 2
+    assert sink.rows[1][3].endswith("(and 2 more identical requests from 10.0.0.9; 3 in all)")
+    audit.close()
+    assert len(sink.rows) == 2  # nothing more was held
+
+
+def test_only_identical_requests_are_merged() -> None:
+    sink = Rows()
+    audit = RefusalAudit(sink, sink.clock, timer_s=None)
+    why = "this call needs a token"
+    audit.refused(401, why, "POST", "/api/v1/nodes/a/cordon", "10.0.0.9", "")
+    audit.refused(401, why, "POST", "/api/v1/nodes/b/cordon", "10.0.0.9", "")  # another path
+    audit.refused(401, why, "DELETE", "/api/v1/nodes/a/cordon", "10.0.0.9", "")  # another method
+    audit.refused(401, why, "POST", "/api/v1/nodes/a/cordon", "10.0.0.8", "")  # another client
+    audit.refused(401, "the token is not valid", "POST", "/api/v1/nodes/a/cordon", "10.0.0.9", "")  # another reason
+    assert len(sink.rows) == 5
+    audit.refused(401, why, "POST", "/api/v1/nodes/a/cordon", "10.0.0.9", "")
+    assert len(sink.rows) == 5
+    audit.close()
+    assert len(sink.rows) == 6 and sink.rows[5][1] == "POST /api/v1/nodes/a/cordon"
+
+
+def test_a_flood_of_different_refusals_is_capped_and_says_what_it_dropped() -> None:
+    sink = Rows()
+    audit = RefusalAudit(sink, sink.clock, timer_s=None)
+    extra = 57
+    for k in range(REFUSAL_NEW_KINDS_CAP + extra):
+        audit.refused(401, "this call needs a token", "POST", f"/api/v1/nodes/n{k}/drain", "10.0.0.9", "")
+    assert len(sink.rows) == REFUSAL_NEW_KINDS_CAP
+    written = len(sink.rows)
+    for _ in range(2):  # every kind repeats, twice over: its counts are capped too, held rather than lost
+        for k in range(REFUSAL_NEW_KINDS_CAP):
+            audit.refused(401, "this call needs a token", "POST", f"/api/v1/nodes/n{k}/drain", "10.0.0.9", "")
+        sink.now += REFUSAL_FLUSH_S
+        audit.flush()
+        assert len(sink.rows) - written <= REFUSAL_COUNT_ROWS_CAP
+    audit.close()  # the server stops: what was held is written whole
+    dropped = [row for row in sink.rows if row[2] == "api"]
+    assert len(dropped) == 1 and f"refused {extra} more requests not audited one by one" in dropped[0][3]
+    assert "10.0.0.9 (57)" in dropped[0][3]
+    counted = sum(json.loads(row[4]).get("repeats", 0) for row in sink.rows)
+    assert counted == 2 * REFUSAL_NEW_KINDS_CAP
 
 
 def test_tokens_are_kept_hashed(plane: ControlPlane, tmp_path: Path) -> None:
