@@ -78,3 +78,28 @@ def test_a_lost_connection_fails_one_statement_and_the_next_reconnects(
         db.set_meta("k", "w")
     assert db.get_meta("k") == "w"
     db.close()
+
+
+@pytest.mark.real
+def test_the_control_plane_records_where_its_state_is_and_tokens_follow_it(pg_url: str, tmp_path: Path) -> None:
+    import stat
+
+    from gpufleet.state import LOCATION, recorded_location
+    from gpufleet.state.tokens import TokenStore
+    from tests.clirun import gpufleet
+
+    home = tmp_path / "home"
+    open_state(home, pg_url).close()  # what `gpufleet server --state URL` does on its way in
+    assert recorded_location(home) == redact(pg_url)
+    assert stat.S_IMODE((home / LOCATION).stat().st_mode) == 0o600
+    env = {"GPUFLEET_HOME": str(home), "GPUFLEET_STATE": ""}
+    guessed = gpufleet("token", "create", "--name", "ci-bot", "--role", "viewer", env=env)
+    assert guessed.returncode == 2 and f"--state {redact(pg_url)}" in guessed.stderr
+    assert not (home / "state.db").exists()
+    made = gpufleet("token", "create", "--name", "ci-bot", "--role", "viewer", "--state", pg_url, env=env)
+    assert made.returncode == 0, made.stderr
+    db = open_state(home, pg_url)
+    try:
+        assert TokenStore(db).authenticate(made.stdout.strip()) is not None
+    finally:
+        db.close()

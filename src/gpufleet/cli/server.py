@@ -320,10 +320,24 @@ def _banner(
         f"API       {url}api/v1/nodes   (agents push to {url}api/v1/ingest)\n"
         f"{running.describe}\n"
         f"state     {running.plane.db.location} ({len(running.plane.book.incidents)} incidents kept)\n"
-        f"token     {home / 'token'} (admin; `gpufleet token create --role viewer|operator|agent` for others)\n"
+        f"token     {home / 'token'} (admin); others: {token_command(home, running.plane.db)}\n"
+        "          (--role viewer, operator, admin or agent)\n"
         f"health    detection on; remediation {remediation.value} through the {running.plane.backend.name} backend\n"
         "try       gpufleet get nodes   |   gpufleet get incidents   |   Ctrl-C to stop"
     )
+
+
+def token_command(home: Path, db: Any) -> str:
+    """A `gpufleet token create` that, run as shown on this host, puts its token where this control plane reads."""
+    import os
+    import shlex
+
+    command = "gpufleet token create --name ci-bot --role operator"
+    if db.dialect != "sqlite":
+        return f"{command} --state {shlex.quote(db.location)}"  # the URL without its password: PGPASSWORD gives it
+    if os.environ.get("GPUFLEET_HOME"):
+        return f"GPUFLEET_HOME={shlex.quote(str(home))} {command}"
+    return command
 
 
 STATE_HELP = (

@@ -22,14 +22,16 @@ token_app = typer.Typer(
 
 STATE_HELP = (
     "The control plane's state database: a postgresql:// URL, or $GPUFLEET_STATE; default the SQLite file in "
-    "$GPUFLEET_HOME."
+    "$GPUFLEET_HOME, which the control plane (`gpufleet up` or `gpufleet server`) must have made: no new one is "
+    "made here, and none is used when the control plane on this host keeps its state in PostgreSQL."
 )
 
 
 def _store(state: str | None) -> TokenStore:
     from gpufleet.state import open_state
 
-    return TokenStore(open_state(data_dir(), state or os.environ.get("GPUFLEET_STATE")))
+    # create=False: a token goes where the control plane reads, never into a database made just for it
+    return TokenStore(open_state(data_dir(), state or os.environ.get("GPUFLEET_STATE"), create=False))
 
 
 def _when(t: float | None) -> str:
