@@ -4,12 +4,19 @@ operator chose (off, dry-run, on), and paused runbooks are continued now and the
 Dry-run and on take the same path through the engine (same budgets, rate limits and breaker, each mode with its
 own books), so what dry-run reports is what on would do. A runbook that acted and finished moves its incident to
 mitigated.
+
+A step that stops its runbook (refused by a budget or the breaker, deferred by a rate limit, waiting for a node) is
+tried again on every pass until it can go ahead: its log line, with the reason, is written once per
+`REPEAT_LOG_WINDOW_S` per (decision, action, target, reason), the next one saying how often it repeated meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpufleet.model import Incident, IncidentState
@@ -39,6 +46,38 @@ class Plane(Protocol):
 
 MODES = ("off", "dry-run", "on")
 RESUME_EVERY_S = 30.0  # cluster-clock seconds between two passes over paused runbooks
+REPEAT_LOG_WINDOW_S = 60.0  # wall seconds between two log lines about the same stopped step
+REPEATING = frozenset({"refused", "deferred", "waiting"})  # decisions a later pass meets again until things change
+MAX_REPEAT_KEYS = 4096
+
+
+@dataclass
+class _Said:
+    at: float  # when the last line about it was written
+    since: int = 0  # repeats not written since
+
+
+class RepeatLog:
+    """Which stopped steps were logged when, so a step refused on every pass is one line a window, with a count."""
+
+    def __init__(self, window_s: float = REPEAT_LOG_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self.clock = clock
+        self._said: dict[tuple[str, ...], _Said] = {}
+
+    def admit(self, key: tuple[str, ...]) -> int | None:
+        """None when a line about `key` was written within the window (this repeat is counted); otherwise how many
+        repeats were not written since the last line, and the caller writes one now."""
+        now = self.clock()
+        said = self._said.get(key)
+        if said is not None and now - said.at < self.window_s:
+            said.since += 1
+            return None
+        if said is None and len(self._said) >= MAX_REPEAT_KEYS:  # forget what was last said longest ago
+            self._said = {k: v for k, v in self._said.items() if now - v.at < self.window_s}
+        repeats = said.since if said is not None else 0
+        self._said[key] = _Said(now)
+        return repeats
 
 
 def default_remediator(plane: Plane, dry_run: bool) -> Any:
@@ -58,7 +97,9 @@ def default_remediator(plane: Plane, dry_run: bool) -> Any:
 
 
 class RemediationDriver:
-    def __init__(self, plane: Plane, mode: str, remediator: Any = None) -> None:
+    def __init__(
+        self, plane: Plane, mode: str, remediator: Any = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if mode not in MODES:
             from gpufleet.errors import UserError
 
@@ -73,6 +114,7 @@ class RemediationDriver:
         self._resume_at = 0.0
         self.errors = 0
         self.reports = 0
+        self.repeats = RepeatLog(clock=clock)
         # after a restart, open incidents pick up where their runbooks stopped (finished steps never run twice)
         for inc in plane.book.open_incidents():
             self.offer(inc)
@@ -111,10 +153,21 @@ class RemediationDriver:
             log.exception("remediation of %s (%s on %s) failed", incident_id, incident.cause.value, incident.entity)
             return
         self.reports += 1
-        decided = [f"{s.decision} {s.action} {s.target}" for s in report.steps if s.decision != "done-earlier"]
+        decided = [line for s in report.steps if s.decision != "done-earlier" and (line := self._line(s)) is not None]
         if decided:
             log.info("%s %s, runbook %s [%s]: %s", incident_id, incident.cause.value, report.runbook, report.mode,
                      "; ".join(decided))  # fmt: skip
         acted = any(s.decision == "done" for s in report.steps)
         if self.mode == "on" and acted and report.complete:
             self.plane.mitigated(incident_id)
+
+    def _line(self, step: Any) -> str | None:
+        """What the log says of a step: a stopped one with its reason, once a window (None: said lately)."""
+        said = f"{step.decision} {step.action} {step.target}"
+        if step.decision not in REPEATING:
+            return said
+        repeats = self.repeats.admit((step.decision, step.action, step.target, step.reason))
+        if repeats is None:
+            return None
+        again = f" ({repeats} more times since the last line)" if repeats else ""
+        return f"{said}: {step.reason}{again}"
