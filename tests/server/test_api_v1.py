@@ -107,6 +107,45 @@ def test_actions_with_dry_run_change_nothing_and_are_audited(plane: Any) -> None
     assert client.post("/api/v1/nodes/n-002/drain", headers=AUTH, content=b"{oops").status_code == 422
 
 
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [(b"\xff\xfe{not text", 400), (b'{"dryRun": "\xc3\x28"}', 400), (b"{oops", 422), (b"[]", 422)],
+    ids=["not-utf8", "broken-utf8-in-json", "not-json", "not-an-object"],
+)
+def test_a_body_that_cannot_be_read_is_answered_as_a_problem(client: Any, body: bytes, status: int) -> None:
+    from gpufleet.server.schemas import Problem
+
+    headers = {**AUTH, "Content-Type": "application/json"}
+    res = client.post("/api/v1/nodes/n-002/cordon", headers=headers, content=body)
+    assert res.status_code == status
+    problem = Problem.model_validate(res.json())
+    assert set(res.json()) == {"error", "fix"} and problem.fix
+    declared = client.get("/openapi.json").json()["paths"]["/api/v1/nodes/{name}/cordon"]["post"]["responses"]
+    assert declared[str(status)]["content"]["application/json"]["schema"]["$ref"].endswith("/Problem")
+
+
+def test_the_framework_s_own_answers_are_problems_too(client: Any) -> None:
+    missing = client.get("/api/v1/no-such-thing")
+    assert missing.status_code == 404 and missing.json() == {
+        "error": "no /api/v1/no-such-thing in this API",
+        "fix": "see the API schema at /docs",
+    }
+    wrong = client.delete("/api/v1/nodes", headers=AUTH)
+    assert wrong.status_code == 405 and set(wrong.json()) == {"error", "fix"}
+
+
+def test_every_guarded_operation_declares_the_guard_s_answers(client: Any) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            answers = set(operation["responses"])
+            if path != "/healthz":
+                assert {"401", "403"} <= answers, f"{method} {path}"
+            if method == "post":
+                assert {"400", "413"} <= answers, f"{method} {path}"
+    assert "HTTPValidationError" not in client.get("/openapi.json").text  # a 422 is a Problem like the rest
+
+
 def test_a_real_reset_goes_through_the_backend(plane: Any) -> None:
     client = apiclient.client(plane)
     res = client.post("/api/v1/nodes/n-002/gpus/1/reset", headers=AUTH)  # no job holds n-002's GPUs

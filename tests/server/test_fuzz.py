@@ -1,5 +1,6 @@
-"""The API fuzzed from its own OpenAPI description (bounded examples per operation): no 500, no stack trace, and no
-change accepted without a token or from a token too small for it."""
+"""The API fuzzed from its own OpenAPI description (bounded examples per operation): no 500, no stack trace, no
+change accepted without a token or from a token too small for it, and every answer one the description declares,
+an error's body a `Problem`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from gpufleet.server.app import create_app
+from gpufleet.server.schemas import Problem
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
@@ -52,6 +54,16 @@ def server_error(case: Any, response: Any) -> bool:
     return response.status_code >= 500
 
 
+def documented(app: Any, case: Any, response: Any) -> None:
+    """The answer's status is declared for its operation, and an error's body is a Problem (error, and a fix)."""
+    where = f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:200]}"
+    declared = app.openapi()["paths"][case.operation.path][case.method.lower()]["responses"]
+    assert str(response.status_code) in declared, f"undeclared answer: {where}"
+    if response.status_code >= 400:
+        Problem.model_validate(response.json())  # raises, naming the field, when it is not one
+        assert set(response.json()) <= {"error", "fix"}, where
+
+
 def fuzz(op: Any, check: Any, examples: int = 20) -> None:
     @given(case=op.as_strategy())
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -71,6 +83,7 @@ def test_no_500_and_no_change_without_the_right_token(fuzzed: Any) -> None:
             where = f"{case.method} {case.formatted_path} as {who}"
             assert not server_error(case, response), f"{where}: {response.text[:300]}"
             assert "Traceback" not in response.text
+            documented(app, case, response)
             if case.method.upper() != "GET":
                 assert response.status_code in (401, 403, 413), where
 
@@ -85,6 +98,7 @@ def test_no_500_for_an_admin_either(fuzzed: Any) -> None:
         where = f"{case.method} {case.formatted_path}"
         assert not server_error(case, response), f"{where}: {response.status_code} {response.text[:300]}"
         assert "Traceback" not in response.text
+        documented(fuzzed[1], case, response)
 
     for op in operations(fuzzed[1]):
         fuzz(op, check)

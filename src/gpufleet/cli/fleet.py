@@ -56,7 +56,7 @@ def _rows(resource: Resource, api: Api, node: str | None, limit: int) -> list[di
     if r == "audit":
         return list(api.get("/api/v1/audit", limit=limit))
     if r in ("pending", "queues"):
-        return scheduler_rows(api.get("/api/v1/scheduler"), r)
+        return scheduler_rows(read_scheduler(api, every_page=r == "pending"), r)
     fabric = api.get("/api/v1/fabric")
     return list(fabric["links"] if r == "links" else fabric["switches"])
 
@@ -84,6 +84,24 @@ def _local_rows(resource: Resource, scenario: Path, at: str, node: str | None) -
     if r in ("pending", "queues"):
         return scheduler_rows(views.scheduler(plane), r)
     raise UserError(f"--scenario cannot show {r}", fix="ask a running control plane (drop --scenario)")
+
+
+SCHEDULER_PAGE = 5000  # pending rows a request: the API's most
+
+
+def read_scheduler(api: Api, every_page: bool = True) -> dict[str, Any]:
+    """The scheduler view with every page of its pending work (following `continue` as kubectl does), or only the
+    first page's (counts and queues are on every page)."""
+    view: dict[str, Any] = api.get("/api/v1/scheduler", limit=SCHEDULER_PAGE if every_page else 1)
+    managers = {m["manager"]: m for m in view["managers"]}
+    token = (view.get("metadata") or {}).get("continue") if every_page else None
+    while token:
+        more = api.get("/api/v1/scheduler", **{"limit": SCHEDULER_PAGE, "continue": token})
+        for m in more["managers"]:
+            managers.setdefault(m["manager"], {**m, "pending": []})["pending"].extend(m["pending"])
+        token = (more.get("metadata") or {}).get("continue")
+    view["managers"] = list(managers.values())
+    return view
 
 
 def scheduler_rows(view: dict[str, Any], which: str) -> list[dict[str, Any]]:

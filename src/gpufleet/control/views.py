@@ -11,12 +11,13 @@ import numpy as np
 from gpufleet.catalog.clock_events import clock_events_of
 from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.catalog.mig import mig_profiles_for
+from gpufleet.control import paging
 from gpufleet.control.fleet import NodeState
 from gpufleet.errors import NotFoundError
 from gpufleet.health.detectors.slo import ServiceStatus
 from gpufleet.health.detectors.training import JobView, slow_ranks
 from gpufleet.model import EntityKind, IncidentState, Severity
-from gpufleet.model.observe import GpuInfo, ServiceFact, TrainingSignals
+from gpufleet.model.observe import GpuInfo, PendingWork, ServiceFact, TrainingSignals
 
 if TYPE_CHECKING:
     from gpufleet.control.service import ControlPlane
@@ -560,20 +561,23 @@ def incident_states() -> list[str]:
 SCHEDULER_STALE_S = 120.0  # a watcher reads every 15 s: this many seconds without a report is a watcher in trouble
 
 
-def scheduler(plane: ControlPlane) -> dict[str, Any]:
+def scheduler(plane: ControlPlane, limit: int | None = None, after: str | None = None) -> dict[str, Any]:
     """Per workload manager, its latest report: pending work longest-waiting first (work with no known start
-    last), and its queues with their use of quota. `stale` when the report is old or its agent went silent."""
+    last), and its queues with their use of quota. `stale` when the report is old or its agent went silent.
+
+    The pending work of every manager is one list, longest-waiting first across them, given `limit` rows a page
+    (None: all) after the `continue` token `after`; each manager's counts and queues are on every page."""
     now = plane.clock()
     with plane.lock:
         reports = [
             (manager, node, report, plane.fleet.nodes[node].lost if node in plane.fleet.nodes else True)
             for manager, (node, report) in sorted(plane.fleet.scheduler.items())
         ]
-    managers = []
-    for manager, node, report, lost in reports:
-        age = max(0.0, now - report.time)
-        waits = sorted(report.pending, key=lambda p: (p.since is None, p.since or 0.0, p.name))
-        pending = [
+    waiting = sorted(((manager, p) for manager, _, report, _ in reports for p in report.pending), key=_waiting_key)
+    shown = paging.page(waiting, _waiting_key, limit, after)
+    pending: dict[str, list[dict[str, Any]]] = {}
+    for manager, p in shown.items:
+        pending.setdefault(manager, []).append(
             {
                 "manager": manager,
                 "name": p.name,
@@ -586,8 +590,10 @@ def scheduler(plane: ControlPlane) -> dict[str, Any]:
                 "message": p.message,
                 "priority": p.priority,
             }
-            for p in waits
-        ]
+        )
+    managers = []
+    for manager, node, report, lost in reports:
+        age = max(0.0, now - report.time)
         queues = [
             {
                 "manager": manager,
@@ -609,10 +615,16 @@ def scheduler(plane: ControlPlane) -> dict[str, Any]:
                 "time": report.time,
                 "age_s": round(age, 1),
                 "stale": lost or age > SCHEDULER_STALE_S,
-                "pending_count": len(pending),
+                "pending_count": len(report.pending),
                 "gpus_pending": sum(p.gpus for p in report.pending),
-                "pending": pending,
+                "pending": pending.get(manager, []),
                 "queues": queues,
             }
         )
-    return {"time": now, "managers": managers}
+    return {"time": now, "managers": managers, "metadata": shown.metadata()}
+
+
+def _waiting_key(row: tuple[str, PendingWork]) -> tuple[Any, ...]:
+    """Longest-waiting first, work with no known start last; then by manager and name, so the order is total."""
+    manager, p = row
+    return (p.since is None, p.since or 0.0, manager, p.name, p.namespace, p.queue)

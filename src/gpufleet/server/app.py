@@ -5,20 +5,23 @@ loopback, changes need an operator token, agent pushes an agent token."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from gpufleet import __version__
 from gpufleet.control.service import ControlPlane
 from gpufleet.errors import AuthError, GpufleetError, NotFoundError, UserError
 from gpufleet.model.wire import MAX_BODY
+from gpufleet.server import schemas
 from gpufleet.server.cache import ReadCache
 from gpufleet.server.routes import actions, cost, fabric, fleet, incidents, ingest, meta, records, scheduler, stream
 from gpufleet.server.routes.common import BadParameter
 from gpufleet.server.routes.meta import HealthCheck
-from gpufleet.server.security import Guard
+from gpufleet.server.security import Guard, refusals
 from gpufleet.server.telemetry import Measured, RequestMetrics
 from gpufleet.state.tokens import TokenStore
 
@@ -27,6 +30,7 @@ __all__ = ["HealthCheck", "create_app"]
 log = logging.getLogger("gpufleet.server")
 
 BODY_LIMIT = 1024 * 1024  # every request but an agent's batch
+PROBLEM = "#/components/schemas/Problem"
 
 DESCRIPTION = """The gpufleet control plane: what agents reported about every node, GPU and link, the incidents
 correlated from it, and the actions taken. Reads are open from the control plane's own host; from anywhere else they
@@ -85,6 +89,18 @@ def create_app(
             status_code=422,
         )
 
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        """The framework's own answers (a body that is not text, a path or method the API lacks) as a Problem."""
+        error, fix = str(exc.detail), "see the API schema at /docs"
+        if exc.status_code == 400:
+            error, fix = "the request body cannot be read: it is not UTF-8 JSON", "send a JSON body (UTF-8)"
+        elif exc.status_code == 404:
+            error = f"no {request.url.path} in this API"
+        elif exc.status_code == 405:
+            error = f"{request.method} is not allowed on {request.url.path}"
+        return JSONResponse({"error": error, "fix": fix}, status_code=exc.status_code, headers=exc.headers)
+
     cache = ReadCache()
     for module in (fleet, incidents, actions, records, scheduler, fabric, cost):
         app.include_router(module.router(plane, cache))
@@ -92,4 +108,36 @@ def create_app(
         app.include_router(plain.router(plane))
     app.include_router(meta.router(plane, list(checks or []), requests))
     meta.mount_pages(app)
+    _document_refusals(app)
     return app
+
+
+def _document_refusals(app: FastAPI) -> None:
+    """Add to each operation of `/openapi.json` the answers the guard in front of the routes gives (401, 403, and
+    400 and 413 for a body), with the `Problem` body every error has."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()  # kept as app.openapi_schema: what is added here is served from then on
+        for path, operations in schema.get("paths", {}).items():
+            for method, operation in operations.items():
+                answers = operation.setdefault("responses", {})
+                if "422" in answers:  # answered by _bad_request as a Problem, not the framework's own shape
+                    answers["422"] = {
+                        "description": "A parameter or the body is outside the schema.",
+                        "content": {"application/json": {"schema": {"$ref": PROBLEM}}},
+                    }
+                for status, description in refusals(method, path).items():
+                    answers.setdefault(
+                        str(status),
+                        {"description": description, "content": {"application/json": {"schema": {"$ref": PROBLEM}}}},
+                    )
+        shapes = schema.setdefault("components", {}).setdefault("schemas", {})
+        shapes.setdefault("Problem", schemas.Problem.model_json_schema())
+        for unused in ("HTTPValidationError", "ValidationError"):
+            shapes.pop(unused, None)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -428,15 +428,33 @@ class ManagerView(Shape):
     time: float = Field(description="When the report was read (epoch s).")
     age_s: float
     stale: bool = Field(description="The report is over two minutes old, or its agent went silent.")
-    pending_count: int
+    pending_count: int = Field(description="Its pending work in all, on every page.")
     gpus_pending: int
-    pending: list[PendingRow] = Field(description="Longest-waiting first.")
+    pending: list[PendingRow] = Field(description="Its rows of this page, longest-waiting first.")
     queues: list[QueueRow]
+
+
+class ListMeta(Shape):
+    """Where a paged list stands, in the Kubernetes API's names."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    continue_: str | None = Field(
+        None,
+        alias="continue",
+        description="Pass it as `continue` for the next page; null on the last page.",
+    )
+    remainingItemCount: int = Field(0, description="Items after this page.")
 
 
 class SchedulerView(Shape):
     time: float = Field(description="The control plane's clock.")
-    managers: list[ManagerView] = Field(description="One per workload manager that reports, by name.")
+    managers: list[ManagerView] = Field(
+        description="One per workload manager that reports, by name, each with its counts and queues on every "
+        "page; its `pending` holds its rows of this page of the pending work (longest-waiting first across "
+        "managers, `limit` rows a page)."
+    )
+    metadata: ListMeta = Field(default_factory=ListMeta, description="The page: how to get the next one.")
 
 
 # --- the fabric service (/api/v1/fabric/...), shaped after UFM's resources ----------------------------------------

@@ -16,6 +16,7 @@ from gpufleet.server.routes.common import BadParameter
 from gpufleet.telemetry.store.query import AGG_OPS
 
 MAX_POINTS = 11_000  # as Prometheus refuses a range query of more points per series
+BAD_SELECTOR: dict[int | str, dict[str, Any]] = {400: {"model": schemas.Problem, "description": "Not a selector."}}
 
 
 def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
@@ -35,7 +36,7 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
         """A node's conditions, software, GPUs, NICs, open incidents and latest kernel-log reports."""
         return cache.answer(f"node/{name}", lambda: views.describe_node(plane, name))
 
-    @api.get("/gpus", response_model=list[schemas.GpuRow])
+    @api.get("/gpus", response_model=list[schemas.GpuRow], responses={404: {"model": schemas.Problem}})
     def gpus(node: str | None = Query(None, max_length=253)) -> Any:
         return cache.answer(f"gpus/{node or ''}", lambda: views.gpu_rows(plane, node))
 
@@ -61,7 +62,7 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
             for (a, i), (seq, t, n) in sorted(streams.items())
         ]
 
-    @api.get("/metrics/query", response_model=list[schemas.Sample], tags=["metrics"])
+    @api.get("/metrics/query", response_model=list[schemas.Sample], tags=["metrics"], responses=BAD_SELECTOR)
     def metric_instant(
         series: str = Query(..., max_length=2000, description='A selector: name{label="v", other=~"re.*"}.'),
         op: str | None = Query(None, description=f"Aggregate with one of {', '.join(AGG_OPS)}."),
@@ -73,7 +74,7 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
         found = store.aggregate_instant(op, series, _labels(by), time) if op else store.instant(series, time)
         return [{"labels": s.labels, "time": s.timestamp, "value": _finite(s.value)} for s in found]
 
-    @api.get("/metrics/range", response_model=list[schemas.Range], tags=["metrics"])
+    @api.get("/metrics/range", response_model=list[schemas.Range], tags=["metrics"], responses=BAD_SELECTOR)
     def metric_range(
         series: str = Query(..., max_length=2000, description='A selector: name{label="v", other=~"re.*"}.'),
         start: float = Query(..., description="Epoch seconds."),

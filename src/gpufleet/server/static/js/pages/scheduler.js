@@ -68,13 +68,16 @@ function queues(m) {
 }
 
 function pendingTable(m) {
-  if (!m.pending.length) return html`<div class="empty" data-empty="nothing-pending">nothing pending</div>`;
+  // the API pages pending work (longest-waiting first across managers): this page holds the longest-waiting rows
+  const rest = m.pending_count - m.pending.length;
+  const more = rest > 0 ? html`<div class="muted" data-more="${rest}">${num(rest)} more waiting less long: <code>gpufleet get pending</code> lists them all</div>` : "";
+  if (!m.pending.length) return more || html`<div class="empty" data-empty="nothing-pending">nothing pending</div>`;
   return html`<table class="pending-table" data-manager="${m.manager}"><thead><tr><th>name</th><th>queue</th><th>namespace</th>
     <th class="num">GPUs</th><th>waiting</th><th>reason</th><th>message</th></tr></thead>
     <tbody>${m.pending.map((p) => html`<tr data-pending="${p.name}" data-reason="${p.reason}"><td><b>${p.name}</b></td>
       <td>${p.queue || dash}</td><td>${p.namespace || dash}</td><td class="num">${num(p.gpus)}</td>
       <td class="nowrap" title="${p.since ? new Date(p.since * 1000).toISOString() : "start not known"}">${p.waiting_s === null ? dash : duration(p.waiting_s)}</td>
-      <td>${reasonPill(p.reason)}</td><td class="message">${p.message || html`<span class="dim">${dash}</span>`}</td></tr>`)}</tbody></table>`;
+      <td>${reasonPill(p.reason)}</td><td class="message">${p.message || html`<span class="dim">${dash}</span>`}</td></tr>`)}</tbody></table>${more}`;
 }
 
 function manager(m) {
