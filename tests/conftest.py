@@ -10,12 +10,28 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from gpufleet import locks
+
 if TYPE_CHECKING:
     from gpufleet.state import Database
     from tests.pg import PostgresServer, StateTarget
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# every lock made in a test checks the one lock order (gpufleet.locks), in this process and in the servers and agents
+# the tests start
+os.environ["GPUFLEET_LOCK_ORDER"] = "check"
+locks.check_order(True)
+
+
+@pytest.fixture(autouse=True)
+def lock_order() -> Iterator[None]:
+    """A test fails when any thread took the shared locks out of their order, even if no deadlock happened."""
+    locks.clear_violations()
+    yield
+    broken = locks.violations()
+    assert not broken, "lock order broken:\n" + "\n".join(map(str, broken[:3]))
 
 
 CORPUS = REPO_ROOT / "tests" / "corpus"

@@ -4,7 +4,7 @@ on taking the same decisions."""
 
 from __future__ import annotations
 
-import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import pytest
 
 from gpufleet.control.service import ControlPlane
 from gpufleet.errors import BackendError
+from gpufleet.locks import ordered_lock
 from gpufleet.model import Entity, EntityKind, IncidentState, RootCause, Severity
 from gpufleet.model.observe import (
     Finding,
@@ -190,17 +191,14 @@ def test_remediation_in_the_running_loop_never_fails_on_thread_affinity(state_db
     from gpufleet.sim.runner import SimRunner
 
     twin = small_twin(faults=[InjectedFault(0, FaultType.gpu_off_bus, 5.0, node="n-001", gpu=2)], restart=30.0)
-    lock = threading.RLock()
-    db = state_db
-    plane, fleet = door(twin, remediation="on", db=db, lock=lock)
-    runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, db=db, speed=200.0)
+    lock = ordered_lock("twin")
+    plane, fleet = door(twin, remediation="on", db=state_db, lock=lock)
+    runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, atomically=plane.atomically, speed=200.0)
     runner.start()
     try:
-        deadline = threading.Event()
-        for _ in range(100):
-            if plane.remediation.reports and twin.time > 60:
-                break
-            deadline.wait(0.1)
+        deadline = time.monotonic() + 120  # a bound for a busy machine; it takes about a second on an idle one
+        while not (plane.remediation.reports and twin.time > 60) and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         runner.stop()
     assert runner.error is None and plane.loop_error is None

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
+from gpufleet.locks import ordered_lock
 from gpufleet.spec.base import format_duration, parse_duration
 
 sim_app = typer.Typer(help="Run the digital twin headless.", no_args_is_help=True)
@@ -24,7 +25,6 @@ def builtin_example(relative: str) -> Path:
 
 def local_plane(scenario: Path, at: str, progress: bool = True) -> Any:
     """Run a scenario here, its nodes through the same door into a control plane in memory, up to `--at`."""
-    import threading
 
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
@@ -40,7 +40,7 @@ def local_plane(scenario: Path, at: str, progress: bool = True) -> Any:
         raise UserError(f"--at {at} is after the scenario ends ({format_duration(duration)})")
     plane = ControlPlane(
         Database(":memory:"),
-        TwinBackend(twin, threading.RLock()),
+        TwinBackend(twin, ordered_lock("twin")),
         clock=lambda: twin.epoch + twin.time,
         remediation="off",
         metrics=EmbeddedStore(None),

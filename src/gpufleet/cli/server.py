@@ -21,6 +21,7 @@ from gpufleet.background import Background
 from gpufleet.cli.output import console
 from gpufleet.control.paths import DEFAULT_PORT, data_dir
 from gpufleet.errors import UserError
+from gpufleet.locks import ordered_lock
 from gpufleet.spec.base import parse_duration
 
 log = logging.getLogger("gpufleet.server")
@@ -197,7 +198,7 @@ def twin_plane(
     if checkpoint is None:
         journal.reset()
     twin.epoch = journal.epoch(fresh=time.time())  # the twin's clock starts at the wall clock
-    lock = threading.RLock()
+    lock = ordered_lock("twin")
     backend = TwinBackend(twin, lock, journal)
     thresholds = load_thresholds()
     plane = ControlPlane(
@@ -210,7 +211,9 @@ def twin_plane(
         fabric=FabricService(thresholds, intended_graph(twin.cluster)),  # the manifest's cabling is the intent
     )
     fleet = SimFleet(twin)
-    runner = SimRunner(twin, fleet, plane.ingest, plane.tick, lock=lock, db=db, journal=journal, speed=speed)
+    runner = SimRunner(
+        twin, fleet, plane.ingest, plane.tick, lock=lock, atomically=plane.atomically, journal=journal, speed=speed
+    )
     resumed = ""
     if checkpoint is not None:
         started = time.perf_counter()
@@ -297,7 +300,11 @@ def serve(
     bound = sock.getsockname()[1]
     running.plane.replication.address = f"{host}:{bound}"
     console.print(Panel(banner(bound), expand=False))
+    from gpufleet.control.watchdog import LoopWatchdog
+
+    watchdog = LoopWatchdog(lambda: running.plane.last_tick)
     running.loop.start()
+    watchdog.start()
     if run_for:
         timer = threading.Timer(parse_duration(run_for), lambda: setattr(server, "should_exit", True))
         timer.daemon = True
@@ -305,6 +312,7 @@ def serve(
     try:
         server.run(sockets=[sock])
     finally:
+        watchdog.stop()
         running.loop.stop()
         running.plane.close()
         running.plane.db.close()

@@ -10,7 +10,6 @@ shows. One poll is analysed once: a finding is out within the poll that saw its 
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from gpufleet.fabric.health import PortHealth
 from gpufleet.fabric.report import graph_from_report, readings_from_report, report_from_graph
 from gpufleet.fabric.validate import validate
 from gpufleet.health.thresholds import Thresholds
+from gpufleet.locks import ordered_lock
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import FabricReport, Finding, SubnetManagerFact
 
@@ -112,7 +112,7 @@ class FabricService:
         self.history: dict[End, deque[tuple[float, dict[str, int]]]] = {}
         self.isolated: dict[End, float] = {}  # ports isolation took out of service, and when
         self._pieces: dict[str, frozenset[str]] | None = None  # each expected node's connected piece
-        self.lock = threading.RLock()
+        self.lock = ordered_lock("fabric")
         self.reports = 0
 
     # --- taking a poll ------------------------------------------------------------------------------------------

@@ -4,16 +4,17 @@ and what the backend answers; a simulated fleet comes in through the same `inges
 
 Threads: ingest runs on the API's threads (or the twin's, in process), `tick` on the control loop; both hold
 `lock` only for in-memory work and the state database's own short transactions. Remediation runs on the control
-loop outside the lock, so a slow backend (Slurm, Kubernetes) never stalls ingest or reads.
+loop outside the lock, so a slow backend (Slurm, Kubernetes) never stalls ingest or reads. Locks are taken in the
+order of `gpufleet.locks`: this plane's lock before the database's, so a transaction that spans several ingests
+(the twin's moment and its checkpoint) begins inside `atomically()`, never around it.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Collection, Iterable
-from contextlib import nullcontext
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from gpufleet.fabric.facts import hang_facts
 from gpufleet.health.centre import Correlator, collective_findings
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
+from gpufleet.locks import ordered_lock
 from gpufleet.model import Incident, IncidentState
 from gpufleet.model.fabric_facts import FabricFacts
 from gpufleet.model.observe import Ack, Batch, Finding, Record
@@ -139,7 +141,7 @@ class ControlPlane:
         self.port_isolation = port_isolation
         self.metrics = MetricRecorder(metrics) if metrics is not None else None
         self.gpu_use = GpuUseRecorder(self.metrics) if self.metrics is not None else None  # what cost reads
-        self.lock = threading.RLock()
+        self.lock = ordered_lock("control")
         self._fabric_facts: tuple[tuple[int, tuple[str, ...]], FabricFacts] | None = None
         self.fleet = FleetState()
         self.fleet.load_inventory(self.store.inventories())
@@ -198,6 +200,13 @@ class ControlPlane:
         return facts
 
     # --- ingest: the one door ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def atomically(self) -> Iterator[None]:
+        """Several ingests and the caller's own writes in one transaction: all of them or none. Taken in the lock
+        order, the plane before the database, as every ingest takes them."""
+        with self.lock, self.db.transaction():
+            yield
 
     def ingest(self, batch: Batch) -> Ack:
         """Store a batch's new records exactly once, update the fleet, and correlate its findings (on the leader;

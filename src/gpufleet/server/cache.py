@@ -19,6 +19,8 @@ from typing import Any
 import msgspec
 from fastapi.responses import Response
 
+from gpufleet.locks import ordered_lock
+
 TTL_S = 1.0
 STALE_LIMIT_S = 10.0  # an answer older than this is not served while it is rebuilt: the reader waits instead
 MAX_ENTRIES = 512  # keys carry query parameters (an incident cursor, a node): stale ones go past this many
@@ -33,7 +35,7 @@ class ReadCache:
         self.ttl_s, self.stale_limit_s = ttl_s, stale_limit_s
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[float, int, bytes]] = {}  # key -> (built at, generation, body)
-        self._building: dict[str, threading.Lock] = {}
+        self._building: dict[str, Any] = {}  # key -> the gate of the one caller building it
         self._refreshing: set[str] = set()
         self._generation = 0
         self.hits = self.builds = self.stale = 0
@@ -73,7 +75,7 @@ class ReadCache:
 
     def _build_now(self, key: str, build: Callable[[], Any]) -> bytes:
         with self._lock:
-            gate = self._building.setdefault(key, threading.Lock())
+            gate = self._building.setdefault(key, ordered_lock("view"))
         with gate:  # one caller builds; the others wait and take what it built
             body = self._fresh(key)
             if body is not None:

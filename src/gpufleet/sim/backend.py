@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from gpufleet.errors import BackendError
+from gpufleet.locks import ordered_lock
 from gpufleet.remediate.backends.base import (
     CapsPower,
     Cordons,
@@ -42,7 +43,7 @@ class TwinBackend(
 
     def __init__(self, twin: Twin, lock: threading.RLock | None = None, journal: TwinJournal | None = None) -> None:
         self.twin = twin
-        self.lock = lock or threading.RLock()
+        self.lock = lock or ordered_lock("twin")
         self.journal = journal
 
     def now(self) -> float:

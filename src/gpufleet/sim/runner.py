@@ -2,7 +2,9 @@
 
 `SimRunner` does that in a background thread at a chosen speed (`gpufleet up`), holding the twin's lock only while
 the twin steps and its agents read it, never while the control plane works, so API readers wait at most for one
-tick of the twin. `run_headless` does the same as fast as the machine allows (`get incidents -f`, benchmarks).
+tick of the twin. A moment's batches and the twin's checkpoint are delivered in one transaction that the control
+plane opens (`atomically`), so the locks are taken in their one order (gpufleet.locks). `run_headless` does the
+same as fast as the machine allows (`get incidents -f`, benchmarks).
 """
 
 from __future__ import annotations
@@ -11,15 +13,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from gpufleet.background import Background
+from gpufleet.locks import ordered_lock
 from gpufleet.model.observe import Ack, Batch
 from gpufleet.sim.backend import TwinBackend
 from gpufleet.sim.fleet import SimFleet
 from gpufleet.sim.journal import Checkpoint, TwinJournal
 from gpufleet.sim.twin import Twin
-from gpufleet.state import Database
 
 log = logging.getLogger("gpufleet.sim")
 MAX_CATCH_UP = 200  # steps per pass before readers get a turn
@@ -39,7 +42,7 @@ class SimRunner(Background):
         tick: Callable[[], None],
         *,
         lock: threading.RLock,
-        db: Database | None = None,
+        atomically: Callable[[], AbstractContextManager[None]] | None = None,
         journal: TwinJournal | None = None,
         speed: float = 1.0,
     ) -> None:
@@ -48,7 +51,7 @@ class SimRunner(Background):
         self.transport = transport
         self.tick = tick
         self.lock = lock
-        self.db = db
+        self.atomically = atomically
         self.journal = journal
         self.speed = speed
         self.error: str | None = None
@@ -99,8 +102,8 @@ class SimRunner(Background):
         with self.lock:
             self.twin.step()
             batches = self.fleet.collect()
-        if self.db is not None:
-            with self.db.transaction():  # the moment's batches and its checkpoint: all or none
+        if self.atomically is not None:
+            with self.atomically():  # the moment's batches and its checkpoint: all or none
                 self.fleet.deliver(batches, self.transport)
                 if self.journal is not None:
                     self.journal.checkpoint(self.twin.time, self.fleet.incarnation, self.fleet.positions())
@@ -150,7 +153,7 @@ def run_headless(
     before_step: Callable[[], None] | None = None,
 ) -> None:
     """Step the twin `seconds` of simulated time as fast as possible, through the same door."""
-    runner = SimRunner(twin, fleet, transport, tick, lock=threading.RLock())
+    runner = SimRunner(twin, fleet, transport, tick, lock=ordered_lock("twin"))
     steps = round(seconds / twin.tick)
     report = max(1, steps // 200)
     for k in range(steps):

@@ -13,13 +13,13 @@ directory's SQLite file, or a PostgreSQL URL (state/postgres.py).
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import BackendError
+from gpufleet.locks import ordered_lock
 
 DB_NAME = "state.db"
 
@@ -36,7 +36,7 @@ class Database:
         return super().__new__(SQLiteDatabase if cls is Database else cls)
 
     def __init__(self, path: Path | str = ":memory:") -> None:
-        self._lock = threading.RLock()
+        self._lock = ordered_lock("state")
         self._depth = 0
 
     # --- what each engine provides ----------------------------------------------------------------------------

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from gpufleet.errors import NotFoundError, UserError
+from gpufleet.locks import ordered_lock
 from gpufleet.state.db import Database
 
 PREFIX = "gf_"
@@ -86,7 +86,7 @@ def _role(role: str) -> Role:
 class TokenStore:
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._lock = threading.Lock()
+        self._lock = ordered_lock("tokens")
         self._cache: dict[str, tuple[float, Token | None]] = {}  # hash -> (when looked up, token)
         self._used: dict[str, float] = {}  # token id -> last use written back
 

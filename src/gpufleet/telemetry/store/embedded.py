@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.locks import ordered_lock
 from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.store.frame_series import FrameSeries
@@ -72,7 +72,7 @@ class EmbeddedStore:
         exposition: ExpositionConfig | None = None,
     ) -> None:
         self.config = config or StoreConfig()
-        self._lock = threading.RLock()
+        self._lock = ordered_lock("metrics")
         cfg = self.config
         self.history = History(data_dir / DB_NAME if data_dir is not None else None)
         self.raw = Tier(0, cfg.resolution_s, cfg.chunk_slots, cfg.raw_retention_s, self.history)
