@@ -51,5 +51,9 @@ class AuthError(UserError):
     """A request lacked valid credentials."""
 
 
+class ForbiddenError(UserError):
+    """The request's credentials are valid but may not do this (an agent token pushing for another node)."""
+
+
 class InternalError(GpufleetError):
     """A bug in gpufleet."""

@@ -21,6 +21,7 @@ def scenario(tmp_path: Path) -> Path:
         tmp_path / "restart.yaml",
         [
             "{at: 20s, type: xid, node: dgx-002, gpu: 3, code: 31}",
+            "{at: 40s, type: ecc-dbe, node: dgx-004, gpu: 1}",
             "{at: 70s, type: gpu-off-bus, node: dgx-009, gpu: 6}",
             "{at: 80s, type: link-down, node: dgx-025, rail: 6}",
         ],
@@ -68,6 +69,10 @@ def test_a_restart_keeps_cordons_incidents_and_streams_and_replays_nothing(scena
     assert kinds["kmsg"] == whole_kinds["kmsg"] > 0
     ids = sorted(again.plane.book.incidents)
     assert ids == sorted(set(ids)) and ids == sorted(whole.plane.book.incidents)
+    # the detectors' latched state came back with the twin: the ECC count reported before is not reported again
+    counts = {i.id: (i.cause.value, str(i.entity), i.count) for i in again.plane.book.incidents.values()}
+    assert counts == {i.id: (i.cause.value, str(i.entity), i.count) for i in whole.plane.book.incidents.values()}
+    assert "ecc-dbe" in {cause for cause, _, _ in counts.values()}
     assert {i.cause.value for i in again.plane.book.incidents.values()} >= {"gpu-xid", "gpu-lost", "ib-link-down"}
 
 

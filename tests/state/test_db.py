@@ -139,7 +139,10 @@ def test_floats_keep_their_precision(state_db: Database) -> None:
     )
     assert state_db.one("SELECT updated FROM inventory") == (1_800_000_000.123456,)
     big = 2**62
-    state_db.execute("INSERT INTO streams VALUES (?, ?, ?, ?, ?)", ("a", "i", "n", big, 0.5))
+    state_db.execute(
+        "INSERT INTO streams(agent, incarnation, node, last_seq, last_time) VALUES (?, ?, ?, ?, ?)",
+        ("a", "i", "n", big, 0.5),
+    )
     assert state_db.one("SELECT last_seq FROM streams") == (big,)
 
 

@@ -5,6 +5,7 @@ next push. Kernel reports do not wait for a collection: they are judged and spoo
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -87,6 +88,19 @@ def snapshot(frame: MetricFrame, when: float) -> MetricSnapshot:
     )
 
 
+LATCHED_KEY = "detectors.latched"
+
+
+def _load_latched(spool: RecordSpool) -> dict[str, float]:
+    stored = spool.get(LATCHED_KEY)
+    try:
+        loaded = json.loads(stored) if stored else {}
+        return {str(k): float(v) for k, v in loaded.items()}
+    except (ValueError, TypeError, AttributeError):
+        log.warning("the detectors' saved state in the spool is unreadable; they start afresh")
+        return {}
+
+
 class EdgeAgent:
     def __init__(
         self,
@@ -110,6 +124,8 @@ class EdgeAgent:
         self.services = ServiceWindows()
         self.wake = wake
         self.health = NodeHealth(frame, port_speeds_gbps=port_speeds_gbps)
+        self._latched = _load_latched(spool)
+        self.health.restore(self._latched)
         self._lock = threading.Lock()  # the kernel follower and the collector both spool
         self.inventory = InventoryCadence()
         self.records = 0
@@ -131,6 +147,10 @@ class EdgeAgent:
             out = self.health.observe(now, frame, None, inventories)
             observations: list[Observation] = [*out.links, *out.findings]
             self._spool(observations)
+            latched = self.health.latched()
+            if latched != self._latched:  # kept with the spool: a restarted agent does not report it again
+                self.spool.set(LATCHED_KEY, json.dumps(latched, sort_keys=True))
+                self._latched = latched
         self.state.set(
             snapshot(frame, now),
             inventories[0] if inventories else None,

@@ -85,6 +85,8 @@ class BatchPusher(Background):
         self.pushes = 0
         self.acked = 0
         self._warned = False
+        self._foreign_said = False
+        self._lost_said = False
         self._wake = threading.Event()
         super().__init__()
         self._client = httpx.Client(timeout=10.0)
@@ -124,7 +126,10 @@ class BatchPusher(Background):
         except WireError as exc:
             self._down(exc.message)
             return False
-        self.spool.ack(ack.acked)
+        if ack.acked > self.spool.last_assigned():
+            self._foreign_ack(ack.acked)
+        if records:
+            self.spool.ack(min(ack.acked, records[-1].seq))  # never records it has not sent
         self.acked = ack.acked
         with self.state.lock:
             if inventory is not None and self.state.inventory is inventory:
@@ -136,6 +141,20 @@ class BatchPusher(Background):
             log.info("pushing to %s again; %d records waiting", self.url, len(self.spool))
         self.connected, self._warned = True, False
         return True
+
+    def _foreign_ack(self, acked: int) -> None:
+        if self._foreign_said:
+            return
+        self._foreign_said = True
+        log.error(
+            "the control plane has records up to %d of this agent's stream %s, but this agent has written only %d: "
+            "something else pushes under this stream (a copy of this agent's --data-dir, or its token in other "
+            "hands); this agent's next records would be dropped there as duplicates. Start it with an empty "
+            "--data-dir (a new stream) and revoke the token if it leaked",
+            acked,
+            self.spool.incarnation,
+            self.spool.last_assigned(),
+        )
 
     def _down(self, message: str) -> None:
         if not self._warned:  # one line per outage, not one per retry
@@ -150,9 +169,22 @@ class BatchPusher(Background):
         super().stop()
         self._client.close()
 
+    def check_spool(self) -> None:
+        """Say once, loudly, when the spool's file goes from under the running agent."""
+        why = self.spool.lost()
+        if why is not None and not self._lost_said:
+            self._lost_said = True
+            log.error(
+                "the agent's spool %s while the agent runs: records not yet pushed live only in the open file and "
+                "go when the agent stops, and a restarted agent starts a new stream and reads its kernel log again "
+                "(the control plane takes each line once). Keep --data-dir on storage that outlives the agent",
+                why,
+            )
+
     def run(self) -> None:
         backoff = 0.5
         while not self.stopping.is_set():
+            self.check_spool()
             ok = self.push_once()
             if ok and len(self.spool) > 0:
                 continue  # drain fast while it answers

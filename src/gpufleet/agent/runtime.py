@@ -3,6 +3,7 @@ detectors, the kernel-log follower, the durable spool and the pusher."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from gpufleet.agent.spool import RecordSpool
 from gpufleet.model.observe import JobFact, NodeInventory, SchedulerReport
 from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
+
+log = logging.getLogger("gpufleet.agent")
 
 DEV_KMSG = Path("/dev/kmsg")
 
@@ -105,6 +108,13 @@ def assemble(
     if control_plane is None:
         return agent
     spool = RecordSpool(data_dir / f"spool-{node}.db")
+    if spool.new:
+        log.warning(
+            "no spool in %s: this agent starts a new stream (%s); the kernel log is read from its start, and the "
+            "control plane takes the lines it already has once",
+            data_dir,
+            spool.incarnation,
+        )
     state = NodeState()
     pusher = BatchPusher(spool, state, control_plane, token, agent=node, node=node, interval=interval)
     edge = EdgeAgent(

@@ -8,6 +8,7 @@ plane tells apart from the old one, so nothing of it is dropped as a duplicate.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 import threading
@@ -43,11 +44,23 @@ class RecordSpool:
             ) from exc
         self._lock = threading.Lock()
         self.path = path
+        self._inode = os.stat(path).st_ino
         stored = self.get("incarnation")
+        self.new = stored is None  # made now: a new stream, and whatever the agent had read before is read again
         if stored is None:
             stored = secrets.token_hex(8)
             self.set("incarnation", stored)
         self.incarnation = stored
+
+    def lost(self) -> str | None:
+        """Why the spool's file is no longer where the agent keeps it (deleted, or replaced), or None."""
+        try:
+            inode = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return f"{self.path} was deleted"
+        except OSError as exc:
+            return f"{self.path} cannot be read: {exc.strerror}"
+        return None if inode == self._inode else f"{self.path} was replaced by another file"
 
     def get(self, key: str) -> str | None:
         with self._lock:
@@ -71,6 +84,12 @@ class RecordSpool:
         with self._lock:
             rows = self._db.execute("SELECT seq, body FROM spool ORDER BY seq LIMIT ?", (limit,)).fetchall()
         return [Record(int(seq), _decode.decode(body)) for seq, body in rows]
+
+    def last_assigned(self) -> int:
+        """The highest sequence number this spool ever gave a record (acknowledged ones included)."""
+        with self._lock:
+            row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'spool'").fetchone()
+        return int(row[0]) if row else 0
 
     def ack(self, up_to_seq: int) -> None:
         with self._lock:

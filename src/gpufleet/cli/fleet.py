@@ -155,7 +155,10 @@ def _render(resource: Resource, rows: list[dict[str, Any]], wide: bool, header: 
         ]
     elif r == "agents":
         cols = ["AGENT", "NODE", "INCARNATION", "LAST SEQ", "LAST PUSH"]
-        out = [[a["agent"], a["node"], a["incarnation"], a["last_seq"], render.clock(a["last_time"])] for a in rows]
+        out = [
+            [a["agent"], a["node"], a.get("incarnation") or "-", a["last_seq"], render.clock(a["last_time"])]
+            for a in rows
+        ]
     elif r == "links":
         cols = ["NODE", "HCA", "RAIL", "SWITCH", "STATE", "SPEED", "SYMBOL ERR", "LINK DOWNED", "RCV ERR", "INCIDENT"]
         out = [

@@ -43,6 +43,7 @@ def _row(token: Token) -> dict[str, object]:
         "id": token.id,
         "name": token.name,
         "role": token.role.value,
+        "node": token.node or "",
         "created": _when(token.created),
         "created_by": token.created_by,
         "last_used": _when(token.last_used),
@@ -64,19 +65,29 @@ def create(
     out: Path | None = typer.Option(
         None, "--out", help="Write the token to this file (mode 0600) instead of printing it."
     ),
+    node: str | None = typer.Option(
+        None,
+        "--node",
+        help="With --role agent: bind the token to this node. It may push for that node only, and no other agent "
+        "token may push for it any more.",
+    ),
     state: str | None = typer.Option(None, "--state", help=STATE_HELP),
 ) -> None:
     """Make a token; its secret is shown once (only a hash is kept)."""
     store = _store(state)
-    token, secret = store.create(name, role.value, _who())
+    token, secret = store.create(name, role.value, _who(), node=node)
+    bound = f" for node {token.node}" if token.node else ""
     AuditLog(store.db).append(
-        actor=_who(), action="token-create", target=f"token/{token.name}", decision=f"created ({token.role.value})"
+        actor=_who(),
+        action="token-create",
+        target=f"token/{token.name}",
+        decision=f"created ({token.role.value}{bound})",
     )
     if out is not None:
         write_secret(out, secret)
-        err_console.print(f"token {token.name} ({token.role.value}) written to {out}")
+        err_console.print(f"token {token.name} ({token.role.value}{bound}) written to {out}")
         return
-    err_console.print(f"token {token.name} ({token.role.value}); it is shown only now:")
+    err_console.print(f"token {token.name} ({token.role.value}{bound}); it is shown only now:")
     console.print(secret, markup=False, highlight=False)
 
 
@@ -89,7 +100,7 @@ def list_tokens(
     rows = [_row(t) for t in _store(state).list()]
 
     def table(wide: bool) -> None:
-        cols = ["id", "name", "role", "created", "last_used", "revoked"] + (["created_by"] if wide else [])
+        cols = ["id", "name", "role", "node", "created", "last_used", "revoked"] + (["created_by"] if wide else [])
         console.print(make_table([c.upper() for c in cols], [[r[c] for c in cols] for r in rows]))
 
     emit(rows, output, table)

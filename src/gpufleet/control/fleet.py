@@ -159,6 +159,13 @@ class FleetState:
             node = self.nodes.setdefault(name, NodeState(name, agent))
             node.inventory, node.lost = inv, True
 
+    def load_kernel_log(self, reports: Iterable[KernelReport]) -> None:
+        """Kernel reports stored before a restart, oldest first, for the nodes' recent kernel log."""
+        for report in reports:
+            node = self.nodes.get(report.node)
+            if node is not None:
+                node.kernel_log.append(report)
+
     def mark_lost(self, now: float, intervals: float) -> list[NodeState]:
         """Nodes whose agent has been silent for `intervals` of its own collection intervals (newly lost)."""
         newly = []

@@ -27,7 +27,7 @@ from gpufleet.control.metrics import MetricRecorder
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.replicas import Replication
 from gpufleet.control.store import StateStore
-from gpufleet.errors import NotFoundError, UserError
+from gpufleet.errors import ForbiddenError, NotFoundError, UserError
 from gpufleet.fabric.facts import hang_facts
 from gpufleet.health.centre import Correlator, collective_findings
 from gpufleet.health.incidents import IncidentBook
@@ -35,7 +35,7 @@ from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.locks import ordered_lock
 from gpufleet.model import Incident, IncidentState
 from gpufleet.model.fabric_facts import FabricFacts
-from gpufleet.model.observe import Ack, Batch, Finding, Record
+from gpufleet.model.observe import Ack, Batch, Finding, KernelReport, Record
 from gpufleet.remediate.backends.base import (
     Cordons,
     Drains,
@@ -46,6 +46,7 @@ from gpufleet.remediate.backends.base import (
 )
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
+from gpufleet.state.tokens import Role, Token, TokenStore
 from gpufleet.telemetry.objectives import SloConfig
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
 
@@ -58,6 +59,11 @@ RECORD_EVERY_S = 5.0
 RECORD_GPUS_EVERY_S = 30.0  # per-GPU timelines: a point every 30 s of cluster time is 480 over the dashboard's 4 h
 PRUNE_AFTER_S = 86_400.0  # resolved incidents leave memory (not the database) after a day
 SYNC_EVERY_S = 2.0  # wall seconds between a replica's reloads of the incidents
+# how far past its last delivered record a stream's next batch may start; an agent's spool numbers records one after
+# another and never skips, so anything near this is not an agent's
+MAX_SEQ_GAP = 1_000_000
+KERNEL_REPORTS_LOADED = 20_000  # the newest kernel reports read back at a start, for the nodes' recent kernel log
+KERNEL_SEEN_PER_NODE = 20_000  # kernel-log lines remembered per node (a node's log since boot holds far fewer)
 
 # what the control plane records into the metric store: per node and for the fleet
 NODE_SERIES = (
@@ -145,11 +151,15 @@ class ControlPlane:
         self._fabric_facts: tuple[tuple[int, tuple[str, ...]], FabricFacts] | None = None
         self.fleet = FleetState()
         self.fleet.load_inventory(self.store.inventories())
+        self.fleet.load_kernel_log(self.store.recent_kernel_reports(KERNEL_REPORTS_LOADED))
         self._dirty: dict[str, Incident] = {}
         self.replication = replication or Replication(db)
         self.leader = self.replication.leads()
         self._load_book()
         self._streams = {key: seq for key, (seq, _t, _n) in self.store.streams().items()}
+        self._owners = self.store.stream_owners()  # stream -> the token that opened it
+        self._replay_said: set[tuple[str, str]] = set()
+        self.tokens = TokenStore(db)
         self._remediation_mode, self._remediator = remediation, remediator
         self.remediation = RemediationDriver(self, remediation, remediator if self.leader else None)
         self._synced_at = -np.inf
@@ -208,27 +218,101 @@ class ControlPlane:
         with self.lock, self.db.transaction():
             yield
 
-    def ingest(self, batch: Batch) -> Ack:
+    def ingest(self, batch: Batch, pusher: Token | None = None) -> Ack:
         """Store a batch's new records exactly once, update the fleet, and correlate its findings (on the leader;
-        another replica passes them to it through the feed)."""
+        another replica passes them to it through the feed). `pusher` is the token the batch came with (None for
+        the twin's agents in this process); what it may push for is checked first (`_authorize`). A kernel-log line
+        taken before, from whichever stream, is acknowledged and not taken again."""
         now = self.clock()
         key = (batch.agent, batch.incarnation)
         shared = self.replication.shared
         # with other replicas taking batches too, the stream's position is read (and locked) in the database, and
         # every batch is written: the others learn the node's state from the feed
         with self.lock, self.db.transaction() if shared else nullcontext():
-            last = self.store.stream_position(*key) if shared else self._streams.get(key, 0)
+            if shared:
+                last, owner = self.store.stream_position(*key)
+            else:
+                last, owner = self._streams.get(key, 0), self._owners.get(key)
             new = [r for r in batch.records if r.seq > last]
+            self._authorize(batch, pusher, new, last, owner)
+            new, replayed = self._not_taken_before(batch.node, new)
             top = max(last, batch.records[-1].seq) if batch.records else last
-            writes = shared or bool(new) or batch.inventory is not None or key not in self._streams
+            writes = shared or bool(new) or bool(replayed) or batch.inventory is not None or key not in self._streams
+            opened_by = pusher.id if pusher is not None and pusher.role is not Role.admin else None
             # the batch and the incidents it changed, or none of it (a push with only state writes nothing)
             with self.db.transaction() if writes else nullcontext():
                 if writes:
-                    self.store.store_batch(batch, new, top, time.time())
+                    self.store.store_batch(batch, new, top, time.time(), opened_by)
+                    self.store.remember_kernel(batch.node, _kernel_idents(new), now)
                     self.replication.publish(batch, new)
                 self._take(batch, key, new, top, now)
+            if owner is None and opened_by is not None:
+                self._owners[key] = opened_by
             self.batches += 1
+        if replayed:
+            self._said_replayed(batch, replayed)
         return Ack(top, len(new), len(batch.records) - len(new))
+
+    def _authorize(self, batch: Batch, pusher: Token | None, new: list[Record], last: int, owner: str | None) -> None:
+        """Who may push what: an agent token bound to a node pushes for that node only; a node with a token of its
+        own takes no other agent token's pushes; a stream takes pushes only from the token that opened it (admins
+        may push anything). A stream's sequence numbers never jump far past what it delivered: an acknowledgement
+        of a number the agent has not reached yet would drop all its records up to it as duplicates."""
+        if pusher is not None and pusher.role is not Role.admin:
+            self._authorize_agent(batch, pusher, owner)
+        if new and last > 0 and new[0].seq > last + MAX_SEQ_GAP:
+            raise UserError(
+                f"stream {batch.agent}/{batch.incarnation} delivered up to record {last}; this batch starts at "
+                f"{new[0].seq}, {new[0].seq - last - 1} records later",
+                fix="an agent numbers its records one after another: this batch is not from that agent's spool",
+            )
+
+    def _authorize_agent(self, batch: Batch, pusher: Token, owner: str | None) -> None:
+        if pusher.node is not None and batch.node != pusher.node:
+            raise ForbiddenError(
+                f"the agent token {pusher.name!r} is bound to node {pusher.node}; it may not push for {batch.node}",
+                fix="run each node's agent with its own token (`gpufleet token create --role agent --node NODE`)",
+            )
+        if pusher.node is None and self.tokens.node_has_own_token(batch.node):
+            raise ForbiddenError(
+                f"node {batch.node} has an agent token of its own; the token {pusher.name!r} may not push for it",
+                fix=f"give the agent on {batch.node} the token made for it (`gpufleet token list` shows it)",
+            )
+        if owner is not None and owner != pusher.id:
+            raise ForbiddenError(
+                f"stream {batch.agent}/{batch.incarnation} was opened with another token; {pusher.name!r} may not "
+                "push to it",
+                fix="each agent pushes to the stream it opened: an agent with a copied --data-dir needs an empty "
+                "one of its own",
+            )
+
+    def _not_taken_before(self, node: str, new: list[Record]) -> tuple[list[Record], list[Record]]:
+        """(records to take, kernel-log reports and their findings already taken from some stream)."""
+        idents = _kernel_idents(new)
+        seen = self.store.kernel_seen(node, idents) if idents else set()
+        if not seen:
+            return new, []
+        kept: list[Record] = []
+        replayed: list[Record] = []
+        for record in new:
+            ident = getattr(record.body, "ident", "")
+            (replayed if ident and ident in seen else kept).append(record)
+        return kept, replayed
+
+    def _said_replayed(self, batch: Batch, replayed: list[Record]) -> None:
+        """Once per stream: its agent re-sent kernel-log lines another stream had delivered (an agent that lost its
+        spool reads the log again under a new incarnation)."""
+        key = (batch.agent, batch.incarnation)
+        if key in self._replay_said:
+            return
+        self._replay_said.add(key)
+        log.warning(
+            "%s (stream %s) sent %d kernel-log report(s) taken before from another stream; they open nothing again "
+            "(its agent started without its spool?)",
+            batch.node,
+            batch.incarnation,
+            len(replayed),
+        )
 
     def _take(self, batch: Batch, key: tuple[str, str], new: list[Record], top: int, now: float) -> None:
         """What the batch tells about the node, and the incidents its findings open or change."""
@@ -366,6 +450,7 @@ class ControlPlane:
             if inc.state is IncidentState.resolved and now - inc.last_seen > PRUNE_AFTER_S:
                 del self.book.incidents[inc_id]
                 self._announced.discard(inc_id)
+        self.store.prune_kernel_seen(KERNEL_SEEN_PER_NODE)
 
     def health(self, max_tick_age_s: float = 30.0) -> Health:
         problems = []
@@ -631,3 +716,8 @@ class ControlPlane:
     @property
     def unavailable(self) -> set[str]:
         return self._unavailable
+
+
+def _kernel_idents(records: list[Record]) -> list[str]:
+    """The kernel-log identities the records carry (a report and the findings judged from it share one)."""
+    return sorted({r.body.ident for r in records if isinstance(r.body, (KernelReport, Finding)) and r.body.ident})

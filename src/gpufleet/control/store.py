@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
 
-from gpufleet.model.observe import Batch, Finding, KernelReport, LinkEvent, NodeInventory, Record
+from gpufleet.model.observe import Batch, Finding, KernelReport, LinkEvent, NodeInventory, Observation, Record
 from gpufleet.state import AuditLog, Database, IncidentTable
 from gpufleet.state.db import where
 
 _inventory = msgspec.json.Decoder(NodeInventory)
+_observation: msgspec.json.Decoder[Observation] = msgspec.json.Decoder(Observation)
 _json = msgspec.json.Encoder()
 CONTROL_AGENT = "control"
 
@@ -47,17 +49,50 @@ class StateStore:
         rows = self.db.query("SELECT agent, incarnation, last_seq, last_time, node FROM streams")
         return {(r[0], r[1]): (int(r[2]), float(r[3]), r[4]) for r in rows}
 
-    def stream_position(self, agent: str, incarnation: str) -> int:
-        """The stream's last stored sequence number, its row locked until the transaction ends where the engine
-        can (PostgreSQL), so two replicas taking the same re-sent batch cannot both store it."""
+    def stream_owners(self) -> dict[tuple[str, str], str]:
+        """(agent, incarnation) -> the id of the token that opened the stream, for the streams a token opened."""
+        rows = self.db.query("SELECT agent, incarnation, token FROM streams WHERE token IS NOT NULL")
+        return {(r[0], r[1]): str(r[2]) for r in rows}
+
+    def stream_position(self, agent: str, incarnation: str) -> tuple[int, str | None]:
+        """The stream's last stored sequence number and the token that opened it, its row locked until the
+        transaction ends where the engine can (PostgreSQL), so two replicas taking the same re-sent batch cannot
+        both store it."""
         lock = " FOR UPDATE" if self.db.dialect == "postgresql" else ""
         row = self.db.one(
-            f"SELECT last_seq FROM streams WHERE agent = ? AND incarnation = ?{lock}", (agent, incarnation)
+            f"SELECT last_seq, token FROM streams WHERE agent = ? AND incarnation = ?{lock}", (agent, incarnation)
         )
-        return int(row[0]) if row else 0
+        return (int(row[0]), None if row[1] is None else str(row[1])) if row else (0, None)
 
-    def store_batch(self, batch: Batch, new: list[Record], last_seq: int, received: float) -> None:
-        """The new records of a batch, its stream's position and its inventory, in one transaction."""
+    def kernel_seen(self, node: str, idents: Collection[str]) -> set[str]:
+        """Which of these kernel-log lines of `node` were taken before, from any stream."""
+        if not idents:
+            return set()
+        marks = ",".join("?" * len(idents))
+        rows = self.db.query(f"SELECT ident FROM kernel_seen WHERE node = ? AND ident IN ({marks})", (node, *idents))
+        return {str(r[0]) for r in rows}
+
+    def remember_kernel(self, node: str, idents: Collection[str], when: float) -> None:
+        self.db.executemany(
+            "INSERT INTO kernel_seen(node, ident, seen) VALUES (?,?,?) ON CONFLICT (node, ident) DO NOTHING",
+            [(node, ident, when) for ident in idents],
+        )
+
+    def prune_kernel_seen(self, keep_per_node: int) -> None:
+        """Keep about the `keep_per_node` newest kernel-log identities of each node."""
+        nodes = self.db.query("SELECT node FROM kernel_seen GROUP BY node HAVING COUNT(*) > ?", (keep_per_node,))
+        for (node,) in nodes:
+            row = self.db.one(
+                "SELECT seen FROM kernel_seen WHERE node = ? ORDER BY seen DESC LIMIT 1 OFFSET ?", (node, keep_per_node)
+            )
+            if row is not None:
+                self.db.execute("DELETE FROM kernel_seen WHERE node = ? AND seen <= ?", (node, row[0]))
+
+    def store_batch(
+        self, batch: Batch, new: list[Record], last_seq: int, received: float, token: str | None = None
+    ) -> None:
+        """The new records of a batch, its stream's position and its inventory, in one transaction; a stream no
+        token opened yet becomes `token`'s."""
         rows = []
         for record in new:
             node, kind, entity, message = _describe(record)
@@ -82,9 +117,10 @@ class StateStore:
                 rows,
             )
             self.db.execute(
-                "INSERT INTO streams VALUES (?,?,?,?,?) ON CONFLICT (agent, incarnation) "
-                "DO UPDATE SET last_seq = excluded.last_seq, last_time = excluded.last_time, node = excluded.node",
-                (batch.agent, batch.incarnation, batch.node, last_seq, batch.sent),
+                "INSERT INTO streams(agent, incarnation, node, last_seq, last_time, token) VALUES (?,?,?,?,?,?) "
+                "ON CONFLICT (agent, incarnation) DO UPDATE SET last_seq = excluded.last_seq, "
+                "last_time = excluded.last_time, node = excluded.node, token = COALESCE(streams.token, excluded.token)",
+                (batch.agent, batch.incarnation, batch.node, last_seq, batch.sent, token),
             )
             if batch.inventory is not None:
                 self.db.execute(
@@ -92,6 +128,19 @@ class StateStore:
                     "DO UPDATE SET agent = excluded.agent, updated = excluded.updated, body = excluded.body",
                     (batch.node, batch.agent, received, _json.encode(batch.inventory).decode()),
                 )
+
+    def recent_kernel_reports(self, limit: int) -> list[KernelReport]:
+        """The newest `limit` kernel reports of every node, oldest first (a restarted control plane shows them)."""
+        rows = self.db.query("SELECT body FROM events WHERE kind = 'kmsg' ORDER BY id DESC LIMIT ?", (limit,))
+        reports = []
+        for (body,) in reversed(rows):
+            try:
+                decoded = _observation.decode(body)
+            except msgspec.ValidationError:
+                continue  # written by an older or newer gpufleet in a form this one does not read
+            if isinstance(decoded, KernelReport):
+                reports.append(decoded)
+        return reports
 
     def inventories(self) -> list[tuple[str, str, NodeInventory]]:
         rows = self.db.query("SELECT node, agent, body FROM inventory ORDER BY node")

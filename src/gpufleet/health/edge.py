@@ -67,6 +67,13 @@ class NodeHealth:
         self.repeat_s = self.thresholds.control.finding_repeat_s
         self._reported: dict[str, tuple[float, int]] = {}  # finding key -> (when last reported, severity rank)
 
+    def latched(self) -> dict[str, float]:
+        """The detectors' state that outlives a restart of the agent (`restore` takes it back)."""
+        return self.gpu.latched()
+
+    def restore(self, latched: Mapping[str, float]) -> None:
+        self.gpu.restore(latched)
+
     def observe(
         self,
         now: float,

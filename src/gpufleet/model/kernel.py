@@ -5,6 +5,7 @@ They live in the model so consumers never import a concrete source to speak abou
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -110,6 +111,18 @@ class KernelEvent:
     detail: str | None = None  # the driver's own name for what happened: ring gfx_0.0.0, CS_TIMEOUT, CRITICL_HW_ERR
 
     @property
+    def logged(self) -> float | None:
+        """The wall time the line itself carries (Unix seconds), when it carries a plausible one (a syslog line has
+        no year: a parser's guess before 1970 or past 2100 is no time at all)."""
+        if self.wall_time is None:
+            return None
+        try:
+            stamp = self.wall_time.timestamp()
+        except (OverflowError, OSError, ValueError):
+            return None
+        return stamp if 0.0 <= stamp <= 4_102_444_800.0 else None
+
+    @property
     def time(self) -> datetime | float | None:
         """Wall-clock time when the log gave one, else seconds since boot, else None."""
         return self.wall_time if self.wall_time is not None else self.uptime_s
@@ -117,3 +130,12 @@ class KernelEvent:
     @property
     def code(self) -> int | None:
         return self.xid if self.kind == "xid" else self.sxid
+
+
+def kernel_ident(node: str, event: KernelEvent) -> str:
+    """A kernel-log report's identity on its node: the time the log gave the line (wall clock, or microseconds since
+    boot from /dev/kmsg) and the line itself. The same line read again, by a restarted agent or from a rotated copy,
+    has the same identity; two reports differ in one or the other."""
+    stamp = event.wall_time.isoformat() if event.wall_time is not None else repr(event.uptime_s)
+    digest = hashlib.sha256(f"{node}\0{stamp}\0{event.raw}".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:32]

@@ -59,6 +59,9 @@ class Finding(msgspec.Struct, tag="finding"):
     job: Short | None = None  # the job a finding is about, or whose rank holds the GPU
     effect: bool = False
     began: float | None = None  # when an effect started (a stalled job's last step)
+    # the kernel-log line a finding judges (KernelReport.ident): the control plane takes a line once, whichever
+    # stream brings it again (an agent that lost its spool re-reads the log under a new incarnation)
+    ident: Short = ""
 
     @property
     def key(self) -> str:
@@ -80,6 +83,8 @@ class KernelReport(msgspec.Struct, tag="kernel"):
     sxid: int | None = None
     vendor: Short = "nvidia"  # whose driver printed it
     detail: Short = ""  # the RAS block and severity, the ring, or the driver's event name
+    ident: Short = ""  # the line's identity on its node: its own timestamp and text (model.kernel.kernel_ident)
+    logged: Time | None = None  # the wall time the line itself carries, when it carries one
 
 
 class LinkEvent(msgspec.Struct, tag="link"):

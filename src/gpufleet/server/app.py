@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 
 from gpufleet import __version__
 from gpufleet.control.service import ControlPlane
-from gpufleet.errors import AuthError, GpufleetError, NotFoundError, UserError
+from gpufleet.errors import AuthError, ForbiddenError, GpufleetError, NotFoundError, UserError
 from gpufleet.model.wire import MAX_BODY
 from gpufleet.server import schemas
 from gpufleet.server.cache import ReadCache
@@ -62,6 +62,8 @@ def create_app(
         status = 500
         if isinstance(exc, AuthError):
             status = 401
+        elif isinstance(exc, ForbiddenError):
+            status = 403
         elif isinstance(exc, NotFoundError):
             status = 404
         elif isinstance(exc, BadParameter):

@@ -268,7 +268,7 @@ class AuditRow(Shape):
 
 class AgentRow(Shape):
     agent: str
-    incarnation: str
+    incarnation: str | None = Field(None, description="The stream's incarnation; shown to admins only.")
     node: str
     last_seq: int
     last_time: float

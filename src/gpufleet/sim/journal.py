@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpufleet.state import Database
 
 EPOCH_KEY = "twin_epoch"
+LATCHED_KEY = "twin_latched"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,7 @@ class Checkpoint:
     time: float  # twin seconds
     incarnation: str
     agents: dict[str, dict[str, int]]  # node -> {"seq": .., "kmsg": ..}
+    latched: dict[str, float] = field(default_factory=dict)  # the agents' detectors' state (NodeHealth.latched)
 
 
 def scenario_id(path: Path) -> str:
@@ -46,13 +48,16 @@ class TwinJournal:
         actions = self.db.query(
             "SELECT time, action, args FROM twin_actions WHERE scenario = ? ORDER BY id", (self.scenario,)
         )
-        return Checkpoint(float(row[1]), row[2], json.loads(row[3])), [(t, a, json.loads(x)) for t, a, x in actions]
+        latched = json.loads(self.db.get_meta(LATCHED_KEY) or "{}")
+        checkpoint = Checkpoint(float(row[1]), row[2], json.loads(row[3]), latched)
+        return checkpoint, [(t, a, json.loads(x)) for t, a, x in actions]
 
     def reset(self) -> None:
         """Forget another scenario's journal: this twin starts fresh."""
         with self.db.transaction():
             self.db.execute("DELETE FROM twin_checkpoint")
             self.db.execute("DELETE FROM twin_actions")
+            self.db.set_meta(LATCHED_KEY, "{}")
         self.db.set_meta(EPOCH_KEY, "")
 
     def epoch(self, fresh: float) -> float:
@@ -64,7 +69,15 @@ class TwinJournal:
         self.db.set_meta(EPOCH_KEY, repr(fresh))
         return fresh
 
-    def checkpoint(self, time: float, incarnation: str, agents: dict[str, dict[str, int]]) -> None:
+    def checkpoint(
+        self,
+        time: float,
+        incarnation: str,
+        agents: dict[str, dict[str, int]],
+        latched: dict[str, float] | None = None,
+    ) -> None:
+        if latched is not None:
+            self.db.set_meta(LATCHED_KEY, json.dumps(latched, sort_keys=True))
         self.db.execute(
             "INSERT INTO twin_checkpoint VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
             "scenario = excluded.scenario, time = excluded.time, incarnation = excluded.incarnation, "

@@ -56,6 +56,7 @@ class SimRunner(Background):
         self.speed = speed
         self.error: str | None = None
         self.steps = 0
+        self._saved_latched: dict[str, float] = {}
         super().__init__()
 
     # --- restart ------------------------------------------------------------------------------------------------
@@ -89,6 +90,8 @@ class SimRunner(Background):
         finally:
             backend.journal = journal
         self.fleet.incarnation = checkpoint.incarnation
+        self.fleet.health.restore(checkpoint.latched)
+        self._saved_latched = dict(checkpoint.latched)
         for node, position in checkpoint.agents.items():
             agent = self.fleet.agents.get(node)
             if agent is not None:
@@ -98,6 +101,14 @@ class SimRunner(Background):
 
     # --- one tick ------------------------------------------------------------------------------------------------
 
+    def _latched(self) -> dict[str, float] | None:
+        """The agents' detectors' state, when it changed since it was last saved."""
+        latched = self.fleet.health.latched()
+        if latched == self._saved_latched:
+            return None
+        self._saved_latched = latched
+        return latched
+
     def step_once(self) -> None:
         with self.lock:
             self.twin.step()
@@ -106,7 +117,9 @@ class SimRunner(Background):
             with self.atomically():  # the moment's batches and its checkpoint: all or none
                 self.fleet.deliver(batches, self.transport)
                 if self.journal is not None:
-                    self.journal.checkpoint(self.twin.time, self.fleet.incarnation, self.fleet.positions())
+                    self.journal.checkpoint(
+                        self.twin.time, self.fleet.incarnation, self.fleet.positions(), self._latched()
+                    )
         else:
             self.fleet.deliver(batches, self.transport)
         self.tick()

@@ -7,6 +7,7 @@ rather than half-understood.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from gpufleet.errors import BackendError
@@ -38,9 +39,26 @@ def migrate(db: Database, migrations: tuple[Migration, ...] = MIGRATIONS) -> int
             return current
         for migration in migrations[current:]:
             for statement in migration.sql(db.dialect):
+                added = _ADD_COLUMN.match(statement)
+                if added is not None and _has_column(db, added["table"], added["column"]):
+                    continue  # a migration runs again over tables that have it (a file marked older than it is)
                 db.execute(statement)
         db.set_meta("schema_version", str(latest))
     return latest
+
+
+_ADD_COLUMN = re.compile(r"\s*ALTER TABLE (?P<table>\w+) ADD COLUMN (?P<column>\w+)", re.IGNORECASE)
+
+
+def _has_column(db: Database, table: str, column: str) -> bool:
+    if db.dialect == "sqlite":
+        return any(row[1] == column for row in db.query(f"PRAGMA table_info({table})"))
+    found = db.one(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? "
+        "AND column_name = ?",
+        (table, column),
+    )
+    return found is not None
 
 
 __all__ = ["SCHEMA_VERSION", "migrate", "version"]

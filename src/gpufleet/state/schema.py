@@ -240,6 +240,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        6,
+        "agents bound to their nodes, streams to the token that opened them, kernel-log lines taken once",
+        (
+            # an agent token may be bound to one node: it pushes for that node only, and no other agent token may
+            "ALTER TABLE tokens ADD COLUMN node TEXT",
+            # the token that opened each stream: only it (or an admin) may push to that stream again
+            "ALTER TABLE streams ADD COLUMN token TEXT",
+            # every kernel-log line a node's agents reported (KernelReport.ident), however many streams bring it
+            """CREATE TABLE IF NOT EXISTS kernel_seen (
+                node TEXT NOT NULL,
+                ident TEXT NOT NULL,
+                seen {real} NOT NULL,
+                PRIMARY KEY (node, ident)
+            )""",
+            "CREATE INDEX IF NOT EXISTS kernel_seen_age ON kernel_seen(node, seen)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

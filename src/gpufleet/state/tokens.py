@@ -4,12 +4,14 @@ A token is `gf_<id>_<secret>`; the database keeps its SHA-256 only (the secret i
 is as safe as a slow one and costs nothing per request). The name is what the audit log shows as the actor.
 
 Roles: `viewer` reads; `operator` also changes the cluster (cordon, drain, incidents); `admin` also manages
-tokens; `agent` only pushes observations.
+tokens; `agent` only pushes observations. An agent token may be bound to one node (`--node`): it pushes for that node
+only, and once a node has a token of its own no other agent token may push for it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from gpufleet.locks import ordered_lock
 from gpufleet.state.db import Database
 
 PREFIX = "gf_"
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")  # a hostname or Kubernetes node name
 CACHE_S = 5.0  # a revoked token stops working within this long on every replica
 LAST_USED_EVERY_S = 60.0  # how often a token's last use is written back
 
@@ -50,6 +53,7 @@ class Token:
     created_by: str
     last_used: float | None
     revoked: float | None
+    node: str | None = None  # an agent token bound to one node
 
     @property
     def active(self) -> bool:
@@ -60,11 +64,11 @@ def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-_COLUMNS = "id, name, role, created, created_by, last_used, revoked"
+_COLUMNS = "id, name, role, created, created_by, last_used, revoked, node"
 
 
 def _token(row: tuple[object, ...]) -> Token:
-    id_, name, role, created, created_by, last_used, revoked = row
+    id_, name, role, created, created_by, last_used, revoked, node = row
     return Token(
         str(id_),
         str(name),
@@ -73,6 +77,7 @@ def _token(row: tuple[object, ...]) -> Token:
         str(created_by),
         None if last_used is None else float(last_used),  # type: ignore[arg-type]
         None if revoked is None else float(revoked),  # type: ignore[arg-type]
+        None if node is None else str(node),
     )
 
 
@@ -89,31 +94,55 @@ class TokenStore:
         self._lock = ordered_lock("tokens")
         self._cache: dict[str, tuple[float, Token | None]] = {}  # hash -> (when looked up, token)
         self._used: dict[str, float] = {}  # token id -> last use written back
+        self._bound: dict[str, tuple[float, bool]] = {}  # node -> (when looked up, has a token of its own)
 
-    def create(self, name: str, role: str, created_by: str) -> tuple[Token, str]:
-        """A new token and its secret (shown once; only its hash is kept)."""
+    def create(self, name: str, role: str, created_by: str, node: str | None = None) -> tuple[Token, str]:
+        """A new token and its secret (shown once; only its hash is kept); `node` binds an agent token to a node."""
         name = name.strip()
         if not name or len(name) > 64 or not name.isprintable():
             raise UserError(f"bad token name {name!r}", fix="use 1-64 printable characters, e.g. ci-bot")
+        kind = _role(role)
+        if node is not None:
+            node = node.strip()
+            if kind is not Role.agent:
+                raise UserError(f"--node binds an agent token; a {kind.value} token is not bound to a node",
+                                fix="use --role agent with --node, or leave --node out")  # fmt: skip
+            if not NODE_NAME.fullmatch(node):
+                raise UserError(f"bad node name {node!r}", fix="give the node's name as its agent reports it")
         if self.get(name, missing_ok=True) is not None:
             raise UserError(f"a token named {name!r} exists", fix="choose another --name, or revoke the old one")
         id_ = secrets.token_hex(4)
         secret = f"{PREFIX}{id_}_{secrets.token_urlsafe(32)}"
-        return self._insert(id_, name, _role(role), secret, created_by), secret
+        return self._insert(id_, name, kind, secret, created_by, node), secret
 
     def adopt(self, name: str, role: str, secret: str, created_by: str) -> Token:
         """Keep an existing secret as a token (a data directory's token file from before roles existed)."""
         return self._insert(secrets.token_hex(4), name, _role(role), secret, created_by)
 
-    def _insert(self, id_: str, name: str, role: Role, secret: str, created_by: str) -> Token:
+    def _insert(self, id_: str, name: str, role: Role, secret: str, created_by: str, node: str | None = None) -> Token:
         now = time.time()
         self.db.execute(
-            "INSERT INTO tokens (id, name, role, secret_hash, created, created_by) VALUES (?, ?, ?, ?, ?, ?)",
-            (id_, name, role.value, secret_hash(secret), now, created_by),
+            "INSERT INTO tokens (id, name, role, secret_hash, created, created_by, node) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (id_, name, role.value, secret_hash(secret), now, created_by, node),
         )
         with self._lock:
             self._cache.pop(secret_hash(secret), None)
-        return Token(id_, name, role, now, created_by, None, None)
+            self._bound.clear()
+        return Token(id_, name, role, now, created_by, None, None, node)
+
+    def node_has_own_token(self, node: str) -> bool:
+        """Whether an active agent token is bound to `node` (looked up at most every CACHE_S per node)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._bound.get(node)
+        if cached is not None and now - cached[0] < CACHE_S:
+            return cached[1]
+        row = self.db.one("SELECT 1 FROM tokens WHERE node = ? AND revoked IS NULL LIMIT 1", (node,))
+        with self._lock:
+            if len(self._bound) > 100_000:
+                self._bound.clear()
+            self._bound[node] = (now, row is not None)
+        return row is not None
 
     def authenticate(self, secret: str) -> Token | None:
         """The active token with this secret, or None."""
@@ -163,7 +192,10 @@ class TokenStore:
         self.db.execute("UPDATE tokens SET revoked = ? WHERE id = ?", (now, token.id))
         with self._lock:
             self._cache.clear()
-        return Token(token.id, token.name, token.role, token.created, token.created_by, token.last_used, now)
+            self._bound.clear()
+        return Token(
+            token.id, token.name, token.role, token.created, token.created_by, token.last_used, now, token.node
+        )
 
     def has_admin(self) -> bool:
         return any(t.role is Role.admin for t in self.list(include_revoked=False))

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from gpufleet.health.detectors.window import CounterWindow, HoldTimer
@@ -55,6 +57,18 @@ class GpuDetectors:
         self.nvlink_crc_data = CounterWindow(thresholds.nvlink.window_s)
         self.nvlink_recovery = CounterWindow(thresholds.nvlink.window_s)
         self.last_dbe = np.zeros(n)
+        self.uuids = [e.uuid for e in frame.entities]
+
+    def latched(self) -> dict[str, float]:
+        """What the detectors must remember across a restart of the agent, by GPU UUID: the uncorrectable-ECC count
+        already reported (a restarted agent would report a count it had reported before as a new error)."""
+        return {u: float(v) for u, v in zip(self.uuids, self.last_dbe, strict=True) if u and v > 0}
+
+    def restore(self, latched: Mapping[str, float]) -> None:
+        """Take up `latched()` as saved before a restart; GPUs not named start from zero."""
+        for i, uuid in enumerate(self.uuids):
+            if uuid in latched:
+                self.last_dbe[i] = float(latched[uuid])
 
     def _finding(
         self, now: float, i: int, cause: RootCause, severity: Severity, summary: str, evidence: str, action: str = ""

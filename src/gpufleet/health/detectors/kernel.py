@@ -23,7 +23,7 @@ from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.vendor_policy import DRIVERS, describe, is_bank_record
 from gpufleet.health.xid_policy import XidPolicy, classify, default_policy
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
-from gpufleet.model.kernel import KernelEvent
+from gpufleet.model.kernel import KernelEvent, kernel_ident
 from gpufleet.model.observe import Finding, KernelReport
 from gpufleet.model.pci import normalise_pci
 
@@ -70,7 +70,8 @@ class KernelDetector:
         # devices whose reset failed in this batch: the announcement of that reset is part of the failure
         failed = {e.pci for e in events if e.vendor != "nvidia" and e.kind in ("reset_failed", "fallen_off_bus")}
         for event in events:
-            finding = self.finding(now, node, event)
+            ident = kernel_ident(node, event)
+            finding = msgspec.structs.replace(self.finding(now, node, event), ident=ident)
             reports.append(
                 KernelReport(
                     now,
@@ -84,6 +85,8 @@ class KernelDetector:
                     event.sxid,
                     vendor=event.vendor,
                     detail=(event.detail or "")[:256],
+                    ident=ident,
+                    logged=event.logged,
                 )
             )
             if _reset_under_way(event, finding) or (event.pci in failed and _announced(event, finding)):
@@ -92,7 +95,7 @@ class KernelDetector:
                 # a machine-check bank record details errors the RAS count line reports: counted once, there
                 burst = None if is_bank_record(event) else self._corrected_burst(now, event, finding)
                 if burst is not None:
-                    findings.append(burst)
+                    findings.append(msgspec.structs.replace(burst, ident=ident))
                 continue
             findings.append(finding)
         return findings, reports

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from gpufleet.control import views
@@ -13,6 +13,7 @@ from gpufleet.errors import UserError
 from gpufleet.server import schemas
 from gpufleet.server.cache import ReadCache
 from gpufleet.server.routes.common import BadParameter
+from gpufleet.state.tokens import Role
 from gpufleet.telemetry.store.query import AGG_OPS
 
 MAX_POINTS = 11_000  # as Prometheus refuses a range query of more points per series
@@ -55,10 +56,14 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
         return cache.answer("fabric", lambda: views.fabric(plane))
 
     @api.get("/agents", response_model=list[schemas.AgentRow])
-    def agents() -> list[dict[str, Any]]:
+    def agents(request: Request) -> list[dict[str, Any]]:
+        """Each agent stream: its node, how far it delivered and when. A stream's incarnation is shown to admins
+        only: with it and a push token, anyone could speak in that agent's name."""
+        token = getattr(request.state, "token", None)
+        admin = token is not None and token.role is Role.admin
         streams = plane.store.streams()
         return [
-            {"agent": a, "incarnation": i, "node": n, "last_seq": seq, "last_time": t}
+            {"agent": a, "incarnation": i if admin else None, "node": n, "last_seq": seq, "last_time": t}
             for (a, i), (seq, t, n) in sorted(streams.items())
         ]
 

@@ -26,7 +26,8 @@ def router(plane: ControlPlane) -> APIRouter:
         body = await request.body()
         kind = request.headers.get("content-type")
         # off the event loop: decoding and the database write must not hold up every other request
-        ack = await run_in_threadpool(lambda: plane.ingest(decode_batch(body, kind)))
+        pusher = getattr(request.state, "token", None)  # what it may push for is the control plane's to check
+        ack = await run_in_threadpool(lambda: plane.ingest(decode_batch(body, kind), pusher))
         return Response(encode(ack), media_type=JSON)
 
     return api
