@@ -5,6 +5,10 @@
 3. A 1 GB kernel log (a busy node's noise with GPU faults sprinkled through it), triaged by the command as a user
    runs it: wall time and peak resident memory, beside `grep -c` on the same file (the peer: finding the Xid
    lines, nothing more). Targets: every corpus file right; the 1 GB log in <= 20 s with < 200 MB resident.
+4. Long lines: the NCCL log classifier on one line of 100 KB and one of 1 MB holding a message's words but not the
+   whole message (CPU seconds and their ratio: linear is about 10x), beside the catalogue's regex searched whole on
+   lines of 2 KB and 4 KB (the peer: a search retried at every position, cubic with two wildcards). Target: the
+   ratio under 20x.
 
 Run: python bench/triage.py [--gb 1.0] [--rounds 5] [--keep]
 """
@@ -23,11 +27,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.nccl.diagnose import catalog, classify_line
 from gpufleet.triage.run import triage_stream
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,6 +190,43 @@ def big_log(console: Console, gb: float, keep: bool) -> tuple[float, float]:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+NEAR_MISS = "x: connect to y "  # every word of `(.*?): connect to (.*?) failed : (.*)` but "failed"
+LONG_LINE_TARGET = 20.0
+
+
+def _cpu_best(work: Callable[[], object], rounds: int = 3) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        work()
+        best = min(best, time.process_time() - start)
+    return max(best, 1e-6)
+
+
+def long_lines(console: Console) -> float:
+    """CPU seconds of the classifier on near-miss lines of 100 KB and 1 MB, and the whole regex on 2 and 4 KB."""
+    whole = next(entry.regex.regex for entry in catalog() if entry.regex.pattern.startswith("(.*?): connect to"))
+    table = Table(title="One long NCCL log line of near misses (CPU seconds, best of 3)")
+    for col in ("matcher", "line", "seconds", "growth"):
+        table.add_column(col, justify="left" if col == "matcher" else "right")
+    times = {}
+    for size in (100_000, 1_000_000):
+        line = "h:1:1 [0] NCCL WARN " + NEAR_MISS * (size // len(NEAR_MISS))
+        times[size] = _cpu_best(partial(classify_line, line))
+    ratio = times[1_000_000] / times[100_000]
+    table.add_row("classify_line (stretches)", "100 KB", f"{times[100_000]:.4f}", "")
+    table.add_row("classify_line (stretches)", "1 MB", f"{times[1_000_000]:.4f}", f"{ratio:.1f}x for 10x")
+    peer = {}
+    for size in (2_000, 4_000):
+        line = "h:1:1 [0] NCCL WARN " + NEAR_MISS * (size // len(NEAR_MISS))
+        peer[size] = _cpu_best(partial(whole.search, line), rounds=1)
+    table.add_row("one catalogue regex, whole (peer)", "2 KB", f"{peer[2_000]:.4f}", "")
+    table.add_row("one catalogue regex, whole (peer)", "4 KB", f"{peer[4_000]:.4f}",
+                  f"{peer[4_000] / peer[2_000]:.1f}x for 2x")  # fmt: skip
+    console.print(table)
+    return ratio
+
+
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--gb", type=float, default=1.0, help="size of the generated kernel log (0 skips it)")
@@ -194,6 +238,9 @@ def main() -> None:
     right, present = accuracy(console)
     console.print(f"corpus: {right} of {present} right")
     speed(console, opts.rounds)
+    ratio = long_lines(console)
+    console.print(f"long lines: 1 MB / 100 KB = {ratio:.1f}x, target < {LONG_LINE_TARGET:.0f}x: "
+                  f"{'met' if ratio < LONG_LINE_TARGET else 'NOT met'}")  # fmt: skip
     if opts.gb > 0:
         took, rss = big_log(console, opts.gb, opts.keep)
         met = took <= TARGET_S and rss < TARGET_RSS_MB

@@ -63,6 +63,17 @@ def test_diagnose_and_lint(corpus: Path, tmp_path: Path) -> None:
     assert any(a["var"] == "NCCL_IB_GID_INDEX" for a in json.loads(res.stdout))
 
 
+def test_diagnose_a_log_with_a_megabyte_line(corpus: Path, tmp_path: Path) -> None:
+    """A line of a megabyte of near misses (every word of a connect failure but "failed") is cut at the pasted-text
+    bound and read in one pass; the log's own diagnosis stands."""
+    log = corpus / "nccl" / "logs" / "04_socket_ifname_no_interface.log"
+    path = tmp_path / "long-line.log"
+    path.write_bytes(b"h:1:1 [0] NCCL WARN " + b"x: connect to y " * 65_536 + b"\n" + log.read_bytes())
+    res = gpufleet("nccl", "diagnose", str(path), "-o", "json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["class"] == "socket_ifname"
+
+
 def test_twin_api() -> None:
     t = allreduce_time_s("h100-sxm", 4, 8, 8, 400.0, "ib", 1 << 30)
     assert 0.001 < t < 0.02

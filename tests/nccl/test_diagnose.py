@@ -162,6 +162,16 @@ def test_timeout_everyone_reports_but_one_is_behind() -> None:
     assert dx.ranks == [2]
 
 
+def test_a_timeout_line_of_a_megabyte_names_its_collective() -> None:
+    line = (
+        "[rank0]:[E1122 10:00:00.000000 123 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+        "Watchdog caught collective operation timeout: " + "SeqNum=1, " * 100_000
+        + "WorkNCCL(SeqNum=97, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 ms"
+    )  # fmt: skip
+    dx = diagnose_texts([("torchrun.log", line)])
+    assert dx.cls == "collective_timeout" and "ALLREDUCE SeqNum=1" in dx.summary  # the first SeqNum, as before
+
+
 def test_ib_error_names_remote_peer_and_rank_from_init_line() -> None:
     text = (
         "gpu-a:4242:4242 [4] NCCL INFO comm 0x55 rank 12 nranks 16 cudaDev 4 nvmlDev 4 busId 9a000 "

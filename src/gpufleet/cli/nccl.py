@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpufleet.cli.inputs import read_input_text
+from gpufleet.cli.inputs import read_input_lines, read_input_text
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
 from gpufleet.errors import UserError
 from gpufleet.nccl.topology import Topology
@@ -623,8 +623,9 @@ def diagnose_cmd(
     """Classify an NCCL failure from its logs and name the rank/host at fault, with evidence lines."""
     from gpufleet.nccl.diagnose import diagnose_texts
 
-    texts = [read_input_text(f) for f in files]
-    dx = diagnose_texts([(cited, text) for text, cited in texts])
+    # lines cut at the pasted-text bound, as triage reads them: a line of megabytes is not an NCCL message
+    texts = [read_input_lines(f) for f in files]
+    dx = diagnose_texts([(cited, "".join(lines)) for lines, cited in texts])
     data = dx.as_dict()
 
     def render(wide: bool) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpufleet.errors import ParseError
 from gpufleet.nccl._files import load_yaml
+from gpufleet.nccl.line_match import Ordered
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -33,6 +34,8 @@ COMM_RANK = re.compile(r"\brank (\d+) nranks (\d+)", re.IGNORECASE)
 WORLD = re.compile(r"(?:nranks|world_size|WORLD_SIZE)[ =:]+(\d+)")
 NCCL_MARK = re.compile(r"\bNCCL (?:INFO|WARN)\b")
 INIT_DONE = re.compile(r"Init COMPLETE|ncclCommInitRank.*(?:COMPLETE|Init COMPLETE)", re.IGNORECASE)
+SEQ_NUM = re.compile(r"SeqNum=(\d+)")
+OP_TYPE = re.compile(r"OpType=(\w+)")
 LAST_ENQUEUED = re.compile(r"last enqueued (?:NCCL )?work: (\d+)", re.IGNORECASE)
 PEER = re.compile(r"from peer ([\w.:-]+?)<\d+>")
 FILE_RANK = re.compile(r"(?:rank|r)[_.-]?(\d+)(?!.*\d)", re.IGNORECASE)
@@ -63,7 +66,7 @@ class Signature:
     priority: int
     summary: str
     fix: str
-    patterns: tuple[re.Pattern[str], ...]
+    patterns: tuple[Ordered, ...]
     # Lower-case literal text each pattern requires ("" when none): most lines fail this cheap test.
     anchors: tuple[str, ...] = ()
 
@@ -121,7 +124,7 @@ def signatures() -> tuple[Signature, ...]:
             int(spec["priority"]),
             spec["summary"],
             spec["fix"],
-            tuple(re.compile(p, re.IGNORECASE) for p in spec.get("patterns") or ()),
+            tuple(Ordered(p, re.IGNORECASE) for p in spec.get("patterns") or ()),
             tuple(max(literal_runs(p) or [""], key=len).lower() for p in spec.get("patterns") or ()),
         )
         for name, spec in raw.items()
@@ -136,7 +139,7 @@ CLASSES = (*(s.name for s in signatures()), "unknown")
 class CatalogEntry:
     id: int
     cls: str
-    regex: re.Pattern[str]
+    regex: Ordered
     anchor: str  # literal text every match contains: a cheap test before the regex
     weight: int  # literal characters: of several matching entries the most specific wins
     source: str
@@ -151,7 +154,7 @@ def catalog() -> tuple[CatalogEntry, ...]:
             CatalogEntry(
                 int(raw["id"]),
                 raw["class"],
-                re.compile(raw["regex"]),
+                Ordered(raw["regex"]),
                 max(runs, key=len) if runs else "",
                 sum(map(len, runs)),
                 raw["source"],
@@ -422,7 +425,7 @@ def _classify(per_file: dict[str, list[LogLine]]) -> dict[int, str]:
 
 
 @cache
-def _hand_patterns() -> tuple[tuple[str, re.Pattern[str], str], ...]:
+def _hand_patterns() -> tuple[tuple[str, Ordered, str], ...]:
     """(anchor, pattern, class) in priority order, flat: this runs on every line."""
     return tuple((a, p, sig.name) for sig in signatures() for p, a in zip(sig.patterns, sig.anchors, strict=True))
 
@@ -512,8 +515,8 @@ def _timeout_suspects(
     if named:
         missing = named
     hosts = _dedupe([ln.host for ln in lines if ln.host and ln.rank in missing])
-    seq = next((m for ln in hits if (m := re.search(r"SeqNum=(\d+).*?OpType=(\w+)", ln.text))), None)
-    what = f" {seq.group(2)} SeqNum={seq.group(1)}" if seq else ""
+    seq = next((found for ln in hits if (found := _seq_and_op(ln.text))), None)
+    what = f" {seq[1]} SeqNum={seq[0]}" if seq else ""
     if missing:
         detail = (
             f"ranks {', '.join(map(str, reporting))} timed out in{what or ' a collective'}; "
@@ -522,6 +525,14 @@ def _timeout_suspects(
     else:
         detail = f"every rank timed out in{what or ' a collective'}: look for a fabric or GPU fault"
     return missing, hosts, detail
+
+
+def _seq_and_op(text: str) -> tuple[str, str] | None:
+    """(SeqNum, OpType) of a watchdog line: the first SeqNum with an OpType after it, as
+    `SeqNum=(\\d+).*?OpType=(\\w+)` finds them, without retrying from every later SeqNum (quadratic in a long line)."""
+    seq = SEQ_NUM.search(text)
+    op = OP_TYPE.search(text, seq.end()) if seq else None
+    return (seq.group(1), op.group(1)) if seq and op else None
 
 
 def _named_suspects(lines: list[LogLine]) -> list[int]:
