@@ -194,3 +194,39 @@ def test_seeded_fuzz_of_every_capture_never_raises() -> None:
             data = data[: rng.randrange(len(data))]
         report = triage_stream(io.BytesIO(bytes(data)), f"fuzz-{k}")
         assert report.verdict in ("healthy", "degraded", "faulty", "unknown")
+
+
+def test_a_vllm_traceback_cut_at_any_point_never_reads_healthy() -> None:
+    """Cut anywhere, the log is unknown or faulty; once the line its traceback quotes is whole (the raise of the
+    out-of-memory error), the report is read from it even when the exception's own line is cut or missing."""
+    data = (DATA / "app_vllm_kv_cache.log").read_bytes()
+    quoted_end = data.index(b"\n", data.index(b"raise ValueError")) + 1
+    for cut in range(len(data) + 1):
+        report = triage_stream(io.BytesIO(data[:cut]), "vllm.log")
+        assert report.verdict != "healthy", (cut, data[:cut][-60:])
+        if cut >= quoted_end:
+            assert report.verdict == "faulty", (cut, data[:cut][-60:])
+            assert [f.code for f in report.findings] == ["gpu-oom"] and "vLLM" in report.findings[0].message
+            from_quoted = any("source line its traceback quotes" in note for note in report.notes)
+            assert from_quoted is (b"ValueError: No available memory for the cache blocks" not in data[:cut]), cut
+
+
+def test_a_log_that_ends_inside_a_traceback_is_not_healthy() -> None:
+    lines = ["epoch 3 step 1200 loss 2.31", "Traceback (most recent call last):",
+             '  File "train.py", line 3, in <module>', "    model.step()"]  # fmt: skip
+    report = read("app-log", iter(lines), "cut")
+    assert (report.verdict, report.findings) == ("unknown", [])
+    assert any("ends inside a traceback" in note for note in report.notes)
+    whole = read("app-log", iter([*lines, "RuntimeError: step failed"]), "whole")
+    assert [(f.code, f.severity) for f in whole.findings] == [("exception", "warning")]
+    assert not any("traceback" in note for note in whole.notes)
+
+
+def test_a_quoted_raise_is_not_reported_when_another_exception_ends_the_traceback() -> None:
+    lines = [
+        '  File "worker.py", line 493, in raise_if_cache_size_invalid',
+        '    raise ValueError("No available memory for the cache blocks. "',
+        "KeyboardInterrupt",
+    ]
+    report = read("app-log", iter(lines), "interrupted")
+    assert not [f for f in report.findings if f.code == "gpu-oom"] and report.verdict != "faulty"

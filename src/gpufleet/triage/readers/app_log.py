@@ -11,7 +11,10 @@ say about memory, told apart:
   container's limit, but not always: a warning (`sigkill`) that says where to look.
 
 A sentence that only mentions running out of memory (vLLM's advice while capturing CUDA graphs) is not a report, and
-the source line a traceback quotes (`raise ValueError("No available memory ...`) is not a second one."""
+the source line a traceback quotes (`raise ValueError("No available memory ...`) is not a second one. It is the one
+that tells when the log is cut: a traceback that ends without its exception's own line, or with one that names the
+raised exception but no longer reads as the report, is reported from the quoted line; a log that ends inside a
+traceback without one is not called healthy."""
 
 from __future__ import annotations
 
@@ -28,7 +31,11 @@ _RANK = re.compile(r"\[rank(\d+)\]:|\[\d+,(\d+)\]<std|^\s*(\d{1,6}): ")
 _LOCAL_RANK = re.compile(r"\[default(\d+)\]:")
 _TIME = re.compile(r"\b(?:(?P<date>\d{4}-\d\d-\d\d)[T ])?(?P<time>\d\d:\d\d:\d\d)\b")
 TIME_WINDOW = 20  # a report without a time of its own takes the next line's within this many lines
-_QUOTED_SOURCE = re.compile(r"\braise \w*(?:Error|Exception)\w*\(")  # a traceback quoting the raising line
+_QUOTED_SOURCE = re.compile(r"\braise (?:[\w.]+\.)?(?P<name>\w*(?:Error|Exception)\w*)\(")  # a traceback quoting it
+# A traceback: its header and frames, and the line that ends it (the exception's name, then its message or nothing).
+_FRAME = re.compile(r'\bFile "[^"]*", line \d+, in |\bTraceback \(most recent call last\):')
+_RAISED = re.compile(r"(?:^|[\s\]|>:])(?:[\w.]+\.)?(?P<name>\w*(?:Error|Exception|Exit|Interrupt))(?:: \S|\s*$)")
+CUT_TRACEBACK_LINES = 4  # a log that ends this close after a frame, with no exception line, ends inside the traceback
 _SLURM_OOM = re.compile(r"Detected (?P<count>\d+) oom[-_]kill events? in (?:StepId=|step )?(?P<step>[\w.]+)")
 _SRUN_OOM = re.compile(r"srun: error: (?P<node>[\w.-]+): tasks? (?P<tasks>[\d,-]+): Out Of Memory")
 _SIGKILLED = re.compile(
@@ -86,6 +93,10 @@ class _LogReader:
         self.pending: list[tuple[int, _Seen]] = []  # reports still without a time, and the line they were on
         self.exception = ""
         self.lines = 0
+        self.frame = 0  # the line of the open traceback's last frame (0: none open)
+        # a GPU out-of-memory report in the source line an open traceback quotes: (line, its text, time, exception)
+        self.quoted: tuple[int, str, str, str] | None = None
+        self.cut = ""  # how the log was found cut inside a traceback, for the report's notes
 
     def feed(self, number: int, raw: str) -> None:
         self.lines += 1
@@ -101,8 +112,31 @@ class _LogReader:
             self.last_time = time
         if (m := _EXCEPTION.match(body)) and m["name"] != "ChildFailedError":
             self.exception = body[:300]
-        if not _HINT.search(body) or _QUOTED_SOURCE.search(body):
-            return
+        raised = self._traceback(number, body)
+        reported = self._report(number, line, body, time)
+        if raised is not None and self.quoted is not None:  # the traceback ends: did its line say what was raised?
+            if not reported and raised == self.quoted[3]:
+                self._report_quoted("the exception's own line does not read whole (cut?)")
+            self.quoted = None
+
+    def _traceback(self, number: int, body: str) -> str | None:
+        """Follows tracebacks; the exception's name when this line ends the open one."""
+        if _FRAME.search(body):
+            self.frame = number
+            return None
+        if self.frame and "raise " not in body and (m := _RAISED.search(body)):
+            self.frame = 0
+            return m["name"]
+        return None
+
+    def _report(self, number: int, line: str, body: str, time: str) -> bool:
+        """Reads the report a line holds; True when it held one."""
+        if not _HINT.search(body):
+            return False
+        if quoted := _QUOTED_SOURCE.search(body):
+            if self.frame and parse_gpu_oom(body) is not None:
+                self.quoted = (number, line, time, quoted["name"])
+            return False
         if (oom := parse_gpu_oom(body)) is not None:
             kind = "host" if oom.on_cpu else oom.framework
             seen = self._seen(kind, HOST_OOM if oom.on_cpu else GPU_OOM, "critical")
@@ -138,6 +172,27 @@ class _LogReader:
                         "process`), Slurm's `oom_kill event`; if it is memory, cut num_workers or what the dataset "
                         "keeps in RAM, or raise the memory limit")  # fmt: skip
             self._see(seen, number, line, time)
+        else:
+            return False
+        return True
+
+    def _report_quoted(self, why: str) -> None:
+        assert self.quoted is not None
+        number, line, time, _ = self.quoted
+        oom = parse_gpu_oom(_PREFIXES.sub("", line).strip())
+        assert oom is not None
+        seen = self._seen("host" if oom.on_cpu else oom.framework, HOST_OOM if oom.on_cpu else GPU_OOM, "critical")
+        seen.ooms.append(oom)
+        self._see(seen, number, line, time)
+        self.cut = f"{why}: the out-of-memory report is read from the source line its traceback quotes"
+
+    def finish(self) -> None:
+        """At the end of the log: a traceback still open there was cut."""
+        if self.quoted is not None and self.frame:
+            self._report_quoted("the log ends inside a traceback, before the exception's own line")
+        elif self.frame and self.lines - self.frame <= CUT_TRACEBACK_LINES and not self.seen:
+            self.cut = "the log ends inside a traceback, before the exception's own line: what failed cannot be read"
+        self.quoted = None
 
     def _seen(self, kind: str, code: str, severity: Severity) -> _Seen:
         key = (code, kind)
@@ -175,7 +230,11 @@ def read_app_log(lines: Iterable[str], source: str) -> TriageReport:
     reader = _LogReader()
     for number, line in enumerate(bounded_lines(lines, report), start=1):
         reader.feed(number, line)
+    reader.finish()
     reader.into(report)
+    if reader.cut:
+        report.notes.append(reader.cut)
+        report.judged = bool(report.findings)  # cut before anything could be read: not healthy, unknown
     if not reader.lines:
         report.judged = False
         report.notes.append("the log is empty")
