@@ -18,6 +18,7 @@ from gpufleet.health.xid_policy import (
     default_policy,
     load_policy,
     policy_from_text,
+    recovery_states_possible,
 )
 from gpufleet.sources.kmsg import KernelEvent, parse_kmsg
 
@@ -158,6 +159,61 @@ def test_xid154_follows_announced_action(state: str, action: str) -> None:
         f"NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to {state}"
     )
     assert verdict.action == action and verdict.severity == XidSeverity.NONFATAL
+
+
+_ACTION_ORDER = ["IGNORE", "XID_154", "RESTART_APP", "CONTACT_SUPPORT", "RESET_GPU", "RESTART_BM"]
+XID154 = "NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x4 (Drain and Reset) to {state}"
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "0x0 (None)",
+        "0x1 (GPU Reset Required)",
+        "0x2 (Node Reboot Required)",
+        "0x3 (Drain P2P)",
+        "0x4 (Drain and Reset)",
+    ],
+)
+def test_xid154_cut_at_any_point_asks_no_less_than_the_whole_line(state: str) -> None:
+    """From the point the message begins (`154, G`), every cut of the line asks for at least what the whole line does:
+    a cut before the new state takes the most disruptive state the visible part allows, never the catalog's
+    informational XID_154."""
+    line = XID154.format(state=state)
+    whole = _verdict(line)
+    for cut in range(line.index("154, ") + 6, len(line) + 1):  # shorter, it is an unreadable line
+        events = parse_kmsg(line[:cut])
+        assert [e.xid for e in events] == [154], (cut, line[:cut])
+        verdict = classify(events[0])
+        assert verdict.action != "XID_154", (cut, line[:cut])
+        assert _ACTION_ORDER.index(verdict.action) >= _ACTION_ORDER.index(whole.action), (cut, line[:cut], verdict)
+
+
+@pytest.mark.parametrize(
+    ("shown", "action", "states"),
+    [
+        ("", "RESTART_BM", [0, 1, 2, 3, 4, None]),  # the state not reached: any
+        ("GPU recovery action changed from 0x4 (Drain and Re", "RESTART_BM", [0, 1, 2, 3, 4, None]),
+        ("GPU recovery action changed from 0x4 (Drain and Reset) to 0", "RESTART_BM", [0, 1, 2, 3, 4, None]),
+        ("GPU recovery action changed from 0x4 (Drain and Reset) to 0x", "RESTART_BM", [0, 1, 2, 3, 4, None]),
+        ("GPU recovery action changed from 0x4 (Drain and Reset) to 0x1", "RESET_GPU", [1, None]),  # 0x1 or 0x1f...
+        ("GPU recovery action changed from 0x4 (Drain and Reset) to 0x2", "RESTART_BM", [2, None]),
+        ("GPU recovery action changed from 0x4 (Drain and Reset) to 0x0", "RESET_GPU", [0, None]),
+    ],
+)
+def test_xid154_cut_before_its_state_takes_the_worst_it_could_be(
+    shown: str, action: str, states: list[int | None]
+) -> None:
+    assert recovery_states_possible(shown, default_policy().recovery_actions) == states
+    verdict = classify(KernelEvent(kind="xid", line=1, raw=shown, message=shown, xid=154))
+    assert verdict.action == action and verdict.rule.startswith("xid154: the line is cut before the new recovery")
+    assert verdict.reason.startswith("Cut before the recovery state it announces")
+
+
+def test_xid154_in_other_words_keeps_the_catalog_reading() -> None:
+    assert recovery_states_possible("Recovery state is Drain and Reset", [0, 1]) is None
+    verdict = classify(KernelEvent(kind="xid", line=1, raw="", message="Recovery state is Drain and Reset", xid=154))
+    assert verdict.action == "XID_154"
 
 
 def test_sxid_and_non_xid_signals() -> None:

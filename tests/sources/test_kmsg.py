@@ -182,6 +182,19 @@ def test_xid154_recovery_transition(corpus: Path) -> None:
     assert (event.recovery.to_code, event.recovery.to_name) == (1, "GPU Reset Required")
 
 
+def test_xid154_cut_inside_its_new_state(corpus: Path) -> None:
+    """The new state's code is whole once its name's bracket follows it; a line cut before that has no transition to
+    give (the health policy takes the worst state it could be)."""
+    line = (corpus / "xid154_gpud_gb200.log").read_text().splitlines()[0]
+    cut_in_name = parse_kmsg(line[: line.index("(GPU Reset") + 5])[0].recovery
+    assert cut_in_name is not None and (cut_in_name.to_code, cut_in_name.to_name) == (1, "GPU")
+    after_code = parse_kmsg(line[: line.index("(GPU Reset") + 1])[0].recovery
+    assert after_code is not None and (after_code.to_code, after_code.to_name) == (1, "")
+    for cut in (line.index(" to 0x1") + 6, line.index(" to 0x1") + 4, line.index(") to")):
+        (event,) = parse_kmsg(line[:cut])
+        assert event.xid == 154 and event.recovery is None, line[:cut]
+
+
 def test_pid_without_name_and_odd_device_number(corpus: Path) -> None:
     event = parse_kmsg((corpus / "xid063_stas00_rowremap.log").read_text())[0]
     assert event.pci == "0000:10:1c" and event.pid == 1896 and event.process is None

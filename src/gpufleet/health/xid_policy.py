@@ -8,6 +8,7 @@ and what we chose. A site's own policy file is merged over the default, so it na
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -27,6 +28,9 @@ from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Deta
 
 DEFAULT_POLICY = "xid_policy.yaml"
 ROW_REMAP_XIDS = frozenset({63, 64})  # row-remap / page-retirement recording event, and its recording failure
+# Xid 154's announcement as the driver prints it, and where a line cut inside its new state leaves the state's code
+_ANNOUNCEMENT = "GPU recovery action changed from "
+_CUT_IN_NEW_STATE = re.compile(r"\)\s*to\s*(?:0[xX](?P<hex>[0-9a-fA-F]*)|(?P<dec>\d*))$")
 
 
 class XidSeverity(StrEnum):
@@ -327,9 +331,45 @@ def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) ->
                 "reason": announced.reason,
             }
         )
+    if code == RECOVERY_XID and (possible := recovery_states_possible(event.message, policy.recovery_actions)):
+        return _cut_recovery_verdict(possible, _catalog_verdict(code, info, policy), policy)
     if code == 45 and event.root_xid is not None:
         return _from_rule(policy.xid45_with_root, f"xid45 follows root Xid {event.root_xid}", "WORKFLOW_XID_45")
     return _catalog_verdict(code, info, policy)
+
+
+def recovery_states_possible(message: str, known: Iterable[int]) -> list[int | None] | None:
+    """The recovery states an Xid 154 line cut before its new state could still announce (None in the list: one the
+    policy does not know, from `known`), or None when the message is not a cut announcement. A line that ends inside
+    the state's code allows only the codes that start with the digits shown; one that ends before them allows any."""
+    if not (_ANNOUNCEMENT.startswith(message) or message.startswith(_ANNOUNCEMENT)):
+        return None
+    states = sorted(known)
+    cut = _CUT_IN_NEW_STATE.search(message)
+    if cut is None or cut["dec"] in ("", "0"):  # no digit yet, or a 0 that may begin 0x
+        return [*states, None]
+    if cut["hex"] is not None:
+        return [n for n in states if f"{n:x}".startswith(cut["hex"].lower())] + [None]
+    return [n for n in states if str(n).startswith(cut["dec"])] + [None]
+
+
+def _cut_recovery_verdict(possible: list[int | None], base: Verdict, policy: XidPolicy) -> Verdict:
+    """Xid 154 with its new state cut off: the most disruptive action a state it could announce asks for, never the
+    catalog's informational reading (that reading is only for a line whose state was read)."""
+    rules = {n: policy.recovery_actions.get(n, policy.unknown_recovery_action) if n is not None
+             else policy.unknown_recovery_action for n in possible}  # fmt: skip
+    state, worst = max(rules.items(), key=lambda item: _ACTION_WEIGHT.get(item[1].action, 3))
+    could = ", ".join(f"{n:#x}" for n in possible if n is not None)
+    named = f"{state:#x}" if state is not None else "a state the policy does not know"
+    return base.model_copy(
+        update={
+            "action": worst.action,
+            "rule": f"xid154: the line is cut before the new recovery state (it could be {could or 'any'}, or one "
+            f"the policy does not know); the most disruptive reading, {named}, is taken",
+            "reason": f"Cut before the recovery state it announces; the most disruptive it could be ({named}): "
+            + worst.reason,
+        }
+    )
 
 
 def classify(event: KernelEvent, policy: XidPolicy | None = None) -> Verdict:

@@ -52,10 +52,11 @@ _NVL5 = re.compile(
     r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal|NonFatal)\s+XC(?P<xc>\d+)\s+i(?P<inst>\d+)\s+"
     r"Link\s+(?P<link>-?\d+)\s+\((?P<words>(?:0x[0-9a-fA-F]+\s*)+)\)"
 )
-# Xid 154: `GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)`
+# Xid 154: `GPU recovery action changed from 0x4 (Drain and Reset) to 0x1 (GPU Reset Required)`. The new state's
+# code is whole once its name's bracket (or a kept space) follows it: a line cut inside the name still names the state.
 _RECOVERY = re.compile(
-    r"recovery action changed from (?P<f>0x[0-9a-fA-F]+|\d+) \((?P<fn>[^)]*)\) to (?P<t>0x[0-9a-fA-F]+|\d+) "
-    r"\((?P<tn>[^)]*)\)"
+    r"recovery action changed from (?P<f>0x[0-9a-fA-F]+|\d+) \((?P<fn>[^)]*)\) to (?P<t>0x[0-9a-fA-F]+|\d+)"
+    r"(?: \((?P<tn>[^)]*)(?:\)|$)|\s+$)"
 )
 _SXID_LINK = re.compile(r"\bLink (?P<link>\d+)\b")
 # Xid 13 names the failing unit: `Graphics SM Warp Exception on (GPC 9, TPC 1, SM 1): Out Of Range Address`
@@ -170,7 +171,7 @@ def _parse_recovery(message: str) -> RecoveryChange | None:
         from_code=int(match.group("f"), 0),
         from_name=match.group("fn"),
         to_code=int(match.group("t"), 0),
-        to_name=match.group("tn"),
+        to_name=match.group("tn") or "",
     )
 
 

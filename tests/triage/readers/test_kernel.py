@@ -3,6 +3,8 @@ applied to the log's own history."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpufleet.triage.readers.common import MAX_FINDINGS
 from gpufleet.triage.readers.kernel import read_kernel_log
 
@@ -100,3 +102,14 @@ def test_unreadable_lines_are_quoted_up_to_a_bound_and_counted_past_it() -> None
     assert len([f for f in report.findings if f.code == "unreadable"]) == 20
     assert "10 more unreadable GPU lines not listed" in report.notes
     assert report.verdict == "unknown"
+
+
+def test_an_xid154_line_cut_anywhere_is_never_less_than_critical(corpus: Path) -> None:
+    """Cut inside its message, the recovery Xid stays critical (the most disruptive state the visible part allows);
+    cut inside its code, the line is unreadable and the log unknown; never healthy or merely degraded."""
+    line = (corpus / "xid154_gpud_gb200.log").read_text().splitlines()[0]
+    for cut in range(line.index("Xid") + 3, len(line) + 1):
+        report = read_kernel_log([line[:cut]], "cut")
+        assert report.verdict in ("unknown", "faulty"), (cut, line[:cut], report.verdict)
+        if cut > line.index("154, ") + 5:
+            assert [(f.code, f.severity) for f in report.findings] == [("Xid 154", "critical")], (cut, line[:cut])
