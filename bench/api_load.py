@@ -15,10 +15,19 @@ to the first chart drawn), median of three loads.
 Failover: two `gpufleet server --state postgresql://...` on one PostgreSQL (scripts/start-postgres.sh); the leader is
 killed with SIGKILL and the other replica's /healthz is polled every 50 ms until it says it leads; three times.
 
+Control loop: during each load, /healthz is polled every 200 ms and each rise of its turn count is timed: the
+longest and the 99th-percentile wait between turns, and stalls (a wait over 10 s). Reads the server shed while its
+loop was behind (503) count as errors.
+
+Restart: `gpufleet up`'s twin (the bundled 256-GPU day) is run to an age, stopped and started again on its home, in
+this process: the time until the API can answer (the control plane built from its state) and until the twin is
+back where it stopped, from its last snapshot and, as the baseline, replayed from its start as before snapshots.
+
 With `--spread` the agents push each at its own moment of the second, as agents that are not in step do; without
 it every agent pushes at the same moment (the worst case for the server).
 
-    python bench/api_load.py [--rates 200,1000] [--seconds 30] [--nodes 256] [--spread] [--skip-failover] [-o json]
+    python bench/api_load.py [--rates 200,1000] [--seconds 30] [--nodes 256] [--spread] [--skip-failover]
+                             [--restart-ages 1,4] [--skip-restart] [-o json]
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from fleet_ingest import SPREAD_OVER_S, Push, Pushes, SenderStats, Server, agent
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_RATE = 5
+STALL_S = 10.0  # a wait between two turns of the control loop longer than this is a stall
 THREADS = 48
 STREAMS = 4
 
@@ -155,13 +165,39 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
+class LoopWatch(threading.Thread):
+    """Polls /healthz every 200 ms: the waits between the control loop's turns while it runs."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.stopping = threading.Event()
+        self.gaps: list[float] = []
+
+    def run(self) -> None:
+        last_ticks, last_at = None, time.monotonic()
+        while not self.stopping.wait(0.2):
+            ticks = (_health(self.port, timeout=30) or {}).get("ticks")
+            now = time.monotonic()
+            if ticks is not None and ticks != last_ticks:
+                if last_ticks is not None:
+                    self.gaps.append((now - last_at) / max(1, ticks - last_ticks))
+                last_ticks, last_at = ticks, now
+        if last_ticks is not None:
+            self.gaps.append(time.monotonic() - last_at)  # the wait still open at the end counts too
+
+
 def run_load(port: int, rate: float, seconds: float, paths: list[tuple[str, float]]) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=load_main, args=(port, rate, seconds, paths, int(rate), send))
+    watch = LoopWatch(port)
+    watch.start()
     proc.start()
     results, took = recv.recv()
     proc.join()
+    watch.stopping.set()
+    watch.join()
     lat = [r[0] for r in results]
     errors = sum(1 for r in results if r[1] != 200)
     codes = Counter(str(r[1]) for r in results if r[1] != 200)
@@ -174,7 +210,49 @@ def run_load(port: int, rate: float, seconds: float, paths: list[tuple[str, floa
         "max_ms": max(lat) * 1000 if lat else float("nan"),
         "errors": errors,
         "error_codes": dict(codes),
+        "loop_gap_p99_s": percentile(watch.gaps, 99),
+        "loop_gap_max_s": max(watch.gaps) if watch.gaps else float("nan"),
+        "loop_stalls": sum(1 for g in watch.gaps if g > STALL_S),
     }
+
+
+def restart_times(ages_h: list[float], console: Console) -> list[dict[str, Any]]:
+    """Per twin age: seconds until a restarted `gpufleet up` can answer reads, and until its twin is back, from
+    its last snapshot and (baseline) replayed from its start."""
+    from gpufleet.cli.core import builtin_example
+    from gpufleet.cli.server import Mode, twin_plane
+    from gpufleet.sim import runner as runner_module
+
+    scenario = builtin_example("scenarios/day-256gpu.yaml")
+    rows = []
+    for age in ages_h:
+        for label, every in (("snapshot", runner_module.SNAPSHOT_EVERY_S), ("from the start", 1e12)):
+            runner_module.SNAPSHOT_EVERY_S, saved_wall = every, runner_module.SNAPSHOT_MIN_WALL_S
+            runner_module.SNAPSHOT_MIN_WALL_S = 0.0  # as a twin running at its speed would have taken them
+            home = Path(tempfile.mkdtemp(prefix="gpufleet-restart-"))
+            try:
+                first = twin_plane(home, scenario, Mode.dry_run, 60.0)
+                for _ in range(int(age * 3600)):
+                    first.loop.step_once()
+                first.plane.close()
+                first.plane.db.close()
+                started = time.perf_counter()
+                again = twin_plane(home, scenario, Mode.dry_run, 60.0)
+                readable = time.perf_counter() - started
+                again.plane.incidents(limit=50)  # what the first read does
+                first_read = time.perf_counter() - started
+                again.loop.finish_restore()
+                back = time.perf_counter() - started
+                again.plane.close()
+                again.plane.db.close()
+            finally:
+                runner_module.SNAPSHOT_EVERY_S = 600.0
+                runner_module.SNAPSHOT_MIN_WALL_S = saved_wall
+                shutil.rmtree(home, ignore_errors=True)
+            console.log(f"restart at {age:g} h ({label}): first read {first_read:.2f} s, twin back {back:.2f} s")
+            rows.append({"age_h": age, "restore": label, "readable_s": readable, "first_read_s": first_read,
+                         "twin_back_s": back})  # fmt: skip
+    return rows
 
 
 def first_chart(url: str) -> list[float]:
@@ -242,9 +320,9 @@ def _replica(url: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _health(port: int) -> dict[str, Any] | None:
+def _health(port: int, timeout: float = 1) -> dict[str, Any] | None:
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         conn.request("GET", "/healthz")
         body = json.loads(conn.getresponse().read())
         conn.close()
@@ -269,6 +347,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=256)
     parser.add_argument("--spread", action="store_true", help="agents push each at its own moment of the second")
     parser.add_argument("--skip-failover", action="store_true")
+    parser.add_argument("--restart-ages", default="1,4", help="twin ages (simulated hours) to restart at")
+    parser.add_argument("--skip-restart", action="store_true")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = parser.parse_args()
     console = Console(stderr=True)
@@ -330,6 +410,7 @@ def main() -> None:
         agents.terminate()
         server.stop()
     fail = [] if args.skip_failover else failover(3, console)
+    restarts = [] if args.skip_restart else restart_times([float(a) for a in args.restart_ages.split(",")], console)
     result = {
         "nodes": args.nodes,
         "agents_in_step": not args.spread,
@@ -344,6 +425,7 @@ def main() -> None:
         "sse_failures": streams.failures,
         "first_chart_ms": charts,
         "failover_s": fail,
+        "restarts": restarts,
     }
     if args.output == "json":
         print(json.dumps(result, indent=2))
@@ -351,7 +433,9 @@ def main() -> None:
     out = Console(width=160)
     when = "each at its own moment" if args.spread else "all at the same moment"
     table = Table(title=f"API reads, {args.nodes} nodes x 8 GPUs pushing once a second, {when} (open-loop load, 30 s)")
-    for col in ("target req/s", "achieved", "requests", "p50 ms", "p99 ms", "max ms", "errors", "p99 vs baseline"):
+    cols = ("target req/s", "achieved", "requests", "p50 ms", "p99 ms", "max ms", "errors", "p99 vs baseline",
+            "loop gap p99 / max s", "loop stalls")  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="right")
     base = rows[0]["p99_ms"] if rows else float("nan")
     for r in rows:
@@ -364,6 +448,8 @@ def main() -> None:
             f"{r['max_ms']:.0f}",
             f"{r['errors']}" + (f" {r['error_codes']}" if r["errors"] else ""),
             f"{r['p99_ms'] / base:.1f}x",
+            f"{r['loop_gap_p99_s']:.2f} / {r['loop_gap_max_s']:.2f}",
+            str(r["loop_stalls"]),
         )
     out.print(table)
     other = Table(title="Alongside")
@@ -380,6 +466,14 @@ def main() -> None:
     fo = statistics.median(fail) if fail else float("nan")
     other.add_row("failover: leader SIGKILL -> other leads (median of 3)", f"{fo:.2f} s {fail}" if fail else "not run")
     out.print(other)
+    if restarts:
+        again = Table(title="gpufleet up restarted on its home (256 GPUs; seconds)")
+        for col in ("twin age", "brought back", "API answers", "first read", "twin back where it stopped"):
+            again.add_column(col, justify="right")
+        for r in restarts:
+            again.add_row(f"{r['age_h']:g} h", r["restore"], f"{r['readable_s']:.2f}", f"{r['first_read_s']:.2f}",
+                          f"{r['twin_back_s']:.2f}")  # fmt: skip
+        out.print(again)
 
 
 if __name__ == "__main__":

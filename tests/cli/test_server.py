@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpufleet.cli.server import Mode, twin_plane
+from gpufleet.sim import runner as runner_module
 from tests import apiclient
 from tests.twins import su_scenario
 
@@ -38,7 +39,14 @@ def _events(running: Any) -> list[tuple[str, str, int, str]]:
     return [tuple(r) for r in rows]
 
 
-def test_a_restart_keeps_cordons_incidents_and_streams_and_replays_nothing(scenario: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("snapshots", [False, True], ids=["replayed-from-start", "from-a-snapshot"])
+def test_a_restart_keeps_cordons_incidents_and_streams_and_replays_nothing(
+    scenario: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snapshots: bool
+) -> None:
+    """The restarted twin is brought back either from its start or from its last snapshot (taken every 40 s here):
+    either way it goes on exactly as a run that never stopped."""
+    monkeypatch.setattr(runner_module, "SNAPSHOT_EVERY_S", 40.0 if snapshots else 1e12)
+    monkeypatch.setattr(runner_module, "SNAPSHOT_MIN_WALL_S", 0.0)
     whole_home, split_home = tmp_path / "whole", tmp_path / "split"
     whole = twin_plane(whole_home, scenario, Mode.dry_run, 1.0)
     _steps(whole, 120)
@@ -55,6 +63,10 @@ def test_a_restart_keeps_cordons_incidents_and_streams_and_replays_nothing(scena
 
     again = twin_plane(split_home, scenario, Mode.dry_run, 1.0)
     twin = again.loop.twin
+    # the last snapshot was at 120 s, just before the cordon: the cordon and 30 s are replayed from it
+    assert twin.time == (120.0 if snapshots else 0.0)  # the API serves the stored state while the twin comes back
+    assert len(again.plane.book.incidents) == len(before)
+    again.loop.finish_restore()
     assert twin.time == 150.0  # back where it stopped, not at the scenario's start
     assert twin.cluster.node("dgx-020").unschedulable  # the cordon was replayed
     assert "dgx-020" in again.plane.backend.unavailable()
@@ -89,6 +101,7 @@ def test_remediation_acts_in_the_running_loop_and_survives_a_restart(scenario: P
     plane.close()
     plane.db.close()
     again = twin_plane(home, scenario, Mode.on, 1.0)
+    again.loop.finish_restore()
     assert again.loop.twin.cluster.node("dgx-009").unschedulable  # the drain, replayed into the rebuilt twin
     _steps(again, 5)
     redone = [e for e in again.plane.store.audit_log.entries(incident=lost.id) if e.decision == "done"]

@@ -4,6 +4,7 @@ same door, and the dashboard): the one place that wires a backend, the twin and 
 from __future__ import annotations
 
 import logging
+import pickle
 import socket
 import sys
 import threading
@@ -191,20 +192,28 @@ def twin_plane(
     if speed <= 0:
         raise UserError("--speed must be positive")
     scenario = scenario or builtin_example("scenarios/day-256gpu.yaml")
-    twin, _ = build_twin(scenario)
     db = open_state(home, state)
     journal = TwinJournal(db, scenario_id(scenario))
-    checkpoint, actions = journal.load()
+    checkpoint, actions = journal.load(after_snapshot=True)
+    snapshot = journal.snapshot() if checkpoint is not None else None
+    if snapshot is not None:
+        twin = pickle.loads(snapshot[1])  # the embedded state's own file (0600), written by this twin's runner
+    else:
+        twin, _ = build_twin(scenario)
+        if checkpoint is not None:
+            checkpoint, actions = journal.load()  # no snapshot: every action since the start
     if checkpoint is None:
         journal.reset()
     twin.epoch = journal.epoch(fresh=time.time())  # the twin's clock starts at the wall clock
+    resume_at = checkpoint.time if checkpoint is not None else 0.0
     lock = ordered_lock("twin")
     backend = TwinBackend(twin, lock, journal)
     thresholds = load_thresholds()
     plane = ControlPlane(
         db,
         backend,
-        clock=lambda: twin.epoch + twin.time,
+        # while the twin is brought back, the control plane's clock stays where it stopped
+        clock=lambda: twin.epoch + max(twin.time, resume_at),
         remediation=remediation.value,
         metrics=_metrics(home, metrics),
         thresholds=thresholds,
@@ -216,16 +225,11 @@ def twin_plane(
     )
     resumed = ""
     if checkpoint is not None:
-        started = time.perf_counter()
-        with console.status(f"bringing the twin back to where it stopped ({checkpoint.time / 3600:.1f} h)"):
-            replayed = runner.restore(checkpoint, actions, backend)
-        resumed = f"; resumed at {checkpoint.time / 3600:.2f} h with {replayed} actions replayed"
-        log.info(
-            "twin restored to t=%.0f s in %.1f s (%d actions replayed)",
-            twin.time,
-            time.perf_counter() - started,
-            replayed,
-        )
+        # brought back by the twin's thread, from its last snapshot: the API serves the stored state meanwhile
+        backend.ready.clear()
+        runner.pending = (checkpoint, actions, backend)
+        start = f"its snapshot at {twin.time / 3600:.2f} h" if snapshot is not None else "the start"
+        resumed = f"; resuming at {checkpoint.time / 3600:.2f} h from {start} ({len(actions)} actions to replay)"
     check = lambda: runner.error or (None if runner.alive else "the twin is not running")  # noqa: E731
     about = (
         f"cluster   {twin.cluster.name}: {len(twin.cluster.nodes)} nodes, {twin.gpus.n} GPUs, speed {speed:g}x{resumed}"
@@ -285,7 +289,7 @@ def serve(
     tokens = TokenStore(running.plane.db)
     if bootstrap_admin(tokens, data_dir() / "token") is not None:
         log.info("admin token written to %s (mode 0600)", data_dir() / "token")
-    app = create_app(running.plane, running.checks, tokens=tokens)
+    app = create_app(running.plane, running.checks, tokens=tokens, shed_reads=True)
     config = uvicorn.Config(
         app,
         log_level="warning",

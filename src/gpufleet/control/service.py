@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -171,6 +172,7 @@ class ControlPlane:
         self._gpus_recorded_at = -np.inf
         self.ticks = 0
         self.last_tick: float | None = None  # monotonic
+        self.turn_gaps: deque[float] = deque(maxlen=600)  # seconds between the loop's last turns
         self.loop_error: str | None = None
         self.batches = 0
 
@@ -399,7 +401,10 @@ class ControlPlane:
             self.loop_error = f"{type(exc).__name__}: {exc}"
             log.exception("control loop turn failed")
         self.ticks += 1
-        self.last_tick = time.monotonic()
+        turned = time.monotonic()
+        if self.last_tick is not None:
+            self.turn_gaps.append(turned - self.last_tick)
+        self.last_tick = turned
 
     def _follow(self, now: float) -> None:
         leading = self.replication.leads()

@@ -22,6 +22,7 @@ from gpufleet.server.routes import actions, cost, fabric, fleet, incidents, inge
 from gpufleet.server.routes.common import BadParameter
 from gpufleet.server.routes.meta import HealthCheck
 from gpufleet.server.security import Guard, refusals
+from gpufleet.server.shedding import Shed, loop_lag, sheddable
 from gpufleet.server.telemetry import Measured, RequestMetrics
 from gpufleet.state.tokens import TokenStore
 
@@ -39,8 +40,14 @@ need a viewer token. Changes need an operator token, agent pushes an agent token
 
 
 def create_app(
-    plane: ControlPlane, checks: list[HealthCheck] | None = None, *, tokens: TokenStore | None = None
+    plane: ControlPlane,
+    checks: list[HealthCheck] | None = None,
+    *,
+    tokens: TokenStore | None = None,
+    shed_reads: bool = False,
 ) -> FastAPI:
+    """The API over `plane`. `shed_reads`: the control loop turns in this process (`gpufleet server` and `up`), and
+    reads wait (503) while it is behind (server/shedding.py)."""
     app = FastAPI(
         title="gpufleet",
         version=__version__,
@@ -55,6 +62,8 @@ def create_app(
         plane.audit(who, action, target, result, request)
 
     app.add_middleware(Guard, tokens=tokens, audit=audit, body_limit=BODY_LIMIT, ingest_limit=MAX_BODY)
+    if shed_reads:
+        app.add_middleware(Shed, lag=loop_lag(lambda: plane.last_tick))  # before the guard: a shed read costs nothing
     app.add_middleware(Measured, metrics=requests)  # outermost: refusals are counted too
 
     @app.exception_handler(GpufleetError)
@@ -131,6 +140,14 @@ def _document_refusals(app: FastAPI) -> None:
                         "description": "A parameter or the body is outside the schema.",
                         "content": {"application/json": {"schema": {"$ref": PROBLEM}}},
                     }
+                if sheddable(method.upper(), path):
+                    answers.setdefault(
+                        "503",
+                        {
+                            "description": "The control loop is behind: reads wait; retry after `Retry-After` s.",
+                            "content": {"application/json": {"schema": {"$ref": PROBLEM}}},
+                        },
+                    )
                 for status, description in refusals(method, path).items():
                     answers.setdefault(
                         str(status),

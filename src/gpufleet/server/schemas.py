@@ -29,6 +29,8 @@ class Health(Shape):
     nodes: int
     batches: int = Field(description="Agent batches taken since start.")
     ticks: int = Field(description="Control-loop turns since start.")
+    loop_gap_p99_s: float | None = Field(None, description="99th percentile of the seconds between its last 600 turns.")
+    loop_gap_max_s: float | None = Field(None, description="The longest wait between two of its last 600 turns (s).")
     remediation: str
     backend: str
     leader: bool = Field(True, description="Whether this replica runs correlation and remediation.")

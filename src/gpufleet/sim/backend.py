@@ -45,6 +45,8 @@ class TwinBackend(
         self.twin = twin
         self.lock = lock or ordered_lock("twin")
         self.journal = journal
+        self.ready = threading.Event()  # cleared while a restarted twin is brought back to where it stopped
+        self.ready.set()
 
     def now(self) -> float:
         return self.twin.epoch + float(self.twin.time)
@@ -72,8 +74,13 @@ class TwinBackend(
 
     # --- actions: journaled, so a restarted twin replays them ---------------------------------------------------
 
-    def apply(self, action: str, *args: Any) -> Any:
-        """Carry out one twin action (the journal replays through here too)."""
+    def apply(self, action: str, *args: Any, replaying: bool = False) -> Any:
+        """Carry out one twin action (the journal replays through here too, `replaying`)."""
+        if not replaying and not self.ready.is_set():
+            raise BackendError(
+                f"the twin is being brought back to where it stopped; it takes no {action} yet",
+                fix="try again in a few seconds (the control plane's log shows the progress)",
+            )
         twin = self.twin
         with self.lock:
             result: Any = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -128,7 +129,7 @@ def _power_brake(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _gpu(twin, fault)
     twin.gpus.power_brake[i] = True
     if fault.duration:
-        twin.at(fault.time + fault.duration, lambda: _release_brake(twin, i))
+        twin.at(fault.time + fault.duration, partial(_release_brake, twin, i))
 
 
 def _release_brake(twin: FaultTarget, i: int) -> None:
@@ -190,7 +191,7 @@ def _straggler(twin: FaultTarget, fault: InjectedFault) -> None:
     i = _rank(twin, fault)
     twin.training.straggle[i] = fault.factor or STRAGGLER_FACTOR
     if fault.duration:
-        twin.at(fault.time + fault.duration, lambda: _unstraggle(twin, i))
+        twin.at(fault.time + fault.duration, partial(_unstraggle, twin, i))
 
 
 def _unstraggle(twin: FaultTarget, i: int) -> None:
@@ -231,7 +232,11 @@ def _job(twin: FaultTarget, fault: InjectedFault) -> tuple[int, TrainingJob]:
 def _loss_plateau(twin: FaultTarget, fault: InjectedFault) -> None:
     j, job = _job(twin, fault)
     twin.training.app.plateau(j, job.step, on=True)
-    _until(twin, fault, lambda: twin.training.app.plateau(j, job.step, on=False))
+    _until(twin, fault, partial(_end_plateau, twin, j, job))
+
+
+def _end_plateau(twin: FaultTarget, j: int, job: TrainingJob) -> None:
+    twin.training.app.plateau(j, job.step, on=False)
 
 
 def _steps(twin: FaultTarget) -> np.ndarray:
@@ -241,35 +246,51 @@ def _steps(twin: FaultTarget) -> np.ndarray:
 def _loss_stall(twin: FaultTarget, fault: InjectedFault) -> None:
     j, _ = _job(twin, fault)
     twin.training.app.stall(j, _steps(twin), on=True)
-    _until(twin, fault, lambda: twin.training.app.stall(j, _steps(twin), on=False))
+    _until(twin, fault, partial(_end_stall, twin, j))
+
+
+def _end_stall(twin: FaultTarget, j: int) -> None:
+    twin.training.app.stall(j, _steps(twin), on=False)
 
 
 def _loss_divergence(twin: FaultTarget, fault: InjectedFault) -> None:
     j, job = _job(twin, fault)
     twin.training.app.diverge(j, job.step, on=True)
-    _until(twin, fault, lambda: twin.training.app.diverge(j, job.step, on=False))
+    _until(twin, fault, partial(_end_divergence, twin, j, job))
+
+
+def _end_divergence(twin: FaultTarget, j: int, job: TrainingJob) -> None:
+    twin.training.app.diverge(j, job.step, on=False)
 
 
 def _loss_nan(twin: FaultTarget, fault: InjectedFault) -> None:
     j, job = _job(twin, fault)
     twin.training.app.go_nan(j, job.step, on=True)
-    _until(twin, fault, lambda: twin.training.app.go_nan(j, job.step, on=False))
+    _until(twin, fault, partial(_end_nan, twin, j, job))
+
+
+def _end_nan(twin: FaultTarget, j: int, job: TrainingJob) -> None:
+    twin.training.app.go_nan(j, job.step, on=False)
 
 
 def _grad_explode(twin: FaultTarget, fault: InjectedFault) -> None:
     j, _ = _job(twin, fault)
     twin.training.app.explode(j, on=True)
-    _until(twin, fault, lambda: twin.training.app.explode(j, on=False))
+    _until(twin, fault, partial(_end_explode, twin, j))
+
+
+def _end_explode(twin: FaultTarget, j: int) -> None:
+    twin.training.app.explode(j, on=False)
 
 
 def _checkpoint_failure(twin: FaultTarget, fault: InjectedFault) -> None:
     j, _ = _job(twin, fault)
     twin.training.app.checkpoint_failing[j] = True
+    _until(twin, fault, partial(_checkpoints_mended, twin, j))
 
-    def mended() -> None:
-        twin.training.app.checkpoint_failing[j] = False
 
-    _until(twin, fault, mended)
+def _checkpoints_mended(twin: FaultTarget, j: int) -> None:
+    twin.training.app.checkpoint_failing[j] = False
 
 
 def _slow_input(twin: FaultTarget, fault: InjectedFault) -> None:
@@ -278,11 +299,11 @@ def _slow_input(twin: FaultTarget, fault: InjectedFault) -> None:
     ranks = twin.training.ranks_of(j) if fault.rank is None else np.array([_rank(twin, fault)])
     twin.training.slow_input(ranks, fault.factor or SLOW_INPUT_FACTOR)
     fault.effects.append(f"job {job.name} waits for its input")
+    _until(twin, fault, partial(_input_caught_up, twin, ranks))
 
-    def caught_up() -> None:
-        twin.training.slow_input(ranks, 1.0)
 
-    _until(twin, fault, caught_up)
+def _input_caught_up(twin: FaultTarget, ranks: np.ndarray) -> None:
+    twin.training.slow_input(ranks, 1.0)
 
 
 def _service(twin: FaultTarget, fault: InjectedFault) -> ServiceState | None:
@@ -293,14 +314,14 @@ def _slo_breach(twin: FaultTarget, fault: InjectedFault) -> None:
     st = _service(twin, fault)
     if st is not None:
         st.latency_factor = fault.factor or SLO_BREACH_FACTOR
-        _until(twin, fault, lambda: setattr(st, "latency_factor", 1.0))
+        _until(twin, fault, partial(setattr, st, "latency_factor", 1.0))
 
 
 def _error_burst(twin: FaultTarget, fault: InjectedFault) -> None:
     st = _service(twin, fault)
     if st is not None:
         st.error_fraction = fault.factor or ERROR_BURST_FRACTION
-        _until(twin, fault, lambda: setattr(st, "error_fraction", 0.0))
+        _until(twin, fault, partial(setattr, st, "error_fraction", 0.0))
 
 
 def _traffic_ramp(twin: FaultTarget, fault: InjectedFault) -> None:
@@ -308,7 +329,7 @@ def _traffic_ramp(twin: FaultTarget, fault: InjectedFault) -> None:
     if st is not None:
         # the rate climbs to its peak over the fault's duration; when it ends, traffic is back to usual
         st.ramp = (fault.time, fault.duration or 1800.0, fault.factor or TRAFFIC_RAMP_FACTOR)
-        _until(twin, fault, lambda: setattr(st, "ramp", None))
+        _until(twin, fault, partial(setattr, st, "ramp", None))
 
 
 def _service_down(twin: FaultTarget, fault: InjectedFault) -> None:
@@ -317,12 +338,12 @@ def _service_down(twin: FaultTarget, fault: InjectedFault) -> None:
         return
     st.down = True
     fault.effects.append(f"service {st.service.name} stopped reporting")
+    _until(twin, fault, partial(_service_back, st))
 
-    def back() -> None:
-        st.down = False
-        st.restart()
 
-    _until(twin, fault, back)
+def _service_back(st: ServiceState) -> None:
+    st.down = False
+    st.restart()
 
 
 _HANDLERS = {

@@ -10,6 +10,7 @@ same as fast as the machine allows (`get incidents -f`, benchmarks).
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,11 @@ from gpufleet.sim.twin import Twin
 
 log = logging.getLogger("gpufleet.sim")
 MAX_CATCH_UP = 200  # steps per pass before readers get a turn
+# the twin is snapshot every this many simulated seconds (and no more often than every SNAPSHOT_MIN_WALL_S of wall
+# time): a restart replays at most that much, however old the twin is
+SNAPSHOT_EVERY_S = 600.0
+SNAPSHOT_MIN_WALL_S = 30.0
+RESTORE_PROGRESS_S = 5.0
 SPEED_CHECK_S = 10.0  # wall seconds after which the twin says if it runs slower than asked
 
 Transport = Callable[[Batch], Ack]
@@ -57,6 +63,8 @@ class SimRunner(Background):
         self.error: str | None = None
         self.steps = 0
         self._saved_latched: dict[str, float] = {}
+        self._snapshot_at = (twin.time, time.monotonic())  # (twin time, wall time) of the last snapshot
+        self.pending: tuple[Checkpoint, list[tuple[float, str, list[Any]]], TwinBackend] | None = None
         super().__init__()
 
     # --- restart ------------------------------------------------------------------------------------------------
@@ -68,24 +76,25 @@ class SimRunner(Background):
         backend: TwinBackend,
         progress: Callable[[float], None] | None = None,
     ) -> int:
-        """Bring a freshly built twin to its checkpoint, replaying every action at its moment; the agents go on
-        from their stream positions. Returns how many actions were replayed."""
+        """Bring the twin (freshly built, or as its last snapshot left it) to its checkpoint, replaying every action
+        at its moment; the agents go on from their stream positions. Returns how many actions were replayed."""
         journal, backend.journal = backend.journal, None  # replayed actions are in the journal already
         pending = list(actions)
         replayed = 0
         try:
             while True:
-                while pending and pending[0][0] <= self.twin.time:
-                    _, action, args = pending.pop(0)
-                    try:
-                        backend.apply(action, *args)
-                    except Exception as exc:  # an action that failed then fails again now: same twin
-                        log.debug("replayed %s%s: %s", action, tuple(args), exc)
-                    replayed += 1
-                if self.twin.time >= checkpoint.time - 1e-9:
-                    break
-                self.twin.step()
-                if progress is not None and int(self.twin.time) % 600 == 0:
+                with self.lock:  # readers of the twin see whole steps
+                    while pending and pending[0][0] <= self.twin.time:
+                        _, action, args = pending.pop(0)
+                        try:
+                            backend.apply(action, *args, replaying=True)
+                        except Exception as exc:  # an action that failed then fails again now: same twin
+                            log.debug("replayed %s%s: %s", action, tuple(args), exc)
+                        replayed += 1
+                    if self.twin.time >= checkpoint.time - 1e-9:
+                        break
+                    self.twin.step()
+                if progress is not None:
                     progress(self.twin.time)
         finally:
             backend.journal = journal
@@ -109,10 +118,39 @@ class SimRunner(Background):
         self._saved_latched = latched
         return latched
 
+    def _snapshot_due(self) -> bool:
+        return (
+            self.journal is not None
+            and self.journal.snapshots
+            and self.twin.time - self._snapshot_at[0] >= SNAPSHOT_EVERY_S
+            and time.monotonic() - self._snapshot_at[1] >= SNAPSHOT_MIN_WALL_S
+        )
+
+    def _snapshot(self) -> tuple[bytes, int] | None:
+        """The pickled twin and the last action it has had, taken under the twin's lock, as every action is
+        journaled: the snapshot holds exactly those up to here. None (said once) for a twin that cannot be."""
+        assert self.journal is not None
+        self._snapshot_at = (self.twin.time, time.monotonic())
+        try:
+            return pickle.dumps(self.twin, protocol=pickle.HIGHEST_PROTOCOL), self.journal.last_action()
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            self._snapshot_at = (float("inf"), float("inf"))
+            log.warning("the twin cannot be snapshot (%s): a restart brings it back from its start", exc)
+            return None
+
+    def finish_restore(self) -> None:
+        """Bring the twin back now if a restore is pending (the thread does it first when it starts)."""
+        if self.pending is not None:
+            self._restore_pending()
+
     def step_once(self) -> None:
+        self.finish_restore()
+        snapshot: tuple[bytes, int] | None = None
         with self.lock:
             self.twin.step()
             batches = self.fleet.collect()
+            if self._snapshot_due():
+                snapshot = self._snapshot()
         if self.atomically is not None:
             with self.atomically():  # the moment's batches and its checkpoint: all or none
                 self.fleet.deliver(batches, self.transport)
@@ -120,6 +158,8 @@ class SimRunner(Background):
                     self.journal.checkpoint(
                         self.twin.time, self.fleet.incarnation, self.fleet.positions(), self._latched()
                     )
+                    if snapshot is not None:
+                        self.journal.save_snapshot(self.twin.time, *snapshot)
         else:
             self.fleet.deliver(batches, self.transport)
         self.tick()
@@ -127,7 +167,39 @@ class SimRunner(Background):
 
     # --- in the background ---------------------------------------------------------------------------------------
 
+    def _restore_pending(self) -> None:
+        """The restore `gpufleet up` left to this thread, so the API serves the stored state meanwhile; a line of
+        progress every few seconds, and the twin's actions refused until it is done."""
+        assert self.pending is not None
+        checkpoint, actions, backend = self.pending
+        started = time.monotonic()
+        said = [started]
+
+        def progress(now: float) -> None:
+            if time.monotonic() - said[0] >= RESTORE_PROGRESS_S:
+                said[0] = time.monotonic()
+                done = 100.0 * now / checkpoint.time if checkpoint.time else 100.0
+                log.info(
+                    "bringing the twin back to %.2f h: at %.2f h (%.0f %%)", checkpoint.time / 3600, now / 3600, done
+                )
+
+        replayed = self.restore(checkpoint, actions, backend, progress)
+        self.pending = None
+        backend.ready.set()
+        log.info(
+            "twin restored to %.2f h in %.1f s (%d actions replayed)",
+            self.twin.time / 3600,
+            time.monotonic() - started,
+            replayed,
+        )
+
     def run(self) -> None:
+        try:
+            self.finish_restore()
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("the twin could not be brought back")
+            return
         start_wall, start_sim = time.monotonic(), self.twin.time
         first_wall, first_sim, warned = start_wall, start_sim, False
         try:

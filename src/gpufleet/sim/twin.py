@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -325,16 +326,14 @@ class Twin:
         """The job controller's restart policy: try again after a back-off, without nodes that lost a GPU."""
         if self.restart_backoff_s is None:
             return
-        name, restarts = job.name, job.restarts
+        self.at(self.time + self.restart_backoff_s, partial(self._restart, job.name, job.restarts))
 
-        def restart() -> None:
-            current = self.cluster.job(name)
-            if current.state is not JobState.failed or current.restarts != restarts:
-                return  # someone (a remediation) already requeued it
-            bad = [n for n in current.nodes if self._node_unusable(n)]
-            self.requeue_job(name, exclude=bad)
-
-        self.at(self.time + self.restart_backoff_s, restart)
+    def _restart(self, name: str, restarts: int) -> None:
+        current = self.cluster.job(name)
+        if current.state is not JobState.failed or current.restarts != restarts:
+            return  # someone (a remediation) already requeued it
+        bad = [n for n in current.nodes if self._node_unusable(n)]
+        self.requeue_job(name, exclude=bad)
 
     def _node_unusable(self, node: str) -> bool:
         n = self.cluster.node(node)

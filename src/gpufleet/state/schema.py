@@ -258,6 +258,19 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX IF NOT EXISTS kernel_seen_age ON kernel_seen(node, seen)",
         ),
     ),
+    Migration(
+        7,
+        "the twin's state now and then, so a restart replays only the moments since (embedded state only)",
+        (
+            """CREATE TABLE IF NOT EXISTS twin_snapshot (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                scenario TEXT NOT NULL,
+                time {real} NOT NULL,
+                last_action {int} NOT NULL,
+                body {blob} NOT NULL
+            )""",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

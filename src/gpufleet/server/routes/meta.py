@@ -35,6 +35,9 @@ def router(plane: ControlPlane, checks: list[HealthCheck], requests: RequestMetr
             "nodes": len(plane.fleet.nodes),
             "batches": plane.batches,
             "ticks": plane.ticks,
+            # seconds between the control loop's turns, over its last 600 turns
+            "loop_gap_p99_s": _quantile(list(plane.turn_gaps), 0.99),
+            "loop_gap_max_s": round(max(plane.turn_gaps), 3) if plane.turn_gaps else None,
             "remediation": plane.remediation.mode,
             "backend": plane.backend.name,
             "leader": plane.leader,
@@ -125,3 +128,10 @@ def mount_pages(app: FastAPI) -> None:
             swagger_css_url="/docs/assets/swagger-ui.css",
             swagger_favicon_url="/docs/assets/favicon-32x32.png",
         )
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
