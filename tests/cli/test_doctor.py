@@ -74,3 +74,12 @@ def test_list_rules(tmp_path: Path) -> None:
     listed = json.loads(gpufleet("doctor", "--list-rules", "-o", "json").stdout)
     ids = [r["id"] for r in listed]
     assert ids == sorted(ids) and "GF001" in ids and all(r["sources"] for r in listed)
+
+
+def test_a_crafted_kind_loads_no_schema_and_is_reported_as_unknown(tmp_path: Path) -> None:
+    f = tmp_path / "crafted.yaml"
+    f.write_text("apiVersion: v1\nkind: ../../../kubernetes_validate/kubernetes-json-schema/x\nmetadata: {name: a}\n")
+    ran = gpufleet("doctor", str(f), "-o", "json")
+    assert "Traceback" not in ran.stderr and "internal error" not in ran.stderr, ran.stderr
+    findings = json.loads(ran.stdout)
+    assert [x["rule"] for x in findings] == ["GF090"] and "has no schema here" in findings[0]["message"], findings

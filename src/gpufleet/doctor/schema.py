@@ -10,6 +10,7 @@ import json
 import re
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from gpufleet.doctor.facts import Version
@@ -43,19 +44,35 @@ def schema_version(wanted: Version | None) -> str:
     return f"{usable[-1][0]}.{usable[-1][1]}.0"
 
 
-def _schema_file(version: str, kind: str, api_version: str) -> str:
+def _schema_name(version: str, kind: str, api_version: str) -> str | None:
+    """The schema file for a kind and apiVersion, looked up among the files the schema set holds (None when it has
+    none): an object's kind and apiVersion never build a path, so `kind: ../../x` names nothing."""
     api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    return f"kubernetes-json-schema/v{version}-local-strict/{kind.lower()}-{api}.json"
+    name = f"{kind.lower()}-{api}.json"
+    return name if name in _schema_names(version) else None
+
+
+def _folder(version: str) -> Traversable:
+    """The folder of Kubernetes `version`'s strict schemas in kubernetes-validate."""
+    return resources.files("kubernetes_validate").joinpath(f"kubernetes-json-schema/v{version}-local-strict")
 
 
 @cache
+def _schema_names(version: str) -> frozenset[str]:
+    """The schema files of Kubernetes `version`: one per served kind and apiVersion."""
+    _package()  # says what to install when the schemas are missing
+    return frozenset(e.name for e in _folder(version).iterdir() if e.name.endswith(".json") and e.name[0] != "_")
+
+
 def _validator(version: str, kind: str, api_version: str) -> Any | None:
+    name = _schema_name(version, kind, api_version)
+    return _validator_for(version, name) if name is not None else None
+
+
+@cache
+def _validator_for(version: str, name: str) -> Any:
     _, jsonschema, referencing = _package()
-    root = resources.files("kubernetes_validate")
-    path = root.joinpath(_schema_file(version, kind, api_version))
-    if not path.is_file():
-        return None
-    schema = json.loads(path.read_text(encoding="utf-8"))
+    schema = json.loads(_folder(version).joinpath(name).read_text(encoding="utf-8"))
     defs = _definitions(version)
     registry = referencing.Resource.from_contents(defs) @ (
         referencing.Resource.from_contents(schema) @ referencing.Registry()
@@ -65,9 +82,7 @@ def _validator(version: str, kind: str, api_version: str) -> Any | None:
 
 @cache
 def _definitions(version: str) -> Any:
-    root = resources.files("kubernetes_validate")
-    text = root.joinpath(f"kubernetes-json-schema/v{version}-local-strict/_definitions.json").read_text("utf-8")
-    return json.loads(text)
+    return json.loads(_folder(version).joinpath("_definitions.json").read_text("utf-8"))
 
 
 def has_schema(obj: K8sObject, version: str) -> bool:
@@ -76,8 +91,7 @@ def has_schema(obj: K8sObject, version: str) -> bool:
 
 @cache
 def _builtin_kinds(version: str) -> frozenset[str]:
-    folder = resources.files("kubernetes_validate").joinpath(f"kubernetes-json-schema/v{version}-local-strict")
-    return frozenset(entry.name.split("-", 1)[0] for entry in folder.iterdir() if entry.name.endswith(".json"))
+    return frozenset(name.split("-", 1)[0] for name in _schema_names(version))
 
 
 def is_builtin_kind(kind: str, version: str) -> bool:
