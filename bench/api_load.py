@@ -225,9 +225,10 @@ def restart_times(ages_h: list[float], console: Console) -> list[dict[str, Any]]
 
     scenario = builtin_example("scenarios/day-256gpu.yaml")
     rows = []
+    saved = runner_module.SNAPSHOT_EVERY_S, runner_module.SNAPSHOT_MIN_WALL_S
     for age in ages_h:
-        for label, every in (("snapshot", runner_module.SNAPSHOT_EVERY_S), ("from the start", 1e12)):
-            runner_module.SNAPSHOT_EVERY_S, saved_wall = every, runner_module.SNAPSHOT_MIN_WALL_S
+        for label, every in (("snapshot", saved[0]), ("from the start", 1e12)):
+            runner_module.SNAPSHOT_EVERY_S = every
             runner_module.SNAPSHOT_MIN_WALL_S = 0.0  # as a twin running at its speed would have taken them
             home = Path(tempfile.mkdtemp(prefix="gpufleet-restart-"))
             try:
@@ -246,8 +247,7 @@ def restart_times(ages_h: list[float], console: Console) -> list[dict[str, Any]]
                 again.plane.close()
                 again.plane.db.close()
             finally:
-                runner_module.SNAPSHOT_EVERY_S = 600.0
-                runner_module.SNAPSHOT_MIN_WALL_S = saved_wall
+                runner_module.SNAPSHOT_EVERY_S, runner_module.SNAPSHOT_MIN_WALL_S = saved
                 shutil.rmtree(home, ignore_errors=True)
             console.log(f"restart at {age:g} h ({label}): first read {first_read:.2f} s, twin back {back:.2f} s")
             rows.append({"age_h": age, "restore": label, "readable_s": readable, "first_read_s": first_read,

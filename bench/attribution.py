@@ -53,7 +53,7 @@ from tests.attribution_node import (  # noqa: E402
     write_proc_tree,
 )
 from tests.kubelet import Kubelet  # noqa: E402
-from tests.sources.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
+from tests.sources.gpu.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
 
 GPUS = [Gpu(f"GPU-{i:08x}-1111-2222-3333-444455556666") for i in range(8)]
 ONE_G = tuple((7 + k, "1g.10gb", 9_856.0) for k in range(7))
@@ -98,11 +98,11 @@ def run_agent(config: str, root: Path, seconds: float, port_file: Path) -> None:
     from gpufleet.agent.attribution import AttributionSource
     from gpufleet.agent.collector import Collector, MetricSource
     from gpufleet.agent.http import make_server, serve_in_thread
-    from gpufleet.sources.cgroups import CgroupOwners
-    from gpufleet.sources.kubelet_pods import KubeletPodList
-    from gpufleet.sources.nvml import NvmlSource
-    from gpufleet.sources.nvml_processes import NvmlProcesses
-    from gpufleet.sources.podresources import PodResourcesReader
+    from gpufleet.sources.gpu.nvml import NvmlSource
+    from gpufleet.sources.gpu.nvml_processes import NvmlProcesses
+    from gpufleet.sources.workload.cgroups import CgroupOwners
+    from gpufleet.sources.workload.kubelet_pods import KubeletPodList
+    from gpufleet.sources.workload.podresources import PodResourcesReader
     from gpufleet.telemetry.exposition import ExpositionConfig
 
     spec = case(config)

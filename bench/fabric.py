@@ -39,7 +39,7 @@ from gpufleet.fabric.intended import intended_graph
 from gpufleet.fabric.render import to_ibnetdiscover
 from gpufleet.fabric.validate import validate
 from gpufleet.health.thresholds import load_thresholds
-from gpufleet.sources.ibdiags import parse_ibnetdiscover
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
 
@@ -129,7 +129,7 @@ def ibsim(console: Console, poll_s: float) -> None:
     """The real stack: tools' own time, our analysis, and the time from a fault to its finding."""
     sys.path.insert(0, str(ROOT))
     from gpufleet.agent.fabric import FabricWatch
-    from gpufleet.fabric.collect import FabricTools
+    from gpufleet.sources.infiniband.diag_tools import FabricTools
     from tests.ibsim import SOCKET_SYSCTLS, running_fabric
 
     subprocess.run(["sysctl", "-qw", *SOCKET_SYSCTLS], check=False)

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.sources.kmsg import scan_kmsg
+from gpufleet.parsers.kernel.kmsg import scan_kmsg
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"

@@ -112,7 +112,7 @@ def accuracy(console: Console) -> tuple[int, int]:
     return right, present
 
 
-FIXTURES = (ROOT / "tests" / "triage" / "readers" / "data", ROOT / "tests" / "sources" / "data")
+FIXTURES = (ROOT / "tests" / "triage" / "readers" / "data", ROOT / "tests" / "captures")
 
 
 def _inputs() -> dict[str, list[tuple[str, bytes]]]:

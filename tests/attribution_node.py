@@ -1,5 +1,5 @@
 """A GPU node for per-workload attribution, built from a declarative case and read through the agent's real readers:
-a pod-resources gRPC service on a unix socket (tests.kubelet), NVML (tests.sources.fake_nvml: nvidia-ml-py with
+a pod-resources gRPC service on a unix socket (tests.kubelet), NVML (tests.sources.gpu.fake_nvml: nvidia-ml-py with
 the driver replaced by data), a /proc tree of cgroup and stat files, the node's pod list as the kubelet answers it,
 and, for Slurm, a job-map directory. A case says what runs where; `expected` says what attribution must find, from
 the case alone.
@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.agent.attribution import AllotmentReader, AttributionSource
-from gpufleet.sources.cgroups import CgroupOwners
-from gpufleet.sources.kubelet_pods import PodIndex
-from gpufleet.sources.nvml import NvmlSource
-from gpufleet.sources.nvml_processes import NvmlProcesses
-from gpufleet.sources.podresources import PodResourcesReader
-from gpufleet.sources.slurm_jobmap import JobMapAllotments
+from gpufleet.sources.gpu.nvml import NvmlSource
+from gpufleet.sources.gpu.nvml_processes import NvmlProcesses
+from gpufleet.sources.workload.cgroups import CgroupOwners
+from gpufleet.sources.workload.kubelet_pods import PodIndex
+from gpufleet.sources.workload.podresources import PodResourcesReader
+from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments
 from gpufleet.telemetry.attribution import COMPUTE_TOLERANCE_PCT
 from gpufleet.telemetry.frame import MetricFrame
 from tests.kubelet import Kubelet
-from tests.sources.fake_nvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
+from tests.sources.gpu.fake_nvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 GPU_MIB = 81_559.0

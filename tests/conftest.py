@@ -36,6 +36,8 @@ def lock_order() -> Iterator[None]:
 
 CORPUS = REPO_ROOT / "tests" / "corpus"
 """Real captured outputs, each with a `.source.txt` naming where it came from (tests/corpus/README.md)."""
+CAPTURES = REPO_ROOT / "tests" / "captures"
+"""Real captures of single tools, each beside its `.source.txt`: the parsers', the live sources' and the fabric's."""
 OPENB = REPO_ROOT / "tests" / "sched" / "data" / "openb"
 """The openb production trace's default pod list and GPU node list, with the FGD paper's results (SOURCES.md there)."""
 CATALOG_DATA = REPO_ROOT / "src" / "gpufleet" / "catalog" / "data"

@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from gpufleet.sources import podresources as pr
-from gpufleet.sources.podresources import api_messages
+from gpufleet.sources.workload import podresources as pr
+from gpufleet.sources.workload.podresources import api_messages
 
 
 class Kubelet:

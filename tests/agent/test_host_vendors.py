@@ -1,6 +1,6 @@
 """The host agent picks its accelerators' library: auto tries NVML, then amdsmi, then pyhlml; a named vendor tries
 that one alone; a node with none reports each library down once. The libraries are fakes in the real bindings'
-shapes (tests/sources/test_amdsmi_lib.py, test_hlml_lib.py)."""
+shapes (tests/sources/gpu/test_amdsmi.py, test_hlml_lib.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from gpufleet.agent.host import gpu_inventory_for, host_agent, open_gpu_source
 from gpufleet.errors import DependencyMissingError, UserError
-from tests.sources.test_amdsmi_lib import cpx_node, fake_amdsmi
-from tests.sources.test_hlml_lib import fake_pyhlml, node
+from tests.sources.gpu.test_amdsmi import cpx_node, fake_amdsmi
+from tests.sources.gpu.test_hlml import fake_pyhlml, node
 
 
 def _no_nvml() -> None:
@@ -29,23 +29,23 @@ def _missing(what: str) -> Callable[[], None]:
 
 @pytest.fixture
 def amd_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gpufleet.sources.nvml.load_pynvml", _no_nvml)
-    monkeypatch.setattr("gpufleet.sources.amdsmi_lib.load_amdsmi", lambda: fake_amdsmi(cpx_node()))
-    monkeypatch.setattr("gpufleet.sources.hlml_lib.load_pyhlml", _missing("pyhlml"))
+    monkeypatch.setattr("gpufleet.sources.gpu.nvml.load_pynvml", _no_nvml)
+    monkeypatch.setattr("gpufleet.sources.gpu.amdsmi.load_amdsmi", lambda: fake_amdsmi(cpx_node()))
+    monkeypatch.setattr("gpufleet.sources.gpu.hlml.load_pyhlml", _missing("pyhlml"))
 
 
 @pytest.fixture
 def gaudi_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gpufleet.sources.nvml.load_pynvml", _no_nvml)
-    monkeypatch.setattr("gpufleet.sources.amdsmi_lib.load_amdsmi", _missing("libamd_smi.so"))
-    monkeypatch.setattr("gpufleet.sources.hlml_lib.load_pyhlml", lambda: fake_pyhlml(node()))
+    monkeypatch.setattr("gpufleet.sources.gpu.nvml.load_pynvml", _no_nvml)
+    monkeypatch.setattr("gpufleet.sources.gpu.amdsmi.load_amdsmi", _missing("libamd_smi.so"))
+    monkeypatch.setattr("gpufleet.sources.gpu.hlml.load_pyhlml", lambda: fake_pyhlml(node()))
 
 
 @pytest.fixture
 def bare_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gpufleet.sources.nvml.load_pynvml", _no_nvml)
-    monkeypatch.setattr("gpufleet.sources.amdsmi_lib.load_amdsmi", _missing("libamd_smi.so"))
-    monkeypatch.setattr("gpufleet.sources.hlml_lib.load_pyhlml", _missing("libhlml.so"))
+    monkeypatch.setattr("gpufleet.sources.gpu.nvml.load_pynvml", _no_nvml)
+    monkeypatch.setattr("gpufleet.sources.gpu.amdsmi.load_amdsmi", _missing("libamd_smi.so"))
+    monkeypatch.setattr("gpufleet.sources.gpu.hlml.load_pyhlml", _missing("libhlml.so"))
 
 
 def test_auto_finds_amd_after_nvml_and_says_so(amd_node: None, caplog: pytest.LogCaptureFixture) -> None:

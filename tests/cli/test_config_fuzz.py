@@ -19,7 +19,7 @@ from tests.conftest import CORPUS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "src" / "gpufleet" / "examples" / "clusters"
-NETDISCOVER = ROOT / "tests" / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+NETDISCOVER = ROOT / "tests" / "captures" / "ibsim" / "ibnetdiscover.txt"
 XID_LOG = CORPUS / "burst_xid79_sxid_gpud.log"
 POD = (
     "apiVersion: v1\nkind: Pod\nmetadata: {name: train, namespace: ml}\nspec:\n  containers:\n  - {name: c, image: x}\n"

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import gpufleet
+from tests.conftest import CAPTURES
 
-DATA = Path(__file__).parents[1] / "sources" / "data"
+DATA = CAPTURES
 
 
 def test_cli_judges_a_saved_dcgmi_run_and_exits_1(corpus: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.doctor import host
+from gpufleet.sources.node import host_facts as host
 from tests.clirun import gpufleet
 from tests.doctor.helpers import gpu_pod, write
 

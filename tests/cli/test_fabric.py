@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import Ran, gpufleet
+from tests.conftest import CAPTURES
 
-CAPTURES = Path(__file__).parents[1] / "sources" / "data" / "ibsim"
+CAPTURES = CAPTURES / "ibsim"
 NETDISCOVER = CAPTURES / "ibnetdiscover.txt"
 LINKINFO = CAPTURES / "iblinkinfo.txt"
 EXAMPLE = Path(__file__).parents[2] / "src" / "gpufleet" / "examples" / "clusters" / "ibsim-fattree.yaml"

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 from tests.clirun import Ran, gpufleet
+from tests.conftest import CAPTURES
 
-CAPTURE = Path(__file__).parents[1] / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+CAPTURE = CAPTURES / "ibsim" / "ibnetdiscover.txt"
 
 
 def _predict(*args: str) -> Ran:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import gpufleet
+from tests.conftest import CAPTURES
 
-IBSIM = Path(__file__).resolve().parents[1] / "sources" / "data" / "ibsim"
+IBSIM = CAPTURES / "ibsim"
 
 
 @pytest.mark.parametrize(

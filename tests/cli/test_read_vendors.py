@@ -1,4 +1,4 @@
-"""`gpufleet read amd-smi|rocm-smi|hl-smi FILE` on the real captures under tests/sources/data/{amd,gaudi}."""
+"""`gpufleet read amd-smi|rocm-smi|hl-smi FILE` on the real captures under tests/captures/{amd,gaudi}."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from tests.clirun import gpufleet
+from tests.conftest import CAPTURES
 
-DATA = Path(__file__).resolve().parents[1] / "sources" / "data"
+DATA = CAPTURES
 AMD, GAUDI = DATA / "amd", DATA / "gaudi"
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import gpufleet
-from tests.conftest import CORPUS
+from tests.conftest import CAPTURES, CORPUS
 
-VENDOR_CAPTURES = Path(__file__).resolve().parents[1] / "sources" / "data"
+VENDOR_CAPTURES = CAPTURES
 
 # command -> a capture it is meant for (the mutations start from it)
 COMMANDS: dict[tuple[str, ...], str] = {

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 from tests.clirun import gpufleet
+from tests.conftest import CAPTURES
 from tests.sched.k8s_objects import klist, knode, kpod
 
-CAPTURE = Path(__file__).parents[1] / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+CAPTURE = CAPTURES / "ibsim" / "ibnetdiscover.txt"
 
 
 def test_plan_keeps_a_gang_off_a_degraded_leaf(tmp_path: Path) -> None:

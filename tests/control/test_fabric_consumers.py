@@ -14,13 +14,14 @@ from gpufleet.fabric.graph import End, FabricGraph
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.health.detectors.training import JobView
 from gpufleet.model import RootCause
-from gpufleet.sources.ibdiags import parse_ibnetdiscover
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 from gpufleet.state import Database
 from tests import apiclient
 from tests.clirun import gpufleet
+from tests.conftest import CAPTURES
 from tests.control.helpers import T0, Clock, batch, plane_at
 
-CAPTURE = Path(__file__).parents[1] / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+CAPTURE = CAPTURES / "ibsim" / "ibnetdiscover.txt"
 UPLINK = (End("leaf3", 35), End("spine1", 3))
 
 

@@ -21,13 +21,13 @@ from gpufleet.agent.fabric import FabricWatch
 from gpufleet.control import fabric as views
 from gpufleet.control.fabric import FabricService
 from gpufleet.control.service import ControlPlane
-from gpufleet.fabric.collect import FabricTools
 from gpufleet.fabric.intended import load_expected
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import RootCause
 from gpufleet.model.observe import SCHEMA_VERSION, Batch, FabricReport
 from gpufleet.remediate.backends.fabric import IbPortState
 from gpufleet.remediate.backends.observe import ObserveOnlyBackend
+from gpufleet.sources.infiniband.diag_tools import FabricTools
 from gpufleet.state import Database
 from tests.ibsim import Fabric, fabric, wait_for  # noqa: F401
 

@@ -16,13 +16,13 @@ from gpufleet.fabric.intended import load_expected
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model.observe import SCHEMA_VERSION, Batch, FabricReport
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 from gpufleet.remediate.backends.base import IsolatesFabricPorts
 from gpufleet.remediate.backends.observe import ObserveOnlyBackend
-from gpufleet.sources.ibdiags import parse_ibnetdiscover
 from gpufleet.state import Database
 
 ROOT = Path(__file__).parents[2]
-CAPTURE = ROOT / "tests" / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+CAPTURE = ROOT / "tests" / "captures" / "ibsim" / "ibnetdiscover.txt"
 MANIFEST = ROOT / "src" / "gpufleet" / "examples" / "clusters" / "ibsim-fattree.yaml"
 
 

@@ -13,7 +13,7 @@ import pytest
 from gpufleet.health.detectors.kernel import KernelDetector
 from gpufleet.model import IncidentState
 from gpufleet.model.observe import Record
-from gpufleet.sources.kmsg import parse_kmsg
+from gpufleet.parsers.kernel.kmsg import parse_kmsg
 from gpufleet.state import Database
 from tests.control.helpers import T0, Clock, batch, inventory, plane_at
 

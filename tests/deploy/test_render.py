@@ -34,7 +34,7 @@ from gpufleet.deploy.render import (
     write,
 )
 from gpufleet.errors import DependencyMissingError, ManifestError, UserError
-from gpufleet.sources import kubelet_pods
+from gpufleet.sources.workload import kubelet_pods
 from gpufleet.telemetry.workload_exposition import workload_series_settings
 from tests.conftest import REPO_ROOT
 

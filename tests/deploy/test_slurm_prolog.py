@@ -21,14 +21,14 @@ import pytest
 
 from gpufleet.agent.attribution import AttributionSource
 from gpufleet.integrations.slurm.client import expand_index_list
-from gpufleet.sources.slurm_jobmap import JobMapAllotments, read_job_map
+from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments, read_job_map
 from gpufleet.telemetry.exposition import ExpositionConfig, render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from tests.conftest import REPO_ROOT
 from tests.slurm_cluster import SlurmCluster, require_slurm
 
 SCRIPTS = REPO_ROOT / "deploy" / "slurm"
-DATA = REPO_ROOT / "tests" / "sources" / "data"
+DATA = REPO_ROOT / "tests" / "captures"
 PASS = DATA / "dcgmi_diag_4x_r2_pass.txt"
 UNKNOWN = DATA / "dcgmi_diag_4x_r2_internal_error.txt"  # the diagnostic's own error: Unknown
 FAIL = "dcgmi_diag_fail_01_r3_rowremap_stas00.txt"  # in the shared corpus: a GPU with pending row remaps

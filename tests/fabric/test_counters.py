@@ -3,8 +3,6 @@ listing, old and new counter names, and the readers' outputs (real infiniband-di
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -25,9 +23,10 @@ from gpufleet.fabric.counters import (
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End
 from gpufleet.fabric.health import PortHealth
-from gpufleet.sources.ibdiags import parse_ibnetdiscover, parse_ibqueryerrors, parse_perfquery
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover, parse_ibqueryerrors, parse_perfquery
+from tests.conftest import CAPTURES
 
-IBSIM = Path(__file__).resolve().parents[1] / "sources" / "data" / "ibsim"
+IBSIM = CAPTURES / "ibsim"
 NODE01 = End("node01/mlx5_0", 1)
 LEAF = End("leaf1", 35)
 T0 = 1_800_000_000.0

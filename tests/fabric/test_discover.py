@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpufleet.fabric.discover import add_link_states, from_iblinkinfo, from_ibnetdiscover
 from gpufleet.fabric.graph import End, FabricGraph, NodeKind, hca_name, node_name, normalise_guid
-from gpufleet.sources.ibdiags import parse_iblinkinfo, parse_ibnetdiscover, scan_ibnetdiscover
+from gpufleet.parsers.infiniband.diags import parse_iblinkinfo, parse_ibnetdiscover, scan_ibnetdiscover
+from tests.conftest import CAPTURES
 
-CAPTURES = Path(__file__).parents[1] / "sources" / "data" / "ibsim"
+CAPTURES = CAPTURES / "ibsim"
 
 
 def _discovered() -> FabricGraph:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.facts import hang_facts
 from gpufleet.fabric.findings import FabricFinding
@@ -12,9 +10,10 @@ from gpufleet.health.centre import suspect
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.fabric_facts import HostRail
 from gpufleet.model.observe import Finding
-from gpufleet.sources.ibdiags import parse_ibnetdiscover
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
+from tests.conftest import CAPTURES
 
-CAPTURE = Path(__file__).parents[1] / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+CAPTURE = CAPTURES / "ibsim" / "ibnetdiscover.txt"
 
 
 def _graph() -> FabricGraph:

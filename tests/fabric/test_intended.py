@@ -18,9 +18,10 @@ from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
 from gpufleet.spec.loader import load_cluster
+from tests.conftest import CAPTURES
 
 EXAMPLES = Path(__file__).parents[2] / "src" / "gpufleet" / "examples" / "clusters"
-CAPTURE = Path(__file__).parents[1] / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+CAPTURE = CAPTURES / "ibsim" / "ibnetdiscover.txt"
 
 
 def _cluster(nodes: int, rails: int = 8, **fabric: Any) -> Cluster:

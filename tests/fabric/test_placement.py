@@ -3,17 +3,16 @@ that keeps off a leaf with an uplink down."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, Link
 from gpufleet.fabric.placement import placement_health
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 from gpufleet.sched.framework.scheduler import Scheduler
-from gpufleet.sources.ibdiags import parse_ibnetdiscover
+from tests.conftest import CAPTURES
 from tests.sched.k8s_objects import knode, kpod, snap
 
-CAPTURES = Path(__file__).parents[1] / "sources" / "data" / "ibsim"
+CAPTURES = CAPTURES / "ibsim"
 
 
 def _captured() -> FabricGraph:

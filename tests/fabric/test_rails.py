@@ -3,17 +3,16 @@ the control plane's view read back into a graph."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpufleet.errors import UserError
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End, FabricGraph
 from gpufleet.fabric.rails import FabricIndex, graph_from_rows, job_fabric
-from gpufleet.sources.ibdiags import parse_ibnetdiscover
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
+from tests.conftest import CAPTURES
 
-CAPTURE = Path(__file__).parents[1] / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+CAPTURE = CAPTURES / "ibsim" / "ibnetdiscover.txt"
 
 
 def _graph() -> FabricGraph:

@@ -3,7 +3,6 @@ up to a 16k-HCA SuperPOD, reads back the same through the real tool's parser."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,11 +11,12 @@ from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End, FabricGraph, NodeKind
 from gpufleet.fabric.intended import graph_from_ibnetdiscover, intended_graph
 from gpufleet.fabric.render import to_ibnetdiscover
-from gpufleet.sources.ibdiags import parse_ibnetdiscover
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
+from tests.conftest import CAPTURES
 
-CAPTURE = Path(__file__).parents[1] / "sources" / "data" / "ibsim" / "ibnetdiscover.txt"
+CAPTURE = CAPTURES / "ibsim" / "ibnetdiscover.txt"
 STAMP = "Sun Nov 22 06:00:37 2026"
 
 

@@ -14,11 +14,12 @@ from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
 from gpufleet.fabric.intended import graph_from_ibnetdiscover, intended_graph, load_expected
 from gpufleet.fabric.validate import validate
-from gpufleet.sources.ibdiags import parse_iblinkinfo
+from gpufleet.parsers.infiniband.diags import parse_iblinkinfo
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
+from tests.conftest import CAPTURES
 
-CAPTURES = Path(__file__).parents[1] / "sources" / "data" / "ibsim"
+CAPTURES = CAPTURES / "ibsim"
 EXAMPLE = Path(__file__).parents[2] / "src" / "gpufleet" / "examples" / "clusters" / "ibsim-fattree.yaml"
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.health.diag import judge, judge_links
+from gpufleet.parsers.nvidia.dcgmi_diag import DiagReport, DiagTest, DiagTestResult, parse_diag
+from gpufleet.parsers.nvidia.topo import parse_nvlink_status
 from gpufleet.sim.diag import twin_diag
 from gpufleet.sim.faults import InjectedFault
-from gpufleet.sources.dcgmi import DiagReport, DiagTest, DiagTestResult, parse_diag
-from gpufleet.sources.topo import parse_nvlink_status
 from gpufleet.spec.scenario_spec import FaultType
+from tests.conftest import CAPTURES
 from tests.twins import small_twin
 
-DATA = Path(__file__).parents[1] / "sources" / "data"
+DATA = CAPTURES
 
 
 def test_a_healthy_node_passes_every_level() -> None:

@@ -3,8 +3,6 @@ summary, a corrected error kept as a record until a burst of them, and real capt
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpufleet.health.detectors.kernel import KernelDetector
@@ -12,11 +10,12 @@ from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.xid_policy import Action, XidSeverity, classify, policy_from_text
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.kernel import EventKind, KernelEvent, RasSeverity
-from gpufleet.sources.kmsg import scan_kmsg
+from gpufleet.parsers.kernel.kmsg import scan_kmsg
+from tests.conftest import CAPTURES
 
 T0 = 1_800_000_000.0
 PCI = "0000:1c:00"
-DATA = Path(__file__).parent.parent / "sources" / "data"
+DATA = CAPTURES
 
 
 def amd(

@@ -20,7 +20,7 @@ from gpufleet.health.xid_policy import (
     policy_from_text,
     recovery_states_possible,
 )
-from gpufleet.sources.kmsg import KernelEvent, parse_kmsg
+from gpufleet.parsers.kernel.kmsg import KernelEvent, parse_kmsg
 
 
 def _verdict(line: str, policy_text: str | None = None):  # type: ignore[no-untyped-def]

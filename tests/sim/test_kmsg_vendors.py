@@ -6,9 +6,9 @@ import pytest
 
 from gpufleet.errors import UserError
 from gpufleet.model.kernel import KernelEvent
+from gpufleet.parsers.kernel.framing import split_frame
+from gpufleet.parsers.kernel.kmsg import KmsgParser, parse_kmsg
 from gpufleet.sim import kmsg
-from gpufleet.sources.kmsg import KmsgParser, parse_kmsg
-from gpufleet.sources.kmsg_framing import split_frame
 
 BDF = "0000:1c:00.0"
 PCI = "0000:1c:00"

@@ -22,9 +22,9 @@ from gpufleet.sim.pods import (
 )
 from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.twin import Twin
-from gpufleet.sources.cgroups import parse_proc_cgroup
-from gpufleet.sources.kubelet_pods import PodIndex
-from gpufleet.sources.podresources import allotments_from_list, replicas_from_allocatable
+from gpufleet.sources.workload.cgroups import parse_proc_cgroup
+from gpufleet.sources.workload.kubelet_pods import PodIndex
+from gpufleet.sources.workload.podresources import allotments_from_list, replicas_from_allocatable
 from gpufleet.spec.scenario_spec import SharingMode
 
 SCENARIO = """apiVersion: gpufleet.io/v1

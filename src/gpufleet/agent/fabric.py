@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable
 
 from gpufleet.background import Background
-from gpufleet.fabric.collect import FabricTools, poll_subnet
 from gpufleet.model.observe import FabricReport
+from gpufleet.sources.infiniband.diag_tools import FabricTools, poll_subnet
 
 log = logging.getLogger("gpufleet.agent")
 

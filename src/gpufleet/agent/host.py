@@ -23,9 +23,9 @@ from gpufleet.agent.collector import MetricSource
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
 from gpufleet.errors import GpufleetError, UserError
 from gpufleet.model.observe import NodeInventory, SchedulerReport
-from gpufleet.sources.app_scrape import AppMetricsSource, AppScrape
-from gpufleet.sources.host import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
-from gpufleet.sources.slurm_jobmap import JobMapAllotments
+from gpufleet.sources.node.app_scrape import AppMetricsSource, AppScrape
+from gpufleet.sources.node.inventory import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
+from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments
 from gpufleet.telemetry.exposition import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
@@ -51,9 +51,9 @@ class AttributionOptions:
 
 # vendor -> (source name, module, class): the order `auto` tries them in
 GPU_SOURCES: dict[str, tuple[str, str, str]] = {
-    "nvidia": ("nvml", "gpufleet.sources.nvml", "NvmlSource"),
-    "amd": ("amdsmi", "gpufleet.sources.amdsmi_lib", "AmdSmiSource"),
-    "intel": ("hlml", "gpufleet.sources.hlml_lib", "HlmlSource"),
+    "nvidia": ("nvml", "gpufleet.sources.gpu.nvml", "NvmlSource"),
+    "amd": ("amdsmi", "gpufleet.sources.gpu.amdsmi", "AmdSmiSource"),
+    "intel": ("hlml", "gpufleet.sources.gpu.hlml", "HlmlSource"),
 }
 
 
@@ -86,11 +86,11 @@ def gpu_inventory_for(name: str, source: Any, ib_sysfs: Path, labels: dict[str, 
         return read_inventory(name, source, ib_sysfs, labels)
     inventory = read_inventory(name, None, ib_sysfs, labels)
     if source.name == "amdsmi":
-        from gpufleet.sources.amdsmi_lib import amd_gpu_inventory
+        from gpufleet.sources.gpu.amdsmi import amd_gpu_inventory
 
         gpus = amd_gpu_inventory(source)
     else:
-        from gpufleet.sources.hlml_lib import gaudi_inventory
+        from gpufleet.sources.gpu.hlml import gaudi_inventory
 
         gpus = gaudi_inventory(source)
     return msgspec.structs.replace(inventory, gpus=gpus, driver=source.driver or inventory.driver)
@@ -105,23 +105,23 @@ def attribution_source(gpus: Any, job_map_dir: Path | None, options: Attribution
         options.pod_resources != POD_RESOURCES_SOCKET or options.pod_resources.exists()
     )
     if kubernetes and options.pod_resources is not None:
-        from gpufleet.sources.podresources import PodResourcesReader
+        from gpufleet.sources.workload.podresources import PodResourcesReader
 
         allotments.append(PodResourcesReader(str(options.pod_resources)))
     if job_map_dir is not None:
         allotments.append(JobMapAllotments(job_map_dir))
     processes: ProcessReader | None = None
     if gpus is not None and gpus.name == "nvml":
-        from gpufleet.sources.nvml_processes import NvmlProcesses
+        from gpufleet.sources.gpu.nvml_processes import NvmlProcesses
 
         processes = NvmlProcesses.of(gpus)
     owners: OwnerReader | None = None
     if processes is not None:
-        from gpufleet.sources.cgroups import CgroupOwners
+        from gpufleet.sources.workload.cgroups import CgroupOwners
 
         pods = None
         if kubernetes and options.pod_list:
-            from gpufleet.sources.kubelet_pods import KubeletPodList
+            from gpufleet.sources.workload.kubelet_pods import KubeletPodList
 
             pods = KubeletPodList(options.pod_list, verify=options.pod_list_ca or False).index
         owners = CgroupOwners(pods=pods, proc_root=options.proc_root)

@@ -18,8 +18,8 @@ from pathlib import Path
 from gpufleet.agent.spool import RecordSpool
 from gpufleet.background import Background
 from gpufleet.model.kernel import KernelEvent
-from gpufleet.sources.kmsg import KmsgParser
-from gpufleet.sources.kmsg_stream import KmsgFeed
+from gpufleet.parsers.kernel.kmsg import KmsgParser
+from gpufleet.sources.node.kernel_log import KmsgFeed
 
 log = logging.getLogger("gpufleet.agent")
 POLL_S = 0.2

@@ -312,7 +312,7 @@ def _app_targets(urls: list[str]) -> list[str]:
 
 def _fabric_watch(subnets: list[str], poll_s: float, timeout_s: float) -> FabricWatch:
     from gpufleet.agent.fabric import FabricWatch
-    from gpufleet.fabric.collect import FabricTools, local_port
+    from gpufleet.sources.infiniband.diag_tools import FabricTools, local_port
 
     if poll_s <= 0 or timeout_s <= 0:
         raise UserError("--fabric-poll and --tool-timeout must be positive", fix="e.g. --fabric-poll 30s")

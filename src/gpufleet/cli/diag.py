@@ -28,8 +28,8 @@ def diag(
     the diagnostic's own error is Unknown (not a GPU failure), and a cut output is Unknown (never Pass).
 
     Exit status: 0 Pass or Warn, 1 Fail, 3 Unknown (the run cannot say)."""
-    from gpufleet.sources.dcgmi import read_diag
-    from gpufleet.sources.topo import parse_nvlink_status
+    from gpufleet.parsers.nvidia.dcgmi_diag import read_diag
+    from gpufleet.parsers.nvidia.topo import parse_nvlink_status
     from gpufleet.triage.paste import Paste
 
     if level not in (1, 2, 3):

@@ -74,7 +74,7 @@ def doctor(
         _list_rules(output)
         return
     if host_facts:
-        from gpufleet.doctor.host import read_host_facts
+        from gpufleet.sources.node.host_facts import read_host_facts
 
         name, facts = read_host_facts()
         entry = {"nodes": {name: facts.model_dump(by_alias=True, exclude_none=True)}}

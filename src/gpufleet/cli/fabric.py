@@ -109,7 +109,7 @@ def _check_options(
 def _saved(ibnetdiscover: str, iblinkinfo: str | None) -> tuple[FabricGraph, str]:
     from gpufleet.fabric.discover import add_link_states
     from gpufleet.fabric.intended import graph_from_ibnetdiscover
-    from gpufleet.sources.ibdiags import parse_iblinkinfo
+    from gpufleet.parsers.infiniband.diags import parse_iblinkinfo
 
     text, cited = read_input_text(ibnetdiscover)
     graph = graph_from_ibnetdiscover(text, cited)
@@ -124,7 +124,7 @@ def _saved(ibnetdiscover: str, iblinkinfo: str | None) -> tuple[FabricGraph, str
 
 
 def _live(ca: str | None, port: int | None, tool_timeout: float | None) -> tuple[FabricGraph, str]:
-    from gpufleet.fabric.collect import DEFAULT_TIMEOUT_S, FabricTools
+    from gpufleet.sources.infiniband.diag_tools import DEFAULT_TIMEOUT_S, FabricTools
 
     tools = FabricTools(ca=ca, port=port, timeout_s=tool_timeout or DEFAULT_TIMEOUT_S)
     return tools.discover(), f"live (subnet {tools.subnet})"

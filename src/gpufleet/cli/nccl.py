@@ -233,7 +233,7 @@ def _host_list(text: str | None) -> list[str] | None:
 def _read_fabric(path: Path) -> tuple[FabricGraph, str]:
     """The fabric an `ibnetdiscover` output shows, and the name to cite it by."""
     from gpufleet.fabric.discover import from_ibnetdiscover
-    from gpufleet.sources.ibdiags import parse_ibnetdiscover
+    from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 
     text, cited = read_input_text(path)
     return from_ibnetdiscover(parse_ibnetdiscover(text, source=cited)), cited

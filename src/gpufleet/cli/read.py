@@ -13,7 +13,7 @@ from gpufleet.cli.inputs import read_input_text
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 
 if TYPE_CHECKING:
-    from gpufleet.sources.amd_smi import AmdSmiReport
+    from gpufleet.parsers.amd.amd_smi import AmdSmiReport
 
 read_app = typer.Typer(
     help="Parse a saved tool output (nvidia-smi, amd-smi, rocm-smi, hl-smi, infiniband-diags, NHC health log, link "
@@ -38,8 +38,8 @@ def _cell(value: object) -> str:
 @read_app.command("nvidia-smi")
 def nvidia_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """`nvidia-smi` (the table), `nvidia-smi -q` or `nvidia-smi -q -x`: one record per GPU, told apart by shape."""
-    from gpufleet.sources.nvidia_smi import parse_query
-    from gpufleet.sources.nvidia_smi_table import parse_table
+    from gpufleet.parsers.nvidia.smi import parse_query
+    from gpufleet.parsers.nvidia.smi_table import parse_table
 
     text, source = _text(file)
     table = re.search(r"^[|+][-=+ ]", text, re.MULTILINE) is not None  # the boxed table; -q is indented text
@@ -67,7 +67,7 @@ def nvidia_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> 
 def nvidia_smi_processes_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """The processes on each GPU: plain `nvidia-smi` (its Processes: table), `--query-compute-apps ... --format=csv`
     or `nvidia-smi pmon`, told apart by shape."""
-    from gpufleet.sources.nvidia_smi_processes import parse_processes
+    from gpufleet.parsers.nvidia.smi_processes import parse_processes
 
     text, source = _text(file)
     report = parse_processes(text, source=source)
@@ -122,7 +122,7 @@ def _render_amd(report: AmdSmiReport, source: str) -> None:
 def amd_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """`amd-smi list`, `static`, `metric` or `partition`, as text or --json (several may be concatenated): one
     record per GPU or partition."""
-    from gpufleet.sources.amd_smi import parse_amd_smi
+    from gpufleet.parsers.amd.amd_smi import parse_amd_smi
 
     text, source = _text(file)
     report = parse_amd_smi(text, source=source)
@@ -132,7 +132,7 @@ def amd_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> Non
 @read_app.command("rocm-smi")
 def rocm_smi_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """Plain `rocm-smi` (Concise Info, any release), `rocm-smi -a --json` or `rocm-smi --showmetrics`."""
-    from gpufleet.sources.rocm_smi import parse_rocm_smi
+    from gpufleet.parsers.amd.rocm_smi import parse_rocm_smi
 
     text, source = _text(file)
     report = parse_rocm_smi(text, source=source)
@@ -148,7 +148,7 @@ def hl_smi_cmd(
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """Plain `hl-smi`, `hl-smi -q` / `-L`, or `hl-smi -Q <fields> -f csv`: one record per Gaudi device (AIP)."""
-    from gpufleet.sources.hl_smi import parse_hl_smi
+    from gpufleet.parsers.gaudi.hl_smi import parse_hl_smi
 
     text, source = _text(file)
     report = parse_hl_smi(text, source=source, fields=fields.split(",") if fields else None)
@@ -176,7 +176,7 @@ def hl_smi_cmd(
 @read_app.command("perfquery")
 def perfquery_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """`perfquery` or `perfquery -x`: the port counters, by the PMA names the catalog uses."""
-    from gpufleet.sources.ibdiags import parse_perfquery
+    from gpufleet.parsers.infiniband.diags import parse_perfquery
 
     text, source = _text(file)
     ports = parse_perfquery(text, source=source)
@@ -191,7 +191,7 @@ def perfquery_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> N
 @read_app.command("ibqueryerrors")
 def ibqueryerrors_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """`ibqueryerrors`: the ports whose error counters are over threshold."""
-    from gpufleet.sources.ibdiags import parse_ibqueryerrors
+    from gpufleet.parsers.infiniband.diags import parse_ibqueryerrors
 
     text, source = _text(file)
     report = parse_ibqueryerrors(text, source=source)
@@ -210,7 +210,7 @@ def ibqueryerrors_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) 
 @read_app.command("iblinkinfo")
 def iblinkinfo_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """`iblinkinfo`: every port with its state, width, speed and the far end."""
-    from gpufleet.sources.ibdiags import parse_iblinkinfo
+    from gpufleet.parsers.infiniband.diags import parse_iblinkinfo
 
     text, source = _text(file)
     links = parse_iblinkinfo(text, source=source)
@@ -233,7 +233,7 @@ def iblinkinfo_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> 
 @read_app.command("ibnetdiscover")
 def ibnetdiscover_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """`ibnetdiscover`: the fabric's nodes (switches and HCAs) and the links between them."""
-    from gpufleet.sources.ibdiags import parse_ibnetdiscover
+    from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 
     text, source = _text(file)
     fabric = parse_ibnetdiscover(text, source=source)
@@ -253,7 +253,7 @@ def link_events_cmd(
     output: OutputFormat = OUTPUT_OPT,
 ) -> None:
     """A syslog or kernel log: IB/RoCE link down and up events, and the flaps (downs) per interface."""
-    from gpufleet.sources.ibdiags import count_flaps, parse_link_events
+    from gpufleet.parsers.infiniband.diags import count_flaps, parse_link_events
 
     text, _ = _text(file)
     events = parse_link_events(text, year=year)
@@ -271,7 +271,7 @@ def link_events_cmd(
 @read_app.command("nhc")
 def nhc_cmd(file: Path = FILE_ARG, output: OutputFormat = OUTPUT_OPT) -> None:
     """An NHC / Azure HPC node health check `.health.log`: each node's verdict, and the Xids a failed check quotes."""
-    from gpufleet.sources.aznhc import parse_health_log
+    from gpufleet.parsers.nhc import parse_health_log
 
     text, source = _text(file)
     nodes = parse_health_log(text, source=source)

@@ -374,7 +374,7 @@ def _fabric_health(path: Path, names: list[str]) -> Any:
     from gpufleet.cli.inputs import read_input_text
     from gpufleet.fabric.discover import from_ibnetdiscover
     from gpufleet.fabric.placement import placement_health
-    from gpufleet.sources.ibdiags import parse_ibnetdiscover
+    from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 
     text, cited = read_input_text(path)
     return placement_health(from_ibnetdiscover(parse_ibnetdiscover(text, source=cited)), names=names)

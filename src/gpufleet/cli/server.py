@@ -109,8 +109,8 @@ class FabricOptions:
             return None
         if self.isolate_with != "ibportstate":
             raise UserError(f"--fabric-isolation {self.isolate_with!r}", fix="use none or ibportstate")
-        from gpufleet.fabric.collect import local_port
         from gpufleet.remediate.backends.fabric import IbPortState
+        from gpufleet.sources.infiniband.diag_tools import local_port
 
         if not self.subnet:
             return IbPortState(timeout_s=self.tool_timeout_s)
@@ -271,7 +271,7 @@ def serve(
     import uvicorn
 
     from gpufleet.server.app import create_app
-    from gpufleet.state.tokens import TokenStore, bootstrap_admin
+    from gpufleet.state.tokens import bootstrap_admin
 
     tls = tls or Tls()
     if host not in LOCAL_HOSTS and not tls.on:
@@ -286,7 +286,7 @@ def serve(
         raise UserError(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}", fix="choose another --port or stop what uses it"
         ) from None
-    tokens = TokenStore(running.plane.db)
+    tokens = running.plane.tokens
     if bootstrap_admin(tokens, data_dir() / "token") is not None:
         log.info("admin token written to %s (mode 0600)", data_dir() / "token")
     app = create_app(running.plane, running.checks, tokens=tokens, shed_reads=True)

@@ -27,8 +27,8 @@ from gpufleet.health.xid_policy import (
     load_policy,
 )
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent
-from gpufleet.sources.kmsg import KmsgScan
-from gpufleet.sources.kmsg_stream import dmesg_events, follow_file, read_dev_kmsg
+from gpufleet.parsers.kernel.kmsg import KmsgScan
+from gpufleet.sources.node.kernel_log import dmesg_events, follow_file, read_dev_kmsg
 from gpufleet.triage.paste import Paste
 from gpufleet.triage.readers.kernel import kernel_events, streaming_parser
 from gpufleet.triage.run import kernel_log_lines

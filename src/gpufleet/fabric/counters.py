@@ -34,7 +34,7 @@ from gpufleet.errors import UserError
 from gpufleet.fabric.graph import End, FabricGraph, hca_name, normalise_guid
 
 if TYPE_CHECKING:  # the readers' types only: the control plane uses this module and never reads a node
-    from gpufleet.sources.ibdiags import PortCounters, QueryErrorsReport
+    from gpufleet.parsers.infiniband.diags import PortCounters, QueryErrorsReport
 
 LeftOut = Literal["silent", "unchanged", "unknown"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind, hca_name, node_name, normalise_guid
 from gpufleet.health.ib_ports import lane_count, speed_generation
-from gpufleet.sources.ibdiags import FabricTopology, LinkInfo
+from gpufleet.parsers.infiniband.diags import FabricTopology, LinkInfo
 
 _KINDS = {"Switch": NodeKind.switch, "Ca": NodeKind.hca, "CA": NodeKind.hca, "Rt": NodeKind.router}
 

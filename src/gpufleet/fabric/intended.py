@@ -14,7 +14,7 @@ from gpufleet.errors import NotFoundError, ParseError, UserError
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind, normalise_guid
 from gpufleet.model import Cluster
-from gpufleet.sources.ibdiags import FabricTopology, parse_ibnetdiscover
+from gpufleet.parsers.infiniband.diags import FabricTopology, parse_ibnetdiscover
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import LANE_GBPS
 from gpufleet.spec.loader import load_cluster

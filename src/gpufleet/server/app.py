@@ -55,7 +55,7 @@ def create_app(
         docs_url=None,  # served from bundled assets by routes/meta.py
         redoc_url=None,
     )
-    tokens = tokens or TokenStore(plane.db)
+    tokens = tokens or plane.tokens  # the store ingest checks agents against: one cache, cleared by one revoke
     requests = RequestMetrics()
 
     def audit(who: str, action: str, target: str, result: str, request: str) -> None:

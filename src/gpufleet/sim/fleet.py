@@ -42,10 +42,10 @@ from gpufleet.model.observe import (
     ServiceFact,
     TrainingSignals,
 )
+from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.sim.fabric_report import TwinFabricWatch
 from gpufleet.sim.source import RANK_EXPORT_S, GaugeKey, TwinSource
 from gpufleet.sim.twin import Twin
-from gpufleet.sources.kmsg import KmsgParser
 from gpufleet.telemetry.frame import label_items
 
 Transport = Callable[[Batch], Ack]

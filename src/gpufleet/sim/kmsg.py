@@ -2,7 +2,7 @@
 
 NVIDIA's follow open-gpu-kernel-modules; amdgpu's follow amdgpu_ras.c, amdgpu_job.c and amdgpu_device.c; habanalabs'
 follow drivers/accel/habanalabs/common/device.c and command_submission.c. Each parses back through
-`gpufleet.sources.kmsg` to the event it stands for (tested as a round trip).
+`gpufleet.parsers.kernel.kmsg` to the event it stands for (tested as a round trip).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Literal
 
 from gpufleet.catalog.xid import xid_message
 from gpufleet.errors import UserError
-from gpufleet.sources.kmsg_format import bdf, dmesg_line, format_amdgpu, format_habanalabs, format_xid
+from gpufleet.parsers.kernel.format import bdf, dmesg_line, format_amdgpu, format_habanalabs, format_xid
 
 # Processes the twin names as Xid culprits: training ranks and the tools that poke GPUs.
 PROCESS_NAMES = ("python", "pt_main_thread", "nvidia-smi", "dcgm-exporter")

@@ -18,9 +18,9 @@ from typing import Any
 from gpufleet.agent.attribution import AttributionSource
 from gpufleet.sim.node_answers import NodeAnswers
 from gpufleet.sim.twin import Twin
-from gpufleet.sources.cgroups import CgroupRef, parse_proc_cgroup
-from gpufleet.sources.kubelet_pods import PodIndex
-from gpufleet.sources.podresources import PodResourcesReader
+from gpufleet.sources.workload.cgroups import CgroupRef, parse_proc_cgroup
+from gpufleet.sources.workload.kubelet_pods import PodIndex
+from gpufleet.sources.workload.podresources import PodResourcesReader
 from gpufleet.telemetry.attribution import ProcessReading
 from gpufleet.telemetry.frame import Attribution
 

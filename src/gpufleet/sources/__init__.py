@@ -1,6 +1,6 @@
-"""Readers of the real world (NVML, nvidia-smi, the kernel log, IB diagnostics, schedulers) and the twin.
+"""Live readers on a node: the code that touches the machine (a device library, sysfs, /proc, a socket, a tool run
+under a timeout) and hands what it read to a parser or straight to the agent as typed records.
 
-Parsers here are pure functions of text (no I/O), so every one is tested on captured real output. The few
-functions that do touch the machine (running `dmesg`, following `/dev/kmsg`, calling NVML) are kept apart from
-the parsing and say so in their names.
+Only the agent, the command line and the twin import this package (an import-linter contract): the control plane
+sees a node only through what its agent sends. Pure parsing lives in `gpufleet.parsers`.
 """

@@ -1,4 +1,4 @@
-"""Slurm output parsers, on output captured from a real Slurm 22.05 cluster (tests/sources/data/slurm)."""
+"""Slurm output parsers, on output captured from a real Slurm 22.05 cluster (tests/captures/slurm)."""
 
 from __future__ import annotations
 

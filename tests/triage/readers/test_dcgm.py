@@ -12,9 +12,9 @@ import pytest
 from gpufleet.triage.readers import read
 from gpufleet.triage.readers.dcgm import read_dcgmi_diag, read_dcgmi_health
 from gpufleet.triage.run import triage_lines, triage_stream
-from tests.conftest import CORPUS
+from tests.conftest import CAPTURES, CORPUS
 
-DATA = Path(__file__).parents[2] / "sources" / "data"
+DATA = CAPTURES
 
 
 def _lines(name: str) -> list[str]:

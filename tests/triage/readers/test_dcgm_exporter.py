@@ -12,9 +12,9 @@ import pytest
 from gpufleet.triage.readers import read
 from gpufleet.triage.readers.dcgm_exporter import field_ids, read_dcgm_exporter_metrics
 from gpufleet.triage.run import triage_lines
-from tests.conftest import CORPUS
+from tests.conftest import CAPTURES, CORPUS
 
-DATA = Path(__file__).parents[2] / "sources" / "data"
+DATA = CAPTURES
 LABELS = 'gpu="{g}",UUID="GPU-{g}",pci_bus_id="00000000:{g}1:00.0",device="nvidia{g}",modelName="{model}"'
 
 

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.sources.ibdiags import scan_iblinkinfo
+from gpufleet.parsers.infiniband.diags import scan_iblinkinfo
 from gpufleet.triage.readers import read
 from gpufleet.triage.readers.common import MAX_FINDINGS
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_lines
-from tests.sources.test_ibdiags_ibsim import Fabric, fabric  # noqa: F401 (a fixture: a simulated fabric)
+from tests.conftest import CAPTURES
+from tests.parsers.infiniband.test_diags_ibsim import Fabric, fabric  # noqa: F401 (a fixture: a simulated fabric)
 
 DATA = Path(__file__).resolve().parent / "data" / "ib"
-IBSIM = Path(__file__).resolve().parents[2] / "sources" / "data" / "ibsim"
+IBSIM = CAPTURES / "ibsim"
 
 # fixture -> (format, verdict, codes it must find)
 EXPECTED: dict[str, tuple[str, str, set[str]]] = {

@@ -5,8 +5,8 @@ asks for it only after the same budget, rate-limit and breaker checks as any act
 from __future__ import annotations
 
 from gpufleet.errors import BackendError
-from gpufleet.fabric.collect import FabricToolError, FabricTools
 from gpufleet.remediate.backends.base import IsolatesFabricPorts
+from gpufleet.sources.infiniband.diag_tools import FabricToolError, FabricTools
 
 
 class IbPortState(IsolatesFabricPorts):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpufleet.sources.dcgmi import DiagIssue, DiagParser, assess, classify_message
-from gpufleet.sources.dcgmi_health import HealthParser, HealthReport
+from gpufleet.parsers.nvidia.dcgmi_diag import DiagIssue, DiagParser, assess, classify_message
+from gpufleet.parsers.nvidia.dcgmi_health import HealthParser, HealthReport
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 

@@ -32,7 +32,7 @@ from gpufleet.catalog.xid import load_xid_catalog
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.xid_policy import Action, XidSeverity, classify, load_policy
 from gpufleet.model.kernel import KernelEvent
-from gpufleet.sources.prom_text import BadLine, Metadata, Sample, exact_int, parse_line
+from gpufleet.parsers.prometheus_text import BadLine, Metadata, Sample, exact_int, parse_line
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 

@@ -30,7 +30,7 @@ from gpufleet.health.ib_ports import (
     speed_generation,
     speed_rank,
 )
-from gpufleet.sources.ibdiags import (
+from gpufleet.parsers.infiniband.diags import (
     FabricLink,
     FabricTopology,
     LinkInfo,
@@ -42,7 +42,7 @@ from gpufleet.sources.ibdiags import (
     scan_ibnetdiscover,
     scan_perfquery,
 )
-from gpufleet.sources.ibstat import parse_ibstat, parse_ibstatus
+from gpufleet.parsers.infiniband.ibstat import parse_ibstat, parse_ibstatus
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
 from gpufleet.triage.report import MAX_EVIDENCE, TriageFinding, TriageReport
 

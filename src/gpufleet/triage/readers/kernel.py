@@ -18,8 +18,8 @@ from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.xid_policy import Action, XidPolicy, XidSeverity, classify, load_policy
 from gpufleet.model import Severity as ModelSeverity
 from gpufleet.model.kernel import KernelEvent
-from gpufleet.sources.ibdiags import LinkStateEvent, link_event
-from gpufleet.sources.kmsg import KmsgParser
+from gpufleet.parsers.infiniband.diags import LinkStateEvent, link_event
+from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.triage.readers.common import MAX_FINDINGS
 from gpufleet.triage.readers.oom import HOST_OOM, OomKill, OomKillTracker, describe_kills
 from gpufleet.triage.report import MAX_EVIDENCE, Severity, TriageFinding, TriageReport

@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
-from gpufleet.sources.nvidia_smi import GpuRecord, NvidiaSmiReport, UnreadableValue, parse_query
-from gpufleet.sources.nvidia_smi_table import parse_table
-from gpufleet.sources.nvidia_smi_values import MEANS, Unreadable
-from gpufleet.sources.topo import PCIE_TYPES, NvlinkGpu, TopoMatrix, parse_topo_matrix, read_nvlink_status
+from gpufleet.parsers.nvidia.smi import GpuRecord, NvidiaSmiReport, UnreadableValue, parse_query
+from gpufleet.parsers.nvidia.smi_table import parse_table
+from gpufleet.parsers.nvidia.smi_values import MEANS, Unreadable
+from gpufleet.parsers.nvidia.topo import PCIE_TYPES, NvlinkGpu, TopoMatrix, parse_topo_matrix, read_nvlink_status
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport
 

@@ -1,0 +1,1 @@
+"""AMD tools: amd-smi and rocm-smi."""

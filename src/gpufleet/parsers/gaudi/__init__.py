@@ -1,0 +1,1 @@
+"""Intel Gaudi tools: hl-smi."""

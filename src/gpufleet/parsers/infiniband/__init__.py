@@ -1,0 +1,1 @@
+"""infiniband-diags (perfquery, ibqueryerrors, iblinkinfo, ibnetdiscover), ibstat and sminfo."""

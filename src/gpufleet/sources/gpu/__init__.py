@@ -1,0 +1,1 @@
+"""Accelerator device libraries: NVML, AMD SMI, HLML, and dcgmi run on the node."""

@@ -1,0 +1,370 @@
+"""NVML through nvidia-ml-py: the real GPU source on a GPU node.
+
+Every reading is taken per device and per field: an NVML error on one GPU or one field leaves that value empty
+(NaN, never exported) and the others stand. A missing library or driver is one clear error, not a traceback.
+
+A GPU with MIG mode on (`nvmlDeviceGetMigMode` current 1) and GPU instances is one entity per GPU instance, as
+dcgm-exporter labels them: the parent's index, UUID, PCI id and device node, GPU_I_PROFILE and GPU_I_ID, and the
+MIG device's own UUID (its lowest compute instance's, the one the device plugin hands out). Only its memory is
+read per instance (`nvmlDeviceGetMemoryInfo` on the MIG device handle: FB_USED, FB_FREE). NVML has no
+per-instance temperature, power, clocks or ECC: every instance repeats its GPU's, as dcgm-exporter writes them (so
+a GPU's health stays watched in MIG mode); utilization has no reading in MIG mode and stays empty. The MIG layout
+is read when the entities are; a layout changed while the agent runs reads as failing MIG devices until the agent
+restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from gpufleet.errors import BackendError, DependencyMissingError
+from gpufleet.sources.gpu.failing_readings import FailingReadings
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
+
+log = logging.getLogger("gpufleet.nvml")
+
+NVLINK_MAX_LINKS = 18
+# nvmlNvLinkErrorCounter_t
+NVLINK_ERROR_DL_REPLAY = 0
+NVLINK_ERROR_DL_RECOVERY = 1
+NVLINK_ERROR_DL_CRC_FLIT = 2
+NVLINK_ERROR_DL_CRC_DATA = 3
+# nvmlMemoryErrorType_t / nvmlEccCounterType_t
+MEMORY_ERROR_CORRECTED, MEMORY_ERROR_UNCORRECTED = 0, 1
+VOLATILE_ECC, AGGREGATE_ECC = 0, 1
+# nvmlPageRetirementCause_t
+PAGE_RETIREMENT_MULTIPLE_SBE, PAGE_RETIREMENT_DBE = 0, 1
+# nvmlPerfPolicyType_t
+PERF_POLICY_POWER, PERF_POLICY_THERMAL = 0, 1
+TEMPERATURE_GPU = 0
+CLOCK_SM, CLOCK_MEM = 1, 2
+
+
+def _ident(value: Any) -> float:
+    return float(value)
+
+
+def _milli(value: Any) -> float:
+    return float(value) / 1000.0
+
+
+def _mib(value: Any) -> float:
+    return float(value) / 2**20
+
+
+def _count(value: Any) -> float:
+    return float(len(value))
+
+
+def _gpu_util(value: Any) -> float:
+    return float(value.gpu)
+
+
+def _mem_util(value: Any) -> float:
+    return float(value.memory)
+
+
+def _used(value: Any) -> float:
+    return _mib(value.used)
+
+
+def _free(value: Any) -> float:
+    return _mib(value.free)
+
+
+def _violation(value: Any) -> float:
+    return float(value.violationTime)
+
+
+def _convert(convert: Callable[[Any], float], call: Callable[..., Any], *args: Any) -> float:
+    return convert(call(*args))
+
+
+# (DCGM field, NVML function, extra arguments after the handle, conversion to the field's unit)
+READINGS: tuple[tuple[str, str, tuple[int, ...], Callable[[Any], float]], ...] = (
+    ("DCGM_FI_DEV_GPU_TEMP", "nvmlDeviceGetTemperature", (TEMPERATURE_GPU,), _ident),
+    ("DCGM_FI_DEV_POWER_USAGE", "nvmlDeviceGetPowerUsage", (), _milli),  # mW -> W
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "nvmlDeviceGetTotalEnergyConsumption", (), _ident),  # mJ
+    ("DCGM_FI_DEV_SM_CLOCK", "nvmlDeviceGetClockInfo", (CLOCK_SM,), _ident),
+    ("DCGM_FI_DEV_MEM_CLOCK", "nvmlDeviceGetClockInfo", (CLOCK_MEM,), _ident),
+    ("DCGM_FI_DEV_GPU_UTIL", "nvmlDeviceGetUtilizationRates", (), _gpu_util),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "nvmlDeviceGetUtilizationRates", (), _mem_util),
+    ("DCGM_FI_DEV_FB_USED", "nvmlDeviceGetMemoryInfo", (), _used),
+    ("DCGM_FI_DEV_FB_FREE", "nvmlDeviceGetMemoryInfo", (), _free),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "nvmlDeviceGetPcieReplayCounter", (), _ident),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "nvmlDeviceGetCurrentClocksEventReasons", (), _ident),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "nvmlDeviceGetViolationStatus", (PERF_POLICY_POWER,), _violation),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "nvmlDeviceGetViolationStatus", (PERF_POLICY_THERMAL,), _violation),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "nvmlDeviceGetTotalEccErrors", (MEMORY_ERROR_CORRECTED, VOLATILE_ECC), _ident),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "nvmlDeviceGetTotalEccErrors", (MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC), _ident),
+    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "nvmlDeviceGetTotalEccErrors", (MEMORY_ERROR_CORRECTED, AGGREGATE_ECC), _ident),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "nvmlDeviceGetTotalEccErrors", (MEMORY_ERROR_UNCORRECTED, AGGREGATE_ECC), _ident),
+    ("DCGM_FI_DEV_RETIRED_SBE", "nvmlDeviceGetRetiredPages", (PAGE_RETIREMENT_MULTIPLE_SBE,), _count),
+    ("DCGM_FI_DEV_RETIRED_DBE", "nvmlDeviceGetRetiredPages", (PAGE_RETIREMENT_DBE,), _count),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "nvmlDeviceGetRetiredPagesPendingStatus", (), _ident),
+)
+
+
+def load_pynvml() -> ModuleType:
+    try:
+        import pynvml
+    except ImportError:
+        raise DependencyMissingError(
+            "NVML bindings (nvidia-ml-py) are not installed", fix="pip install 'gpufleet[nvml]', or run with --sim"
+        ) from None
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# a MIG device's name ends in its profile: "NVIDIA A100-SXM4-40GB MIG 1g.5gb"; a compute instance smaller than its
+# GPU instance is named by both ("NVIDIA H200 MIG 1c.3g.71gb"), and GPU_I_PROFILE is the GPU instance's
+_MIG_NAME = re.compile(r"\bMIG\s+(?:\d+c\.)?(?P<profile>\S+)\s*$")
+UNKNOWN_PROFILE = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """A GPU instance as an entity reads it: through its first MIG device (lowest compute instance)."""
+
+    gpu_instance_id: int
+    compute_instance_id: int | None
+    uuid: str
+    profile: str
+    handle: Any
+
+
+def mig_device_handles(nvml: Any, handle: Any) -> list[tuple[int, Any]]:
+    """The MIG devices of a GPU as (slot, handle); an empty slot answers NOT_FOUND and is left out."""
+    try:
+        count = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except (nvml.NVMLError, AttributeError):
+        return []
+    out = []
+    for slot in range(count):
+        try:
+            out.append((slot, nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)))
+        except nvml.NVMLError:
+            continue
+    return out
+
+
+def mig_enabled(nvml: Any, handle: Any) -> bool:
+    """Whether MIG mode is on now (not merely pending); False where the GPU or the bindings have no MIG."""
+    try:
+        mode = nvml.nvmlDeviceGetMigMode(handle)
+    except (nvml.NVMLError, AttributeError):
+        return False
+    return isinstance(mode, (list, tuple)) and bool(mode) and int(mode[0]) == 1
+
+
+def _profile_by_id(nvml: Any, handle: Any, gi: int) -> str:
+    """The GPU instance's profile name through its profile info (drivers whose MIG devices are not named)."""
+    try:
+        info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
+        profile = nvml.nvmlDeviceGetGpuInstanceProfileInfoById(handle, int(info.profileId))
+    except (nvml.NVMLError, AttributeError):
+        return ""
+    return _text(getattr(profile, "name", b"")).strip().removeprefix("MIG ").strip()
+
+
+def mig_devices(nvml: Any, handle: Any) -> list[MigDevice]:
+    """One MigDevice per GPU instance of a MIG-enabled GPU, by GPU-instance id. A MIG device NVML will not
+    describe is left out (logged)."""
+    first: dict[int, tuple[int | None, str, Any]] = {}
+    for slot, mig in mig_device_handles(nvml, handle):
+        try:
+            gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+            uuid = _text(nvml.nvmlDeviceGetUUID(mig))
+        except nvml.NVMLError as exc:
+            log.warning("MIG device %d: not read: %s", slot, exc)
+            continue
+        try:
+            ci: int | None = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
+        except (nvml.NVMLError, AttributeError):
+            ci = None
+        if gi not in first or _lower(ci, first[gi][0]):
+            first[gi] = (ci, uuid, mig)
+    out = []
+    for gi in sorted(first):
+        ci, uuid, mig = first[gi]
+        try:
+            match = _MIG_NAME.search(_text(nvml.nvmlDeviceGetName(mig)))
+        except nvml.NVMLError:
+            match = None
+        profile = match["profile"] if match else _profile_by_id(nvml, handle, gi)
+        out.append(MigDevice(gi, ci, uuid, profile or UNKNOWN_PROFILE, mig))
+    return out
+
+
+def _lower(ci: int | None, than: int | None) -> bool:
+    """Whether compute instance `ci` comes before `than` (an unknown one comes last)."""
+    return ci is not None and (than is None or ci < than)
+
+
+# NVML answers NOT_SUPPORTED for a MIG-enabled GPU's utilization: not asked, rather than logged as failing
+_NOT_IN_MIG_MODE = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """What one frame entity reads: a whole GPU, or one GPU instance of it."""
+
+    gpu: int
+    handle: Any
+    mig: MigDevice | None = None
+
+
+class NvmlSource:
+    """Reads every GPU on this host through NVML into a MetricFrame."""
+
+    name = "nvml"
+
+    def __init__(self, hostname: str, nvml: ModuleType | None = None) -> None:
+        self.nvml = nvml or load_pynvml()
+        self.hostname = hostname
+        try:
+            self.nvml.nvmlInit()
+        except self.nvml.NVMLError as exc:
+            raise BackendError(
+                f"NVML could not start: {exc}",
+                fix="check that the NVIDIA driver is loaded (nvidia-smi works) or run the agent with --sim",
+            ) from None
+        self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+        self.driver = _text(self.nvml.nvmlSystemGetDriverVersion())
+        self._failing = FailingReadings(log)
+        self._slots: list[_Slot] | None = None
+
+    def entities(self) -> list[GpuEntity]:
+        """One entity per GPU, or per GPU instance of a MIG-enabled GPU (see the module's note)."""
+        out = []
+        slots = []
+        for i, h in enumerate(self.handles):
+            pci = self.nvml.nvmlDeviceGetPciInfo(h)
+            gpu = GpuEntity(
+                gpu=i,
+                uuid=_text(self.nvml.nvmlDeviceGetUUID(h)),
+                model_name=_text(self.nvml.nvmlDeviceGetName(h)),
+                hostname=self.hostname,
+                pci_bus_id=_text(pci.busId),
+                device=f"nvidia{self.nvml.nvmlDeviceGetMinorNumber(h)}",
+                label_fields=(("DCGM_FI_DRIVER_VERSION", self.driver),),
+            )
+            instances = mig_devices(self.nvml, h) if mig_enabled(self.nvml, h) else []
+            if not instances:  # MIG off, or on with no GPU instance yet: the whole GPU
+                out.append(gpu)
+                slots.append(_Slot(i, h))
+            for mig in instances:
+                out.append(
+                    replace(gpu, mig_profile=mig.profile, gpu_instance_id=mig.gpu_instance_id, mig_uuid=mig.uuid)
+                )
+                slots.append(_Slot(i, h, mig))
+        self._slots = slots
+        return out
+
+    def new_frame(self) -> MetricFrame:
+        return MetricFrame(tuple(self.entities()))
+
+    def _read(self, gpu: int, field: str, fn: Callable[[], float]) -> float:
+        try:
+            value = float(fn())
+        except self.nvml.NVMLError as exc:
+            self._failing.failed(gpu, field, exc)
+            return float("nan")
+        self._failing.read(gpu, field)
+        return value
+
+    def collect(self, frame: MetricFrame) -> None:
+        slots = self._slots if self._slots is not None else self._read_slots()
+        parent_column: dict[int, int] = {}  # a MIG GPU's first instance entity, which read the GPU's own fields
+        for e, slot in enumerate(slots[: len(frame.entities)]):
+            if slot.mig is None:
+                self._collect_gpu(frame, e, slot.gpu, slot.handle)
+                continue
+            first = parent_column.setdefault(slot.gpu, e)
+            if first == e:
+                self._collect_gpu(frame, e, slot.gpu, slot.handle, mig=True)
+            else:
+                frame.values[:, e] = frame.values[:, first]
+            self._collect_instance(frame, e, slot.gpu, slot.mig)
+
+    def _read_slots(self) -> list[_Slot]:
+        self.entities()
+        assert self._slots is not None
+        return self._slots
+
+    def _collect_gpu(self, frame: MetricFrame, e: int, i: int, h: Any, mig: bool = False) -> None:
+        for field, function, args, convert in READINGS:
+            if mig and field in _NOT_IN_MIG_MODE:
+                continue
+            if frame.has_gpu_field(field):
+                call = getattr(self.nvml, function)
+                frame.gpu(field)[e] = self._read(i, field, partial(_convert, convert, call, h, *args))
+        self._remapped_rows(frame, e, h)
+        self._nvlink(frame, e, h)
+
+    def _collect_instance(self, frame: MetricFrame, e: int, i: int, mig: MigDevice) -> None:
+        """A GPU instance's own memory; its utilization has no NVML reading (the GPU's is NOT_SUPPORTED in MIG
+        mode); the device-wide fields are the GPU's, repeated, as dcgm-exporter writes them."""
+        for field in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"):
+            if frame.has_gpu_field(field):
+                frame.gpu(field)[e] = np.nan
+        for field, convert in (("DCGM_FI_DEV_FB_USED", _used), ("DCGM_FI_DEV_FB_FREE", _free)):
+            if frame.has_gpu_field(field):
+                call = self.nvml.nvmlDeviceGetMemoryInfo
+                what = f"{field} of GPU instance {mig.gpu_instance_id}"
+                frame.gpu(field)[e] = self._read(i, what, partial(_convert, convert, call, mig.handle))
+
+    def _remapped_rows(self, frame: MetricFrame, i: int, h: Any) -> None:
+        try:
+            corr, unc, _pending, failure = self.nvml.nvmlDeviceGetRemappedRows(h)
+        except self.nvml.NVMLError:
+            return  # pre-Ampere GPUs retire pages instead; the fields stay empty
+        for field, value in (
+            ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", corr),
+            ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", unc),
+            ("DCGM_FI_DEV_ROW_REMAP_FAILURE", failure),
+        ):
+            if frame.has_gpu_field(field):
+                frame.gpu(field)[i] = float(value)
+
+    def _nvlink(self, frame: MetricFrame, i: int, h: Any) -> None:
+        totals = np.zeros(4)
+        links = 0
+        for link in range(NVLINK_MAX_LINKS):
+            try:
+                if not self.nvml.nvmlDeviceGetNvLinkState(h, link):
+                    continue
+                for k, counter in enumerate(
+                    (
+                        NVLINK_ERROR_DL_CRC_FLIT,
+                        NVLINK_ERROR_DL_CRC_DATA,
+                        NVLINK_ERROR_DL_REPLAY,
+                        NVLINK_ERROR_DL_RECOVERY,
+                    )
+                ):
+                    totals[k] += self.nvml.nvmlDeviceGetNvLinkErrorCounter(h, link, counter)
+                links += 1
+            except self.nvml.NVMLError:
+                break  # past the last link, or no NVLink on this GPU
+        if not links:
+            return
+        names = (
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        )
+        for name, value in zip(names, totals, strict=True):
+            if frame.has_gpu_field(name):
+                frame.gpu(name)[i] = value

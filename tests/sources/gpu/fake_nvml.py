@@ -1,0 +1,397 @@
+"""nvidia-ml-py with the driver replaced by a host described as data, and the builder that describes a host from
+nvidia-smi captures, so NvmlSource and NvmlProcesses run on recorded numbers.
+
+The fake is nvidia-ml-py's own module for everything but the calls that would reach the driver: its error classes,
+constants and ctypes structures, and its way of handing back a process list (a friendly object per
+`c_nvmlProcessInfo_v2_t`, usedGpuMemory None where the driver said NVML_VALUE_NOT_AVAILABLE). A device handle is
+the GPU's index; a MIG device handle is (GPU index, MIG slot). An NVML function it does not define answers
+FUNCTION_NOT_FOUND, as a driver without it would.
+
+From a capture: the Processes: table gives the processes (C and C+G in the compute list, M in the MPS list, M+C in
+both; G-only rows in neither), `nvidia-smi -L` the UUIDs and MIG devices, the MIG devices: table each instance's
+memory, and `pmon` the utilization samples. pmon prints no timestamps: cycle n's samples get (n + 1) seconds, in
+microseconds as NVML stamps them. A pmon line with any engine value printed is a sample (its `-` values read 0);
+one with none is no sample, as NVML gives none for a process that ran nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from gpufleet.parsers.nvidia.smi_processes import parse_mig_devices, parse_pmon, parse_process_table
+
+NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+NO_INSTANCE = 0xFFFFFFFF
+SECOND_US = 1_000_000
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    used_mib: float | None  # None: NVML_VALUE_NOT_AVAILABLE
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    compute: bool = True  # listed by nvmlDeviceGetComputeRunningProcesses
+    mps: bool = False  # listed by nvmlDeviceGetMPSComputeRunningProcesses
+    name: str = ""
+
+
+@dataclass
+class FakeMig:
+    slot: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    uuid: str
+    profile: str  # as `nvidia-smi -L` names the MIG device: 1g.10gb, or 1c.3g.71gb for a split GPU instance
+    name: str  # NVML's name for the MIG device: "<GPU name> MIG <profile>"
+    used_mib: float
+    total_mib: float
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str
+    bus: str = "00000000:00:00.0"
+    minor: int = 0
+    mig_mode: tuple[int, int] | None = None  # None: a GPU without MIG (NOT_SUPPORTED)
+    migs: list[FakeMig] = field(default_factory=list)
+    processes: list[FakeProcess] = field(default_factory=list)
+    samples: list[tuple[int, int, int, int]] = field(default_factory=list)  # pid, timestamp µs, SM %, memory %
+    sampling: bool = True  # False: nvmlDeviceGetProcessUtilization answers NOT_SUPPORTED (pre-Maxwell)
+    instance_ids_in_list: bool = True  # False: the parent's list is the v1 struct (pid and memory only)
+    failing: dict[str, int] = field(default_factory=dict)  # NVML function -> the error it answers on this GPU
+    failing_parent: dict[str, int] = field(default_factory=dict)  # ... on the GPU's own handle, not its MIG devices
+    mismatched: set[str] = field(default_factory=set)  # functions the bindings call but the driver lacks
+    used_mib: float = 0.0
+    total_mib: float = 0.0
+    temperature_c: float | None = None  # None: the call is not answered (FUNCTION_NOT_FOUND)
+    util_pct: float | None = None  # nvmlDeviceGetUtilizationRates' gpu (NOT_SUPPORTED in MIG mode)
+    power_w: float | None = None
+
+
+class FakeNvml:
+    def __init__(self, gpus: list[FakeGpu], driver: str = "590.48.01") -> None:
+        self.gpus = gpus
+        self.driver = driver
+        self.calls: list[tuple[str, Any]] = []
+        self.unnamed: set[int] = set()  # pids nvmlSystemGetProcessName cannot resolve
+        self.record_calls = True  # off for long runs (a benchmark), where the log would grow without end
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("nvml"):
+
+            def missing(*args: Any) -> Any:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+            return missing
+        return getattr(pynvml, name)  # NVMLError and its subclasses, constants, ctypes structures
+
+    def _gpu(self, fn: str, handle: Any) -> FakeGpu:
+        if self.record_calls:
+            self.calls.append((fn, handle))
+        gpu = self.gpus[handle[0] if isinstance(handle, tuple) else handle]
+        if fn in gpu.failing:
+            raise pynvml.NVMLError(gpu.failing[fn])
+        if fn in gpu.failing_parent and not isinstance(handle, tuple):
+            raise pynvml.NVMLError(gpu.failing_parent[fn])
+        if fn in gpu.mismatched:
+            raise pynvml.NVMLLibraryMismatchError(f"{fn} is not in this driver")
+        return gpu
+
+    def _mig(self, gpu: FakeGpu, handle: Any) -> FakeMig | None:
+        if not isinstance(handle, tuple):
+            return None
+        return next(m for m in gpu.migs if m.slot == handle[1])
+
+    # --- the system ------------------------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        return None
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        self.calls.append(("nvmlSystemGetProcessName", pid))
+        if pid in self.unnamed:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        for gpu in self.gpus:
+            for p in gpu.processes:
+                if p.pid == pid:
+                    return p.name
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    # --- a device ----------------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetUUID(self, h: Any) -> str:
+        gpu = self._gpu("nvmlDeviceGetUUID", h)
+        mig = self._mig(gpu, h)
+        return mig.uuid if mig else gpu.uuid
+
+    def nvmlDeviceGetName(self, h: Any) -> str:
+        gpu = self._gpu("nvmlDeviceGetName", h)
+        mig = self._mig(gpu, h)
+        return mig.name if mig else gpu.name
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
+        info = pynvml.nvmlPciInfo_t()
+        info.busId = self._gpu("nvmlDeviceGetPciInfo", h).bus.encode()
+        return info
+
+    def nvmlDeviceGetMinorNumber(self, h: int) -> int:
+        return self._gpu("nvmlDeviceGetMinorNumber", h).minor
+
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
+        gpu = self._gpu("nvmlDeviceGetMemoryInfo", h)
+        mig = self._mig(gpu, h)
+        used, total = (mig.used_mib, mig.total_mib) if mig else (gpu.used_mib, gpu.total_mib)
+        info = pynvml.c_nvmlMemory_t()
+        info.total, info.used, info.free = int(total * 2**20), int(used * 2**20), int((total - used) * 2**20)
+        return info
+
+    # --- MIG ---------------------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetTemperature", h)
+        if gpu.temperature_c is None or isinstance(h, tuple):  # no per-instance temperature
+            raise pynvml.NVMLError(
+                pynvml.NVML_ERROR_NOT_SUPPORTED
+                if gpu.temperature_c is not None
+                else pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+            )
+        return int(gpu.temperature_c)
+
+    # --- the device's own readings, answered where the GPU has a temperature (a GPU described in full) ------------
+
+    def _full(self, fn: str, h: Any) -> FakeGpu:
+        gpu = self._gpu(fn, h)
+        if gpu.temperature_c is None or isinstance(h, tuple):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return gpu
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: Any) -> int:
+        return 123_456_789 + int(self._full("nvmlDeviceGetTotalEnergyConsumption", h).power_w or 0)
+
+    def nvmlDeviceGetClockInfo(self, h: Any, clock: int) -> int:
+        self._full("nvmlDeviceGetClockInfo", h)
+        return 1980 if clock == 1 else 2619
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: Any) -> int:
+        self._full("nvmlDeviceGetPcieReplayCounter", h)
+        return 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:
+        self._full("nvmlDeviceGetCurrentClocksEventReasons", h)
+        return 0
+
+    def nvmlDeviceGetViolationStatus(self, h: Any, policy: int) -> Any:
+        self._full("nvmlDeviceGetViolationStatus", h)
+        status = pynvml.c_nvmlViolationTime_t()
+        status.referenceTime, status.violationTime = 0, 0
+        return status
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Any, error: int, counter: int) -> int:
+        self._full("nvmlDeviceGetTotalEccErrors", h)
+        return 0
+
+    def nvmlDeviceGetRetiredPages(self, h: Any, cause: int) -> list[int]:
+        self._full("nvmlDeviceGetRetiredPages", h)
+        return []
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: Any) -> int:
+        self._full("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, h: Any) -> tuple[int, int, int, int]:
+        self._full("nvmlDeviceGetRemappedRows", h)
+        return (0, 0, 0, 0)
+
+    def nvmlDeviceGetNvLinkState(self, h: Any, link: int) -> int:
+        self._full("nvmlDeviceGetNvLinkState", h)
+        return 1
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: Any, link: int, counter: int) -> int:
+        self._full("nvmlDeviceGetNvLinkErrorCounter", h)
+        if link >= 18:  # an H100's 18 links
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return 0
+
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
+        gpu = self._gpu("nvmlDeviceGetUtilizationRates", h)
+        if gpu.util_pct is None or (gpu.mig_mode is not None and gpu.mig_mode[0] == 1):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        rates = pynvml.c_nvmlUtilization_t()
+        rates.gpu, rates.memory = round(gpu.util_pct), 0
+        return rates
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
+        gpu = self._gpu("nvmlDeviceGetPowerUsage", h)
+        if gpu.power_w is None or isinstance(h, tuple):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(gpu.power_w * 1000)
+
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetMigMode", h)
+        if gpu.mig_mode is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return list(gpu.mig_mode)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetMaxMigDeviceCount", h)
+        if gpu.mig_mode is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, slot: int) -> tuple[int, int]:
+        gpu = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", h)
+        if not any(m.slot == slot for m in gpu.migs):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return (h, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: tuple[int, int]) -> int:
+        gpu = self._gpu("nvmlDeviceGetGpuInstanceId", h)
+        mig = self._mig(gpu, h)
+        assert mig is not None
+        return mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, h: tuple[int, int]) -> int:
+        gpu = self._gpu("nvmlDeviceGetComputeInstanceId", h)
+        mig = self._mig(gpu, h)
+        assert mig is not None
+        return mig.compute_instance_id
+
+    def nvmlDeviceGetGpuInstanceById(self, h: int, gi: int) -> tuple[int, int]:
+        self._gpu("nvmlDeviceGetGpuInstanceById", h)
+        return (h, gi)
+
+    def nvmlGpuInstanceGetInfo(self, instance: tuple[int, int]) -> Any:
+        self._gpu("nvmlGpuInstanceGetInfo", instance[0])
+        info = pynvml.c_nvmlGpuInstanceInfo_t()
+        info.id, info.profileId = instance[1], instance[1]  # the fake's profile id is the GI id
+        return info
+
+    def nvmlDeviceGetGpuInstanceProfileInfoById(self, h: int, profile_id: int) -> Any:
+        gpu = self._gpu("nvmlDeviceGetGpuInstanceProfileInfoById", h)
+        mig = next(m for m in gpu.migs if m.gpu_instance_id == profile_id)
+        info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+        info.id, info.name = profile_id, f"MIG {mig.profile.split('c.')[-1]}".encode()  # the GPU instance's profile
+        return info
+
+    # --- processes ---------------------------------------------------------------------------------------------
+
+    def _listed(self, fn: str, h: Any, mps: bool) -> list[Any]:
+        gpu = self._gpu(fn, h)
+        mig = self._mig(gpu, h)
+        out = []
+        for p in gpu.processes:
+            if not (p.mps if mps else p.compute):
+                continue
+            if mig is not None and (p.gpu_instance_id, p.compute_instance_id) != (
+                mig.gpu_instance_id,
+                mig.compute_instance_id,
+            ):
+                continue
+            used = NOT_AVAILABLE if p.used_mib is None else int(p.used_mib * 2**20)
+            if mig is None and not gpu.instance_ids_in_list:
+                v1 = {"pid": p.pid, "usedGpuMemory": None if p.used_mib is None else used}
+                out.append(pynvml.nvmlFriendlyObject(v1))
+                continue
+            info = pynvml.c_nvmlProcessInfo_v2_t()
+            info.pid, info.usedGpuMemory = p.pid, used
+            info.gpuInstanceId = NO_INSTANCE if p.gpu_instance_id is None else p.gpu_instance_id
+            info.computeInstanceId = NO_INSTANCE if p.compute_instance_id is None else p.compute_instance_id
+            obj = pynvml.nvmlStructToFriendlyObject(info)
+            if obj.usedGpuMemory == NOT_AVAILABLE:
+                obj.usedGpuMemory = None  # what nvidia-ml-py does with NVML_VALUE_NOT_AVAILABLE
+            out.append(obj)
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
+        return self._listed("nvmlDeviceGetComputeRunningProcesses", h, mps=False)
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, h: Any) -> list[Any]:
+        return self._listed("nvmlDeviceGetComputeRunningProcesses_v2", h, mps=False)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h: Any) -> list[Any]:
+        return self._listed("nvmlDeviceGetMPSComputeRunningProcesses", h, mps=True)
+
+    def nvmlDeviceGetProcessUtilization(self, h: int, last_seen: int) -> list[Any]:
+        gpu = self._gpu("nvmlDeviceGetProcessUtilization", h)
+        if self.record_calls:
+            self.calls.append(("lastSeenTimeStamp", last_seen))
+        if (gpu.mig_mode is not None and gpu.mig_mode[0] == 1) or not gpu.sampling:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        out = []
+        for pid, stamp, sm, mem in gpu.samples:
+            if stamp > last_seen:
+                sample = pynvml.c_nvmlProcessUtilizationSample_t()
+                sample.pid, sample.timeStamp, sample.smUtil, sample.memUtil = pid, stamp, sm, mem
+                out.append(sample)
+        if not out:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return out
+
+
+# --- from captures ----------------------------------------------------------------------------------------------
+
+_GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)")
+_MIG_LINE = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+(?P<slot>\d+): \(UUID: (?P<uuid>[^)]+)\)")
+
+
+def host_from_capture(
+    table: str, gpu_list: str | None = None, pmon: str | None = None, uuids: tuple[str, ...] = (), name: str = ""
+) -> list[FakeGpu]:
+    """The GPUs a capture shows. Without `nvidia-smi -L`, `uuids` and `name` stand in for what it would say."""
+    names: dict[int, str] = {}
+    ids: dict[int, str] = dict(enumerate(uuids))
+    mig_names: dict[tuple[int, int], tuple[str, str]] = {}  # (GPU, slot) -> (profile, MIG UUID)
+    gpu = -1
+    for line in (gpu_list or "").splitlines():
+        if m := _GPU_LINE.match(line):
+            gpu = int(m["index"])
+            names[gpu], ids[gpu] = m["name"], m["uuid"]
+        elif m := _MIG_LINE.match(line):
+            mig_names[(gpu, int(m["slot"]))] = (m["profile"], m["uuid"])
+    rows = parse_process_table(table)
+    devices = parse_mig_devices(table)
+    count = max([*ids, *(r.gpu for r in rows), *(d.gpu for d in devices), -1]) + 1
+    gpus = [FakeGpu(uuid=ids[i], name=names.get(i, name), minor=i, bus=f"00000000:{i:02X}:00.0") for i in range(count)]
+    for d in devices:
+        profile, uuid = mig_names[(d.gpu, d.mig_device)]
+        g = gpus[d.gpu]
+        g.mig_mode = (1, 1)
+        g.migs.append(
+            FakeMig(
+                d.mig_device, d.gpu_instance_id, d.compute_instance_id, uuid, profile, f"{g.name} MIG {profile}",
+                d.memory_used_mib, d.memory_total_mib,
+            )
+        )  # fmt: skip
+    for r in rows:
+        parts = r.type.split("+")
+        if "C" in parts or "M" in parts:
+            gpus[r.gpu].processes.append(
+                FakeProcess(
+                    r.pid, r.used_memory_mib, r.gpu_instance_id, r.compute_instance_id,
+                    compute="C" in parts, mps="M" in parts, name=r.name,
+                )
+            )  # fmt: skip
+    for s in parse_pmon(pmon) if pmon else []:
+        if s.sampled and s.gpu < count:
+            gpus[s.gpu].samples.append((s.pid, (s.cycle + 1) * SECOND_US, int(s.sm_util or 0), int(s.mem_util or 0)))
+    return gpus
+
+
+def mig_handle_count(fake: FakeNvml) -> int:
+    """How many MIG device handles the code under test asked for."""
+    return sum(1 for fn, _ in fake.calls if fn == "nvmlDeviceGetMigDeviceHandleByIndex")

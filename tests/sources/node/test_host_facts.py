@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.sources.node import host_facts as host
+from gpufleet.sources.node.host_facts import read_host_facts
+
+# /proc/driver/nvidia/version as the proprietary and the open kernel modules print it.
+PROPRIETARY = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.133.20  Fri Feb 28 08:47:14 UTC 2025\n"
+    "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n"
+)
+OPEN = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  (dvs-builder@U16-I3-B03-4-3)"
+    "  Sun Jul 27 06:54:38 UTC 2025\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
+)
+KERNEL = "6.8.0-60-generic"
+PROC_MODULES = (
+    "nvidia_uvm 1990656 0 - Live 0x0000000000000000 (POE)\n"
+    "nouveau 3096576 1 - Live 0x0000000000000000\n"
+    "drm_ttm_helper 16384 1 nouveau, Live 0x0000000000000000\n"
+)
+
+
+def put(root: Path, path: str, text: str = "") -> Path:
+    target = root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    return target
+
+
+def a_gpu_host(root: Path) -> Path:
+    """A fake root as a GPU node running the proprietary driver, with headers, nouveau denylisted."""
+    put(root, "proc/sys/kernel/hostname", "GPU-01\n")
+    put(root, "proc/sys/kernel/osrelease", KERNEL + "\n")
+    put(root, "proc/driver/nvidia/version", PROPRIETARY)
+    put(root, "proc/modules", "nvidia_uvm 1990656 0 - Live 0x0000000000000000 (POE)\n")
+    put(root, "proc/cmdline", f"BOOT_IMAGE=/vmlinuz-{KERNEL} root=/dev/sda1 ro quiet\n")
+    put(root, "etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\noptions nouveau modeset=0\n")
+    (root / f"lib/modules/{KERNEL}/build").mkdir(parents=True)
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    return root
+
+
+def test_a_gpu_host_reads_as_its_node_entry(tmp_path: Path) -> None:
+    name, facts = read_host_facts(a_gpu_host(tmp_path))
+    assert name == "gpu-01"  # the kubelet registers the host name lower-cased
+    assert facts.model_dump(by_alias=True, exclude_none=True) == {
+        "driverVersion": "570.133.20",
+        "kernel": KERNEL,
+        "kernelHeaders": True,
+        "nouveauLoaded": False,
+        "nouveauBlacklisted": True,
+    }
+
+
+def test_the_open_kernel_module_line_and_sysfs_fallback(tmp_path: Path) -> None:
+    put(tmp_path / "a", "proc/driver/nvidia/version", OPEN)
+    assert host.driver_version(tmp_path / "a") == "580.65.06"
+    put(tmp_path / "b", "sys/module/nvidia/version", "570.172.08\n")
+    assert host.driver_version(tmp_path / "b") == "570.172.08"
+    put(tmp_path / "c", "sys/module/nvidia/version", "garbage\n")
+    assert host.driver_version(tmp_path / "c") is None
+
+
+def test_an_empty_root_knows_nothing(tmp_path: Path) -> None:
+    name, facts = read_host_facts(tmp_path)
+    assert name == "localhost"
+    assert facts.model_dump(exclude_none=True) == {}
+
+
+def test_headers_follow_the_build_link_under_the_root(tmp_path: Path) -> None:
+    put(tmp_path, "proc/sys/kernel/osrelease", KERNEL)
+    modules = tmp_path / f"lib/modules/{KERNEL}"
+    modules.mkdir(parents=True)
+    (modules / "build").symlink_to(f"/usr/src/linux-headers-{KERNEL}")
+    assert read_host_facts(tmp_path)[1].kernel_headers is False  # the package is gone, the link dangles
+    (tmp_path / f"usr/src/linux-headers-{KERNEL}").mkdir(parents=True)
+    assert read_host_facts(tmp_path)[1].kernel_headers is True
+
+
+def test_headers_for_another_kernel_do_not_count(tmp_path: Path) -> None:
+    put(tmp_path, "proc/sys/kernel/osrelease", KERNEL)
+    (tmp_path / "lib/modules/6.8.0-59-generic/build").mkdir(parents=True)
+    assert read_host_facts(tmp_path)[1].kernel_headers is False
+
+
+@pytest.mark.parametrize(
+    ("files", "dirs", "loaded"),
+    [
+        ({}, ["sys/module/nouveau"], True),  # what the GPU Operator's driver manager looks at
+        ({"proc/modules": PROC_MODULES}, [], True),
+        ({"proc/modules": "nvidia 1 0 - Live 0x0\n"}, [], False),
+        ({}, ["sys/module/nvidia"], False),
+        ({}, [], None),
+    ],
+)
+def test_nouveau_loaded(tmp_path: Path, files: dict[str, str], dirs: list[str], loaded: bool | None) -> None:
+    for path, text in files.items():
+        put(tmp_path, path, text)
+    for path in dirs:
+        (tmp_path / path).mkdir(parents=True)
+    assert host.nouveau_loaded(tmp_path) is loaded
+
+
+@pytest.mark.parametrize(
+    ("files", "denylisted"),
+    [
+        ({"etc/modprobe.d/blacklist-nouveau.conf": "blacklist nouveau\n"}, True),
+        ({"usr/lib/modprobe.d/nvidia.conf": "  blacklist   nouveau  # nvidia package\n"}, True),
+        ({"etc/modprobe.d/blacklist.conf": "# blacklist nouveau\nblacklist nouveaux\n"}, False),
+        ({"etc/modprobe.d/nouveau.txt": "blacklist nouveau\n"}, False),  # only *.conf files are read
+        ({"proc/cmdline": "ro quiet modprobe.blacklist=nouveau,snd_hda_intel intel_iommu=on\n"}, True),
+        ({"proc/cmdline": "ro rd.driver.blacklist=nouveau\n"}, True),
+        ({"proc/cmdline": "ro quiet nouveau.modeset=0\n"}, False),
+        ({}, None),
+    ],
+)
+def test_nouveau_denylisted(tmp_path: Path, files: dict[str, str], denylisted: bool | None) -> None:
+    for path, text in files.items():
+        put(tmp_path, path, text)
+    assert host.nouveau_denylisted(tmp_path) is denylisted
+
+
+def test_the_runtime_is_asked_only_on_the_real_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(host, "container_runtime", lambda: asked.append("yes") or "containerd://2.0.5")
+    assert read_host_facts(a_gpu_host(tmp_path))[1].container_runtime is None and not asked
+
+
+@pytest.mark.parametrize(
+    ("binary", "output", "expected"),
+    [
+        ("containerd", "containerd github.com/containerd/containerd/v2 v2.0.5 fb4c30d4ed\n", "containerd://2.0.5"),
+        ("containerd", "containerd containerd.io 1.7.27 05044ec0a9a7\n", "containerd://1.7.27"),
+        ("crio", "crio version 1.34.1\n", "cri-o://1.34.1"),
+        ("containerd", "no version here\n", None),
+    ],
+)
+def test_the_runtime_version_from_its_binary(
+    monkeypatch: pytest.MonkeyPatch, binary: str, output: str, expected: str | None
+) -> None:
+    monkeypatch.setattr(host.shutil, "which", lambda name: f"/usr/bin/{name}" if name == binary else None)
+
+    def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert args == [f"/usr/bin/{binary}", "--version"] and kwargs["timeout"] > 0
+        return subprocess.CompletedProcess(args, 0, output, "")
+
+    monkeypatch.setattr(host.subprocess, "run", run)
+    assert host.container_runtime() == expected
+
+
+def test_a_hanging_runtime_binary_gives_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+    def hang(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
+
+    monkeypatch.setattr(host.subprocess, "run", hang)
+    assert host.container_runtime() is None
