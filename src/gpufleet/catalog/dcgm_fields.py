@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 from functools import cache
 
@@ -39,3 +41,10 @@ def parse_counter_file(text: str) -> list[DcgmField]:
 @cache
 def load_dcgm_fields(counter_file: str = "default-counters.csv") -> tuple[DcgmField, ...]:
     return tuple(parse_counter_file(read_text(f"dcgm_exporter/{counter_file}")))
+
+
+@cache
+def field_ids() -> dict[str, int]:
+    """DCGM field name -> id (both the names before and after DCGM 4.6's renaming): data/dcgm_field_ids.csv."""
+    lines = [line for line in read_text("dcgm_field_ids.csv").splitlines(True) if not line.startswith("#")]
+    return {row["name"]: int(row["id"]) for row in csv.DictReader(io.StringIO("".join(lines)))}

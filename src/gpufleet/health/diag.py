@@ -8,7 +8,7 @@
   the steady state each GPU would reach at full load with its current cooling and power limits (thermal headroom,
   power brake, NVLink error rate), which is what a burn test exposes.
 
-`dcgmi diag` is used when present and judged by `gpufleet.parsers.nvidia.dcgmi_diag.assess`, the judgement `gpufleet triage`
+`dcgmi diag` is used when present and judged by `gpufleet.health.dcgm_diag.assess`, the judgement `gpufleet triage`
 gives the same output: a failure whose only reasons are the diagnostic's own errors makes the run Unknown, never a
 GPU failure, and an output that is cut or lacks its level's tests is Unknown, never Pass. Its verdict is combined
 with our own link checks: dcgmi has passed -r 2 with every NVLink down (NVIDIA/DCGM#198), so a PASS next to a down
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpufleet.errors import BackendError, ParseError
-from gpufleet.parsers.nvidia.dcgmi_diag import DiagAssessment, DiagReport, assess, read_diag
+from gpufleet.health.dcgm_diag import DiagAssessment, assess
+from gpufleet.parsers.nvidia.dcgmi_diag import DiagReport, read_diag
 from gpufleet.parsers.nvidia.topo import NvlinkGpu
 
 Status = Literal["Pass", "Fail", "Warn", "Skip", "Unknown"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpufleet.parsers.nvidia.dcgmi_diag import DiagIssue, DiagParser, assess, classify_message
+from gpufleet.health.dcgm_diag import DiagIssue, assess, classify_message
+from gpufleet.parsers.nvidia.dcgmi_diag import DiagParser
 from gpufleet.parsers.nvidia.dcgmi_health import HealthParser, HealthReport
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.report import Severity, TriageFinding, TriageReport

@@ -12,22 +12,20 @@ value" and are dropped.
 The Prometheus text has no end marker, so a scrape cut between two families is found by what it lacks: a GPU
 without the Xid field (on in every dcgm-exporter counters file) is never called healthy, nor is a scrape that stops
 before the last memory-health field of the default counters (DCGM_FI_DEV_ROW_REMAP_FAILURE, id 395): dcgm-exporter
-writes a GPU's families in DCGM field-id order (data/dcgm_field_ids.csv), so a cut loses the highest ids first.
+writes a GPU's families in DCGM field-id order (`catalog.dcgm_fields.field_ids`), so a cut loses the highest ids first.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 
 from gpufleet.catalog import load_dcgm_fields, model_for_product_name
 from gpufleet.catalog.clock_events import clock_events_of
+from gpufleet.catalog.dcgm_fields import field_ids
 from gpufleet.catalog.xid import load_xid_catalog
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.xid_policy import Action, XidSeverity, classify, load_policy
@@ -76,14 +74,6 @@ _CRITICAL_ACTIONS = {Action.RESET_GPU, Action.RESTART_BM, Action.RESTART_VM, Act
 _INT64_BLANK = 0x7FFFFFFFFFFFFFF0  # dcgm_structs.h DCGM_INT64_BLANK; NOT_FOUND, NOT_SUPPORTED, ... follow it
 _INT32_BLANK = 0x7FFFFFF0
 _FP64_BLANK = 140737488355328.0
-
-
-@cache
-def field_ids() -> dict[str, int]:
-    """DCGM field name -> id (both the names before and after DCGM 4.6's renaming)."""
-    text = resources.files("gpufleet.sources").joinpath("data", "dcgm_field_ids.csv").read_text(encoding="utf-8")
-    rows = csv.DictReader(io.StringIO("".join(line for line in text.splitlines(True) if not line.startswith("#"))))
-    return {row["name"]: int(row["id"]) for row in rows}
 
 
 @cache

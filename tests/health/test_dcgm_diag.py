@@ -8,15 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ParseError
-from gpufleet.parsers.nvidia.dcgmi_diag import (
-    DiagReport,
-    DiagTest,
-    DiagTestResult,
-    assess,
-    classify_message,
-    message_rules,
-    parse_diag,
-)
+from gpufleet.health.dcgm_diag import assess, classify_message, message_rules
+from gpufleet.parsers.nvidia.dcgmi_diag import DiagReport, DiagTest, DiagTestResult, parse_diag
 from tests.conftest import CAPTURES
 
 DATA = CAPTURES
