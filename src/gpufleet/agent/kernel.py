@@ -19,7 +19,7 @@ from gpufleet.agent.spool import RecordSpool
 from gpufleet.background import Background
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.parsers.kernel.kmsg import KmsgParser
-from gpufleet.sources.node.kernel_log import KmsgFeed
+from gpufleet.parsers.kernel.stream import KmsgFeed
 
 log = logging.getLogger("gpufleet.agent")
 POLL_S = 0.2

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from gpufleet.sources.node.kernel_log import MAX_LINE_BYTES, MAX_SKIP_BYTES
+from gpufleet.parsers.kernel.stream import MAX_LINE_BYTES, MAX_SKIP_BYTES
 
 # longer lines are cut at MAX_LINE (a line is never held whole past it), and a "line" longer than MAX_SKIP is not
 # text (/dev/zero, a binary): reading stops there. The kernel-log skimmer uses the same bounds.

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from typing import BinaryIO
 
-from gpufleet.sources.node.kernel_log import candidate_lines
+from gpufleet.parsers.kernel.stream import candidate_lines
 from gpufleet.triage.detect import SAMPLE_LINES, Detector
 from gpufleet.triage.paste import Paste, text_lines
 from gpufleet.triage.readers import read

@@ -11,8 +11,8 @@ import pytest
 
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.parsers.kernel.kmsg import KmsgParser, parse_kmsg, scan_kmsg
+from gpufleet.parsers.kernel.stream import candidate_lines
 from gpufleet.parsers.kernel.vendors import mca_severity
-from gpufleet.sources.node.kernel_log import candidate_lines
 from tests.conftest import CAPTURES
 
 DATA = CAPTURES

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import BackendError, DependencyMissingError
+from gpufleet.parsers.kernel import stream
 from gpufleet.parsers.kernel.kmsg import KmsgParser, parse_kmsg
-from gpufleet.sources.node import kernel_log as kmsg_stream
-from gpufleet.sources.node.kernel_log import KmsgFeed, follow_file, read_dev_kmsg, run_dmesg
+from gpufleet.parsers.kernel.stream import KmsgFeed
+from gpufleet.sources.node.kernel_log import follow_file, read_dev_kmsg, run_dmesg
 
 BURSTS = ("burst_xid119_gsp_rpc_history_gpud.log", "burst_xid13_43_oom_gpud.log", "burst_xid79_sxid_gpud.log")
 
@@ -153,7 +154,7 @@ def _candidates_by_hand(text: str, max_line: int) -> list[tuple[int, str]]:
         lines.pop()
     for number, line in enumerate(lines, start=1):
         line = line[:max_line]
-        if any(w.decode() in line for w in kmsg_stream.CANDIDATE_WORDS) or line.startswith("{"):
+        if any(w.decode() in line for w in stream.CANDIDATE_WORDS) or line.startswith("{"):
             wanted.append((number, line))
             until = number + 4
         elif number <= until:
@@ -169,16 +170,16 @@ def test_candidate_lines_match_a_line_by_line_reading(monkeypatch: pytest.Monkey
     for _ in range(300):
         text = "\n".join(rng.choice(words) + str(i) for i in range(rng.randint(0, 60)))
         text += "\n" if rng.random() < 0.5 else ""
-        monkeypatch.setattr(kmsg_stream, "CHUNK_BYTES", rng.choice([1, 3, 7, 16, 1000]))
-        got = list(kmsg_stream.candidate_lines(io.BytesIO(text.encode())))
-        assert got == _candidates_by_hand(text, kmsg_stream.MAX_LINE_BYTES), text
+        monkeypatch.setattr(stream, "CHUNK_BYTES", rng.choice([1, 3, 7, 16, 1000]))
+        got = list(stream.candidate_lines(io.BytesIO(text.encode())))
+        assert got == _candidates_by_hand(text, stream.MAX_LINE_BYTES), text
 
 
 def test_an_overlong_line_is_cut_and_the_next_one_keeps_its_number(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kmsg_stream, "CHUNK_BYTES", 8)
-    monkeypatch.setattr(kmsg_stream, "MAX_LINE_BYTES", 16)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(stream, "MAX_LINE_BYTES", 16)
     text = "NVRM: " + "z" * 100 + "\nplain\nNVRM: Xid\n"
-    got = list(kmsg_stream.candidate_lines(io.BytesIO(text.encode())))
+    got = list(stream.candidate_lines(io.BytesIO(text.encode())))
     assert got[0][0] == 1 and got[0][1].startswith("NVRM: zz") and len(got[0][1]) <= 24
     assert got[-1] == (3, "NVRM: Xid")
 
@@ -188,7 +189,7 @@ def test_candidate_lines_keep_the_file_line_numbers_for_the_parser(corpus: Path)
     text = noise + (corpus / "burst_xid79_sxid_gpud.log").read_text() + noise
     parser = KmsgParser()
     events = []
-    for number, line in kmsg_stream.candidate_lines(io.BytesIO(text.encode())):
+    for number, line in stream.candidate_lines(io.BytesIO(text.encode())):
         parser.skip_to(number)
         events += parser.feed_line(line)
     events += parser.finish()
