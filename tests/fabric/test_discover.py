@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpufleet.fabric.discover import add_link_states, from_iblinkinfo, from_ibnetdiscover
-from gpufleet.fabric.graph import End, FabricGraph, NodeKind, hca_name, node_name, normalise_guid
+from gpufleet.fabric.graph import End, FabricGraph, NodeKind, hca_name, node_name
+from gpufleet.model.fabric import normalise_guid
 from gpufleet.parsers.infiniband.diags import parse_iblinkinfo, parse_ibnetdiscover, scan_ibnetdiscover
 from tests.conftest import CAPTURES
 

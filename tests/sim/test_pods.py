@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpufleet.parsers.cgroups import parse_proc_cgroup
 from gpufleet.sim.gpu_state import FB_RESERVED_MIB
 from gpufleet.sim.node_answers import NodeAnswers
 from gpufleet.sim.pods import (
@@ -22,7 +23,6 @@ from gpufleet.sim.pods import (
 )
 from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.twin import Twin
-from gpufleet.sources.workload.cgroups import parse_proc_cgroup
 from gpufleet.sources.workload.kubelet_pods import PodIndex
 from gpufleet.sources.workload.podresources import allotments_from_list, replicas_from_allocatable
 from gpufleet.spec.scenario_spec import SharingMode

@@ -9,11 +9,17 @@ control plane's: one place sees every subnet, switch side and host side together
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from gpufleet.background import Background
+from gpufleet.errors import ParseError
+from gpufleet.fabric.counters import readings_from_ibqueryerrors
+from gpufleet.fabric.graph import End, FabricGraph
+from gpufleet.fabric.report import report_from_graph
 from gpufleet.model.observe import FabricReport
-from gpufleet.sources.infiniband.diag_tools import FabricTools, poll_subnet
+from gpufleet.parsers.infiniband.diags import parse_sminfo
+from gpufleet.sources.infiniband.diag_tools import FabricToolError, FabricTools
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -56,3 +62,39 @@ class FabricWatch(Background):
             except Exception:  # a bug in one poll must not end the watch
                 log.exception("fabric poll failed")
             self.stopping.wait(self.poll_s)
+
+
+def poll_subnet(tools: FabricTools, *, poll_s: float = 0.0, now: Callable[[], float] = time.time) -> FabricReport:
+    """One poll: discovery, then every port's error counters. A tool that fails or times out is reported in the
+    poll's `errors`, and what the others found still goes out."""
+    started = time.monotonic()
+    errors: list[str] = []
+    graph = FabricGraph(source="live")
+    counters: dict[End, dict[str, int]] = {}
+    try:
+        graph = tools.discover()
+    except (FabricToolError, ParseError) as exc:
+        errors.append(exc.message)
+    sm = None
+    if graph.nodes:
+        try:
+            counters = readings_from_ibqueryerrors(tools.query_errors(), graph).as_mapping()
+        except (FabricToolError, ParseError) as exc:
+            errors.append(exc.message)
+        try:
+            sm = parse_sminfo(tools.run("sminfo").stdout)
+        except FabricToolError as exc:
+            errors.append(exc.message)
+    report = report_from_graph(
+        graph,
+        subnet=tools.subnet,
+        time=now(),
+        source="live",
+        counters=counters,
+        counters_complete=False,
+        errors=errors,
+        poll_s=poll_s,
+        took_s=time.monotonic() - started,
+    )
+    report.sm = sm
+    return report

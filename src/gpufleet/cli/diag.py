@@ -9,7 +9,8 @@ import typer
 from gpufleet.cli.inputs import read_input_lines
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import BackendError, UserError
-from gpufleet.health.diag import Check, DiagOutcome, judge, judge_links, run_dcgmi
+from gpufleet.health.diag import Check, DiagOutcome, judge, judge_links
+from gpufleet.sources.gpu.dcgmi import run_dcgmi
 from gpufleet.spec.base import parse_duration
 
 

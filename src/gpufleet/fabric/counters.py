@@ -31,7 +31,8 @@ import numpy as np
 
 from gpufleet.catalog.ib_counters import ib_counter_name, load_ib_counters
 from gpufleet.errors import UserError
-from gpufleet.fabric.graph import End, FabricGraph, hca_name, normalise_guid
+from gpufleet.fabric.graph import End, FabricGraph, hca_name
+from gpufleet.model.fabric import normalise_guid
 
 if TYPE_CHECKING:  # the readers' types only: the control plane uses this module and never reads a node
     from gpufleet.parsers.infiniband.diags import PortCounters, QueryErrorsReport

@@ -8,8 +8,9 @@ in `conflicts` instead of picking one. iblinkinfo adds what ibnetdiscover leaves
 
 from __future__ import annotations
 
-from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind, hca_name, node_name, normalise_guid
+from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind, hca_name, node_name
 from gpufleet.health.ib_ports import lane_count, speed_generation
+from gpufleet.model.fabric import normalise_guid
 from gpufleet.parsers.infiniband.diags import FabricTopology, LinkInfo
 
 _KINDS = {"Switch": NodeKind.switch, "Ca": NodeKind.hca, "CA": NodeKind.hca, "Rt": NodeKind.router}

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from gpufleet.errors import NotFoundError, ParseError, UserError
 from gpufleet.fabric.discover import from_ibnetdiscover
-from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind, normalise_guid
+from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
 from gpufleet.model import Cluster
+from gpufleet.model.fabric import normalise_guid
 from gpufleet.parsers.infiniband.diags import FabricTopology, parse_ibnetdiscover
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import LANE_GBPS

@@ -101,3 +101,19 @@ class Fabric:
             if link.b == (owner, port):
                 return link.a[0]
         return None
+
+
+def normalise_guid(text: str | None) -> str:
+    """0x and 16 lower-case hex digits, from the many ways the tools print a GUID (`0x0002c903000e0b72`,
+    `S-0002c903000e0b72`, `2c903000e0b72`)."""
+    if not text:
+        return ""
+    value = text.strip().lower()
+    for prefix in ("s-", "h-", "r-"):
+        if value.startswith(prefix):
+            value = value[len(prefix) :]
+    value = value.removeprefix("0x")
+    try:
+        return f"0x{int(value, 16):016x}"
+    except ValueError:
+        return ""

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpufleet.agent.attribution import AttributionSource
+from gpufleet.parsers.cgroups import CgroupRef, parse_proc_cgroup
 from gpufleet.sim.node_answers import NodeAnswers
 from gpufleet.sim.twin import Twin
-from gpufleet.sources.workload.cgroups import CgroupRef, parse_proc_cgroup
 from gpufleet.sources.workload.kubelet_pods import PodIndex
 from gpufleet.sources.workload.podresources import PodResourcesReader
 from gpufleet.telemetry.attribution import ProcessReading

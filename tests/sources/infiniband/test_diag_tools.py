@@ -10,12 +10,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from gpufleet.agent.fabric import poll_subnet
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End
 from gpufleet.fabric.report import graph_from_report, readings_from_report, report_from_graph
 from gpufleet.model.observe import FabricReport
-from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
-from gpufleet.sources.infiniband.diag_tools import FabricToolError, FabricTools, parse_sminfo, poll_subnet
+from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover, parse_sminfo
+from gpufleet.sources.infiniband.diag_tools import FabricToolError, FabricTools
 from tests.conftest import CAPTURES
 
 CAPTURES = CAPTURES / "ibsim"

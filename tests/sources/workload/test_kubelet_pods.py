@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gpufleet.errors import BackendError, ParseError
-from gpufleet.sources.workload.cgroups import CgroupRef
+from gpufleet.parsers.cgroups import CgroupRef
 from gpufleet.sources.workload.kubelet_pods import KubeletPodList, PodIndex, container_id_of, workload_of
 from gpufleet.telemetry.frame import Attribution
 from tests.conftest import CAPTURES

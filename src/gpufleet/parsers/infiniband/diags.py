@@ -22,6 +22,8 @@ from typing import Literal
 from gpufleet.catalog import load_ib_counters
 from gpufleet.catalog.ib_counters import ib_counter_name
 from gpufleet.errors import ParseError
+from gpufleet.model.fabric import normalise_guid
+from gpufleet.model.observe import SubnetManagerFact
 from gpufleet.parsers.kernel.framing import split_frame
 
 MAX_EVIDENCE_LINES = 40  # raw lines a record keeps to quote
@@ -847,3 +849,24 @@ def count_flaps(events: list[LinkStateEvent]) -> dict[str, int]:
         if event.state == "down":
             counts[event.interface] = counts.get(event.interface, 0) + 1
     return counts
+
+
+# -- sminfo ----------------------------------------------------------------------------------------------------
+_SMINFO = re.compile(
+    r"sm lid (?P<lid>\d+) sm guid (?P<guid>0x[0-9a-fA-F]+), activity count (?P<act>\d+) priority (?P<prio>\d+) "
+    r"state \d+ (?P<state>\w+)"
+)
+
+
+def parse_sminfo(text: str) -> SubnetManagerFact | None:
+    """`sminfo`: "sminfo: sm lid 1 sm guid 0x200000, activity count 546 priority 0 state 3 SMINFO_MASTER"."""
+    match = _SMINFO.search(text)
+    if match is None:
+        return None
+    return SubnetManagerFact(
+        int(match.group("lid")),
+        normalise_guid(match.group("guid")),
+        int(match.group("act")),
+        min(int(match.group("prio")), 15),
+        match.group("state"),
+    )

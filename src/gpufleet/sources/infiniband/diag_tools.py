@@ -7,19 +7,14 @@ MAD) is killed at its timeout and reported as such; a missing tool is one clear 
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpufleet.errors import ParseError, UserError
-from gpufleet.fabric.counters import readings_from_ibqueryerrors
+from gpufleet.errors import UserError
 from gpufleet.fabric.discover import add_link_states, from_ibnetdiscover
-from gpufleet.fabric.graph import End, FabricGraph, normalise_guid
-from gpufleet.fabric.report import report_from_graph
-from gpufleet.model.observe import FabricReport, SubnetManagerFact
+from gpufleet.fabric.graph import FabricGraph
 from gpufleet.parsers.infiniband.diags import (
     QueryErrorsReport,
     parse_ibnetdiscover,
@@ -134,59 +129,3 @@ class FabricTools:
         if action not in ("disable", "enable", "reset"):
             raise UserError(f"unknown port action {action!r}", fix="use disable, enable or reset")
         return self.run("ibportstate", str(lid), str(port), action).stdout
-
-
-_SMINFO = re.compile(
-    r"sm lid (?P<lid>\d+) sm guid (?P<guid>0x[0-9a-fA-F]+), activity count (?P<act>\d+) priority (?P<prio>\d+) "
-    r"state \d+ (?P<state>\w+)"
-)
-
-
-def parse_sminfo(text: str) -> SubnetManagerFact | None:
-    """`sminfo`: "sminfo: sm lid 1 sm guid 0x200000, activity count 546 priority 0 state 3 SMINFO_MASTER"."""
-    match = _SMINFO.search(text)
-    if match is None:
-        return None
-    return SubnetManagerFact(
-        int(match.group("lid")),
-        normalise_guid(match.group("guid")),
-        int(match.group("act")),
-        min(int(match.group("prio")), 15),
-        match.group("state"),
-    )
-
-
-def poll_subnet(tools: FabricTools, *, poll_s: float = 0.0, now: Callable[[], float] = time.time) -> FabricReport:
-    """One poll: discovery, then every port's error counters. A tool that fails or times out is reported in the
-    poll's `errors`, and what the others found still goes out."""
-    started = time.monotonic()
-    errors: list[str] = []
-    graph = FabricGraph(source="live")
-    counters: dict[End, dict[str, int]] = {}
-    try:
-        graph = tools.discover()
-    except (FabricToolError, ParseError) as exc:
-        errors.append(exc.message)
-    sm = None
-    if graph.nodes:
-        try:
-            counters = readings_from_ibqueryerrors(tools.query_errors(), graph).as_mapping()
-        except (FabricToolError, ParseError) as exc:
-            errors.append(exc.message)
-        try:
-            sm = parse_sminfo(tools.run("sminfo").stdout)
-        except FabricToolError as exc:
-            errors.append(exc.message)
-    report = report_from_graph(
-        graph,
-        subnet=tools.subnet,
-        time=now(),
-        source="live",
-        counters=counters,
-        counters_complete=False,
-        errors=errors,
-        poll_s=poll_s,
-        took_s=time.monotonic() - started,
-    )
-    report.sm = sm
-    return report

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from gpufleet.errors import BackendError, ParseError
-from gpufleet.sources.workload.cgroups import CgroupRef
+from gpufleet.parsers.cgroups import CgroupRef
 from gpufleet.telemetry.frame import Attribution
 
 __all__ = ["KubeletPodList", "PodIndex", "PodInfo", "container_id_of", "workload_of"]

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpufleet.model.incident import RootCause
-from gpufleet.sources.workload.cgroups import parse_cgroup_path
+from gpufleet.parsers.cgroups import parse_cgroup_path
 from gpufleet.triage.report import TriageReport
 
 GPU_OOM = RootCause.gpu_oom.value  # "gpu-oom"
