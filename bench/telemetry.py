@@ -23,8 +23,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition import Renderer
-from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 from gpufleet.telemetry.store import EmbeddedStore
 
 # dcgm-exporter's published figures (see the reference notes on its issues): default collect interval 30 s;

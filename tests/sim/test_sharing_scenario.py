@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from gpufleet.errors import ManifestError
+from gpufleet.model.attribution import Attribution, DeviceAttribution, Sharing
 from gpufleet.sim.gpu_state import FB_RESERVED_MIB
 from gpufleet.sim.node_answers import MPS_DAEMON, MPS_NAMESPACE
 from gpufleet.sim.node_readers import TwinOwners, TwinPodResources, attribution_source
@@ -20,8 +21,8 @@ from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.source import TwinSource
 from gpufleet.sim.twin import Twin
 from gpufleet.spec.scenario_spec import SharingMode
-from gpufleet.telemetry.attribution import COMPUTE_TOLERANCE_PCT, MEASURED, DeviceAttribution, Sharing
-from gpufleet.telemetry.frame import Attribution, MetricFrame
+from gpufleet.telemetry.attribution import COMPUTE_TOLERANCE_PCT, MEASURED
+from gpufleet.telemetry.frame import MetricFrame
 
 EXAMPLE = Path(__file__).parents[2] / "src" / "gpufleet" / "examples" / "scenarios" / "gpu-sharing.yaml"
 

@@ -6,21 +6,18 @@ import math
 
 import pytest
 
+from gpufleet.model.attribution import Allotment, Attribution, GpuProcess, ProcessReading, Sharing
 from gpufleet.telemetry.attribution import (
     COMPUTE_TOLERANCE_PCT,
     ESTIMATED,
     MEASURED,
-    Allotment,
     AttributionInputs,
     DeviceReading,
     DeviceRef,
-    GpuProcess,
-    ProcessReading,
-    Sharing,
     attribute,
     parse_device_id,
 )
-from gpufleet.telemetry.frame import Attribution, GpuEntity
+from gpufleet.telemetry.frame import GpuEntity
 
 A = Attribution("nb-a", "team-a", "lab")
 B = Attribution("nb-b", "team-b", "lab")

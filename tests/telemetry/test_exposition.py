@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.blanks import blank_values, is_blank
 from gpufleet.telemetry.exposition import POD_INFO_METRIC, ExpositionConfig, Renderer, render
-from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
 from .conftest import MODEL, make_entities
 

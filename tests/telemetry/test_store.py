@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from gpufleet.errors import BackendError, ParseError
-from gpufleet.telemetry.frame import Attribution, MetricFrame
+from gpufleet.model.attribution import Attribution
+from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore, Selector, StoreConfig, open_store
 from gpufleet.telemetry.store.remote_write import decode_write_request, snappy_decompress
 

@@ -11,8 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.errors import ManifestError
+from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition import POD_INFO_METRIC, ExpositionConfig, Renderer, render
-from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from gpufleet.telemetry.vendor_metrics import VendorMetrics, _check, go_float, load_vendor_metrics
 
 from .vendor_frames import (

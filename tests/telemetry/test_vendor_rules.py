@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
+from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition import POD_INFO_METRIC, render
-from gpufleet.telemetry.frame import Attribution
 from gpufleet.telemetry.rules import RULE_FILE, RulesConfig, dump, rule_groups, rule_tests
 from tests.conftest import require_tool
 

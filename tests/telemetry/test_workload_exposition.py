@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from gpufleet.errors import UserError
-from gpufleet.telemetry.attribution import DeviceAttribution, Share, Sharing
+from gpufleet.model.attribution import Attribution, DeviceAttribution, Share, Sharing
 from gpufleet.telemetry.exposition import ExpositionConfig, Renderer, render
 from gpufleet.telemetry.fields import load_field_catalog
-from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from gpufleet.telemetry.rules import RULE_FILE, dump, render_annotation, rule_groups
 from gpufleet.telemetry.store import EmbeddedStore
 from gpufleet.telemetry.store.frame_series import FrameSeries

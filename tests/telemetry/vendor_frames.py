@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
+from gpufleet.model.attribution import Attribution
+from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
 # The per-GPU value fields the catalog had before vendor rendering: the reference frame fills exactly these, so
 # fields added since stay empty and the old renderer's output stays the expected one.

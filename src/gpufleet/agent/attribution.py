@@ -16,16 +16,9 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from gpufleet.errors import GpufleetError
-from gpufleet.telemetry.attribution import (
-    Allotment,
-    Allotments,
-    AttributionInputs,
-    DeviceReading,
-    EntityIndex,
-    ProcessReading,
-    attribute,
-)
-from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
+from gpufleet.model.attribution import Allotment, Allotments, Attribution, ProcessReading
+from gpufleet.telemetry.attribution import AttributionInputs, DeviceReading, EntityIndex, attribute
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
 __all__ = ["AllotmentReader", "Allotments", "AttributionSource", "OwnerReader", "ProcessReader"]
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.model import JobState
+from gpufleet.model.attribution import GpuProcess
 from gpufleet.sim.gpu_state import FB_RESERVED_MIB
 from gpufleet.sim.pods import (
     MPS_SERVER_MIB,
@@ -30,7 +31,6 @@ from gpufleet.sim.pods import (
 )
 from gpufleet.sim.twin import Twin
 from gpufleet.spec.scenario_spec import SharingMode
-from gpufleet.telemetry.attribution import GpuProcess
 
 MPS_DAEMON = "nvidia-device-plugin-mps-control-daemon"  # the device plugin's MPS DaemonSet
 MPS_NAMESPACE = "gpu-operator"

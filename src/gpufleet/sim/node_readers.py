@@ -16,13 +16,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpufleet.agent.attribution import AttributionSource
+from gpufleet.model.attribution import Attribution, ProcessReading
 from gpufleet.parsers.cgroups import CgroupRef, parse_proc_cgroup
 from gpufleet.sim.node_answers import NodeAnswers
 from gpufleet.sim.twin import Twin
 from gpufleet.sources.workload.kubelet_pods import PodIndex
 from gpufleet.sources.workload.podresources import PodResourcesReader
-from gpufleet.telemetry.attribution import ProcessReading
-from gpufleet.telemetry.frame import Attribution
 
 __all__ = ["TwinKubelet", "TwinOwners", "TwinPodResources", "TwinProcesses", "attribution_source"]
 

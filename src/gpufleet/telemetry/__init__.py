@@ -1,9 +1,10 @@
 """Telemetry: the field catalog, frames that sources fill, /metrics exposition, the metric store, rules,
 dashboards."""
 
+from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition import CONTENT_TYPE, ExpositionConfig, Renderer, render
 from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_field_catalog
-from gpufleet.telemetry.frame import Attribution, GpuEntity, Histogram, IbPort, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, Histogram, IbPort, MetricFrame
 
 __all__ = [
     "CONTENT_TYPE",

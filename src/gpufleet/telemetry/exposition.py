@@ -42,10 +42,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.instrument import names
+from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.blanks import valid_mask
 from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField
 from gpufleet.telemetry.fleet_exposition import FleetLayout
-from gpufleet.telemetry.frame import Attribution, GpuEntity, IbPort, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 from gpufleet.telemetry.text_format import escape_help, format_float
 from gpufleet.telemetry.text_format import escape_label_value as escape_label_value  # re-exported
 from gpufleet.telemetry.text_format import label_pairs as _pairs

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpufleet.catalog import load_ib_counters
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.errors import NotFoundError, UserError
+from gpufleet.model.attribution import Attribution, DeviceAttribution
 from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_field_catalog
-
-if TYPE_CHECKING:
-    from gpufleet.telemetry.attribution import DeviceAttribution
 
 DEFAULT_WINDOW_MS = 300_000  # dcgm-exporter's --xid-count-window-size and clock-events window
 
@@ -50,17 +47,6 @@ class GpuEntity:
     @property
     def device_name(self) -> str:
         return self.device or f"nvidia{self.gpu}"
-
-
-@dataclass(frozen=True, slots=True)
-class Attribution:
-    """The workload using a GPU, as the kubelet pod-resources API (or a Slurm job map) tells it."""
-
-    pod: str = ""
-    namespace: str = ""
-    container: str = ""
-    workload: str = ""  # the job or service the pod belongs to (its owner), for cost and the application join
-    hpc_job: str = ""  # a Slurm job id, for a job's own attribution (no pod)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpufleet.errors import UserError
-from gpufleet.telemetry.attribution import DeviceAttribution, Share, Sharing
+from gpufleet.model.attribution import Attribution, DeviceAttribution, Share, Sharing
 from gpufleet.telemetry.blanks import valid_mask
-from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from gpufleet.telemetry.text_format import family_header, format_float
 from gpufleet.telemetry.text_format import label_pairs as _pairs
 
@@ -98,7 +98,7 @@ NO_REMAINDER = frozenset({"power_w"})  # a split device's power parts add up to 
 
 
 def check_sharing_modes(modes: Sequence[str]) -> tuple[str, ...]:
-    """workload_series_sharing's values: sharing modes (telemetry.attribution.Sharing) or "all"."""
+    """workload_series_sharing's values: sharing modes (model.attribution.Sharing) or "all"."""
     unknown = [m for m in modes if m not in (*SHARING_MODES, ALL)]
     if unknown:
         raise ValueError(f"unknown sharing mode(s) {', '.join(unknown)}: use {', '.join(SHARING_MODES)} or {ALL}")

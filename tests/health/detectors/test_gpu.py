@@ -11,8 +11,9 @@ import pytest
 from gpufleet.health.detectors.gpu import HW_POWER_BRAKE, HW_THERMAL, GpuDetectors
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
+from gpufleet.model.attribution import Attribution
 from gpufleet.model.observe import Finding
-from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
 T0 = 1_800_000_000.0
 NODE = "node-a"

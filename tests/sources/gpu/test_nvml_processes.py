@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.errors import ParseError
+from gpufleet.model.attribution import GpuProcess
 from gpufleet.parsers.nvidia.smi_processes import (
     ComputeApp,
     MigDeviceUsage,
@@ -28,7 +29,7 @@ from gpufleet.parsers.nvidia.smi_processes import (
 )
 from gpufleet.sources.gpu.nvml import NvmlSource
 from gpufleet.sources.gpu.nvml_processes import NvmlProcesses
-from gpufleet.telemetry.attribution import AttributionInputs, DeviceReading, GpuProcess, attribute
+from gpufleet.telemetry.attribution import AttributionInputs, DeviceReading, attribute
 from gpufleet.telemetry.frame import GpuEntity
 from tests.clirun import gpufleet
 from tests.conftest import CAPTURES

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from gpufleet.agent.attribution import OwnerReader
 from gpufleet.errors import BackendError
+from gpufleet.model.attribution import Attribution
 from gpufleet.parsers.cgroups import CgroupRef, parse_cgroup_path, parse_proc_cgroup
 from gpufleet.sources.workload.cgroups import CgroupOwners, start_time
 from gpufleet.sources.workload.kubelet_pods import PodIndex
-from gpufleet.telemetry.frame import Attribution
 from tests.conftest import CAPTURES
 
 DATA = CAPTURES / "cgroups"

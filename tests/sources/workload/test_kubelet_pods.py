@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from gpufleet.errors import BackendError, ParseError
+from gpufleet.model.attribution import Attribution
 from gpufleet.parsers.cgroups import CgroupRef
 from gpufleet.sources.workload.kubelet_pods import KubeletPodList, PodIndex, container_id_of, workload_of
-from gpufleet.telemetry.frame import Attribution
 from tests.conftest import CAPTURES
 
 DATA = CAPTURES / "kubelet_pods"

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.errors import BackendError, DependencyMissingError, ParseError
+from gpufleet.model.attribution import Allotment, Allotments, Attribution
 from gpufleet.sources.workload import podresources as pr
 from gpufleet.sources.workload.podresources import (
     ALLOCATABLE_METHOD,
@@ -34,8 +35,7 @@ from gpufleet.sources.workload.podresources import (
     parse_list,
     replicas_from_allocatable,
 )
-from gpufleet.telemetry.attribution import Allotment, Allotments, parse_device_id
-from gpufleet.telemetry.frame import Attribution
+from gpufleet.telemetry.attribution import parse_device_id
 from tests.conftest import CAPTURES
 from tests.kubelet import Kubelet
 

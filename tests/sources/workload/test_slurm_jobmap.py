@@ -14,10 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpufleet.agent.attribution import AttributionSource
 from gpufleet.agent.collector import Collector
 from gpufleet.errors import BackendError
+from gpufleet.model.attribution import Attribution
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments, parse_job_file, read_job_map
 from gpufleet.telemetry.attribution import EntityIndex, parse_device_id
 from gpufleet.telemetry.exposition import JOB_INFO_METRIC, ExpositionConfig, Renderer, render
-from gpufleet.telemetry.frame import Attribution, GpuEntity, MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from tests.clirun import gpufleet
 
 COMPAT = ExpositionConfig(attribution="labels")

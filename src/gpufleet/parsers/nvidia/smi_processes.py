@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufleet.errors import ParseError
-from gpufleet.telemetry.attribution import GpuProcess, ProcessReading
+from gpufleet.model.attribution import GpuProcess, ProcessReading
 
 TABLE_FIX = "pass the whole output of plain `nvidia-smi` (its Processes: table)"
 CSV_FIX = "pass the output of `nvidia-smi --query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid --format=csv`"

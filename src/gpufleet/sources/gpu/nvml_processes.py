@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpufleet.model.attribution import GpuProcess, ProcessReading
 from gpufleet.sources.gpu.failing_readings import FailingReadings
 from gpufleet.sources.gpu.nvml import mig_device_handles, mig_enabled
-from gpufleet.telemetry.attribution import GpuProcess, ProcessReading
 
 if TYPE_CHECKING:
     from gpufleet.sources.gpu.nvml import NvmlSource

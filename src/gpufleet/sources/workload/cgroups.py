@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Protocol
 
 from gpufleet.errors import BackendError, GpufleetError
+from gpufleet.model.attribution import Attribution
 from gpufleet.parsers.cgroups import CgroupRef, parse_proc_cgroup
-from gpufleet.telemetry.frame import Attribution
 
 __all__ = ["CgroupOwners", "PodLookup", "start_time"]
 

@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 
 from gpufleet.errors import BackendError, ParseError
+from gpufleet.model.attribution import Attribution
 from gpufleet.parsers.cgroups import CgroupRef
-from gpufleet.telemetry.frame import Attribution
 
 __all__ = ["KubeletPodList", "PodIndex", "PodInfo", "container_id_of", "workload_of"]
 

@@ -42,8 +42,7 @@ from typing import Any, NamedTuple, Protocol
 
 from gpufleet.catalog.vendors import gpu_resources, load_vendors
 from gpufleet.errors import BackendError, DependencyMissingError, GpufleetError, ParseError
-from gpufleet.telemetry.attribution import Allotment, Allotments
-from gpufleet.telemetry.frame import Attribution
+from gpufleet.model.attribution import Allotment, Allotments, Attribution
 
 log = logging.getLogger("gpufleet.agent")
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.errors import BackendError
-from gpufleet.telemetry.attribution import Allotment, Allotments
-from gpufleet.telemetry.frame import Attribution
+from gpufleet.model.attribution import Allotment, Allotments, Attribution
 
 log = logging.getLogger("gpufleet.agent")
 
