@@ -35,7 +35,6 @@ JobSignals = Callable[[], dict[str, tuple[TrainingSignals, float]]]  # job -> it
 ServiceReplicas = Callable[[], list[tuple[str, ServiceFact]]]  # every replica reported, with its node
 # cable findings that stop a collective outright rank before those that only lose packets
 _STOPS = (RootCause.ib_link_down, RootCause.ib_link_flap)
-_RANK_SEVERITY = {Severity.critical: 2, Severity.warning: 1, Severity.info: 0}
 
 
 class Correlator:
@@ -208,7 +207,7 @@ def suspect(hosts: list[str], facts: FabricFacts, quiet: str = "") -> tuple[Link
     def rank(item: tuple[LinkProblem, str, list[str]]) -> tuple[int, int, int, int]:
         finding = item[0].finding
         return (
-            -_RANK_SEVERITY[finding.severity],
+            -finding.severity.rank,
             0 if quiet and quiet in item[2] else 1,
             0 if finding.cause in _STOPS else 1,
             -len(item[2]),

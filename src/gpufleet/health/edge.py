@@ -19,13 +19,10 @@ from gpufleet.health.detectors.kernel import KernelDetector
 from gpufleet.health.detectors.software import SoftwareDetector
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.health.xid_policy import XidPolicy
-from gpufleet.model import Severity
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import Finding, KernelReport, LinkEvent, NodeInventory
 from gpufleet.model.pci import normalise_pci
 from gpufleet.telemetry.frame import MetricFrame
-
-_RANK = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
 
 
 @dataclass(slots=True)
@@ -100,7 +97,7 @@ class NodeHealth:
         grows more severe): the control plane hears of it without a record every second."""
         passed = []
         for f in findings:
-            key, rank = f.key, _RANK[f.severity]
+            key, rank = f.key, f.severity.rank
             last = self._reported.get(key)
             if last is not None and now - last[0] < self.repeat_s and rank <= last[1]:
                 continue

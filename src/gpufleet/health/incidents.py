@@ -24,7 +24,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpufleet.model import Entity, EntityKind, Evidence, Incident, IncidentState, RootCause, Severity
+from gpufleet.model import Entity, EntityKind, Evidence, Incident, IncidentState, RootCause
 from gpufleet.model.observe import Finding
 
 MAX_EVIDENCE = 20
@@ -101,7 +101,6 @@ JOB_EFFECTS = frozenset(
     }
 )
 ACTIVE_SLACK_S = 120.0
-_RANK_SEVERITY = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
 
 
 def _resource_keys(entity: Entity) -> list[str]:
@@ -187,7 +186,7 @@ class IncidentBook:
                     inc.entity == f.entity
                     and f.time - inc.first_seen <= BURST_S
                     and inc.evidence[0].source == "kmsg"
-                    and _RANK_SEVERITY[f.severity] <= _RANK_SEVERITY[inc.severity]
+                    and f.severity.rank <= inc.severity.rank
                 ):
                     return inc
         if f.effect:
@@ -270,7 +269,7 @@ class IncidentBook:
     def _repeat(self, inc: Incident, f: Finding) -> None:
         inc.count += 1
         inc.last_seen = max(inc.last_seen, f.time)
-        if _RANK_SEVERITY[f.severity] > _RANK_SEVERITY[inc.severity]:
+        if f.severity.rank > inc.severity.rank:
             inc.severity = f.severity
         if inc.xid is None and f.xid is not None:
             inc.xid, inc.action = f.xid, f.action or inc.action

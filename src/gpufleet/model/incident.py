@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -16,9 +17,25 @@ class IncidentState(StrEnum):
 
 
 class Severity(StrEnum):
+    """How bad, in one vocabulary for every layer; the values are the strings stored, served and labelled. A layer
+    that speaks otherwise (the doctor's and SARIF's "error") maps at its edge."""
+
     critical = "critical"  # a GPU or link is unusable, a job is stuck or corrupting
     warning = "warning"  # degraded: slower, or about to fail
     info = "info"
+
+    @property
+    def rank(self) -> int:
+        """info 0, warning 1, critical 2: the higher, the worse."""
+        return _SEVERITY_RANK[self]
+
+    @classmethod
+    def worst(cls, severities: Iterable[Severity]) -> Severity | None:
+        """The worst of `severities`; None when there are none."""
+        return max(severities, key=_SEVERITY_RANK.__getitem__, default=None)
+
+
+_SEVERITY_RANK = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
 
 
 class RootCause(StrEnum):
