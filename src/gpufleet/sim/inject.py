@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol
 
 import numpy as np
 
+import gpufleet.sim.kmsg as kmsg
+import gpufleet.sim.vendor_faults as vendor_faults
 from gpufleet.catalog.xid import load_xid_catalog
-from gpufleet.model import Cluster, JobState, TrainingJob
-from gpufleet.sim import kmsg, vendor_faults
-from gpufleet.sim.fabric_state import PortArrays
+from gpufleet.model import JobState, TrainingJob
+from gpufleet.sim.fault_target import FaultTarget
 from gpufleet.sim.faults import InjectedFault
-from gpufleet.sim.gpu_state import GpuArrays
 from gpufleet.sim.serving import ServiceState
-from gpufleet.sim.workloads import TrainingSet
 from gpufleet.spec.scenario_spec import FaultType
 
 # Xids whose catalog action is to restart the application: the process dies, its job fails.
@@ -31,28 +29,6 @@ SLOW_INPUT_FACTOR = 2.0  # the loader delivers a batch in twice the GPU's comput
 SLO_BREACH_FACTOR = 10.0  # a request takes ten times as long: an 80 ms service answers its slowest in seconds
 ERROR_BURST_FRACTION = 0.2
 TRAFFIC_RAMP_FACTOR = 3.0
-
-
-class FaultTarget(Protocol):
-    """What a fault changes: the twin's state arrays and the public methods that keep them consistent."""
-
-    cluster: Cluster
-    gpus: GpuArrays
-    ports: PortArrays
-    training: TrainingSet
-    services: list[ServiceState]
-    idle_override: np.ndarray
-
-    def gpu(self, node: str, index: int) -> int: ...
-    def port_of(self, node: str, rail: int) -> int: ...
-    def boot_seconds(self, node: str) -> float: ...
-    def write_kernel(self, node: str, lines: list[str], gpu: int | None = None, **attrs: object) -> None: ...
-    def emit_xid(self, i: int, code: int) -> None: ...
-    def lose_gpu(self, i: int, *, thermal: bool = False) -> None: ...
-    def set_link(self, port: int, node: str, rail: int, *, up: bool) -> None: ...
-    def add_flap(self, node: str, rail: int, until: float) -> None: ...
-    def at(self, when: float, fn: Callable[[], None]) -> None: ...
-    def stop_job(self, job: TrainingJob, reason: str, *, restart: bool = True) -> None: ...
 
 
 def inject(twin: FaultTarget, fault: InjectedFault) -> None:

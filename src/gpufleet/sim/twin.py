@@ -13,6 +13,8 @@ from functools import partial
 
 import numpy as np
 
+import gpufleet.sim.kmsg as kmsg
+import gpufleet.sim.vendor_faults as vendor_faults
 from gpufleet.errors import NotFoundError, UserError
 from gpufleet.model import (
     Cluster,
@@ -25,7 +27,6 @@ from gpufleet.model import (
     NodeCondition,
     TrainingJob,
 )
-from gpufleet.sim import kmsg, vendor_faults
 from gpufleet.sim.fabric_state import PortArrays
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.gpu_state import GpuArrays

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import gpufleet.sim.kmsg as kmsg
 from gpufleet.model import Gpu
-from gpufleet.sim import kmsg
 
 if TYPE_CHECKING:
+    from gpufleet.sim.fault_target import FaultTarget
     from gpufleet.sim.faults import InjectedFault
-    from gpufleet.sim.inject import FaultTarget
 
 DEFAULT_RAS_BLOCK = "gfx"
 # what each driver says when it loads after a reboot
