@@ -20,6 +20,7 @@ from typing import Any
 
 from gpufleet.errors import BackendError
 from gpufleet.locks import ordered_lock
+from gpufleet.state.migrations import migrate
 
 DB_NAME = "state.db"
 
@@ -132,8 +133,6 @@ class SQLiteDatabase(Database):
                 f"cannot open the state database {self.path}: {exc}",
                 fix="check that the data directory ($GPUFLEET_HOME) is writable and the file is a gpufleet database",
             ) from None
-        from gpufleet.state.migrations import migrate
-
         try:
             migrate(self)
         except sqlite3.DatabaseError as exc:

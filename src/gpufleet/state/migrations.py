@@ -8,22 +8,38 @@ rather than half-understood.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from gpufleet.errors import BackendError
 from gpufleet.state.schema import META, MIGRATIONS, SCHEMA_VERSION, Migration
 
-if TYPE_CHECKING:
-    from gpufleet.state.db import Database
+
+class Migratable(Protocol):
+    """What a migration needs of a database (every `gpufleet.state.db.Database` answers it): the database is
+    handed in, so this module stays below the engines that run it when they open."""
+
+    @property
+    def dialect(self) -> str: ...
+    @property
+    def location(self) -> str: ...
+    def transaction(self) -> AbstractContextManager[None]: ...
+    def lock_schema(self) -> None: ...
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> int: ...
+    def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    def one(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None: ...
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
 
 
-def version(db: Database) -> int:
+def version(db: Migratable) -> int:
     """The schema version the database is at (0 for a new one)."""
     stored = db.get_meta("schema_version")
     return int(stored) if stored is not None else 0
 
 
-def migrate(db: Database, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+def migrate(db: Migratable, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
     """Apply what the database lacks; returns the version it is at now."""
     latest = len(migrations)
     with db.transaction():
@@ -50,7 +66,7 @@ def migrate(db: Database, migrations: tuple[Migration, ...] = MIGRATIONS) -> int
 _ADD_COLUMN = re.compile(r"\s*ALTER TABLE (?P<table>\w+) ADD COLUMN (?P<column>\w+)", re.IGNORECASE)
 
 
-def _has_column(db: Database, table: str, column: str) -> bool:
+def _has_column(db: Migratable, table: str, column: str) -> bool:
     if db.dialect == "sqlite":
         return any(row[1] == column for row in db.query(f"PRAGMA table_info({table})"))
     found = db.one(
@@ -61,4 +77,4 @@ def _has_column(db: Database, table: str, column: str) -> bool:
     return found is not None
 
 
-__all__ = ["SCHEMA_VERSION", "migrate", "version"]
+__all__ = ["SCHEMA_VERSION", "Migratable", "migrate", "version"]

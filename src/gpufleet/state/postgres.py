@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from gpufleet.errors import BackendError, DependencyMissingError
 from gpufleet.state.db import Database
+from gpufleet.state.migrations import migrate
 
 SCHEMES = ("postgresql", "postgres")
 CONNECT_TIMEOUT_S = 10
@@ -72,8 +73,6 @@ class PostgresDatabase(Database):
         self.location = redact(url)
         self.directory = directory
         self._conn = self._connect()
-        from gpufleet.state.migrations import migrate
-
         try:
             migrate(self)
         except BaseException:
