@@ -21,7 +21,7 @@ from types import TracebackType
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpufleet.instrument import names
+import gpufleet.instrument.names as names
 from gpufleet.instrument._families import family, registry_or_default
 
 OK = "ok"

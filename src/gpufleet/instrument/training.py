@@ -29,7 +29,7 @@ from typing import SupportsFloat
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gpufleet.instrument import names
+import gpufleet.instrument.names as names
 from gpufleet.instrument._families import LazyCounter, LazyGauge, family, registry_or_default
 
 _HELP = {
