@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpufleet.telemetry.cost_usage import Usage, grid_of, measure
+from gpufleet.cost.usage import Usage, grid_of, measure
 from gpufleet.telemetry.store.query import RangeSeries
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -5,11 +5,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost, hourly_prices
+from gpufleet.cost.idle import IDLE_COST_FIELD, fill_idle_cost, hourly_prices
 from gpufleet.telemetry.frame import MetricFrame
 from tests.conftest import REPO_ROOT
-
-from .conftest import MODEL, make_entities
+from tests.telemetry.conftest import MODEL, make_entities
 
 
 def test_idle_cost_follows_utilization_and_price() -> None:

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from gpufleet.catalog.gpu_prices import GpuPrice
+from gpufleet.cost.config import CostConfig, PriceBook
+from gpufleet.cost.report import build_report
+from gpufleet.cost.usage import Usage
 from gpufleet.errors import ManifestError
-from gpufleet.telemetry.cost_config import CostConfig, PriceBook
-from gpufleet.telemetry.cost_report import build_report
-from gpufleet.telemetry.cost_usage import Usage
-from tests.telemetry.cost_series import ALL, H100, gpu, held, run, util
+from tests.cost.series import ALL, H100, gpu, held, run, util
 
 A100 = "NVIDIA A100-SXM4-80GB"
 AWS_H100 = 98.32 / 8  # p5.48xlarge in the catalog

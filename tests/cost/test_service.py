@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpufleet.control.cost import CostService, parse_since, step_for
 from gpufleet.control.service import ControlPlane
+from gpufleet.cost.config import CostConfig
+from gpufleet.cost.service import CostService, parse_since, step_for
 from gpufleet.errors import UserError
 from gpufleet.model.observe import (
     SCHEMA_VERSION,
@@ -29,7 +30,6 @@ from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
 from gpufleet.state import Database
-from gpufleet.telemetry.cost_config import CostConfig
 from gpufleet.telemetry.store import EmbeddedStore
 from tests.control.helpers import T0, Clock
 from tests.twins import door, small_twin
@@ -100,8 +100,7 @@ def test_the_store_holds_the_series_a_prometheus_would(plane: ControlPlane) -> N
 def test_the_operators_cost_config_is_read_on_every_report(
     plane: ControlPlane, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GPUFLEET_HOME", str(tmp_path))
-    service = CostService(plane)
+    service = CostService(plane, config_path=tmp_path / "cost.yaml")
     assert {t.name for t in service.report("1h").by_team} == {"unassigned"}  # no cost.yaml: the defaults
     (tmp_path / "cost.yaml").write_text("teams: {training: research, inference: serving}\nprovider: lambda\n")
     report = service.report("1h")

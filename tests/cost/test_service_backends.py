@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from gpufleet.control.cost import CostService
 from gpufleet.control.service import ControlPlane
+from gpufleet.cost.config import CostConfig
+from gpufleet.cost.service import CostService
+from gpufleet.cost.usage import Usage
 from gpufleet.remediate.backends.observe import ObserveOnlyBackend
 from gpufleet.state import Database
-from gpufleet.telemetry.cost_config import CostConfig
-from gpufleet.telemetry.cost_usage import Usage
 from gpufleet.telemetry.store import EmbeddedStore, RemoteConfig, RemoteStore
 from tests.apiclient import free_port
 from tests.conftest import REPO_ROOT, require_tool

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpufleet.telemetry.cost_usage import grid_of, slice_fraction
-from tests.telemetry.cost_series import ALL, H100, gpu, held, run, util
+from gpufleet.cost.usage import grid_of, slice_fraction
+from tests.cost.series import ALL, H100, gpu, held, run, util
 
 
 def test_held_idle_and_unallocated_hours() -> None:

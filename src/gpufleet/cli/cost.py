@@ -51,10 +51,10 @@ def report(
     """GPU-hours and money per team, namespace, workload and GPU model; idle allocated and unallocated GPU-hours;
     nodes left idle, workloads holding many GPUs at low utilization, idle MIG slices; and the Karpenter or
     cluster-autoscaler settings that would scale idle pools to zero, with what that saves."""
-    from gpufleet.control.cost import parse_since
-    from gpufleet.telemetry.cost_config import CostConfig
-    from gpufleet.telemetry.cost_report import build_report
-    from gpufleet.telemetry.cost_usage import Usage
+    from gpufleet.cost.config import CostConfig
+    from gpufleet.cost.report import build_report
+    from gpufleet.cost.service import parse_since
+    from gpufleet.cost.usage import Usage
 
     parse_since(since)  # a bad period is said before anything runs
     config = CostConfig.from_file(price_file) if price_file is not None else None
@@ -62,10 +62,12 @@ def report(
         idle_below = config.idle_below_pct
     if scenario is not None:
         from gpufleet.cli.core import local_plane
-        from gpufleet.control.cost import CostService
+        from gpufleet.control.paths import data_dir
+        from gpufleet.cost.service import CONFIG_NAME, CostService
 
         plane = local_plane(scenario, at)
-        data: dict[str, Any] = CostService(plane, config).report(since, idle_below).model_dump(mode="json")
+        service = CostService(plane, config, config_path=data_dir() / CONFIG_NAME)
+        data: dict[str, Any] = service.report(since, idle_below).model_dump(mode="json")
     else:
         from gpufleet.cli.client import Api
 

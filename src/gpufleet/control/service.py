@@ -28,6 +28,7 @@ from gpufleet.control.metrics import MetricRecorder
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.replicas import Replication
 from gpufleet.control.store import StateStore
+from gpufleet.cost.service import FleetFacts
 from gpufleet.errors import ForbiddenError, NotFoundError, UserError
 from gpufleet.fabric.facts import hang_facts
 from gpufleet.health.centre import Correlator, collective_findings
@@ -50,6 +51,7 @@ from gpufleet.state import Database
 from gpufleet.state.tokens import Role, Token, TokenStore
 from gpufleet.telemetry.objectives import SloConfig
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
+from gpufleet.telemetry.store.query import MetricStore
 
 log = logging.getLogger("gpufleet.control")
 
@@ -529,6 +531,25 @@ class ControlPlane:
         if self.metrics is not None and time.monotonic() - self._metrics_flushed > METRICS_FLUSH_S:
             self._metrics_flushed = time.monotonic()
             self.metrics.flush()
+
+    # -- what a cost report reads (gpufleet.cost.service.CostSource) ----------------------------------------------
+    def metric_store(self) -> MetricStore | None:
+        return self.metrics.store if self.metrics is not None else None
+
+    def fleet_facts(self) -> FleetFacts:
+        """Which workloads are jobs and services, each node's labels and first GPU model, as agents reported them."""
+        with self.lock:
+            kinds = {job.name: "job" for job in self.fleet.jobs()}
+            labels: dict[str, dict[str, str]] = {}
+            models: dict[str, str] = {}
+            for node in self.fleet.nodes.values():
+                kinds.update({fact.service: "service" for fact in node.services})
+                inventory = node.inventory
+                if inventory is None:
+                    continue
+                labels[node.name] = dict(inventory.labels)
+                models[node.name] = inventory.gpus[0].model if inventory.gpus else ""
+        return FleetFacts(kinds, labels, models)
 
     def close(self) -> None:
         self.replication.close()

@@ -14,8 +14,8 @@ import math
 import yaml
 from pydantic import BaseModel, Field
 
-from gpufleet.telemetry.cost_config import CostConfig, Rate
-from gpufleet.telemetry.cost_usage import NodeUse, Usage
+from gpufleet.cost.config import CostConfig, Rate
+from gpufleet.cost.usage import NodeUse, Usage
 
 ALWAYS_EMPTY = 0.95  # a node empty this share of the hours it reported could go for good
 KARPENTER_SAFE = 'karpenter.sh/do-not-disrupt: "true"'

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from gpufleet.telemetry.cost_advice import Recommendation, recommend
-from gpufleet.telemetry.cost_config import UNASSIGNED, CostConfig, PriceBook, Rate
-from gpufleet.telemetry.cost_usage import Usage, WorkloadUse
-from gpufleet.telemetry.cost_waste import Waste, find_waste
+from gpufleet.cost.advice import Recommendation, recommend
+from gpufleet.cost.config import UNASSIGNED, CostConfig, PriceBook, Rate
+from gpufleet.cost.usage import Usage, WorkloadUse
+from gpufleet.cost.waste import Waste, find_waste
 
 CURRENCY = "USD"
 

@@ -1,6 +1,6 @@
 """The cost report of a period: GPU utilization and who held each GPU, read from the metric store (embedded, or
 Prometheus / VictoriaMetrics through the same query API) on one time grid, measured and priced
-(telemetry/cost_usage.py, telemetry/cost_report.py) with what the control plane knows of the nodes (their pools) and
+(cost/usage.py, cost/report.py) with what the control plane knows of the nodes (their pools) and
 workloads (which are training jobs, which inference services).
 
 The operator's cost config (prices, namespace -> team, thresholds) is $GPUFLEET_HOME/cost.yaml when it exists,
@@ -13,20 +13,39 @@ of a finished pod count as held, once per pod, whichever store it is.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from gpufleet.control.paths import data_dir
+from gpufleet.cost.config import CostConfig, model_key
+from gpufleet.cost.report import CostReport, build_report
+from gpufleet.cost.usage import Usage, measure
 from gpufleet.errors import UserError
 from gpufleet.spec.base import parse_duration
-from gpufleet.telemetry.cost_config import CostConfig, model_key
-from gpufleet.telemetry.cost_report import CostReport, build_report
-from gpufleet.telemetry.cost_usage import Usage, measure
 from gpufleet.telemetry.exposition import POD_INFO_METRIC
 from gpufleet.telemetry.store import Selector
+from gpufleet.telemetry.store.query import MetricStore
 
-if TYPE_CHECKING:
-    from gpufleet.control.service import ControlPlane
+
+@dataclass(frozen=True, slots=True)
+class FleetFacts:
+    """What the control plane knows of the fleet that pricing needs, as agents reported it."""
+
+    workload_kinds: Mapping[str, str] = field(default_factory=dict)  # workload -> "job" | "service"
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> its labels
+    node_models: Mapping[str, str] = field(default_factory=dict)  # node -> its first GPU's model ("" unknown)
+
+
+class CostSource(Protocol):
+    """What a cost report reads: the metric history, the clock, and the fleet's facts (the control plane is one)."""
+
+    def clock(self) -> float: ...
+
+    def metric_store(self) -> MetricStore | None: ...
+
+    def fleet_facts(self) -> FleetFacts: ...
+
 
 CONFIG_NAME = "cost.yaml"
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -57,23 +76,19 @@ def step_for(seconds: float) -> float:
     return float(next((s for s in STEPS_S if s >= want), math.ceil(want / 86400) * 86400))
 
 
-def config_path() -> Path:
-    return data_dir() / CONFIG_NAME
-
-
-def load_config(path: Path | None = None) -> CostConfig:
-    """The given file, else $GPUFLEET_HOME/cost.yaml when present, else the defaults."""
-    path = path or config_path()
-    return CostConfig.from_file(path) if path.exists() else CostConfig()
+def load_config(path: Path | None) -> CostConfig:
+    """The given file when present (the control plane's is $GPUFLEET_HOME/cost.yaml), else the defaults."""
+    return CostConfig.from_file(path) if path is not None and path.exists() else CostConfig()
 
 
 class CostService:
-    def __init__(self, plane: ControlPlane, config: CostConfig | None = None) -> None:
-        self.plane = plane
+    def __init__(self, source: CostSource, config: CostConfig | None = None, config_path: Path | None = None) -> None:
+        self.source = source
         self._config = config
+        self.config_path = config_path  # read again on every report, so an edit shows without a restart
 
     def config(self) -> CostConfig:
-        return self._config if self._config is not None else load_config()
+        return self._config if self._config is not None else load_config(self.config_path)
 
     def usage(self, since: str | float, idle_below: float | None = None, config: CostConfig | None = None) -> Usage:
         config = config or self.config()
@@ -81,15 +96,14 @@ class CostService:
         if not 0.0 <= threshold <= 100.0:
             raise UserError(f"--idle-below {threshold:g} is not a utilization", fix="give a percentage, 0 to 100")
         seconds = parse_since(since)
-        metrics = self.plane.metrics
-        if metrics is None:
+        store = self.source.metric_store()
+        if store is None:
             raise UserError(
                 "this control plane keeps no metric history", fix="start it with the embedded store or --metrics"
             )
         step = step_for(seconds)
-        end = math.floor(self.plane.clock() / step) * step  # whole steps: a report asked twice in a step is the same
+        end = math.floor(self.source.clock() / step) * step  # whole steps: a report asked twice in a step is the same
         start = end - math.floor(seconds / step) * step
-        store = metrics.store
         first = start + step
         util = store.range(Selector.of(UTIL), first, end, step)
         engine = store.range(Selector.of(ENGINE), first, end, step)
@@ -103,18 +117,13 @@ class CostService:
         return build_report(self.usage(since, idle_below, config), config)
 
     def _fleet_facts(self, config: CostConfig) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, str]]]:
-        """Which workloads are jobs and services, and each node's pool and labels, as agents reported them."""
-        plane = self.plane
-        with plane.lock:
-            kinds = {job.name: "job" for job in plane.fleet.jobs()}
-            pools: dict[str, str] = {}
-            labels: dict[str, dict[str, str]] = {}
-            for node in plane.fleet.nodes.values():
-                kinds.update({fact.service: "service" for fact in node.services})
-                inventory = node.inventory
-                if inventory is None:
-                    continue
-                model = inventory.gpus[0].model if inventory.gpus else ""
-                labels[node.name] = dict(inventory.labels)
-                pools[node.name] = config.pool_of(inventory.labels, model_key(model) if model else node.name)
-        return kinds, pools, labels
+        """Which workloads are jobs and services, and each node's pool and labels."""
+        facts = self.source.fleet_facts()
+        labels = {node: dict(node_labels) for node, node_labels in facts.node_labels.items()}
+        pools = {
+            node: config.pool_of(
+                node_labels, model_key(facts.node_models[node]) if facts.node_models.get(node) else node
+            )
+            for node, node_labels in facts.node_labels.items()
+        }
+        return dict(facts.workload_kinds), pools, labels

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from gpufleet.catalog.gpus import model_for_product_name
 from gpufleet.catalog.mig import COMPUTE_SLICES, mig_profiles_for
-from gpufleet.telemetry.cost_config import model_key
+from gpufleet.cost.config import model_key
 from gpufleet.telemetry.store.query import RangeSeries
 
 MAX_STRETCHES = 50  # idle stretches kept per node, longest first

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
-from gpufleet.telemetry.cost_config import UNASSIGNED, CostConfig, Rate
-from gpufleet.telemetry.cost_usage import Usage
+from gpufleet.cost.config import UNASSIGNED, CostConfig, Rate
+from gpufleet.cost.usage import Usage
 
 
 class IdleNode(BaseModel):

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.telemetry import cost_report
+from gpufleet.cost import report as cost_report
 
 
 class Shape(BaseModel):

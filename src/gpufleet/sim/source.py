@@ -18,11 +18,11 @@ from collections import deque
 import numpy as np
 
 from gpufleet.catalog.clock_events import load_clock_events
+from gpufleet.cost.idle import IDLE_COST_FIELD, fill_idle_cost
 from gpufleet.model.attribution import Attribution
 from gpufleet.sim.app_export import RANK_EXPORT_S, AppSeries, GaugeKey
 from gpufleet.sim.node_answers import holders_layout, whole_gpu_holders
 from gpufleet.sim.twin import Twin
-from gpufleet.telemetry.cost import IDLE_COST_FIELD, fill_idle_cost
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
 __all__ = ["GPU_FIELDS", "PORT_COUNTERS", "RANK_EXPORT_S", "GaugeKey", "TwinSource"]  # the fleet reads these here

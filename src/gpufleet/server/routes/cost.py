@@ -6,8 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from gpufleet.control.cost import CostService, parse_since
+from gpufleet.control.paths import data_dir
 from gpufleet.control.service import ControlPlane
+from gpufleet.cost.service import CONFIG_NAME, CostService, parse_since
 from gpufleet.errors import UserError
 from gpufleet.server import schemas
 from gpufleet.server.cache import ReadCache
@@ -16,7 +17,7 @@ from gpufleet.server.routes.common import BadParameter
 
 def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     api = APIRouter(prefix="/api/v1", tags=["cost"])
-    service = CostService(plane)
+    service = CostService(plane, config_path=data_dir() / CONFIG_NAME)
 
     @api.get("/cost", response_model=schemas.CostReport, responses={422: {"model": schemas.Problem}})
     def cost(
