@@ -18,6 +18,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Literal
 
+from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.dcgmi_diag import (
     MAX_EVIDENCE,
     REQUIRED_TESTS,
@@ -29,7 +30,6 @@ from gpufleet.parsers.nvidia.dcgmi_diag import (
 )
 
 Kind = Literal["hardware", "config", "diagnostic", "unknown"]
-IssueSeverity = Literal["critical", "warning", "info"]
 MAX_CLASSIFIED = 2048  # DCGM's message buffers are 512 or 1024 characters; more is not its text
 
 
@@ -128,7 +128,7 @@ class DiagIssue:
 
     test: str
     kind: Kind
-    severity: IssueSeverity
+    severity: Severity
     gpus: tuple[int, ...] | None  # None: not tied to a GPU (the node, or the GPUs are not named)
     message: str
     fix: str
@@ -164,17 +164,17 @@ class DiagAssessment:
 
     @property
     def own_errors(self) -> list[DiagIssue]:
-        return [i for i in self.issues if i.kind == "diagnostic" and i.severity == "info"]
+        return [i for i in self.issues if i.kind == "diagnostic" and i.severity is Severity.info]
 
     @property
     def verdict(self) -> Verdict:
-        severities = {i.severity for i in self.issues if i.kind != "diagnostic" or i.severity != "info"}
-        if "critical" in severities:
+        severities = {i.severity for i in self.issues if i.kind != "diagnostic" or i.severity is not Severity.info}
+        if Severity.critical in severities:
             return "Fail"  # a failure already seen stands, cut or not
         ran = [t for t in self.tests if t.status not in ("Skip",)]
         if self.gaps or self.own_errors or not ran:
             return "Unknown"
-        return "Warn" if "warning" in severities else "Pass"
+        return "Warn" if Severity.warning in severities else "Pass"
 
 
 @dataclass
@@ -217,16 +217,16 @@ def _units(test: DiagTest) -> list[_Unit]:
 def _judge_unit(test: DiagTest, unit: _Unit, open_end: bool = False) -> list[DiagIssue]:
     """`open_end`: the output ends inside this test, so reasons may be missing: only a reason DCGM's formats name
     as a hardware fault (or a setting) is trusted; anything less leaves the failure unexplained, not a GPU fault."""
-    severity: IssueSeverity = "critical" if unit.status == "Fail" else "warning"
+    severity = Severity.critical if unit.status == "Fail" else Severity.warning
     reasons = [m for m in unit.messages if m.is_reason]
     if reasons and all(m.dcgm_severity == _DCGM_ERROR_MONITOR for m in reasons):
-        severity = "warning"  # 4.x JSON prints a warning as Fail; DCGM rates these "monitor", not "isolate"
+        severity = Severity.warning  # 4.x JSON prints a warning as Fail; DCGM rates these "monitor", not "isolate"
     if open_end and not any(
         (rule := classify_message(m.text)) is not None and rule.kind in ("hardware", "config") for m in unit.messages
     ):
         where = unit.where or ("all GPUs" if unit.gpus is None else "GPU " + ", ".join(map(str, unit.gpus)))
         return [
-            DiagIssue(test.name, "unknown", "info", unit.gpus,
+            DiagIssue(test.name, "unknown", Severity.info, unit.gpus,
                       f"{test.name} says {unit.status} on {where}, but the output ends before its reasons: a GPU "
                       "fault cannot be told from the diagnostic's own error", "pass the whole output, or rerun",
                       "", test.lines[:8], unit.where)
@@ -236,7 +236,7 @@ def _judge_unit(test: DiagTest, unit: _Unit, open_end: bool = False) -> list[Dia
             unit.gpus is None and test.entities and not unit.where
         ):  # 4.x: the test failed, yet no entity failed and no reason given
             return [
-                DiagIssue(test.name, "diagnostic", "info", None,
+                DiagIssue(test.name, "diagnostic", Severity.info, None,
                           f"{test.name} says {unit.status} but names no GPU and no reason",
                           "rerun the diagnostic; if it repeats, read nv-hostengine's log", "", test.lines[:8])
             ]  # fmt: skip
@@ -262,14 +262,14 @@ def _judge_unit(test: DiagTest, unit: _Unit, open_end: bool = False) -> list[Dia
     elif config:
         msg, rule = config[0]
         issues.append(
-            DiagIssue(test.name, "config", "warning", None, msg.text, _fix(rule, "config"),
+            DiagIssue(test.name, "config", Severity.warning, None, msg.text, _fix(rule, "config"),
                       rule.id if rule else "", _lines(m for m, _ in config))
         )  # fmt: skip
     if own and not hardware:
         msg, rule = own[0]
         more = f" ({len(own) - 1} more like it)" if len(own) > 1 else ""
         issues.append(
-            DiagIssue(test.name, "diagnostic", "info", None,
+            DiagIssue(test.name, "diagnostic", Severity.info, None,
                       f"the diagnostic itself failed, not the GPUs: {msg.text}{more}", _fix(rule, "diagnostic"),
                       rule.id if rule else "", _lines(m for m, _ in own))
         )  # fmt: skip
@@ -321,11 +321,11 @@ def assess(report: DiagReport, level: int | None = None) -> DiagAssessment:
     for error in report.errors:
         rule = classify_message(error.text)
         if rule is not None and rule.kind == "hardware":
-            out.issues.append(DiagIssue("dcgmi", "hardware", "critical", None, error.text, _fix(rule, "hardware"),
-                                        rule.id, [error.text]))  # fmt: skip
+            out.issues.append(DiagIssue("dcgmi", "hardware", Severity.critical, None, error.text,
+                                        _fix(rule, "hardware"), rule.id, [error.text]))  # fmt: skip
         else:
             out.issues.append(
-                DiagIssue("dcgmi", "diagnostic", "info", None, f"the diagnostic did not run: {error.text}",
+                DiagIssue("dcgmi", "diagnostic", Severity.info, None, f"the diagnostic did not run: {error.text}",
                           _fix(rule, "diagnostic"), rule.id if rule else "", [error.text])
             )  # fmt: skip
     skipped = [t.name for t in report.tests if t.status in ("Skip", "Not Run")]
@@ -337,9 +337,9 @@ def assess(report: DiagReport, level: int | None = None) -> DiagAssessment:
 
 
 def _test_verdict(test: DiagTest, issues: list[DiagIssue]) -> Verdict:
-    if any(i.severity == "critical" for i in issues):
+    if any(i.severity is Severity.critical for i in issues):
         return "Fail"
-    if any(i.severity == "warning" for i in issues):
+    if any(i.severity is Severity.warning for i in issues):
         return "Warn"
     if issues:  # only the diagnostic's own errors
         return "Unknown"
@@ -356,7 +356,7 @@ def _detail(test: DiagTest, issues: list[DiagIssue]) -> str:
 def _level_gaps(report: DiagReport, level: int, out: DiagAssessment) -> list[str]:
     """The tests a `-r level` run always prints, missing from the output: cut, a lower level, or a run that a failed
     deployment check stopped (a hardware failure already says Fail; anything else leaves the GPUs untested)."""
-    if any(i.severity == "critical" for i in out.issues):
+    if any(i.severity is Severity.critical for i in out.issues):
         return []
     if not report.tests:
         return [] if report.errors else [f"no test results for a -r {level} run"]

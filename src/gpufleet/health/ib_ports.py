@@ -20,12 +20,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Literal
 
 from gpufleet.catalog.ib_counters import IbCounter, ib_counter_name, load_ib_counters
-
-Severity = Literal["critical", "warning", "info"]
-_RANK: dict[Severity, int] = {"info": 0, "warning": 1, "critical": 2}
+from gpufleet.model import Severity
 
 # Link speed per lane: what libibmad prints (signalling, "53.125 Gbps") and what sysfs `rate` and ibstat count
 # (data, "200 Gb/sec (4X HDR)"). Sources: rdma-core libibmad/dump.c mad_dump_linkspeed*, libibnetdisc/ibnetdisc.c
@@ -212,14 +209,14 @@ def judge_state(state: str | None, phys_state: str | None, *, peer_expected: boo
     if logical is None and physical is None:
         if state is None and phys_state is None:
             return []
-        return [PortIssue("ib-port-state", "info", code, f"port state {shown} cannot be read")]
+        return [PortIssue("ib-port-state", Severity.info, code, f"port state {shown} cannot be read")]
     if logical == "Active":
         if physical in (None, "LinkUp"):
             return []
         return [
             PortIssue(
                 "ib-port-state",
-                "warning",
+                Severity.warning,
                 code,
                 f"port Active but its physical state is {physical}: the link is retraining or unstable",
                 "watch the link's error counters (`perfquery`); reseat or replace the cable if it recurs",
@@ -229,7 +226,7 @@ def judge_state(state: str | None, phys_state: str | None, *, peer_expected: boo
         return [
             PortIssue(
                 "ib-port-state",
-                "critical",
+                Severity.critical,
                 code,
                 f"port {logical} ({shown}): the subnet manager has not finished bringing it up",
                 _SM_FIX,
@@ -237,7 +234,7 @@ def judge_state(state: str | None, phys_state: str | None, *, peer_expected: boo
         ]
     if logical == "Down" or (logical is None and physical not in (None, "LinkUp")):
         return _judge_down(physical, shown, code, peer_expected)
-    return [PortIssue("ib-port-state", "info", code, f"port state {shown}")]
+    return [PortIssue("ib-port-state", Severity.info, code, f"port state {shown}")]
 
 
 def _judge_down(physical: str | None, shown: str, code: str, peer_expected: bool) -> list[PortIssue]:
@@ -245,7 +242,7 @@ def _judge_down(physical: str | None, shown: str, code: str, peer_expected: bool
         return [
             PortIssue(
                 "ib-port-state",
-                "critical",
+                Severity.critical,
                 code,
                 f"port {shown}: the physical link is up but the port is logically down (subnet manager or "
                 "port configuration)",
@@ -256,7 +253,7 @@ def _judge_down(physical: str | None, shown: str, code: str, peer_expected: bool
         return [
             PortIssue(
                 "ib-port-state",
-                "critical" if peer_expected else "warning",
+                Severity.critical if peer_expected else Severity.warning,
                 code,
                 f"port {shown}: switched off (by an operator, or by the fabric manager isolating a bad link)",
                 "find out why it was disabled; once the cause is fixed enable it (`ibportstate <lid> <port> enable`)",
@@ -266,7 +263,7 @@ def _judge_down(physical: str | None, shown: str, code: str, peer_expected: bool
         return [
             PortIssue(
                 "ib-port-state",
-                "critical",
+                Severity.critical,
                 code,
                 f"port {shown}: the link is trying to come up but has not trained",
                 _NO_LINK_FIX,
@@ -276,18 +273,18 @@ def _judge_down(physical: str | None, shown: str, code: str, peer_expected: bool
         return [
             PortIssue(
                 "ib-port-state",
-                "warning",
+                Severity.warning,
                 code,
                 f"port {shown}: in physical test mode",
                 "take the port out of test mode",
             )
         ]
     if not peer_expected:
-        return [PortIssue("ib-port-state", "info", code, f"port {shown}: no link (an unused port?)")]
+        return [PortIssue("ib-port-state", Severity.info, code, f"port {shown}: no link (an unused port?)")]
     return [
         PortIssue(
             "ib-port-state",
-            "critical",
+            Severity.critical,
             code,
             f"port {shown}: no link (no signal from a far end)",
             _NO_LINK_FIX,
@@ -320,7 +317,7 @@ def judge_link(
         out.append(
             PortIssue(
                 "ib-link-speed" if not any(h.endswith("X") for h in hints) else "ib-link-width",
-                "warning",
+                Severity.warning,
                 f"could be {better}",
                 f"link runs at {running} while both ends support {better}",
                 _LINK_FIX,
@@ -330,7 +327,7 @@ def judge_link(
         out.append(
             PortIssue(
                 "ib-link-width",
-                "warning",
+                Severity.warning,
                 "1X",
                 f"link trained at 1X ({running}): one lane of a multi-lane link, most likely a bad lane",
                 _LINK_FIX,
@@ -340,7 +337,7 @@ def judge_link(
         out.append(
             PortIssue(
                 "ib-link-width",
-                "warning",
+                Severity.warning,
                 f"{width}X",
                 f"link at {width}X while comparable ports run at {expected_width}X",
                 _LINK_FIX,
@@ -351,7 +348,7 @@ def judge_link(
         out.append(
             PortIssue(
                 "ib-link-speed",
-                "warning",
+                Severity.warning,
                 f"{rate:g} Gb/s",
                 f"link at {rate:g} Gb/s while comparable ports run at {expected_rate_gbps:g} Gb/s",
                 _LINK_FIX,
@@ -362,7 +359,7 @@ def judge_link(
 
 # -- counters ------------------------------------------------------------------------------------------------
 def _worse(a: Severity, b: Severity) -> Severity:
-    return a if _RANK[a] >= _RANK[b] else b
+    return a if a.rank >= b.rank else b
 
 
 def _count(value: int, saturated: bool, bits: int) -> str:
@@ -395,14 +392,14 @@ def judge_counter(
             return None
         return PortIssue(
             "ib-counter",
-            "info",
+            Severity.info,
             pma,
             f"{shown} {count}",
             "read the 64-bit counters (`perfquery -x`) for traffic",
         )
     severity, message = _threshold_verdict(info, value, count, shown, window_s, rate_gbps, ber)
     if saturated:
-        severity = _worse(severity, "warning")
+        severity = _worse(severity, Severity.warning)
     return PortIssue("ib-counter", severity, pma, message, _counter_fix(info, saturated))
 
 
@@ -422,20 +419,20 @@ def _threshold_verdict(
         measured = value / (rate_gbps * 1e9 * window_s)
         span = f"{window_s / 60:.0f} min" if window_s >= 120 else f"{window_s:g} s"
         if value > budget:
-            return "critical", (
+            return Severity.critical, (
                 f"{shown} {count} in {span} at {rate_gbps:g} Gb/s: a bit error rate of about {measured:.1e}, "
                 f"over the {target:g} target ({budget:.2f} errors allowed)"
             )
-        return "info", f"{shown} {count} in {span}: within the {target:g} bit error rate target"
+        return Severity.info, f"{shown} {count} in {span}: within the {target:g} bit error rate target"
     if info.name == "LinkDownedCounter" and window_s and window_s > 0:
         span = f"{window_s / 60:.0f} min" if window_s >= 120 else f"{window_s:g} s"
-        return "critical", f"{shown} {count}: the link went down in the last {span}"
+        return Severity.critical, f"{shown} {count}: the link went down in the last {span}"
     if value > threshold and info.over_threshold:
-        return info.over_threshold, (
+        return Severity(info.over_threshold), (
             f"{shown} {count}, over the threshold of {threshold} ({info.description.lower()})"
             + (" - counted since the counters were last cleared, so no error rate can be told" if not window_s else "")
         )
-    return "info", f"{shown} {count} (threshold {threshold})"
+    return Severity.info, f"{shown} {count} (threshold {threshold})"
 
 
 def _counter_fix(info: IbCounter, saturated: bool) -> str:
@@ -473,7 +470,7 @@ def judge_port(reading: PortReading, *, ber: float | None = None) -> list[PortIs
     """Everything the reading shows about the port, worst first."""
     out = judge_state(reading.state, reading.phys_state, peer_expected=reading.peer_expected)
     logical = normalise_state(reading.state)
-    if logical in (None, "Active") and not any(i.severity == "critical" for i in out):
+    if logical in (None, "Active") and not any(i.severity is Severity.critical for i in out):
         out += judge_link(
             reading.width,
             reading.speed,
@@ -486,12 +483,12 @@ def judge_port(reading: PortReading, *, ber: float | None = None) -> list[PortIs
     out += judge_counters(
         reading.counters, extended=reading.extended, window_s=reading.window_s, rate_gbps=rate, ber=ber
     )
-    return sorted(out, key=lambda i: -_RANK[i.severity])
+    return sorted(out, key=lambda i: -i.severity.rank)
 
 
 def worst(issues: list[PortIssue]) -> Severity | None:
     """The most severe issue's severity, or None for no issues."""
-    return max((i.severity for i in issues), key=_RANK.__getitem__, default=None)
+    return Severity.worst(i.severity for i in issues)
 
 
 def describe_port(

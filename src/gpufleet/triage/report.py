@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Severity = Literal["critical", "warning", "info"]
+from gpufleet.model import Severity
+
 Verdict = Literal["healthy", "degraded", "faulty", "unknown"]
 MAX_EVIDENCE = 8  # lines quoted per finding
-_WORST_FIRST: dict[Severity, int] = {"critical": 0, "warning": 1, "info": 2}
 
 
 @dataclass(slots=True)
@@ -29,7 +29,7 @@ class TriageFinding:
     def as_dict(self) -> dict[str, Any]:
         return {
             "check": self.check,
-            "severity": self.severity,
+            "severity": str(self.severity),
             "entity": self.entity,
             "code": self.code,
             "message": self.message,
@@ -50,15 +50,15 @@ class TriageReport:
     @property
     def verdict(self) -> Verdict:
         severities = {f.severity for f in self.findings}
-        if "critical" in severities:
+        if Severity.critical in severities:
             return "faulty"
         if not self.judged or not self.complete:
             return "unknown"
-        return "degraded" if "warning" in severities else "healthy"
+        return "degraded" if Severity.warning in severities else "healthy"
 
     def ordered(self) -> list[TriageFinding]:
         """The findings worst first, in the reader's order within a severity."""
-        return sorted(self.findings, key=lambda f: _WORST_FIRST[f.severity])
+        return sorted(self.findings, key=lambda f: -f.severity.rank)
 
     def as_dict(self) -> dict[str, Any]:
         return {

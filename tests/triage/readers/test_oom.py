@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpufleet.model import Severity
 from gpufleet.triage.readers.oom import (
     OomKillTracker,
     describe_gpu_oom,
@@ -241,7 +242,7 @@ def test_side_by_side_names_both_failures_and_only_across_inputs() -> None:
     pod.findings.append(
         TriageFinding(
             "pod",
-            "critical",
+            Severity.critical,
             "container trainer of pod trainer-0 was killed by the kernel's "
             "OOM killer at its 16Gi memory limit (host memory)",
             "pod trainer-0 container trainer",
@@ -251,7 +252,11 @@ def test_side_by_side_names_both_failures_and_only_across_inputs() -> None:
     log = TriageReport("app-log", "train.log")
     log.findings.append(
         TriageFinding(
-            "app-log", "critical", "PyTorch out of memory on GPU 0 (rank 3) at 14:02:11: ...", "rank 3", "gpu-oom"
+            "app-log",
+            Severity.critical,
+            "PyTorch out of memory on GPU 0 (rank 3) at 14:02:11: ...",
+            "rank 3",
+            "gpu-oom",
         )
     )
     combined = side_by_side([pod, log])

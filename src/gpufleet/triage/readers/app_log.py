@@ -22,9 +22,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpufleet.model import Severity
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.readers.oom import GPU_OOM, HOST_OOM, SIGKILL, GpuOom, describe_gpu_oom, parse_gpu_oom
-from gpufleet.triage.report import MAX_EVIDENCE, Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import MAX_EVIDENCE, TriageFinding, TriageReport
 
 _PREFIXES = re.compile(r"^(?:\s*(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,6}: (?=\S)))+")
 _RANK = re.compile(r"\[rank(\d+)\]:|\[\d+,(\d+)\]<std|^\s*(\d{1,6}): ")
@@ -139,13 +140,13 @@ class _LogReader:
             return False
         if (oom := parse_gpu_oom(body)) is not None:
             kind = "host" if oom.on_cpu else oom.framework
-            seen = self._seen(kind, HOST_OOM if oom.on_cpu else GPU_OOM, "critical")
+            seen = self._seen(kind, HOST_OOM if oom.on_cpu else GPU_OOM, Severity.critical)
             seen.ooms.append(oom)
             if oom.gpu is not None:
                 seen.gpus.append(oom.gpu)
             self._see(seen, number, line, time)
         elif m := _SLURM_OOM.search(body):
-            seen = self._seen("slurm", HOST_OOM, "critical")
+            seen = self._seen("slurm", HOST_OOM, Severity.critical)
             step = m["step"].rstrip(".")
             seen.message = (f"Slurm killed step {step} at its cgroup's memory limit ({m['count']} OOM kill(s)): "
                             "host memory (the job's --mem / --mem-per-cpu), not GPU memory")  # fmt: skip
@@ -154,7 +155,7 @@ class _LogReader:
                         "the peak")  # fmt: skip
             self._see(seen, number, line, time)
         elif m := _SRUN_OOM.search(body):
-            seen = self._seen("slurm", HOST_OOM, "critical")
+            seen = self._seen("slurm", HOST_OOM, Severity.critical)
             if not seen.message:
                 seen.message = f"Slurm task {m['tasks']} on {m['node']} ran out of host memory (not GPU memory)"
                 seen.fix = "ask for more host memory (--mem, --mem-per-gpu) or cut what each task keeps in RAM"
@@ -162,7 +163,7 @@ class _LogReader:
                 seen.ranks.append(f"task {m['tasks']}")
             self._see(seen, number, line, time)
         elif m := _SIGKILLED.search(body):
-            seen = self._seen("sigkill", SIGKILL, "warning")
+            seen = self._seen("sigkill", SIGKILL, Severity.warning)
             what = f"DataLoader worker {m['worker'].strip()}" if m["worker"] else "a training process"
             seen.message = seen.message or (
                 f"{what} was killed with SIGKILL: most often the kernel's OOM killer at the container's or job's "
@@ -181,7 +182,9 @@ class _LogReader:
         number, line, time, _ = self.quoted
         oom = parse_gpu_oom(_PREFIXES.sub("", line).strip())
         assert oom is not None
-        seen = self._seen("host" if oom.on_cpu else oom.framework, HOST_OOM if oom.on_cpu else GPU_OOM, "critical")
+        seen = self._seen(
+            "host" if oom.on_cpu else oom.framework, HOST_OOM if oom.on_cpu else GPU_OOM, Severity.critical
+        )
         seen.ooms.append(oom)
         self._see(seen, number, line, time)
         self.cut = f"{why}: the out-of-memory report is read from the source line its traceback quotes"
@@ -240,7 +243,8 @@ def read_app_log(lines: Iterable[str], source: str) -> TriageReport:
         report.notes.append("the log is empty")
     elif not report.findings:
         if reader.exception:
-            report.findings.append(TriageFinding("app-log", "warning", f"the program failed, but not for memory: "
+            report.findings.append(TriageFinding("app-log", Severity.warning,
+                                                 f"the program failed, but not for memory: "
                                                  f"{reader.exception}", code="exception", evidence=[reader.exception],
                                                  fix="read the traceback above it"))  # fmt: skip
         report.notes.append("no out-of-memory report (CUDA, XLA, TensorFlow, NCCL, vLLM) or OOM kill in this log")

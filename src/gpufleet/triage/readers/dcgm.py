@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpufleet.health.dcgm_diag import DiagIssue, assess, classify_message
+from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.dcgmi_diag import DiagParser
 from gpufleet.parsers.nvidia.dcgmi_health import HealthParser, HealthReport
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
-from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import TriageFinding, TriageReport
 
 _HEALTH_FIX = {
-    "critical": "drain the node; run `dcgmi diag -r 3` on it and follow the failure it names",
-    "warning": "watch it: rerun `dcgmi health -c`, and run `dcgmi diag -r 2` at the next drain",
+    Severity.critical: "drain the node; run `dcgmi diag -r 3` on it and follow the failure it names",
+    Severity.warning: "watch it: rerun `dcgmi health -c`, and run `dcgmi diag -r 2` at the next drain",
 }
 
 
@@ -59,7 +60,7 @@ def read_dcgmi_diag(lines: Iterable[str], source: str) -> TriageReport:
 
 
 def _health_severity(health: str) -> Severity | None:
-    return {"Failure": "critical", "Warning": "warning"}.get(health)  # type: ignore[return-value]
+    return {"Failure": Severity.critical, "Warning": Severity.warning}.get(health)
 
 
 def _judge_health(health: HealthReport, report: TriageReport) -> None:
@@ -71,7 +72,7 @@ def _judge_health(health: HealthReport, report: TriageReport) -> None:
             if system.health == "Internal error" or (rule is not None and rule.kind == "diagnostic"):
                 report.judged = False  # the watch could not be evaluated: it says nothing of the entity
                 report.findings.append(
-                    TriageFinding("dcgmi health", "info", f"DCGM could not evaluate the {system.name} of "
+                    TriageFinding("dcgmi health", Severity.info, f"DCGM could not evaluate the {system.name} of "
                                   f"{entity.name}: {system.message or system.health}", entity.name,
                                   system.name, rule.fix if rule and rule.fix else "check nv-hostengine's log",
                                   system.lines)
@@ -127,7 +128,7 @@ def read_dcgmi_health(lines: Iterable[str], source: str) -> TriageReport:
             fix = "enable the watches: `dcgmi health -s a` (then wait a minute for PCIe, thermal and power data)"
             if "not enabled" not in error:
                 fix = rule.fix if rule and rule.fix else "start nv-hostengine and check the group id (`-g`)"
-            report.findings.append(TriageFinding("dcgmi health", "info", f"dcgmi could not check: {error}",
+            report.findings.append(TriageFinding("dcgmi health", Severity.info, f"dcgmi could not check: {error}",
                                                  code="dcgmi error", fix=fix, evidence=[error]))  # fmt: skip
         report.notes.append("no health report in the input" if not health.errors else "dcgmi printed no report")
         return report

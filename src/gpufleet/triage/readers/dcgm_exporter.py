@@ -29,10 +29,11 @@ from gpufleet.catalog.dcgm_fields import field_ids
 from gpufleet.catalog.xid import load_xid_catalog
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.xid_policy import Action, XidSeverity, classify, load_policy
+from gpufleet.model import Severity
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.parsers.prometheus_text import BadLine, Metadata, Sample, exact_int, parse_line
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
-from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import TriageFinding, TriageReport
 
 MAX_GPUS = 4096
 MAX_FIELDS = 2048  # distinct fields kept per GPU
@@ -237,10 +238,10 @@ def _xid_severity(code: int, sample: Sample, message: str) -> tuple[Severity, st
     verdict = classify(event, load_policy())
     fix = f"{verdict.action.value}: {verdict.reason}" if verdict.reason else verdict.action.value
     if verdict.action is Action.IGNORE:
-        return "info", fix
+        return Severity.info, fix
     if verdict.severity is XidSeverity.FATAL or verdict.action in _CRITICAL_ACTIONS:
-        return "critical", fix
-    return "warning", fix
+        return Severity.critical, fix
+    return Severity.warning, fix
 
 
 def _judge_xid(judge: _Judge) -> None:
@@ -273,45 +274,51 @@ def _judge_memory(judge: _Judge) -> None:
     gpu, limits = judge.gpu, load_thresholds().ecc
     dbe = gpu.first(DBE_VOLATILE)
     if dbe is not None and (count := _whole(dbe)):
-        judge.add("ecc", "critical", "volatile uncorrectable ECC", f"{count} uncorrectable (double-bit) ECC "
+        judge.add("ecc", Severity.critical, "volatile uncorrectable ECC", f"{count} uncorrectable (double-bit) ECC "
                   "error(s) since the last reset", "drain, reset the GPU and run `dcgmi diag -r 3`; replace it if "
                   "they return", dbe)  # fmt: skip
     aggregate = gpu.first(DBE_AGGREGATE)
     if aggregate is not None and (count := _whole(aggregate)):
-        judge.add("ecc", "info", "aggregate uncorrectable ECC", f"{count} uncorrectable ECC error(s) "
+        judge.add("ecc", Severity.info, "aggregate uncorrectable ECC", f"{count} uncorrectable ECC error(s) "
                   "over the GPU's life", "history only; the volatile count says whether it is current",
                   aggregate)  # fmt: skip
     failure = gpu.first(REMAP_FAILURE)
     if failure is not None and _whole(failure):
-        judge.add("row-remap", "critical", "row remap failure", "a row remap failed: the memory cannot be repaired",
+        judge.add("row-remap", Severity.critical, "row remap failure",
+                  "a row remap failed: the memory cannot be repaired",
                   "drain the node and replace the GPU (RMA)", failure)  # fmt: skip
     pending = gpu.first(REMAP_PENDING)
     if pending is not None and _whole(pending):
-        judge.add("row-remap", "warning", "row remap pending", "a row remap is pending and takes effect at the next "
+        judge.add("row-remap", Severity.warning, "row remap pending",
+                  "a row remap is pending and takes effect at the next "
                   "reset", "reset the GPU (or reboot) at a convenient time", pending)  # fmt: skip
     uncorrectable = gpu.first(REMAP_UNCORRECTABLE)
     rows = _whole(uncorrectable)
     if uncorrectable is None or not rows:
         pass
     elif rows >= limits.uncorrectable_remapped_rows_limit:
-        judge.add("row-remap", "critical", "remapped rows over limit", f"{rows} rows remapped for uncorrectable "
+        judge.add("row-remap", Severity.critical, "remapped rows over limit", f"{rows} rows remapped for uncorrectable "
                   f"errors, at or over DCGM's limit of {limits.uncorrectable_remapped_rows_limit}",
                   "drain the node and replace the GPU (RMA)", uncorrectable)  # fmt: skip
     else:
-        judge.add("row-remap", "info", "remapped rows", f"{rows} row(s) remapped for uncorrectable errors (repaired)",
+        judge.add("row-remap", Severity.info, "remapped rows",
+                  f"{rows} row(s) remapped for uncorrectable errors (repaired)",
                   "none now; watch the count", uncorrectable)  # fmt: skip
     retired_pending = gpu.first(RETIRED_PENDING)
     if retired_pending is not None and _whole(retired_pending):
-        judge.add("page-retirement", "warning", "page retirement pending", "a retired page takes effect at the next "
+        judge.add("page-retirement", Severity.warning, "page retirement pending",
+                  "a retired page takes effect at the next "
                   "reset", "reset the GPU at a convenient time", retired_pending)  # fmt: skip
     retired = [s for name in sorted(RETIRED) if (s := gpu.values.get(name)) is not None]
     pages = sum(_whole(s) or 0 for s in retired)
     if pages >= limits.retired_pages_limit:
-        judge.add("page-retirement", "critical", "retired pages over limit", f"{pages} pages retired, at or over "
+        judge.add("page-retirement", Severity.critical, "retired pages over limit",
+                  f"{pages} pages retired, at or over "
                   f"DCGM's limit of {limits.retired_pages_limit}", "drain the node and replace the GPU (RMA)",
                   *retired)  # fmt: skip
     elif pages >= limits.retired_pages_soft and _whole(retired_pending):
-        judge.add("page-retirement", "warning", "retired pages", f"{pages} pages retired with more pending (DCGM "
+        judge.add("page-retirement", Severity.warning, "retired pages",
+                  f"{pages} pages retired with more pending (DCGM "
                   f"warns from {limits.retired_pages_soft})", "reset the GPU and run `dcgmi diag -r 3`",
                   *retired)  # fmt: skip
 
@@ -322,13 +329,14 @@ def _judge_clocks(judge: _Judge) -> None:
     if reasons is not None and mask:
         harmful = [name for name in clock_events_of(mask) if name in _HARMFUL_CLOCK_EVENTS]
         if harmful:
-            judge.add("clocks", "warning", ", ".join(harmful), f"clocks held down now: {', '.join(harmful)} "
+            judge.add("clocks", Severity.warning, ", ".join(harmful), f"clocks held down now: {', '.join(harmful)} "
                       f"(reasons {mask:#x})", "check cooling and power delivery (`nvidia-smi -q -d "
                       "PERFORMANCE,TEMPERATURE,POWER`)", reasons)  # fmt: skip
     for sample in judge.gpu.clock_counts:
         event, count = sample.label("clock_event"), _whole(sample)
         if event in _HARMFUL_CLOCK_EVENTS and count:
-            judge.add("clocks", "warning", event, f"{event} held the clocks down {count} time(s) in the last window",
+            judge.add("clocks", Severity.warning, event,
+                      f"{event} held the clocks down {count} time(s) in the last window",
                       "check cooling and power delivery", sample)  # fmt: skip
 
 
@@ -347,14 +355,14 @@ def _judge_temperature(judge: _Judge) -> bool:
     }
     for name, limit in limits.items():
         if limit is not None and temp.value >= limit:
-            severity: Severity = "critical" if name == "shutdown" else "warning"
+            severity: Severity = Severity.critical if name == "shutdown" else Severity.warning
             judge.add("temperature", severity, f"GPU temperature over {name}", f"{temp.value:g} C, at or over "
                       f"its {name} temperature {limit:g} C", "check the GPU's cooling (fans, airflow, inlet "
                       "temperature) and its clocks", temp)  # fmt: skip
             break
     memory, memory_limit = gpu.first(MEM_TEMP), _limit(gpu.first(MEM_MAX_OP_TEMP))
     if memory is not None and memory_limit is not None and memory.value >= memory_limit:
-        judge.add("temperature", "warning", "memory temperature over max operating", f"memory at "
+        judge.add("temperature", Severity.warning, "memory temperature over max operating", f"memory at "
                   f"{memory.value:g} C, at or over its max operating {memory_limit:g} C", "check the GPU's cooling",
                   memory)  # fmt: skip
     return any(v is not None for v in limits.values())
@@ -369,7 +377,7 @@ def _limit(sample: Sample | None) -> float | None:
 def _judge_health(judge: _Judge) -> None:
     for sample in judge.gpu.health:
         value = _whole(sample)
-        severity: Severity | None = "critical" if value == 20 else "warning" if value == 10 else None
+        severity: Severity | None = Severity.critical if value == 20 else Severity.warning if value == 10 else None
         if severity is not None:
             watch, code = sample.label("health_watch", "?"), sample.label("health_error_code")
             judge.add("dcgm health", severity, code or watch, f"DCGM's {watch} health watch reports "
@@ -384,7 +392,8 @@ def _report_counters(judge: _Judge) -> bool:
         total = sum(_whole(s) or 0 for s in samples)
         if total:
             found = True
-            judge.add("error counters", "info", name, f"{total} since the driver loaded ({name})", "a rate needs two "
+            judge.add("error counters", Severity.info, name, f"{total} since the driver loaded ({name})",
+                      "a rate needs two "
                       "scrapes: compare with a later scrape, or run `dcgmi health -c`", *samples[:4])  # fmt: skip
     return found
 

@@ -30,6 +30,7 @@ from gpufleet.health.ib_ports import (
     speed_generation,
     speed_rank,
 )
+from gpufleet.model import Severity
 from gpufleet.parsers.infiniband.diags import (
     FabricLink,
     FabricTopology,
@@ -123,7 +124,7 @@ def _sibling_rates(found: _Findings, rates: list[_Rate]) -> None:
                 found.add(
                     TriageFinding(
                         "ib-link-speed",
-                        "info",
+                        Severity.info,
                         f"runs at {m.gbps:g} Gb/s ({m.shown.strip()}) while {faster} port(s) of the same model run "
                         f"at {fastest:g} Gb/s: if it is not a slower port by design, its link trained down (a bad "
                         "lane or cable)",
@@ -278,7 +279,7 @@ def read_perfquery(lines: Iterable[str], source: str) -> TriageReport:
                     found.add(
                         TriageFinding(
                             "ib-counter",
-                            "info",
+                            Severity.info,
                             f"{name} {value}: {_DETAIL_MEANING[name]}",
                             entity,
                             name,
@@ -326,7 +327,7 @@ def read_ibqueryerrors(lines: Iterable[str], source: str) -> TriageReport:
         for name, value in port.counters.items():
             issue = judge_counter(name, value, extended=name in port.wide)
             if issue is None and value and name in _DETAIL_MEANING:
-                issue = PortIssue("ib-counter", "info", name, f"{name} {value}: {_DETAIL_MEANING[name]}")
+                issue = PortIssue("ib-counter", Severity.info, name, f"{name} {value}: {_DETAIL_MEANING[name]}")
             if issue is not None:
                 found.issue(issue, entity, port.lines)
         link = parse_link_line(port.detail) if port.detail else None
@@ -339,7 +340,7 @@ def read_ibqueryerrors(lines: Iterable[str], source: str) -> TriageReport:
         found.add(
             TriageFinding(
                 "ib-counter",
-                "warning",
+                Severity.warning,
                 f"{parsed.pma_failures} port counter queries failed: those ports were not checked",
                 code="PMA query failures",
                 fix="check that the ports answer (`perfquery <lid> <port>`); a port that does not is suspect",
@@ -375,12 +376,12 @@ def _qe_notes(report: TriageReport, thresholds: dict[str, int], suppressed: list
 def _judge_link_line(link: LinkInfo, *, peer_expected: bool) -> list[PortIssue]:
     issues = judge_state(link.state, link.phys_state, peer_expected=peer_expected)
     state = normalise_state(link.state)
-    if state == "Active" and not any(i.severity == "critical" for i in issues):
+    if state == "Active" and not any(i.severity is Severity.critical for i in issues):
         if not link.far_end_available:
             issues.append(
                 PortIssue(
                     "ib-link",
-                    "warning",
+                    Severity.warning,
                     "far end not available",
                     f"port {link.state}/{link.phys_state} but iblinkinfo could not read its far end ({link.note})",
                     "check the far end of the cable; rerun iblinkinfo",
@@ -494,14 +495,19 @@ def read_iblinkinfo(lines: Iterable[str], source: str) -> TriageReport:
             issues = [
                 PortIssue(
                     i.check,
-                    "warning",
+                    Severity.warning,
                     i.code,
                     i.message + "; the same port is up on the other switches named like this one",
                     i.fix,
                 )
                 for i in issues
             ]
-        if link.node_type == "Switch" and not peer_expected and all(i.severity == "info" for i in issues) and issues:
+        if (
+            link.node_type == "Switch"
+            and not peer_expected
+            and all(i.severity is Severity.info for i in issues)
+            and issues
+        ):
             unused.append(link)
             continue
         if link.remote_port is not None and issues:
@@ -518,7 +524,7 @@ def read_iblinkinfo(lines: Iterable[str], source: str) -> TriageReport:
         found.add(
             TriageFinding(
                 "ib-port-state",
-                "info",
+                Severity.info,
                 f"{len(unused)} switch port(s) have no link (unused, or unplugged)",
                 f"{len({link.node for link in unused})} switch(es)",
                 "no link",
@@ -593,7 +599,7 @@ def read_ibnetdiscover(lines: Iterable[str], source: str) -> TriageReport:
             found.add(
                 TriageFinding(
                     "ib-link",
-                    "info",
+                    Severity.info,
                     f"link to {link.remote_description or link.remote} at an unknown width or speed "
                     f"({link.width or '??'} {link.speed or '???'})",
                     entity,
@@ -609,7 +615,7 @@ def read_ibnetdiscover(lines: Iterable[str], source: str) -> TriageReport:
             found.add(
                 TriageFinding(
                     "ib-link-speed",
-                    "info",
+                    Severity.info,
                     f"link at {link.speed}{f' ({rate:g} Gb/s)' if rate else ''} while this node has {top} links: a "
                     "slower peer by design, or a link that trained down (iblinkinfo tells which)",
                     entity,
@@ -621,7 +627,7 @@ def read_ibnetdiscover(lines: Iterable[str], source: str) -> TriageReport:
         found.add(
             TriageFinding(
                 "ib-port-state",
-                "critical",
+                Severity.critical,
                 f"{len(unassigned)} link(s) have ports with no LID assigned (lid 0): the subnet manager has not "
                 "configured them, so they carry no traffic",
                 f"{len({link.node for link in unassigned})} node(s)",

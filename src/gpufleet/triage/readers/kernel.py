@@ -16,13 +16,13 @@ from gpufleet.health.detectors.kernel import KernelDetector
 from gpufleet.health.fault_history import FaultHistory
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.xid_policy import Action, XidPolicy, XidSeverity, classify, load_policy
-from gpufleet.model import Severity as ModelSeverity
+from gpufleet.model import Severity
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.parsers.infiniband.diags import LinkStateEvent, link_event
 from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.triage.readers.common import MAX_FINDINGS
 from gpufleet.triage.readers.oom import HOST_OOM, OomKill, OomKillTracker, describe_kills
-from gpufleet.triage.report import MAX_EVIDENCE, Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import MAX_EVIDENCE, TriageFinding, TriageReport
 
 MAX_REJECTED = 20  # unreadable lines quoted
 
@@ -32,12 +32,12 @@ _CRITICAL_ACTIONS = {Action.RESET_GPU, Action.RESTART_BM, Action.RESTART_VM, Act
 def _kernel_severity(event: KernelEvent, policy: XidPolicy) -> tuple[Severity, str, str]:
     verdict = classify(event, policy)
     if event.kind in ("fallen_off_bus", "reset_required"):
-        return "critical", verdict.action.value, verdict.reason
+        return Severity.critical, verdict.action.value, verdict.reason
     if verdict.action is Action.IGNORE:
-        return "info", verdict.action.value, verdict.reason
+        return Severity.info, verdict.action.value, verdict.reason
     if verdict.severity is XidSeverity.FATAL or verdict.action in _CRITICAL_ACTIONS:
-        return "critical", verdict.action.value, verdict.reason
-    return "warning", verdict.action.value, verdict.reason
+        return Severity.critical, verdict.action.value, verdict.reason
+    return Severity.warning, verdict.action.value, verdict.reason
 
 
 def read_kernel_log(lines: Iterable[str], source: str) -> TriageReport:
@@ -76,14 +76,14 @@ class _Findings:
         group.count += 1
         group.last_line = line
         # the worst report speaks for the group
-        if (_RANK[finding.severity], escalated) > (_RANK[group.finding.severity], group.escalated):
+        if (finding.severity.rank, escalated) > (group.finding.severity.rank, group.escalated):
             finding.evidence = group.finding.evidence + finding.evidence
             group.finding, group.escalated = finding, escalated
         elif len(group.finding.evidence) < MAX_EVIDENCE:
             group.finding.evidence += finding.evidence
 
     def into(self, report: TriageReport) -> None:
-        for group in sorted(self.groups.values(), key=lambda g: -_RANK[g.finding.severity]):
+        for group in sorted(self.groups.values(), key=lambda g: -g.finding.severity.rank):
             finding = group.finding
             if group.count > 1:
                 finding.message += f" ({group.count} reports, lines {group.first_line}-{group.last_line})"
@@ -92,9 +92,6 @@ class _Findings:
         for severity, n in self.unlisted.items():
             message = f"{n} more {severity} report(s) on other GPUs or codes (the first {MAX_FINDINGS} are listed)"
             report.findings.append(TriageFinding("unlisted", severity, message, code="unlisted"))
-
-
-_RANK: dict[Severity, int] = {"info": 0, "warning": 1, "critical": 2}
 
 
 def _event_finding(event: KernelEvent, policy: XidPolicy) -> TriageFinding:
@@ -125,7 +122,7 @@ def _escalate(finding: TriageFinding, event: KernelEvent, history: FaultHistory,
     plain = detector.finding(when, event.host or "this host", event)
     judged = history.judge(plain)
     if judged.action != plain.action:
-        finding.severity = "critical" if judged.severity is ModelSeverity.critical else finding.severity
+        finding.severity = Severity.critical if judged.severity is Severity.critical else finding.severity
         why = judged.summary.rsplit(" - escalated: ", 1)[-1]
         finding.message = f"{finding.message} - escalated: {why}"
         finding.fix = f"{judged.action}: {why}"
@@ -199,19 +196,20 @@ class _LinkWatch:
                     else "the lines carry no time to window them"
                 )
                 report.findings.append(
-                    TriageFinding("link", "critical", f"{name} is flapping: {downs} link downs ({within})", name,
+                    TriageFinding("link", Severity.critical, f"{name} is flapping: {downs} link downs ({within})", name,
                                   "link flap", "check the cable and transceiver at both ends (reseat, then replace); "
                                   "read the port's counters (`perfquery`, symbol errors and link downed)", evidence)
                 )  # fmt: skip
             if last.state == "down":
                 report.findings.append(
-                    TriageFinding("link", "critical", f"{name} is down: its last report (line {last.line}) lost the "
+                    TriageFinding("link", Severity.critical,
+                                  f"{name} is down: its last report (line {last.line}) lost the "
                                   "link", name, "link down", "check the cable, the switch port and `ibstat`",
                                   [last.raw])
                 )  # fmt: skip
             elif downs and not flapping:
                 report.findings.append(
-                    TriageFinding("link", "warning", f"{name} went down {downs} time(s) and came back", name,
+                    TriageFinding("link", Severity.warning, f"{name} went down {downs} time(s) and came back", name,
                                   "link down", "watch it: a second drop within the window makes it a flapping link",
                                   evidence)
                 )  # fmt: skip
@@ -229,7 +227,7 @@ def _oom_findings(tracker: OomKillTracker, report: TriageReport) -> None:
         entity = f"pod {kills[0].pod_uid}" if kills[0].pod_uid else where or ("node" if scope == "node" else "")
         # the first kill's report (its cgroup, limit and victim), then the last kill's own lines
         evidence = kills[0].lines[: MAX_EVIDENCE - 2] + (kills[-1].lines[-2:] if len(kills) > 1 else [])
-        severity: Severity = "critical" if scope == "node" else "warning"
+        severity: Severity = Severity.critical if scope == "node" else Severity.warning
         report.findings.append(TriageFinding("oom-kill", severity, message, entity, HOST_OOM, fix, evidence))
     if tracker.unlisted:
         report.notes.append(f"{tracker.unlisted} more OOM kill(s) not listed")
@@ -267,7 +265,7 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
         report.findings.append(
             TriageFinding(
                 "unreadable",
-                "info",
+                Severity.info,
                 f"line {bad.line} looks like a GPU fault report but cannot be read: {bad.reason}",
                 code="unreadable",
                 evidence=[bad.raw],

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.errors import ParseError
+from gpufleet.model import Severity
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines, bounded_text
 from gpufleet.triage.readers.kube_json import CUT, load_json
-from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import TriageFinding, TriageReport
 
 MAX_NODES = 5_000
 MAX_ITEMS = 500  # conditions, taints, resources, labels read per node
@@ -133,7 +134,7 @@ def _judge_conditions(node: NodeView, add: Add, notes: list[str]) -> None:
             if c.status == "False":
                 add(
                     "node-condition",
-                    "critical",
+                    Severity.critical,
                     "Ready=False",
                     f"the node is not Ready{why}",
                     "check the kubelet and container runtime on the node (`journalctl -u kubelet`)",
@@ -142,7 +143,7 @@ def _judge_conditions(node: NodeView, add: Add, notes: list[str]) -> None:
             elif c.status == "Unknown":
                 add(
                     "node-condition",
-                    "critical",
+                    Severity.critical,
                     "Ready=Unknown",
                     f"the kubelet stopped reporting: the node is unreachable or down{why}",
                     "check the node is up and reachable; its pods are evicted after the unreachable taint's grace",
@@ -161,7 +162,7 @@ def _judge_conditions(node: NodeView, add: Add, notes: list[str]) -> None:
         if c.type in PRESSURE:
             add(
                 "node-condition",
-                "warning",
+                Severity.warning,
                 state,
                 f"{c.type}{why}: the kubelet evicts pods and refuses new ones",
                 "free memory/disk/PIDs on the node, or move work off it",
@@ -170,7 +171,7 @@ def _judge_conditions(node: NodeView, add: Add, notes: list[str]) -> None:
         elif c.type == "NetworkUnavailable":
             add(
                 "node-condition",
-                "warning",
+                Severity.warning,
                 state,
                 f"pod networking is not set up on the node{why}",
                 "check the network plugin (CNI) pods on the node and its routes",
@@ -179,7 +180,7 @@ def _judge_conditions(node: NodeView, add: Add, notes: list[str]) -> None:
         elif GPU_WORDS.search(c.type) and not re.search(r"non-?fatal|warn", c.type, re.IGNORECASE):
             add(
                 "gpu-condition",
-                "critical",
+                Severity.critical,
                 state,
                 f"a GPU health check failed: {state}{why}",
                 "drain the node; check `dmesg` for Xid/SXid and run `dcgmi diag -r 3` before returning it",
@@ -188,14 +189,14 @@ def _judge_conditions(node: NodeView, add: Add, notes: list[str]) -> None:
         else:
             add(
                 "node-condition",
-                "warning",
+                Severity.warning,
                 state,
                 f"a node problem is reported: {state}{why}",
                 "see the reporting agent's documentation for this condition",
                 [c.line],
             )
     if ready is None and node.conditions and node.complete:
-        add("node-condition", "warning", "no Ready", "the node has conditions but no Ready condition", "", [])
+        add("node-condition", Severity.warning, "no Ready", "the node has conditions but no Ready condition", "", [])
     if unknown:
         notes.append(f"{node.name or 'node'}: {', '.join(unknown[:8])} Unknown: the agent setting it cannot tell")
 
@@ -215,7 +216,7 @@ def _judge_taints(node: NodeView, add: Add, found: dict[str, TriageFinding], rep
             else:
                 add(
                     "taint",
-                    "critical",
+                    Severity.critical,
                     key,
                     f"tainted {shown}: the node lifecycle controller lost the node",
                     "check the node is up and its kubelet runs",
@@ -224,7 +225,7 @@ def _judge_taints(node: NodeView, add: Add, found: dict[str, TriageFinding], rep
         elif key in DOWN_TAINTS:
             add(
                 "taint",
-                "critical",
+                Severity.critical,
                 key,
                 f"tainted {shown}: {DOWN_TAINTS[key]}",
                 "bring the node back or replace it",
@@ -235,11 +236,11 @@ def _judge_taints(node: NodeView, add: Add, found: dict[str, TriageFinding], rep
             if condition is not None:
                 condition.evidence.append(line)
             else:
-                add("taint", "warning", key, f"tainted {shown}", "free the resource on the node", [line])
+                add("taint", Severity.warning, key, f"tainted {shown}", "free the resource on the node", [line])
         elif key == "node.cloudprovider.kubernetes.io/uninitialized":
             add(
                 "taint",
-                "warning",
+                Severity.warning,
                 key,
                 f"tainted {shown}: the cloud provider has not initialised the node",
                 "check the cloud controller manager",
@@ -249,7 +250,7 @@ def _judge_taints(node: NodeView, add: Add, found: dict[str, TriageFinding], rep
             if effect == "NoExecute":
                 add(
                     "taint",
-                    "warning",
+                    Severity.warning,
                     key,
                     f"tainted {shown}: pods without a toleration are evicted",
                     "check who set it: a health tool's quarantine, or a dedication taint set with NoExecute",
@@ -258,7 +259,7 @@ def _judge_taints(node: NodeView, add: Add, found: dict[str, TriageFinding], rep
             else:
                 dedicated.append(shown)  # keeps pods that do not ask for GPUs off the node
         elif (key.startswith("nvidia.com/") or GPU_WORDS.search(key)) and BAD_WORDS.search(f"{key}={value}"):
-            severity: Severity = "warning" if effect == "PreferNoSchedule" else "critical"
+            severity: Severity = Severity.warning if effect == "PreferNoSchedule" else Severity.critical
             add(
                 "taint",
                 severity,
@@ -273,7 +274,7 @@ def _judge_taints(node: NodeView, add: Add, found: dict[str, TriageFinding], rep
     if node.unschedulable or any(key == UNSCHEDULABLE_TAINT for key, *_ in node.taints):
         add(
             "cordon",
-            "warning",
+            Severity.warning,
             "cordoned",
             "the node is cordoned (unschedulable): no new pods are placed on it",
             "uncordon it (`kubectl uncordon`) once whoever cordoned it is done",
@@ -305,7 +306,7 @@ def _judge_gpus(node: NodeView, add: Add, report: TriageReport) -> None:
         if alloc < cap:
             add(
                 "device-plugin",
-                "critical",
+                Severity.critical,
                 "allocatable < capacity",
                 f"{cap - alloc} of {cap} {resource} are unhealthy: allocatable {alloc}, capacity {cap} (the device "
                 "plugin marked them unhealthy, which it does on a critical Xid)",
@@ -318,7 +319,7 @@ def _judge_gpus(node: NodeView, add: Add, report: TriageReport) -> None:
     if why_gpu and advertised == 0:
         add(
             "device-plugin",
-            "critical",
+            Severity.critical,
             "no GPUs advertised",
             f"a GPU node ({why_gpu}) advertises no GPUs: no device plugin registered them (capacity "
             f"{'0' if resources else 'has no nvidia.com/gpu'})",
@@ -352,7 +353,7 @@ def _judge_gfd_count(node: NodeView, add: Add) -> None:
         if have is not None and 0 < have < want:
             add(
                 "device-plugin",
-                "warning",
+                Severity.warning,
                 "fewer GPUs than labelled",
                 f"the device plugin advertises {have} {resource} where GPU feature discovery counted {want}",
                 "compare `nvidia-smi -L` on the node with the device plugin's log: a GPU is missing or not enumerated",

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from gpufleet.model import Severity
 from gpufleet.triage.readers.common import MAX_FINDINGS, MAX_TEXT, bounded_text
-from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import TriageFinding, TriageReport
 
 if TYPE_CHECKING:
     from gpufleet.nccl.compare import RunJudgement
@@ -22,11 +23,11 @@ def read_nccl_log(lines: Iterable[str], source: str) -> TriageReport:
         report.judged = False
         report.notes.append(dx.summary)
         if dx.evidence:
-            report.findings.append(TriageFinding("nccl", "info", dx.summary, code="unknown", fix=dx.fix,
+            report.findings.append(TriageFinding("nccl", Severity.info, dx.summary, code="unknown", fix=dx.fix,
                                                  evidence=dx.evidence))  # fmt: skip
         return report
     where = ", ".join([*(f"rank {r}" for r in dx.ranks), *dx.hosts])
-    report.findings.append(TriageFinding("nccl", "critical", dx.summary, where, dx.cls, dx.fix, dx.evidence))
+    report.findings.append(TriageFinding("nccl", Severity.critical, dx.summary, where, dx.cls, dx.fix, dx.evidence))
     if dx.also_seen:
         report.notes.append(f"also seen (symptoms of the cause, or secondary): {', '.join(dx.also_seen)}")
     return report
@@ -86,7 +87,7 @@ def _present(j: RunJudgement, name: str, report: TriageReport) -> bool:
         entity = f"{name}, {entity}" if entity else name
     row_lines = {r.bytes: r.line for r in table.rows}
     for cause in j.causes:
-        severity: Severity = "critical" if cause.code in ("data_corruption", "run_failed") else "warning"
+        severity: Severity = Severity.critical if cause.code in ("data_corruption", "run_failed") else Severity.warning
         if cause.code == "data_corruption":
             evidence = [r.line for r in table.wrong_rows] + [table.out_of_bounds_line]
         elif cause.code == "run_failed":

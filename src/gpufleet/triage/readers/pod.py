@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.errors import ParseError
+from gpufleet.model import Severity
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
 from gpufleet.triage.readers.kube_json import CUT, load_json
 from gpufleet.triage.readers.oom import GPU_OOM, HOST_OOM, SIGKILL, describe_gpu_oom, parse_gpu_oom
-from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import TriageFinding, TriageReport
 
 MAX_PODS = 5_000
 MAX_CONTAINERS = 100  # per pod, of each kind
@@ -159,7 +160,8 @@ def _judge(pod: PodView, report: TriageReport) -> None:
             _judge_termination(pod, c, t, add)
         if c.waiting and c.waiting[0] in BAD_WAITING and not c.terminations:
             reason, message = c.waiting
-            add("warning", f"pod {name} container {c.name}", reason, f"{c.kind} {c.name} of pod {name} is waiting: "
+            add(Severity.warning, f"pod {name} container {c.name}", reason,
+                f"{c.kind} {c.name} of pod {name} is waiting: "
                 f"{reason}{f' ({message})' if message else ''}", "read `kubectl describe pod` events and "
                 f"`kubectl logs --previous -c {c.name}`", [f'"waiting": {{"reason": "{reason}"}}'])  # fmt: skip
     described = []
@@ -183,17 +185,17 @@ def _judge_pod_status(pod: PodView, add: Add) -> None:
     if pod.reason == "Evicted":
         memory = re.search(r"\bmemory\b", pod.message, re.IGNORECASE)
         cause = "the node was low on host memory (not GPU memory)" if memory else "the node was short of a resource"
-        add("critical", f"pod {name}", "evicted", f"pod {name} was evicted by the kubelet: {cause}{why}",
+        add(Severity.critical, f"pod {name}", "evicted", f"pod {name} was evicted by the kubelet: {cause}{why}",
             "set memory requests close to what the pod really uses (pods above their requests are evicted first) "
             "or move it to a node with more memory" if memory else "free the resource on the node", [line])  # fmt: skip
     elif pod.reason == "UnexpectedAdmissionError" or pod.reason.startswith("OutOf"):
         gpu = re.search(r"gpu|nvidia|device", f"{pod.reason} {pod.message}", re.IGNORECASE)
-        add("critical", f"pod {name}", pod.reason, f"pod {name} failed admission on its node{why}"
+        add(Severity.critical, f"pod {name}", pod.reason, f"pod {name} failed admission on its node{why}"
             + (": the device plugin could not give it its GPUs" if gpu else ""),
             "check the node's device plugin and GPUs (triage its `kubectl get node -o json` and `dmesg`), then "
             "recreate the pod" if gpu else "recreate the pod on a node with room", [line])  # fmt: skip
     elif pod.phase == "Failed" and pod.reason:
-        add("warning", f"pod {name}", pod.reason, f"pod {name} failed: {pod.reason}{why}", "", [line])
+        add(Severity.warning, f"pod {name}", pod.reason, f"pod {name} failed: {pod.reason}{why}", "", [line])
 
 
 def _judge_termination(pod: PodView, c: ContainerView, t: Termination, add: Add) -> None:
@@ -213,31 +215,34 @@ def _judge_termination(pod: PodView, c: ContainerView, t: Termination, add: Add)
             message = f"{who} was killed by the kernel's OOM killer with {limit}{when}: the node ran out (host memory"
             fix = "give the container memory requests and limits sized to its use; look at the node's other pods"
         message += f"; its {gpus} are not involved)" if gpus else ")"
-        add("critical", entity, HOST_OOM, message, fix, [t.line])
+        add(Severity.critical, entity, HOST_OOM, message, fix, [t.line])
     ooms = [oom for text in t.message.splitlines()[-200:] if (oom := parse_gpu_oom(text.replace("**", "")))]
     if ooms:
         oom = max(ooms, key=lambda o: o.richness)
         summary, fix = describe_gpu_oom(oom)
-        add("critical", entity, GPU_OOM, f"{who} failed{when} with {summary} (GPU memory, not the container's memory "
+        add(Severity.critical, entity, GPU_OOM,
+            f"{who} failed{when} with {summary} (GPU memory, not the container's memory "
             f"limit: {limit})", fix, [oom.line[:500], t.line])  # fmt: skip
     if t.reason == "OOMKilled" or ooms:
         return
     code = t.exit_code
     signal = t.signal or (code - 128 if code is not None and 128 < code < 160 else None)
     if signal == 9:
-        add("warning", entity, SIGKILL, f"{who} was killed with SIGKILL (exit code {code}, reason {t.reason or '-'})"
+        add(Severity.warning, entity, SIGKILL,
+            f"{who} was killed with SIGKILL (exit code {code}, reason {t.reason or '-'})"
             f"{when} and not marked OOMKilled: a kill from outside (an eviction, a preemption, a failed liveness "
             "probe, a delete past its grace period) or an OOM kill the runtime did not record",
             "read the pod's events (`kubectl describe pod`) and the node's kernel log around that time: "
             "`Killed process` there means the OOM killer (host memory)", [t.line])  # fmt: skip
     elif signal:
         code_name, meaning = SIGNALS.get(signal, (f"signal {signal}", f"signal {signal}"))
-        severity: Severity = "info" if signal == 15 else "warning"
+        severity: Severity = Severity.info if signal == 15 else Severity.warning
         add(severity, entity, code_name, f"{who} stopped on {meaning} (exit code {code}){when}",
             f"read `kubectl logs --previous -c {c.name}`", [t.line])  # fmt: skip
     elif code:
         said = next((text.strip() for text in reversed(t.message.splitlines()) if text.strip()), "")
-        add("warning", entity, f"exit {code}", f"{who} exited with code {code} ({t.reason or 'no reason given'}){when}"
+        add(Severity.warning, entity, f"exit {code}",
+            f"{who} exited with code {code} ({t.reason or 'no reason given'}){when}"
             + (f": {said[:300]}" if said else ""), f"read `kubectl logs --previous -c {c.name}`", [t.line])  # fmt: skip
 
 

@@ -10,12 +10,13 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
+from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.smi import GpuRecord, NvidiaSmiReport, UnreadableValue, parse_query
 from gpufleet.parsers.nvidia.smi_table import parse_table
 from gpufleet.parsers.nvidia.smi_values import MEANS, Unreadable
 from gpufleet.parsers.nvidia.topo import PCIE_TYPES, NvlinkGpu, TopoMatrix, parse_topo_matrix, read_nvlink_status
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
-from gpufleet.triage.report import Severity, TriageFinding, TriageReport
+from gpufleet.triage.report import TriageFinding, TriageReport
 
 MAX_LISTED = 8  # names listed in one message before "and N more"
 
@@ -36,15 +37,14 @@ def _settle(report: TriageReport, cut_short: str | None, partial: str | None, pr
     excerpt, or a cut at a record's end) or holds values that did not read is still judged on what it shows when
     that already found something; shown nothing wrong, it could be hiding the fault, so the verdict is unknown."""
     if len(report.findings) > MAX_FINDINGS:
-        rank = {"critical": 0, "warning": 1, "info": 2}
-        kept = sorted(range(len(report.findings)), key=lambda i: (rank[report.findings[i].severity], i))
+        kept = sorted(range(len(report.findings)), key=lambda i: (-report.findings[i].severity.rank, i))
         dropped = len(report.findings) - MAX_FINDINGS
         report.findings = [report.findings[i] for i in sorted(kept[:MAX_FINDINGS])]
         report.notes.append(f"{dropped} more findings not listed (the {MAX_FINDINGS} most severe are)")
     if cut_short:
         report.complete = False
         report.notes.append(f"the input ends mid-record: {cut_short}")
-    found = any(f.severity in ("critical", "warning") for f in report.findings)
+    found = any(f.severity in (Severity.critical, Severity.warning) for f in report.findings)
     if problems:
         report.notes.append(f"{len(problems)} line(s) or value(s) did not read, e.g. {problems[0]}")
     if partial or problems:
@@ -149,7 +149,7 @@ def _judge_unreadable(gpu: GpuRecord, entity: str, report: TriageReport) -> None
         report.findings.append(
             TriageFinding(
                 "gpu-state",
-                "critical",
+                Severity.critical,
                 f"nvidia-smi prints {gone[0].printed} for {_fields(names)}: {MEANS[kind]}",
                 entity,
                 code,
@@ -163,8 +163,8 @@ def _judge_unreadable(gpu: GpuRecord, entity: str, report: TriageReport) -> None
     names = _unique(v.name for v in errors)
     state = _unique(v.name for v in errors if _is_state(v))
     printed = _unique(v.printed for v in errors)
-    severity: Severity = "critical" if len(state) >= 2 else "warning"
-    if severity == "critical":
+    severity: Severity = Severity.critical if len(state) >= 2 else Severity.warning
+    if severity is Severity.critical:
         message = (
             f"nvidia-smi could not read {_fields(names)} ({', '.join(printed[:3])}): the GPU is not answering for "
             "its own state"
@@ -192,7 +192,7 @@ def _judge_ecc_mode(gpu: GpuRecord, entity: str, report: TriageReport) -> None:
         report.findings.append(
             TriageFinding(
                 "ecc",
-                "warning",
+                Severity.warning,
                 "ECC is off and turns on at the next reboot",
                 entity,
                 "ECC mode pending",
@@ -204,7 +204,7 @@ def _judge_ecc_mode(gpu: GpuRecord, entity: str, report: TriageReport) -> None:
         report.findings.append(
             TriageFinding(
                 "ecc",
-                "warning",
+                Severity.warning,
                 f"ECC is disabled on {what}: memory errors go uncounted and no rows are remapped",
                 entity,
                 "ECC disabled",
@@ -216,7 +216,7 @@ def _judge_ecc_mode(gpu: GpuRecord, entity: str, report: TriageReport) -> None:
         report.findings.append(
             TriageFinding(
                 "ecc",
-                "warning",
+                Severity.warning,
                 "ECC is on but turns off at the next reboot",
                 entity,
                 "ECC mode pending",
@@ -233,28 +233,31 @@ def _judge_gpu(gpu: GpuRecord, report: TriageReport) -> None:
 
     _judge_unreadable(gpu, entity, report)
     if gpu.remap_failure:
-        add("row-remap", "critical", "row remap failure", "a row remap failed: the memory cannot be repaired",
+        add("row-remap", Severity.critical, "row remap failure", "a row remap failed: the memory cannot be repaired",
             "drain the node and replace the GPU (RMA)")  # fmt: skip
     elif gpu.remap_pending:
-        add("row-remap", "warning", "row remap pending", "a row remap is pending and takes effect at the next reset",
+        add("row-remap", Severity.warning, "row remap pending",
+            "a row remap is pending and takes effect at the next reset",
             "reset the GPU (or reboot) at a convenient time")  # fmt: skip
     if gpu.retired_pending:
-        add("page-retirement", "warning", "page retirement pending", "a retired page takes effect at the next reset",
+        add("page-retirement", Severity.warning, "page retirement pending",
+            "a retired page takes effect at the next reset",
             "reset the GPU at a convenient time")  # fmt: skip
     vol = gpu.ecc_volatile
     counted = [v for v in (vol.sram_uncorrectable, vol.dram_uncorrectable, vol.dbe_total) if v is not None]
     uncorrected = sum(counted) if counted else gpu.ecc_volatile_uncorrected_total
     if uncorrected:
-        add("ecc", "critical", "volatile uncorrectable ECC", f"{uncorrected} uncorrectable ECC error(s) since the "
+        add("ecc", Severity.critical, "volatile uncorrectable ECC",
+            f"{uncorrected} uncorrectable ECC error(s) since the "
             "last reset", "drain, reset the GPU and run `dcgmi diag -r 3`; replace it if they return")  # fmt: skip
     _judge_ecc_mode(gpu, entity, report)
     width, width_max = gpu.pcie_width_current, gpu.pcie_width_max
     if width is not None and width_max is not None and width < width_max:
-        add("pcie", "warning", "PCIe width", f"PCIe link at x{width}, capable of x{width_max}",
+        add("pcie", Severity.warning, "PCIe width", f"PCIe link at x{width}, capable of x{width_max}",
             "reseat the GPU or riser; check the slot")  # fmt: skip
     for reason in gpu.active_clock_event_reasons:
         if reason in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"):
-            add("clocks", "warning", reason, f"clocks held down: {reason}",
+            add("clocks", Severity.warning, reason, f"clocks held down: {reason}",
                 "check cooling and power delivery (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`)")  # fmt: skip
 
 
@@ -271,13 +274,15 @@ def _has_readings(gpu: GpuRecord) -> bool:
 
 def _judge_nvidia_smi(smi: NvidiaSmiReport, report: TriageReport) -> None:
     for message in smi.errors:
-        report.findings.append(TriageFinding("nvidia-smi", "critical", message, fix="check the driver (`dmesg`)"))
+        report.findings.append(
+            TriageFinding("nvidia-smi", Severity.critical, message, fix="check the driver (`dmesg`)")
+        )
     for pci, why in smi.unreachable.items():
         permission = "permission" in why.lower()
         report.findings.append(
             TriageFinding(
                 "gpu-lost",
-                "warning" if permission else "critical",
+                Severity.warning if permission else Severity.critical,
                 f"nvidia-smi cannot reach this GPU: {why}",
                 f"PCI {pci}",
                 "unreachable",
@@ -372,7 +377,7 @@ class _NvlinkJudge:
                 self.judged += 1
                 self.add(
                     gpu,
-                    "warning",
+                    Severity.warning,
                     "NVLink unsupported",
                     f"nvidia-smi says this GPU has no NVLink, though "
                     f"{model} has {spec.nvlink_links} links (a VM given one GPU, or NVLink disabled)",
@@ -386,7 +391,7 @@ class _NvlinkJudge:
                 self.may_be_cut = f"the input ends right after {_nvlink_entity(gpu)}'s line"
             elif expected:
                 self.judged += 1
-                self.add(gpu, "warning", "NVLink not listed", "nvidia-smi lists no links for this GPU", fix)
+                self.add(gpu, Severity.warning, "NVLink not listed", "nvidia-smi lists no links for this GPU", fix)
             else:
                 self.unjudged.append(_nvlink_entity(gpu))
             return
@@ -397,7 +402,7 @@ class _NvlinkJudge:
                 alone = len(self.gpus) == 1 and gpu.index == 0
                 self.add(
                     gpu,
-                    "warning" if alone else "critical",
+                    Severity.warning if alone else Severity.critical,
                     "NVLink down",
                     f"all NVLinks are inactive ({why}): NVLink is down or the fabric manager is not running"
                     + (" (or a VM given this one GPU, where NVLink has no peer)" if alone else ""),
@@ -415,7 +420,9 @@ class _NvlinkJudge:
     def judge_links(self, gpu: NvlinkGpu, spec: GpuModelSpec | None, fix: str, last: bool) -> None:
         down = [link for link in gpu.links if link.state in ("inactive", "unreadable")]
         if down:
-            severity: Severity = "critical" if any("reset" in link.printed.lower() for link in down) else "warning"
+            severity: Severity = (
+                Severity.critical if any("reset" in link.printed.lower() for link in down) else Severity.warning
+            )
             names = [f"link {link.link} ({link.printed})" for link in down]
             self.add(
                 gpu,
@@ -438,7 +445,7 @@ class _NvlinkJudge:
                 expect = f"the {_speed(spec.nvlink_bw_gbps_per_link)} per link of {spec.name}"
             self.add(
                 gpu,
-                "warning",
+                Severity.warning,
                 "NVLink slow links",
                 f"{_listed(names)}, below {expect}",
                 "reset the GPU or reboot; links that stay slow need the board or bridges checked",
@@ -456,7 +463,9 @@ class _NvlinkJudge:
                 source = (
                     f"{spec.name} has {full}" if spec is not None and full >= most else f"GPUs beside it list {most}"
                 )
-                self.add(gpu, "warning", "NVLink links missing", f"lists {len(gpu.links)} NVLinks; {source}", fix)
+                self.add(
+                    gpu, Severity.warning, "NVLink links missing", f"lists {len(gpu.links)} NVLinks; {source}", fix
+                )
 
 
 def read_nvidia_smi_nvlink(lines: Iterable[str], source: str) -> TriageReport:
@@ -579,7 +588,7 @@ class _TopoJudge:
             for gpu in alone:
                 kinds = _unique(k for pair, k in self.pairs.items() if gpu in pair)
                 self.add(
-                    "warning",
+                    Severity.warning,
                     "NVLink down",
                     f"{gpu} reaches the other GPUs over PCIe only ({'/'.join(kinds)}) while they are NVLinked to each "
                     f"other (NV{top}): its NVLinks look down",
@@ -597,7 +606,7 @@ class _TopoJudge:
         low = [g for g in linked if totals[g] < most]
         for gpu in low:
             self.add(
-                "warning",
+                Severity.warning,
                 "NVLink links missing",
                 f"{gpu} has {totals[gpu]} NVLinks to other GPUs where the others have {most}",
                 gpu,
@@ -628,7 +637,7 @@ class _TopoJudge:
         names = [f"{a}-{b} NV{nv[(a, b)]}" for a, b in pairs]
         rows = _unique(g for pair in pairs for g in pair)
         self.add(
-            "warning",
+            Severity.warning,
             "NVLink links missing",
             f"{len(pairs)} GPU pair(s) have fewer NVLinks than {than}: {_listed(names)}",
             _listed(rows),
@@ -648,12 +657,12 @@ class _TopoJudge:
             return
         if design == "fabric" and top >= links:
             pcie = [pair for pair, n in nv.items() if n == 0]
-            off = self.off_fabric("critical", fix)
+            off = self.off_fabric(Severity.critical, fix)
             rest = [pair for pair in pcie if not (set(pair) & off)]
             if rest:
                 names = [f"{a}-{b} {self.pairs[(a, b)]}" for a, b in rest]
                 self.add(
-                    "critical",
+                    Severity.critical,
                     "NVLink down",
                     f"GPU pairs that {spec.name}'s NVSwitch fabric links show PCIe: {_listed(names)}",
                     _listed(_unique(g for p in rest for g in p)),
@@ -664,7 +673,7 @@ class _TopoJudge:
             if lower:
                 self.warn_pairs(lower, nv, f"the {links} links of {spec.name}", fix)
             return
-        severity: Severity = "warning" if design == "bridged" else "critical"
+        severity: Severity = Severity.warning if design == "bridged" else Severity.critical
         off = self.off_fabric(severity, fix)
         totals = self.totals()
         for gpu in self.gpus:
@@ -681,7 +690,7 @@ class _TopoJudge:
                 )
             elif totals[gpu] < links and design != "bridged":
                 self.add(
-                    "warning",
+                    Severity.warning,
                     "NVLink links missing",
                     f"{gpu} has {totals[gpu]} NVLinks to other GPUs, {spec.name} has {links}",
                     gpu,
@@ -703,7 +712,7 @@ class _TopoJudge:
         if near and far:
             names = [f"{g} ({nearest[g]})" for g in far]
             self.add(
-                "warning",
+                Severity.warning,
                 "NIC affinity",
                 f"{_listed(names)} have no NIC on PIX/PXB while {len(near)} other "
                 "GPU(s) each have one: their GPUDirect RDMA traffic crosses the host bridge",
