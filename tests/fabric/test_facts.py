@@ -31,11 +31,13 @@ def _pushed(found: FabricFinding, cause: RootCause) -> Finding:
 
 
 def test_rails_cables_and_uplinks_of_a_jobs_hosts() -> None:
-    flap = FabricFinding("link-flap", "critical", "flapping", "reseat", (End("leaf3", 35), End("spine1", 3)))
-    errors = FabricFinding("symbol-errors", "warning", "errors", "clean", (End("node05/mlx5_0", 1), End("leaf3", 1)))
-    downed_port = FabricFinding("link-down", "critical", "down", "check", port=End("leaf4", 36))
-    congested = FabricFinding("xmit-discards", "warning", "discards", "", port=End("leaf1", 36))
-    info = FabricFinding("link-flap", "info", "once", "", (End("leaf1", 36), End("spine2", 1)))
+    flap = FabricFinding("link-flap", Severity.critical, "flapping", "reseat", (End("leaf3", 35), End("spine1", 3)))
+    errors = FabricFinding(
+        "symbol-errors", Severity.warning, "errors", "clean", (End("node05/mlx5_0", 1), End("leaf3", 1))
+    )
+    downed_port = FabricFinding("link-down", Severity.critical, "down", "check", port=End("leaf4", 36))
+    congested = FabricFinding("xmit-discards", Severity.warning, "discards", "", port=End("leaf1", 36))
+    info = FabricFinding("link-flap", Severity.info, "once", "", (End("leaf1", 36), End("spine2", 1)))
     problems = [
         (flap, _pushed(flap, RootCause.ib_link_flap)),
         (errors, _pushed(errors, RootCause.ib_symbol_errors)),

@@ -7,6 +7,7 @@ from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, Link
 from gpufleet.fabric.placement import placement_health
+from gpufleet.model import Severity
 from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 from gpufleet.sched.framework.scheduler import Scheduler
 from tests.conftest import CAPTURES
@@ -45,11 +46,11 @@ def test_rails_and_a_leaf_short_of_an_uplink_from_a_real_capture() -> None:
 def test_findings_slow_and_down_links() -> None:
     graph = _whole()
     flap = FabricFinding(
-        "link-flap", "critical", "went down 4 times in 10 min", "reseat", (End("leaf3", 35), End("spine1", 3))
+        "link-flap", Severity.critical, "went down 4 times in 10 min", "reseat", (End("leaf3", 35), End("spine1", 3))
     )
-    cable = FabricFinding("symbol-errors", "warning", "1234 symbol errors", "clean", (End("node07/mlx5_0", 2),
+    cable = FabricFinding("symbol-errors", Severity.warning, "1234 symbol errors", "clean", (End("node07/mlx5_0", 2),
                           End("leaf4", 3)))  # fmt: skip
-    congestion = FabricFinding("xmit-discards", "warning", "discards", "", port=End("leaf2", 35))
+    congestion = FabricFinding("xmit-discards", Severity.warning, "discards", "", port=End("leaf2", 35))
     graph.link_at(End("leaf4", 36)).width = 2  # type: ignore[union-attr]  # trained at 2x
     for end in (End("leaf2", 1), End("leaf2", 2)):
         graph.link_at(end).up = False  # type: ignore[union-attr]

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from gpufleet.fabric.counters import CounterTracker, Readings
-from gpufleet.fabric.findings import SEVERITY_RANK, FabricFinding, worst_first
+from gpufleet.fabric.findings import FabricFinding, worst_first
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind, parse_end
 from gpufleet.fabric.health import PortHealth
 from gpufleet.fabric.report import graph_from_report, readings_from_report, report_from_graph
@@ -60,7 +60,6 @@ CAUSES: dict[str, RootCause] = {
 }
 # about the watching, not the fabric: shown as alarms, never an incident
 ALARMS_ONLY = frozenset(("counter-saturated", "port-silent"))
-_SEVERITY = {"critical": Severity.critical, "warning": Severity.warning, "info": Severity.info}
 
 
 @dataclass
@@ -79,7 +78,7 @@ class SubnetState:
     baseline: FabricGraph = field(default_factory=FabricGraph)
     sweep_from: int | None = None  # the SM's activity count when a change was seen, until it sweeps again
     counters: dict[End, dict[str, int]] = field(default_factory=dict)  # latest values
-    worst: dict[End, str] = field(default_factory=dict)  # the worst severity of a finding on each port
+    worst: dict[End, Severity] = field(default_factory=dict)  # the worst severity of a finding on each port
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +86,7 @@ class FabricEvent:
     time: float
     subnet: str
     kind: str  # link-down, link-up, sm-sweep, sm-change, poll-error
-    severity: str
+    severity: Severity
     message: str
     ends: tuple[str, ...] = ()
 
@@ -96,7 +95,7 @@ class FabricEvent:
             "time": self.time,
             "subnet": self.subnet,
             "kind": self.kind,
-            "severity": self.severity,
+            "severity": str(self.severity),
             "message": self.message,
             "ends": list(self.ends),
         }
@@ -136,7 +135,7 @@ class FabricService:
             state.polls += 1
             self.reports += 1
             for error in report.errors:
-                self._event(FabricEvent(report.time, report.subnet, "poll-error", "warning", error))
+                self._event(FabricEvent(report.time, report.subnet, "poll-error", Severity.warning, error))
             self._learn(state, graph)
             self._subnet_manager(state, report, previous_sm)
             expected = self._expected_for(graph) if self.expected is not None else state.baseline
@@ -151,12 +150,12 @@ class FabricService:
             state.worst = {}
             for found in self.active(state):
                 for end in found.ends or ((found.port,) if found.port else ()):
-                    if SEVERITY_RANK[found.severity] > SEVERITY_RANK.get(state.worst.get(end, ""), -1):
+                    if end not in state.worst or found.severity.rank > state.worst[end].rank:
                         state.worst[end] = found.severity
             return [
                 self.finding(report.time, f)
                 for f in self.active(state)
-                if f.severity != "info" and f.kind not in ALARMS_ONLY
+                if f.severity is not Severity.info and f.kind not in ALARMS_ONLY
             ]
 
     def _seen_before(self, state: SubnetState, found: list[FabricFinding]) -> list[FabricFinding]:
@@ -171,7 +170,7 @@ class FabricService:
                     shown = state.graph.idle_ports.get(ends[0]) or state.graph.idle_ports.get(ends[1])
                     finding = FabricFinding(
                         "link-down",
-                        "critical",
+                        Severity.critical,
                         f"link {ends[0]} <-> {ends[1]} is down: it was up before"
                         + (f", its ports show {shown}" if shown else ", it is no longer discovered"),
                         "check the cable and the transceivers at both ends, and that the far end is powered and its "
@@ -227,12 +226,12 @@ class FabricService:
             return
         if before is not None and before.guid != sm.guid:
             self._event(
-                FabricEvent(report.time, report.subnet, "sm-change", "warning",
+                FabricEvent(report.time, report.subnet, "sm-change", Severity.warning,
                             f"master subnet manager is now {sm.guid} (lid {sm.lid}), was {before.guid}")
             )  # fmt: skip
         if state.sweep_from is not None and sm.activity > state.sweep_from:
             self._event(
-                FabricEvent(report.time, report.subnet, "sm-sweep", "info",
+                FabricEvent(report.time, report.subnet, "sm-sweep", Severity.info,
                             f"subnet manager {sm.guid} swept the fabric after the change "
                             f"(activity {state.sweep_from} -> {sm.activity})")
             )  # fmt: skip
@@ -276,13 +275,13 @@ class FabricService:
             a, b = key
             why = after.idle_ports.get(a) or after.idle_ports.get(b) or "no longer discovered"
             self._event(
-                FabricEvent(now, report.subnet, "link-down", "critical", f"link {a} <-> {b} went down ({why})",
+                FabricEvent(now, report.subnet, "link-down", Severity.critical, f"link {a} <-> {b} went down ({why})",
                             (str(a), str(b)))
             )  # fmt: skip
         for key in new.keys() - old.keys():
             a, b = key
             self._event(
-                FabricEvent(now, report.subnet, "link-up", "info", f"link {a} <-> {b} came up", (str(a), str(b)))
+                FabricEvent(now, report.subnet, "link-up", Severity.info, f"link {a} <-> {b} came up", (str(a), str(b)))
             )
         return old.keys() != new.keys()
 
@@ -302,7 +301,7 @@ class FabricService:
             now,
             CAUSES.get(found.kind, RootCause.fabric_config),
             entity_of(found),
-            _SEVERITY[found.severity],
+            found.severity,
             found.message[:1000],
             found.fix[:2000],
             "fabric",
@@ -333,14 +332,14 @@ class FabricService:
 
     def link_state(self, link: Link, subnet: SubnetState) -> dict[str, Any]:
         """A link's health for the map: its worst finding and its error rate."""
-        worst = max((subnet.worst.get(end, "") for end in link.ends()), key=lambda s: SEVERITY_RANK.get(s, -1))
+        worst = Severity.worst(subnet.worst[end] for end in link.ends() if end in subnet.worst)
         errors = sum(
             rate
             for end in link.ends()
             for name, rate in subnet.rates.get(end, {}).items()
             if name not in _TRAFFIC and not name.startswith(_TRAFFIC_PREFIXES)
         )
-        return {"worst": worst, "error_rate_per_s": round(errors, 6)}
+        return {"worst": "" if worst is None else str(worst), "error_rate_per_s": round(errors, 6)}
 
     def port_history(self, end: End) -> list[tuple[float, dict[str, int]]]:
         with self.lock:

@@ -38,12 +38,11 @@ def _clock_events(bits: float) -> list[str]:
 def _gpu_problems(plane: ControlPlane) -> dict[tuple[str, int], Severity]:
     """The worst open incident on each GPU."""
     worst: dict[tuple[str, int], Severity] = {}
-    rank = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
     for inc in plane.book.open_incidents():
         e = inc.entity
         if e.kind is EntityKind.gpu and e.index is not None:
             key = (e.node, e.index)
-            if key not in worst or rank[inc.severity] > rank[worst[key]]:
+            if key not in worst or inc.severity.rank > worst[key].rank:
                 worst[key] = inc.severity
     return worst
 
@@ -513,14 +512,13 @@ PORT_COUNTERS = (
 def fabric(plane: ControlPlane) -> dict[str, Any]:
     """Every HCA port the agents reported, the switch at its other end, its state and error counters, and the open
     incident on it; switches with how many of their links are down or erring."""
-    rank = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
     with plane.lock:
         on_port: dict[tuple[str, str, int | None], tuple[str, Severity]] = {}
         for inc in plane.book.open_incidents():
             e = inc.entity
             if e.kind is EntityKind.port and e.node:
                 key = (e.node, e.name, e.index)
-                if key not in on_port or rank[inc.severity] > rank[on_port[key][1]]:
+                if key not in on_port or inc.severity.rank > on_port[key][1].rank:
                     on_port[key] = (inc.id, inc.severity)
         links = []
         for node in sorted(plane.fleet.nodes.values(), key=lambda n: n.name):

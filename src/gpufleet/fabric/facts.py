@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from gpufleet.fabric.findings import SEVERITY_RANK, FabricFinding
+from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, NodeKind
 from gpufleet.fabric.rails import FabricIndex
+from gpufleet.model import Severity
 from gpufleet.model.fabric_facts import FabricFacts, HostRail, LinkProblem
 from gpufleet.model.observe import Finding
 
@@ -46,8 +47,8 @@ def hang_facts(
             leaves.setdefault(r.leaf, set()).add(host)
     cables: dict[str, dict[str, LinkProblem]] = {}
     uplinks: dict[str, dict[str, LinkProblem]] = {}
-    for found, finding in sorted(problems, key=lambda p: -SEVERITY_RANK[p[0].severity]):
-        if found.kind not in STATES or found.severity == "info":
+    for found, finding in sorted(problems, key=lambda p: -p[0].severity.rank):
+        if found.kind not in STATES or found.severity is Severity.info:
             continue
         ends = list(found.ends) if found.ends else [found.port] if found.port else []
         if len(ends) == 1 and (peer := graph.peer(ends[0])) is not None:

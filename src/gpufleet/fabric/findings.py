@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from gpufleet.fabric.graph import End
-
-Severity = Literal["critical", "warning", "info"]
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
+from gpufleet.model import Severity
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +20,7 @@ class FabricFinding:
     action: str = ""  # what remediation may do about it: isolate-port, or nothing
 
     def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"kind": self.kind, "severity": self.severity}
+        body: dict[str, Any] = {"kind": self.kind, "severity": str(self.severity)}
         if self.ends is not None:
             body["ends"] = [str(self.ends[0]), str(self.ends[1])]
         if self.port is not None:
@@ -41,4 +39,4 @@ class FabricFinding:
 
 
 def worst_first(findings: list[FabricFinding]) -> list[FabricFinding]:
-    return sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.kind, f.key))
+    return sorted(findings, key=lambda f: (-f.severity.rank, f.kind, f.key))

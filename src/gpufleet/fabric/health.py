@@ -26,9 +26,10 @@ import numpy as np
 from gpufleet.catalog.ib_counters import load_ib_counters
 from gpufleet.errors import UserError
 from gpufleet.fabric.counters import CLEAR_COUNTERS_FIX, Deltas
-from gpufleet.fabric.findings import SEVERITY_RANK, FabricFinding, Severity, worst_first
+from gpufleet.fabric.findings import FabricFinding, worst_first
 from gpufleet.fabric.graph import End, FabricGraph
 from gpufleet.health.thresholds import Fabric, Thresholds, load_thresholds
+from gpufleet.model import Severity
 
 ISOLATE = "isolate-port"
 LinkKey = tuple[End, End]
@@ -42,13 +43,13 @@ WAIT = "PortXmitWait"
 
 # kinds judged by a count per window: (counter, threshold field, severity over it, action)
 _WINDOWED: dict[str, tuple[str, str, Severity, str]] = {
-    "rcv-errors": (RCV, "rcv_errors_per_window", "warning", ISOLATE),
-    "link-integrity": ("LocalLinkIntegrityErrors", "link_integrity_errors_per_window", "critical", ISOLATE),
-    "buffer-overrun": ("ExcessiveBufferOverrunErrors", "buffer_overrun_errors_per_window", "warning", ""),
-    "link-recovery": ("LinkErrorRecoveryCounter", "link_recoveries_per_window", "warning", ISOLATE),
-    "xmit-discards": ("PortXmitDiscards", "xmit_discards_per_window", "warning", ""),
-    "vl15-dropped": ("VL15Dropped", "vl15_dropped_per_window", "info", ""),
-    "remote-physical-errors": (REMOTE, "remote_physical_errors_per_window", "warning", ""),
+    "rcv-errors": (RCV, "rcv_errors_per_window", Severity.warning, ISOLATE),
+    "link-integrity": ("LocalLinkIntegrityErrors", "link_integrity_errors_per_window", Severity.critical, ISOLATE),
+    "buffer-overrun": ("ExcessiveBufferOverrunErrors", "buffer_overrun_errors_per_window", Severity.warning, ""),
+    "link-recovery": ("LinkErrorRecoveryCounter", "link_recoveries_per_window", Severity.warning, ISOLATE),
+    "xmit-discards": ("PortXmitDiscards", "xmit_discards_per_window", Severity.warning, ""),
+    "vl15-dropped": ("VL15Dropped", "vl15_dropped_per_window", Severity.info, ""),
+    "remote-physical-errors": (REMOTE, "remote_physical_errors_per_window", Severity.warning, ""),
 }
 # one physical problem of a cable: its two ends' findings are one
 _PHYSICAL = frozenset(
@@ -133,7 +134,7 @@ def _span(seconds: float) -> str:
 
 
 def _worst(a: Severity, b: Severity) -> Severity:
-    return a if SEVERITY_RANK[a] >= SEVERITY_RANK[b] else b
+    return a if a.rank >= b.rank else b
 
 
 def _fabric_thresholds(thresholds: Thresholds | Fabric | None) -> Fabric:
@@ -192,7 +193,7 @@ class PortHealth:
                 findings.append(
                     FabricFinding(
                         "link-down",
-                        "critical",
+                        Severity.critical,
                         f"link {key[0]} <-> {key[1]} is down ({why})",
                         _LINK_DOWN_FIX,
                         ends=key,
@@ -355,7 +356,7 @@ class PortHealth:
                 _Hit(
                     "link-downed",
                     end,
-                    "warning",
+                    Severity.warning,
                     f"LinkDownedCounter of {end} grew by {n}" + (f" in {_span(span)}" if span > 0 else ""),
                 )
             )
@@ -368,7 +369,7 @@ class PortHealth:
         return _Hit(
             "link-flap",
             ends[0],
-            "critical",
+            Severity.critical,
             f"{where} went down {total} times within {_span(self.t.flap_window_s)}"
             + (f" (LinkDownedCounter this poll: {seen})" if seen else "")
             + ("; it is down now" if still_down else ""),
@@ -391,7 +392,7 @@ class PortHealth:
                         _Hit(
                             "symbol-errors",
                             end,
-                            "warning",
+                            Severity.warning,
                             f"{count:.0f} symbol errors in {_span(span)} on {end} (link rate unknown, so against "
                             f"infiniband-diags' threshold of {threshold}, not a bit error rate)",
                             ISOLATE,
@@ -409,7 +410,7 @@ class PortHealth:
                         f"{count:.0f} in {_span(span)}: a bit error rate of about {measured:.1e}, over "
                         f"{window.ber:g} ({budget:.2f} allowed at {rate:g} Gb/s)"
                     )
-                    severity = _worst(severity or "warning", "critical" if i == 0 else "warning")
+                    severity = _worst(severity or Severity.warning, Severity.critical if i == 0 else Severity.warning)
             if severity is not None:
                 out.append(_Hit("symbol-errors", end, severity, f"symbol errors on {end}: {'; '.join(over)}", ISOLATE))
         return out
@@ -438,7 +439,7 @@ class PortHealth:
                     continue  # a port whose link is down discards what it cannot send: the link says it
                 level = severity
                 if kind == "vl15-dropped" and count > 10 * limit:
-                    level = "warning"
+                    level = Severity.warning
                 out.append(
                     _Hit(
                         kind,
@@ -469,9 +470,9 @@ class PortHealth:
                 f"{self.t.packet_drop_rate:g}): {own:.0f} receive errors, {marked:.0f} already marked bad upstream"
             )
             if own > 0:
-                out.append(_Hit("packet-drop-rate", end, "critical", what, ISOLATE))
+                out.append(_Hit("packet-drop-rate", end, Severity.critical, what, ISOLATE))
             else:  # only packets corrupted before they reached this link: see _upstream
-                out.append(_Hit("packet-drop-rate", end, "warning", what))
+                out.append(_Hit("packet-drop-rate", end, Severity.warning, what))
         return out
 
     # --- congestion ---------------------------------------------------------------------------------------------------
@@ -490,7 +491,7 @@ class PortHealth:
             share = bits / (rate * 1e9 * spans[r])
             if share < self.t.congestion_info_fraction:
                 continue
-            level: Severity = "warning" if share >= self.t.congestion_warning_fraction else "info"
+            level: Severity = Severity.warning if share >= self.t.congestion_warning_fraction else Severity.info
             what = (
                 f"{end} waited for credits {'at least ' if saturated[r] else ''}{min(share, 1.0):.0%} of the last "
                 f"{_span(spans[r])} ({waited[r]:.0f} PortXmitWait ticks at {rate:g} Gb/s): congestion downstream "
@@ -540,7 +541,7 @@ class PortHealth:
                 "upstream, before they reached it"
                 + (f" (the sending node's links with errors: {', '.join(suspects)})" if suspects else "")
             )
-            hit.severity = "warning"
+            hit.severity = Severity.warning
             out.append(hit)
         return out
 
@@ -591,7 +592,7 @@ class PortHealth:
             out.append(
                 FabricFinding(
                     "counter-saturated",
-                    "warning" if errors else "info",
+                    Severity.warning if errors else Severity.info,
                     f"{end}: {shown} at the counter's maximum: it no longer counts, so the true count is unknown "
                     "and new counts are hidden",
                     CLEAR_COUNTERS_FIX,
@@ -610,7 +611,7 @@ class PortHealth:
             out.append(
                 FabricFinding(
                     "port-silent",
-                    "warning",
+                    Severity.warning,
                     f"{end} has not answered {int(deltas.missed[r])} counter polls in a row: its counters are "
                     "unknown until it answers again (their history is kept: the next reading counts from the last)",
                     f"check that {end.node} is up and its performance agent answers (`perfquery <lid> {end.port}`); "
@@ -656,13 +657,13 @@ def _one_end(kind: str, key: LinkKey, hit: _Hit) -> FabricFinding:
 
 def _both_ends(kind: str, key: LinkKey, group: list[_Hit]) -> FabricFinding:
     """One physical problem counted at both ends of a cable: the cable itself."""
-    severity: Severity = "info"
+    severity: Severity = Severity.info
     for hit in group:
         severity = _worst(severity, hit.severity)
     evidence = "; ".join(hit.what for hit in sorted(group, key=lambda h: h.end))
     action = ISOLATE if any(h.action for h in group) else ""
     if kind == "link-downed":
-        severity, action = "critical", ISOLATE  # NVIDIA's rule: a down counted at both ends isolates the link
+        severity, action = Severity.critical, ISOLATE  # NVIDIA's rule: a down counted at both ends isolates the link
         cause = "a down counted at both ends is the cable or a transceiver"
     else:
         cause = f"both ends count {_WHAT.get(kind, kind)}: the cable itself, or both transceivers"

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind
 from gpufleet.fabric.rails import FabricIndex, rate_text
+from gpufleet.model import Severity
 from gpufleet.sched.framework.snapshot import FabricHealth, LeafHealth, LeafState
 
 # findings about a cable's or port's physical health (not cabling plans, addressing or congestion)
@@ -47,7 +48,7 @@ def problems_by_end(findings: Iterable[FabricFinding]) -> dict[End, list[FabricF
     """Active critical and warning physical findings, under each port they name (both ends of a cable)."""
     out: dict[End, list[FabricFinding]] = {}
     for found in findings:
-        if found.severity == "info" or found.kind not in PHYSICAL_KINDS:
+        if found.severity is Severity.info or found.kind not in PHYSICAL_KINDS:
             continue
         for end in found.ends or ((found.port,) if found.port else ()):
             out.setdefault(end, []).append(found)

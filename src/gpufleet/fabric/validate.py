@@ -14,9 +14,10 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from gpufleet.fabric.findings import FabricFinding, Severity, worst_first
+from gpufleet.fabric.findings import FabricFinding, worst_first
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind
 from gpufleet.health.ib_ports import speed_rank
+from gpufleet.model import Severity
 
 TIER_RANK = {"leaf": 0, "spine": 1, "core": 2}
 TIER_NAMES = ("leaf", "spine", "core")
@@ -46,7 +47,7 @@ def validate(found: FabricGraph, expected: FabricGraph | None = None) -> list[Fa
         check.links_alone()
     check.asymmetry()
     for note in found.notes:
-        check.add("discovery-note", "info", f"discovery said: {note}", "see the tool's own message; rerun it")
+        check.add("discovery-note", Severity.info, f"discovery said: {note}", "see the tool's own message; rerun it")
     return worst_first(check.out)
 
 
@@ -143,7 +144,7 @@ class _Check:
             if len(names) > 1:
                 self.add(
                     "duplicate-guid",
-                    "critical",
+                    Severity.critical,
                     f"node GUID {guid} is used by {len(names)} nodes: {_listed(sorted(names))}",
                     "have the vendor reprogram one of the GUIDs (or replace the board); until then the subnet "
                     "manager routes to only one of them",
@@ -154,7 +155,7 @@ class _Check:
                 shown = sorted(ends)
                 self.add(
                     "duplicate-guid",
-                    "critical",
+                    Severity.critical,
                     f"port GUID {guid} is used by {len(shown)} ports: {_listed(shown)}",
                     "have the vendor reprogram one of the port GUIDs (or replace the HCA)",
                     port=shown[0],
@@ -164,7 +165,7 @@ class _Check:
             port = End(where.group("node"), int(where.group("port"))) if where else None
             self.add(
                 "duplicate-guid",
-                "critical",
+                Severity.critical,
                 f"discovery could not reconcile the fabric: {conflict}",
                 "two nodes share a GUID (or the output was edited): find them with `ibnetdiscover -g`, and have "
                 "one reprogrammed; compare with a fresh, unedited capture",
@@ -175,7 +176,7 @@ class _Check:
                 for end in owners:
                     self.add(
                         "zero-lid",
-                        "critical",
+                        Severity.critical,
                         f"{self.what(end.node)} port {end} has LID 0: the subnet manager has not assigned it one",
                         _SM_FIX,
                         port=end,
@@ -183,7 +184,7 @@ class _Check:
             elif len(owners) > 1:
                 self.add(
                     "duplicate-lid",
-                    "critical",
+                    Severity.critical,
                     f"LID {lid} is assigned to {len(owners)} ports: {_listed(owners)}",
                     _SM_FIX,
                     port=owners[0],
@@ -192,7 +193,7 @@ class _Check:
             if len(names) > 1:
                 self.add(
                     "duplicate-description",
-                    "warning",
+                    Severity.warning,
                     f"{len(names)} nodes share the node description {description!r}: {_listed(sorted(names))}",
                     "fix the node description: give each switch its own hostname, and let rdma-ndd set each HCA's "
                     'to "host device"',
@@ -223,14 +224,14 @@ class _Check:
                     self.below(kind, a, b, what)
 
     def below(self, kind: str, a: End, b: End, what: str) -> None:
-        self.add(kind, "warning", f"link {a} <-> {b} {what}", _CABLE_FIX, ends=(a, b))
+        self.add(kind, Severity.warning, f"link {a} <-> {b} {what}", _CABLE_FIX, ends=(a, b))
 
     def down(self, link: Link, a: End, b: End) -> None:
         state = self.found.idle_ports.get(link.a) or self.found.idle_ports.get(link.b) or "not Active"
         self.explained.update((a.node, b.node))
         self.add(
             "link-down",
-            "critical",
+            Severity.critical,
             f"link {a} <-> {b} is down ({state})",
             f"reseat or replace the cable or transceiver between {a} and {b}; check that both ports are enabled "
             "(ibportstate) and the far end is powered",
@@ -282,7 +283,7 @@ class _Check:
             self.explained.update((a.node, b.node))
             self.add(
                 "unexpected-link",
-                "warning",
+                Severity.warning,
                 f"link {a} <-> {b} is not in the expected fabric",
                 f"remove the cable between {a} and {b}, or add it to the expected fabric if it is meant to be there",
                 ends=(a, b),
@@ -311,7 +312,7 @@ class _Check:
         if state and physical not in ("Polling", "Sleep", ""):
             self.add(
                 "link-down",
-                "critical",
+                Severity.critical,
                 f"link {a} <-> {b} is down: its ports show {state}",
                 f"reseat or replace the cable or transceiver between {a} and {b}; check that both ports are enabled "
                 "(ibportstate) and the far end is powered",
@@ -321,7 +322,7 @@ class _Check:
         seen = f" (the ports show {state}: no signal)" if state else ""
         self.add(
             "missing-link",
-            "critical",
+            Severity.critical,
             f"expected link {a} <-> {b} is missing: neither port has a link{seen}",
             f"connect {a} to {b}: check the cable is present and seated at both ends, replace it if the ports stay "
             "down",
@@ -339,7 +340,7 @@ class _Check:
         moved = a if at_a is not None else b
         self.add(
             "miscabled",
-            "critical",
+            Severity.critical,
             message,
             f"re-cable {moved} to {b if moved == a else a} as the cabling plan says (a swap shows as two such "
             "findings: fix both)",
@@ -360,7 +361,7 @@ class _Check:
                 what = "switch" if node.kind is NodeKind.switch else "HCA"
                 self.add(
                     "missing-node",
-                    "critical",
+                    Severity.critical,
                     f"{self.what(name)} is not on the fabric (expected with {_plural(cables[name], 'cable')})",
                     f"check that the {what} is powered and cabled; if it was replaced or renamed, fix its node "
                     "description to match the expected fabric",
@@ -376,7 +377,7 @@ class _Check:
                 where = f"; cabled port {_listed(sorted(attached[name]))}" if attached[name] else ""
                 self.add(
                     "unexpected-node",
-                    "warning",
+                    Severity.warning,
                     f"{self.what(name)} is on the fabric but not in the expected fabric{where}",
                     "add it to the expected fabric if it belongs; otherwise remove it, or fix its node description "
                     "if it is a known node under another name",
@@ -454,7 +455,7 @@ class _Check:
             spread = _spread_text(shapes[name], above, uplinks.get(name))
             self.add(
                 "asymmetric-uplinks",
-                "warning",
+                Severity.warning,
                 f"{TIER_NAMES[level]} {name} has {_plural(count, 'uplink')} ({spread}) while its peers "
                 f"({len(names) - 1}) have {wanted}",
                 f"cable {name}'s uplinks as its peers' are, the same number to each {above}: look for an uplink "
@@ -473,7 +474,7 @@ class _Check:
                 continue
             self.add(
                 "asymmetric-uplinks",
-                "warning",
+                Severity.warning,
                 f"{TIER_NAMES[level]} {name} has {_plural(downlinks[name], 'downlink')} while its peers have {usual}",
                 f"cable the missing {below} uplinks to {name}: look for a {below} uplink missing, down or on another "
                 f"{TIER_NAMES[level]}",
