@@ -38,6 +38,7 @@ from rich.table import Table
 from gpufleet.doctor import engine
 from gpufleet.doctor.catalog import rule_catalog
 from gpufleet.doctor.engine import run
+from gpufleet.doctor.findings import label
 from gpufleet.doctor.load import load
 
 TARGET_S = 10.0
@@ -475,7 +476,7 @@ def main() -> None:
             planted = repo.planted.get(rule_id)
             per_rule.add_row(
                 rule_id,
-                str(info.severity),
+                label(info.severity),
                 info.title,
                 "-" if planted is None else str(planted),
                 str(found[rule_id]),

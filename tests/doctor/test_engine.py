@@ -77,7 +77,7 @@ def test_the_cluster_facts_file_is_validated(tmp_path: Path) -> None:
 def test_errors_come_first(tmp_path: Path) -> None:
     text = "foo: bar\n---\n" + GOOD_POD.replace("    image: busybox\n", "    image: busybox\n    resource: {}\n")
     report = doctor(tmp_path, ("p.yaml", text))
-    assert [f.severity for f in report.findings][:1] == ["error"]
+    assert [f.severity for f in report.findings][:1] == ["critical"]
     assert report.errors >= 1
 
 

@@ -26,7 +26,7 @@ def test_a_broken_document_loses_nothing_else_and_names_its_line(tmp_path: Path)
     loaded = load([str(f)])
     assert [d.data["metadata"]["name"] for d in loaded.documents] == ["a", "c"]
     [problem] = loaded.findings
-    assert problem.rule == "GF092" and problem.severity == "error"
+    assert problem.rule == "GF092" and problem.severity == "critical"
     assert problem.line >= 5 and "not valid YAML" in problem.message
 
 
@@ -49,7 +49,7 @@ def test_binary_and_non_utf8_files_are_reported_not_crashed_on(tmp_path: Path) -
     (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9".encode("latin-1"))
     findings = {f.file.rsplit("/", 1)[1]: f for f in load([str(tmp_path)]).findings}
     assert findings["image.yaml"].severity == "info" and "binary" in findings["image.yaml"].message
-    assert findings["latin1.yaml"].severity == "error" and "UTF-8" in findings["latin1.yaml"].message
+    assert findings["latin1.yaml"].severity == "critical" and "UTF-8" in findings["latin1.yaml"].message
 
 
 def test_unrendered_helm_templates_are_reported_but_prometheus_templates_are_read(tmp_path: Path) -> None:

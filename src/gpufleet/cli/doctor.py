@@ -125,12 +125,13 @@ def _render(report: Report) -> None:
     """Each finding as a block (what, where, why, fix: messages are sentences, too long for table cells), then how
     many of each rule."""
     from gpufleet.doctor.catalog import rule_catalog
+    from gpufleet.doctor.findings import label
 
     catalog = rule_catalog()
     for f in report.findings:
         where = f"{f.file}:{f.line}" if f.line else (f.file or "")
         head = Text()
-        head.append(f"{f.severity:<7}", style=SEVERITY_STYLE[str(f.severity)])
+        head.append(f"{label(f.severity):<7}", style=SEVERITY_STYLE[label(f.severity)])
         head.append(f" {f.rule}  ", style="bold")
         head.append(" ".join(p for p in (f.object, where) if p))
         console.print(head)
@@ -138,7 +139,7 @@ def _render(report: Report) -> None:
         if f.fix:
             console.print(Text(f"  fix: {f.fix}", style="cyan"))
     if report.findings:
-        per_rule = Counter((f.rule, str(f.severity)) for f in report.findings)
+        per_rule = Counter((f.rule, label(f.severity)) for f in report.findings)
         rows = [[rule, sev, n, catalog[rule].title if rule in catalog else ""] for (rule, sev), n in per_rule.items()]
         console.print()
         console.print(make_table(["RULE", "SEVERITY", "FINDINGS", "TITLE"], rows))
@@ -153,13 +154,14 @@ def _render(report: Report) -> None:
 
 def _list_rules(output: DoctorFormat) -> None:
     from gpufleet.doctor.catalog import rule_catalog
+    from gpufleet.doctor.findings import label
 
     catalog = rule_catalog()
     if output in (DoctorFormat.json, DoctorFormat.yaml):
         body = [info.model_dump(mode="json") for info in catalog.values()]
         sys.stdout.write(dump_json(body) + "\n" if output is DoctorFormat.json else dump_yaml(body))
         return
-    rows = [[info.id, info.severity, info.title, "\n".join(info.sources)] for info in catalog.values()]
+    rows = [[info.id, label(info.severity), info.title, "\n".join(info.sources)] for info in catalog.values()]
     console.print(make_table(["RULE", "SEVERITY", "TITLE", "SOURCES"], rows))
 
 

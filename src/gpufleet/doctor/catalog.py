@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer
 
-from gpufleet.doctor.findings import Severity
+from gpufleet.doctor.findings import from_label, label
+from gpufleet.model import Severity
 
 
 class RuleInfo(BaseModel):
@@ -18,7 +19,7 @@ class RuleInfo(BaseModel):
 
     id: str
     title: str
-    severity: Severity
+    severity: Annotated[Severity, BeforeValidator(from_label), PlainSerializer(label)]  # error, warning, info
     description: str
     sources: tuple[str, ...]
 

@@ -15,11 +15,12 @@ from pathlib import Path
 from gpufleet.doctor import schema
 from gpufleet.doctor.catalog import rule_catalog
 from gpufleet.doctor.facts import ClusterFacts, Version, gather, merge_cluster_facts, parse_version, read_cluster_facts
-from gpufleet.doctor.findings import Finding, Severity, ordered
+from gpufleet.doctor.findings import Finding, label, ordered
 from gpufleet.doctor.load import Document, Loaded, input_files, load
 from gpufleet.doctor.objects import K8sObject, pod_templates
 from gpufleet.doctor.rules import registered
 from gpufleet.doctor.rules.base import Context
+from gpufleet.model import Severity
 
 PARALLEL_FROM_FILES = 1000  # fewer files are read faster than worker processes start
 # Custom resources the doctor reads for facts or pod templates (rules add the kinds they read).
@@ -52,10 +53,11 @@ class Report:
 
     @property
     def errors(self) -> int:
-        return sum(1 for f in self.findings if f.severity is Severity.error)
+        return sum(1 for f in self.findings if f.severity is Severity.critical)
 
     def counts(self) -> dict[str, int]:
-        return {str(s): sum(1 for f in self.findings if f.severity is s) for s in Severity}
+        """Findings by the doctor's word for their severity: error, warning, info."""
+        return {label(s): sum(1 for f in self.findings if f.severity is s) for s in Severity}
 
 
 def known_kinds() -> set[str]:
@@ -78,7 +80,7 @@ def schema_findings(objects: Iterable[K8sObject], version: str, known: set[str])
             findings.append(
                 Finding(
                     "GF000",
-                    Severity.error,
+                    Severity.critical,
                     obj.doc.file,
                     obj.ref,
                     f"Kubernetes {version.rsplit('.', 1)[0]} does not serve {obj.kind} as {obj.api_version}",

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+
+from gpufleet.model import Severity
+
+# The doctor speaks as linters do: what the model calls critical is an "error" in its output (JSON, YAML, the
+# table, --list-rules) and in the rule files (data/rules/*.yaml); warning and info keep their names.
+_LABELS = {Severity.critical: "error", Severity.warning: "warning", Severity.info: "info"}
+_FROM_LABEL = {label: severity for severity, label in _LABELS.items()}
 
 
-class Severity(StrEnum):
-    error = "error"
-    warning = "warning"
-    info = "info"
+def label(severity: Severity) -> str:
+    """The doctor's word for `severity`: error, warning or info."""
+    return _LABELS[severity]
 
 
-SEVERITY_ORDER = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
+def from_label(text: str) -> Severity:
+    """A severity as the rule files spell it (error, warning or info), as the model's."""
+    try:
+        return _FROM_LABEL[text]
+    except (KeyError, TypeError):
+        raise ValueError(f"severity {text!r} is not error, warning or info") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +38,7 @@ class Finding:
     def to_json(self) -> dict[str, str]:
         return {
             "rule": self.rule,
-            "severity": str(self.severity),
+            "severity": label(self.severity),
             "file": self.file,
             "object": self.object,
             "message": self.message,
@@ -38,4 +48,4 @@ class Finding:
 
 def ordered(findings: list[Finding]) -> list[Finding]:
     """Errors first, then by file, line and rule: the order a person fixes them in."""
-    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.file, f.line, f.rule, f.object))
+    return sorted(findings, key=lambda f: (-f.severity.rank, f.file, f.line, f.rule, f.object))

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet import yaml_input
-from gpufleet.doctor.findings import Finding, Severity
+from gpufleet.doctor.findings import Finding
 from gpufleet.errors import ManifestError, UserError
+from gpufleet.model import Severity
 
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_JSON_BYTES = yaml_input.MAX_CAPTURE_BYTES  # `kubectl get pods -A -o json` of a large cluster
@@ -83,7 +84,7 @@ def _load_file(name: str, loaded: Loaded) -> None:
     try:
         raw = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as exc:
-        _problem(loaded, "GF092", Severity.error, name, 0, f"cannot read: {exc.strerror}", "check the path")
+        _problem(loaded, "GF092", Severity.critical, name, 0, f"cannot read: {exc.strerror}", "check the path")
         return
     label = "<stdin>" if name == "-" else name
     if b"\x00" in raw[:8192]:
@@ -93,7 +94,7 @@ def _load_file(name: str, loaded: Loaded) -> None:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         msg = f"not UTF-8 text (byte {exc.start}): skipped"
-        _problem(loaded, "GF092", Severity.error, label, 0, msg, "save the manifest as UTF-8")
+        _problem(loaded, "GF092", Severity.critical, label, 0, msg, "save the manifest as UTF-8")
         return
     looks_json = label.lower().endswith(".json") or text.lstrip().startswith(("{", "["))
     if looks_json and _load_json(text, label, loaded):
@@ -106,7 +107,7 @@ def _load_json(text: str, label: str, loaded: Loaded) -> bool:
     """True when `text` was JSON (read or reported); False to read it as YAML instead."""
     if len(text) > MAX_JSON_BYTES:
         msg = f"larger than {MAX_JSON_BYTES >> 20} MiB: skipped"
-        _problem(loaded, "GF092", Severity.error, label, 0, msg, "split the capture (e.g. one namespace per file)")
+        _problem(loaded, "GF092", Severity.critical, label, 0, msg, "split the capture (e.g. one namespace per file)")
         return True
     try:
         data = yaml_input.load_json(text, label, capture=True)
@@ -116,7 +117,7 @@ def _load_json(text: str, label: str, loaded: Loaded) -> bool:
             line = int(syntax.group(1)) if syntax else 0
             detail = exc.message.removeprefix(f"{label}: ")
             fix = "fix the JSON, or capture it again" if syntax else exc.fix or "capture it again"
-            _problem(loaded, "GF092", Severity.error, label, line, detail, fix)
+            _problem(loaded, "GF092", Severity.critical, label, line, detail, fix)
             return True
         return False  # YAML flow style, perhaps
     _add(data, label, 1, loaded)
@@ -163,7 +164,7 @@ def _load_yaml_chunk(chunk: str, label: str, start: int, loaded: Loaded) -> None
         else:
             exc_message = exc.message
         detail = exc_message.split(": ", 1)[1] if exc_message.startswith(f"{label}: ") else exc_message
-        _problem(loaded, "GF092", Severity.error, label, line, detail, exc.fix or "fix the YAML syntax")
+        _problem(loaded, "GF092", Severity.critical, label, line, detail, exc.fix or "fix the YAML syntax")
         return
     for doc in docs:
         _add(doc, label, start, loaded)

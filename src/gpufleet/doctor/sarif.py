@@ -7,10 +7,11 @@ from typing import Any
 
 from gpufleet import __version__
 from gpufleet.doctor.catalog import rule_catalog
-from gpufleet.doctor.findings import Finding, Severity
+from gpufleet.doctor.findings import Finding
+from gpufleet.model import Severity
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-_LEVEL = {Severity.error: "error", Severity.warning: "warning", Severity.info: "note"}
+_LEVEL = {Severity.critical: "error", Severity.warning: "warning", Severity.info: "note"}  # SARIF's result levels
 
 
 def to_sarif(findings: list[Finding]) -> dict[str, Any]:

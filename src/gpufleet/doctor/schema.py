@@ -14,9 +14,10 @@ from importlib.resources.abc import Traversable
 from typing import Any
 
 from gpufleet.doctor.facts import Version
-from gpufleet.doctor.findings import Finding, Severity
+from gpufleet.doctor.findings import Finding
 from gpufleet.doctor.objects import K8sObject
 from gpufleet.errors import DependencyMissingError
+from gpufleet.model import Severity
 
 DEFAULT_VERSION: Version = (1, 33)
 MAX_ERRORS_PER_OBJECT = 5
@@ -138,7 +139,7 @@ def validate(obj: K8sObject, version: str) -> list[Finding]:
         out.append(
             Finding(
                 "GF000",
-                Severity.error,
+                Severity.critical,
                 obj.doc.file,
                 obj.ref,
                 f"not valid for Kubernetes {version.rsplit('.', 1)[0]}: {message}",
@@ -151,7 +152,7 @@ def validate(obj: K8sObject, version: str) -> list[Finding]:
         out.append(
             Finding(
                 "GF000",
-                Severity.error,
+                Severity.critical,
                 obj.doc.file,
                 obj.ref,
                 f"{more} more schema error(s)",

@@ -34,7 +34,7 @@ def hand_mounted(paths: dict[str, str], *, image: str = ROCM_IMAGE, privileged: 
 def test_dri_without_kfd_in_a_rocm_pod_is_an_error(tmp_path: Path) -> None:
     report = doctor(tmp_path, ("job.json", hand_mounted({"dri": "/dev/dri"})))
     [finding] = hits(report, "GF024")
-    assert finding.severity == "error" and "but not /dev/kfd" in finding.message
+    assert finding.severity == "critical" and "but not /dev/kfd" in finding.message
     assert "amd.com/gpu: N" in finding.fix and hits(report, "GF000") == []
 
 
@@ -46,7 +46,7 @@ def test_kfd_without_dri_is_an_error_whatever_the_image(tmp_path: Path) -> None:
 def test_both_by_hand_unprivileged_cannot_be_opened(tmp_path: Path) -> None:
     job = hand_mounted({"kfd": "/dev/kfd", "dri": "/dev/dri"})
     [finding] = hits(doctor(tmp_path, ("job.json", job)), "GF024")
-    assert finding.severity == "error" and "device cgroup" in finding.message
+    assert finding.severity == "critical" and "device cgroup" in finding.message
 
 
 def test_privileged_with_host_devices_bypasses_the_scheduler(tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_a_deviceconfig_enabling_both_is_refused(tmp_path: Path) -> None:
     )
     report = doctor(tmp_path, ("dc.yaml", config))
     [finding] = hits(report, "GF027")
-    assert finding.severity == "error" and "cannot be enabled at the same time" in finding.message
+    assert finding.severity == "critical" and "cannot be enabled at the same time" in finding.message
     assert "enableDevicePlugin: false" in finding.fix and finding.object == "DeviceConfig/kube-amd-gpu/default"
     assert hits(report, "GF090") == []  # a kind the rules read, not an unknown one
 
@@ -153,7 +153,7 @@ def test_the_partition_resources_follow_the_catalog_and_the_kernels_mode_pairs()
 def test_a_partition_resource_that_cannot_exist(tmp_path: Path, name: str, hint: str) -> None:
     report = doctor(tmp_path, ("p.yaml", gpu_pod(image="rocm/vllm:latest", limits={name: 1})))
     [finding] = hits(report, "GF031")
-    assert finding.severity == "error" and name in finding.message and hint in finding.message
+    assert finding.severity == "critical" and name in finding.message and hint in finding.message
     assert [f.rule for f in hits(report, "GF001") + hits(report, "GF002")] == []
 
 

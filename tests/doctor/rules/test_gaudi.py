@@ -139,14 +139,14 @@ def test_a_gaudi_pod_without_huge_pages(tmp_path: Path) -> None:
 def test_huge_pages_without_cpu_or_memory_are_refused(tmp_path: Path) -> None:
     limits = {"habana.ai/gaudi": 8, "hugepages-2Mi": "95000Mi"}
     [finding] = hits(doctor(tmp_path, ("job.json", gaudi_job(limits))), "GF026")
-    assert finding.severity == "error" and "HugePages require cpu or memory" in finding.message
+    assert finding.severity == "critical" and "HugePages require cpu or memory" in finding.message
 
 
 def test_huge_pages_in_requests_only_are_refused(tmp_path: Path) -> None:
     job = gaudi_job({"habana.ai/gaudi": 8, "memory": "409Gi"})
     job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"hugepages-2Mi": "95000Mi"}
     [finding] = hits(doctor(tmp_path, ("job.json", job)), "GF026")
-    assert finding.severity == "error" and "without a limit" in finding.message
+    assert finding.severity == "critical" and "without a limit" in finding.message
 
 
 def test_gaudi_nodes_without_huge_pages(tmp_path: Path) -> None:
@@ -160,6 +160,6 @@ def test_more_huge_pages_than_any_usable_gaudi_node_has(tmp_path: Path) -> None:
     nodes = node_list(gaudi_node("g1", hugepages="42000Mi"), gaudi_node("g2", hugepages="42000Mi"))
     found = hits(doctor(tmp_path, ("job.json", gaudi_job(DOC_LIMITS)), ("nodes.json", nodes)), "GF026")
     [finding] = [f for f in found if f.object == "Job/habanalabs-gaudi-demo"]
-    assert finding.severity == "error" and "95000Mi" in finding.message and "42000Mi" in finding.message
+    assert finding.severity == "critical" and "95000Mi" in finding.message and "42000Mi" in finding.message
     fits = copy.deepcopy(DOC_LIMITS) | {"hugepages-2Mi": "42000Mi"}
     assert hits(doctor(tmp_path, ("job.json", gaudi_job(fits)), ("nodes.json", nodes)), "GF026") == []

@@ -130,7 +130,7 @@ def test_selector_matches_follows_the_kubernetes_rules() -> None:
 def test_gf007_prometheus_selector_proves_the_monitor_is_ignored(tmp_path: Path) -> None:
     report = doctor(tmp_path, ("prom.yaml", prometheus()), ("sm.yaml", [service_monitor(), service()]))
     [finding] = hits(report, "GF007")
-    assert finding.severity == "error" and finding.object == "ServiceMonitor/gpu-operator/nvidia-dcgm-exporter"
+    assert finding.severity == "critical" and finding.object == "ServiceMonitor/gpu-operator/nvidia-dcgm-exporter"
     assert "Prometheus/monitoring/kube-prometheus-stack-prometheus" in finding.message
     assert "app=nvidia-dcgm-exporter" in finding.message
     assert "release: kube-prometheus-stack" in finding.fix
@@ -148,7 +148,7 @@ def test_gf007_match_expressions_and_a_second_prometheus(tmp_path: Path) -> None
         "gpu", "gpu-monitoring", serviceMonitorSelector={"matchExpressions": [{"key": "app", "operator": "Exists"}]}
     )
     report = doctor(tmp_path, ("prom.yaml", [prometheus(), team]), ("sm.yaml", [service_monitor(), service()]))
-    assert [f for f in hits(report, "GF007") if f.severity == "error"] == []
+    assert [f for f in hits(report, "GF007") if f.severity == "critical"] == []
 
 
 def test_gf007_null_selectors(tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ def test_gf007_namespace_selector_on_namespace_labels(tmp_path: Path) -> None:
         serviceMonitorNamespaceSelector={"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
     )
     [finding] = hits(doctor(tmp_path / "d", ("p.yaml", [by_name, sm])), "GF007")
-    assert finding.severity == "error"
+    assert finding.severity == "critical"
 
 
 def test_gf007_without_prometheus_assumes_kube_prometheus_stack(tmp_path: Path) -> None:
@@ -245,7 +245,7 @@ def test_gf007_pod_monitor_against_pod_templates(tmp_path: Path) -> None:
 
     unpicked = pod_monitor(labels={"team": "gpu"})
     [ignored] = hits(doctor(tmp_path / "d", ("a.yaml", [prom, unpicked, exporter_daemonset()])), "GF007")
-    assert ignored.severity == "error" and "podMonitorSelector" in ignored.message
+    assert ignored.severity == "critical" and "podMonitorSelector" in ignored.message
 
 
 def test_gf007_odd_monitors_do_not_crash(tmp_path: Path) -> None:

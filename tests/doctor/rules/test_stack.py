@@ -8,9 +8,9 @@ import pytest
 
 from gpufleet.doctor.catalog import rule_catalog
 from gpufleet.doctor.facts import parse_version
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.rules.drivers import container_cuda, toolkit_driver
 from gpufleet.doctor.versions import stack
+from gpufleet.model import Severity
 from tests.doctor.helpers import doctor, gpu_node, gpu_pod, hits, node_list
 
 STACK_RULES = ("GF009", "GF010", "GF011", "GF012", "GF016", "GF017", "GF019", "GF020")
@@ -148,7 +148,7 @@ def nri(tmp_path: Path, version: str | None, *runtimes: str, policy: dict[str, A
 
 def test_nri_plugin_on_cri_o_before_26_3_2_is_an_error_naming_the_nodes(tmp_path: Path) -> None:
     finding = only(nri(tmp_path, "26.3.1", "cri-o://1.34.1"), "GF009")
-    assert finding.severity is Severity.error and finding.object == "ClusterPolicy/cluster-policy"
+    assert finding.severity is Severity.critical and finding.object == "ClusterPolicy/cluster-policy"
     assert "gpu-01 (cri-o://1.34.1)" in finding.message and "26.3.2" in finding.message
     assert "nriPluginEnabled" in finding.fix and "1.34" in finding.fix
 
@@ -286,7 +286,7 @@ def test_precompiled_branch_or_host_driver_is_not_a_driver_version(tmp_path: Pat
 
 def test_an_operator_out_of_support_is_an_error_with_the_upgrade_path(tmp_path: Path) -> None:
     finding = only(doctor(tmp_path, ("operator.yaml", operator("25.10.1"))), "GF011")
-    assert finding.severity is Severity.error and finding.object == "Deployment/gpu-operator/gpu-operator"
+    assert finding.severity is Severity.critical and finding.object == "Deployment/gpu-operator/gpu-operator"
     assert "2026-08-21" in finding.message and "26.7.x" in finding.message and '"26.6.x"' in finding.message
     assert "25.10 -> 26.3 -> 26.7" in finding.fix and finding.line == 1
 
@@ -321,7 +321,7 @@ def matrix(tmp_path: Path, version: str, kube: str, *more: tuple[str, Any]) -> A
 
 def test_kubernetes_newer_than_the_operator_release_supports(tmp_path: Path) -> None:
     finding = only(matrix(tmp_path, "26.3.1", "v1.36.2"), "GF012")
-    assert finding.severity is Severity.error and "1.32-1.35" in finding.message
+    assert finding.severity is Severity.critical and "1.32-1.35" in finding.message
     assert "26.3.2" in finding.fix and finding.file.endswith("version.json")
 
 
@@ -396,7 +396,7 @@ def cuda_run(tmp_path: Path, image: str, *drivers: str, **spec: Any) -> Any:
 
 def test_driver_below_the_cuda_major_floor_is_an_error(tmp_path: Path) -> None:
     finding = only(cuda_run(tmp_path, "nvidia/cuda:12.4.1-runtime-ubuntu22.04", "470.256.02"), "GF016")
-    assert finding.severity is Severity.error and finding.object == "Pod/ml/train"
+    assert finding.severity is Severity.critical and finding.object == "Pod/ml/train"
     assert "gpu-01 (470.256.02)" in finding.message and "cudaErrorInsufficientDriver" in finding.message
     assert "550.54.15" in finding.fix
 
@@ -454,7 +454,7 @@ def host_facts(tmp_path: Path, *files: tuple[str, Any], **hosts: dict[str, Any])
 def test_nouveau_loaded_and_not_denylisted_is_an_error(tmp_path: Path) -> None:
     report = host_facts(tmp_path, gpu01={"nouveauLoaded": True, "nouveauBlacklisted": False})
     finding = only(report, "GF017")
-    assert finding.severity is Severity.error and finding.object == "Node/gpu01"
+    assert finding.severity is Severity.critical and finding.object == "Node/gpu01"
     assert "cannot load" in finding.message and "blacklist nouveau" in finding.fix and "initramfs" in finding.fix
 
 
@@ -501,7 +501,7 @@ def runtime_run(tmp_path: Path, version: str, *nodes: dict[str, Any]) -> Any:
 def test_containerd_newer_than_the_operator_release_supports(tmp_path: Path) -> None:
     report = runtime_run(tmp_path, "25.3.4", gpu_node("gpu-01", runtime="containerd://2.2.0"))
     finding = only(report, "GF019")
-    assert finding.severity is Severity.error and finding.object == "Node/gpu-01"
+    assert finding.severity is Severity.critical and finding.object == "Node/gpu-01"
     assert "gpu-01 (containerd://2.2.0)" in finding.message and "1.6-2.1" in finding.message
     assert "25.10" in finding.fix
 
@@ -548,7 +548,7 @@ def gates(tmp_path: Path, kube: str, *files: tuple[str, Any], facts: dict[str, A
 
 def test_cdi_cri_on_1_28_without_the_gate_is_an_error_naming_both_components(tmp_path: Path) -> None:
     finding = only(gates(tmp_path, "v1.28.9", ("dp.yaml", device_plugin("cdi-cri"))), "GF020")
-    assert finding.severity is Severity.error and finding.object == "DaemonSet/kube-system/nvidia-device-plugin"
+    assert finding.severity is Severity.critical and finding.object == "DaemonSet/kube-system/nvidia-device-plugin"
     assert "kubelet: off by default" in finding.message and "kube-apiserver: off by default" in finding.message
     assert "--feature-gates=DevicePluginCDIDevices=true" in finding.fix and "KubeletConfiguration" in finding.fix
 

@@ -78,7 +78,7 @@ def test_the_vendors_manifests_are_valid_and_have_no_finding(tmp_path: Path, nam
 def test_amd_plugin_without_the_kubelet_socket_directory_is_an_error(tmp_path: Path) -> None:
     ds = without_volume(manifest("rocm-k8s-ds-amdgpu-dp.yaml"), "dp")
     [finding] = hits(doctor(tmp_path, ("dp.yaml", ds)), "GF023")
-    assert finding.severity == "error" and finding.object == "DaemonSet/kube-system/amdgpu-device-plugin-daemonset"
+    assert finding.severity == "critical" and finding.object == "DaemonSet/kube-system/amdgpu-device-plugin-daemonset"
     assert "/var/lib/kubelet/device-plugins" in finding.message and "amd.com/gpu" in finding.message
     assert "hostPath: {path: /var/lib/kubelet/device-plugins}" in finding.fix
 
@@ -93,7 +93,7 @@ def test_a_socket_directory_that_is_not_the_hosts_does_not_count(tmp_path: Path)
     ds = manifest("rocm-k8s-ds-amdgpu-dp.yaml")
     spec = ds["spec"]["template"]["spec"]
     spec["volumes"] = [{"name": "dp", "emptyDir": {}} if v["name"] == "dp" else v for v in spec["volumes"]]
-    assert [f.severity for f in hits(doctor(tmp_path, ("dp.yaml", ds)), "GF023")] == ["error"]
+    assert [f.severity for f in hits(doctor(tmp_path, ("dp.yaml", ds)), "GF023")] == ["critical"]
 
 
 def test_the_operators_device_plugin_and_a_custom_kubelet_root_pass(tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_unprivileged_labeller_writing_only_sysfs_labels_passes(tmp_path: Path) 
 def test_gaudi_plugin_without_the_kubelet_socket_directory_is_an_error(tmp_path: Path) -> None:
     ds = without_volume(manifest("habana-k8s-device-plugin.yaml"), "device-plugin")
     [finding] = hits(doctor(tmp_path, ("gaudi.yaml", ds)), "GF023")
-    assert finding.severity == "error" and "habana.ai/gaudi" in finding.message
+    assert finding.severity == "critical" and "habana.ai/gaudi" in finding.message
     assert finding.object == "DaemonSet/habana-system/habanalabs-device-plugin-daemonset"
 
 
@@ -133,7 +133,7 @@ def test_gaudi_plugin_without_the_kubelet_socket_directory_is_an_error(tmp_path:
 def test_nvidia_pod_pinned_to_amd_nodes_never_schedules(tmp_path: Path) -> None:
     pod = gpu_pod(nodeSelector={"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"})
     [finding] = hits(doctor(tmp_path, ("p.yaml", pod)), "GF028")
-    assert finding.severity == "error" and "nvidia.com/gpu (NVIDIA)" in finding.message
+    assert finding.severity == "critical" and "nvidia.com/gpu (NVIDIA)" in finding.message
     assert "amd.com/gpu.product-name (AMD)" in finding.message and "Pending" in finding.message
     assert "nvidia.com/gpu.product" in finding.fix
 
@@ -258,7 +258,7 @@ def test_hip_index_beyond_the_allocated_gpus_is_an_error(tmp_path: Path) -> None
     pod = gpu_pod(image="rocm/pytorch:latest", limits={"amd.com/gpu": 2})
     pod["spec"]["containers"][0]["env"] = [{"name": "HIP_VISIBLE_DEVICES", "value": "0,1,4"}]
     [finding] = hits(doctor(tmp_path, ("p.yaml", pod)), "GF030")
-    assert finding.severity == "error" and "index(es) [4]" in finding.message and "0 to 1" in finding.message
+    assert finding.severity == "critical" and "index(es) [4]" in finding.message and "0 to 1" in finding.message
 
 
 @pytest.mark.parametrize(

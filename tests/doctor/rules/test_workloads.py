@@ -162,7 +162,7 @@ def test_gf001_gpu_in_requests_only_is_an_error(tmp_path: Path) -> None:
     pod = gpu_pod(requests={"nvidia.com/gpu": 1})
     report = doctor(tmp_path, ("d.yaml", deployment("train", pod)))
     [finding] = hits(report, "GF001")
-    assert finding.severity == "error"
+    assert finding.severity == "critical"
     assert finding.object == "Deployment/ml/train"
     assert "nvidia.com/gpu" in finding.message and "limits" in finding.fix
 
@@ -179,7 +179,7 @@ def test_gf001_gpu_in_limits_is_fine(tmp_path: Path) -> None:
 def test_gf002_a_fractional_gpu_is_an_error(tmp_path: Path, amount: Any) -> None:
     report = doctor(tmp_path, ("d.yaml", deployment("infer", gpu_pod(limits={"nvidia.com/gpu": amount}))))
     [finding] = hits(report, "GF002")
-    assert finding.severity == "error" and finding.object == "Deployment/ml/infer"
+    assert finding.severity == "critical" and finding.object == "Deployment/ml/infer"
     assert repr(amount) in finding.message and "must be an integer" in finding.message
     assert "nvidia.com/mig-1g.10gb" in finding.fix and "MPS" in finding.fix and "DRA" in finding.fix
 
@@ -208,7 +208,7 @@ def test_gf003_says_nothing_without_node_facts(tmp_path: Path) -> None:
 def test_gf003_a_gpu_pod_without_the_toleration_stays_pending(tmp_path: Path) -> None:
     report = doctor(tmp_path, ("d.yaml", deployment("train", gpu_pod())), ("nodes.json", TAINTED))
     [finding] = hits(report, "GF003")
-    assert finding.severity == "error" and finding.object == "Deployment/ml/train"
+    assert finding.severity == "critical" and finding.object == "Deployment/ml/train"
     assert "nvidia.com/gpu:NoSchedule (2 nodes)" in finding.message
     assert "Pending forever" in finding.message
     assert "{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}" in finding.fix
@@ -399,7 +399,7 @@ def test_gf004_time_sliced_and_mig_product_labels_are_the_same_model(tmp_path: P
 
 def test_gf013_a_multi_gpu_pod_without_dev_shm_is_an_error(tmp_path: Path) -> None:
     [finding] = hits(doctor(tmp_path, ("p.yaml", gpu_pod(limits={"nvidia.com/gpu": 8}))), "GF013")
-    assert finding.severity == "error"
+    assert finding.severity == "critical"
     assert "8 GPUs in one pod" in finding.message and "64 MiB" in finding.message and "Bus error" in finding.message
     assert "emptyDir {medium: Memory}" in finding.fix and "hostIPC" in finding.fix
 
@@ -472,7 +472,8 @@ def test_gf014_harmful_nccl_settings_keep_the_lints_message_fix_and_severity(tmp
     }
     rules = {r.id: r for r in lint_rules()}
     ib = found["container 'main' (spec) sets NCCL_IB_DISABLE=1"]
-    assert ib.severity == "error" and rules["ib-disabled"].message in ib.message and ib.fix == rules["ib-disabled"].fix
+    assert ib.severity == "critical" and rules["ib-disabled"].message in ib.message
+    assert ib.fix == rules["ib-disabled"].fix
     assert ib.message.count("NCCL_IB_DISABLE=1") == 1
     assert found["container 'main' (spec) sets NCCL_DEBUG=TRACE"].severity == "warning"
     assert found["container 'main' (spec) sets NCCL_SHM_DISABLE=1"].severity == "info"
@@ -481,7 +482,7 @@ def test_gf014_harmful_nccl_settings_keep_the_lints_message_fix_and_severity(tmp
 def test_gf014_names_the_container_of_a_training_job(tmp_path: Path) -> None:
     pod = with_main(gpu_pod(), env={"NCCL_PROTO": "LL128"})
     found = hits(doctor(tmp_path, ("j.yaml", job("PyTorchJob", pod))), "GF014")
-    assert {f.severity for f in found} == {"error", "warning"}  # forced LL128, and a forced protocol
+    assert {f.severity for f in found} == {"critical", "warning"}  # forced LL128, and a forced protocol
     assert all("spec.pytorchReplicaSpecs.Worker.template.spec" in f.message for f in found)
 
 
@@ -741,7 +742,7 @@ def test_gf013_kuberay_mounts_dev_shm_in_the_ray_container_itself(tmp_path: Path
     assert hits(doctor(tmp_path, ("r.yaml", ray())), "GF013") == []
     # unless the object store is told to live elsewhere
     [finding] = hits(doctor(tmp_path, ("r.yaml", ray(rayStartParams={"plasma-directory": "/tmp"}))), "GF013")
-    assert "workerGroupSpecs[0]" in finding.message and finding.severity == "error"
+    assert "workerGroupSpecs[0]" in finding.message and finding.severity == "critical"
 
 
 def test_shared_gpu_replicas_count_as_gpus(tmp_path: Path) -> None:

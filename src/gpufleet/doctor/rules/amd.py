@@ -10,7 +10,6 @@ from typing import Any
 
 from gpufleet.doctor.accelerators import AMD_PREFIX, amd_partition_resources, image_stack, is_amd_partition, signals
 from gpufleet.doctor.facts import NodeFacts
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.objects import (
     K8sObject,
     PodTemplate,
@@ -27,6 +26,7 @@ from gpufleet.doctor.objects import (
 )
 from gpufleet.doctor.rules.base import Context, Hit, rule
 from gpufleet.doctor.rules.vendors import plugin_role, pods_of
+from gpufleet.model import Severity
 
 PARTITION_LABEL = "amd.com/gpu.compute-memory-partition"
 _DRA_IMAGE = re.compile(r"(^|/)rocm/k8s-gpu-dra-driver([:@]|$)")

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from gpufleet.doctor.facts import ClusterFacts
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.load import Document
 from gpufleet.doctor.objects import K8sObject, PodTemplate, pod_templates
+from gpufleet.model import Severity
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.doctor.facts import NodeFacts, Version, parse_version, show
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.objects import K8sObject, as_dict, as_list, gpu_resource_names, node_selection_matches
 from gpufleet.doctor.rules.base import Context, Hit, rule
 from gpufleet.doctor.versions import (
@@ -21,6 +20,7 @@ from gpufleet.doctor.versions import (
     stack,
     ver,
 )
+from gpufleet.model import Severity
 
 # --- GF010: R570 drivers with mixed MIG ----------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from gpufleet.catalog.vendors import get_vendor
 from gpufleet.doctor.facts import NodeFacts
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.objects import (
     PodTemplate,
     as_dict,
@@ -22,6 +21,7 @@ from gpufleet.doctor.objects import (
 from gpufleet.doctor.rules.base import Context, Hit, rule
 from gpufleet.doctor.rules.vendors import pods_of
 from gpufleet.doctor.rules.workloads import ON, TRAINING_KINDS
+from gpufleet.model import Severity
 
 GAUDI = get_vendor("intel").resource  # habana.ai/gaudi
 EFA = "vpc.amazonaws.com/efa"
@@ -156,7 +156,7 @@ def _container_hits(t: PodTemplate, c: dict[str, Any]) -> Iterator[Hit]:
             ' ("HugePages require cpu or memory"), so no pod is created',
             f"add memory (or cpu) to the container's resources next to {HUGEPAGES}",
             t.obj,
-            severity=Severity.error,
+            severity=Severity.critical,
         )
     if request is not None and (limit is None or exact_quantity(limit) != exact_quantity(request)):
         limited = "without a limit" if limit is None else f"but {limit} in limits"
@@ -165,7 +165,7 @@ def _container_hits(t: PodTemplate, c: dict[str, Any]) -> Iterator[Hit]:
             " API server refuses a request that is not equal to the limit",
             f"set resources.limits[{HUGEPAGES!r}] (requests may be left out: they default to the limit)",
             t.obj,
-            severity=Severity.error,
+            severity=Severity.critical,
         )
 
 
@@ -201,5 +201,5 @@ def gaudi_hugepages(ctx: Context) -> Iterator[Hit]:
                 f" (Insufficient {HUGEPAGES})",
                 f"ask for at most {most / MIB:g}Mi, or reserve more 2 MiB pages on the Gaudi nodes",
                 t.obj,
-                severity=Severity.error,
+                severity=Severity.critical,
             )

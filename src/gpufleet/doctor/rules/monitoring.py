@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.objects import K8sObject, PodTemplate, as_dict, as_list, mapping, selector_matches
 from gpufleet.doctor.rules.base import Context, Hit, rule
+from gpufleet.model import Severity
 
 PROMETHEUS_KINDS = ("Prometheus", "PrometheusAgent")
 NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server
@@ -152,7 +152,7 @@ def unpicked(ctx: Context, monitor: K8sObject, kind: MonitorKind, namespaces: di
         " ignored without a word and its targets are never scraped",
         fix,
         monitor,
-        severity=Severity.error,
+        severity=Severity.critical,
     )
 
 

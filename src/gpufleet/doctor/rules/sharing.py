@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from gpufleet import yaml_input
 from gpufleet.doctor.facts import NodeFacts
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.objects import K8sObject, PodTemplate, as_dict, as_list, quantity, resources
 from gpufleet.doctor.rules.base import Context, Hit, rule
 from gpufleet.errors import GpufleetError
+from gpufleet.model import Severity
 
 TIME_SLICING, MPS = "time-slicing", "mps"
 SHOWN = 8  # names listed in a message before "and N more"

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.doctor.facts import ClusterFacts, Version, show
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.load import Document
 from gpufleet.doctor.objects import K8sObject, as_dict, as_list
 from gpufleet.doctor.rules.base import Context, Hit, rule
@@ -29,6 +28,7 @@ from gpufleet.doctor.versions import (
     ver,
     within,
 )
+from gpufleet.model import Severity
 
 # --- GF009: the NRI plugin on runtimes it does not support ----------------------------------------------------------
 

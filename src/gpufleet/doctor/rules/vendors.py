@@ -11,7 +11,6 @@ from typing import Any
 
 from gpufleet.catalog.vendors import get_vendor
 from gpufleet.doctor.accelerators import display, image_stack, label_vendor, resource_vendor, signals, split_image
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.objects import (
     PodTemplate,
     as_dict,
@@ -23,6 +22,7 @@ from gpufleet.doctor.objects import (
     privileged,
 )
 from gpufleet.doctor.rules.base import Context, Hit, rule
+from gpufleet.model import Severity
 
 KUBELET_PLUGINS = "/var/lib/kubelet/device-plugins"
 POSITIVE = {"In", "Exists", "Gt", "Lt"}  # requirements a node must carry the key for
@@ -96,7 +96,7 @@ def _host_access(t: PodTemplate, c: dict[str, Any], role: str) -> Iterator[tuple
             f" {'amd.com/gpu' if role == 'amd-plugin' else 'habana.ai/gaudi'} and every pod asking for it stays"
             " Pending",
             _SOCKET_FIX,
-            Severity.error,
+            Severity.critical,
         )
     if role in ("amd-plugin", "amd-labeller") and host_path_reaches(mounts, "/sys") != "/sys":
         yield (
@@ -251,7 +251,7 @@ def _ordinals(t: PodTemplate, where: str, vendor: str, count: float, env: dict[s
                 f"index from 0 within the devices the container asks for, or remove {var} (the device plugin already"
                 " gives the container only its own devices)",
                 t.obj,
-                severity=Severity.error,
+                severity=Severity.critical,
             )
 
 

@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpufleet.catalog.vendors import get_vendor, gpu_resources, load_vendors
 from gpufleet.doctor.accelerators import image_stack, resource_vendor
 from gpufleet.doctor.facts import NodeFacts
-from gpufleet.doctor.findings import Severity
 from gpufleet.doctor.objects import (
     MIG_RESOURCE_PREFIX,
     K8sObject,
@@ -37,6 +36,7 @@ from gpufleet.doctor.objects import (
     tolerates,
 )
 from gpufleet.doctor.rules.base import Context, Hit, rule
+from gpufleet.model import Severity
 from gpufleet.nccl.advisor import lint_env
 
 GIB = Decimal(2**30)
@@ -545,7 +545,7 @@ def small_dev_shm(ctx: Context) -> Iterator[Hit]:
                     " once it is full",
                     fix,
                     t.obj,
-                    severity=Severity.error if gpus > 1 else None,
+                    severity=Severity.critical if gpus > 1 else None,
                 )
             elif "emptyDir" in source and empty_dir.get("medium") == "Memory":
                 size = exact_quantity(empty_dir.get("sizeLimit")) if empty_dir.get("sizeLimit") is not None else None
@@ -567,9 +567,6 @@ def small_dev_shm(ctx: Context) -> Iterator[Hit]:
                 )
 
 
-_NCCL_SEVERITY = {"critical": Severity.error, "warning": Severity.warning, "info": Severity.info}
-
-
 @rule("GF014")
 def harmful_nccl_env(ctx: Context) -> Iterator[Hit]:
     for t in ctx.templates:
@@ -581,7 +578,7 @@ def harmful_nccl_env(ctx: Context) -> Iterator[Hit]:
                     f"container {_name(c)!r} ({t.path}) sets {said}",
                     found.fix,
                     t.obj,
-                    severity=_NCCL_SEVERITY.get(str(found.severity), Severity.warning),
+                    severity=found.severity,
                 )
 
 
