@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 from gpufleet.model import Incident, RootCause  # noqa: E402
 from gpufleet.sim.runner import run_headless  # noqa: E402
 from gpufleet.sim.scenario import build_twin  # noqa: E402
-from gpufleet.telemetry import rules, slo  # noqa: E402
-from gpufleet.telemetry.objectives import ServiceObjectives, SloConfig  # noqa: E402
+from gpufleet.telemetry.monitoring import alert_rules as rules  # noqa: E402
+from gpufleet.telemetry.monitoring import slo_rules as slo  # noqa: E402
+from gpufleet.telemetry.monitoring.objectives import ServiceObjectives, SloConfig  # noqa: E402
 from tests.twins import door  # noqa: E402
 
 SCENARIO = ROOT / "src/gpufleet/examples/scenarios/app-layer.yaml"

@@ -103,7 +103,7 @@ def run_agent(config: str, root: Path, seconds: float, port_file: Path) -> None:
     from gpufleet.sources.workload.cgroups import CgroupOwners
     from gpufleet.sources.workload.kubelet_pods import KubeletPodList
     from gpufleet.sources.workload.podresources import PodResourcesReader
-    from gpufleet.telemetry.exposition import ExpositionConfig
+    from gpufleet.telemetry.exposition.config import ExpositionConfig
 
     spec = case(config)
     fake = FakeNvml([FakeGpu(uuid=g.uuid, name=GPU_NAME, minor=i) for i, g in enumerate(spec.gpus)])

@@ -17,7 +17,7 @@ import numpy as np
 from gpufleet.catalog import load_xid_catalog
 from gpufleet.catalog.ib_counters import load_ib_counters
 from gpufleet.telemetry.frame import MetricFrame
-from gpufleet.telemetry.rules import RulesConfig
+from gpufleet.telemetry.monitoring.alert_rules import RulesConfig
 
 
 @dataclass(slots=True)

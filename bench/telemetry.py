@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.model.attribution import Attribution
-from gpufleet.telemetry.exposition import Renderer
+from gpufleet.telemetry.exposition.dcgm import Renderer
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 from gpufleet.telemetry.store import EmbeddedStore
 

@@ -16,7 +16,8 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.telemetry.exposition import ExpositionConfig, Renderer
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import Renderer
 from tests.attribution_node import POD_LIST_REFRESH_S, Case, Container, Gpu, Pod, Proc, check, expected, running
 
 GPUS = [Gpu(f"GPU-{i:08x}-1111-2222-3333-444455556666") for i in range(8)]

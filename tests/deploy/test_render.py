@@ -35,7 +35,7 @@ from gpufleet.deploy.render import (
 )
 from gpufleet.errors import DependencyMissingError, ManifestError, UserError
 from gpufleet.sources.workload import kubelet_pods
-from gpufleet.telemetry.workload_exposition import workload_series_settings
+from gpufleet.telemetry.exposition.config import workload_series_settings
 from tests.conftest import REPO_ROOT
 
 CHART = REPO_ROOT / "deploy" / "helm" / "gpufleet"

@@ -22,7 +22,8 @@ import pytest
 from gpufleet.agent.attribution import AttributionSource
 from gpufleet.integrations.slurm.client import expand_index_list
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments, read_job_map
-from gpufleet.telemetry.exposition import ExpositionConfig, render
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from tests.conftest import REPO_ROOT
 from tests.slurm_cluster import SlurmCluster, require_slurm

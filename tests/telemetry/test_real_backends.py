@@ -14,16 +14,17 @@ import pytest
 from gpufleet.control import views
 from gpufleet.control.metrics import MetricRecorder
 from gpufleet.sim.runner import run_headless
-from gpufleet.telemetry.exposition import CONTENT_TYPE, Renderer
+from gpufleet.telemetry.exposition.config import CONTENT_TYPE
+from gpufleet.telemetry.exposition.dcgm import Renderer
 from gpufleet.telemetry.frame import MetricFrame
-from gpufleet.telemetry.rules import RulesConfig, dump, rule_groups
+from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, dump, rule_groups
 from gpufleet.telemetry.store import RemoteConfig, RemoteStore
 from tests import apiclient
 from tests.apiclient import free_port
 from tests.conftest import REPO_ROOT, require_tool
 from tests.twins import door, small_twin
 
-from .conftest import filled_frame
+from tests.telemetry.conftest import filled_frame
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore, Selector, StoreConfig, open_store
 from gpufleet.telemetry.store.remote_write import decode_write_request, snappy_decompress
 
-from .conftest import make_entities
+from tests.telemetry.conftest import make_entities
 
 T0 = 1_700_000_000.0
 

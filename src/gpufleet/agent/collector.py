@@ -14,7 +14,8 @@ from functools import partial
 from typing import Protocol
 
 from gpufleet.background import Background
-from gpufleet.telemetry.exposition import ExpositionConfig, Renderer
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import Renderer
 from gpufleet.telemetry.frame import MetricFrame
 
 log = logging.getLogger("gpufleet.agent")

@@ -26,7 +26,7 @@ from gpufleet.model.observe import NodeInventory, SchedulerReport
 from gpufleet.sources.node.app_scrape import AppMetricsSource, AppScrape
 from gpufleet.sources.node.inventory import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments
-from gpufleet.telemetry.exposition import ExpositionConfig
+from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
 log = logging.getLogger("gpufleet.agent")

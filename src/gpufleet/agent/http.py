@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpufleet.agent.collector import Collector
-from gpufleet.telemetry.exposition import CONTENT_TYPE
+from gpufleet.telemetry.exposition.config import CONTENT_TYPE
 
 
 def make_server(

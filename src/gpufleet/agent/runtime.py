@@ -19,7 +19,7 @@ from gpufleet.agent.kernel import KernelLog
 from gpufleet.agent.pusher import BatchPusher, NodeState
 from gpufleet.agent.spool import RecordSpool
 from gpufleet.model.observe import JobFact, NodeInventory, SchedulerReport
-from gpufleet.telemetry.exposition import ExpositionConfig
+from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
 log = logging.getLogger("gpufleet.agent")

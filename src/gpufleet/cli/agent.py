@@ -188,7 +188,7 @@ def agent(
     from gpufleet.cli.core import builtin_example
     from gpufleet.control.paths import api_token
     from gpufleet.control.paths import data_dir as default_dir
-    from gpufleet.telemetry.exposition import ExpositionConfig
+    from gpufleet.telemetry.exposition.config import ExpositionConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the agent's own
@@ -197,7 +197,7 @@ def agent(
         raise UserError("--interval must be positive", fix="e.g. --interval 1s")
     if hostname_label not in ("hostname", "Hostname"):
         raise UserError(f"--hostname-label {hostname_label!r}", fix="use hostname or Hostname")
-    from gpufleet.telemetry.workload_exposition import workload_series_settings
+    from gpufleet.telemetry.exposition.config import workload_series_settings
 
     if workload_series_budget is not None and workload_series_budget < 0:
         raise UserError("--workload-series-budget must be 0 or more", fix="e.g. --workload-series-budget 2000")

@@ -117,7 +117,7 @@ def size_cmd(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     from gpufleet.spec.base import parse_duration
-    from gpufleet.telemetry.sizing import NODES_PER_CORE, PROMETHEUS_BYTES_PER_SAMPLE, size
+    from gpufleet.telemetry.monitoring.sizing import NODES_PER_CORE, PROMETHEUS_BYTES_PER_SAMPLE, size
 
     interval_s, retention_s = parse_duration(interval), parse_duration(retention)
     if interval_s <= 0 or retention_s <= 0:
@@ -206,9 +206,9 @@ def slo_cmd(
     out: Path | None = typer.Option(None, "--out", metavar="FILE", help="Write to this file instead of printing."),
     output: OutputFormat = typer.Option(OutputFormat.yaml, "-o", "--output", metavar="yaml|json", help="yaml or json."),
 ) -> None:
-    from gpufleet.telemetry import slo
-    from gpufleet.telemetry.objectives import SloConfig
-    from gpufleet.telemetry.rules import RulesConfig, dump
+    from gpufleet.telemetry.monitoring import slo_rules as slo
+    from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, dump
+    from gpufleet.telemetry.monitoring.objectives import SloConfig
 
     _manifest_format(output)
     if filename is not None:

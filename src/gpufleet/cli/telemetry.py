@@ -103,7 +103,7 @@ def rules_cmd(
     """Generate alert rules: a Prometheus rule file, its promtool unit tests, a PrometheusRule and a
     ServiceMonitor. With --out, writes gpufleet-rules.yml, gpufleet-rules-test.yml, prometheus-rule.yaml and
     service-monitor.yaml; with --chart, the rule file into the chart's files/; otherwise prints the rule file."""
-    from gpufleet.telemetry.rules import (
+    from gpufleet.telemetry.monitoring.alert_rules import (
         RULE_FILE,
         RulesConfig,
         dump,
@@ -121,7 +121,7 @@ def rules_cmd(
 
         _write(_chart(chart), {RULES_FILE: dump(rule_groups(cfg))})
     if out is not None:
-        from gpufleet.telemetry.rules import service_monitor
+        from gpufleet.telemetry.monitoring.alert_rules import service_monitor
 
         _write(
             out,
@@ -147,7 +147,7 @@ def dashboard_cmd(
 ) -> None:
     """Generate Grafana dashboards (cluster overview, node view, fabric view) from the field catalog. With --out
     or --chart (into its files/dashboards/), one JSON file per dashboard; otherwise printed."""
-    from gpufleet.telemetry.dashboards import dashboard_files, dashboards
+    from gpufleet.telemetry.monitoring.dashboards import dashboard_files, dashboards
 
     if hostname_label not in ("hostname", "Hostname"):
         raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")

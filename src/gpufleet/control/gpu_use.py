@@ -13,7 +13,8 @@ import math
 
 from gpufleet.control.fleet import FleetState, NodeState
 from gpufleet.control.metrics import MetricRecorder, Sample
-from gpufleet.telemetry.exposition import POD_INFO_METRIC, ExpositionConfig, gpu_identity_labels
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, gpu_identity_labels
 from gpufleet.telemetry.frame import GpuEntity
 from gpufleet.telemetry.store import EmbeddedStore
 

@@ -49,7 +49,7 @@ from gpufleet.remediate.backends.base import (
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
 from gpufleet.state.tokens import Role, Token, TokenStore
-from gpufleet.telemetry.objectives import SloConfig
+from gpufleet.telemetry.monitoring.objectives import SloConfig
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
 from gpufleet.telemetry.store.query import MetricStore
 

@@ -23,7 +23,7 @@ from gpufleet.cost.report import CostReport, build_report
 from gpufleet.cost.usage import Usage, measure
 from gpufleet.errors import UserError
 from gpufleet.spec.base import parse_duration
-from gpufleet.telemetry.exposition import POD_INFO_METRIC
+from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC
 from gpufleet.telemetry.store import Selector
 from gpufleet.telemetry.store.query import MetricStore
 

@@ -70,7 +70,7 @@ class KedaOptions:
             return self.target
         if self.signal == "queue":
             return DEFAULT_QUEUE_PER_REPLICA
-        from gpufleet.telemetry.objectives import Objectives
+        from gpufleet.telemetry.monitoring.objectives import Objectives
 
         p99 = Objectives().p99_s or 2.0
         return round(p99 * P99_TARGET_SHARE, 6)

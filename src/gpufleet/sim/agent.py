@@ -20,7 +20,7 @@ from gpufleet.sim.node_readers import attribution_source
 from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.source import TwinSource
 from gpufleet.sim.twin import Twin
-from gpufleet.telemetry.exposition import ExpositionConfig
+from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 
 

@@ -2,7 +2,8 @@
 dashboards."""
 
 from gpufleet.model.attribution import Attribution
-from gpufleet.telemetry.exposition import CONTENT_TYPE, ExpositionConfig, Renderer, render
+from gpufleet.telemetry.exposition.config import CONTENT_TYPE, ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import Renderer, render
 from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_field_catalog
 from gpufleet.telemetry.frame import GpuEntity, Histogram, IbPort, MetricFrame
 

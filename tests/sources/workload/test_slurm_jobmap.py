@@ -17,7 +17,8 @@ from gpufleet.errors import BackendError
 from gpufleet.model.attribution import Attribution
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments, parse_job_file, read_job_map
 from gpufleet.telemetry.attribution import EntityIndex, parse_device_id
-from gpufleet.telemetry.exposition import JOB_INFO_METRIC, ExpositionConfig, Renderer, render
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import JOB_INFO_METRIC, Renderer, render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from tests.clirun import gpufleet
 

@@ -9,10 +9,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.blanks import blank_values, is_blank
-from gpufleet.telemetry.exposition import POD_INFO_METRIC, ExpositionConfig, Renderer, render
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, Renderer, render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
-from .conftest import MODEL, make_entities
+from tests.telemetry.conftest import MODEL, make_entities
 
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\} (\S+)$")
 
@@ -220,7 +221,7 @@ def test_label_cache_follows_entity_changes(frame: MetricFrame) -> None:
 def test_a_nan_loss_is_exported_and_counters_are_typed() -> None:
     """A diverged job's NaN loss is its value; other NaN gauges are "no value" and stay out."""
     from gpufleet.instrument import names
-    from gpufleet.telemetry.exposition import Renderer
+    from gpufleet.telemetry.exposition.dcgm import Renderer
     from gpufleet.telemetry.frame import MetricFrame
 
     frame = MetricFrame(entities=())

@@ -9,15 +9,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gpufleet.telemetry.dashboards import dashboards
-from gpufleet.telemetry.exposition import ExpositionConfig, render
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import render
 from gpufleet.telemetry.fields import FLEET, load_field_catalog
 from gpufleet.telemetry.frame import MetricFrame
-from gpufleet.telemetry.sizing import series_counts
+from gpufleet.telemetry.monitoring.dashboards import dashboards
+from gpufleet.telemetry.monitoring.sizing import series_counts
 from tests.clirun import gpufleet
 
-from .test_vendor_exposition import named, one, parsed
-from .vendor_frames import mixed_frame, nvidia_entities
+from tests.telemetry.exposition.test_vendor import named, one, parsed
+from tests.telemetry.vendor_frames import mixed_frame, nvidia_entities
 
 FLEET_LABELS = {"vendor", "model", "hostname", "gpu", "uuid"}
 

@@ -12,11 +12,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.errors import ManifestError
 from gpufleet.model.attribution import Attribution
-from gpufleet.telemetry.exposition import POD_INFO_METRIC, ExpositionConfig, Renderer, render
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, Renderer, render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from gpufleet.telemetry.vendor_metrics import VendorMetrics, _check, go_float, load_vendor_metrics
 
-from .vendor_frames import (
+from tests.telemetry.vendor_frames import (
     gaudi3_entities,
     h100_entities,
     mi300x_entities,
@@ -24,7 +25,7 @@ from .vendor_frames import (
     nvidia_reference_frame,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 NO_FLEET = ExpositionConfig(fleet_series=False)
 DME_LABELS = {
     "card_model",

@@ -15,24 +15,21 @@ from pydantic import ValidationError
 
 from gpufleet.errors import UserError
 from gpufleet.model.attribution import Attribution, DeviceAttribution, Share, Sharing
-from gpufleet.telemetry.exposition import ExpositionConfig, Renderer, render
+from gpufleet.telemetry.exposition.config import ExpositionConfig, workload_series_settings
+from gpufleet.telemetry.exposition.dcgm import Renderer, render
+from gpufleet.telemetry.exposition.workload import FAMILIES, WORKLOAD_FAMILIES
 from gpufleet.telemetry.fields import load_field_catalog
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.rules import RULE_FILE, dump, render_annotation, rule_groups
+from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, dump, render_annotation, rule_groups
 from gpufleet.telemetry.store import EmbeddedStore
 from gpufleet.telemetry.store.frame_series import FrameSeries
-from gpufleet.telemetry.workload_exposition import (
-    FAMILIES,
-    WORKLOAD_FAMILIES,
-    workload_series_settings,
-)
 from tests.clirun import gpufleet
 from tests.conftest import require_tool
 
-from .conftest import make_entities
-from .vendor_frames import mi300x_entities, nvidia_reference_frame
+from tests.telemetry.conftest import make_entities
+from tests.telemetry.vendor_frames import mi300x_entities, nvidia_reference_frame
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 MIB = 1024 * 1024
 NO_FLEET = ExpositionConfig(fleet_series=False)
 LABELS_MODE = ExpositionConfig(fleet_series=False, attribution="labels")

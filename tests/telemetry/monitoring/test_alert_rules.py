@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gpufleet.errors import ManifestError
-from gpufleet.telemetry.rules import (
+from gpufleet.telemetry.monitoring.alert_rules import (
     RULE_FILE,
     RulesConfig,
     dump,
@@ -186,7 +186,7 @@ def test_promtool_refuses_a_rule_that_ignores_what_it_must(
 @pytest.mark.real
 def test_committed_deploy_files_pass_promtool() -> None:
     require_tool("promtool")
-    deploy = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
+    deploy = Path(__file__).resolve().parents[3] / "deploy" / "monitoring"
     run = subprocess.run(
         ["promtool", "test", "rules", "gpufleet-rules-test.yml"], cwd=deploy, capture_output=True, text=True
     )

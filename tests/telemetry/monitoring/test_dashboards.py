@@ -7,9 +7,8 @@ from pathlib import Path
 import yaml
 
 from gpufleet.deploy.chart import DASHBOARDS_DIR, RULES_FILE
-from gpufleet.telemetry.dashboards import dashboard_files, dashboards
 from gpufleet.telemetry.fields import load_field_catalog
-from gpufleet.telemetry.rules import (
+from gpufleet.telemetry.monitoring.alert_rules import (
     RulesConfig,
     dump,
     prometheus_rule,
@@ -17,6 +16,7 @@ from gpufleet.telemetry.rules import (
     rule_tests,
     service_monitor,
 )
+from gpufleet.telemetry.monitoring.dashboards import dashboard_files, dashboards
 from tests.clirun import gpufleet
 
 
@@ -68,8 +68,8 @@ def test_committed_artifacts_are_current() -> None:
     """deploy/monitoring and the Helm chart's copies (deploy/helm/gpufleet/files) are what the generators make now:
     gpufleet telemetry rules --config deploy/monitoring/rules-config.yaml --out deploy/monitoring --chart ...
     gpufleet telemetry dashboard --out deploy/monitoring/dashboards --chart deploy/helm/gpufleet"""
-    deploy = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
-    chart = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpufleet"
+    deploy = Path(__file__).resolve().parents[3] / "deploy" / "monitoring"
+    chart = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "gpufleet"
     cfg = RulesConfig.from_file(deploy / "rules-config.yaml")
     assert (deploy / "gpufleet-rules.yml").read_text() == dump(rule_groups(cfg))
     assert (deploy / "gpufleet-rules-test.yml").read_text() == dump(rule_tests(cfg))

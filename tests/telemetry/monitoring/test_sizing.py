@@ -6,9 +6,9 @@ import pytest
 
 from gpufleet.agent.collector import Collector
 from gpufleet.sim.source import TwinSource
-from gpufleet.telemetry.exposition import POD_INFO_METRIC
+from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC
 from gpufleet.telemetry.fields import load_field_catalog
-from gpufleet.telemetry.sizing import MIN_REPLICAS, PROMETHEUS_BYTES_PER_SAMPLE, series_counts, size
+from gpufleet.telemetry.monitoring.sizing import MIN_REPLICAS, PROMETHEUS_BYTES_PER_SAMPLE, series_counts, size
 from tests.twins import small_twin
 
 

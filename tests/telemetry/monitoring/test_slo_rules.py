@@ -16,9 +16,9 @@ import yaml
 
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.instrument import names
-from gpufleet.telemetry import slo
-from gpufleet.telemetry.objectives import SloConfig
-from gpufleet.telemetry.rules import RulesConfig, dump, render_annotation
+from gpufleet.telemetry.monitoring import slo_rules as slo
+from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, dump, render_annotation
+from gpufleet.telemetry.monitoring.objectives import SloConfig
 from tests.conftest import REPO_ROOT, require_tool
 
 MONITORING = REPO_ROOT / "deploy" / "monitoring"

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from gpufleet.model.attribution import Attribution
-from gpufleet.telemetry.exposition import POD_INFO_METRIC, render
-from gpufleet.telemetry.rules import RULE_FILE, RulesConfig, dump, rule_groups, rule_tests
+from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, render
+from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, RulesConfig, dump, rule_groups, rule_tests
 from tests.conftest import require_tool
 
-from .test_vendor_exposition import parsed
-from .vendor_frames import mixed_frame
+from tests.telemetry.exposition.test_vendor import parsed
+from tests.telemetry.vendor_frames import mixed_frame
 
 VENDOR_ALERTS = {
     "gpufleet-amd": ["AmdGpuUnhealthy", "AmdGpuEccUncorrectable", "AmdGpuFatalRasEvent"],

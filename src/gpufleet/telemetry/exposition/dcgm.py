@@ -35,29 +35,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.instrument import names
 from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.blanks import valid_mask
-from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField
-from gpufleet.telemetry.fleet_exposition import FleetLayout
-from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
-from gpufleet.telemetry.text_format import escape_help, format_float
-from gpufleet.telemetry.text_format import escape_label_value as escape_label_value  # re-exported
-from gpufleet.telemetry.text_format import label_pairs as _pairs
-from gpufleet.telemetry.vendor_exposition import VendorLayout, identity_labels, own_exporter, vendor_layout
-from gpufleet.telemetry.workload_exposition import (
-    DEFAULT_BUDGET,
-    DEFAULT_SHARING,
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.fleet import FleetLayout
+from gpufleet.telemetry.exposition.text_format import escape_help, format_float
+from gpufleet.telemetry.exposition.text_format import escape_label_value as escape_label_value  # re-exported
+from gpufleet.telemetry.exposition.text_format import label_pairs as _pairs
+from gpufleet.telemetry.exposition.vendor import VendorLayout, identity_labels, own_exporter, vendor_layout
+from gpufleet.telemetry.exposition.workload import (
     LabelsModeSplit,
     SplitDevice,
     WorkloadLayout,
-    check_sharing_modes,
     holder_series_labels,
     job_holders,
     labels_mode_split,
@@ -66,8 +60,9 @@ from gpufleet.telemetry.workload_exposition import (
     splits,
     workload_layout,
 )
+from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField
+from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 POD_INFO_METRIC = "gpufleet_gpu_pod_info"
 # a NaN elsewhere is "no value this tick"; a diverged model's NaN loss is the value, and Prometheus carries it
 NAN_MEANS_SOMETHING = frozenset({names.TRAINING_LOSS, names.TRAINING_VALIDATION_LOSS, names.TRAINING_GRADIENT_NORM})
@@ -81,28 +76,6 @@ VENDOR_JOIN = (
 )
 MIXED_POD_INFO_HELP = "Workload using the GPU" + VENDOR_JOIN + "."
 MIXED_JOB_INFO_HELP = "Slurm job using the GPU" + VENDOR_JOIN + "."
-
-
-class ExpositionConfig(BaseModel):
-    """How /metrics looks. The defaults follow dcgm-exporter 4.x with cardinality-safe pod attribution."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    hostname_label: Literal["hostname", "Hostname"] = "hostname"
-    uuid_label: Literal["UUID", "uuid"] = "UUID"
-    attribution: Literal["info", "labels"] = "info"  # labels = dcgm-exporter compat: pod labels on GPU series
-    old_namespace: bool = False  # --use-old-namespace: pod_name, pod_namespace, container_name
-    fleet_series: bool = True  # the vendor-neutral gpufleet_accelerator_* series for every accelerator
-    # which workloads get gpufleet_workload_gpu_* series: those on devices shared in these modes (Sharing values, or
-    # "all"), those in these namespaces ("*": every one), and at most this many series per render (workload_exposition)
-    workload_series_sharing: tuple[str, ...] = DEFAULT_SHARING
-    workload_series_namespaces: tuple[str, ...] = ()
-    workload_series_budget: int = Field(DEFAULT_BUDGET, ge=0)
-
-    @field_validator("workload_series_sharing")
-    @classmethod
-    def _known_modes(cls, modes: tuple[str, ...]) -> tuple[str, ...]:
-        return check_sharing_modes(modes)
 
 
 def gpu_identity_labels(entity: GpuEntity, config: ExpositionConfig) -> list[tuple[str, str]]:

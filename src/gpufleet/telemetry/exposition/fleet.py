@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.exposition.text_format import family_header
+from gpufleet.telemetry.exposition.text_format import label_pairs as _pairs
+from gpufleet.telemetry.exposition.vendor import catalog_model
+from gpufleet.telemetry.exposition.workload import pod_holders, workload_labels
 from gpufleet.telemetry.fields import FLEET
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.text_format import family_header
-from gpufleet.telemetry.text_format import label_pairs as _pairs
-from gpufleet.telemetry.vendor_exposition import catalog_model
 from gpufleet.telemetry.vendor_metrics import FleetSeries, load_vendor_metrics, scaled
-from gpufleet.telemetry.workload_exposition import pod_holders, workload_labels
 
 
 def fleet_labels(entity: GpuEntity) -> list[tuple[str, str]]:

@@ -21,20 +21,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import numpy as np
 
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
 from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.text_format import family_header
+from gpufleet.telemetry.exposition.text_format import label_pairs as _pairs
+from gpufleet.telemetry.exposition.workload import splits
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.text_format import family_header
-from gpufleet.telemetry.text_format import label_pairs as _pairs
 from gpufleet.telemetry.vendor_metrics import VendorExporter, divisor, go_float, load_vendor_metrics
-from gpufleet.telemetry.workload_exposition import splits
-
-if TYPE_CHECKING:
-    from gpufleet.telemetry.exposition import ExpositionConfig
 
 AMD = "amd"
 INTEL = "intel"

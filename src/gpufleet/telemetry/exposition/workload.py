@@ -31,21 +31,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpufleet.errors import UserError
-from gpufleet.model.attribution import Attribution, DeviceAttribution, Share, Sharing
+from gpufleet.model.attribution import Attribution, DeviceAttribution, Share
 from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.exposition.config import ALL, ALL_NAMESPACES, ExpositionConfig
+from gpufleet.telemetry.exposition.text_format import family_header, format_float
+from gpufleet.telemetry.exposition.text_format import label_pairs as _pairs
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.text_format import family_header, format_float
-from gpufleet.telemetry.text_format import label_pairs as _pairs
-
-if TYPE_CHECKING:
-    from gpufleet.telemetry.exposition import ExpositionConfig
 
 Labels = list[tuple[str, str]]
 MIB = 1024.0 * 1024.0
@@ -76,11 +72,6 @@ DEVICE_FAMILIES = (UNATTRIBUTED_MEMORY, UNATTRIBUTED_UTILIZATION)
 NODE_FAMILIES = (SERIES_EMITTED, SERIES_BUDGET, SERIES_DROPPED)
 FAMILIES = (SHARING_INFO, *DEVICE_FAMILIES, *WORKLOAD_FAMILIES, *NODE_FAMILIES)
 
-SHARING_MODES = tuple(s.value for s in Sharing)
-ALL = "all"  # workload_series_sharing: every device's workloads
-ALL_NAMESPACES = "*"
-DEFAULT_SHARING = (Sharing.time_slicing.value, Sharing.mps.value, Sharing.mig_shared.value)
-DEFAULT_BUDGET = 2000
 _GENERATIONS = itertools.count(1)  # label sets, numbered across layouts so a store's key never names two
 
 # labels mode (dcgm-exporter compat): the device fields a shared device splits among its holders, and the share's
@@ -95,43 +86,6 @@ NO_REMAINDER = frozenset({"power_w"})  # a split device's power parts add up to 
 
 
 # ---- who gets what --------------------------------------------------------------------------------------------
-
-
-def check_sharing_modes(modes: Sequence[str]) -> tuple[str, ...]:
-    """workload_series_sharing's values: sharing modes (model.attribution.Sharing) or "all"."""
-    unknown = [m for m in modes if m not in (*SHARING_MODES, ALL)]
-    if unknown:
-        raise ValueError(f"unknown sharing mode(s) {', '.join(unknown)}: use {', '.join(SHARING_MODES)} or {ALL}")
-    return tuple(dict.fromkeys(modes))
-
-
-def workload_series_settings(selectors: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """The exposition config's workload_series_sharing and workload_series_namespaces for the agent's
-    --workload-series selectors: sharing:<mode>, namespace:<ns>, all, none."""
-    sharing: list[str] = []
-    namespaces: list[str] = []
-    nothing = False
-    fix = f"use sharing:<mode> (one of {', '.join(SHARING_MODES)}), namespace:<name>, all or none"
-    for raw in selectors:
-        text = raw.strip()
-        kind, sep, value = text.partition(":")
-        value = value.strip()
-        if text == "none":
-            nothing = True
-        elif text == ALL:
-            sharing.append(ALL)
-        elif sep and kind == "sharing" and value in (*SHARING_MODES, ALL):
-            sharing.append(value)
-        elif sep and kind == "namespace" and value:
-            namespaces.append(value)
-        else:
-            raise UserError(f"--workload-series {raw!r} is not a selector", fix=fix)
-    if nothing and (sharing or namespaces):
-        raise UserError("--workload-series none cannot be combined with other selectors", fix="give none alone")
-    return {
-        "workload_series_sharing": tuple(dict.fromkeys(sharing)),
-        "workload_series_namespaces": tuple(dict.fromkeys(namespaces)),
-    }
 
 
 def wants_workload_series(config: ExpositionConfig, device: DeviceAttribution) -> list[int]:

@@ -27,8 +27,8 @@ from pydantic import ValidationError
 from gpufleet import yaml_input
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.instrument import names
-from gpufleet.telemetry.objectives import Objectives, SloConfig
-from gpufleet.telemetry.rules import RulesConfig, config_error, re2_escape
+from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, config_error, re2_escape
+from gpufleet.telemetry.monitoring.objectives import Objectives, SloConfig
 
 SLO_RULE_FILE = "gpufleet-slo-rules.yml"
 WINDOWS = ("5m", "30m", "1h", "6h")

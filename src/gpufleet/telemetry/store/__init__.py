@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.telemetry.exposition import ExpositionConfig
+from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.store.embedded import EmbeddedStore, StoreConfig
 from gpufleet.telemetry.store.frame_series import FrameSeries
 from gpufleet.telemetry.store.query import (

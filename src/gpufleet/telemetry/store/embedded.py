@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.locks import ordered_lock
-from gpufleet.telemetry.exposition import ExpositionConfig
+from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.store.frame_series import FrameSeries
 from gpufleet.telemetry.store.history import History, labels_key

@@ -19,18 +19,18 @@ import numpy as np
 
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.telemetry.blanks import valid_mask
-from gpufleet.telemetry.exposition import (
+from gpufleet.telemetry.exposition.config import ExpositionConfig
+from gpufleet.telemetry.exposition.dcgm import (
     JOB_INFO_METRIC,
     JOB_LABEL,
     POD_INFO_METRIC,
-    ExpositionConfig,
     gpu_identity_labels,
     gpu_series_labels,
     holder_info_labels,
     ib_port_labels,
 )
+from gpufleet.telemetry.exposition.workload import WorkloadLayout, job_holders, pod_holders, workload_layout
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.workload_exposition import WorkloadLayout, job_holders, pod_holders, workload_layout
 
 Labels = dict[str, str]
 SparseKey = tuple[Any, ...]
