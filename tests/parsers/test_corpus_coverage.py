@@ -6,13 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpufleet.parsers.infiniband.diags import parse_link_events
+from gpufleet.parsers.infiniband.sysfs import parse_sysfs_snapshot
 from gpufleet.parsers.kernel.kmsg import scan_kmsg
 from gpufleet.parsers.nhc import parse_health_log
 from gpufleet.parsers.nvidia.dcgmi_diag import parse_diag
 from gpufleet.parsers.nvidia.smi import parse_query_text
 from gpufleet.parsers.nvidia.smi_table import parse_table
 from gpufleet.parsers.nvidia.topo import parse_nvlink_status, parse_topo_matrix
-from gpufleet.sources.infiniband.sysfs import parse_sysfs_snapshot
 
 PARSERS: dict[str, Callable[[str], object]] = {
     "nvsmi_q_": parse_query_text,

@@ -18,12 +18,12 @@ from gpufleet.parsers.infiniband.diags import (
     parse_link_events,
     parse_perfquery,
 )
+from gpufleet.parsers.infiniband.sysfs import parse_sysfs_snapshot
 from gpufleet.parsers.nhc import parse_health_log
 from gpufleet.parsers.nvidia.dcgmi_diag import parse_diag
 from gpufleet.parsers.nvidia.smi import parse_query_text, parse_query_xml
 from gpufleet.parsers.nvidia.smi_table import parse_table
 from gpufleet.parsers.nvidia.topo import parse_nvlink_status, parse_topo_matrix
-from gpufleet.sources.infiniband.sysfs import parse_sysfs_snapshot
 from tests.parsers.damage import damaged
 
 PARSERS: dict[str, Callable[[str], object]] = {

@@ -1,9 +1,8 @@
-"""IB counters and links: sysfs (corpus snapshot and a live-style tree), perfquery, ibqueryerrors, iblinkinfo,
+"""IB counters and links: perfquery, ibqueryerrors, iblinkinfo,
 ibnetdiscover (in the formats infiniband-diags 44 prints against ibsim), and link flaps in syslog (corpus)."""
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,6 @@ from gpufleet.parsers.infiniband.diags import (
     scan_ibnetdiscover,
     scan_perfquery,
 )
-from gpufleet.sources.infiniband import sysfs as ib_sysfs
-from gpufleet.sources.infiniband.sysfs import parse_sysfs_snapshot, read_sysfs
 from tests.conftest import CAPTURES
 
 IBSIM = CAPTURES / "ibsim"  # real tool output from a simulated fabric (see README.md)
@@ -31,71 +28,6 @@ IBSIM = CAPTURES / "ibsim"  # real tool output from a simulated fabric (see READ
 
 def _capture(name: str) -> str:
     return (IBSIM / name).read_text()
-
-
-def test_sysfs_snapshot_uses_catalog_names(corpus: Path) -> None:
-    snap = parse_sysfs_snapshot((corpus / "ib_sysfs_counters_mlx5_0_h100_gpud.txt").read_text(), hca="mlx5_0")
-    assert snap.attributes == {"board_id": "MT_0000000838", "fw_ver": "28.41.1000", "hca_type": "MT4129"}
-    [port] = snap.ports
-    assert port.port == 1 and port.up and port.rate_gbps == 400 and port.rate_detail == "4X NDR"
-    assert port.link_layer == "InfiniBand"
-    # every error/traffic counter the catalog knows is present, under its PMA name
-    assert set(port.counters) == set(load_ib_counters())
-    assert port.counters["ExcessiveBufferOverrunErrors"] == 15 and port.counters["PortRcvErrors"] == 14
-    assert port.counters["PortRcvSwitchRelayErrors"] == 1 and port.counters["PortXmitWait"] == 2489603687
-    assert port.unmapped_counters["unicast_rcv_packets"] == 317548853677
-    assert port.hw_counters["roce_adp_retrans"] == 3 and port.hw_counters["rx_dct_connect"] == 422237
-
-
-def test_corrupted_snapshot_names_file_and_line(corpus: Path) -> None:
-    text = (corpus / "ib_sysfs_counters_mlx5_0_h100_gpud.txt").read_text()
-    broken = text.replace("port_rcv_errors = 14", "port_rcv_errors = 1\x004")
-    with pytest.raises(ParseError) as info:
-        parse_sysfs_snapshot(broken, hca="mlx5_0", source="snap.txt")
-    line = text.splitlines().index("ports/1/counters/port_rcv_errors = 14") + 1
-    assert f"snap.txt:{line}: ports/1/counters/port_rcv_errors" in info.value.message
-    with pytest.raises(ParseError, match="N: NAME"):
-        parse_sysfs_snapshot("ports/1/state = ACTIVE\n", hca="x")
-
-
-def _make_port(root: Path, hca: str, port: int, counters: dict[str, str]) -> Path:
-    port_dir = root / hca / "ports" / str(port)
-    (port_dir / "counters").mkdir(parents=True)
-    (port_dir / "state").write_text("4: ACTIVE\n")
-    (port_dir / "phys_state").write_text("5: LinkUp\n")
-    (port_dir / "rate").write_text("200 Gb/sec (4X HDR)\n")
-    for name, value in counters.items():
-        (port_dir / "counters" / name).write_text(value)
-    return port_dir
-
-
-def test_live_tree_keeps_good_ports_when_one_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _make_port(tmp_path, "mlx5_0", 1, {"symbol_error": "5\n", "link_downed": "0\n"})
-    bad = _make_port(tmp_path, "mlx5_0", 2, {"symbol_error": "7\n"})
-    corrupt = _make_port(tmp_path, "mlx5_1", 1, {"port_rcv_errors": "12abc\n"})
-    (tmp_path / "mlx5_0" / "fw_ver").write_text("28.41.1000\n")
-    real_read = ib_sysfs._read_text
-
-    def flaky(path: Path) -> str:
-        if path.parent.parent == bad:  # the port's device went away mid-read
-            raise OSError(errno.ENODEV, "No such device", str(path))
-        return real_read(path)
-
-    monkeypatch.setattr(ib_sysfs, "_read_text", flaky)
-    hcas = {h.hca: h for h in read_sysfs(tmp_path)}
-    mlx0 = hcas["mlx5_0"]
-    assert mlx0.attributes["fw_ver"] == "28.41.1000"
-    assert [(p.port, p.counters) for p in mlx0.ports] == [(1, {"SymbolErrorCounter": 5, "LinkDownedCounter": 0})]
-    [error] = mlx0.errors
-    assert error.port == "2" and "No such device" in error.message and str(bad) in error.path
-    [parse_error] = hcas["mlx5_1"].errors
-    assert str(corrupt / "counters" / "port_rcv_errors") in parse_error.message
-    assert hcas["mlx5_1"].ports == []
-
-
-def test_missing_sysfs_root_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ParseError, match="no InfiniBand sysfs"):
-        read_sysfs(tmp_path / "nope")
 
 
 def test_perfquery_plain_and_extended() -> None:

@@ -20,7 +20,8 @@ from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.errors import NotFoundError
 from gpufleet.model.observe import GpuInfo, MigInfo, NodeInventory, PortInfo
-from gpufleet.sources.infiniband.sysfs import HcaSnapshot, read_sysfs
+from gpufleet.parsers.infiniband.sysfs import HcaSnapshot
+from gpufleet.sources.infiniband.sysfs import read_sysfs
 from gpufleet.telemetry.frame import IbPort, MetricFrame
 
 SYSFS_IB = Path("/sys/class/infiniband")
