@@ -223,6 +223,79 @@ def test_a_restarted_agent_neither_misses_nor_repeats_a_kernel_line(tmp_path: Pa
     assert seen == [79, 48]
 
 
+def _xid(code: int, second: int) -> str:
+    return f"[ {second}.000000] NVRM: Xid (PCI:0000:3b:00): {code}, pid={second}, name=python, Xid {code} here\n"
+
+
+def _kernel_log(spool: RecordSpool, log: Path, seen: list[int | None], said: list[tuple[bool, str]]) -> Any:
+    from gpufleet.agent.kernel import KernelLog
+
+    follower = KernelLog(
+        lambda events: seen.extend(e.xid for e in events),
+        spool,
+        path=log,
+        poll_s=0.01,
+        status=lambda ok, why: said.append((ok, why)),
+    )
+    follower.start()
+    return follower
+
+
+def test_a_restarted_agent_reads_what_was_written_and_rotated_while_it_was_down(tmp_path: Path) -> None:
+    from gpufleet.sources.node.kernel_log import FilePosition
+
+    log = tmp_path / "kern.log"
+    log.write_text(_xid(31, 1))
+    spool = RecordSpool(tmp_path / "spool.db")
+    seen: list[int | None] = []
+    follower = _kernel_log(spool, log, seen, [])
+    assert _wait(lambda: seen == [31])
+    follower.stop()
+    with log.open("a") as fh:
+        fh.write(_xid(13, 2))
+    log.rename(tmp_path / "kern.log.1")
+    log.write_text(_xid(79, 3))
+    follower = _kernel_log(spool, log, seen, [])
+    assert _wait(lambda: seen == [31, 13, 79])
+    with log.open("a") as fh:
+        fh.write(_xid(48, 4))
+    assert _wait(lambda: seen == [31, 13, 79, 48])
+    follower.stop()
+    stat = log.stat()  # the spool says which file was read, and how far
+    assert FilePosition.parse(spool.get("kmsg_file")) == FilePosition(stat.st_dev, stat.st_ino, stat.st_size)
+
+
+def test_a_kernel_log_position_stored_by_an_older_agent_is_resumed(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(_xid(31, 1))
+    spool = RecordSpool(tmp_path / "spool.db")
+    spool.set("kmsg_file", f"{log.stat().st_ino}:{log.stat().st_size}")  # `inode:offset`, as older agents kept it
+    with log.open("a") as fh:
+        fh.write(_xid(13, 2))
+    seen: list[int | None] = []
+    follower = _kernel_log(spool, log, seen, [])
+    assert _wait(lambda: seen == [13])
+    follower.stop()
+    assert seen == [13]
+
+
+def test_an_unreadable_kernel_log_is_said_and_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.agent import kernel
+
+    monkeypatch.setattr(kernel, "RETRY_S", 0.05)
+    log = tmp_path / "kern.log"
+    log.mkdir()  # not a file it can read
+    seen: list[int | None] = []
+    said: list[tuple[bool, str]] = []
+    follower = _kernel_log(RecordSpool(tmp_path / "spool.db"), log, seen, said)
+    assert _wait(lambda: any(not ok and "cannot read" in why for ok, why in said))
+    log.rmdir()
+    log.write_text(_xid(79, 1))
+    assert _wait(lambda: seen == [79])
+    follower.stop()
+    assert said[-1] == (True, "") and not follower.alive
+
+
 def test_sim_agent_reports_to_a_control_plane_over_http(
     tmp_path: Path, control_plane: tuple[str, ControlPlane, uvicorn.Server]
 ) -> None:

@@ -28,7 +28,7 @@ from gpufleet.health.xid_policy import (
 )
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent
 from gpufleet.parsers.kernel.kmsg import KmsgScan
-from gpufleet.sources.node.kernel_log import dmesg_events, follow_file, read_dev_kmsg
+from gpufleet.sources.node.kernel_log import KernelLogFollower, dmesg_events
 from gpufleet.triage.paste import Paste
 from gpufleet.triage.readers.kernel import kernel_events, streaming_parser
 from gpufleet.triage.run import kernel_log_lines
@@ -299,16 +299,12 @@ def watch_cmd(
     def stop() -> bool:
         return once
 
-    if path == "/dev/kmsg" or path.startswith("/dev/"):
-        events = read_dev_kmsg(path, follow=not once, stop=stop, host=host)
-    elif not Path(path).exists():
+    follower = KernelLogFollower(path, from_start=from_start or once, host=host)
+    if not follower.kmsg and not Path(path).exists():
         if once:
             raise NotFoundError(f"{path}: no such file", fix="check the path (without --once, watch waits for it)")
         err_console.print(f"waiting for {path} to appear (Ctrl-C stops)")
-        events = follow_file(path, from_start=True, stop=stop, host=host)
-    else:
-        events = follow_file(path, from_start=from_start or once, stop=stop, host=host)
-    for event in events:
+    for event in follower.events(stop):
         rec = event_record(path, event, policy)
         if json_lines:
             sys.stdout.write(json.dumps(rec) + "\n")

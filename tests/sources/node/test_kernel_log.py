@@ -15,7 +15,16 @@ from gpufleet.errors import BackendError, DependencyMissingError
 from gpufleet.parsers.kernel import stream
 from gpufleet.parsers.kernel.kmsg import KmsgParser, parse_kmsg
 from gpufleet.parsers.kernel.stream import KmsgFeed
-from gpufleet.sources.node.kernel_log import follow_file, read_dev_kmsg, run_dmesg
+from gpufleet.sources.node import kernel_log
+from gpufleet.sources.node.kernel_log import (
+    FilePosition,
+    KernelLogFollower,
+    KmsgPosition,
+    Position,
+    follow_file,
+    read_dev_kmsg,
+    run_dmesg,
+)
 
 BURSTS = ("burst_xid119_gsp_rpc_history_gpud.log", "burst_xid13_43_oom_gpud.log", "burst_xid79_sxid_gpud.log")
 
@@ -102,6 +111,110 @@ def test_read_dev_kmsg_records(corpus: Path, tmp_path: Path) -> None:
 def test_read_dev_kmsg_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="cannot open"):
         list(read_dev_kmsg(tmp_path / "no-kmsg"))
+
+
+def _xid(code: int, second: int, name: str = "python") -> str:
+    return f"[ {second}.000000] NVRM: Xid (PCI:0000:3b:00): {code}, pid={second}, name={name}, Xid {code} here\n"
+
+
+def _read_what_there_is(follower: KernelLogFollower) -> list[int | None]:
+    """Read to the current end and stop as a follower that will be resumed does."""
+    events = [event for batch in follower.follow(lambda: True) for event in batch]
+    return [event.xid for event in events + follower.end(last_line=False)]
+
+
+@pytest.mark.parametrize("chunk", [3, 1 << 20])
+def test_a_resumed_follower_reads_the_lines_written_while_stopped_across_a_rotation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    monkeypatch.setattr(kernel_log, "CHUNK", chunk)  # a line (and a character) split between reads is read once
+    log = tmp_path / "kern.log"
+    log.write_text(_xid(31, 1, "pythön") + _xid(43, 2))
+    first = KernelLogFollower(log, poll_s=0.0)
+    assert _read_what_there_is(first) == [31, 43]
+    assert first.position == FilePosition(log.stat().st_dev, log.stat().st_ino, log.stat().st_size)
+    saved = first.position.text()
+    with log.open("a") as fh:  # written while no follower runs, then rotated away
+        fh.write(_xid(13, 3) + _xid(48, 4))
+    log.rename(tmp_path / "kern.log.1")
+    log.write_text(_xid(79, 5))
+    second = KernelLogFollower(log, position=FilePosition.parse(saved), poll_s=0.0)
+    assert _read_what_there_is(second) == [13, 48, 79]
+    assert second.position == FilePosition(log.stat().st_dev, log.stat().st_ino, log.stat().st_size)
+    names = [e.process for e in KernelLogFollower(log.with_suffix(".log.1")).events(lambda: True)]
+    assert names[0] == "pythön"
+
+
+def test_a_line_without_its_newline_is_left_for_the_resumed_follower(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    whole, cut = _xid(31, 1), _xid(79, 2)
+    log.write_text(whole + cut[:30])
+    first = KernelLogFollower(log, poll_s=0.0)
+    assert _read_what_there_is(first) == [31]
+    assert isinstance(first.position, FilePosition) and first.position.offset == len(whole)
+    with log.open("a") as fh:
+        fh.write(cut[30:])
+    assert _read_what_there_is(KernelLogFollower(log, position=first.position, poll_s=0.0)) == [79]
+
+
+def test_a_resumed_follower_reads_a_truncated_file_from_its_start(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(_xid(31, 1) + _xid(43, 2))
+    first = KernelLogFollower(log, poll_s=0.0)
+    _read_what_there_is(first)
+    log.write_text(_xid(13, 3))  # copytruncate: the same file, shorter
+    assert _read_what_there_is(KernelLogFollower(log, position=first.position, poll_s=0.0)) == [13]
+
+
+def test_a_resumed_follower_waits_for_the_rotated_files_successor(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(_xid(31, 1))
+    first = KernelLogFollower(log, poll_s=0.0)
+    _read_what_there_is(first)
+    with log.open("a") as fh:
+        fh.write(_xid(13, 2))
+    log.rename(tmp_path / "kern.log-20250101")
+    said: list[tuple[bool, str]] = []
+    calls = {"n": 0}
+
+    def stop() -> bool:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the new file appears after a while
+            log.write_text(_xid(79, 3))
+        return calls["n"] > 3
+
+    second = KernelLogFollower(log, position=first.position, poll_s=0.0, status=lambda ok, why: said.append((ok, why)))
+    assert [e.xid for batch in second.follow(stop) for e in batch] == [13, 79]
+    assert (False, f"{log} does not exist yet") in said and said[-1] == (True, "")
+
+
+def test_positions_are_stored_as_text_and_older_forms_still_read() -> None:
+    assert FilePosition.parse(FilePosition(2049, 1234, 56).text()) == FilePosition(2049, 1234, 56)
+    assert FilePosition.parse("1234:56") == FilePosition(None, 1234, 56)  # what older agents stored
+    assert [FilePosition.parse(bad) for bad in (None, "", "x:1", "1:2:3:4")] == [None] * 4
+    assert KmsgPosition.parse(KmsgPosition(7, "b00t").text()) == KmsgPosition(7, "b00t")
+    assert KmsgPosition.parse("7") == KmsgPosition(7)
+    assert [KmsgPosition.parse(bad) for bad in (None, "", "-1", "x:b00t")] == [None] * 4
+
+
+def test_kmsg_resumes_after_the_last_record_read_in_the_same_boot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-a\n")
+    monkeypatch.setattr(kernel_log, "BOOT_ID", boot)
+    dump = tmp_path / "kmsg.dump"
+    records = [f"4,{seq},{seq}000000,-;" + _xid(code, seq).split("] ", 1)[1] for seq, code in ((7, 31), (8, 43))]
+    dump.write_text(records[0] + " SUBSYSTEM=pci\n" + records[1])
+
+    def read(position: KmsgPosition | None) -> tuple[list[int | None], Position | None]:
+        follower = KernelLogFollower(dump, kmsg=True, position=position, poll_s=0.0)
+        return [e.xid for e in follower.events(lambda: True)], follower.position
+
+    assert read(None) == ([31, 43], KmsgPosition(8, "boot-a"))
+    assert read(KmsgPosition(7, "boot-a")) == ([43], KmsgPosition(8, "boot-a"))
+    assert read(KmsgPosition(8)) == ([], KmsgPosition(8, "boot-a"))  # stored before boots were: this boot
+    assert read(KmsgPosition(8, "boot-before")) == ([31, 43], KmsgPosition(8, "boot-a"))  # rebooted since
 
 
 def _fake_tool(directory: Path, name: str, script: str) -> Path:
