@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import os
-import random
 import shutil
 import stat
 from pathlib import Path
@@ -12,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import BackendError, DependencyMissingError
-from gpufleet.parsers.kernel import stream
-from gpufleet.parsers.kernel.kmsg import KmsgParser, parse_kmsg
-from gpufleet.parsers.kernel.stream import KmsgFeed
+from gpufleet.parsers.kernel.kmsg import parse_kmsg
 from gpufleet.sources.node import kernel_log
 from gpufleet.sources.node.kernel_log import (
     FilePosition,
@@ -25,39 +21,6 @@ from gpufleet.sources.node.kernel_log import (
     read_dev_kmsg,
     run_dmesg,
 )
-
-BURSTS = ("burst_xid119_gsp_rpc_history_gpud.log", "burst_xid13_43_oom_gpud.log", "burst_xid79_sxid_gpud.log")
-
-
-def _key(events: list) -> list[tuple]:
-    return [(e.kind, e.line, e.xid, e.sxid, e.pci, e.message) for e in events]
-
-
-@pytest.mark.parametrize("name", BURSTS)
-@pytest.mark.parametrize("chunk", [1, 7, 64, 4096])
-def test_feed_in_chunks_matches_whole_text(corpus: Path, name: str, chunk: int) -> None:
-    text = (corpus / name).read_text()
-    feed = KmsgFeed()
-    events = []
-    for start in range(0, len(text), chunk):
-        events.extend(feed.feed(text[start : start + chunk]))
-    events.extend(feed.close())
-    # a stream emits a record when it completes (an SXid detail line waits for its head); a whole text is in line
-    # order: the same records either way
-    assert sorted(_key(events), key=lambda k: k[1]) == _key(parse_kmsg(text))
-
-
-def test_feed_holds_a_partial_line_until_its_newline() -> None:
-    feed = KmsgFeed()
-    assert feed.feed("NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unkn") == []
-    events = feed.feed("own>, GPU has fallen off the bus.\n")
-    assert [e.xid for e in events] == [79]
-
-
-def test_feed_flushes_multiline_report_on_close() -> None:
-    feed = KmsgFeed()
-    assert feed.feed("[1.0] NVRM: The NVIDIA GPU 0000:5d:00.0\n") == []
-    assert [e.kind for e in feed.close()] == ["fallen_off_bus"]
 
 
 def test_follow_file_sees_appended_lines_and_rotation(corpus: Path, tmp_path: Path) -> None:
@@ -256,54 +219,3 @@ def test_this_machines_kernel_log_via_dev_kmsg_and_dmesg() -> None:
     from_kmsg = list(read_dev_kmsg())
     from_dmesg = parse_kmsg(text)
     assert [(e.kind, e.code, e.pci) for e in from_kmsg] == [(e.kind, e.code, e.pci) for e in from_dmesg]
-
-
-def _candidates_by_hand(text: str, max_line: int) -> list[tuple[int, str]]:
-    """What candidate_lines must give, one line at a time: the lines holding a candidate word, each followed by the
-    next four lines."""
-    wanted, until = [], 0
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for number, line in enumerate(lines, start=1):
-        line = line[:max_line]
-        if any(w.decode() in line for w in stream.CANDIDATE_WORDS) or line.startswith("{"):
-            wanted.append((number, line))
-            until = number + 4
-        elif number <= until:
-            wanted.append((number, line))
-    return wanted
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_candidate_lines_match_a_line_by_line_reading(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    rng = random.Random(seed)
-    words = ["eth0 up", "NVRM: Xid x", "SXid y", "plain", '{"MESSAGE":1}', "ib0: lost carrier", "", "x" * 30,
-             "mlx5_core 0000:0c:00.0 ib0: Link up", "NVRM NVRM", "no NVR M here"]  # fmt: skip
-    for _ in range(300):
-        text = "\n".join(rng.choice(words) + str(i) for i in range(rng.randint(0, 60)))
-        text += "\n" if rng.random() < 0.5 else ""
-        monkeypatch.setattr(stream, "CHUNK_BYTES", rng.choice([1, 3, 7, 16, 1000]))
-        got = list(stream.candidate_lines(io.BytesIO(text.encode())))
-        assert got == _candidates_by_hand(text, stream.MAX_LINE_BYTES), text
-
-
-def test_an_overlong_line_is_cut_and_the_next_one_keeps_its_number(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stream, "CHUNK_BYTES", 8)
-    monkeypatch.setattr(stream, "MAX_LINE_BYTES", 16)
-    text = "NVRM: " + "z" * 100 + "\nplain\nNVRM: Xid\n"
-    got = list(stream.candidate_lines(io.BytesIO(text.encode())))
-    assert got[0][0] == 1 and got[0][1].startswith("NVRM: zz") and len(got[0][1]) <= 24
-    assert got[-1] == (3, "NVRM: Xid")
-
-
-def test_candidate_lines_keep_the_file_line_numbers_for_the_parser(corpus: Path) -> None:
-    noise = "".join(f"[{i:>6}.000000] eth0: link up\n" for i in range(5000))
-    text = noise + (corpus / "burst_xid79_sxid_gpud.log").read_text() + noise
-    parser = KmsgParser()
-    events = []
-    for number, line in stream.candidate_lines(io.BytesIO(text.encode())):
-        parser.skip_to(number)
-        events += parser.feed_line(line)
-    events += parser.finish()
-    assert sorted(_key(events)) == sorted(_key(parse_kmsg(text)))

@@ -1,5 +1,5 @@
-"""A kernel log read from a byte stream, pure: incremental text feeds, and the lines of a multi-gigabyte log worth
-parsing, found a chunk at a time. Opening, following and rotating files is the live follower's work
+"""A kernel log read from a byte stream, pure: the lines of a multi-gigabyte log worth parsing, found a chunk at a
+time. Opening, following and rotating files is the live follower's work
 (`gpufleet.sources.node.kernel_log`); the parsing itself is `KmsgParser`.
 """
 
@@ -9,7 +9,6 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from gpufleet.parsers.kernel.kmsg import KernelEvent, KmsgParser, KmsgScan
 from gpufleet.parsers.kernel.vendors import CANDIDATE_WORDS as VENDOR_WORDS
 
 CHUNK_BYTES = 4 * 1024 * 1024
@@ -40,40 +39,6 @@ CANDIDATE_WORDS = (
 # the lines after a candidate also go to the parser: a multi-line report's later lines need not repeat a trigger
 _CONTEXT_LINES = 4
 KMSG_RECORD = re.compile(rb"^\d+,\d+,\d+,")  # a /dev/kmsg record's prio,seq,usec, prefix
-
-
-class KmsgFeed:
-    """Incremental parser: give it chunks of text as they arrive; a line is parsed once its newline has
-    arrived."""
-
-    def __init__(self, *, host: str | None = None, year: int | None = None) -> None:
-        self.parser = KmsgParser(host=host, year=year)
-        self._partial = ""
-
-    def feed(self, chunk: str) -> list[KernelEvent]:
-        data = self._partial + chunk
-        lines = data.split("\n")
-        self._partial = lines.pop()
-        events: list[KernelEvent] = []
-        for line in lines:
-            events.extend(self.parser.feed_line(line))
-        return events
-
-    def end_of_file(self) -> list[KernelEvent]:
-        """The current file ended (rotation): its last line is complete even without a newline."""
-        events: list[KernelEvent] = []
-        if self._partial:
-            events.extend(self.parser.feed_line(self._partial))
-            self._partial = ""
-        return events
-
-    def close(self) -> list[KernelEvent]:
-        """End of stream: parse a final line that never got its newline, then flush multi-line reports."""
-        return self.end_of_file() + self.parser.finish()
-
-    @property
-    def scan(self) -> KmsgScan:
-        return self.parser.scan
 
 
 def _line_blocks(stream: BinaryIO) -> Iterator[bytes]:
