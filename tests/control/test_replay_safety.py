@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.health.detectors.kernel import KernelDetector
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.model import IncidentState
 from gpufleet.model.observe import Record
 from gpufleet.parsers.kernel.kmsg import parse_kmsg
@@ -23,8 +24,9 @@ LOG = "burst_xid79_sxid_gpud.log"  # a real kernel log: an Xid 79 and the SXid l
 def judged(corpus: Path, now: float, extra: str = "") -> list[Record]:
     """The log's lines as an agent with a fresh detector judges them at `now`, numbered from 1 (a new spool)."""
     events = parse_kmsg((corpus / LOG).read_text() + extra, host="n1")
-    findings, reports = KernelDetector({}).judge(now, "n1", events)
-    return [Record(k, body) for k, body in enumerate([*reports, *findings], start=1)]
+    seen = NodeSeen(kernel={"n1": events})
+    findings = KernelDetector({}).detect(now, seen)
+    return [Record(k, body) for k, body in enumerate([*seen.reports, *findings], start=1)]
 
 
 def test_a_log_read_again_under_a_new_incarnation_opens_nothing_new(

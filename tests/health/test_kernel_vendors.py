@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.health.detectors.kernel import KernelDetector
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.xid_policy import Action, XidSeverity, classify, policy_from_text
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
@@ -36,9 +37,10 @@ def amd(
     )  # fmt: skip
 
 
-def judge(*events: KernelEvent, detector: KernelDetector | None = None):  # type: ignore[no-untyped-def]
+def judge(*events: KernelEvent, detector: KernelDetector | None = None, node: str = "node-a"):  # type: ignore[no-untyped-def]
     detector = detector or KernelDetector({("node-a", PCI): 3})
-    return detector.judge(T0, "node-a", list(events))
+    seen = NodeSeen(kernel={node: list(events)})
+    return detector.detect(T0, seen), seen.reports
 
 
 @pytest.mark.parametrize(
@@ -168,7 +170,7 @@ def test_mi300x_fatal_error_and_hive_reset_judged_end_to_end() -> None:
     events = _capture("kmsg_amd", "rocm_4021_mi300x_athub_mode1")
     buses = ["1b", "3d", "4e", "5f", "9d", "bd", "cd", "dd"]
     detector = KernelDetector({("mi300-07", f"0000:{bus}:00"): i for i, bus in enumerate(buses)})
-    findings, reports = detector.judge(T0, "mi300-07", events)
+    findings, reports = judge(*events, detector=detector, node="mi300-07")
     assert len(reports) == len(events) and {r.vendor for r in reports} == {"amd"}
     by_gpu: dict[int, set[tuple[RootCause, Severity]]] = {}
     for f in findings:
@@ -191,7 +193,7 @@ def test_mi300x_fatal_error_and_hive_reset_judged_end_to_end() -> None:
 
 def test_a_ring_timeout_and_its_recovery_are_one_hang_incident() -> None:
     events = _capture("kmsg_amd", "cosmic_epoch_3764_rx5700xt_ring_timeout")
-    findings, _ = KernelDetector({("desk", "0000:28:00"): 0}).judge(T0, "desk", events)
+    findings, _ = judge(*events, detector=KernelDetector({("desk", "0000:28:00"): 0}), node="desk")
     book = IncidentBook()
     for f in findings:
         book.add(f)
@@ -203,7 +205,7 @@ def test_a_ring_timeout_and_its_recovery_are_one_hang_incident() -> None:
 
 def test_gaudi_devices_left_unusable_are_lost_gpus() -> None:
     events = _capture("kmsg_gaudi", "setup_and_install_1_gaudi_init_failed")
-    findings, _ = KernelDetector({("g2", "0000:1a:00"): 2}).judge(T0, "g2", events)
+    findings, _ = judge(*events, detector=KernelDetector({("g2", "0000:1a:00"): 2}), node="g2")
     assert [(f.cause, f.severity, f.action) for f in findings] == [
         (RootCause.gpu_lost, Severity.critical, "REBOOT")
     ] * 3
@@ -218,6 +220,6 @@ def test_a_failed_resets_announcement_is_part_of_the_failure() -> None:
 
     lines = kmsg.amdgpu_reset_failed_lines(100.0, "0000:1c:00.0")
     events = scan_kmsg("\n".join(lines) + "\n", year=2026).events
-    findings, reports = KernelDetector({("n", "0000:1c:00"): 3}).judge(T0, "n", events)
+    findings, reports = judge(*events, detector=KernelDetector({("n", "0000:1c:00"): 3}), node="n")
     assert len(reports) == len(events) >= 3
     assert {(f.cause, f.entity.index) for f in findings} == {(RootCause.gpu_lost, 3)}  # failed, and its ret

@@ -134,8 +134,8 @@ class EdgeAgent:
     def kernel_events(self, events: list[KernelEvent]) -> None:
         """Reports the kernel-log follower just parsed: judged and spooled now, pushed at once."""
         with self._lock:
-            findings, reports = self.health.kernel.judge(time.time(), self.node, events)
-            self._spool([*reports, *findings])
+            out = self.health.observe(time.time(), kernel={self.node: events})
+            self._spool([*out.kernel, *out.findings])
         self.wake()
 
     def after_collect(self, frame: MetricFrame) -> None:

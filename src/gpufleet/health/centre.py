@@ -1,9 +1,10 @@
-"""Correlate at the centre: the findings every node's agent made, plus the checks that need more than one node,
-into one incident per root cause.
+"""Correlate in the control plane: the findings every node's agent made, plus the fleet-wide detectors
+(`registered_fleet()`: the checks that need more than one node), into one incident per root cause.
 
-Cross-node checks: a training job's hang and the rank that caused it, stragglers against the job's median, a node
-whose driver differs from the fleet's. The incident book joins effects to their causes across nodes (a job's hang
-on the lost GPU of one of its ranks, wherever that rank runs) and resolves conditions that have cleared.
+Fleet-wide checks: a training job's hang and the rank that caused it, stragglers against the job's median, what
+the jobs' own metrics say, the inference services' SLOs, a node whose driver differs from the fleet's. The incident
+book joins effects to their causes across nodes (a job's hang on the lost GPU of one of its ranks, wherever that
+rank runs) and resolves conditions that have cleared.
 
 With a view of the fabric, a hang or stall whose ranks' hosts reach the fabric through a cable with an active
 finding (their own HCA cable, or an uplink of a leaf their rails share while the job spans more than that leaf)
@@ -17,22 +18,26 @@ from collections.abc import Callable, Sequence
 import msgspec
 import numpy as np
 
-from gpufleet.health.detectors.application import ApplicationDetectors, HostLoads, JobSignalsView
+from gpufleet.health.detectors.base import FleetDetector, FleetSetup, registered_fleet
+from gpufleet.health.detectors.seen import (
+    FleetSeen,
+    HostLoads,
+    Inventories,
+    JobSignals,
+    JobView,
+    RankUtil,
+    ServiceReplicas,
+)
 from gpufleet.health.detectors.slo import ServiceSloDetector
-from gpufleet.health.detectors.software import SoftwareDetector
-from gpufleet.health.detectors.training import JobView, RankUtil, TrainingDetectors
 from gpufleet.health.fault_history import FaultHistory
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.model import Entity, EntityKind, Incident, RootCause, Severity
 from gpufleet.model.fabric_facts import FabricFacts, FabricView, LinkProblem
-from gpufleet.model.observe import Finding, NodeInventory, ServiceFact, TrainingSignals
-from gpufleet.telemetry.objectives import ServiceObjectives, SloConfig
+from gpufleet.model.observe import Finding
+from gpufleet.telemetry.monitoring.objectives import SloConfig
 
-SOFTWARE_EVERY_S = 60.0
 RankOwner = Callable[[str, int | None], str | None]  # (node, GPU index) -> the job whose rank holds it
-JobSignals = Callable[[], dict[str, tuple[TrainingSignals, float]]]  # job -> its signals, when its node reported
-ServiceReplicas = Callable[[], list[tuple[str, ServiceFact]]]  # every replica reported, with its node
 # cable findings that stop a collective outright rank before those that only lose packets
 _STOPS = (RootCause.ib_link_down, RootCause.ib_link_flap)
 
@@ -52,13 +57,18 @@ class Correlator:
         # the Xid escalations judge a report against the GPU's and node's past, rebuilt from kept incidents
         self.history = history or FaultHistory()
         self.history.remember(self.book.incidents.values())
-        self.training = TrainingDetectors(self.thresholds)
-        self.software = SoftwareDetector(self.thresholds)
-        self.application = ApplicationDetectors(self.thresholds)  # what the jobs' own metrics say
-        self.slo = ServiceSloDetector(slo or SloConfig(), self.thresholds)
+        setup = FleetSetup(self.thresholds, slo or SloConfig())
+        self._run = [(entry, entry.build(setup)) for entry in registered_fleet()]
+        self.detectors: dict[str, FleetDetector] = {entry.name: detector for entry, detector in self._run}
         self.holds = self.thresholds.control.resolve_after_s
-        self._software_at = -np.inf
         self.findings = 0
+
+    @property
+    def slo(self) -> ServiceSloDetector:
+        """The SLO detector, whose statuses the control plane shows."""
+        detector = self.detectors["slo"]
+        assert isinstance(detector, ServiceSloDetector)
+        return detector
 
     def add(self, findings: Sequence[Finding], owner: RankOwner | None = None) -> list[Incident]:
         """Findings into incidents; returns the incidents that opened or changed. Root causes go in before
@@ -79,42 +89,23 @@ class Correlator:
         now: float,
         jobs: list[JobView],
         rank_util: RankUtil,
-        inventories: Callable[[], Sequence[NodeInventory]],
+        inventories: Inventories,
         owner: RankOwner | None = None,
         signals: JobSignals | None = None,
         services: ServiceReplicas | None = None,
         host_load: HostLoads | None = None,
     ) -> list[Incident]:
-        """The cross-node checks for this moment, then the incidents whose condition has cleared."""
-        findings = self.training.observe(now, jobs, rank_util)
-        if signals is not None:
-            said = signals()
-            views = [JobSignalsView(job, *said[job.name]) for job in jobs if job.name in said]
-            findings += self.application.observe(now, views, rank_util, host_load)
-        if services is not None:
-            replicas = services()
-            self._declared_objectives(replicas)
-            findings += self.slo.observe(now, replicas)
+        """The fleet-wide detectors whose inputs are given, for this moment (with a view of the fabric, hangs put
+        on the cables that explain them), then the incidents whose condition has cleared."""
+        seen = FleetSeen(jobs, rank_util, inventories, signals, services, host_load)
+        findings: list[Finding] = []
+        for entry, detector in self._run:
+            if entry.ready(seen):
+                findings += detector.detect(now, seen)
         if self.fabric is not None:
             findings = self.blame_fabric(now, findings, jobs, rank_util)
-        if now - self._software_at >= SOFTWARE_EVERY_S:
-            self._software_at = now
-            findings += self.software.fleet_drift(now, inventories())
         changed = self.add(findings, owner)
         return changed + self.book.resolve_cleared(now, self.holds)
-
-    def _declared_objectives(self, replicas: list[tuple[str, ServiceFact]]) -> None:
-        """A service that declares its own p99 objective is judged by it, unless the operator's SLO config names
-        the service (the operator's word wins; the config's defaults do not)."""
-        config = self.slo.config
-        named = {s.model for s in config.services}
-        declared: dict[str, float] = {}
-        for _, fact in replicas:
-            if fact.slo_p99_s is not None and fact.service not in named:
-                declared[fact.service] = min(fact.slo_p99_s, declared.get(fact.service, fact.slo_p99_s))
-        if declared:
-            own = [ServiceObjectives(model=name, p99_s=p99) for name, p99 in sorted(declared.items())]
-            self.slo.config = config.model_copy(update={"services": [*config.services, *own]})
 
     def blame_fabric(
         self, now: float, findings: list[Finding], jobs: list[JobView], rank_util: RankUtil

@@ -1,4 +1,4 @@
-"""Detect at the edge: the node-local detectors, run where a node's data is (in its agent).
+"""A node's health: every node-local detector (`registered_node()`), run where a node's data is (in its agent).
 
 One collection in (the node's MetricFrame, the kernel-log reports parsed since the last one, the node's inventory
 when it changed), observations out: findings, kernel reports and link events, each naming its node. A frame may
@@ -13,20 +13,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufleet.health.detectors.fabric import FabricDetectors
-from gpufleet.health.detectors.gpu import GpuDetectors
-from gpufleet.health.detectors.kernel import KernelDetector
-from gpufleet.health.detectors.software import SoftwareDetector
+from gpufleet.health.detectors.base import Latches, NodeDetector, NodeSetup, registered_node
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.health.xid_policy import XidPolicy
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import Finding, KernelReport, LinkEvent, NodeInventory
-from gpufleet.model.pci import normalise_pci
 from gpufleet.telemetry.frame import MetricFrame
 
 
 @dataclass(slots=True)
-class EdgeOutput:
+class NodeObservations:
     findings: list[Finding] = field(default_factory=list)
     kernel: list[KernelReport] = field(default_factory=list)
     links: list[LinkEvent] = field(default_factory=list)
@@ -52,45 +49,42 @@ class NodeHealth:
         port_speeds_gbps: np.ndarray | None = None,
     ) -> None:
         self.thresholds = thresholds or load_thresholds()
-        gpu_by_pci = {}
-        for e in frame.entities:
-            pci = normalise_pci(e.pci_bus_id) if e.pci_bus_id else None
-            if pci:
-                gpu_by_pci[(e.hostname, pci)] = e.gpu
-        self.gpu = GpuDetectors(frame, self.thresholds)
-        self.fabric = FabricDetectors(frame, self.thresholds, port_speeds_gbps)
-        self.kernel = KernelDetector(gpu_by_pci, policy, correctable_per_minute=self.thresholds.ecc.sbe_per_minute)
-        self.software = SoftwareDetector(self.thresholds)
+        setup = NodeSetup(frame, self.thresholds, policy, port_speeds_gbps)
+        self._run = [(entry, entry.build(setup)) for entry in registered_node()]
+        self.detectors: dict[str, NodeDetector] = {entry.name: detector for entry, detector in self._run}
         self.repeat_s = self.thresholds.control.finding_repeat_s
         self._reported: dict[str, tuple[float, int]] = {}  # finding key -> (when last reported, severity rank)
 
     def latched(self) -> dict[str, float]:
         """The detectors' state that outlives a restart of the agent (`restore` takes it back)."""
-        return self.gpu.latched()
+        latched: dict[str, float] = {}
+        for detector in self.detectors.values():
+            if isinstance(detector, Latches):
+                latched |= detector.latched()
+        return latched
 
     def restore(self, latched: Mapping[str, float]) -> None:
-        self.gpu.restore(latched)
+        for detector in self.detectors.values():
+            if isinstance(detector, Latches):
+                detector.restore(latched)
 
     def observe(
         self,
         now: float,
-        frame: MetricFrame,
+        frame: MetricFrame | None = None,
         kernel: Mapping[str, Sequence[KernelEvent]] | None = None,
         inventories: Sequence[NodeInventory] = (),
-    ) -> EdgeOutput:
-        """Run every node-local detector on one collection. `inventories`: nodes whose inventory is new or due
-        for its periodic check (the software checks run on those)."""
-        out = EdgeOutput()
-        for node, events in (kernel or {}).items():
-            if events:
-                findings, reports = self.kernel.judge(now, node, list(events))
-                out.findings += findings
-                out.kernel += reports
-        measured = self.gpu.observe(now, frame) + self.fabric.observe(now, frame, out.links)
-        if inventories:
-            measured += self.software.node_checks(now, inventories)
-        out.findings += self._gate(now, measured)
-        return out
+    ) -> NodeObservations:
+        """Run every node-local detector whose inputs are given on one collection. `inventories`: nodes whose
+        inventory is new or due for its periodic check (the software checks run on those). Without a frame, only
+        the detectors that need none run (the kernel reports the log follower just parsed)."""
+        seen = NodeSeen(frame, kernel, inventories or None)
+        events: list[Finding] = []
+        lasting: list[Finding] = []
+        for entry, detector in self._run:
+            if entry.ready(seen):
+                (lasting if entry.lasting else events).extend(detector.detect(now, seen))
+        return NodeObservations(events + self._gate(now, lasting), seen.reports, seen.links)
 
     def _gate(self, now: float, findings: list[Finding]) -> list[Finding]:
         """A condition is reported when it starts, then confirmed every `repeat_s` while it lasts (at once if it

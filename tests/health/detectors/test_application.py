@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from gpufleet.errors import ManifestError
-from gpufleet.health.detectors.application import ApplicationDetectors, HostLoad, HostLoads, JobSignalsView
+from gpufleet.health.detectors.application import ApplicationDetectors
+from gpufleet.health.detectors.seen import FleetSeen, HostLoad, HostLoads
 from gpufleet.health.detectors.training import JobView
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
@@ -47,8 +48,9 @@ class Run:
         **signals: object,
     ) -> list[Finding]:
         view = JobView(self.name, RANKS, T0 + (t if stepped is None else stepped), step_seconds)
-        job = JobSignalsView(view, TrainingSignals(step=step, **signals), T0 + (t if reported is None else reported))  # type: ignore[arg-type]
-        return self.detectors.observe(T0 + t, [job], lambda _: self.util, self.host_load)
+        said = (TrainingSignals(step=step, **signals), T0 + (t if reported is None else reported))  # type: ignore[arg-type]
+        seen = FleetSeen([view], lambda _: self.util, signals=lambda: {view.name: said}, host_load=self.host_load)
+        return self.detectors.detect(T0 + t, seen)
 
     def losses(self, loss: Callable[[int], float], readings: int, start: int = 0) -> list[list[Finding]]:
         """One reading a second from reading `start` on, ten steps apart, with the loss `loss(step)`."""
@@ -373,7 +375,7 @@ def test_a_departed_job_is_forgotten() -> None:
     run = Run()
     run.report(0, 10, checkpoints_failed=1)
     assert set(run.detectors.jobs) == {"train"}
-    assert run.detectors.observe(T0 + 1, [], lambda _: run.util) == []
+    assert run.detectors.detect(T0 + 1, FleetSeen([], lambda _: run.util, signals=dict)) == []
     assert run.detectors.jobs == {}
     assert run.report(2, 20, checkpoints_failed=2) == []  # back: its first report is a baseline again
 

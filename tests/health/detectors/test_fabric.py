@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gpufleet.health.detectors.fabric import DISCARDS, DOWNED, RCV, SYMBOL, VL15, FabricDetectors
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, LinkEvent
@@ -50,7 +51,7 @@ class Ports:
         for metric, value in (counters or {}).items():
             self.frame.ib(metric)[:] = value
         self.frame.ib_up[:] = up
-        return self.detectors.observe(T0 + dt, self.frame, self.links)
+        return self.detectors.detect(T0 + dt, NodeSeen(self.frame, links=self.links))
 
 
 DOWN_1 = (1.0, 0.0)  # mlx5_1 down, mlx5_0 up

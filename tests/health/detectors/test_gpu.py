@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from gpufleet.health.detectors.gpu import HW_POWER_BRAKE, HW_THERMAL, GpuDetectors
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.attribution import Attribution
@@ -61,7 +62,7 @@ class Gpus:
         self.frame.clear_values()
         for name, value in (HEALTHY | (rows or {})).items():
             self.frame.gpu(name)[:] = value
-        return self.detectors.observe(T0 + dt, self.frame)
+        return self.detectors.detect(T0 + dt, NodeSeen(self.frame))
 
 
 def test_the_documented_defaults() -> None:

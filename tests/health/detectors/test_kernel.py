@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.health.detectors.kernel import KernelDetector
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.xid_policy import policy_from_text
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.kernel import EventKind, KernelEvent
@@ -22,7 +23,8 @@ def event(kind: EventKind = "xid", xid: int | None = None, pci: str | None = PCI
 
 def judge(*events: KernelEvent, detector: KernelDetector | None = None):  # type: ignore[no-untyped-def]
     detector = detector or KernelDetector({("node-a", PCI): 5})
-    return detector.judge(T0, "node-a", list(events))
+    seen = NodeSeen(kernel={"node-a": list(events)})
+    return detector.detect(T0, seen), seen.reports
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpufleet.health.detectors.seen import FleetSeen
 from gpufleet.health.detectors.slo import JUDGE_EVERY_S, ServiceSloDetector
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.instrument import names
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, HistogramFact, ServiceFact
-from gpufleet.telemetry.objectives import ServiceObjectives, SloConfig
+from gpufleet.telemetry.monitoring.objectives import ServiceObjectives, SloConfig
 
 T0 = 1_800_000_000.0
 T = load_thresholds()
@@ -70,7 +71,10 @@ class Fleet:
         self.detector = ServiceSloDetector(config or SloConfig(), thresholds)
         self.replicas = replicas or {"n0": Replica()}
         self.t = 0
-        assert self.detector.observe(T0, [(n, r.fact()) for n, r in self.replicas.items()]) == []
+        assert self.judge(T0, [(n, r.fact()) for n, r in self.replicas.items()]) == []
+
+    def judge(self, now: float, facts: list[tuple[str, ServiceFact]]) -> list[Finding]:
+        return self.detector.detect(now, FleetSeen(services=lambda: facts))
 
     def run(self, seconds: int, traffic: Traffic, reporting: Sequence[str] | None = None) -> list[list[Finding]]:
         """A second at a time: every replica serves, those `reporting` report (all by default); the findings of
@@ -81,7 +85,7 @@ class Fleet:
             for node, replica in self.replicas.items():
                 traffic(self.t, node, replica)
             facts = [(n, r.fact()) for n, r in self.replicas.items() if reporting is None or n in reporting]
-            found = self.detector.observe(T0 + self.t, facts)
+            found = self.judge(T0 + self.t, facts)
             if self.detector.judged_at == T0 + self.t:
                 out.append(found)
             else:

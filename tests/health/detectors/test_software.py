@@ -3,9 +3,12 @@ release below it is a mismatch; the fabric manager must match the driver; a node
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
-from gpufleet.health.detectors.software import SoftwareDetector
+from gpufleet.health.detectors.seen import FleetSeen, NodeSeen
+from gpufleet.health.detectors.software import DriverDriftDetector, SoftwareDetector
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, GpuInfo, NodeInventory
@@ -23,6 +26,10 @@ def node(driver: str, cuda: str = "12.4", fabric_manager: str = "", host: str = 
     return NodeInventory(
         hostname=host, driver=driver, cuda=cuda, fabric_manager=fabric_manager, gpus=[GpuInfo(0, "GPU-0", "H100")]
     )
+
+
+def drift(d: DriverDriftDetector, inventories: Sequence[NodeInventory]) -> list[Finding]:
+    return d.detect(T0, FleetSeen(inventories=lambda: inventories))
 
 
 def one_patch_below(version: str) -> str:
@@ -46,9 +53,9 @@ def test_the_documented_defaults() -> None:
 @pytest.mark.parametrize(("cuda", "minimum"), sorted(T.software.cuda_min_driver.items()))
 def test_each_cuda_version_needs_its_minimum_driver(cuda: str, minimum: str) -> None:
     d = SoftwareDetector(T)
-    assert d.node_checks(T0, [node(minimum, cuda)]) == []
+    assert d.detect(T0, NodeSeen(inventories=[node(minimum, cuda)])) == []
     below = one_patch_below(minimum)
-    out = d.node_checks(T0, [node(below, cuda)])
+    out = d.detect(T0, NodeSeen(inventories=[node(below, cuda)]))
     assert seen(out) == [MISMATCH]
     assert out[0].evidence == f"CUDA {cuda} needs driver >= {minimum}, node has {below}"
     assert out[0].action == "CORDON"
@@ -59,26 +66,26 @@ def test_each_cuda_version_needs_its_minimum_driver(cuda: str, minimum: str) -> 
     [("550.54.9", True), ("550.100.01", False), ("551.0.0", False), ("549.99.99", True)],
 )
 def test_driver_versions_compare_as_numbers_not_strings(driver: str, expect: bool) -> None:
-    out = SoftwareDetector(T).node_checks(T0, [node(driver, "12.4")])
+    out = SoftwareDetector(T).detect(T0, NodeSeen(inventories=[node(driver, "12.4")]))
     assert seen(out) == ([MISMATCH] if expect else [])
 
 
 def test_a_cuda_patch_release_is_held_to_its_minor_versions_minimum() -> None:
     d = SoftwareDetector(T)
     minimum = T.software.cuda_min_driver["12.4"]
-    assert d.node_checks(T0, [node(minimum, "12.4.1")]) == []
-    assert seen(d.node_checks(T0, [node(one_patch_below(minimum), "12.4.1")])) == [MISMATCH]
+    assert d.detect(T0, NodeSeen(inventories=[node(minimum, "12.4.1")])) == []
+    assert seen(d.detect(T0, NodeSeen(inventories=[node(one_patch_below(minimum), "12.4.1")]))) == [MISMATCH]
 
 
 def test_a_cuda_version_without_a_known_minimum_and_a_node_without_a_driver_are_not_judged() -> None:
     d = SoftwareDetector(T)
     assert "13.0" not in T.software.cuda_min_driver
-    assert d.node_checks(T0, [node("400.0.0", "13.0"), node("", "12.4")]) == []
+    assert d.detect(T0, NodeSeen(inventories=[node("400.0.0", "13.0"), node("", "12.4")])) == []
 
 
 @pytest.mark.parametrize(("fabric_manager", "expect"), [("550.90.07", False), ("", False), ("550.54.15", True)])
 def test_the_fabric_manager_must_match_the_driver(fabric_manager: str, expect: bool) -> None:
-    out = SoftwareDetector(T).node_checks(T0, [node("550.90.07", "12.4", fabric_manager)])
+    out = SoftwareDetector(T).detect(T0, NodeSeen(inventories=[node("550.90.07", "12.4", fabric_manager)]))
     assert seen(out) == ([MISMATCH] if expect else [])
     if expect:
         assert out[0].evidence == "fabric manager 550.54.15 does not match driver 550.90.07"
@@ -86,17 +93,15 @@ def test_the_fabric_manager_must_match_the_driver(fabric_manager: str, expect: b
 
 def test_both_problems_on_one_node_are_one_finding() -> None:
     below = one_patch_below(T.software.cuda_min_driver["12.4"])
-    (finding,) = SoftwareDetector(T).node_checks(T0, [node(below, "12.4", "550.90.07")])
+    (finding,) = SoftwareDetector(T).detect(T0, NodeSeen(inventories=[node(below, "12.4", "550.90.07")]))
     assert finding.evidence.count(";") == 1
 
 
 def test_a_node_off_the_fleets_driver_drifts() -> None:
-    d = SoftwareDetector(T)
+    d = DriverDriftDetector(every_s=0.0)  # every call compares
     fleet = [node("550.90.07", host=f"n{k}") for k in range(3)] + [node("550.54.15", host="n3")]
-    assert seen(d.fleet_drift(T0, fleet)) == [
-        (RootCause.driver_mismatch, Entity(EntityKind.node, "n3"), Severity.critical)
-    ]
-    assert d.fleet_drift(T0, fleet[:3]) == []
-    assert d.fleet_drift(T0, [fleet[3]]) == []  # one node is its own fleet
+    assert seen(drift(d, fleet)) == [(RootCause.driver_mismatch, Entity(EntityKind.node, "n3"), Severity.critical)]
+    assert drift(d, fleet[:3]) == []
+    assert drift(d, [fleet[3]]) == []  # one node is its own fleet
     gpuless = NodeInventory(hostname="login", driver="535.104.05", cuda="12.2")
-    assert d.fleet_drift(T0, [*fleet[:3], gpuless]) == []  # a node without GPUs is no part of the GPU fleet
+    assert drift(d, [*fleet[:3], gpuless]) == []  # a node without GPUs is no part of the GPU fleet

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from gpufleet.health.detectors.seen import FleetSeen
 from gpufleet.health.detectors.training import STRAGGLER_EVERY_S, JobView, TrainingDetectors
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
@@ -39,7 +40,7 @@ class Jobs:
         now = T0 + dt
         view = JobView("train", RANKS, now - age, step, compute)
         row = np.asarray(util, dtype=np.float64)
-        return self.detectors.observe(now, [view], lambda job: row)
+        return self.detectors.detect(now, FleetSeen([view], lambda job: row))
 
 
 def test_the_documented_defaults() -> None:

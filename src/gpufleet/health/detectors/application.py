@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 import msgspec
 import numpy as np
 
-from gpufleet.health.detectors.training import JobView, RankUtil
+from gpufleet.health.detectors.base import FleetSetup, fleet_detector
+from gpufleet.health.detectors.seen import FleetSeen, HostLoads, JobView, RankUtil
 from gpufleet.health.thresholds import JobChecks, Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, TrainingSignals
@@ -39,17 +40,6 @@ NONFINITE = ("loss", "grad_norm", "validation_loss")  # a NaN here is a broken m
 BASELINE_EVERY_S = 10.0  # the throughput baseline takes one reading this often, so an hour is 360 of them
 LOSS_POINTS = 8192  # at most this many loss readings per job, however long its window
 EVALUATIONS = 64
-
-
-@dataclass(frozen=True, slots=True)
-class HostLoad:
-    """A host's CPU as a fraction of its time: busy, and waiting on I/O (None when unknown)."""
-
-    cpu_busy: float | None = None
-    io_wait: float | None = None
-
-
-HostLoads = Callable[[str], HostLoad | None]  # node name -> its load, or None when unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,20 +121,29 @@ class _History:
         return new
 
 
+@fleet_detector("application", needs=("jobs", "rank_util", "signals"))
 class ApplicationDetectors:
     """The training jobs' own signals, each job against its thresholds (`application` in the thresholds, with its
-    per-job overrides) and its own history."""
+    per-job overrides) and its own history. The ranks' hosts' load (`seen.host_load`), when known, is evidence on a
+    job starved by its input pipeline."""
 
     def __init__(self, thresholds: Thresholds) -> None:
         self.app = thresholds.application
         self.jobs: dict[str, _History] = {}
 
-    def observe(
-        self,
-        now: float,
-        jobs: Sequence[JobSignalsView],
-        rank_util: RankUtil,
-        host_load: HostLoads | None = None,
+    @classmethod
+    def build(cls, setup: FleetSetup) -> ApplicationDetectors:
+        return cls(setup.thresholds)
+
+    def detect(self, now: float, seen: FleetSeen) -> list[Finding]:
+        if seen.rank_util is None or seen.signals is None:
+            return []
+        said = seen.signals()
+        views = [JobSignalsView(job, *said[job.name]) for job in seen.jobs if job.name in said]
+        return self._observe(now, views, seen.rank_util, seen.host_load)
+
+    def _observe(
+        self, now: float, jobs: Sequence[JobSignalsView], rank_util: RankUtil, host_load: HostLoads | None
     ) -> list[Finding]:
         current = {job.name for job in jobs}
         for gone in [name for name in self.jobs if name not in current]:

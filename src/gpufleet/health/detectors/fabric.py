@@ -14,6 +14,8 @@ from collections import defaultdict, deque
 
 import numpy as np
 
+from gpufleet.health.detectors.base import NodeSetup, node_detector
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.detectors.window import CounterWindow
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
@@ -27,6 +29,7 @@ DISCARDS = "infiniband_port_transmit_discards_total"
 VL15 = "infiniband_port_vl15_dropped_total"
 
 
+@node_detector("fabric", needs=("frame",))
 class FabricDetectors:
     def __init__(self, frame: MetricFrame, thresholds: Thresholds, speeds_gbps: np.ndarray | None = None) -> None:
         self.t = thresholds.infiniband
@@ -41,6 +44,10 @@ class FabricDetectors:
         self.last_downed = np.full(n, np.nan)
         self.up = np.ones(n, dtype=bool)
         self.downs: dict[int, deque[float]] = defaultdict(deque)
+
+    @classmethod
+    def build(cls, setup: NodeSetup) -> FabricDetectors:
+        return cls(setup.frame, setup.thresholds, setup.port_speeds_gbps)
 
     def _state(self, now: float, frame: MetricFrame, links: list[LinkEvent], out: list[Finding]) -> None:
         reading = frame.ib_up
@@ -91,12 +98,13 @@ class FabricDetectors:
             )
         ]
 
-    def observe(self, now: float, frame: MetricFrame, links: list[LinkEvent]) -> list[Finding]:
-        """Findings of this collection; state changes are appended to `links`."""
+    def detect(self, now: float, seen: NodeSeen) -> list[Finding]:
+        """Findings of this collection; state changes are recorded in `seen.links`."""
         out: list[Finding] = []
-        if not len(self.entities):
+        frame = seen.frame
+        if frame is None or not len(self.entities):
             return out
-        self._state(now, frame, links, out)
+        self._state(now, frame, seen.links, out)
         downed = frame.ib(DOWNED)
         grew = np.flatnonzero(np.nan_to_num(downed - self.last_downed, nan=0.0) > 0)
         for i in grew:

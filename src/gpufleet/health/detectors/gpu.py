@@ -18,6 +18,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from gpufleet.cost.idle import IDLE_COST_FIELD
+from gpufleet.health.detectors.base import NodeSetup, node_detector
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.detectors.window import CounterWindow, HoldTimer
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
@@ -35,6 +37,7 @@ def _throttled(held: float, window: float) -> str:
     return f"thermally throttled {held:.0f} s of the last {window:.0f} s"
 
 
+@node_detector("gpu", needs=("frame",))
 class GpuDetectors:
     def __init__(self, frame: MetricFrame, thresholds: Thresholds) -> None:
         self.t = thresholds
@@ -59,6 +62,10 @@ class GpuDetectors:
         self.last_dbe = np.zeros(n)
         self.uuids = [e.uuid for e in frame.entities]
 
+    @classmethod
+    def build(cls, setup: NodeSetup) -> GpuDetectors:
+        return cls(setup.frame, setup.thresholds)
+
     def latched(self) -> dict[str, float]:
         """What the detectors must remember across a restart of the agent, by GPU UUID: the uncorrectable-ECC count
         already reported (a restarted agent would report a count it had reported before as a new error)."""
@@ -75,8 +82,11 @@ class GpuDetectors:
     ) -> Finding:
         return Finding(now, cause, self.entities[i], severity, summary, evidence, "telemetry", action=action)
 
-    def observe(self, now: float, frame: MetricFrame) -> list[Finding]:
+    def detect(self, now: float, seen: NodeSeen) -> list[Finding]:
         out: list[Finding] = []
+        frame = seen.frame
+        if frame is None:
+            return out
         g = frame.gpu
         self._ecc(now, frame, out)
         clock, temp, reasons = (

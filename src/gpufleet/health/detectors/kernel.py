@@ -7,7 +7,7 @@ incident, and incidents go to remediation): it is kept as a report, and only a b
 in a minute than the single-bit ECC rate DCGM allows) becomes a finding.
 
 The reports arrive parsed (the kernel-log source runs one streaming parser per node, so multi-line reports and
-GPU identities work across reads); this detector only judges them.
+GPU identities work across reads); this detector only judges them, and records each as a KernelReport.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from functools import cache
 import msgspec
 
 from gpufleet.catalog.xid import xid_causes as catalog_xid_causes
+from gpufleet.health.detectors.base import NodeSetup, node_detector
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.vendor_policy import DRIVERS, describe, is_bank_record
 from gpufleet.health.xid_policy import XidPolicy, classify, default_policy
@@ -47,6 +49,7 @@ def _reset_under_way(event: KernelEvent, finding: Finding) -> bool:
     return event.vendor == "intel" and _announced(event, finding)
 
 
+@node_detector("kernel", needs=("kernel",), lasting=False)
 class KernelDetector:
     def __init__(
         self,
@@ -64,8 +67,27 @@ class KernelDetector:
         self._corrected: dict[str, deque[tuple[float, int]]] = {}  # finding key -> (when, errors) in the window
         self._rate_reported: dict[str, float] = {}  # finding key -> when its rate was last reported
 
-    def judge(self, now: float, node: str, events: list[KernelEvent]) -> tuple[list[Finding], list[KernelReport]]:
-        """A finding for each event (a corrected error only as part of a burst), and the record of each."""
+    @classmethod
+    def build(cls, setup: NodeSetup) -> KernelDetector:
+        gpu_by_pci = {}
+        for e in setup.frame.entities:
+            pci = normalise_pci(e.pci_bus_id) if e.pci_bus_id else None
+            if pci:
+                gpu_by_pci[(e.hostname, pci)] = e.gpu
+        return cls(gpu_by_pci, setup.policy, correctable_per_minute=setup.thresholds.ecc.sbe_per_minute)
+
+    def detect(self, now: float, seen: NodeSeen) -> list[Finding]:
+        """A finding for each event (a corrected error only as part of a burst); the record of each goes to
+        `seen.reports`."""
+        findings: list[Finding] = []
+        for node, events in (seen.kernel or {}).items():
+            if events:
+                judged, reports = self._judge(now, node, list(events))
+                findings += judged
+                seen.reports += reports
+        return findings
+
+    def _judge(self, now: float, node: str, events: list[KernelEvent]) -> tuple[list[Finding], list[KernelReport]]:
         findings, reports = [], []
         # devices whose reset failed in this batch: the announcement of that reset is part of the failure
         failed = {e.pci for e in events if e.vendor != "nvidia" and e.kind in ("reset_failed", "fallen_off_bus")}

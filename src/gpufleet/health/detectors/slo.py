@@ -24,10 +24,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from gpufleet.health.detectors.base import FleetSetup, fleet_detector
+from gpufleet.health.detectors.seen import FleetSeen
 from gpufleet.health.thresholds import ServiceChecks, Thresholds, load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, HistogramFact, ServiceFact
-from gpufleet.telemetry.objectives import Objectives, SloConfig
+from gpufleet.telemetry.monitoring.objectives import Objectives, ServiceObjectives, SloConfig
 from gpufleet.telemetry.quantile import histogram_quantile
 
 SOURCE = "service"
@@ -206,6 +208,7 @@ class _Window:
         return histogram_quantile(q, self.bounds, self.cumulative, self.count)
 
 
+@fleet_detector("slo", needs=("services",))
 class ServiceSloDetector:
     """The inference services' SLOs, from what every node reports of the replicas it serves."""
 
@@ -218,6 +221,32 @@ class ServiceSloDetector:
         self._status: dict[tuple[str, str], ServiceStatus] = {}
         self._objectives: dict[tuple[str, str], Objectives] = {}
         self._config_seen: SloConfig | None = None
+
+    @classmethod
+    def build(cls, setup: FleetSetup) -> ServiceSloDetector:
+        return cls(setup.slo, setup.thresholds)
+
+    def detect(self, now: float, seen: FleetSeen) -> list[Finding]:
+        """Every replica's latest report, read each call: the objectives services declare, then (at most every
+        `every_s`) every service judged."""
+        if seen.services is None:
+            return []
+        replicas = seen.services()
+        self._declared_objectives(replicas)
+        return self._observe(now, replicas)
+
+    def _declared_objectives(self, replicas: Sequence[tuple[str, ServiceFact]]) -> None:
+        """A service that declares its own p99 objective is judged by it, unless the operator's SLO config names
+        the service (the operator's word wins; the config's defaults do not)."""
+        config = self.config
+        named = {s.model for s in config.services}
+        declared: dict[str, float] = {}
+        for _, fact in replicas:
+            if fact.slo_p99_s is not None and fact.service not in named:
+                declared[fact.service] = min(fact.slo_p99_s, declared.get(fact.service, fact.slo_p99_s))
+        if declared:
+            own = [ServiceObjectives(model=name, p99_s=p99) for name, p99 in sorted(declared.items())]
+            self.config = config.model_copy(update={"services": [*config.services, *own]})
 
     def status(self, service: str, version: str = "") -> ServiceStatus | None:
         return self._status.get((service, version))
@@ -233,7 +262,7 @@ class ServiceSloDetector:
             self._objectives[key] = self.config.for_service(service, version)
         return self._objectives[key]
 
-    def observe(self, now: float, facts: Sequence[tuple[str, ServiceFact]]) -> list[Finding]:
+    def _observe(self, now: float, facts: Sequence[tuple[str, ServiceFact]]) -> list[Finding]:
         """Take every replica's latest report ((node, fact) pairs) and judge every service, at most every
         `every_s` (a call in between returns nothing and reads nothing)."""
         if now - self.judged_at < self.every_s:

@@ -11,30 +11,15 @@ A straggler is a rank whose compute takes clearly longer than the job's median f
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 
+from gpufleet.health.detectors.base import FleetSetup, fleet_detector
+from gpufleet.health.detectors.seen import FleetSeen, JobView
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding
 
 STRAGGLER_EVERY_S = 5.0  # per-rank step times arrive every few seconds; the hold is a minute
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """A training job as the control plane sees it, joined from what every node hosting a rank reported."""
-
-    name: str
-    ranks: tuple[tuple[str, int], ...]  # (node, GPU index) of each rank, in rank order
-    last_step_time: float
-    step_seconds: float
-    rank_compute: tuple[float, ...] = ()  # per rank, NaN where not reported
-
-
-RankUtil = Callable[[JobView], np.ndarray]  # GPU utilization of each rank's GPU, NaN where the GPU reads nothing
 
 
 def slow_ranks(times: np.ndarray, ratio: float) -> tuple[float, np.ndarray]:
@@ -44,6 +29,7 @@ def slow_ranks(times: np.ndarray, ratio: float) -> tuple[float, np.ndarray]:
     return median, np.isfinite(times) & (times > ratio * median)
 
 
+@fleet_detector("training", needs=("jobs", "rank_util"))
 class TrainingDetectors:
     def __init__(self, thresholds: Thresholds) -> None:
         self.t = thresholds.training
@@ -51,8 +37,15 @@ class TrainingDetectors:
         self._signature_since: dict[str, float] = {}
         self.slow_since: dict[str, np.ndarray] = {}  # per job: when each rank became slow (NaN: not slow)
 
-    def observe(self, now: float, jobs: list[JobView], rank_util: RankUtil) -> list[Finding]:
+    @classmethod
+    def build(cls, setup: FleetSetup) -> TrainingDetectors:
+        return cls(setup.thresholds)
+
+    def detect(self, now: float, seen: FleetSeen) -> list[Finding]:
         out: list[Finding] = []
+        jobs, rank_util = seen.jobs, seen.rank_util
+        if rank_util is None:
+            return out
         current = {job.name for job in jobs}
         for gone in [name for name in self.slow_since if name not in current]:
             del self.slow_since[gone]  # a job that stopped and came back starts its holds afresh
