@@ -14,7 +14,7 @@ from gpufleet.agent.spool import RecordSpool
 from gpufleet.model import RootCause
 from gpufleet.model.observe import Finding, NodeInventory
 from gpufleet.telemetry.frame import MetricFrame
-from tests.health.test_edge import T0, fill, frame
+from tests.health.test_node_health import T0, fill, frame
 
 
 def test_inventory_is_read_every_check_and_sent_when_it_changes_or_goes_stale() -> None:

@@ -6,7 +6,7 @@ from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.facts import hang_facts
 from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph
-from gpufleet.health.centre import suspect
+from gpufleet.health.correlation import suspect
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.fabric_facts import HostRail
 from gpufleet.model.observe import Finding

@@ -4,7 +4,7 @@ and rebuilt from kept incidents after a restart."""
 
 from __future__ import annotations
 
-from gpufleet.health.centre import Correlator
+from gpufleet.health.correlation import Correlator
 from gpufleet.health.fault_history import FaultHistory
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.model import Entity, EntityKind, IncidentState, RootCause, Severity

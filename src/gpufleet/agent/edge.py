@@ -17,7 +17,7 @@ from gpufleet.agent.app import read_signals, with_signals
 from gpufleet.agent.pusher import NodeState
 from gpufleet.agent.services import ServiceWindows
 from gpufleet.agent.spool import RecordSpool
-from gpufleet.health.edge import NodeHealth
+from gpufleet.health.node_health import NodeHealth
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import JobFact, MetricSnapshot, NodeInventory, Observation, SchedulerReport
 from gpufleet.telemetry.frame import MetricFrame

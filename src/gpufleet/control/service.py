@@ -31,7 +31,7 @@ from gpufleet.control.store import StateStore
 from gpufleet.cost.service import FleetFacts
 from gpufleet.errors import ForbiddenError, NotFoundError, UserError
 from gpufleet.fabric.facts import hang_facts
-from gpufleet.health.centre import Correlator, collective_findings
+from gpufleet.health.correlation import Correlator, collective_findings
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.locks import ordered_lock

@@ -21,7 +21,7 @@ from gpufleet import __version__
 from gpufleet.agent.app import read_signals
 from gpufleet.agent.edge import InventoryCadence
 from gpufleet.agent.services import ServiceWindows
-from gpufleet.health.edge import NodeHealth
+from gpufleet.health.node_health import NodeHealth
 from gpufleet.model import JobState
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import (

@@ -49,7 +49,7 @@ def test_a_need_the_scope_does_not_hold_is_refused() -> None:
 
 
 def test_node_health_without_a_frame_judges_the_kernel_reports_alone() -> None:
-    from gpufleet.health.edge import NodeHealth
+    from gpufleet.health.node_health import NodeHealth
 
     frame = MetricFrame((GpuEntity(0, "GPU-0", "H100", "node-a", "00000000:3B:00.0"),))
     health = NodeHealth(frame)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufleet.health.edge import NodeHealth
+from gpufleet.health.node_health import NodeHealth
 from gpufleet.model import EntityKind, RootCause, Severity
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import GpuInfo, NodeInventory

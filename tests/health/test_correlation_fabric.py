@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 import numpy as np
 
-from gpufleet.health.centre import Correlator, suspect
+from gpufleet.health.correlation import Correlator, suspect
 from gpufleet.health.detectors.training import JobView
 from gpufleet.model import Entity, EntityKind, IncidentState, RootCause, Severity
 from gpufleet.model.fabric_facts import FabricFacts, HostRail, LinkProblem
