@@ -34,8 +34,8 @@ from gpufleet.control.fabric import FabricService
 from gpufleet.fabric.counters import CounterTracker, Readings
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End
-from gpufleet.fabric.health import PortHealth
 from gpufleet.fabric.intended import intended_graph
+from gpufleet.fabric.port_health import PortHealth
 from gpufleet.fabric.render import to_ibnetdiscover
 from gpufleet.fabric.validate import validate
 from gpufleet.health.thresholds import load_thresholds

@@ -22,7 +22,7 @@ from gpufleet.fabric.counters import (
 )
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End
-from gpufleet.fabric.health import PortHealth
+from gpufleet.fabric.port_health import PortHealth
 from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover, parse_ibqueryerrors, parse_perfquery
 from tests.conftest import CAPTURES
 

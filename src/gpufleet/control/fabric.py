@@ -19,7 +19,7 @@ import msgspec
 from gpufleet.fabric.counters import CounterTracker, Readings
 from gpufleet.fabric.findings import FabricFinding, worst_first
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind, parse_end
-from gpufleet.fabric.health import PortHealth
+from gpufleet.fabric.port_health import PortHealth
 from gpufleet.fabric.report import graph_from_report, readings_from_report, report_from_graph
 from gpufleet.fabric.validate import validate
 from gpufleet.health.thresholds import Thresholds

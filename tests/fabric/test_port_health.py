@@ -13,7 +13,7 @@ from gpufleet.errors import ManifestError, UserError
 from gpufleet.fabric.counters import CounterTracker, Readings, counter_columns
 from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
-from gpufleet.fabric.health import LinkChange, PortHealth
+from gpufleet.fabric.port_health import LinkChange, PortHealth
 from gpufleet.health.thresholds import load_thresholds
 
 T0 = 1_800_000_000.0
