@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.cost import report as cost_report
+from gpufleet.model.incident import Severity
 
 
 class Shape(BaseModel):
@@ -129,7 +130,7 @@ class IncidentRow(Shape):
     cause: str
     entity: EntityRef
     node: str
-    severity: Literal["info", "warning", "critical"]
+    severity: Severity
     summary: str
     first_seen: float
     last_seen: float
@@ -375,7 +376,7 @@ class Link(Shape):
     link_downed: float | None
     rcv_errors: float | None
     incident: str | None = Field(description="The worst open incident on this port.")
-    severity: Literal["info", "warning", "critical"] | None
+    severity: Severity | None
 
 
 class Switch(Shape):
@@ -536,7 +537,7 @@ class FabricPortRow(Shape):
 
 class FabricAlarm(Shape):
     kind: str = Field(description="missing-link, miscabled, link-down, link-flap, symbol-errors, ...")
-    severity: Literal["critical", "warning", "info"]
+    severity: Severity
     ends: list[str] | None = None
     port: str | None = None
     message: str

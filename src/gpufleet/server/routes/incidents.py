@@ -10,6 +10,7 @@ from fastapi.responses import Response
 
 from gpufleet.control.service import ControlPlane
 from gpufleet.model import IncidentState
+from gpufleet.model.incident import Severity
 from gpufleet.nccl.compare import CollectiveReport
 from gpufleet.server import schemas
 from gpufleet.server.cache import ReadCache
@@ -30,7 +31,7 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     def incidents(
         state: Literal["open", "acknowledged", "mitigated", "resolved"] | None = None,
         node: str | None = Query(None, max_length=253),
-        severity: Literal["info", "warning", "critical"] | None = None,
+        severity: Severity | None = None,
         cause: str | None = Query(None, max_length=64, description="A root cause, e.g. gpu-lost or ib-link-down."),
         since: float | None = Query(
             None, description="Only incidents seen after this time (epoch s): pass the newest `last_seen` you hold."
