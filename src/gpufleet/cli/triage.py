@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+
 import typer
 from rich.text import Text
 
 from gpufleet.cli.inputs import open_input
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
 from gpufleet.errors import UserError
-from gpufleet.triage.detect import FORMATS
+from gpufleet.triage.formats import REGISTRY
 from gpufleet.triage.readers.oom import side_by_side
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_stream
@@ -26,7 +28,7 @@ def triage(
     files: list[str] = typer.Argument(..., help="Saved outputs or pasted text; - reads stdin."),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
     fmt: str | None = typer.Option(
-        None, "--format", "-F", help=f"Read as this format instead of telling it: {', '.join(FORMATS)}."
+        None, "--format", "-F", help="Read as this format (one of those listed above) instead of telling it."
     ),
 ) -> None:
     """Tell what printed each input (kernel log, nvidia-smi, dcgmi, NCCL log, InfiniBand tools, kubectl, ...) by
@@ -34,8 +36,8 @@ def triage(
     prompts, echoed commands, `> ` quoting, elisions, markers, colour and launcher prefixes are taken off.
 
     Exit status: 0 healthy or degraded, 1 faulty, 3 unknown (so a script can tell "fine" from "cannot say")."""
-    if fmt is not None and fmt not in FORMATS:
-        raise UserError(f"no format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
+    if fmt is not None and fmt not in REGISTRY:
+        raise UserError(f"no format {fmt!r}", fix=f"use one of: {', '.join(REGISTRY.names())}")
     reports = [_one(name, fmt) for name in files]
     body = [r.as_dict() for r in reports]
     # a kill by the kernel in one input and a GPU out of memory in another: two failures, said in one line
@@ -74,5 +76,12 @@ def triage(
         raise typer.Exit(3)
 
 
+def _help() -> str:
+    """The command's help: its docstring, then every format it tells, from the registry."""
+    formats = "\n\n".join(f"{fmt.name}: {fmt.summary}" for fmt in REGISTRY)
+    head = inspect.cleandoc(triage.__doc__ or "")
+    return f"{head}\n\nFormats (told by content, or named with --format):\n\n{formats}"
+
+
 def register(app: typer.Typer) -> None:
-    app.command("triage")(triage)
+    app.command("triage", help=_help())(triage)

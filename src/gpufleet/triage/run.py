@@ -9,14 +9,12 @@ from typing import BinaryIO
 
 from gpufleet.parsers.kernel.stream import candidate_lines
 from gpufleet.triage.detect import SAMPLE_LINES, Detector
+from gpufleet.triage.formats import REGISTRY
 from gpufleet.triage.paste import Paste, text_lines
-from gpufleet.triage.readers import read
-from gpufleet.triage.readers.kernel import read_numbered_kernel_log
 from gpufleet.triage.report import TriageReport
 
 SAMPLE_CHARS = 4 * 1024 * 1024  # the sample a format is told from never holds more than this
 WIDE_SAMPLE_LINES = 20_000  # a kernel log may start with thousands of lines before its first NVIDIA one
-KEEPS_LAUNCHERS = frozenset({"nccl-log", "app-log"})  # its reader learns each line's rank from the launcher's prefix
 
 
 def kernel_log_lines(stream: BinaryIO, paste: Paste, head: Sequence[str] = ()) -> Iterator[tuple[int, str]]:
@@ -59,20 +57,19 @@ def _triage(raw_iter: Iterator[str], stream: BinaryIO | None, source: str, fmt: 
         found = detector.best()
     if found is None:
         report = TriageReport("unknown", source, judged=False)
-        report.notes.append(
-            "not a format triage knows: kernel log, nvidia-smi (-q, table, nvlink -s, topo -m), dcgmi diag/health, "
-            "dcgm-exporter metrics, NCCL log, nccl-tests, ibstat, ibstatus, perfquery, ibqueryerrors, iblinkinfo, "
-            "ibnetdiscover, kubectl node JSON or describe, kubectl pod JSON, a training or serving log with an "
-            "out-of-memory error"
-        )
+        report.notes.append(f"not a format triage knows ({', '.join(REGISTRY.names())})")
         if not sample:
             report.notes[-1] = "the input is empty"
         return report
+    # a format judged as another (a syslog's link events, judged as the kernel log they are) is read as that one
+    judged = REGISTRY.judged(found) if found in REGISTRY else None
     # start again from the first line, cleaned for this format, and go on through the rest as it streams
-    paste = Paste(launchers=found not in KEEPS_LAUNCHERS)
-    if found == "kernel-log" and stream is not None:
-        report = read_numbered_kernel_log(kernel_log_lines(stream, paste, sample), source)
+    paste = Paste(launchers=judged is None or not judged.keeps_launchers)
+    if judged is not None and judged.judge_numbered is not None and stream is not None:
+        report = judged.judge_numbered(kernel_log_lines(stream, paste, sample), source)
     else:
-        report = read(found, paste.cleaned(chain(sample, raw_iter)), source)
+        report = REGISTRY.judge(found, paste.cleaned(chain(sample, raw_iter)), source)
     report.notes[:0] = paste.notes()
+    if judged is not None and judged.name != found:
+        report.notes.insert(0, f"{found} is judged as {judged.name}, the format its lines belong to")
     return report

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.triage.readers import read
+from gpufleet.triage.formats import read
 from gpufleet.triage.run import triage_lines, triage_stream
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "oom"

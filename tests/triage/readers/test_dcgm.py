@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.triage.readers import read
+from gpufleet.triage.formats import read
 from gpufleet.triage.readers.dcgm import read_dcgmi_diag, read_dcgmi_health
 from gpufleet.triage.run import triage_lines, triage_stream
 from tests.conftest import CAPTURES, CORPUS

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.triage.readers import read
+from gpufleet.triage.formats import read
 from gpufleet.triage.readers.dcgm_exporter import field_ids, read_dcgm_exporter_metrics
 from gpufleet.triage.run import triage_lines
 from tests.conftest import CAPTURES, CORPUS

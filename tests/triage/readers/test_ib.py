@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.parsers.infiniband.diags import scan_iblinkinfo
-from gpufleet.triage.readers import read
+from gpufleet.triage.formats import read
 from gpufleet.triage.readers.common import MAX_FINDINGS
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_lines

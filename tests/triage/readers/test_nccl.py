@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.triage.formats import read
 from gpufleet.triage.readers import nccl as nccl_reader
-from gpufleet.triage.readers import read
 from gpufleet.triage.run import triage_lines, triage_stream
 from tests.conftest import CORPUS
 

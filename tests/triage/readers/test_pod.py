@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.triage.readers import read
+from gpufleet.triage.formats import read
 from gpufleet.triage.run import triage_lines
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "oom"

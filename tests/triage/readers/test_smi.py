@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.triage.readers import read
+from gpufleet.triage.formats import read
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_lines, triage_stream
 from tests.conftest import CORPUS

@@ -1,0 +1,52 @@
+"""Every tool output gpufleet reads, in one registry: `gpufleet read` makes a subcommand of each format with a
+parser, `gpufleet triage` tells them apart by their signs and judges each with its reader.
+
+A new format is one descriptor (a `Format` in the module of its family, or a module of its own) and one line
+below. The order is the order of both commands' help, and detection's tie-break (the first listed wins)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpufleet.triage.formats import amd, app, dcgm, gaudi, infiniband, kernel, kube, nccl, nvidia
+from gpufleet.triage.formats.registry import Format, Option, Registry, Table, View
+from gpufleet.triage.report import TriageReport
+
+REGISTRY = Registry(
+    (
+        kernel.KERNEL_LOG,
+        kernel.LINK_EVENTS,
+        kernel.NHC,
+        nvidia.SMI_Q,
+        nvidia.SMI_TABLE,
+        nvidia.SMI_NVLINK,
+        nvidia.SMI_TOPO,
+        nvidia.SMI_PROCESSES,
+        dcgm.DCGMI_DIAG,
+        dcgm.DCGMI_HEALTH,
+        dcgm.DCGM_EXPORTER_METRICS,
+        amd.AMD_SMI,
+        amd.ROCM_SMI,
+        gaudi.HL_SMI,
+        nccl.NCCL_LOG,
+        nccl.NCCL_TESTS,
+        infiniband.IBSTAT,
+        infiniband.IBSTATUS,
+        infiniband.PERFQUERY,
+        infiniband.IBQUERYERRORS,
+        infiniband.IBLINKINFO,
+        infiniband.IBNETDISCOVER,
+        kube.KUBECTL_NODE_JSON,
+        kube.KUBECTL_POD_JSON,
+        kube.KUBECTL_DESCRIBE_NODE,
+        app.APP_LOG,
+    )
+)
+
+
+def read(fmt: str, lines: Iterable[str], source: str) -> TriageReport:
+    """Judge `lines` as the format named `fmt`; an unknown name, or a parser's refusal, is `unknown` saying why."""
+    return REGISTRY.judge(fmt, lines, source)
+
+
+__all__ = ["REGISTRY", "Format", "Option", "Registry", "Table", "View", "read"]

@@ -1,0 +1,59 @@
+"""AMD's tools: amd-smi (text or --json) and rocm-smi (Concise Info, --json, --showmetrics)."""
+
+from __future__ import annotations
+
+from gpufleet.parsers.amd.amd_smi import AmdSmiReport, parse_amd_smi
+from gpufleet.parsers.amd.rocm_smi import parse_rocm_smi
+from gpufleet.triage.formats.registry import Format, Table, View, cell
+
+_COLUMNS = ("GPU", "BDF", "NAME", "MODEL", "PARTITION", "GFX %", "VRAM MiB|%", "TEMP C", "POWER W", "ECC UE")
+
+
+def _view(report: AmdSmiReport, source: str) -> View:
+    rows = [
+        [
+            cell(g.index), cell(g.bdf), cell(g.market_name), cell(g.model), cell(g.partition or None),
+            cell(g.gfx_activity_pct), cell(g.vram_used_mib if g.vram_used_mib is not None else g.vram_used_pct),
+            cell(g.temp_hotspot_c if g.temp_hotspot_c is not None else g.temp_edge_c), cell(g.power_w),
+            cell(g.ecc.uncorrectable),
+        ]
+        for g in report.gpus
+    ]  # fmt: skip
+    title = f"{source}: {report.tool} {report.format}" + (
+        f", driver {report.driver_version}" if report.driver_version else ""
+    )
+    return View((Table(_COLUMNS, rows, title),), tuple(f"[yellow]unread[/yellow] {p}" for p in report.problems))
+
+
+AMD_SMI = Format(
+    name="amd-smi",
+    summary="`amd-smi list`, `static`, `metric` or `partition`, text or --json (several may be concatenated): one "
+    "record per GPU or partition",
+    signs=(
+        (r"^GPU: \d+\s*$", 6),
+        (r"^\s+(?:MARKET_NAME|GFX_ACTIVITY|UMC_ACTIVITY|SOCKET_POWER|TARGET_GRAPHICS_VERSION|OAM_ID): ", 6),
+        (r"^\s{4}(?:ASIC|BUS|USAGE|POWER|CLOCK|VRAM|BOARD|VBIOS|DRIVER|RAS|PARTITION|TEMPERATURE|ECC|PCIE):\s*$", 4),
+        (r"^\s+BDF: [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d\s*$", 4),
+        (r"^(?:CURRENT_PARTITION|MEMORY_PARTITION|ACCELERATOR_PARTITION_PROFILES):\s*$", 8),
+        (r"^GPU_ID\s+MEMORY\s+ACCELERATOR_TYPE", 8),
+        (r"AMDSMI_STATUS_[A-Z]", 6),
+        # --json: a list of GPUs (or {"gpu_data": [...]}) keyed the same, lower case
+        (r"^\s*\"(?:gfx_activity|umc_activity|market_name|asic_serial|oam_id|socket_power|gpu_data)\"\s*:", 8),
+    ),
+    parse=parse_amd_smi,
+    render=_view,
+)
+
+ROCM_SMI = Format(
+    name="rocm-smi",
+    summary="Plain `rocm-smi` (Concise Info, any release), `rocm-smi -a --json` or `--showmetrics`: one record per GPU",
+    signs=(
+        (r"^\s*=+ ROCm System Management Interface =+", 10),
+        (r"^\s*=+ (?:Concise Info|GPU Metrics) =+", 8),
+        (r"^\s*=+ End of ROCm SMI Log =+", 8),
+        (r"^GPU\[\d+\]\s*: \S", 8),  # every section but the concise table: `GPU[0]  : key: value`
+        (r"^\s*\{?\s*\"card\d+\"\s*:\s*\{", 10),  # --json
+    ),
+    parse=parse_rocm_smi,
+    render=_view,
+)

@@ -1,0 +1,69 @@
+"""DCGM's outputs: `dcgmi diag` results, `dcgmi health -c` reports and dcgm-exporter's `/metrics` scrape."""
+
+from __future__ import annotations
+
+from gpufleet.parsers.nvidia.dcgmi_diag import parse_diag
+from gpufleet.parsers.nvidia.dcgmi_health import HealthReport, parse_health
+from gpufleet.parsers.prometheus_text import Item, parse_lines
+from gpufleet.triage.formats.registry import Format
+from gpufleet.triage.readers.dcgm import read_dcgmi_diag, read_dcgmi_health
+from gpufleet.triage.readers.dcgm_exporter import read_dcgm_exporter_metrics
+
+# dcgmi/Diag.cpp (2.x-4.x): the table's header, its category rows, result rows (`Pass - All`, `Fail - GPU: 0`,
+# 4.x `GPU0: Pass`), message rows, and dcgmi's own failures when it prints no table
+DCGMI_DIAG = Format(
+    name="dcgmi-diag",
+    summary="`dcgmi diag -r N` (the table or -j JSON): each test's result per GPU, and dcgmi's own errors",
+    signs=(
+        (r"^\|\s*Diagnostic\s+\|\s*Result\s*\|", 10),
+        (r"^[|+]-+\s+(?:Metadata|Deployment|Hardware|Integration|Stress|Training)\s+-+\+", 8),
+        (r"^Successfully ran diagnostic", 6),
+        (r"^\| [\w /-]{1,40}\| (?:Pass|Fail|Warn|Skip|Not Run)(?: - (?:All|GPUs?: [\d, ]{1,60}))? {0,50}\|", 6),
+        (r"^\|\s+\|\s*(?:GPU|CPU)\d+:\s*(?:Pass|Fail|Warn|Skip|Not Run)\s*\|", 6),
+        (r"^\|\s*(?:Warning|Error|Info)(?::\s*(?:GPU|CPU)\d+)?\s+\|\s*\S", 3),
+        (r"^Error: (?:Unable to complete diagnostic|Diagnostic (?:could not be run|can only be performed))", 8),
+        (r"^\s*\"DCGM (?:GPU )?Diagnostic\"\s*:", 10),  # `dcgmi diag -j` (NvvsJsonStrings.h NVVS_NAME)
+        (r"^\s*\"test_categories\"\s*:", 4),
+    ),
+    parse=parse_diag,
+    judge=read_dcgmi_diag,
+)
+
+
+def _parse_health(text: str, source: str) -> HealthReport:
+    return parse_health(text)
+
+
+# dcgmi/Health.cpp (2.x-4.x): `dcgmi health -c` (and `-f`, the list of watches), or its own failure
+DCGMI_HEALTH = Format(
+    name="dcgmi-health",
+    summary="`dcgmi health -c`: each GPU's systems as DCGM's health watches rate them",
+    signs=(
+        (r"^\|\s*Health Monitor Report", 10),
+        (r"^\|\s*Overall Health\s*\|", 8),
+        (r"^\|\s*Health monitor systems report", 10),
+        (r"^\| {1,12}-> (?:Errors|\d+) {1,40}\|", 4),
+        (r"^Error: (?:Unable to check health watches|Health watches not enabled)", 8),
+    ),
+    parse=_parse_health,
+    judge=read_dcgmi_health,
+)
+
+
+def _parse_metrics(text: str, source: str) -> list[Item]:
+    return list(parse_lines(text.splitlines()))
+
+
+# dcgm-exporter's /metrics (rendermetrics templates), and the 1.x `dcgm_*` names
+DCGM_EXPORTER_METRICS = Format(
+    name="dcgm-exporter-metrics",
+    summary="A dcgm-exporter `/metrics` scrape: Xid, ECC, row remapping, clocks events and temperatures per GPU",
+    signs=(
+        (r"^# (?:HELP|TYPE) DCGM_", 10),
+        (r"^DCGM_(?:FI|EXP)_[A-Z0-9_]+\{", 8),
+        (r"^# (?:HELP|TYPE) dcgm_[a-z0-9_]+ ", 6),
+        (r"^dcgm_[a-z0-9_]+\{[^}]*\bgpu=\"", 6),
+    ),
+    parse=_parse_metrics,
+    judge=read_dcgm_exporter_metrics,
+)

@@ -1,0 +1,48 @@
+"""kubectl's view of GPU nodes and pods. Triage reads the objects itself (no parser in gpufleet.parsers yet), so
+`gpufleet read` has no subcommand for them."""
+
+from __future__ import annotations
+
+from gpufleet.triage.formats.registry import Format
+from gpufleet.triage.readers.kube import read_kubectl_describe_node, read_kubectl_node_json
+from gpufleet.triage.readers.pod import read_kubectl_pod_json
+
+KUBECTL_NODE_JSON = Format(
+    name="kubectl-node-json",
+    summary="`kubectl get node -o json` (a Node or a List of them): conditions, taints and GPU capacity",
+    signs=(
+        (r"\"kind\":\s*\"Node\"", 10),
+        (r"\"nodeInfo\":\s*\{", 4),
+        (r"\"allocatable\":\s*\{", 3),
+        (r"\"lastHeartbeatTime\":\s*\"", 4),
+    ),
+    judge=read_kubectl_node_json,
+)
+
+KUBECTL_POD_JSON = Format(
+    name="kubectl-pod-json",
+    summary="`kubectl get pod -o json` (a Pod or a List of them): why its containers ended (OOMKilled, exit codes)",
+    signs=(
+        (r"\"kind\":\s*\"Pod\"", 10),
+        (r"\"containerStatuses\":\s*\[", 6),  # a Pod's fields without its kind, as other tools copy them
+        (r"\"restartCount\":\s*\d", 3),
+        (r"\"lastState\":\s*\{", 3),
+        (r"\"qosClass\":\s*\"", 3),
+    ),
+    judge=read_kubectl_pod_json,
+)
+
+KUBECTL_DESCRIBE_NODE = Format(
+    name="kubectl-describe-node",
+    summary="`kubectl describe node`: conditions, taints and GPU capacity",
+    signs=(
+        (r"^Name:\s+\S", 3),
+        (r"^Roles:\s+", 6),
+        (r"^Capacity:\s*$", 5),
+        (r"^Allocatable:\s*$", 5),
+        (r"^Conditions:\s*$", 3),
+        (r"^Unschedulable:\s+(?:true|false)\s*$", 6),
+        (r"^\s+Type\s+Status\s+LastHeartbeatTime\s+LastTransitionTime", 8),  # only a node's conditions have these
+    ),
+    judge=read_kubectl_describe_node,
+)

@@ -1,0 +1,61 @@
+"""NCCL's own log (NCCL_DEBUG=INFO/WARN, and PyTorch's ProcessGroupNCCL around it) and nccl-tests' output."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufleet.nccl.perf_parser import PerfTable, parse_perf_runs
+from gpufleet.triage.formats.registry import Format
+from gpufleet.triage.readers.nccl import read_nccl_log, read_nccl_tests
+
+if TYPE_CHECKING:
+    from gpufleet.nccl.diagnose import LogLine
+
+
+def _parse_nccl_log(text: str, source: str) -> list[LogLine]:
+    from gpufleet.nccl.diagnose import read_lines  # its catalogue is compiled on import: only when a log is read
+
+    return read_lines(text, source)
+
+
+NCCL_LOG = Format(
+    name="nccl-log",
+    summary="An NCCL log (`NCCL_DEBUG=INFO` or `WARN`), or a PyTorch log around one: what failed, on which ranks",
+    signs=(
+        (r"NCCL (?:INFO|WARN)\b", 8),
+        # NCCL before 2.1 printed `host:pid:tid [dev] INFO ...` without its name
+        (r"^[\w.-]+:\d+:\d+ \[\d+\] (?:INFO|WARN) ", 8),
+        (r"\bNCCL version \d+\.\d+\.\d+", 4),
+        (r"ProcessGroupNCCL|Watchdog caught collective operation timeout", 6),
+    ),
+    parse=_parse_nccl_log,
+    judge=read_nccl_log,
+    keeps_launchers=True,
+)
+
+
+def _parse_nccl_tests(text: str, source: str) -> list[PerfTable]:
+    return parse_perf_runs(text.splitlines())
+
+
+NCCL_TESTS = Format(
+    name="nccl-tests",
+    summary="nccl-tests output (`all_reduce_perf` and the others): each run's sizes, times and bus bandwidth",
+    signs=(
+        (r"^#? ?nThread \d+ nGpus \d+", 10),
+        (r"^#?\s+(?:size\s+count\s+type|\(B\)\s+\(elements\))", 8),
+        (r"^#? ?Avg bus bandwidth\s*:", 8),
+        (r"out-of-place\s+in-place", 6),
+        (r"^# (?:nccl-tests version|Collective test (?:starting|concluded):)", 10),
+        (r"^#? ?Out of bounds values\s*:", 6),
+        (r"^#?\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+\S+\s+device\s+\d+\s+\[", 8),
+        # a row: size, count, type, redop, root, then time and bandwidths
+        (
+            r"^\s*\d+\s+\d+\s+(?:u?int(?:8|32|64)?|half|b?float(?:16)?|double|char|f8e[45]m[23])\s+"
+            r"(?:(?:sum|prod|max|min|avg|mulsum|none)\s+)?-?\d+\s+\d+(?:\.\d+)?\s+\d+\.\d+\s",
+            8,
+        ),
+    ),
+    parse=_parse_nccl_tests,
+    judge=read_nccl_tests,
+)

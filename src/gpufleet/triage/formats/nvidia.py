@@ -1,0 +1,133 @@
+"""What nvidia-smi prints: `-q` (and `-q -x`), the boxed table, `nvlink -s`, `topo -m`, and the processes on
+each GPU (`--query-compute-apps`, `pmon`)."""
+
+from __future__ import annotations
+
+from gpufleet.parsers.nvidia.smi import NvidiaSmiReport, parse_query
+from gpufleet.parsers.nvidia.smi_processes import ProcessesReport, parse_processes
+from gpufleet.parsers.nvidia.smi_table import parse_table
+from gpufleet.parsers.nvidia.topo import parse_topo_matrix, read_nvlink_status
+from gpufleet.triage.formats.registry import Format, Table, View, cell
+from gpufleet.triage.readers.smi import (
+    read_nvidia_smi_nvlink,
+    read_nvidia_smi_q,
+    read_nvidia_smi_table,
+    read_nvidia_smi_topo,
+)
+
+
+def _smi_view(report: NvidiaSmiReport, source: str) -> View:
+    rows = [
+        [
+            cell(g.index), cell(g.pci), cell(g.product_name), cell(g.temp_c), cell(g.power_draw_w),
+            cell(g.gpu_util_pct), f"{cell(g.memory_used_mib)} / {cell(g.memory_total_mib)}",
+        ]
+        for g in report.gpus
+    ]  # fmt: skip
+    title = f"{source}: driver {cell(report.driver_version)}, CUDA {cell(report.cuda_version)}"
+    columns = ("GPU", "PCI", "PRODUCT", "TEMP C", "POWER W", "UTIL %", "MEMORY MiB")
+    lines = [f"[red]unreachable[/red] {pci}: {why}" for pci, why in report.unreachable.items()]
+    lines += [f"[red]error[/red] {error}" for error in report.errors]
+    return View((Table(columns, rows, title),), tuple(lines))
+
+
+SMI_Q = Format(
+    name="nvidia-smi-q",
+    summary="`nvidia-smi -q` or `-q -x`: one record per GPU (ECC, remapped rows, retired pages, clocks events)",
+    signs=(
+        (r"^=+NVSMI LOG=+", 10),
+        (r"^Attached GPUs\s+:", 8),
+        (r"^GPU [0-9A-Fa-fXx]{4,8}:(?:[0-9A-Fa-fXx]{2}:[0-9A-Fa-fXx]{2}\.[\dXx]|\.\.\.)\s*$", 6),
+        (r"^\s*Product Name\s+:", 3),
+        (r"^\s+(?:Volatile|Aggregate)\s*$", 2),
+        (r"^\s*ECC Errors\s*$", 4),
+        (r"^\s*(?:SRAM|DRAM) (?:Correctable|Uncorrectable)\s+:", 4),
+        (r"^\s*(?:Remapped Rows|Retired Pages|Clocks Event Reasons|Clocks Throttle Reasons)\s*$", 4),
+        (r"^\s*<nvidia_smi_log>", 10),  # -q -x
+    ),
+    parse=parse_query,
+    judge=read_nvidia_smi_q,
+    render=_smi_view,
+)
+
+SMI_TABLE = Format(
+    name="nvidia-smi-table",
+    summary="Plain `nvidia-smi` (the boxed table): one record per GPU",
+    signs=(
+        (r"NVIDIA-SMI \d+\.\d+", 8),
+        (r"^\|\s*GPU\s+Name\s+Persistence-M", 8),
+        (r"^\+-{5,}\+", 2),
+        (r"^\|\s+\d+\s+.*(?:On|Off)\s+\|\s+[0-9A-Fa-f]{8}:", 4),
+        (r"^\|\s*(?:\d+%|N/A|ERR!)\s+(?:-?\d+C|N/A|ERR!)\s+(?:P\d+|N/A|ERR!)\s+[^\s/|]+\s*/\s*[^\s|]+\s*\|", 6),
+    ),
+    parse=parse_table,
+    judge=read_nvidia_smi_table,
+    render=_smi_view,
+)
+
+SMI_NVLINK = Format(
+    name="nvidia-smi-nvlink",
+    summary="`nvidia-smi nvlink -s`: each GPU's NVLinks, their state and speed",
+    signs=(
+        (r"^GPU \d+: .*\(UUID: GPU-", 4),
+        (r"^\s*Link \d+: (?:\d+(?:\.\d+)? ?GB/s|(?i:<inactive>|inactive)|ERR!)\s*$", 8),
+        (r"(?i)^NVML: Unable to retrieve NVLink information as all links are inactive", 8),
+        (r"(?i)^Device does not have or support NVLink", 6),
+    ),
+    parse=read_nvlink_status,
+    judge=read_nvidia_smi_nvlink,
+)
+
+SMI_TOPO = Format(
+    name="nvidia-smi-topo",
+    summary="`nvidia-smi topo -m`: how each GPU pair and each GPU's NICs are connected, and CPU affinity",
+    signs=(
+        (r"^\s*GPU0\s+(?:GPU1|NIC0|mlx\d+_\d+|CPU Affinity)", 6),
+        (r"^GPU\d+\s+(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS)\s+(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS)\b", 6),
+        (r"X\s+= Self", 8),
+        (r"NV\d+\s+= Connection traversing a bonded set", 4),
+    ),
+    parse=parse_topo_matrix,
+    judge=read_nvidia_smi_topo,
+)
+
+
+def _processes_view(report: ProcessesReport, source: str) -> View:
+    if report.format == "table":
+        rows = [
+            [cell(p.gpu), cell(p.gpu_instance_id), cell(p.compute_instance_id), p.pid, p.type, p.name,
+             cell(p.used_memory_mib)]
+            for p in report.processes
+        ]  # fmt: skip
+        columns: tuple[str, ...] = ("GPU", "GI", "CI", "PID", "TYPE", "NAME", "MEMORY MiB")
+    elif report.format == "pmon":
+        rows = [
+            [s.cycle, s.gpu, s.pid, s.type, cell(s.sm_util), cell(s.mem_util), cell(s.fb_mib), s.name]
+            for s in report.pmon
+        ]
+        columns = ("CYCLE", "GPU", "PID", "TYPE", "SM %", "MEM %", "FB MiB", "NAME")
+    else:
+        rows = [[a.gpu_uuid or "-", a.pid, a.name or "-", cell(a.used_memory_mib)] for a in report.compute_apps]
+        columns = ("GPU UUID", "PID", "NAME", "MEMORY MiB")
+    return View((Table(columns, rows, f"{source}: {report.format}"),))
+
+
+SMI_PROCESSES = Format(
+    name="nvidia-smi-processes",
+    summary="The processes on each GPU: `nvidia-smi`'s Processes: table, `--query-compute-apps` CSV or `pmon`",
+    signs=(
+        (r"^\s*#\s*gpu\s+pid\s+type\b", 10),  # pmon's header, then its units line
+        (r"^\s*#\s*Idx\s+#\s+C/G\b", 6),
+        # --query-compute-apps --format=csv: a header naming pid and what it ran
+        (
+            r"^(?:[\w.]+(?: \[\w+\])?, ?)*pid, ?(?:[\w.]+(?: \[\w+\])?, ?)*"
+            r"(?:process_name|used_gpu_memory|used_memory)\b",
+            10,
+        ),
+        # the Processes: table pasted alone (a whole nvidia-smi output is the table format's)
+        (r"^\|\s*Processes:\s*\|?\s*$", 6),
+        (r"^\|\s*GPU\s+(?:GI\s+CI\s+)?PID\s+Type\s+Process name", 6),
+    ),
+    parse=parse_processes,
+    render=_processes_view,
+)

@@ -1,0 +1,123 @@
+"""The format registry is the one list `gpufleet read` and `gpufleet triage` iterate: both list exactly its formats,
+and each format's signs tell a real capture of it, which its parser reads and its judgement (or the format it is
+judged as) judges."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpufleet.triage.formats import REGISTRY
+from gpufleet.triage.run import triage_lines
+from tests.clirun import gpufleet
+from tests.conftest import CAPTURES, CORPUS
+
+TRIAGE_DATA = Path(__file__).parent / "data"
+IB_DATA = Path(__file__).parent / "readers" / "data" / "ib"
+WIDE = {"COLUMNS": "200"}
+
+# a real capture of each format, with its provenance beside it (NAME.source.txt, or the folder's README.md naming it)
+REAL = {
+    "kernel-log": CORPUS / "xid079_dcgm_kmsgtest.log",
+    "link-events": CORPUS / "ib_linkflap_syslog_aznhc.log",
+    "nhc": CORPUS / "aznhc_health_log_real.txt",
+    "nvidia-smi-q": CORPUS / "nvsmi_q_01_a100_ecc_rowremap_stas00.txt",
+    "nvidia-smi-table": CAPTURES / "nvml_processes" / "nvsmi_h100_load_exporter.txt",
+    "nvidia-smi-nvlink": CORPUS / "nvlink_status_a100_ok_gpud.txt",
+    "nvidia-smi-topo": CORPUS / "topo_m_01_a100_nv12_stas00.txt",
+    "nvidia-smi-processes": CAPTURES / "nvml_processes" / "pmon_h100_load_exporter.txt",
+    "dcgmi-diag": CORPUS / "dcgmi_diag_fail_01_r3_rowremap_stas00.txt",
+    "dcgm-exporter-metrics": CORPUS / "dcgm_exporter_metrics_05_xid_count_pr239.txt",
+    "amd-smi": CAPTURES / "amd" / "amd_smi_static_mi300x_blog.txt",
+    "rocm-smi": CAPTURES / "amd" / "rocm_smi_concise_mi300x_x4_jax.txt",
+    "hl-smi": CAPTURES / "gaudi" / "hl_smi_table_gaudi2_x8_loaded.txt",
+    "nccl-log": CORPUS / "nccl" / "logs" / "01_ib_completion_status12_roce.log",
+    "nccl-tests": CORPUS / "nccl" / "perf" / "h100_aws_p5_2node_efa.txt",
+    "ibstat": IB_DATA / "ibstat_ca_ibsim.txt",
+    "ibstatus": CAPTURES / "infiniband" / "ibstatus_dgx_4x_edr_cuml.txt",
+    "perfquery": CAPTURES / "ibsim" / "perfquery_lid2_port1.txt",
+    "ibqueryerrors": CAPTURES / "ibsim" / "ibqueryerrors.txt",
+    "iblinkinfo": CAPTURES / "ibsim" / "iblinkinfo.txt",
+    "ibnetdiscover": CAPTURES / "ibsim" / "ibnetdiscover.txt",
+    "kubectl-pod-json": CAPTURES / "kubelet_pods" / "kubectl_get_all_kubeadm_docker.json",
+    "kubectl-describe-node": CAPTURES / "kubectl" / "describe_node_ocp311_kubevirt.txt",
+    "app-log": TRIAGE_DATA / "oom" / "app_torch2_rank3_eks.log",
+}
+# no real capture stored yet: fixtures written from the tool's printing code. A real capture moves a format to REAL.
+WRITTEN = {
+    "dcgmi-health": CAPTURES / "dcgmi_health_failure.txt",
+    "kubectl-node-json": Path(__file__).parent / "readers" / "data" / "kubectl_node_gpu_healthy.json",
+}
+
+
+def _has_provenance(path: Path) -> bool:
+    readme = path.parent / "README.md"
+    return path.with_name(path.stem + ".source.txt").exists() or (readme.exists() and path.name in readme.read_text())
+
+
+def test_every_format_has_a_capture_and_every_real_one_its_provenance() -> None:
+    assert not set(REAL) & set(WRITTEN)
+    assert sorted(REAL.keys() | WRITTEN.keys()) == sorted(REGISTRY.names())
+    assert [name for name, path in REAL.items() if not _has_provenance(path)] == []
+    assert [name for name, path in WRITTEN.items() if _has_provenance(path)] == [], "a real capture: move it to REAL"
+
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_each_format_is_told_parsed_and_judged(name: str) -> None:
+    fmt, path = REGISTRY[name], REAL.get(name) or WRITTEN[name]
+    judged = REGISTRY.judged(name)
+    text = path.read_text(errors="replace")
+    report = triage_lines(text.splitlines(keepends=True), path.name)
+    assert report.format == judged.name, f"{path.name} is told as {report.format}"
+    forced = triage_lines(text.splitlines(keepends=True), path.name, fmt=name)
+    assert forced.format == judged.name
+    if judged.judge is None:  # no judgement: what the parser read, and no verdict
+        assert report.verdict == "unknown" and len(report.notes) > 1
+    if fmt.parse is not None:
+        assert fmt.parse(text, source=path.name)
+        run = gpufleet("read", name, str(path), "-o", "json")
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)
+        assert gpufleet("read", name, str(path)).returncode == 0
+
+
+def _commands(help_text: str) -> list[str]:
+    """The subcommands a `--help` lists in its Commands panel, in order."""
+    panel = help_text.split("Commands", 1)[1]
+    return re.findall(r"^│ ([a-z0-9][a-z0-9-]*)\s", panel, re.MULTILINE)
+
+
+def test_read_lists_exactly_the_formats_with_a_parser() -> None:
+    run = gpufleet("read", "--help", env=WIDE)
+    assert run.returncode == 0, run.stderr
+    assert _commands(run.stdout) == [f.name for f in REGISTRY.readable()]
+    judged_only = [f.name for f in REGISTRY if f.parse is None]
+    assert judged_only and all(name in run.stdout for name in judged_only)  # named as triage's alone
+    # `read nvidia-smi`, from before -q and the table were subcommands of their own, is kept (hidden)
+    old = gpufleet("read", "nvidia-smi", str(CORPUS / "nvsmi_table_01_a100_stas00.txt"), "-o", "json")
+    assert old.returncode == 0 and json.loads(old.stdout)["gpus"]
+
+
+def test_triage_lists_exactly_the_registry() -> None:
+    run = gpufleet("triage", "--help", env=WIDE)
+    assert run.returncode == 0, run.stderr
+    listed = re.findall(r"^\s*([a-z0-9][a-z0-9-]*): ", run.stdout.split("Formats", 1)[1], re.MULTILINE)
+    assert listed == list(REGISTRY.names())
+    bad = gpufleet("triage", "-F", "tea-leaves", "-", input="x\n")
+    assert bad.returncode == 2
+    assert re.findall(r"[a-z0-9-]+", bad.stderr.split("use one of:", 1)[1]) == list(REGISTRY.names())
+
+
+def test_the_registry_refuses_what_would_make_the_commands_disagree() -> None:
+    from gpufleet.triage.formats import Format, Registry
+
+    only = Format("x", "x", parse=lambda text, source: text)
+    with pytest.raises(ValueError, match="twice"):
+        Registry((only, only))
+    with pytest.raises(ValueError, match="judged as"):
+        Registry((Format("y", "y", parse=lambda text, source: text, judged_as="nothing"),))
+    with pytest.raises(ValueError, match="neither"):
+        Registry((Format("z", "z"),))
