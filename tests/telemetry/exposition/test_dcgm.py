@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.model.attribution import Attribution
-from gpufleet.telemetry.blanks import blank_values, is_blank
+from gpufleet.telemetry.dcgm_blanks import blank_values, is_blank
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, Renderer, render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame

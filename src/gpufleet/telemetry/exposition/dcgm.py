@@ -41,7 +41,7 @@ import numpy as np
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.instrument import names
 from gpufleet.model.attribution import Attribution
-from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.dcgm_blanks import valid_mask
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.exposition.fleet import FleetLayout
 from gpufleet.telemetry.exposition.text_format import escape_help, format_float

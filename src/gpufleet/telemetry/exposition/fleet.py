@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.dcgm_blanks import valid_mask
 from gpufleet.telemetry.exposition.text_format import family_header
 from gpufleet.telemetry.exposition.text_format import label_pairs as _pairs
 from gpufleet.telemetry.exposition.vendor import catalog_model

@@ -26,7 +26,7 @@ from typing import cast
 import numpy as np
 
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
-from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.dcgm_blanks import valid_mask
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.exposition.text_format import family_header
 from gpufleet.telemetry.exposition.text_format import label_pairs as _pairs

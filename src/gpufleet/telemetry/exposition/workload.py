@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.model.attribution import Attribution, DeviceAttribution, Share
-from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.dcgm_blanks import valid_mask
 from gpufleet.telemetry.exposition.config import ALL, ALL_NAMESPACES, ExpositionConfig
 from gpufleet.telemetry.exposition.text_format import family_header, format_float
 from gpufleet.telemetry.exposition.text_format import label_pairs as _pairs

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.catalog.clock_events import load_clock_events
-from gpufleet.telemetry.blanks import valid_mask
+from gpufleet.telemetry.dcgm_blanks import valid_mask
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.exposition.dcgm import (
     JOB_INFO_METRIC,
