@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from gpufleet.parsers.cgroups import parse_proc_cgroup
+from gpufleet.sim.gpu_holder_answers import NodeAnswers
 from gpufleet.sim.gpu_state import FB_RESERVED_MIB
-from gpufleet.sim.node_answers import NodeAnswers
 from gpufleet.sim.pods import (
     MIG_INSTANCE_OVERHEAD_MIB,
     MPS_SERVER_MIB,

@@ -13,9 +13,9 @@ import pytest
 
 from gpufleet.errors import ManifestError
 from gpufleet.model.attribution import Attribution, DeviceAttribution, Sharing
+from gpufleet.sim.attribution_source import TwinOwners, TwinPodResources, attribution_source
+from gpufleet.sim.gpu_holder_answers import MPS_DAEMON, MPS_NAMESPACE
 from gpufleet.sim.gpu_state import FB_RESERVED_MIB
-from gpufleet.sim.node_answers import MPS_DAEMON, MPS_NAMESPACE
-from gpufleet.sim.node_readers import TwinOwners, TwinPodResources, attribution_source
 from gpufleet.sim.pods import MIG_INSTANCE_OVERHEAD_MIB, MPS_SERVER_MIB, SimPod
 from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.source import TwinSource

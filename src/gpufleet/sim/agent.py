@@ -15,8 +15,8 @@ from gpufleet.agent.runtime import Agent, assemble, locked
 from gpufleet.background import Background
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.parsers.kernel.kmsg import KmsgParser
+from gpufleet.sim.attribution_source import attribution_source
 from gpufleet.sim.fleet import node_inventory
-from gpufleet.sim.node_readers import attribution_source
 from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.source import TwinSource
 from gpufleet.sim.twin import Twin

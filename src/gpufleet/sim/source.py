@@ -21,7 +21,7 @@ from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.cost.idle import IDLE_COST_FIELD, fill_idle_cost
 from gpufleet.model.attribution import Attribution
 from gpufleet.sim.app_export import RANK_EXPORT_S, AppSeries, GaugeKey
-from gpufleet.sim.node_answers import holders_layout, whole_gpu_holders
+from gpufleet.sim.gpu_holder_answers import holders_layout, whole_gpu_holders
 from gpufleet.sim.twin import Twin
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 

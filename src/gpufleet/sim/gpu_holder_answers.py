@@ -7,6 +7,8 @@ each training job's ranks on a node (one pod per job and node, one process per G
 pod, one process per GPU), a GPU an idle-gpu fault holds (a pod with no process), and, on a node with MPS, the
 device plugin's MPS control daemon, whose `nvidia-cuda-mps-server` is a compute process of its own on every MPS
 GPU with clients (as nvidia-smi lists it beside the clients).
+
+The agent reads these answers with its real readers (`attribution_source.py`).
 """
 
 from __future__ import annotations

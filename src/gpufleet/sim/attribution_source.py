@@ -1,4 +1,5 @@
-"""The agent's attribution readers on a twin node: the real parsers and resolvers, fed what the twin node answers.
+"""The agent's attribution readers on a twin node: the real parsers and resolvers, fed what the twin node answers
+(`gpu_holder_answers.py`).
 
 - `TwinPodResources` is the real pod-resources reader (sources.podresources) over the twin's kubelet, which answers
   List and GetAllocatableResources in their MessageToDict form.
@@ -18,7 +19,7 @@ from typing import Any
 from gpufleet.agent.attribution import AttributionSource
 from gpufleet.model.attribution import Attribution, ProcessReading
 from gpufleet.parsers.cgroups import CgroupRef, parse_proc_cgroup
-from gpufleet.sim.node_answers import NodeAnswers
+from gpufleet.sim.gpu_holder_answers import NodeAnswers
 from gpufleet.sim.twin import Twin
 from gpufleet.sources.workload.kubelet_pods import PodIndex
 from gpufleet.sources.workload.podresources import PodResourcesReader
