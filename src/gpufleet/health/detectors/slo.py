@@ -1,4 +1,4 @@
-"""Inference SLOs, judged at the centre over the control plane's own windows, from every replica's cumulative counts
+"""Inference SLOs, judged in the control plane over its own windows, from every replica's cumulative counts
 (requests, errors, the request-duration and time-to-first-token histograms) summed across the nodes serving it.
 
 Each replica's counts are kept as running totals that only grow, the way `rate()` reads a counter: a count that went
