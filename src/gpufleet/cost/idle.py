@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from gpufleet.telemetry.fields import IDLE_COST_FIELD
 from gpufleet.telemetry.frame import MetricFrame
 
-IDLE_COST_FIELD = "gpufleet_gpu_idle_cost_dollars_per_hour"
-
+__all__ = ["IDLE_COST_FIELD", "fill_idle_cost", "hourly_prices"]
 
 def hourly_prices(frame: MetricFrame, per_model: Mapping[str, float], default: float) -> np.ndarray:
     """Price per GPU-hour of each entity, by its model name."""

@@ -25,6 +25,8 @@ GPU = "gpu"  # one series per GPU (or MIG instance), labelled like dcgm-exporter
 IB_PORT = "ib_port"  # one series per HCA port
 PLAIN = "plain"  # gpufleet's own series with their own labels
 FLEET = "fleet"  # one series per accelerator of any vendor, with vendor-neutral labels (derived from the GPU fields)
+# gpufleet's own GPU field the cost package fills (cost.idle) and the idle-GPU detector reads
+IDLE_COST_FIELD = "gpufleet_gpu_idle_cost_dollars_per_hour"
 
 IB_PORT_LABELS = ("hca", "port", "rail", "hostname")
 

@@ -17,13 +17,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gpufleet.cost.idle import IDLE_COST_FIELD
 from gpufleet.health.detectors.base import NodeSetup, node_detector
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.detectors.window import CounterWindow, HoldTimer
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding
+from gpufleet.telemetry.fields import IDLE_COST_FIELD
 from gpufleet.telemetry.frame import MetricFrame
 
 HW_THERMAL = 0x40
