@@ -12,7 +12,7 @@ from gpufleet.control.service import ControlPlane
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.graph import End, FabricGraph
 from gpufleet.fabric.report import report_from_graph
-from gpufleet.health.detectors.training import JobView
+from gpufleet.health.detectors.seen import JobView
 from gpufleet.model import RootCause
 from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 from gpufleet.state import Database

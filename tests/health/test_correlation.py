@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufleet.health.correlation import Correlator
-from gpufleet.health.detectors.training import JobView
+from gpufleet.health.detectors.seen import JobView
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, GpuInfo, NodeInventory
 

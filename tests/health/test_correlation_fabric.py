@@ -7,7 +7,7 @@ from collections.abc import Collection
 import numpy as np
 
 from gpufleet.health.correlation import Correlator, suspect
-from gpufleet.health.detectors.training import JobView
+from gpufleet.health.detectors.seen import JobView
 from gpufleet.model import Entity, EntityKind, IncidentState, RootCause, Severity
 from gpufleet.model.fabric_facts import FabricFacts, HostRail, LinkProblem
 from gpufleet.model.observe import Finding, NodeInventory

@@ -22,9 +22,8 @@ from gpufleet.telemetry.store import RemoteConfig, RemoteStore
 from tests import apiclient
 from tests.apiclient import free_port
 from tests.conftest import REPO_ROOT, require_tool
-from tests.twins import door, small_twin
-
 from tests.telemetry.conftest import filled_frame
+from tests.twins import door, small_twin
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 

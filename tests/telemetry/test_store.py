@@ -12,7 +12,6 @@ from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore, Selector, StoreConfig, open_store
 from gpufleet.telemetry.store.remote_write import decode_write_request, snappy_decompress
-
 from tests.telemetry.conftest import make_entities
 
 T0 = 1_700_000_000.0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.errors import NotFoundError
-from gpufleet.health.detectors.training import JobView
+from gpufleet.health.detectors.seen import JobView
 from gpufleet.model.observe import (
     Batch,
     JobFact,

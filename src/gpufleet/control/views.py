@@ -14,8 +14,9 @@ from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.control import paging
 from gpufleet.control.fleet import NodeState
 from gpufleet.errors import NotFoundError
+from gpufleet.health.detectors.seen import JobView
 from gpufleet.health.detectors.slo import ServiceStatus
-from gpufleet.health.detectors.training import JobView, slow_ranks
+from gpufleet.health.detectors.training import slow_ranks
 from gpufleet.model import EntityKind, IncidentState, Severity
 from gpufleet.model.observe import GpuInfo, PendingWork, ServiceFact, TrainingSignals
 

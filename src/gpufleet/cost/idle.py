@@ -11,6 +11,7 @@ from gpufleet.telemetry.frame import MetricFrame
 
 __all__ = ["IDLE_COST_FIELD", "fill_idle_cost", "hourly_prices"]
 
+
 def hourly_prices(frame: MetricFrame, per_model: Mapping[str, float], default: float) -> np.ndarray:
     """Price per GPU-hour of each entity, by its model name."""
     return np.array([per_model.get(e.model_name, default) for e in frame.entities], dtype=np.float64)

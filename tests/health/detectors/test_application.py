@@ -13,8 +13,7 @@ import pytest
 
 from gpufleet.errors import ManifestError
 from gpufleet.health.detectors.application import ApplicationDetectors
-from gpufleet.health.detectors.seen import FleetSeen, HostLoad, HostLoads
-from gpufleet.health.detectors.training import JobView
+from gpufleet.health.detectors.seen import FleetSeen, HostLoad, HostLoads, JobView
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from gpufleet.health.detectors.seen import FleetSeen
-from gpufleet.health.detectors.training import STRAGGLER_EVERY_S, JobView, TrainingDetectors
+from gpufleet.health.detectors.seen import FleetSeen, JobView
+from gpufleet.health.detectors.training import STRAGGLER_EVERY_S, TrainingDetectors
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding

@@ -12,7 +12,6 @@ from gpufleet.telemetry.dcgm_blanks import blank_values, is_blank
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, Renderer, render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-
 from tests.telemetry.conftest import MODEL, make_entities
 
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\} (\S+)$")

@@ -16,7 +16,6 @@ from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.monitoring.dashboards import dashboards
 from gpufleet.telemetry.monitoring.sizing import series_counts
 from tests.clirun import gpufleet
-
 from tests.telemetry.exposition.test_vendor import named, one, parsed
 from tests.telemetry.vendor_frames import mixed_frame, nvidia_entities
 

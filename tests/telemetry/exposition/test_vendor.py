@@ -16,7 +16,6 @@ from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, Renderer, render
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 from gpufleet.telemetry.vendor_metrics import VendorMetrics, _check, go_float, load_vendor_metrics
-
 from tests.telemetry.vendor_frames import (
     gaudi3_entities,
     h100_entities,

@@ -25,7 +25,6 @@ from gpufleet.telemetry.store import EmbeddedStore
 from gpufleet.telemetry.store.frame_series import FrameSeries
 from tests.clirun import gpufleet
 from tests.conftest import require_tool
-
 from tests.telemetry.conftest import make_entities
 from tests.telemetry.vendor_frames import mi300x_entities, nvidia_reference_frame
 

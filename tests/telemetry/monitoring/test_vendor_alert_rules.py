@@ -16,7 +16,6 @@ from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, render
 from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, RulesConfig, dump, rule_groups, rule_tests
 from tests.conftest import require_tool
-
 from tests.telemetry.exposition.test_vendor import parsed
 from tests.telemetry.vendor_frames import mixed_frame
 
