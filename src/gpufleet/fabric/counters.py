@@ -463,7 +463,7 @@ def _name_from_description(description: str) -> str:
 def readings_from_sysfs(
     ports: Mapping[End, Mapping[str, int]], *, extended_traffic: bool = True, left_out: LeftOut = "silent"
 ) -> Readings:
-    """Counters as ib_sysfs reads them (PMA names, or the kernel's file names), per port. The kernel reads the
+    """Counters as the sysfs reader gives them (PMA names, or the kernel's file names), per port. The kernel reads the
     error counters and PortXmitWait from PortCounters (their PMA widths) and, on an HCA with PortCountersExtended
     (every ConnectX), the data and packet counters at 64 bits."""
     cells: dict[End, dict[str, tuple[int, int]]] = {}

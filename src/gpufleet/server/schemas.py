@@ -571,6 +571,6 @@ class IsolatedPort(Shape):
     since: float
 
 
-# The cost report is a typed model already (telemetry/cost_report.py), described field by field there: the API answers
+# The cost report is a typed model already (cost/report.py), described field by field there: the API answers
 # it as it is, so the two cannot drift apart.
 CostReport = cost_report.CostReport

@@ -2,7 +2,7 @@
 Exporter and Intel Gaudi metric exporter series comes from, in which unit, with which labels, and how the
 vendor-neutral gpufleet_accelerator_* series are derived.
 
-The renderers (vendor_exposition, fleet_exposition) and `gpufleet telemetry fields --vendor` read it from here.
+The renderers (exposition/vendor.py, exposition/fleet.py) and `gpufleet telemetry fields --vendor` read it from here.
 """
 
 from __future__ import annotations

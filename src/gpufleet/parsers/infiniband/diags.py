@@ -4,7 +4,7 @@ ibqueryerrors, iblinkinfo, ibnetdiscover (the topology and the -p ports report);
 Counter names are the PMA attribute fields perfquery prints, which are also the catalog's names
 (ib_counters.csv). The names libibmad printed before August 2010 (`SymbolErrors`, `LinkDowned`, `XmtDiscards`,
 `XmtWait`, ...) are mapped to them, so records from any version of perfquery and ibqueryerrors, and from sysfs
-(ib_sysfs), can be compared directly; `printed` keeps the name a record showed when it differs.
+(parsers/infiniband/sysfs.py), can be compared directly; `printed` keeps the name a record showed when it differs.
 
 Each tool has a `parse_*` that refuses a line it cannot read (a command reading one file wants that) and a lenient
 `scan_*` for pasted excerpts: what it cannot read is listed, and an output that starts or stops inside a record

@@ -179,7 +179,7 @@ class KmsgParser:
     """Line-at-a-time parser; keeps the little state multi-line reports and GPU identities need.
 
     Feed it lines in order (`feed_line`), then `finish()`; `scan_kmsg` does that for a whole text, and the
-    streaming readers in `kmsg_stream` do it as lines arrive.
+    live follower in `sources/node/kernel_log.py` does it as lines arrive.
     """
 
     def __init__(

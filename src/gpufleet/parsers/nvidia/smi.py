@@ -7,7 +7,7 @@ Throttle Reasons -> Clocks Event Reasons, Power Readings -> GPU Power Readings, 
 thresholds -> T.Limit offsets), so each field may have several paths; the first one present wins.
 
 Values nvidia-smi could not read (`ERR!`, `[Unknown Error]`, `[GPU requires reset]`, `[GPU is lost]`) are kept
-on the record as `unreadable`, with the line they were printed on; `nvidia_smi_values` says what each means.
+on the record as `unreadable`, with the line they were printed on; `smi_values` says what each means.
 
 Pasted excerpts are read for what they hold: a redacted PCI id (`GPU 00000000:...`), an excerpt that starts
 inside a section (a key is placed by the unique tail of its path) or that lost its indentation. With

@@ -68,7 +68,7 @@ class ExpositionConfig(BaseModel):
     old_namespace: bool = False  # --use-old-namespace: pod_name, pod_namespace, container_name
     fleet_series: bool = True  # the vendor-neutral gpufleet_accelerator_* series for every accelerator
     # which workloads get gpufleet_workload_gpu_* series: those on devices shared in these modes (Sharing values, or
-    # "all"), those in these namespaces ("*": every one), and at most this many series per render (workload_exposition)
+    # "all"), those in these namespaces ("*": every one), and at most this many series per render (workload.py)
     workload_series_sharing: tuple[str, ...] = DEFAULT_SHARING
     workload_series_namespaces: tuple[str, ...] = ()
     workload_series_budget: int = Field(DEFAULT_BUDGET, ge=0)

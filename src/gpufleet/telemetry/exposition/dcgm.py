@@ -10,9 +10,9 @@ to one
 `gpufleet_gpu_pod_info` series per used GPU and one `gpufleet_gpu_job_info` series per GPU and job instead, so a
 workload coming or going does not create new GPU series.
 
-AMD and Intel Gaudi devices render under their own exporters' names and labels (vendor_exposition), after the
+AMD and Intel Gaudi devices render under their own exporters' names and labels (exposition/vendor.py), after the
 dcgm-exporter families; a frame without them renders exactly as before. Every accelerator, NVIDIA included, also
-gets the vendor-neutral gpufleet_accelerator_* series (fleet_exposition), last, unless the config turns them off.
+gets the vendor-neutral gpufleet_accelerator_* series (exposition/fleet.py), last, unless the config turns them off.
 
 Shared GPUs (MetricFrame.shares, telemetry.attribution): in info mode `gpufleet_gpu_pod_info` has one series per
 pod holding the device and `gpufleet_gpu_job_info` one per Slurm job, so several pods time-slicing a GPU each join
@@ -24,7 +24,7 @@ per holder with that holder's own part (none where it is not known) and one with
 (what no workload accounts for; power has none, its parts add up to the device's), so `sum by (UUID)` gives the
 device's value; every other field (temperatures, clocks, errors) belongs to the device and renders once, without pod
 labels. In both modes the gpufleet_workload_gpu_* series carry each workload's use with how it was obtained
-(workload_exposition), within a per-render series budget.
+(exposition/workload.py), within a per-render series budget.
 
 Label strings are built once per entity set (the cache key is the frame and its labels_version); a render only
 formats values.

@@ -1,4 +1,4 @@
-"""Prometheus rules for the service-level objectives of inference services (telemetry/objectives.py): recording
+"""Prometheus rules for the service-level objectives of inference services (monitoring/objectives.py): recording
 rules for the share of bad requests of every objective over 5m, 30m, 1h and 6h, and the SRE workbook's
 multi-window, multi-burn-rate alerts on them (chapter 5 of "The Site Reliability Workbook", "Alerting on SLOs").
 
