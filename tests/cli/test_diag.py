@@ -65,6 +65,35 @@ def test_nvlink_status_with_a_passing_run_is_not_trusted(corpus: Path) -> None:
     assert links[0]["detail"].startswith("dcgmi said Pass but")
 
 
+# diag's verdict and triage's for the same `nvidia-smi nvlink -s`, and the exit status each gives it
+SAME = {"Pass": ("healthy", 0), "Warn": ("degraded", 0), "Fail": ("faulty", 1), "Unknown": ("unknown", 3)}
+NVLINK_CAPTURES = {
+    "captures/nvlink_status_a100_pcie_no_bridge_hpe.txt": "Pass",  # PCIe cards without bridges: no fault
+    "captures/nvlink_status_h100_pcie_bridged_hpe.txt": "Pass",  # 12 of 18 links: those the bridges carry
+    "corpus/nvlink_status_a100_ok_gpud.txt": "Pass",
+    "corpus/nvlink_status_all_inactive_aznhc.txt": "Fail",
+}
+
+
+@pytest.mark.parametrize(("name", "verdict"), list(NVLINK_CAPTURES.items()))
+def test_diag_and_triage_give_an_nvlink_status_one_verdict(name: str, verdict: str) -> None:
+    path = DATA.parent / name
+    diag = gpufleet("diag", "--nvlink-status", str(path), "-o", "json")
+    triage = gpufleet("triage", str(path), "-o", "json")
+    assert json.loads(diag.stdout)["verdict"] == verdict, diag.stdout
+    report = json.loads(triage.stdout)
+    assert report["format"] == "nvidia-smi-nvlink"
+    triaged, status = SAME[verdict]
+    assert (report["verdict"], triage.returncode, diag.returncode) == (triaged, status, status)
+
+
+def test_a_cut_nvlink_status_is_unknown_to_both(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.txt"
+    cut.write_text((DATA / "nvlink_status_h100_pcie_bridged_hpe.txt").read_text()[:-12])
+    diag, triage = gpufleet("diag", "--nvlink-status", str(cut)), gpufleet("triage", str(cut))
+    assert diag.returncode == triage.returncode == 3, (diag.stdout, triage.stdout)
+
+
 def test_unreadable_inputs_are_clear_errors(tmp_path: Path) -> None:
     cases = {
         str(tmp_path / "nope.txt"): "no such file",

@@ -84,6 +84,8 @@ def test_a_cut_output_or_a_lower_level_is_never_a_pass() -> None:
 
 def test_links_alone(corpus: Path) -> None:
     down = judge_links("node", 1, parse_nvlink_status((corpus / "nvlink_status_all_inactive_aznhc.txt").read_text()))
-    assert down.verdict == "Fail" and "GPU 6 NVLink" in down.failures()[0] and "dcgmi said" not in down.failures()[0]
+    failure = down.failures()[0]
+    assert down.verdict == "Fail" and "GPU 6 (" in failure and "all NVLinks are inactive" in failure
+    assert "dcgmi said" not in failure
     up = judge_links("node", 1, parse_nvlink_status((corpus / "nvlink_status_a100_ok_gpud.txt").read_text()))
     assert up.verdict == "Pass" and up.checks[0].name == "Links"

@@ -21,7 +21,9 @@ def diag(
     at: str = typer.Option("0s", "--at", help="With --scenario: simulate this long first."),
     dcgmi_output: Path | None = typer.Option(None, "--dcgmi-output", help="Judge a saved `dcgmi diag` output."),
     nvlink_status: Path | None = typer.Option(
-        None, "--nvlink-status", help="A saved `nvidia-smi nvlink -s`; alone, only the links are judged."
+        None,
+        "--nvlink-status",
+        help="A saved `nvidia-smi nvlink -s`, judged as `gpufleet triage` judges it; alone, only the links are judged.",
     ),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
@@ -30,7 +32,7 @@ def diag(
 
     Exit status: 0 Pass or Warn, 1 Fail, 3 Unknown (the run cannot say)."""
     from gpufleet.parsers.nvidia.dcgmi_diag import read_diag
-    from gpufleet.parsers.nvidia.topo import parse_nvlink_status
+    from gpufleet.parsers.nvidia.topo import read_nvlink_status
     from gpufleet.triage.paste import Paste
 
     if level not in (1, 2, 3):
@@ -38,7 +40,8 @@ def diag(
     nvlink = None
     if nvlink_status is not None:
         text = "\n".join(line.rstrip("\r\n") for line in read_input_lines(nvlink_status)[0])
-        nvlink = parse_nvlink_status(text, source=str(nvlink_status))
+        # read as `gpufleet triage` reads it: a listing cut short or with lines that do not read is judged Unknown
+        nvlink = read_nvlink_status(text, source=str(nvlink_status), strict=False)
     if scenario is not None:
         from gpufleet.sim.diag import twin_diag
         from gpufleet.sim.scenario import build_twin

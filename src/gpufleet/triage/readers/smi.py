@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
+from gpufleet.health.nvlink import EXPECTS_NVLINK, NVLINK_FIX, judge_nvlink, nvlink_design
 from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.smi import GpuRecord, NvidiaSmiReport, UnreadableValue, parse_query
 from gpufleet.parsers.nvidia.smi_table import parse_table
 from gpufleet.parsers.nvidia.smi_values import MEANS, Unreadable
-from gpufleet.parsers.nvidia.topo import PCIE_TYPES, NvlinkGpu, TopoMatrix, parse_topo_matrix, read_nvlink_status
+from gpufleet.parsers.nvidia.topo import PCIE_TYPES, TopoMatrix, parse_topo_matrix, read_nvlink_status
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
 from gpufleet.triage.report import TriageFinding, TriageReport
 
@@ -54,34 +54,6 @@ def _settle(report: TriageReport, cut_short: str | None, partial: str | None, pr
         else:
             report.complete = False
             report.notes.append(f"nothing wrong in what it shows, but {why}")
-
-
-# -- which GPUs should have NVLink -----------------------------------------------------------------------------
-def nvlink_design(spec: GpuModelSpec | None, name: str) -> str | None:
-    """How a model's GPUs are NVLinked: `fabric` (NVSwitch board), `mesh` (SXM board wired GPU to GPU), `bridged`
-    (NVL cards sold with bridges), `optional` (PCIe cards that may carry a bridge), `none`; None: unknown model."""
-    if spec is None:
-        return None
-    if spec.nvlink_links == 0:
-        return "none"
-    if spec.nvswitch:
-        return "fabric"
-    names = " ".join([name, spec.name, spec.product_name, *spec.aliases]).lower()
-    if "sxm" in names:
-        return "mesh"
-    if re.search(r"\bnvl\b|-nvl\b", names):
-        return "bridged"
-    return "optional"
-
-
-EXPECTS_NVLINK = ("fabric", "mesh", "bridged")
-_NVLINK_FIX = {
-    "fabric": "on an NVSwitch system check the fabric manager (`systemctl status nvidia-fabricmanager`; its version "
-    "must match the driver's) and `nvidia-smi -q | grep -A3 Fabric`; if only this GPU is down, drain the node, reset "
-    "the GPU or reboot, and replace it if its links stay inactive",
-    "mesh": "drain the node and reboot; NVLinks that stay inactive on an SXM board need the board serviced",
-    "bridged": "check that the NVLink bridges are present and seated, then reboot",
-}
 
 
 @lru_cache(maxsize=256)
@@ -317,194 +289,21 @@ def read_nvidia_smi_table(lines: Iterable[str], source: str) -> TriageReport:
 
 
 # -- nvidia-smi nvlink -s --------------------------------------------------------------------------------------
-def _nvlink_entity(gpu: NvlinkGpu) -> str:
-    if gpu.index < 0:
-        return "a GPU whose line is not in the input"
-    return f"GPU {gpu.index} ({gpu.name})" if gpu.name else f"GPU {gpu.index}"
-
-
-def _speed(value: float) -> str:
-    return f"{value:g} GB/s"
-
-
-class _NvlinkJudge:
-    """Judges each GPU's links against its model and against the GPUs of the same model beside it."""
-
-    def __init__(self, gpus: list[NvlinkGpu], report: TriageReport) -> None:
-        self.gpus = gpus
-        self.report = report
-        names = {g.name for g in gpus}
-        self.specs = {name: model_for_product_name(name) if name else None for name in names}
-        # per model name, over the GPUs of that name: how many have a link up, their fastest link, their link counts
-        self.active: Counter[str] = Counter(g.name for g in gpus if g.active_links and g.index >= 0)
-        self.best: dict[str, float] = {}
-        self.counts: dict[str, Counter[int]] = {}
-        for g in gpus:
-            speeds = [link.speed_gbps for link in g.links if link.active and link.speed_gbps]
-            self.best[g.name] = max([self.best.get(g.name, 0.0), *speeds])
-            if g.index >= 0:
-                self.counts.setdefault(g.name, Counter())[len(g.links)] += 1
-        self.judged = 0
-        self.unjudged: list[str] = []
-        self.may_be_cut: str | None = None
-
-    def add(
-        self, gpu: NvlinkGpu, severity: Severity, code: str, message: str, fix: str, links: Iterable[int] = ()
-    ) -> None:
-        """A finding quoting the GPU's line and the lines of `links` (or of every link not running)."""
-        wanted = {f"Link {n}:" for n in links}
-        shown = [line for line in gpu.lines[1:] if (any(w in line for w in wanted) if wanted else "GB/s" not in line)]
-        self.report.findings.append(
-            TriageFinding("nvlink", severity, message, _nvlink_entity(gpu), code, fix, gpu.lines[:1] + shown[:7])
-        )
-
-    def most_links_beside(self, gpu: NvlinkGpu) -> int:
-        """The most links another GPU of the same name lists."""
-        counts = self.counts.get(gpu.name, Counter())
-        own = len(gpu.links) if gpu.index >= 0 else -1
-        return max([n for n, times in counts.items() if times - (n == own) > 0] or [0])
-
-    def judge(self, gpu: NvlinkGpu, last: bool) -> None:
-        spec = self.specs[gpu.name]
-        design = nvlink_design(spec, gpu.name)
-        peers_active = self.active[gpu.name] - (1 if gpu.active_links and gpu.index >= 0 else 0) > 0
-        expected = design in EXPECTS_NVLINK or (design is None and peers_active)
-        fix = _NVLINK_FIX.get(design or "fabric", _NVLINK_FIX["fabric"])
-        model = spec.name if spec is not None else "its model"
-        listed = sum(1 for link in gpu.links if link.state != "unknown")  # a state cut mid-way says nothing
-        if gpu.unsupported:
-            if design in EXPECTS_NVLINK and spec is not None:
-                self.judged += 1
-                self.add(
-                    gpu,
-                    Severity.warning,
-                    "NVLink unsupported",
-                    f"nvidia-smi says this GPU has no NVLink, though "
-                    f"{model} has {spec.nvlink_links} links (a VM given one GPU, or NVLink disabled)",
-                    fix,
-                )
-            else:
-                self.judged += design is not None
-            return
-        if listed == 0 and not gpu.all_inactive:
-            if last:
-                self.may_be_cut = f"the input ends right after {_nvlink_entity(gpu)}'s line"
-            elif expected:
-                self.judged += 1
-                self.add(gpu, Severity.warning, "NVLink not listed", "nvidia-smi lists no links for this GPU", fix)
-            else:
-                self.unjudged.append(_nvlink_entity(gpu))
-            return
-        if gpu.active_links == 0:
-            if expected:
-                self.judged += 1
-                why = f"{model} has {spec.nvlink_links} links" if spec is not None else "GPUs beside it have theirs"
-                alone = len(self.gpus) == 1 and gpu.index == 0
-                self.add(
-                    gpu,
-                    Severity.warning if alone else Severity.critical,
-                    "NVLink down",
-                    f"all NVLinks are inactive ({why}): NVLink is down or the fabric manager is not running"
-                    + (" (or a VM given this one GPU, where NVLink has no peer)" if alone else ""),
-                    fix,
-                )
-            elif design in ("optional", "none"):
-                self.judged += 1
-                self.report.notes.append(f"{_nvlink_entity(gpu)}: no active NVLink, as for a PCIe card without bridges")
-            else:
-                self.unjudged.append(_nvlink_entity(gpu))
-            return
-        self.judged += 1
-        self.judge_links(gpu, spec, fix, last)
-
-    def judge_links(self, gpu: NvlinkGpu, spec: GpuModelSpec | None, fix: str, last: bool) -> None:
-        down = [link for link in gpu.links if link.state in ("inactive", "unreadable")]
-        if down:
-            severity: Severity = (
-                Severity.critical if any("reset" in link.printed.lower() for link in down) else Severity.warning
-            )
-            names = [f"link {link.link} ({link.printed})" for link in down]
-            self.add(
-                gpu,
-                severity,
-                "NVLink inactive links",
-                f"{len(down)} of {len(gpu.links)} NVLinks are not "
-                f"active: {_listed(names)}; traffic over NVLink is slower",
-                fix,
-                [link.link for link in down],
-            )
-        speeds = [link.speed_gbps for link in gpu.links if link.active and link.speed_gbps]
-        best = self.best.get(gpu.name, 0.0)
-        floor = max(best, 0.9 * spec.nvlink_bw_gbps_per_link if spec is not None else 0.0)
-        slow = [link for link in gpu.links if link.active and link.speed_gbps and link.speed_gbps < 0.97 * floor]
-        if speeds and slow:
-            names = [f"link {link.link} at {_speed(link.speed_gbps or 0)}" for link in slow]
-            if best >= floor or spec is None:
-                expect = f"the {_speed(best)} of the other links"
-            else:
-                expect = f"the {_speed(spec.nvlink_bw_gbps_per_link)} per link of {spec.name}"
-            self.add(
-                gpu,
-                Severity.warning,
-                "NVLink slow links",
-                f"{_listed(names)}, below {expect}",
-                "reset the GPU or reboot; links that stay slow need the board or bridges checked",
-                [link.link for link in slow],
-            )
-        full = spec.nvlink_links if spec is not None else 0
-        most = self.most_links_beside(gpu)
-        want = max(full, most)
-        numbers = sorted(link.link for link in gpu.links)
-        contiguous = numbers == list(range(len(numbers)))
-        if want and len(gpu.links) < want:
-            if last and contiguous:
-                self.may_be_cut = f"{_nvlink_entity(gpu)} lists {len(gpu.links)} links where {want} are expected"
-            else:
-                source = (
-                    f"{spec.name} has {full}" if spec is not None and full >= most else f"GPUs beside it list {most}"
-                )
-                self.add(
-                    gpu, Severity.warning, "NVLink links missing", f"lists {len(gpu.links)} NVLinks; {source}", fix
-                )
-
-
 def read_nvidia_smi_nvlink(lines: Iterable[str], source: str) -> TriageReport:
-    """`nvidia-smi nvlink -s`: every GPU's links judged against what its model should have."""
+    """`nvidia-smi nvlink -s`, judged by health.nvlink (the judgement `gpufleet diag --nvlink-status` gives)."""
     report = TriageReport("nvidia-smi-nvlink", source)
     status = read_nvlink_status(bounded_text(lines, report), source=source, strict=False)
-    judge = _NvlinkJudge(status.gpus, report)
-    for number, gpu in enumerate(status.gpus):
-        judge.judge(gpu, last=number == len(status.gpus) - 1)
-    if judge.unjudged:
-        report.notes.append(
-            f"cannot tell whether {_listed(judge.unjudged)} should have NVLink: the model is not in the catalog"
-        )
-    if not judge.judged and not judge.may_be_cut and not status.cut_short:
-        report.judged = False
-    elif not report.findings and judge.judged:
-        shown = [g for g in status.gpus if g.active_links]
-        if shown:
-            rates = _unique(_speed(lk.speed_gbps) for g in shown for lk in g.links if lk.speed_gbps)
-            report.notes.append(
-                f"{len(shown)} GPU(s) with NVLink active, at {', '.join(rates[:3]) or 'no listed speed'}"
+    judged = judge_nvlink(status)
+    for issue in judged.issues:
+        report.findings.append(
+            TriageFinding(
+                "nvlink", issue.severity, issue.message, issue.entity, issue.code, issue.fix, list(issue.evidence)
             )
-    _settle(report, status.cut_short or judge.may_be_cut, _nvlink_listing_partial(status.gpus), status.problems)
+        )
+    report.notes += judged.notes
+    report.judged = judged.judged
+    _settle(report, judged.cut_short, judged.partial, judged.problems)
     return report
-
-
-BOARD_SIZES = (4, 8, 16)  # GPUs on an HGX/DGX board (SXM, NVSwitch): fewer listed from GPU 0 means a cut listing
-
-
-def _nvlink_listing_partial(gpus: list[NvlinkGpu]) -> str | None:
-    """nvlink -s does not say how many GPUs there are; a listing from GPU 0 of SXM/NVSwitch parts that stops short
-    of a board's GPU count may be a cut one."""
-    indices = [g.index for g in gpus]
-    if not gpus or indices != list(range(len(gpus))) or len(gpus) in BOARD_SIZES:
-        return None
-    designs = {nvlink_design(model_for_product_name(g.name) if g.name else None, g.name) for g in gpus}
-    if designs <= {"fabric", "mesh"}:
-        return f"it lists {len(gpus)} GPU(s) from GPU 0, where SXM boards carry {' or '.join(map(str, BOARD_SIZES))}"
-    return None
 
 
 # -- nvidia-smi topo -m ----------------------------------------------------------------------------------------
@@ -577,7 +376,7 @@ class _TopoJudge:
             )
             return
         self.nvlink_judged = True
-        fix = "check `nvidia-smi nvlink -s` for the inactive links; " + _NVLINK_FIX["fabric"]
+        fix = "check `nvidia-smi nvlink -s` for the inactive links; " + NVLINK_FIX["fabric"]
         totals = self.totals()
         linked = [g for g in self.gpus if totals[g]]
         alone = [g for g in self.gpus if not totals[g]]
@@ -647,12 +446,12 @@ class _TopoJudge:
 
     def judge_with_model(self, spec: GpuModelSpec, design: str, nv: dict[tuple[str, str], int], top: int) -> None:
         links = spec.nvlink_links
-        fix = _NVLINK_FIX.get(design, _NVLINK_FIX["fabric"])
+        fix = NVLINK_FIX.get(design, NVLINK_FIX["fabric"])
         if design not in EXPECTS_NVLINK:
             if top:
                 lower = [pair for pair, n in nv.items() if 0 < n < top]
                 if lower:
-                    self.warn_pairs(lower, nv, f"the NV{top} of the other bridged pairs", _NVLINK_FIX["bridged"])
+                    self.warn_pairs(lower, nv, f"the NV{top} of the other bridged pairs", NVLINK_FIX["bridged"])
             self.report.notes.append(f"{spec.name}: NVLink is optional for this model (bridges), not required")
             return
         if design == "fabric" and top >= links:
