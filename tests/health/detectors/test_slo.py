@@ -17,7 +17,7 @@ from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.instrument import names
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, HistogramFact, ServiceFact
-from gpufleet.telemetry.monitoring.objectives import ServiceObjectives, SloConfig
+from gpufleet.telemetry.monitoring.objectives import BURN_WINDOWS, ServiceObjectives, SloConfig
 
 T0 = 1_800_000_000.0
 T = load_thresholds()
@@ -249,6 +249,7 @@ def test_an_hour_of_errors_misses_availability_and_burns_the_budget_fast() -> No
     status = fleet.detector.status("llama", "v1")
     assert status is not None and status.availability == pytest.approx(0.98, abs=1e-3)
     fast, slow = status.burn
+    assert [(b.long_s, b.short_s) for b in status.burn] == [(w.long_s, w.short_s) for w in BURN_WINDOWS]  # the rules'
     assert (fast.threshold, slow.threshold) == (pytest.approx(14.4), pytest.approx(6.0))
     assert fast.firing and slow.firing and fast.long == pytest.approx(20.0, rel=1e-3)
 

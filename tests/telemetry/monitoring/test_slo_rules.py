@@ -18,7 +18,7 @@ from gpufleet.errors import ManifestError, UserError
 from gpufleet.instrument import names
 from gpufleet.telemetry.monitoring import slo_rules as slo
 from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, dump, render_annotation
-from gpufleet.telemetry.monitoring.objectives import SloConfig
+from gpufleet.telemetry.monitoring.objectives import BURN_WINDOWS, SloConfig
 from tests.conftest import REPO_ROOT, require_tool
 
 MONITORING = REPO_ROOT / "deploy" / "monitoring"
@@ -69,7 +69,15 @@ def test_objectives_become_ratios_of_bad_requests() -> None:
     )
     assert 'outcome="ok"' in ratios["availability"]
     windows = {r["record"].rsplit("rate", 1)[1] for r in group["rules"] if "record" in r}
-    assert windows == {"5m", "30m", "1h", "6h"}
+    assert windows == {"5m", "30m", "1h", "6h"} == set(slo.WINDOWS)
+
+
+def test_the_alerts_read_the_shared_burn_windows() -> None:
+    # the windows the SLO detector judges burn rates over (monitoring/objectives.py), not a copy of them
+    assert [(b.window.long_s, b.window.short_s) for b in (slo.PAGE, slo.TICKET)] == [
+        (w.long_s, w.short_s) for w in BURN_WINDOWS
+    ]
+    assert (slo.PAGE.long, slo.PAGE.short, slo.TICKET.long, slo.TICKET.short) == ("1h", "5m", "6h", "30m")
 
 
 def test_literal_threshold_alerts() -> None:

@@ -10,9 +10,10 @@ whose buckets differ from the others' is left out of them (said, never a crash).
 
 A service is judged against its objectives (`SloConfig.for_service`): latency (p99 and p95), time to first token,
 the error ratio over the latency window, availability over the hour; the SRE workbook's multi-window burn rates are
-computed for its status. Too little traffic for a percentile or a ratio is said in its status, never alerted. A
-service none of whose replicas reported for a while is stale: a finding, and its last numbers are not taken for
-idleness or for perfect availability.
+computed for its status, over the windows the SLO rules alert on (`BURN_WINDOWS` of monitoring/objectives.py). Too
+little traffic for a percentile or a ratio is said in its status, never alerted. A service none of whose replicas
+reported for a while is stale: a finding, and its last numbers are not taken for idleness or for perfect
+availability.
 """
 
 from __future__ import annotations
@@ -29,14 +30,10 @@ from gpufleet.health.detectors.seen import FleetSeen
 from gpufleet.health.thresholds import ServiceChecks, Thresholds, load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, HistogramFact, ServiceFact
-from gpufleet.telemetry.monitoring.objectives import Objectives, ServiceObjectives, SloConfig
+from gpufleet.telemetry.monitoring.objectives import BURN_WINDOWS, Objectives, ServiceObjectives, SloConfig
 from gpufleet.telemetry.quantile import histogram_quantile
 
 SOURCE = "service"
-# The SRE workbook's multi-window burn-rate alerts: (long window, short window, share of the error budget that
-# burning at the alert's rate spends in the long window): 2 % in an hour pages, 5 % in six hours opens a ticket
-# (14.4 and 6 times the sustainable rate for a 30-day budget).
-BURN_WINDOWS = ((3600.0, 300.0, 0.02), (21600.0, 1800.0, 0.05))
 LATENCY_QUANTILES = (0.5, 0.95, 0.99)
 JUDGE_EVERY_S = 5.0
 REPLICA_EVENTS = 8
@@ -168,7 +165,7 @@ class _Replica:
         restarted = self.counts.went_down(counts) or any(
             getattr(self, name).series.went_down(vector) for name, vector in vectors.items()
         )
-        keep = max(BURN_WINDOWS[-1][0], o.availability_window_s, o.latency_window_s) + checks.resolution_s
+        keep = max(*(w.long_s for w in BURN_WINDOWS), o.availability_window_s, o.latency_window_s) + checks.resolution_s
         self.counts.push(now, counts, restarted, keep)
         for name, vector in vectors.items():
             getattr(self, name).series.push(now, vector, restarted, o.latency_window_s + checks.resolution_s)
@@ -427,13 +424,13 @@ class ServiceSloDetector:
         if budget is None:
             return ()
         out = []
-        for long_s, short_s, spend in BURN_WINDOWS:
+        for burn in BURN_WINDOWS:  # the windows the SLO rules alert on (monitoring/objectives.py)
             rates: list[float | None] = []
-            for window in (long_s, short_s):
+            for window in (burn.long_s, burn.short_s):
                 requests, errors, _ = self._counts(g, now, window)
                 rates.append(errors / requests / budget if requests >= self._need(o, window) else None)
-            threshold = spend * o.budget_window_days * 86400.0 / long_s
-            out.append(BurnRate(long_s, short_s, threshold, rates[0], rates[1]))
+            threshold = burn.threshold(o.budget_window_days)
+            out.append(BurnRate(burn.long_s, burn.short_s, threshold, rates[0], rates[1]))
         return tuple(out)
 
 

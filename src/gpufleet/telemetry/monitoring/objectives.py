@@ -5,11 +5,42 @@ The defaults are the serving objectives operators start from: p99 under 2 s and 
 time to first token under 300 ms, errors under 0.1 %, availability of 99.9 % over an hour, within a 30-day budget.
 A percentile over too few requests is noise: below `min_requests_per_s` the service is said to have too little
 traffic, and nothing is alerted.
+
+The burn-rate windows are written here once too (`BURN_WINDOWS`), for the rules' alerts and the detector's status.
+They are rows of the multiwindow, multi-burn-rate table of "The Site Reliability Workbook" (Google, 2018), chapter 5
+"Alerting on SLOs", Table 5-8 "Recommended parameters for a 99.9% SLO alerting configuration": an alert fires when
+both a long window and a short one (1/12 of it) burn the budget faster than the rate at which `budget_share` of a
+30-day budget would be spent in the long window. The workbook's rows: 1 h / 5 min, burn rate 14.4 (2 % of the
+budget), page; 6 h / 30 min, burn rate 6 (5 %), page; 3 days / 6 h, burn rate 1 (10 %), ticket. Here the first
+pages and the second opens a ticket (its lower rate is a slower fire); the 3-day row is not used, since the SLO
+detector would keep three days of every replica's counts.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True, slots=True)
+class BurnWindow:
+    """One row of the workbook's table: the long and the short window, and the share of the error budget that
+    burning at the alert's rate spends over the long one."""
+
+    name: str  # "page" or "ticket": what the alert on it does
+    long_s: float
+    short_s: float
+    budget_share: float
+
+    def threshold(self, budget_days: float) -> float:
+        """The burn rate both windows must exceed: 14.4 for 2 % of a 30-day budget in an hour."""
+        return round(self.budget_share * budget_days * 86400.0 / self.long_s, 6)
+
+
+PAGE_WINDOW = BurnWindow("page", long_s=3600.0, short_s=300.0, budget_share=0.02)
+TICKET_WINDOW = BurnWindow("ticket", long_s=21600.0, short_s=1800.0, budget_share=0.05)
+BURN_WINDOWS = (PAGE_WINDOW, TICKET_WINDOW)  # fastest first
 
 
 class Objectives(BaseModel):

@@ -6,7 +6,8 @@ Every objective is a ratio of bad requests to requests with its own error budget
 requests (error ratio), requests that did not succeed (availability), and for a latency percentile the requests
 slower than its threshold: p99 <= 2 s means at most 1 % of requests slower than 2 s, counted exactly as
 `_count - _bucket{le="2.0"}` since every threshold is a bucket bound. A page when the budget burns 14.4 times too
-fast over both the last hour and 5 minutes, a ticket at 6 times over 6 hours and 30 minutes. Plain threshold
+fast over both the last hour and 5 minutes, a ticket at 6 times over 6 hours and 30 minutes: the burn windows of
+monitoring/objectives.py (`BURN_WINDOWS`, the workbook's Table 5-8), which the SLO detector reads too. Plain threshold
 alerts say the objectives' own words (p99 above 2 s over 5 minutes). Under `min_requests_per_s` a service has too
 little traffic to judge: its alerts are held and an info alert says so.
 
@@ -28,10 +29,16 @@ from gpufleet import yaml_input
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.instrument import names
 from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, config_error, re2_escape
-from gpufleet.telemetry.monitoring.objectives import Objectives, SloConfig
+from gpufleet.telemetry.monitoring.objectives import (
+    BURN_WINDOWS,
+    PAGE_WINDOW,
+    TICKET_WINDOW,
+    BurnWindow,
+    Objectives,
+    SloConfig,
+)
 
 SLO_RULE_FILE = "gpufleet-slo-rules.yml"
-WINDOWS = ("5m", "30m", "1h", "6h")
 REQUESTS_RATE = "model:gpufleet_inference_requests:rate{}"
 BAD_RATIO = "model:gpufleet_inference_slo_bad:ratio_rate{}"
 TRAFFIC_WINDOW = "30m"
@@ -41,23 +48,34 @@ EXAMPLE_VERSION = "example-version"
 
 @dataclass(frozen=True, slots=True)
 class BurnAlert:
+    """The alert on one row of the burn windows: its name, severity and `for`."""
+
     alert: str
     severity: str
-    long: str
-    short: str
-    long_hours: float
-    budget_share: float  # the share of the whole budget spent over `long` at the threshold burn rate
+    window: BurnWindow
     wait: str  # `for`
 
+    @property
+    def long(self) -> str:
+        return _duration(self.window.long_s)
+
+    @property
+    def short(self) -> str:
+        return _duration(self.window.short_s)
+
+    @property
+    def budget_share(self) -> float:  # the share of the whole budget spent over `long` at the threshold burn rate
+        return self.window.budget_share
+
     def factor(self, budget_days: float) -> float:
-        return round(self.budget_share * budget_days * 24 / self.long_hours, 6)
+        return self.window.threshold(budget_days)
 
 
-# The workbook's pairs: 2 % of a 30-day budget in an hour pages (burn rate 14.4), 5 % in six hours opens a ticket
-# (burn rate 6); the rates scale with budget_window_days. The short window makes an alert stop soon after the burn
-# does. `for` as Pyrra sets it.
-PAGE = BurnAlert("InferenceSloBurnRateFast", "critical", "1h", "5m", 1, 0.02, "2m")
-TICKET = BurnAlert("InferenceSloBurnRateSlow", "warning", "6h", "30m", 6, 0.05, "15m")
+# 2 % of a 30-day budget in an hour pages (burn rate 14.4), 5 % in six hours opens a ticket (burn rate 6); the rates
+# scale with budget_window_days. The short window makes an alert stop soon after the burn does. `for` as Pyrra
+# sets it.
+PAGE = BurnAlert("InferenceSloBurnRateFast", "critical", PAGE_WINDOW, "2m")
+TICKET = BurnAlert("InferenceSloBurnRateSlow", "warning", TICKET_WINDOW, "15m")
 QUANTILE_ALERTS = {"latency-p99": "InferenceLatencyP99High", "latency-p95": "InferenceLatencyP95High"}
 TTFT_ALERT = "InferenceTtftHigh"
 ERROR_ALERT = "InferenceErrorRateHigh"
@@ -116,6 +134,10 @@ def _duration(seconds: float) -> str:
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+# every window a burn alert reads, recorded for every objective: 5m, 30m, 1h, 6h
+WINDOWS = tuple(_duration(s) for s in sorted({w.short_s for w in BURN_WINDOWS} | {w.long_s for w in BURN_WINDOWS}))
 
 
 def _le(bound: float) -> str:
