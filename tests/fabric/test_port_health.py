@@ -373,8 +373,12 @@ def test_bad_site_thresholds_are_a_clear_error(tmp_path: Path) -> None:
     site.write_text("fabric:\n  congestion_info_fraction: 0.5\n  congestion_warning_fraction: 0.2\n", encoding="utf-8")
     with pytest.raises(ManifestError, match="congestion_info_fraction must not be above"):
         load_thresholds(site)
+    site.write_text("symbol_errors:\n  windows: []\n", encoding="utf-8")
+    with pytest.raises(ManifestError, match=r"symbol_errors\.windows"):
+        load_thresholds(site)
+    # the symbol-error windows live in one section now: an older site file is told where they went
     site.write_text("fabric:\n  symbol_windows: []\n", encoding="utf-8")
-    with pytest.raises(ManifestError, match="symbol_windows"):
+    with pytest.raises(ManifestError, match=r"fabric\.symbol_windows moved.*symbol_errors\.windows"):
         load_thresholds(site)
 
 

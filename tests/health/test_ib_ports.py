@@ -19,9 +19,10 @@ from gpufleet.health.ib_ports import (
     normalise_phys_state,
     normalise_state,
     speed_generation,
-    symbol_error_budget,
     worst,
 )
+from gpufleet.health.symbol_errors import SymbolErrorBudget
+from gpufleet.health.thresholds import BerWindow, SymbolErrors
 
 
 @pytest.mark.parametrize(
@@ -251,7 +252,7 @@ def test_saturated_traffic_is_a_note() -> None:
 
 def test_symbol_errors_against_a_ber_when_the_window_is_known() -> None:
     # NVIDIA's rule: 400 Gb/s for 12 minutes at 1e-14 allows 2.88 errors
-    assert symbol_error_budget(400, 720, 1e-14) == pytest.approx(2.88)
+    assert BerWindow(window_s=720, ber=1e-14).budget(400) == pytest.approx(2.88)
     quiet = judge_counter("SymbolErrorCounter", 2, window_s=720, rate_gbps=400)
     assert quiet is not None and quiet.severity == "info" and "within" in quiet.message
     loud = judge_counter("SymbolErrorCounter", 3, window_s=720, rate_gbps=400)
@@ -261,8 +262,12 @@ def test_symbol_errors_against_a_ber_when_the_window_is_known() -> None:
     slow = judge_counter("SymbolErrorCounter", 3, window_s=720, rate_gbps=100)
     assert slow is not None and slow.severity == "critical"
     # a looser target passes it
-    loose = judge_counter("SymbolErrorCounter", 3, window_s=720, rate_gbps=400, ber=1e-12)
+    looser = SymbolErrorBudget(SymbolErrors(windows=[BerWindow(window_s=720, ber=1e-12)]))
+    loose = judge_counter("SymbolErrorCounter", 3, window_s=720, rate_gbps=400, budget=looser)
     assert loose is not None and loose.severity == "info"
+    # over only the 125-minute budget (1e-15: 3 errors at 400 Gb/s) is a warning, as the fabric service says it
+    slow_burn = judge_counter("SymbolErrorCounter", 4, window_s=3600, rate_gbps=400)
+    assert slow_burn is not None and slow_burn.severity == "warning" and "125 min" in slow_burn.message
 
 
 def test_a_link_down_within_a_known_window_is_a_fault() -> None:

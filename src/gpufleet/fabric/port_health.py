@@ -5,7 +5,8 @@
 the health thresholds (sources in its data file).
 
 - Symbol errors against a bit error rate at the link's rate, in NVIDIA's two windows (1e-14 over 12 minutes,
-  1e-15 over 125 minutes); packets dropped per packet received (the PDR rule); link downs (LinkDownedCounter, and
+  1e-15 over 125 minutes), judged by health.symbol_errors as the agent and triage judge them (its `symbol_errors`
+  thresholds); packets dropped per packet received (the PDR rule); link downs (LinkDownedCounter, and
   the link's state), two within the flap window being a flap; and the other error counters against infiniband-diags'
   thresholds per window. PortXmitWait is congestion, as a share of the link's time, never a fault of the port.
 - Per cable: the two ends' findings of one physical problem become one, naming both ends. A down counted at both
@@ -28,6 +29,7 @@ from gpufleet.errors import UserError
 from gpufleet.fabric.counters import CLEAR_COUNTERS_FIX, Deltas
 from gpufleet.fabric.findings import FabricFinding, worst_first
 from gpufleet.fabric.graph import End, FabricGraph
+from gpufleet.health.symbol_errors import SymbolErrorBudget
 from gpufleet.health.thresholds import Fabric, Thresholds, load_thresholds
 from gpufleet.model import Severity
 
@@ -153,6 +155,7 @@ class PortHealth:
 
     def __init__(self, thresholds: Thresholds | Fabric | None = None, *, graph: FabricGraph | None = None) -> None:
         self.t = _fabric_thresholds(thresholds)
+        self.ber = SymbolErrorBudget(thresholds if isinstance(thresholds, Thresholds) else None)
         self._known: dict[LinkKey, bool] = {}  # each link's state at the last poll
         self._events: dict[str, dict[End, _Events]] = {}
         self._downs: dict[LinkKey | End, deque[tuple[float, int]]] = {}
@@ -263,7 +266,7 @@ class PortHealth:
 
     def _record(self, time: float, deltas: Deltas) -> None:
         """Keep the nonzero deltas of the counters judged over windows; drop what no window reaches any more."""
-        longest = max(self.t.symbol_windows[-1].window_s, self.t.window_s)
+        longest = max(self.ber.longest_s, self.t.window_s)
         for name in {SYMBOL, *(spec[0] for spec in _WINDOWED.values())}:
             c = deltas.counters.index(name)
             column = deltas.delta[:, c]
@@ -380,39 +383,14 @@ class PortHealth:
 
     def _symbol_errors(self, time: float, deltas: Deltas, graph: FabricGraph) -> list[_Hit]:
         out: list[_Hit] = []
-        windows = self.t.symbol_windows
         for end in list(self._events.get(SYMBOL, {})):
             link = graph.link_at(end)
-            rate = link.rate_gbps if link is not None else None
-            if not rate:
-                count, span = self._total(SYMBOL, end, time, windows[0].window_s)
-                threshold = load_ib_counters()[SYMBOL].threshold or 0
-                if count > threshold:
-                    out.append(
-                        _Hit(
-                            "symbol-errors",
-                            end,
-                            Severity.warning,
-                            f"{count:.0f} symbol errors in {_span(span)} on {end} (link rate unknown, so against "
-                            f"infiniband-diags' threshold of {threshold}, not a bit error rate)",
-                            ISOLATE,
-                        )
-                    )
+            counts = [self._total(SYMBOL, end, time, w.window_s) for w in self.ber.windows]
+            verdict = self.ber.judge(counts, link.rate_gbps if link is not None else None)
+            if verdict is None:
                 continue
-            over: list[str] = []
-            severity: Severity | None = None
-            for i, window in enumerate(windows):
-                count, span = self._total(SYMBOL, end, time, window.window_s)
-                budget = window.budget(rate, span)
-                if count > budget:
-                    measured = count / (rate * 1e9 * span)
-                    over.append(
-                        f"{count:.0f} in {_span(span)}: a bit error rate of about {measured:.1e}, over "
-                        f"{window.ber:g} ({budget:.2f} allowed at {rate:g} Gb/s)"
-                    )
-                    severity = _worst(severity or Severity.warning, Severity.critical if i == 0 else Severity.warning)
-            if severity is not None:
-                out.append(_Hit("symbol-errors", end, severity, f"symbol errors on {end}: {'; '.join(over)}", ISOLATE))
+            what = f"symbol errors on {end}: {verdict.describe()}"
+            out.append(_Hit("symbol-errors", end, verdict.severity, what, ISOLATE))
         return out
 
     # --- counts against thresholds per window -------------------------------------------------------------------------

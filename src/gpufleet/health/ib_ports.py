@@ -10,7 +10,8 @@ ibnetdiscover output (and a fabric view) judges a port alike.
 - Width and speed: a link below what both ends support (iblinkinfo's "Could be ..." hint), at 1X when nothing says
   1X is all it can do, or below its sibling ports, is degraded.
 - Counters: each against its catalog threshold (infiniband-diags' error_thresholds) and severity; symbol errors
-  against a bit error rate when the time the counters cover is known. A 4/8/16/32-bit PortCounters value at its
+  against a bit error rate when the time the counters cover and the link's rate are known, by health.symbol_errors
+  (the judgement the agent and the fabric service make of them). A 4/8/16/32-bit PortCounters value at its
   maximum is saturated: the true count is at least that, and the issue says so.
 """
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from gpufleet.catalog.ib_counters import IbCounter, ib_counter_name, load_ib_counters
+from gpufleet.health.symbol_errors import SYMBOL_COUNTER, SymbolErrorBudget, span_text
 from gpufleet.model import Severity
 
 # Link speed per lane: what libibmad prints (signalling, "53.125 Gbps") and what sysfs `rate` and ibstat count
@@ -177,16 +179,8 @@ def speed_rank(speed: str | None) -> int | None:
 
 
 @cache
-def _default_ber() -> float:
-    from gpufleet.health.thresholds import load_thresholds
-
-    return load_thresholds().infiniband.symbol_ber
-
-
-def symbol_error_budget(rate_gbps: float, window_s: float, ber: float | None = None) -> float:
-    """Symbol errors a link may show in `window_s` at the target bit error rate (2.88 for 400 Gb/s over 12 min at
-    1e-14, NVIDIA's PDR rule, as the fabric detector uses)."""
-    return rate_gbps * 1e9 * window_s * (_default_ber() if ber is None else ber)
+def _default_budget() -> SymbolErrorBudget:
+    return SymbolErrorBudget()
 
 
 # -- state ---------------------------------------------------------------------------------------------------
@@ -375,7 +369,7 @@ def judge_counter(
     extended: bool = False,
     window_s: float | None = None,
     rate_gbps: float | None = None,
-    ber: float | None = None,
+    budget: SymbolErrorBudget | None = None,
 ) -> PortIssue | None:
     """One counter's value judged; None when it is zero, a traffic counter with nothing to say, or not one the
     catalog describes."""
@@ -397,7 +391,7 @@ def judge_counter(
             f"{shown} {count}",
             "read the 64-bit counters (`perfquery -x`) for traffic",
         )
-    severity, message = _threshold_verdict(info, value, count, shown, window_s, rate_gbps, ber)
+    severity, message = _threshold_verdict(info, value, count, shown, window_s, rate_gbps, budget)
     if saturated:
         severity = _worse(severity, Severity.warning)
     return PortIssue("ib-counter", severity, pma, message, _counter_fix(info, saturated))
@@ -410,29 +404,47 @@ def _threshold_verdict(
     shown: str,
     window_s: float | None,
     rate_gbps: float | None,
-    ber: float | None,
+    budget: SymbolErrorBudget | None,
 ) -> tuple[Severity, str]:
     threshold = info.threshold or 0
-    if info.name == "SymbolErrorCounter" and window_s and window_s > 0 and rate_gbps and rate_gbps > 0:
-        budget = symbol_error_budget(rate_gbps, window_s, ber)
-        target = _default_ber() if ber is None else ber
-        measured = value / (rate_gbps * 1e9 * window_s)
-        span = f"{window_s / 60:.0f} min" if window_s >= 120 else f"{window_s:g} s"
-        if value > budget:
-            return Severity.critical, (
-                f"{shown} {count} in {span} at {rate_gbps:g} Gb/s: a bit error rate of about {measured:.1e}, "
-                f"over the {target:g} target ({budget:.2f} errors allowed)"
-            )
-        return Severity.info, f"{shown} {count} in {span}: within the {target:g} bit error rate target"
+    if info.name == SYMBOL_COUNTER:
+        return _symbol_verdict(info, value, count, shown, window_s, rate_gbps, budget or _default_budget())
     if info.name == "LinkDownedCounter" and window_s and window_s > 0:
         span = f"{window_s / 60:.0f} min" if window_s >= 120 else f"{window_s:g} s"
         return Severity.critical, f"{shown} {count}: the link went down in the last {span}"
     if value > threshold and info.over_threshold:
-        return Severity(info.over_threshold), (
-            f"{shown} {count}, over the threshold of {threshold} ({info.description.lower()})"
-            + (" - counted since the counters were last cleared, so no error rate can be told" if not window_s else "")
-        )
+        return Severity(info.over_threshold), _over_threshold(info, count, shown, window_s)
     return Severity.info, f"{shown} {count} (threshold {threshold})"
+
+
+def _over_threshold(info: IbCounter, count: str, shown: str, window_s: float | None) -> str:
+    return f"{shown} {count}, over the threshold of {info.threshold or 0} ({info.description.lower()})" + (
+        " - counted since the counters were last cleared, so no error rate can be told" if not window_s else ""
+    )
+
+
+def _symbol_verdict(
+    info: IbCounter,
+    value: int,
+    count: str,
+    shown: str,
+    window_s: float | None,
+    rate_gbps: float | None,
+    budget: SymbolErrorBudget,
+) -> tuple[Severity, str]:
+    """Symbol errors by health.symbol_errors: against a bit error rate when the time the count covers and the link's
+    rate are known, else against infiniband-diags' threshold."""
+    timed = bool(window_s and window_s > 0 and rate_gbps and rate_gbps > 0)
+    verdict = budget.judge_reading(value, window_s or 0.0, rate_gbps if timed else None)
+    if timed and window_s:
+        if verdict is not None:
+            return verdict.severity, f"{shown} {count}: {verdict.describe()}"
+        return Severity.info, (
+            f"{shown} {count} in {span_text(window_s)}: within the bit error rate budget ({budget.targets()})"
+        )
+    if verdict is not None:
+        return verdict.severity, _over_threshold(info, count, shown, window_s)
+    return Severity.info, f"{shown} {count} (threshold {info.threshold or 0})"
 
 
 def _counter_fix(info: IbCounter, saturated: bool) -> str:
@@ -448,7 +460,7 @@ def judge_counters(
     extended: bool = False,
     window_s: float | None = None,
     rate_gbps: float | None = None,
-    ber: float | None = None,
+    budget: SymbolErrorBudget | None = None,
 ) -> list[PortIssue]:
     """Each counter judged; a name printed twice (old and new spelling) counts once, with its larger value."""
     merged: dict[str, tuple[str, int]] = {}
@@ -460,13 +472,13 @@ def judge_counters(
             merged[pma] = (name, value)
     out: list[PortIssue] = []
     for name, value in merged.values():
-        issue = judge_counter(name, value, extended=extended, window_s=window_s, rate_gbps=rate_gbps, ber=ber)
+        issue = judge_counter(name, value, extended=extended, window_s=window_s, rate_gbps=rate_gbps, budget=budget)
         if issue is not None:
             out.append(issue)
     return out
 
 
-def judge_port(reading: PortReading, *, ber: float | None = None) -> list[PortIssue]:
+def judge_port(reading: PortReading, *, budget: SymbolErrorBudget | None = None) -> list[PortIssue]:
     """Everything the reading shows about the port, worst first."""
     out = judge_state(reading.state, reading.phys_state, peer_expected=reading.peer_expected)
     logical = normalise_state(reading.state)
@@ -481,7 +493,7 @@ def judge_port(reading: PortReading, *, ber: float | None = None) -> list[PortIs
         )
     rate = reading.rate_gbps if reading.rate_gbps is not None else link_rate_gbps(reading.width, reading.speed)
     out += judge_counters(
-        reading.counters, extended=reading.extended, window_s=reading.window_s, rate_gbps=rate, ber=ber
+        reading.counters, extended=reading.extended, window_s=reading.window_s, rate_gbps=rate, budget=budget
     )
     return sorted(out, key=lambda i: -i.severity.rank)
 

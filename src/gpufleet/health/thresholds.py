@@ -57,18 +57,31 @@ class Nvlink(_Section):
     recovery_errors_per_minute: float
 
 
+def _moved(data: Any, section: str, keys: tuple[str, ...]) -> Any:
+    """A site file still setting a key that moved to `symbol_errors` is told where it went."""
+    if isinstance(data, dict):
+        for key in keys:
+            if key in data:
+                raise ValueError(
+                    f"{section}.{key} moved: symbol errors are judged in one place for the agent, the fabric service "
+                    "and triage; set `symbol_errors.windows` (a list of {window_s, ber}) instead"
+                )
+    return data
+
+
 class Infiniband(_Section):
-    symbol_window_s: float
-    symbol_ber: float
+    """The agent's judgement of its own ports; symbol errors are `symbol_errors`'."""
+
     flap_window_s: float
     rcv_errors_per_window: float
     xmit_discards_per_window: float
     vl15_dropped_per_window: float
     window_s: float
 
-    def symbol_budget(self, speed_gbps: float) -> float:
-        """Errors allowed in the symbol window at the target BER (2.88 for 400 Gb/s over 12 minutes)."""
-        return speed_gbps * 1e9 * self.symbol_window_s * self.symbol_ber
+    @model_validator(mode="before")
+    @classmethod
+    def _symbol_keys_moved(cls, data: Any) -> Any:
+        return _moved(data, "infiniband", ("symbol_window_s", "symbol_ber"))
 
 
 class BerWindow(_Section):
@@ -80,10 +93,20 @@ class BerWindow(_Section):
         return rate_gbps * 1e9 * max(self.window_s, span_s or 0.0) * self.ber
 
 
+class SymbolErrors(_Section):
+    """SymbolErrorCounter against a bit error rate in each window, for every judge of it (health.symbol_errors)."""
+
+    windows: list[BerWindow] = Field(min_length=1)  # shortest first: the first one is the critical one
+
+    @model_validator(mode="after")
+    def _shortest_first(self) -> SymbolErrors:
+        self.windows = sorted(self.windows, key=lambda w: w.window_s)
+        return self
+
+
 class Fabric(_Section):
     """The fabric service's judgement of every port's counters, polled from the subnet (perfquery, ibqueryerrors)."""
 
-    symbol_windows: list[BerWindow] = Field(min_length=1)  # shortest first: the first one is the critical one
     packet_drop_rate: float = Field(gt=0)
     flap_window_s: float = Field(gt=0)
     flap_downs: int = Field(ge=2)
@@ -100,11 +123,15 @@ class Fabric(_Section):
     congestion_warning_fraction: float = Field(gt=0, le=1)
     silent_after_polls: int = Field(ge=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _symbol_keys_moved(cls, data: Any) -> Any:
+        return _moved(data, "fabric", ("symbol_windows",))
+
     @model_validator(mode="after")
     def _ordered(self) -> Fabric:
         if self.congestion_info_fraction > self.congestion_warning_fraction:
             raise ValueError("congestion_info_fraction must not be above congestion_warning_fraction")
-        self.symbol_windows = sorted(self.symbol_windows, key=lambda w: w.window_s)
         return self
 
 
@@ -225,6 +252,7 @@ class Thresholds(_Section):
     pcie: Pcie
     nvlink: Nvlink
     infiniband: Infiniband
+    symbol_errors: SymbolErrors
     fabric: Fabric
     training: Training
     idle: Idle

@@ -20,6 +20,7 @@ T0 = 1_800_000_000.0
 NODE = "node-a"
 T = load_thresholds()
 IB = T.infiniband
+SHORT, LONG = T.symbol_errors.windows  # 12 minutes at 1e-14, 125 minutes at 1e-15
 
 Row = float | Sequence[float]
 UP = (1.0, 1.0)
@@ -58,10 +59,11 @@ DOWN_1 = (1.0, 0.0)  # mlx5_1 down, mlx5_0 up
 
 
 def test_the_documented_defaults() -> None:
-    assert (IB.symbol_window_s, IB.symbol_ber, IB.flap_window_s) == (720, 1e-14, 600)
+    assert [(w.window_s, w.ber) for w in (SHORT, LONG)] == [(720, 1e-14), (7500, 1e-15)]
+    assert IB.flap_window_s == 600
     assert (IB.rcv_errors_per_window, IB.xmit_discards_per_window, IB.vl15_dropped_per_window) == (10, 100, 100)
     assert IB.window_s == 600
-    assert IB.symbol_budget(400) == pytest.approx(2.88)
+    assert (SHORT.budget(400), LONG.budget(400)) == (pytest.approx(2.88), pytest.approx(3.0))
 
 
 def test_healthy_ports_are_quiet() -> None:
@@ -117,23 +119,38 @@ def test_the_state_and_the_counter_reporting_one_down_are_one_down_not_a_flap() 
 @pytest.mark.parametrize("speed", [400.0, 200.0])
 @pytest.mark.parametrize(("extra", "expect"), [(0, False), (1, True)])
 def test_symbol_errors_over_the_ber_budget_of_the_port_speed(speed: float, extra: int, expect: bool) -> None:
-    """400 Gb/s over 12 minutes at a BER of 1e-14 allows 2.88 errors: 2 are quiet, 3 are a bad link."""
+    """400 Gb/s over 12 minutes at a BER of 1e-14 allows 2.88 errors: 2 are quiet, 3 are a bad link (critical, as
+    the fabric service and triage judge it)."""
     p = Ports([speed, speed])
-    allowed = math.floor(IB.symbol_budget(speed))
+    allowed = math.floor(SHORT.budget(speed))
     assert allowed == (2 if speed == 400 else 1)
     assert p.at(0) == []
-    out = p.at(IB.symbol_window_s, counters={SYMBOL: [0, allowed + extra]})
-    assert seen(out) == ({(RootCause.ib_symbol_errors, port(1), Severity.warning)} if expect else set())
+    out = p.at(SHORT.window_s, counters={SYMBOL: [0, allowed + extra]})
+    assert seen(out) == ({(RootCause.ib_symbol_errors, port(1), Severity.critical)} if expect else set())
 
 
 def test_symbol_errors_leave_the_count_after_the_symbol_window() -> None:
     p = Ports()
-    burst: dict[str, Row] = {SYMBOL: [math.floor(IB.symbol_budget(400)) + 1, 0]}
+    burst: dict[str, Row] = {SYMBOL: [math.floor(SHORT.budget(400)) + 1, 0]}  # 3: within 125 minutes' 3.0
     assert p.at(0) == []
-    for k in range(5, int(IB.symbol_window_s), 5):
-        assert seen(p.at(k, counters=burst)) == {(RootCause.ib_symbol_errors, port(0), Severity.warning)}
-    assert seen(p.at(IB.symbol_window_s, counters=burst)) == {(RootCause.ib_symbol_errors, port(0), Severity.warning)}
-    assert p.at(IB.symbol_window_s + 5, counters=burst) == []
+    for k in range(5, int(SHORT.window_s), 5):
+        assert seen(p.at(k, counters=burst)) == {(RootCause.ib_symbol_errors, port(0), Severity.critical)}
+    assert seen(p.at(SHORT.window_s, counters=burst)) == {(RootCause.ib_symbol_errors, port(0), Severity.critical)}
+    assert p.at(SHORT.window_s + 5, counters=burst) == []
+
+
+def test_symbol_errors_over_the_125_minute_budget_only_are_a_warning_until_it_passes() -> None:
+    p = Ports()
+    burst: dict[str, Row] = {SYMBOL: [4, 0]}  # over 2.88 in 12 minutes, and over 3.0 in 125
+    assert p.at(0) == []
+    assert seen(p.at(5, counters=burst)) == {(RootCause.ib_symbol_errors, port(0), Severity.critical)}
+    for k in range(10, int(LONG.window_s) + 5, 5):
+        found = p.at(k, counters=burst)
+        if k <= SHORT.window_s:
+            continue
+        assert seen(found) == {(RootCause.ib_symbol_errors, port(0), Severity.warning)}, k
+        assert "4 in 125 min" in found[0].evidence and "over 1e-15" in found[0].evidence
+    assert p.at(LONG.window_s + 5, counters=burst) == []
 
 
 # -- receive errors, transmit discards, VL15 drops per window ----------------------------------------------------

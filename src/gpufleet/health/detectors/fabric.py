@@ -3,8 +3,10 @@
 - Link down: the port leaves ACTIVE/LinkUp (sysfs state, read every collection), or LinkDownedCounter grows
   between two readings (a down too short to be seen in the state). Each change of state is also a `LinkEvent`.
 - Link flap: two or more downs within the flap window; it supersedes the link-down finding for that port.
-- Symbol errors over NVIDIA's 12-minute window against a BER of 1e-14 (2.88 errors at 400 Gb/s): a bad cable or
-  transceiver. Receive errors above infiniband-diags' threshold point at the same physical layer.
+- Symbol errors against a bit error rate at the port's speed, in NVIDIA's two windows (1e-14 over 12 minutes,
+  critical; 1e-15 over 125 minutes, a warning), judged by health.symbol_errors as the fabric service and triage
+  judge them: a bad cable or transceiver. Receive errors above infiniband-diags' threshold point at the same
+  physical layer.
 - Transmit discards and VL15 drops above their thresholds: congestion, unless the port's link is down.
 """
 
@@ -17,6 +19,7 @@ import numpy as np
 from gpufleet.health.detectors.base import NodeSetup, node_detector
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.detectors.window import CounterWindow
+from gpufleet.health.symbol_errors import SymbolErrorBudget
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, LinkEvent
@@ -37,7 +40,8 @@ class FabricDetectors:
         self.ports = list(frame.ib_ports)
         self.entities = [Entity(EntityKind.port, p.hostname, p.port, p.hca) for p in frame.ib_ports]
         self.speeds = speeds_gbps if speeds_gbps is not None else np.full(n, 400.0)
-        self.symbol = CounterWindow(self.t.symbol_window_s, resolution_s=5.0)
+        self.ber = SymbolErrorBudget(thresholds)
+        self.symbol = [CounterWindow(w.window_s, resolution_s=5.0) for w in self.ber.windows]  # shortest first
         self.rcv = CounterWindow(self.t.window_s, resolution_s=5.0)
         self.discards = CounterWindow(self.t.window_s, resolution_s=5.0)
         self.vl15 = CounterWindow(self.t.window_s, resolution_s=5.0)
@@ -98,6 +102,38 @@ class FabricDetectors:
             )
         ]
 
+    def _symbol_errors(self, now: float, frame: MetricFrame) -> list[Finding]:
+        """Each port's symbol errors within each window, judged by the one symbol-error judgement."""
+        values = frame.ib(SYMBOL)
+        for window in self.symbol:
+            window.push(now, values)
+        grown = [w.growth() for w in self.symbol]
+        if any(g is None for g in grown):
+            return []
+        counts = [g for g in grown if g is not None]
+        out: list[Finding] = []
+        for i in np.flatnonzero(np.nan_to_num(counts[-1]) > 0):  # the longest window holds every shorter one's
+            verdict = self.ber.judge(
+                [(float(c[i]), w.window_s) for c, w in zip(counts, self.ber.windows, strict=True)],
+                float(self.speeds[i]),
+            )
+            if verdict is None:
+                continue
+            ent = self.entities[i]
+            out.append(
+                Finding(
+                    now,
+                    RootCause.ib_symbol_errors,
+                    ent,
+                    verdict.severity,
+                    f"bad link (symbol errors) on {ent}",
+                    f"symbol errors: {verdict.describe()}",
+                    "fabric",
+                    action="ISOLATE_PORT",
+                )
+            )
+        return out
+
     def detect(self, now: float, seen: NodeSeen) -> list[Finding]:
         """Findings of this collection; state changes are recorded in `seen.links`."""
         out: list[Finding] = []
@@ -126,25 +162,7 @@ class FabricDetectors:
                 )
             )
 
-        self.symbol.push(now, frame.ib(SYMBOL))
-        grown = self.symbol.growth()
-        if grown is not None:
-            budget = self.t.symbol_budget(1.0) * self.speeds
-            for i in np.flatnonzero(grown > budget):
-                ent = self.entities[i]
-                out.append(
-                    Finding(
-                        now,
-                        RootCause.ib_symbol_errors,
-                        ent,
-                        Severity.warning,
-                        f"bad link (symbol errors) on {ent}",
-                        f"{grown[i]:.0f} symbol errors in {self.symbol.span() / 60:.0f} min, over the "
-                        f"{budget[i]:.2f} a BER of {self.t.symbol_ber:g} allows at {self.speeds[i]:g} Gb/s",
-                        "fabric",
-                        action="ISOLATE_PORT",
-                    )
-                )
+        out += self._symbol_errors(now, frame)
         for window, metric, limit, cause, what in (
             (self.rcv, RCV, self.t.rcv_errors_per_window, RootCause.ib_symbol_errors, "receive errors"),
             (self.discards, DISCARDS, self.t.xmit_discards_per_window, RootCause.ib_congestion, "transmit discards"),
