@@ -119,3 +119,43 @@ def test_no_dcgmi_on_this_host_is_unknown_not_a_failure(monkeypatch: pytest.Monk
     body = json.loads(ran.stdout)
     assert body["verdict"] == "Unknown"
     assert body["checks"][0]["name"] == "dcgmi" and "not installed" in body["checks"][0]["detail"]
+
+
+# The level each saved run was made at, as its tests show it (parsers/nvidia/dcgmi_diag.py inferred_level): r2 adds
+# the PCIe and memory tests to r1's software checks, r3 the stress tests.
+CAPTURE_LEVELS = {
+    "captures/dcgmi_diag_4x_r2_pass.txt": 2,
+    "captures/dcgmi_diag_3x_r2_pass.json": 2,
+    "captures/dcgmi_diag_2x_r2_pcie_fail.txt": 2,
+    "corpus/dcgmi_diag_fail_02_r2_memory_thermal_stas00.txt": 2,
+    "captures/dcgmi_diag_3x_r3_pass.txt": 3,
+    "captures/dcgmi_diag_4x_r3_memory_fail.txt": 3,
+}
+
+
+@pytest.mark.parametrize(("name", "level"), list(CAPTURE_LEVELS.items()))
+def test_a_saved_run_is_labelled_and_judged_at_the_level_it_ran(name: str, level: int) -> None:
+    """Without -r the capture's own level titles and judges it, as -r with that level does; a lower -r cannot hide
+    the tests the run shows."""
+    path = str(DATA.parent / name)
+    own = gpufleet("diag", "--dcgmi-output", path, "-o", "json")
+    body = json.loads(own.stdout)
+    assert body["level"] == level, own.stderr
+    for asked in ("1", str(level)):
+        again = gpufleet("diag", "-r", asked, "--dcgmi-output", path, "-o", "json")
+        assert (json.loads(again.stdout), again.returncode) == (body, own.returncode), asked
+    table = gpufleet("diag", "--dcgmi-output", path)
+    assert f"diag -r {level} on this host" in table.stdout and "diag -r 1 " not in table.stdout
+
+
+def test_an_r2_run_shows_its_memory_and_pcie_tests_without_r() -> None:
+    body = json.loads(gpufleet("diag", "--dcgmi-output", str(DATA / "dcgmi_diag_4x_r2_pass.txt"), "-o", "json").stdout)
+    assert [c["name"] for c in body["checks"]] == ["dcgmi: software", "dcgmi: memory", "dcgmi: pcie"]
+
+
+def test_a_twin_node_is_checked_and_labelled_at_the_level_asked() -> None:
+    scenario = str(Path(__file__).resolve().parents[2] / "src/gpufleet/examples/scenarios/gpu-sharing.yaml")
+    for asked, level in ((None, 1), ("2", 2), ("3", 3)):
+        args = ["diag", "-f", scenario, "--node", "dgx-000", *(["-r", asked] if asked else [])]
+        assert json.loads(gpufleet(*args, "-o", "json").stdout)["level"] == level
+        assert f"diag -r {level} on dgx-000" in gpufleet(*args).stdout

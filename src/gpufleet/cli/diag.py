@@ -15,7 +15,13 @@ from gpufleet.spec.base import parse_duration
 
 
 def diag(
-    level: int = typer.Option(1, "-r", "--run-level", help="1 quick, 2 medium (memory, PCIe, links), 3 long (stress)."),
+    level: int | None = typer.Option(
+        None,
+        "-r",
+        "--run-level",
+        help="1 quick, 2 medium (memory, PCIe, links), 3 long (stress); default 1, or for a saved run the level its "
+        "tests show.",
+    ),
     node: str | None = typer.Option(None, "--node", help="With --scenario: the twin node to check."),
     scenario: Path | None = typer.Option(None, "--scenario", "-f", help="Check a node of this scenario's twin."),
     at: str = typer.Option("0s", "--at", help="With --scenario: simulate this long first."),
@@ -35,7 +41,7 @@ def diag(
     from gpufleet.parsers.nvidia.topo import read_nvlink_status
     from gpufleet.triage.paste import Paste
 
-    if level not in (1, 2, 3):
+    if level is not None and level not in (1, 2, 3):
         raise UserError(f"-r {level}", fix="use -r 1, 2 or 3")
     nvlink = None
     if nvlink_status is not None:
@@ -50,14 +56,18 @@ def diag(
             raise UserError("--scenario needs --node", fix="name the node to check")
         twin, _ = build_twin(scenario)
         twin.run(parse_duration(at))
-        outcome = twin_diag(twin, node, level)
+        outcome = twin_diag(twin, node, level or 1)
     elif dcgmi_output is not None:
         lines = Paste().cleaned(read_input_lines(dcgmi_output)[0])  # the same cleaning triage gives a paste
-        report = read_diag(lines, level=level, source=str(dcgmi_output))
-        outcome = judge(report, node or "this host", level, nvlink)
+        report = read_diag(lines, source=str(dcgmi_output))  # its level: the lowest that runs the tests it shows
+        # a run shows the tests of the level it ran at: at least that level, or the higher one -r says it was asked
+        # for (whose missing tests are then gaps)
+        report.level = max(level or 1, report.level or 1)
+        outcome = judge(report, node or "this host", report.level, nvlink)
     elif nvlink is not None:
-        outcome = judge_links(node or "this host", level, nvlink)
+        outcome = judge_links(node or "this host", level or 1, nvlink)
     else:
+        level = level or 1
         try:
             outcome = judge(run_dcgmi(level), node or "this host", level, nvlink)
         except BackendError as exc:  # no dcgmi, no host engine: the run cannot say, which is not a GPU failure
