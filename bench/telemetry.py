@@ -65,6 +65,8 @@ def node_frame(gpus: int, gpus_per_node: int = 8) -> MetricFrame:
     frame.ib_values[:] = rng.integers(0, 1 << 40, frame.ib_values.shape)
     frame.clock_event_row("sw_thermal")[:] = 1
     frame.set_xid_count(79, np.ones(gpus))
+    # the kernel log's Xid 79 for a GPU NVML does not list, as an agent counts it (agent/xids.py)
+    frame.set_unlisted_xid_count("00000000:2A:00.0", "gpu-node-000", 79, 1)
     frame.set_attribution(0, Attribution("trainer-0", "ml", "pytorch"))
     frame.set_gauge("gpufleet_source_up", {"source": "nvml"}, 1)
     frame.set_gauge("training_last_step_timestamp_seconds", {"job": "llm"}, T0)

@@ -31,6 +31,9 @@ from tests.twins import small_twin, su_scenario
 
 TOKEN = "agent-test-token"
 XID_79 = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
+UNLISTED_XID_79 = (
+    'DCGM_EXP_XID_ERRORS_COUNT{pci_bus_id="00000000:3B:00.0",hostname="node-x",window_size_in_ms="300000",xid="79"} 1\n'
+)
 
 
 class BrokenSource:
@@ -187,6 +190,8 @@ def test_a_host_agent_without_nvml_still_turns_a_kernel_line_into_an_incident(
             with kern.open("a") as fh:
                 fh.write(f"Nov 23 10:00:05 node-x kernel: {XID_79}")
             assert _wait(lambda: bool(plane.book.incidents))
+            # the same line on /metrics: no NVML, so no GPU is listed and the Xid is counted by its PCI address
+            assert _wait(lambda: UNLISTED_XID_79 in httpx.get(f"http://127.0.0.1:{agent.port}/metrics").text)
             metrics = httpx.get(f"http://127.0.0.1:{agent.port}/metrics").text
             health = httpx.get(f"http://127.0.0.1:{agent.port}/healthz").json()
         finally:

@@ -2,7 +2,8 @@
 
 A scrape only copies the last rendered body, so a slow or failing source can never make Prometheus time out.
 A source that fails is marked `gpufleet_source_up{source=...} 0`, logged once (and once when it recovers), and
-the rest keep being served.
+the rest keep being served. A source whose state another thread knows (the kernel log's Xids, read by the follower)
+says it by raising `SourceDown` after filling what it has.
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ from gpufleet.telemetry.exposition.dcgm import Renderer
 from gpufleet.telemetry.frame import MetricFrame
 
 log = logging.getLogger("gpufleet.agent")
+
+
+class SourceDown(Exception):
+    """Raised by a source, after filling what it has, that is down for a reason it states itself (`why`, reported as
+    it is); `why=None` while it cannot tell yet whether it is up (nothing is reported for it)."""
+
+    def __init__(self, why: str | None) -> None:
+        super().__init__(why or "not known yet")
+        self.why = why
 
 
 class MetricSource(Protocol):
@@ -80,6 +90,9 @@ class Collector(Background):
         try:
             fn()
             self.report(name, True)
+        except SourceDown as exc:
+            if exc.why is not None:
+                self.report(name, False, exc.why)
         except Exception as exc:  # one bad source must not take the agent down
             self.report(name, False, f"{type(exc).__name__}: {exc}")
 

@@ -7,6 +7,9 @@ read's reports are handed on, so a restarted agent neither misses nor re-reports
 rotated while it was down; a first start reads what is already there (faults since boot count). A missing file is
 waited for; an unreadable log is `gpufleet_source_up{source="kmsg"} 0` with the reason, tried again every few
 seconds, and the agent goes on without it.
+
+An agent without a control plane has no spool: it follows the log for its Xid series alone (agent/xids.py), keeps the
+position in memory, and begins a file at its end (/dev/kmsg from its oldest record, whose times are this boot's).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
-from gpufleet.agent.spool import RecordSpool
 from gpufleet.background import Background
 from gpufleet.errors import GpufleetError
 from gpufleet.model.kernel import KernelEvent
@@ -26,6 +29,27 @@ POLL_S = 0.2
 RETRY_S = 5.0
 
 
+class Positions(Protocol):
+    """Where how far the log was read is kept: the agent's spool (RecordSpool), or memory."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def set(self, key: str, value: str) -> None: ...
+
+
+class MemoryPositions:
+    """Positions kept for this process only (an agent without a control plane has no spool)."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, str] = {}
+
+    def get(self, key: str) -> str | None:
+        return self._values.get(key)
+
+    def set(self, key: str, value: str) -> None:
+        self._values[key] = value
+
+
 class KernelLog(Background):
     thread_name = "kmsg"
     join_s = 5.0
@@ -33,20 +57,22 @@ class KernelLog(Background):
     def __init__(
         self,
         on_events: Callable[[list[KernelEvent]], None],
-        spool: RecordSpool,
+        spool: Positions,
         *,
         path: Path | None = None,
         host: str | None = None,
         status: Status | None = None,
         poll_s: float = POLL_S,
+        from_start: bool = True,
     ) -> None:
-        """`path=None` follows /dev/kmsg."""
+        """`path=None` follows /dev/kmsg. `from_start=False` begins a file at its end when `spool` has no position."""
         self.on_events = on_events
         self.spool = spool
         self.path = path
         self.host = host
         self.status = status or (lambda ok, why: None)
         self.poll_s = poll_s
+        self.from_start = from_start
         self.key = "kmsg_seq" if path is None else "kmsg_file"  # where the spool keeps the position
         self._saved: Position | None = None
         super().__init__()
@@ -70,6 +96,7 @@ class KernelLog(Background):
             self.path or DEV_KMSG,
             kmsg=self.path is None,
             position=KmsgPosition.parse(stored) if self.path is None else FilePosition.parse(stored),
+            from_start=self.from_start,
             host=self.host,
             poll_s=self.poll_s,
             status=self.status,

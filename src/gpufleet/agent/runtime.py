@@ -1,10 +1,12 @@
-"""Assemble an agent: its sources, the collector and /metrics, and (with a control plane to report to) the edge
-detectors, the kernel-log follower, the durable spool and the pusher."""
+"""Assemble an agent: its sources, the collector and /metrics with the kernel log's Xid series, and (with a control
+plane to report to) the edge detectors, the durable spool and the pusher, the kernel-log follower handing its reports
+to both."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +17,11 @@ import numpy as np
 from gpufleet.agent.collector import Collector, MetricSource
 from gpufleet.agent.edge import EdgeAgent
 from gpufleet.agent.http import make_server, serve_in_thread
-from gpufleet.agent.kernel import KernelLog
+from gpufleet.agent.kernel import KernelLog, MemoryPositions, Positions
 from gpufleet.agent.pusher import BatchPusher, NodeState
 from gpufleet.agent.spool import RecordSpool
+from gpufleet.agent.xids import XidWindow
+from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import JobFact, NodeInventory, SchedulerReport
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
@@ -101,11 +105,18 @@ def assemble(
     guard: Callable[[Callable[[], None]], None] | None = None,
     stoppers: list[Stoppable] | None = None,
 ) -> Agent:
-    """An agent for `node`. Without a control plane it only serves /metrics; with one it also detects at the edge,
-    follows `kernel_log` (None: not at all) and pushes."""
-    collector = Collector(frame, sources, interval=interval, exposition=exposition, guard=guard)
+    """An agent for `node`. It serves /metrics, the Xids of `kernel_log` (None: not followed) among them; with a
+    control plane it also detects at the edge, hands the kernel log's reports to the edge, and pushes."""
+    xids = None
+    if kernel_log is not None:  # /dev/kmsg's uptime stamps are this boot's, on the monotonic clock
+        xids = XidWindow(node, window_ms=frame.window_ms, boot_clock=time.monotonic if kernel_log == DEV_KMSG else None)
+    all_sources = [*sources, xids] if xids is not None else sources
+    collector = Collector(frame, all_sources, interval=interval, exposition=exposition, guard=guard)
     agent = Agent(collector, host, port, node, stoppers=list(stoppers or []))
     if control_plane is None:
+        if kernel_log is not None and xids is not None:  # for the Xid series alone: a file is begun at its end
+            follow = _follower(kernel_log, xids.observe, MemoryPositions(), node, xids, from_start=False)
+            agent.stoppers.append(follow)
         return agent
     spool = RecordSpool(data_dir / f"spool-{node}.db")
     if spool.new:
@@ -130,16 +141,39 @@ def assemble(
     )
     collector.after.append(edge.after_collect)
     agent.pusher, agent.edge, agent.spool = pusher, edge, spool
-    if kernel_log is not None:
-        follower = KernelLog(
-            edge.kernel_events,
-            spool,
-            path=None if kernel_log == DEV_KMSG else kernel_log,
-            host=node,
-            status=lambda ok, why: collector.report("kmsg", ok, why),
-        )
-        agent.stoppers.append(follower)
+    if kernel_log is not None and xids is not None:
+        window = xids
+
+        def deliver(events: list[KernelEvent]) -> None:
+            edge.kernel_events(events)  # to the control plane first, as without the Xid series
+            try:
+                window.observe(events)
+            except Exception:  # the metrics' side never stops the follower the control plane depends on
+                log.exception("the Xid series missed a kernel-log read")
+
+        agent.stoppers.append(_follower(kernel_log, deliver, spool, node, xids))
     return agent
+
+
+def _follower(
+    kernel_log: Path,
+    deliver: Callable[[list[KernelEvent]], None],
+    positions: Positions,
+    node: str,
+    xids: XidWindow,
+    *,
+    from_start: bool = True,
+) -> KernelLog:
+    """The kernel-log follower: its reports to `deliver`, its state to the Xid source, which says it on /metrics as
+    `gpufleet_source_up{source="kmsg"}` at each collection."""
+    return KernelLog(
+        deliver,
+        positions,
+        path=None if kernel_log == DEV_KMSG else kernel_log,
+        host=node,
+        status=xids.status,
+        from_start=from_start,
+    )
 
 
 def locked(lock: threading.RLock | threading.Lock) -> Callable[[Callable[[], None]], None]:

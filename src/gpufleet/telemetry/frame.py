@@ -97,6 +97,8 @@ class MetricFrame:
     values: np.ndarray = field(init=False)  # (gpu value fields, entities)
     clock_events: np.ndarray = field(init=False)  # (clock events, entities): DCGM_EXP_CLOCK_EVENTS_COUNT
     xid_counts: dict[int, np.ndarray] = field(init=False)  # xid -> per-entity count: DCGM_EXP_XID_ERRORS_COUNT
+    # (pci_bus_id, hostname, xid) -> count, for a GPU the kernel log names that no entity is (set_unlisted_xid_count)
+    unlisted_xid_counts: dict[tuple[str, str, int], float] = field(init=False)
     ib_values: np.ndarray = field(init=False)  # (IB counters, ports), in metric units (bytes, not octets/4)
     ib_up: np.ndarray = field(init=False)  # per port: 1 link up (ACTIVE/LinkUp), 0 down, NaN not read this tick
     attribution: list[Attribution | None] = field(init=False)
@@ -121,6 +123,7 @@ class MetricFrame:
         self.values = np.full((len(self.gpu_fields), n), np.nan)
         self.clock_events = np.full((len(load_clock_events()), n), np.nan)
         self.xid_counts = {}
+        self.unlisted_xid_counts = {}
         self.ib_values = np.full((len(self.ib_fields), len(self.ib_ports)), np.nan)
         self.ib_up = np.full(len(self.ib_ports), np.nan)
         self.attribution = [None] * n
@@ -149,6 +152,12 @@ class MetricFrame:
         if row.shape != (len(self.entities),):
             raise UserError(f"xid counts need one value per entity ({len(self.entities)}), got shape {row.shape}")
         self.xid_counts[int(xid)] = row
+
+    def set_unlisted_xid_count(self, pci_bus_id: str, hostname: str, xid: int, count: float) -> None:
+        """Xids of one code seen within the window on a GPU that no entity is: one the kernel log names by its PCI
+        address but NVML did not list (fallen off the bus before the agent started). Rendered in
+        DCGM_EXP_XID_ERRORS_COUNT with the only labels known of it, pci_bus_id and the hostname."""
+        self.unlisted_xid_counts[(pci_bus_id, hostname, int(xid))] = float(count)
 
     def clock_event_row(self, event: str) -> np.ndarray:
         for i, e in enumerate(load_clock_events()):
@@ -182,6 +191,7 @@ class MetricFrame:
         self.values = np.full((len(self.gpu_fields), n), np.nan)
         self.clock_events = np.full((len(load_clock_events()), n), np.nan)
         self.xid_counts = {}
+        self.unlisted_xid_counts = {}
         self.attribution = [None] * n
         self.jobs = [()] * n
         self.shares = [None] * n
@@ -226,3 +236,4 @@ class MetricFrame:
         self.ib_values.fill(np.nan)
         self.ib_up.fill(np.nan)
         self.xid_counts.clear()
+        self.unlisted_xid_counts.clear()

@@ -298,7 +298,9 @@ class Renderer:
         out: list[str],
         name: str,
         rows: list[tuple[list[tuple[str, str]], np.ndarray]],
+        tail: list[str] | None = None,
     ) -> None:
+        """One labelled count family: each entity's nonzero counts, then `tail` (lines of series no entity has)."""
         if not frame.catalog.fields or not any(f.name == name for f in frame.catalog.fields):
             return
         field = frame.catalog.get(name)
@@ -313,6 +315,7 @@ class Renderer:
                 for attrs in lay.attr_bodies[i]:
                     body = [*labels[:ident_len], *sorted(labels[ident_len:]), *attrs]
                     lines.append(f"{name}{{{_pairs(body)}}} {int(row[i])}\n")
+        lines.extend(tail or ())
         if lines:
             out.append(_header(field))
             out.extend(lines)
@@ -333,7 +336,17 @@ class Renderer:
             out,
             "DCGM_EXP_XID_ERRORS_COUNT",
             [([window, ("xid", str(x))], counts) for x, counts in sorted(frame.xid_counts.items())],
+            self._unlisted_xid_lines(frame, window),
         )
+
+    def _unlisted_xid_lines(self, frame: MetricFrame, window: tuple[str, str]) -> list[str]:
+        """Xid counts of GPUs no entity is (MetricFrame.set_unlisted_xid_count), named by pci_bus_id and hostname."""
+        lines = []
+        for (bus, host, xid), count in sorted(frame.unlisted_xid_counts.items()):
+            if count > 0:
+                body = [("pci_bus_id", bus), (self.config.hostname_label, host), window, ("xid", str(xid))]
+                lines.append(f"DCGM_EXP_XID_ERRORS_COUNT{{{_pairs(body)}}} {int(count)}\n")
+        return lines
 
     def _render_pod_info(self, frame: MetricFrame, lay: _Layout, out: list[str]) -> None:
         if self.config.attribution != "info":
