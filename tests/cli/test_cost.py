@@ -4,6 +4,7 @@ file that prices the control plane's measurement again on this side, and clear e
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ def test_json_is_the_apis_report(env: dict[str, str]) -> None:
     data = json.loads(report(env, "-o", "json").stdout)
     assert {"totals", "by_workload", "by_namespace", "by_team", "by_model", "waste", "recommendations", "prices",
             "usage"} <= set(data)  # fmt: skip
-    assert data["hours"] == 1.0 and data["currency"] == "USD"
+    # the twin ran 15 minutes of the hour asked: the report is of those, and says what was asked
+    assert data["hours"] == pytest.approx(0.25, abs=0.02) and data["asked_hours"] == 1.0 and data["currency"] == "USD"
     namespaces = {w["namespace"] for w in data["by_workload"]}
     assert namespaces == {"training", "inference", "default"}
     job = next(w for w in data["by_workload"] if w["namespace"] == "training")
@@ -99,3 +101,19 @@ def test_no_control_plane_says_where_it_looked(tmp_path: Path) -> None:
     env = {"GPUFLEET_SERVER": f"http://127.0.0.1:{apiclient.free_port()}", "GPUFLEET_HOME": str(tmp_path)}
     res = gpufleet("cost", "report", env=env)
     assert res.returncode == 1 and "no control plane answers" in res.stderr
+
+
+def test_a_scenario_run_an_hour_is_headed_with_the_hour_it_covers(tmp_path: Path) -> None:
+    """`--at 1h` of a scenario, asked for the default week: the heading, the JSON and the note describe the hour the
+    history covers, on an hour's grid, not a 168 h window."""
+    scenario = str(Path(__file__).resolve().parents[2] / "src/gpufleet/examples/scenarios/gpu-sharing.yaml")
+    env = {"GPUFLEET_HOME": str(tmp_path)}
+    res = gpufleet("cost", "report", "-f", scenario, "--at", "1h", "-o", "json", env=env)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["hours"] == pytest.approx(1.0, abs=0.02) and data["asked_hours"] == 168 and data["step_s"] == 60
+    assert data["end"] - data["start"] == pytest.approx(3600, abs=60)
+    assert any("of the 168 h asked" in note for note in data["notes"])
+    table = gpufleet("cost", "report", "-f", scenario, "--at", "1h", env=env).stdout
+    heading = next(line for line in table.splitlines() if line.startswith("GPU cost"))
+    assert re.search(r"\(1(\.0\d)? h of the 168 h asked", heading) and "a point every 60 s" in heading, heading

@@ -112,10 +112,17 @@ def test_the_operators_cost_config_is_read_on_every_report(
 
 
 def test_a_longer_period_than_the_history_covers_only_what_was_reported(plane: ControlPlane) -> None:
+    """A week asked of two hours of history: the report is of the two hours (its start where the history begins,
+    on the grid two hours take), and says so."""
     report = CostService(plane, CostConfig()).report("7d")
-    assert report.step_s == 300.0  # a week in at most 2016 points
-    assert report.totals.held_gpu_hours == pytest.approx(6 * 2, abs=0.5)  # two hours of six held GPUs
-    assert max(n.covered_hours for n in report.usage.nodes) == pytest.approx(2.0, abs=0.1)
+    assert report.hours == pytest.approx(2.0, abs=0.02) and report.asked_hours == 7 * 24  # within one step
+    assert report.step_s == 60.0  # two hours' grid, not a week's (300 s)
+    assert report.start < T0 <= report.start + report.step_s and report.end == pytest.approx(T0 + 2 * 3600, abs=60)
+    assert report.totals.held_gpu_hours == pytest.approx(6 * 2, abs=0.2)  # two hours of six held GPUs
+    assert max(n.covered_hours for n in report.usage.nodes) == pytest.approx(2.0, abs=0.05)
+    assert any("covers 2" in note and "168 h asked" in note for note in report.notes)
+    within = CostService(plane, CostConfig()).report("1h")  # the history covers all of it: as asked
+    assert (within.hours, within.asked_hours) == (1.0, None) and not within.notes
 
 
 def test_the_idle_threshold_can_be_raised_for_one_report(plane: ControlPlane) -> None:

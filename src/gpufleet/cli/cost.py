@@ -27,6 +27,10 @@ def _hours(v: float) -> str:
     return f"{v:,.1f}"
 
 
+def _h(v: float) -> str:
+    return f"{v:,.2f}".rstrip("0").rstrip(".")
+
+
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}%"
 
@@ -82,8 +86,10 @@ def render_report(r: dict[str, Any], wide: bool) -> None:
     from gpufleet.cli.render import clock
 
     t = r["totals"]
+    asked = r.get("asked_hours")
+    covered = f"{_h(r['hours'])} h" + (f" of the {_h(asked)} h asked: the metric history begins there" if asked else "")
     console.print(
-        f"[bold]GPU cost[/bold] {clock(r['start'])} – {clock(r['end'])} ({r['hours']:g} h, a point every "
+        f"[bold]GPU cost[/bold] {clock(r['start'])} – {clock(r['end'])} ({covered}, a point every "
         f"{r['step_s']:g} s); idle below {r['idle_below_pct']:g}% utilization; prices in {r['currency']}",
         highlight=False,
     )

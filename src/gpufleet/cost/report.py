@@ -91,7 +91,8 @@ class CostReport(BaseModel):
     start: float
     end: float
     step_s: float
-    hours: float
+    hours: float = Field(description="The period the report covers: from start, where the metric history begins.")
+    asked_hours: float | None = Field(None, description="The period asked for, where the history covers less of it.")
     idle_below_pct: float
     totals: Totals
     by_workload: list[WorkloadCost] = Field(description="Costliest first.")
@@ -169,6 +170,7 @@ def build_report(usage: Usage, config: CostConfig, book: PriceBook | None = None
                      "prices, or set default_usd_per_gpu_hour")  # fmt: skip
     return CostReport(
         start=usage.start, end=usage.end, step_s=usage.step_s, hours=round((usage.end - usage.start) / 3600.0, 3),
+        asked_hours=None if usage.asked_s is None else round(usage.asked_s / 3600.0, 3),
         idle_below_pct=usage.idle_below_pct, totals=totals, by_workload=workloads,
         by_namespace=_groups(workloads, lambda w: w.namespace, config),
         by_team=_groups(workloads, lambda w: w.team, config), by_model=by_model,

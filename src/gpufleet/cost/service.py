@@ -6,6 +6,9 @@ workloads (which are training jobs, which inference services).
 The operator's cost config (prices, namespace -> team, thresholds) is $GPUFLEET_HOME/cost.yaml when it exists,
 read again on every report, so an edit shows without a restart.
 
+A period that begins before the metric history does is reported from where the history begins, on that span's grid,
+with the period asked for beside it (`asked_hours`): an hour of data is never headed as a week.
+
 A workload info series outlives its pod by the store's lookback (5 minutes, as in PromQL): the last few minutes
 of a finished pod count as held, once per pod, whichever store it is.
 """
@@ -18,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from gpufleet.cost.config import CostConfig, model_key
 from gpufleet.cost.report import CostReport, build_report
 from gpufleet.cost.usage import Usage, measure
@@ -25,7 +30,7 @@ from gpufleet.errors import UserError
 from gpufleet.spec.base import parse_duration
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC
 from gpufleet.telemetry.store import Selector
-from gpufleet.telemetry.store.query import MetricStore
+from gpufleet.telemetry.store.query import MetricStore, RangeSeries
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,33 @@ def step_for(seconds: float) -> float:
     return float(next((s for s in STEPS_S if s >= want), math.ceil(want / 86400) * 86400))
 
 
+def period(clock: float, seconds: float, whole: bool = True) -> tuple[float, float, float]:
+    """(start, end, step) of the `seconds` before `clock` on whole steps, so a report asked twice in a step is the
+    same: the whole steps within it, or (`whole=False`) enough steps to hold all of it."""
+    step = step_for(seconds)
+    end = math.floor(clock / step) * step
+    steps = math.floor(seconds / step) if whole else math.ceil(seconds / step - 1e-9)
+    return end - steps * step, end, step
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.2f}".rstrip("0").rstrip(".")
+
+
+def _read(store: MetricStore, start: float, end: float, step: float) -> tuple[list[RangeSeries], ...]:
+    """Utilization (GPU_UTIL, and MIG instances' engine activity) and who held each GPU, on the period's grid."""
+    first = start + step
+    return tuple(store.range(Selector.of(name), first, end, step) for name in (UTIL, ENGINE, POD_INFO_METRIC))
+
+
+def _first_point(*results: list[RangeSeries]) -> float | None:
+    """The earliest grid point any series has a value at (None: no data in the period)."""
+    firsts = [
+        float(s.timestamps[~np.isnan(s.values)][0]) for series in results for s in series if (~np.isnan(s.values)).any()
+    ]
+    return min(firsts, default=None)
+
+
 def load_config(path: Path | None) -> CostConfig:
     """The given file when present (the control plane's is $GPUFLEET_HOME/cost.yaml), else the defaults."""
     return CostConfig.from_file(path) if path is not None and path.exists() else CostConfig()
@@ -101,16 +133,29 @@ class CostService:
             raise UserError(
                 "this control plane keeps no metric history", fix="start it with the embedded store or --metrics"
             )
-        step = step_for(seconds)
-        end = math.floor(self.source.clock() / step) * step  # whole steps: a report asked twice in a step is the same
-        start = end - math.floor(seconds / step) * step
-        first = start + step
-        util = store.range(Selector.of(UTIL), first, end, step)
-        engine = store.range(Selector.of(ENGINE), first, end, step)
-        held = store.range(Selector.of(POD_INFO_METRIC), first, end, step)
+        clock = self.source.clock()
+        start, end, step = period(clock, seconds)
+        util, engine, held = _read(store, start, end, step)
+        begins = _first_point(util, engine, held)
+        covered = start if begins is None else begins - step  # a point stands for the step before it
+        narrowed = covered > start
+        if narrowed:  # the history begins inside the period: the report is of what it covers, on a finer grid
+            asked = start
+            start, end, step = period(clock, end - covered, whole=False)
+            start = max(start, asked)
+            util, engine, held = _read(store, start, end, step)
+            begins = _first_point(util, engine, held)
+            start = max(start, start if begins is None else begins - step)  # the points before it have no data
         kinds, pools, labels = self._fleet_facts(config)
-        return measure(util, held, engine=engine, start=start, end=end, step=step, idle_below=threshold,
-                       kinds=kinds, pools=pools, labels=labels)  # fmt: skip
+        usage = measure(util, held, engine=engine, start=start, end=end, step=step, idle_below=threshold,
+                        kinds=kinds, pools=pools, labels=labels)  # fmt: skip
+        if narrowed:
+            usage.asked_s = seconds
+            usage.notes.append(
+                f"the metric history covers {_hours(end - start)} h of the {_hours(seconds)} h asked for: the report "
+                "is of those"
+            )
+        return usage
 
     def report(self, since: str | float = "7d", idle_below: float | None = None) -> CostReport:
         config = self.config()

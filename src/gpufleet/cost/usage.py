@@ -124,6 +124,9 @@ class Usage(BaseModel):
     pools: list[PoolUse]
     timeline: Timeline
     notes: list[str] = Field(default_factory=list)
+    asked_s: float | None = Field(
+        None, description="The period asked for, where the metric history covers less of it (start is where it begins)."
+    )
 
 
 @dataclass(slots=True)

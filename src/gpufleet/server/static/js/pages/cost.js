@@ -148,7 +148,8 @@ export async function mount(root, ctx) {
     loadedAt = Date.now();
     const r = await api.get("/api/v1/cost", { since });
     api.noteTime(r.end);
-    set($("#cost-sub", root), `last ${since} · a point every ${num(r.step_s / 60)} min · idle below ${num(r.idle_below_pct)}% · ${r.currency}`);
+    const covered = r.asked_hours ? ` (the metric history covers ${hours(r.hours)} h of it)` : "";
+    set($("#cost-sub", root), `last ${since}${covered} · a point every ${num(r.step_s / 60)} min · idle below ${num(r.idle_below_pct)}% · ${r.currency}`);
     set($("#cost-kpis", root), kpis(r));
     const tl = r.usage.timeline;
     const pts = (key) => tl.times.map((t, i) => [t, tl[key][i]]);
