@@ -25,6 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpufleet.health.xid_policy import xid_ratings  # noqa: E402
 from gpufleet.model import Incident, RootCause  # noqa: E402
 from gpufleet.sim.runner import run_headless  # noqa: E402
 from gpufleet.sim.scenario import build_twin  # noqa: E402
@@ -161,7 +162,7 @@ def prometheus_latency(found: list[Case], span_s: float, promtool: str) -> None:
     config = SloConfig(services=[ServiceObjectives(model="chat-api", p99_s=0.5)])  # the service's declared p99
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "rules.yml").write_text(rules.dump(rules.rule_groups()))
+        (folder / "rules.yml").write_text(rules.dump(rules.rule_groups(xids=xid_ratings())))
         (folder / "slo.yml").write_text(rules.dump(slo.rule_groups(config)))
         for case in found:
             start = int(case.fault_s // SCRAPE_S)

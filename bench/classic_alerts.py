@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufleet.catalog import load_xid_catalog
 from gpufleet.catalog.ib_counters import load_ib_counters
+from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.telemetry.frame import MetricFrame
 from gpufleet.telemetry.monitoring.alert_rules import RulesConfig
 
@@ -41,8 +41,11 @@ class ClassicPipeline:
     _ib: dict[str, deque[tuple[float, np.ndarray]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        fatal = {c for c, info in load_xid_catalog().items() if info.fatal}
-        self._fatal = fatal
+        xids = xid_ratings()  # the Xid rules page as the Xid policy rates each code
+        self._xid_rule = {code: "GpuXidFatal" for code in xids.fatal}
+        self._xid_rule |= {code: "GpuXid" for code in xids.nonfatal}
+        self._xid_rule |= {code: "GpuXidLineDependent" for code in xids.by_line}
+        self._xid_unknown = "GpuXidFatal" if xids.unknown == "FATAL" else "GpuXid"
         counters = load_ib_counters()
         self._ib_rules = [
             (counters[name].metric, float(counters[name].threshold or 1)) for name in self.config.ib_counters
@@ -64,7 +67,7 @@ class ClassicPipeline:
         for i in np.flatnonzero(frame.gpu("DCGM_FI_DEV_ROW_REMAP_FAILURE") > 0):
             conditions.append(("GpuRowRemapFailure", gpus[i], 0.0))
         for code, counts in frame.xid_counts.items():
-            name = "GpuXidFatal" if code in self._fatal else "GpuXid"
+            name = self._xid_rule.get(code, self._xid_unknown)
             for i in np.flatnonzero(counts > 0):
                 conditions.append((name, gpus[i], 0.0))
         for i in np.flatnonzero(frame.gpu("DCGM_FI_DEV_GPU_UTIL") < cfg.idle_util_percent):

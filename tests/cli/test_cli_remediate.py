@@ -11,13 +11,13 @@ from tests.clirun import Ran
 from tests.clirun import gpufleet as run_cli
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401
 
-INCIDENT = """id: xid48-dgx-005-1
-cause: gpu-xid
+INCIDENT = """id: xid64-dgx-005-1
+cause: row-remap-failure
 entity: {kind: gpu, node: dgx-005, index: 1}
 severity: critical
-summary: Xid 48 double-bit ECC error on dgx-005 GPU 1
-action: WORKFLOW_XID_48
-xid: 48
+summary: Xid 64 row remap failure on dgx-005 GPU 1
+action: CONTACT_SUPPORT
+xid: 64
 serial: "1654321098765"
 """
 
@@ -38,7 +38,7 @@ def test_plan_dry_run_apply_and_audit(tmp_path: Path, incident_file: Path) -> No
     plan = gpufleet(home, "remediate", "plan", "--incident", str(incident_file), "-o", "json")
     assert plan.returncode == 0, plan.stderr
     [report] = json.loads(plan.stdout)
-    assert report["runbook"] == "xid-48" and [s["decision"] for s in report["steps"]] == ["would"] * 3
+    assert report["runbook"] == "row-remap-failure" and [s["decision"] for s in report["steps"]] == ["would"] * 3
 
     dry = gpufleet(home, "remediate", "apply", "--incident", str(incident_file), "--dry-run")
     assert dry.returncode == 0 and "would" in dry.stdout
@@ -81,9 +81,10 @@ def test_breaker_status_and_reset(tmp_path: Path) -> None:
 
 def test_runbooks_list(tmp_path: Path) -> None:
     out = gpufleet(tmp_path, "remediate", "runbooks")
-    assert out.returncode == 0 and "xid-48" in out.stdout and "gpu-lost" in out.stdout
+    assert out.returncode == 0 and "ecc-dbe" in out.stdout and "gpu-lost" in out.stdout
+    assert "gpu-xid action=CONTACT_SUPPORT,WORKFLOW_XID_45 severity=warning,info" in out.stdout
     data = json.loads(gpufleet(tmp_path, "remediate", "runbooks", "-o", "json").stdout)
-    assert {d["metadata"]["name"] for d in data} >= {"xid-48", "bad-cable", "nccl-hang", "idle-gpu"}
+    assert {d["metadata"]["name"] for d in data} >= {"ecc-dbe", "bad-cable", "nccl-hang", "idle-gpu"}
 
 
 def test_bad_incident_file_is_one_line_error(tmp_path: Path) -> None:

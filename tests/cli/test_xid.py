@@ -34,7 +34,7 @@ def test_classify_json_records(corpus: Path) -> None:
         assert key in first
     assert (first["xid"], first["severity"], first["action"], first["time"]) == (
         154,
-        "NONFATAL",
+        "FATAL",  # it announces GPU Reset Required
         "RESET_GPU",
         171167.897562,
     )

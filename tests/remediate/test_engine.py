@@ -23,24 +23,60 @@ def _decisions(report: RunReport) -> dict[str, str]:
     return {s.step: s.decision for s in report.steps}
 
 
-def test_xid48_cordons_drains_and_files_rma_with_serial(tmp_path: Path) -> None:
+def test_row_remap_failure_cordons_drains_and_files_rma_with_serial(tmp_path: Path) -> None:
     twin = small_twin(nodes=4, job_nodes=2)
     rem = remediator(twin, tmp_path)
-    inc = incident(RootCause.gpu_xid, "n-001", gpu=5, action="WORKFLOW_XID_48", xid=48)
+    inc = incident(RootCause.row_remap_failure, "n-001", gpu=5, action="CONTACT_SUPPORT", xid=64)
     report = rem.apply(inc)
     assert _decisions(report) == {"cordon": "done", "drain": "done", "rma": "done"}
     assert twin.cluster.node("n-001").unschedulable
     assert twin.cluster.job("job").state is JobState.failed  # its ranks were evicted
     [ticket] = FileTicketSink(tmp_path / "tickets").tickets()
-    assert ticket.kind == "rma" and ticket.xid == 48 and ticket.gpu == 5
+    assert ticket.kind == "rma" and ticket.xid == 64 and ticket.gpu == 5
     assert ticket.serial == twin.cluster.node("n-001").gpus[5].serial  # from the inventory when the incident has none
     assert any(a.startswith("drain:") for a in ticket.actions_taken)
+
+
+def test_xid48_resets_the_gpu_so_its_row_remap_takes_effect_and_returns_it(tmp_path: Path) -> None:
+    """NVIDIA's remedy for a double-bit error, the same for Xid 48 and the ECC counter: drain, reset (the pending row
+    remap takes effect), re-test, back to service."""
+    dbe = InjectedFault(1, FaultType.ecc_dbe, 2.0, node="n-001", gpu=5)
+    twin = small_twin(nodes=4, job_nodes=0, faults=[dbe])
+    rem = remediator(twin, tmp_path)
+    twin.run(3)
+    k = twin.gpu("n-001", 5)
+    assert twin.gpus.ecc_dbe_vol[k] == 1 and twin.gpus.remap_pending[k]
+    for inc in (
+        incident(RootCause.ecc_dbe, "n-001", gpu=5, action="WORKFLOW_XID_48", xid=48, ident="xid48"),
+        incident(RootCause.ecc_dbe, "n-001", gpu=5, action="WORKFLOW_XID_48", ident="counter"),
+    ):
+        report = rem.apply(inc)
+        assert report.runbook == "ecc-dbe"
+        twin.run(31)  # past the default spacing between drains
+    assert _decisions(report) == {
+        "cordon": "done", "drain": "done", "reset": "done", "diag": "passed", "uncordon": "done", "rma": "skipped",
+    }  # fmt: skip
+    assert not twin.gpus.remap_pending[k] and twin.gpus.ecc_dbe_vol[k] == 0
+    assert not twin.cluster.node("n-001").unschedulable
+    assert FileTicketSink(tmp_path / "tickets").tickets() == []
+
+
+def test_xid48_on_a_gpu_whose_remap_failed_goes_back(tmp_path: Path) -> None:
+    twin = small_twin(nodes=4, job_nodes=0)
+    rem = remediator(twin, tmp_path)
+    twin.gpus.remap_failure[twin.gpu("n-002", 1)] = True
+    report = rem.apply(incident(RootCause.ecc_dbe, "n-002", gpu=1, action="WORKFLOW_XID_48", xid=48, serial="s-2"))
+    d = _decisions(report)
+    assert d["reset"] == "done" and d["diag"] == "failed" and d["uncordon"] == "skipped" and d["rma"] == "done"
+    assert twin.cluster.node("n-002").unschedulable
+    [ticket] = FileTicketSink(tmp_path / "tickets").tickets()
+    assert ticket.kind == "rma" and ticket.serial == "s-2"
 
 
 def test_rerun_does_nothing_new(tmp_path: Path) -> None:
     twin = small_twin(nodes=4, job_nodes=0)
     rem = remediator(twin, tmp_path)
-    inc = incident(RootCause.gpu_xid, "n-002", action="WORKFLOW_XID_48", xid=48, serial="1650123456789")
+    inc = incident(RootCause.row_remap_failure, "n-002", action="CONTACT_SUPPORT", xid=64, serial="1650123456789")
     rem.apply(inc)
     audit_before = len(rem.store.audit_entries())
     twin.uncordon("n-002")  # someone fixed it by hand; running the runbook again must not cordon it again
@@ -175,15 +211,15 @@ def test_process_is_one_turn_of_the_main_loop(tmp_path: Path) -> None:
     rem = remediator(twin, tmp_path, policy(budget={"cluster": "50%"}))
     twin.run(5)
     lost = incident(RootCause.gpu_lost, "n-001", gpu=5, xid=79)
-    xid48 = incident(RootCause.gpu_xid, "n-004", gpu=1, action="WORKFLOW_XID_48", xid=48)
+    remap = incident(RootCause.row_remap_failure, "n-004", gpu=1, action="CONTACT_SUPPORT", xid=64)
     first = rem.process([lost])
     assert [s.decision for s in first[0].steps] == ["done", "done", "waiting"]
     twin.run(31)
-    second = {r.incident: r for r in rem.process([xid48])}  # the detector no longer lists the lost GPU
-    assert [s.decision for s in second[xid48.id].steps] == ["done", "done", "done"]
+    second = {r.incident: r for r in rem.process([remap])}  # the detector no longer lists the lost GPU
+    assert [s.decision for s in second[remap.id].steps] == ["done", "done", "done"]
     assert second[lost.id].steps[-1].decision == "waiting"  # still rebooting
     twin.run(300)
-    third = {r.incident: r for r in rem.process([xid48])}
-    assert {s.decision for s in third[xid48.id].steps} == {"done-earlier"}
+    third = {r.incident: r for r in rem.process([remap])}
+    assert {s.decision for s in third[remap.id].steps} == {"done-earlier"}
     assert [s.decision for s in third[lost.id].steps][2:4] == ["passed", "done"]
     assert rem.process([]) == []

@@ -14,7 +14,7 @@ from tests.twins import small_twin
 def test_the_intent_is_written_before_the_action(tmp_path: Path) -> None:
     twin = small_twin(nodes=4, job_nodes=2)
     rem = remediator(twin, tmp_path)
-    inc = incident(RootCause.gpu_xid, "n-001", gpu=5, action="WORKFLOW_XID_48", xid=48)
+    inc = incident(RootCause.row_remap_failure, "n-001", gpu=5, action="CONTACT_SUPPORT", xid=64)
     seen: list[str | None] = []
     cordon = twin.cordon
 
@@ -33,7 +33,7 @@ def test_the_intent_is_written_before_the_action(tmp_path: Path) -> None:
 def test_an_unconfirmed_step_is_never_repeated(tmp_path: Path) -> None:
     twin = small_twin(nodes=4, job_nodes=2)
     rem = remediator(twin, tmp_path)
-    inc = incident(RootCause.gpu_xid, "n-001", gpu=5, action="WORKFLOW_XID_48", xid=48)
+    inc = incident(RootCause.row_remap_failure, "n-001", gpu=5, action="CONTACT_SUPPORT", xid=64)
     rem.books().record_step(StepRecord(inc.id, "cordon", "cordon", "node/n-001", "started", 10.0, "begun"))
     report = rem.apply(inc)
     assert [(s.step, s.decision) for s in report.steps] == [("cordon", "interrupted")]

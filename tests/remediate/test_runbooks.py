@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ManifestError
-from gpufleet.model.incident import RootCause
+from gpufleet.model.incident import RootCause, Severity
 from gpufleet.model.observation import EntityKind
 from gpufleet.remediate import ActionKind, RunbookSet, load_runbooks
 from gpufleet.spec.loader import load_manifests
@@ -23,17 +23,45 @@ def test_every_root_cause_has_a_runbook() -> None:
 
 def test_most_specific_match_wins() -> None:
     rb = RunbookSet.builtin()
-    assert rb.select(incident(RootCause.gpu_xid, "n", action="WORKFLOW_XID_48", xid=48)).name == "xid-48"
-    assert rb.select(incident(RootCause.ecc_dbe, "n", action="WORKFLOW_XID_48", xid=48)).name == "xid-48"
-    assert rb.select(incident(RootCause.ecc_dbe, "n")).name == "ecc-dbe"
+    # one remedy for a double-bit error: Xid 48, the ECC counter (same action, no Xid), an amdgpu UMC error
+    assert rb.select(incident(RootCause.ecc_dbe, "n", action="WORKFLOW_XID_48", xid=48)).name == "ecc-dbe"
+    assert rb.select(incident(RootCause.ecc_dbe, "n", action="WORKFLOW_XID_48")).name == "ecc-dbe"
+    assert rb.select(incident(RootCause.ecc_dbe, "n", action="RESET_GPU")).name == "ecc-dbe"
+    assert rb.select(incident(RootCause.ecc_dbe, "n", action="RMA")).name == "replace-hardware"
     assert rb.select(incident(RootCause.gpu_xid, "n", action="RESTART_BM")).name == "gpu-xid-reboot"
     assert rb.select(incident(RootCause.gpu_xid, "n", action="CONTACT_SUPPORT")).name == "gpu-xid"
+    # the same action, rated non-fatal: ticketed, left in service
+    warning = incident(RootCause.gpu_xid, "n", action="CONTACT_SUPPORT", severity=Severity.warning)
+    assert rb.select(warning).name == "gpu-xid-support"
+    assert rb.select(incident(RootCause.nvlink, "n", action="IGNORE", severity=Severity.info)).name == "nvlink-watch"
+    assert rb.select(incident(RootCause.nvlink, "n", action="IGNORE")).name == "nvlink"  # a fatal subcode
+
+
+def test_a_severity_match_is_checked_and_counts_as_specific(tmp_path: Path) -> None:
+    path = _write(tmp_path, "    - {id: n, action: notify}\n", name="hot-warning")
+    text = path.read_text().replace("match: {causes: [thermal]}", "match: {causes: [thermal], severities: [warning]}")
+    path.write_text(text)
+    rb = RunbookSet.builtin()
+    rb.extend(load_runbooks(path))
+    assert rb.select(incident(RootCause.thermal, "n", severity=Severity.warning)).name == "hot-warning"
+    assert rb.select(incident(RootCause.thermal, "n")).name == "thermal"
 
 
 def test_required_runbook_shapes() -> None:
     rb = RunbookSet.builtin().by_name
-    assert [s.action for s in rb["xid-48"].spec.steps] == [ActionKind.cordon, ActionKind.drain, ActionKind.ticket]
-    assert rb["xid-48"].spec.steps[-1].ticket_kind == "rma"
+    dbe = rb["ecc-dbe"].spec.steps
+    assert [s.action for s in dbe] == [
+        ActionKind.cordon,
+        ActionKind.drain,
+        ActionKind.reset_gpu,
+        ActionKind.diag,
+        ActionKind.uncordon,
+        ActionKind.ticket,
+    ]
+    assert dbe[4].when.step_passed == "diag" and (dbe[5].ticket_kind, dbe[5].when.step_failed) == ("rma", "diag")
+    failed = rb["row-remap-failure"].spec.steps
+    assert [s.action for s in failed] == [ActionKind.cordon, ActionKind.drain, ActionKind.ticket]
+    assert failed[-1].ticket_kind == "rma"
     lost = rb["gpu-lost"].spec.steps
     assert [s.action for s in lost[:4]] == [
         ActionKind.drain,

@@ -79,7 +79,7 @@ def test_breaker_ignores_failures_spread_over_time(tmp_path: Path) -> None:
     rem = remediator(twin, tmp_path, policy(budget={"cluster": "100%"}, rateLimits={}))
     for k in range(8):  # 8 of 20 nodes, but one every 11 minutes: never 4 (20%) inside a 10-minute window
         twin.run(660)
-        rem.apply(incident(RootCause.gpu_xid, f"n-{k:03d}", action="WORKFLOW_XID_48", when=twin.time))
+        rem.apply(incident(RootCause.row_remap_failure, f"n-{k:03d}", when=twin.time))
     assert rem.breaker_status()["state"] == "closed"
     assert len(_unavailable(twin)) == 8
 
@@ -103,7 +103,7 @@ def test_leaf_budget_never_exceeded(tmp_path: Path) -> None:
     same_leaf = [n for n, p in places.items() if p.leaf == leaf]
     assert len(same_leaf) >= 5
     for node in same_leaf[:5]:
-        rem.apply(incident(RootCause.gpu_xid, node, action="WORKFLOW_XID_48"))
+        rem.apply(incident(RootCause.row_remap_failure, node))
         out_under_leaf = [n for n in _unavailable(twin) if places[n].leaf == leaf]
         assert len(out_under_leaf) <= 2
     assert len([n for n in _unavailable(twin) if places[n].leaf == leaf]) == 2
@@ -111,7 +111,7 @@ def test_leaf_budget_never_exceeded(tmp_path: Path) -> None:
     assert len(refused) == 3 and all("leaf budget" in e.reason and leaf in e.reason for e in refused)
     # A node under another leaf is not held back by this leaf's budget.
     other = next(n for n, p in places.items() if p.leaf != leaf)
-    rem.apply(incident(RootCause.gpu_xid, other, action="WORKFLOW_XID_48"))
+    rem.apply(incident(RootCause.row_remap_failure, other))
     assert other in _unavailable(twin)
 
 
@@ -137,7 +137,7 @@ def test_a_node_already_out_needs_no_budget(tmp_path: Path) -> None:
     twin = small_twin(nodes=10, job_nodes=0)
     rem = remediator(twin, tmp_path, policy(budget={"cluster": 1}, rateLimits={}))
     rem.apply(incident(RootCause.driver_mismatch, "n-000", gpu=None))
-    report = rem.apply(incident(RootCause.gpu_xid, "n-000", gpu=2, action="WORKFLOW_XID_48"))
+    report = rem.apply(incident(RootCause.row_remap_failure, "n-000", gpu=2))
     assert [s.decision for s in report.steps] == ["done", "done", "done"]
 
 
@@ -168,7 +168,7 @@ def test_dry_run_changes_nothing_but_logs_everything(tmp_path: Path) -> None:
     twin = small_twin(nodes=4, job_nodes=2)
     rem = remediator(twin, tmp_path)
     before = (twin.gpus.alive.copy(), [n.unschedulable for n in twin.cluster.nodes], twin.cluster.job("job").state)
-    report = rem.apply(incident(RootCause.gpu_xid, "n-000", action="WORKFLOW_XID_48"), dry_run=True)
+    report = rem.apply(incident(RootCause.row_remap_failure, "n-000"), dry_run=True)
     assert report.mode == "dry-run" and [s.decision for s in report.steps] == ["would"] * 3
     after = (twin.gpus.alive.copy(), [n.unschedulable for n in twin.cluster.nodes], twin.cluster.job("job").state)
     assert (before[0] == after[0]).all() and before[1:] == after[1:]
@@ -176,7 +176,7 @@ def test_dry_run_changes_nothing_but_logs_everything(tmp_path: Path) -> None:
     assert len(entries) == 3 and all(e.dry_run and e.decision == "would" for e in entries)
     assert not (tmp_path / "tickets").exists()
     assert rem.store.step(report.incident, "cordon") is None  # a later real run still does everything
-    real = rem.apply(incident(RootCause.gpu_xid, "n-000", action="WORKFLOW_XID_48"))
+    real = rem.apply(incident(RootCause.row_remap_failure, "n-000"))
     assert [s.decision for s in real.steps] == ["done"] * 3
 
 

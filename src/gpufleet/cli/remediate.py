@@ -248,6 +248,7 @@ def runbooks(
         for rb in rs:
             m = rb.spec.match
             match = ",".join(m.causes) + (f" action={','.join(m.actions)}" if m.actions else "")
+            match += f" severity={','.join(m.severities)}" if m.severities else ""
             steps = " -> ".join(s.action.value + ("?" if s.when != type(s.when)() else "") for s in rb.spec.steps)
             rows.append((rb.name, match, steps) + ((rb.spec.description,) if wide else ()))
         cols = ["NAME", "MATCHES", "STEPS (? = guarded)"] + (["DESCRIPTION"] if wide else [])

@@ -99,10 +99,15 @@ def rules_cmd(
     ),
     hostname_label: str = typer.Option("hostname", "--hostname-label", help="hostname (4.x) or Hostname (3.x)."),
     chart: Path | None = typer.Option(None, "--chart", metavar="DIR", help=CHART_HELP),
+    policy_file: Path | None = typer.Option(
+        None, "--policy", help="Xid policy YAML merged over the default: the Xid rules page as it rates each code."
+    ),
 ) -> None:
     """Generate alert rules: a Prometheus rule file, its promtool unit tests, a PrometheusRule and a
     ServiceMonitor. With --out, writes gpufleet-rules.yml, gpufleet-rules-test.yml, prometheus-rule.yaml and
-    service-monitor.yaml; with --chart, the rule file into the chart's files/; otherwise prints the rule file."""
+    service-monitor.yaml; with --chart, the rule file into the chart's files/; otherwise prints the rule file.
+    Which Xid pages at which severity comes from the Xid policy (`gpufleet xid policy`), as the agent judges them."""
+    from gpufleet.health.xid_policy import load_policy, xid_ratings
     from gpufleet.telemetry.monitoring.alert_rules import (
         RULE_FILE,
         RulesConfig,
@@ -116,25 +121,26 @@ def rules_cmd(
         raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")
     cfg = RulesConfig.from_file(config) if config else RulesConfig()
     cfg = cfg.model_copy(update={"hostname_label": hostname_label})
+    xids = xid_ratings(load_policy(policy_file))
     if chart is not None:
         from gpufleet.deploy.chart import RULES_FILE
 
-        _write(_chart(chart), {RULES_FILE: dump(rule_groups(cfg))})
+        _write(_chart(chart), {RULES_FILE: dump(rule_groups(cfg, xids=xids))})
     if out is not None:
         from gpufleet.telemetry.monitoring.alert_rules import service_monitor
 
         _write(
             out,
             {
-                RULE_FILE: dump(rule_groups(cfg)),
-                "gpufleet-rules-test.yml": dump(rule_tests(cfg)),
-                "prometheus-rule.yaml": dump(prometheus_rule(cfg)),
+                RULE_FILE: dump(rule_groups(cfg, xids=xids)),
+                "gpufleet-rules-test.yml": dump(rule_tests(cfg, xids=xids)),
+                "prometheus-rule.yaml": dump(prometheus_rule(cfg, xids=xids)),
                 "service-monitor.yaml": dump(service_monitor(cfg)),
             },
         )
     if out is not None or chart is not None:
         return
-    groups = rule_groups(cfg)
+    groups = rule_groups(cfg, xids=xids)
     sys.stdout.write(dump_json(groups) + "\n" if output is OutputFormat.json else dump(groups))
 
 

@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -25,6 +25,9 @@ from gpufleet.errors import ManifestError
 from gpufleet.health.vendor_policy import VendorAction, classify_vendor
 from gpufleet.model.incident import RootCause
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail
+
+if TYPE_CHECKING:
+    from gpufleet.telemetry.monitoring.alert_rules import XidRatings
 
 DEFAULT_POLICY = "xid_policy.yaml"
 ROW_REMAP_XIDS = frozenset({63, 64})  # row-remap / page-retirement recording event, and its recording failure
@@ -90,6 +93,7 @@ class ActionRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     action: Action
+    severity: XidSeverity | None = None  # None: the catalog's rating of the code that announced it
     reason: str = ""
 
 
@@ -267,6 +271,21 @@ def decode_nvl5(xid: int, detail: Nvl5Detail) -> list[Nvl5Rule]:
     return [r for r in rows if r.error_status and status & r.error_status]
 
 
+def _nvl5_action(row: Nvl5Rule, policy: XidPolicy) -> Action:
+    return policy.nvlink5.xid_154_eval if row.resolution == "XID_154_EVAL" else Action(row.resolution)
+
+
+def _nvl5_row_verdict(row: Nvl5Rule, bucket: str | None, policy: XidPolicy) -> Verdict:
+    return Verdict(
+        severity=XidSeverity.FATAL if row.fatal else XidSeverity.NONFATAL,
+        action=_nvl5_action(row, policy),
+        investigatory=row.investigatory or None,
+        bucket=bucket,
+        rule=f"nvl5-decode: {row.unit} status {row.error_status:#010x} ({row.severity})",
+        reason=row.effect,
+    )
+
+
 def _nvl5_verdict(event: KernelEvent, info: XidInfo | None, policy: XidPolicy) -> Verdict | None:
     detail = event.nvl5
     if detail is None or not policy.nvlink5.decode or event.xid is None:
@@ -277,19 +296,8 @@ def _nvl5_verdict(event: KernelEvent, info: XidInfo | None, policy: XidPolicy) -
         fallback = policy.nvlink5.undecoded_fatal if detail.fatal else policy.nvlink5.undecoded_nonfatal
         step = f"nvl5-undecoded: {detail.unit} status {detail.error_status:#010x}"
         return _from_rule(fallback, step, bucket)
-
-    def action_of(row: Nvl5Rule) -> Action:
-        return policy.nvlink5.xid_154_eval if row.resolution == "XID_154_EVAL" else Action(row.resolution)
-
-    worst = max(rows, key=lambda r: (r.fatal, _ACTION_WEIGHT.get(action_of(r), 3)))
-    return Verdict(
-        severity=XidSeverity.FATAL if worst.fatal else XidSeverity.NONFATAL,
-        action=action_of(worst),
-        investigatory=worst.investigatory or None,
-        bucket=bucket,
-        rule=f"nvl5-decode: {worst.unit} status {worst.error_status:#010x} ({worst.severity})",
-        reason=worst.effect,
-    )
+    worst = max(rows, key=lambda r: (r.fatal, _ACTION_WEIGHT.get(_nvl5_action(r, policy), 3)))
+    return _nvl5_row_verdict(worst, bucket, policy)
 
 
 def _catalog_verdict(code: int, info: XidInfo, policy: XidPolicy) -> Verdict:
@@ -326,6 +334,7 @@ def classify_xid(event: KernelEvent, policy: XidPolicy, info: XidInfo | None) ->
         announced = policy.recovery_actions.get(event.recovery.to_code, policy.unknown_recovery_action)
         return base.model_copy(
             update={
+                "severity": announced.severity or base.severity,
                 "action": announced.action,
                 "rule": f"xid154: announced {event.recovery.to_code:#x} ({event.recovery.to_name})",
                 "reason": announced.reason,
@@ -363,6 +372,7 @@ def _cut_recovery_verdict(possible: list[int | None], base: Verdict, policy: Xid
     named = f"{state:#x}" if state is not None else "a state the policy does not know"
     return base.model_copy(
         update={
+            "severity": worst.severity or base.severity,
             "action": worst.action,
             "rule": f"xid154: the line is cut before the new recovery state (it could be {could or 'any'}, or one "
             f"the policy does not know); the most disruptive reading, {named}, is taken",
@@ -401,3 +411,52 @@ def classify(event: KernelEvent, policy: XidPolicy | None = None) -> Verdict:
     if event.kind == "api_mismatch":
         return _from_rule(policy.api_mismatch, "api-mismatch", None)
     return _from_rule(policy.reset_required, "reset-required", None)
+
+
+def code_verdicts(code: int, policy: XidPolicy | None = None) -> tuple[Verdict, ...]:
+    """Every verdict `policy` can give a report of Xid `code`, whatever else its line says. The first is the verdict
+    on a report that carries nothing but the code (what a metric series such as DCGM_EXP_XID_ERRORS_COUNT{xid="N"}
+    can be judged by); the others are what the rest of a line can make of it: a row-remap Xid 64 whose text names a
+    failure, an NVLink5 Xid 144-150 by its decoded unit and status (or the driver's own word when the table has no
+    row), an Xid 154 by the recovery state it announces, an Xid 45 that names its root."""
+    policy = policy or default_policy()
+    info = load_xid_catalog().get(code)
+    bare = classify_xid(KernelEvent(kind="xid", line=0, raw="", message="", xid=code), policy, info)
+    if info is None or code in policy.overrides:  # an unknown code, or a site's choice: the line changes nothing
+        return (bare,)
+    bucket = info.nvidia_immediate_action or None
+    more: list[Verdict] = []
+    if code == 64:
+        more.append(_from_rule(policy.row_remap.failed, "row-remap: the driver reports a failure", bucket))
+    if code in NVL5_XIDS and policy.nvlink5.decode:
+        more += [_nvl5_row_verdict(row, bucket, policy) for row in load_nvl5_decode() if row.xid == code]
+        more.append(_from_rule(policy.nvlink5.undecoded_fatal, "nvl5-undecoded (printed Fatal)", bucket))
+        more.append(_from_rule(policy.nvlink5.undecoded_nonfatal, "nvl5-undecoded (printed Nonfatal)", bucket))
+    if code == RECOVERY_XID:
+        base = _catalog_verdict(code, info, policy)
+        states = [*policy.recovery_actions.items(), (None, policy.unknown_recovery_action)]
+        for state, rule in states:
+            named = f"{state:#x}" if state is not None else "a state the policy does not know"
+            update = {"severity": rule.severity or base.severity, "action": rule.action, "reason": rule.reason}
+            more.append(base.model_copy(update={**update, "rule": f"xid154: announced {named}"}))
+    if code == 45:
+        more.append(_from_rule(policy.xid45_with_root, "xid45 follows its root Xid", info.nvidia_immediate_action))
+    return (bare, *more)
+
+
+def code_severities(code: int, policy: XidPolicy | None = None) -> frozenset[XidSeverity]:
+    """The severities a report of Xid `code` can get under `policy`: one when the code alone decides, both when the
+    rest of its line does (see `code_verdicts`)."""
+    return frozenset(v.severity for v in code_verdicts(code, policy))
+
+
+def xid_ratings(policy: XidPolicy | None = None) -> XidRatings:
+    """The policy's ratings of every code the catalog lists, and of a code it does not, in the form the shipped alert
+    rules are generated from (telemetry/monitoring/alert_rules.py), so the rules page as the policy rates."""
+    from gpufleet.telemetry.monitoring.alert_rules import XidRatings
+
+    policy = policy or default_policy()
+    return XidRatings(
+        severities={code: frozenset(s.value for s in code_severities(code, policy)) for code in load_xid_catalog()},
+        unknown=policy.unknown_xid.severity.value,
+    )

@@ -1,8 +1,9 @@
 """Runbooks as data: which steps answer which root cause, each step with its guards.
 
 A runbook matches incidents on their root cause, and optionally on the NVIDIA action term the incident carries
-(WORKFLOW_XID_48, RESET_GPU, ...) and on the Xid code. The most specific match wins, so the Xid 48 runbook beats
-the generic `gpu-xid` one for the same incident.
+(WORKFLOW_XID_48, RESET_GPU, ...), on the Xid code and on the incident's severity. The most specific match wins, so
+the runbook for a GPU Xid that needs a reset beats the generic `gpu-xid` one, and a non-fatal report (one the Xid
+policy rates NONFATAL, filed below critical) can keep a runbook that leaves the GPU in service.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gpufleet.errors import ManifestError, NotFoundError
-from gpufleet.model.incident import Incident, RootCause
+from gpufleet.model.incident import Incident, RootCause, Severity
 from gpufleet.model.observation import EntityKind
 from gpufleet.spec.base import Manifest, Metadata, read_yaml_documents, validate_as
 
@@ -76,17 +77,20 @@ class Match(Manifest):
     causes: list[RootCause] = Field(min_length=1)
     actions: list[str] = Field(default_factory=list, description="incident action terms; empty matches any")
     xids: list[int] = Field(default_factory=list, description="Xid codes; empty matches any")
+    severities: list[Severity] = Field(default_factory=list, description="incident severities; empty matches any")
 
     def matches(self, incident: Incident) -> bool:
         if incident.cause not in self.causes:
             return False
         if self.actions and incident.action.upper() not in {a.upper() for a in self.actions}:
             return False
+        if self.severities and incident.severity not in self.severities:
+            return False
         return not (self.xids and incident.xid not in self.xids)
 
     @property
     def specificity(self) -> int:
-        return 1 + bool(self.actions) + bool(self.xids)
+        return 1 + bool(self.actions) + bool(self.xids) + bool(self.severities)
 
 
 class RunbookBody(Manifest):

@@ -171,7 +171,7 @@ def test_drain_blocked_by_pdb_is_an_error_and_the_runbook_retries(tmp_path: Path
     api = _cluster(pdb={"ml/serve-0": 100})
     pol = policy(rateLimits={}, budget={"cluster": "50%"})
     rem = Remediator(_backend(api), RemediationStore(tmp_path / "r.db"), pol, tickets=FileTicketSink(tmp_path / "t"))
-    inc = incident(RootCause.gpu_xid, "gpu-1", gpu=2, action="WORKFLOW_XID_48", xid=48)
+    inc = incident(RootCause.row_remap_failure, "gpu-1", gpu=2, action="CONTACT_SUPPORT", xid=64)
     first = rem.apply(inc)
     assert [s.decision for s in first.steps] == ["done", "error"]
     assert "PodDisruptionBudget" in first.steps[1].reason

@@ -77,14 +77,14 @@ def test_node_local_actions_are_unsupported_and_say_so(slurm_cluster: SlurmClust
     assert not SlurmBackend(slurm_cluster.runner, diag_command="false {node}").run_diag("gpu-01", 2).passed
 
 
-def test_xid48_runbook_on_real_slurm(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:  # noqa: F811
+def test_rma_runbook_on_real_slurm(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:  # noqa: F811
     rem = Remediator(
         SlurmBackend(slurm_cluster.runner),
         RemediationStore(tmp_path / "r.db"),
         policy(budget={"cluster": "50%"}, rateLimits={}),
         tickets=FileTicketSink(tmp_path / "tickets"),
     )
-    inc = incident(RootCause.gpu_xid, "gpu-04", gpu=6, action="WORKFLOW_XID_48", xid=48, serial="1652922001234")
+    inc = incident(RootCause.row_remap_failure, "gpu-04", gpu=6, xid=64, serial="1652922001234")
     report = rem.apply(inc)
     assert [s.decision for s in report.steps] == ["done", "done", "done"]
     assert _sinfo_state(slurm_cluster, "gpu-04").state.drained

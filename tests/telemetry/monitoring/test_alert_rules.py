@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from gpufleet.errors import ManifestError
+from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.telemetry.monitoring.alert_rules import (
     RULE_FILE,
     RulesConfig,
@@ -19,6 +20,7 @@ from gpufleet.telemetry.monitoring.alert_rules import (
 )
 from tests.conftest import require_tool
 
+XIDS = xid_ratings()  # the default Xid policy's ratings
 PRICED = RulesConfig(
     usd_per_gpu_hour={"NVIDIA H100 80GB HBM3": 4.5, "NVIDIA A100-SXM4-80GB": 4.5, "NVIDIA L40S": 2.0},
     hostname_label="Hostname",
@@ -26,7 +28,7 @@ PRICED = RulesConfig(
 
 
 def alerts(cfg: RulesConfig) -> list[dict]:
-    return [r for g in rule_groups(cfg)["groups"] for r in g["rules"]]
+    return [r for g in rule_groups(cfg, xids=XIDS)["groups"] for r in g["rules"]]
 
 
 def test_required_rules_exist() -> None:
@@ -36,6 +38,7 @@ def test_required_rules_exist() -> None:
         "GpuMemoryNearlyFull",
         "GpuXidFatal",
         "GpuXid",
+        "GpuXidLineDependent",
         "GpuIdleCost30m",
         "GpuIdleCost1h",
         "TrainingStalled",
@@ -68,7 +71,7 @@ def test_idle_rules_quote_prices_per_model() -> None:
 
 def test_every_rule_has_a_quiet_and_a_firing_test() -> None:
     rules = alerts(PRICED)
-    tests = rule_tests(PRICED)["tests"]
+    tests = rule_tests(PRICED, xids=XIDS)["tests"]
     assert len(tests) == len(rules)
     for test in tests:
         quiet, firing = test["alert_rule_test"]
@@ -80,7 +83,7 @@ def test_idle_cost_counts_allocated_gpus_only() -> None:
     # gpufleet's info series, dcgm-exporter's pod labels, or its HPC job label; joined on the configured hostname label
     assert "and on(UUID, GPU_I_ID, Hostname) (gpufleet_gpu_pod_info or gpufleet_gpu_job_info)" in idle["expr"]
     assert 'pod!=""} < 10' in idle["expr"] and 'hpc_job!=""} < 10' in idle["expr"]
-    test = next(t for t in rule_tests(PRICED)["tests"] if t["name"].startswith("GpuIdleCost30m"))
+    test = next(t for t in rule_tests(PRICED, xids=XIDS)["tests"] if t["name"].startswith("GpuIdleCost30m"))
     firing = test["alert_rule_test"][1]["exp_alerts"]
     assert sorted(a["exp_labels"]["gpu"] for a in firing) == ["3", "5", "6", "7"]  # not 4 (unallocated), 1 (busy)
     assert any(s["series"].startswith("gpufleet_gpu_pod_info{") for s in test["input_series"])
@@ -103,9 +106,9 @@ def test_training_thresholds_come_from_the_config() -> None:
 
 
 def test_manifests() -> None:
-    rule = prometheus_rule()
+    rule = prometheus_rule(xids=XIDS)
     assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
-    assert rule["spec"] == rule_groups()
+    assert rule["spec"] == rule_groups(xids=XIDS)
     mon = service_monitor()
     assert mon["kind"] == "ServiceMonitor"
     assert mon["spec"]["endpoints"][0]["path"] == "/metrics"
@@ -126,8 +129,8 @@ def test_bad_config_file_names_the_problem(tmp_path: Path) -> None:
 
 
 def write_rules(tmp_path: Path, cfg: RulesConfig) -> None:
-    (tmp_path / RULE_FILE).write_text(dump(rule_groups(cfg)))
-    (tmp_path / "tests.yml").write_text(dump(rule_tests(cfg)))
+    (tmp_path / RULE_FILE).write_text(dump(rule_groups(cfg, xids=XIDS)))
+    (tmp_path / "tests.yml").write_text(dump(rule_tests(cfg, xids=XIDS)))
 
 
 @pytest.mark.real

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from gpufleet.deploy.chart import DASHBOARDS_DIR, RULES_FILE
+from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.telemetry.fields import load_field_catalog
 from gpufleet.telemetry.monitoring.alert_rules import (
     RulesConfig,
@@ -71,11 +72,12 @@ def test_committed_artifacts_are_current() -> None:
     deploy = Path(__file__).resolve().parents[3] / "deploy" / "monitoring"
     chart = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "gpufleet"
     cfg = RulesConfig.from_file(deploy / "rules-config.yaml")
-    assert (deploy / "gpufleet-rules.yml").read_text() == dump(rule_groups(cfg))
-    assert (deploy / "gpufleet-rules-test.yml").read_text() == dump(rule_tests(cfg))
-    assert yaml.safe_load((deploy / "prometheus-rule.yaml").read_text()) == prometheus_rule(cfg)
+    xids = xid_ratings()  # the default Xid policy's
+    assert (deploy / "gpufleet-rules.yml").read_text() == dump(rule_groups(cfg, xids=xids))
+    assert (deploy / "gpufleet-rules-test.yml").read_text() == dump(rule_tests(cfg, xids=xids))
+    assert yaml.safe_load((deploy / "prometheus-rule.yaml").read_text()) == prometheus_rule(cfg, xids=xids)
     assert yaml.safe_load((deploy / "service-monitor.yaml").read_text()) == service_monitor(cfg)
-    assert (chart / RULES_FILE).read_text() == dump(rule_groups(cfg))
+    assert (chart / RULES_FILE).read_text() == dump(rule_groups(cfg, xids=xids))
     boards = dashboards()
     for uid, board in boards.items():
         assert json.loads((deploy / "dashboards" / f"{uid}.json").read_text()) == board
@@ -87,10 +89,10 @@ def test_committed_artifacts_are_current() -> None:
 def test_monitor_labels_reach_the_operator_objects() -> None:
     """kube-prometheus-stack selects ServiceMonitors and PrometheusRules by release: <its release name>."""
     assert service_monitor()["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert prometheus_rule()["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert prometheus_rule(xids=xid_ratings())["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     cfg = RulesConfig(monitor_labels={"release": "prom"})
     assert service_monitor(cfg)["metadata"]["labels"] == {"app.kubernetes.io/name": "gpufleet-agent", "release": "prom"}
-    assert prometheus_rule(cfg)["metadata"]["labels"]["release"] == "prom"
+    assert prometheus_rule(cfg, xids=xid_ratings())["metadata"]["labels"]["release"] == "prom"
 
 
 def test_cli_writes_the_chart_copies(tmp_path: Path) -> None:
@@ -99,7 +101,7 @@ def test_cli_writes_the_chart_copies(tmp_path: Path) -> None:
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: gpufleet\nversion: 0.1.0\n")
     result = gpufleet("telemetry", "rules", "--chart", str(chart))
     assert result.returncode == 0, result.stderr
-    assert (chart / RULES_FILE).read_text() == dump(rule_groups(RulesConfig()))
+    assert (chart / RULES_FILE).read_text() == dump(rule_groups(RulesConfig(), xids=xid_ratings()))
     assert "GpuTemperatureHigh" not in result.stdout  # written, not printed
     result = gpufleet("telemetry", "dashboard", "--chart", str(chart), "--out", str(tmp_path / "boards"))
     assert result.returncode == 0, result.stderr

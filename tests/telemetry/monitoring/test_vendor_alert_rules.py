@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, render
 from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, RulesConfig, dump, rule_groups, rule_tests
@@ -27,11 +28,11 @@ VENDOR_ALERTS = {
 
 
 def rules_by_name(cfg: RulesConfig | None = None) -> dict[str, dict[str, Any]]:
-    return {r["alert"]: r for g in rule_groups(cfg)["groups"] for r in g["rules"]}
+    return {r["alert"]: r for g in rule_groups(cfg, xids=xid_ratings())["groups"] for r in g["rules"]}
 
 
 def test_vendor_and_fleet_rule_groups() -> None:
-    groups = {g["name"]: [r["alert"] for r in g["rules"]] for g in rule_groups()["groups"]}
+    groups = {g["name"]: [r["alert"] for r in g["rules"]] for g in rule_groups(xids=xid_ratings())["groups"]}
     for group, alerts in VENDOR_ALERTS.items():
         assert groups[group] == alerts
     rules = rules_by_name()
@@ -53,8 +54,8 @@ def test_vendor_rule_labels_are_not_the_dcgm_config_ones() -> None:
 
 
 def _write(tmp_path: Path, cfg: RulesConfig) -> None:
-    (tmp_path / RULE_FILE).write_text(dump(rule_groups(cfg)))
-    (tmp_path / "tests.yml").write_text(dump(rule_tests(cfg)))
+    (tmp_path / RULE_FILE).write_text(dump(rule_groups(cfg, xids=xid_ratings())))
+    (tmp_path / "tests.yml").write_text(dump(rule_tests(cfg, xids=xid_ratings())))
 
 
 def _promtool(tmp_path: Path, test_file: str = "tests.yml") -> subprocess.CompletedProcess[str]:

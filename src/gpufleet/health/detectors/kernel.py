@@ -23,7 +23,7 @@ from gpufleet.health.detectors.base import NodeSetup, node_detector
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.vendor_policy import DRIVERS, describe, is_bank_record
-from gpufleet.health.xid_policy import XidPolicy, classify, default_policy
+from gpufleet.health.xid_policy import Verdict, XidPolicy, classify, default_policy
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.kernel import KernelEvent, kernel_ident
 from gpufleet.model.observe import Finding, KernelReport
@@ -124,7 +124,11 @@ class KernelDetector:
 
     def finding(self, now: float, node: str, event: KernelEvent) -> Finding:
         """One event judged by the policy, tied to its GPU (or node)."""
-        verdict = classify(event, self.policy)
+        return self.judged(now, node, event, classify(event, self.policy))
+
+    def judged(self, now: float, node: str, event: KernelEvent, verdict: Verdict) -> Finding:
+        """The finding for `event` under `verdict`: its root cause, its severity (critical when the verdict is FATAL,
+        info when it asks for nothing, else warning) and its action, tied to its GPU (or node)."""
         pci = normalise_pci(event.pci) if event.pci else None
         gpu = self.gpu_by_pci.get((node, pci)) if pci else None
         if gpu is not None:

@@ -1,15 +1,18 @@
 """Alert rules generated from data: a Prometheus rule file, a PrometheusRule manifest, a ServiceMonitor for the
 agent, and a `promtool test rules` file with a firing and a quiet case for every rule.
 
-Rules and their tests live in data/alert_rules.yaml; thresholds come from RulesConfig, fatal Xids from the Xid
-catalog, IB thresholds from the IB counter catalog, and idle-cost prices (US$ per GPU-hour) from the config.
+Rules and their tests live in data/alert_rules.yaml; thresholds come from RulesConfig, which Xid pages at which
+severity from the Xid policy's ratings (XidRatings, made by health/xid_policy.py `xid_ratings`: the policy lives
+above telemetry, so its verdicts come in as data), IB thresholds from the IB counter catalog, and idle-cost prices
+(US$ per GPU-hour) from the config.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpufleet import yaml_input
-from gpufleet.catalog import load_ib_counters, load_xid_catalog
+from gpufleet.catalog import load_ib_counters
 from gpufleet.errors import ManifestError
 from gpufleet.telemetry.fields import read_data
 
@@ -48,6 +51,32 @@ TEST_ACCELERATOR = {
     "gpu": "3",
     "uuid": TEST_AMD["gpu_uuid"],
 }
+
+
+@dataclass(frozen=True, slots=True)
+class XidRatings:
+    """The Xid policy's ratings, as the Xid rules page on them: for each code the catalog lists, every severity
+    (FATAL, NONFATAL) a report of it can get, and the severity of a code the catalog does not list. The series
+    (DCGM_EXP_XID_ERRORS_COUNT) carries only the code, so a code the rest of its line can rate either way (an
+    NVLink5 Xid by its decoded status, an Xid 64 by its text, an Xid 154 by the state it announces) is its own class."""
+
+    severities: Mapping[int, frozenset[str]]
+    unknown: str
+
+    def _only(self, severity: str) -> list[int]:
+        return sorted(code for code, rated in self.severities.items() if rated == {severity})
+
+    @property
+    def fatal(self) -> list[int]:
+        return self._only("FATAL")
+
+    @property
+    def nonfatal(self) -> list[int]:
+        return self._only("NONFATAL")
+
+    @property
+    def by_line(self) -> list[int]:
+        return sorted(code for code, rated in self.severities.items() if len(rated) > 1)
 
 
 class RulesConfig(BaseModel):
@@ -148,8 +177,51 @@ def _camel(metric: str) -> str:
     return "".join(part.capitalize() for part in core.split("_"))
 
 
-def _base_values(cfg: RulesConfig) -> dict[str, str]:
-    fatal = sorted(code for code, info in load_xid_catalog().items() if info.fatal)
+def _alternation(codes: Iterable[int]) -> str:
+    return "|".join(str(c) for c in sorted(codes))
+
+
+def _spans(codes: list[int]) -> str:
+    """`64, 144-150, 154`: the codes with runs written as ranges."""
+    runs: list[list[int]] = []
+    for code in sorted(codes):
+        if runs and code == runs[-1][-1] + 1:
+            runs[-1].append(code)
+        else:
+            runs.append([code])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def _example(codes: list[int], preferred: int) -> str:
+    return str(preferred if preferred in codes else codes[0]) if codes else ""
+
+
+def xid_values(xids: XidRatings) -> dict[str, str]:
+    """The Xid rules' placeholders: one label matcher per class, so every `xid` value matches exactly one rule (a
+    code the catalog does not list goes with the policy's rating of unknown codes); an empty matcher leaves its rule
+    out. The examples are what each rule's promtool test reports."""
+    fatal, nonfatal, by_line = xids.fatal, xids.nonfatal, xids.by_line
+    unlisted = str(max(xids.severities, default=0) + 1)  # a code the catalog does not list
+    if xids.unknown == "FATAL":
+        fatal_matcher = f'xid!~"{_alternation(nonfatal + by_line)}"'
+        nonfatal_matcher = f'xid=~"{_alternation(nonfatal)}"' if nonfatal else ""
+        fatal_example, nonfatal_example = _example(fatal, 79) or unlisted, _example(nonfatal, 13)
+    else:
+        fatal_matcher = f'xid=~"{_alternation(fatal)}"' if fatal else ""
+        nonfatal_matcher = f'xid!~"{_alternation(fatal + by_line)}"'
+        fatal_example, nonfatal_example = _example(fatal, 79), _example(nonfatal, 13) or unlisted
+    return {
+        "xid_fatal_matcher": fatal_matcher,
+        "xid_nonfatal_matcher": nonfatal_matcher,
+        "xid_line_matcher": f'xid=~"{_alternation(by_line)}"' if by_line else "",
+        "xid_fatal_example": fatal_example,
+        "xid_nonfatal_example": nonfatal_example,
+        "xid_line_example": _example(by_line, 145),
+        "xid_line_codes": _spans(by_line),
+    }
+
+
+def _base_values(cfg: RulesConfig, xids: XidRatings) -> dict[str, str]:
     return {
         "host": cfg.hostname_label,
         "uuid": cfg.uuid_label,
@@ -163,7 +235,7 @@ def _base_values(cfg: RulesConfig) -> dict[str, str]:
         "clock_drop_percent": _fmt(round(cfg.clock_drop_ratio * 100, 2)),
         "clock_drop_temp_c": _fmt(cfg.clock_drop_temp_c),
         "temp_limit_margin_c": _fmt(cfg.temp_limit_margin_c),
-        "fatal_xids": "|".join(str(c) for c in fatal),
+        **xid_values(xids),
         "throughput_keep_ratio": _fmt(round(1 - cfg.throughput_drop_ratio, 6)),
         "throughput_drop_percent": _fmt(round(cfg.throughput_drop_ratio * 100, 2)),
         "loss_plateau_ratio": _fmt(cfg.loss_plateau_ratio),
@@ -232,25 +304,27 @@ def _unpriced_model(cfg: RulesConfig) -> str:
     return "Unpriced GPU"
 
 
-def _expanded(cfg: RulesConfig) -> list[tuple[str, list[tuple[dict[str, Any], dict[str, str]]]]]:
+def _expanded(cfg: RulesConfig, xids: XidRatings) -> list[tuple[str, list[tuple[dict[str, Any], dict[str, str]]]]]:
     spec = yaml.safe_load(read_data("alert_rules.yaml"))
-    base = _base_values(cfg)
+    base = _base_values(cfg, xids)
     groups = []
     for group in spec["groups"]:
         rules = []
         for variant in _variants(group, cfg):
             values = {**base, **variant}
             for rule in group["rules"]:
+                if "requires" in rule and not values[rule["requires"]]:
+                    continue  # a class with no member: its rule would never fire
                 rules.append((rule, values))
         groups.append((group["name"], rules))
     return groups
 
 
-def rule_groups(cfg: RulesConfig | None = None) -> dict[str, Any]:
-    """The Prometheus rule file contents."""
+def rule_groups(cfg: RulesConfig | None = None, *, xids: XidRatings) -> dict[str, Any]:
+    """The Prometheus rule file contents; the Xid rules page as `xids` (the Xid policy's ratings) say."""
     cfg = cfg or RulesConfig()
     groups = []
-    for name, rules in _expanded(cfg):
+    for name, rules in _expanded(cfg, xids):
         out = []
         for rule, values in rules:
             out.append(
@@ -276,7 +350,7 @@ def _rule_labels(rule: Mapping[str, Any], values: Mapping[str, str]) -> dict[str
     return labels
 
 
-def prometheus_rule(cfg: RulesConfig | None = None) -> dict[str, Any]:
+def prometheus_rule(cfg: RulesConfig | None = None, *, xids: XidRatings) -> dict[str, Any]:
     cfg = cfg or RulesConfig()
     return {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -290,7 +364,7 @@ def prometheus_rule(cfg: RulesConfig | None = None) -> dict[str, Any]:
                 **cfg.monitor_labels,
             },
         },
-        "spec": rule_groups(cfg),
+        "spec": rule_groups(cfg, xids=xids),
     }
 
 
@@ -396,11 +470,11 @@ def _input_series(
     return out
 
 
-def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE) -> dict[str, Any]:
+def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE, *, xids: XidRatings) -> dict[str, Any]:
     """A promtool test file: for each generated rule, one group with a quiet and a firing evaluation."""
     cfg = cfg or RulesConfig()
     tests = []
-    for _group, rules in _expanded(cfg):
+    for _group, rules in _expanded(cfg, xids):
         for rule, values in rules:
             spec = rule["test"]
             labels = {
