@@ -21,6 +21,9 @@ import msgspec
 from gpufleet.agent.attribution import AllotmentReader, AttributionSource, OwnerReader, ProcessReader
 from gpufleet.agent.collector import MetricSource
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
+from gpufleet.cost.config import CostConfig
+from gpufleet.cost.idle import IdleCost
+from gpufleet.cost.prices import prices_by_model
 from gpufleet.errors import GpufleetError, UserError
 from gpufleet.model.observe import NodeInventory, SchedulerReport
 from gpufleet.sources.node.app_scrape import AppMetricsSource, AppScrape
@@ -146,7 +149,10 @@ def host_agent(
     app_targets: list[str] | None = None,
     accelerators: str = "auto",
     attribution: AttributionOptions | None = AttributionOptions(),
+    cost: CostConfig | None = None,
 ) -> Agent:
+    """`cost`: the cost config its idle-cost series is priced with (default: the catalog's list prices), the one
+    `gpufleet cost report` reads, so the series, the alert and the report agree."""
     name = node or socket.gethostname()
     gpus, down = open_gpu_source(name, accelerators)
     entities = gpus.entities() if gpus is not None else []
@@ -159,6 +165,8 @@ def host_agent(
     sources: list[MetricSource] = []
     if gpus is not None:
         sources.append(gpus)
+        prices = prices_by_model(cost or CostConfig(), [e.model_name for e in entities], labels)
+        sources.append(IdleCost(prices))  # after the GPU source: it reads this collection's utilization
     if ports:
         sources.append(IbSysfsSource(ib_sysfs))
     if attribution is not None:

@@ -9,9 +9,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.catalog._files import read_text
-from gpufleet.catalog.gpus import get_gpu_model
+from gpufleet.catalog.gpus import get_gpu_model, load_gpu_models
 
 ON_DEMAND = "on-demand"
+DEFAULT_PROVIDER = "aws"  # whose list prices apply when the operator's cost config names none
 
 
 class GpuPrice(BaseModel):
@@ -75,3 +76,22 @@ def load_gpu_prices() -> tuple[GpuPrice, ...]:
         )
         for e in data.prices
     )
+
+
+@cache
+def list_prices_by_product_name(
+    provider: str = DEFAULT_PROVIDER, offering: str = ON_DEMAND, vendor: str = "nvidia"
+) -> dict[str, float]:
+    """The list price of a GPU-hour from this provider and offering, under every name the vendor's library prints
+    for the model (what an alert matches modelName on). It is what `gpufleet cost report` charges a node with no
+    cost config (gpufleet.cost.prices.alert_prices says the same for any cost config; a test holds the two equal)."""
+    listed = {
+        get_gpu_model(p.model).name: p.usd_per_gpu_hour
+        for p in load_gpu_prices()
+        if p.provider.lower() == provider.lower() and p.offering.lower() == offering.lower()
+    }
+    out: dict[str, float] = {}
+    for name, spec in load_gpu_models().items():
+        if name in listed and spec.vendor == vendor:
+            out.update(dict.fromkeys((spec.product_name, *spec.product_names), listed[name]))
+    return out

@@ -150,6 +150,13 @@ def agent(
         help="Scrape a training or serving process's /metrics (gpufleet.instrument, vLLM) and report its jobs and "
         "services with the node's GPUs; repeat for each process (e.g. http://127.0.0.1:8000/metrics).",
     ),
+    cost_config: Path | None = typer.Option(
+        None,
+        "--cost-config",
+        metavar="FILE",
+        help="The cost config (prices: YAML, as `gpufleet cost report --price-file` reads it) the idle-cost series "
+        "is priced with; default: the catalog's list prices, as the report's.",
+    ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Where the event spool lives (default ~/.gpufleet/agent)."
     ),
@@ -210,6 +217,9 @@ def agent(
     if workload_series_budget is not None:
         exposition = exposition.model_copy(update={"workload_series_budget": workload_series_budget})
     directory = data_dir or default_dir() / "agent"
+    from gpufleet.cost.config import CostConfig
+
+    cost = CostConfig.from_file(cost_config) if cost_config is not None else None
     token = api_token
     watch = None
     if workload is not None:
@@ -245,6 +255,7 @@ def agent(
             control_plane=control_plane,
             token=token,
             exposition=exposition,
+            cost=cost,
         )
     else:
         from gpufleet.agent.host import AttributionOptions, host_agent
@@ -272,6 +283,7 @@ def agent(
             app_targets=_app_targets(app_metrics),
             accelerators=accelerators.value,
             attribution=options if attribution else None,
+            cost=cost,
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last

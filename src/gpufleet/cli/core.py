@@ -23,8 +23,9 @@ def builtin_example(relative: str) -> Path:
     return Path(str(resources.files("gpufleet").joinpath("examples", relative)))
 
 
-def local_plane(scenario: Path, at: str, progress: bool = True) -> Any:
-    """Run a scenario here, its nodes through the same door into a control plane in memory, up to `--at`."""
+def local_plane(scenario: Path, at: str, progress: bool = True, cost: Any = None) -> Any:
+    """Run a scenario here, its nodes through the same door into a control plane in memory, up to `--at`. `cost`:
+    the cost config its idle-cost series are priced with (default: the catalog's list prices)."""
 
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
@@ -45,7 +46,7 @@ def local_plane(scenario: Path, at: str, progress: bool = True) -> Any:
         remediation="off",
         metrics=EmbeddedStore(None),
     )
-    fleet = SimFleet(twin)
+    fleet = SimFleet(twin, cost=cost)
     with Progress(
         TextColumn("[bold]simulating[/bold] {task.description}"),
         BarColumn(),

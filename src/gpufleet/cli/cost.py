@@ -67,10 +67,11 @@ def report(
     if scenario is not None:
         from gpufleet.cli.core import local_plane
         from gpufleet.control.paths import data_dir
-        from gpufleet.cost.service import CONFIG_NAME, CostService
+        from gpufleet.cost.service import CONFIG_NAME, CostService, load_config
 
-        plane = local_plane(scenario, at)
-        service = CostService(plane, config, config_path=data_dir() / CONFIG_NAME)
+        path = data_dir() / CONFIG_NAME
+        plane = local_plane(scenario, at, cost=config or load_config(path))  # its idle-cost series priced alike
+        service = CostService(plane, config, config_path=path)
         data: dict[str, Any] = service.report(since, idle_below).model_dump(mode="json")
     else:
         from gpufleet.cli.client import Api

@@ -97,12 +97,16 @@ def render_cmd(
 
 SIZE_HELP = "\n\n".join(
     (
-        "How big a deployment gets: active series, samples/s and storage from the field catalog (what the agent "
-        "exports per GPU, per InfiniBand port and per node; an upper bound: a GPU without a sensor leaves its field "
-        "out), and control-plane cores and replicas from the measured ingest capacity of one `gpufleet server`.",
+        "How big a deployment gets: active series, samples/s and storage from what the agent's sources fill of the "
+        "field catalog (per GPU, per InfiniBand port and per node: `gpufleet telemetry fields` says which source "
+        "fills each field; an upper bound still, as a GPU without NVLink has no NVLink counters), and control-plane "
+        "cores and replicas from the measured ingest capacity of one `gpufleet server`.",
+        "The sources are an NVIDIA node's agent by default (nvml, kmsg, ib-sysfs, attribution, idle-cost); --sim "
+        "counts what the twin's agent (`gpufleet agent --sim`) fills, --sources any set of them.",
         "Examples:",
         "  gpufleet deploy size --nodes 1024",
         "  gpufleet deploy size --nodes 256 --gpus-per-node 4 --ib-ports 4 --interval 30s --retention 30d -o json",
+        "  gpufleet deploy size --nodes 32 --sources nvml,kmsg,ib-sysfs,attribution,idle-cost,app",
     )
 )
 
@@ -114,15 +118,21 @@ def size_cmd(
     ib_ports: int = typer.Option(8, "--ib-ports", min=0, help="InfiniBand ports per node."),
     interval: str = typer.Option("15s", "--interval", help="Prometheus' scrape interval."),
     retention: str = typer.Option("15d", "--retention", help="How long Prometheus keeps samples."),
+    sources: str = typer.Option(
+        "", "--sources", metavar="LIST", help="The agent's sources, comma-separated (default: an NVIDIA node's)."
+    ),
+    sim: bool = typer.Option(False, "--sim", help="Count what the twin's agent fills."),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
+    from gpufleet.cli.field_sources import chosen_sources
     from gpufleet.spec.base import parse_duration
     from gpufleet.telemetry.monitoring.sizing import NODES_PER_CORE, PROMETHEUS_BYTES_PER_SAMPLE, size
 
     interval_s, retention_s = parse_duration(interval), parse_duration(retention)
     if interval_s <= 0 or retention_s <= 0:
         raise UserError("--interval and --retention must be positive", fix="e.g. --interval 15s --retention 15d")
-    plan = size(nodes, gpus_per_node, ib_ports, interval_s, retention_s / 86_400)
+    chosen, what, _ = chosen_sources(sources, sim, this_node=False)
+    plan = size(nodes, gpus_per_node, ib_ports, interval_s, retention_s / 86_400, sources=chosen)
 
     def table(wide: bool) -> None:
         rows = [
@@ -136,9 +146,10 @@ def size_cmd(
             ["control-plane CPU", f"{plan.control_plane_cores:.2f} cores ({NODES_PER_CORE:,} nodes a core)"],
             ["control-plane replicas", f"{plan.control_plane_replicas} (N+1, at least 2)"],
         ]
+        console.print(f"the fields {what} fill", highlight=False)
         console.print(make_table(["", f"{nodes:,} nodes x {gpus_per_node} GPUs"], rows))
 
-    emit(plan.to_json(), output, table)
+    emit({**plan.to_json(), "sources": [s.source for s in chosen]}, output, table)
 
 
 class SloFormat(StrEnum):

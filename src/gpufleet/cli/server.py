@@ -219,7 +219,9 @@ def twin_plane(
         thresholds=thresholds,
         fabric=FabricService(thresholds, intended_graph(twin.cluster)),  # the manifest's cabling is the intent
     )
-    fleet = SimFleet(twin)
+    from gpufleet.cost.service import CONFIG_NAME, load_config
+
+    fleet = SimFleet(twin, cost=load_config(data_dir() / CONFIG_NAME))  # the prices the API's cost report reads
     runner = SimRunner(
         twin, fleet, plane.ingest, plane.tick, lock=lock, atomically=plane.atomically, journal=journal, speed=speed
     )

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpufleet import yaml_input
-from gpufleet.catalog.gpu_prices import ON_DEMAND, GpuPrice, load_gpu_prices
+from gpufleet.catalog.gpu_prices import DEFAULT_PROVIDER, ON_DEMAND, GpuPrice, load_gpu_prices
 from gpufleet.catalog.gpus import get_gpu_model, model_for_product_name
 from gpufleet.errors import ManifestError, NotFoundError
 
@@ -59,7 +59,7 @@ class CostConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    provider: str = Field("aws", description="Whose prices apply to a node no pool entry names.")
+    provider: str = Field(DEFAULT_PROVIDER, description="Whose prices apply to a node no pool entry names.")
     offering: str = ON_DEMAND
     prices: list[GpuPrice] = Field(default_factory=list, description="Override the catalog's list prices.")
     default_usd_per_gpu_hour: float | None = Field(None, ge=0, description="For a GPU no price entry covers.")
@@ -147,9 +147,13 @@ class PriceBook:
         for price in (*(load_gpu_prices() if catalog is None else catalog), *config.prices):
             self._prices[(model_key(price.model), price.provider.lower(), price.offering.lower())] = price
 
+    def listed(self, model: str, provider: str, offering: str) -> GpuPrice | None:
+        """The operator's or the catalog's entry for a GPU-hour of this model, without the default rate."""
+        return self._prices.get((model_key(model), provider.lower(), offering.lower()))
+
     def price(self, model: str, provider: str, offering: str) -> GpuPrice | None:
         """The price of a GPU-hour, or the operator's default rate, or None when neither covers it."""
-        found = self._prices.get((model_key(model), provider.lower(), offering.lower()))
+        found = self.listed(model, provider, offering)
         if found is not None:
             return found
         rate = self.config.default_usd_per_gpu_hour

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpufleet.agent.runtime import Agent, assemble, locked
 from gpufleet.background import Background
+from gpufleet.cost.config import CostConfig
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.sim.attribution_source import attribution_source
@@ -76,10 +77,11 @@ def sim_agent(
     control_plane: str | None,
     token: Callable[[], str | None],
     exposition: ExpositionConfig | None = None,
+    cost: CostConfig | None = None,
 ) -> Agent:
     twin, _ = build_twin(scenario, epoch=time.time())  # its jobs' timestamps on the wall clock Prometheus reads
     clock = TwinClock(twin, speed)
-    source = TwinSource(twin, node=node, mig_instances=True, attribution=False)
+    source = TwinSource(twin, node=node, mig_instances=True, attribution=False, cost=cost)
     frame = source.new_frame()
     name = node or f"{socket.gethostname()}-sim"
     agent = assemble(

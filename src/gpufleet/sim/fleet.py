@@ -21,6 +21,7 @@ from gpufleet import __version__
 from gpufleet.agent.app import read_signals
 from gpufleet.agent.edge import InventoryCadence
 from gpufleet.agent.services import ServiceWindows
+from gpufleet.cost.config import CostConfig
 from gpufleet.health.node_health import NodeHealth
 from gpufleet.model import JobState
 from gpufleet.model.kernel import KernelEvent
@@ -74,10 +75,11 @@ class SimAgent:
 
 
 class SimFleet:
-    def __init__(self, twin: Twin, incarnation: str | None = None) -> None:
+    def __init__(self, twin: Twin, incarnation: str | None = None, cost: CostConfig | None = None) -> None:
+        """`cost`: the cost config the report reads, which prices the idle-cost series (default: the catalog's)."""
         self.twin = twin
         self.incarnation = incarnation or secrets.token_hex(8)
-        self.source = TwinSource(twin)
+        self.source = TwinSource(twin, cost=cost)
         self.frame = self.source.new_frame()
         port_speeds = np.array([twin.ports.speed_gbps[p] for p in self.source.port_idx])
         self.health = NodeHealth(self.frame, port_speeds_gbps=port_speeds)

@@ -17,12 +17,17 @@ from collections import deque
 
 import numpy as np
 
+from gpufleet.catalog import load_ib_counters
 from gpufleet.catalog.clock_events import load_clock_events
+from gpufleet.cost.config import CostConfig, PriceBook
 from gpufleet.cost.idle import IDLE_COST_FIELD, fill_idle_cost
+from gpufleet.cost.prices import node_price
+from gpufleet.instrument import names
 from gpufleet.model.attribution import Attribution
 from gpufleet.sim.app_export import RANK_EXPORT_S, AppSeries, GaugeKey
 from gpufleet.sim.gpu_holder_answers import holders_layout, whole_gpu_holders
 from gpufleet.sim.twin import Twin
+from gpufleet.telemetry.field_sources import SourceFields
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
 __all__ = ["GPU_FIELDS", "PORT_COUNTERS", "RANK_EXPORT_S", "GaugeKey", "TwinSource"]  # the fleet reads these here
@@ -80,6 +85,47 @@ PORT_COUNTERS = {
 
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 MIG_UNSUPPORTED = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL")
+NIC_MASKS = ("gpufleet_gpu_nic_port_mask", "gpufleet_gpu_nic_port_external_mask", "gpufleet_gpu_nic_port_up_mask")
+
+
+def _port_metrics() -> list[str]:
+    counters = load_ib_counters()
+    return [counters[pma].metric for pma in (*PORT_COUNTERS.values(), "PortXmitData", "PortRcvData")]
+
+
+# What the twin writes for each GPU (telemetry.field_sources), what for some of its devices only, and why it leaves
+# the rest of the catalog empty (a field with no value is not exported).
+FIELDS = SourceFields(
+    "twin",
+    fills=frozenset(
+        [
+            *(field for field, _, _ in GPU_FIELDS),
+            "DCGM_FI_DEV_FB_FREE",
+            "DCGM_FI_DEV_SLOWDOWN_TEMP",
+            "DCGM_FI_DRIVER_VERSION",
+            IDLE_COST_FIELD,
+            "DCGM_EXP_CLOCK_EVENTS_COUNT",
+            "DCGM_EXP_XID_ERRORS_COUNT",
+            *_port_metrics(),
+            # its jobs' and services' own series (sim/app_export.py), on the nodes that host them
+            names.TRAINING_LAST_STEP,
+            names.TRAINING_STEP_DURATION,
+            names.TRAINING_RANK_COMPUTE,
+            names.INFERENCE_REQUEST_DURATION,
+        ]
+    ),
+    partly=(
+        (ENGINE_ACTIVE, "MIG instances only (their utilization, as DCGM reports it there)"),
+        ("gpufleet_gpu_health", "AMD devices only (AMD's own health check)"),
+        *((mask, "Gaudi devices only (their built-in ports)") for mask in NIC_MASKS),
+    ),
+    leaves=(
+        ("DCGM_FI_PROF_*", "the twin simulates no profiling counters"),
+        ("gpufleet_gpu_afid_*", "the twin simulates no AMD RAS events"),
+        ("infiniband_port_*", "the twin simulates no such port counter"),
+        ("*", "not simulated by the twin"),
+    ),
+)
 
 
 class TwinSource:
@@ -88,7 +134,8 @@ class TwinSource:
     `mig_instances`: a MIG GPU's instances are entities of their own, as an agent reports them (default: the whole
     GPU is one, with the sum of its instances' use, as the fleet's per-GPU snapshots carry it). `attribution`: who
     holds each GPU is set straight from the twin's workloads (the fleet's fast path); an agent reads it through its
-    attribution readers instead."""
+    attribution readers instead. `cost`: the cost config its idle-cost series is priced with, as `gpufleet cost
+    report` prices the node (default: the catalog's list prices)."""
 
     name = "twin"
 
@@ -100,6 +147,7 @@ class TwinSource:
         *,
         mig_instances: bool = False,
         attribution: bool = True,
+        cost: CostConfig | None = None,
     ) -> None:
         self.twin = twin
         self.node = node
@@ -127,12 +175,7 @@ class TwinSource:
         self._xids: deque[tuple[float, int, int]] = deque()  # (time, gpu flat index, code)
         self._layout: object = None
         self.app = AppSeries(twin, self.gpu_idx, node)
-        self._price = np.array(
-            [
-                twin.cost_per_gpu_hour.get(twin.cluster.nodes[int(g.node_of[k])].gpu_model or "", 0.0)
-                for k in self.gpu_idx
-            ]
-        )
+        self._price = self._prices(cost or CostConfig())
         self._seen_events = 0
         models = [twin.cluster.nodes[int(g.node_of[k])].gpus[int(g.index_on_node[k])].model for k in self.gpu_idx]
         self._vendors = np.array([m.vendor for m in models])
@@ -141,6 +184,22 @@ class TwinSource:
         self._ports_all = (2.0**ports - 1).astype(np.float64)
         scaleout = np.array([m.scaleout_ports for m in models])
         self._ports_external = self._ports_all - (2.0 ** (ports - scaleout) - 1)
+
+    def _prices(self, cost: CostConfig) -> np.ndarray:
+        """Each column's price per GPU-hour, NaN where none covers its model: the report's, on the node's labels
+        (its inventory's: pool and rack)."""
+        book = PriceBook(cost)
+        found: dict[tuple[str, str, str], float] = {}
+        out = []
+        for k in self.gpu_idx.tolist():
+            node = self.twin.cluster.nodes[int(self.twin.gpus.node_of[k])]
+            model = node.gpus[int(self.twin.gpus.index_on_node[k])].model.product_name
+            key = (model, node.pool, node.rack)
+            if key not in found:
+                price = node_price(book, model, {"pool": node.pool, "rack": node.rack})
+                found[key] = np.nan if price is None else price.usd_per_gpu_hour
+            out.append(found[key])
+        return np.array(out, dtype=np.float64)
 
     def entities(self) -> list[GpuEntity]:
         out = []
@@ -236,11 +295,7 @@ class TwinSource:
             healthy = (~g.wedged[idx]).astype(np.float64)
             frame.gpu("gpufleet_gpu_health")[:] = np.where(alive & (self._vendors == "amd"), healthy, np.nan)
         gaudi = alive & (self._vendors == "intel")
-        for field, mask in (
-            ("gpufleet_gpu_nic_port_mask", self._ports_all),
-            ("gpufleet_gpu_nic_port_external_mask", self._ports_external),
-            ("gpufleet_gpu_nic_port_up_mask", self._ports_all),
-        ):
+        for field, mask in zip(NIC_MASKS, (self._ports_all, self._ports_external, self._ports_all), strict=True):
             if frame.has_gpu_field(field):
                 frame.gpu(field)[:] = np.where(gaudi, mask, np.nan)
 

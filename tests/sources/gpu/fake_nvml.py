@@ -191,6 +191,36 @@ class FakeNvml:
         self._full("nvmlDeviceGetPcieReplayCounter", h)
         return 0
 
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: Any) -> int:
+        self._full("nvmlDeviceGetCurrPcieLinkGeneration", h)
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: Any) -> int:
+        self._full("nvmlDeviceGetMaxPcieLinkGeneration", h)
+        return 5
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: Any) -> int:
+        self._full("nvmlDeviceGetCurrPcieLinkWidth", h)
+        return 16
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: Any) -> int:
+        self._full("nvmlDeviceGetMaxPcieLinkWidth", h)
+        return 16
+
+    def nvmlDeviceGetEncoderUtilization(self, h: Any) -> list[int]:
+        self._full("nvmlDeviceGetEncoderUtilization", h)
+        return [0, 167_000]  # utilization %, sampling period µs
+
+    def nvmlDeviceGetDecoderUtilization(self, h: Any) -> list[int]:
+        self._full("nvmlDeviceGetDecoderUtilization", h)
+        return [3, 167_000]
+
+    def nvmlDeviceGetTemperatureThreshold(self, h: Any, threshold: int) -> int:
+        self._full("nvmlDeviceGetTemperatureThreshold", h)
+        if threshold != pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return 87
+
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:
         self._full("nvmlDeviceGetCurrentClocksEventReasons", h)
         return 0

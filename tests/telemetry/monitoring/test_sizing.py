@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from gpufleet.agent.collector import Collector
+from gpufleet.agent.fields import NVIDIA_AGENT, named
 from gpufleet.sim.source import TwinSource
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC
 from gpufleet.telemetry.fields import load_field_catalog
 from gpufleet.telemetry.monitoring.sizing import MIN_REPLICAS, PROMETHEUS_BYTES_PER_SAMPLE, series_counts, size
+from tests.clirun import gpufleet
 from tests.twins import small_twin
 
 
@@ -41,3 +46,22 @@ def test_sizing_scales_with_the_fleet() -> None:
     assert big.control_plane_replicas >= small.control_plane_replicas
     assert size(32, scrape_interval_s=30).samples_per_s == pytest.approx(small.samples_per_s / 2)
     assert set(small.to_json()) >= {"activeSeries", "samplesPerSecond", "storageBytesPerDay", "controlPlaneReplicas"}
+
+
+def test_the_readmes_sizing_table_is_what_deploy_size_says() -> None:
+    """README's table and its per-GPU figures are `gpufleet deploy size` for an NVIDIA node's agent."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## Sizing", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if re.match(r"\| [\d,]+ \|", line)]
+    assert len(rows) == 4
+    for row in rows:
+        nodes = int(row.split("|")[1].replace(",", ""))
+        out = json.loads(gpufleet("deploy", "size", "--nodes", str(nodes), "-o", "json").stdout)
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1:4] == [f"{out['activeSeries']:,}", f"{out['samplesPerSecond']:,.0f}",
+                              f"{out['storageBytesPerDay'] / 1e9:,.1f} GB"], row  # fmt: skip
+        assert cells[4] == f"{out['storageBytesRetained'] / 1e9:,.0f} GB", row
+        assert cells[6] == str(out["controlPlaneReplicas"]), row
+    per_gpu, per_port, _ = series_counts(sources=named(list(NVIDIA_AGENT)))
+    node = size(1, sources=named(list(NVIDIA_AGENT))).series_per_node
+    assert f"{per_gpu} series per GPU, {per_port} per InfiniBand port, {node} per 8-GPU" in " ".join(section.split())

@@ -27,6 +27,7 @@ import numpy as np
 
 from gpufleet.errors import BackendError, DependencyMissingError
 from gpufleet.sources.gpu.failing_readings import FailingReadings
+from gpufleet.telemetry.field_sources import SourceFields
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
 log = logging.getLogger("gpufleet.nvml")
@@ -45,6 +46,7 @@ PAGE_RETIREMENT_MULTIPLE_SBE, PAGE_RETIREMENT_DBE = 0, 1
 # nvmlPerfPolicyType_t
 PERF_POLICY_POWER, PERF_POLICY_THERMAL = 0, 1
 TEMPERATURE_GPU = 0
+TEMPERATURE_THRESHOLD_SLOWDOWN = 1  # nvmlTemperatureThresholds_t
 CLOCK_SM, CLOCK_MEM = 1, 2
 
 
@@ -84,11 +86,17 @@ def _violation(value: Any) -> float:
     return float(value.violationTime)
 
 
+def _sampled(value: Any) -> float:
+    return float(value[0])  # (utilization %, sampling period in µs)
+
+
 def _convert(convert: Callable[[Any], float], call: Callable[..., Any], *args: Any) -> float:
     return convert(call(*args))
 
 
-# (DCGM field, NVML function, extra arguments after the handle, conversion to the field's unit)
+# (DCGM field, NVML function, extra arguments after the handle, conversion to the field's unit). Each is the NVML
+# call DCGM itself answers the field with (dcgmlib/src/DcgmCacheManager.cpp), so the value means what
+# dcgm-exporter's does.
 READINGS: tuple[tuple[str, str, tuple[int, ...], Callable[[Any], float]], ...] = (
     ("DCGM_FI_DEV_GPU_TEMP", "nvmlDeviceGetTemperature", (TEMPERATURE_GPU,), _ident),
     ("DCGM_FI_DEV_POWER_USAGE", "nvmlDeviceGetPowerUsage", (), _milli),  # mW -> W
@@ -100,6 +108,13 @@ READINGS: tuple[tuple[str, str, tuple[int, ...], Callable[[Any], float]], ...] =
     ("DCGM_FI_DEV_FB_USED", "nvmlDeviceGetMemoryInfo", (), _used),
     ("DCGM_FI_DEV_FB_FREE", "nvmlDeviceGetMemoryInfo", (), _free),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "nvmlDeviceGetPcieReplayCounter", (), _ident),
+    ("DCGM_FI_DEV_PCIE_LINK_GEN", "nvmlDeviceGetCurrPcieLinkGeneration", (), _ident),
+    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "nvmlDeviceGetCurrPcieLinkWidth", (), _ident),
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "nvmlDeviceGetMaxPcieLinkGeneration", (), _ident),  # the GPU's and slot's
+    ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "nvmlDeviceGetMaxPcieLinkWidth", (), _ident),
+    ("DCGM_FI_DEV_ENC_UTIL", "nvmlDeviceGetEncoderUtilization", (), _sampled),
+    ("DCGM_FI_DEV_DEC_UTIL", "nvmlDeviceGetDecoderUtilization", (), _sampled),
+    ("DCGM_FI_DEV_SLOWDOWN_TEMP", "nvmlDeviceGetTemperatureThreshold", (TEMPERATURE_THRESHOLD_SLOWDOWN,), _ident),
     ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "nvmlDeviceGetCurrentClocksEventReasons", (), _ident),
     ("DCGM_FI_DEV_POWER_VIOLATION", "nvmlDeviceGetViolationStatus", (PERF_POLICY_POWER,), _violation),
     ("DCGM_FI_DEV_THERMAL_VIOLATION", "nvmlDeviceGetViolationStatus", (PERF_POLICY_THERMAL,), _violation),
@@ -110,6 +125,52 @@ READINGS: tuple[tuple[str, str, tuple[int, ...], Callable[[Any], float]], ...] =
     ("DCGM_FI_DEV_RETIRED_SBE", "nvmlDeviceGetRetiredPages", (PAGE_RETIREMENT_MULTIPLE_SBE,), _count),
     ("DCGM_FI_DEV_RETIRED_DBE", "nvmlDeviceGetRetiredPages", (PAGE_RETIREMENT_DBE,), _count),
     ("DCGM_FI_DEV_RETIRED_PENDING", "nvmlDeviceGetRetiredPagesPendingStatus", (), _ident),
+)
+REMAPPED_ROWS = (
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+)
+NVLINK_ERRORS = (
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+)
+# dcgm-exporter's DCGM_FI_PROF_* are counters of DCGM's profiling module (DCP), read through DCGM alone
+_NEEDS_DCGM = (
+    "a DCGM profiling (DCP) counter, which needs DCGM (dcgm-exporter's host engine); the NVML agent does not read it"
+)
+
+# What this source writes into the frame, and why it leaves the other GPU fields of the catalog empty (a field with
+# no value is not exported). NVLink counters are written for GPUs with NVLink, remapped rows from Ampere on.
+FIELDS = SourceFields(
+    "nvml",
+    fills=frozenset([*(field for field, *_ in READINGS), *REMAPPED_ROWS, *NVLINK_ERRORS, "DCGM_FI_DRIVER_VERSION"]),
+    leaves=(
+        (
+            "DCGM_FI_PROF_PCIE_*_BYTES",
+            _NEEDS_DCGM + " (NVML's nvmlDeviceGetPcieThroughput is a 20 ms sample in KB/s, not DCP's bytes of header "
+            "and payload per second, so it is not written under this name)",
+        ),
+        ("DCGM_FI_PROF_*", _NEEDS_DCGM),
+        (
+            "DCGM_FI_DEV_MEMORY_TEMP",
+            "not read: NVML has it only as a field value (nvmlDeviceGetFieldValues), which this source does not call",
+        ),
+        ("DCGM_FI_DEV_FB_RESERVED", "not read: nvmlDeviceGetMemoryInfo (v1) has no reserved memory"),
+        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "not read by this source"),
+        ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "not read by this source (vGPU licensing)"),
+        (
+            "DCGM_EXP_CLOCK_EVENTS_COUNT",
+            "dcgm-exporter counts clock events from DCGM's event stream over its window; "
+            "NVML gives the reasons now, exported as DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+        ),
+        ("DCGM_*XID*", "the kernel log's source (kmsg) fills the Xid series; NVML does not read Xids"),
+        ("gpufleet_gpu_health", "AMD's own health check of its devices"),
+        ("gpufleet_gpu_afid_*", "an AMD device's RAS events"),
+        ("gpufleet_gpu_nic_port_*", "a Gaudi device's built-in network ports"),
+    ),
 )
 
 
@@ -330,11 +391,7 @@ class NvmlSource:
             corr, unc, _pending, failure = self.nvml.nvmlDeviceGetRemappedRows(h)
         except self.nvml.NVMLError:
             return  # pre-Ampere GPUs retire pages instead; the fields stay empty
-        for field, value in (
-            ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", corr),
-            ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", unc),
-            ("DCGM_FI_DEV_ROW_REMAP_FAILURE", failure),
-        ):
+        for field, value in zip(REMAPPED_ROWS, (corr, unc, failure), strict=True):
             if frame.has_gpu_field(field):
                 frame.gpu(field)[i] = float(value)
 
@@ -359,12 +416,6 @@ class NvmlSource:
                 break  # past the last link, or no NVLink on this GPU
         if not links:
             return
-        names = (
-            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-        )
-        for name, value in zip(names, totals, strict=True):
+        for name, value in zip(NVLINK_ERRORS, totals, strict=True):
             if frame.has_gpu_field(name):
                 frame.gpu(name)[i] = value

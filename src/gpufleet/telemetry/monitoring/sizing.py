@@ -1,12 +1,17 @@
 """How big a deployment gets: series, samples per second and storage from the field catalog (what the agent
 exports per GPU, per InfiniBand port and per node), and control-plane replicas from the measured ingest capacity
-of one `gpufleet server` (bench/fleet_ingest.py)."""
+of one `gpufleet server` (bench/fleet_ingest.py).
+
+Given the node's sources (telemetry/field_sources.py: the NVIDIA agent's, or the twin's), only what they fill is
+counted, as only a value is exported; without them, every switched-on field, an upper bound no node reaches."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpufleet.telemetry.field_sources import POD_INFO, SOURCE_UP, SourceFields, exported
 from gpufleet.telemetry.fields import FLEET, GPU, IB_PORT, PLAIN, FieldCatalog, load_field_catalog
 
 # Prometheus' own figure for its TSDB after compression ("around 1-2 bytes per sample",
@@ -15,8 +20,8 @@ PROMETHEUS_BYTES_PER_SAMPLE = 2.0
 # Labelled GPU counters (clock events by reason, Xids by code) carry one series per value seen in their window:
 # a healthy GPU shows a few reasons, a faulty one a few Xids.
 LABELLED_SERIES_PER_GPU_FIELD = 3
-# Per-node gpufleet series: a source-up gauge per source (nvml, kmsg, ib, host), and per job on the node its
-# step gauges (one job per node is typical for training).
+# Per-node gpufleet series: a source-up gauge per source (nvml, kmsg, ib, host, when the sources are not given), and
+# per job on the node its step gauges (one job per node is typical for training).
 SOURCES_PER_NODE = 4
 JOBS_PER_NODE = 1
 # Agents (one push a second each, with fault correlation and the embedded metric store) one core of `gpufleet server`
@@ -89,11 +94,21 @@ class Sizing:
         }
 
 
-def series_counts(catalog: FieldCatalog | None = None) -> tuple[int, int, int]:
-    """(series per GPU, per IB port, per node besides those) the agent exports with the catalog's enabled fields:
-    an upper bound, since a GPU without a field's sensor (or a twin that does not simulate it) leaves it out."""
-    fields = (catalog or load_field_catalog()).enabled()
-    per_gpu = len(fields.gpu_value_fields()) + 1  # and the workload info series (exposition.POD_INFO_METRIC)
+def series_counts(
+    catalog: FieldCatalog | None = None, sources: Sequence[SourceFields] | None = None
+) -> tuple[int, int, int]:
+    """(series per GPU, per IB port, per node besides those) the agent exports: with `sources`, the switched-on
+    fields they fill (still an upper bound: a GPU without NVLink has no NVLink counters); without, every
+    switched-on field."""
+    enabled = (catalog or load_field_catalog()).enabled()
+    if sources is None:
+        filled = frozenset({*(f.name for f in enabled), POD_INFO})
+        sources_up = SOURCES_PER_NODE
+    else:
+        filled = exported(enabled, sources)
+        sources_up = sum(1 for s in sources if s.reports_up)
+    fields = FieldCatalog(tuple(f for f in enabled if f.name in filled))
+    per_gpu = len(fields.gpu_value_fields()) + int(POD_INFO in filled)  # and the workload info series
     per_gpu += len(fields.scoped(FLEET))  # the vendor-neutral gpufleet_accelerator_* series, on by default
     per_gpu += LABELLED_SERIES_PER_GPU_FIELD * sum(1 for f in fields.scoped(GPU) if f.labels and not f.is_label)
     per_port = len(fields.scoped(IB_PORT))
@@ -101,8 +116,8 @@ def series_counts(catalog: FieldCatalog | None = None) -> tuple[int, int, int]:
     for f in fields.scoped(PLAIN):
         if "rank" in f.labels:  # one rank per GPU
             per_gpu += JOBS_PER_NODE
-        elif "source" in f.labels:
-            other += SOURCES_PER_NODE
+        elif f.name == SOURCE_UP:
+            other += sources_up
         elif "job" in f.labels:
             other += JOBS_PER_NODE
         else:
@@ -117,6 +132,7 @@ def size(
     scrape_interval_s: float = 15.0,
     retention_days: float = 15.0,
     catalog: FieldCatalog | None = None,
+    sources: Sequence[SourceFields] | None = None,
 ) -> Sizing:
-    per_gpu, per_port, other = series_counts(catalog)
+    per_gpu, per_port, other = series_counts(catalog, sources)
     return Sizing(nodes, gpus_per_node, ib_ports_per_node, scrape_interval_s, retention_days, per_gpu, per_port, other)

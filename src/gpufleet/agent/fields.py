@@ -1,0 +1,102 @@
+"""What a real node's agent fills, source by source (telemetry/field_sources.py): the GPU library's own declaration
+(NVML, AMD SMI, HLML), the kernel log's Xid series, the InfiniBand ports in sysfs, the attribution of each GPU to its
+workloads, the idle cost, and an application's own /metrics when the agent scrapes one. `gpufleet telemetry fields`
+says from these which source fills each field on a node and why one stays empty; `gpufleet deploy size` counts what
+they fill."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from gpufleet.agent.xids import XidWindow
+from gpufleet.catalog import load_ib_counters
+from gpufleet.instrument import names
+from gpufleet.telemetry.exposition.workload import FAMILIES as ATTRIBUTION_FAMILIES
+from gpufleet.telemetry.field_sources import POD_INFO, SourceFields
+from gpufleet.telemetry.fields import IDLE_COST_FIELD
+
+# the kernel-log source fills dcgm-exporter's two Xid series from the Xids the follower reads
+KMSG = SourceFields(XidWindow.name, frozenset(XidWindow.fields))
+IB_SYSFS = SourceFields("ib-sysfs", frozenset(c.metric for c in load_ib_counters().values()))
+# the per-workload series only for the GPUs --workload-series selects (time-sliced and MPS ones by default): counted
+# as if every GPU had them, an upper bound
+ATTRIBUTION = SourceFields("attribution", frozenset({POD_INFO, "gpufleet_gpu_job_info", *ATTRIBUTION_FAMILIES}))
+# the idle cost of each GPU whose model has a price (the catalog's or the cost config's), from its utilization
+IDLE_COST = SourceFields("idle-cost", frozenset({IDLE_COST_FIELD}))
+APP = SourceFields(
+    "app",
+    frozenset(
+        {
+            names.TRAINING_LAST_STEP,
+            names.TRAINING_STEP_DURATION,
+            names.TRAINING_RANK_COMPUTE,
+            names.INFERENCE_REQUEST_DURATION,
+        }
+    ),
+)
+
+
+def gpu_sources() -> dict[str, SourceFields]:
+    """Each GPU library's source, as it declares what it fills (the AMD and Gaudi ones by their readings)."""
+    from gpufleet.sources.gpu import amdsmi, hlml, nvml
+
+    return {
+        "nvml": nvml.FIELDS,
+        "amdsmi": SourceFields("amdsmi", frozenset(amdsmi.READINGS)),
+        "hlml": SourceFields("hlml", frozenset([*hlml.READINGS, *hlml.NIC_FIELDS])),
+    }
+
+
+def known_sources() -> dict[str, SourceFields]:
+    """Every source an agent can run, by name (as gpufleet_source_up names it)."""
+    return {**gpu_sources(), **{s.source: s for s in (KMSG, IB_SYSFS, ATTRIBUTION, IDLE_COST, APP)}}
+
+
+NVIDIA_AGENT = ("nvml", "kmsg", "ib-sysfs", "attribution", "idle-cost")  # `gpufleet agent` on an NVIDIA node
+
+
+def this_node(ib_sysfs: Path | None = None, kmsg: Path | None = None) -> tuple[list[SourceFields], list[str]]:
+    """The sources `gpufleet agent` would run here, and why each one it would try is missing: the first GPU
+    library that starts with devices (then the idle cost), the kernel log if readable, the InfiniBand ports if
+    any, and the attribution."""
+    from gpufleet.agent.host import open_gpu_source
+    from gpufleet.errors import GpufleetError
+    from gpufleet.sources.node.inventory import SYSFS_IB, ib_ports
+
+    known = known_sources()
+    sources: list[SourceFields] = []
+    missing: list[str] = []
+    gpus, down = open_gpu_source(socket.gethostname())
+    if gpus is not None:
+        sources += [known[gpus.name], IDLE_COST]
+    missing += [f"{name}: {why}" for name, why in down]
+    path = kmsg or Path("/dev/kmsg")
+    if os.access(path, os.R_OK):
+        sources.append(KMSG)
+    else:
+        missing.append(f"kmsg: {path} is not readable here")
+    try:
+        ports = ib_ports(ib_sysfs or SYSFS_IB, "here")
+    except GpufleetError as exc:
+        ports, why = [], exc.message
+    else:
+        why = "no InfiniBand port"
+    if ports:
+        sources.append(IB_SYSFS)
+    else:
+        missing.append(f"ib-sysfs: {why}")
+    sources.append(ATTRIBUTION)
+    return sources, missing
+
+
+def named(names_: list[str], extra: dict[str, SourceFields] | None = None) -> list[SourceFields]:
+    """The sources of these names (a UserError naming the known ones for an unknown name)."""
+    from gpufleet.errors import UserError
+
+    known = {**known_sources(), **(extra or {})}
+    unknown = [n for n in names_ if n not in known]
+    if unknown:
+        raise UserError(f"unknown source(s): {', '.join(unknown)}", fix=f"use some of: {', '.join(known)}")
+    return [known[n] for n in names_]
