@@ -49,26 +49,44 @@ def fields_cmd(
         help="Show the names amd (AMD Device Metrics Exporter) or intel (Gaudi metric exporter) gives the fields, "
         "with the exporter's unit and the conversion from the canonical one.",
     ),
+    sources: str = typer.Option(
+        "",
+        "--sources",
+        metavar="LIST",
+        help="For an agent with these sources, comma-separated (nvml, amdsmi, hlml, kmsg, ib-sysfs, attribution, "
+        "idle-cost, app, twin), instead of this node's.",
+    ),
+    sim: bool = typer.Option(False, "--sim", help="For the twin's agent (`gpufleet agent --sim`), not this node's."),
 ) -> None:
-    """List the metrics the agent exports: dcgm-exporter names, types, help texts, and which are on. With --vendor,
-    the series an AMD or Gaudi node exports instead, and which canonical field each comes from."""
+    """List the metrics the agent exports: dcgm-exporter names, types, help texts, which are on, and, for this node
+    (the sources `gpufleet agent` would run here), --sim or --sources, which source fills each one or why none does
+    (a field no source fills has no value and is not exported). With --vendor, the series an AMD or Gaudi node
+    exports instead, and which canonical field each comes from."""
+    from gpufleet.cli.field_sources import all_sources, chosen_sources
+    from gpufleet.telemetry.field_sources import field_fills
     from gpufleet.telemetry.fields import load_field_catalog
 
     if vendor and vendor.lower() != "nvidia":
         _vendor_fields(vendor.lower(), output)
         return
-    rows = [f for f in load_field_catalog() if (all_fields or f.enabled) and (not scope or f.scope == scope)]
+    chosen, what, missing = chosen_sources(sources, sim, this_node=True)
+    fields = [f for f in load_field_catalog() if (all_fields or f.enabled) and (not scope or f.scope == scope)]
+    rows = field_fills(fields, chosen, all_sources())
 
     def table(wide: bool) -> None:
-        cols = ["NAME", "TYPE", "SCOPE", "ON"] + (["LABELS", "UNIT", "HELP"] if wide else [])
+        console.print(f"what {what} fill", highlight=False, markup=False)
+        for line in missing:
+            console.print(f"not here: {line}", highlight=False, markup=False)
+        cols = ["NAME", "TYPE", "SCOPE", "ON", "FILLED BY", "WHY EMPTY"] + (["LABELS", "UNIT", "HELP"] if wide else [])
         data = [
-            [f.name, f.prom_type, f.scope, "yes" if f.enabled else "no"]
-            + ([" ".join(f.labels), f.unit, f.help] if wide else [])
-            for f in rows
-        ]
+            [r.field.name, r.field.prom_type, r.field.scope, "yes" if r.field.enabled else "no",
+             ", ".join(r.sources) or "-", r.why_empty or (f"partly: {r.partly}" if r.partly else "")]
+            + ([" ".join(r.field.labels), r.field.unit, r.field.help] if wide else [])
+            for r in rows
+        ]  # fmt: skip
         console.print(make_table(cols, data))
 
-    emit(rows, output, table)
+    emit([r.to_json() for r in rows], output, table)
 
 
 def _vendor_fields(vendor: str, output: OutputFormat) -> None:
@@ -95,7 +113,14 @@ def rules_cmd(
     config: Path | None = typer.Option(
         None,
         "--config",
-        help="YAML with thresholds and prices (fields of RulesConfig, e.g. usd_per_gpu_hour).",
+        help="YAML with thresholds and labels (fields of RulesConfig, e.g. idle_util_percent, monitor_labels).",
+    ),
+    price_file: Path | None = typer.Option(
+        None,
+        "--price-file",
+        metavar="FILE",
+        help="The cost config the idle-cost rules are priced with, as `gpufleet cost report --price-file` reads it "
+        "(default: the catalog's list prices, as the report's).",
     ),
     hostname_label: str = typer.Option("hostname", "--hostname-label", help="hostname (4.x) or Hostname (3.x)."),
     chart: Path | None = typer.Option(None, "--chart", metavar="DIR", help=CHART_HELP),
@@ -121,6 +146,11 @@ def rules_cmd(
         raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")
     cfg = RulesConfig.from_file(config) if config else RulesConfig()
     cfg = cfg.model_copy(update={"hostname_label": hostname_label})
+    from gpufleet.cost.config import CostConfig
+    from gpufleet.cost.prices import priced_rules
+
+    cost = CostConfig.from_file(price_file) if price_file is not None else CostConfig()
+    cfg = priced_rules(cfg, cost, str(price_file) if price_file is not None else "")  # the report's prices
     xids = xid_ratings(load_policy(policy_file))
     if chart is not None:
         from gpufleet.deploy.chart import RULES_FILE

@@ -19,6 +19,7 @@ from gpufleet.catalog.gpu_prices import GpuPrice
 from gpufleet.catalog.gpus import get_gpu_model, load_gpu_models, model_for_product_name
 from gpufleet.cost.config import CostConfig, PriceBook, model_key
 from gpufleet.errors import NotFoundError
+from gpufleet.telemetry.monitoring.alert_rules import RulesConfig
 
 
 def node_price(book: PriceBook, model: str, labels: Mapping[str, str]) -> GpuPrice | None:
@@ -76,7 +77,15 @@ def alert_prices(config: CostConfig, where: str = "") -> AlertPrices:
                 by_model[entry.model] = price
     purchase = f"{config.provider} {config.offering}"
     source = f"{purchase} price from the cost config {where}" if where else f"{purchase} list price from the catalog"
-    return AlertPrices(by_model, config.default_usd_per_gpu_hour, source + ", as `gpufleet cost report` charges it")
+    return AlertPrices(by_model, config.default_usd_per_gpu_hour, source)
+
+
+def priced_rules(rules: RulesConfig, config: CostConfig, where: str = "") -> RulesConfig:
+    """The alert rules' config with the idle-cost prices the cost report charges under this cost config."""
+    prices = alert_prices(config, where)
+    update = {"usd_per_gpu_hour": prices.by_model, "default_usd_per_gpu_hour": prices.default,
+              "price_source": prices.source}  # fmt: skip
+    return rules.model_copy(update=update)
 
 
 def _listed(book: PriceBook, model: str) -> float | None:

@@ -14,6 +14,7 @@ is filled when every field it is made of is (or the model catalog gives its valu
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -57,18 +58,13 @@ class FieldFill:
         return self.field.enabled and bool(self.sources)
 
     def to_json(self) -> dict[str, object]:
+        """The field as the catalog describes it, and who fills it."""
         return {
-            "name": self.field.name,
-            "type": self.field.prom_type,
-            "scope": self.field.scope,
-            "enabled": self.field.enabled,
+            **dataclasses.asdict(self.field),
             "exported": self.exported,
             "filled_by": list(self.sources),
             "partly": self.partly,
             "why_empty": self.why_empty,
-            "labels": list(self.field.labels),
-            "unit": self.field.unit,
-            "help": self.field.help,
         }
 
 
@@ -111,7 +107,7 @@ def field_fills(
             [s.source for s in sources if s.reports_up] if field.name == SOURCE_UP else by_field.get(field.name, [])
         )
         partly = "; ".join(f"{s.source}: {s.only_for(field.name)}" for s in sources if s.only_for(field.name))
-        why = "" if filled else _why_empty(field.name, sources, known)
+        why = "" if filled or partly else _why_empty(field.name, sources, known)
         out.append(_switched(FieldFill(field, tuple(filled), partly, why)))
     return out
 
@@ -128,9 +124,11 @@ def _why_empty(name: str, sources: Sequence[SourceFields], known: Sequence[Sourc
         return "; ".join(reasons)
     here = {s.source for s in sources}
     elsewhere = [s.source for s in known if s.source not in here and name in s.fills]
+    if len(elsewhere) == 1:
+        return f"filled by {elsewhere[0]}, which this node does not run"
     if elsewhere:
-        return f"filled by {', '.join(elsewhere)}, which this node does not run"
-    return "no source of this node fills it"
+        return f"filled by {', '.join(elsewhere)}; this node runs none of them"
+    return "no source of this node fills it" if not known else "no source gpufleet has fills it"
 
 
 def exported(fields: Iterable[MetricField], sources: Sequence[SourceFields]) -> frozenset[str]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from gpufleet.telemetry.monitoring.alert_rules import (
 from tests.conftest import require_tool
 
 XIDS = xid_ratings()  # the default Xid policy's ratings
-PRICED = RulesConfig(
+PRICED = RulesConfig(  # as a cost config with prices of its own and a default rate makes it (cost/prices.py)
     usd_per_gpu_hour={"NVIDIA H100 80GB HBM3": 4.5, "NVIDIA A100-SXM4-80GB": 4.5, "NVIDIA L40S": 2.0},
+    default_usd_per_gpu_hour=2.0,
     hostname_label="Hostname",
 )
 
@@ -67,6 +69,26 @@ def test_idle_rules_quote_prices_per_model() -> None:
     assert "$4.50/hour" in priced["annotations"]["summary"]
     default = next(r for r in idle if r["labels"]["usd_per_gpu_hour"] == "2.00")
     assert "modelName!~" in default["expr"] and "$labels.Hostname" in default["annotations"]["summary"]
+
+
+def test_idle_rules_price_as_the_cost_report_by_default() -> None:
+    """No cost config: each catalog model at its list price, as `gpufleet cost report` charges it, and the models no
+    price covers without a price (never an invented rate)."""
+    idle = [r for r in alerts(RulesConfig()) if r["alert"] == "GpuIdleCost30m"]
+    h100 = next(r for r in idle if re.search(r"modelName=~\"[^\"]*NVIDIA H100 80GB HBM3", r["expr"]))
+    assert h100["labels"]["usd_per_gpu_hour"] == f"{98.32 / 8:.2f}" and "$12.29/hour" in h100["annotations"]["summary"]
+    assert "list price from the catalog, as `gpufleet cost report` charges it" in h100["annotations"]["description"]
+    rest = next(r for r in idle if "modelName!~" in r["expr"])
+    assert "usd_per_gpu_hour" not in rest["labels"] and "price unknown" in rest["annotations"]["summary"]
+    assert "$2.00" not in dump(rule_groups(RulesConfig(), xids=XIDS))
+
+
+def test_a_rules_config_cannot_set_prices_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text("default_usd_per_gpu_hour: 2.0\nidle_util_percent: 5\n")
+    with pytest.raises(ManifestError, match="cost report's prices") as err:
+        RulesConfig.from_file(path)
+    assert "--price-file" in (err.value.fix or "")
 
 
 def test_every_rule_has_a_quiet_and_a_firing_test() -> None:

@@ -4,7 +4,8 @@ agent, and a `promtool test rules` file with a firing and a quiet case for every
 Rules and their tests live in data/alert_rules.yaml; thresholds come from RulesConfig, which Xid pages at which
 severity from the Xid policy's ratings (XidRatings, made by health/xid_policy.py `xid_ratings`: the policy lives
 above telemetry, so its verdicts come in as data), IB thresholds from the IB counter catalog, and idle-cost prices
-(US$ per GPU-hour) from the config.
+(US$ per GPU-hour) are the cost report's: the catalog's list prices, or the operator's cost config's
+(gpufleet.cost.prices.alert_prices), so an idle-cost alert quotes what `gpufleet cost report` charges.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpufleet import yaml_input
 from gpufleet.catalog import load_ib_counters
+from gpufleet.catalog.gpu_prices import DEFAULT_PROVIDER, ON_DEMAND, list_prices_by_product_name
 from gpufleet.errors import ManifestError
 from gpufleet.telemetry.fields import read_data
 
@@ -79,6 +81,10 @@ class XidRatings:
         return sorted(code for code, rated in self.severities.items() if len(rated) > 1)
 
 
+CATALOG_PRICES = f"{DEFAULT_PROVIDER} {ON_DEMAND} list price from the catalog"
+PRICE_FIELDS = frozenset({"usd_per_gpu_hour", "default_usd_per_gpu_hour", "price_source"})
+
+
 class RulesConfig(BaseModel):
     """Thresholds and prices the rules are generated with."""
 
@@ -102,9 +108,12 @@ class RulesConfig(BaseModel):
     grad_norm_min: float = Field(1e-7, ge=0)
     validation_rise_ratio: float = Field(0.1, gt=0)  # validation loss this far above its best of 6 hours
     ib_counters: tuple[str, ...] = ("SymbolErrorCounter", "LinkDownedCounter", "LinkErrorRecoveryCounter")
-    # The operator's own rate for a GPU-hour; idle alerts quote it. Set per model by NVML model name.
-    default_usd_per_gpu_hour: float = Field(2.0, ge=0)
-    usd_per_gpu_hour: dict[str, float] = Field(default_factory=dict)
+    # What an idle GPU-hour costs, by the model name NVML reports: the cost report's prices, never set here. By
+    # default the catalog's list prices (what `gpufleet cost report` charges without a cost config); `gpufleet
+    # telemetry rules --price-file` takes them from the operator's cost config (gpufleet.cost.prices.alert_prices).
+    usd_per_gpu_hour: dict[str, float] = Field(default_factory=lambda: dict(list_prices_by_product_name()))
+    default_usd_per_gpu_hour: float | None = Field(None, ge=0)  # any other GPU: the cost config's default rate
+    price_source: str = CATALOG_PRICES
     namespace: str = "monitoring"
     agent_port_name: str = "metrics"
     agent_selector: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "gpufleet-agent"})
@@ -115,6 +124,14 @@ class RulesConfig(BaseModel):
     @classmethod
     def from_file(cls, path: Path) -> RulesConfig:
         raw = yaml_input.load_file(path) or {}
+        prices = sorted(PRICE_FIELDS & set(raw)) if isinstance(raw, dict) else []
+        if prices:
+            raise ManifestError(
+                str(path),
+                f"{', '.join(prices)}: the idle-cost rules take the cost report's prices, not their own",
+                fix="put your prices in a cost config (prices:, default_usd_per_gpu_hour:) and pass it with "
+                "`gpufleet telemetry rules --price-file`, as `gpufleet cost report --price-file` reads it",
+            )
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
@@ -250,31 +267,32 @@ def _base_values(cfg: RulesConfig, xids: XidRatings) -> dict[str, str]:
 def _variants(group: dict[str, Any], cfg: RulesConfig) -> list[dict[str, str]]:
     """Placeholder sets a group expands into: one per priced model (plus the rest), one per IB counter."""
     if group.get("per_model"):
-        # One rule per distinct price (models sharing a price share a rule), the default covering the rest.
+        # One rule per distinct price (models sharing a price share a rule); the rest at the default rate, or
+        # without a price where the cost config has none (as the report leaves them unpriced).
+        default = cfg.default_usd_per_gpu_hour
         by_price: dict[float, list[str]] = {}
         for model, price in sorted(cfg.usd_per_gpu_hour.items()):
-            if price != cfg.default_usd_per_gpu_hour:
+            if price != default:
                 by_price.setdefault(price, []).append(model)
+        source = f"{cfg.price_source}, as `gpufleet cost report` charges it"
         out = []
         for price, models in sorted(by_price.items()):
             alternation = "|".join(re2_escape(m) for m in models)
+            out.append(_priced(f'modelName=~"{alternation}"', price, source, models[0]))
+        priced = "|".join(re2_escape(m) for models in by_price.values() for m in models)
+        rest = f'modelName!~"{priced}"' if priced else 'modelName=~".*"'
+        if default is not None:
+            out.append(_priced(rest, default, "the cost config's default rate per GPU-hour", _unpriced_model(cfg)))
+        else:
             out.append(
                 {
-                    "model_matcher": f'modelName=~"{alternation}"',
-                    "price": f"{price:.2f}",
-                    "price_source": f"configured rate for {', '.join(models)}",
-                    "test_model": models[0],
+                    "model_matcher": rest,
+                    "hourly_cost": "price unknown",
+                    "costs": "has no price",
+                    "price_source": "neither the catalog nor the cost config prices its model",
+                    "test_model": _unpriced_model(cfg),
                 }
             )
-        priced = "|".join(re2_escape(m) for models in by_price.values() for m in models)
-        out.append(
-            {
-                "model_matcher": f'modelName!~"{priced}"' if priced else 'modelName=~".*"',
-                "price": f"{cfg.default_usd_per_gpu_hour:.2f}",
-                "price_source": "default rate per GPU-hour",
-                "test_model": _unpriced_model(cfg),
-            }
-        )
         return out
     if group.get("per_ib_counter"):
         catalog = load_ib_counters()
@@ -295,6 +313,17 @@ def _variants(group: dict[str, Any], cfg: RulesConfig) -> list[dict[str, str]]:
             )
         return out
     return [{}]
+
+
+def _priced(matcher: str, price: float, source: str, test_model: str) -> dict[str, str]:
+    return {
+        "model_matcher": matcher,
+        "price": f"{price:.2f}",
+        "hourly_cost": f"about ${price:.2f}/hour",
+        "costs": f"costs about ${price:.2f} per hour",
+        "price_source": source,
+        "test_model": test_model,
+    }
 
 
 def _unpriced_model(cfg: RulesConfig) -> str:
