@@ -21,6 +21,7 @@ from gpufleet.sources.gpu import nvml
 from gpufleet.telemetry.field_sources import POD_INFO, exported, field_fills
 from gpufleet.telemetry.fields import IDLE_COST_FIELD, load_field_catalog
 from gpufleet.telemetry.monitoring.sizing import series_counts
+from gpufleet.telemetry.vendor_metrics import load_vendor_metrics
 from tests.sources.gpu.fake_nvml import FakeGpu, FakeNvml
 from tests.twins import small_twin
 
@@ -144,3 +145,34 @@ def test_sizing_counts_what_the_sources_fill() -> None:
     assert agent[0] < everything[0] and twin[0] < everything[0]
     assert agent[1] == 17 and twin[1] == 12  # the twin simulates 12 of the 17 port counters
     assert series_counts(sources=[*named(["nvml"]), KMSG, IDLE_COST])[2] == 3  # a source-up series each
+
+
+def test_every_vendor_series_is_filled_by_its_real_source_or_says_why_not() -> None:
+    """An AMD or Gaudi node's agent serves its exporter's series from the fields its GPU library fills. Each series of
+    the vendor's exporter is either filled by that library's source on a real node, or the source says why it stays
+    empty (AMD's gpu_health and gpu_afid_errors: the AMD Device Metrics Exporter's own verdicts, which amdsmi does not
+    give); only the twin fills gpu_health, for its AMD devices."""
+    sources = named(["amdsmi", "hlml"])
+    by_name = {s.source: s for s in sources}
+    vendors = load_vendor_metrics().vendors
+    left: dict[str, set[str]] = {}
+    for vendor, source in (("amd", "amdsmi"), ("intel", "hlml")):
+        spec, fills = vendors[vendor], by_name[source]
+        fields = {f for m in spec.metrics for f in m.sources}
+        if spec.nic_ports is not None:
+            fields |= {spec.nic_ports.present, spec.nic_ports.external, spec.nic_ports.up}
+        left[source] = fields - fills.fills
+        assert all(fills.why_not(f) for f in left[source]), (source, left[source])
+    assert left == {
+        "amdsmi": {
+            "gpufleet_gpu_health",
+            "gpufleet_gpu_afid_fatal",
+            "gpufleet_gpu_afid_non_fatal_uncorrected",
+            "gpufleet_gpu_afid_non_fatal_corrected",
+        },
+        "hlml": set(),
+    }
+    amd = {f.field.name: f for f in field_fills(load_field_catalog(), [by_name["amdsmi"]])}
+    assert not amd["gpufleet_gpu_health"].exported and "Device Metrics Exporter" in amd["gpufleet_gpu_health"].why_empty
+    assert "CPER" in amd["gpufleet_gpu_afid_fatal"].why_empty
+    assert TWIN_FIELDS.only_for("gpufleet_gpu_health") and "gpufleet_gpu_afid_fatal" not in TWIN_FIELDS.fills

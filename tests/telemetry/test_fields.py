@@ -5,7 +5,7 @@ import pytest
 from gpufleet.catalog.clock_events import clock_events_of, load_clock_events
 from gpufleet.catalog.dcgm_fields import parse_counter_file
 from gpufleet.errors import NotFoundError
-from gpufleet.telemetry.fields import load_field_catalog
+from gpufleet.telemetry.fields import EXP_OVERRIDES, load_field_catalog
 from tests.conftest import CATALOG_DATA
 
 FAULT_FIELDS = [
@@ -45,12 +45,32 @@ def test_names_types_and_help_follow_dcgm_exporter() -> None:
     chosen = {f.name: f for f in upstream if not f.enabled_by_default}
     chosen.update({f.name: f for f in upstream if f.enabled_by_default})
     for field in chosen.values():
+        if field.name in EXP_OVERRIDES:  # the counter file's line is wrong about them: the next test
+            continue
         ours = catalog.get(field.name)
         assert ours.prom_type == field.prom_type, field.name
         assert ours.help == field.help, field.name
     # what dcgm-exporter ships switched on stays on
     on_upstream = {f.name for f in upstream if f.enabled_by_default}
     assert on_upstream <= set(catalog.enabled().names())
+
+
+def test_the_windowed_counts_are_gauges_as_dcgm_exporter_exposes_them() -> None:
+    """DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT count samples within a sliding window, so they fall
+    as samples leave it: gauges, with the help texts dcgm-exporter's own tests give them (its etc/default-counters.csv
+    line says counter, "reported XIDs during last window")."""
+    catalog = load_field_catalog()
+    xid, clocks = catalog.get("DCGM_EXP_XID_ERRORS_COUNT"), catalog.get("DCGM_EXP_CLOCK_EVENTS_COUNT")
+    assert (xid.prom_type, clocks.prom_type) == ("gauge", "gauge")
+    assert xid.help == "Count of XID Errors within user-specified time window (see xid-count-window-size param)."
+    assert clocks.help == (
+        "Count of clock events within the user-specified time window (see clock-events-count-window-size param)."
+    )
+    upstream = {
+        f.name: f for f in parse_counter_file((CATALOG_DATA / "dcgm_exporter" / "default-counters.csv").read_text())
+    }
+    for name in EXP_OVERRIDES:  # each override is still a field of the counter file, and really differs from it
+        assert upstream[name].prom_type != catalog.get(name).prom_type, name
 
 
 def test_ib_counters_use_prometheus_naming() -> None:

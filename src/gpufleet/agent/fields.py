@@ -39,12 +39,12 @@ APP = SourceFields(
 
 
 def gpu_sources() -> dict[str, SourceFields]:
-    """Each GPU library's source, as it declares what it fills (the AMD and Gaudi ones by their readings)."""
+    """Each GPU library's source, as it declares what it fills (the Gaudi one by its readings)."""
     from gpufleet.sources.gpu import amdsmi, hlml, nvml
 
     return {
         "nvml": nvml.FIELDS,
-        "amdsmi": SourceFields("amdsmi", frozenset(amdsmi.READINGS)),
+        "amdsmi": amdsmi.FIELDS,
         "hlml": SourceFields("hlml", frozenset([*hlml.READINGS, *hlml.NIC_FIELDS])),
     }
 

@@ -1,7 +1,9 @@
 """The digital twin as a telemetry source: fills a MetricFrame exactly as NVML/DCGM readings would.
 
 A GPU that fell off the bus reads as no value at all (NaN, never exported), as dcgm-exporter shows a lost GPU.
-Xid counts follow DCGM_EXP_XID_ERRORS_COUNT: Xids of each code seen per GPU within the exporter's window.
+Xid counts follow DCGM_EXP_XID_ERRORS_COUNT: Xids of each code seen per GPU within the exporter's window. Clock-event
+counts follow DCGM_EXP_CLOCK_EVENTS_COUNT: for each reason, how many of the GPU's clock-event samples within the same
+window had it set (one sample per collection), not whether it is set now.
 
 A GPU in MIG mode with instances is one entity per GPU instance (an agent's view, as dcgm-exporter reports it): each
 has its own memory used and free and its graphics-engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE, 0-1), no
@@ -173,6 +175,11 @@ class TwinSource:
             dtype=np.int64,
         )
         self._xids: deque[tuple[float, int, int]] = deque()  # (time, gpu flat index, code)
+        # the clock-event bits of each column at each collection within the window, and per reason how many of those
+        # samples have it set (kept as the window moves, not recounted)
+        self._clock_samples: deque[tuple[float, np.ndarray]] = deque()
+        self._clock_counts = np.zeros((len(load_clock_events()), len(self.gpu_idx)), dtype=np.int64)
+        self._clock_bits = np.array([e.bit for e in load_clock_events()], dtype=np.uint32)[:, None]
         self._layout: object = None
         self.app = AppSeries(twin, self.gpu_idx, node)
         self._price = self._prices(cost or CostConfig())
@@ -300,9 +307,25 @@ class TwinSource:
                 frame.gpu(field)[:] = np.where(gaudi, mask, np.nan)
 
     def _clock_events(self, frame: MetricFrame, alive: np.ndarray) -> None:
-        bits = self.twin.gpus.clock_events[self.gpu_idx]
-        for i, event in enumerate(load_clock_events()):
-            frame.clock_events[i] = np.where(alive, ((bits & np.uint32(event.bit)) != 0).astype(np.float64), np.nan)
+        """DCGM_EXP_CLOCK_EVENTS_COUNT as dcgm-exporter counts it (NVIDIA/dcgm-exporter 4.5.3-4.8.2,
+        internal/pkg/collector/expcollector.go getMetrics with clock_events_collector.go's fieldValueParser): every
+        sample of DCGM_FI_DEV_CLOCKS_EVENT_REASONS DCGM holds from the last --clock-events-count-window-size ms adds
+        one to each reason whose bit it has set. The twin's samples are its readings, one per collection (a second
+        reading at the same instant replaces the first); a GPU that fell off the bus has no series."""
+        now = self.twin.time
+        samples, counts = self._clock_samples, self._clock_counts
+        if samples and samples[-1][0] == now:
+            counts -= self._reasons(samples.pop()[1])
+        bits = self.twin.gpus.clock_events[self.gpu_idx].astype(np.uint32)
+        samples.append((now, bits))
+        counts += self._reasons(bits)
+        while samples[0][0] < now - self.window_s:
+            counts -= self._reasons(samples.popleft()[1])
+        frame.clock_events[:] = np.where(alive[None, :], counts, np.nan)
+
+    def _reasons(self, bits: np.ndarray) -> np.ndarray:
+        """(reasons, columns): 1 where a column's clock-event bits have the reason set."""
+        return ((bits[None, :] & self._clock_bits) != 0).astype(np.int64)
 
     def _xid_window(self, frame: MetricFrame) -> None:
         twin = self.twin

@@ -7,6 +7,16 @@ switches on the
 fields that matter for faults. InfiniBand port counters come from the IB counter catalog; gpufleet's own
 metrics
 (source health, training progress, inference latency, idle cost) are rows of the same table.
+
+Where the counter file's own line is wrong about what the exporter exposes, ``data/fields.csv`` says it
+(EXP_OVERRIDES below names each such field). DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT are
+commented out in etc/default-counters.csv as ``counter`` ("reported XIDs during last window", "reported clock
+events"), but their value is a count of the samples within the last --xid-count-window-size
+(--clock-events-count-window-size) milliseconds, so it falls as samples leave the window: a gauge. dcgm-exporter's
+own tests declare them so, with the help texts used here (NVIDIA/dcgm-exporter at 4.5.3-4.8.2 + d5e5f510:
+internal/pkg/integration_test/collector_test.go, pkg/cmd/app_test.go, tests/integration/testdata/
+default-counters.csv; the counting is internal/pkg/collector/expcollector.go getMetrics, GetValuesSince over the
+window). rate() and increase() on them are wrong; `> 0` or max_over_time() are the readings.
 """
 
 from __future__ import annotations
@@ -29,6 +39,11 @@ FLEET = "fleet"  # one series per accelerator of any vendor, with vendor-neutral
 IDLE_COST_FIELD = "gpufleet_gpu_idle_cost_dollars_per_hour"
 
 IB_PORT_LABELS = ("hca", "port", "rail", "hostname")
+# dcgm-exporter fields whose type and help in data/fields.csv differ from the counter file's line, and why (see above)
+EXP_OVERRIDES = {
+    "DCGM_EXP_XID_ERRORS_COUNT": "a count over a sliding window, which falls as Xids leave it: a gauge",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT": "a count over a sliding window, which falls as samples leave it: a gauge",
+}
 
 
 def read_data(name: str) -> str:

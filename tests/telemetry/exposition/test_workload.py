@@ -379,7 +379,7 @@ def test_labels_mode_parts_add_up_to_the_device_and_device_fields_render_once() 
     assert util == {"train-0": 20, "train-1": 20, "eval-0": 20, "idle-0": 0, "": 2}  # parts rounded, sum exact
     power = [lab for n, lab, _ in samples if n == "DCGM_FI_DEV_POWER_USAGE" and lab["UUID"] == uuid]
     assert all(lab.get("pod") for lab in power)  # the parts are the whole: no remainder series
-    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_EXP_XID_ERRORS_COUNT_total", "DCGM_EXP_CLOCK_EVENTS_COUNT_total"):
+    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_CLOCK_EVENTS_COUNT"):
         (only,) = [lab for n, lab, _ in samples if n == name and lab["UUID"] == uuid]
         assert not any(k in only for k in POD_KEYS), name
     # the exclusively held GPU keeps the pod on every series, as dcgm-exporter writes it

@@ -109,3 +109,20 @@ def test_cli_writes_the_chart_copies(tmp_path: Path) -> None:
     assert len(list((tmp_path / "boards").glob("*.json"))) == 3
     not_a_chart = gpufleet("telemetry", "rules", "--chart", str(tmp_path / "boards"))
     assert not_a_chart.returncode == 2 and "not a Helm chart" in not_a_chart.stderr
+
+
+_RATE_OF = re.compile(r"\b(rate|irate|increase|delta|idelta|deriv|resets)\(\s*([A-Za-z_:][A-Za-z0-9_:]*)")
+
+
+def test_no_rule_or_panel_takes_the_rate_of_a_gauge() -> None:
+    """rate() and increase() read a counter's growth; on a gauge that falls (the windowed Xid and clock-event counts,
+    which drop as samples leave their window) they read the falls as resets and invent growth. Every catalog field a
+    shipped rule or dashboard panel takes a rate of is a counter; the windowed counts are read as they stand."""
+    types = {f.name: f.prom_type for f in load_field_catalog()}
+    exprs = [r["expr"] for g in rule_groups(xids=xid_ratings())["groups"] for r in g["rules"]]
+    exprs += [p["targets"][0]["expr"] for board in dashboards().values() for p in board["panels"]]
+    rated = {(fn, name) for expr in exprs for fn, name in _RATE_OF.findall(expr) if name in types}
+    assert rated and all(types[name] == "counter" for _, name in rated), sorted(rated)
+    windowed = ("DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_CLOCK_EVENTS_COUNT")
+    assert all(types[name] == "gauge" for name in windowed)
+    assert any("DCGM_EXP_XID_ERRORS_COUNT{" in expr and expr.endswith("> 0") for expr in exprs)  # the Xid alerts

@@ -4,6 +4,7 @@ agent actually renders for a mixed fleet."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,12 @@ import numpy as np
 import pytest
 import yaml
 
+from gpufleet.agent.fields import gpu_sources
 from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, render
 from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, RulesConfig, dump, rule_groups, rule_tests
+from gpufleet.telemetry.vendor_metrics import load_vendor_metrics
 from tests.conftest import require_tool
 from tests.telemetry.exposition.test_vendor import parsed
 from tests.telemetry.vendor_frames import mixed_frame
@@ -44,6 +47,42 @@ def test_vendor_and_fleet_rule_groups() -> None:
     assert all(rules[a]["labels"]["severity"] == "critical" for a in ("AmdGpuUnhealthy", "GaudiScaleUpPortDown"))
     margin = rules_by_name(RulesConfig(temp_limit_margin_c=5))["AcceleratorOverTemperature"]["expr"]
     assert margin.endswith("gpufleet_accelerator_temperature_limit_celsius - 5")
+
+
+def test_a_vendor_rule_on_a_series_the_agent_never_writes_says_what_feeds_it() -> None:
+    """Each AMD and Gaudi rule reads its exporter's series; those gpufleet's agent writes on a real node come from a
+    field the vendor's GPU source fills. A rule whose series no real source fills (AMD's gpu_health, gpu_afid_errors:
+    DME's own verdicts) cannot fire from the agent: its description names the exporter that feeds it and says the
+    agent does not, and the source says why it leaves the field empty."""
+    sources = gpu_sources()
+    vendors = load_vendor_metrics().vendors
+    checked = {}
+    for group, vendor, source in (("gpufleet-amd", "amd", "amdsmi"), ("gpufleet-gaudi", "intel", "hlml")):
+        fields_of: dict[str, set[str]] = {}
+        for m in vendors[vendor].metrics:
+            fields_of.setdefault(m.name, set()).update(m.sources)
+        if (ports := vendors[vendor].nic_ports) is not None:
+            fields_of.setdefault(ports.name, set()).update((ports.present, ports.external, ports.up))
+        rules = rules_by_name()
+        for alert in VENDOR_ALERTS[group]:
+            read = {name for name in fields_of if re.search(rf"\b{name}\b", rules[alert]["expr"])}
+            fields = set().union(*(fields_of[name] for name in read))
+            assert read and fields, alert
+            filled = fields <= sources[source].fills
+            checked[alert] = filled
+            description = rules[alert]["annotations"]["description"]
+            if not filled:
+                assert vendors[vendor].exporter in description and "agent does not write" in description, alert
+                assert all(sources[source].why_not(f) for f in fields - sources[source].fills), alert
+            else:
+                assert "agent does not write" not in description, alert
+    assert checked == {
+        "AmdGpuUnhealthy": False,
+        "AmdGpuEccUncorrectable": True,
+        "AmdGpuFatalRasEvent": False,
+        "GaudiDoubleBitEccRowReplaced": True,
+        "GaudiScaleUpPortDown": True,
+    }
 
 
 def test_vendor_rule_labels_are_not_the_dcgm_config_ones() -> None:

@@ -31,6 +31,7 @@ from gpufleet.model.pci import normalise_pci
 from gpufleet.parsers.amd.amd_smi import PCIE_GEN_BY_GTS
 from gpufleet.parsers.amd_gaudi_values import catalog_model, number, partition_mode
 from gpufleet.sources.gpu.failing_readings import FailingReadings
+from gpufleet.telemetry.field_sources import SourceFields
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
 log = logging.getLogger("gpufleet.amdsmi")
@@ -111,6 +112,36 @@ READINGS: dict[str, tuple[Call, ...]] = {
     "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": (Call(_PCIE, key=("pcie_static", "pcie_interface_version")),),
     "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": (Call(_PCIE, key=("pcie_static", "max_pcie_width")),),
 }
+
+# What this source writes (telemetry.field_sources), and why it leaves the two AMD Device Metrics Exporter families that
+# are the exporter's own verdicts, not amdsmi readings, empty. As read in ROCm/device-metrics-exporter (2026-08):
+# - gpu_health: pkg/amdgpu/gpuagent/gpuagent_health.go processHealthValidation: healthy unless a per-block uncorrectable
+#   ECC count from gpuagent passes the configured threshold (0 by default), gpuagent reports a critical event, the
+#   latest CPER record is fatal (and recent enough), gpuagent lists no GPU, or the node is marked unhealthy.
+# - gpu_afid_errors{severity, afid_index}: gpuagent_gpu_metrics.go, the AFIDs of the GPU's latest CPER record, only
+#   with CPER enabled (initAfidMetrics); docs/configuration/metricslist.md GPU_AFID_ERRORS.
+# amdsmi has the CPER records and their AFIDs (amdsmi 7.0.2, amdsmi_interface.py: amdsmi_get_gpu_cper_entries,
+# amdsmi_get_afids_from_cper) but no health verdict; this source reads neither, so on a real AMD node these stay
+# unexported and the alerts on them (AmdGpuUnhealthy, AmdGpuFatalRasEvent) are DME's to feed, as their descriptions say.
+FIELDS = SourceFields(
+    "amdsmi",
+    fills=frozenset(READINGS),
+    leaves=(
+        (
+            "gpufleet_gpu_health",
+            "AMD Device Metrics Exporter's own health verdict (gpuagent's per-block uncorrectable ECC counts against "
+            "its thresholds, critical events, a recent fatal CPER record); amdsmi gives no verdict and this source "
+            "makes none up: run DME for gpu_health",
+        ),
+        (
+            "gpufleet_gpu_afid_*",
+            "the AFIDs of the GPU's latest CPER record, which AMD Device Metrics Exporter reads from gpuagent with "
+            "CPER enabled; this source does not read CPER records (amdsmi_get_gpu_cper_entries): run DME for "
+            "gpu_afid_errors",
+        ),
+        ("gpufleet_gpu_nic_port_*", "a Gaudi device's built-in network ports"),
+    ),
+)
 
 _NO_LIBRARY_FIX = (
     "install ROCm's amd-smi-lib package (it provides libamd_smi.so; set ROCM_PATH if ROCm is not in /opt/rocm), "

@@ -163,7 +163,7 @@ FIELDS = SourceFields(
         ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "not read by this source (vGPU licensing)"),
         (
             "DCGM_EXP_CLOCK_EVENTS_COUNT",
-            "dcgm-exporter counts clock events from DCGM's event stream over its window; "
+            "dcgm-exporter counts DCGM's samples of the clock-event reasons within its window; "
             "NVML gives the reasons now, exported as DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
         ),
         ("DCGM_*XID*", "the kernel log's source (kmsg) fills the Xid series; NVML does not read Xids"),

@@ -103,16 +103,19 @@ class FrameSeries:
         it into labels, so a store can cache key -> series id and skip label work on every tick.
         """
         out: list[tuple[SparseKey, float, str]] = []
-        names = {f.name for f in frame.catalog.fields}
-        if "DCGM_EXP_CLOCK_EVENTS_COUNT" in names:
+        # the windowed counts are stored as the catalog types them (gauges: they fall as samples leave the window)
+        kinds = {f.name: f.prom_type for f in frame.catalog.fields}
+        if "DCGM_EXP_CLOCK_EVENTS_COUNT" in kinds:
+            kind = kinds["DCGM_EXP_CLOCK_EVENTS_COUNT"]
             events = frame.clock_events
             rows, cols = np.nonzero(valid_mask(events) & (events != 0))
             for k, i in zip(rows.tolist(), cols.tolist(), strict=True):
-                out.append((("clock", k, i), float(events[k, i]), "counter"))
-        if "DCGM_EXP_XID_ERRORS_COUNT" in names:
+                out.append((("clock", k, i), float(events[k, i]), kind))
+        if "DCGM_EXP_XID_ERRORS_COUNT" in kinds:
+            kind = kinds["DCGM_EXP_XID_ERRORS_COUNT"]
             for xid, row in sorted(frame.xid_counts.items()):
                 for i in np.flatnonzero(valid_mask(row) & (row != 0)).tolist():
-                    out.append((("xid", xid, i), float(row[i]), "counter"))
+                    out.append((("xid", xid, i), float(row[i]), kind))
         for i in range(len(frame.entities)):
             for attr in pod_holders(frame, i):
                 out.append((("pod", i, attr), 1.0, "gauge"))
