@@ -19,6 +19,7 @@ import yaml
 
 from gpufleet import __version__
 from gpufleet.cli.agent import register as register_agent
+from gpufleet.cost.config import CostConfig
 from gpufleet.deploy import rbac
 from gpufleet.deploy.chart import chart_dir
 from gpufleet.deploy.render import (
@@ -101,6 +102,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
         },
     },
     "no-attribution": {"agent": {"attribution": {"enabled": False}}},
+    "cost-config": {
+        "cost": {
+            "config": {
+                "default_usd_per_gpu_hour": 2.5,
+                "prices": [{"model": "h100-sxm", "provider": "aws", "offering": "on-demand", "usd_per_gpu_hour": 6.88}],
+            }
+        },
+        "agent": {"workloadWatch": {"enabled": True}},
+    },
 }
 
 
@@ -686,6 +696,72 @@ def test_the_agent_takes_every_flag_the_chart_passes(variant: str) -> None:
         assert params["attribution"] is (VARIANTS[variant].get("agent", {}).get("attribution", {}).get("enabled", True))
         if params["attribution"]:
             assert params["proc_root"] == Path("/host/proc")
+
+
+def _cost_mounts(manifests: list[Manifest]) -> tuple[list[Path], list[tuple[str, str]], dict[str, str]]:
+    """Where each agent reads the cost config (--cost-config, parsed by the agent command) and each control plane
+    (ConfigMap and key mounted as $GPUFLEET_HOME/cost.yaml), and the pods' cost checksums by object name."""
+    app = typer.Typer()
+    register_agent(app)
+    command = typer.main.get_command(app)
+    agents = []
+    for spec, container in agent_daemonsets(manifests):
+        path = command.make_context("agent", kubelet_expands(container, NODE)[1:]).params["cost_config"]
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "cost")
+        volume = next(v for v in spec["volumes"] if v["name"] == "cost")["configMap"]
+        assert mount["readOnly"] and path.parent == Path(mount["mountPath"])
+        assert [item["path"] for item in volume["items"]] == [path.name]
+        agents.append((volume["name"], volume["items"][0]["key"], path))
+    server = find(manifests, "Deployment")["spec"]["template"]["spec"]
+    mount = next(m for m in server["containers"][0]["volumeMounts"] if m["name"] == "cost")
+    volume = next(v for v in server["volumes"] if v["name"] == "cost")["configMap"]
+    home = next(e["value"] for e in server["containers"][0]["env"] if e["name"] == "GPUFLEET_HOME")
+    assert mount["readOnly"] and mount["mountPath"] == f"{home}/cost.yaml"  # where the cost report reads it
+    servers = [(volume["name"], mount["subPath"])]
+    assert {(name, key) for name, key, _ in agents} == set(servers), (agents, servers)  # one file for both sides
+    sums = {
+        m.name: m.obj["spec"]["template"]["metadata"].get("annotations", {}).get("checksum/cost", "")
+        for m in manifests
+        if m.kind in ("DaemonSet", "Deployment")
+    }
+    return [p for _, _, p in agents], servers, sums
+
+
+def test_agents_price_idle_cost_with_the_control_planes_cost_config() -> None:
+    """values cost.config is one ConfigMap: every agent gets --cost-config on it and the control plane reads it as
+    $GPUFLEET_HOME/cost.yaml, so the idle-cost series and the cost report charge the same; a new price rolls both."""
+    manifests = objects(VARIANTS["cost-config"])
+    paths, servers, sums = _cost_mounts(manifests)
+    assert paths == [Path("/etc/gpufleet/cost/cost.yaml")] * 2  # the node agents and the workload watch's
+    configmap = find(manifests, "ConfigMap", servers[0][0])
+    config = CostConfig.from_data(yaml.safe_load(configmap["data"][servers[0][1]]), "rendered")
+    assert config.default_usd_per_gpu_hour == 2.5 and config.prices[0].usd_per_gpu_hour == 6.88
+    assert len(set(sums.values())) == 1 and all(sums.values())
+    dearer = {"cost": {"config": {"default_usd_per_gpu_hour": 3.0}}}
+    assert set(_cost_mounts(objects(dearer))[2].values()).isdisjoint(sums.values())
+    # none given: no ConfigMap, no flag, no mount; both sides take the catalog's list prices
+    plain = objects({})
+    for spec, container in agent_daemonsets(plain):
+        assert not flag(container["args"], "--cost-config") and all(v["name"] != "cost" for v in spec["volumes"])
+    assert all(v["name"] != "cost" for v in find(plain, "Deployment")["spec"]["template"]["spec"]["volumes"])
+    assert [m.name for m in plain if m.kind == "ConfigMap"] == ["gpufleet-dashboards"]
+
+
+def test_a_cost_config_map_of_ones_own() -> None:
+    manifests = objects({"cost": {"existingConfigMap": "site-prices", "key": "prices.yaml"}})
+    paths, servers, sums = _cost_mounts(manifests)
+    assert paths == [Path("/etc/gpufleet/cost/prices.yaml")] and servers == [("site-prices", "prices.yaml")]
+    assert not any(sums.values())  # the chart cannot see its content: nothing to roll the pods on
+    assert "site-prices" not in {m.name for m in manifests if m.kind == "ConfigMap"}
+
+
+def test_a_cost_config_the_agent_would_refuse_is_refused_at_render() -> None:
+    with pytest.raises(ManifestError, match=r"cost\.config.*unknown field 'prise'; did you mean 'prices'"):
+        render({"cost": {"config": {"prise": []}}})
+    with pytest.raises(ManifestError, match=r"cost\.config and cost\.existingConfigMap"):
+        render({"cost": {"config": {"default_usd_per_gpu_hour": 1}, "existingConfigMap": "mine"}})
+    with pytest.raises(ManifestError, match="values schema"):
+        render({"cost": {"key": "a/b"}})
 
 
 # --- values that cannot work: a clean error that names the fix ------------------------------------------------------

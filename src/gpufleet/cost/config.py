@@ -72,13 +72,18 @@ class CostConfig(BaseModel):
 
     @classmethod
     def from_file(cls, path: Path) -> CostConfig:
-        raw = yaml_input.load_file(path) or {}
+        return cls.from_data(yaml_input.load_file(path), str(path))
+
+    @classmethod
+    def from_data(cls, raw: object, source: str) -> CostConfig:
+        """A cost config read elsewhere (a file, the Helm chart's cost.config), refused with its field named."""
+        raw = raw or {}
         if not isinstance(raw, dict):
-            raise ManifestError(str(path), "expected a mapping", fix="see `gpufleet cost report -h` for the fields")
+            raise ManifestError(source, "expected a mapping", fix="see `gpufleet cost report -h` for the fields")
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            raise _explain(str(path), exc) from None
+            raise _explain(source, exc) from None
 
     def team_of(self, namespace: str) -> str:
         return self.teams.get(namespace, UNASSIGNED)

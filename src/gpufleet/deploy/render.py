@@ -224,7 +224,20 @@ def render(
         manifests.extend(_documents(template, text))
     manifests.sort(key=_install_order)
     unchecked = validate(manifests, wanted)
+    _check_cost_config(manifests, source)
     return Rendered(manifests, notes, unchecked, wanted)
+
+
+def _check_cost_config(manifests: list[Manifest], source: str) -> None:
+    """The cost config the chart renders (values cost.config) is what every agent reads at its start (--cost-config)
+    and the cost report on every report: one it refuses is refused here, naming the field, not by agents that stop."""
+    from gpufleet.cost.config import CostConfig
+
+    for manifest in manifests:
+        labels = manifest.obj.get("metadata", {}).get("labels", {})
+        if manifest.kind == "ConfigMap" and labels.get("app.kubernetes.io/component") == "cost":
+            for key, text in (manifest.obj.get("data") or {}).items():
+                CostConfig.from_data(yaml.safe_load(text), f"{source}: cost.config (ConfigMap key {key})")
 
 
 def _documents(template: str, text: str) -> list[Manifest]:

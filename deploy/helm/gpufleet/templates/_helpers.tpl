@@ -83,6 +83,27 @@ app.kubernetes.io/component: {{ . }}
 {{- end -}}
 
 {{/*
+The cost config both sides read (values cost): the ConfigMap holding it, "" when none is given (the catalog's prices).
+*/}}
+{{- define "gpufleet.cost.configMap" -}}
+{{- if .Values.cost.existingConfigMap -}}
+{{- .Values.cost.existingConfigMap -}}
+{{- else if .Values.cost.config -}}
+{{- printf "%s-cost" (include "gpufleet.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the agent finds it (--cost-config); the control plane reads it as $GPUFLEET_HOME/cost.yaml. */}}
+{{- define "gpufleet.cost.dir" -}}/etc/gpufleet/cost{{- end -}}
+
+{{/* A pod annotation that changes with the rendered cost config, so a new price rolls the pods that read it. */}}
+{{- define "gpufleet.cost.checksum" -}}
+{{- if and .Values.cost.config (not .Values.cost.existingConfigMap) -}}
+checksum/cost: {{ toYaml .Values.cost.config | sha256sum }}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Combinations the schema cannot express, refused with what to change. Rendered once, from validate.yaml.
 */}}
 {{- define "gpufleet.validate" -}}
@@ -97,6 +118,9 @@ Combinations the schema cannot express, refused with what to change. Rendered on
 {{- if and $server.persistence.enabled (gt (int $server.replicas) 1) (not $server.persistence.existingClaim) -}}
 {{- fail (printf "server.persistence.enabled needs server.replicas=1 (a ReadWriteOnce claim holds one replica's data directory), not %d: turn persistence off and keep the state in PostgreSQL" (int $server.replicas)) -}}
 {{- end -}}
+{{- end -}}
+{{- if and .Values.cost.config .Values.cost.existingConfigMap -}}
+{{- fail (printf "cost.config and cost.existingConfigMap (%s) are both set: give the cost config in one place, inline in cost.config or in your own ConfigMap" .Values.cost.existingConfigMap) -}}
 {{- end -}}
 {{- $agent := .Values.agent -}}
 {{- if $agent.enabled -}}
