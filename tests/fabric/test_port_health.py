@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.catalog.ib_counters import load_ib_counters
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.fabric.counters import CounterTracker, Readings, counter_columns
 from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
-from gpufleet.fabric.port_health import LinkChange, PortHealth
+from gpufleet.fabric.port_health import _WINDOWED, LinkChange, PortHealth
 from gpufleet.health.thresholds import load_thresholds
 
 T0 = 1_800_000_000.0
@@ -232,7 +233,7 @@ def test_a_port_recabled_elsewhere_is_not_a_link_down() -> None:
         ("buffer-overrun", "ExcessiveBufferOverrunErrors", F.buffer_overrun_errors_per_window, "warning", ""),
         ("link-recovery", "LinkErrorRecoveryCounter", F.link_recoveries_per_window, "warning", "isolate-port"),
         ("xmit-discards", "PortXmitDiscards", F.xmit_discards_per_window, "warning", ""),
-        ("vl15-dropped", "VL15Dropped", F.vl15_dropped_per_window, "info", ""),
+        ("vl15-dropped", "VL15Dropped", F.vl15_dropped_per_window, "warning", ""),
     ],
 )
 def test_counts_over_their_window_threshold(kind: str, counter: str, limit: float, severity: str, action: str) -> None:
@@ -251,9 +252,13 @@ def test_physical_counts_at_one_end_name_the_cable_and_the_counting_port() -> No
     assert "only node02/mlx5_0/1 counts receive errors, not leaf1/2" in found.message
 
 
-def test_many_vl15_drops_are_a_warning() -> None:
-    found = only(Fleet().poll({LEAF2: {"VL15Dropped": int(10 * F.vl15_dropped_per_window) + 1}}), "vl15-dropped")
-    assert found.severity == "warning"
+def test_a_count_over_its_threshold_is_rated_as_the_ib_counter_catalog_rates_it() -> None:
+    """One rating per counter, the one triage's port rules give a count since the counters were cleared."""
+    catalog = load_ib_counters()
+    for kind, (counter, _, _) in _WINDOWED.items():
+        assert catalog[counter].over_threshold, (kind, counter)
+    found = only(Fleet().poll({LEAF2: {"VL15Dropped": int(F.vl15_dropped_per_window) + 1}}), "vl15-dropped")
+    assert found.severity == catalog["VL15Dropped"].over_threshold
 
 
 def test_transmit_discards_on_a_link_that_is_down_are_the_link_s() -> None:

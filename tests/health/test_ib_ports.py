@@ -194,10 +194,10 @@ def test_every_old_counter_name_maps_to_the_catalog() -> None:
     [
         ("SymbolErrorCounter", 10, "info"),  # at the threshold is not over it
         ("SymbolErrorCounter", 11, "warning"),  # no time span: a count, not a BER
-        ("LinkErrorRecoveryCounter", 11, "critical"),
+        ("LinkErrorRecoveryCounter", 11, "warning"),  # the fabric service's and the agent's rating too
         ("LinkDownedCounter", 3, "info"),
         ("LinkDownedCounter", 11, "critical"),
-        ("PortRcvErrors", 77, "critical"),
+        ("PortRcvErrors", 77, "warning"),
         ("PortRcvRemotePhysicalErrors", 101, "warning"),
         ("PortRcvSwitchRelayErrors", 5000, "info"),
         ("PortXmitDiscards", 101, "warning"),

@@ -8,7 +8,9 @@ the health thresholds (sources in its data file).
   1e-15 over 125 minutes), judged by health.symbol_errors as the agent and triage judge them (its `symbol_errors`
   thresholds); packets dropped per packet received (the PDR rule); link downs (LinkDownedCounter, and
   the link's state), two within the flap window being a flap; and the other error counters against infiniband-diags'
-  thresholds per window. PortXmitWait is congestion, as a share of the link's time, never a fault of the port.
+  thresholds per window, a count over one rated as the IB counter catalog rates the counter (the rating triage's
+  port rules give a count since the counters were cleared). PortXmitWait is congestion, as a share of the link's
+  time, never a fault of the port.
 - Per cable: the two ends' findings of one physical problem become one, naming both ends. A down counted at both
   ends is the cable (isolate it). Symbol errors counted at one end only are that end's receiver or transceiver, or
   the cable toward it. Packets that arrive already marked bad (PortRcvRemotePhysicalErrors) on a link that counts
@@ -43,15 +45,16 @@ REMOTE = "PortRcvRemotePhysicalErrors"
 RCV_PKTS = "PortRcvPkts"
 WAIT = "PortXmitWait"
 
-# kinds judged by a count per window: (counter, threshold field, severity over it, action)
-_WINDOWED: dict[str, tuple[str, str, Severity, str]] = {
-    "rcv-errors": (RCV, "rcv_errors_per_window", Severity.warning, ISOLATE),
-    "link-integrity": ("LocalLinkIntegrityErrors", "link_integrity_errors_per_window", Severity.critical, ISOLATE),
-    "buffer-overrun": ("ExcessiveBufferOverrunErrors", "buffer_overrun_errors_per_window", Severity.warning, ""),
-    "link-recovery": ("LinkErrorRecoveryCounter", "link_recoveries_per_window", Severity.warning, ISOLATE),
-    "xmit-discards": ("PortXmitDiscards", "xmit_discards_per_window", Severity.warning, ""),
-    "vl15-dropped": ("VL15Dropped", "vl15_dropped_per_window", Severity.info, ""),
-    "remote-physical-errors": (REMOTE, "remote_physical_errors_per_window", Severity.warning, ""),
+# kinds judged by a count per window: (counter, threshold field, action). What a count over its threshold is (its
+# severity) is the counter's one rating in the IB counter catalog, the rating triage's port rules give it too
+_WINDOWED: dict[str, tuple[str, str, str]] = {
+    "rcv-errors": (RCV, "rcv_errors_per_window", ISOLATE),
+    "link-integrity": ("LocalLinkIntegrityErrors", "link_integrity_errors_per_window", ISOLATE),
+    "buffer-overrun": ("ExcessiveBufferOverrunErrors", "buffer_overrun_errors_per_window", ""),
+    "link-recovery": ("LinkErrorRecoveryCounter", "link_recoveries_per_window", ISOLATE),
+    "xmit-discards": ("PortXmitDiscards", "xmit_discards_per_window", ""),
+    "vl15-dropped": ("VL15Dropped", "vl15_dropped_per_window", ""),
+    "remote-physical-errors": (REMOTE, "remote_physical_errors_per_window", ""),
 }
 # one physical problem of a cable: its two ends' findings are one
 _PHYSICAL = frozenset(
@@ -405,8 +408,10 @@ class PortHealth:
     ) -> list[_Hit]:
         out: list[_Hit] = []
         window = self.t.window_s
-        for kind, (name, field_name, severity, action) in _WINDOWED.items():
+        catalog = load_ib_counters()
+        for kind, (name, field_name, action) in _WINDOWED.items():
             limit = float(getattr(self.t, field_name))
+            severity = Severity(catalog[name].over_threshold)
             for end in list(self._events.get(name, {})):
                 count, span = self._total(name, end, time, window)
                 if count <= limit:
@@ -415,14 +420,11 @@ class PortHealth:
                 link_trouble = site in flapping or (isinstance(site, tuple) and site in down)
                 if kind == "xmit-discards" and link_trouble:
                     continue  # a port whose link is down discards what it cannot send: the link says it
-                level = severity
-                if kind == "vl15-dropped" and count > 10 * limit:
-                    level = Severity.warning
                 out.append(
                     _Hit(
                         kind,
                         end,
-                        level,
+                        severity,
                         f"{count:.0f} {name} on {end} in {_span(span)} (threshold {limit:g})",
                         action,
                     )

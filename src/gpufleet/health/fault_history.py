@@ -18,8 +18,9 @@ from collections.abc import Iterable
 
 import msgspec
 
-from gpufleet.health.xid_policy import ROW_REMAP_XIDS, Rule, XidPolicy, XidSeverity, default_policy
-from gpufleet.model import EntityKind, Incident, RootCause, Severity
+from gpufleet.health.xid_policy import ROW_REMAP_XIDS, Rule, XidPolicy, default_policy
+from gpufleet.health.xid_rating import finding_severity
+from gpufleet.model import EntityKind, Incident, RootCause
 from gpufleet.model.observe import Finding
 
 DBE_XID = 48
@@ -130,7 +131,7 @@ def _ago(seconds: float) -> str:
 
 
 def _escalated(finding: Finding, rule: Rule, why: str) -> Finding:
-    severity = Severity.critical if rule.severity is XidSeverity.FATAL else Severity.warning
+    severity = finding_severity(rule)
     return msgspec.structs.replace(
         finding,
         cause=rule.cause or finding.cause,

@@ -8,6 +8,10 @@ Rules, in order, for each finding:
    a detail of the remap record).
 3a. An escalation (action RMA: the fault history says resets and reboots no longer help) opens an incident of its
    own, so its runbook runs even while the incident it escalates is still open.
+3b. So does a kernel report graver than the open incident of its cause on its thing (an Xid 62 the policy rates
+   FATAL after an application's Xid 31 on the same GPU): an incident keeps the severity and the remedy of the report
+   that opened it, as `gpufleet triage` lets the worst report of a code speak for it, and its runbook (which
+   remediation runs once per incident) is never the lesser report's.
 4. An effect (a stalled or hung job, a straggler, an idle rank) goes to an open incident on the same GPU, node or
    NIC port: a lost GPU, its job's hang and the stalled training run are ONE incident. Only an effect with no
    hardware cause to join becomes an incident of its own. A hang the correlation blamed on a cable (a port or a
@@ -165,6 +169,8 @@ class IncidentBook:
         inc = self._live(self.by_key.get(f.key))
         if inc is not None and f.action == ESCALATED_ACTION and inc.action != ESCALATED_ACTION:
             return None
+        if inc is not None and f.source == "kmsg" and f.severity.rank > inc.severity.rank:
+            return None  # a graver kernel report: an incident of its own (rule 3b)
         if inc is not None:
             return inc
         if f.cause in SUPERSEDES:

@@ -7,7 +7,8 @@
   critical; 1e-15 over 125 minutes, a warning), judged by health.symbol_errors as the fabric service and triage
   judge them: a bad cable or transceiver. Receive errors above infiniband-diags' threshold point at the same
   physical layer.
-- Transmit discards and VL15 drops above their thresholds: congestion, unless the port's link is down.
+- Transmit discards and VL15 drops above their thresholds: congestion, unless the port's link is down. A count over
+  its threshold (receive errors included) is rated as the IB counter catalog rates the counter, for every judge of it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 
+from gpufleet.catalog.ib_counters import load_ib_counters
 from gpufleet.health.detectors.base import NodeSetup, node_detector
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.detectors.window import CounterWindow
@@ -163,11 +165,16 @@ class FabricDetectors:
             )
 
         out += self._symbol_errors(now, frame)
-        for window, metric, limit, cause, what in (
-            (self.rcv, RCV, self.t.rcv_errors_per_window, RootCause.ib_symbol_errors, "receive errors"),
-            (self.discards, DISCARDS, self.t.xmit_discards_per_window, RootCause.ib_congestion, "transmit discards"),
-            (self.vl15, VL15, self.t.vl15_dropped_per_window, RootCause.ib_congestion, "VL15 drops"),
-        ):
+        catalog = load_ib_counters()
+        for window, counter, metric, limit, cause, what in (
+            (self.rcv, "PortRcvErrors", RCV, self.t.rcv_errors_per_window, RootCause.ib_symbol_errors,
+             "receive errors"),
+            (self.discards, "PortXmitDiscards", DISCARDS, self.t.xmit_discards_per_window, RootCause.ib_congestion,
+             "transmit discards"),
+            (self.vl15, "VL15Dropped", VL15, self.t.vl15_dropped_per_window, RootCause.ib_congestion, "VL15 drops"),
+        ):  # fmt: skip
+            # over its threshold, a count is what the IB counter catalog rates it, for every judge of the counter
+            severity = Severity(catalog[counter].over_threshold)
             window.push(now, frame.ib(metric))
             grown = window.growth()
             if grown is None:
@@ -179,7 +186,7 @@ class FabricDetectors:
                         now,
                         cause,
                         ent,
-                        Severity.warning,
+                        severity,
                         f"{what} on {ent}",
                         f"{grown[i]:.0f} {what} in {window.span() / 60:.0f} min (threshold {limit:g})",
                         "fabric",

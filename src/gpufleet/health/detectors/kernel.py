@@ -24,6 +24,7 @@ from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.health.vendor_policy import DRIVERS, describe, is_bank_record
 from gpufleet.health.xid_policy import Verdict, XidPolicy, classify, default_policy
+from gpufleet.health.xid_rating import finding_severity
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.kernel import KernelEvent, kernel_ident
 from gpufleet.model.observe import Finding, KernelReport
@@ -90,7 +91,9 @@ class KernelDetector:
     def _judge(self, now: float, node: str, events: list[KernelEvent]) -> tuple[list[Finding], list[KernelReport]]:
         findings, reports = [], []
         # devices whose reset failed in this batch: the announcement of that reset is part of the failure
-        failed = {e.pci for e in events if e.vendor != "nvidia" and e.kind in ("reset_failed", "fallen_off_bus")}
+        failed = frozenset(
+            e.pci for e in events if e.vendor != "nvidia" and e.kind in ("reset_failed", "fallen_off_bus")
+        )
         for event in events:
             ident = kernel_ident(node, event)
             finding = msgspec.structs.replace(self.finding(now, node, event), ident=ident)
@@ -111,24 +114,34 @@ class KernelDetector:
                     logged=event.logged,
                 )
             )
-            if _reset_under_way(event, finding) or (event.pci in failed and _announced(event, finding)):
-                continue  # the line that ends it (succeeded, failed, not usable) or the hang before it is the finding
-            if event.vendor != "nvidia" and finding.severity is Severity.info and finding.cause in _CORRECTED_CAUSES:
-                # a machine-check bank record details errors the RAS count line reports: counted once, there
-                burst = None if is_bank_record(event) else self._corrected_burst(now, event, finding)
-                if burst is not None:
-                    findings.append(msgspec.structs.replace(burst, ident=ident))
-                continue
-            findings.append(finding)
+            filed = self.filed(now, event, finding, failed)
+            if filed is not None:
+                findings.append(filed)
         return findings, reports
+
+    def filed(
+        self, now: float, event: KernelEvent, finding: Finding, failed: frozenset[str | None] = frozenset()
+    ) -> Finding | None:
+        """What the detector files for `event`, whose judgement is `finding` (`self.finding`): that finding, a burst
+        of corrected errors once they pass their rate, or nothing (a corrected error below the rate, an announcement
+        the next line ends). `failed`: devices whose reset failed in the same read. `gpufleet triage` asks the same
+        of every line of a log, so a burst of corrected errors reads alike there."""
+        if _reset_under_way(event, finding) or (event.pci in failed and _announced(event, finding)):
+            return None  # the line that ends it (succeeded, failed, not usable) or the hang before it is the finding
+        if event.vendor != "nvidia" and finding.severity is Severity.info and finding.cause in _CORRECTED_CAUSES:
+            # a machine-check bank record details errors the RAS count line reports: counted once, there
+            burst = None if is_bank_record(event) else self._corrected_burst(now, event, finding)
+            return None if burst is None else msgspec.structs.replace(burst, ident=finding.ident)
+        return finding
 
     def finding(self, now: float, node: str, event: KernelEvent) -> Finding:
         """One event judged by the policy, tied to its GPU (or node)."""
         return self.judged(now, node, event, classify(event, self.policy))
 
     def judged(self, now: float, node: str, event: KernelEvent, verdict: Verdict) -> Finding:
-        """The finding for `event` under `verdict`: its root cause, its severity (critical when the verdict is FATAL,
-        info when it asks for nothing, else warning) and its action, tied to its GPU (or node)."""
+        """The finding for `event` under `verdict`: its root cause, its severity (health.xid_rating's
+        `finding_severity`: critical when the verdict is FATAL, info when it asks for nothing, else warning) and its
+        action, tied to its GPU (or node)."""
         pci = normalise_pci(event.pci) if event.pci else None
         gpu = self.gpu_by_pci.get((node, pci)) if pci else None
         if gpu is not None:
@@ -158,10 +171,7 @@ class KernelDetector:
             cause = xid_causes().get(event.xid, RootCause.gpu_xid)
         else:
             cause = RootCause.gpu_xid
-        fatal = verdict.severity.value == "FATAL"
-        severity = (
-            Severity.critical if fatal else Severity.info if verdict.action.value == "IGNORE" else Severity.warning
-        )
+        severity = finding_severity(verdict)
         if event.vendor != "nvidia":
             summary = describe(event, str(entity))
         else:

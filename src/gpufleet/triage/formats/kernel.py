@@ -24,6 +24,9 @@ KERNEL_LOG = Format(
     signs=(
         (r"NVRM: (?:Xid|GPU at PCI|A GPU crash dump|Last reset|os_)", 10),
         (r"nvidia-nvswitch\d*: SXid", 10),
+        # amdgpu's and habanalabs' device messages (dev_err/dev_info), which the agent's kernel-log parser reads
+        (r"\bamdgpu [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: ", 8),
+        (r"\bhabanalabs (?:hl\d+|[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): ", 8),
         (r"\bNVRM:", 4),
         (r"^\s*\[\s*\d+\.\d{3,}\]", 6),
         (r"^\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]", 4),

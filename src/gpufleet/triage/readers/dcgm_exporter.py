@@ -3,8 +3,9 @@
 Series are grouped by GPU (`gpu`, `UUID`/`uuid`, `pci_bus_id`, `hostname`/`Hostname`); a MIG instance's copy of a
 GPU-level field (`GPU_I_PROFILE`, `GPU_I_ID`) counts once for its GPU. Field names are dcgm-exporter's (the
 counters files in catalog/data/dcgm_exporter/), with DCGM 4.6's new names (dcgm_fields.h) and the 1.x `dcgm_*`
-names as aliases. What one scrape can show is judged: the last Xid (through the Xid policy), uncorrectable memory
-errors, row remaps and page retirements, clock-event reasons, temperatures against the GPU's limits, DCGM's health
+names as aliases. What one scrape can show is judged: the Xids (their codes alone, read as the shipped Xid alerts
+read them: health.xid_rating), uncorrectable memory errors, row remaps and page retirements (health.gpu_memory, as
+the agent's GPU detector judges them), clock-event reasons, temperatures against the GPU's limits, DCGM's health
 watches. Error counters (PCIe replays, NVLink CRC, replay and recovery errors) are totals since the driver loaded: a
 rate needs two scrapes, so they are only reported. DCGM's blank values (9223372036854775794 and the like) mean "no
 value" and are dropped.
@@ -27,10 +28,9 @@ from gpufleet.catalog import load_dcgm_fields, model_for_product_name
 from gpufleet.catalog.clock_events import clock_events_of
 from gpufleet.catalog.dcgm_fields import field_ids
 from gpufleet.catalog.xid import load_xid_catalog
-from gpufleet.health.thresholds import load_thresholds
-from gpufleet.health.xid_policy import Action, XidSeverity, classify, load_policy
+from gpufleet.health.gpu_memory import MemoryReading, judge_memory
+from gpufleet.health.xid_rating import code_reading
 from gpufleet.model import Severity
-from gpufleet.model.kernel import KernelEvent
 from gpufleet.parsers.prometheus_text import BadLine, Metadata, Sample, exact_int, parse_line
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.report import TriageFinding, TriageReport
@@ -71,7 +71,6 @@ COUNTERS = re.compile(
     r"|DCGM_FI_DEV_NVLINK_(?:CRC_FLIT|CRC_DATA|REPLAY|RECOVERY)_ERROR_L\d+_TOTAL)$"
 )
 _HARMFUL_CLOCK_EVENTS = {"hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"}
-_CRITICAL_ACTIONS = {Action.RESET_GPU, Action.RESTART_BM, Action.RESTART_VM, Action.CHECK_MECHANICALS}
 _INT64_BLANK = 0x7FFFFFFFFFFFFFF0  # dcgm_structs.h DCGM_INT64_BLANK; NOT_FOUND, NOT_SUPPORTED, ... follow it
 _INT32_BLANK = 0x7FFFFFF0
 _FP64_BLANK = 140737488355328.0
@@ -231,17 +230,19 @@ def _whole(sample: Sample | None) -> int | None:
     return whole if whole is not None and 0 <= whole < 2**63 else None
 
 
-def _xid_severity(code: int, sample: Sample, message: str) -> tuple[Severity, str]:
-    """As the kernel-log reader judges the same Xid: the Xid policy's severity and action."""
-    event = KernelEvent(kind="xid", line=sample.line, raw=sample.text, message=message, xid=code,
-                        known=code in load_xid_catalog())  # fmt: skip
-    verdict = classify(event, load_policy())
-    fix = f"{verdict.action.value}: {verdict.reason}" if verdict.reason else verdict.action.value
-    if verdict.action is Action.IGNORE:
-        return Severity.info, fix
-    if verdict.severity is XidSeverity.FATAL or verdict.action in _CRITICAL_ACTIONS:
-        return Severity.critical, fix
-    return Severity.warning, fix
+def _xid_severity(code: int) -> tuple[Severity, str]:
+    """A series carries only the Xid's code: judged as the shipped Xid alerts judge the same series
+    (health.xid_rating's `code_reading`), never by text made up for it. A code whose kernel line decides is a warning
+    that says so."""
+    reading = code_reading(code)
+    if reading.by_line:
+        return reading.severity, (
+            "fatal or not by what the driver printed with it (an NVLink5 Xid's unit and status, an Xid 64's failure "
+            "text, the state an Xid 154 announces), which this series does not carry: judge the kernel line itself "
+            "(`gpufleet triage` on the node's `dmesg`, or `gpufleet xid classify`)"
+        )
+    verdict = reading.verdict
+    return reading.severity, f"{verdict.action.value}: {verdict.reason}" if verdict.reason else verdict.action.value
 
 
 def _judge_xid(judge: _Judge) -> None:
@@ -251,7 +252,7 @@ def _judge_xid(judge: _Judge) -> None:
         info = load_xid_catalog().get(code)
         text = last.label("err_msg") or (info.description if info else "")
         message = f"the last Xid DCGM recorded is {code}" + (f" ({text})" if text else "")
-        severity, fix = _xid_severity(code, last, message)
+        severity, fix = _xid_severity(code)
         judge.add("xid", severity, f"Xid {code}", message + "; the gauge keeps it until DCGM restarts, so it may "
                   "be old", f"{fix} (confirm its time in the kernel log: `dmesg -T | grep Xid`)", last)  # fmt: skip
     for sample in judge.gpu.xid_counts:
@@ -262,7 +263,7 @@ def _judge_xid(judge: _Judge) -> None:
         window = _whole_label(sample.label("window_size_in_ms"))
         span = f" in the last {window / 60000:g} min" if window else ""
         message = f"Xid {code} {count} time(s){span}"
-        severity, fix = _xid_severity(code, sample, message)
+        severity, fix = _xid_severity(code)
         judge.add("xid", severity, f"Xid {code}", message, fix, sample)
 
 
@@ -270,57 +271,42 @@ def _whole_label(text: str) -> int | None:
     return int(text) if re.fullmatch(r"\d{1,12}", text) else None
 
 
+def _flag(sample: Sample | None) -> bool | None:
+    return None if sample is None else bool(_whole(sample))
+
+
 def _judge_memory(judge: _Judge) -> None:
-    gpu, limits = judge.gpu, load_thresholds().ecc
-    dbe = gpu.first(DBE_VOLATILE)
-    if dbe is not None and (count := _whole(dbe)):
-        judge.add("ecc", Severity.critical, "volatile uncorrectable ECC", f"{count} uncorrectable (double-bit) ECC "
-                  "error(s) since the last reset", "drain, reset the GPU and run `dcgmi diag -r 3`; replace it if "
-                  "they return", dbe)  # fmt: skip
+    """The memory-health fields, judged by health.gpu_memory as the agent's GPU detector judges them."""
+    gpu = judge.gpu
+    dbe, failure = gpu.first(DBE_VOLATILE), gpu.first(REMAP_FAILURE)
+    rows, remap_pending = gpu.first(REMAP_UNCORRECTABLE), gpu.first(REMAP_PENDING)
+    retired_pending = gpu.first(RETIRED_PENDING)
+    retired = [s for name in sorted(RETIRED) if (s := gpu.values.get(name)) is not None]
+    reading = MemoryReading(
+        uncorrectable=_whole(dbe),
+        remap_failure=_flag(failure),
+        remapped_uncorrectable=_whole(rows),
+        retired_pages=sum(_whole(s) or 0 for s in retired) if retired else None,
+        retired_pending=_flag(retired_pending),
+        remap_pending=_flag(remap_pending),
+    )
+    shown: dict[str, list[Sample | None]] = {
+        "volatile uncorrectable ECC": [dbe],
+        "row remap failure": [failure],
+        "remapped rows over limit": [rows],
+        "remapped rows": [rows],
+        "row remap pending": [remap_pending],
+        "retired pages over limit": [*retired],
+        "page retirement pending": [retired_pending],
+    }
+    for issue in judge_memory(reading):
+        samples = shown.get(issue.code, [])
+        judge.add(issue.check, issue.severity, issue.code, issue.message, issue.fix, *(s for s in samples if s))
     aggregate = gpu.first(DBE_AGGREGATE)
     if aggregate is not None and (count := _whole(aggregate)):
         judge.add("ecc", Severity.info, "aggregate uncorrectable ECC", f"{count} uncorrectable ECC error(s) "
                   "over the GPU's life", "history only; the volatile count says whether it is current",
                   aggregate)  # fmt: skip
-    failure = gpu.first(REMAP_FAILURE)
-    if failure is not None and _whole(failure):
-        judge.add("row-remap", Severity.critical, "row remap failure",
-                  "a row remap failed: the memory cannot be repaired",
-                  "drain the node and replace the GPU (RMA)", failure)  # fmt: skip
-    pending = gpu.first(REMAP_PENDING)
-    if pending is not None and _whole(pending):
-        judge.add("row-remap", Severity.warning, "row remap pending",
-                  "a row remap is pending and takes effect at the next "
-                  "reset", "reset the GPU (or reboot) at a convenient time", pending)  # fmt: skip
-    uncorrectable = gpu.first(REMAP_UNCORRECTABLE)
-    rows = _whole(uncorrectable)
-    if uncorrectable is None or not rows:
-        pass
-    elif rows >= limits.uncorrectable_remapped_rows_limit:
-        judge.add("row-remap", Severity.critical, "remapped rows over limit", f"{rows} rows remapped for uncorrectable "
-                  f"errors, at or over DCGM's limit of {limits.uncorrectable_remapped_rows_limit}",
-                  "drain the node and replace the GPU (RMA)", uncorrectable)  # fmt: skip
-    else:
-        judge.add("row-remap", Severity.info, "remapped rows",
-                  f"{rows} row(s) remapped for uncorrectable errors (repaired)",
-                  "none now; watch the count", uncorrectable)  # fmt: skip
-    retired_pending = gpu.first(RETIRED_PENDING)
-    if retired_pending is not None and _whole(retired_pending):
-        judge.add("page-retirement", Severity.warning, "page retirement pending",
-                  "a retired page takes effect at the next "
-                  "reset", "reset the GPU at a convenient time", retired_pending)  # fmt: skip
-    retired = [s for name in sorted(RETIRED) if (s := gpu.values.get(name)) is not None]
-    pages = sum(_whole(s) or 0 for s in retired)
-    if pages >= limits.retired_pages_limit:
-        judge.add("page-retirement", Severity.critical, "retired pages over limit",
-                  f"{pages} pages retired, at or over "
-                  f"DCGM's limit of {limits.retired_pages_limit}", "drain the node and replace the GPU (RMA)",
-                  *retired)  # fmt: skip
-    elif pages >= limits.retired_pages_soft and _whole(retired_pending):
-        judge.add("page-retirement", Severity.warning, "retired pages",
-                  f"{pages} pages retired with more pending (DCGM "
-                  f"warns from {limits.retired_pages_soft})", "reset the GPU and run `dcgmi diag -r 3`",
-                  *retired)  # fmt: skip
 
 
 def _judge_clocks(judge: _Judge) -> None:

@@ -1,5 +1,6 @@
-"""Kernel logs: streamed line by line through the agent's kernel-log parser and judged by the Xid policy; link events
-and the OOM killer's kills are read from the same lines.
+"""Kernel logs: streamed line by line through the agent's kernel-log parser and judged by the Xid policy, each report
+rated and filed as the agent's kernel detector files it (health.xid_rating, a burst of corrected errors included) and
+escalated as the control plane escalates it; link events and the OOM killer's kills are read from the same lines.
 
 A kill by the OOM killer is host memory, never the GPU's. The node running out (`Out of memory: Killed process`) is
 critical: any process on it, the kubelet or a GPU daemon included, may be next. A kill at a memory cgroup's limit (a
@@ -15,9 +16,11 @@ from datetime import datetime
 from gpufleet.health.detectors.kernel import KernelDetector
 from gpufleet.health.fault_history import FaultHistory
 from gpufleet.health.thresholds import load_thresholds
-from gpufleet.health.xid_policy import Action, XidPolicy, XidSeverity, classify, load_policy
+from gpufleet.health.xid_policy import XidPolicy, classify, load_policy
+from gpufleet.health.xid_rating import finding_severity
 from gpufleet.model import Severity
 from gpufleet.model.kernel import KernelEvent
+from gpufleet.model.observe import Finding
 from gpufleet.parsers.infiniband.diags import LinkStateEvent, link_event
 from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.triage.readers.common import MAX_FINDINGS
@@ -26,18 +29,11 @@ from gpufleet.triage.report import MAX_EVIDENCE, TriageFinding, TriageReport
 
 MAX_REJECTED = 20  # unreadable lines quoted
 
-_CRITICAL_ACTIONS = {Action.RESET_GPU, Action.RESTART_BM, Action.RESTART_VM, Action.CHECK_MECHANICALS}
-
 
 def _kernel_severity(event: KernelEvent, policy: XidPolicy) -> tuple[Severity, str, str]:
+    """The policy's verdict on the event, rated as the agent's kernel detector files it (`finding_severity`)."""
     verdict = classify(event, policy)
-    if event.kind in ("fallen_off_bus", "reset_required"):
-        return Severity.critical, verdict.action.value, verdict.reason
-    if verdict.action is Action.IGNORE:
-        return Severity.info, verdict.action.value, verdict.reason
-    if verdict.severity is XidSeverity.FATAL or verdict.action in _CRITICAL_ACTIONS:
-        return Severity.critical, verdict.action.value, verdict.reason
-    return Severity.warning, verdict.action.value, verdict.reason
+    return finding_severity(verdict), verdict.action.value, verdict.reason
 
 
 def read_kernel_log(lines: Iterable[str], source: str) -> TriageReport:
@@ -113,21 +109,30 @@ def _seconds(event: KernelEvent) -> float | None:
     return when.timestamp() if isinstance(when, datetime) else when
 
 
-def _escalate(finding: TriageFinding, event: KernelEvent, history: FaultHistory, detector: KernelDetector) -> bool:
+def _escalate(finding: TriageFinding, event: KernelEvent, history: FaultHistory, filed: Finding | None) -> bool:
     """The fleet's escalation rules over this log's own history: a row remap then an uncorrectable ECC error on one
     GPU, or a node losing GPUs again and again. True when the finding was escalated."""
-    when = _seconds(event)
-    if when is None:
-        return False  # no time on the line: the rules' windows cannot be applied
-    plain = detector.finding(when, event.host or "this host", event)
-    judged = history.judge(plain)
-    if judged.action != plain.action:
-        finding.severity = Severity.critical if judged.severity is Severity.critical else finding.severity
+    if filed is None or _seconds(event) is None:
+        return False  # nothing the agent files, or no time on the line: the rules' windows cannot be applied
+    judged = history.judge(filed)
+    if judged.action != filed.action:
+        finding.severity = judged.severity  # as the control plane files the escalated report
         why = judged.summary.rsplit(" - escalated: ", 1)[-1]
         finding.message = f"{finding.message} - escalated: {why}"
         finding.fix = f"{judged.action}: {why}"
         return True
     return False
+
+
+def _as_filed(finding: TriageFinding, filed: Finding | None) -> TriageFinding:
+    """The finding as the agent's kernel detector files the line: a corrected error that completes a burst past its
+    rate is that burst (its severity, words and action), as the agent reports it."""
+    if filed is None or filed.severity is finding.severity:
+        return finding
+    finding.severity = filed.severity
+    finding.message = filed.summary
+    finding.fix = f"{filed.action}: keep new work off the GPU and file a repair" if filed.action else finding.fix
+    return finding
 
 
 def streaming_parser(*, host: str | None = None, year: int | None = None) -> KmsgParser:
@@ -255,8 +260,12 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
 
     for event in kernel_events(watched(), parser):
         seen += 1
-        finding = _event_finding(event, policy)
-        findings.add(finding, event.line, _escalate(finding, event, history, detector))
+        when = _seconds(event)
+        # what the agent's kernel detector files for the line, at the line's own time (a line without one: all at
+        # once, as an agent reading the whole log in one go)
+        filed = detector.filed(when or 0.0, event, detector.finding(when or 0.0, event.host or "this host", event))
+        finding = _as_filed(_event_finding(event, policy), filed)
+        findings.add(finding, event.line, _escalate(finding, event, history, filed))
     findings.into(report)
     links.into(report)
     _oom_findings(ooms, report)

@@ -1,5 +1,6 @@
 """nvidia-smi outputs (`-q`, the table, `nvlink -s`, `topo -m`), read by the parsers the agent uses on the same
-tool and judged against the GPU catalog where the output names the model."""
+tool and judged against the GPU catalog where the output names the model; memory health (ECC, row remaps, retired
+pages) by health.gpu_memory, as the agent's GPU detector judges the same values."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
+from gpufleet.health.gpu_memory import MemoryReading, judge_memory
 from gpufleet.health.nvlink import EXPECTS_NVLINK, NVLINK_FIX, judge_nvlink, nvlink_design
 from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.smi import GpuRecord, NvidiaSmiReport, UnreadableValue, parse_query
@@ -69,6 +71,23 @@ def _data_centre(name: str | None) -> bool | None:
 
 
 # -- nvidia-smi -q and the table -------------------------------------------------------------------------------
+def memory_reading(gpu: GpuRecord) -> MemoryReading:
+    """What nvidia-smi shows of a GPU's memory health, for the one judgement of it (health.gpu_memory): the volatile
+    uncorrectable ECC count (SRAM and DRAM, or the table's one column), the remap flags and rows remapped for
+    uncorrectable errors, the retired pages (single- and double-bit) and their pending flag."""
+    vol = gpu.ecc_volatile
+    counted = [v for v in (vol.sram_uncorrectable, vol.dram_uncorrectable, vol.dbe_total) if v is not None]
+    retired = [v for v in (gpu.retired_sbe, gpu.retired_dbe) if v is not None]
+    return MemoryReading(
+        uncorrectable=sum(counted) if counted else gpu.ecc_volatile_uncorrected_total,
+        remap_failure=gpu.remap_failure,
+        remapped_uncorrectable=gpu.remap_uncorrectable,
+        retired_pages=sum(retired) if retired else None,
+        retired_pending=gpu.retired_pending,
+        remap_pending=gpu.remap_pending,
+    )
+
+
 def _gpu_name(gpu: GpuRecord) -> str:
     parts = [f"GPU {gpu.index}" if gpu.index is not None else "", gpu.pci or ""]
     return " ".join(p for p in parts if p) or (gpu.uuid or "GPU")
@@ -204,24 +223,8 @@ def _judge_gpu(gpu: GpuRecord, report: TriageReport) -> None:
         report.findings.append(TriageFinding(check, severity, message, entity, code, fix))
 
     _judge_unreadable(gpu, entity, report)
-    if gpu.remap_failure:
-        add("row-remap", Severity.critical, "row remap failure", "a row remap failed: the memory cannot be repaired",
-            "drain the node and replace the GPU (RMA)")  # fmt: skip
-    elif gpu.remap_pending:
-        add("row-remap", Severity.warning, "row remap pending",
-            "a row remap is pending and takes effect at the next reset",
-            "reset the GPU (or reboot) at a convenient time")  # fmt: skip
-    if gpu.retired_pending:
-        add("page-retirement", Severity.warning, "page retirement pending",
-            "a retired page takes effect at the next reset",
-            "reset the GPU at a convenient time")  # fmt: skip
-    vol = gpu.ecc_volatile
-    counted = [v for v in (vol.sram_uncorrectable, vol.dram_uncorrectable, vol.dbe_total) if v is not None]
-    uncorrected = sum(counted) if counted else gpu.ecc_volatile_uncorrected_total
-    if uncorrected:
-        add("ecc", Severity.critical, "volatile uncorrectable ECC",
-            f"{uncorrected} uncorrectable ECC error(s) since the "
-            "last reset", "drain, reset the GPU and run `dcgmi diag -r 3`; replace it if they return")  # fmt: skip
+    for issue in judge_memory(memory_reading(gpu)):
+        add(issue.check, issue.severity, issue.code, issue.message, issue.fix)
     _judge_ecc_mode(gpu, entity, report)
     width, width_max = gpu.pcie_width_current, gpu.pcie_width_max
     if width is not None and width_max is not None and width < width_max:
