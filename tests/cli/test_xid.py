@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.health.xid_policy import code_verdicts
 from tests.clirun import gpufleet
 
 
@@ -86,6 +87,32 @@ def test_explain_shows_catalog_and_peers() -> None:
     assert any(row["unit"] == "RLW_RXPIPE" for row in nvl5["nvlink5_decode"])
     table = gpufleet("xid", "explain", "154")
     assert table.returncode == 0 and "Drain P2P" in table.stdout
+
+
+def test_explain_154_shows_each_recovery_states_severity_from_the_policy(tmp_path: Path) -> None:
+    """Each state an Xid 154 can announce, with the severity and action the policy gives a line announcing it (a state
+    that sets no severity takes the catalog's NONFATAL), and the reading of a state the policy does not know."""
+    record = json.loads(gpufleet("xid", "explain", "154", "-o", "json").stdout)
+    states = {state: (v["severity"], v["action"]) for state, v in record["recovery_actions"].items()}
+    assert states == {
+        "0x0": ("NONFATAL", "IGNORE"),
+        "0x1": ("FATAL", "RESET_GPU"),
+        "0x2": ("FATAL", "RESTART_BM"),
+        "0x3": ("FATAL", "DRAIN_P2P"),
+        "0x4": ("FATAL", "RESET_GPU"),
+        "other": ("FATAL", "RESET_GPU"),
+    }
+    verdicts = {v.rule: (v.severity.value, v.action.value) for v in code_verdicts(154)}
+    assert all(verdicts[f"xid154: announced {s}"] == said for s, said in states.items() if s != "other")
+    site = tmp_path / "policy.yaml"
+    site.write_text("recovery_actions:\n  3: {action: RESTART_APP, severity: NONFATAL}\n")
+    mine = json.loads(gpufleet("xid", "explain", "154", "--policy", str(site), "-o", "json").stdout)
+    assert (mine["recovery_actions"]["0x3"]["severity"], mine["recovery_actions"]["0x3"]["action"]) == (
+        "NONFATAL",
+        "RESTART_APP",
+    )
+    table = gpufleet("xid", "explain", "154").stdout
+    assert "SEVERITY" in table and "DRAIN_P2P" in table
 
 
 def test_policy_prints_the_default_document() -> None:

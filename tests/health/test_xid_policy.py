@@ -155,20 +155,21 @@ def test_decode_table_is_complete() -> None:
     [
         ("0x2 (Node Reboot Required)", "RESTART_BM", XidSeverity.FATAL),
         ("0x0 (None)", "IGNORE", XidSeverity.NONFATAL),
-        ("0x3 (Drain P2P)", "RESTART_APP", XidSeverity.NONFATAL),
+        ("0x3 (Drain P2P)", "DRAIN_P2P", XidSeverity.FATAL),  # the GPU's peer-to-peer work must stop first
         ("0x9 (Future)", "RESET_GPU", XidSeverity.FATAL),
     ],
 )
 def test_xid154_follows_announced_action(state: str, action: str, severity: XidSeverity) -> None:
-    """The action and the severity are the announced state's: a GPU that needs a reset or its node a reboot is
-    unusable until then (fatal), though the catalog rates the notice itself informational."""
+    """The action and the severity are the announced state's: a GPU that needs a reset, its node a reboot or its
+    peer-to-peer work drained is unusable until then (fatal), though the catalog rates the notice itself
+    informational."""
     verdict = _verdict(
         f"NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to {state}"
     )
     assert verdict.action == action and verdict.severity == severity
 
 
-_ACTION_ORDER = ["IGNORE", "XID_154", "RESTART_APP", "CONTACT_SUPPORT", "RESET_GPU", "RESTART_BM"]
+_ACTION_ORDER = ["IGNORE", "XID_154", "RESTART_APP", "CONTACT_SUPPORT", "DRAIN_P2P", "RESET_GPU", "RESTART_BM"]
 XID154 = "NVRM: Xid (PCI:0019:01:00): 154, GPU recovery action changed from 0x4 (Drain and Reset) to {state}"
 
 

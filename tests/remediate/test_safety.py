@@ -159,7 +159,7 @@ def test_max_per_hour(tmp_path: Path) -> None:
     pol = policy(budget={"cluster": "100%"}, rateLimits={"cordon": {"maxPerHour": 2}})
     rem = remediator(twin, tmp_path, pol)
     for k in range(3):
-        rem.apply(incident(RootCause.ecc_sbe_rate, f"n-{k:03d}", severity=Severity.warning))
+        rem.apply(incident(RootCause.scaleup_link, f"n-{k:03d}", action="NONE", severity=Severity.warning))
     assert len(_unavailable(twin)) == 2
     assert "2 cordon actions in the past hour" in rem.store.audit_entries()[-1].reason
 

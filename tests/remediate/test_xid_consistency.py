@@ -25,6 +25,7 @@ from gpufleet.health.detectors.kernel import KernelDetector
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.node_health import NodeHealth
 from gpufleet.health.xid_policy import (
+    Action,
     Verdict,
     XidSeverity,
     classify,
@@ -86,6 +87,25 @@ def takes_out_of_service(engine: Remediator, incident: Incident) -> tuple[bool, 
     return out, report.runbook
 
 
+# What each action of the policy asks the runbook to carry out: the step kinds it must run, and those it must not (a
+# reboot is not a GPU reset: a fatal SXid needs every GPU and NVSwitch reset, which one GPU's reset does not give).
+INTENT: dict[Action, tuple[frozenset[ActionKind], frozenset[ActionKind]]] = {
+    Action.RESTART_BM: (frozenset({ActionKind.reboot_node}), frozenset({ActionKind.reset_gpu})),
+    Action.RESET_GPU: (frozenset({ActionKind.reset_gpu}), frozenset({ActionKind.reboot_node})),
+    Action.IGNORE: (frozenset(), frozenset(OUT_OF_SERVICE)),
+    Action.DRAIN_P2P: (frozenset({ActionKind.drain}), frozenset({ActionKind.reset_gpu, ActionKind.reboot_node})),
+}
+ACTS = frozenset(INTENT) - {Action.IGNORE}  # a FATAL IGNORE (an NVLink5 subcode) is held by its severity alone
+
+
+def _carries_out(engine: Remediator, finding: Finding, action: Action, what: str) -> None:
+    """The runbook the engine picks runs the steps the policy's action asks for, and none it does not."""
+    report = engine.plan(incident_of(finding))
+    runs = {ActionKind(s.action) for s in report.steps if s.decision == "would"}
+    must, must_not = INTENT[action]
+    assert must <= runs and not runs & must_not, f"{what}: policy says {action}, runbook {report.runbook} runs {runs}"
+
+
 def xid_event(code: int) -> KernelEvent:
     return KernelEvent(kind="xid", line=1, raw="", message="", xid=code, pci=PCI)
 
@@ -114,6 +134,9 @@ def test_every_xid_pages_and_is_remedied_as_the_policy_rates_it(engine: Remediat
         assert RULES["GpuXidLineDependent"]["labels"]["severity"] == "warning"
     for verdict in verdicts:
         _held_to_its_runbook(engine, xid_event(code), verdict, f"Xid {code}")
+        if verdict.action in ACTS:  # and its runbook does what the action says: reset, reboot, drain
+            finding = KernelDetector({(NODE, PCI): GPU}).judged(0.0, NODE, xid_event(code), verdict)
+            _carries_out(engine, finding, Action(verdict.action), f"Xid {code} ({verdict.rule})")
 
 
 def test_the_line_dependent_codes_are_the_ones_a_line_can_rate_either_way() -> None:
@@ -122,18 +145,52 @@ def test_the_line_dependent_codes_are_the_ones_a_line_can_rate_either_way() -> N
     assert ratings.unknown == default_policy().unknown_xid.severity.value
 
 
+@pytest.mark.parametrize("pci", [None, "0000:06:00.0"], ids=["no-address", "switch-address"])
 @pytest.mark.parametrize("fatal", [True, False, None], ids=["fatal", "non-fatal", "unmarked"])
-def test_every_sxid_verdict_is_remedied_as_the_policy_rates_it(engine: Remediator, fatal: bool | None) -> None:
+def test_every_sxid_verdict_is_remedied_as_the_policy_rates_it(
+    engine: Remediator, fatal: bool | None, pci: str | None
+) -> None:
+    """Severity (a fatal verdict takes the node out, only it), and intent: the steps that run are the action's (a fatal
+    SXid's RESTART_BM reboots the node, resetting every GPU and NVSwitch, and resets no single GPU instead). The line
+    names the switch's PCI address, which is no GPU of the node."""
     detail = SxidDetail(switch="nvswitch0", fatal=fatal, link=None)
-    event = KernelEvent(kind="sxid", line=1, raw="", message="", sxid=20034, sxid_detail=detail)
-    _held_to_its_runbook(engine, event, classify(event), f"SXid ({fatal})")
+    event = KernelEvent(kind="sxid", line=1, raw="", message="", sxid=20034, sxid_detail=detail, pci=pci)
+    verdict = classify(event)
+    _held_to_its_runbook(engine, event, verdict, f"SXid ({fatal})")
+    assert isinstance(verdict.action, Action) and verdict.action in INTENT, verdict
+    finding = KernelDetector({(NODE, PCI): GPU}).judged(0.0, NODE, event, verdict)
+    _carries_out(engine, finding, verdict.action, f"SXid ({fatal})")
     assert not any("sxid" in r["expr"].lower() for r in RULES.values())  # no SXid series is alerted on
+
+
+def test_a_fatal_sxid_reboots_the_node_on_the_twin(tmp_path: Path) -> None:
+    """Carried out, not only planned: drain, reboot, re-test, back in service."""
+    twin = small_twin(nodes=2, job_nodes=0)
+    rem = remediator(twin, tmp_path)
+    line = "nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 28 LTSSM Fault Up"
+    (event,) = parse_kmsg(line)
+    finding = KernelDetector({(NODE, PCI): GPU}).finding(0.0, NODE, event)
+    assert (finding.cause, finding.action, finding.severity) == (RootCause.nvlink, "RESTART_BM", Severity.critical)
+    first = rem.apply(incident_of(finding))
+    assert first.runbook == "nvlink-reboot"
+    assert {s.step: s.decision for s in first.steps} == {"drain": "done", "reboot": "done", "diag": "waiting"}
+    assert twin.cluster.node(NODE).unschedulable  # out while it reboots
+    twin.run(400)  # the reboot finishes
+    [done] = rem.resume()
+    assert {s.step: s.decision for s in done.steps} == {
+        "drain": "done-earlier", "reboot": "done-earlier", "diag": "passed", "uncordon": "done", "repair": "skipped",
+    }  # fmt: skip
+    assert not twin.cluster.node(NODE).unschedulable
 
 
 @pytest.mark.parametrize("kind", ["fallen_off_bus", "reset_required", "api_mismatch"])
 def test_the_other_kernel_reports_are_remedied_as_the_policy_rates_them(engine: Remediator, kind: str) -> None:
     event = KernelEvent(kind=kind, line=1, raw="", message="", pci=PCI)  # type: ignore[arg-type]
-    _held_to_its_runbook(engine, event, classify(event), kind)
+    verdict = classify(event)
+    _held_to_its_runbook(engine, event, verdict, kind)
+    if verdict.action in ACTS:
+        finding = KernelDetector({(NODE, PCI): GPU}).judged(0.0, NODE, event, verdict)
+        _carries_out(engine, finding, Action(verdict.action), kind)
 
 
 def test_the_escalations_take_the_hardware_out(engine: Remediator) -> None:
@@ -216,6 +273,68 @@ def test_a_failed_row_remap_has_one_remedy_whichever_way_it_is_seen(engine: Reme
     assert f"runbook {runbook.name}" in rule["annotations"]["description"]
     _steps_said(rule["annotations"]["description"], runbook)
     assert takes_out_of_service(engine, incident_of(flag)) == (True, "row-remap-failure")
+
+
+@pytest.mark.parametrize(
+    ("state", "acts"),
+    [
+        ("0x0 (None)", set()),
+        ("0x1 (GPU Reset Required)", {ActionKind.drain, ActionKind.reset_gpu, ActionKind.diag}),
+        ("0x2 (Node Reboot Required)", {ActionKind.drain, ActionKind.reboot_node, ActionKind.diag}),
+        ("0x3 (Drain P2P)", {ActionKind.drain, ActionKind.notify, ActionKind.ticket}),
+        ("0x4 (Drain and Reset)", {ActionKind.drain, ActionKind.reset_gpu, ActionKind.diag}),
+    ],
+)
+def test_an_xid_154_runs_the_steps_of_the_recovery_it_announces(
+    engine: Remediator, state: str, acts: set[ActionKind]
+) -> None:
+    """Every announced state has steps that carry it out (NVIDIA GPU Memory Error Management, "Error Recovery and
+    Response Flags"); Drain P2P ends the GPU's peer-to-peer work by draining the node, tells the operators and files
+    what is left (UVM persistence off, the next Xid 154), and resets nothing. (The steps that wait on the re-test's
+    result, uncordon and a repair ticket, are not counted.)"""
+    finding = _kernel_finding(154, f"GPU recovery action changed from 0x0 (None) to {state}")
+    report = engine.plan(incident_of(finding))
+    assert report.runbook == "xid-154-recovery-action"
+    later = ("uncordon", "repair")
+    runs = {ActionKind(s.action) for s in report.steps if s.decision == "would" and s.step not in later}
+    assert runs == acts, report.steps
+    if state.startswith("0x3"):
+        assert finding.action == "DRAIN_P2P" and finding.severity is Severity.critical
+        _carries_out(engine, finding, Action.DRAIN_P2P, "Xid 154 Drain P2P")
+
+
+def _sbe_rate_finding() -> Finding:
+    """What the node's GPU detector finds when GPU 2's single-bit count grows past DCGM's rate for a minute."""
+    frame = _frame()
+    health = NodeHealth(frame)
+    found: list[Finding] = []
+    for t in range(0, 61, 10):
+        frame.clear_values()
+        frame.timestamp = float(t)
+        frame.gpu("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL")[:] = 0.0
+        frame.gpu("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL")[GPU] = 5.0 * t  # 300 a minute
+        found += [f for f in health.observe(float(t), frame).findings if f.entity.index == GPU]
+    assert found and {f.cause for f in found} == {RootCause.ecc_sbe_rate}
+    return found[-1]
+
+
+def test_a_high_single_bit_rate_has_one_remedy_whichever_way_it_is_seen(engine: Remediator) -> None:
+    """Xid 92 is the driver's report of the condition the single-bit counter shows: NVIDIA's catalog buckets it IGNORE
+    (the errors were corrected) with CONTACT_SUPPORT to investigate. The counter's finding asks for the same action,
+    and both take the same runbook, which keeps the GPU in service and opens a repair."""
+    runbooks = RunbookSet.builtin()
+    xid92 = code_verdicts(92)[0]
+    assert (xid92.action, xid92.investigatory) == (Action.IGNORE, "CONTACT_SUPPORT")
+    assert xid92.severity is XidSeverity.NONFATAL
+    seen = {"the single-bit counter": _sbe_rate_finding(), "Xid 92": _kernel_finding(92)}
+    assert {f.cause for f in seen.values()} == {RootCause.ecc_sbe_rate}
+    picked = {how: runbooks.select(incident_of(f)).name for how, f in seen.items()}
+    assert set(picked.values()) == {"ecc-sbe-rate"}, picked
+    steps = runbooks.by_name["ecc-sbe-rate"].spec.steps
+    assert [(s.action, s.ticket_kind) for s in steps] == [(ActionKind.notify, None), (ActionKind.ticket, "repair")]
+    for how, finding in seen.items():
+        assert takes_out_of_service(engine, incident_of(finding)) == (False, "ecc-sbe-rate"), how
+        _carries_out(engine, finding, Action.IGNORE, how)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from gpufleet.health.xid_policy import (
     classify,
     default_policy_text,
     load_policy,
+    recovery_verdicts,
 )
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent
 from gpufleet.parsers.kernel.kmsg import KmsgScan
@@ -235,10 +236,14 @@ def explain_record(code: int, policy: XidPolicy) -> dict[str, Any]:
             if r.xid == code
         ]
         record["gpufleet"]["note"] = "the line's unit and status words decide; the table below is what applies"
-    if code == RECOVERY_XID:
+    if code == RECOVERY_XID:  # each announced state's verdict, as the policy gives it (severity included)
         record["recovery_actions"] = {
-            f"{state:#x}": {"action": rule.action.value, "reason": rule.reason}
-            for state, rule in sorted(policy.recovery_actions.items())
+            (f"{state:#x}" if state is not None else "other"): {
+                "severity": verdict.severity.value,
+                "action": verdict.action.value,
+                "reason": verdict.reason,
+            }
+            for state, verdict in recovery_verdicts(policy)
         }
     return record
 
@@ -278,8 +283,8 @@ def explain_cmd(
                 )
             )
         if "recovery_actions" in record:
-            rec = [[state, v["action"], v["reason"]] for state, v in record["recovery_actions"].items()]
-            console.print(_table(["ANNOUNCED", "ACTION", "WHY"], rec, title="Xid 154 recovery actions"))
+            rec = [[state, v["severity"], v["action"], v["reason"]] for state, v in record["recovery_actions"].items()]
+            console.print(_table(["ANNOUNCED", "SEVERITY", "ACTION", "WHY"], rec, title="Xid 154 recovery actions"))
 
     emit(record, output, render)
 

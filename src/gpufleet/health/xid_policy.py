@@ -63,6 +63,9 @@ class Action(StrEnum):
     WORKFLOW_NVLINK_ERR = "WORKFLOW_NVLINK_ERR"
     WORKFLOW_NVLINK5_ERR = "WORKFLOW_NVLINK5_ERR"
     XID_154 = "XID_154"
+    # not a bucket: NVML's recovery action NVML_GPU_RECOVERY_ACTION_DRAIN_P2P, which an Xid 154 can announce and no
+    # bucket says (stop the GPU's peer-to-peer work, then read the recovery action again: data/xid_policy.yaml)
+    DRAIN_P2P = "DRAIN_P2P"
     # not an NVIDIA bucket: what the escalation rules ask for when repeats show the part itself is failing
     # (NVIDIA's investigatory CONTACT_SUPPORT for these codes is the return-merchandise process)
     RMA = "RMA"
@@ -74,6 +77,7 @@ _ACTION_WEIGHT = {
     Action.XID_154: 1,
     Action.RESTART_APP: 2,
     Action.CONTACT_SUPPORT: 3,
+    Action.DRAIN_P2P: 3,  # ends the GPU's peer-to-peer work and holds it out until the driver says what follows
     Action.RESET_GPU: 4,
     Action.RESTART_BM: 5,
 }
@@ -433,15 +437,29 @@ def code_verdicts(code: int, policy: XidPolicy | None = None) -> tuple[Verdict, 
         more.append(_from_rule(policy.nvlink5.undecoded_fatal, "nvl5-undecoded (printed Fatal)", bucket))
         more.append(_from_rule(policy.nvlink5.undecoded_nonfatal, "nvl5-undecoded (printed Nonfatal)", bucket))
     if code == RECOVERY_XID:
-        base = _catalog_verdict(code, info, policy)
-        states = [*policy.recovery_actions.items(), (None, policy.unknown_recovery_action)]
-        for state, rule in states:
-            named = f"{state:#x}" if state is not None else "a state the policy does not know"
-            update = {"severity": rule.severity or base.severity, "action": rule.action, "reason": rule.reason}
-            more.append(base.model_copy(update={**update, "rule": f"xid154: announced {named}"}))
+        more += [verdict for _, verdict in recovery_verdicts(policy)]
     if code == 45:
         more.append(_from_rule(policy.xid45_with_root, "xid45 follows its root Xid", info.nvidia_immediate_action))
     return (bare, *more)
+
+
+def recovery_verdicts(policy: XidPolicy | None = None) -> list[tuple[int | None, Verdict]]:
+    """The verdict on an Xid 154 that announces each recovery state the policy knows (in state order), then on one
+    announcing a state it does not (None): the state's action, and its severity, or the catalog's rating of Xid 154
+    where the state sets none."""
+    policy = policy or default_policy()
+    info = load_xid_catalog()[RECOVERY_XID]
+    base = _catalog_verdict(RECOVERY_XID, info, policy)
+    states: list[tuple[int | None, ActionRule]] = [
+        *sorted(policy.recovery_actions.items()),
+        (None, policy.unknown_recovery_action),
+    ]
+    out = []
+    for state, rule in states:
+        named = f"{state:#x}" if state is not None else "a state the policy does not know"
+        update = {"severity": rule.severity or base.severity, "action": rule.action, "reason": rule.reason}
+        out.append((state, base.model_copy(update={**update, "rule": f"xid154: announced {named}"})))
+    return out
 
 
 def code_severities(code: int, policy: XidPolicy | None = None) -> frozenset[XidSeverity]:
