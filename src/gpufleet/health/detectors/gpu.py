@@ -1,7 +1,8 @@
 """GPU detectors over the telemetry stream (dcgm-exporter's fields in a MetricFrame), vectorized over GPUs.
 
-- ECC: a new volatile double-bit error; single-bit errors above DCGM's rate; row-remap failure; retired pages
-  over DCGM's limits (or over the soft limit while one is pending); uncorrectable remapped rows over the limit.
+- ECC: single-bit errors above DCGM's rate; and the memory-health fields (a new volatile double-bit error, a row-remap
+  failure, uncorrectable remapped rows over the limit, retired pages over DCGM's limits or over the soft limit while
+  one is pending) judged by health.gpu_memory, the judgement triage gives the same values in one reading.
 - Thermal: hardware thermal slowdown held for a while with the SM clock really down. Power capping (the software
   power-cap reason, a cool GPU) is normal operation and never an incident.
 - Power brake: the hardware power-brake reason held for a few seconds.
@@ -20,6 +21,7 @@ import numpy as np
 from gpufleet.health.detectors.base import NodeSetup, node_detector
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.detectors.window import CounterWindow, HoldTimer
+from gpufleet.health.gpu_memory import MemoryReading, judge_memory
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding
@@ -184,18 +186,8 @@ class GpuDetectors:
     def _ecc(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         g, e = frame.gpu, self.t.ecc
         dbe = g("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")  # NaN (a missed reading) compares false: no finding, no reset
-        for i in np.flatnonzero(dbe > self.last_dbe):
-            out.append(
-                self._finding(
-                    now,
-                    int(i),
-                    RootCause.ecc_dbe,
-                    Severity.critical,
-                    f"uncorrectable ECC error on {self.entities[i]}",
-                    f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL went from {self.last_dbe[i]:.0f} to {dbe[i]:.0f}",
-                    "WORKFLOW_XID_48",
-                )
-            )
+        new_dbe = np.where(dbe > self.last_dbe, dbe - self.last_dbe, 0.0)
+        last_dbe = self.last_dbe
         self.last_dbe = np.where(np.isnan(dbe), self.last_dbe, dbe)  # lower after a GPU reset clears the count
         self.sbe.push(now, g("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"))
         grown = self.sbe.growth()
@@ -210,53 +202,43 @@ class GpuDetectors:
                         Severity.warning,
                         f"single-bit ECC storm on {self.entities[i]}",
                         f"{rate[i]:.1f} single-bit errors a minute (DCGM limit {e.sbe_per_minute:g})",
-                        "RESET_GPU",
+                        # Xid 92's catalog bucket, the driver's report of the same condition: the errors were
+                        # corrected (IGNORE now, CONTACT_SUPPORT to investigate); one runbook for both, ecc-sbe-rate
+                        "IGNORE",
                     )
                 )
+        # the memory-health fields, judged by health.gpu_memory as triage judges them in one reading
         failure = np.nan_to_num(g("DCGM_FI_DEV_ROW_REMAP_FAILURE"), nan=0.0)
-        for i in np.flatnonzero(failure > 0):
-            out.append(
-                self._finding(
-                    now,
-                    int(i),
-                    RootCause.row_remap_failure,
-                    Severity.critical,
-                    f"row remapping failed on {self.entities[i]}",
-                    "DCGM_FI_DEV_ROW_REMAP_FAILURE = 1: the bad row stays in use",
-                    "CONTACT_SUPPORT",
-                )
-            )
-        unc = np.nan_to_num(g("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"), nan=0.0)
-        for i in np.flatnonzero(unc >= e.uncorrectable_remapped_rows_limit):
-            out.append(
-                self._finding(
-                    now,
-                    int(i),
-                    RootCause.row_remap_failure,
-                    Severity.critical,
-                    f"remapped-row budget spent on {self.entities[i]}",
-                    f"{unc[i]:.0f} uncorrectable remapped rows (DCGM limit {e.uncorrectable_remapped_rows_limit})",
-                    "CONTACT_SUPPORT",
-                )
-            )
+        rows = np.nan_to_num(g("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"), nan=0.0)
         retired = np.nan_to_num(g("DCGM_FI_DEV_RETIRED_SBE"), nan=0.0) + np.nan_to_num(
             g("DCGM_FI_DEV_RETIRED_DBE"), nan=0.0
         )
         pending = np.nan_to_num(g("DCGM_FI_DEV_RETIRED_PENDING"), nan=0.0)
-        over = (retired >= e.retired_pages_limit) | ((retired >= e.retired_pages_soft) & (pending > 0))
-        for i in np.flatnonzero(over):
-            out.append(
-                self._finding(
-                    now,
-                    int(i),
-                    RootCause.retired_pages,
-                    Severity.critical,
-                    f"too many retired pages on {self.entities[i]}",
-                    f"{retired[i]:.0f} retired pages, {pending[i]:.0f} pending (DCGM limits {e.retired_pages_soft}/"
-                    f"{e.retired_pages_limit})",
-                    "CONTACT_SUPPORT",
-                )
+        for i in np.flatnonzero((new_dbe > 0) | (failure > 0) | (rows > 0) | (retired > 0)):
+            reading = MemoryReading(
+                uncorrectable=float(new_dbe[i]),
+                remap_failure=bool(failure[i] > 0),
+                remapped_uncorrectable=float(rows[i]),
+                retired_pages=float(retired[i]),
+                retired_pending=bool(pending[i] > 0),
             )
+            for issue in judge_memory(reading, e):
+                if not issue.filed:
+                    continue
+                evidence = issue.message
+                if issue.cause is RootCause.ecc_dbe:
+                    evidence = f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL went from {last_dbe[i]:.0f} to {dbe[i]:.0f}"
+                elif issue.code == "row remap failure":
+                    evidence = "DCGM_FI_DEV_ROW_REMAP_FAILURE = 1: the bad row stays in use"
+                elif issue.cause is RootCause.retired_pages:
+                    limits = f"{e.retired_pages_soft}/{e.retired_pages_limit}"
+                    evidence += f" ({pending[i]:.0f} pending; DCGM limits {limits})"
+                out.append(
+                    self._finding(
+                        now, int(i), issue.cause, issue.severity, f"{issue.title} on {self.entities[i]}", evidence,
+                        issue.action,
+                    )
+                )  # fmt: skip
 
     def _pcie(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         g, p = frame.gpu, self.t.pcie
