@@ -328,6 +328,7 @@ def test_a_high_single_bit_rate_has_one_remedy_whichever_way_it_is_seen(engine: 
     assert xid92.severity is XidSeverity.NONFATAL
     seen = {"the single-bit counter": _sbe_rate_finding(), "Xid 92": _kernel_finding(92)}
     assert {f.cause for f in seen.values()} == {RootCause.ecc_sbe_rate}
+    assert {f.action for f in seen.values()} == {xid92.action.value}  # the counter's finding asks what Xid 92 does
     picked = {how: runbooks.select(incident_of(f)).name for how, f in seen.items()}
     assert set(picked.values()) == {"ecc-sbe-rate"}, picked
     steps = runbooks.by_name["ecc-sbe-rate"].spec.steps
