@@ -37,7 +37,6 @@ import dataclasses
 import io
 import json
 import re
-import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -70,12 +69,13 @@ from gpufleet.remediate import Remediator
 from gpufleet.remediate.runbook import TAKES_NODE_OUT, ActionKind
 from gpufleet.telemetry.exposition.dcgm import Renderer
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, dump, render_annotation, rule_groups
+from gpufleet.telemetry.monitoring.alert_rules import render_annotation, rule_groups
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_lines
 from tests.clirun import gpufleet
 from tests.conftest import CAPTURES, CORPUS, REPO_ROOT, require_tool
 from tests.remediate.helpers import remediator
+from tests.telemetry.monitoring.promtool import assert_alerts
 from tests.twins import small_twin
 
 SCORED = REPO_ROOT / "tests" / "scored"
@@ -215,23 +215,7 @@ def promtool_verifies(cases: list[PromtoolCase], names: tuple[str, ...], tmp_pat
                 alert_labels = {**labels, **rule["labels"]}
                 notes = {k: render_annotation(v, alert_labels, value) for k, v in rule["annotations"].items()}
                 expected[alert].append({"exp_labels": alert_labels, "exp_annotations": notes})
-    tests = {
-        "rule_files": [RULE_FILE],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": "2m", "alertname": name, "exp_alerts": alerts} for name, alerts in expected.items()
-                ],
-            }
-        ],
-    }
-    (tmp_path / RULE_FILE).write_text(dump(rule_groups(xids=xid_ratings())))
-    (tmp_path / "tests.yml").write_text(dump(tests))
-    run = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert_alerts(tmp_path, series, expected)
 
 
 # == kernel logs ======================================================================================================

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,9 +40,10 @@ from gpufleet.parsers.kernel.kmsg import parse_kmsg
 from gpufleet.remediate import Remediator, RunbookManifest, RunbookSet
 from gpufleet.remediate.runbook import TAKES_NODE_OUT, ActionKind
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, dump, render_annotation, rule_groups
+from gpufleet.telemetry.monitoring.alert_rules import render_annotation, rule_groups
 from tests.conftest import require_tool
 from tests.remediate.helpers import remediator
+from tests.telemetry.monitoring.promtool import assert_alerts
 from tests.twins import small_twin
 
 NODE, GPU, PCI = "n-000", 2, "0000:3b:00"
@@ -380,20 +380,4 @@ def test_promtool_pages_every_code_as_the_policy_rates_it(tmp_path: Path) -> Non
         alert_labels = {**labels, "xid": str(code), **rule["labels"]}
         notes = {k: render_annotation(v, alert_labels, None) for k, v in rule["annotations"].items()}
         expected[name].append({"exp_labels": alert_labels, "exp_annotations": notes})
-    tests = {
-        "rule_files": [RULE_FILE],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": "2m", "alertname": name, "exp_alerts": alerts} for name, alerts in expected.items()
-                ],
-            }
-        ],
-    }
-    (tmp_path / RULE_FILE).write_text(dump(rule_groups(xids=xid_ratings())))
-    (tmp_path / "tests.yml").write_text(dump(tests))
-    run = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert_alerts(tmp_path, series, expected)
