@@ -27,6 +27,7 @@ from gpufleet.health.thresholds import Ecc, load_thresholds
 from gpufleet.model import RootCause, Severity
 
 RESET_WHEN_IDLE = "reset the GPU (or reboot) at a convenient time: the reset applies it"
+REPLACE = "drain the node and replace the GPU (RMA)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ def judge_memory(reading: MemoryReading, ecc: Ecc | None = None) -> list[MemoryI
             MemoryIssue(
                 "row-remap", "row remap failure", Severity.critical, RootCause.row_remap_failure, "CONTACT_SUPPORT",
                 "row remapping failed", "a row remap failed: the bad row stays in use and the memory cannot be "
-                "repaired", "drain the node and replace the GPU (RMA)",
+                "repaired", REPLACE,
             )
         )  # fmt: skip
     rows = reading.remapped_uncorrectable or 0
@@ -84,7 +85,7 @@ def judge_memory(reading: MemoryReading, ecc: Ecc | None = None) -> list[MemoryI
                 "row-remap", "remapped rows over limit", Severity.critical, RootCause.row_remap_failure,
                 "CONTACT_SUPPORT", "remapped-row budget spent", f"{rows:.0f} rows remapped for uncorrectable errors, "
                 f"at or over DCGM's limit of {limits.uncorrectable_remapped_rows_limit}",
-                "drain the node and replace the GPU (RMA)",
+                REPLACE,
             )
         )  # fmt: skip
     if reading.remap_pending:
@@ -101,7 +102,7 @@ def judge_memory(reading: MemoryReading, ecc: Ecc | None = None) -> list[MemoryI
             MemoryIssue(
                 "page-retirement", "retired pages over limit", Severity.critical, RootCause.retired_pages,
                 "CONTACT_SUPPORT", "too many retired pages", f"{pages:.0f} pages retired, at or over DCGM's limit of "
-                f"{limits.retired_pages_limit}", "drain the node and replace the GPU (RMA)",
+                f"{limits.retired_pages_limit}", REPLACE,
             )
         )  # fmt: skip
     elif pages >= limits.retired_pages_soft and reading.retired_pending:
@@ -110,7 +111,7 @@ def judge_memory(reading: MemoryReading, ecc: Ecc | None = None) -> list[MemoryI
                 "page-retirement", "retired pages over limit", Severity.critical, RootCause.retired_pages,
                 "CONTACT_SUPPORT", "too many retired pages", f"{pages:.0f} pages retired with another one pending: "
                 f"still retiring past DCGM's soft limit of {limits.retired_pages_soft}",
-                "drain the node and replace the GPU (RMA)",
+                REPLACE,
             )
         )  # fmt: skip
     if reading.retired_pending:
