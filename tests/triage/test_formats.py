@@ -42,6 +42,8 @@ REAL = {
     "ibqueryerrors": CAPTURES / "ibsim" / "ibqueryerrors.txt",
     "iblinkinfo": CAPTURES / "ibsim" / "iblinkinfo.txt",
     "ibnetdiscover": CAPTURES / "ibsim" / "ibnetdiscover.txt",
+    "ibv_devinfo": CAPTURES / "infiniband" / "ibv_devinfo_vv_cx6_port_disabled.txt",
+    "mlxlink": CAPTURES / "infiniband" / "mlxlink_cx6_ib_hdr_2x.txt",
     "kubectl-pod-json": CAPTURES / "kubelet_pods" / "kubectl_get_all_kubeadm_docker.json",
     "kubectl-describe-node": CAPTURES / "kubectl" / "describe_node_ocp311_kubevirt.txt",
     "app-log": TRIAGE_DATA / "oom" / "app_torch2_rank3_eks.log",
@@ -87,7 +89,7 @@ def test_each_format_is_told_parsed_and_judged(name: str) -> None:
 def _commands(help_text: str) -> list[str]:
     """The subcommands a `--help` lists in its Commands panel, in order."""
     panel = help_text.split("Commands", 1)[1]
-    return re.findall(r"^│ ([a-z0-9][a-z0-9-]*)\s", panel, re.MULTILINE)
+    return re.findall(r"^│ ([a-z0-9][a-z0-9_-]*)\s", panel, re.MULTILINE)
 
 
 def test_read_lists_exactly_the_formats_with_a_parser() -> None:
@@ -104,11 +106,11 @@ def test_read_lists_exactly_the_formats_with_a_parser() -> None:
 def test_triage_lists_exactly_the_registry() -> None:
     run = gpufleet("triage", "--help", env=WIDE)
     assert run.returncode == 0, run.stderr
-    listed = re.findall(r"^\s*([a-z0-9][a-z0-9-]*): ", run.stdout.split("Formats", 1)[1], re.MULTILINE)
+    listed = re.findall(r"^\s*([a-z0-9][a-z0-9_-]*): ", run.stdout.split("Formats", 1)[1], re.MULTILINE)
     assert listed == list(REGISTRY.names())
     bad = gpufleet("triage", "-F", "tea-leaves", "-", input="x\n")
     assert bad.returncode == 2
-    assert re.findall(r"[a-z0-9-]+", bad.stderr.split("use one of:", 1)[1]) == list(REGISTRY.names())
+    assert re.findall(r"[a-z0-9_-]+", bad.stderr.split("use one of:", 1)[1]) == list(REGISTRY.names())
 
 
 def test_the_registry_refuses_what_would_make_the_commands_disagree() -> None:

@@ -36,6 +36,8 @@ REGISTRY = Registry(
         infiniband.IBQUERYERRORS,
         infiniband.IBLINKINFO,
         infiniband.IBNETDISCOVER,
+        infiniband.IBV_DEVINFO,
+        infiniband.MLXLINK,
         kube.KUBECTL_NODE_JSON,
         kube.KUBECTL_POD_JSON,
         kube.KUBECTL_DESCRIBE_NODE,

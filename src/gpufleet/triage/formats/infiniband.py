@@ -1,5 +1,5 @@
-"""infiniband-diags: the local ports (`ibstat`, `ibstatus`), their counters (`perfquery`, `ibqueryerrors`) and the
-fabric (`iblinkinfo`, `ibnetdiscover`)."""
+"""InfiniBand tools: infiniband-diags' local ports (`ibstat`, `ibstatus`), their counters (`perfquery`,
+`ibqueryerrors`) and the fabric (`iblinkinfo`, `ibnetdiscover`); libibverbs' `ibv_devinfo`; MFT's `mlxlink`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from gpufleet.parsers.infiniband.diags import (
     parse_perfquery,
 )
 from gpufleet.parsers.infiniband.ibstat import parse_ibstat, parse_ibstatus
+from gpufleet.parsers.infiniband.ibv_devinfo import Devinfo, parse_ibv_devinfo
+from gpufleet.parsers.infiniband.mlxlink import Mlxlink, parse_mlxlink
 from gpufleet.triage.formats.registry import Format, Table, View, cell
 from gpufleet.triage.readers.ib import (
     read_iblinkinfo,
@@ -23,6 +25,7 @@ from gpufleet.triage.readers.ib import (
     read_ibstatus,
     read_perfquery,
 )
+from gpufleet.triage.readers.ib_hca import read_ibv_devinfo, read_mlxlink
 
 IBSTAT = Format(
     name="ibstat",
@@ -151,4 +154,54 @@ IBNETDISCOVER = Format(
     parse=parse_ibnetdiscover,
     judge=read_ibnetdiscover,
     render=_ibnetdiscover_view,
+)
+
+
+def _devinfo_view(parsed: Devinfo, source: str) -> View:
+    rows = [
+        [d.name, p.number, cell(p.state), cell(p.phys_state), cell(p.link_layer), cell(p.width and f"{p.width}X"),
+         cell(p.speed), cell(p.rate_gbps), cell(p.lid)]
+        for d in parsed.devices for p in d.ports
+    ]  # fmt: skip
+    columns = ("HCA", "PORT", "STATE", "PHYSICAL", "LINK LAYER", "WIDTH", "SPEED", "GBPS", "LID")
+    return View((Table(columns, rows, source),), tuple(f"{d}: {line}" for d, line in parsed.diagnostics))
+
+
+IBV_DEVINFO = Format(
+    name="ibv_devinfo",
+    summary="`ibv_devinfo [-v]`: each RDMA device libibverbs sees and its ports' state, width and speed",
+    signs=(
+        (r"^hca_id:\s*\S+\s*$", 10),
+        (r"^\s+phys_port_cnt:\s+\d+", 4),
+        (r"^\s+state:\s+PORT_(?:ACTIVE|DOWN|INIT|ARMED)\b", 6),
+        (r"^\s+(?:active_width|active_speed|phys_state|link_layer):\s", 3),
+        (r"^\d+ HCAs? found:\s*$", 8),
+        (r"^(?:No IB devices found|IB device '[^']*' wasn't found)", 8),
+    ),
+    parse=parse_ibv_devinfo,
+    judge=read_ibv_devinfo,
+    render=_devinfo_view,
+)
+
+
+def _mlxlink_view(parsed: Mlxlink, source: str) -> View:
+    rows = [[section, key, value] for section, values in parsed.sections.items() for key, value in values.items()]
+    return View((Table(("SECTION", "FIELD", "VALUE"), rows, source),), tuple(parsed.diagnostics))
+
+
+MLXLINK = Format(
+    name="mlxlink",
+    summary="`mlxlink -d <dev> [-m] [-c] [-e]`: a port's link state, speed, FEC, errors and BER, as its firmware sees",
+    signs=(
+        (r"^Operational Info\s*$", 6),
+        (r"^Troubleshooting Info\s*$", 6),
+        (r"^Physical Counters and BER Info\s*$", 8),
+        (r"^Physical state\s+: ", 3),
+        (r"^Recommendation\s+: ", 5),
+        (r"^(?:Effective|Raw) Physical (?:Errors|BER)", 6),
+        (r"\"Operational Info\"\s*:", 10),
+    ),
+    parse=parse_mlxlink,
+    judge=read_mlxlink,
+    render=_mlxlink_view,
 )

@@ -88,6 +88,55 @@ def _diagnostics(report: TriageReport, tool: str, lines: list[str]) -> None:
         report.notes.append(f"{tool} reported: {shown}")
 
 
+_VANISHED = re.compile(r"(?:IB )?device '(?P<dev>[^']+)'[^\n]*?(?:failed|not found|No such)", re.IGNORECASE)
+_HCA_NAME = re.compile(r"^(?P<driver>[a-z]+\d*_)(?P<index>\d+)$")
+_MISSING_FIX = (
+    "check the HCA is on the PCI bus (`lspci -d 15b3:`) and its driver loaded (`dmesg | grep -i mlx5`); an HCA "
+    "that vanished needs a reboot or reseat, and replacing if it stays missing"
+)
+
+
+def _missing_hcas(found: _Findings, tool: str, diagnostics: list[str], names: list[str]) -> None:
+    """An HCA the tool names in an error (`stat of IB device 'mlx5_8' failed`), or a gap in the devices' numbering
+    (the kernel numbers mlx5_0, mlx5_1, ... with the lowest free index, so a gap is one that went away after boot):
+    an HCA missing from the host is never healthy."""
+    named: set[str] = set()
+    for line in diagnostics:
+        if m := _VANISHED.search(line):
+            named.add(m.group("dev"))
+            found.add(
+                TriageFinding(
+                    "ib-hca",
+                    Severity.critical,
+                    f"{tool} cannot read the HCA {m.group('dev')}: the device is missing or failing",
+                    m.group("dev"),
+                    "HCA missing",
+                    _MISSING_FIX,
+                    [line],
+                )
+            )
+    by_driver: dict[str, set[int]] = defaultdict(set)
+    for name in names:
+        if m := _HCA_NAME.match(name):
+            by_driver[m.group("driver")].add(int(m.group("index")))
+    for driver, indexes in by_driver.items():
+        gaps = [f"{driver}{i}" for i in range(min(indexes), max(indexes)) if i not in indexes]
+        gaps = [g for g in gaps if g not in named]
+        if gaps and len(gaps) <= 4:
+            found.add(
+                TriageFinding(
+                    "ib-hca",
+                    Severity.warning,
+                    f"{', '.join(gaps)} missing between the HCAs listed ({driver}{min(indexes)} to "
+                    f"{driver}{max(indexes)}): an HCA that went away after boot, unless the paste left it out",
+                    ", ".join(gaps),
+                    "HCA missing",
+                    _MISSING_FIX,
+                    [],
+                )
+            )
+
+
 def _unreadable(report: TriageReport, lines: list[tuple[int, str]], what: str) -> None:
     if lines:
         report.notes.append(
@@ -142,6 +191,7 @@ def read_ibstat(lines: Iterable[str], source: str) -> TriageReport:
     found = _Findings(report)
     _diagnostics(report, "ibstat", parsed.diagnostics)
     _unreadable(report, parsed.unreadable, "ibstat")
+    _missing_hcas(found, "ibstat", parsed.diagnostics, [d.name for d in parsed.devices if d.name])
     ports = parsed.ports
     if parsed.short_format:
         report.judged = False
@@ -194,6 +244,7 @@ def read_ibstatus(lines: Iterable[str], source: str) -> TriageReport:
     found = _Findings(report)
     _diagnostics(report, "ibstatus", parsed.diagnostics)
     _unreadable(report, parsed.unreadable, "ibstatus")
+    _missing_hcas(found, "ibstatus", parsed.diagnostics, sorted({p.device for p in parsed.ports if p.device}))
     if not parsed.ports:
         report.judged = False
         report.notes.append("no port records found")
@@ -430,6 +481,51 @@ def _end(lid: int | None, name: str, port: int | None) -> tuple[str, int | None]
     return (f"lid {lid}" if lid else f"name {name}", port)
 
 
+def _slower_than_switch(links: list[LinkInfo]) -> list[TriageFinding]:
+    """Links slower than the fastest link of the switch they reach, where iblinkinfo prints no "Could be" hint (it
+    prints one when both ends support more, libibnetdisc's speed check): the other end is the slower one, e.g. an
+    EDR HCA on an HDR switch. Worth knowing (the link runs below the switch's speed), not a fault."""
+    fastest: dict[int, float] = {}
+    names: dict[int, str] = {}
+    ends: list[tuple[int, LinkInfo]] = []  # (the switch's LID, a link it is one end of)
+    for link in links:
+        if not link.up or link.speed_gbps is None:
+            continue
+        for lid, name, is_switch in (
+            (link.lid, link.node, link.node_type == "Switch"),
+            (link.remote_lid, link.remote_name, link.node_type != "Switch" and link.remote_lid is not None),
+        ):
+            if is_switch and lid is not None:
+                fastest[lid] = max(fastest.get(lid, 0.0), link.speed_gbps)
+                names.setdefault(lid, name)
+                ends.append((lid, link))
+    slow: dict[int, list[LinkInfo]] = defaultdict(list)
+    cables: dict[int, set[frozenset[tuple[int | None, int | None]]]] = defaultdict(set)
+    for lid, link in ends:
+        cable = frozenset(((link.lid, link.port), (link.remote_lid, link.remote_port)))
+        if (link.speed_gbps or 0.0) < fastest[lid] and "Could be" not in link.note and cable not in cables[lid]:
+            cables[lid].add(cable)
+            slow[lid].append(link)
+    out = []
+    for lid, members in slow.items():
+        top = speed_generation(f"{fastest[lid]:g} Gbps") or f"{fastest[lid]:g} Gbps"
+        gens = sorted({speed_generation(link.speed) or link.speed for link in members})
+        out.append(
+            TriageFinding(
+                "ib-link-speed",
+                Severity.info,
+                f"{len(members)} link(s) on this switch run at {', '.join(gens)} while it runs others at {top}; "
+                "iblinkinfo shows no faster speed both ends support, so the far end (an older HCA or cable) "
+                "limits them: below the switch's speed by design, not trained down",
+                describe_port(node=names[lid] or None, lid=lid),
+                f"below switch speed ({', '.join(gens)} < {top})",
+                "if these links should run at the switch's speed, replace the slower HCA or cable",
+                [link.raw for link in members[:MAX_EVIDENCE]],
+            )
+        )
+    return out
+
+
 def _li_last_switch_short(links: list[LinkInfo]) -> str:
     """iblinkinfo lists every port of a switch but never says how many it has: a last switch listing fewer ports
     than the other switches named like it stops early."""
@@ -469,9 +565,11 @@ def _li_completeness(report: TriageReport, links: list[LinkInfo], all_nodes: boo
         if far not in local and (all_nodes or far_node_printed):
             missing += 1
     if missing:
-        _incomplete(
-            report,
-            f"{missing} link(s) lead to ports that are not in the input: the output looks cut short or edited",
+        # iblinkinfo is often run for one switch or path (`-S`, `-D`, `--switches-only`) or pasted as an excerpt:
+        # each line is a whole record of its port, so what is there is judged and the rest said to be absent
+        report.notes.append(
+            f"{missing} link(s) lead to ports that are not in the input (an excerpt, or output for part of the "
+            "fabric): only the ports shown are judged"
         )
 
 
@@ -520,6 +618,8 @@ def read_iblinkinfo(lines: Iterable[str], source: str) -> TriageReport:
             seen[key] = len(report.findings)
         for issue in issues:
             found.issue(issue, _link_entity(link), [link.raw])
+    for finding in _slower_than_switch(scan.links):
+        found.add(finding)
     if unused:
         found.add(
             TriageFinding(
