@@ -182,6 +182,14 @@ class XidPolicy(BaseModel):
         action=Action.UPDATE_SWFW,
         reason="user-space driver and kernel module versions differ: nothing CUDA starts until they match",
     )
+    init_failed: Rule = Rule(
+        severity=XidSeverity.FATAL,
+        action=Action.RESTART_BM,
+        investigatory="CONTACT_SUPPORT",
+        cause=RootCause.gpu_lost,
+        reason="the driver could not initialise the GPU (RmInitAdapter failed): it is unusable until the node is "
+        "rebooted",
+    )
 
 
 class Verdict(BaseModel):
@@ -414,6 +422,8 @@ def classify(event: KernelEvent, policy: XidPolicy | None = None) -> Verdict:
         return _from_rule(policy.fallen_off_bus, "fallen-off-bus", None)
     if event.kind == "api_mismatch":
         return _from_rule(policy.api_mismatch, "api-mismatch", None)
+    if event.kind == "init_failed":
+        return _from_rule(policy.init_failed, "init-failed", None)
     return _from_rule(policy.reset_required, "reset-required", None)
 
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-# NVIDIA's: xid, sxid, fallen_off_bus, reset_required, api_mismatch. Every vendor's driver (amdgpu, habanalabs):
+# NVIDIA's: xid, sxid, fallen_off_bus, reset_required, api_mismatch, init_failed (the driver could not initialise a
+# GPU: `RmInitAdapter failed`, no Xid). Every vendor's driver (amdgpu, habanalabs):
 # ras (a RAS hardware-error count in a block), hang (a ring or command-submission timeout), reset (the driver reset
 # the device and it came back), reset_failed (it did not: the device is unusable), hw_error (a critical hardware or
 # firmware error event).
@@ -20,6 +21,7 @@ EventKind = Literal[
     "fallen_off_bus",
     "reset_required",
     "api_mismatch",
+    "init_failed",
     "ras",
     "hang",
     "reset",

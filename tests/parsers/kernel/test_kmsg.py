@@ -464,3 +464,47 @@ def test_driver_api_mismatch_is_a_report_in_both_its_spellings() -> None:
     assert split.kind == joined.kind == "api_mismatch" and split.line == 1
     assert "535.104.05" in split.message
     assert joined.message == "driver API mismatch: user-space driver 535.1, kernel module 550.2"
+
+
+# the lines as public captures show them: driver 535 (GPU named) and driver 4xx (no GPU, `bearing minor number`)
+RM_INIT_NEW = (
+    "[ 3964.293978] NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x62:0x40:2404)\n"
+    "[ 3964.295103] NVRM: GPU 0000:41:00.0: rm_init_adapter failed, device minor number 1\n"
+)
+RM_INIT_OLD = (
+    "Nov 24 22:40:32 hostname kernel: [351621.701637] NVRM: RmInitAdapter failed! (0x30:0xffff:660)\n"
+    "Nov 24 22:40:32 hostname kernel: [351621.701735] NVRM: rm_init_adapter failed for device bearing minor number 0\n"
+)
+
+
+@pytest.mark.parametrize(("text", "pci", "status"), [(RM_INIT_NEW, "0000:41:00", "0x62:0x40:2404"),
+                                                      (RM_INIT_OLD, None, "0x30:0xffff:660")])  # fmt: skip
+def test_a_gpu_the_driver_cannot_initialise_is_one_report_per_pair(text: str, pci: str | None, status: str) -> None:
+    (event,) = scan_kmsg(text).events
+    assert (event.kind, event.pci, event.detail, event.xid, event.line) == ("init_failed", pci, status, None, 1)
+    assert "RmInitAdapter failed!" in event.message
+
+
+def test_repeated_init_failures_are_each_a_report_and_a_lone_tail_line_is_one() -> None:
+    """Each retry of the driver is a report; a `rm_init_adapter failed` line without its head is one too."""
+    lone = "NVRM: GPU 0000:42:00.0: rm_init_adapter failed, device minor number 2\n"
+    events = scan_kmsg(RM_INIT_NEW * 3 + lone).events
+    assert [(e.kind, e.pci, e.line) for e in events] == [
+        ("init_failed", "0000:41:00", 1), ("init_failed", "0000:41:00", 3), ("init_failed", "0000:41:00", 5),
+        ("init_failed", "0000:42:00", 7),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "attr", ["PCI:...", "PCI:XXXX:XX:XX", "PCI:xxxx:xx:xx.x", "PCI:<redacted>", "PCI:", "...", "PCI:0000:XX:00"]
+)
+def test_an_xid_whose_pci_address_is_redacted_is_read_with_the_gpu_unknown(attr: str) -> None:
+    """NVIDIA/nccl#2241 posted its Xids as `NVRM: Xid (PCI:...): 145, ...`: the code is still the report."""
+    event = _one(f"kernel: NVRM: Xid ({attr}): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)")
+    assert (event.kind, event.xid, event.pci, event.gpu_uuid) == ("xid", 145, None, None)
+    assert event.message == "RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)"
+
+
+def test_an_xid_with_a_garbled_device_is_still_rejected() -> None:
+    scan = scan_kmsg("NVRM: Xid (PCI:0000:zz:00 junk): 79, GPU has fallen off the bus.")
+    assert not scan.events and "unreadable device" in scan.rejected[0].reason

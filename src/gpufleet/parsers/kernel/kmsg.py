@@ -9,7 +9,13 @@ where <root> is ` caused by previous Xid %d` on an Xid 45 whose cause the driver
 `NVRM: Xid (0000:03:00): 13, ...`. NVSwitch errors come as `nvidia-nvswitchN: SXid (PCI:0000:05:00.0): 20034,
 Fatal, Link 63 ...`, the lost-GPU case at probe time as the three-line `NVRM: The NVIDIA GPU 0000:b3:00.0 /
 (PCI ID: 10de:26b5) installed in this system has / fallen off the bus and is not responding to commands.`,
-which carries no Xid at all. AMD (amdgpu) and Intel Gaudi (habanalabs) reports are read by `kmsg_vendors`.
+which carries no Xid at all. A GPU the driver cannot initialise (at load, or after a reset) is the pair
+`NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x62:0x40:2404)` / `NVRM: GPU 0000:41:00.0: rm_init_adapter failed,
+device minor number 1` (drivers before ~470 without the GPU: `NVRM: RmInitAdapter failed! (0x30:0xffff:660)` /
+`NVRM: rm_init_adapter failed for device bearing minor number 0`; nv.c and osinit.c of open-gpu-kernel-modules):
+one `init_failed` event per pair, no Xid either. An Xid line whose address the reporter redacted (`(PCI:...)`,
+`(PCI:XXXX:XX:XX)`) is still read, with the GPU unknown (`pci` None). AMD (amdgpu) and Intel Gaudi (habanalabs)
+reports are read by `kmsg_vendors`.
 
 `scan_kmsg` returns the events plus the lines that looked like a fault report but could not be read
 (`rejected`), so a garbled capture is visible rather than silently empty. A well-formed Xid line with a code
@@ -34,6 +40,17 @@ _PCI_TEXT = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _XID_HEAD = re.compile(r"NVRM: Xid\b")
 _XID = re.compile(r"NVRM: Xid \((?P<attr>[^()]*)\): (?P<code>\d{1,5}), ?(?P<rest>.*)$")
 _XID_ATTR = re.compile(rf"^(?:PCI:)?(?P<pci>{_PCI_TEXT})(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?$")
+# an address a reporter blanked out: `PCI:...`, `PCI:XXXX:XX:XX`, `PCI:<redacted>`, `PCI:` alone
+_XID_REDACTED = re.compile(
+    r"^(?:PCI:)?\s*(?:\.{2,}|…|<[^<>]{0,40}>|\[[^\]]{0,40}\]|(?=[0-9A-Fa-f:.]*[Xx])[0-9A-Fa-fXx]{2,8}:[0-9A-Fa-fXx]{2}"
+    r"(?::[0-9A-Fa-fXx]{2})?(?:\.[0-7Xx])?|[Xx]+|redacted)?\s*(?: GPU-I:\d+)?(?: GPU-CI:\d+)?$",
+    re.IGNORECASE,
+)
+_INIT_FAILED = re.compile(
+    rf"NVRM: (?:GPU (?P<pci>{_PCI_TEXT}): )?(?:(?P<head>RmInitAdapter failed!?)\s*(?P<status>\([^()]*\))?"
+    r"|(?P<tail>rm_init_adapter failed)\b)"
+)
+_INIT_PAIR_LINES = 3  # the `rm_init_adapter failed` line follows its `RmInitAdapter failed!` within this many lines
 _PID_NAME = re.compile(r"^pid=(?P<pid>'?<unknown>'?|\d*),(?: name=(?P<name>[^,]*),)? ?(?P<msg>.*)$")
 _ROOT = re.compile(r"\s*caused by previous Xid (?P<root>\d+)\s*$")
 _SXID = re.compile(
@@ -128,6 +145,7 @@ _TRIGGERS = re.compile("|".join(("NVRM", "SXid", "nvswitch", *TRIGGER_WORDS)))
 # every report this module reads has one of these in its message
 _REPORT_WORDS = re.compile(
     r"Xid|fallen off the bus|The NVIDIA GPU|NV_ERR_RESET_REQUIRED|GPU at PCI:|nvswitch|API mismatch"
+    r"|RmInitAdapter failed|rm_init_adapter failed"
 )
 # nv.c prints it over four NVRM lines: "API mismatch: the client has the version %s, but" / "this kernel module has
 # the version %s.  Please" / ...; the head names the user-space side, the kernel module's is read when on the line
@@ -207,6 +225,7 @@ class KmsgParser:
         self._pending: _FallenReport | None = None  # a multi-line fallen-off-the-bus report in progress
         self._held: dict[tuple[str, int], list[_HeldDetail]] = {}  # SXid details waiting for their head
         self._vendors = VendorLines()  # amdgpu and habanalabs reports
+        self._last_init: tuple[int, str | None] | None = None  # the last `RmInitAdapter failed!`: line, GPU
 
     def skip_to(self, lineno: int) -> None:
         """The next line fed is line `lineno`: the ones before it were left out (they hold nothing this parser
@@ -349,6 +368,10 @@ class KmsgParser:
                 report.add(raw, message)
                 self._emit_fallen(report, complete=True)
             return
+        init = _INIT_FAILED.search(message)
+        if init is not None and _RESET_REQUIRED.search(message) is None:  # that status names what it needs
+            self._parse_init_failed(raw, frame, init)
+            return
         mismatch = _API_MISMATCH.search(message)
         if mismatch is not None:
             kmod = mismatch.group("kmod")
@@ -378,18 +401,41 @@ class KmsgParser:
                 )
             )
 
+    def _parse_init_failed(self, raw: str, frame: Frame, init: re.Match[str]) -> None:
+        """`RmInitAdapter failed!` and the `rm_init_adapter failed` line after it are one report."""
+        pci = normalise_pci(init.group("pci")) if init.group("pci") else None
+        if init.group("tail"):
+            last = self._last_init
+            if last is not None and self._lineno - last[0] <= _INIT_PAIR_LINES and last[1] == pci:
+                return  # the second line of the report its head already made
+        else:
+            self._last_init = (self._lineno, pci)
+        self.scan.events.append(
+            KernelEvent(
+                kind="init_failed",
+                line=self._lineno,
+                raw=raw,
+                message=frame.message.split("NVRM:", 1)[-1].strip(),
+                pci=pci,
+                gpu_uuid=self._uuids.get(pci) if pci else None,
+                detail=init.group("status").strip("()") if init.group("status") else None,
+                **self._base(frame),
+            )
+        )
+
     def _parse_xid(self, raw: str, frame: Frame) -> None:
         match = _XID.search(frame.message)
         if match is None:
             self._reject(raw, "Xid line without the `Xid (PCI:dddd:bb:dd): N, ` head")
             return
         attr = _XID_ATTR.match(match.group("attr").strip())
-        if attr is None:
+        redacted = attr is None and _XID_REDACTED.match(match.group("attr").strip()) is not None
+        if attr is None and not redacted:
             self._reject(raw, f"Xid line with an unreadable device {match.group('attr')!r}")
             return
-        pci = normalise_pci(attr.group("pci"))
+        pci = normalise_pci(attr.group("pci")) if attr is not None else None
         rest = match.group("rest")
-        if pci is None or not rest.strip():
+        if (pci is None and not redacted) or not rest.strip():
             self._reject(raw, "Xid line cut short after its code")
             return
         code = int(match.group("code"))
@@ -412,7 +458,8 @@ class KmsgParser:
         root_xid = int(root.group("root")) if root else None
         message = rest[: root.start()] if root else rest
         message = message.strip()
-        self._last_xid[pci] = code
+        if pci is not None:
+            self._last_xid[pci] = code
         self.scan.events.append(
             KernelEvent(
                 kind="xid",
@@ -423,11 +470,11 @@ class KmsgParser:
                 pci=pci,
                 pid=pid,
                 process=process,
-                gpu_instance=int(attr.group("gi")) if attr.group("gi") else None,
-                compute_instance=int(attr.group("ci")) if attr.group("ci") else None,
+                gpu_instance=int(attr.group("gi")) if attr is not None and attr.group("gi") else None,
+                compute_instance=int(attr.group("ci")) if attr is not None and attr.group("ci") else None,
                 root_xid=root_xid,
                 known=code in self.catalog,
-                gpu_uuid=self._uuids.get(pci),
+                gpu_uuid=self._uuids.get(pci) if pci is not None else None,
                 nvl5=_parse_nvl5(message) if code in NVL5_XIDS else None,
                 recovery=_parse_recovery(message) if code == RECOVERY_XID else None,
                 gpc_tpc_sm=_parse_location(message),

@@ -279,7 +279,7 @@ UNREACHABLE = re.compile(
     r"(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?):\s*(?P<why>.*)$"
 )
 # whole-report failures nvidia-smi prints instead of GPUs
-FAILURES = ("NVIDIA-SMI has failed", "No devices were found", "Failed to initialize NVML")
+FAILURES = ("NVIDIA-SMI has failed", "No devices were found", "Failed to initialize NVML", "GPU is lost")
 # `GPU 00000000:10:1C.0`, or the same with the id redacted (`GPU 00000000:...`, `GPU XXXXXXXX:XX:XX.X`, `GPU <id>`)
 _GPU_HEADER = re.compile(
     r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]"

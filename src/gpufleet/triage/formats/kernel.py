@@ -24,6 +24,7 @@ KERNEL_LOG = Format(
     signs=(
         (r"NVRM: (?:Xid|GPU at PCI|A GPU crash dump|Last reset|os_)", 10),
         (r"nvidia-nvswitch\d*: SXid", 10),
+        (r"NVRM: (?:GPU [0-9a-fA-F:.]+: )?(?:RmInitAdapter|rm_init_adapter) failed", 10),
         # amdgpu's and habanalabs' device messages (dev_err/dev_info), which the agent's kernel-log parser reads
         (r"\bamdgpu [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: ", 8),
         (r"\bhabanalabs (?:hl\d+|[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): ", 8),

@@ -43,6 +43,17 @@ SMI_Q = Format(
         (r"^\s*ECC Errors\s*$", 4),
         (r"^\s*(?:SRAM|DRAM) (?:Correctable|Uncorrectable)\s+:", 4),
         (r"^\s*(?:Remapped Rows|Retired Pages|Clocks Event Reasons|Clocks Throttle Reasons)\s*$", 4),
+        # the keys of those sections, so one section pasted alone is told (nvidia-smi 418-580 `-q` key names)
+        (
+            r"^\s*(?:HW (?:Thermal |Power Brake )?Slowdown|SW (?:Power Cap|Thermal Slowdown)|Sync Boost"
+            r"|Applications Clocks Setting)\s+:\s*(?:Active|Not Active)\s*$",
+            4,
+        ),
+        (r"^\s*Remapping Failure Occurred\s+:\s*(?:Yes|No)\s*$", 4),
+        (r"^\s*(?:Correctable|Uncorrectable) Error\s+:\s*(?:\d+|N/A)\s*$", 2),
+        (r"^\s*Pending Page (?:Blacklist|Retirement)\s+:\s*(?:Yes|No|N/A)\s*$", 4),
+        (r"^\s*(?:Single|Double) Bit ECC\s+:\s*(?:\d+|N/A)\s*$", 3),
+        (r"^\s*GPU Recovery Action\s+:", 4),
         (r"^\s*<nvidia_smi_log>", 10),  # -q -x
     ),
     parse=parse_query,
@@ -58,7 +69,18 @@ SMI_TABLE = Format(
         (r"^\|\s*GPU\s+Name\s+Persistence-M", 8),
         (r"^\+-{5,}\+", 2),
         (r"^\|\s+\d+\s+.*(?:On|Off)\s+\|\s+[0-9A-Fa-f]{8}:", 4),
-        (r"^\|\s*(?:\d+%|N/A|ERR!)\s+(?:-?\d+C|N/A|ERR!)\s+(?:P\d+|N/A|ERR!)\s+[^\s/|]+\s*/\s*[^\s|]+\s*\|", 6),
+        # a GPU's second row (fan, temp, perf, power), also pasted without the header: `|ERR!  50C  P0  N/A / N/A |`
+        (
+            r"^\|\s*(?:\d+%|N/A|ERR!)\s+(?:-?\d+C|N/A|ERR!)\s+(?:P\d+|N/A|ERR!)\s+(?:N/A|ERR!|[^\s/|]+)\s*/\s*"
+            r"[^\s|]+\s*\|",
+            6,
+        ),
+        # what plain nvidia-smi prints instead of the table (nvidia-smi 450-580; health.nvml_access says what each is)
+        (r"^Unable to determine the device handle for (?:GPU|gpu)\s*[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:", 8),
+        (r"^NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", 10),
+        (r"^Failed to initialize NVML: ", 8),
+        (r"^No devices were found\s*$", 6),
+        (r"^(?:Unable to determine the device handle for .*: )?GPU is lost\.\s+Reboot the system", 8),
     ),
     parse=parse_table,
     judge=read_nvidia_smi_table,

@@ -93,12 +93,15 @@ class _Findings:
 def _event_finding(event: KernelEvent, policy: XidPolicy) -> TriageFinding:
     severity, action, reason = _kernel_severity(event, policy)
     code = f"Xid {event.xid}" if event.kind == "xid" else f"SXid {event.sxid}" if event.kind == "sxid" else event.kind
+    message = event.message if event.known else f"{event.message} (a code NVIDIA's catalog does not list)"
+    if event.kind == "xid" and event.pci is None:
+        message += " (the line's PCI address is redacted: which GPU is unknown)"
     return TriageFinding(
         check=event.kind,
         severity=severity,
         entity=f"PCI {event.pci}" if event.pci else (event.sxid_detail.switch if event.sxid_detail else ""),
         code=code,
-        message=event.message if event.known else f"{event.message} (a code NVIDIA's catalog does not list)",
+        message=message,
         fix=f"{action}: {reason}" if reason else action,
         evidence=[event.raw],
     )
@@ -288,6 +291,7 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
             report.notes.append("no readable GPU fault report; the lines that look like one are listed")
         else:
             report.notes.append(
-                "no GPU fault report (Xid, SXid, fallen off the bus), link event or OOM kill in this log"
+                "no GPU fault report (Xid, SXid, fallen off the bus, RmInitAdapter failed), link event or OOM kill in "
+                "this log"
             )
     return report

@@ -12,6 +12,7 @@ from functools import lru_cache
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
 from gpufleet.health.gpu_memory import MemoryReading, judge_memory
 from gpufleet.health.nvlink import EXPECTS_NVLINK, NVLINK_FIX, judge_nvlink, nvlink_design
+from gpufleet.health.nvml_access import judge_failure, judge_unreachable
 from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.smi import GpuRecord, NvidiaSmiReport, UnreadableValue, parse_query
 from gpufleet.parsers.nvidia.smi_table import parse_table
@@ -249,23 +250,14 @@ def _has_readings(gpu: GpuRecord) -> bool:
 
 def _judge_nvidia_smi(smi: NvidiaSmiReport, report: TriageReport) -> None:
     for message in smi.errors:
+        issue = judge_failure(message)
         report.findings.append(
-            TriageFinding("nvidia-smi", Severity.critical, message, fix="check the driver (`dmesg`)")
+            TriageFinding("nvidia-smi", issue.severity, issue.message, "node", issue.code, issue.fix, [message])
         )
     for pci, why in smi.unreachable.items():
-        permission = "permission" in why.lower()
-        report.findings.append(
-            TriageFinding(
-                "gpu-lost",
-                Severity.warning if permission else Severity.critical,
-                f"nvidia-smi cannot reach this GPU: {why}",
-                f"PCI {pci}",
-                "unreachable",
-                "run nvidia-smi as root"
-                if permission
-                else "drain the node; reboot it, and replace the GPU if it stays lost",
-            )
-        )
+        issue = judge_unreachable(pci, why)
+        report.findings.append(TriageFinding("gpu-lost", issue.severity, issue.message, f"PCI {pci}", issue.code,
+                                             issue.fix))  # fmt: skip
     for gpu in smi.gpus:
         _judge_gpu(gpu, report)
     report.notes.extend(smi.notes)

@@ -1,0 +1,61 @@
+"""nvidia-smi pasted in pieces: the one line it prints instead of its output, one `-q` section alone, and rows of
+the table without its header are each told and judged as the nvidia-smi output they are.
+
+Fixtures: tests/captures/nvsmi_lines/ (each with its .source.txt), and the scored captures of round 2."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from gpufleet.triage.report import TriageReport
+from gpufleet.triage.run import triage_lines
+from tests.conftest import CAPTURES, REPO_ROOT
+
+LINES = CAPTURES / "nvsmi_lines"
+ROUND2 = REPO_ROOT / "tests" / "scored" / "round2" / "nvsmi"
+
+
+def _triage(path: Path) -> TriageReport:
+    return triage_lines(io.StringIO(path.read_text()), path.name)
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "entity"),
+    [
+        ("mismatch.txt", "driver/library version mismatch", "node"),
+        ("no_driver.txt", "driver not loaded", "node"),
+        ("no_devices.txt", "no devices found", "node"),
+        ("gpu_is_lost.txt", "GPU is lost", "PCI 0000:3b:00"),
+    ],
+)
+def test_the_line_nvidia_smi_prints_instead_of_its_output(name: str, code: str, entity: str) -> None:
+    report = _triage(LINES / name)
+    assert (report.format, report.verdict) == ("nvidia-smi-table", "faulty"), report.notes
+    (finding,) = report.findings
+    assert (finding.code, finding.entity) == (code, entity)
+    assert finding.fix
+
+
+def test_a_gpu_nvidia_smi_cannot_reach_is_the_finding_entity() -> None:
+    report = _triage(ROUND2 / "04_gpu_lost_unknown_error_returnn1486.txt")
+    (finding,) = report.findings
+    assert (report.verdict, finding.code, finding.entity) == ("faulty", "GPU is lost", "PCI 0000:03:00")
+    assert "reboot" in finding.fix
+
+
+def test_one_q_section_alone_is_told_and_judged() -> None:
+    rows = _triage(LINES / "remapped_rows_pending.txt")
+    assert (rows.format, rows.verdict) == ("nvidia-smi-q", "degraded"), rows.notes
+    assert any("remap" in f.code.lower() for f in rows.findings)
+    brake = _triage(ROUND2 / "03_v100_c4130_hw_power_brake.txt")
+    assert (brake.format, brake.verdict) == ("nvidia-smi-q", "degraded")
+    assert "hw_power_brake_slowdown" in {f.code for f in brake.findings}
+
+
+def test_table_rows_without_the_header_are_the_table() -> None:
+    report = _triage(ROUND2 / "01_h100_gpu5_err_after_xid119.txt")
+    assert (report.format, report.verdict) == ("nvidia-smi-table", "faulty")
+    assert [f.entity for f in report.findings] == ["GPU 5 0000:97:00"]
