@@ -51,6 +51,7 @@ REAL = {
 # no real capture stored yet: fixtures written from the tool's printing code. A real capture moves a format to REAL.
 WRITTEN = {
     "dcgmi-health": CAPTURES / "dcgmi_health_failure.txt",
+    "nvidia-smi-query-gpu": CAPTURES / "nvsmi_query_gpu" / "remap_pending_recovery.txt",
     "kubectl-node-json": Path(__file__).parent / "readers" / "data" / "kubectl_node_gpu_healthy.json",
 }
 

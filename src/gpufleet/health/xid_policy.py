@@ -472,6 +472,29 @@ def recovery_verdicts(policy: XidPolicy | None = None) -> list[tuple[int | None,
     return out
 
 
+# NVML's nvmlDeviceGpuRecoveryAction_t states by the names nvidia-smi prints (`-q` "GPU Recovery Action" and
+# `--query-gpu=gpu_recovery_action`: None, Reset, Reboot, Drain P2P, Drain and Reset; R550-R580) and the names the
+# Xid 154 line gives them (GPU Reset Required, Node Reboot Required)
+RECOVERY_STATES = {
+    "none": 0, "reset": 1, "gpu reset": 1, "gpu reset required": 1, "reboot": 2, "node reboot": 2,
+    "node reboot required": 2, "drain p2p": 3, "drain and reset": 4,
+}  # fmt: skip
+
+
+def recovery_state(printed: str) -> int | None:
+    """The recovery state a printed value names (`Drain and Reset`, `0x4`, `4`); None when it names none."""
+    word = " ".join(printed.strip().strip("[]").split()).lower()
+    if re.fullmatch(r"0x[0-9a-f]{1,4}|\d{1,4}", word):
+        return int(word, 0)
+    return RECOVERY_STATES.get(word)
+
+
+def recovery_state_verdict(state: int, policy: XidPolicy | None = None) -> Verdict:
+    """The verdict on a GPU whose recovery action is `state`: the one an Xid 154 announcing it gets."""
+    verdicts = dict(recovery_verdicts(policy))
+    return verdicts.get(state) or verdicts[None]
+
+
 def code_severities(code: int, policy: XidPolicy | None = None) -> frozenset[XidSeverity]:
     """The severities a report of Xid `code` can get under `policy`: one when the code alone decides, both when the
     rest of its line does (see `code_verdicts`)."""

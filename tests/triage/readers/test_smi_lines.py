@@ -59,3 +59,27 @@ def test_table_rows_without_the_header_are_the_table() -> None:
     report = _triage(ROUND2 / "01_h100_gpu5_err_after_xid119.txt")
     assert (report.format, report.verdict) == ("nvidia-smi-table", "faulty")
     assert [f.entity for f in report.findings] == ["GPU 5 0000:97:00"]
+
+
+QUERY_GPU = CAPTURES / "nvsmi_query_gpu"
+
+
+def test_query_gpu_csv_is_judged_as_q_judges_the_same_values() -> None:
+    report = _triage(QUERY_GPU / "remap_pending_recovery.txt")
+    assert (report.format, report.verdict) == ("nvidia-smi-query-gpu", "faulty")
+    by_code = {f.code: f for f in report.findings}
+    assert by_code["recovery action Drain and Reset"].severity.value == "critical"
+    assert by_code["recovery action Drain and Reset"].fix.startswith("RESET_GPU")
+    assert {"volatile uncorrectable ECC", "row remap pending"} <= set(by_code)
+    assert {f.entity for f in report.findings} == {"GPU 1 0000:52:00"}
+    throttled = _triage(QUERY_GPU / "throttle_noheader_nounits.txt")
+    assert (throttled.format, throttled.verdict) == ("nvidia-smi-query-gpu", "degraded")
+    assert {"PCIe width", "hw_power_brake_slowdown"} <= {f.code for f in throttled.findings}
+
+
+def test_the_recovery_action_in_q_is_judged_too() -> None:
+    text = "GPU 00000000:52:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n    GPU Recovery Action : Reboot\n"
+    report = triage_lines(io.StringIO(text), "q.txt")
+    assert (report.format, report.verdict) == ("nvidia-smi-q", "faulty")
+    (finding,) = report.findings
+    assert finding.code == "recovery action Reboot" and finding.fix.startswith("RESTART_BM")

@@ -123,6 +123,7 @@ class GpuRecord:
     pcie_replay_rollovers: int | None = None
     mig_mode_current: str | None = None
     mig_mode_pending: str | None = None
+    recovery_action: str | None = None  # NVML's GPU recovery action as printed: None, Reset, Reboot, Drain P2P, ...
     unreadable: list[UnreadableValue] = field(default_factory=list)  # values printed as an error, in order
 
     @property
@@ -164,6 +165,7 @@ _STRING_FIELDS = {
     "performance_state",
     "mig_mode_current",
     "mig_mode_pending",
+    "recovery_action",
 }
 _BOOL_FIELDS = {"retired_pending", "remap_pending", "remap_failure", "ecc_mode_current", "ecc_mode_pending"}
 _INT_FIELDS = {

@@ -37,6 +37,7 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "gpu_util_pct": (("Utilization/Gpu",), ("utilization/gpu_util",)),
     "memory_util_pct": (("Utilization/Memory",), ("utilization/memory_util",)),
     "mig_mode_current": (("MIG Mode/Current",), ("mig_mode/current_mig",)),
+    "recovery_action": (("GPU Recovery Action",), ("gpu_recovery_action",)),  # R550+
     "mig_mode_pending": (("MIG Mode/Pending",), ("mig_mode/pending_mig",)),
     "ecc_mode_current": (("ECC Mode/Current",), ("ecc_mode/current_ecc",)),
     "ecc_mode_pending": (("ECC Mode/Pending",), ("ecc_mode/pending_ecc",)),

@@ -19,6 +19,7 @@ REGISTRY = Registry(
         kernel.NHC,
         nvidia.SMI_Q,
         nvidia.SMI_TABLE,
+        nvidia.SMI_QUERY_GPU,
         nvidia.SMI_NVLINK,
         nvidia.SMI_TOPO,
         nvidia.SMI_PROCESSES,

@@ -1,9 +1,10 @@
-"""What nvidia-smi prints: `-q` (and `-q -x`), the boxed table, `nvlink -s`, `topo -m`, and the processes on
-each GPU (`--query-compute-apps`, `pmon`)."""
+"""What nvidia-smi prints: `-q` (and `-q -x`), `--query-gpu` CSV, the boxed table (and the one line it prints when it
+cannot run), `nvlink -s`, `topo -m`, and the processes on each GPU (`--query-compute-apps`, `pmon`)."""
 
 from __future__ import annotations
 
 from gpufleet.parsers.nvidia.smi import NvidiaSmiReport, parse_query
+from gpufleet.parsers.nvidia.smi_csv import parse_query_gpu
 from gpufleet.parsers.nvidia.smi_processes import ProcessesReport, parse_processes
 from gpufleet.parsers.nvidia.smi_table import parse_table
 from gpufleet.parsers.nvidia.topo import parse_topo_matrix, read_nvlink_status
@@ -11,6 +12,7 @@ from gpufleet.triage.formats.registry import Format, Table, View, cell
 from gpufleet.triage.readers.smi import (
     read_nvidia_smi_nvlink,
     read_nvidia_smi_q,
+    read_nvidia_smi_query_gpu,
     read_nvidia_smi_table,
     read_nvidia_smi_topo,
 )
@@ -84,6 +86,26 @@ SMI_TABLE = Format(
     ),
     parse=parse_table,
     judge=read_nvidia_smi_table,
+    render=_smi_view,
+)
+
+_CSV_HEADER = r"^[a-z][\w.]*(?: \[[^\]]{0,16}\])?(?:, ?[a-z][\w.]*(?: \[[^\]]{0,16}\])?)*"
+_GPU_PROPERTY = (
+    r"(?:pci\.bus_id|temperature\.gpu|ecc\.errors\.|remapped_rows\.|retired_pages\.|clocks_(?:event|throttle)_reasons\."
+    r"|gpu_recovery_action|utilization\.gpu|memory\.(?:used|total)|power\.draw|pcie\.link\.|ecc\.mode\.)"
+)
+SMI_QUERY_GPU = Format(
+    name="nvidia-smi-query-gpu",
+    summary="`nvidia-smi --query-gpu=... --format=csv`: ECC, remapped rows, retired pages, clocks events, PCIe link "
+    "and recovery action per GPU",
+    signs=(
+        (r"--query-gpu[= ][\w.,]+", 10),
+        # its header: properties as `nvidia-smi --help-query-gpu` names them, a unit in brackets unless nounits
+        (_CSV_HEADER + r", ?" + _GPU_PROPERTY, 10),
+        (r"^" + _GPU_PROPERTY + r"[\w.]*(?: \[[^\]]{0,16}\])?, ?[a-z]", 10),
+    ),
+    parse=parse_query_gpu,
+    judge=read_nvidia_smi_query_gpu,
     render=_smi_view,
 )
 

@@ -13,8 +13,11 @@ from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
 from gpufleet.health.gpu_memory import MemoryReading, judge_memory
 from gpufleet.health.nvlink import EXPECTS_NVLINK, NVLINK_FIX, judge_nvlink, nvlink_design
 from gpufleet.health.nvml_access import judge_failure, judge_unreachable
+from gpufleet.health.xid_policy import recovery_state, recovery_state_verdict
+from gpufleet.health.xid_rating import finding_severity
 from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.smi import GpuRecord, NvidiaSmiReport, UnreadableValue, parse_query
+from gpufleet.parsers.nvidia.smi_csv import parse_query_gpu
 from gpufleet.parsers.nvidia.smi_table import parse_table
 from gpufleet.parsers.nvidia.smi_values import MEANS, Unreadable
 from gpufleet.parsers.nvidia.topo import PCIE_TYPES, TopoMatrix, parse_topo_matrix, read_nvlink_status
@@ -227,6 +230,14 @@ def _judge_gpu(gpu: GpuRecord, report: TriageReport) -> None:
     for issue in judge_memory(memory_reading(gpu)):
         add(issue.check, issue.severity, issue.code, issue.message, issue.fix)
     _judge_ecc_mode(gpu, entity, report)
+    state = recovery_state(gpu.recovery_action) if gpu.recovery_action else None
+    if state:  # the driver's recovery action, judged as the Xid 154 that announces it (health.xid_policy)
+        verdict = recovery_state_verdict(state)
+        add("recovery-action", finding_severity(verdict), f"recovery action {gpu.recovery_action}",
+            f"the driver's GPU recovery action is {gpu.recovery_action} ({state:#x}): the GPU needs it before it "
+            "takes work again", f"{verdict.action.value}: {verdict.reason}")  # fmt: skip
+    elif state is None and gpu.recovery_action:
+        report.notes.append(f"{entity}: recovery action {gpu.recovery_action!r} is not one NVML names")
     width, width_max = gpu.pcie_width_current, gpu.pcie_width_max
     if width is not None and width_max is not None and width < width_max:
         add("pcie", Severity.warning, "PCIe width", f"PCIe link at x{width}, capable of x{width_max}",
@@ -271,6 +282,13 @@ def _judge_nvidia_smi(smi: NvidiaSmiReport, report: TriageReport) -> None:
 def read_nvidia_smi_q(lines: Iterable[str], source: str) -> TriageReport:
     report = TriageReport("nvidia-smi-q", source)
     _judge_nvidia_smi(parse_query(bounded_text(lines, report), source=source, strict=False), report)
+    return report
+
+
+def read_nvidia_smi_query_gpu(lines: Iterable[str], source: str) -> TriageReport:
+    """`nvidia-smi --query-gpu=... --format=csv`: its records judged as `-q`'s are."""
+    report = TriageReport("nvidia-smi-query-gpu", source)
+    _judge_nvidia_smi(parse_query_gpu(bounded_text(lines, report), source=source, strict=False), report)
     return report
 
 
