@@ -44,6 +44,7 @@ REAL = {
     "ibnetdiscover": CAPTURES / "ibsim" / "ibnetdiscover.txt",
     "ibv_devinfo": CAPTURES / "infiniband" / "ibv_devinfo_vv_cx6_port_disabled.txt",
     "mlxlink": CAPTURES / "infiniband" / "mlxlink_cx6_ib_hdr_2x.txt",
+    "ibdiagnet": CAPTURES / "infiniband" / "ibdiagnet_summary_speed_width_errors.txt",
     "kubectl-pod-json": CAPTURES / "kubelet_pods" / "kubectl_get_all_kubeadm_docker.json",
     "kubectl-describe-node": CAPTURES / "kubectl" / "describe_node_ocp311_kubevirt.txt",
     "app-log": TRIAGE_DATA / "oom" / "app_torch2_rank3_eks.log",

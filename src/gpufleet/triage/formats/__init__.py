@@ -39,6 +39,7 @@ REGISTRY = Registry(
         infiniband.IBNETDISCOVER,
         infiniband.IBV_DEVINFO,
         infiniband.MLXLINK,
+        infiniband.IBDIAGNET,
         kube.KUBECTL_NODE_JSON,
         kube.KUBECTL_POD_JSON,
         kube.KUBECTL_DESCRIBE_NODE,

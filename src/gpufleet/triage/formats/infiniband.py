@@ -13,6 +13,7 @@ from gpufleet.parsers.infiniband.diags import (
     parse_ibqueryerrors,
     parse_perfquery,
 )
+from gpufleet.parsers.infiniband.ibdiagnet import Ibdiagnet, parse_ibdiagnet
 from gpufleet.parsers.infiniband.ibstat import parse_ibstat, parse_ibstatus
 from gpufleet.parsers.infiniband.ibv_devinfo import Devinfo, parse_ibv_devinfo
 from gpufleet.parsers.infiniband.mlxlink import Mlxlink, parse_mlxlink
@@ -25,6 +26,7 @@ from gpufleet.triage.readers.ib import (
     read_ibstatus,
     read_perfquery,
 )
+from gpufleet.triage.readers.ib_diagnet import read_ibdiagnet
 from gpufleet.triage.readers.ib_hca import read_ibv_devinfo, read_mlxlink
 
 IBSTAT = Format(
@@ -204,4 +206,31 @@ MLXLINK = Format(
     parse=parse_mlxlink,
     judge=read_mlxlink,
     render=_mlxlink_view,
+)
+
+
+def _ibdiagnet_view(parsed: Ibdiagnet, source: str) -> View:
+    rows = [[s.stage, s.warnings, s.errors, s.comment] for s in parsed.summary]
+    tables = [Table(("STAGE", "WARNINGS", "ERRORS", "COMMENT"), rows, source)]
+    entries = [[m.stage, m.level, m.text] for m in parsed.messages if m.level in "EW"]
+    if entries:
+        tables.append(Table(("STAGE", "LEVEL", "ENTRY"), entries, "errors and warnings"))
+    return View(tuple(tables), tuple(f"db_csv {name}: {len(rows)} rows" for name, rows in parsed.tables.items()))
+
+
+IBDIAGNET = Format(
+    name="ibdiagnet",
+    summary="`ibdiagnet`: its stages' errors and warnings (console, ibdiagnet2.log) and db_csv PM_INFO/PORTS sections",
+    signs=(
+        (r"^-I-\s+Stage\s+Warnings\s+Errors", 10),
+        (r"^-[IEW]-\s.*\bfinished (?:successfully|with (?:errors|warnings))", 6),
+        (r"^-I- You can find detailed errors/warnings in:", 8),
+        (r"^Loading IBDIAGNET from:", 8),
+        (r"^-I- (?:Discovering|Fabric Discover|Duplicated GUIDs detection)", 4),
+        (r"^START_(?:PM_INFO|NODES|PORTS|LINKS|SWITCHES)\s*$", 8),
+        (r"^NodeGUID,PortGUID,PortNumber,", 4),
+    ),
+    parse=parse_ibdiagnet,
+    judge=read_ibdiagnet,
+    render=_ibdiagnet_view,
 )
