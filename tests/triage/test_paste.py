@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import io
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
 
-from gpufleet.triage.paste import MAX_LINE, Paste, text_lines
+import pytest
+
+from gpufleet.triage.paste import MAX_LINE, Paste, Shape, text_lines
+from gpufleet.triage.run import triage_lines
+from tests.conftest import CAPTURES, CORPUS
 
 
 def test_prompts_quoting_elisions_markers_colour_and_launchers_come_off() -> None:
@@ -50,3 +58,157 @@ def test_tool_arrows_are_not_an_authors_marker() -> None:
     assert paste.clean(link) == link and paste.clean(info) == info
     assert paste.clean("value: 3 ==> the bad one") == "value: 3"
     assert paste.clean("Xid 79 line   <=== this one") == "Xid 79 line"
+
+
+def _clean(text: str) -> list[str]:
+    lines = text.splitlines()
+    return list(Paste(shape=Shape.learn(lines)).cleaned(lines))
+
+
+# lines of real captures (tests/corpus/xid079_gpud_sxid_readme.log, tests/captures/gaudi/hl_smi_q_gaudi2_poc.txt)
+XID = "[ 1003.425390] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
+SXID = "[ 1003.427511] nvidia-nvswitch3: SXid (PCI:0000:c3:00.0): 20034, Fatal, Link 31 LTSSM Fault Up"
+
+
+def test_a_markdown_list_and_its_indentation_come_off() -> None:
+    assert _clean(f"- {XID}\n  {SXID}\n") == [XID, SXID]
+    assert _clean(f"1. {XID}\n   {SXID}\n2. {XID}\n") == [XID, SXID, XID]
+    # a line that is not indented as far as the item's text: no list, the text is the tool's
+    assert _clean(f"- {XID}\n{SXID}\n") == [f"- {XID}", SXID]
+
+
+def test_a_uniform_indentation_comes_off_and_the_relative_one_stays() -> None:
+    q = "    [0] AIP (accel0) 0000:43:00.0\n            Product Name                    : HL-225\n"
+    assert _clean(q) == ["[0] AIP (accel0) 0000:43:00.0", "        Product Name                    : HL-225"]
+
+
+def test_a_fence_on_the_lines_of_content_comes_off() -> None:
+    assert _clean(f"```text {XID}\n{SXID}```\n") == [XID, SXID]
+    assert _clean(f"```{XID}\n{SXID}\n```\n") == [XID, SXID]
+
+
+def test_a_line_wrapped_at_the_terminals_width_is_joined() -> None:
+    wrapped = [XID[:80], XID[80:], SXID[:80], SXID[80:]]
+    assert len(XID) > 80 and len(SXID) > 80
+    assert _clean("\n".join(wrapped)) == [XID, SXID]
+    paste = Paste(shape=Shape.learn(wrapped))
+    assert list(paste.numbered(enumerate(wrapped, 1))) == [(1, XID), (3, SXID)]
+    assert "took off hard wraps (2 lines)" in paste.notes()
+
+
+def test_lines_of_one_width_that_are_not_wrapped_stay_apart() -> None:
+    """A report's own aligned lines (nvlink -s's GPU lines, an 80-column table's rows) are not a wrap."""
+    gpu = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5269b708-678a-b1a8-60f0-c90406537486)   "
+    link = "         Link 0: 25 GB/s"
+    assert len(gpu) == 80 and _clean(f"{gpu}\n{link}\n{gpu}\n{link}\n") == [gpu, link, gpu, link]
+    row = "|" + "-" * 78 + "|"
+    assert _clean(f"{row}\n{row}\nGPU 0\n") == [row, row, "GPU 0"]
+
+
+def test_launcher_tags_on_every_line_come_off_exactly() -> None:
+    assert _clean(f"[0] {XID}\n[0]     indented\n[1] {SXID}\n") == [XID, "    indented", SXID]
+    assert _clean(f"[1,0]<stdout>:{XID}\n[1,0]<stdout>:    x\n[1,1]<stdout>:{SXID}\n") == [XID, "    x", SXID]
+    assert _clean(f"[default0]:{XID}\n[default0]:{SXID}\n[default1]:{XID}\n") == [XID, SXID, XID]
+    # hl-smi -q's own `[0] AIP` block heads are not a launcher's tags
+    q = "[0] AIP (accel0) 0000:43:00.0\n        Product Name : HL-225\n        Serial : AM1\n[1] AIP (accel1) x\n"
+    assert _clean(q)[0] == "[0] AIP (accel0) 0000:43:00.0"
+
+
+# -- what pasting does to a whole text: every real capture keeps its verdict under each -------------------------
+def _list(marker: str) -> Callable[[str], str]:
+    def paste(text: str) -> str:
+        lines = text.lstrip("\r\n").splitlines()
+        pad = " " * len(marker)
+        return "\n".join([marker + lines[0], *(pad + line if line.strip() else line for line in lines[1:])]) + "\n"
+
+    return paste
+
+
+def _indented(text: str) -> str:
+    return "".join("    " + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def _wrapped(width: int) -> Callable[[str], str]:
+    """A terminal `width` columns wide: a longer line goes on on the next one."""
+
+    def paste(text: str) -> str:
+        out = []
+        for line in text.splitlines():
+            out.extend([line[i : i + width] for i in range(0, len(line), width)] or [""])
+        return "\n".join(out) + "\n"
+
+    return paste
+
+
+def _fenced_inline(info: str) -> Callable[[str], str]:
+    def paste(text: str) -> str:
+        return "```" + info + text.rstrip("\n") + "```\n"
+
+    return paste
+
+
+def _tagged(tag: str) -> Callable[[str], str]:
+    return lambda text: "".join(tag + line for line in text.splitlines(keepends=True))
+
+
+_UPTIME = re.compile(r"^(?P<lead>.*?)\[\s*(?P<sec>\d+)\.\d+\] ", re.M)
+_BOOT = datetime(2024, 3, 5, 10, 11, 12)
+
+
+def _dmesg_t(text: str) -> str:
+    """`dmesg -T`: each `[ seconds.usec]` stamp as the wall time it stands for."""
+
+    def stamp(match: re.Match[str]) -> str:
+        when = _BOOT + timedelta(seconds=int(match.group("sec")))
+        return f"{match.group('lead')}[{when.strftime('%a %b %e %H:%M:%S %Y')}] "
+
+    return _UPTIME.sub(stamp, text)
+
+
+HAZARDS: dict[str, Callable[[str], str]] = {
+    "markdown list -": _list("- "),
+    "markdown list *": _list("* "),
+    "markdown list 1.": _list("1. "),
+    "indented 4": _indented,
+    "wrapped at 80": _wrapped(80),
+    "wrapped at 120": _wrapped(120),
+    "wrapped at 160": _wrapped(160),
+    "fence on the first and last line": _fenced_inline(""),
+    "```text on the first line": _fenced_inline("text "),
+    "[0] tags": _tagged("[0] "),
+    "mpirun tags": _tagged("[1,0]<stdout>:"),
+    "srun labels": _tagged("0: "),
+    "dmesg -T": _dmesg_t,
+}
+_CAPTURE_SUFFIXES = (".txt", ".log", ".json")
+
+
+def _captures() -> list[Path]:
+    found = [
+        p
+        for root in (CORPUS, CAPTURES)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.suffix in _CAPTURE_SUFFIXES and not p.name.endswith(".source.txt")
+    ]
+    return [p for p in found if p.stat().st_size < 256 * 1024]
+
+
+def _verdict(text: str) -> tuple[str, str]:
+    report = triage_lines(io.StringIO(text), "hazard")
+    return report.format, report.verdict
+
+
+@pytest.mark.parametrize("hazard", sorted(HAZARDS))
+def test_a_capture_pasted_with_a_hazard_keeps_its_verdict(hazard: str) -> None:
+    """Every real capture (tests/corpus, tests/captures) wrapped in the hazard is told and judged as it is bare."""
+    changed = []
+    captures = _captures()
+    assert len(captures) > 100
+    for path in captures:
+        text = path.read_text(errors="replace")
+        if not text.strip():
+            continue
+        bare, pasted = _verdict(text), _verdict(HAZARDS[hazard](text))
+        if pasted != bare:
+            changed.append(f"{path.relative_to(CORPUS.parent)}: {bare} -> {pasted}")
+    assert not changed, "\n".join(changed)

@@ -1,13 +1,25 @@
-"""Pasted text back into what the tool printed: terminal colour, CRLF, `> ` quoting, shell prompts and echoed
-command lines, `....` elisions, an author's `<===` markers and launcher prefixes (`[1,0]<stdout>:` from mpirun,
-`0: ` from `srun --label`) are taken off, one line at a time, so a file of any size streams through in bounded
-memory. What was taken off is counted, so the report can say so."""
+"""Pasted text back into what the tool printed, in one step every reader goes through.
+
+Two kinds of damage are undone. What a paste does to the whole text is learnt once from its first lines (`Shape`):
+a markdown list it was pasted into (`- `, `* `, `1. ` before the first line and that item's indentation on the
+rest), a uniform indentation (a four-space code block, output indented in a ticket), a terminal's hard wrap at a
+fixed width (a line exactly that wide continued on the next), and launcher tags every line carries (`[0] ` from
+Intel MPI's -prepend-rank, torchrun's `[default0]:` and `[rank0]:`). What a paste does to single lines is undone
+line by line: terminal colour, CRLF, `> ` quoting, ``` fences (alone, or on the first and last lines of content),
+shell prompts and echoed command lines, `....` elisions, an author's `<===` markers and the launcher prefixes
+`[1,0]<stdout>:` (mpirun --tag-output) and `0: ` (srun --label). A kernel log's `dmesg -T` stamps are a framing
+the kernel-log parser reads (parsers/kernel/framing.py), left as they are.
+
+Lines stream through in bounded memory (one line is held back to join a wrapped one); what was taken off is
+counted, so the report can say so."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import BinaryIO
 
 from gpufleet.parsers.kernel.stream import MAX_LINE_BYTES, MAX_SKIP_BYTES
@@ -15,6 +27,7 @@ from gpufleet.parsers.kernel.stream import MAX_LINE_BYTES, MAX_SKIP_BYTES
 # longer lines are cut at MAX_LINE (a line is never held whole past it), and a "line" longer than MAX_SKIP is not
 # text (/dev/zero, a binary): reading stops there. The kernel-log skimmer uses the same bounds.
 MAX_LINE, MAX_SKIP = MAX_LINE_BYTES, MAX_SKIP_BYTES
+SHAPE_LINES = 5000  # the first lines a paste's shape is learnt from (a wrap may show only past a long header)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 _QUOTE = re.compile(r"^(?:\s{0,3}>(?: |$))+")
@@ -25,7 +38,7 @@ _PROMPT = re.compile(
     r"|^\s*(?:\([\w.-]+\)\s*)?\$\s+\S"
     r"|^\s*PS [^>]{1,80}> \S"
     r"|^\s*[#%]\s*(?:sudo\s+)?(?:nvidia-smi|dmesg|journalctl|dcgmi|ib\w+|perfquery|saquery|smpquery|kubectl|cat|z?grep"
-    r"|egrep|tail|head|less|mpirun|srun|torchrun|python3?|\./\S+|\S+_perf)\b"
+    r"|egrep|tail|head|less|mpirun|srun|torchrun|python3?|\./\S+|\S+_perf|rocm-smi|amd-smi|hl-smi|oc)\b"
 )
 _ELISION = re.compile(
     r"^\s*(?:\.{3,}|…+|\[\s*\.{3}\s*\]|\(\s*\.{3}\s*\)|<\s*snip\s*>|\[\s*snip\s*\]|-+\s*snip\s*-+)\s*$"
@@ -37,23 +50,166 @@ _MARKER = re.compile(
 )
 _MPIRUN = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
 _SRUN_LABEL = re.compile(r"^\s{0,4}\d{1,6}: (?=\S)")
-_CODE_FENCE = re.compile(r"^\s*```[\w-]*\s*$")
+_CODE_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
+# a fence sharing its line with content: ```text [ 12.3] NVRM: ..., or ... last line```. The info string is taken
+# off only when it is one (a language name); otherwise only the backticks are
+_FENCE_INFO = (
+    "text|txt|plaintext|plain|console|shell|shell-session|sh|bash|zsh|log|logs|output|none|nohighlight|yaml|yml|json"
+    "|python|py|pytb|c|cpp|diff|ini|toml|csv|xml|ps|powershell|cmd|bat|raw|markdown|md|gpufleet"
+)
+_FENCE_OPEN = re.compile(rf"^\s*(?:```|~~~)(?:(?:{_FENCE_INFO})(?=\s|$))?\s*", re.I)
+_FENCE_CLOSE = re.compile(r"\s*(?:```|~~~)\s*$")
+# a markdown list item: the marker and the spaces after it set the item's indentation
+_LIST_ITEM = re.compile(r"^(?P<indent> {0,3})(?P<marker>[-*+]|\d{1,3}[.)]) +(?=\S)")
+# launcher tags that are told only when (nearly) every line has one: `[0] ` is also how hl-smi -q starts a block
+# launcher tags on every line of a text, told from its first lines; each is taken off exactly, so the line keeps its
+# own indentation. `[0] ` (Intel MPI -prepend-rank) is also how hl-smi -q starts a block: it counts only when (nearly)
+# every line has it
+_LAUNCHER_TAGS = {
+    "mpirun prefixes": re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:"),  # Open MPI --tag-output: no space after
+    "launcher tags": re.compile(r"^\[(?:\d{1,5}|default\d{1,5}|rank\d{1,5})\]:? ?"),  # -prepend-rank, torchrun
+    "srun labels": re.compile(r"^ {0,4}\d{1,6}: ?"),  # srun --label: `%*d: `
+}
+# where a line of a log or a table begins: a line that starts like this is no wrapped line's continuation
+_RECORD_START = re.compile(
+    r"^(?:\s*$|\[\s*\d+\.\d+\]|\[\w{3} \w{3} |\w{3} [ \d]\d \d\d:\d\d|\d{4}-\d\d-\d\d|<\d+>|[|+#]|={3}|\S+@\S+[:$#]|\$ "
+    r"|[\w.-]+:\d+:\d+ \[\d+\]|GPU\[\d+\]|\[\d+,\d+\]<|\[(?:\d{1,5}|default\d+|rank\d+)\][: ]|\d{1,6}: )"
+)
+# terminal widths people use: a text whose longest lines are of another width is taken as printed (a tool's own
+# aligned lines are often all as long as each other, and the next line after them starts anew)
+_WIDTHS = frozenset((80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250, 256))
+_RULE = " |+=-_~*"  # what a rule is drawn with
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What pasting did to a whole text, learnt from its first lines."""
+
+    list_indent: int = 0  # a markdown list item's indentation: its marker on the first line, spaces on the rest
+    indent: int = 0  # spaces before every line (after the list's)
+    wrap: int = 0  # a terminal's width: a line exactly this wide went on on the next line
+    tag: str | None = None  # the launcher tag before every line (a key of _LAUNCHER_TAGS)
+
+    @classmethod
+    def learn(cls, raw: Iterable[str]) -> Shape:
+        """The shape of a text from its first lines (SHAPE_LINES at most are looked at)."""
+        lines = [line for n, r in enumerate(raw) if n < SHAPE_LINES and (line := _display(r)) is not None]
+        body = [line for line in lines if line.strip()]
+        if not body:
+            return cls()
+        list_indent = _list_indent(body)
+        body = [_unlist(line, list_indent) for line in body]
+        indent = min(len(line) - len(line.lstrip(" ")) for line in body)
+        body = [line[indent:] for line in body]
+        tag = next((name for name, tag in _LAUNCHER_TAGS.items() if _every(body, tag)), None)
+        shown = [line[indent:] for line in _unlisted(lines, list_indent)]
+        return cls(list_indent, indent, _wrap_width(shown), tag)
+
+
+def _every(lines: Sequence[str], tag: re.Pattern[str]) -> bool:
+    tagged = sum(1 for line in lines if tag.match(line))
+    return tagged >= min(3, len(lines)) and tagged >= 0.8 * len(lines)
+
+
+def _display(raw: str) -> str | None:
+    """A line as it was on screen before it was pasted: without CR, colour, quoting and a fence; None for a fence
+    line alone."""
+    line = raw.rstrip("\r\n")
+    if "\r" in line:
+        line = line.replace("\r", "")
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if line.lstrip()[:1] == ">":
+        line = _QUOTE.sub("", line)
+    if "```" in line or "~~~" in line:
+        if _CODE_FENCE.match(line):
+            return None
+        line = _FENCE_CLOSE.sub("", _FENCE_OPEN.sub("", line, count=1))
+    if "<" in line or ">" in line:
+        line = _MARKER.sub("", line)
+    return line
+
+
+def _list_indent(body: Sequence[str]) -> int:
+    """The indentation of a markdown list the text was pasted into, or 0: its first line is an item and every
+    other line is an item of the same list or indented as far as its text."""
+    first = _LIST_ITEM.match(body[0])
+    if first is None:
+        return 0
+    width, indent = first.end(), first.group("indent")
+    for line in body[1:]:
+        item = _LIST_ITEM.match(line)
+        if item is not None and item.group("indent") == indent:
+            continue
+        if len(line) - len(line.lstrip(" ")) < width:
+            return 0
+    return width
+
+
+def _unlist(line: str, width: int) -> str:
+    if not width:
+        return line
+    item = _LIST_ITEM.match(line)
+    if item is not None and item.end() <= width + 1:
+        return line[item.end() :]
+    spaces = len(line) - len(line.lstrip(" "))
+    return line[min(spaces, width) :]
+
+
+def _unlisted(lines: Iterable[str], width: int) -> Iterator[str]:
+    return (_unlist(line, width) for line in lines)
+
+
+def _continues(line: str, following: str) -> bool:
+    """`following` is the rest of `line`, a terminal wrapped it there: not a line of its own, nor a table's."""
+    if not following.strip():
+        return False
+    if line[:1] in "|+":  # a table's row or rule cut at the terminal's edge: its rest closes the row
+        return following[:1] not in "|+" and following.rstrip()[-1:] in "|+"
+    if _RECORD_START.match(following) or not line.strip(_RULE):
+        return False  # a line of its own after a rule as wide as the terminal
+    if following[0] == "\t" or following.startswith("  "):
+        return False  # an indented line of a report's own (a key under its heading), not a cut word's rest
+    return not _siblings(line, following)
+
+
+def _siblings(line: str, other: str) -> bool:
+    """Two lines of one kind (`GPU0 ...` and `GPU1 ...`, two rows of numbers): they start alike, digits aside."""
+    a, b = (_DIGITS.sub("0", text).split(None, 2)[:2] for text in (line, other))
+    if a[:1] != b[:1]:
+        return False
+    return any(c.isalpha() for c in a[0]) or a == b
+
+
+def _wrap_width(lines: Sequence[str]) -> int:
+    """The width a terminal wrapped the text at, or 0: the longest lines are all that wide, and some of them go
+    on on the next line."""
+    lengths = Counter(len(line) for line in lines)
+    if not lengths:
+        return 0
+    width = max(lengths)
+    if width not in _WIDTHS:
+        return 0
+    wrapped = {a for a, b in pairwise(lines) if len(a) == width and _continues(a, b)}
+    if not wrapped:
+        return 0
+    return width
 
 
 class Paste:
     """Cleans lines and counts what it took off."""
 
-    def __init__(self, launchers: bool = True) -> None:
+    def __init__(self, launchers: bool = True, shape: Shape | None = None) -> None:
         self.launchers = launchers  # False keeps them: an NCCL log's reader learns each line's rank from them
+        self.shape = shape or Shape()
         self.stripped: Counter[str] = Counter()
         self.lines = 0
         self.cut = 0  # lines longer than MAX_LINE
 
-    def clean(self, line: str) -> str | None:
-        """The line as the tool printed it, or None when it is not the tool's (a prompt, an elision).
-
-        Each rule is tried only when a cheap look at the line says it could apply: most lines of a large log
-        need none of them, and this runs once per line."""
+    # -- the whole-text shape, then each line ---------------------------------------------------------------------
+    def unframe(self, line: str) -> str | None:
+        """The line as the terminal showed it: the paste's own framing taken off (None: a fence line)."""
         self.lines += 1
         if len(line) > MAX_LINE:
             line = line[:MAX_LINE]
@@ -64,30 +220,57 @@ class Paste:
         if "\x1b" in line:
             line, n = _ANSI.subn("", line)
             self.stripped["terminal colour"] += n > 0
-        head = line.lstrip()[:1]
-        if head == ">":
+        if line.lstrip()[:1] == ">":
             line, n = _QUOTE.subn("", line)
             self.stripped["quoting"] += n
-            head = line.lstrip()[:1]
+        if "```" in line or "~~~" in line:
+            if _CODE_FENCE.match(line):
+                self.stripped["code fences"] += 1
+                return None
+            fenced = _FENCE_CLOSE.sub("", _FENCE_OPEN.sub("", line, count=1))
+            if fenced != line:
+                self.stripped["code fences"] += 1
+                line = fenced
+        if ("<" in line or ">" in line) and (marked := _MARKER.sub("", line)) != line:
+            self.stripped["markers"] += 1  # an author's, after the line as the terminal showed it
+            line = marked
+        shape = self.shape
+        if shape.list_indent and line:
+            unlisted = _unlist(line, shape.list_indent)
+            self.stripped["markdown list indentation"] += unlisted != line
+            line = unlisted
+        if shape.indent and line[:1] == " ":
+            spaces = len(line) - len(line.lstrip(" "))
+            line = line[min(spaces, shape.indent) :]
+            self.stripped["indentation"] += 1
+        return line
+
+    def tool_line(self, line: str) -> str | None:
+        """One whole line of the tool's, without what a launcher or the author added; None when it is not the
+        tool's (a prompt, an elision)."""
+        head = line.lstrip()[:1]
         if self.launchers:
+            tag = self.shape.tag
+            if tag is not None:
+                line = self._strip(_LAUNCHER_TAGS[tag], line, tag)
+                head = line.lstrip()[:1]
             if head == "[" and "]<std" in line[:24]:
                 line = self._strip(_MPIRUN, line, "mpirun prefixes")
             elif head.isdigit() and ": " in line[:12]:
                 line = self._strip(_SRUN_LABEL, line, "srun labels")
             head = line.lstrip()[:1]
-        if head == "`" and _CODE_FENCE.match(line):
-            self.stripped["code fences"] += 1
-            return None
         if head in ".…[(<-" and _ELISION.match(line):
             self.stripped["elisions"] += 1
             return None
         if ("$" in line or "#" in line or "%" in line or "> " in line) and _PROMPT.match(line):
             self.stripped["prompts and echoed commands"] += 1
             return None
-        if ("<" in line or ">" in line) and (marked := _MARKER.sub("", line)) != line:
-            self.stripped["markers"] += 1
-            line = marked
         return line
+
+    def clean(self, line: str) -> str | None:
+        """One line cleaned on its own (no wrapped line rejoined): the tool's line, or None."""
+        shown = self.unframe(line)
+        return None if shown is None else self.tool_line(shown)
 
     def _strip(self, pattern: re.Pattern[str], line: str, what: str) -> str:
         new = pattern.sub("", line, count=1)
@@ -96,10 +279,41 @@ class Paste:
         return new
 
     def cleaned(self, lines: Iterable[str]) -> Iterator[str]:
-        for raw in lines:
-            line = self.clean(raw)
-            if line is not None:
-                yield line
+        """The tool's lines, a wrapped line rejoined."""
+        for _, line in self.numbered(enumerate(lines, start=1)):
+            yield line
+
+    def numbered(self, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+        """(line number, tool's line) for (line number, raw line): a wrapped line is rejoined with the lines that
+        follow it directly, under the number of its first."""
+        width = self.shape.wrap
+        held: tuple[int, str, str] | None = None  # first number, the joined text, its last piece
+        for number, raw in lines:
+            shown = self.unframe(raw)
+            if shown is None:
+                continue
+            if held is not None:
+                first, text, last = held
+                if number == first + text.count("\n") + 1 and len(last) == width and _continues(last, shown):
+                    held = (first, text + "\n" + shown, shown)
+                    continue
+                yield from self._release(held)
+            held = (number, shown, shown) if width else None
+            if held is None:
+                tool = self.tool_line(shown)
+                if tool is not None:
+                    yield number, tool
+        if held is not None:
+            yield from self._release(held)
+
+    def _release(self, held: tuple[int, str, str]) -> Iterator[tuple[int, str]]:
+        number, text, _ = held
+        pieces = text.count("\n")
+        if pieces:
+            self.stripped["hard wraps"] += pieces
+        tool = self.tool_line(text.replace("\n", ""))
+        if tool is not None:
+            yield number, tool
 
     def notes(self) -> list[str]:
         out = [f"took off {what} ({n} line{'s' if n != 1 else ''})" for what, n in sorted(self.stripped.items()) if n]
