@@ -47,6 +47,8 @@ REAL = {
     "ibdiagnet": CAPTURES / "infiniband" / "ibdiagnet_summary_speed_width_errors.txt",
     "kubectl-pod-json": CAPTURES / "kubelet_pods" / "kubectl_get_all_kubeadm_docker.json",
     "kubectl-describe-node": CAPTURES / "kubectl" / "describe_node_ocp311_kubevirt.txt",
+    "kubectl-node-yaml": CAPTURES / "kubectl" / "node_yaml_status_one_gpu_podman_desktop.txt",
+    "kubectl-describe-pod": CAPTURES / "kubectl" / "describe_pod_pending_tf_notebook.txt",
     "app-log": TRIAGE_DATA / "oom" / "app_torch2_rank3_eks.log",
 }
 # no real capture stored yet: fixtures written from the tool's printing code. A real capture moves a format to REAL.
@@ -54,6 +56,7 @@ WRITTEN = {
     "dcgmi-health": CAPTURES / "dcgmi_health_failure.txt",
     "nvidia-smi-query-gpu": CAPTURES / "nvsmi_query_gpu" / "remap_pending_recovery.txt",
     "kubectl-node-json": Path(__file__).parent / "readers" / "data" / "kubectl_node_gpu_healthy.json",
+    "kubectl-pod-yaml": Path(__file__).parent / "readers" / "data" / "kubectl_pods_kubeadm_docker.yaml",
 }
 
 

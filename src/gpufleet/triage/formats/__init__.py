@@ -43,6 +43,9 @@ REGISTRY = Registry(
         kube.KUBECTL_NODE_JSON,
         kube.KUBECTL_POD_JSON,
         kube.KUBECTL_DESCRIBE_NODE,
+        kube.KUBECTL_NODE_YAML,
+        kube.KUBECTL_POD_YAML,
+        kube.KUBECTL_DESCRIBE_POD,
         app.APP_LOG,
     )
 )

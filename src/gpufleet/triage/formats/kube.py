@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from gpufleet.triage.formats.registry import Format
 from gpufleet.triage.readers.kube import read_kubectl_describe_node, read_kubectl_node_json
+from gpufleet.triage.readers.kube_yaml import read_kubectl_node_yaml, read_kubectl_pod_yaml
 from gpufleet.triage.readers.pod import read_kubectl_pod_json
+from gpufleet.triage.readers.pod_describe import read_kubectl_describe_pod
 
 KUBECTL_NODE_JSON = Format(
     name="kubectl-node-json",
@@ -45,4 +47,48 @@ KUBECTL_DESCRIBE_NODE = Format(
         (r"^\s+Type\s+Status\s+LastHeartbeatTime\s+LastTransitionTime", 8),  # only a node's conditions have these
     ),
     judge=read_kubectl_describe_node,
+)
+
+KUBECTL_NODE_YAML = Format(
+    name="kubectl-node-yaml",
+    summary="`kubectl get node -o yaml` (a Node or a List of them): conditions, taints and GPU capacity",
+    signs=(
+        (r"^\s*kind:\s*Node\s*$", 10),
+        (r"^\s+nodeInfo:\s*$", 4),
+        (r"^\s+allocatable:\s*$", 3),
+        (r"^\s+capacity:\s*$", 3),
+        (r"^\s+-?\s*lastHeartbeatTime:\s", 4),
+        (r"^\s+kubeletVersion:\s", 3),
+        (r"^\s+-\s+address:\s", 2),
+    ),
+    judge=read_kubectl_node_yaml,
+)
+
+KUBECTL_POD_YAML = Format(
+    name="kubectl-pod-yaml",
+    summary="`kubectl get pod -o yaml` (a Pod or a List of them): why its containers ended (OOMKilled, exit codes)",
+    signs=(
+        (r"^\s*kind:\s*Pod\s*$", 10),
+        (r"^\s+containerStatuses:\s*$", 6),
+        (r"^\s+-?\s*restartCount:\s*\d", 3),
+        (r"^\s+lastState:\s*", 3),
+        (r"^\s+qosClass:\s", 3),
+    ),
+    judge=read_kubectl_pod_yaml,
+)
+
+KUBECTL_DESCRIBE_POD = Format(
+    name="kubectl-describe-pod",
+    summary="`kubectl describe pod`: containers' states and exit reasons, and events (FailedScheduling and why)",
+    signs=(
+        (r"^Name:\s+\S", 3),
+        (r"^Namespace:\s+\S", 3),
+        (r"^Containers:\s*$", 5),
+        (r"^QoS Class:\s+\S", 6),
+        (r"^Node:\s+\S", 2),
+        (r"^\s+Restart Count:\s+\d", 5),
+        (r"^\s+(?:Normal|Warning)\s+(?:FailedScheduling|Scheduled|Pulling|Pulled|BackOff|Failed)\s", 6),
+        (r"^Tolerations:\s", 3),
+    ),
+    judge=read_kubectl_describe_pod,
 )
