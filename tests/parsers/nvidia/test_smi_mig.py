@@ -6,8 +6,9 @@ import pytest
 
 from gpufleet.errors import ParseError
 from gpufleet.model.observe import MigInfo
-from gpufleet.parsers.nvidia.smi_mig import parse_mig_lgi
+from gpufleet.parsers.nvidia.smi_mig import ComputeInstance, parse_mig_lgi, parse_mig_listing
 from gpufleet.sched.partition.mig import MigLayout
+from tests.conftest import CAPTURES
 
 # An A100 40GB split into two 3g.20gb instances (`nvidia-smi mig -cgi 9,3g.20gb -C`)
 TWO_HALVES = """\
@@ -78,3 +79,38 @@ def test_a_row_that_does_not_read_is_named() -> None:
 def test_other_output_is_refused() -> None:
     with pytest.raises(ParseError, match="not a GPU instance"):
         parse_mig_lgi("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-2f0a7c61)\n")
+
+
+# -- -lgi and -lci together (parse_mig_listing) -------------------------------------------------------------------
+
+MIG_CAPTURES = CAPTURES / "nvsmi_mig"
+
+
+def test_both_listings_of_a_real_capture() -> None:
+    listing = parse_mig_listing((MIG_CAPTURES / "lgi_lci_a100_mixed.txt").read_text())
+    assert listing.gpu_instances is not None and listing.compute_instances is not None
+    assert [(m.profile, m.gi_id, m.start, m.size) for m in listing.gpu_instances[0]] == [
+        ("1g.5gb", 9, 6, 1), ("2g.10gb", 3, 4, 2), ("4g.20gb", 2, 0, 4),
+    ]  # fmt: skip
+    assert [(c.gi_id, c.profile, c.profile_id, c.ci_id, c.start, c.size) for c in listing.compute_instances] == [
+        (9, "1g.5gb", 0, 0, 0, 1), (3, "1c.2g.10gb", 0, 0, 0, 1), (3, "1c.2g.10gb", 0, 1, 1, 1),
+        (2, "4g.20gb", 3, 0, 0, 4),
+    ]  # fmt: skip
+
+
+def test_the_lines_printed_instead_of_a_listing() -> None:
+    none = parse_mig_listing((MIG_CAPTURES / "lgi_none_a30.txt").read_text())
+    assert (none.gpu_instances, none.compute_instances, none.mig_off) == ({}, None, False)
+    off = parse_mig_listing("No MIG-enabled devices found.\n")
+    assert off.mig_off and off.gpu_instances is None
+    # -lci of a driver before R470: no Placement column
+    old = parse_mig_listing("| Compute instances:   |\n|   0      1       MIG 1c.3g.20gb       0         2     |\n")
+    assert old.compute_instances == [ComputeInstance(0, 1, "1c.3g.20gb", 0, 2)]
+
+
+def test_a_row_that_is_neither_is_refused_or_noted() -> None:
+    with pytest.raises(ParseError, match="not a GPU or compute instance"):
+        parse_mig_listing("| GPU instances: |\n|   0  MIG what |\n")
+    assert parse_mig_listing("| GPU instances: |\n|   0  MIG what |\n", strict=False).problems
+    with pytest.raises(ParseError, match="no MIG listing"):
+        parse_mig_listing("hello\n", strict=False)

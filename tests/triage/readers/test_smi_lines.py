@@ -83,3 +83,15 @@ def test_the_recovery_action_in_q_is_judged_too() -> None:
     assert (report.format, report.verdict) == ("nvidia-smi-q", "faulty")
     (finding,) = report.findings
     assert finding.code == "recovery action Reboot" and finding.fix.startswith("RESTART_BM")
+
+
+MIG = CAPTURES / "nvsmi_mig"
+
+
+def test_a_mig_listing_says_what_is_configured_and_judges_missing_instances() -> None:
+    mixed = _triage(MIG / "lgi_lci_a100_mixed.txt")
+    assert (mixed.format, mixed.verdict, mixed.findings) == ("nvidia-smi-mig", "healthy", [])
+    assert any("4g.20gb (GI 2, 0:4)" in note for note in mixed.notes)
+    none = _triage(MIG / "lgi_none_a30.txt")
+    assert (none.format, none.verdict) == ("nvidia-smi-mig", "degraded")
+    assert [f.code for f in none.findings] == ["no GPU instances"]

@@ -20,6 +20,7 @@ REGISTRY = Registry(
         nvidia.SMI_Q,
         nvidia.SMI_TABLE,
         nvidia.SMI_QUERY_GPU,
+        nvidia.SMI_MIG,
         nvidia.SMI_NVLINK,
         nvidia.SMI_TOPO,
         nvidia.SMI_PROCESSES,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpufleet.parsers.nvidia.smi import NvidiaSmiReport, parse_query
 from gpufleet.parsers.nvidia.smi_csv import parse_query_gpu
+from gpufleet.parsers.nvidia.smi_mig import MigListing, parse_mig_listing
 from gpufleet.parsers.nvidia.smi_processes import ProcessesReport, parse_processes
 from gpufleet.parsers.nvidia.smi_table import parse_table
 from gpufleet.parsers.nvidia.topo import parse_topo_matrix, read_nvlink_status
@@ -16,6 +17,7 @@ from gpufleet.triage.readers.smi import (
     read_nvidia_smi_table,
     read_nvidia_smi_topo,
 )
+from gpufleet.triage.readers.smi_mig import read_nvidia_smi_mig
 
 
 def _smi_view(report: NvidiaSmiReport, source: str) -> View:
@@ -107,6 +109,32 @@ SMI_QUERY_GPU = Format(
     parse=parse_query_gpu,
     judge=read_nvidia_smi_query_gpu,
     render=_smi_view,
+)
+
+
+def _mig_view(listing: MigListing, source: str) -> View:
+    gis = [[gpu, m.profile, m.gi_id, f"{m.start}:{m.size}"] for gpu, ms in (listing.gpu_instances or {}).items()
+           for m in ms]  # fmt: skip
+    cis = [[c.gpu, c.gi_id, c.profile, c.ci_id] for c in listing.compute_instances or []]
+    tables = (Table(("GPU", "PROFILE", "GI", "PLACEMENT"), gis, f"{source}: GPU instances"),
+              Table(("GPU", "GI", "PROFILE", "CI"), cis, f"{source}: compute instances"))  # fmt: skip
+    return View(tables, ("MIG is off on every GPU",) if listing.mig_off else ())
+
+
+# nvidia-smi mig -lgi / -lci (nvidia-smi 450-580): the tables' titles, and the lines printed in place of one
+SMI_MIG = Format(
+    name="nvidia-smi-mig",
+    summary="`nvidia-smi mig -lgi` / `-lci`: the GPU and compute instances of each MIG GPU",
+    signs=(
+        (r"^\|\s*GPU instances:\s*\|", 10),
+        (r"^\|\s*Compute instances:\s*\|", 10),
+        (r"^\|\s*\d+\s+(?:\d+\s+)?MIG \d+(?:c\.\d+)?g\.\d+gb\S*\s+\d+\s+\d+(?:\s+\d+:\d+)?\s*\|$", 4),
+        (r"^No (?:GPU|compute) instances found", 8),
+        (r"^No MIG-enabled devices found", 8),
+    ),
+    parse=parse_mig_listing,
+    judge=read_nvidia_smi_mig,
+    render=_mig_view,
 )
 
 SMI_NVLINK = Format(
