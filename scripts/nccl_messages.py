@@ -365,9 +365,15 @@ RULES: list[tuple[str, str, str]] = [
         "ranks launched with different sizes, or two jobs sharing one NCCL_COMM_ID/port",
     ),
     (
-        r"Message truncated : received",
+        r"Message truncated : received|message truncated : receiving",
         "version_mismatch",
-        "bootstrap messages of another size: most often different NCCL builds on the ranks",
+        "messages of another size than the receiver posted: different NCCL builds on the ranks, or NCCL_* settings "
+        "(NCCL_PROTO, NCCL_ALGO, NCCL_BUFFSIZE) on some ranks only (NVIDIA/nccl#1328)",
+    ),
+    (
+        r"is neither AF_INET",
+        "socket_ifname",
+        "an address that was never filled in: no interface matched NCCL_SOCKET_IFNAME (NVIDIA/nccl#1837)",
     ),
     (
         r"connect returned .*exceeded|[Cc]onnect to %s failed|Connect to %s returned|exceeded (?:retries|timeouts)"

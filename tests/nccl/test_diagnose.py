@@ -377,3 +377,112 @@ def test_unknown_shows_the_catalogued_warn_lines_not_a_guess() -> None:
     assert dx.cls == "unknown"
     assert "Proxy append out of bounds" in dx.evidence[0]
     assert not any("is being ignored" in e for e in dx.evidence)  # a setting NCCL adjusted is not a failure
+
+
+SCORED_ROUND1 = Path(__file__).resolve().parents[1] / "scored" / "round1" / "nccl" / "logs"
+
+
+@pytest.mark.parametrize(
+    "row", list(csv.DictReader((SCORED_ROUND1 / "expected.csv").open(newline=""))), ids=lambda r: r["file"]
+)
+def test_round1_scored_logs_get_their_class(row: dict[str, str]) -> None:
+    """Real failure logs from public threads, each with the class its thread settled on."""
+    dx = diagnose_files([SCORED_ROUND1 / row["file"]])
+    assert dx.cls == row["class"], (dx.summary, dx.evidence)
+
+
+def test_local_protection_completion_is_gpudirect_not_the_fabric() -> None:
+    line = _nccl("h1", 1, "transport/net_ib.cc:1295", "NET/IB : Got completion from peer fe80::1%ib0<53249> "
+                 "with error 4, opcode 32564, len 32564, vendor err 81 (Send)")  # fmt: skip
+    dx = diagnose_texts([("r1.log", line)])
+    assert dx.cls == "gdr_dma_broken"
+    # NCCL 2.30 (transport/net_ib/p2p.cc): the status by name and number
+    new_format = _nccl("h1", 1, "transport/net_ib/p2p.cc:688", "NET/IB: Got completion from peer 10.0.0.2<53249> "
+                       "with status=IBV_WC_LOC_PROT_ERR(4) opcode=IBV_WC_SEND(0) vendor_err=81 hca mlx5_0")  # fmt: skip
+    assert diagnose_texts([("r1.log", new_format)]).cls == "gdr_dma_broken"
+
+
+def test_a_flush_beside_a_remote_error_is_the_network_failure() -> None:
+    """ncclRemoteError names a peer that exited or a network error; the flushed IB completion after `Last error:`
+    is the nearest evidence of which, and the summary says the first error is not in the log."""
+    text = "\n".join([
+        "[E ProcessGroupNCCL.cpp:852] [Rank 16] NCCL watchdog thread terminated with exception: NCCL error: remote "
+        "process exited or there was a network error, NCCL version 2.19.3",
+        "Last error:",
+        "NET/IB : Got completion from peer 10.42.0.2<47534> with error 5, opcode 48, len 32764, vendor err 244",
+    ])  # fmt: skip
+    dx = diagnose_texts([("r16.log", text)])
+    assert dx.cls == "ib_transport_error" and "not in these logs" in dx.summary
+    assert "peer_connection_lost" in dx.also_seen
+
+
+@pytest.mark.parametrize("tail, cls", [("", "bootstrap_unreachable"), ("Init COMPLETE", "unknown")])
+def test_bootstrap_retries_fail_unless_init_completes_after_them(tail: str, cls: str) -> None:
+    lines = [_nccl("h0", 0, "", f"socketPollConnect: connect returned No route to host, retrying ({i}/34) after "
+                   f"sleep for {i}00 msec", level="INFO").replace("  NCCL", " NCCL") for i in (33, 34)]  # fmt: skip
+    if tail:
+        lines.append(_nccl("h0", 0, "", "comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1b000 - Init COMPLETE", "INFO"))
+    dx = diagnose_texts([("r0.log", "\n".join(lines))])
+    assert dx.cls == cls
+    if cls != "unknown":
+        assert "log ends before the failure" in dx.summary
+
+
+def test_refused_retries_count_only_when_exhausted() -> None:
+    """Connection refused is what a rank sees until its peer listens: retrying is normal, running out is not."""
+    early = _nccl("h0", 0, "", "Call to connect returned Connection refused, retrying", level="INFO")
+    assert diagnose_texts([("r0.log", early)]).cls == "unknown"
+    out = _nccl("h0", 0, "", "socketPollConnect: connect returned Connection refused, retrying (34/34) after sleep "
+                "for 3400 msec", level="INFO")  # fmt: skip
+    assert diagnose_texts([("r0.log", out)]).cls == "bootstrap_unreachable"
+
+
+def test_unhandled_system_error_with_a_hand_picked_interface_is_the_interface() -> None:
+    env = _nccl("n1", 0, "", "NCCL_SOCKET_IFNAME set by environment to lo", level="INFO")
+    error = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:410, unhandled system error, NCCL version 2.4.8"
+    dx = diagnose_texts([("r0.log", f"{env}\n{error}")])
+    assert dx.cls == "socket_ifname" and "(lo)" in dx.summary
+    # the same error without the setting, or after init completed, names no interface
+    assert diagnose_texts([("r0.log", error)]).cls == "unknown"
+    done = _nccl("n1", 0, "", "comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1b000 - Init COMPLETE", level="INFO")
+    assert diagnose_texts([("r0.log", f"{env}\n{done}\n{error}")]).cls == "unknown"
+
+
+def test_retry_exceeded_with_a_gid_index_set_is_the_gid() -> None:
+    env = _nccl("w1", 0, "", "NCCL_IB_GID_INDEX set by environment to 1.", level="INFO")
+    error = _nccl("w1", 0, "transport/net_ib.cc:839", "NET/IB : Got completion with error 12, opcode 1, len 0, "
+                  "vendor err 129")  # fmt: skip
+    dx = diagnose_texts([("r0.log", f"{env}\n{error}")])
+    assert dx.cls == "roce_gid_index" and "NCCL_IB_GID_INDEX 1" in dx.summary
+    assert "ib_transport_error" in dx.also_seen
+    assert diagnose_texts([("r0.log", error)]).cls == "ib_transport_error"
+
+
+def test_address_family_error_is_an_interface_that_matched_nothing() -> None:
+    line = ("[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither AF_INET(2) nor "
+            "AF_INET6(10)")  # fmt: skip
+    assert diagnose_texts([("r0.log", line)]).cls == "socket_ifname"
+
+
+def test_invalid_argument_from_a_cuda_call_names_no_cause() -> None:
+    """NCCL's own CUDA call refused (NVLS setup in a pod): not a GPU fault, so `unknown` with the line shown."""
+    line = _nccl("pod", 5, "transport/nvls.cc:157", "Cuda failure 1 'invalid argument'")
+    dx = diagnose_texts([("r5.log", line)])
+    assert dx.cls == "unknown" and dx.evidence == [line]
+    assert diagnose_texts([("r5.log", line.replace("1 'invalid argument'", "700 'an illegal memory access was "
+                                                   "encountered'"))]).cls == "cuda_error"  # fmt: skip
+
+
+def test_message_size_disagreement_is_a_mismatch_between_ranks() -> None:
+    line = _nccl("n2", 1, "transport/net_socket.cc:561", "NET/Socket : peer 10.0.0.1<4312> message truncated : "
+                 "receiving 524288 bytes instead of 65536. If you believe your socket network is in a healthy "
+                 "state, there may be a mismatch in collective sizes or environment settings (e.g. NCCL_PROTO, "
+                 "NCCL_ALGO) between ranks")  # fmt: skip
+    assert diagnose_texts([("r1.log", line)]).cls == "version_mismatch"
+
+
+def test_verbs_queue_creation_without_errno_is_the_memlock_limit() -> None:
+    old = _nccl("spark01", 0, "misc/ibvwrap.cc:268", "Call to ibv_create_cq failed")
+    assert diagnose_texts([("r0.log", old)]).cls == "memlock_limit"
+    other = old.replace("failed", "failed with error Invalid argument")
+    assert diagnose_texts([("r0.log", other)]).cls == "ib_setup_error"

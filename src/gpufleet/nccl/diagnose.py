@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from gpufleet.errors import ParseError
+from gpufleet.nccl import refine
 from gpufleet.nccl._files import load_yaml
 from gpufleet.nccl.line_match import Ordered
 
@@ -58,6 +59,9 @@ NAMED_SUSPECTS = (
 )
 # Classes a line may carry that never become the diagnosis.
 NOT_A_CAUSE = ("benign", "unknown")
+# Classes that are what another failure looks like from here: beside them a flushed IB completion is still the
+# nearest evidence of the network failure, not a cascade of something else in the log.
+SYMPTOMS = ("ib_transport_error", "collective_timeout", "comm_aborted", "peer_connection_lost")
 
 
 @dataclass(frozen=True)
@@ -198,10 +202,21 @@ def wc_status() -> dict[int, dict[str, str]]:
 
 
 def classify_line(text: str) -> str | None:
-    """The class one normalised line belongs to: a hand refinement first, else the catalog's most specific entry."""
+    """The class one normalised line belongs to: a hand refinement first, else the catalog's most specific entry;
+    an IB completion whose status means another cause takes that cause's class (data/ibv_wc_status.yaml)."""
+    cls = _line_class(text)
+    if cls == "ib_transport_error":
+        status = wc_status_of(text)
+        return wc_status().get(status, {}).get("class", cls) if status is not None else cls
+    return cls
+
+
+def _line_class(text: str) -> str | None:
     hand = _hand_class(text)
     if hand:
         return hand
+    if any(p.search(text) for p in _no_cause()):
+        return "unknown"
     index, always = _catalog_index()
     candidates = list(always)
     for word in set(WORD.findall(text)):
@@ -359,6 +374,28 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
         if cls and cls not in NOT_A_CAUSE:
             matches.setdefault(cls, []).append(ln)
     flush_only = _drop_cascades(matches)
+    line_texts = [ln.text for ln in lines]
+    notes: list[str] = []
+    if "bootstrap_unreachable" in matches:
+        retry_note = refine.retries_only(line_texts, [ln.text for ln in matches["bootstrap_unreachable"]])
+        if retry_note is None:
+            del matches["bootstrap_unreachable"]
+        elif retry_note:
+            notes.append(retry_note)
+    priority = {s.name: s.priority for s in signatures()}
+    by_priority = sorted(matches, key=lambda n: priority[n])
+    ifname_note = refine.socket_ifname(by_priority[0] if by_priority else "unknown", line_texts)
+    if ifname_note:
+        hits = [ln for ln in lines if refine.SOCKET_IFNAME.search(ln.text) or refine.SYSTEM_ERROR.search(ln.text)]
+        matches = {"socket_ifname": hits + [h for hs in matches.values() for h in hs], **matches}
+        by_priority = ["socket_ifname", *by_priority]
+        notes.append(ifname_note)
+    if by_priority and by_priority[0] == "ib_transport_error":
+        gid_note = refine.roce_gid_index(line_texts, [ln.text for ln in matches["ib_transport_error"]])
+        if gid_note:
+            matches["roce_gid_index"] = matches["ib_transport_error"]
+            by_priority = ["roce_gid_index", *by_priority]
+            notes.append(gid_note)
     if not matches:
         dx = Diagnosis(
             "unknown",
@@ -374,12 +411,10 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
             dx.summary = "NCCL reported errors, but none names a known cause; the WARN lines below are the first"
         dx.ranks, dx.hosts = _missing_or_failed_ranks(per_file, lines, multi, file_ranks)
         return dx
-    priority = {s.name: s.priority for s in signatures()}
-    by_priority = sorted(matches, key=lambda n: priority[n])
     best = by_priority[0]
     sig = next(s for s in signatures() if s.name == best)
     hits = matches[best]
-    dx = Diagnosis(best, sig.summary, sig.fix)
+    dx = Diagnosis(best, "; ".join([sig.summary, *notes]), sig.fix)
     if best == "ib_transport_error":
         # The completion that failed first tells the cause; flushes after it are its cascade.
         hits = sorted(hits, key=lambda ln: _is_cascade(ln.text))
@@ -425,6 +460,12 @@ def _classify(per_file: dict[str, list[LogLine]]) -> dict[int, str]:
 
 
 @cache
+def _no_cause() -> tuple[re.Pattern[str], ...]:
+    """Lines that say something failed but name no cause (data/signatures.yaml `names_no_cause`)."""
+    return tuple(re.compile(p, re.IGNORECASE) for p in load_yaml("signatures.yaml").get("names_no_cause") or ())
+
+
+@cache
 def _hand_patterns() -> tuple[tuple[str, Ordered, str], ...]:
     """(anchor, pattern, class) in priority order, flat: this runs on every line."""
     return tuple((a, p, sig.name) for sig in signatures() for p, a in zip(sig.patterns, sig.anchors, strict=True))
@@ -444,7 +485,7 @@ def _drop_cascades(matches: dict[str, list[LogLine]]) -> bool:
     ib = matches.get("ib_transport_error")
     if not ib or not all(_is_cascade(ln.text) for ln in ib):
         return False
-    others = [c for c in matches if c not in ("ib_transport_error", "collective_timeout", "comm_aborted")]
+    others = [c for c in matches if c not in SYMPTOMS]
     if others:
         del matches["ib_transport_error"]
         return False

@@ -168,3 +168,29 @@ def test_runs_one_after_another_are_judged_each() -> None:
     (finding,) = report.findings
     assert finding.entity.startswith("run 2 (test not named)") and finding.code == "#wrong"
     assert any(n.startswith("run 1 (allreduce): bus bandwidth") for n in report.notes)
+
+
+@pytest.mark.parametrize(
+    "text, cls",
+    [
+        # quoted by a reporter without NCCL's prefix (misc/shmutils.cc)
+        ("Error while creating shared memory segment /dev/shm/nccl-pZafXL (size 7340384)", "shm_too_small"),
+        # XLA's wrapper around NCCL's result and its last WARN
+        (
+            "Failed to create NCCL communicator: INTERNAL: ncclCommInitRankConfig(...) failed:\n"
+            "invalid usage ... Last NCCL warning(error): 'Bootstrap : no socket interface found'",
+            "socket_ifname",
+        ),
+        # PyTorch's error with NCCL's result string
+        ('NCCL error "receiving 524288 bytes instead of 65536"', "version_mismatch"),
+    ],
+)
+def test_nccls_own_text_without_its_prefix_is_an_nccl_log(text: str, cls: str) -> None:
+    report = triage_lines(io.StringIO(text), "pasted")
+    assert report.format == "nccl-log"
+    assert [f.code for f in report.findings] == [cls]
+
+
+def test_prose_naming_an_nccl_call_is_not_an_nccl_log() -> None:
+    report = triage_lines(io.StringIO("[Bug]: ncclAllReduce deadlocks on 2x RTX 5880 Ada (no NVLink)\n"), "thread")
+    assert report.format == "unknown"

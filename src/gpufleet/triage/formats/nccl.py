@@ -27,6 +27,14 @@ NCCL_LOG = Format(
         (r"^[\w.-]+:\d+:\d+ \[\d+\] (?:INFO|WARN) ", 8),
         (r"\bNCCL version \d+\.\d+\.\d+", 4),
         (r"ProcessGroupNCCL|Watchdog caught collective operation timeout", 6),
+        # NCCL's own text where a wrapper or a person quotes it without the `NCCL INFO/WARN` prefix: its result
+        # strings through a framework ("NCCL error: unhandled system error", PyTorch; "Last NCCL warning(error)",
+        # XLA), its API calls failing, its error codes, its shared-memory segments (/dev/shm/nccl-XXXXXX,
+        # misc/shmutils.cc) and its subsystem tags (bootstrap.cc, transport/net_ib.cc, net_socket.cc);
+        # NVIDIA/nccl v2.19.3-1 .. v2.30.7-1
+        (r"\bNCCL error\b|Last NCCL (?:warning|error)|\bncclCommInit\w*(?:\(.*\))? failed", 6),
+        (r"\bnccl(?:SystemError|InternalError|InvalidUsage|InvalidArgument|UnhandledCudaError|RemoteError)\b", 6),
+        (r"/dev/shm/nccl-|\b(?:Bootstrap|NET/IB|NET/Socket|NET/OFI|NET/Plugin) : |\bncclSocket\w+: ", 6),
     ),
     parse=_parse_nccl_log,
     judge=read_nccl_log,
