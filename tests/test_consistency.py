@@ -970,13 +970,6 @@ EXPECTED_TRIAGE = json.loads((ROUND2 / "expected_triage.json").read_text())["cas
 # others (the matrix above), and the gap is in what every door reads
 KNOWN_GAPS = {
     "xid/08_sxid22013_nvtrust124_h100_tdx.log": "the policy rates a non-fatal SXid IGNORE (info), not degraded",
-    "nccl/02_ib_error5_remote_exited_kubecon.log": "diagnosed as the peer's exit (peer_connection_lost)",
-    "nccl/07_bootstrap_retry_no_route_llamafactory8045.log": "bootstrap retries (`No route to host, retrying`) without "
-    "the failure that ends them match no signature",
-    "nccl/09_shm_create_failed_videodiffusion2.log": "one line triage cannot tell as NCCL's",
-    "nccl/10_nvls_cuda_invalid_argument_vllm6732.log": "diagnosed by the CUDA error it prints; the scored class is "
-    "unknown (the thread never found the cause)",
-    "nccl/11_socket_ifname_xla_marin7018.log": "one line triage cannot tell as NCCL's",
     "nccltests/01_a40_nv4_pair_2gpu.txt": NO_TEST_NAMED,
     "nccltests/02_a40_4gpu_sys_p2p_disabled.txt": NO_TEST_NAMED,
     "nccltests/03_dgx_a100_4gpu_nvswitch.txt": NO_TEST_NAMED,
