@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.parsers.nvidia.dcgmi_health import parse_health, read_health
+from gpufleet.parsers.nvidia.dcgmi_health import parse_health, parse_health_any, parse_health_json, read_health
 from tests.conftest import CAPTURES
 
 DATA = CAPTURES
@@ -47,3 +47,21 @@ def test_the_watch_list_is_not_a_check() -> None:
         "+------------------+----------------------------------------------------------------------+\n"
     )
     assert parse_health(text).watch_list
+
+
+# dcgmi_health_failure.json: the report of dcgmi_health_failure.txt as `dcgmi health -c -j` prints it (DcgmiOutputJson:
+# jsoncpp's styled string of the same tree, keys sorted, each node's value, overflow rows and children), written from
+# DCGM's dcgmi/DcgmiOutput.cpp and DcgmiOutput.h (2.x-4.x)
+def test_the_json_report_is_the_table_report() -> None:
+    table = parse_health((DATA / "dcgmi_health_failure.txt").read_text())
+    as_json = parse_health_json((DATA / "dcgmi_health_failure.json").read_text())
+    assert as_json.overall == table.overall == "Failure" and not as_json.gaps
+    shown = [(e.name, e.health, sorted((s.name, s.health, s.message) for s in e.systems)) for e in as_json.entities]
+    assert shown == [(e.name, e.health, sorted((s.name, s.health, s.message) for s in e.systems))
+                     for e in table.entities]  # fmt: skip
+    assert parse_health_any((DATA / "dcgmi_health_failure.json").read_text()).overall == "Failure"
+
+
+def test_json_that_is_cut_or_not_a_health_report_says_so() -> None:
+    assert parse_health_json('{"body": {"Overall').gaps[0].startswith("not whole JSON")
+    assert parse_health_json('{"header": ["x"]}').gaps == ["no `body` in the JSON: not a `dcgmi health -j` report"]

@@ -153,3 +153,12 @@ def test_seeded_fuzz_cuts_mutations_and_dropped_lines() -> None:
 def test_odd_inputs(reader: object, lines: list[str]) -> None:
     report = reader(lines, "odd")  # type: ignore[operator]
     assert report.verdict in ("unknown", "healthy")
+
+
+def test_dcgmi_health_json_is_judged_as_the_table_is() -> None:
+    path = CAPTURES / "dcgmi_health_failure.json"
+    as_json = triage_lines(io.StringIO(path.read_text()), path.name)
+    table = triage_lines(io.StringIO((CAPTURES / "dcgmi_health_failure.txt").read_text()), "t.txt")
+    assert (as_json.format, as_json.verdict) == ("dcgmi-health", "faulty")
+    key = sorted((f.severity, f.entity, f.code, f.fix) for f in as_json.findings)
+    assert key == sorted((f.severity, f.entity, f.code, f.fix) for f in table.findings)

@@ -22,6 +22,12 @@ incidents' messages joined by `, ` and wrapped at word boundaries into 54-charac
 is indented three columns and marked `-> `. DCGM 2.0-2.2 labelled an entity by its health code instead of its id
 (a bug fixed in 2.4); the label is kept as printed.
 
+`dcgmi health -c -j` prints the same tree as JSON (DcgmiOutput.cpp's DcgmiOutputJson, jsoncpp's styled string): a
+`header` list and a `body` whose nodes are `{"value": ..., "overflow": [...], "children": {name: node}}`, as
+`{"body": {"Overall Health": {"value": "Failure"}, "GPU": {"children": {"1": {"value": "Failure", "children":
+{"Errors": {"children": {"Memory system": {"value": "Failure", "overflow": ["GPU 1 had ..."]}}}}}}}}}`
+(`parse_health_json`).
+
 Around it dcgmi prints `Error: Unable to check health watches. Return: ...` or `Error: Health watches not enabled.
 Please enable watches.` when there is nothing to report. `dcgmi health -f` prints `Health monitor systems report`
 with the watches that are on: a list of watches, not a check.
@@ -29,10 +35,11 @@ with the watches that are on: a list of watches, not a check.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Health = Literal["Healthy", "Warning", "Failure", "Internal error"]
 HEALTHS: tuple[str, ...] = ("Healthy", "Warning", "Failure", "Internal error")
@@ -218,3 +225,58 @@ def read_health(lines: Iterable[str]) -> tuple[HealthReport, int]:
 
 def parse_health(text: str) -> HealthReport:
     return read_health(text.splitlines())[0]
+
+
+def _text(node: dict[str, Any]) -> str:
+    """A node's messages: its overflow rows (a system's incidents, wrapped) joined."""
+    overflow = node.get("overflow")
+    pieces = [str(p) for p in overflow] if isinstance(overflow, list) else []
+    return " ".join(p.strip() for p in pieces if str(p).strip())[:MAX_MESSAGE_CHARS]
+
+
+def _children(node: Any) -> dict[str, Any]:
+    children = node.get("children") if isinstance(node, dict) else None
+    return {str(k): v for k, v in children.items() if isinstance(v, dict)} if isinstance(children, dict) else {}
+
+
+def parse_health_json(text: str) -> HealthReport:
+    """`dcgmi health -c -j`: the same report as the table. Not JSON, or not a health report: a gap that says so."""
+    report = HealthReport()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        report.gaps.append(f"not whole JSON ({exc.msg} at line {exc.lineno}): the output was cut or is not dcgmi's")
+        return report
+    body = data.get("body") if isinstance(data, dict) else None
+    if not isinstance(body, dict):
+        report.gaps.append("no `body` in the JSON: not a `dcgmi health -j` report")
+        return report
+    for group, node in body.items():
+        if not isinstance(node, dict):
+            continue
+        if group == "Overall Health":
+            report.overall = str(node.get("value", ""))[:40] or None
+            report.overall_line = f'"Overall Health": {report.overall}'
+            continue
+        for entity_id, entity_node in list(_children(node).items())[:MAX_ENTITIES]:
+            entity = HealthEntity(group[:40], entity_id[:40], str(entity_node.get("value", ""))[:40],
+                                  lines=[f"{group} {entity_id}: {entity_node.get('value', '')}"])  # fmt: skip
+            # the systems sit under `Errors` (and any other level DCGM adds): every descendant with a value
+            pending = list(_children(entity_node).items())
+            while pending and len(entity.systems) < MAX_SYSTEMS:
+                name, system_node = pending.pop(0)
+                if "value" in system_node:
+                    message, value = _text(system_node), str(system_node["value"])[:40]
+                    line = f"{name}: {value} {message}"[:200]
+                    entity.systems.append(HealthSystem(name[:60], value, message, [line]))
+                pending += list(_children(system_node).items())
+            report.entities.append(entity)
+    if report.overall is None and not report.entities:
+        report.gaps.append("no `Overall Health` in the JSON")
+    report.gaps.extend(_consistency_gaps(report))
+    return report
+
+
+def parse_health_any(text: str) -> HealthReport:
+    """The table or its `-j` JSON, told by the first character."""
+    return parse_health_json(text) if text.lstrip().startswith("{") else parse_health(text)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.parsers.nvidia.dcgmi_diag import parse_diag
-from gpufleet.parsers.nvidia.dcgmi_health import HealthReport, parse_health
+from gpufleet.parsers.nvidia.dcgmi_health import HealthReport, parse_health_any
 from gpufleet.parsers.prometheus_text import Item, parse_lines
 from gpufleet.triage.formats.registry import Format
 from gpufleet.triage.readers.dcgm import read_dcgmi_diag, read_dcgmi_health
@@ -31,19 +31,22 @@ DCGMI_DIAG = Format(
 
 
 def _parse_health(text: str, source: str) -> HealthReport:
-    return parse_health(text)
+    return parse_health_any(text)
 
 
-# dcgmi/Health.cpp (2.x-4.x): `dcgmi health -c` (and `-f`, the list of watches), or its own failure
+# dcgmi/Health.cpp (2.x-4.x): `dcgmi health -c` (and `-f`, the list of watches), or its own failure; `-j` is the
+# same tree as JSON (DcgmiOutputJson: a `header` list and `body` nodes of value, overflow and children)
 DCGMI_HEALTH = Format(
     name="dcgmi-health",
-    summary="`dcgmi health -c`: each GPU's systems as DCGM's health watches rate them",
+    summary="`dcgmi health -c` (or `-j`): each GPU's systems as DCGM's health watches rate them",
     signs=(
         (r"^\|\s*Health Monitor Report", 10),
         (r"^\|\s*Overall Health\s*\|", 8),
         (r"^\|\s*Health monitor systems report", 10),
         (r"^\| {1,12}-> (?:Errors|\d+) {1,40}\|", 4),
         (r"^Error: (?:Unable to check health watches|Health watches not enabled)", 8),
+        (r'^\s*"header"\s*:\s*\[\s*"Health Monitor Report"', 10),
+        (r'^\s*"Overall Health"\s*:\s*\{', 10),
     ),
     parse=_parse_health,
     judge=read_dcgmi_health,

@@ -1,5 +1,5 @@
 """DCGM outputs: `dcgmi diag` results (judged exactly as `gpufleet diag --dcgmi-output` judges them) and
-`dcgmi health -c` reports. Both stream their lines through the parsers in gpufleet.sources."""
+`dcgmi health -c` reports (the table or `-j` JSON). Both stream their lines through the parsers in gpufleet.sources."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from gpufleet.health.dcgm_diag import DiagIssue, assess, classify_message
 from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.dcgmi_diag import DiagParser
-from gpufleet.parsers.nvidia.dcgmi_health import HealthParser, HealthReport
+from gpufleet.parsers.nvidia.dcgmi_health import HealthParser, HealthReport, parse_health_json
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.report import TriageFinding, TriageReport
 
@@ -114,9 +114,17 @@ def read_dcgmi_health(lines: Iterable[str], source: str) -> TriageReport:
     could not evaluate leaves the report unknown."""
     report = TriageReport("dcgmi-health", source)
     parser = HealthParser()
+    held: list[str] = []  # `-j` output: JSON is read whole
     for line in bounded_lines(lines, report):
+        if held or (not parser.rows and not held and line.lstrip().startswith("{")):
+            held.append(line)
+            continue
         parser.feed(line)
-    health = parser.finish()
+    if held:
+        health = parse_health_json("\n".join(held))
+        parser.rows = len(health.entities) + (health.overall is not None)
+    else:
+        health = parser.finish()
     if health.watch_list:
         report.judged = False
         report.notes.append("this lists the health watches that are on (`dcgmi health -f`); `dcgmi health -c` checks")
