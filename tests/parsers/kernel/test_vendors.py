@@ -118,14 +118,22 @@ def test_failed_resets_and_a_gpu_that_never_initialised() -> None:
         ("0000:03:00", "GPU mode1 reset failed"),
         ("0000:83:00", "ASIC reset failed with error, -121 for drm dev, 0000:83:00.0"),
         ("0000:03:00", "ASIC reset failed with error, -121 for drm dev, 0000:03:00.0"),
+        # the PSP failing the resume of the GPU whose reset went on to resume (device-less [drm:psp_...] lines)
+        ("0000:03:00", "PSP create ring failed!"),
+        ("0000:03:00", "PSP resume failed"),
+        ("0000:03:00", "resume of IP block <psp> failed -62"),
+        ("0000:03:00", "PSP create ring failed!"),
+        ("0000:03:00", "PSP resume failed"),
     ]
     # each device-less `VRAM is lost` goes to the GPU whose resume it follows
     assert [(e.pci, e.detail) for e in events if e.kind == "reset"] == [
         ("0000:83:00", "succeeded"), ("0000:83:00", "VRAM lost"),
         ("0000:03:00", "succeeded"), ("0000:03:00", "VRAM lost"),
     ]  # fmt: skip
-    [init] = capture("rocm_3856_mi300x_init_failed")
-    assert (init.kind, init.pci, init.detail) == ("reset_failed", "0000:05:00", "GPU init failed")
+    assert summary(capture("rocm_3856_mi300x_init_failed")) == [
+        ("reset_failed", "0000:05:00", "GPU init failed"),
+        ("reset_failed", "0000:05:00", "GPU init failed (probe)"),  # `amdgpu: probe of 0000:05:00.0 failed ...`
+    ]
 
 
 def test_gaudi_devices_that_fail_to_initialise_are_tied_to_their_pci_address() -> None:
@@ -272,3 +280,35 @@ def test_streaming_reader_keeps_vendor_lines() -> None:
     picked = list(candidate_lines(io.BytesIO(text.encode())))
     assert (51, "[ 5.0] habanalabs hl0: Going to reset device") in picked
     assert all(number in range(51, 56) for number, _ in picked)  # the line and its context only
+
+
+# older amdgpu wording for the same faults, each line as kernels printed it (amdgpu_job.c before 4.19: `last signaled
+# seq`; mes_v11_0.c before 6.10: `MES failed to response msg=%d`; amdgpu_device.c `IP block:%s is hung!`, DRM_INFO
+# on 4.x, dev_info later; amdgpu_psp.c psp_hw_start; the driver core's probe failure), lines quoted in ROCm/ROCm#2804,
+# ValveSoftware/SteamOS#2802 and the amd-gfx list
+@pytest.mark.parametrize(
+    ("line", "kind", "pci", "detail"),
+    [
+        ("[14116.872461] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout, last signaled seq=1653418, last "
+         "emitted seq=1653420", "hang", None, "ring gfx"),
+        ("[   48.337053] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout,", "hang", None, "ring gfx"),
+        ("[283919.087877] [drm:mes_v11_0_submit_pkt_and_poll_completion.constprop.0 [amdgpu]] *ERROR* MES failed to "
+         "response msg=14", "hang", None, "MES msg=14"),
+        ("[  390.922077] amdgpu 0000:63:00.0: amdgpu: IP block:gfx_v11_0 is hung!", "hang", "0000:63:00",
+         "IP block gfx_v11_0 hung"),
+        ("[  101.000000] [drm] IP block:gmc_v8_0 is hung!", "hang", None, "IP block gmc_v8_0 hung"),
+        ("[  548.007102] [drm:psp_hw_start [amdgpu]] *ERROR* PSP create ring failed!", "reset_failed", None,
+         "PSP create ring failed"),
+        ("[  548.027242] [drm:amdgpu_device_fw_loading [amdgpu]] *ERROR* hw_init of IP block <psp> failed -22",
+         "reset_failed", None, "hw_init of IP block psp failed"),
+        ("[  548.027306] amdgpu 0000:0a:00.0: amdgpu: amdgpu_device_ip_init failed", "reset_failed", "0000:0a:00",
+         "GPU init failed"),
+        ("[  548.100000] amdgpu: probe of 0000:0a:00.0 failed with error -22", "reset_failed", "0000:0a:00",
+         "GPU init failed (probe)"),
+        ("[   12.000000] amdgpu 0000:c5:00.0: probe with driver amdgpu failed with error -22", "reset_failed",
+         "0000:c5:00", "GPU init failed (probe)"),
+    ],
+)  # fmt: skip
+def test_older_wording_reads_as_the_newer(line: str, kind: str, pci: str | None, detail: str) -> None:
+    [event] = parse_kmsg(line)
+    assert (event.kind, event.pci, event.detail) == (kind, pci, detail)

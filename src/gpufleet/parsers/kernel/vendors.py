@@ -43,14 +43,14 @@ from gpufleet.model.kernel import EventKind, RasSeverity
 from gpufleet.model.pci import normalise_pci
 
 # lines without one of these hold no amdgpu or habanalabs report (a cheap test before any regex)
-TRIGGER_WORDS = ("amdgpu", "habanalabs", "VRAM is lost")
+TRIGGER_WORDS = ("amdgpu", "habanalabs", "VRAM is lost", "IP block:")
 CANDIDATE_WORDS = tuple(word.encode() for word in TRIGGER_WORDS)
 
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _AMD_DEVICE = re.compile(rf"^amdgpu (?P<dev>{_BDF}): ")
 _HL_DEVICE = re.compile(rf"^habanalabs (?P<dev>hl\d+|{_BDF}): ")
 _BARE = re.compile(r"^(?P<drv>amdgpu|habanalabs): ")
-_DRM = re.compile(r"^\[drm(?::\w+ \[(?P<module>\w+)\])?\] (?:\*ERROR\* )?")
+_DRM = re.compile(r"^\[drm(?::[\w.]+ \[(?P<module>\w+)\])?\] (?:\*ERROR\* )?")  # `func.constprop.0`
 _EVENT_ID = re.compile(r"^\{\d+\}\s*")
 
 _RAS_COUNT = re.compile(
@@ -66,10 +66,26 @@ _BAD_PAGES = re.compile(
     r"(?:RAS records:(?P<n>\d+) exceed threshold:(?P<t>\d+)|Saved bad pages (?P<n2>\d+) reaches threshold value "
     r"(?P<t2>\d+))"
 )
+# older kernels (4.x) print `last signaled seq=..., last emitted seq=...`; a log cut or wrapped after `timeout` is
+# still the timeout
 _RING_TIMEOUT = re.compile(
-    r"^ring (?P<ring>\S+) timeout, (?:signaled seq=\d+, emitted seq=\d+|(?P<soft>but soft recovered))"
+    r"^ring (?P<ring>\S+) timeout\b(?:,\s*(?:(?:last )?signaled seq=\d+|(?P<soft>but soft recovered)))?"
 )
-_MES = re.compile(r"^MES(?:\(\d+\))? failed to respond to msg=(?P<msg>\w+)")
+# mes_v11_0.c before 6.10: DRM_ERROR("MES failed to response msg=%d"), an opcode number; later the op's name
+_MES = re.compile(r"^MES(?:\(\d+\))? failed to respon(?:d to|se) msg=(?P<msg>\w+)")
+# amdgpu_device.c amdgpu_device_ip_check_soft_reset, on the way into a GPU reset (DRM_INFO on 4.x, dev_info later)
+_IP_HUNG = re.compile(r"^IP block:\s*(?P<block>\S+) is hung!")
+# amdgpu_psp.c psp_hw_start / psp_load_fw / psp_resume, then amdgpu_device.c's IP-block init or resume failure:
+# the GPU does not come up (at load) or back (after a reset)
+_PSP_FAILED = re.compile(
+    r"^(?:PSP (?P<psp>create ring|load \w+(?: drv)?|firmware loading|resume|tmr init|load tmr) failed"
+    r"|Failed to wait for (?:trust OS|sOS) ready for ring creation"
+    r"|(?P<phase>hw_init|resume) of IP block <(?P<block>\w+)> failed (?P<e>-?\d+)"
+    r"|amdgpu_device_ip_(?P<step>init|resume) failed)"
+)
+# the driver core's probe failure (`amdgpu: probe of <bdf> failed with error -22`; 6.x: `amdgpu <bdf>: probe with
+# driver amdgpu failed with error -22`)
+_PROBE_FAILED = re.compile(rf"^probe (?:of (?P<bdf>{_BDF}) |with driver amdgpu )failed with error (?P<e>-?\d+)")
 _RESET_BEGIN = re.compile(r"^GPU reset begin!(?:\.?\s*Source:\s*(?P<src>\d+))?")
 _RESET_METHOD = re.compile(r"^(?P<method>MODE1|MODE2|BACO|PCI) reset$")
 _RESET_OK = re.compile(r"^(?:GPU reset(?:\((?P<n>\d+)\))? succeeded|Ring (?P<ring>\S+) reset succeeded)")
@@ -195,6 +211,9 @@ def _amd_fault(body: str, pci: str | None) -> VendorReport | None:
     match = _MES.match(body)
     if match is not None:
         return VendorReport("hang", body, "amd", pci, detail=f"MES msg={match.group('msg')}")
+    match = _IP_HUNG.match(body)
+    if match is not None:
+        return VendorReport("hang", body, "amd", pci, detail=f"IP block {match.group('block')} hung")
     if _RESET_BEGIN.match(body):
         return VendorReport("reset", body, "amd", pci, detail="reset begin")
     match = _RESET_METHOD.match(body)
@@ -215,6 +234,19 @@ def _amd_fault(body: str, pci: str | None) -> VendorReport | None:
         return VendorReport("reset_failed", body, "amd", pci or named, detail="reset failed")
     if _INIT_FAILED.match(body):
         return VendorReport("reset_failed", body, "amd", pci, detail="GPU init failed")
+    match = _PSP_FAILED.match(body)
+    if match is not None:
+        if match.group("psp"):
+            detail = f"PSP {match.group('psp')} failed"
+        elif match.group("block"):
+            detail = f"{match.group('phase')} of IP block {match.group('block')} failed"
+        else:
+            detail = f"GPU {match.group('step') or 'PSP ring creation'} failed"
+        return VendorReport("reset_failed", body, "amd", pci, detail=detail)
+    match = _PROBE_FAILED.match(body)
+    if match is not None:
+        named = normalise_pci(match.group("bdf")) if match.group("bdf") else None
+        return VendorReport("reset_failed", body, "amd", pci or named, detail="GPU init failed (probe)")
     if _LOST.match(body):
         return VendorReport("fallen_off_bus", body, "amd", pci, detail="lost from bus")
     return None
@@ -249,8 +281,9 @@ class VendorLines:
         drm = _DRM.match(message)
         if drm is not None and (drm.group("module") in (None, "amdgpu")):
             report = _amd_fault(_body(message[drm.end() :]), None)
-            if report is not None and report.detail == "VRAM lost" and self._resuming is not None:
-                report = replace(report, pci=self._resuming)
+            resumed = report is not None and (report.detail == "VRAM lost" or report.kind == "reset_failed")
+            if report is not None and resumed and report.pci is None and self._resuming is not None:
+                report = replace(report, pci=self._resuming)  # the PSP or an IP block failing that GPU's resume
             return report
         return None
 
