@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpufleet.parsers.amd.amd_smi import AmdSmiReport, parse_amd_smi
 from gpufleet.parsers.amd.rocm_smi import parse_rocm_smi
 from gpufleet.triage.formats.registry import Format, Table, View, cell
+from gpufleet.triage.readers.vendor_smi import read_amd_smi, read_rocm_smi
 
 _COLUMNS = ("GPU", "BDF", "NAME", "MODEL", "PARTITION", "GFX %", "VRAM MiB|%", "TEMP C", "POWER W", "ECC UE")
 
@@ -41,6 +42,7 @@ AMD_SMI = Format(
         (r"^\s*\"(?:gfx_activity|umc_activity|market_name|asic_serial|oam_id|socket_power|gpu_data)\"\s*:", 8),
     ),
     parse=parse_amd_smi,
+    judge=read_amd_smi,
     render=_view,
 )
 
@@ -55,5 +57,6 @@ ROCM_SMI = Format(
         (r"^\s*\{?\s*\"card\d+\"\s*:\s*\{", 10),  # --json
     ),
     parse=parse_rocm_smi,
+    judge=read_rocm_smi,
     render=_view,
 )

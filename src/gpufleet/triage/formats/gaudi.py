@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpufleet.parsers.gaudi.hl_smi import HlSmiReport, parse_hl_smi
 from gpufleet.triage.formats.registry import Format, Option, Table, View, cell
+from gpufleet.triage.readers.vendor_smi import read_hl_smi
 
 
 def _parse(text: str, source: str, fields: str | None = None) -> HlSmiReport:
@@ -40,6 +41,7 @@ HL_SMI = Format(
         (rf"^(?:{_CSV_FIELD}, )*(?:module_id|\w+\.aip)(?: \[[^\]]*\])?(?:, {_CSV_FIELD})*\s*$", 8),
     ),
     parse=_parse,
+    judge=read_hl_smi,
     render=_view,
     options=(
         Option("fields", str, "With `-Q ... -f csv,noheader` output: the -Q field list, in order (index,bus_id,...)."),

@@ -1,0 +1,147 @@
+"""AMD's amd-smi and rocm-smi and Intel Gaudi's hl-smi, read by their parsers and judged as an engineer reads them.
+
+Memory health is health.gpu_memory's judgement, the one NVIDIA's nvidia-smi and a dcgm-exporter scrape get:
+- amd-smi `metric` / `--json` ECC totals (amdsmi `amdsmi_get_gpu_total_ecc_count`: correctable, uncorrectable,
+  deferred since the driver loaded); rocm-smi prints the same counts only in its `--showrasinfo` tables;
+- hl-smi: `-q`'s "Replaced Rows" (rows replaced for double-bit errors, and a replacement pending until the next
+  reset), `-Q ecc.errors.uncorrected...` CSV fields, and the table's third column: "Volatile Uncorr. ECC" before
+  SynapseAI 1.20, "Volatile Uncor-Events" from 1.20 (the release that added the "Nic Driver Version" line), which
+  counts every uncorrectable event the driver saw, not only memory ECC: a warning to look closer, not an RMA.
+Clock throttling the tool itself reports as active (amd-smi `THROTTLE_STATUS: THROTTLED`, hl-smi -q's "Clocks
+Throttle Reasons" Thermal or Power Slowdown "Active") is a warning. Temperatures are listed but not judged: the
+catalog holds no slowdown or shutdown limit for these GPUs, and the tools print none in these reports.
+A report that shows no health reading at all (`amd-smi list`, `static`, `partition`, the Concise table) is listed,
+with no verdict: it cannot say a GPU is healthy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpufleet.health.gpu_memory import MemoryReading, judge_memory
+from gpufleet.model import Severity
+from gpufleet.parsers.amd.amd_smi import AmdGpuRecord, AmdSmiReport, parse_amd_smi
+from gpufleet.parsers.amd.rocm_smi import parse_rocm_smi
+from gpufleet.parsers.gaudi.hl_smi import AipRecord, HlSmiReport, parse_hl_smi
+from gpufleet.triage.readers.common import bounded_text
+from gpufleet.triage.report import TriageFinding, TriageReport
+
+_THROTTLE_FIX = "check cooling and power delivery; read the GPU's temperatures and power again under load"
+
+
+def _amd_entity(gpu: AmdGpuRecord) -> str:
+    return " ".join(p for p in (f"GPU {gpu.index}", gpu.bdf or "") if p)
+
+
+def _amd_has_health(gpu: AmdGpuRecord) -> bool:
+    return (
+        gpu.ecc.uncorrectable is not None
+        or any(b.uncorrectable is not None for b in gpu.ecc_blocks.values())
+        or (gpu.throttle_status is not None)
+    )
+
+
+def _judge_amd(smi: AmdSmiReport, report: TriageReport) -> None:
+    health = False
+    for gpu in smi.gpus:
+        entity = _amd_entity(gpu)
+        health |= _amd_has_health(gpu)
+        blocks = {name: b.uncorrectable for name, b in gpu.ecc_blocks.items() if b.uncorrectable}
+        uncorrectable = gpu.ecc.uncorrectable if gpu.ecc.uncorrectable is not None else sum(blocks.values()) or None
+        for issue in judge_memory(MemoryReading(uncorrectable=uncorrectable)):
+            where = f" (in {', '.join(sorted(blocks))})" if blocks else ""
+            report.findings.append(
+                TriageFinding(issue.check, issue.severity, issue.message + where, entity, issue.code, issue.fix)
+            )
+        if gpu.ecc.deferred:
+            report.findings.append(
+                TriageFinding(
+                    "ecc", Severity.warning, f"{gpu.ecc.deferred} deferred ECC error(s): poisoned data left in "
+                    "memory, its page retired", entity, "deferred ECC", "watch the count; reset the GPU when idle",
+                )
+            )  # fmt: skip
+        if (gpu.throttle_status or "").upper() == "THROTTLED":
+            report.findings.append(
+                TriageFinding(
+                    "clocks", Severity.warning, "amd-smi reports the GPU THROTTLED", entity, "throttled", _THROTTLE_FIX
+                )
+            )
+    if not health:
+        report.judged = False
+        report.notes.append(
+            f"{smi.tool} {smi.format} shows no health reading (ECC counts, throttling): run `amd-smi metric` "
+            "(or `rocm-smi --showrasinfo all`) to judge the GPUs"
+        )
+    report.notes.extend(f"did not read: {p}" for p in smi.problems[:5])
+
+
+def read_amd_smi(lines: Iterable[str], source: str) -> TriageReport:
+    report = TriageReport("amd-smi", source)
+    _judge_amd(parse_amd_smi(bounded_text(lines, report), source=source), report)
+    return report
+
+
+def read_rocm_smi(lines: Iterable[str], source: str) -> TriageReport:
+    report = TriageReport("rocm-smi", source)
+    _judge_amd(parse_rocm_smi(bounded_text(lines, report), source=source), report)
+    return report
+
+
+# -- hl-smi ----------------------------------------------------------------------------------------------------
+def _aip_entity(aip: AipRecord) -> str:
+    parts = [f"AIP {aip.index}" if aip.index is not None else "", aip.bus_id or ""]
+    return " ".join(p for p in parts if p) or "AIP"
+
+
+def _judge_aip(aip: AipRecord, smi: HlSmiReport, report: TriageReport) -> bool:
+    """Judge one AIP; True when it shows a health reading."""
+    entity = _aip_entity(aip)
+    events_only = smi.format == "table" and smi.nic_driver_version is not None
+    uncorrected = [v for k, v in aip.ecc_errors.items() if "uncorrected" in k and v is not None]
+    uncorrectable = sum(uncorrected) if uncorrected else (None if events_only else aip.uncorrected_events)
+    reading = MemoryReading(
+        uncorrectable=uncorrectable,
+        remapped_uncorrectable=aip.replaced_rows_dbe,
+        remap_pending=aip.replaced_rows_pending,
+    )
+    for issue in judge_memory(reading):
+        report.findings.append(TriageFinding(issue.check, issue.severity, issue.message, entity, issue.code, issue.fix))
+    if events_only and aip.uncorrected_events:
+        report.findings.append(
+            TriageFinding(
+                "events", Severity.warning, f"{aip.uncorrected_events} uncorrectable event(s) since the driver "
+                "loaded (hl-smi's Volatile Uncor-Events)", entity, "uncorrectable events",
+                "read `hl-smi -q -i <bus id>` (ECC and Replaced Rows) and the habanalabs lines in `dmesg`; reset the "
+                "device if the count grows",
+            )
+        )  # fmt: skip
+    active = [name for name, on in aip.throttle_reasons.items() if on and ("Thermal" in name or "Power" in name)]
+    if active:
+        report.findings.append(
+            TriageFinding(
+                "clocks",
+                Severity.warning,
+                f"clocks held down: {', '.join(active)} active",
+                entity,
+                "throttled",
+                _THROTTLE_FIX,
+            )
+        )
+    return any(
+        v is not None
+        for v in (uncorrectable, aip.replaced_rows_dbe, aip.replaced_rows_pending, aip.uncorrected_events or None)
+    ) or bool(aip.throttle_reasons)
+
+
+def read_hl_smi(lines: Iterable[str], source: str) -> TriageReport:
+    report = TriageReport("hl-smi", source)
+    smi = parse_hl_smi(bounded_text(lines, report), source=source)
+    health = False
+    for aip in smi.aips:
+        health |= _judge_aip(aip, smi, report)
+    if (smi.format == "table" and smi.nic_driver_version is None) or smi.format == "table":
+        health = health or any(a.uncorrected_events is not None for a in smi.aips)
+    if not health:
+        report.judged = False
+        report.notes.append("this hl-smi output shows no health reading (ECC, replaced rows): run `hl-smi -q`")
+    report.notes.extend(f"did not read: {p}" for p in smi.problems[:5])
+    return report

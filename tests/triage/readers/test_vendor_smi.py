@@ -1,0 +1,50 @@
+"""amd-smi, rocm-smi and hl-smi judged on real captures (tests/captures/amd, gaudi, each with its .source.txt) and on
+hand-built records: memory health as health.gpu_memory judges it, no verdict where the output shows no health."""
+
+from __future__ import annotations
+
+from gpufleet.parsers.amd.amd_smi import AmdGpuRecord, AmdSmiReport, EccCount
+from gpufleet.parsers.gaudi.hl_smi import AipRecord, HlSmiReport
+from gpufleet.triage.readers.vendor_smi import _judge_aip, _judge_amd, read_amd_smi, read_hl_smi, read_rocm_smi
+from gpufleet.triage.report import TriageReport
+from tests.conftest import CAPTURES
+
+
+def _lines(path: str) -> list[str]:
+    return (CAPTURES / path).read_text().splitlines()
+
+
+def test_amd_smi_metric_with_no_errors_is_healthy_and_static_says_it_cannot_judge() -> None:
+    assert read_amd_smi(_lines("amd/amd_smi_metric_mi300x_blog.txt"), "m").verdict == "healthy"
+    static = read_amd_smi(_lines("amd/amd_smi_static_mi300x_blog.txt"), "s")
+    assert static.verdict == "unknown" and "no health reading" in static.notes[0]
+    assert read_rocm_smi(_lines("amd/rocm_smi_concise_mi300x_loaded.txt"), "c").verdict == "unknown"
+
+
+def test_an_amd_gpus_uncorrectable_ecc_is_the_one_memory_judgement() -> None:
+    gpu = AmdGpuRecord(index=3, bdf="0000:c1:00.0", ecc=EccCount(0, 2, 1), throttle_status="THROTTLED")
+    report = TriageReport("amd-smi", "t")
+    _judge_amd(AmdSmiReport(gpus=[gpu]), report)
+    assert report.verdict == "faulty"
+    codes = {(f.code, f.entity) for f in report.findings}
+    assert ("volatile uncorrectable ECC", "GPU 3 0000:c1:00.0") in codes
+    assert {"deferred ECC", "throttled"} <= {f.code for f in report.findings}
+
+
+def test_hl_smi_uncorrectable_events_warn_and_a_quiet_table_is_healthy() -> None:
+    loaded = read_hl_smi(_lines("gaudi/hl_smi_table_gaudi2_x8_loaded.txt"), "l")
+    assert loaded.verdict == "degraded"
+    assert [f.entity for f in loaded.findings] == ["AIP 0 0000:33:00.0", "AIP 6 0000:b4:00.0"]
+    assert read_hl_smi(_lines("gaudi/hl_smi_table_gaudi2_x8_poc.txt"), "p").verdict == "healthy"
+    assert read_hl_smi(_lines("gaudi/hl_smi_q_gaudi2_poc.txt"), "q").verdict == "healthy"
+
+
+def test_replaced_rows_and_a_pending_replacement_on_gaudi() -> None:
+    report = TriageReport("hl-smi", "t")
+    aip = AipRecord(index=1, bus_id="0000:34:00.0", replaced_rows_dbe=0, replaced_rows_pending=True)
+    assert _judge_aip(aip, HlSmiReport(aips=[aip], format="query"), report)
+    assert report.verdict == "degraded" and report.findings[0].code == "row remap pending"
+    old_table = AipRecord(index=0, uncorrected_events=3)  # "Volatile Uncorr. ECC" before 1.20: memory ECC
+    report = TriageReport("hl-smi", "t")
+    _judge_aip(old_table, HlSmiReport(aips=[old_table], format="table"), report)
+    assert report.verdict == "faulty"
