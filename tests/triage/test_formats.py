@@ -29,6 +29,7 @@ REAL = {
     "nvidia-smi-nvlink": CORPUS / "nvlink_status_a100_ok_gpud.txt",
     "nvidia-smi-topo": CORPUS / "topo_m_01_a100_nv12_stas00.txt",
     "nvidia-smi-mig": CAPTURES / "nvsmi_mig" / "lgi_lci_a100_mixed.txt",
+    "nvidia-device-plugin-log": CAPTURES / "device_plugin" / "xid69_old_wording_k8sdp189.log",
     "nvidia-smi-processes": CAPTURES / "nvml_processes" / "pmon_h100_load_exporter.txt",
     "dcgmi-diag": CORPUS / "dcgmi_diag_fail_01_r3_rowremap_stas00.txt",
     "dcgm-exporter-metrics": CORPUS / "dcgm_exporter_metrics_05_xid_count_pr239.txt",

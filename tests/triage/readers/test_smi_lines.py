@@ -95,3 +95,18 @@ def test_a_mig_listing_says_what_is_configured_and_judges_missing_instances() ->
     none = _triage(MIG / "lgi_none_a30.txt")
     assert (none.format, none.verdict) == ("nvidia-smi-mig", "degraded")
     assert [f.code for f in none.findings] == ["no GPU instances"]
+
+
+PLUGIN = CAPTURES / "device_plugin"
+
+
+def test_the_device_plugin_log_names_the_gpu_and_judges_its_xid() -> None:
+    old = _triage(PLUGIN / "xid69_old_wording_k8sdp189.log")
+    assert (old.format, old.verdict) == ("nvidia-device-plugin-log", "degraded")
+    assert {(f.code, f.entity) for f in old.findings} == {
+        ("Xid 69", "GPU-7540a9b3-eeb9-1214-1526-f93c9ea826a8"),
+        ("marked unhealthy", "GPU-7540a9b3-eeb9-1214-1526-f93c9ea826a8"),
+    }
+    new = _triage(PLUGIN / "klog_xid79_and_skipped.log")
+    assert (new.format, new.verdict) == ("nvidia-device-plugin-log", "faulty")
+    assert [f.code for f in new.findings] == ["Xid 13", "Xid 79", "marked unhealthy"]

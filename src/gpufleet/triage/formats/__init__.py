@@ -24,6 +24,7 @@ REGISTRY = Registry(
         nvidia.SMI_NVLINK,
         nvidia.SMI_TOPO,
         nvidia.SMI_PROCESSES,
+        nvidia.DEVICE_PLUGIN_LOG,
         dcgm.DCGMI_DIAG,
         dcgm.DCGMI_HEALTH,
         dcgm.DCGM_EXPORTER_METRICS,

@@ -3,6 +3,7 @@ cannot run), `nvlink -s`, `topo -m`, and the processes on each GPU (`--query-com
 
 from __future__ import annotations
 
+from gpufleet.parsers.nvidia.device_plugin import parse_plugin_log
 from gpufleet.parsers.nvidia.smi import NvidiaSmiReport, parse_query
 from gpufleet.parsers.nvidia.smi_csv import parse_query_gpu
 from gpufleet.parsers.nvidia.smi_mig import MigListing, parse_mig_listing
@@ -10,6 +11,7 @@ from gpufleet.parsers.nvidia.smi_processes import ProcessesReport, parse_process
 from gpufleet.parsers.nvidia.smi_table import parse_table
 from gpufleet.parsers.nvidia.topo import parse_topo_matrix, read_nvlink_status
 from gpufleet.triage.formats.registry import Format, Table, View, cell
+from gpufleet.triage.readers.device_plugin import read_device_plugin_log
 from gpufleet.triage.readers.smi import (
     read_nvidia_smi_nvlink,
     read_nvidia_smi_q,
@@ -202,4 +204,21 @@ SMI_PROCESSES = Format(
     ),
     parse=parse_processes,
     render=_processes_view,
+)
+
+
+# NVIDIA/k8s-device-plugin's health messages, v0.9 to v0.17 (parsers/nvidia/device_plugin.py names each one)
+DEVICE_PLUGIN_LOG = Format(
+    name="nvidia-device-plugin-log",
+    summary="The NVIDIA device plugin's log: the Xids it saw, NVML events it skipped, devices it marked unhealthy",
+    signs=(
+        (r"XidCriticalError: Xid=\d+", 10),
+        (r"Skipping non-nvmlEventTypeXidCriticalError event", 10),
+        (r"'[\w./-]+' device marked unhealthy: ", 10),
+        (r"Ignoring the following XIDs for health checks", 8),
+        (r"[Mm]arking all devices as unhealthy|; health checks disabled", 8),
+        (r"Processing event \{Device:", 6),
+    ),
+    parse=parse_plugin_log,
+    judge=read_device_plugin_log,
 )
