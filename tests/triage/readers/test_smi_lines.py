@@ -52,7 +52,7 @@ def test_one_q_section_alone_is_told_and_judged() -> None:
     assert any("remap" in f.code.lower() for f in rows.findings)
     brake = _triage(ROUND2 / "03_v100_c4130_hw_power_brake.txt")
     assert (brake.format, brake.verdict) == ("nvidia-smi-q", "degraded")
-    assert "hw_power_brake_slowdown" in {f.code for f in brake.findings}
+    assert [f.code for f in brake.findings] == ["hw_power_brake_slowdown"]
 
 
 def test_table_rows_without_the_header_are_the_table() -> None:
@@ -74,7 +74,7 @@ def test_query_gpu_csv_is_judged_as_q_judges_the_same_values() -> None:
     assert {f.entity for f in report.findings} == {"GPU 1 0000:52:00"}
     throttled = _triage(QUERY_GPU / "throttle_noheader_nounits.txt")
     assert (throttled.format, throttled.verdict) == ("nvidia-smi-query-gpu", "degraded")
-    assert {"PCIe width", "hw_power_brake_slowdown"} <= {f.code for f in throttled.findings}
+    assert {f.code for f in throttled.findings} == {"PCIe width", "hw_power_brake_slowdown"}
 
 
 def test_the_recovery_action_in_q_is_judged_too() -> None:
@@ -110,3 +110,13 @@ def test_the_device_plugin_log_names_the_gpu_and_judges_its_xid() -> None:
     new = _triage(PLUGIN / "klog_xid79_and_skipped.log")
     assert (new.format, new.verdict) == ("nvidia-device-plugin-log", "faulty")
     assert [f.code for f in new.findings] == ["Xid 13", "Xid 79", "marked unhealthy"]
+
+
+def test_clock_reasons_are_judged_by_health_clock_events() -> None:
+    from gpufleet.health.clock_events import judge_clock_reasons
+
+    assert [c.reason for c in judge_clock_reasons(["gpu_idle", "sw_power_cap"])] == []
+    # the generic HW Slowdown is explained by the specific one beside it
+    (brake,) = judge_clock_reasons(["hw_slowdown", "hw_power_brake_slowdown"])
+    assert brake.cause.value == "power-brake" and brake.fix.startswith("CHECK_MECHANICALS")
+    assert [c.reason for c in judge_clock_reasons(["hw_slowdown"])] == ["hw_slowdown"]

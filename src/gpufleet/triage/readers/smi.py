@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
+from gpufleet.health.clock_events import judge_clock_reasons
 from gpufleet.health.gpu_memory import MemoryReading, judge_memory
 from gpufleet.health.nvlink import EXPECTS_NVLINK, NVLINK_FIX, judge_nvlink, nvlink_design
 from gpufleet.health.nvml_access import judge_failure, judge_unreachable
@@ -242,10 +243,9 @@ def _judge_gpu(gpu: GpuRecord, report: TriageReport) -> None:
     if width is not None and width_max is not None and width < width_max:
         add("pcie", Severity.warning, "PCIe width", f"PCIe link at x{width}, capable of x{width_max}",
             "reseat the GPU or riser; check the slot")  # fmt: skip
-    for reason in gpu.active_clock_event_reasons:
-        if reason in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"):
-            add("clocks", Severity.warning, reason, f"clocks held down: {reason}",
-                "check cooling and power delivery (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`)")  # fmt: skip
+    for clock in judge_clock_reasons(gpu.active_clock_event_reasons):
+        sm = f" (SM clock {gpu.clock_sm_mhz:.0f} MHz)" if gpu.clock_sm_mhz is not None else ""
+        add("clocks", Severity.warning, clock.reason, f"{clock.message}{sm}", clock.fix)
 
 
 _IDENTITY = {"pci_bus_id", "pci", "index", "driver_version", "cuda_version"}
