@@ -4,8 +4,12 @@ the JSON reader judges them, and a Pending pod without its events still not call
 from __future__ import annotations
 
 import io
+import random
+
+import pytest
 
 from gpufleet.model import Severity
+from gpufleet.triage.formats import read
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_lines
 from tests.conftest import CAPTURES
@@ -84,3 +88,22 @@ def test_an_image_pull_failure_and_a_failed_allocation() -> None:
         "ErrImagePull": Severity.warning,
         "UnexpectedAdmissionError": Severity.critical,
     }
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_seeded_fuzz_never_escapes(seed: int) -> None:
+    """Cuts, character swaps and shuffles of the kubectl captures: each reader answers, never a traceback."""
+    rng = random.Random(seed)
+    captures = sorted(p for p in KUBECTL.glob("*.txt") if not p.name.endswith(".source.txt"))
+    for _ in range(100):
+        lines = rng.choice(captures).read_text().splitlines()
+        op = rng.randrange(3)
+        if op == 0:
+            lines = lines[: rng.randrange(len(lines) + 1)]
+        elif op == 1:
+            old, new = rng.choice(":\t -0"), rng.choice(["", "::", "\x00", "9", "&a "])
+            lines = [line.replace(old, new) for line in lines]
+        else:
+            rng.shuffle(lines)
+        for fmt in ("kubectl-describe-pod", "kubectl-node-yaml", "kubectl-pod-yaml", "kubectl-describe-node"):
+            read(fmt, iter(lines), "fuzz")

@@ -213,11 +213,15 @@ def parse_ibv_devinfo(text: str, source: str = "") -> Devinfo:
 
 
 def _check_whole(out: Devinfo) -> None:
-    for device in out.devices:
-        for port in device.ports:
-            missing = [k for k in _PORT_FIELDS if k not in port.fields]
-            if missing and port is out.devices[-1].ports[-1]:
-                out.truncated = f"{device.name or 'a device'} port {port.number} stops before {missing[0]}"
-        count = device.port_count
-        if device is out.devices[-1] and count and not device.ports:
-            out.truncated = out.truncated or f"{device.name} says it has {count} port(s), and none follow"
+    """The last record is the one a cut leaves short: its port missing fields every port prints, or a device whose
+    ports never follow."""
+    if not out.devices:
+        return
+    last = out.devices[-1]
+    if last.ports:
+        port = last.ports[-1]
+        missing = [k for k in _PORT_FIELDS if k not in port.fields]
+        if missing:
+            out.truncated = f"{last.name or 'a device'} port {port.number} stops before {missing[0]}"
+    elif last.port_count:
+        out.truncated = f"{last.name} says it has {last.port_count} port(s), and none follow"
