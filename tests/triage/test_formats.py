@@ -33,6 +33,7 @@ REAL = {
     "nvidia-smi-processes": CAPTURES / "nvml_processes" / "pmon_h100_load_exporter.txt",
     "dcgmi-diag": CORPUS / "dcgmi_diag_fail_01_r3_rowremap_stas00.txt",
     "dcgm-exporter-metrics": CORPUS / "dcgm_exporter_metrics_05_xid_count_pr239.txt",
+    "dcgmi-discovery": CAPTURES / "dcgmi_tools" / "discovery_h100_blank_names_dcgm229.txt",
     "amd-smi": CAPTURES / "amd" / "amd_smi_static_mi300x_blog.txt",
     "rocm-smi": CAPTURES / "amd" / "rocm_smi_concise_mi300x_x4_jax.txt",
     "hl-smi": CAPTURES / "gaudi" / "hl_smi_table_gaudi2_x8_loaded.txt",
@@ -57,6 +58,7 @@ REAL = {
 WRITTEN = {
     "dcgmi-health": CAPTURES / "dcgmi_health_failure.txt",
     "nvidia-smi-query-gpu": CAPTURES / "nvsmi_query_gpu" / "remap_pending_recovery.txt",
+    "dcgmi-dmon": CAPTURES / "dcgmi_tools" / "dmon_xid79_remap_pending.txt",
     "kubectl-node-json": Path(__file__).parent / "readers" / "data" / "kubectl_node_gpu_healthy.json",
     "kubectl-pod-yaml": Path(__file__).parent / "readers" / "data" / "kubectl_pods_kubeadm_docker.yaml",
 }

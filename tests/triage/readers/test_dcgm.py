@@ -162,3 +162,21 @@ def test_dcgmi_health_json_is_judged_as_the_table_is() -> None:
     assert (as_json.format, as_json.verdict) == ("dcgmi-health", "faulty")
     key = sorted((f.severity, f.entity, f.code, f.fix) for f in as_json.findings)
     assert key == sorted((f.severity, f.entity, f.code, f.fix) for f in table.findings)
+
+
+def test_dcgmi_dmon_and_discovery_are_told_and_judged() -> None:
+    tools = CAPTURES / "dcgmi_tools"
+    dmon = triage_lines(io.StringIO((tools / "dmon_xid79_remap_pending.txt").read_text()), "dmon.txt")
+    assert (dmon.format, dmon.verdict) == ("dcgmi-dmon", "faulty")
+    assert {(f.code, f.entity) for f in dmon.findings} == {("Xid 79", "GPU 2"), ("row remap pending", "GPU 1")}
+    old = triage_lines(io.StringIO((tools / "dmon_2x_power_brake.txt").read_text()), "dmon2.txt")
+    assert (old.format, old.verdict, [f.entity for f in old.findings]) == ("dcgmi-dmon", "degraded", ["GPU 1"])
+    found = triage_lines(io.StringIO((tools / "discovery_h100_blank_names_dcgm229.txt").read_text()), "d.txt")
+    assert (found.format, found.verdict) == ("dcgmi-discovery", "degraded")
+    assert {f.code for f in found.findings} == {"blank attributes"}
+
+
+def test_dmon_showing_no_fault_field_is_not_called_healthy() -> None:
+    text = "#Entity           POWER        SMACT\nID                W\nGPU 0             61.2         0.9\n"
+    report = triage_lines(io.StringIO(text), "usage.txt")
+    assert (report.format, report.verdict) == ("dcgmi-dmon", "unknown")

@@ -27,6 +27,8 @@ REGISTRY = Registry(
         nvidia.DEVICE_PLUGIN_LOG,
         dcgm.DCGMI_DIAG,
         dcgm.DCGMI_HEALTH,
+        dcgm.DCGMI_DMON,
+        dcgm.DCGMI_DISCOVERY,
         dcgm.DCGM_EXPORTER_METRICS,
         amd.AMD_SMI,
         amd.ROCM_SMI,

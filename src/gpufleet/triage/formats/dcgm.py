@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from gpufleet.parsers.nvidia.dcgmi_diag import parse_diag
 from gpufleet.parsers.nvidia.dcgmi_health import HealthReport, parse_health_any
+from gpufleet.parsers.nvidia.dcgmi_tools import parse_discovery, parse_dmon
 from gpufleet.parsers.prometheus_text import Item, parse_lines
 from gpufleet.triage.formats.registry import Format
 from gpufleet.triage.readers.dcgm import read_dcgmi_diag, read_dcgmi_health
 from gpufleet.triage.readers.dcgm_exporter import read_dcgm_exporter_metrics
+from gpufleet.triage.readers.dcgm_tools import read_dcgmi_discovery, read_dcgmi_dmon
 
 # dcgmi/Diag.cpp (2.x-4.x): the table's header, its category rows, result rows (`Pass - All`, `Fail - GPU: 0`,
 # 4.x `GPU0: Pass`), message rows, and dcgmi's own failures when it prints no table
@@ -50,6 +52,34 @@ DCGMI_HEALTH = Format(
     ),
     parse=_parse_health,
     judge=read_dcgmi_health,
+)
+
+
+# dcgmi/DeviceMonitor.cpp: the `#Entity` header of short names and its `ID` units line (2.x: `# Entity`, `Id`)
+DCGMI_DMON = Format(
+    name="dcgmi-dmon",
+    summary="`dcgmi dmon -e ...`: DCGM field samples per entity (Xid, ECC, row remap, retired pages, clocks events)",
+    signs=(
+        (r"^#\s?Entity\s+[A-Z0-9#]{2,12}\b", 10),
+        (r"^\s*I[Dd](?:\s+\S+)*\s*$", 1),
+        (r"^(?:GPU|GPU-I|GPU-CI|Switch) \d+\s+(?:[-\d.]+|N/A)\s+(?:[-\d.]+|N/A)", 3),
+    ),
+    parse=parse_dmon,
+    judge=read_dcgmi_dmon,
+)
+
+# dcgmi/Query.cpp (2.x-4.x): `N GPUs found.` (4.x: `(Active)`), then the GPU ID / Device Information table
+DCGMI_DISCOVERY = Format(
+    name="dcgmi-discovery",
+    summary="`dcgmi discovery -l`: the GPUs, NvSwitches and ConnectX DCGM finds, and any it lost",
+    signs=(
+        (r"^\d+ GPUs? found(?: \((?:All|Active)\))?\.", 8),
+        (r"^\|\s*GPU ID\s*\|\s*Device Information\s*\|", 10),
+        (r"^\d+ NvSwitch(?:es)? found\.", 6),
+        (r"^\|\s*\d*\s*\|\s*(?:PCI Bus ID|Device UUID): ", 4),
+    ),
+    parse=parse_discovery,
+    judge=read_dcgmi_discovery,
 )
 
 
