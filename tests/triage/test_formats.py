@@ -52,6 +52,7 @@ REAL = {
     "kubectl-describe-node": CAPTURES / "kubectl" / "describe_node_ocp311_kubevirt.txt",
     "kubectl-node-yaml": CAPTURES / "kubectl" / "node_yaml_status_one_gpu_podman_desktop.txt",
     "kubectl-describe-pod": CAPTURES / "kubectl" / "describe_pod_pending_tf_notebook.txt",
+    "kubectl-events": CAPTURES / "kubectl" / "kubectl_events_unbound_pvc_excerpt.txt",
     "app-log": TRIAGE_DATA / "oom" / "app_torch2_rank3_eks.log",
 }
 # no real capture stored yet: fixtures written from the tool's printing code. A real capture moves a format to REAL.

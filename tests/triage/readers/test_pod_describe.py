@@ -107,3 +107,30 @@ def test_seeded_fuzz_never_escapes(seed: int) -> None:
             rng.shuffle(lines)
         for fmt in ("kubectl-describe-pod", "kubectl-node-yaml", "kubectl-pod-yaml", "kubectl-describe-node"):
             read(fmt, iter(lines), "fuzz")
+
+
+def test_kubectl_events_rows_without_their_header() -> None:
+    report = _triage((KUBECTL / "kubectl_events_unbound_pvc_excerpt.txt").read_text())
+    assert (report.format, report.verdict) == ("kubectl-events", "degraded")
+    (finding,) = report.findings
+    assert (finding.entity, finding.code) == ("pod postgres-0", "FailedScheduling: unbound PersistentVolumeClaim")
+    assert any("FailedBinding" in n for n in report.notes)  # another object's warning, listed
+
+
+def test_kubectl_get_events_table_is_read_by_its_columns() -> None:
+    text = (
+        "NAMESPACE   LAST SEEN           TYPE      REASON                     OBJECT              MESSAGE\n"
+        "ml          26m (x150 over 12h) Warning   FailedScheduling           pod/train-0         0/4 nodes are "
+        "available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available: 4 No preemption victims found "
+        "for incoming pod.\n"
+        "ml          2m                  Warning   UnexpectedAdmissionError   pod/infer-1         Allocate failed "
+        "due to rpc error: code = Unknown desc = no healthy devices, which is unexpected\n"
+        "ml          1m                  Normal    Scheduled                  pod/infer-2         Successfully "
+        "assigned ml/infer-2 to gpu-3\n"
+    )
+    report = _triage(text)
+    assert (report.format, report.verdict) == ("kubectl-events", "faulty")
+    assert {(f.entity, f.code) for f in report.findings} == {
+        ("pod train-0", "FailedScheduling: Insufficient nvidia.com/gpu"),
+        ("pod infer-1", "UnexpectedAdmissionError"),
+    }

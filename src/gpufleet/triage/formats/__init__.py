@@ -50,6 +50,7 @@ REGISTRY = Registry(
         kube.KUBECTL_NODE_YAML,
         kube.KUBECTL_POD_YAML,
         kube.KUBECTL_DESCRIBE_POD,
+        kube.KUBECTL_EVENTS,
         app.APP_LOG,
     )
 )

@@ -7,7 +7,7 @@ from gpufleet.triage.formats.registry import Format
 from gpufleet.triage.readers.kube import read_kubectl_describe_node, read_kubectl_node_json
 from gpufleet.triage.readers.kube_yaml import read_kubectl_node_yaml, read_kubectl_pod_yaml
 from gpufleet.triage.readers.pod import read_kubectl_pod_json
-from gpufleet.triage.readers.pod_describe import read_kubectl_describe_pod
+from gpufleet.triage.readers.pod_describe import read_kubectl_describe_pod, read_kubectl_events
 
 KUBECTL_NODE_JSON = Format(
     name="kubectl-node-json",
@@ -91,4 +91,15 @@ KUBECTL_DESCRIBE_POD = Format(
         (r"^Tolerations:\s", 3),
     ),
     judge=read_kubectl_describe_pod,
+)
+
+KUBECTL_EVENTS = Format(
+    name="kubectl-events",
+    summary="`kubectl get events` or `kubectl events`: each pod's events (FailedScheduling and why, GPU allocation)",
+    signs=(
+        (r"^(?:NAMESPACE\s+)?LAST SEEN\s+(?:FIRST SEEN\s+COUNT\s+NAME\s+KIND\s+SUBOBJECT\s+)?TYPE\s+REASON\s+", 10),
+        (r"(?:^|\s)(?:Normal|Warning)\s+[A-Z]\w+\s+(?:[Pp]od|[Nn]ode|[A-Z]\w+)/\S+\s+\S", 6),
+        (r"\s(?:Warning|Normal)\s+(?:FailedScheduling|Scheduled|UnexpectedAdmissionError)\s", 3),
+    ),
+    judge=read_kubectl_events,
 )

@@ -70,6 +70,11 @@ def _schedule_fix(why: str) -> tuple[str, str]:
             "no node has the labels the pod's nodeSelector/affinity asks for: check the GPU labels (GPU feature "
             "discovery's nvidia.com/gpu.present, .product) on the nodes and the pod's selector"
         )
+    if re.search(r"persistentvolumeclaim", why, re.IGNORECASE):
+        return "unbound PersistentVolumeClaim", (
+            "the pod's PersistentVolumeClaim is missing or not bound: create it, or fix the claim's volumeName / "
+            "storage class (`kubectl get pvc`, `kubectl describe pvc`)"
+        )
     if "unschedulable" in why:
         return "nodes unschedulable", "the nodes are cordoned: uncordon one once it is fit (`kubectl uncordon`)"
     if "port" in why:
@@ -210,8 +215,8 @@ def _judge_events(pod: PodView, events: list[Event], conditions: dict[str, str],
     for e in events:
         if e.reason == "FailedScheduling":
             m = _AVAILABLE.search(e.message)
-            reasons = [r.strip().rstrip(".") for r in re.split(r",\s*(?=\d+ )", m.group("reasons"))] if m else []
-            reasons = [r.split(". preemption:")[0] for r in reasons]
+            said = re.split(r"\.?\s*preemption:", m.group("reasons"))[0] if m else ""  # the preemption part
+            reasons = [r.strip().rstrip(".") for r in re.split(r",\s*(?=\d+ )", said) if r.strip()]
             if not reasons:
                 add(Severity.warning, "FailedScheduling", f"{entity} cannot be scheduled: {e.message[:300]}",
                     "read the scheduler's message", e.line)  # fmt: skip
@@ -287,4 +292,69 @@ def read_kubectl_describe_pod(lines: Iterable[str], source: str) -> TriageReport
             report.judged = False
     if len(report.findings) > MAX_FINDINGS:
         del report.findings[MAX_FINDINGS:]
+    return report
+
+
+# ---------------------------------------------------------------- kubectl get events / kubectl events
+
+# a row without its header (an excerpt): [LAST SEEN] TYPE REASON KIND/NAME MESSAGE
+_EVENT_ROW = re.compile(
+    r"^(?:(?:\S+\s+)?\S+(?: \(x\d+ over \S+\))?\s+)?(?P<type>Normal|Warning)\s+(?P<reason>[A-Z]\w+)\s+"
+    r"(?P<object>[A-Za-z]+/\S+)\s+(?P<message>\S.*?)\s*$"
+)
+_EVENTS_HEADER = re.compile(r"^(?=.*\bTYPE\b)(?=.*\bREASON\b)(?=.*\bMESSAGE\b)(?=.*\b(?:OBJECT|NAME)\b)[A-Z][A-Z ]+$")
+
+
+def _columns(header: str) -> list[tuple[str, int]]:
+    """Column names and where each starts (kubectl's tabwriter pads every cell to the column's width)."""
+    return [(m.group().strip(), m.start()) for m in re.finditer(r"[A-Z]+(?: [A-Z]+)?(?=\s{2,}|\s*$)", header)]
+
+
+def read_kubectl_events(lines: Iterable[str], source: str) -> TriageReport:
+    """`kubectl get events [-A] [-o wide]` or `kubectl events` (1.26+): each pod's events judged as
+    `kubectl describe pod` judges them, one pod at a time (OBJECT `pod/NAME`, or KIND Pod and NAME)."""
+    report = TriageReport("kubectl-events", source)
+    columns: list[tuple[str, int]] = []
+    by_object: dict[str, list[Event]] = {}
+    for raw in bounded_lines(lines, report):
+        line = raw.rstrip()
+        if _EVENTS_HEADER.match(line.strip()) and not line[:1].isspace():
+            columns = _columns(line)
+            continue
+        if not line.strip():
+            continue
+        if not columns:
+            if m := _EVENT_ROW.match(line.strip()):
+                events = by_object.setdefault(m.group("object"), [])
+                if len(events) < MAX_EVENTS:
+                    events.append(Event(m.group("type"), m.group("reason"), "", m.group("message"), line.strip()))
+            continue
+        cells = {name: line[start : columns[i + 1][1] if i + 1 < len(columns) else None].strip()
+                 for i, (name, start) in enumerate(columns)}  # fmt: skip
+        cells["MESSAGE"] = line[dict(columns)["MESSAGE"] :].strip()
+        kind_name = cells.get("OBJECT") or f"{cells.get('KIND', '').lower()}/{cells.get('NAME', '')}"
+        if cells.get("TYPE") not in ("Normal", "Warning"):
+            if by_object and line[:1].isspace():  # a wrapped message
+                last = next(reversed(by_object.values()))[-1]
+                last.message = f"{last.message} {line.strip()}"[:2000]
+            continue
+        events = by_object.setdefault(kind_name, [])
+        if len(events) < MAX_EVENTS:
+            events.append(Event(cells["TYPE"], cells.get("REASON", ""), cells.get("SOURCE", ""), cells["MESSAGE"],
+                                line.strip()))  # fmt: skip
+    if not columns and not by_object:
+        raise ParseError("no events table (LAST SEEN  TYPE  REASON  OBJECT  MESSAGE) in the input",
+                         fix="give the output of `kubectl get events` or `kubectl events`")  # fmt: skip
+    if not columns:
+        report.notes.append("event rows without the table's header: read as TYPE, REASON, OBJECT, MESSAGE")
+    pods = {k: v for k, v in by_object.items() if k.lower().startswith("pod/")}
+    for kind_name, events in pods.items():
+        _judge_events(PodView(name=kind_name.split("/", 1)[1][:253]), events, {}, report)
+    others = [e for k, v in by_object.items() if k not in pods for e in v if e.type == "Warning"]
+    for e in others[:20]:
+        report.notes.append(f"warning event, not judged: {e.line[:200]}")
+    if not by_object:
+        report.judged = False
+        report.notes.append("the events table has no rows")
+    del report.findings[MAX_FINDINGS:]
     return report
