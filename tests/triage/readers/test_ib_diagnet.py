@@ -67,3 +67,13 @@ def test_db_csv_counters_and_down_links() -> None:
 def test_a_cut_db_csv_is_not_healthy() -> None:
     report = _triage("START_PM_INFO\nNodeGUID,PortGUID,PortNumber,SymbolErrorCounter\n0x1,0x1,1,0\n")
     assert report.verdict == "unknown"
+
+
+def test_a_run_that_fails_before_its_stages_is_faulty() -> None:
+    text = (
+        "Loading IBDIAGNET from: /usr/lib64/ibdiagnet1.5.7\n-W- Topology file is not specified.\n"
+        "-E- Failed to find a local port in the state Active\n"
+    )
+    report = _triage(text)
+    assert (report.format, report.verdict) == ("ibdiagnet", "faulty")
+    assert report.findings[0].code == "ibdiagnet failed" and not any("not ibdiagnet output" in n for n in report.notes)

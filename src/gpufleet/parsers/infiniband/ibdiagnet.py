@@ -35,6 +35,7 @@ _SUMMARY_ROW = re.compile(
 )
 _SECTION = re.compile(r"^(?P<edge>START|END)_(?P<name>[A-Z0-9_]+)\s*$")
 _TITLE = re.compile(r"^[A-Z][\w /&()-]{2,60}$")
+_BANNER = re.compile(r"^(?:Loading IBDIAGNET from:|ibdiagnet \(|Running command:|Command Line:|Load Plugins from:)")
 _COUNTER = re.compile(r"^\s+(?P<name>[A-Za-z]\w+)\s*:\s*(?P<value>\d+)(?:\s*\(threshold=(?P<threshold>\d+)\))?")
 
 
@@ -133,6 +134,8 @@ def parse_ibdiagnet(text: str, source: str = "") -> Ibdiagnet:
             continue
         if last is not None and line[:1].isspace():
             last.detail.append(line)
+            continue
+        if _BANNER.match(line.strip()):
             continue
         if stage == "" and not out.messages:
             out.unreadable.append((number, line))

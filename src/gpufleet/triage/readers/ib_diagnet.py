@@ -69,6 +69,19 @@ def read_ibdiagnet(lines: Iterable[str], source: str) -> TriageReport:
         errors = sum(1 for m in entries if m.level == "E")
         if entries:
             _stage(found, stage, errors, len(entries) - errors, "", entries)
+    failed = [m for m in parsed.in_stage("") if m.level == "E"]
+    if failed:  # before any stage: ibdiagnet could not start its run (no port, no fabric)
+        found.add(
+            TriageFinding(
+                "ibdiagnet",
+                Severity.critical,
+                f"ibdiagnet failed before its stages: {failed[0].text[:200]}",
+                "the host's port",
+                "ibdiagnet failed",
+                "check the local HCA port is up and sees the fabric (`ibstat`), then rerun ibdiagnet",
+                [f"-E- {m.text}"[:300] for m in failed[:MAX_EVIDENCE]],
+            )
+        )
     _pm_info(found, parsed.tables)
     _ports(found, parsed.tables)
     found.close()
