@@ -964,16 +964,11 @@ def test_the_matrix_covers_every_capture() -> None:
     assert all(p.parent.name in ONE_DOOR for p in alone), sorted(_relative(p) for p in alone)
 
 
-NO_TEST_NAMED = "the output names no test (all_reduce_perf, ...): its bandwidth is not judged"
 EXPECTED_TRIAGE = json.loads((ROUND2 / "expected_triage.json").read_text())["cases"]
 # what triage does not read yet the way the scored expectation asks: each door that reads these agrees with the
 # others (the matrix above), and the gap is in what every door reads
 KNOWN_GAPS = {
     "xid/08_sxid22013_nvtrust124_h100_tdx.log": "the policy rates a non-fatal SXid IGNORE (info), not degraded",
-    "nccltests/01_a40_nv4_pair_2gpu.txt": NO_TEST_NAMED,
-    "nccltests/02_a40_4gpu_sys_p2p_disabled.txt": NO_TEST_NAMED,
-    "nccltests/03_dgx_a100_4gpu_nvswitch.txt": NO_TEST_NAMED,
-    "nccltests/04_dgx_a100_4gpu_p2p_disabled.txt": NO_TEST_NAMED,
     "dcgmi/04_rtx3090x8_pcie_fail_driver_cuda_mismatch.txt": "a CUDA API error is read as the diagnostic's own",
 }
 

@@ -143,7 +143,14 @@ def test_compare_without_a_gpu_still_reports_corruption(tmp_path: Path) -> None:
     assert [c["code"] for c in data["causes"]] == ["data_corruption"]
     healthy = tmp_path / "healthy.txt"
     healthy.write_text((DATA / "nccl_tests_a100_allreduce_8gpu.txt").read_text().replace("A100", "Z9"))
-    res = gpufleet("nccl", "compare", str(healthy))
+    res = gpufleet("nccl", "compare", str(healthy), "-o", "json")  # held to its own peak, and says the model was not
+    data = json.loads(res.stdout)
+    assert data["verdict"] == "healthy" and data["judged_by_itself"] and data["topology"] is None
+    assert "not in the catalog" in data["not_judged"]
+    one = tmp_path / "one.txt"  # one size under 64 MiB: nothing to judge it by, so say what is missing
+    one.write_text("\n".join(ln for ln in healthy.read_text().splitlines() if not ln.strip()[:1].isdigit()
+                             or ln.split()[0] == "1048576"))  # fmt: skip
+    res = gpufleet("nccl", "compare", str(one))
     assert res.returncode != 0 and "not in the catalog" in res.stderr and "--gpu" in res.stderr
     res = gpufleet("nccl", "compare", str(healthy), "--gpu", "a100-80gb", "-o", "json")
     assert json.loads(res.stdout)["verdict"] == "healthy"

@@ -168,8 +168,10 @@ def test_unknown_gpu_judges_corruption_but_not_bandwidth() -> None:
     judgement = judge_run(parse_perf(text))
     assert judgement.result is None and "'NVIDIA Quadro Z9000' is not in the catalog" in judgement.not_judged
     assert judgement.verdict == "failed" and [c.code for c in judgement.causes] == ["data_corruption"]
+    # nothing wrong seen: held to its own peak and, on its one node, to the PCIe floor; the model is not claimed
     healthy = judge_run(parse_perf((DATA / "nccl_tests_a100_allreduce_8gpu.txt").read_text().replace("A100", "Z9")))
-    assert healthy.verdict == "unknown"  # nothing wrong seen, and nothing to compare with
+    assert healthy.result is None and healthy.judged_by_itself and healthy.verdict == "healthy"
+    assert healthy.own is not None and "not against a model of its hardware" in healthy.own.notes[0]
 
 
 def test_collective_and_ranks_from_the_rows(corpus: Path) -> None:

@@ -198,3 +198,38 @@ def test_not_applicable_in_place_of_any_number() -> None:
     t = parse_perf(f"{na_times}\n{no_bandwidth}\n{FOOTER}")
     assert [r.busbw for r in t.rows] == [pytest.approx(32.10)] and t.rows[0].time_us is None
     assert not t.truncated  # a row of N/A is no row cut short
+
+
+def test_nccls_own_init_lines_give_world_size_hosts_and_network() -> None:
+    """A run whose output keeps NCCL's INFO lines (mpirun --tag-output) but prints no '#  Rank' lines."""
+    lines = [
+        "[1,1]<stdout>:w-1:21:26 [0] NCCL INFO comm 0x7f9c0c000f60 rank 1 nranks 2 cudaDev 0 busId f5000 - Init "
+        "COMPLETE",
+        "[1,0]<stdout>:w-0:21:27 [0] NCCL INFO comm 0x7fde98000f60 rank 0 nranks 2 cudaDev 0 busId 35000 - Init "
+        "COMPLETE",
+        "[1,0]<stdout>:w-0:21:21 [0] NCCL INFO NET/OFI Selected Provider is efa (found 1 nics)",
+        "[1,0]<stdout>:   1073741824  268435456  float  sum  -1  344981  3.11  3.11  0  344454  3.12  3.12  0",
+        "[1,0]<stdout>:# Avg bus bandwidth    : 1.15327",
+    ]
+    (table,) = parse_perf_runs(lines)
+    assert (table.nranks, table.nodes, sorted(table.hosts)) == (2, 2, ["w-0", "w-1"])
+    assert (table.net, table.nics) == ("efa", 1)
+
+
+def test_ib_devices_and_a_command_with_environment_before_the_binary() -> None:
+    lines = [
+        "NCCL_P2P_DISABLE=1 CUDA_VISIBLE_DEVICES=0,1,6,7 ./build/all_reduce_perf -b 1G -e 10G -f 2 -g 4",
+        "h1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE ; OOB eth0:10.0.0.1<0>",
+        "  1073741824  268435456  float  sum  -1  1121937  0.96  1.44  0  1120530  0.96  1.44  0",
+        "# Avg bus bandwidth    : 1.44",
+    ]
+    (table,) = parse_perf_runs(lines)
+    assert table.op == "allreduce" and table.env["NCCL_P2P_DISABLE"] == "1" and table.gpus_per_thread == 4
+    assert (table.net, table.nics) == ("roce", 2)
+
+
+def test_a_launcher_banner_gives_the_world_size() -> None:
+    lines = ["WORLD_SIZE=16", "  1073741824  268435456  float  sum  -1  5000  214.7  402.6  0  5000  214.7  402.6  0",
+             "# Avg bus bandwidth    : 402.6"]  # fmt: skip
+    (table,) = parse_perf_runs(lines)
+    assert table.info_nranks == 16 and table.nranks is None

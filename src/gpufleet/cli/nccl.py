@@ -395,7 +395,7 @@ def compare(
         jobs.append(job)
     if len(judgements) == 1:
         only = judgements[0]
-        if only.result is None and not only.issues:  # nothing to say about this run: say what is missing
+        if only.result is None and not only.issues and not only.judged_by_itself:  # nothing to say: what is missing
             raise UserError(only.not_judged, fix=only.fix or None)
     data = [_compare_data(file, j) for j in judgements]
     for body, job in zip(data, jobs, strict=True):
@@ -468,6 +468,8 @@ def _compare_data(file: Path, j: RunJudgement) -> dict[str, object]:
         "topology": j.topology.model_dump() if j.topology else None,
         "assumed": j.assumed,
         "not_judged": j.not_judged or None,
+        "own_peak_busbw": j.own.peak if j.own is not None else None,
+        "judged_by_itself": j.judged_by_itself,
     }
 
 
@@ -503,6 +505,9 @@ def _render_run(name: str, j: RunJudgement) -> None:
         console.print(f"[bold]{c.severity}[/bold] {c.code}: {c.message}", highlight=False)
     if j.not_judged:
         console.print(f"bandwidth not compared: {j.not_judged}" + (f" ({j.fix})" if j.fix else ""), highlight=False)
+    if j.own is not None:
+        for note in j.own.notes[1:] if j.not_judged else j.own.notes:
+            console.print(note, highlight=False, markup=False)
     if not j.complete:
         console.print("the output ends before nccl-tests' closing '# Avg bus bandwidth' line", highlight=False)
     for fact in j.assumed:

@@ -13,10 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
+from gpufleet.catalog.gpus import GpuModelSpec, get_gpu_model, model_for_product_name
 from gpufleet.errors import UserError
 from gpufleet.model import Severity
 from gpufleet.nccl.constants import DEFAULT_VERSION, available_versions, load_constants
+from gpufleet.nccl.own_peak import OwnPeak, judge_own_peak
 from gpufleet.nccl.perf_parser import STOP_HINTS, PerfRow, PerfTable
 from gpufleet.nccl.predict import Prediction, bus_factor, normalize_coll, predict_one
 from gpufleet.nccl.topology import Topology
@@ -305,6 +306,7 @@ class Inferred:
     read: list[str] = field(default_factory=list)  # "GPU a100-80gb (NVIDIA A100-SXM4-80GB) from the header"
     assumed: list[str] = field(default_factory=list)
     problem: str = ""  # why the GPU model is unknown, when it is
+    nodes_assumed: bool = False  # the output names no hosts: one node is assumed
     op: str | None = None
     op_read: str = ""
 
@@ -313,9 +315,12 @@ def _row_shape(rows: list[PerfRow]) -> tuple[float | None, int | None, bool | No
     """busbw/algbw (nccl-tests' bus factor), size/(count x word) and whether every row names a reduction."""
     factors, spreads, reductions = [], set(), set()
     for r in rows:
-        algbw = r.algbw
-        if algbw is not None and algbw >= 1.0 and r.busbw >= 1.0:
-            factors.append(r.busbw / algbw)
+        # algbw from the size and the time (printed to more digits than algbw's two decimals): a slow run's
+        # 0.96 GB/s would otherwise carry a 0.5% rounding into the factor
+        for time_us, busbw in ((r.oop_time_us, r.oop_busbw), (r.ip_time_us, r.ip_busbw)):
+            if time_us and busbw is not None and busbw >= 1.0 and r.bytes > 0:
+                factors.append(busbw / (r.bytes / time_us / 1e3))
+                break
         word = WORD_SIZES.get((r.dtype or "").lower())
         if word and r.count:
             spreads.add(round(r.bytes / (r.count * word), 3))
@@ -378,11 +383,17 @@ def infer_topology(table: PerfTable) -> Inferred:
     else:
         if nranks and table.threads and table.gpus_per_thread:
             nranks *= table.threads * table.gpus_per_thread  # mpirun -n counts processes
+        if table.info_hosts and table.nranks is not None:
+            out.read.append(f"{nranks} GPU(s) on {nodes} host(s) from NCCL's INFO lines")
+        elif nranks is None and table.info_nranks:
+            nranks = table.info_nranks
+            out.assumed.append(f"{nranks} GPUs, the world size NCCL's INFO lines or the launcher give")
         if nranks is None and out.op and (n := _ranks_from_rows(out.op, table.rows)):
             nranks = n
             out.assumed.append(f"{n} GPUs, from the bus factor of the rows (no '#  Rank' lines)")
         if nodes is None:
             nodes = 1
+            out.nodes_assumed = True
             out.assumed.append("1 node (the output names no hosts)")
     if nodes:
         out.values["nodes"] = nodes
@@ -400,6 +411,12 @@ def infer_topology(table: PerfTable) -> Inferred:
         out.values["nics_per_node"] = len([h for h in hca.lstrip("=").split(",") if h])
     if table.env.get("NCCL_IB_GID_INDEX") or table.env.get("NCCL_IB_TC"):
         out.values["transport"] = "roce"
+    if table.net is not None:
+        out.values["transport"] = table.net
+        out.read.append(f"network {table.net} from NCCL's INFO lines")
+    if table.nics and "nics_per_node" not in out.values:
+        out.values["nics_per_node"] = table.nics
+        out.read.append(f"{table.nics} NIC(s) per node from NCCL's INFO lines")
     return out
 
 
@@ -413,13 +430,22 @@ class RunJudgement:
     result: CompareResult | None = None  # bandwidth against the model; None when that could not be judged
     topology: Topology | None = None
     op: str | None = None
-    not_judged: str = ""  # why the bandwidth was not compared
+    not_judged: str = ""  # why the bandwidth was not compared with the model
     fix: str = ""
     assumed: list[str] = field(default_factory=list)
+    own: OwnPeak | None = None  # without the model: the run against its own peak (nccl.own_peak)
 
     @property
     def causes(self) -> list[Cause]:
-        return self.result.causes if self.result is not None else self.issues
+        if self.result is not None:
+            return self.result.causes
+        own = [Cause(c.code, c.message, c.severity) for c in self.own.causes] if self.own is not None else []
+        return self.issues + own
+
+    @property
+    def judged_by_itself(self) -> bool:
+        """The bandwidth was judged against the run's own peak, the model being unable to size it."""
+        return self.result is None and self.own is not None and self.own.conclusive
 
     @property
     def complete(self) -> bool:
@@ -429,6 +455,8 @@ class RunJudgement:
     def verdict(self) -> Literal["healthy", "underperforming", "failed", "no-data", "unknown"]:
         if self.result is not None:
             return self.result.verdict
+        if self.judged_by_itself:
+            return _verdict(self.table, self.causes, True)
         verdict = _verdict(self.table, self.issues, False)
         return "unknown" if verdict in ("healthy", "no-data") and self.table.rows else verdict
 
@@ -467,15 +495,15 @@ def judge_run(
     if coll is None:
         judgement.not_judged = "the output does not name its test (all_reduce_perf, ...)"
         judgement.fix = "pass the collective (--op)"
-        return judgement
+        return _by_itself(judgement, values, given)
     if coll not in COLLECTIVES:
         judgement.not_judged = f"the model does not cover {coll}"
         judgement.fix = "compare allreduce/allgather/reducescatter/broadcast/reduce runs, or pass --op"
-        return judgement
+        return _by_itself(judgement, values, given)
     if "gpu" not in values:
         judgement.not_judged = inferred.problem or "the output names no GPU"
         judgement.fix = "pass --gpu (e.g. h100-sxm)"
-        return judgement
+        return _by_itself(judgement, values, given)
     assumed = [f"{what} (not in the output)" for key, what in MODEL_DEFAULTS if key not in values]
     if values.get("nodes", 1) != 1 and "transport" not in values:
         assumed.append("InfiniBand transport (not in the output)")
@@ -490,7 +518,7 @@ def judge_run(
         topo = build_topology(values)
     except UserError as exc:
         judgement.not_judged, judgement.fix = exc.message, exc.fix or ""
-        return judgement
+        return _by_itself(judgement, values, given)
     if topo.nranks <= 1:
         judgement.not_judged = "the run has one GPU: nothing crosses a link"
         judgement.fix = "run nccl-tests across the node's GPUs (-g 8, or one rank per GPU)"
@@ -501,4 +529,26 @@ def judge_run(
         judgement.result = compare_table(table, topo, coll)
     except UserError as exc:
         judgement.not_judged, judgement.fix = exc.message, exc.fix or ""
+    return judgement
+
+
+def _by_itself(judgement: RunJudgement, values: dict[str, object], given: dict[str, object]) -> RunJudgement:
+    """Where the model cannot size the run: the run against its own peak and, on one node, the PCIe floor. A
+    published summary table (sizes picked from other runs) has no peak of its own."""
+    if judgement.table.fmt != "nccl-tests":
+        return judgement
+    gpu = values.get("gpu")
+    spec = None
+    if isinstance(gpu, str):
+        try:
+            spec = get_gpu_model(gpu)
+        except UserError:
+            spec = None
+    nodes = values.get("nodes")
+    per_node = values.get("gpus_per_node")
+    nranks = nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
+    assumed = judgement.inferred.nodes_assumed and "nodes" not in given
+    judgement.own = judge_own_peak(
+        judgement.table, nodes if isinstance(nodes, int) else None, nranks, spec, judgement.not_judged, assumed
+    )
     return judgement

@@ -78,7 +78,9 @@ STOP_HINTS = (
 )
 # ... and every line worth keeping as an error, including warnings a run may print and still finish
 ERROR_HINTS = (*STOP_HINTS, "NCCL WARN", "CUDA failure", "NCCL error", "CUDA error", "Abort")
-COMMAND = re.compile(r"^(?:\$\s*)?(?:\S*/)?(?:mpirun|mpiexec|srun|torchrun|\S*_perf(?:_mpi)?)(?:\s|$)")
+COMMAND = re.compile(
+    r"^(?:\$\s*)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?(?:mpirun|mpiexec|srun|torchrun|\S*_perf(?:_mpi)?)(?:\s|$)"
+)
 TEST_NAMES = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",
@@ -94,6 +96,16 @@ TEST_NAMES = {
 }
 MAX_ROWS = 100_000  # over all runs: nccl-tests prints ~40 rows per run; more is not output worth holding
 MAX_RUNS = 1_000
+# NCCL's own INFO lines mixed into a run (NVIDIA/nccl v2.12 .. v2.30 init.cc, transport/net_ib, net_socket.cc; the
+# aws-ofi-nccl plugin): which host each rank ran on, the world size, and the network NCCL picked with its devices.
+INFO_COMM = re.compile(
+    r"^(?P<host>[\w.-]+):\d+:\d+ \[\d+\] NCCL INFO comm 0x[0-9a-f]+ rank (?P<rank>\d{1,7}) nranks (?P<n>\d{1,7})\b"
+)
+INFO_NET_IB = re.compile(r"NCCL INFO NET/IB : Using ((?:\[\d+\]\S+\s*)+)")  # [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ...
+INFO_NET_OFI = re.compile(r"NCCL INFO NET/OFI Selected [Pp]rovider is (\w+)(?:.*?\(found (\d+) nics\))?")
+INFO_NET_SOCKET = re.compile(r"NCCL INFO (?:Using network Socket|NET/Socket : Using ((?:\[\d+\]\S+\s*)+))")
+# a launcher's or framework's banner naming the world size before the table
+WORLD_BANNER = re.compile(r"\b(?:WORLD_SIZE|world_size|SLURM_NTASKS|OMPI_COMM_WORLD_SIZE)\s*[=:]\s*(\d{1,7})\b")
 MAX_HOSTS = 100_000
 MAX_ERRORS = 50
 MAX_SIZE = 1 << 62  # size_t printed as %li
@@ -171,6 +183,10 @@ class PerfTable:
     started: bool = False  # saw any of nccl-tests' header lines
     has_root: bool | None = None  # from the column header
     block: int | None = None  # values per placement (4, or 8 with -I 1)
+    info_hosts: dict[int, str] = field(default_factory=dict)  # rank -> host, from NCCL's `comm ... rank R` lines
+    info_nranks: int | None = None  # `nranks N` in those lines, or a launcher's WORLD_SIZE banner
+    net: str | None = None  # the network NCCL's INFO lines say it used: ib, roce, efa, socket
+    nics: int | None = None  # the net devices those lines list (per process: one node's)
 
     @property
     def wrong_rows(self) -> list[PerfRow]:
@@ -283,8 +299,31 @@ class PerfParser:
             row = self._row(s)
             if row is not None:
                 return
-        if "NCCL INFO" not in s and any(h in s for h in ERROR_HINTS):
+        if "NCCL INFO" in s:
+            self._info(s)
+        elif any(h in s for h in ERROR_HINTS):
             self._error(s)
+        elif not self.table.rows and (wm := WORLD_BANNER.search(s)):
+            self.table.info_nranks = self.table.info_nranks or int(wm.group(1))
+
+    def _info(self, s: str) -> None:
+        t = self.table
+        if m := INFO_COMM.match(s):
+            if len(t.info_hosts) < MAX_HOSTS:
+                t.info_hosts[int(m.group("rank"))] = m.group("host")
+            t.info_nranks = max(t.info_nranks or 0, int(m.group("n")))
+        elif m := INFO_NET_IB.search(s):
+            devices = m.group(1).split()
+            t.nics = max(t.nics or 0, len(devices))
+            t.net = "roce" if all(d.endswith("/RoCE") for d in devices) else "ib"
+        elif m := INFO_NET_OFI.search(s):
+            t.net = "efa" if m.group(1).lower() == "efa" else t.net
+            if m.group(2):
+                t.nics = max(t.nics or 0, int(m.group(2)))
+        elif m := INFO_NET_SOCKET.search(s):
+            t.net = "socket"
+            if m.group(1):
+                t.nics = max(t.nics or 0, len(m.group(1).split()))
 
     def _error(self, s: str) -> None:
         t = self.table
@@ -451,6 +490,10 @@ class PerfParser:
                 t.op = TEST_NAMES.get(m.group(1), m.group(1))
         for key, val in re.findall(r"-x\s+(NCCL_\w+|UCX_\w+|FI_\w+)=(\"[^\"]*\"|\S+)", line):
             t.env[key] = val.strip('"')
+        for key, val in re.findall(r"(?:^|\s)(NCCL_\w+)=(\"[^\"]*\"|\S+)(?=\s)", line.split("_perf")[0]):
+            t.env.setdefault(key, val.strip('"'))  # `NCCL_P2P_DISABLE=1 ./all_reduce_perf`
+        if "_perf" in line and t.gpus_per_thread is None and (g := re.search(r"\s-g\s+(\d{1,3})\b", line)):
+            t.gpus_per_thread = int(g.group(1))  # `-g 4`, before (or without) the `# nThread` line
         m = re.search(r"\s-(?:n|np)\s+(\d{1,7})\b", line)
         if m and ("mpirun" in line or "srun" in line):
             t.nranks = int(m.group(1))
@@ -469,6 +512,13 @@ class PerfParser:
             in_group = [r for r, g in t.rank_groups.items() if g == group]  # one communicator per split group
             t.nranks = len(in_group)
             t.nodes = len({t.rank_hosts[r] for r in in_group})
+        elif t.info_hosts and t.nranks is None and t.info_nranks == len(t.info_hosts):
+            # every rank's NCCL init line is in the output: where each ran
+            t.nranks = t.info_nranks
+            t.nodes = len(set(t.info_hosts.values()))
+            for host in t.info_hosts.values():
+                if host not in t.hosts and len(t.hosts) < MAX_HOSTS:
+                    t.hosts.append(host)
         if t.fmt == "nccl-tests" and (t.rows or t.zero_rows or t.started or t.errors):
             # nccl-tests closes every run it finishes with the average line; a row cut short is the end of input
             t.truncated = t.truncated or t.footer is None or self._partial_last

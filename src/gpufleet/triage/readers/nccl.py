@@ -94,8 +94,9 @@ def _present(j: RunJudgement, name: str, report: TriageReport) -> bool:
             evidence = (table.last_errors or table.errors)[:6] + ([table.rows[-1].line] if table.rows else [])
         elif cause.code == "avg_below_target":
             evidence = [table.footer or ""]
-        elif j.result is not None:
-            flagged = [row_lines.get(n, "") for n in j.result.flagged_sizes]
+        elif j.result is not None or j.own is not None:
+            sizes = j.result.flagged_sizes if j.result is not None else _own_sizes(j, cause.code)
+            flagged = [row_lines.get(n, "") for n in sizes]
             evidence = flagged[:4] + flagged[-4:] if len(flagged) > 8 else flagged
         else:
             evidence = []
@@ -125,9 +126,17 @@ def _present(j: RunJudgement, name: str, report: TriageReport) -> bool:
         report.notes.append(f"{prefix}the error column (nccl-tests before 2.13) is a difference, not a count of "
                             "wrong elements, and the output has no 'Out of bounds values' line")  # fmt: skip
     result, topo = j.result, j.topology
+    if (result is None or topo is None) and j.own is not None and j.judged_by_itself:
+        flags = f" (`gpufleet nccl compare` can be told: {j.fix})" if "--" in j.fix else ""
+        report.notes.extend(f"{prefix}{note}{flags if i == 0 else ''}" for i, note in enumerate(j.own.notes))
+        if table.rows and table.wrong_column == "count" and not j.issues:
+            report.notes.append(f"{prefix}no corrupted results: #wrong is 0 on every row read")
+        return True
     if result is None or topo is None:
         flags = f" (`gpufleet nccl compare` can be told: {j.fix})" if "--" in j.fix else ""
         report.notes.append(f"{prefix}bandwidth not judged: {j.not_judged}{flags}")
+        if j.own is not None and j.own.peak is not None:
+            report.notes.extend(f"{prefix}{note}" for note in j.own.notes[1:])
         if table.rows and table.wrong_column == "count" and not j.issues:
             report.notes.append(f"{prefix}no corrupted results: #wrong is 0 on every row read")
         return bool(j.issues)
@@ -150,3 +159,13 @@ def _diagnosed(errors: list[str], message: str, fix: str) -> tuple[str, str]:
     if dx.cls == "unknown":
         return message, fix
     return f"{message} ({dx.cls}: {dx.summary})", dx.fix or fix
+
+
+def _own_sizes(j: RunJudgement, code: str) -> list[int]:
+    """The rows behind a cause found against the run's own peak: the sizes that sag, or the peak's size."""
+    own = j.own
+    if own is None or own.peak is None:
+        return []
+    if code == "low_peak":
+        return own.sizes
+    return [max((r for r in j.table.rows if r.busbw == own.peak), key=lambda r: r.bytes).bytes]
