@@ -969,7 +969,6 @@ EXPECTED_TRIAGE = json.loads((ROUND2 / "expected_triage.json").read_text())["cas
 # others (the matrix above), and the gap is in what every door reads
 KNOWN_GAPS = {
     "xid/08_sxid22013_nvtrust124_h100_tdx.log": "the policy rates a non-fatal SXid IGNORE (info), not degraded",
-    "dcgmi/04_rtx3090x8_pcie_fail_driver_cuda_mismatch.txt": "a CUDA API error is read as the diagnostic's own",
 }
 
 

@@ -280,3 +280,16 @@ def test_cut_or_odd_json_is_never_a_pass() -> None:
         assert assess(parse_diag(odd)).verdict == "Unknown"
     with pytest.raises(ParseError):
         parse_diag("[1, 2]")
+
+
+def test_a_cuda_driver_mismatch_inside_a_cuda_api_error_is_a_node_setting() -> None:
+    """tests/scored/round2/dcgmi/04: `Error using CUDA API cudaDeviceGetByPCIBusId ... 'system has unsupported display
+    driver / cuda driver combination'` is the CUDA runtime and the driver disagreeing, not the diagnostic's own
+    failure and not the PCIe hardware."""
+    text = (
+        "GPU 0 Error using CUDA API cudaDeviceGetByPCIBusId Check DCGM and system logs for errors. Reset GPU. "
+        "Restart DCGM. Rerun diagnostics. ' system has unsupported display driver / cuda driver combination' for GPU 0"
+    )
+    rule = classify_message(text)
+    assert rule is not None and (rule.id, rule.kind) == ("cuda:driver-mismatch", "config")
+    assert classify_message("Error using CUDA API cudaMalloc").id == "DCGM_FR_CUDA_API"  # type: ignore[union-attr]
