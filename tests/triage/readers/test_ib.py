@@ -447,3 +447,30 @@ def test_real_tools_on_a_simulated_fabric(fabric: Fabric) -> None:  # noqa: F811
             break
     assert (links.format, links.verdict) == ("iblinkinfo", "degraded")
     assert any(f.code == "Down/Polling" and '"leaf2" port 35' in f.entity for f in links.findings)
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt", "entity"),
+    [
+        ("ibpanic: [1323906] main: stat of IB device 'mlx5_8' failed: No such file or directory\n", "ibstat", "mlx5_8"),
+        ("Fatal error:  device '*': sys files not found (/sys/class/infiniband/*/ports)\n", "ibstatus", "host"),
+    ],
+)
+def test_a_vanished_hca_is_faulty_and_the_finding_names_it(text: str, fmt: str, entity: str) -> None:
+    report = _triage(text)
+    assert (report.format, report.verdict) == (fmt, "faulty")
+    assert [(f.code, f.entity) for f in report.findings] == [("HCA missing", entity)]
+
+
+def test_a_gap_in_the_hca_numbering_is_said() -> None:
+    text = (DATA / "ibstat_dgx_h100.txt").read_text()
+    names = re.findall(r"^CA '(mlx5_\d+)'", text, re.MULTILINE)
+    gone = names[len(names) // 2]
+    lines, skip = [], False
+    for line in text.splitlines():
+        if line.startswith("CA '"):
+            skip = line == f"CA '{gone}'"
+        if not skip:
+            lines.append(line)
+    report = _triage("\n".join(lines))
+    assert any(f.code == "HCA missing" and f.entity == gone for f in report.findings), [f.code for f in report.findings]

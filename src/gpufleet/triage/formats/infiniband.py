@@ -40,6 +40,7 @@ IBSTAT = Format(
         (r"^\s*Physical state: ", 4),
         (r"^\s*Link layer: ", 3),
         (r"^\s*Port GUID: 0x[0-9a-fA-F]+", 3),
+        (r"^(?:\S+: )?ibpanic: \[\d+\] main: stat of IB device '[^']*' failed", 10),  # ibstat.c, a vanished HCA
     ),
     parse=parse_ibstat,
     judge=read_ibstat,
@@ -53,6 +54,7 @@ IBSTATUS = Format(
         (r"^\s+phys state:\s+\d+: ", 4),
         (r"^\s+rate:\s+\d+(?:\.\d+)? Gb/sec", 4),
         (r"^\s+default gid:\s", 3),
+        (r"^Fatal error:\s+device '[^']*': sys files not found", 10),  # the ibstatus script, no such device
     ),
     parse=parse_ibstatus,
     judge=read_ibstatus,

@@ -103,13 +103,17 @@ def _missing_hcas(found: _Findings, tool: str, diagnostics: list[str], names: li
     named: set[str] = set()
     for line in diagnostics:
         if m := _VANISHED.search(line):
-            named.add(m.group("dev"))
+            dev = m.group("dev")
+            named.add(dev)
+            every = dev in ("*", "")  # ibstatus with no device: `device '*': sys files not found`
             found.add(
                 TriageFinding(
                     "ib-hca",
                     Severity.critical,
-                    f"{tool} cannot read the HCA {m.group('dev')}: the device is missing or failing",
-                    m.group("dev"),
+                    f"{tool} finds no InfiniBand device on the host: every HCA is missing (or its driver is not loaded)"
+                    if every
+                    else f"{tool} cannot read the HCA {dev}: the device is missing or failing",
+                    "host" if every else dev,
                     "HCA missing",
                     _MISSING_FIX,
                     [line],
