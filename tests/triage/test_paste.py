@@ -98,7 +98,7 @@ def test_a_line_wrapped_at_the_terminals_width_is_joined() -> None:
 
 def test_lines_of_one_width_that_are_not_wrapped_stay_apart() -> None:
     """A report's own aligned lines (nvlink -s's GPU lines, an 80-column table's rows) are not a wrap."""
-    gpu = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5269b708-678a-b1a8-60f0-c90406537486)   "
+    gpu = "GPU 10: NVIDIA GeForce RTX 4090 (UUID: GPU-5269b708-678a-b1a8-60f0-c90406537486)"
     link = "         Link 0: 25 GB/s"
     assert len(gpu) == 80 and _clean(f"{gpu}\n{link}\n{gpu}\n{link}\n") == [gpu, link, gpu, link]
     row = "|" + "-" * 78 + "|"

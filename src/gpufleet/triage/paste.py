@@ -166,11 +166,13 @@ def _continues(line: str, following: str) -> bool:
     if not following.strip():
         return False
     if line[:1] in "|+":  # a table's row or rule cut at the terminal's edge: its rest closes the row
-        return following[:1] not in "|+" and following.rstrip()[-1:] in "|+"
+        return following.strip() in ("|", "+") or (following[:1] not in "|+" and following.rstrip()[-1:] in "|+")
     if _RECORD_START.match(following) or not line.strip(_RULE):
         return False  # a line of its own after a rule as wide as the terminal
-    if following[0] == "\t" or following.startswith("  "):
-        return False  # an indented line of a report's own (a key under its heading), not a cut word's rest
+    # an indented line of a report's own (a key under its heading) is not a cut word's rest; a line cut inside a
+    # run of spaces (between a table's columns) goes on with spaces
+    if (following[0] == "\t" or following.startswith("  ")) and not line.endswith(" "):
+        return False
     return not _siblings(line, following)
 
 
