@@ -120,3 +120,9 @@ def test_clock_reasons_are_judged_by_health_clock_events() -> None:
     (brake,) = judge_clock_reasons(["hw_slowdown", "hw_power_brake_slowdown"])
     assert brake.cause.value == "power-brake" and brake.fix.startswith("CHECK_MECHANICALS")
     assert [c.reason for c in judge_clock_reasons(["hw_slowdown"])] == ["hw_slowdown"]
+
+
+def test_an_excerpt_of_power_and_clocks_sections_is_q() -> None:
+    path = REPO_ROOT / "tests" / "scored" / "round1" / "kernel-and-smi" / "nvsmi_q_06_temp_power_clocks_k8sdp331.txt"
+    report = _triage(path)
+    assert (report.format, report.verdict) == ("nvidia-smi-q", "healthy")

@@ -60,6 +60,15 @@ SMI_Q = Format(
         (r"^\s*Pending Page (?:Blacklist|Retirement)\s+:\s*(?:Yes|No|N/A)\s*$", 4),
         (r"^\s*(?:Single|Double) Bit ECC\s+:\s*(?:\d+|N/A)\s*$", 3),
         (r"^\s*GPU Recovery Action\s+:", 4),
+        # the sections and keys of an excerpt without any of the above (R418-R580 key names)
+        (
+            r"^\s*(?:GPU )?Power Readings\s*$|^\s*Clock Policy\s*$|^\s*(?:FB|BAR1) Memory Usage\s*$"
+            r"|^\s*(?:Max|Applications|Default Applications|Max Customer Boost) Clocks\s*$",
+            3,
+        ),
+        (r"^\s*GPU (?:Current|Shutdown|Slowdown|Max Operating|Target) Temp\s+:", 3),
+        (r"^\s*(?:Power Draw|(?:Enforced |Default |Min |Max |Current )?Power Limit|Power Management)\s+:", 3),
+        (r"^\s*(?:Performance State|Persistence Mode|Compute Mode|Fan Speed)\s+:", 2),
         (r"^\s*<nvidia_smi_log>", 10),  # -q -x
     ),
     parse=parse_query,
