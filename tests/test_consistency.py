@@ -954,7 +954,7 @@ def test_the_matrix_covers_every_capture() -> None:
         "kernel logs": 64,
         "dcgmi diag": 21,
         "nvidia-smi nvlink -s": 5,
-        "nvidia-smi -q, dcgm-exporter scrapes": 15,
+        "nvidia-smi -q, dcgm-exporter scrapes": 18,
         "IB counters": 6,
         "NCCL logs": 33,
     }
