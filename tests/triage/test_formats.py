@@ -39,6 +39,7 @@ REAL = {
     "hl-smi": CAPTURES / "gaudi" / "hl_smi_table_gaudi2_x8_loaded.txt",
     "nccl-log": CORPUS / "nccl" / "logs" / "01_ib_completion_status12_roce.log",
     "nccl-tests": CORPUS / "nccl" / "perf" / "h100_aws_p5_2node_efa.txt",
+    "nccl-ras": CAPTURES / "nccl_ras" / "ras_2.26.2_allgather_mismatch_nccl1911.txt",
     "ibstat": IB_DATA / "ibstat_ca_ibsim.txt",
     "ibstatus": CAPTURES / "infiniband" / "ibstatus_dgx_4x_edr_cuml.txt",
     "perfquery": CAPTURES / "ibsim" / "perfquery_lid2_port1.txt",

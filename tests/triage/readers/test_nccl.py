@@ -225,3 +225,30 @@ def test_an_engineering_sample_is_judged_from_its_own_run() -> None:
 
     slow = "\n".join(slowed(ln) for ln in text.splitlines())
     assert _triage(slow)[1:3] == ("degraded", ["wrong_transport"])
+
+
+RAS = Path(__file__).resolve().parents[2] / "captures" / "nccl_ras"
+
+
+@pytest.mark.parametrize(
+    "name, verdict, code, entity",
+    [
+        ("ras_2.26.2_healthy_256gpu_nccl1730.txt", "healthy", None, None),
+        ("ras_2.26.2_allgather_mismatch_nccl1911.txt", "degraded", "ras mismatch", "30 rank(s) behind"),
+        ("ras_2.27.3_incomplete_mismatch_nccl1762.txt", "degraded", "ras incomplete", "process 60004 on 10.4.109.13"),
+        ("ras_guide_dead_process.txt", "faulty", "ras dead", "process 3487984 on 172.16.64.213 (GPU 5)"),
+        ("ras_guide_monitor_peer_dead.txt", "faulty", "ras dead", "process 1524345 on 172.16.64.245 (GPU 1)"),
+        ("ras_guide_json_missing_rank.json", "degraded", "ras incomplete", "rank 1 (GPU 1, process 1524345"),
+    ],
+)
+def test_ras_reports_are_told_and_judged(name: str, verdict: str, code: str | None, entity: str | None) -> None:
+    report = triage_lines(io.StringIO((RAS / name).read_text()), name)
+    assert (report.format, report.verdict) == ("nccl-ras", verdict)
+    if code is not None:
+        assert any(f.code == code and (entity or "") in f.entity for f in report.findings), report.findings
+
+
+def test_a_ras_report_cut_before_its_communicators_is_not_healthy() -> None:
+    head = (RAS / "ras_2.26.2_healthy_256gpu_nccl1730.txt").read_text().split("Communicators")[0]
+    report = read("nccl-ras", iter(head.splitlines()), "cut")
+    assert report.verdict == "unknown" and any("no communicator table" in n for n in report.notes)

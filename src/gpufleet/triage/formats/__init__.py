@@ -35,6 +35,7 @@ REGISTRY = Registry(
         gaudi.HL_SMI,
         nccl.NCCL_LOG,
         nccl.NCCL_TESTS,
+        nccl.NCCL_RAS,
         infiniband.IBSTAT,
         infiniband.IBSTATUS,
         infiniband.PERFQUERY,

@@ -1,12 +1,14 @@
-"""NCCL's own log (NCCL_DEBUG=INFO/WARN, and PyTorch's ProcessGroupNCCL around it) and nccl-tests' output."""
+"""NCCL's own log (NCCL_DEBUG=INFO/WARN, and PyTorch's ProcessGroupNCCL around it), nccl-tests' output and NCCL's
+RAS status report (`ncclras`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from gpufleet.nccl.perf_parser import PerfTable, parse_perf_runs
-from gpufleet.triage.formats.registry import Format
-from gpufleet.triage.readers.nccl import read_nccl_log, read_nccl_tests
+from gpufleet.parsers.nccl.ras import RasStatus, parse_ras_status
+from gpufleet.triage.formats.registry import Format, Table, View
+from gpufleet.triage.readers.nccl import read_nccl_log, read_nccl_ras, read_nccl_tests
 
 if TYPE_CHECKING:
     from gpufleet.nccl.diagnose import LogLine
@@ -66,4 +68,49 @@ NCCL_TESTS = Format(
     ),
     parse=_parse_nccl_tests,
     judge=read_nccl_tests,
+)
+
+
+def _parse_nccl_ras(text: str, source: str) -> RasStatus:
+    return parse_ras_status(text)
+
+
+def _render_nccl_ras(status: RasStatus, source: str) -> View:
+    groups = Table(
+        ("Group", "Comms", "Nodes", "Ranks/node", "Ranks/comm", "Status", "Errors"),
+        [[g.group, g.comms, g.nodes, g.ranks_per_node, g.ranks_per_comm, g.status, ",".join(g.errors)]
+         for g in status.groups],
+        title=f"{source}: NCCL {status.nccl_version or '?'} RAS report",
+    )  # fmt: skip
+    rows: list[list[object]] = [["DEAD", "job", f"process {p.pid} on {p.node}", p.gpus] for p in status.dead_processes]
+    rows += [["INCOMPLETE", "job", f"process {p.pid} on {p.node}", p.gpus] for p in status.missing_processes]
+    for issue in status.issues:
+        ranks = issue.ranks or [r for g in issue.groups for r in g.ranks]
+        detail = issue.detail or ", ".join(f"{g.count} at {g.value}" for g in issue.groups)
+        rows.append([issue.kind, issue.name, ", ".join(str(r.rank) for r in ranks[:20]) or "-", detail])
+    rows += [[e.event, e.time, f"process {e.process.pid} on {e.process.node}" if e.process else "-", ""]
+             for e in status.events]  # fmt: skip
+    problems = Table(("Kind", "Where", "Ranks / processes", "Detail"), rows, title="problems")
+    return View((groups, problems) if rows else (groups,))
+
+
+NCCL_RAS = Format(
+    name="nccl-ras",
+    summary="NCCL's RAS status report (`ncclras`, NCCL 2.24+; text, monitor or JSON): dead, missing and out-of-step "
+    "ranks",
+    # NVIDIA/nccl src/ras/client_support.cc, v2.24.3-1 .. v2.30.7-1
+    signs=(
+        (r"^Group\s+Comms\s+Nodes\s+Ranks\s+Ranks\s+Ranks\s+Status\s+Errors", 10),
+        (r"^#\d+-\d+ \([0-9a-f]{8,16}\) (?:MISMATCH|INCOMPLETE|ERROR)\s*$", 10),
+        (r"^Communicators\.\.\. \(\d+\.\d+s\)", 8),
+        (r"considered dead \(unreachable via the RAS network\)", 10),
+        (r"^\s*Rank \d+ (?:-- GPU .+|has .+ -- GPU .+) managed by process \d+ on node ", 8),
+        (r"^RAS Monitor Mode|^\[[\d-]+ [\d:]+\] PEER_(?:DEAD|NEW|CONNECTING): ", 10),
+        (r"^Job summary\s*$", 4),
+        (r'^\s*"secondary_hash":', 4),  # the JSON form (2.28.7+)
+        (r'^\s*"(?:missing_ranks_count|considered_dead|unresponsive)":', 4),
+    ),
+    parse=_parse_nccl_ras,
+    judge=read_nccl_ras,
+    render=_render_nccl_ras,
 )

@@ -1,5 +1,5 @@
 """NCCL logs, diagnosed against the catalog of NCCL's own messages; nccl-tests runs, judged as `gpufleet nccl
-compare` judges them."""
+compare` judges them; NCCL's RAS status reports, judged by health.nccl_ras."""
 
 from __future__ import annotations
 
@@ -169,3 +169,34 @@ def _own_sizes(j: RunJudgement, code: str) -> list[int]:
     if code == "low_peak":
         return own.sizes
     return [max((r for r in j.table.rows if r.busbw == own.peak), key=lambda r: r.bytes).bytes]
+
+
+def read_nccl_ras(lines: Iterable[str], source: str) -> TriageReport:
+    """An `ncclras` report: dead, missing, failed and out-of-step ranks, each named by rank, process, node and GPU."""
+    from gpufleet.health.nccl_ras import judge_ras
+    from gpufleet.parsers.nccl.ras import parse_ras_status
+
+    report = TriageReport("nccl-ras", source)
+    status = parse_ras_status(bounded_text(lines, report))
+    if status.form == "text" and "Communicators" not in status.sections:
+        report.complete = False
+        report.notes.append("the report has no communicator table: cut before `Communicators...`, so not every "
+                            "communicator was seen")  # fmt: skip
+    elif (
+        status.form == "text"
+        and not {"Errors", "Warnings"} & status.sections
+        and any(g.errors != ("OK",) for g in status.groups)
+    ):
+        report.notes.append("the report ends before its Errors section: the groups' details are not in it")
+    if status.nccl_version:
+        report.notes.append(f"NCCL {status.nccl_version}")
+    if status.gpus is not None:
+        report.notes.append(f"job: {status.gpus} GPU(s) in {status.processes} process(es) on {status.nodes} node(s)")
+    for node, pids in status.outlier_nodes:
+        report.notes.append(f"outlier node {node} (processes {pids}): runs a different number of processes")
+    for f in judge_ras(status):
+        report.findings.append(TriageFinding("nccl-ras", f.severity, f.message, f.entity, f.code, f.fix, f.evidence))
+    if status.form == "monitor" and not report.findings:
+        report.notes.append("monitor-mode events only, none a dead peer")
+    del report.findings[MAX_FINDINGS:]
+    return report

@@ -1,0 +1,1 @@
+"""NCCL's own reports that are not its debug log: the RAS status report (`ncclras`)."""
