@@ -486,3 +486,15 @@ def test_verbs_queue_creation_without_errno_is_the_memlock_limit() -> None:
     assert diagnose_texts([("r0.log", old)]).cls == "memlock_limit"
     other = old.replace("failed", "failed with error Invalid argument")
     assert diagnose_texts([("r0.log", other)]).cls == "ib_setup_error"
+
+
+def test_ranks_on_different_nccl_versions_are_a_mismatch() -> None:
+    texts = [
+        ("r0.log", _nccl("n0", 0, "", "NCCL version 2.18.3+cuda12.2", level="INFO")
+         + "\n" + _nccl("n0", 0, "misc/socket.cc:49", "socketProgress: Connection closed by remote peer n1<4>")),
+        ("r1.log", _nccl("n1", 1, "", "NCCL version 2.21.5+cuda12.4", level="INFO")),
+    ]  # fmt: skip
+    dx = diagnose_texts(texts)
+    assert dx.cls == "version_mismatch" and "2.18.3, 2.21.5" in dx.summary
+    same = [(n, t.replace("2.21.5+cuda12.4", "2.18.3+cuda12.2")) for n, t in texts]
+    assert diagnose_texts(same).cls != "version_mismatch"

@@ -382,6 +382,10 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
             del matches["bootstrap_unreachable"]
         elif retry_note:
             notes.append(retry_note)
+    versions = refine.versions_differ(line_texts)
+    if versions is not None:
+        matches.setdefault("version_mismatch", []).extend(lines[i] for i in versions[0])
+        notes.append(versions[1])
     priority = {s.name: s.priority for s in signatures()}
     by_priority = sorted(matches, key=lambda n: priority[n])
     ifname_note = refine.socket_ifname(by_priority[0] if by_priority else "unknown", line_texts)

@@ -10,6 +10,9 @@ log itself names that cause; where it does not, the symptom's class stands.
 - "unhandled system error" (ncclSystemError, init.cc ncclGetErrorString) or a lost connection, in a log that sets
   NCCL_SOCKET_IFNAME and never completed init: the socket interface chosen by hand is the cause (NVIDIA/nccl#286,
   nccl-tests#219: a name other nodes lack, or `lo`).
+- Ranks that print different `NCCL version X.Y.Z` lines (init.cc's banner, with the host:pid prefix of each rank, or
+  one file per rank) run different builds: NCCL's wire formats are not kept compatible across versions
+  (NVIDIA/nccl#286: "The NCCL version needs to match").
 - A retry-exceeded completion (IBV_WC_RETRY_EXC_ERR, status 12) in a log that sets NCCL_IB_GID_INDEX: the GID the
   index selects does not route between the nodes (NVIDIA/nccl#426: "an error 12 ... right away means the NICs
   can't talk to each other using RoCE"; the fix was the RoCEv2 GID index).
@@ -26,6 +29,7 @@ SOCKET_IFNAME = re.compile(r"NCCL_SOCKET_IFNAME(?:\s+set by environment to|\s*=|
                            re.IGNORECASE)  # fmt: skip
 SYSTEM_ERROR = re.compile(r"unhandled system error|ncclSystemError", re.IGNORECASE)
 GID_INDEX = re.compile(r"NCCL_IB_GID_INDEX(?:\s+set by environment to|\s*=)?\s*(\d*)", re.IGNORECASE)
+NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 RETRY_EXCEEDED = re.compile(r"(?:with error|status=)\s*(?:IBV_WC_RETRY_EXC_ERR)?\(?12\b|RETRY_EXC_ERR", re.IGNORECASE)
 
 
@@ -72,3 +76,14 @@ def roce_gid_index(texts: Sequence[str], hits: Sequence[str]) -> str | None:
         "does not carry RoCE traffic between the nodes (the connection is set up over TCP, the first RDMA transfer "
         "times out)"
     )
+
+
+def versions_differ(texts: Sequence[str]) -> tuple[list[int], str] | None:
+    """The lines that show two or more NCCL versions (their indexes) and a note naming them; None for one version."""
+    first: dict[str, int] = {}
+    for i, text in enumerate(texts):
+        if (m := NCCL_VERSION.search(text)) and m.group(1) not in first:
+            first[m.group(1)] = i
+    if len(first) < 2:
+        return None
+    return list(first.values()), f"the ranks print NCCL versions {', '.join(sorted(first))}"
