@@ -51,6 +51,7 @@ from gpufleet.fabric.graph import End
 from gpufleet.health.correlation import Correlator
 from gpufleet.health.fault_history import FaultHistory
 from gpufleet.health.node_health import NodeHealth
+from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import (
     XidSeverity,
     classify,
@@ -84,7 +85,9 @@ ROUND2 = SCORED / "round2"
 TWIN_NODE = "n-000"  # the engine plans on a twin; each incident is put on this node's GPUs to be planned
 OUT_OF_SERVICE = TAKES_NODE_OUT | {ActionKind.reset_gpu}
 VENDOR_OUT_WHEN_WARNING = frozenset({"gpu-hang", "scaleup-link-errors", "ecc-sbe-rate"})
-RULES = {r["alert"]: r for g in rule_groups(xids=xid_ratings())["groups"] for r in g["rules"]}
+RULES = {
+    r["alert"]: r for g in rule_groups(xids=xid_ratings(), limits=detection_limits())["groups"] for r in g["rules"]
+}
 XID_RULES = ("GpuXidFatal", "GpuXid", "GpuXidLineDependent")
 MEMORY_RULES = ("GpuEccDoubleBitError", "GpuRowRemapFailure")
 _MATCHER = re.compile(r'DCGM_EXP_XID_ERRORS_COUNT\{xid(=~|!~)"([^"]*)"\} > 0')

@@ -143,7 +143,8 @@ def test_sizing_counts_what_the_sources_fill() -> None:
     agent = series_counts(sources=named(list(NVIDIA_AGENT)))
     twin = series_counts(sources=[TWIN_FIELDS, ATTRIBUTION])
     assert agent[0] < everything[0] and twin[0] < everything[0]
-    assert agent[1] == 17 and twin[1] == 12  # the twin simulates 12 of the 17 port counters
+    # the 17 port counters and the port's state and rate; the twin simulates 12 of the counters
+    assert agent[1] == 19 and twin[1] == 14
     assert series_counts(sources=[*named(["nvml"]), KMSG, IDLE_COST])[2] == 3  # a source-up series each
 
 

@@ -19,6 +19,7 @@ from gpufleet.cost.config import CostConfig, PoolPricing, model_key
 from gpufleet.cost.prices import alert_prices, gpu_prices, priced_rules, prices_by_model
 from gpufleet.cost.report import build_report
 from gpufleet.cost.usage import Usage, measure
+from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.sim.source import TwinSource
 from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, rule_groups
@@ -108,9 +109,9 @@ def test_the_twins_idle_cost_prices_as_the_report_does() -> None:
 
 
 def _alert_price(rules: dict[str, Any], model: str) -> str | None:
-    """The price the GpuIdleCost30m rule matching this modelName quotes (its label), None for the unpriced rule."""
+    """The price the GpuIdleCost rule matching this modelName quotes (its label), None for the unpriced rule."""
     found = []
-    for rule in (r for g in rules["groups"] for r in g["rules"] if r["alert"] == "GpuIdleCost30m"):
+    for rule in (r for g in rules["groups"] for r in g["rules"] if r["alert"] == "GpuIdleCost"):
         op, pattern = re.search(r'modelName(=~|!~)"((?:[^"\\]|\\.)*)"', rule["expr"]).groups()  # type: ignore[union-attr]
         if (re.fullmatch(pattern, model) is not None) == (op == "=~"):
             found.append(rule["labels"].get("usd_per_gpu_hour"))
@@ -121,14 +122,14 @@ def _alert_price(rules: dict[str, Any], model: str) -> str | None:
 @pytest.mark.parametrize("which", list(CONFIGS))
 def test_the_generated_idle_rules_quote_the_reports_price_for_every_catalog_model(which: str) -> None:
     config = CONFIGS[which]
-    rules = rule_groups(priced_rules(RulesConfig(), config), xids=xid_ratings())
+    rules = rule_groups(priced_rules(RulesConfig(), config), xids=xid_ratings(), limits=detection_limits())
     models = [*NVIDIA_NAMES, "Some Other GPU"]
     report = _report_prices(config, models)
     for model in models:
         price = report[model]
         assert _alert_price(rules, model) == (None if price is None else f"{price:.2f}"), model
     if which == "catalog":  # what the rule file holds without a cost config
-        assert rules == rule_groups(RulesConfig(), xids=xid_ratings())
+        assert rules == rule_groups(RulesConfig(), xids=xid_ratings(), limits=detection_limits())
 
 
 def test_telemetry_rules_takes_the_prices_of_the_cost_config_it_is_given(tmp_path: Path) -> None:
@@ -138,4 +139,6 @@ def test_telemetry_rules_takes_the_prices_of_the_cost_config_it_is_given(tmp_pat
     assert res.returncode == 0, res.stderr
     rules = json.loads(res.stdout)
     assert _alert_price(rules, "NVIDIA H100 80GB HBM3") == "3.10" and _alert_price(rules, "Some Other GPU") == "0.80"
-    assert rules == rule_groups(priced_rules(RulesConfig(), CONFIGS["operator"], str(path)), xids=xid_ratings())
+    assert rules == rule_groups(
+        priced_rules(RulesConfig(), CONFIGS["operator"], str(path)), xids=xid_ratings(), limits=detection_limits()
+    )

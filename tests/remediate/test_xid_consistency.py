@@ -23,6 +23,7 @@ from gpufleet.catalog.xid import xid_message
 from gpufleet.health.detectors.kernel import KernelDetector
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.node_health import NodeHealth
+from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import (
     Action,
     Verdict,
@@ -49,7 +50,9 @@ from tests.twins import small_twin
 NODE, GPU, PCI = "n-000", 2, "0000:3b:00"
 OUT_OF_SERVICE = TAKES_NODE_OUT | {ActionKind.reset_gpu}
 ALERT_SEVERITY = {XidSeverity.FATAL: "critical", XidSeverity.NONFATAL: "warning"}
-RULES = {r["alert"]: r for g in rule_groups(xids=xid_ratings())["groups"] for r in g["rules"]}
+RULES = {
+    r["alert"]: r for g in rule_groups(xids=xid_ratings(), limits=detection_limits())["groups"] for r in g["rules"]
+}
 XID_RULES = ("GpuXidFatal", "GpuXid", "GpuXidLineDependent")
 _MATCHER = re.compile(r'DCGM_EXP_XID_ERRORS_COUNT\{xid(=~|!~)"([^"]*)"\} > 0')
 

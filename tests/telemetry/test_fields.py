@@ -5,7 +5,7 @@ import pytest
 from gpufleet.catalog.clock_events import clock_events_of, load_clock_events
 from gpufleet.catalog.dcgm_fields import parse_counter_file
 from gpufleet.errors import NotFoundError
-from gpufleet.telemetry.fields import EXP_OVERRIDES, load_field_catalog
+from gpufleet.telemetry.fields import EXP_OVERRIDES, IB_PORT_RATE, IB_PORT_UP, load_field_catalog
 from tests.conftest import CATALOG_DATA
 
 FAULT_FIELDS = [
@@ -78,8 +78,11 @@ def test_ib_counters_use_prometheus_naming() -> None:
     assert ib
     for field in ib:
         assert field.name.startswith("infiniband_port_")
-        assert field.name.endswith("_total")
-        assert field.prom_type == "counter"
+        # counters end in _total; the port's state and link rate beside them are gauges in base units
+        if field.prom_type == "counter":
+            assert field.name.endswith("_total")
+        else:
+            assert field.prom_type == "gauge" and field.name in {IB_PORT_UP, IB_PORT_RATE}
     names = {f.name for f in ib}
     assert "infiniband_port_symbol_errors_total" in names
     assert "infiniband_port_transmit_bytes_total" in names

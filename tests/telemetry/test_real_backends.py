@@ -13,6 +13,7 @@ import pytest
 
 from gpufleet.control import views
 from gpufleet.control.metrics import MetricRecorder
+from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.sim.runner import run_headless
 from gpufleet.telemetry.exposition.config import CONTENT_TYPE
@@ -74,7 +75,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     exporter = MetricsServer(frame)
     prom_port, vm_port = free_port(), free_port()
     rules = run_dir / "gpufleet-rules.yml"
-    rules.write_text(dump(rule_groups(RulesConfig(), xids=xid_ratings())))
+    rules.write_text(dump(rule_groups(RulesConfig(), xids=xid_ratings(), limits=detection_limits())))
     script = REPO_ROOT / "scripts" / "start-prometheus.sh"
     args = [
         "bash",
@@ -143,7 +144,11 @@ def test_prometheus_loads_generated_rules(stack: dict[str, Any]) -> None:
 
     data = httpx.get(stack["prometheus"] + "/api/v1/rules").json()["data"]
     rules = [r for g in data["groups"] for r in g["rules"]]
-    expected = [r["alert"] for g in rule_groups(RulesConfig(), xids=xid_ratings())["groups"] for r in g["rules"]]
+    expected = [
+        r["alert"]
+        for g in rule_groups(RulesConfig(), xids=xid_ratings(), limits=detection_limits())["groups"]
+        for r in g["rules"]
+    ]
     assert sorted(r["name"] for r in rules) == sorted(expected)
     assert all(r["health"] in ("ok", "unknown") for r in rules)
 

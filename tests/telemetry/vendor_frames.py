@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufleet.model.attribution import Attribution
+from gpufleet.telemetry.fields import IB_PORT_RATE
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
 # The per-GPU value fields the catalog had before vendor rendering: the reference frame fills exactly these, so
@@ -120,6 +121,7 @@ def nvidia_reference_frame() -> MetricFrame:
     frame.set_jobs(2, ("4411", "4412"))
     frame.ib_values[:] = np.arange(frame.ib_values.size, dtype=np.float64).reshape(frame.ib_values.shape) * 1024
     frame.ib_up[:] = 1
+    frame.ib(IB_PORT_RATE)[:] = 400e9 / 8  # 4X NDR
     frame.set_gauge("gpufleet_source_up", {"source": "nvml"}, 1)
     frame.set_gauge("training_loss", {"job": "llm-pretrain"}, float("nan"))
     frame.set_gauge("training_step_duration_seconds", {"job": "llm-pretrain"}, 1.25)

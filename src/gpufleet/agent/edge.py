@@ -112,7 +112,6 @@ class EdgeAgent:
         *,
         jobs: Callable[[], list[JobFact] | None] | None = None,
         scheduler: Callable[[], SchedulerReport | None] | None = None,
-        port_speeds_gbps: np.ndarray | None = None,
         wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.node = node
@@ -123,7 +122,7 @@ class EdgeAgent:
         self.read_scheduler = scheduler  # on the agent that watches the workload manager
         self.services = ServiceWindows()
         self.wake = wake
-        self.health = NodeHealth(frame, port_speeds_gbps=port_speeds_gbps)
+        self.health = NodeHealth(frame)
         self._latched = _load_latched(spool)
         self.health.restore(self._latched)
         self._lock = threading.Lock()  # the kernel follower and the collector both spool

@@ -15,11 +15,13 @@ from gpufleet.catalog import load_ib_counters
 from gpufleet.instrument import names
 from gpufleet.telemetry.exposition.workload import FAMILIES as ATTRIBUTION_FAMILIES
 from gpufleet.telemetry.field_sources import POD_INFO, SourceFields
-from gpufleet.telemetry.fields import IDLE_COST_FIELD
+from gpufleet.telemetry.fields import IB_PORT_RATE, IB_PORT_UP, IDLE_COST_FIELD
 
 # the kernel-log source fills dcgm-exporter's two Xid series from the Xids the follower reads
 KMSG = SourceFields(XidWindow.name, frozenset(XidWindow.fields))
-IB_SYSFS = SourceFields("ib-sysfs", frozenset(c.metric for c in load_ib_counters().values()))
+IB_SYSFS = SourceFields(
+    "ib-sysfs", frozenset([*(c.metric for c in load_ib_counters().values()), IB_PORT_UP, IB_PORT_RATE])
+)
 # the per-workload series only for the GPUs --workload-series selects (time-sliced and MPS ones by default): counted
 # as if every GPU had them, an upper bound
 ATTRIBUTION = SourceFields("attribution", frozenset({POD_INFO, "gpufleet_gpu_job_info", *ATTRIBUTION_FAMILIES}))

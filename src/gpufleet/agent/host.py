@@ -27,7 +27,7 @@ from gpufleet.cost.prices import prices_by_model
 from gpufleet.errors import GpufleetError, UserError
 from gpufleet.model.observe import NodeInventory, SchedulerReport
 from gpufleet.sources.node.app_scrape import AppMetricsSource, AppScrape
-from gpufleet.sources.node.inventory import SYSFS_IB, IbSysfsSource, ib_ports, port_speeds, read_inventory
+from gpufleet.sources.node.inventory import SYSFS_IB, IbSysfsSource, ib_ports, read_inventory
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.frame import MetricFrame
@@ -189,7 +189,6 @@ def host_agent(
         exposition=exposition,
         kernel_log=kmsg_file or DEV_KMSG,
         scheduler=scheduler,
-        port_speeds_gbps=port_speeds(frame, inventory()) if ports else None,
     )
     if scrape is not None:
         agent.stoppers.insert(0, scrape)

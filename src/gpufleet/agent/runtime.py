@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
-
 from gpufleet.agent.collector import Collector, MetricSource
 from gpufleet.agent.edge import EdgeAgent
 from gpufleet.agent.http import make_server, serve_in_thread
@@ -101,7 +99,6 @@ def assemble(
     kernel_log: Path | None = DEV_KMSG,
     jobs: Callable[[], list[JobFact] | None] | None = None,
     scheduler: Callable[[], SchedulerReport | None] | None = None,
-    port_speeds_gbps: np.ndarray | None = None,
     guard: Callable[[Callable[[], None]], None] | None = None,
     stoppers: list[Stoppable] | None = None,
 ) -> Agent:
@@ -136,7 +133,6 @@ def assemble(
         inventory,
         jobs=jobs,
         scheduler=scheduler,
-        port_speeds_gbps=port_speeds_gbps,
         wake=pusher.wake,
     )
     collector.after.append(edge.after_collect)

@@ -46,6 +46,9 @@ def _over_threshold(value: str) -> OverThreshold:
     return value  # type: ignore[return-value]
 
 
+SYMBOL_COUNTER = "SymbolErrorCounter"  # the counter judged against a bit error rate (health.symbol_errors)
+
+
 @cache
 def load_ib_counters() -> dict[str, IbCounter]:
     out: dict[str, IbCounter] = {}

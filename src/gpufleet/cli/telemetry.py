@@ -113,7 +113,8 @@ def rules_cmd(
     config: Path | None = typer.Option(
         None,
         "--config",
-        help="YAML with thresholds and labels (fields of RulesConfig, e.g. idle_util_percent, monitor_labels).",
+        help="YAML with the rules' own settings (fields of RulesConfig, e.g. hostname_label, vram_ratio, "
+        "monitor_labels). What a fault is comes from the detection thresholds: see --thresholds.",
     ),
     price_file: Path | None = typer.Option(
         None,
@@ -127,11 +128,20 @@ def rules_cmd(
     policy_file: Path | None = typer.Option(
         None, "--policy", help="Xid policy YAML merged over the default: the Xid rules page as it rates each code."
     ),
+    thresholds_file: Path | None = typer.Option(
+        None,
+        "--thresholds",
+        metavar="FILE",
+        help="A site's detection thresholds merged over the defaults (default: the file GPUFLEET_THRESHOLDS names): "
+        "the thermal, idle and InfiniBand rules fire where the agent's detectors judge a fault.",
+    ),
 ) -> None:
     """Generate alert rules: a Prometheus rule file, its promtool unit tests, a PrometheusRule and a
     ServiceMonitor. With --out, writes gpufleet-rules.yml, gpufleet-rules-test.yml, prometheus-rule.yaml and
     service-monitor.yaml; with --chart, the rule file into the chart's files/; otherwise prints the rule file.
-    Which Xid pages at which severity comes from the Xid policy (`gpufleet xid policy`), as the agent judges them."""
+    Which Xid pages at which severity comes from the Xid policy (`gpufleet xid policy`), and the thermal, idle and
+    InfiniBand thresholds from the detection thresholds, as the agent judges them."""
+    from gpufleet.health.thresholds import detection_limits, load_thresholds
     from gpufleet.health.xid_policy import load_policy, xid_ratings
     from gpufleet.telemetry.monitoring.alert_rules import (
         RULE_FILE,
@@ -152,25 +162,26 @@ def rules_cmd(
     cost = CostConfig.from_file(price_file) if price_file is not None else CostConfig()
     cfg = priced_rules(cfg, cost, str(price_file) if price_file is not None else "")  # the report's prices
     xids = xid_ratings(load_policy(policy_file))
+    limits = detection_limits(load_thresholds(thresholds_file))
     if chart is not None:
         from gpufleet.deploy.chart import RULES_FILE
 
-        _write(_chart(chart), {RULES_FILE: dump(rule_groups(cfg, xids=xids))})
+        _write(_chart(chart), {RULES_FILE: dump(rule_groups(cfg, xids=xids, limits=limits))})
     if out is not None:
         from gpufleet.telemetry.monitoring.alert_rules import service_monitor
 
         _write(
             out,
             {
-                RULE_FILE: dump(rule_groups(cfg, xids=xids)),
-                "gpufleet-rules-test.yml": dump(rule_tests(cfg, xids=xids)),
-                "prometheus-rule.yaml": dump(prometheus_rule(cfg, xids=xids)),
+                RULE_FILE: dump(rule_groups(cfg, xids=xids, limits=limits)),
+                "gpufleet-rules-test.yml": dump(rule_tests(cfg, xids=xids, limits=limits)),
+                "prometheus-rule.yaml": dump(prometheus_rule(cfg, xids=xids, limits=limits)),
                 "service-monitor.yaml": dump(service_monitor(cfg)),
             },
         )
     if out is not None or chart is not None:
         return
-    groups = rule_groups(cfg, xids=xids)
+    groups = rule_groups(cfg, xids=xids, limits=limits)
     sys.stdout.write(dump_json(groups) + "\n" if output is OutputFormat.json else dump(groups))
 
 
@@ -180,14 +191,22 @@ def dashboard_cmd(
     output: OutputFormat = typer.Option(OutputFormat.json, "-o", "--output", help="json (default) or yaml."),
     hostname_label: str = typer.Option("hostname", "--hostname-label", help="hostname (4.x) or Hostname (3.x)."),
     chart: Path | None = typer.Option(None, "--chart", metavar="DIR", help=CHART_HELP),
+    thresholds_file: Path | None = typer.Option(
+        None,
+        "--thresholds",
+        metavar="FILE",
+        help="A site's detection thresholds (default: the file GPUFLEET_THRESHOLDS names): the panels mark them.",
+    ),
 ) -> None:
     """Generate Grafana dashboards (cluster overview, node view, fabric view) from the field catalog. With --out
     or --chart (into its files/dashboards/), one JSON file per dashboard; otherwise printed."""
+    from gpufleet.health.thresholds import detection_limits, load_thresholds
     from gpufleet.telemetry.monitoring.dashboards import dashboard_files, dashboards
 
     if hostname_label not in ("hostname", "Hostname"):
         raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")
-    boards: dict[str, Any] = dashboards(hostname_label)  # type: ignore[arg-type]
+    limits = detection_limits(load_thresholds(thresholds_file))
+    boards: dict[str, Any] = dashboards(hostname_label, limits=limits)  # type: ignore[arg-type]
     if chart is not None:
         from gpufleet.deploy.chart import DASHBOARDS_DIR
 

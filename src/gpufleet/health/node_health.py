@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from gpufleet.health.detectors.base import Latches, NodeDetector, NodeSetup, registered_node
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import Thresholds, load_thresholds
@@ -46,10 +44,9 @@ class NodeHealth:
         frame: MetricFrame,
         thresholds: Thresholds | None = None,
         policy: XidPolicy | None = None,
-        port_speeds_gbps: np.ndarray | None = None,
     ) -> None:
         self.thresholds = thresholds or load_thresholds()
-        setup = NodeSetup(frame, self.thresholds, policy, port_speeds_gbps)
+        setup = NodeSetup(frame, self.thresholds, policy)
         self._run = [(entry, entry.build(setup)) for entry in registered_node()]
         self.detectors: dict[str, NodeDetector] = {entry.name: detector for entry, detector in self._run}
         self.repeat_s = self.thresholds.control.finding_repeat_s

@@ -19,11 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufleet.catalog.ib_counters import load_ib_counters
+from gpufleet.catalog.ib_counters import SYMBOL_COUNTER, load_ib_counters
 from gpufleet.health.thresholds import BerWindow, SymbolErrors, Thresholds, load_thresholds
 from gpufleet.model import Severity
-
-SYMBOL_COUNTER = "SymbolErrorCounter"
 
 
 def span_text(seconds: float) -> str:

@@ -1,7 +1,10 @@
-"""Detection thresholds (data/thresholds.yaml), overridable by a site's own YAML."""
+"""Detection thresholds (data/thresholds.yaml), overridable by a site's own YAML: given to a command, or named by
+GPUFLEET_THRESHOLDS so the agent, the control plane, triage and the generated alert rules all judge by the same
+file. `detection_limits` hands the alert rules the values they judge by (telemetry sits below health)."""
 
 from __future__ import annotations
 
+import os
 from fnmatch import fnmatchcase
 from functools import cache
 from importlib import resources
@@ -15,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from gpufleet import yaml_input
 from gpufleet.errors import ManifestError
 from gpufleet.model import RootCause
+from gpufleet.telemetry.monitoring.alert_rules import DetectionLimits, PortLimit
 
 
 class _Section(BaseModel):
@@ -273,8 +277,14 @@ def _default_raw() -> dict[str, Any]:
     return dict(yaml.safe_load(text))
 
 
+THRESHOLDS_ENV = "GPUFLEET_THRESHOLDS"
+
+
 def load_thresholds(path: Path | None = None) -> Thresholds:
+    """The defaults, with `path` (or else the file GPUFLEET_THRESHOLDS names) merged over them."""
     raw = _default_raw()
+    if path is None and os.environ.get(THRESHOLDS_ENV):
+        path = Path(os.environ[THRESHOLDS_ENV])
     if path is not None:
         over = yaml_input.load_file(path) or {}
         if not isinstance(over, dict):
@@ -286,3 +296,36 @@ def load_thresholds(path: Path | None = None) -> Thresholds:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise ManifestError(str(path or "thresholds.yaml"), f"{where}: {err['msg']}") from None
+
+
+def detection_limits(thresholds: Thresholds | None = None) -> DetectionLimits:
+    """What the generated alert rules judge by, from the thresholds the detectors use: the thermal and idle holds
+    of the GPU detector, the symbol-error windows, and the per-window port counters of the agent's fabric detector
+    (receive errors, discards, VL15 drops) and of the fabric service (the other error counters)."""
+    t = thresholds or load_thresholds()
+    ib, fabric = t.infiniband, t.fabric
+    physical, congestion = RootCause.ib_symbol_errors.value, RootCause.ib_congestion.value
+    # as the agent's fabric detector and the fabric service file each count over its limit (control/fabric.py)
+    ports = (
+        ("PortRcvErrors", ib.rcv_errors_per_window, physical),
+        ("PortRcvRemotePhysicalErrors", fabric.remote_physical_errors_per_window, physical),
+        ("PortXmitDiscards", ib.xmit_discards_per_window, congestion),
+        ("VL15Dropped", ib.vl15_dropped_per_window, congestion),
+        ("LocalLinkIntegrityErrors", fabric.link_integrity_errors_per_window, physical),
+        ("ExcessiveBufferOverrunErrors", fabric.buffer_overrun_errors_per_window, physical),
+        ("LinkErrorRecoveryCounter", fabric.link_recoveries_per_window, physical),
+    )
+    return DetectionLimits(
+        thermal_clock_ratio=t.thermal.clock_ratio,
+        thermal_hold_s=t.thermal.hold_s,
+        thermal_window_s=t.thermal.window_s,
+        cooling_excess_c=t.thermal.idle_excess_c,
+        cooling_hold_s=t.thermal.idle_hold_s,
+        idle_util_percent=t.idle.util_percent,
+        idle_hold_s=t.idle.hold_s,
+        ber_windows=tuple((w.window_s, w.ber) for w in t.symbol_errors.windows),
+        flap_window_s=ib.flap_window_s,
+        flap_downs=fabric.flap_downs,
+        port_window_s=ib.window_s,
+        port_limits=tuple(PortLimit(counter, limit, cause) for counter, limit, cause in ports),
+    )

@@ -81,8 +81,7 @@ class SimFleet:
         self.incarnation = incarnation or secrets.token_hex(8)
         self.source = TwinSource(twin, cost=cost)
         self.frame = self.source.new_frame()
-        port_speeds = np.array([twin.ports.speed_gbps[p] for p in self.source.port_idx])
-        self.health = NodeHealth(self.frame, port_speeds_gbps=port_speeds)
+        self.health = NodeHealth(self.frame)
         self.gpu_fields = [f.name for f in self.frame.gpu_fields]
         self.port_fields = [f.name for f in self.frame.ib_fields]
         self.port_names = [f"{p.hca}/{p.port}" for p in self.frame.ib_ports]

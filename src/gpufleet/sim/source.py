@@ -30,6 +30,7 @@ from gpufleet.sim.app_export import RANK_EXPORT_S, AppSeries, GaugeKey
 from gpufleet.sim.gpu_holder_answers import holders_layout, whole_gpu_holders
 from gpufleet.sim.twin import Twin
 from gpufleet.telemetry.field_sources import SourceFields
+from gpufleet.telemetry.fields import IB_PORT_RATE, IB_PORT_UP
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 
 __all__ = ["GPU_FIELDS", "PORT_COUNTERS", "RANK_EXPORT_S", "GaugeKey", "TwinSource"]  # the fleet reads these here
@@ -109,6 +110,8 @@ FIELDS = SourceFields(
             "DCGM_EXP_CLOCK_EVENTS_COUNT",
             "DCGM_EXP_XID_ERRORS_COUNT",
             *_port_metrics(),
+            IB_PORT_UP,
+            IB_PORT_RATE,
             # its jobs' and services' own series (sim/app_export.py), on the nodes that host them
             names.TRAINING_LAST_STEP,
             names.TRAINING_STEP_DURATION,
@@ -269,6 +272,8 @@ class TwinSource:
         frame.set_ib_pma("PortXmitData", ports.counters["xmit_bytes"][self.port_idx] / 4)
         frame.set_ib_pma("PortRcvData", ports.counters["rcv_bytes"][self.port_idx] / 4)
         frame.ib_up[:] = ports.up[self.port_idx].astype(np.float64)  # what sysfs state/phys_state say
+        if frame.has_ib_field(IB_PORT_RATE):
+            frame.ib(IB_PORT_RATE)[:] = ports.speed_gbps[self.port_idx] * 1e9 / 8  # what sysfs rate says
         self._jobs(frame)
 
     def _mig_fields(self, frame: MetricFrame, alive: np.ndarray) -> None:

@@ -39,6 +39,10 @@ FLEET = "fleet"  # one series per accelerator of any vendor, with vendor-neutral
 IDLE_COST_FIELD = "gpufleet_gpu_idle_cost_dollars_per_hour"
 
 IB_PORT_LABELS = ("hca", "port", "rail", "hostname")
+# A port's state and link rate beside its counters, so alert rules judge a port as the agent does: a link down, and
+# symbol errors against the bit-error-rate budget of the port's own rate (health/symbol_errors.py)
+IB_PORT_UP = "infiniband_port_up"
+IB_PORT_RATE = "infiniband_port_rate_bytes_per_second"
 # dcgm-exporter fields whose type and help in data/fields.csv differ from the counter file's line, and why (see above)
 EXP_OVERRIDES = {
     "DCGM_EXP_XID_ERRORS_COUNT": "a count over a sliding window, which falls as Xids leave it: a gauge",
@@ -135,6 +139,18 @@ def _ib_fields() -> list[MetricField]:
         if counter.octets_div4:
             help_text += " (exported in bytes: the PMA counter times 4)"
         out.append(MetricField(counter.metric, "counter", help_text + ".", IB_PORT, "i64", True, (), unit))
+    out.append(
+        MetricField(
+            IB_PORT_UP, "gauge", "1 while the port's link is up (state ACTIVE, physical state LinkUp), 0 when not.",
+            IB_PORT, "i64",
+        )
+    )  # fmt: skip
+    out.append(
+        MetricField(
+            IB_PORT_RATE, "gauge", "The port's link rate as sysfs gives it (400 Gb/s for 4X NDR), in bytes a second.",
+            IB_PORT, "f64", unit="Bps",
+        )
+    )  # fmt: skip
     return out
 
 

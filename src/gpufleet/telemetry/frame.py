@@ -20,7 +20,7 @@ from gpufleet.catalog import load_ib_counters
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.errors import NotFoundError, UserError
 from gpufleet.model.attribution import Attribution, DeviceAttribution
-from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_field_catalog
+from gpufleet.telemetry.fields import IB_PORT_RATE, IB_PORT_UP, FieldCatalog, MetricField, load_field_catalog
 
 DEFAULT_WINDOW_MS = 300_000  # dcgm-exporter's --xid-count-window-size and clock-events window
 
@@ -100,7 +100,9 @@ class MetricFrame:
     # (pci_bus_id, hostname, xid) -> count, for a GPU the kernel log names that no entity is (set_unlisted_xid_count)
     unlisted_xid_counts: dict[tuple[str, str, int], float] = field(init=False)
     ib_values: np.ndarray = field(init=False)  # (IB counters, ports), in metric units (bytes, not octets/4)
-    ib_up: np.ndarray = field(init=False)  # per port: 1 link up (ACTIVE/LinkUp), 0 down, NaN not read this tick
+    # per port: 1 link up (ACTIVE/LinkUp), 0 down, NaN not read this tick; the infiniband_port_up row when the
+    # catalog exports it (a view: writing one writes the other)
+    ib_up: np.ndarray = field(init=False)
     attribution: list[Attribution | None] = field(init=False)
     jobs: list[tuple[str, ...]] = field(init=False)  # per entity: Slurm (HPC) job ids using it, exposed as hpc_job
     shares: list[DeviceAttribution | None] = field(init=False)  # per entity: who used what (telemetry.attribution)
@@ -125,7 +127,8 @@ class MetricFrame:
         self.xid_counts = {}
         self.unlisted_xid_counts = {}
         self.ib_values = np.full((len(self.ib_fields), len(self.ib_ports)), np.nan)
-        self.ib_up = np.full(len(self.ib_ports), np.nan)
+        up = self._ib_index.get(IB_PORT_UP)
+        self.ib_up = np.full(len(self.ib_ports), np.nan) if up is None else self.ib_values[up]
         self.attribution = [None] * n
         self.jobs = [()] * n
         self.shares = [None] * n
@@ -205,6 +208,15 @@ class MetricFrame:
             return self.ib_values[self._ib_index[metric]]
         except KeyError:
             raise NotFoundError(f"IB metric {metric!r} is not in this frame's catalog") from None
+
+    def has_ib_field(self, metric: str) -> bool:
+        return metric in self._ib_index
+
+    def ib_rate_gbps(self) -> np.ndarray:
+        """Each port's link rate in Gb/s (NaN where unknown, or where the catalog leaves the rate out)."""
+        if IB_PORT_RATE not in self._ib_index:
+            return np.full(len(self.ib_ports), np.nan)
+        return self.ib(IB_PORT_RATE) * 8 / 1e9
 
     def set_ib_pma(self, counter: str, raw: np.ndarray | Sequence[float]) -> None:
         """Store raw PMA counter values (perfquery / sysfs names), converting octets/4 data counters to

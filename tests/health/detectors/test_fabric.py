@@ -9,11 +9,13 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from gpufleet.catalog.ib_counters import load_ib_counters
 from gpufleet.health.detectors.fabric import DISCARDS, DOWNED, RCV, SYMBOL, VL15, FabricDetectors
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding, LinkEvent
+from gpufleet.telemetry.fields import IB_PORT_RATE
 from gpufleet.telemetry.frame import IbPort, MetricFrame
 
 T0 = 1_800_000_000.0
@@ -41,8 +43,8 @@ class Ports:
     def __init__(self, speeds_gbps: Sequence[float] | None = None) -> None:
         ports = (IbPort("mlx5_0", 1, "0", NODE), IbPort("mlx5_1", 1, "1", NODE))
         self.frame = MetricFrame((), ports)
-        speeds = None if speeds_gbps is None else np.asarray(speeds_gbps, dtype=np.float64)
-        self.detectors = FabricDetectors(self.frame, T, speeds)
+        self.speeds = np.asarray(speeds_gbps if speeds_gbps is not None else (400.0, 400.0), dtype=np.float64)
+        self.detectors = FabricDetectors(self.frame, T)
         self.links: list[LinkEvent] = []
 
     def at(self, dt: float, up: tuple[float, float] = UP, counters: dict[str, Row] | None = None) -> list[Finding]:
@@ -52,6 +54,7 @@ class Ports:
         for metric, value in (counters or {}).items():
             self.frame.ib(metric)[:] = value
         self.frame.ib_up[:] = up
+        self.frame.ib(IB_PORT_RATE)[:] = self.speeds * 1e9 / 8  # as sysfs gives it, every collection
         return self.detectors.detect(T0 + dt, NodeSeen(self.frame, links=self.links))
 
 
@@ -151,6 +154,17 @@ def test_symbol_errors_over_the_125_minute_budget_only_are_a_warning_until_it_pa
         assert seen(found) == {(RootCause.ib_symbol_errors, port(0), Severity.warning)}, k
         assert "4 in 125 min" in found[0].evidence and "over 1e-15" in found[0].evidence
     assert p.at(LONG.window_s + 5, counters=burst) == []
+
+
+@pytest.mark.parametrize(("extra", "expect"), [(0, False), (1, True)])
+def test_a_port_of_unknown_rate_is_held_against_the_counters_threshold(extra: int, expect: bool) -> None:
+    """No rate in the frame (sysfs did not say): no bit error rate can be told, so the count within the shortest
+    window is held against infiniband-diags' threshold, as health.symbol_errors and the no-rate alert rule do."""
+    p = Ports([math.nan, math.nan])
+    threshold = load_ib_counters()["SymbolErrorCounter"].threshold or 0
+    assert p.at(0) == []
+    out = p.at(60, counters={SYMBOL: [0, threshold + extra]})
+    assert seen(out) == ({(RootCause.ib_symbol_errors, port(1), Severity.warning)} if expect else set())
 
 
 # -- receive errors, transmit discards, VL15 drops per window ----------------------------------------------------

@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from gpufleet.health.thresholds import detection_limits
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.exposition.dcgm import render
 from gpufleet.telemetry.fields import FLEET, load_field_catalog
@@ -94,7 +95,7 @@ def test_sizing_counts_the_fleet_series() -> None:
 
 # -- dashboards ----------------------------------------------------------------------------------------------------
 def test_cluster_dashboard_has_a_mixed_fleet_panel_set() -> None:
-    panels = dashboards()["gpufleet-cluster"]["panels"]
+    panels = dashboards(limits=detection_limits())["gpufleet-cluster"]["panels"]
     fleet = [p for p in panels if "gpufleet_accelerator_" in p["targets"][0]["expr"]]
     exprs = {p["title"]: p["targets"][0]["expr"] for p in fleet}
     assert exprs["Fleet: utilization by vendor"] == "avg by (vendor) (gpufleet_accelerator_utilization_ratio)"
@@ -123,7 +124,9 @@ def test_fleet_dashboard_queries_what_the_agent_renders() -> None:
     """Every family a mixed-fleet panel reads is one a mixed node's /metrics shows, with the labels it groups by."""
     samples = parsed(render(mixed_frame()))
     panels = [
-        p for p in dashboards()["gpufleet-cluster"]["panels"] if "gpufleet_accelerator_" in p["targets"][0]["expr"]
+        p
+        for p in dashboards(limits=detection_limits())["gpufleet-cluster"]["panels"]
+        if "gpufleet_accelerator_" in p["targets"][0]["expr"]
     ]
     for panel in panels:
         expr = panel["targets"][0]["expr"]

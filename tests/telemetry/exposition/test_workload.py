@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from gpufleet.errors import UserError
+from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.model.attribution import Attribution, DeviceAttribution, Share, Sharing
 from gpufleet.telemetry.exposition.config import ExpositionConfig, workload_series_settings
@@ -615,7 +616,9 @@ def test_the_alerts_fire_on_what_the_agent_writes(tmp_path: Path) -> None:
     (dropped,) = named(tight, "gpufleet_attribution_workload_series_dropped")
     assert dropped[2] == 7  # memory, utilization and processes of each, and the stray's mark
     node = {"instance": "gpu-node-01:9400", "job": "gpufleet-agent"}
-    rules = {r["alert"]: r for g in rule_groups(xids=xid_ratings())["groups"] for r in g["rules"]}
+    rules = {
+        r["alert"]: r for g in rule_groups(xids=xid_ratings(), limits=detection_limits())["groups"] for r in g["rules"]
+    }
     expected = []
     for alert, labels, value in (
         ("GpuWorkloadUnallotted", stray[1], 1.0),
@@ -643,7 +646,7 @@ def test_the_alerts_fire_on_what_the_agent_writes(tmp_path: Path) -> None:
             }
         ],
     }
-    (tmp_path / RULE_FILE).write_text(dump(rule_groups(xids=xid_ratings())))
+    (tmp_path / RULE_FILE).write_text(dump(rule_groups(xids=xid_ratings(), limits=detection_limits())))
     (tmp_path / "tests.yml").write_text(dump(tests))
     run = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, dump, rule_groups
 
@@ -26,7 +27,7 @@ def assert_alerts(tmp_path: Path, series: list[dict[str, str]], expected: dict[s
             }
         ],
     }
-    (tmp_path / RULE_FILE).write_text(dump(rule_groups(xids=xid_ratings())))
+    (tmp_path / RULE_FILE).write_text(dump(rule_groups(xids=xid_ratings(), limits=detection_limits())))
     (tmp_path / "tests.yml").write_text(dump(tests))
     run = subprocess.run(["promtool", "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]

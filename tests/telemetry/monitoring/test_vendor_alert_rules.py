@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from gpufleet.agent.fields import gpu_sources
+from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, render
@@ -31,11 +32,18 @@ VENDOR_ALERTS = {
 
 
 def rules_by_name(cfg: RulesConfig | None = None) -> dict[str, dict[str, Any]]:
-    return {r["alert"]: r for g in rule_groups(cfg, xids=xid_ratings())["groups"] for r in g["rules"]}
+    return {
+        r["alert"]: r
+        for g in rule_groups(cfg, xids=xid_ratings(), limits=detection_limits())["groups"]
+        for r in g["rules"]
+    }
 
 
 def test_vendor_and_fleet_rule_groups() -> None:
-    groups = {g["name"]: [r["alert"] for r in g["rules"]] for g in rule_groups(xids=xid_ratings())["groups"]}
+    groups = {
+        g["name"]: [r["alert"] for r in g["rules"]]
+        for g in rule_groups(xids=xid_ratings(), limits=detection_limits())["groups"]
+    }
     for group, alerts in VENDOR_ALERTS.items():
         assert groups[group] == alerts
     rules = rules_by_name()
@@ -93,8 +101,8 @@ def test_vendor_rule_labels_are_not_the_dcgm_config_ones() -> None:
 
 
 def _write(tmp_path: Path, cfg: RulesConfig) -> None:
-    (tmp_path / RULE_FILE).write_text(dump(rule_groups(cfg, xids=xid_ratings())))
-    (tmp_path / "tests.yml").write_text(dump(rule_tests(cfg, xids=xid_ratings())))
+    (tmp_path / RULE_FILE).write_text(dump(rule_groups(cfg, xids=xid_ratings(), limits=detection_limits())))
+    (tmp_path / "tests.yml").write_text(dump(rule_tests(cfg, xids=xid_ratings(), limits=detection_limits())))
 
 
 def _promtool(tmp_path: Path, test_file: str = "tests.yml") -> subprocess.CompletedProcess[str]:

@@ -24,8 +24,6 @@ from gpufleet.health.detectors.seen import FleetSeen, NodeSeen
 from gpufleet.model.observe import Finding
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from gpufleet.health.thresholds import Thresholds
     from gpufleet.health.xid_policy import XidPolicy
     from gpufleet.telemetry.frame import MetricFrame
@@ -47,7 +45,6 @@ class NodeSetup:
     frame: MetricFrame
     thresholds: Thresholds
     policy: XidPolicy | None = None
-    port_speeds_gbps: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)

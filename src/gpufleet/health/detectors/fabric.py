@@ -2,11 +2,13 @@
 
 - Link down: the port leaves ACTIVE/LinkUp (sysfs state, read every collection), or LinkDownedCounter grows
   between two readings (a down too short to be seen in the state). Each change of state is also a `LinkEvent`.
-- Link flap: two or more downs within the flap window; it supersedes the link-down finding for that port.
-- Symbol errors against a bit error rate at the port's speed, in NVIDIA's two windows (1e-14 over 12 minutes,
-  critical; 1e-15 over 125 minutes, a warning), judged by health.symbol_errors as the fabric service and triage
-  judge them: a bad cable or transceiver. Receive errors above infiniband-diags' threshold point at the same
-  physical layer.
+- Link flap: `fabric.flap_downs` (two) or more downs within the flap window; it supersedes the link-down finding
+  for that port.
+- Symbol errors against a bit error rate at the port's link rate (infiniband_port_rate_bytes_per_second in the
+  frame), in NVIDIA's two windows (1e-14 over 12 minutes, critical; 1e-15 over 125 minutes, a warning), judged by
+  health.symbol_errors as the fabric service and triage judge them: a bad cable or transceiver. A port whose rate is
+  unknown is held against infiniband-diags' threshold instead. Receive errors above infiniband-diags' threshold
+  point at the same physical layer.
 - Transmit discards and VL15 drops above their thresholds: congestion, unless the port's link is down. A count over
   its threshold (receive errors included) is rated as the IB counter catalog rates the counter, for every judge of it.
 """
@@ -36,12 +38,12 @@ VL15 = "infiniband_port_vl15_dropped_total"
 
 @node_detector("fabric", needs=("frame",))
 class FabricDetectors:
-    def __init__(self, frame: MetricFrame, thresholds: Thresholds, speeds_gbps: np.ndarray | None = None) -> None:
+    def __init__(self, frame: MetricFrame, thresholds: Thresholds) -> None:
         self.t = thresholds.infiniband
+        self.flap_downs = thresholds.fabric.flap_downs  # as many downs in the window as the fabric service counts
         n = len(frame.ib_ports)
         self.ports = list(frame.ib_ports)
         self.entities = [Entity(EntityKind.port, p.hostname, p.port, p.hca) for p in frame.ib_ports]
-        self.speeds = speeds_gbps if speeds_gbps is not None else np.full(n, 400.0)
         self.ber = SymbolErrorBudget(thresholds)
         self.symbol = [CounterWindow(w.window_s, resolution_s=5.0) for w in self.ber.windows]  # shortest first
         self.rcv = CounterWindow(self.t.window_s, resolution_s=5.0)
@@ -53,7 +55,7 @@ class FabricDetectors:
 
     @classmethod
     def build(cls, setup: NodeSetup) -> FabricDetectors:
-        return cls(setup.frame, setup.thresholds, setup.port_speeds_gbps)
+        return cls(setup.frame, setup.thresholds)
 
     def _state(self, now: float, frame: MetricFrame, links: list[LinkEvent], out: list[Finding]) -> None:
         reading = frame.ib_up
@@ -78,7 +80,7 @@ class FabricDetectors:
         while downs and now - downs[0] > self.t.flap_window_s:
             downs.popleft()
         ent = self.entities[i]
-        if len(downs) >= 2:
+        if len(downs) >= self.flap_downs:
             return [
                 Finding(
                     now,
@@ -113,11 +115,12 @@ class FabricDetectors:
         if any(g is None for g in grown):
             return []
         counts = [g for g in grown if g is not None]
+        rates = frame.ib_rate_gbps()  # NaN where the port's rate is unknown: judged against the counter's threshold
         out: list[Finding] = []
         for i in np.flatnonzero(np.nan_to_num(counts[-1]) > 0):  # the longest window holds every shorter one's
             verdict = self.ber.judge(
                 [(float(c[i]), w.window_s) for c, w in zip(counts, self.ber.windows, strict=True)],
-                float(self.speeds[i]),
+                float(rates[i]),
             )
             if verdict is None:
                 continue
@@ -150,7 +153,7 @@ class FabricDetectors:
         self.last_downed = np.where(np.isnan(downed), self.last_downed, downed)
         for i in np.flatnonzero(~self.up):  # a link that stays down stays an active incident
             ent = self.entities[i]
-            cause = RootCause.ib_link_flap if len(self.downs[int(i)]) >= 2 else RootCause.ib_link_down
+            cause = RootCause.ib_link_flap if len(self.downs[int(i)]) >= self.flap_downs else RootCause.ib_link_down
             out.append(
                 Finding(
                     now,

@@ -22,6 +22,7 @@ from gpufleet.errors import NotFoundError
 from gpufleet.model.observe import GpuInfo, MigInfo, NodeInventory, PortInfo
 from gpufleet.parsers.infiniband.sysfs import HcaSnapshot
 from gpufleet.sources.infiniband.sysfs import read_sysfs
+from gpufleet.telemetry.fields import IB_PORT_RATE
 from gpufleet.telemetry.frame import IbPort, MetricFrame
 
 SYSFS_IB = Path("/sys/class/infiniband")
@@ -58,12 +59,15 @@ class IbSysfsSource:
         index = {(p.hca, p.port): i for i, p in enumerate(frame.ib_ports)}
         if not index:
             return
+        rate = frame.ib(IB_PORT_RATE) if frame.has_ib_field(IB_PORT_RATE) else None
         for hca in read_sysfs(self.root):
             for port in hca.ports:
                 i = index.get((hca.hca, port.port))
                 if i is None:
                     continue
                 frame.ib_up[i] = 1.0 if port.up else 0.0
+                if rate is not None:
+                    rate[i] = port.rate_gbps * 1e9 / 8 if port.rate_gbps else np.nan
                 for name, value in port.counters.items():
                     info = self.counters.get(name)
                     if info is not None:
@@ -262,9 +266,3 @@ def read_inventory(
         ports=port_inventory(ib_root),
         labels=dict(labels or {}),
     )
-
-
-def port_speeds(frame: MetricFrame, inventory: NodeInventory) -> np.ndarray:
-    """Each frame port's rate in Gb/s (400 where sysfs did not say), for the symbol-error budget."""
-    rates = {p.name: p.rate_gbps for p in inventory.ports}
-    return np.array([rates.get(f"{p.hca}/{p.port}") or 400.0 for p in frame.ib_ports], dtype=np.float64)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpufleet import yaml_input
 from gpufleet.catalog import load_ib_counters
 from gpufleet.catalog.gpu_prices import DEFAULT_PROVIDER, ON_DEMAND, list_prices_by_product_name
+from gpufleet.catalog.ib_counters import SYMBOL_COUNTER
 from gpufleet.errors import ManifestError
 from gpufleet.telemetry.fields import read_data
 
@@ -81,8 +82,51 @@ class XidRatings:
         return sorted(code for code, rated in self.severities.items() if len(rated) > 1)
 
 
+@dataclass(frozen=True, slots=True)
+class PortLimit:
+    """An IB port counter judged per window: over `limit` within the window is a fault of the counter's class."""
+
+    counter: str  # the PMA name (PortRcvErrors)
+    limit: float
+    cause: str  # the root cause the detectors file a count over the limit as (ib-symbol-errors, ib-congestion)
+
+
+# The runbook the remediation engine picks for each root cause an IB counter rule names (pinned against the engine
+# by tests/test_consistency.py)
+IB_RUNBOOKS = {"ib-symbol-errors": "bad-cable", "ib-congestion": "ib-congestion"}
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionLimits:
+    """The detection thresholds the rules judge by, so a rule fires where the agent's detectors file a finding:
+    health/data/thresholds.yaml (with a site's overrides), made into this by health.thresholds `detection_limits`.
+    The thresholds live above telemetry, so they come in as data, as the Xid policy's ratings do."""
+
+    thermal_clock_ratio: float  # thermal slowdown counts with the SM clock below this share of its peak ...
+    thermal_hold_s: float  # ... held this long, or this much thermal-violation time ...
+    thermal_window_s: float  # ... within this window
+    cooling_excess_c: float  # an idle GPU this much hotter than the idle GPUs beside it ...
+    cooling_hold_s: float  # ... for this long has lost its cooling
+    idle_util_percent: float  # a held GPU under this utilization ...
+    idle_hold_s: float  # ... for this long is idle
+    ber_windows: tuple[tuple[float, float], ...]  # symbol errors: (window_s, bit error rate), shortest (critical) first
+    flap_window_s: float  # this many link downs within the window is a flapping link
+    flap_downs: int
+    port_window_s: float  # the window the per-window port counters are counted over
+    port_limits: tuple[PortLimit, ...]
+
+
 CATALOG_PRICES = f"{DEFAULT_PROVIDER} {ON_DEMAND} list price from the catalog"
 PRICE_FIELDS = frozenset({"usd_per_gpu_hour", "default_usd_per_gpu_hour", "price_source"})
+# Fields the rules config once had, now the detection thresholds' (one value for the rules and the detectors)
+DETECTION_FIELDS = {
+    "gpu_temp_c": "thermal (the rules page on thermal slowdown, as the detector judges it)",
+    "clock_drop_ratio": "thermal.clock_ratio",
+    "clock_drop_temp_c": "thermal (the rules page on thermal slowdown, as the detector judges it)",
+    "idle_util_percent": "idle.util_percent",
+    "idle_deep_util_percent": "idle.util_percent",
+    "ib_counters": "infiniband and fabric (the per-window port counters) and symbol_errors",
+}
 
 
 class RulesConfig(BaseModel):
@@ -92,13 +136,8 @@ class RulesConfig(BaseModel):
 
     hostname_label: Literal["hostname", "Hostname"] = "hostname"
     uuid_label: Literal["UUID", "uuid"] = "UUID"  # as the agent's ExpositionConfig names it
-    gpu_temp_c: float = 85
     vram_ratio: float = Field(0.95, gt=0, le=1)
-    idle_util_percent: float = 10
-    idle_deep_util_percent: float = 5
     stall_seconds: int = 600
-    clock_drop_ratio: float = Field(0.85, gt=0, lt=1)
-    clock_drop_temp_c: float = 80
     # the fleet over-temperature rule fires this far below an accelerator's slowdown temperature (0: at it)
     temp_limit_margin_c: float = Field(0, ge=0)
     # Training runs: each judged against its own history.
@@ -107,7 +146,6 @@ class RulesConfig(BaseModel):
     grad_norm_max: float = Field(100, gt=0)
     grad_norm_min: float = Field(1e-7, ge=0)
     validation_rise_ratio: float = Field(0.1, gt=0)  # validation loss this far above its best of 6 hours
-    ib_counters: tuple[str, ...] = ("SymbolErrorCounter", "LinkDownedCounter", "LinkErrorRecoveryCounter")
     # What an idle GPU-hour costs, by the model name NVML reports: the cost report's prices, never set here. By
     # default the catalog's list prices (what `gpufleet cost report` charges without a cost config); `gpufleet
     # telemetry rules --price-file` takes them from the operator's cost config (gpufleet.cost.prices.alert_prices).
@@ -125,6 +163,15 @@ class RulesConfig(BaseModel):
     def from_file(cls, path: Path) -> RulesConfig:
         raw = yaml_input.load_file(path) or {}
         prices = sorted(PRICE_FIELDS & set(raw)) if isinstance(raw, dict) else []
+        moved = sorted(set(DETECTION_FIELDS) & set(raw)) if isinstance(raw, dict) else []
+        if moved:
+            where = "; ".join(f"{name}: {DETECTION_FIELDS[name]}" for name in moved)
+            raise ManifestError(
+                str(path),
+                f"{', '.join(moved)}: the rules judge by the detection thresholds, as the agent's detectors do",
+                fix=f"set them in a thresholds file ({where}) and pass it with `gpufleet telemetry rules "
+                "--thresholds`; GPUFLEET_THRESHOLDS names the same file to the agent and the server",
+            )
         if prices:
             raise ManifestError(
                 str(path),
@@ -238,20 +285,53 @@ def xid_values(xids: XidRatings) -> dict[str, str]:
     }
 
 
-def _base_values(cfg: RulesConfig, xids: XidRatings) -> dict[str, str]:
+def _duration(seconds: float) -> str:
+    """A Prometheus duration: `10s`, `5m`, `2h`, `125m`."""
+    whole = round(seconds)
+    if whole % 3600 == 0 and whole:
+        return f"{whole // 3600}h"
+    return f"{whole // 60}m" if whole % 60 == 0 and whole else f"{whole}s"
+
+
+def _spoken(seconds: float) -> str:
+    """`10 s`, `5 minutes`, `an hour`, `125 minutes`."""
+    if seconds == 3600:
+        return "an hour"
+    return f"{seconds / 60:g} minutes" if seconds >= 120 else f"{seconds:g} s"
+
+
+def limit_values(limits: DetectionLimits) -> dict[str, str]:
+    """The placeholders the detection thresholds fill."""
+    return {
+        "thermal_clock_ratio": _fmt(limits.thermal_clock_ratio),
+        "thermal_clock_percent": _fmt(round(limits.thermal_clock_ratio * 100, 2)),
+        "thermal_hold": _duration(limits.thermal_hold_s),
+        "thermal_hold_spoken": _spoken(limits.thermal_hold_s),
+        "thermal_duty": _fmt(round(limits.thermal_hold_s / limits.thermal_window_s, 6)),
+        "thermal_window_spoken": _spoken(limits.thermal_window_s),
+        "cooling_excess_c": _fmt(limits.cooling_excess_c),
+        "cooling_hold": _duration(limits.cooling_hold_s),
+        "cooling_hold_spoken": _spoken(limits.cooling_hold_s),
+        "idle_util_percent": _fmt(limits.idle_util_percent),
+        "idle_hold": _duration(limits.idle_hold_s),
+        "idle_hold_spoken": _spoken(limits.idle_hold_s),
+        "flap_window": _duration(limits.flap_window_s),
+        "flap_window_spoken": _spoken(limits.flap_window_s),
+        "flap_downs": str(limits.flap_downs),
+        "symbol_window": _duration(limits.ber_windows[0][0]),
+        "symbol_threshold": str(load_ib_counters()[SYMBOL_COUNTER].threshold or 0),
+    }
+
+
+def _base_values(cfg: RulesConfig, xids: XidRatings, limits: DetectionLimits) -> dict[str, str]:
     return {
         "host": cfg.hostname_label,
         "uuid": cfg.uuid_label,
-        "gpu_temp_c": _fmt(cfg.gpu_temp_c),
         "vram_ratio": _fmt(cfg.vram_ratio),
         "vram_percent": _fmt(round(cfg.vram_ratio * 100, 2)),
-        "idle_util_percent": _fmt(cfg.idle_util_percent),
-        "idle_deep_util_percent": _fmt(cfg.idle_deep_util_percent),
         "stall_seconds": str(cfg.stall_seconds),
-        "clock_drop_ratio": _fmt(cfg.clock_drop_ratio),
-        "clock_drop_percent": _fmt(round(cfg.clock_drop_ratio * 100, 2)),
-        "clock_drop_temp_c": _fmt(cfg.clock_drop_temp_c),
         "temp_limit_margin_c": _fmt(cfg.temp_limit_margin_c),
+        **limit_values(limits),
         **xid_values(xids),
         "throughput_keep_ratio": _fmt(round(1 - cfg.throughput_drop_ratio, 6)),
         "throughput_drop_percent": _fmt(round(cfg.throughput_drop_ratio * 100, 2)),
@@ -264,8 +344,9 @@ def _base_values(cfg: RulesConfig, xids: XidRatings) -> dict[str, str]:
     }
 
 
-def _variants(group: dict[str, Any], cfg: RulesConfig) -> list[dict[str, str]]:
-    """Placeholder sets a group expands into: one per priced model (plus the rest), one per IB counter."""
+def _variants(group: dict[str, Any], cfg: RulesConfig, limits: DetectionLimits) -> list[dict[str, str]]:
+    """Placeholder sets a group expands into: one per priced model (plus the rest), one per IB counter judged per
+    window, one per symbol-error window."""
     if group.get("per_model"):
         # One rule per distinct price (models sharing a price share a rule); the rest at the default rate, or
         # without a price where the cost config has none (as the report leaves them unpriced).
@@ -297,18 +378,54 @@ def _variants(group: dict[str, Any], cfg: RulesConfig) -> list[dict[str, str]]:
     if group.get("per_ib_counter"):
         catalog = load_ib_counters()
         out = []
-        for name in cfg.ib_counters:
-            counter = catalog.get(name)
+        for judged in limits.port_limits:
+            counter = catalog.get(judged.counter)
             if counter is None:
-                raise ManifestError("rules config", f"unknown IB counter {name!r}", fix=f"use one of {list(catalog)}")
+                raise ManifestError(
+                    "thresholds", f"unknown IB counter {judged.counter!r}", fix=f"one of {list(catalog)}"
+                )
             out.append(
                 {
                     "ib_metric": counter.metric,
                     "ib_counter": counter.name,
                     "ib_camel": _camel(counter.metric),
-                    "ib_threshold": str(counter.threshold or 1),
+                    "ib_threshold": _fmt(judged.limit),
+                    "ib_test_step": _fmt(judged.limit + 1),  # one window's growth over the limit
+                    "ib_window": _duration(limits.port_window_s),
+                    "ib_window_spoken": _spoken(limits.port_window_s),
                     "ib_description": counter.description.lower(),
                     "ib_cause": counter.cause,
+                    "ib_severity": counter.over_threshold or "warning",
+                    "ib_root_cause": judged.cause,
+                    "ib_runbook": IB_RUNBOOKS[judged.cause],
+                }
+            )
+        return out
+    if group.get("per_ber_window"):
+        first_s, first_ber = limits.ber_windows[0]
+        out = []
+        for k, (window_s, ber) in enumerate(limits.ber_windows):
+            # a longer window's warning stays quiet while the shortest one's critical fires: one verdict per port
+            symbols = "infiniband_port_symbol_errors_total"
+            shorter = (
+                ""
+                if k == 0
+                else (
+                    f" unless ({symbols} - min_over_time({symbols}[{_duration(first_s)}])"
+                    f" > infiniband_port_rate_bytes_per_second * 8 * {_fmt(first_s)} * {first_ber:g})"
+                )
+            )
+            out.append(
+                {
+                    "ber_name": "" if k == 0 else f"Over{_duration(window_s)}",
+                    "ber_window": _duration(window_s),
+                    "ber_window_s": _fmt(window_s),
+                    "ber_window_spoken": _spoken(window_s),
+                    "ber": f"{ber:g}",
+                    "ber_severity": "critical" if k == 0 else "warning",
+                    "ber_shorter": shorter,
+                    # the test's burst pages in the shortest window at once, in a longer one after it left the shortest
+                    "ber_fires_at": "6m" if k == 0 else _duration(60 * (6 + 1) + first_s),
                 }
             )
         return out
@@ -333,13 +450,15 @@ def _unpriced_model(cfg: RulesConfig) -> str:
     return "Unpriced GPU"
 
 
-def _expanded(cfg: RulesConfig, xids: XidRatings) -> list[tuple[str, list[tuple[dict[str, Any], dict[str, str]]]]]:
+def _expanded(
+    cfg: RulesConfig, xids: XidRatings, limits: DetectionLimits
+) -> list[tuple[str, list[tuple[dict[str, Any], dict[str, str]]]]]:
     spec = yaml.safe_load(read_data("alert_rules.yaml"))
-    base = _base_values(cfg, xids)
+    base = _base_values(cfg, xids, limits)
     groups = []
     for group in spec["groups"]:
         rules = []
-        for variant in _variants(group, cfg):
+        for variant in _variants(group, cfg, limits):
             values = {**base, **variant}
             for rule in group["rules"]:
                 if "requires" in rule and not values[rule["requires"]]:
@@ -349,18 +468,19 @@ def _expanded(cfg: RulesConfig, xids: XidRatings) -> list[tuple[str, list[tuple[
     return groups
 
 
-def rule_groups(cfg: RulesConfig | None = None, *, xids: XidRatings) -> dict[str, Any]:
-    """The Prometheus rule file contents; the Xid rules page as `xids` (the Xid policy's ratings) say."""
+def rule_groups(cfg: RulesConfig | None = None, *, xids: XidRatings, limits: DetectionLimits) -> dict[str, Any]:
+    """The Prometheus rule file contents; the Xid rules page as `xids` (the Xid policy's ratings) say, the others
+    judge by `limits` (the detection thresholds)."""
     cfg = cfg or RulesConfig()
     groups = []
-    for name, rules in _expanded(cfg, xids):
+    for name, rules in _expanded(cfg, xids, limits):
         out = []
         for rule, values in rules:
             out.append(
                 {
                     "alert": fill(rule["alert"], values),
                     "expr": fill(rule["expr"], values),
-                    "for": rule["for"],
+                    "for": fill(str(rule["for"]), values),
                     "labels": _rule_labels(rule, values),
                     "annotations": {
                         "summary": fill(rule["summary"], values),
@@ -373,13 +493,15 @@ def rule_groups(cfg: RulesConfig | None = None, *, xids: XidRatings) -> dict[str
 
 
 def _rule_labels(rule: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, str]:
-    labels = {"severity": str(rule["severity"])}
+    labels = {"severity": fill(str(rule["severity"]), values)}
+    if "cause" in rule:  # the root cause gpufleet's detectors file the same fault as (for routing and the matrix)
+        labels["cause"] = fill(str(rule["cause"]), values)
     if "price" in values:
         labels["usd_per_gpu_hour"] = values["price"]
     return labels
 
 
-def prometheus_rule(cfg: RulesConfig | None = None, *, xids: XidRatings) -> dict[str, Any]:
+def prometheus_rule(cfg: RulesConfig | None = None, *, xids: XidRatings, limits: DetectionLimits) -> dict[str, Any]:
     cfg = cfg or RulesConfig()
     return {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -393,7 +515,7 @@ def prometheus_rule(cfg: RulesConfig | None = None, *, xids: XidRatings) -> dict
                 **cfg.monitor_labels,
             },
         },
-        "spec": rule_groups(cfg, xids=xids),
+        "spec": rule_groups(cfg, xids=xids, limits=limits),
     }
 
 
@@ -499,11 +621,13 @@ def _input_series(
     return out
 
 
-def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE, *, xids: XidRatings) -> dict[str, Any]:
+def rule_tests(
+    cfg: RulesConfig | None = None, rule_file: str = RULE_FILE, *, xids: XidRatings, limits: DetectionLimits
+) -> dict[str, Any]:
     """A promtool test file: for each generated rule, one group with a quiet and a firing evaluation."""
     cfg = cfg or RulesConfig()
     tests = []
-    for _group, rules in _expanded(cfg, xids):
+    for _group, rules in _expanded(cfg, xids, limits):
         for rule, values in rules:
             spec = rule["test"]
             labels = {
@@ -527,15 +651,21 @@ def rule_tests(cfg: RulesConfig | None = None, rule_file: str = RULE_FILE, *, xi
                     for key in ("summary", "description")
                 }
                 expected.append({"exp_labels": alert_labels, "exp_annotations": annotations})
-            variant = values.get("test_model") or values.get("ib_counter") or "default"
+            variant = (
+                values.get("test_model") or values.get("ib_counter") or values.get("ber_window_spoken") or "default"
+            )
             tests.append(
                 {
                     "name": f"{alertname} ({variant})",
                     "interval": "1m",
                     "input_series": series,
                     "alert_rule_test": [
-                        {"eval_time": spec["quiet_at"], "alertname": alertname, "exp_alerts": []},
-                        {"eval_time": spec["fires_at"], "alertname": alertname, "exp_alerts": expected},
+                        {"eval_time": fill(str(spec["quiet_at"]), values), "alertname": alertname, "exp_alerts": []},
+                        {
+                            "eval_time": fill(str(spec["fires_at"]), values),
+                            "alertname": alertname,
+                            "exp_alerts": expected,
+                        },
                     ],
                 }
             )

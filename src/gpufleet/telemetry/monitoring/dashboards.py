@@ -1,6 +1,10 @@
 """Grafana dashboards (cluster overview, node, fabric) generated from the field catalog and
 data/dashboards.yaml. The cluster overview ends with a mixed-fleet panel set on the vendor-neutral
-gpufleet_accelerator_* series, so NVIDIA, AMD and Gaudi nodes show side by side."""
+gpufleet_accelerator_* series, so NVIDIA, AMD and Gaudi nodes show side by side.
+
+Where a panel marks a threshold it is the detectors' (the `DetectionLimits` the alert rules judge by): the
+utilization timeline is red where a GPU is idle as the idle detector judges it, and a port counter's panel draws
+the rate at which the agent's fabric detector and the port's alert rule call it a fault."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import yaml
 
 from gpufleet.catalog import load_ib_counters
 from gpufleet.telemetry.fields import FieldCatalog, MetricField, load_field_catalog, read_data
+from gpufleet.telemetry.monitoring.alert_rules import DetectionLimits
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 _UNITS = {"hertz_mhz": "rothz", "millijoule": "short", "ns": "ns"}
@@ -55,6 +60,8 @@ def _panel(
     legend: str,
     unit: str,
     description: str,
+    limits: DetectionLimits,
+    line: float | None = None,
 ) -> dict[str, Any]:
     panel: dict[str, Any] = {
         "id": lay.next_id,
@@ -73,14 +80,20 @@ def _panel(
             "legend": {"displayMode": "list", "placement": "bottom"},
             "tooltip": {"mode": "multi"},
         }
+        if line is not None:  # where the detectors call it a fault, drawn as a red line
+            panel["fieldConfig"]["defaults"]["thresholds"] = {
+                "mode": "absolute",
+                "steps": [{"color": "green", "value": None}, {"color": "red", "value": line}],
+            }
+            panel["fieldConfig"]["defaults"]["custom"] = {"thresholdsStyle": {"mode": "line"}}
     elif kind == "stat":
         panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "value"}
     elif kind == "state-timeline":
         panel["fieldConfig"]["defaults"]["thresholds"] = {
             "mode": "absolute",
             "steps": [
-                {"color": "red", "value": None},
-                {"color": "orange", "value": 10},
+                {"color": "red", "value": None},  # idle, as the idle detector and GpuIdleCost judge it
+                {"color": "orange", "value": limits.idle_util_percent},
                 {"color": "yellow", "value": 50},
                 {"color": "green", "value": 80},
             ],
@@ -127,7 +140,9 @@ def _shell(title: str, uid: str, host_label: str, host_variable: bool) -> dict[s
     }
 
 
-def _gpu_dashboard(spec: dict[str, Any], catalog: FieldCatalog, host_label: str) -> dict[str, Any]:
+def _gpu_dashboard(
+    spec: dict[str, Any], catalog: FieldCatalog, host_label: str, limits: DetectionLimits
+) -> dict[str, Any]:
     host_var = bool(spec.get("host_variable"))
     board = _shell(spec["title"], spec["uid"], host_label, host_var)
     lay = _Layout()
@@ -147,14 +162,15 @@ def _gpu_dashboard(spec: dict[str, Any], catalog: FieldCatalog, host_label: str)
         legend = legend.replace("{{host}}", "{{" + host_label + "}}")
         title = item.get("title") or _title(field)
         unit = item.get("unit") or _unit(field)
-        board["panels"].append(_panel(lay, item["kind"], title, expr, legend, unit, field.help))
+        board["panels"].append(_panel(lay, item["kind"], title, expr, legend, unit, field.help, limits))
     return board
 
 
-def _fabric_dashboard(spec: dict[str, Any], catalog: FieldCatalog) -> dict[str, Any]:
+def _fabric_dashboard(spec: dict[str, Any], catalog: FieldCatalog, limits: DetectionLimits) -> dict[str, Any]:
     board = _shell(spec["title"], spec["uid"], "hostname", True)
     lay = _Layout()
     counters = {c.metric: c for c in load_ib_counters().values()}
+    per_second = {p.counter: p.limit / limits.port_window_s for p in limits.port_limits}
     for kind in spec["ib_kinds"]:
         for field in catalog.scoped("ib_port"):
             counter = counters.get(field.name)
@@ -164,20 +180,25 @@ def _fabric_dashboard(spec: dict[str, Any], catalog: FieldCatalog) -> dict[str, 
             unit = "Bps" if field.unit == "bytes" else "cps"
             title = f"{counter.name} ({kind})"
             legend = "{{hostname}} {{hca}}/{{port}} rail {{rail}}"
-            board["panels"].append(_panel(lay, "timeseries", title, expr, legend, unit, field.help))
+            line = per_second.get(counter.name)
+            board["panels"].append(_panel(lay, "timeseries", title, expr, legend, unit, field.help, limits, line))
     return board
 
 
 def dashboards(
-    hostname_label: Literal["hostname", "Hostname"] = "hostname", catalog: FieldCatalog | None = None
+    hostname_label: Literal["hostname", "Hostname"] = "hostname",
+    catalog: FieldCatalog | None = None,
+    *,
+    limits: DetectionLimits,
 ) -> dict[str, dict[str, Any]]:
-    """Dashboard JSON models by file stem: gpufleet-cluster, gpufleet-node, gpufleet-fabric."""
+    """Dashboard JSON models by file stem: gpufleet-cluster, gpufleet-node, gpufleet-fabric; their thresholds are
+    `limits`' (health.thresholds `detection_limits`)."""
     cat = catalog or load_field_catalog()
     spec = yaml.safe_load(read_data("dashboards.yaml"))
     boards = {
-        spec["cluster"]["uid"]: _gpu_dashboard(spec["cluster"], cat, hostname_label),
-        spec["node"]["uid"]: _gpu_dashboard(spec["node"], cat, hostname_label),
-        spec["fabric"]["uid"]: _fabric_dashboard(spec["fabric"], cat),
+        spec["cluster"]["uid"]: _gpu_dashboard(spec["cluster"], cat, hostname_label, limits),
+        spec["node"]["uid"]: _gpu_dashboard(spec["node"], cat, hostname_label, limits),
+        spec["fabric"]["uid"]: _fabric_dashboard(spec["fabric"], cat, limits),
     }
     return boards
 
