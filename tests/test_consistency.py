@@ -16,19 +16,22 @@ The matrix: the doors each kind of capture goes through, and how many captures e
 | dcgmi diag (21), nvidia-smi nvlink -s | `gpufleet diag --dcgmi-output/--nvlink-status` and `gpufleet triage`       |
 | (5)                                   | (verdict and exit status)                                                  |
 | nvidia-smi -q, dcgm-exporter scrapes  | `gpufleet triage`, the agent's GPU detector on a frame of the same values, |
-| (15): ECC, row remaps, retired pages, | the runbook for its incidents, the shipped alerts over the frame's series  |
+| (18): ECC, row remaps, retired pages, | the runbook for its incidents, the shipped alerts over the frame's series  |
 | Xid series                            | (GpuEccDoubleBitError, GpuRowRemapFailure, the Xid rules; promtool)        |
 | IB counters: perfquery, ibqueryerrors | `gpufleet triage` (health.ib_ports), health.symbol_errors, the fabric      |
 | (6)                                   | service's port health on the same counts as one poll                       |
 | NCCL logs (33)                        | `gpufleet triage` and `gpufleet nccl diagnose`                             |
 | every Xid code and SXid verdict       | the policy, `finding_severity`, the series' reading (`code_reading`), the  |
 |                                       | alert rule that fires, triage and the agent on the driver's line           |
+| a node's readings over minutes (19    | the agent's GPU and fabric detectors (the incidents their findings keep    |
+| scenes): thermal slowdown, cooling,   | open), the shipped rules with a cause label over the series the agent      |
+| idle GPUs, IB ports and counters      | served (promtool), the runbook the engine plans for each incident          |
 
-What one snapshot cannot show is not compared: a temperature or a throttle reason held for a while (the GPU detector
-judges holds, triage one reading against the GPU's limits), a counter's rate. Captures: tests/corpus/,
-tests/captures/ and tests/scored/ (round1/, round2/: real captures with the verdicts an operator expects, each with
-its `.source.txt`; tests/scored/README.md); `test_the_scored_captures_read_as_expected` holds triage to round2's
-expectations and lists, with reasons, those it does not meet yet.
+What one snapshot cannot show (a temperature or a throttle reason held for a while, a counter's rate) the scenes
+show: the rules and the detectors read the same thresholds (health.thresholds.detection_limits). Captures:
+tests/corpus/, tests/captures/ and tests/scored/ (round1/, round2/: real captures with the verdicts an operator
+expects, each with its `.source.txt`; tests/scored/README.md); `test_the_scored_captures_read_as_expected` holds
+triage to round2's expectations and lists, with reasons, those it does not meet yet.
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,7 +55,9 @@ from gpufleet.catalog import load_xid_catalog
 from gpufleet.catalog.xid import xid_message
 from gpufleet.fabric.graph import End
 from gpufleet.health.correlation import Correlator
+from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.fault_history import FaultHistory
+from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.node_health import NodeHealth
 from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import (
@@ -62,6 +70,7 @@ from gpufleet.health.xid_policy import (
 )
 from gpufleet.health.xid_rating import code_reading, finding_severity
 from gpufleet.model import Entity, EntityKind, Incident, RootCause, Severity
+from gpufleet.model.attribution import Attribution
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import Finding
 from gpufleet.parsers.kernel.kmsg import parse_kmsg
@@ -69,7 +78,8 @@ from gpufleet.parsers.prometheus_text import Sample, parse_line
 from gpufleet.remediate import Remediator
 from gpufleet.remediate.runbook import TAKES_NODE_OUT, ActionKind
 from gpufleet.telemetry.exposition.dcgm import Renderer
-from gpufleet.telemetry.frame import GpuEntity, MetricFrame
+from gpufleet.telemetry.fields import IB_PORT_RATE, IB_PORT_UP
+from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 from gpufleet.telemetry.monitoring.alert_rules import render_annotation, rule_groups
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_lines
@@ -928,6 +938,328 @@ def test_triage_and_nccl_diagnose_give_an_nccl_log_one_class(path: Path) -> None
     codes = [f.code for f in report.findings if f.check == "nccl"]
     assert codes == ([cls] if cls != "unknown" else codes) and set(codes) <= {cls}, (cls, codes)
     assert report.verdict == ("unknown" if cls == "unknown" else "faulty"), (cls, report.verdict)
+
+
+# == thresholds the rules share with the detectors ===================================================================
+# A node's readings over a few minutes, written into a frame every scrape interval: the agent's GPU and fabric
+# detectors judge each collection, the agent's renderer serves it, and promtool evaluates the shipped rules over what
+# was served. At the end, every incident the detectors' findings keep open (a finding younger than its cause's
+# `resolve_after_s`) is an alert of the same cause, entity and severity, and no other cause-labelled alert fires;
+# each incident's runbook, as the engine plans it, is the one its alert names.
+
+STEP_S = 15  # a scrape interval: the detectors judge what the rules see
+SCENE_HOST = "gpu-node-01"
+SCENE_GPUS = 4
+SCENE_PORTS = (IbPort("mlx5_0", 1, "0", SCENE_HOST), IbPort("mlx5_1", 1, "1", SCENE_HOST))
+NDR_BYTES = 400e9 / 8  # infiniband_port_rate_bytes_per_second of a 4X NDR port
+SCENE_METRICS = (
+    "DCGM_FI_DEV_SM_CLOCK{",
+    "DCGM_FI_DEV_GPU_TEMP{",
+    "DCGM_FI_DEV_GPU_UTIL{",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{",
+    "DCGM_FI_DEV_THERMAL_VIOLATION{",
+    "gpufleet_gpu_pod_info{",
+    "infiniband_port_",
+)
+ALL_RULES = [r for g in rule_groups(xids=xid_ratings(), limits=detection_limits())["groups"] for r in g["rules"]]
+CAUSE_RULES = sorted({r["alert"] for r in ALL_RULES if "cause" in r["labels"]})
+
+
+def _rule(alert: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The variant of `alert` a series with `labels` meets (the idle rules have one per price, by modelName)."""
+    for rule in ALL_RULES:
+        if rule["alert"] != alert:
+            continue
+        matcher = re.search(r'modelName(=~|!~)"((?:[^"\\]|\\.)*)"', rule["expr"])
+        if matcher is None or (re.fullmatch(matcher[2], labels.get("modelName", "")) is not None) == (
+            matcher[1] == "=~"
+        ):
+            return rule
+    raise AssertionError(f"no {alert} rule for {labels}")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a node's GPUs and ports read at `t` seconds: busy, cool GPUs and clean, up NDR ports unless changed."""
+
+    t: float
+    gpu: dict[str, list[float]] = field(default_factory=dict)  # field -> one value per GPU
+    port: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per port
+    held: tuple[int, ...] = ()  # the GPUs a pod holds
+
+
+GPU_BASE = {
+    "DCGM_FI_DEV_SM_CLOCK": 1980.0,
+    "DCGM_FI_DEV_GPU_TEMP": 60.0,
+    "DCGM_FI_DEV_GPU_UTIL": 90.0,
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 0.0,
+    "DCGM_FI_DEV_THERMAL_VIOLATION": 0.0,
+}
+PORT_BASE = {
+    "infiniband_port_symbol_errors_total": 0.0,
+    "infiniband_port_receive_errors_total": 0.0,
+    "infiniband_port_link_downed_total": 0.0,
+    "infiniband_port_transmit_discards_total": 0.0,
+    "infiniband_port_vl15_dropped_total": 0.0,
+    IB_PORT_UP: 1.0,
+    IB_PORT_RATE: NDR_BYTES,
+}
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A scenario: its readings, how long it runs, and the alerts the one judgement says fire at its end (alert ->
+    {GPU or port index: the value its annotations print, None where they print none})."""
+
+    name: str
+    seconds: int
+    read: Callable[[float], Reading]
+    alerts: dict[str, dict[int, float | None]]
+
+
+def _gpus(t: float, **changes: dict[int, float]) -> dict[str, list[float]]:
+    out = {name: [value] * SCENE_GPUS for name, value in GPU_BASE.items()}
+    for name, per in changes.items():
+        for i, value in per.items():
+            out[f"DCGM_FI_DEV_{name}"][i] = value
+    return out
+
+
+def _ports(**changes: dict[int, float]) -> dict[str, list[float]]:
+    out = {name: [value] * len(SCENE_PORTS) for name, value in PORT_BASE.items()}
+    for name, per in changes.items():
+        metric = name if name in PORT_BASE else f"infiniband_port_{name}"
+        for i, value in per.items():
+            out[metric][i] = value
+    return out
+
+
+def _after(t: float, since: float, value: float, before: float = 0.0) -> float:
+    return value if t >= since else before
+
+
+SCENES = [
+    Scene(
+        "HW thermal slowdown with the clock down",
+        300,
+        lambda t: Reading(
+            t, _gpus(t, CLOCK_THROTTLE_REASONS={1: _after(t, 120, 64)}, SM_CLOCK={1: _after(t, 120, 1500, 1980)})
+        ),
+        {"GpuThermalSlowdown": {1: None}},
+    ),
+    Scene(
+        "throttled 25 s of every minute at the slowdown point",
+        300,
+        lambda t: Reading(t, _gpus(t, THERMAL_VIOLATION={2: t / 60 * 25e9})),
+        {"GpuThermalSlowdown": {2: None}},
+    ),
+    Scene(
+        "throttled 15 s of every minute",
+        300,
+        lambda t: Reading(t, _gpus(t, THERMAL_VIOLATION={2: t / 60 * 15e9})),
+        {},
+    ),
+    Scene(
+        "a software power cap (normal operation)",
+        300,
+        lambda t: Reading(t, _gpus(t, CLOCK_THROTTLE_REASONS={0: 4}, SM_CLOCK={0: _after(t, 60, 1400, 1980)})),
+        {},
+    ),
+    Scene(
+        "the slowdown reason with the clock at its peak",
+        300,
+        lambda t: Reading(t, _gpus(t, CLOCK_THROTTLE_REASONS={3: 64})),
+        {},
+    ),
+    Scene(
+        "an idle GPU 16 C hotter than the idle GPUs beside it",
+        420,
+        lambda t: Reading(t, _gpus(t, GPU_UTIL=dict.fromkeys(range(4), 0.0), GPU_TEMP={0: 40, 1: 41, 2: 42, 3: 58})),
+        {"GpuCoolingFault": {3: 58.0}},
+    ),
+    Scene(
+        "an idle GPU 5 C warmer than the idle GPUs beside it",
+        420,
+        lambda t: Reading(t, _gpus(t, GPU_UTIL=dict.fromkeys(range(4), 0.0), GPU_TEMP={0: 40, 1: 41, 2: 42, 3: 47})),
+        {},
+    ),
+    Scene(
+        "a GPU a pod holds, idle at 3 %",
+        660,
+        lambda t: Reading(t, _gpus(t, GPU_UTIL={1: 3.0}), held=(0, 1)),
+        {"GpuIdleCost": {1: 3.0}},
+    ),
+    Scene(
+        "a GPU a pod holds at 7 %: busy enough",
+        660,
+        lambda t: Reading(t, _gpus(t, GPU_UTIL={1: 7.0}), held=(1,)),
+        {},
+    ),
+    Scene(
+        "a port down",
+        180,
+        lambda t: Reading(t, port=_ports(**{IB_PORT_UP: {1: _after(t, 60, 0.0, 1.0)}})),
+        {"InfinibandPortDown": {1: None}},
+    ),
+    Scene(
+        "a port down and back (one more LinkDownedCounter)",
+        180,
+        lambda t: Reading(t, port=_ports(link_downed_total={0: _after(t, 120, 1)})),
+        {"InfinibandPortDown": {0: None}},
+    ),
+    Scene(
+        "two downs in four minutes",
+        420,
+        lambda t: Reading(t, port=_ports(link_downed_total={0: _after(t, 120, 1) + _after(t, 360, 1)})),
+        {"InfinibandLinkFlapping": {0: 2.0}},
+    ),
+    Scene(
+        "3 symbol errors on an NDR port: over 12 minutes' 2.88",
+        240,
+        lambda t: Reading(t, port=_ports(symbol_errors_total={1: _after(t, 120, 3)})),
+        {"InfinibandSymbolErrors": {1: 3.0}},
+    ),
+    Scene(
+        "2 symbol errors on an NDR port: within its budget",
+        240,
+        lambda t: Reading(t, port=_ports(symbol_errors_total={1: _after(t, 120, 2)})),
+        {},
+    ),
+    Scene(
+        "2 symbol errors on an HDR port: over its 1.44",
+        240,
+        lambda t: Reading(t, port=_ports(symbol_errors_total={1: _after(t, 120, 2)}, **{IB_PORT_RATE: {1: 200e9 / 8}})),
+        {"InfinibandSymbolErrors": {1: 2.0}},
+    ),
+    Scene(
+        "11 symbol errors on a port of unknown rate",
+        240,
+        lambda t: Reading(t, port=_ports(symbol_errors_total={0: _after(t, 120, 11)}, **{IB_PORT_RATE: {0: math.nan}})),
+        {"InfinibandSymbolErrorsRateUnknown": {0: 11.0}},
+    ),
+    Scene(
+        "11 receive errors in a window",
+        240,
+        lambda t: Reading(t, port=_ports(receive_errors_total={0: _after(t, 120, 11)})),
+        {"InfinibandReceiveErrorsRising": {0: None}},
+    ),
+    Scene(
+        "150 transmit discards",
+        240,
+        lambda t: Reading(t, port=_ports(transmit_discards_total={1: _after(t, 120, 150)})),
+        {"InfinibandTransmitDiscardsRising": {1: None}},
+    ),
+    Scene(
+        "150 transmit discards on a port that is down: the link's",
+        240,
+        lambda t: Reading(
+            t,
+            port=_ports(transmit_discards_total={1: _after(t, 120, 150)}, **{IB_PORT_UP: {1: _after(t, 60, 0.0, 1.0)}}),
+        ),
+        {"InfinibandPortDown": {1: None}},
+    ),
+]
+
+
+@dataclass
+class Played:
+    open: set[tuple[RootCause, Entity, Severity]]  # the incidents the detectors' findings keep open at the end
+    findings: dict[tuple[RootCause, Entity], Finding]  # the last finding of each
+    series: dict[str, list[str]]  # served series -> its value at each scrape ("_" when not served)
+
+
+def play(scene: Scene) -> Played:
+    """The scene through the agent's detectors and renderer, a collection every STEP_S."""
+    entities = [
+        GpuEntity(
+            i,
+            f"GPU-{i:08d}-6d3c-22ed-0ec8-d3b864870b8b",
+            "NVIDIA H100 80GB HBM3",
+            SCENE_HOST,
+            f"00000000:{0x18 + i:02X}:00.0",
+        )
+        for i in range(SCENE_GPUS)
+    ]
+    frame = MetricFrame(entities, SCENE_PORTS)
+    health = NodeHealth(frame)
+    detectors = [health.detectors["gpu"], health.detectors["fabric"]]
+    resolve = health.thresholds.control.resolve_after_s
+    last: dict[tuple[RootCause, Entity, Severity], float] = {}
+    findings: dict[tuple[RootCause, Entity], Finding] = {}
+    steps = scene.seconds // STEP_S + 1
+    series: dict[str, list[str]] = {}
+    t0 = 1_700_000_000.0
+    for k in range(steps):
+        t = float(k * STEP_S)
+        reading = scene.read(t)
+        frame.clear_values()
+        for name, values in (reading.gpu or _gpus(t)).items():
+            frame.gpu(name)[:] = values
+        for name, values in (reading.port or _ports()).items():
+            frame.ib(name)[:] = values
+        for i in range(SCENE_GPUS):
+            frame.set_attribution(i, Attribution(f"job-{i}", "ml", "main") if i in reading.held else None)
+        frame.timestamp = t0 + t
+        seen = NodeSeen(frame)
+        for detector in detectors:
+            for f in detector.detect(t0 + t, seen):
+                last[(f.cause, f.entity, f.severity)] = t
+                findings[(f.cause, f.entity)] = f
+        for line in Renderer().render(frame).splitlines():
+            if line.startswith(SCENE_METRICS):
+                body, _, value = line.rpartition(" ")
+                series.setdefault(body, ["_"] * k).append(value)
+        for values in series.values():
+            values += ["_"] * (k + 1 - len(values))
+    end = float((steps - 1) * STEP_S)
+    opened = {key for key, when in last.items() if end - when < resolve.get(key[0], STEP_S)}
+    return Played(opened, findings, series)
+
+
+def _entity(alert: str, index: int) -> Entity:
+    if alert.startswith("Infiniband"):
+        port = SCENE_PORTS[index]
+        return Entity(EntityKind.port, SCENE_HOST, port.port, port.hca)
+    return Entity(EntityKind.gpu, SCENE_HOST, index)
+
+
+def _alert_labels(played: Played, alert: str, index: int) -> dict[str, str]:
+    """The labels of the series the alert's expression keeps: the GPU's (its SM clock, temperature or utilization
+    series) or the port's."""
+    if alert.startswith("Infiniband"):
+        want, key = "infiniband_port_up{", f'hca="{SCENE_PORTS[index].hca}"'
+    else:
+        want, key = "DCGM_FI_DEV_GPU_TEMP{", f'gpu="{index}"'
+    body = next(b for b in played.series if b.startswith(want) and key in b)
+    parsed = _series_labels(f"{body} 0")
+    assert parsed is not None
+    return parsed[1]
+
+
+@pytest.mark.parametrize("scene", SCENES, ids=lambda s: s.name)
+def test_the_rules_and_the_detectors_judge_a_scene_alike(scene: Scene, engine: Remediator, tmp_path: Path) -> None:
+    played = play(scene)
+    expected: dict[str, list[dict[str, object]]] = {name: [] for name in CAUSE_RULES}
+    wanted: set[tuple[RootCause, Entity, Severity]] = set()
+    for alert, where in scene.alerts.items():
+        for index, value in where.items():
+            labels = _alert_labels(played, alert, index)
+            rule = _rule(alert, labels)
+            alert_labels = {**labels, **rule["labels"]}
+            notes = {k: render_annotation(v, alert_labels, value) for k, v in rule["annotations"].items()}
+            expected[alert].append({"exp_labels": alert_labels, "exp_annotations": notes})
+            cause, severity = RootCause(rule["labels"]["cause"]), Severity(rule["labels"]["severity"])
+            wanted.add((cause, _entity(alert, index), severity))
+            # the engine's runbook for the incident is the one the alert names
+            runbook, _ = planned(engine, IncidentBook().add(played.findings[(cause, _entity(alert, index))]))
+            assert f"gpufleet runbook {runbook}" in " ".join(rule["annotations"]["description"].split()), (
+                alert,
+                runbook,
+            )
+    assert played.open == wanted, scene.name
+    series = [{"series": body, "values": " ".join(values)} for body, values in played.series.items()]
+    end = (scene.seconds // STEP_S) * STEP_S
+    assert_alerts(tmp_path, series, expected, interval=f"{STEP_S}s", eval_time=f"{end}s")
 
 
 # == the matrix, and the scored captures' expectations ================================================================

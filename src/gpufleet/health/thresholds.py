@@ -324,6 +324,7 @@ def detection_limits(thresholds: Thresholds | None = None) -> DetectionLimits:
         idle_util_percent=t.idle.util_percent,
         idle_hold_s=t.idle.hold_s,
         ber_windows=tuple((w.window_s, w.ber) for w in t.symbol_errors.windows),
+        link_down_hold_s=t.control.resolve_after_s[RootCause.ib_link_down],
         flap_window_s=ib.flap_window_s,
         flap_downs=fabric.flap_downs,
         port_window_s=ib.window_s,

@@ -11,18 +11,26 @@ from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, dump, rule_groups
 
 
-def assert_alerts(tmp_path: Path, series: list[dict[str, str]], expected: dict[str, list[dict[str, object]]]) -> None:
-    """Each alert in `expected` fires at 2 m with exactly the listed labels and annotations (none listed: it stays
-    quiet) over `series` sampled every minute."""
+def assert_alerts(
+    tmp_path: Path,
+    series: list[dict[str, str]],
+    expected: dict[str, list[dict[str, object]]],
+    *,
+    interval: str = "1m",
+    eval_time: str = "2m",
+) -> None:
+    """Each alert in `expected` fires at `eval_time` with exactly the listed labels and annotations (none listed: it
+    stays quiet) over `series` sampled (and the rules evaluated) every `interval`."""
     tests = {
         "rule_files": [RULE_FILE],
-        "evaluation_interval": "1m",
+        "evaluation_interval": interval,
         "tests": [
             {
-                "interval": "1m",
+                "interval": interval,
                 "input_series": series,
                 "alert_rule_test": [
-                    {"eval_time": "2m", "alertname": name, "exp_alerts": alerts} for name, alerts in expected.items()
+                    {"eval_time": eval_time, "alertname": name, "exp_alerts": alerts}
+                    for name, alerts in expected.items()
                 ],
             }
         ],

@@ -110,6 +110,7 @@ class DetectionLimits:
     idle_util_percent: float  # a held GPU under this utilization ...
     idle_hold_s: float  # ... for this long is idle
     ber_windows: tuple[tuple[float, float], ...]  # symbol errors: (window_s, bit error rate), shortest (critical) first
+    link_down_hold_s: float  # a link that went down (and came back) stays a link-down incident this long
     flap_window_s: float  # this many link downs within the window is a flapping link
     flap_downs: int
     port_window_s: float  # the window the per-window port counters are counted over
@@ -315,6 +316,8 @@ def limit_values(limits: DetectionLimits) -> dict[str, str]:
         "idle_util_percent": _fmt(limits.idle_util_percent),
         "idle_hold": _duration(limits.idle_hold_s),
         "idle_hold_spoken": _spoken(limits.idle_hold_s),
+        "down_window": _duration(limits.link_down_hold_s),
+        "down_window_spoken": _spoken(limits.link_down_hold_s),
         "flap_window": _duration(limits.flap_window_s),
         "flap_window_spoken": _spoken(limits.flap_window_s),
         "flap_downs": str(limits.flap_downs),
