@@ -52,3 +52,13 @@ def test_an_application_log_never_outscores_a_format_with_signs_of_its_own() -> 
     ) == ("nccl-log")
     assert detect(["{", '    "kind": "Pod",', f'    "message": "{oom}"']) == "kubectl-pod-json"
     assert detect(["If out-of-memory error occurs during cudagraph capture, consider decreasing it"]) is None
+
+
+def test_hl_smi_and_nvidia_smi_csv_headers_are_told_by_their_own_field_names() -> None:
+    """Both print `power.draw [W]` and `memory.used [MiB]`; only hl-smi -Q has `*.aip` fields and `module_id`
+    (headers of tests/captures/gaudi/hl_smi_csv_gaudi1_slurm_monitor.txt and nvsmi_query_gpu captures)."""
+    hl = "name, uuid, power.draw [W], temperature.aip [C], utilization.aip [%], memory.used [MiB], memory.total [MiB]"
+    assert detect([hl, "HL-205, 00P1-HL2000A1-14-P64W99-13-05-03, 103, 36, 15, 512, 32768"]) == "hl-smi"
+    assert detect(["index, module_id, power.draw [W]", "0, 3, 103 W"]) == "hl-smi"
+    nv = "name, pci.bus_id, power.draw [W], temperature.gpu, memory.used [MiB]"
+    assert detect([nv, "NVIDIA H100 80GB HBM3, 00000000:18:00.0, 70.12 W, 31, 0 MiB"]) == "nvidia-smi-query-gpu"

@@ -107,6 +107,8 @@ _GPU_PROPERTY = (
     r"(?:pci\.bus_id|temperature\.gpu|ecc\.errors\.|remapped_rows\.|retired_pages\.|clocks_(?:event|throttle)_reasons\."
     r"|gpu_recovery_action|utilization\.gpu|memory\.(?:used|total)|power\.draw|pcie\.link\.|ecc\.mode\.)"
 )
+# fields only hl-smi -Q prints (docs.habana.ai hl-smi "-Q" queries): a header naming one is hl-smi's, not nvidia-smi's
+_HL_SMI_ONLY = r"(?!.*\b(?:module_id|[\w.]+\.aip)\b)"
 SMI_QUERY_GPU = Format(
     name="nvidia-smi-query-gpu",
     summary="`nvidia-smi --query-gpu=... --format=csv`: ECC, remapped rows, retired pages, clocks events, PCIe link "
@@ -114,8 +116,8 @@ SMI_QUERY_GPU = Format(
     signs=(
         (r"--query-gpu[= ][\w.,]+", 10),
         # its header: properties as `nvidia-smi --help-query-gpu` names them, a unit in brackets unless nounits
-        (_CSV_HEADER + r", ?" + _GPU_PROPERTY, 10),
-        (r"^" + _GPU_PROPERTY + r"[\w.]*(?: \[[^\]]{0,16}\])?, ?[a-z]", 10),
+        (_HL_SMI_ONLY + _CSV_HEADER + r", ?" + _GPU_PROPERTY, 10),
+        (r"^" + _HL_SMI_ONLY + _GPU_PROPERTY + r"[\w.]*(?: \[[^\]]{0,16}\])?, ?[a-z]", 10),
     ),
     parse=parse_query_gpu,
     judge=read_nvidia_smi_query_gpu,
