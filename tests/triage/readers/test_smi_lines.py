@@ -28,7 +28,7 @@ def _triage(path: Path) -> TriageReport:
         ("mismatch.txt", "driver/library version mismatch", "node"),
         ("no_driver.txt", "driver not loaded", "node"),
         ("no_devices.txt", "no devices found", "node"),
-        ("gpu_is_lost.txt", "GPU is lost", "PCI 0000:3b:00"),
+        ("gpu_is_lost.txt", "GPU is lost", "PCI 0000:02:00"),
     ],
 )
 def test_the_line_nvidia_smi_prints_instead_of_its_output(name: str, code: str, entity: str) -> None:
@@ -50,6 +50,10 @@ def test_one_q_section_alone_is_told_and_judged() -> None:
     rows = _triage(LINES / "remapped_rows_pending.txt")
     assert (rows.format, rows.verdict) == ("nvidia-smi-q", "degraded"), rows.notes
     assert any("remap" in f.code.lower() for f in rows.findings)
+    # the excerpt stops before the section's last rows: judged on what it shows, and never healthy when that is fine
+    assert any("judged on what it shows: an excerpt" in note for note in rows.notes)
+    fine = (LINES / "remapped_rows_pending.txt").read_text().replace(": 4", ": 0").replace(": Yes", ": No")
+    assert triage_lines(io.StringIO(fine), "fine.txt").verdict == "unknown"
     brake = _triage(ROUND2 / "03_v100_c4130_hw_power_brake.txt")
     assert (brake.format, brake.verdict) == ("nvidia-smi-q", "degraded")
     assert [f.code for f in brake.findings] == ["hw_power_brake_slowdown"]

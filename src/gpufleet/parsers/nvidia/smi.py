@@ -508,7 +508,13 @@ def parse_query_text(text: str, *, source: str = "nvidia-smi -q", strict: bool =
         errors=errors,
         problems=problems or [],
     )
-    report.cut_short = _cut_short(blocks)
+    cut = _cut_short(blocks)
+    if cut and not header and len(blocks) == 1 and blocks[0].bus is None:
+        # no GPU header and no log header: lines picked out of a record (an excerpt), whose last section may stop
+        # where the person stopped copying; what it shows is judged, and nothing wrong in it is not called healthy
+        report.partial = f"an excerpt without its GPU header: {cut}"
+    else:
+        report.cut_short = cut
     shown = len(gpus) + len(unreachable)
     if report.attached_gpus is not None and shown < report.attached_gpus:
         report.partial = f"it shows {shown} of the {report.attached_gpus} attached GPUs"
