@@ -25,6 +25,7 @@ from rich.table import Table
 
 from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition.dcgm import Renderer
+from gpufleet.telemetry.fields import IB_PORT_RATE
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
 from gpufleet.telemetry.store import EmbeddedStore
 
@@ -63,6 +64,8 @@ def node_frame(gpus: int, gpus_per_node: int = 8) -> MetricFrame:
         if field.name.startswith("gpufleet_gpu_") or field.name == "DCGM_FI_DEV_SLOWDOWN_TEMP":
             frame.values[row] = np.nan
     frame.ib_values[:] = rng.integers(0, 1 << 40, frame.ib_values.shape)
+    frame.ib_up[:] = 1  # the ports' state and link rate, as sysfs gives them (4X NDR)
+    frame.ib(IB_PORT_RATE)[:] = 400e9 / 8
     frame.clock_event_row("sw_thermal")[:] = 1
     frame.set_xid_count(79, np.ones(gpus))
     # the kernel log's Xid 79 for a GPU NVML does not list, as an agent counts it (agent/xids.py)
