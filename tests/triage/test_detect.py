@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from gpufleet.triage.detect import detect
+from gpufleet.triage.run import triage_lines
+from tests.conftest import CAPTURES
 
 SAMPLES = {
     "kernel-log": ["[  101.2] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."],
@@ -62,3 +66,16 @@ def test_hl_smi_and_nvidia_smi_csv_headers_are_told_by_their_own_field_names() -
     assert detect(["index, module_id, power.draw [W]", "0, 3, 103 W"]) == "hl-smi"
     nv = "name, pci.bus_id, power.draw [W], temperature.gpu, memory.used [MiB]"
     assert detect([nv, "NVIDIA H100 80GB HBM3, 00000000:18:00.0, 70.12 W, 31, 0 MiB"]) == "nvidia-smi-query-gpu"
+
+
+@pytest.mark.parametrize(
+    ("capture", "verdict"),
+    [("rocm_2747_mi210_psp_ring_dmesgT_drm_only.log", "faulty"), ("popey_2031289_ring_timeout_dmesgT_drm_only.log",
+                                                                  "degraded")],
+)  # fmt: skip
+def test_a_dmesg_T_paste_of_amdgpus_drm_lines_alone_is_a_kernel_log(capture: str, verdict: str) -> None:
+    """`dmesg -T | grep drm`: only `[drm:func [amdgpu]] *ERROR*` lines, no device named (tests/captures/kmsg_amd)."""
+    lines = (CAPTURES / "kmsg_amd" / capture).read_text().splitlines()
+    assert detect(lines) == "kernel-log"
+    report = triage_lines(io.StringIO("\n".join(lines)), capture)
+    assert (report.format, report.verdict) == ("kernel-log", verdict)

@@ -114,6 +114,15 @@ def test_launcher_tags_on_every_line_come_off_exactly() -> None:
     assert _clean(q)[0] == "[0] AIP (accel0) 0000:43:00.0"
 
 
+def test_kubectl_and_oc_log_prefixes_come_off_each_line() -> None:
+    """Each line its own pod's tag (`kubectl logs -l app=x --prefix` interleaves pods), its indentation kept."""
+    lines = [f"[pod/a-0/main] {XID}", "[pod/b-1/side-car]     indented", "[pod/a-0/main]", f"[node/gpu-7] {SXID}"]
+    paste = Paste(launchers=False)
+    assert list(paste.cleaned(lines)) == [XID, "    indented", "", SXID]
+    assert "took off kubectl log prefixes (4 lines)" in paste.notes()
+    assert Paste().clean("[pod] not a prefix") == "[pod] not a prefix"
+
+
 # -- what pasting does to a whole text: every real capture keeps its verdict under each -------------------------
 def _list(marker: str) -> Callable[[str], str]:
     def paste(text: str) -> str:
@@ -178,6 +187,9 @@ HAZARDS: dict[str, Callable[[str], str]] = {
     "[0] tags": _tagged("[0] "),
     "mpirun tags": _tagged("[1,0]<stdout>:"),
     "srun labels": _tagged("0: "),
+    # kubectl logs --prefix / oc logs --prefix (kubectl pkg/cmd/logs/logs.go: "[pod/%s/%s] ")
+    "kubectl logs --prefix": _tagged("[pod/gpu-burn-7d9f8b6c4-x2x9q/burn] "),
+    "oc logs --prefix": _tagged("[pod/habana-ai-device-plugin-ds-jx8pm.1/device-plugin] "),
     "dmesg -T": _dmesg_t,
 }
 _CAPTURE_SUFFIXES = (".txt", ".log", ".json")

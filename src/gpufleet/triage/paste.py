@@ -6,8 +6,9 @@ rest), a uniform indentation (a four-space code block, output indented in a tick
 fixed width (a line exactly that wide continued on the next), and launcher tags every line carries (`[0] ` from
 Intel MPI's -prepend-rank, torchrun's `[default0]:` and `[rank0]:`). What a paste does to single lines is undone
 line by line: terminal colour, CRLF, `> ` quoting, ``` fences (alone, or on the first and last lines of content),
-shell prompts and echoed command lines, `....` elisions, an author's `<===` markers and the launcher prefixes
-`[1,0]<stdout>:` (mpirun --tag-output) and `0: ` (srun --label). A kernel log's `dmesg -T` stamps are a framing
+shell prompts and echoed command lines, `....` elisions, an author's `<===` markers, the launcher prefixes
+`[1,0]<stdout>:` (mpirun --tag-output) and `0: ` (srun --label), and the log source `kubectl logs --prefix` and `oc
+logs --prefix` put before each line (`[pod/NAME/CONTAINER] `, `[node/NAME] `). A kernel log's `dmesg -T` stamps are a framing
 the kernel-log parser reads (parsers/kernel/framing.py), left as they are.
 
 Lines stream through in bounded memory (one line is held back to join a wrapped one); what was taken off is
@@ -50,6 +51,11 @@ _MARKER = re.compile(
 )
 _MPIRUN = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
 _SRUN_LABEL = re.compile(r"^\s{0,4}\d{1,6}: (?=\S)")
+# `kubectl logs --prefix` (kubectl 1.18+, pkg/cmd/logs/logs.go: fmt.Sprintf("[pod/%s/%s] ", pod, container), and
+# "[node/%s] " for a node's logs in 1.27+); `oc logs --prefix` is the same code. Pod and container names are DNS names
+# (RFC 1123: lower-case letters, digits, '-' and '.'); a blank line keeps the tag, its space often trimmed. Every
+# line carries its own pod's tag (`-l app=x` interleaves pods), so it is taken off line by line, not learnt
+_KUBECTL_PREFIX = re.compile(r"^\[(?:pod/[a-z0-9][a-z0-9.-]*/[a-z0-9-]*|node/[a-z0-9][a-z0-9.-]*)\](?: |$)")
 _CODE_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 # a fence sharing its line with content: ```text [ 12.3] NVRM: ..., or ... last line```. The info string is taken
 # off only when it is one (a language name); otherwise only the backticks are
@@ -73,7 +79,7 @@ _LAUNCHER_TAGS = {
 # where a line of a log or a table begins: a line that starts like this is no wrapped line's continuation
 _RECORD_START = re.compile(
     r"^(?:\s*$|\[\s*\d+\.\d+\]|\[\w{3} \w{3} |\w{3} [ \d]\d \d\d:\d\d|\d{4}-\d\d-\d\d|<\d+>|[|+#]|={3}|\S+@\S+[:$#]|\$ "
-    r"|[\w.-]+:\d+:\d+ \[\d+\]|GPU\[\d+\]|\[\d+,\d+\]<|\[(?:\d{1,5}|default\d+|rank\d+)\][: ]|\d{1,6}: )"
+    r"|[\w.-]+:\d+:\d+ \[\d+\]|GPU\[\d+\]|\[\d+,\d+\]<|\[(?:\d{1,5}|default\d+|rank\d+)\][: ]|\d{1,6}: |\[(?:pod|node)/)"
 )
 # terminal widths people use: a text whose longest lines are of another width is taken as printed (a tool's own
 # aligned lines are often all as long as each other, and the next line after them starts anew)
@@ -251,6 +257,9 @@ class Paste:
         """One whole line of the tool's, without what a launcher or the author added; None when it is not the
         tool's (a prompt, an elision)."""
         head = line.lstrip()[:1]
+        if head == "[" and line.startswith(("[pod/", "[node/")):  # a log source, never a rank: taken off always
+            line = self._strip(_KUBECTL_PREFIX, line, "kubectl log prefixes")
+            head = line.lstrip()[:1]
         if self.launchers:
             tag = self.shape.tag
             if tag is not None:

@@ -28,6 +28,10 @@ KERNEL_LOG = Format(
         # amdgpu's and habanalabs' device messages (dev_err/dev_info), which the agent's kernel-log parser reads
         (r"\bamdgpu [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: ", 8),
         (r"\bhabanalabs (?:hl\d+|[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): ", 8),
+        # amdgpu's DRM_ERROR lines, which name no device: `[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx ...`
+        # (drivers/gpu/drm/drm_print.c __drm_err: "[" DRM_NAME ":%ps] *ERROR* %pV", where %ps of a module's function
+        # prints `name [module]`; Linux 4.x-6.x); `dmesg -T | grep drm` leaves only these
+        (r"\[drm:[\w.]+ \[amdgpu\]\] ", 8),
         (r"\bNVRM:", 4),
         (r"^\s*\[\s*\d+\.\d{3,}\]", 6),
         (r"^\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]", 4),
