@@ -295,7 +295,12 @@ def load_thresholds(path: Path | None = None) -> Thresholds:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise ManifestError(str(path or "thresholds.yaml"), f"{where}: {err['msg']}") from None
+        raise ManifestError(
+            str(path or "thresholds.yaml"),
+            f"{where}: {err['msg']}",
+            fix="a site file overrides keys of the defaults (gpufleet/health/data/thresholds.yaml in the installed "
+            "package, each with its source); give the key a value of the default's kind",
+        ) from None
 
 
 def detection_limits(thresholds: Thresholds | None = None) -> DetectionLimits:
