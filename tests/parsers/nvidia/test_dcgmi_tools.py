@@ -1,9 +1,10 @@
 """`dcgmi dmon` and `dcgmi discovery -l` (NVIDIA/DCGM dcgmi/DeviceMonitor.cpp, Query.cpp).
 
-Fixtures (tests/captures/dcgmi_tools/): discovery_h100_blank_names_dcgm229.txt is a real capture (its .source.txt);
-dmon_xid79_remap_pending.txt (DCGM 3.x/4.x `#Entity` layout, left-aligned columns, short names from dcgm_fields.cpp)
-and dmon_2x_power_brake.txt (DCGM 2.x `# Entity` / `Id`, right-aligned) are written from DeviceMonitor.cpp's
-SetHeaderForOutput and row printing, no real capture of dmon being stored yet."""
+Fixtures (tests/captures/dcgmi_tools/), each with its .source.txt: discovery_h100_blank_names_dcgm229.txt and
+dmon_smact_na_dcgm423.txt (DCGM 4.2.3, `#Entity` / `ID`, every sample N/A) are real captures;
+dmon_xid79_remap_pending.txt (DCGM 3.x/4.x `#Entity` layout, left-aligned columns) and dmon_2x_power_brake.txt
+(DCGM 2.x `# Entity` / `Id`, right-aligned) are written from DeviceMonitor.cpp's SetHeaderForOutput and row
+printing, not captured: no public paste of dmon with a fault in its samples was found."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ def test_dmon_samples_per_entity() -> None:
     assert dmon.fields == ["TMPTR", "XIDER", "EDVTL", "ESVTL", "RRP", "RRF", "DVCCTR"] and dmon.units == ["C"]
     assert [len(rows) for rows in dmon.samples.values()] == [2, 2, 2]
     assert dmon.samples["GPU 2"][0]["XIDER"] == "79" and dmon.samples["GPU 2"][1]["XIDER"] == "N/A"
+
+
+def test_a_real_dmon_of_dcgm_4_reads_every_sample() -> None:
+    text = (DATA / "dmon_smact_na_dcgm423.txt").read_text().split("\n", 1)[1]
+    dmon = parse_dmon(text)
+    assert (dmon.fields, dmon.units) == (["SMACT"], [])
+    assert sorted(dmon.samples) == [f"GPU {i}" for i in range(8)]
+    assert all(rows == [{"SMACT": "N/A"}] * 2 for rows in dmon.samples.values())
 
 
 def test_dmon_of_dcgm_2() -> None:

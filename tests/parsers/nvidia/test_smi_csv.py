@@ -1,13 +1,11 @@
 """`nvidia-smi --query-gpu` CSV into the records `-q` gives: with and without header and units, the command line
 naming the columns of a headerless paste, NVML's error strings kept as unreadable values.
 
-Fixtures (tests/captures/nvsmi_query_gpu/), written in the layout nvidia-smi 535-580 prints (`, ` between cells, the
-header's property names from `nvidia-smi --help-query-gpu`), no real capture of this view being stored yet:
-- remap_pending_recovery.txt: GPU 1 with the values a public A800 inventory test quotes from `nvidia-smi -q -x`
-  (dram_uncorrectable 32, remapped_row_pending Yes, gpu_recovery_action "Drain and Reset").
-- throttle_noheader_nounits.txt: `--format=csv,noheader,nounits` below its command line, pre-R535
-  clocks_throttle_reasons.* names; GPU 1 held at 382 MHz by the external power brake (bits 0x8|0x80 of nvml.h's
-  nvmlClocksThrottleReason*), as the public Dell C4130 throttling write-up shows it in `-q`, and its link at x8.
+Fixtures (tests/captures/nvsmi_query_gpu/), each with its .source.txt:
+- healthy_rtx2060_smc57.txt: a real capture (driver 460.91.03, header with units).
+- remap_pending_recovery.txt and throttle_noheader_nounits.txt: written from nvidia-smi's documentation (the layout
+  of drivers 535-580 and 450-530, property names from `nvidia-smi --help-query-gpu`), not captured: no public paste
+  of these columns with a fault in them was found. Their values are made up.
 """
 
 from __future__ import annotations
@@ -29,6 +27,13 @@ def test_a_header_with_units_names_the_columns_and_values_lose_their_units() -> 
     (gpu,) = parse_query_gpu(text).gpus
     assert (gpu.index, gpu.temp_c, gpu.memory_used_mib, gpu.power_draw_w) == (0, 34.0, 1024.0, 61.52)
     assert (gpu.pcie_width_current, gpu.ecc_mode_current) == (16, True)
+
+
+def test_a_real_capture_with_units_reads_each_column() -> None:
+    (gpu,) = parse_query_gpu((DATA / "healthy_rtx2060_smc57.txt").read_text()).gpus
+    assert (gpu.product_name, gpu.pci, gpu.driver_version) == ("GeForce RTX 2060", "0000:09:00", "460.91.03")
+    assert (gpu.clock_graphics_mhz, gpu.max_clock_graphics_mhz, gpu.gpu_util_pct) == (300.0, 2160.0, 20.0)
+    assert (gpu.temp_c, gpu.memory_used_mib) == (36.0, 682.0)
 
 
 def test_memory_health_and_the_recovery_action_read_as_in_q() -> None:

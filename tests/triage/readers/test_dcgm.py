@@ -169,6 +169,9 @@ def test_dcgmi_dmon_and_discovery_are_told_and_judged() -> None:
     dmon = triage_lines(io.StringIO((tools / "dmon_xid79_remap_pending.txt").read_text()), "dmon.txt")
     assert (dmon.format, dmon.verdict) == ("dcgmi-dmon", "faulty")
     assert {(f.code, f.entity) for f in dmon.findings} == {("Xid 79", "GPU 2"), ("row remap pending", "GPU 1")}
+    real = triage_lines(io.StringIO((tools / "dmon_smact_na_dcgm423.txt").read_text()), "dmon_real.txt")
+    assert (real.format, real.verdict, real.findings) == ("dcgmi-dmon", "unknown", [])
+    assert any("none of the fields it shows is one triage judges" in note for note in real.notes)
     old = triage_lines(io.StringIO((tools / "dmon_2x_power_brake.txt").read_text()), "dmon2.txt")
     assert (old.format, old.verdict, [f.entity for f in old.findings]) == ("dcgmi-dmon", "degraded", ["GPU 1"])
     found = triage_lines(io.StringIO((tools / "discovery_h100_blank_names_dcgm229.txt").read_text()), "d.txt")
