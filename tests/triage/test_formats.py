@@ -72,7 +72,7 @@ NOT_CAPTURED = ("Written from", "Written, not captured", "Converted from", "Cons
 
 
 def _provenance(path: Path) -> str | None:
-    """"real", "written" (its .source.txt says it was written or converted, not captured) or None (none said)."""
+    """`real`, `written` (its .source.txt says it was written or converted, not captured) or None (none said)."""
     source = path.with_name(path.stem + ".source.txt")
     if source.exists():
         return "written" if source.read_text().startswith(NOT_CAPTURED) else "real"

@@ -224,3 +224,15 @@ def test_a_capture_pasted_with_a_hazard_keeps_its_verdict(hazard: str) -> None:
         if pasted != bare:
             changed.append(f"{path.relative_to(CORPUS.parent)}: {bare} -> {pasted}")
     assert not changed, "\n".join(changed)
+
+
+def test_the_commands_of_prompt_lines_taken_off_are_noted_for_the_readers() -> None:
+    from gpufleet.triage.paste import Cleaned, noted_commands
+
+    raw = ["user@gpu01:~$ sudo mlxlink -d mlx5_0 -p 1\n", "State : Active\n", "[root@h ~]# ibstat mlx5_1\n", "x\n"]
+    lines = Cleaned(Paste(), raw)
+    assert list(lines) == ["State : Active", "x"]
+    assert noted_commands(lines) == ["sudo mlxlink -d mlx5_0 -p 1", "ibstat mlx5_1"]
+    assert noted_commands(["State : Active"]) == []  # plain lines carry none
+    many = Cleaned(Paste(), [f"$ echo {i}\n" for i in range(100)])
+    assert list(many) == [] and noted_commands(many)[-1] == "echo 99" and len(noted_commands(many)) == 16

@@ -6,10 +6,11 @@ rest), a uniform indentation (a four-space code block, output indented in a tick
 fixed width (a line exactly that wide continued on the next), and launcher tags every line carries (`[0] ` from
 Intel MPI's -prepend-rank, torchrun's `[default0]:` and `[rank0]:`). What a paste does to single lines is undone
 line by line: terminal colour, CRLF, `> ` quoting, ``` fences (alone, or on the first and last lines of content),
-shell prompts and echoed command lines, `....` elisions, an author's `<===` markers, the launcher prefixes
-`[1,0]<stdout>:` (mpirun --tag-output) and `0: ` (srun --label), and the log source `kubectl logs --prefix` and `oc
-logs --prefix` put before each line (`[pod/NAME/CONTAINER] `, `[node/NAME] `). A kernel log's `dmesg -T` stamps are a framing
-the kernel-log parser reads (parsers/kernel/framing.py), left as they are.
+shell prompts and echoed command lines (their commands noted for the readers, `Cleaned`), `....` elisions, an
+author's `<===` markers, the launcher prefixes `[1,0]<stdout>:` (mpirun --tag-output) and `0: ` (srun --label), and
+the log source `kubectl logs --prefix` and `oc logs --prefix` put before each line (`[pod/NAME/CONTAINER] `,
+`[node/NAME] `). A kernel log's `dmesg -T` stamps are a framing the kernel-log parser reads
+(parsers/kernel/framing.py), left as they are.
 
 Lines stream through in bounded memory (one line is held back to join a wrapped one); what was taken off is
 counted, so the report can say so."""
@@ -28,6 +29,7 @@ from gpufleet.parsers.kernel.stream import MAX_LINE_BYTES, MAX_SKIP_BYTES
 # longer lines are cut at MAX_LINE (a line is never held whole past it), and a "line" longer than MAX_SKIP is not
 # text (/dev/zero, a binary): reading stops there. The kernel-log skimmer uses the same bounds.
 MAX_LINE, MAX_SKIP = MAX_LINE_BYTES, MAX_SKIP_BYTES
+MAX_COMMANDS, MAX_COMMAND = 16, 400  # prompt lines' commands kept for the readers, and how much of each
 SHAPE_LINES = 5000  # the first lines a paste's shape is learnt from (a wrap may show only past a long header)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
@@ -35,11 +37,12 @@ _QUOTE = re.compile(r"^(?:\s{0,3}>(?: |$))+")
 # `user@host:~$ cmd`, `[user@host dir]# cmd`, `(venv) $ cmd`, `PS C:\> cmd`; a bare `# ` or `% ` only before a
 # command people paste the output of, since nccl-tests, perfquery and Prometheus print `# ` lines of their own
 _PROMPT = re.compile(
-    r"^\s*(?:\([\w.-]+\)\s*)?(?:\[[^\]\n]*@[^\]\n]*\]|[\w.-]+@[\w.-]+(?::[^\s$#]*)?)\s*[$#%]\s+\S"
-    r"|^\s*(?:\([\w.-]+\)\s*)?\$\s+\S"
-    r"|^\s*PS [^>]{1,80}> \S"
-    r"|^\s*[#%]\s*(?:sudo\s+)?(?:nvidia-smi|dmesg|journalctl|dcgmi|ib\w+|perfquery|saquery|smpquery|kubectl|cat|z?grep"
-    r"|egrep|tail|head|less|mpirun|srun|torchrun|python3?|\./\S+|\S+_perf|rocm-smi|amd-smi|hl-smi|oc)\b"
+    r"^\s*(?:\([\w.-]+\)\s*)?(?:\[[^\]\n]*@[^\]\n]*\]|[\w.-]+@[\w.-]+(?::[^\s$#]*)?)\s*[$#%]\s+(?P<a>\S)"
+    r"|^\s*(?:\([\w.-]+\)\s*)?\$\s+(?P<b>\S)"
+    r"|^\s*PS [^>]{1,80}> (?P<c>\S)"
+    r"|^\s*[#%]\s*(?P<d>)(?:sudo\s+)?(?:nvidia-smi|dmesg|journalctl|dcgmi|ib\w+|perfquery|saquery|smpquery|kubectl"
+    r"|cat|z?grep|egrep|tail|head|less|mpirun|srun|torchrun|python3?|\./\S+|\S+_perf|rocm-smi|amd-smi|hl-smi|oc"
+    r"|mlxlink|mstlink)\b"
 )
 _ELISION = re.compile(
     r"^\s*(?:\.{3,}|…+|\[\s*\.{3}\s*\]|\(\s*\.{3}\s*\)|<\s*snip\s*>|\[\s*snip\s*\]|-+\s*snip\s*-+)\s*$"
@@ -79,7 +82,8 @@ _LAUNCHER_TAGS = {
 # where a line of a log or a table begins: a line that starts like this is no wrapped line's continuation
 _RECORD_START = re.compile(
     r"^(?:\s*$|\[\s*\d+\.\d+\]|\[\w{3} \w{3} |\w{3} [ \d]\d \d\d:\d\d|\d{4}-\d\d-\d\d|<\d+>|[|+#]|={3}|\S+@\S+[:$#]|\$ "
-    r"|[\w.-]+:\d+:\d+ \[\d+\]|GPU\[\d+\]|\[\d+,\d+\]<|\[(?:\d{1,5}|default\d+|rank\d+)\][: ]|\d{1,6}: |\[(?:pod|node)/)"
+    r"|[\w.-]+:\d+:\d+ \[\d+\]|GPU\[\d+\]|\[\d+,\d+\]<|\[(?:\d{1,5}|default\d+|rank\d+)\][: ]|\d{1,6}: "
+    r"|\[(?:pod|node)/)"
 )
 # terminal widths people use: a text whose longest lines are of another width is taken as printed (a tool's own
 # aligned lines are often all as long as each other, and the next line after them starts anew)
@@ -214,6 +218,7 @@ class Paste:
         self.stripped: Counter[str] = Counter()
         self.lines = 0
         self.cut = 0  # lines longer than MAX_LINE
+        self.commands: list[str] = []  # the commands of the prompt lines taken off, the latest MAX_COMMANDS
 
     # -- the whole-text shape, then each line ---------------------------------------------------------------------
     def unframe(self, line: str) -> str | None:
@@ -273,8 +278,11 @@ class Paste:
         if head in ".…[(<-" and _ELISION.match(line):
             self.stripped["elisions"] += 1
             return None
-        if ("$" in line or "#" in line or "%" in line or "> " in line) and _PROMPT.match(line):
+        if ("$" in line or "#" in line or "%" in line or "> " in line) and (prompt := _PROMPT.match(line)):
             self.stripped["prompts and echoed commands"] += 1
+            start = next(prompt.start(g) for g in "abcd" if prompt.group(g) is not None)
+            self.commands.append(line[start:MAX_COMMAND].strip())  # noted for the readers: what was run
+            del self.commands[:-MAX_COMMANDS]
             return None
         return line
 
@@ -331,6 +339,28 @@ class Paste:
         if self.cut:
             out.append(f"{self.cut} line(s) longer than {MAX_LINE} characters were cut")
         return out
+
+
+class Cleaned(Iterator[str]):
+    """A paste's lines as the tool printed them, carrying the commands its prompt lines ran (`$ mlxlink -d mlx5_0`
+    is taken off as a prompt, and the device it names is not in the tool's output): a reader reads them with
+    `noted_commands` once it has read the lines."""
+
+    def __init__(self, paste: Paste, lines: Iterable[str]) -> None:
+        self.paste = paste
+        self._lines = paste.cleaned(lines)
+
+    def __next__(self) -> str:
+        return next(self._lines)
+
+    @property
+    def commands(self) -> list[str]:
+        return self.paste.commands
+
+
+def noted_commands(lines: Iterable[str]) -> list[str]:
+    """The commands of the prompt lines the paste cleaner took off the lines read so far (none for plain lines)."""
+    return list(lines.commands) if isinstance(lines, Cleaned) else []
 
 
 def text_lines(stream: BinaryIO) -> Iterator[str]:

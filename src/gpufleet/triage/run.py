@@ -10,7 +10,7 @@ from typing import BinaryIO
 from gpufleet.parsers.kernel.stream import candidate_lines
 from gpufleet.triage.detect import SAMPLE_LINES, Detector
 from gpufleet.triage.formats import REGISTRY
-from gpufleet.triage.paste import SHAPE_LINES, Paste, Shape, text_lines
+from gpufleet.triage.paste import SHAPE_LINES, Cleaned, Paste, Shape, text_lines
 from gpufleet.triage.report import TriageReport
 
 SAMPLE_CHARS = 4 * 1024 * 1024  # the sample a format is told from never holds more than this
@@ -60,7 +60,7 @@ def _triage(raw_iter: Iterator[str], stream: BinaryIO | None, source: str, fmt: 
     if judged is not None and judged.judge_numbered is not None and stream is not None:
         report = judged.judge_numbered(kernel_log_lines(stream, paste, sample), source)
     else:
-        report = REGISTRY.judge(found, paste.cleaned(chain(sample, raw_iter)), source)
+        report = REGISTRY.judge(found, Cleaned(paste, chain(sample, raw_iter)), source)
     report.notes[:0] = paste.notes()
     if judged is not None and judged.name != found:
         report.notes.insert(0, f"{found} is judged as {judged.name}, the format its lines belong to")

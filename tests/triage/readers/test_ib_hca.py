@@ -76,6 +76,25 @@ def test_mlxlink_link_down_with_the_firmwares_advice() -> None:
     assert any("Cable is unplugged" in f.message for f in report.findings)
 
 
+@pytest.mark.parametrize(
+    ("command", "entity"),
+    [
+        ("user@gpu-node-07:~$ sudo mlxlink -d mlx5_2 -p 1", "mlx5_2 port 1"),
+        ("[root@gpu-node-07 ~]# mlxlink -d /dev/mst/mt4123_pciconf7", "/dev/mst/mt4123_pciconf7"),
+        ("# mlxlink -d mlx5_0 --show_module", "mlx5_0"),
+    ],
+)
+def test_mlxlink_names_the_device_of_a_command_pasted_behind_a_prompt(command: str, entity: str) -> None:
+    # the prompt line is taken off by the paste cleaner, which keeps its command for the readers
+    text = MLXLINK.replace(": Active", ": Polling").replace(": LinkUp", ": N/A")
+    report = _triage(command + "\n" + text)
+    assert report.verdict == "faulty"
+    assert {f.entity for f in report.findings} == {entity}
+    assert any("as the pasted command line names it" in note for note in report.notes)
+    bare = _triage(text)  # no command anywhere: said as such, not guessed
+    assert {f.entity for f in bare.findings} == {"the port mlxlink was run on"}
+
+
 COUNTERS = """
 Physical Counters and BER Info
 ------------------------------

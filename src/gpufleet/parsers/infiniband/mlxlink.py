@@ -98,6 +98,12 @@ class Mlxlink:
 _COMMAND = re.compile(r"\b(?:mlxlink|mstlink)\b.*?-d\s+(?P<dev>\S+)(?:.*?-p\s+(?P<port>\d+))?")
 
 
+def command_target(command: str) -> tuple[str, str | None] | None:
+    """The device and port an `mlxlink`/`mstlink` command line names (`-d <dev> [-p <port>]`), or None."""
+    m = _COMMAND.search(command)
+    return (m.group("dev"), m.group("port")) if m else None
+
+
 def parse_mlxlink(text: str, source: str = "") -> Mlxlink:
     """Read mlxlink's text or `--json` output; never raises on odd lines."""
     stripped = text.lstrip()

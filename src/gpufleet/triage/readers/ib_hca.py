@@ -24,7 +24,8 @@ from gpufleet.health.ib_ports import (
 from gpufleet.health.symbol_errors import SymbolErrorBudget
 from gpufleet.model import Severity
 from gpufleet.parsers.infiniband.ibv_devinfo import parse_ibv_devinfo
-from gpufleet.parsers.infiniband.mlxlink import Mlxlink, ber, number, parse_mlxlink
+from gpufleet.parsers.infiniband.mlxlink import Mlxlink, ber, command_target, number, parse_mlxlink
+from gpufleet.triage.paste import noted_commands
 from gpufleet.triage.readers.common import bounded_text
 from gpufleet.triage.readers.ib import (
     _MISSING_FIX,
@@ -193,6 +194,11 @@ def _entity(parsed: Mlxlink) -> str:
 def read_mlxlink(lines: Iterable[str], source: str) -> TriageReport:
     report = TriageReport("mlxlink", source)
     parsed = parse_mlxlink(bounded_text(lines, report), source=source)
+    if parsed.device is None:  # the command was pasted behind a shell prompt, which the paste cleaner took off
+        targets = [t for command in noted_commands(lines) if (t := command_target(command)) is not None]
+        if targets:
+            parsed.device, parsed.port = targets[-1]
+            report.notes.append(f"the device is {parsed.device}, as the pasted command line names it")
     found = _Findings(report)
     entity = _entity(parsed)
     for line in parsed.diagnostics:
