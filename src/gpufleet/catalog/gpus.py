@@ -49,6 +49,8 @@ class GpuModelSpec(BaseModel):
     idle_w: float = Field(ge=0)
     max_sm_clock_mhz: int | None = Field(None, gt=0)
     max_mem_clock_mhz: int | None = Field(None, gt=0)
+    # the GPU sensor's slowdown and shutdown limits (NVML's thresholds); on AMD the hotspot (junction) sensor's
+    # CRITICAL and EMERGENCY limits, as `amd-smi static --limit` prints them
     slowdown_temp_c: float | None = None
     shutdown_temp_c: float | None = None
     max_operating_temp_c: float | None = None

@@ -12,7 +12,10 @@ from gpufleet.parsers.amd.amd_smi import AmdSmiReport, parse_amd_smi
 from tests.conftest import CAPTURES
 
 DATA = CAPTURES / "amd"
-FILES = sorted(p for p in DATA.glob("amd_smi_*") if not p.name.endswith(".source.txt"))
+# the default view (`amd-smi` alone) has its own module and tests (test_amd_smi_default.py)
+FILES = sorted(
+    p for p in DATA.glob("amd_smi_*") if not p.name.endswith(".source.txt") and not p.name.startswith("amd_smi_default")
+)
 
 
 def _parse(name: str) -> AmdSmiReport:
@@ -42,6 +45,19 @@ def test_mi300x_list_text_gives_bdf_and_uuid_per_gpu() -> None:
         (1, "0000:26:00", "0aff74a1-0000-1000-805b-ce698de95724"),
         (2, "0000:46:00", "97ff74a1-0000-1000-8065-fa81273af9ce"),
     ]
+
+
+def test_static_limit_section_gives_the_hotspot_and_memory_temperature_limits() -> None:
+    """`amd-smi static`'s LIMIT: SLOWDOWN_ (amdsmi CRITICAL) and SHUTDOWN_ (EMERGENCY) temperatures; N/A is none."""
+    (gpu,) = _parse("amd_smi_static_mi300a_docs.txt").gpus
+    assert (gpu.hotspot_slowdown_c, gpu.hotspot_shutdown_c, gpu.mem_slowdown_c, gpu.mem_shutdown_c) == (
+        100,
+        110,
+        105,
+        115,
+    )
+    (json_gpu,) = _parse("amd_smi_static_rx6600.json").gpus
+    assert (json_gpu.hotspot_slowdown_c, json_gpu.hotspot_shutdown_c) == (110, 115)
 
 
 def test_mi300a_static_text_reads_partition_limits_and_vram() -> None:

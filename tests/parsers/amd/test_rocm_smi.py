@@ -29,7 +29,7 @@ def test_every_capture_reads_whole_and_names_its_source(path: Path) -> None:
 
 def test_every_layout_and_format_has_a_capture() -> None:
     formats = {_parse(p.name).format for p in FILES}
-    assert formats == {"table", "json", "metrics"} and len(FILES) >= 5
+    assert formats == {"table", "json", "metrics", "ras"} and len(FILES) >= 5
 
 
 def test_rocm_61_layout_mi300x_under_load() -> None:
@@ -118,3 +118,22 @@ def test_malformed_input_is_one_clear_error(text: str, message: str) -> None:
     with pytest.raises(ParseError, match=message) as info:
         parse_rocm_smi(text, source="bad.txt")
     assert info.value.fix
+
+
+def test_showrasinfo_reads_each_blocks_counts_where_its_ecc_is_on() -> None:
+    """rocm_smi.py showRasInfo: a block whose ECC is DISABLED, or with no counts, is listed as off, not as zero."""
+    report = _parse("rocm_smi_showrasinfo_mi50_arkprojects.txt")
+    assert report.format == "ras" and [g.index for g in report.gpus] == [0, 1]
+    gpu = report.gpus[0]
+    assert set(gpu.ecc_blocks) == {"UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP"}
+    assert {c.uncorrectable for c in gpu.ecc_blocks.values()} == {0}
+    assert "XGMI_WAFL" in gpu.ecc_blocks_off and "ATHUB" in gpu.ecc_blocks_off
+
+
+def test_ras_tables_join_the_concise_table_of_the_same_gpus() -> None:
+    concise = (DATA / "rocm_smi_concise_mi300x_loaded.txt").read_text(encoding="utf-8")
+    ras = "GPU[0]:\tRAS INFO\n         Block       Status    Correctable Error  Uncorrectable Error\n" \
+          "           UMC        ENABLED                  3                    2\n" \
+          "          SDMA       DISABLED            3145680              3145680\n" + "_" * 40 + "\n"  # fmt: skip
+    (gpu,) = parse_rocm_smi(concise + ras, "c").gpus
+    assert gpu.temp_hotspot_c == 67.0 and gpu.ecc_blocks["UMC"].uncorrectable == 2 and gpu.ecc_blocks_off == ["SDMA"]

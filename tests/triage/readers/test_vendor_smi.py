@@ -48,3 +48,38 @@ def test_replaced_rows_and_a_pending_replacement_on_gaudi() -> None:
     report = TriageReport("hl-smi", "t")
     _judge_aip(old_table, HlSmiReport(aips=[old_table], format="table"), report)
     assert report.verdict == "faulty"
+
+
+def test_amd_temperatures_are_judged_against_the_outputs_own_limits_then_the_catalogs() -> None:
+    """health.temperature's judgement: amd-smi static's LIMIT section first (hotspot, memory), else the catalog's
+    MI300X hotspot limits (100 C slowdown, 110 C shutdown)."""
+    own = AmdGpuRecord(index=0, temp_hotspot_c=96, hotspot_slowdown_c=95, hotspot_shutdown_c=105, temp_hbm_c=[90, 99],
+                       mem_slowdown_c=95, mem_shutdown_c=105)  # fmt: skip
+    report = TriageReport("amd-smi", "t")
+    _judge_amd(AmdSmiReport(gpus=[own]), report)
+    assert report.verdict == "degraded"
+    assert [f.code for f in report.findings] == ["GPU temperature over slowdown", "memory temperature over slowdown"]
+    catalog = AmdGpuRecord(index=1, bdf="0000:0c:00.0", model="mi300x", temp_c=110, ecc=EccCount(uncorrectable=0))
+    report = TriageReport("amd-smi", "t")
+    _judge_amd(AmdSmiReport(gpus=[catalog]), report)
+    assert [(f.code, f.severity, f.entity) for f in report.findings] == [
+        ("GPU temperature over shutdown", "critical", "GPU 1 0000:0c:00.0")
+    ]
+    cool = AmdGpuRecord(index=2, model="mi300x", temp_c=99.9, ecc=EccCount(uncorrectable=0))
+    report = TriageReport("amd-smi", "t")
+    _judge_amd(AmdSmiReport(gpus=[cool]), report)
+    assert report.verdict == "healthy"
+
+
+def test_the_amd_smi_default_view_and_rocm_smi_ras_tables_are_judged() -> None:
+    default = read_amd_smi(_lines("amd/amd_smi_default_mi300x_changelog.txt"), "d")
+    assert default.verdict == "healthy" and default.format == "amd-smi"
+    lines = _lines("amd/amd_smi_default_mi300x_changelog.txt")
+    lines[7] = lines[7].replace("60 °C   0 ", "60 °C   4 ")  # GPU 0's UEC
+    faulty = read_amd_smi(lines, "d")
+    assert [(f.code, f.entity) for f in faulty.findings] == [("volatile uncorrectable ECC", "GPU 0 0000:0c:00.0")]
+    assert read_rocm_smi(_lines("amd/rocm_smi_showrasinfo_mi50_arkprojects.txt"), "r").verdict == "healthy"
+    ras = _lines("amd/rocm_smi_showrasinfo_mi50_arkprojects.txt")
+    ras[5] = ras[5].replace("0                    0", "0                    2")  # UMC uncorrectable
+    report = read_rocm_smi(ras, "r")
+    assert report.verdict == "faulty" and "(in UMC)" in report.findings[0].message

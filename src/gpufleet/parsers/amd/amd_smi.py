@@ -83,6 +83,12 @@ class AmdGpuRecord:
     temp_hotspot_c: float | None = None  # the junction temperature
     temp_mem_c: float | None = None
     temp_hbm_c: list[float] = field(default_factory=list)
+    temp_c: float | None = None  # the one temperature the default view (`amd-smi` alone) prints
+    # the limits `amd-smi static --limit` prints (amdsmi_get_temp_metric CRITICAL = slowdown, EMERGENCY = shutdown)
+    hotspot_slowdown_c: float | None = None
+    hotspot_shutdown_c: float | None = None
+    mem_slowdown_c: float | None = None
+    mem_shutdown_c: float | None = None
     power_w: float | None = None
     power_cap_w: float | None = None
     gfx_clock_mhz: float | None = None
@@ -96,6 +102,7 @@ class AmdGpuRecord:
     pcie_recovery_count: int | None = None
     ecc: EccCount = field(default_factory=EccCount)
     ecc_blocks: dict[str, EccCount] = field(default_factory=dict)
+    ecc_blocks_off: list[str] = field(default_factory=list)  # RAS blocks whose ECC is off (rocm-smi --showrasinfo)
     throttle_status: str | None = None
 
     @property
@@ -154,6 +161,10 @@ FIELDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("power_w", ("power.socket_power", "power.current_socket_power", "power.average_socket_power"), _NUM),
     ("throttle_status", ("power.throttle_status",), _TEXT),
     ("temp_edge_c", ("temperature.edge",), _NUM),
+    ("hotspot_slowdown_c", ("limit.slowdown_hotspot_temperature",), _NUM),
+    ("hotspot_shutdown_c", ("limit.shutdown_hotspot_temperature",), _NUM),
+    ("mem_slowdown_c", ("limit.slowdown_vram_temperature", "limit.slowdown_mem_temperature"), _NUM),
+    ("mem_shutdown_c", ("limit.shutdown_vram_temperature", "limit.shutdown_mem_temperature"), _NUM),
     ("temp_hotspot_c", ("temperature.hotspot", "temperature.junction"), _NUM),
     ("temp_mem_c", ("temperature.mem", "temperature.vram"), _NUM),
     ("pcie_width", ("pcie.width",), _INT),

@@ -12,6 +12,14 @@ The second header line says which temperature (Edge or Junction) and power (Avg 
 value a string; key spellings vary by release ("Card series" / "Card Series"), so keys match case-insensitively.
 The text sections print `GPU[0]\t\t: key: value` lines; `--showmetrics` uses the GPU metrics table's own names
 (`temperature_hotspot (C)`, `average_socket_power (W)`), which map like their JSON spellings.
+
+`--showrasinfo` (and `-a` in releases that included it) prints a RAS table per GPU (rocm_smi_lib
+python_smi_tools/rocm_smi.py showRasInfo and printTableLog, ROCm 5.x-6.3): `GPU[0]:\tRAS INFO`, the header `Block
+Status Correctable Error Uncorrectable Error`, then a row per RAS block (UMC, SDMA, GFX, MMHUB, ... FUSE) with its ECC
+state (rsmi_ras_err_stale_machine: NONE, DISABLED, UNKNOWN ERROR, SING, MULT, POSITION, ENABLED) and, where the
+library returned them, the block's correctable and uncorrectable counts. The counts are kept only for a block whose
+ECC is on: the tool prints whatever the library left in them for a DISABLED block. The tables are read beside any of
+the outputs above, or alone (format "ras").
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from typing import Any
 
 from gpufleet.errors import ParseError
 from gpufleet.model.pci import normalise_pci
-from gpufleet.parsers.amd.amd_smi import AmdGpuRecord, AmdSmiReport
+from gpufleet.parsers.amd.amd_smi import AmdGpuRecord, AmdSmiReport, EccCount
 from gpufleet.parsers.amd_gaudi_values import (
     add_problem,
     catalog_model,
@@ -54,6 +62,12 @@ _ROW_5 = re.compile(
     r"(?P<perf>\S+)\s+(?P<cap>\S+)\s+(?P<vram>\S+)\s+(?P<gpu>\S+)\s*$"
 )
 _LAYOUTS = (("Device  Node", _ROW_61), ("Device  [Model", _ROW_60), ("GPU  Temp", _ROW_5))
+_RAS_HEAD = re.compile(r"^GPU\[(?P<index>\d+)\]\s*:\s*RAS INFO\s*$")
+_RAS_ROW = re.compile(
+    r"^(?P<block>[A-Z][A-Z0-9_]*)\s+(?P<state>NONE|DISABLED|UNKNOWN ERROR|SING|MULT|POSITION|ENABLED|PARITY|POISON)"
+    r"(?:\s+(?P<ce>\d+)\s+(?P<ue>\d+))?\s*$"
+)
+_RAS_OFF = ("NONE", "DISABLED", "UNKNOWN ERROR")
 _SECTION_LINE = re.compile(r"^GPU\[(?P<index>\d+)\]\s*:\s*(?P<key>[^:]+?):\s*(?P<value>.*)$")
 
 # JSON / section key (lower case) -> record field; the first present wins, so newer names come first
@@ -103,13 +117,14 @@ def parse_rocm_smi(text: str, source: str = "rocm-smi") -> AmdSmiReport:
         raise ParseError(f"{source} is empty", fix=FIX)
     if stripped.startswith(("{", "[")):
         return _from_json(stripped, source)
+    ras = ras_tables(text)
     for marker, row in _LAYOUTS:
         for number_, line in enumerate(text.splitlines(), 1):
             if line.lstrip().startswith(marker):
-                return _from_table(text.splitlines()[number_ - 1 :], row, source, number_)
+                return _with_ras(_from_table(text.splitlines()[number_ - 1 :], row, source, number_), ras)
     sections = _sections(text)
-    if sections:
-        return _report(sections, "metrics", None, source)
+    if sections or ras:
+        return _with_ras(_report(sections, "metrics" if sections else "ras", None, source), ras)
     if "No AMD GPUs specified" in text or "Unable to detect any GPU" in text:
         raise ParseError(
             f"{source}: rocm-smi found no AMD GPU", fix="check that amdgpu is loaded (`lsmod | grep amdgpu`)"
@@ -128,6 +143,8 @@ def _from_table(lines: list[str], row: re.Pattern[str], source: str, first: int)
             continue
         if line.startswith(("End of ROCm SMI", "WARNING", "ERROR")):
             continue
+        if line.startswith("GPU["):
+            break  # another report's sections after the table (`rocm-smi; rocm-smi --showrasinfo`)
         match = row.match(line)
         if match is None:
             if row is _ROW_60 and current is not None and not line[0].isdigit():
@@ -237,3 +254,38 @@ def _convert(kind: str, raw: Any) -> Any:
         value = number(raw)
         return None if value is None else value / 1e6
     return number(raw)
+
+
+def ras_tables(text: str) -> dict[int, dict[str, EccCount | None]]:
+    """Each GPU's RAS blocks: their counts where the block's ECC is on, None where it is off."""
+    out: dict[int, dict[str, EccCount | None]] = {}
+    current: dict[str, EccCount | None] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        head = _RAS_HEAD.match(line)
+        if head:
+            current = out.setdefault(int(head.group("index")), {})
+            continue
+        if current is None:
+            continue
+        row = _RAS_ROW.match(line)
+        if row is None:
+            if line and not line.startswith("Block"):
+                current = None  # the table's closing rule, an elision, the next report
+            continue
+        on = row.group("state") not in _RAS_OFF and row.group("ce") is not None
+        current[row.group("block")] = EccCount(int(row.group("ce")), int(row.group("ue"))) if on else None
+    return out
+
+
+def _with_ras(report: AmdSmiReport, ras: dict[int, dict[str, EccCount | None]]) -> AmdSmiReport:
+    by_index = {g.index: g for g in report.gpus}
+    for index, blocks in sorted(ras.items()):
+        gpu = by_index.get(index)
+        if gpu is None:
+            gpu = by_index[index] = AmdGpuRecord(index=index)
+            report.gpus.append(gpu)
+        gpu.ecc_blocks.update({name: counts for name, counts in blocks.items() if counts is not None})
+        gpu.ecc_blocks_off.extend(name for name, counts in blocks.items() if counts is None)
+    report.gpus.sort(key=lambda g: g.index)
+    return report

@@ -1,8 +1,10 @@
-"""AMD's tools: amd-smi (text or --json) and rocm-smi (Concise Info, --json, --showmetrics)."""
+"""AMD's tools: amd-smi (its default view, text or --json) and rocm-smi (Concise Info, --json, --showmetrics,
+--showrasinfo)."""
 
 from __future__ import annotations
 
-from gpufleet.parsers.amd.amd_smi import AmdSmiReport, parse_amd_smi
+from gpufleet.parsers.amd.amd_smi import AmdSmiReport
+from gpufleet.parsers.amd.amd_smi_default import parse_amd_smi_output
 from gpufleet.parsers.amd.rocm_smi import parse_rocm_smi
 from gpufleet.triage.formats.registry import Format, Table, View, cell
 from gpufleet.triage.readers.vendor_smi import read_amd_smi, read_rocm_smi
@@ -15,7 +17,8 @@ def _view(report: AmdSmiReport, source: str) -> View:
         [
             cell(g.index), cell(g.bdf), cell(g.market_name), cell(g.model), cell(g.partition or None),
             cell(g.gfx_activity_pct), cell(g.vram_used_mib if g.vram_used_mib is not None else g.vram_used_pct),
-            cell(g.temp_hotspot_c if g.temp_hotspot_c is not None else g.temp_edge_c), cell(g.power_w),
+            cell(next((t for t in (g.temp_hotspot_c, g.temp_c, g.temp_edge_c) if t is not None), None)),
+            cell(g.power_w),
             cell(g.ecc.uncorrectable),
         ]
         for g in report.gpus
@@ -28,9 +31,13 @@ def _view(report: AmdSmiReport, source: str) -> View:
 
 AMD_SMI = Format(
     name="amd-smi",
-    summary="`amd-smi list`, `static`, `metric` or `partition`, text or --json (several may be concatenated): one "
-    "record per GPU or partition",
+    summary="`amd-smi` alone (its default view, ROCm 7.0+), `amd-smi list`, `static`, `metric` or `partition`, text "
+    "or --json (several may be concatenated): one record per GPU or partition",
     signs=(
+        # the default view (AMD-SMI 26.0.0+, ROCm 7.0.0+: ROCm/amdsmi CHANGELOG "Added the Default command")
+        (r"^\|\s*AMD-SMI \d+\.\d+\.\d+\S*\s+amdgpu version:", 10),
+        (r"^\|\s*BDF\s+GPU-Name\s*\|\s*Mem-Uti\s+Temp\s+UEC\s+Power-Usage\s*\|", 10),
+        (r"^\|\s*GPU\s+HIP-ID\s+OAM-ID\s+Partition-Mode\s*\|", 10),
         (r"^GPU: \d+\s*$", 6),
         (r"^\s+(?:MARKET_NAME|GFX_ACTIVITY|UMC_ACTIVITY|SOCKET_POWER|TARGET_GRAPHICS_VERSION|OAM_ID): ", 6),
         (r"^\s{4}(?:ASIC|BUS|USAGE|POWER|CLOCK|VRAM|BOARD|VBIOS|DRIVER|RAS|PARTITION|TEMPERATURE|ECC|PCIE):\s*$", 4),
@@ -41,20 +48,25 @@ AMD_SMI = Format(
         # --json: a list of GPUs (or {"gpu_data": [...]}) keyed the same, lower case
         (r"^\s*\"(?:gfx_activity|umc_activity|market_name|asic_serial|oam_id|socket_power|gpu_data)\"\s*:", 8),
     ),
-    parse=parse_amd_smi,
+    parse=parse_amd_smi_output,
     judge=read_amd_smi,
     render=_view,
 )
 
 ROCM_SMI = Format(
     name="rocm-smi",
-    summary="Plain `rocm-smi` (Concise Info, any release), `rocm-smi -a --json` or `--showmetrics`: one record per GPU",
+    summary="Plain `rocm-smi` (Concise Info, any release), `rocm-smi -a --json`, `--showmetrics` or `--showrasinfo`: "
+    "one record per GPU",
     signs=(
         (r"^\s*=+ ROCm System Management Interface =+", 10),
         (r"^\s*=+ (?:Concise Info|GPU Metrics) =+", 8),
         (r"^\s*=+ End of ROCm SMI Log =+", 8),
         (r"^GPU\[\d+\]\s*: \S", 8),  # every section but the concise table: `GPU[0]  : key: value`
         (r"^\s*\{?\s*\"card\d+\"\s*:\s*\{", 10),  # --json
+        # --showrasinfo (rocm_smi.py showRasInfo): a table per GPU under `GPU[N]:\tRAS INFO`
+        (r"^\s*=+ RAS Info =+", 8),
+        (r"^GPU\[\d+\]:\s+RAS INFO\s*$", 8),
+        (r"^\s*Block\s+Status\s+Correctable Error\s+Uncorrectable Error", 8),
     ),
     parse=parse_rocm_smi,
     judge=read_rocm_smi,

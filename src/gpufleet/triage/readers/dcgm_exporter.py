@@ -29,6 +29,7 @@ from gpufleet.catalog.clock_events import clock_events_of
 from gpufleet.catalog.dcgm_fields import field_ids
 from gpufleet.catalog.xid import load_xid_catalog
 from gpufleet.health.gpu_memory import MemoryReading, judge_memory
+from gpufleet.health.temperature import TemperatureLimits, catalog_limits, judge_temperature, valid_limit
 from gpufleet.health.xid_rating import code_reading
 from gpufleet.model import Severity
 from gpufleet.parsers.prometheus_text import BadLine, Metadata, Sample, exact_int, parse_line
@@ -327,37 +328,33 @@ def _judge_clocks(judge: _Judge) -> None:
 
 
 def _judge_temperature(judge: _Judge) -> bool:
-    """Temperatures against the GPU's own limits (its fields in the scrape, else the catalog's for its model);
-    False when the GPU's temperature cannot be judged."""
+    """Temperatures against the GPU's own limits (its fields in the scrape, else the catalog's for its model), as
+    health.temperature judges them; False when the GPU's temperature cannot be judged."""
     gpu = judge.gpu
     temp = gpu.first(GPU_TEMP)
     if temp is None or not math.isfinite(temp.value):
         return temp is None
     spec = model_for_product_name(gpu.model) if gpu.model else None
-    limits = {
-        "shutdown": _limit(gpu.first(SHUTDOWN_TEMP)) or (spec.shutdown_temp_c if spec else None),
-        "slowdown": _limit(gpu.first(SLOWDOWN_TEMP)) or (spec.slowdown_temp_c if spec else None),
-        "max operating": _limit(gpu.first(GPU_MAX_OP_TEMP)) or (spec.max_operating_temp_c if spec else None),
-    }
-    for name, limit in limits.items():
-        if limit is not None and temp.value >= limit:
-            severity: Severity = Severity.critical if name == "shutdown" else Severity.warning
-            judge.add("temperature", severity, f"GPU temperature over {name}", f"{temp.value:g} C, at or over "
-                      f"its {name} temperature {limit:g} C", "check the GPU's cooling (fans, airflow, inlet "
-                      "temperature) and its clocks", temp)  # fmt: skip
-            break
+    own = TemperatureLimits(
+        _limit(gpu.first(SHUTDOWN_TEMP)), _limit(gpu.first(SLOWDOWN_TEMP)), _limit(gpu.first(GPU_MAX_OP_TEMP))
+    )
+    limits = own.over(catalog_limits(spec))
+    issue = judge_temperature(temp.value, limits)
+    if issue is not None:
+        judge.add(issue.check, issue.severity, issue.code, issue.message, issue.fix, temp)
     memory, memory_limit = gpu.first(MEM_TEMP), _limit(gpu.first(MEM_MAX_OP_TEMP))
-    if memory is not None and memory_limit is not None and memory.value >= memory_limit:
-        judge.add("temperature", Severity.warning, "memory temperature over max operating", f"memory at "
-                  f"{memory.value:g} C, at or over its max operating {memory_limit:g} C", "check the GPU's cooling",
-                  memory)  # fmt: skip
-    return any(v is not None for v in limits.values())
+    if memory is not None and memory_limit is not None:
+        over = judge_temperature(memory.value, TemperatureLimits(max_operating=memory_limit), "memory")
+        if over is not None:
+            judge.add(over.check, over.severity, over.code, f"memory at {over.message}", "check the GPU's cooling",
+                      memory)  # fmt: skip
+    return limits.known()
 
 
 def _limit(sample: Sample | None) -> float | None:
-    if sample is None or not math.isfinite(sample.value) or not 0 < sample.value < 200:
+    if sample is None or not math.isfinite(sample.value):
         return None
-    return sample.value
+    return valid_limit(sample.value)
 
 
 def _judge_health(judge: _Judge) -> None:

@@ -8,8 +8,13 @@ Memory health is health.gpu_memory's judgement, the one NVIDIA's nvidia-smi and 
   SynapseAI 1.20, "Volatile Uncor-Events" from 1.20 (the release that added the "Nic Driver Version" line), which
   counts every uncorrectable event the driver saw, not only memory ECC: a warning to look closer, not an RMA.
 Clock throttling the tool itself reports as active (amd-smi `THROTTLE_STATUS: THROTTLED`, hl-smi -q's "Clocks
-Throttle Reasons" Thermal or Power Slowdown "Active") is a warning. Temperatures are listed but not judged: the
-catalog holds no slowdown or shutdown limit for these GPUs, and the tools print none in these reports.
+Throttle Reasons" Thermal or Power Slowdown "Active") is a warning. Temperatures are judged by health.temperature
+against the limits the output itself carries (`amd-smi static`'s LIMIT section: SLOWDOWN_/SHUTDOWN_HOTSPOT and
+_VRAM/_MEM temperatures), else the catalog's for the model: on AMD the hotspot (junction) reading, or the one
+temperature the default view and an Edge-only table print (judging an edge reading by the hotspot's limits can only
+under-call: the edge is the cooler sensor), and the memory (HBM) reading by the memory limits; on Gaudi the hottest
+on-chip sensor. A model the catalog holds no limit for, with no limit in the output, has its temperatures listed but
+not judged (Intel publishes none for Gaudi; hl-smi prints none).
 A report that shows no health reading at all (`amd-smi list`, `static`, `partition`, the Concise table) is listed,
 with no verdict: it cannot say a GPU is healthy."""
 
@@ -17,9 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gpufleet.catalog import load_gpu_models
+from gpufleet.catalog.gpus import GpuModelSpec
 from gpufleet.health.gpu_memory import MemoryReading, judge_memory
+from gpufleet.health.temperature import TemperatureLimits, catalog_limits, judge_temperature, valid_limit
 from gpufleet.model import Severity
-from gpufleet.parsers.amd.amd_smi import AmdGpuRecord, AmdSmiReport, parse_amd_smi
+from gpufleet.parsers.amd.amd_smi import AmdGpuRecord, AmdSmiReport
+from gpufleet.parsers.amd.amd_smi_default import parse_amd_smi_output
 from gpufleet.parsers.amd.rocm_smi import parse_rocm_smi
 from gpufleet.parsers.gaudi.hl_smi import AipRecord, HlSmiReport, parse_hl_smi
 from gpufleet.triage.readers.common import bounded_text
@@ -40,11 +49,35 @@ def _amd_has_health(gpu: AmdGpuRecord) -> bool:
     )
 
 
+def _spec(model: str | None) -> GpuModelSpec | None:
+    """The catalog's spec for a model the parser named (`mi300x`, `gaudi2`), or None."""
+    return load_gpu_models().get(model) if model else None
+
+
+def _temperature(temp: float | None, limits: TemperatureLimits, what: str, entity: str, report: TriageReport) -> bool:
+    """One temperature against its limits; True when it was over one (a finding filed)."""
+    issue = judge_temperature(temp, limits, what) if temp is not None else None
+    if issue is not None:
+        report.findings.append(TriageFinding(issue.check, issue.severity, issue.message, entity, issue.code, issue.fix))
+    return issue is not None
+
+
+def _judge_amd_temperatures(gpu: AmdGpuRecord, entity: str, report: TriageReport) -> bool:
+    hotspot = TemperatureLimits(valid_limit(gpu.hotspot_shutdown_c), valid_limit(gpu.hotspot_slowdown_c))
+    limits = hotspot.over(catalog_limits(_spec(gpu.model)))
+    reading = next((t for t in (gpu.temp_hotspot_c, gpu.temp_c, gpu.temp_edge_c) if t is not None), None)
+    over = _temperature(reading, limits, "GPU", entity, report)
+    memory = max([t for t in (gpu.temp_mem_c, *gpu.temp_hbm_c) if t is not None], default=None)
+    mem_limits = TemperatureLimits(valid_limit(gpu.mem_shutdown_c), valid_limit(gpu.mem_slowdown_c))
+    return _temperature(memory, mem_limits, "memory", entity, report) or over
+
+
 def _judge_amd(smi: AmdSmiReport, report: TriageReport) -> None:
     health = False
     for gpu in smi.gpus:
         entity = _amd_entity(gpu)
         health |= _amd_has_health(gpu)
+        health |= _judge_amd_temperatures(gpu, entity, report)
         blocks = {name: b.uncorrectable for name, b in gpu.ecc_blocks.items() if b.uncorrectable}
         uncorrectable = gpu.ecc.uncorrectable if gpu.ecc.uncorrectable is not None else sum(blocks.values()) or None
         for issue in judge_memory(MemoryReading(uncorrectable=uncorrectable)):
@@ -76,7 +109,7 @@ def _judge_amd(smi: AmdSmiReport, report: TriageReport) -> None:
 
 def read_amd_smi(lines: Iterable[str], source: str) -> TriageReport:
     report = TriageReport("amd-smi", source)
-    _judge_amd(parse_amd_smi(bounded_text(lines, report), source=source), report)
+    _judge_amd(parse_amd_smi_output(bounded_text(lines, report), source=source), report)
     return report
 
 
@@ -114,6 +147,7 @@ def _judge_aip(aip: AipRecord, smi: HlSmiReport, report: TriageReport) -> bool:
                 "device if the count grows",
             )
         )  # fmt: skip
+    hot = _temperature(aip.temp_c, catalog_limits(_spec(aip.model)), "AIP", entity, report)
     active = [name for name, on in aip.throttle_reasons.items() if on and ("Thermal" in name or "Power" in name)]
     if active:
         report.findings.append(
@@ -126,10 +160,14 @@ def _judge_aip(aip: AipRecord, smi: HlSmiReport, report: TriageReport) -> bool:
                 _THROTTLE_FIX,
             )
         )
-    return any(
-        v is not None
-        for v in (uncorrectable, aip.replaced_rows_dbe, aip.replaced_rows_pending, aip.uncorrected_events or None)
-    ) or bool(aip.throttle_reasons)
+    return (
+        any(
+            v is not None
+            for v in (uncorrectable, aip.replaced_rows_dbe, aip.replaced_rows_pending, aip.uncorrected_events or None)
+        )
+        or bool(aip.throttle_reasons)
+        or hot
+    )
 
 
 def read_hl_smi(lines: Iterable[str], source: str) -> TriageReport:
