@@ -340,6 +340,19 @@ def test_truncation_is_said() -> None:
     assert _read("ibstatus", "\n".join(record[:4])).verdict == "unknown"
 
 
+def test_an_ibnetdiscover_excerpt_is_judged_and_a_cut_dump_is_not() -> None:
+    lines = (DATA / "ibnetdiscover_grouped_ibsim.txt").read_text().splitlines()
+    body = [line for line in lines if not line.startswith("#")]  # nodes picked out: no `# Topology file` header
+    starts = [i for i, line in enumerate(body) if line.startswith(("Switch", "Ca", "Rt"))]
+    excerpt = _read("ibnetdiscover", "\n".join(body[starts[0] : starts[2]]))
+    assert (excerpt.verdict, excerpt.complete) == ("healthy", True)
+    assert any("taken for an excerpt" in note and "only the links shown" in note for note in excerpt.notes)
+    record_cut = _read("ibnetdiscover", "\n".join(body[starts[0] : starts[2] + 1]))  # a node header, no ports
+    assert record_cut.verdict == "unknown" and any("record has no port lines: cut short" in n for n in record_cut.notes)
+    dump_cut = _read("ibnetdiscover", "\n".join(lines[: len(lines) // 2]))  # the header: a whole dump, cut
+    assert dump_cut.verdict == "unknown" and any("a whole dump, cut short" in n for n in dump_cut.notes)
+
+
 def test_an_excerpt_starting_mid_record_is_not_called_healthy() -> None:
     lines = (DATA / "ibstatus_healthy.txt").read_text().splitlines()
     report = _read("ibstatus", "\n".join(lines[4:]))

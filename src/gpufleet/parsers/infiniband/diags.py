@@ -645,6 +645,9 @@ class FabricTopology:
     unconnected: list[FabricLink] = field(default_factory=list)  # `-p`: ports with no far end (remote "")
     ports_report: bool = False  # the input was `ibnetdiscover -p`
     starts_mid_record: bool = False
+    # the `# Topology file: generated on ...` header ibnetdiscover prints first (infiniband-diags ibnetdiscover.c,
+    # 1.x-5x): the input starts where a whole dump starts, so nodes it leads to and lacks were cut off, not left out
+    whole_start: bool = False
     unreadable: list[tuple[int, str]] = field(default_factory=list)
     diagnostics: list[str] = field(default_factory=list)
 
@@ -727,6 +730,8 @@ def scan_ibnetdiscover(text: str) -> FabricTopology:
     current: FabricNode | None = None
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
+        if line.startswith("# Topology file:"):
+            topo.whole_start = True
         if not line or line.startswith("#") or "=" in line.split()[0] or _ND_EXTRA.match(line):
             continue
         if len(line) > MAX_LINE_CHARS:

@@ -659,15 +659,32 @@ def _nd_entity(topo: FabricTopology, link: FabricLink) -> str:
 
 
 def _nd_completeness(report: TriageReport, topo: FabricTopology) -> None:
-    """Each link is printed from both ends (in `-p` too, one port a line), so an end seen once was cut off."""
+    """Each link is printed from both ends (in `-p` too, one port a line), so an end seen once is missing. A dump
+    that starts with ibnetdiscover's header was printed whole: what it lacks was cut off, and it is not judged
+    healthy. Without the header the text is an excerpt (nodes picked out of a dump): each node's record is whole, so
+    its links are judged and the nodes they lead to are said to be absent; a node header with no port lines after
+    it is a record cut short. `-p` prints no header, so there a missing end is always said to be a cut."""
     ends = {(link.node, link.port) for link in topo.links}
     lost_nodes = {link.remote for link in topo.links if link.remote not in topo.nodes}
     one_sided = sum(1 for link in topo.links if (link.remote, link.remote_port) not in ends)
-    if lost_nodes or one_sided:
+    bare = [
+        node for node in topo.nodes.values() if node.id != "?" and node.id not in {link.node for link in topo.links}
+    ]
+    if not (lost_nodes or one_sided):
+        return
+    missing = f"{len(lost_nodes)} node(s) and {one_sided} link end(s) the output refers to are not in it"
+    if topo.whole_start:
+        _incomplete(report, f"{missing}, and it starts with ibnetdiscover's header: a whole dump, cut short or edited")
+    elif topo.ports_report:  # `-p` prints no header: a cut cannot be told from lines picked out
+        _incomplete(report, f"{missing}: `ibnetdiscover -p` cut short or edited")
+    elif bare:
         _incomplete(
-            report,
-            f"{len(lost_nodes)} node(s) and {one_sided} link end(s) the output refers to are not in it: it looks "
-            "cut short or edited",
+            report, f"{missing}, and {bare[-1].description or bare[-1].id}'s record has no port lines: cut short"
+        )
+    else:
+        report.notes.append(
+            f"{missing}: taken for an excerpt (no `# Topology file` header, each node's record whole), so only the "
+            "links shown are judged"
         )
 
 
