@@ -127,3 +127,20 @@ def test_malformed_input_is_one_clear_error(text: str, message: str) -> None:
     with pytest.raises(ParseError, match=message) as info:
         parse_hl_smi(text, source="bad.txt")
     assert info.value.fix
+
+
+def test_the_compute_processes_table_is_read_and_a_wrapped_name_rejoined() -> None:
+    """The table's process rows (tests/captures/gaudi/hl_smi_table_gaudi2_x8_loaded.txt: N/A on every AIP); a long
+    command line going on on the next boxed line is the same process's name."""
+    text = (CAPTURES / "gaudi" / "hl_smi_table_gaudi2_x8_loaded.txt").read_text(encoding="utf-8")
+    report = parse_hl_smi(text)
+    assert [p.aip for p in report.processes] == list(range(8)) and {p.pid for p in report.processes} == {None}
+    head, _, _ = text.partition("|   0        N/A")
+    rows = (
+        "|   0      12345    C      python3 -m optimum.habana.train --model=llama   1024 MiB  |\n"
+        "|          -3-8b --bf16                                                            |\n"
+        "+=============================================================================+\n"
+    )
+    (process,) = parse_hl_smi(head + rows).processes
+    assert (process.aip, process.pid, process.usage) == (0, 12345, "1024 MiB")
+    assert process.name == "python3 -m optimum.habana.train --model=llama-3-8b --bf16"

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from gpufleet.parsers.amd.amd_smi import AmdGpuRecord, AmdSmiReport, EccCount
 from gpufleet.parsers.gaudi.hl_smi import AipRecord, HlSmiReport
-from gpufleet.triage.readers.vendor_smi import _judge_aip, _judge_amd, read_amd_smi, read_hl_smi, read_rocm_smi
+from gpufleet.triage.readers.vendor_smi import (
+    _judge_aip,
+    _judge_amd,
+    _judge_lost_aips,
+    read_amd_smi,
+    read_hl_smi,
+    read_rocm_smi,
+)
 from gpufleet.triage.report import TriageReport
 from tests.conftest import CAPTURES
 
@@ -83,3 +90,15 @@ def test_the_amd_smi_default_view_and_rocm_smi_ras_tables_are_judged() -> None:
     ras[5] = ras[5].replace("0                    0", "0                    2")  # UMC uncorrectable
     report = read_rocm_smi(ras, "r")
     assert report.verdict == "faulty" and "(in UMC)" in report.findings[0].message
+
+
+def test_an_attached_aip_without_its_q_block_is_lost_and_a_single_block_is_not() -> None:
+    """-q's Attached AIPs against the blocks shown: a gap below the highest index is a lost device; one block alone
+    (`-i <bus id>`, tests/captures/gaudi/hl_smi_q_gaudi2_poc.txt: 8 attached, [0] shown) and a cut tail are not."""
+    aips = [AipRecord(index=i, replaced_rows_dbe=0, replaced_rows_pending=False) for i in (0, 1, 3)]
+    report = TriageReport("hl-smi", "t")
+    assert _judge_lost_aips(HlSmiReport(aips=aips, format="query", attached=8), report)
+    assert [(f.code, f.entity, f.severity) for f in report.findings] == [("AIP missing", "AIP 2", "critical")]
+    assert any("cut from the paste" in n for n in report.notes)
+    single = read_hl_smi(_lines("gaudi/hl_smi_q_gaudi2_poc.txt"), "q")
+    assert single.verdict == "healthy" and not any(f.code == "AIP missing" for f in single.findings)

@@ -3,11 +3,14 @@
 The table (docs.habana.ai "System Management Interface Tool") is nvidia-smi's shape: a version header, then two
 lines per AIP between `|---+---|` rules: `index name persistence | bus-id disp | uncorrected`, then
 `fan temp perf draw / cap | used / total | AIP-Util compute-mode`. 1.20 and later add a `Nic Driver Version` line
-and title the third column `Volatile Uncor-Events`; Gaudi 1 releases print memory as `Mib`. The process table
-after the AIPs is not read.
+and title the third column `Volatile Uncor-Events`; Gaudi 1 releases print memory as `Mib`. The `Compute Processes`
+table after the AIPs (`AIP PID Type Process-name Usage`, N/A everywhere on an idle device) is read row by row into
+`processes`; a line of it that does not start with an AIP index is the rest of the process name above it, which a
+long command line wraps onto.
 
-`-q` prints an `[i] AIP (accelN) <bdf>` block per AIP: keys and values split by " : ", headings without one
-(`PCI`, `Temperature`, `Power Readings (54V PSU)`), and a few headings whose value sits alone on the next line
+`-q` prints `Attached AIPs : N` (kept as `attached`), then an `[i] AIP (accelN) <bdf>` block per AIP: keys and
+values split by " : ", headings without one (`PCI`, `Temperature`, `Power Readings (54V PSU)`), and a few headings
+whose value sits alone on the next line
 (`Fan Speed` then `: N/A`). Gaudi 2 reports two power rails (54 V and 12 V); the table's Pwr:Usage is their sum,
 so `power_w` sums every `Power Readings` block. The on-chip temperature is the hottest `On Chip N` sensor (not
 the `On Chip TD` thermal diodes), the memory temperature the hottest `HBM N`.
@@ -46,6 +49,9 @@ _VERSION = re.compile(r"^\|\s*(?P<key>HL-SMI Version|Driver Version|Nic Driver V
 _MEMORY = re.compile(r"^(?P<used>\S+)\s*/\s*(?P<total>\S+)$")
 _POWER = re.compile(r"^(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<draw>\S+)\s*/\s*(?P<cap>\S+)$")
 _SENSOR = re.compile(r"^\[\s*\d+\]\s+(?P<name>.+?)$")
+_PROCESS = re.compile(
+    r"^(?P<aip>\d+)\s+(?P<pid>\d+|N/A)\s+(?P<type>\S+)\s+(?P<name>.*?)\s+(?P<usage>N/A|\d+(?:\.\d+)?\s*[KMGT]i?B|\S+)$"
+)
 
 
 @dataclass
@@ -99,7 +105,18 @@ class HlSmiReport:
     hl_smi_version: str | None = None
     driver_version: str | None = None
     nic_driver_version: str | None = None
+    attached: int | None = None  # -q's "Attached AIPs"
+    processes: list[AipProcess] = field(default_factory=list)  # the table's Compute Processes rows
     problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AipProcess:
+    aip: int
+    pid: int | None  # None: N/A (no process on the AIP)
+    type: str | None
+    name: str | None
+    usage: str | None  # AIP memory as printed
 
 
 def parse_hl_smi(text: str, source: str = "hl-smi", fields: Sequence[str] | None = None) -> HlSmiReport:
@@ -142,6 +159,7 @@ def _table(lines: list[str], source: str) -> HlSmiReport:
             setattr(report, name, version.group("value"))
             continue
         if "Compute Processes" in line:
+            _processes(lines[number_:], report)
             break
         cells = _cells(line)
         if cells is None or len(cells) != 3 or all(set(c) <= {"-", "=", "+"} for c in cells):
@@ -159,6 +177,24 @@ def _table(lines: list[str], source: str) -> HlSmiReport:
     if not report.aips:
         raise ParseError(f"{source}: the table lists no AIP", fix=FIX)
     return report
+
+
+def _processes(lines: list[str], report: HlSmiReport) -> None:
+    for line in lines:
+        cells = _cells(line)
+        if cells is None or len(cells) != 1 or set(cells[0]) <= {"-", "=", "+"} or cells[0].startswith("AIP "):
+            continue
+        text = cells[0]
+        row = _PROCESS.match(text)
+        if row is not None:
+            pid = integer(row.group("pid"))
+            report.processes.append(
+                AipProcess(int(row.group("aip")), pid, text_of(row.group("type")), text_of(row.group("name")),
+                           text_of(row.group("usage")))
+            )  # fmt: skip
+        elif report.processes and text and not text.startswith(("No ", "Usage")):
+            last = report.processes[-1]  # a wrapped process name goes on here
+            last.name = f"{last.name or ''}{text}"
 
 
 def _first_row(cells: list[str], number_: int, source: str) -> AipRecord:
@@ -200,6 +236,8 @@ def _query(text: str, source: str) -> HlSmiReport:
     for line, tree in indented_tree(text, source, separator=" : ", fix=FIX):
         if line.key == "Driver Version":
             report.driver_version = line.value
+        elif line.key == "Attached AIPs":
+            report.attached = integer(line.value)
         elif line.key == "HL-SMI Version":
             report.hl_smi_version = (line.value or "").split(" ")[0] or None
         match = _AIP.match(line.key)

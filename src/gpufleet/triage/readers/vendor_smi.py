@@ -170,6 +170,32 @@ def _judge_aip(aip: AipRecord, smi: HlSmiReport, report: TriageReport) -> bool:
     )
 
 
+def _judge_lost_aips(smi: HlSmiReport, report: TriageReport) -> bool:
+    """-q's `Attached AIPs : N` against the `[i] AIP` blocks it printed: an index missing below the highest one shown
+    is a device the driver counts but hl-smi could not read (a cut paste loses the last blocks, not a middle one; a
+    single block is `-i <bus id>`'s). True when it judged the count."""
+    shown = {a.index for a in smi.aips if a.index is not None}
+    if smi.attached is None or len(shown) < 2:
+        return False
+    missing = sorted(set(range(max(shown))) - shown)
+    for index in missing:
+        report.findings.append(
+            TriageFinding(
+                "device", Severity.critical, f"AIP {index} is attached ({smi.attached} AIPs) but hl-smi -q printed no "
+                "block for it: the device is lost to the driver or cannot be opened", f"AIP {index}", "AIP missing",
+                "read the habanalabs lines in `dmesg` for this device; reset it (`hl-smi -r`) or reboot the node, and "
+                "replace it if it does not come back",
+            )
+        )  # fmt: skip
+    tail = smi.attached - max(shown) - 1
+    if tail > 0:
+        report.notes.append(
+            f"{smi.attached} AIPs attached, blocks shown up to AIP {max(shown)}: the rest were cut from the paste, or "
+            "not printed"
+        )
+    return bool(missing)
+
+
 def read_hl_smi(lines: Iterable[str], source: str) -> TriageReport:
     report = TriageReport("hl-smi", source)
     smi = parse_hl_smi(bounded_text(lines, report), source=source)
@@ -178,6 +204,7 @@ def read_hl_smi(lines: Iterable[str], source: str) -> TriageReport:
         health |= _judge_aip(aip, smi, report)
     if (smi.format == "table" and smi.nic_driver_version is None) or smi.format == "table":
         health = health or any(a.uncorrected_events is not None for a in smi.aips)
+    health |= _judge_lost_aips(smi, report)
     if not health:
         report.judged = False
         report.notes.append("this hl-smi output shows no health reading (ECC, replaced rows): run `hl-smi -q`")
