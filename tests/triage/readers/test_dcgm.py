@@ -111,7 +111,8 @@ def test_detected_by_content_even_pasted() -> None:
 
 def _files() -> list[Path]:
     real = sorted(p for p in CORPUS.glob("dcgmi_*.txt") if ".source" not in p.name)
-    return sorted(DATA.glob("dcgmi_*.txt")) + sorted(DATA.glob("dcgmi_*.json")) + real
+    written = sorted(p for p in DATA.glob("dcgmi_*.txt") if not p.name.endswith(".source.txt"))
+    return written + sorted(DATA.glob("dcgmi_*.json")) + real
 
 
 def _fmt(path: Path) -> str:

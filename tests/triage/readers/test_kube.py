@@ -15,7 +15,7 @@ from gpufleet.triage.formats import read
 from gpufleet.triage.run import triage_lines, triage_stream
 
 DATA = Path(__file__).resolve().parent / "data"
-FIXTURES = sorted(DATA.glob("kubectl_*"))
+FIXTURES = sorted(p for p in DATA.glob("kubectl_*") if not p.name.endswith(".source.txt"))  # outputs, not notes
 
 # fixture -> (format, verdict, codes)
 EXPECTED = {
