@@ -75,7 +75,9 @@ class ClassicPipeline:
             name = self._xid_rule.get(code, self._xid_unknown)
             for i in np.flatnonzero(counts > 0):
                 conditions.append((name, gpus[i], 0.0))
-        for i in np.flatnonzero(util < lim.idle_util_percent):
+        # GpuIdleCost joins the GPU's info series: only a GPU some workload holds costs money idle
+        held = np.array([a is not None for a in frame.attribution], dtype=bool)
+        for i in np.flatnonzero(held & (util < lim.idle_util_percent)):
             conditions.append(("GpuIdleCost", gpus[i], lim.idle_hold_s))
         # GpuThermalSlowdown: the slowdown reason with the clock under its share of the hour's peak, or the
         # thermal-violation time over 2 minutes at the detectors' duty
