@@ -29,6 +29,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from gpufleet.catalog.gpus import GpuModelSpec, model_for_product_name
 from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.topo import NvlinkGpu, NvlinkStatus
@@ -319,3 +321,56 @@ def _listing_partial(gpus: list[NvlinkGpu]) -> str | None:
     if designs <= {"fabric", "mesh"}:
         return f"it lists {len(gpus)} GPU(s) from GPU 0, where SXM boards carry {' or '.join(map(str, BOARD_SIZES))}"
     return None
+
+
+# --- live NVML readings: the link whose errors climb, and the GPU's fabric registration ---------------------------
+
+
+def climbing_links(
+    crc_per_minute: np.ndarray, recovery_per_minute: np.ndarray, crc_limit: float, recovery_limit: float
+) -> list[int]:
+    """The links of one GPU whose CRC (flit + data) or recovery errors grow faster than DCGM's limits, which DCGM's
+    NVLink health watch applies per link (DCGM_FR_NVLINK_CRC_ERROR_THRESHOLD names the GPU and the link)."""
+    bad = (crc_per_minute > crc_limit) | (recovery_per_minute > recovery_limit)
+    return [int(k) for k in np.flatnonzero(bad)]
+
+
+def links_named(links: Sequence[int], crc_per_minute: np.ndarray, recovery_per_minute: np.ndarray) -> str:
+    """`link 7 (120 CRC and 0.0 recovery errors a minute)`, for each link named."""
+    return "; ".join(
+        f"link {k} ({crc_per_minute[k]:.0f} CRC and {recovery_per_minute[k]:.1f} recovery errors a minute)"
+        for k in links
+    )
+
+
+# DCGM_FI_DEV_FABRIC_MANAGER_STATUS values (dcgmFabricManagerStatus_t)
+FM_NOT_SUPPORTED, FM_NOT_STARTED, FM_IN_PROGRESS, FM_SUCCESS, FM_FAILURE = 0, 1, 2, 3, 4
+FABRIC_FIX = NVLINK_FIX["fabric"]
+
+
+@dataclass(frozen=True, slots=True)
+class FabricIssue:
+    severity: Severity
+    message: str
+    fix: str = FABRIC_FIX
+
+
+def judge_fabric(status: float, held_s: float, hold_s: float) -> FabricIssue | None:
+    """A GPU on an NVSwitch or multi-node NVLink system that is not in its NVLink domain: its registration with the
+    fabric failed (critical: NCCL cannot use NVLink to its peers), or has not completed `hold_s` after it was first
+    seen incomplete (Fabric Manager not started, or stuck training the fabric). A GPU whose fabric state is not
+    supported (no NVSwitch fabric) or that joined is not judged."""
+    if status == FM_FAILURE:
+        return FabricIssue(Severity.critical, "its registration with the NVLink fabric failed (Fabric Manager "
+                           "completed, the GPU is not in its NVLink domain)")  # fmt: skip
+    if status in (FM_NOT_STARTED, FM_IN_PROGRESS) and held_s >= hold_s:
+        what = "has not started" if status == FM_NOT_STARTED else "is still in progress"
+        return FabricIssue(Severity.warning, f"its NVLink fabric registration {what} after {held_s:.0f} s: it is "
+                           "not in its NVLink domain (is Fabric Manager running?)")  # fmt: skip
+    return None
+
+
+# How long a GPU may stay unregistered (not started, in progress) before it is called out of its domain: Fabric
+# Manager trains an HGX baseboard's NVSwitch fabric within about a minute of starting; five minutes leaves a slow
+# multi-node NVL72 domain room and catches a Fabric Manager that never started
+FABRIC_HOLD_S = 300.0

@@ -35,6 +35,14 @@ GPU = "gpu"  # one series per GPU (or MIG instance), labelled like dcgm-exporter
 IB_PORT = "ib_port"  # one series per HCA port
 PLAIN = "plain"  # gpufleet's own series with their own labels
 FLEET = "fleet"  # one series per accelerator of any vendor, with vendor-neutral labels (derived from the GPU fields)
+# one series per NVLink link of a GPU, labelled as dcgm-exporter labels its GPU link entities (DCGM_FE_LINK with a GPU
+# parent: nvlink, gpu, gpu_uuid, pci_bus_id, device, model_name, hostname; NVIDIA/dcgm-exporter 4.5.3-4.8.2 + d5e5f510,
+# internal/pkg/rendermetrics/render_metrics.go linkMetricsFormat). The fields are DCGM's link-scoped ones
+# (DCGM_FI_DEV_NVLINK_*_PER_LINK_TOTAL 1525-1528, DCGM_FI_DEV_NVLINK_GET_STATE 1508: NVIDIA/DCGM dcgmlib/dcgm_fields.h
+# at v4.5.3 + 72fa3fe), which DCGM answers per link with nvmlDeviceGetNvLinkErrorCounter (DcgmCacheManager.cpp
+# ReadAndCacheNvLinkPerLinkMetric)
+NVLINK = "nvlink"
+NVLINK_LABELS = ("nvlink", "gpu", "gpu_uuid", "pci_bus_id", "device", "model_name", "hostname")
 # gpufleet's own GPU field the cost package fills (cost.idle) and the idle-GPU detector reads
 IDLE_COST_FIELD = "gpufleet_gpu_idle_cost_dollars_per_hour"
 

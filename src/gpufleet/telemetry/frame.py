@@ -20,9 +20,18 @@ from gpufleet.catalog import load_ib_counters
 from gpufleet.catalog.clock_events import load_clock_events
 from gpufleet.errors import NotFoundError, UserError
 from gpufleet.model.attribution import Attribution, DeviceAttribution
-from gpufleet.telemetry.fields import IB_PORT_RATE, IB_PORT_UP, FieldCatalog, MetricField, load_field_catalog
+from gpufleet.telemetry.fields import (
+    IB_PORT_RATE,
+    IB_PORT_UP,
+    NVLINK,
+    FieldCatalog,
+    MetricField,
+    load_field_catalog,
+)
 
 DEFAULT_WINDOW_MS = 300_000  # dcgm-exporter's --xid-count-window-size and clock-events window
+# NVLink links a GPU can have: NVML_NVLINK_MAX_LINKS (nvml.h R535-R580, 18: an H100/H200/B200/GB200's links)
+MAX_NVLINKS = 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +109,9 @@ class MetricFrame:
     # (pci_bus_id, hostname, xid) -> count, for a GPU the kernel log names that no entity is (set_unlisted_xid_count)
     unlisted_xid_counts: dict[tuple[str, str, int], float] = field(init=False)
     ib_values: np.ndarray = field(init=False)  # (IB counters, ports), in metric units (bytes, not octets/4)
+    # (NVLink fields, entities, MAX_NVLINKS): one value per GPU link, NaN where the link does not exist or was not
+    # read (a MIG GPU's links are written on its first instance's entity only)
+    link_values: np.ndarray = field(init=False)
     # per port: 1 link up (ACTIVE/LinkUp), 0 down, NaN not read this tick; the infiniband_port_up row when the
     # catalog exports it (a view: writing one writes the other)
     ib_up: np.ndarray = field(init=False)
@@ -111,7 +123,9 @@ class MetricFrame:
     labels_version: int = field(init=False, default=0)  # bumps when entities' label sets change
     gpu_fields: tuple[MetricField, ...] = field(init=False)
     ib_fields: tuple[MetricField, ...] = field(init=False)
+    link_fields: tuple[MetricField, ...] = field(init=False)
     _gpu_index: dict[str, int] = field(init=False)
+    _link_index: dict[str, int] = field(init=False)
     _ib_index: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +133,8 @@ class MetricFrame:
         self.ib_ports = tuple(self.ib_ports)
         self.gpu_fields = self.catalog.gpu_value_fields()
         self.ib_fields = self.catalog.scoped("ib_port")
+        self.link_fields = self.catalog.scoped(NVLINK)
+        self._link_index = {f.name: i for i, f in enumerate(self.link_fields)}
         self._gpu_index = {f.name: i for i, f in enumerate(self.gpu_fields)}
         self._ib_index = {f.name: i for i, f in enumerate(self.ib_fields)}
         n = len(self.entities)
@@ -127,6 +143,7 @@ class MetricFrame:
         self.xid_counts = {}
         self.unlisted_xid_counts = {}
         self.ib_values = np.full((len(self.ib_fields), len(self.ib_ports)), np.nan)
+        self.link_values = np.full((len(self.link_fields), n, MAX_NVLINKS), np.nan)
         up = self._ib_index.get(IB_PORT_UP)
         self.ib_up = np.full(len(self.ib_ports), np.nan) if up is None else self.ib_values[up]
         self.attribution = [None] * n
@@ -193,12 +210,32 @@ class MetricFrame:
         n = len(self.entities)
         self.values = np.full((len(self.gpu_fields), n), np.nan)
         self.clock_events = np.full((len(load_clock_events()), n), np.nan)
+        self.link_values = np.full((len(self.link_fields), n, MAX_NVLINKS), np.nan)
         self.xid_counts = {}
         self.unlisted_xid_counts = {}
         self.attribution = [None] * n
         self.jobs = [()] * n
         self.shares = [None] * n
         self.labels_version += 1
+
+    # -- NVLink links ----------------------------------------------------------------------------------------
+    def link(self, name: str) -> np.ndarray:
+        """The writable (entities, MAX_NVLINKS) block of one per-link NVLink field (NaN = no such link or no
+        value)."""
+        try:
+            return self.link_values[self._link_index[name]]
+        except KeyError:
+            raise NotFoundError(
+                f"field {name!r} is not a per-link NVLink field of this frame",
+                fix="enable it in the field catalog or check the name with `gpufleet telemetry fields`",
+            ) from None
+
+    def has_link_field(self, name: str) -> bool:
+        return name in self._link_index
+
+    def link_row(self, name: str) -> int | None:
+        """The index of a per-link field in `link_values`; None when this frame does not carry it."""
+        return self._link_index.get(name)
 
     # -- InfiniBand ports ------------------------------------------------------------------------------------
     def ib(self, metric: str) -> np.ndarray:
@@ -247,5 +284,6 @@ class MetricFrame:
         self.clock_events.fill(np.nan)
         self.ib_values.fill(np.nan)
         self.ib_up.fill(np.nan)
+        self.link_values.fill(np.nan)
         self.xid_counts.clear()
         self.unlisted_xid_counts.clear()

@@ -357,3 +357,92 @@ def test_a_missed_reading_of_the_double_bit_count_is_not_a_new_error() -> None:
     assert g.at(1, {DBE: [0, float("nan")]}) == []
     assert g.at(2, {DBE: [0, 2]}) == []
     assert seen(g.at(3, {DBE: [0, 3]})) == [(RootCause.ecc_dbe, gpu(1), Severity.critical)]
+
+
+# -- NVLink per link, recovery action, fabric ---------------------------------------------------------------------
+
+LINK_FLIT, LINK_DATA = (
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_PER_LINK_TOTAL",
+)
+LINK_RECOVERY = "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL"
+
+
+def _links(g: Gpus, t: float, flit: dict[int, float], totals: Row) -> list[Finding]:
+    """GPU 1's links: 18 at zero but those in `flit`; the per-GPU totals as given."""
+    g.frame.clear_values()
+    for name, value in (HEALTHY | {CRC_FLIT: totals}).items():
+        g.frame.gpu(name)[:] = value
+    for name in (LINK_FLIT, LINK_DATA, LINK_RECOVERY):
+        g.frame.link(name)[:] = 0.0
+    for link, value in flit.items():
+        g.frame.link(LINK_FLIT)[1, link] = value
+    return g.detectors.detect(T0 + t, NodeSeen(g.frame))
+
+
+def test_the_link_whose_crc_errors_climb_is_named() -> None:
+    g = Gpus()
+    over = T.nvlink.crc_errors_per_minute + 1
+    assert _links(g, 0, {}, [0, 0]) == []
+    out = _links(g, T.nvlink.window_s, {7: over, 3: 2}, [0, over + 2])
+    assert seen(out) == [(RootCause.nvlink, gpu(1), Severity.warning)]
+    assert out[0].summary.endswith("link 7") and "link 7 (" in out[0].evidence and "link 3" not in out[0].evidence
+
+
+def test_per_gpu_totals_judge_alone_where_no_link_is_over() -> None:
+    g = Gpus()
+    each = T.nvlink.crc_errors_per_minute // 2 + 1  # two links, each under the limit, together over it
+    assert _links(g, 0, {}, [0, 0]) == []
+    out = _links(g, T.nvlink.window_s, {1: each, 2: each}, [0, 2 * each])
+    assert seen(out) == [(RootCause.nvlink, gpu(1), Severity.warning)]
+    assert "link" not in out[0].summary.removeprefix("NVLink errors on")
+
+
+@pytest.mark.parametrize(("state", "action", "severity"), [(0, None, None), (1, "RESET_GPU", Severity.critical),
+                                                           (3, "DRAIN_P2P", None)])  # fmt: skip
+def test_the_recovery_action_is_judged_as_xid_154_announcing_it(
+    state: int, action: str | None, severity: Severity | None
+) -> None:
+    from gpufleet.health.xid_policy import recovery_state_verdict
+    from gpufleet.health.xid_rating import finding_severity
+
+    g = Gpus()
+    out = g.at(0, {"DCGM_FI_DEV_GPU_RECOVERY_ACTION": [0, state]})
+    if state == 0:
+        assert out == []
+        return
+    verdict = recovery_state_verdict(state)
+    assert seen(out) == [(RootCause.recovery_action, gpu(1), finding_severity(verdict))]
+    assert out[0].action == verdict.action.value
+    if action is not None:
+        assert out[0].action == action
+    if severity is not None:
+        assert out[0].severity is severity
+
+
+def test_a_pending_row_remap_is_judged_as_memory_health() -> None:
+    g = Gpus()
+    out = g.at(0, {"DCGM_FI_DEV_ROW_REMAP_PENDING": [0, 1]})
+    assert [f.entity for f in out] == [gpu(1)] or out == []  # judge_memory decides whether a pending remap is filed
+    from gpufleet.health.gpu_memory import MemoryReading, judge_memory
+
+    filed = [i for i in judge_memory(MemoryReading(remap_pending=True), T.ecc) if i.filed]
+    assert len(out) == len(filed)
+
+
+def test_a_failed_fabric_registration_is_critical_at_once() -> None:
+    g = Gpus()
+    out = g.at(0, {"DCGM_FI_DEV_FABRIC_MANAGER_STATUS": [3, 4]})
+    assert seen(out) == [(RootCause.nvlink, gpu(1), Severity.critical)]
+    assert out[0].action == "RESTART_FM"
+
+
+def test_a_registration_not_done_within_the_hold_is_a_warning() -> None:
+    from gpufleet.health.nvlink import FABRIC_HOLD_S
+
+    g = Gpus()
+    rows: dict[str, Row] = {"DCGM_FI_DEV_FABRIC_MANAGER_STATUS": [0, 1]}  # GPU 0: no NVSwitch fabric
+    assert g.at(0, rows) == []
+    assert g.at(FABRIC_HOLD_S - 1, rows) == []
+    assert seen(g.at(FABRIC_HOLD_S, rows)) == [(RootCause.nvlink, gpu(1), Severity.warning)]
+    assert g.at(FABRIC_HOLD_S + 1, {"DCGM_FI_DEV_FABRIC_MANAGER_STATUS": [0, 3]}) == []

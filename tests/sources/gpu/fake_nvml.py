@@ -17,12 +17,14 @@ one with none is no sample, as NVML gives none for a process that ran nothing.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
 from gpufleet.parsers.nvidia.smi_processes import parse_mig_devices, parse_pmon, parse_process_table
+from gpufleet.parsers.nvidia.topo import parse_nvlink_status
 
 NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 NO_INSTANCE = 0xFFFFFFFF
@@ -72,6 +74,33 @@ class FakeGpu:
     temperature_c: float | None = None  # None: the call is not answered (FUNCTION_NOT_FOUND)
     util_pct: float | None = None  # nvmlDeviceGetUtilizationRates' gpu (NOT_SUPPORTED in MIG mode)
     power_w: float | None = None
+    # NVLink, recovery and fabric state (see "NVLink, recovery action, fabric" below); None: the defaults of a GPU
+    # described in full (18 active links without errors, no remap) or, for recovery and fabric, no such reading
+    links: list[FakeLink] | None = None
+    recovery: int | None = None
+    fabric: FakeFabric | None = None
+    remapped: tuple[int, int, int, int] | None = None  # correctable, uncorrectable, pending, failure
+
+
+@dataclass
+class FakeLink:
+    active: bool = True
+    replay: int = 0
+    recovery: int = 0
+    crc_flit: int = 0
+    crc_data: int = 0
+
+    def counter(self, which: int) -> int:
+        return (self.replay, self.recovery, self.crc_flit, self.crc_data)[which]  # NVML_NVLINK_ERROR_DL_*
+
+
+@dataclass
+class FakeFabric:
+    state: int  # nvmlGpuFabricState_t
+    status: int  # nvmlReturn_t
+    clique_id: int
+    cluster_uuid: str
+    v2: bool = True  # False: a driver with only nvmlDeviceGetGpuFabricInfo
 
 
 class FakeNvml:
@@ -244,18 +273,57 @@ class FakeNvml:
         return 0
 
     def nvmlDeviceGetRemappedRows(self, h: Any) -> tuple[int, int, int, int]:
-        self._full("nvmlDeviceGetRemappedRows", h)
-        return (0, 0, 0, 0)
+        gpu = self._full("nvmlDeviceGetRemappedRows", h)
+        return gpu.remapped or (0, 0, 0, 0)
+
+    # --- NVLink, recovery action, fabric -------------------------------------------------------------------------
+
+    def _link(self, fn: str, h: Any, link: int) -> FakeLink:
+        gpu = self._full(fn, h)
+        links = gpu.links if gpu.links is not None else [FakeLink() for _ in range(18)]  # an H100's 18 links
+        if link >= len(links):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return links[link]
 
     def nvmlDeviceGetNvLinkState(self, h: Any, link: int) -> int:
-        self._full("nvmlDeviceGetNvLinkState", h)
-        return 1
+        return int(self._link("nvmlDeviceGetNvLinkState", h, link).active)
 
     def nvmlDeviceGetNvLinkErrorCounter(self, h: Any, link: int, counter: int) -> int:
-        self._full("nvmlDeviceGetNvLinkErrorCounter", h)
-        if link >= 18:  # an H100's 18 links
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return 0
+        found = self._link("nvmlDeviceGetNvLinkErrorCounter", h, link)
+        if not found.active:  # NVML answers no counters for an inactive link
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return found.counter(counter)
+
+    def nvmlDeviceGetFieldValues(self, h: Any, field_ids: list[Any]) -> Any:
+        gpu = self._gpu("nvmlDeviceGetFieldValues", h)
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for value, fid in zip(values, field_ids, strict=True):
+            value.fieldId = fid if isinstance(fid, int) else fid[0]
+            if value.fieldId == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and gpu.recovery is not None:
+                value.nvmlReturn, value.valueType = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = gpu.recovery
+            else:  # a field this driver does not give: the value's own return says so, the call succeeds
+                value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    def _fabric(self, fn: str, h: Any, info: Any, v2: bool) -> int:
+        gpu = self._gpu(fn, h)
+        if gpu.fabric is None or (v2 and not gpu.fabric.v2):
+            raise pynvml.NVMLError(
+                pynvml.NVML_ERROR_NOT_SUPPORTED if gpu.fabric else pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+            )
+        out = info._obj  # nvidia-ml-py passes the caller's byref() through to the driver
+        out.state, out.status, out.cliqueId = gpu.fabric.state, gpu.fabric.status, gpu.fabric.clique_id
+        raw = uuid.UUID(gpu.fabric.cluster_uuid).bytes
+        for k, byte in enumerate(raw):
+            out.clusterUuid[k] = byte
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfoV(self, h: Any, info: Any) -> int:
+        return self._fabric("nvmlDeviceGetGpuFabricInfoV", h, info, v2=True)
+
+    def nvmlDeviceGetGpuFabricInfo(self, h: Any, info: Any) -> int:
+        return self._fabric("nvmlDeviceGetGpuFabricInfo", h, info, v2=False)
 
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
         gpu = self._gpu("nvmlDeviceGetUtilizationRates", h)
@@ -425,3 +493,59 @@ def host_from_capture(
 def mig_handle_count(fake: FakeNvml) -> int:
     """How many MIG device handles the code under test asked for."""
     return sum(1 for fn, _ in fake.calls if fn == "nvmlDeviceGetMigDeviceHandleByIndex")
+
+
+# --- NVLink, recovery action, fabric from captures ----------------------------------------------------------------
+
+_ERRORS_LINE = re.compile(r"^\s*Link (?P<link>\d+): (?P<what>Replay|Recovery|CRC|CRC Flit|CRC Data) Errors: (?P<n>\d+)")
+_FABRIC_LINE = re.compile(r"^\s*(?P<key>State|Status|CliqueId|ClusterUUID)\s*: (?P<value>.+?)\s*$")
+_FABRIC_STATES = {"not supported": 0, "not started": 1, "in progress": 2, "completed": 3}
+_STATUSES = {"success": 0, "insufficient resources": pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES}
+_ACTIONS = {"none": 0, "reset": 1, "reboot": 2, "drain p2p": 3, "drain and reset": 4}  # nvidia-smi's names
+
+
+def links_from_capture(errors: str, status: str, count: int = 18) -> list[FakeLink]:
+    """A GPU's links from `nvidia-smi nvlink -e` and `-s` of its first GPU. A link `[...]` elides reads as the
+    printed ones (active, the counters of the last link printed before it)."""
+    printed: dict[int, FakeLink] = {}
+    names = {"Replay": "replay", "Recovery": "recovery", "CRC": "crc_flit", "CRC Flit": "crc_flit",
+             "CRC Data": "crc_data"}  # fmt: skip
+    for line in errors.splitlines():
+        if line.startswith("GPU ") and printed:
+            break
+        if m := _ERRORS_LINE.match(line):
+            setattr(printed.setdefault(int(m["link"]), FakeLink()), names[m["what"]], int(m["n"]))
+    inactive = {s.link for g in parse_nvlink_status(status)[:1] for s in g.links if not s.active}
+    out, last = [], FakeLink()
+    for link in range(count):
+        last = printed.get(link, last)
+        out.append(FakeLink(link not in inactive, last.replay, last.recovery, last.crc_flit, last.crc_data))
+    return out
+
+
+def fabric_from_capture(text: str) -> FakeFabric:
+    """A GPU's fabric registration from the Fabric section of `nvidia-smi -q`."""
+    got = {m["key"]: m["value"] for line in text.splitlines() if (m := _FABRIC_LINE.match(line))}
+    return FakeFabric(
+        _FABRIC_STATES[got["State"].lower()], _STATUSES[got["Status"].lower()], int(got["CliqueId"]),
+        got["ClusterUUID"],
+    )  # fmt: skip
+
+
+def recovery_from_csv(text: str) -> dict[int, int]:
+    """Each GPU's recovery action from `nvidia-smi --query-gpu=index,gpu_recovery_action --format=csv,noheader`."""
+    out = {}
+    for line in text.splitlines():
+        index, _, action = line.partition(", ")
+        if index.strip().isdigit():
+            out[int(index)] = _ACTIONS[action.strip().lower()]
+    return out
+
+
+def remapped_from_capture(text: str) -> tuple[int, int, int, int]:
+    """(correctable, uncorrectable, pending, failure) from the Remapped Rows section of `nvidia-smi -q`."""
+    got = dict(re.findall(r"^\s*(Correctable Error|Uncorrectable Error|Pending|Remapping Failure Occurred)\s*: (\S+)",
+                          text, re.MULTILINE))  # fmt: skip
+    yes = {"Yes": 1, "No": 0}
+    failure = yes[got.get("Remapping Failure Occurred", "No")]
+    return int(got["Correctable Error"]), int(got["Uncorrectable Error"]), yes[got["Pending"]], failure

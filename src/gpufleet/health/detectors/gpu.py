@@ -8,7 +8,11 @@
 - Power brake: the hardware power-brake reason held for a few seconds.
 - PCIe: replays above DCGM's per-lane budget for the link's generation and width, or a link running below its
   maximum generation or width.
-- NVLink: CRC or recovery errors growing faster than DCGM's limit.
+- NVLink: CRC or recovery errors growing faster than DCGM's limit, naming the links whose errors climb where the
+  per-link counters are read (health.nvlink.climbing_links).
+- GPU state NVML reports each collection: the driver's recovery action (judged as the Xid 154 announcing it, by
+  health.xid_policy.recovery_state_verdict: the finding carries NVIDIA's action and remediation follows it, runbook
+  xid-154-recovery-action), and a GPU not in its NVLink domain (health.nvlink.judge_fabric).
 - Idle: a GPU some workload holds that stays under the utilization floor (what it costs per hour goes along).
 """
 
@@ -22,7 +26,17 @@ from gpufleet.health.detectors.base import NodeSetup, node_detector
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.detectors.window import CounterWindow, HoldTimer
 from gpufleet.health.gpu_memory import MemoryReading, judge_memory
+from gpufleet.health.nvlink import (
+    FABRIC_HOLD_S,
+    FM_IN_PROGRESS,
+    FM_NOT_STARTED,
+    climbing_links,
+    judge_fabric,
+    links_named,
+)
 from gpufleet.health.thresholds import Thresholds
+from gpufleet.health.xid_policy import recovery_state_verdict
+from gpufleet.health.xid_rating import finding_severity
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
 from gpufleet.model.observe import Finding
 from gpufleet.telemetry.fields import IDLE_COST_FIELD
@@ -61,6 +75,11 @@ class GpuDetectors:
         self.nvlink_crc = CounterWindow(thresholds.nvlink.window_s)
         self.nvlink_crc_data = CounterWindow(thresholds.nvlink.window_s)
         self.nvlink_recovery = CounterWindow(thresholds.nvlink.window_s)
+        # per link (entities x links, flattened): which link's errors climb
+        self.link_crc = CounterWindow(thresholds.nvlink.window_s)
+        self.link_crc_data = CounterWindow(thresholds.nvlink.window_s)
+        self.link_recovery = CounterWindow(thresholds.nvlink.window_s)
+        self.fabric_pending = HoldTimer(n)
         self.last_dbe = np.zeros(n)
         self.uuids = [e.uuid for e in frame.entities]
 
@@ -135,6 +154,8 @@ class GpuDetectors:
             )
         self._pcie(now, frame, out)
         self._nvlink(now, frame, out)
+        self._recovery(now, frame, out)
+        self._fabric(now, frame, out)
         self._idle(now, frame, out)
         return out
 
@@ -214,13 +235,16 @@ class GpuDetectors:
             g("DCGM_FI_DEV_RETIRED_DBE"), nan=0.0
         )
         pending = np.nan_to_num(g("DCGM_FI_DEV_RETIRED_PENDING"), nan=0.0)
-        for i in np.flatnonzero((new_dbe > 0) | (failure > 0) | (rows > 0) | (retired > 0)):
+        remap_field = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+        remap_pending = frame.gpu(remap_field) if frame.has_gpu_field(remap_field) else np.full(len(dbe), np.nan)
+        for i in np.flatnonzero((new_dbe > 0) | (failure > 0) | (rows > 0) | (retired > 0) | (remap_pending > 0)):
             reading = MemoryReading(
                 uncorrectable=float(new_dbe[i]),
                 remap_failure=bool(failure[i] > 0),
                 remapped_uncorrectable=float(rows[i]),
                 retired_pages=float(retired[i]),
                 retired_pending=bool(pending[i] > 0),
+                remap_pending=None if np.isnan(remap_pending[i]) else bool(remap_pending[i] > 0),
             )
             for issue in judge_memory(reading, e):
                 if not issue.filed:
@@ -285,23 +309,82 @@ class GpuDetectors:
         flit_grown, data_grown = self.nvlink_crc.growth(), self.nvlink_crc_data.growth()
         rec_grown = self.nvlink_recovery.growth()
         span = self.nvlink_crc.span()
+        per_link = self._link_rates(now, frame)  # every collection, so its window fills with the totals'
         if flit_grown is None or data_grown is None or rec_grown is None or span < 10:
             return
         crc_rate, rec_rate = (flit_grown + data_grown) * 60.0 / span, rec_grown * 60.0 / span
         bad = (crc_rate > nv.crc_errors_per_minute) | (rec_rate > nv.recovery_errors_per_minute)
         for i in np.flatnonzero(bad):
+            links = ""
+            if per_link is not None:
+                climbing = climbing_links(per_link[0][i], per_link[1][i], nv.crc_errors_per_minute,
+                                          nv.recovery_errors_per_minute)  # fmt: skip
+                links = f"; {links_named(climbing, per_link[0][i], per_link[1][i])}" if climbing else ""
+            where = f" link {climbing[0]}" if links and len(climbing) == 1 else ""
             out.append(
                 self._finding(
                     now,
                     int(i),
                     RootCause.nvlink,
                     Severity.warning,
-                    f"NVLink errors on {self.entities[i]}",
+                    f"NVLink errors on {self.entities[i]}{where}",
                     f"{crc_rate[i]:.0f} CRC and {rec_rate[i]:.1f} recovery errors a minute (limits "
-                    f"{nv.crc_errors_per_minute:g} and {nv.recovery_errors_per_minute:g})",
+                    f"{nv.crc_errors_per_minute:g} and {nv.recovery_errors_per_minute:g}){links}",
                     "WORKFLOW_NVLINK_ERR",
                 )
             )
+
+    def _link_rates(self, now: float, frame: MetricFrame) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each link's CRC (flit + data) and recovery errors a minute over the window, (entities, links) each; None
+        until the window spans 10 s or where the frame carries no per-link counters."""
+        rows = [frame.link_row(f"DCGM_FI_DEV_NVLINK_{k}_ERROR_PER_LINK_TOTAL") for k in ("CRC_FLIT", "CRC_DATA",
+                                                                                         "RECOVERY")]  # fmt: skip
+        if any(r is None for r in rows):
+            return None
+        flit, data, rec = (frame.link_values[r].ravel() for r in rows if r is not None)
+        self.link_crc.push(now, flit)
+        self.link_crc_data.push(now, data)
+        self.link_recovery.push(now, rec)
+        grown = self.link_crc.growth(), self.link_crc_data.growth(), self.link_recovery.growth()
+        span = self.link_crc.span()
+        if grown[0] is None or grown[1] is None or grown[2] is None or span < 10:
+            return None
+        shape = frame.link_values.shape[1:]
+        crc = (np.nan_to_num(grown[0]) + np.nan_to_num(grown[1])) * 60.0 / span
+        return crc.reshape(shape), (np.nan_to_num(grown[2]) * 60.0 / span).reshape(shape)
+
+    def _recovery(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
+        """The recovery action the driver asks for, judged as the Xid 154 that announces it (one judgement)."""
+        if not frame.has_gpu_field("DCGM_FI_DEV_GPU_RECOVERY_ACTION"):
+            return
+        action = frame.gpu("DCGM_FI_DEV_GPU_RECOVERY_ACTION")
+        for i in np.flatnonzero(action > 0):
+            state = int(action[i])
+            verdict = recovery_state_verdict(state)
+            finding = self._finding(
+                now, int(i), RootCause.recovery_action, finding_severity(verdict),
+                f"{self.entities[i]} needs recovery: NVML recovery action {state:#x}",
+                f"DCGM_FI_DEV_GPU_RECOVERY_ACTION = {state} ({verdict.rule}): {verdict.reason}", verdict.action.value,
+            )  # fmt: skip
+            out.append(finding)
+
+    def _fabric(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
+        """A GPU not in its NVLink domain (health.nvlink.judge_fabric)."""
+        if not frame.has_gpu_field("DCGM_FI_DEV_FABRIC_MANAGER_STATUS"):
+            return
+        status = frame.gpu("DCGM_FI_DEV_FABRIC_MANAGER_STATUS")
+        held = self.fabric_pending.update(now, (status == FM_NOT_STARTED) | (status == FM_IN_PROGRESS))
+        for i in np.flatnonzero(np.isfinite(status)):
+            issue = judge_fabric(float(status[i]), float(held[i]), FABRIC_HOLD_S)
+            if issue is None:
+                continue
+            out.append(
+                self._finding(
+                    now, int(i), RootCause.nvlink, issue.severity, f"{self.entities[i]} is not in its NVLink domain",
+                    f"DCGM_FI_DEV_FABRIC_MANAGER_STATUS = {status[i]:.0f}: {issue.message}; {issue.fix}",
+                    "RESTART_FM",
+                )
+            )  # fmt: skip
 
     def _idle(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         util = frame.gpu("DCGM_FI_DEV_GPU_UTIL")

@@ -27,6 +27,14 @@ import numpy as np
 
 from gpufleet.errors import BackendError, DependencyMissingError
 from gpufleet.sources.gpu.failing_readings import FailingReadings
+from gpufleet.sources.gpu.nvml_state import (
+    FABRIC_CLIQUE,
+    FABRIC_STATUS,
+    RECOVERY_ACTION,
+    ROW_REMAP_PENDING,
+    fabric_info,
+    recovery_action,
+)
 from gpufleet.telemetry.field_sources import SourceFields
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
@@ -137,6 +145,23 @@ NVLINK_ERRORS = (
     "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
     "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
 )
+# Per NVLink link, in DCGM's link-scoped fields (telemetry/fields.py NVLINK): the four error counters as DCGM reads
+# them (nvmlDeviceGetNvLinkErrorCounter with the link and NVML_NVLINK_ERROR_DL_*), and the link's state
+# (nvmlDeviceGetNvLinkState: 1 active, 0 inactive; DCGM reads NVML_FI_DEV_NVLINK_GET_STATE, whose 0 and 1 mean the same)
+LINK_ERRORS = (
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL", NVLINK_ERROR_DL_CRC_FLIT),
+    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_PER_LINK_TOTAL", NVLINK_ERROR_DL_CRC_DATA),
+    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL", NVLINK_ERROR_DL_REPLAY),
+    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL", NVLINK_ERROR_DL_RECOVERY),
+)
+LINK_STATE = "DCGM_FI_DEV_NVLINK_GET_STATE"
+LINK_FIELDS = (*(name for name, _ in LINK_ERRORS), LINK_STATE)
+# what NVML gives only some GPUs or drivers (sources/gpu/nvml_state.py)
+GPU_STATE_PARTLY = (
+    (RECOVERY_ACTION, "drivers that give the recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, R570 and later)"),
+    (FABRIC_STATUS, "GPUs of an NVSwitch or multi-node NVLink fabric (nvmlDeviceGetGpuFabricInfoV: HGX, NVL72)"),
+    (FABRIC_CLIQUE, "GPUs that joined their NVLink fabric (a clique of an NVSwitch or multi-node NVLink domain)"),
+)
 # dcgm-exporter's DCGM_FI_PROF_* are counters of DCGM's profiling module (DCP), read through DCGM alone
 _NEEDS_DCGM = (
     "a DCGM profiling (DCP) counter, which needs DCGM (dcgm-exporter's host engine); the NVML agent does not read it"
@@ -146,7 +171,17 @@ _NEEDS_DCGM = (
 # no value is not exported). NVLink counters are written for GPUs with NVLink, remapped rows from Ampere on.
 FIELDS = SourceFields(
     "nvml",
-    fills=frozenset([*(field for field, *_ in READINGS), *REMAPPED_ROWS, *NVLINK_ERRORS, "DCGM_FI_DRIVER_VERSION"]),
+    fills=frozenset(
+        [
+            *(field for field, *_ in READINGS),
+            *REMAPPED_ROWS,
+            *NVLINK_ERRORS,
+            "DCGM_FI_DRIVER_VERSION",
+            *LINK_FIELDS,
+            ROW_REMAP_PENDING,
+        ]
+    ),
+    partly=GPU_STATE_PARTLY,
     leaves=(
         (
             "DCGM_FI_PROF_PCIE_*_BYTES",
@@ -373,6 +408,7 @@ class NvmlSource:
                 frame.gpu(field)[e] = self._read(i, field, partial(_convert, convert, call, h, *args))
         self._remapped_rows(frame, e, h)
         self._nvlink(frame, e, h)
+        self._gpu_state(frame, e, i, h)
 
     def _collect_instance(self, frame: MetricFrame, e: int, i: int, mig: MigDevice) -> None:
         """A GPU instance's own memory; its utilization has no NVML reading (the GPU's is NOT_SUPPORTED in MIG
@@ -388,34 +424,63 @@ class NvmlSource:
 
     def _remapped_rows(self, frame: MetricFrame, i: int, h: Any) -> None:
         try:
-            corr, unc, _pending, failure = self.nvml.nvmlDeviceGetRemappedRows(h)
+            corr, unc, pending, failure = self.nvml.nvmlDeviceGetRemappedRows(h)
         except self.nvml.NVMLError:
             return  # pre-Ampere GPUs retire pages instead; the fields stay empty
+        if frame.has_gpu_field(ROW_REMAP_PENDING):
+            frame.gpu(ROW_REMAP_PENDING)[i] = float(bool(pending))
         for field, value in zip(REMAPPED_ROWS, (corr, unc, failure), strict=True):
             if frame.has_gpu_field(field):
                 frame.gpu(field)[i] = float(value)
 
     def _nvlink(self, frame: MetricFrame, i: int, h: Any) -> None:
+        """Each link's error counters and state (a MIG GPU's on its first instance's entity), and their sums over the
+        active links in dcgm-exporter's per-GPU fields. A link NVML will not describe ends the list: past the GPU's
+        last link, or no NVLink at all."""
+        per_link = frame.link_values[:, i, :] if frame.link_fields else None
+        if per_link is not None:
+            per_link.fill(np.nan)  # a MIG GPU's other entities copied the GPU's values: its links are written once
+        counters = [(frame.link_row(name), counter) for name, counter in LINK_ERRORS]
+        state_row = frame.link_row(LINK_STATE)
         totals = np.zeros(4)
         links = 0
-        for link in range(NVLINK_MAX_LINKS):
+        for link in range(min(NVLINK_MAX_LINKS, frame.link_values.shape[2])):
             try:
-                if not self.nvml.nvmlDeviceGetNvLinkState(h, link):
-                    continue
-                for k, counter in enumerate(
-                    (
-                        NVLINK_ERROR_DL_CRC_FLIT,
-                        NVLINK_ERROR_DL_CRC_DATA,
-                        NVLINK_ERROR_DL_REPLAY,
-                        NVLINK_ERROR_DL_RECOVERY,
-                    )
-                ):
-                    totals[k] += self.nvml.nvmlDeviceGetNvLinkErrorCounter(h, link, counter)
-                links += 1
+                active = bool(self.nvml.nvmlDeviceGetNvLinkState(h, link))
             except self.nvml.NVMLError:
                 break  # past the last link, or no NVLink on this GPU
+            if per_link is not None and state_row is not None:
+                per_link[state_row, link] = float(active)
+            if not active:
+                continue
+            try:
+                values = [float(self.nvml.nvmlDeviceGetNvLinkErrorCounter(h, link, c)) for _, c in counters]
+            except self.nvml.NVMLError as exc:
+                self._failing.failed(i, f"NVLink {link} error counters", exc)
+                continue
+            self._failing.read(i, f"NVLink {link} error counters")
+            for (row, _), value in zip(counters, values, strict=True):
+                if per_link is not None and row is not None:
+                    per_link[row, link] = value
+            # dcgm-exporter's per-GPU totals: flit, data, replay, recovery
+            totals += (values[0], values[1], values[2], values[3])
+            links += 1
         if not links:
             return
         for name, value in zip(NVLINK_ERRORS, totals, strict=True):
             if frame.has_gpu_field(name):
                 frame.gpu(name)[i] = value
+
+    def _gpu_state(self, frame: MetricFrame, e: int, i: int, h: Any) -> None:
+        """What NVML says the GPU needs or belongs to, each collection: its recovery action and its NVLink fabric
+        state and clique (sources/gpu/nvml_state.py). A GPU or driver without them leaves the fields empty."""
+        if frame.has_gpu_field(RECOVERY_ACTION):
+            action = recovery_action(self.nvml, h)
+            frame.gpu(RECOVERY_ACTION)[e] = np.nan if action is None else float(action)
+        if frame.has_gpu_field(FABRIC_STATUS) or frame.has_gpu_field(FABRIC_CLIQUE):
+            fabric = fabric_info(self.nvml, h)
+            if fabric is not None:
+                if frame.has_gpu_field(FABRIC_STATUS):
+                    frame.gpu(FABRIC_STATUS)[e] = float(fabric.dcgm_status)
+                if frame.has_gpu_field(FABRIC_CLIQUE) and fabric.joined:
+                    frame.gpu(FABRIC_CLIQUE)[e] = float(fabric.clique_id)

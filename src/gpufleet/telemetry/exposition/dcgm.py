@@ -61,7 +61,7 @@ from gpufleet.telemetry.exposition.workload import (
     workload_layout,
 )
 from gpufleet.telemetry.fields import IB_PORT_LABELS, MetricField
-from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
+from gpufleet.telemetry.frame import MAX_NVLINKS, GpuEntity, IbPort, MetricFrame
 
 POD_INFO_METRIC = "gpufleet_gpu_pod_info"
 # a NaN elsewhere is "no value this tick"; a diverged model's NaN loss is the value, and Prometheus carries it
@@ -142,6 +142,21 @@ def gpu_series_labels(
     return [*gpu_identity_labels(entity, config), *labels, *sorted(attrs)]
 
 
+def nvlink_labels(entity: GpuEntity, link: int) -> list[tuple[str, str]]:
+    """A GPU link's labels as dcgm-exporter writes a link entity with a GPU parent (fields.NVLINK_LABELS): the link
+    index first, then its GPU's index, UUID, PCI id, device and model (under these names, not the GPU series'), and
+    `hostname` whatever the GPU series' hostname label (the link template writes it so)."""
+    return [
+        ("nvlink", str(link)),
+        ("gpu", str(entity.gpu)),
+        ("gpu_uuid", entity.uuid),
+        ("pci_bus_id", entity.pci_bus_id),
+        ("device", entity.device_name),
+        ("model_name", entity.model_name),
+        ("hostname", entity.hostname),
+    ]
+
+
 def ib_port_labels(port: IbPort) -> list[tuple[str, str]]:
     return list(zip(IB_PORT_LABELS, (port.hca, str(port.port), port.rail, port.hostname), strict=True))
 
@@ -171,6 +186,8 @@ class _Layout:
     attr_bodies: list[list[list[tuple[str, str]]]]  # per entity: its series' attribution label sets (compat mode)
     ib_prefixes: list[list[str]]
     ib_headers: list[str]
+    link_prefixes: list[list[str]]  # [link field][entity * MAX_NVLINKS + link] -> 'NAME{labels} '
+    link_headers: list[str]
     dcgm_mask: np.ndarray | None  # entities rendered as dcgm-exporter does; None: all of them
     vendor: VendorLayout | None  # the AMD and Gaudi families; None: the frame has no such device
     fleet: FleetLayout | None  # None: fleet series off
@@ -218,6 +235,8 @@ class Renderer:
         prefixes = []
         for field in frame.gpu_fields:
             prefixes.append([f"{field.name}{{{body}}} " for body in bodies_by_row])
+        link_bodies = [_pairs(nvlink_labels(e, link)) for e in frame.entities for link in range(MAX_NVLINKS)]
+        link_prefixes = [[f"{field.name}{{{body}}} " for body in link_bodies] for field in frame.link_fields]
         ib_prefixes = []
         port_bodies = [_pairs(ib_port_labels(p)) for p in frame.ib_ports]
         for field in frame.ib_fields:
@@ -231,6 +250,8 @@ class Renderer:
             attr_bodies=attrs,
             ib_prefixes=ib_prefixes,
             ib_headers=[_header(f) for f in frame.ib_fields],
+            link_prefixes=link_prefixes,
+            link_headers=[_header(f) for f in frame.link_fields],
             dcgm_mask=dcgm,
             vendor=vendor,
             fleet=FleetLayout(frame) if cfg.fleet_series else None,
@@ -252,6 +273,9 @@ class Renderer:
             lay.split.apply(frame, gpu_values)  # a copy: indexing by rows made one
         self._render_matrix(out, gpu_values, frame.gpu_fields, lay.gpu_headers, lay.gpu_prefixes)
         self._render_labelled_counts(frame, lay, out)
+        if frame.link_values.size:  # NVLink per link: (fields, entities * links), as dcgm-exporter's link entities
+            links = frame.link_values.reshape(len(frame.link_fields), -1)
+            self._render_matrix(out, links, frame.link_fields, lay.link_headers, lay.link_prefixes)
         if lay.vendor is not None:
             lay.vendor.render(frame, out)
         self._render_matrix(out, frame.ib_values, frame.ib_fields, lay.ib_headers, lay.ib_prefixes)

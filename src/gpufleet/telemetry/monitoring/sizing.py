@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpufleet.telemetry.field_sources import POD_INFO, SOURCE_UP, SourceFields, exported
-from gpufleet.telemetry.fields import FLEET, GPU, IB_PORT, PLAIN, FieldCatalog, load_field_catalog
+from gpufleet.telemetry.fields import FLEET, GPU, IB_PORT, NVLINK, PLAIN, FieldCatalog, load_field_catalog
 
 # Prometheus' own figure for its TSDB after compression ("around 1-2 bytes per sample",
 # prometheus.io/docs/prometheus/latest/storage/); the upper end, for labels that change.
@@ -24,6 +24,9 @@ LABELLED_SERIES_PER_GPU_FIELD = 3
 # per job on the node its step gauges (one job per node is typical for training).
 SOURCES_PER_NODE = 4
 JOBS_PER_NODE = 1
+# NVLink links of an NVSwitch-system GPU (H100/H200/B200 SXM, GB200: 18), each with its per-link series; a GPU
+# without NVLink has none, so this is an upper bound as the NVLink counters are
+NVLINKS_PER_GPU = 18
 # Agents (one push a second each, with fault correlation and the embedded metric store) one core of `gpufleet server`
 # takes: bench/fleet_ingest.py measured 0.20 cores for 256 nodes x 8 GPUs (1,280 nodes a core); 20% kept in hand.
 NODES_PER_CORE = 1024
@@ -111,6 +114,7 @@ def series_counts(
     per_gpu = len(fields.gpu_value_fields()) + int(POD_INFO in filled)  # and the workload info series
     per_gpu += len(fields.scoped(FLEET))  # the vendor-neutral gpufleet_accelerator_* series, on by default
     per_gpu += LABELLED_SERIES_PER_GPU_FIELD * sum(1 for f in fields.scoped(GPU) if f.labels and not f.is_label)
+    per_gpu += NVLINKS_PER_GPU * len(fields.scoped(NVLINK))  # one series per link and per-link field
     per_port = len(fields.scoped(IB_PORT))
     other = 0
     for f in fields.scoped(PLAIN):
