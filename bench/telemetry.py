@@ -1,13 +1,14 @@
 """Telemetry benchmark: /metrics render time, embedded store ingest and 24 h range query, memory per series,
 and how each grows with the fleet (8, 64, 512 GPUs), next to dcgm-exporter's published figures.
 
-Run: python bench/telemetry.py [--quick]
+Run: python bench/telemetry.py [--quick]   (--nvml-agent-only: just the NVML agent's CPU with and without GPM)
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import subprocess
@@ -37,6 +38,7 @@ DCGM_EXPORTER_CPU_LOW = 0.15
 DCGM_EXPORTER_CPU_HIGH = 1.31
 
 T0 = 1_700_000_000.0
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def node_frame(gpus: int, gpus_per_node: int = 8) -> MetricFrame:
@@ -105,7 +107,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="1 h of history instead of 24 h (smoke run)")
     parser.add_argument("--agent-seconds", type=float, default=60.0, help="how long to measure the agent's CPU")
+    parser.add_argument("--nvml-agent-only", action="store_true", help="only the NVML agent's CPU, GPM off and on")
+    parser.add_argument("--nvml-agent", choices=NVML_CONFIGS, help=argparse.SUPPRESS)  # the child: one agent
+    parser.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.nvml_agent:
+        run_nvml_agent(args.nvml_agent, args.agent_seconds, args.port_file)
+        return
+    if args.nvml_agent_only:
+        Console(width=170).print(nvml_agent_cpu(args.agent_seconds))
+        return
     day = 3600 if args.quick else 86_400
     console = Console(width=170)
 
@@ -218,6 +229,7 @@ def main() -> None:
         store.close()
     console.print(grow)
     console.print(agent_cpu(args.agent_seconds))
+    console.print(nvml_agent_cpu(args.agent_seconds))
 
 
 AGENT_SCENARIO = """apiVersion: gpufleet.io/v1
@@ -287,6 +299,95 @@ def agent_cpu(seconds: float) -> Table:
             proc.wait(timeout=10)
     verdict = "[green]met[/green]" if share <= 1.0 else "[red]not met[/red]"
     table.add_row("gpufleet agent --sim (twin included)", f"{share:.2f} %", f"<= 1 % {verdict}", "15-131 % at 30 s")
+    return table
+
+
+# ---- the NVML agent on recorded answers, GPM off and on ---------------------------------------------------------
+
+NVML_CONFIGS = ("no-gpm", "gpm")
+GPM_CAPTURE = ROOT / "tests" / "captures" / "nvml_gpm" / "dcgm_prof_h100_slurm_job_exporter30.txt"
+
+
+def run_nvml_agent(config: str, seconds: float, port_file: Path) -> None:
+    """The child: the agent's collector at 1 s with NvmlSource over nvidia-ml-py whose driver answers from recorded
+    data (tests/sources/gpu/fake_nvml.py): 8 H100s, each GPU answering GPM with one of the two H100s DCGM read in
+    the capture (no-gpm: a driver without GPM calls), /metrics served over HTTP. Prints its CPU share as JSON."""
+    sys.path.insert(0, str(ROOT))
+    from gpufleet.agent.collector import Collector
+    from gpufleet.agent.http import make_server, serve_in_thread
+    from gpufleet.sources.gpu.nvml import NvmlSource
+    from tests.sources.gpu.fake_nvml import FakeGpu, FakeNvml, GpmFakeNvml, gpm_from_dcgm_session
+
+    recorded = gpm_from_dcgm_session(GPM_CAPTURE.read_text())
+    gpus = [
+        FakeGpu(uuid=f"GPU-{i:08x}-6d3c-22ed-0ec8-d3b864870b8b", name="NVIDIA H100 80GB HBM3", minor=i,
+                bus=f"00000000:{0x18 + i:02X}:00.0", used_mib=32_429.0, total_mib=81_559.0, temperature_c=45.0,
+                util_pct=100.0, power_w=572.0)
+        for i in range(8)
+    ]  # fmt: skip
+    gpm = {i: recorded[i % len(recorded)][1] for i in range(8)}
+    fake = GpmFakeNvml(gpus, gpm) if config == "gpm" else FakeNvml(gpus)
+    fake.record_calls = False
+    nvml = NvmlSource("bench-node", fake)  # type: ignore[arg-type]
+    collector = Collector(nvml.new_frame(), [nvml], interval=1.0)
+    collector.collect_once()
+    server = make_server(collector, "127.0.0.1", 0, dict)
+    serve_in_thread(server)
+    port_file.write_text(str(server.server_address[1]))
+    collector.start()
+    time.sleep(3.0)  # past the first collections
+    t0, w0 = os.times(), time.monotonic()
+    time.sleep(seconds)
+    t1, w1 = os.times(), time.monotonic()
+    prof = sum(1 for line in collector.body.splitlines() if line.startswith(b"DCGM_FI_PROF_"))
+    collector.stop()
+    server.shutdown()
+    cpu = (t1.user + t1.system) - (t0.user + t0.system)
+    print(json.dumps({"cpu_core_pct": 100.0 * cpu / (w1 - w0), "prof_series": prof}), flush=True)
+
+
+def _nvml_agent(config: str, seconds: float) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="nvmlb") as tmp:
+        port_file = Path(tmp) / "port"
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--nvml-agent", config, "--agent-seconds", str(seconds), "--port-file",
+             str(port_file)],
+            stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+        try:
+            while not port_file.exists() or not port_file.read_text():
+                if child.poll() is not None:
+                    raise SystemExit(f"{config}: the agent exited ({child.returncode})")
+                time.sleep(0.05)
+            url = f"http://127.0.0.1:{port_file.read_text()}/metrics"
+            with httpx.Client() as client:
+                while child.poll() is None:
+                    try:
+                        client.get(url, timeout=5.0)
+                    except httpx.HTTPError:
+                        break  # the agent is stopping
+                    time.sleep(1.0)
+            out, _ = child.communicate(timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def nvml_agent_cpu(seconds: float) -> Table:
+    """The NVML agent on 8 H100s at 1 s, scraped every second: without GPM (as before) and with it, same run."""
+    table = Table(title=f"NVML agent CPU over {seconds:g} s (8 H100s on recorded answers, 1 s interval, scraped 1 s)")
+    for col in ("configuration", "CPU % of one core", "DCGM_FI_PROF_* series", "target"):
+        table.add_column(col)
+    runs = {config: _nvml_agent(config, seconds) for config in NVML_CONFIGS}
+    for config, result in runs.items():
+        share = result["cpu_core_pct"]
+        verdict = "[green]met[/green]" if share <= 0.5 else "[red]not met[/red]"
+        target = f"<= 0.5 % {verdict}" if config == "gpm" else "(before: no GPM)"
+        table.add_row(config, f"{share:.2f} %", str(int(result["prof_series"])), target)
+    extra = runs["gpm"]["cpu_core_pct"] - runs["no-gpm"]["cpu_core_pct"]
+    table.add_row("GPM's own cost", f"{extra:+.2f} %", "", "")
     return table
 
 

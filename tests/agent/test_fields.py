@@ -123,10 +123,9 @@ def test_why_a_field_is_empty_names_what_would_fill_it() -> None:
     catalog = load_field_catalog()
     known = [*named(["nvml", "amdsmi", "hlml", "kmsg", "ib-sysfs", "attribution", "idle-cost", "app"]), TWIN_FIELDS]
     fills = {f.field.name: f for f in field_fills(catalog, named(list(NVIDIA_AGENT)), known)}
-    for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"):
-        assert not fills[name].exported and "needs DCGM" in fills[name].why_empty
-    for name in ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"):
-        assert "needs DCGM" in fills[name].why_empty and "nvmlDeviceGetPcieThroughput" in fills[name].why_empty
+    # NVML's GPM fills DCGM's profiling fields on Hopper and later GPUs only: partly, not counted for every node
+    for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES"):
+        assert not fills[name].exported and "NVML GPM (Hopper and later)" in fills[name].partly
     assert fills["DCGM_EXP_XID_ERRORS_COUNT"].sources == ("kmsg",)
     assert fills[IDLE_COST_FIELD].sources == ("idle-cost",)
     assert "app" in fills["training_step_duration_seconds"].why_empty

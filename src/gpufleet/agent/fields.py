@@ -71,8 +71,8 @@ def this_node(ib_sysfs: Path | None = None, kmsg: Path | None = None) -> tuple[l
     sources: list[SourceFields] = []
     missing: list[str] = []
     gpus, down = open_gpu_source(socket.gethostname())
-    if gpus is not None:
-        sources += [known[gpus.name], IDLE_COST]
+    if gpus is not None:  # a source that knows its devices says what it fills on them (NVML: GPM or not)
+        sources += [getattr(gpus, "fields", known[gpus.name]), IDLE_COST]
     missing += [f"{name}: {why}" for name, why in down]
     path = kmsg or Path("/dev/kmsg")
     if os.access(path, os.R_OK):

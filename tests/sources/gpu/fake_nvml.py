@@ -16,12 +16,15 @@ one with none is no sample, as NVML gives none for a process that ran nothing.
 
 from __future__ import annotations
 
+import ast
+import ctypes
 import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
+import yaml
 
 from gpufleet.parsers.nvidia.smi_processes import parse_mig_devices, parse_pmon, parse_process_table
 from gpufleet.parsers.nvidia.topo import parse_nvlink_status
@@ -549,3 +552,150 @@ def remapped_from_capture(text: str) -> tuple[int, int, int, int]:
     yes = {"Yes": 1, "No": 0}
     failure = yes[got.get("Remapping Failure Occurred", "No")]
     return int(got["Correctable Error"]), int(got["Uncorrectable Error"]), yes[got["Pending"]], failure
+
+
+# === GPM (GPU Performance Monitoring) ================================================================================
+# nvidia-ml-py's GPM calls answered from recorded data, for sources/gpu/nvml_gpm.py. FakeNvml itself has none of them:
+# nvidia-ml-py raises FUNCTION_NOT_FOUND for each, as a driver without GPM would. GpmFakeNvml is a driver with GPM:
+# nvmlGpmQueryDeviceSupport says yes for a GPU (or its GPU instances) with a recording and no for the others (a
+# pre-Hopper GPU); nvmlGpmSampleAlloc hands out nvidia-ml-py's own opaque sample pointer (c_nvmlGpmSample_t) to a
+# buffer of its own; nvmlGpmSampleGet and nvmlGpmMigSampleGet mark the buffer as the next sample of that GPU or GPU
+# instance; nvmlGpmMetricsGet fills the caller's c_nvmlGpmMetricsGet_t from the recording of the interval between
+# its two samples (the k-th interval for samples k and k+1, round the recording again after its last), each metric
+# with its own nvmlReturn (NOT_SUPPORTED for one the recording lacks), checking what the driver checks: the struct's
+# version, two samples of one GPU or instance, the second later than the first.
+
+GpmKey = int | tuple[int, int]  # a GPU's index, or (GPU index, GPU instance id)
+
+
+@dataclass
+class GpmRecording:
+    """What nvmlGpmMetricsGet answered for one GPU or GPU instance, interval after interval: GPM metric id -> value
+    in GPM's own units (percent 0-100, MiB/s)."""
+
+    intervals: list[dict[int, float]]
+
+
+class GpmFakeNvml(FakeNvml):
+    def __init__(self, gpus: list[FakeGpu], gpm: dict[GpmKey, GpmRecording], driver: str = "590.48.01") -> None:
+        super().__init__(gpus, driver)
+        self.gpm = gpm
+        self._buffers: dict[int, Any] = {}  # address -> the buffer a sample pointer points at
+        self._samples: dict[int, tuple[GpmKey, int]] = {}  # address -> (whose sample, its number)
+        self._taken: dict[GpmKey, int] = {}
+
+    def _has_gpm(self, gpu: int) -> bool:
+        return any(key == gpu or (isinstance(key, tuple) and key[0] == gpu) for key in self.gpm)
+
+    @staticmethod
+    def _address(sample: Any) -> int:
+        return ctypes.cast(sample, ctypes.c_void_p).value or 0
+
+    def nvmlGpmQueryDeviceSupport(self, h: Any) -> Any:
+        self._gpu("nvmlGpmQueryDeviceSupport", h)
+        support = pynvml.c_nvmlGpmSupport_t()
+        support.version = pynvml.NVML_GPM_SUPPORT_VERSION
+        support.isSupportedDevice = int(not isinstance(h, tuple) and self._has_gpm(h))
+        return support
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        buffer = ctypes.create_string_buffer(64)
+        sample = ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
+        self._buffers[self._address(sample)] = buffer
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        address = self._address(sample)
+        if self._buffers.pop(address, None) is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._samples.pop(address, None)
+
+    def _take(self, fn: str, h: Any, key: GpmKey, sample: Any) -> Any:
+        self._gpu(fn, h)
+        if isinstance(h, tuple) or not self._has_gpm(h):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        address = self._address(sample)
+        if address not in self._buffers:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._taken[key] = self._taken.get(key, 0) + 1
+        self._samples[address] = (key, self._taken[key])
+        return sample
+
+    def nvmlGpmSampleGet(self, h: Any, sample: Any) -> Any:
+        return self._take("nvmlGpmSampleGet", h, h, sample)
+
+    def nvmlGpmMigSampleGet(self, h: Any, gpu_instance: int, sample: Any) -> Any:
+        gpu = self.gpus[h]
+        if not any(m.gpu_instance_id == gpu_instance for m in gpu.migs):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return self._take("nvmlGpmMigSampleGet", h, (h, gpu_instance), sample)
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        first = self._samples.get(self._address(request.sample1))
+        second = self._samples.get(self._address(request.sample2))
+        if first is None or second is None or first[0] != second[0] or second[1] <= first[1]:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if self.record_calls:
+            self.calls.append(("nvmlGpmMetricsGet", first[0]))
+        recording = self.gpm.get(first[0])
+        interval = recording.intervals[(first[1] - 1) % len(recording.intervals)] if recording else {}
+        for k in range(request.numMetrics):
+            metric = request.metrics[k]
+            if metric.metricId in interval:
+                metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, interval[metric.metricId]
+            else:
+                metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return request
+
+
+# --- GPM recordings from captures -------------------------------------------------------------------------------------
+# DCGM's profiling fields as DCGM read them through GPM on Hopper (DCGM 3.3.9 and later: dcgmlib/src/dcgm_fields.cpp
+# DcgmFieldIdToNvmlGpmMetricId), with DCGM's conversion to undo: GPM's percent / 100 (DcgmGpmManager.cpp), GPM's
+# MiB/s * 1024 * 1024 (DcgmCacheManager.cpp). Keyed by the names the captured Python session gives the fields.
+_DCGM_READ_AS = {
+    "sm_active": (pynvml.NVML_GPM_METRIC_SM_UTIL, 100.0),
+    "sm_occupancy": (pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, 100.0),
+    "tensor_active": (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, 100.0),
+    "dram_active": (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, 100.0),
+    "fp64_active": (pynvml.NVML_GPM_METRIC_FP64_UTIL, 100.0),
+    "fp32_active": (pynvml.NVML_GPM_METRIC_FP32_UTIL, 100.0),
+    "fp16_active": (pynvml.NVML_GPM_METRIC_FP16_UTIL, 100.0),
+    "pcie_tx_bytes": (pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, 1 / 2**20),
+    "pcie_rx_bytes": (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, 1 / 2**20),
+    "nvlink_tx_bytes": (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, 1 / 2**20),
+    "nvlink_rx_bytes": (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, 1 / 2**20),
+}
+
+
+def gpm_from_dcgm_session(text: str) -> list[tuple[FakeGpu, GpmRecording, dict[str, float]]]:
+    """The GPUs of a printed DCGM field dict (`print(gpus)`: UUID -> {name, uuid, fp64_active, ...}), each with the
+    GPM answers DCGM converted, and the DCGM values themselves."""
+    body = text.split("\n", 1)[1].rstrip().rstrip(",")
+    records = ast.literal_eval(body if body.endswith("}}") else body + "}")
+    out = []
+    for i, (gpu_uuid, rec) in enumerate(records.items()):
+        metrics = {metric: float(rec[name]) * factor for name, (metric, factor) in _DCGM_READ_AS.items()}
+        gpu = FakeGpu(uuid=gpu_uuid, name=rec["name"], minor=i, bus=f"00000000:{0x18 + i:02X}:00.0")
+        out.append((gpu, GpmRecording([metrics]), {name: float(rec[name]) for name in _DCGM_READ_AS}))
+    return out
+
+
+def gpm_from_gpud_scan(text: str) -> list[tuple[str, GpmRecording]]:
+    """Each GPU's UUID and GPM answers from `gpud scan --poll-gpm-events` (metric id -> value, GPM's units)."""
+    return [
+        (item["uuid"], GpmRecording([{int(k): float(v) for k, v in item["metrics"].items()}]))
+        for item in yaml.safe_load(text)["metrics"]
+    ]
+
+
+_GI_SERIES = re.compile(r'^DCGM_FI_PROF_GR_ENGINE_ACTIVE\{[^}]*GPU_I_ID="(?P<gi>\d+)"[^}]*\} (?P<value>\S+)$', re.M)
+
+
+def gpm_mig_from_exporter(text: str) -> dict[int, GpmRecording]:
+    """Each GPU instance's GRAPHICS_UTIL (percent) from dcgm-exporter's DCGM_FI_PROF_GR_ENGINE_ACTIVE (a ratio)."""
+    return {
+        int(m["gi"]): GpmRecording([{pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: float(m["value"]) * 100.0}])
+        for m in _GI_SERIES.finditer(text)
+    }

@@ -6,7 +6,8 @@ Every reading is taken per device and per field: an NVML error on one GPU or one
 A GPU with MIG mode on (`nvmlDeviceGetMigMode` current 1) and GPU instances is one entity per GPU instance, as
 dcgm-exporter labels them: the parent's index, UUID, PCI id and device node, GPU_I_PROFILE and GPU_I_ID, and the
 MIG device's own UUID (its lowest compute instance's, the one the device plugin hands out). Only its memory is
-read per instance (`nvmlDeviceGetMemoryInfo` on the MIG device handle: FB_USED, FB_FREE). NVML has no
+read per instance (`nvmlDeviceGetMemoryInfo` on the MIG device handle: FB_USED, FB_FREE), and on Hopper and later
+its own profiling fields through GPM (nvml_gpm.py: DCGM_FI_PROF_GR_ENGINE_ACTIVE and the like). NVML has no
 per-instance temperature, power, clocks or ECC: every instance repeats its GPU's, as dcgm-exporter writes them (so
 a GPU's health stays watched in MIG mode); utilization has no reading in MIG mode and stays empty. The MIG layout
 is read when the entities are; a layout changed while the agent runs reads as failing MIG devices until the agent
@@ -27,6 +28,7 @@ import numpy as np
 
 from gpufleet.errors import BackendError, DependencyMissingError
 from gpufleet.sources.gpu.failing_readings import FailingReadings
+from gpufleet.sources.gpu.nvml_gpm import GPM_GPUS, GpmReader, declare
 from gpufleet.sources.gpu.nvml_state import (
     FABRIC_CLIQUE,
     FABRIC_STATUS,
@@ -37,6 +39,7 @@ from gpufleet.sources.gpu.nvml_state import (
 )
 from gpufleet.telemetry.field_sources import SourceFields
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
+from gpufleet.telemetry.gpm_fields import load_gpm_fields
 
 log = logging.getLogger("gpufleet.nvml")
 
@@ -162,10 +165,9 @@ GPU_STATE_PARTLY = (
     (FABRIC_STATUS, "GPUs of an NVSwitch or multi-node NVLink fabric (nvmlDeviceGetGpuFabricInfoV: HGX, NVL72)"),
     (FABRIC_CLIQUE, "GPUs that joined their NVLink fabric (a clique of an NVSwitch or multi-node NVLink domain)"),
 )
-# dcgm-exporter's DCGM_FI_PROF_* are counters of DCGM's profiling module (DCP), read through DCGM alone
-_NEEDS_DCGM = (
-    "a DCGM profiling (DCP) counter, which needs DCGM (dcgm-exporter's host engine); the NVML agent does not read it"
-)
+# dcgm-exporter's DCGM_FI_PROF_* are DCGM's profiling fields: NVML's GPM fills those it has a metric for on Hopper
+# and later GPUs (sources/gpu/nvml_gpm.py, telemetry/data/gpm_fields.csv); the others need DCGM itself
+_NEEDS_DCGM = "a DCGM profiling (DCP) counter NVML's GPM has no metric for: it needs DCGM (its host engine)"
 
 # What this source writes into the frame, and why it leaves the other GPU fields of the catalog empty (a field with
 # no value is not exported). NVLink counters are written for GPUs with NVLink, remapped rows from Ampere on.
@@ -181,13 +183,14 @@ FIELDS = SourceFields(
             ROW_REMAP_PENDING,
         ]
     ),
-    partly=GPU_STATE_PARTLY,
-    leaves=(
-        (
-            "DCGM_FI_PROF_PCIE_*_BYTES",
-            _NEEDS_DCGM + " (NVML's nvmlDeviceGetPcieThroughput is a 20 ms sample in KB/s, not DCP's bytes of header "
-            "and payload per second, so it is not written under this name)",
+    partly=(
+        *(
+            (f.field, GPM_GPUS if f.per_instance else f"{GPM_GPUS}, whole GPUs only (a MIG instance has none)")
+            for f in load_gpm_fields()
         ),
+        *GPU_STATE_PARTLY,
+    ),
+    leaves=(
         ("DCGM_FI_PROF_*", _NEEDS_DCGM),
         (
             "DCGM_FI_DEV_MEMORY_TEMP",
@@ -340,6 +343,14 @@ class NvmlSource:
         self.driver = _text(self.nvml.nvmlSystemGetDriverVersion())
         self._failing = FailingReadings(log)
         self._slots: list[_Slot] | None = None
+        self.gpm = GpmReader(self.nvml, self.handles, self._failing)
+
+    @property
+    def fields(self) -> SourceFields:
+        """What this source fills on this node: FIELDS, with the GPM fields filled or not as its GPUs have GPM."""
+        names = [_text(self.nvml.nvmlDeviceGetName(h)) for h in self.handles]
+        mig = {i for i, h in enumerate(self.handles) if mig_enabled(self.nvml, h)}
+        return declare(FIELDS, self.gpm.why_not, names, mig)
 
     def entities(self) -> list[GpuEntity]:
         """One entity per GPU, or per GPU instance of a MIG-enabled GPU (see the module's note)."""
@@ -409,6 +420,8 @@ class NvmlSource:
         self._remapped_rows(frame, e, h)
         self._nvlink(frame, e, h)
         self._gpu_state(frame, e, i, h)
+        if not mig:  # a MIG GPU's instances read their own (_collect_instance)
+            self.gpm.read(frame, e, i, h)
 
     def _collect_instance(self, frame: MetricFrame, e: int, i: int, mig: MigDevice) -> None:
         """A GPU instance's own memory; its utilization has no NVML reading (the GPU's is NOT_SUPPORTED in MIG
@@ -421,6 +434,7 @@ class NvmlSource:
                 call = self.nvml.nvmlDeviceGetMemoryInfo
                 what = f"{field} of GPU instance {mig.gpu_instance_id}"
                 frame.gpu(field)[e] = self._read(i, what, partial(_convert, convert, call, mig.handle))
+        self.gpm.read(frame, e, i, self.handles[i], mig.gpu_instance_id)
 
     def _remapped_rows(self, frame: MetricFrame, i: int, h: Any) -> None:
         try:
