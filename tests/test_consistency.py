@@ -1286,7 +1286,7 @@ def test_the_matrix_covers_every_capture() -> None:
     """How many captures each row of the matrix reads, pinned; every scored capture is in a row, or read by one
     door only (ONE_DOOR says which and why)."""
     assert {row: len(paths) for row, paths in ROWS.items()} == {
-        "kernel logs": 64,
+        "kernel logs": 66,
         "dcgmi diag": 21,
         "nvidia-smi nvlink -s": 5,
         "nvidia-smi -q, dcgm-exporter scrapes": 18,
