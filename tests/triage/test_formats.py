@@ -52,6 +52,8 @@ REAL = {
     "ibv_devinfo": CAPTURES / "infiniband" / "ibv_devinfo_vv_cx6_port_disabled.txt",
     "mlxlink": CAPTURES / "infiniband" / "mlxlink_cx6_ib_hdr_2x.txt",
     "ibdiagnet": CAPTURES / "infiniband" / "ibdiagnet_summary_speed_width_errors.txt",
+    "ipmitool-sdr": CAPTURES / "bmc" / "sdr_list_full_dell_r320_fans_failed.txt",
+    "ipmitool-sel": CAPTURES / "bmc" / "sel_elist_psu_ac_lost_fan_nr.txt",
     "kubectl-pod-json": CAPTURES / "kubelet_pods" / "kubectl_get_all_kubeadm_docker.json",
     "kubectl-describe-node": CAPTURES / "kubectl" / "describe_node_ocp311_kubevirt.txt",
     "kubectl-node-yaml": CAPTURES / "kubectl" / "node_yaml_status_one_gpu_podman_desktop.txt",

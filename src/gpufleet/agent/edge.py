@@ -18,6 +18,7 @@ from gpufleet.agent.pusher import NodeState
 from gpufleet.agent.services import ServiceWindows
 from gpufleet.agent.spool import RecordSpool
 from gpufleet.health.node_health import NodeHealth
+from gpufleet.model.bmc import BmcRead
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.model.observe import JobFact, MetricSnapshot, NodeInventory, Observation, SchedulerReport
 from gpufleet.telemetry.frame import MetricFrame
@@ -136,6 +137,14 @@ class EdgeAgent:
             out = self.health.observe(time.time(), kernel={self.node: events})
             self._spool([*out.kernel, *out.findings])
         self.wake()
+
+    def bmc_read(self, read: BmcRead) -> None:
+        """A read of the node's BMC (its sensors, its new event-log records): judged and spooled now."""
+        with self._lock:
+            out = self.health.observe(read.time, bmc={self.node: read})
+            self._spool([*out.bmc, *out.findings])
+        if out.bmc or out.findings:
+            self.wake()
 
     def after_collect(self, frame: MetricFrame) -> None:
         """Run once per collection, after the sources filled `frame`."""

@@ -1,8 +1,8 @@
 """What a real node's agent fills, source by source (telemetry/field_sources.py): the GPU library's own declaration
 (NVML, AMD SMI, HLML), the kernel log's Xid series, the InfiniBand ports in sysfs, the attribution of each GPU to its
-workloads, the idle cost, and an application's own /metrics when the agent scrapes one. `gpufleet telemetry fields`
-says from these which source fills each field on a node and why one stays empty; `gpufleet deploy size` counts what
-they fill."""
+workloads, the idle cost, the BMC's sensors, and an application's own /metrics when the agent scrapes one.
+`gpufleet telemetry fields` says from these which source fills each field on a node and why one stays empty;
+`gpufleet deploy size` counts what they fill."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import socket
 from pathlib import Path
 
+from gpufleet.agent.bmc import FIELDS as BMC_FIELDS
 from gpufleet.agent.xids import XidWindow
 from gpufleet.catalog import load_ib_counters
 from gpufleet.instrument import names
@@ -27,6 +28,9 @@ IB_SYSFS = SourceFields(
 ATTRIBUTION = SourceFields("attribution", frozenset({POD_INFO, "gpufleet_gpu_job_info", *ATTRIBUTION_FAMILIES}))
 # the idle cost of each GPU whose model has a price (the catalog's or the cost config's), from its utilization
 IDLE_COST = SourceFields("idle-cost", frozenset({IDLE_COST_FIELD}))
+# the node's BMC through ipmitool (agent/bmc.py): fan speeds, chassis temperatures, power readings and the judged
+# state of each fan, power supply and temperature sensor, one series per sensor (counted once per field)
+BMC = SourceFields("bmc", frozenset(BMC_FIELDS))
 APP = SourceFields(
     "app",
     frozenset(
@@ -53,7 +57,7 @@ def gpu_sources() -> dict[str, SourceFields]:
 
 def known_sources() -> dict[str, SourceFields]:
     """Every source an agent can run, by name (as gpufleet_source_up names it)."""
-    return {**gpu_sources(), **{s.source: s for s in (KMSG, IB_SYSFS, ATTRIBUTION, IDLE_COST, APP)}}
+    return {**gpu_sources(), **{s.source: s for s in (KMSG, IB_SYSFS, ATTRIBUTION, IDLE_COST, APP, BMC)}}
 
 
 NVIDIA_AGENT = ("nvml", "kmsg", "ib-sysfs", "attribution", "idle-cost")  # `gpufleet agent` on an NVIDIA node
@@ -90,7 +94,26 @@ def this_node(ib_sysfs: Path | None = None, kmsg: Path | None = None) -> tuple[l
     else:
         missing.append(f"ib-sysfs: {why}")
     sources.append(ATTRIBUTION)
+    bmc = _bmc_here()
+    if bmc:
+        missing.append(f"bmc: {bmc}")
+    else:
+        sources.append(BMC)
     return sources, missing
+
+
+def _bmc_here() -> str:
+    """Why the BMC source cannot read this node's BMC ('' when it can try): ipmitool and an IPMI device."""
+    import shutil
+
+    if shutil.which("ipmitool") is None:
+        return "ipmitool is not installed"
+    devices = [Path(p) for p in ("/dev/ipmi0", "/dev/ipmi/0", "/dev/ipmidev/0")]  # ipmitool's open interface
+    if not any(d.exists() for d in devices):
+        return "no IPMI device (/dev/ipmi0): no BMC, or its drivers are not loaded"
+    if not any(os.access(d, os.R_OK | os.W_OK) for d in devices):
+        return "/dev/ipmi0 is not readable and writable here"
+    return ""
 
 
 def named(names_: list[str], extra: dict[str, SourceFields] | None = None) -> list[SourceFields]:

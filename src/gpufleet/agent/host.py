@@ -1,7 +1,8 @@
 """The agent on a real node: the accelerators' library (NVML, AMD SMI or Habana's HLML), sysfs for the InfiniBand
-ports, the kernel log, and the node's inventory; with a job-map directory, which Slurm jobs use each GPU. Each part
-is isolated: a missing library or driver, a host without InfiniBand, an unreadable kernel log or job map is one log
-line and `gpufleet_source_up{source=...} 0`, never a stopped agent.
+ports, the kernel log, the BMC (ipmitool: fans, power supplies, temperatures, its event log) and the node's
+inventory; with a job-map directory, which Slurm jobs use each GPU. Each part is isolated: a missing library or
+driver, a host without InfiniBand or without a reachable BMC, an unreadable kernel log or job map is one log line and
+`gpufleet_source_up{source=...} 0`, never a stopped agent.
 
 `accelerators="auto"` tries NVML, then amdsmi, then pyhlml, and keeps the first that starts with devices; only
 when none does are all of them reported down. Naming a vendor tries that library alone."""
@@ -19,6 +20,8 @@ from typing import Any
 import msgspec
 
 from gpufleet.agent.attribution import AllotmentReader, AttributionSource, OwnerReader, ProcessReader
+from gpufleet.agent.bmc import DEFAULT_INTERVAL_S as DEFAULT_BMC_INTERVAL_S
+from gpufleet.agent.bmc import BmcWatch
 from gpufleet.agent.collector import MetricSource
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
 from gpufleet.cost.config import CostConfig
@@ -27,6 +30,8 @@ from gpufleet.cost.prices import prices_by_model
 from gpufleet.errors import GpufleetError, UserError
 from gpufleet.model.observe import NodeInventory, SchedulerReport
 from gpufleet.sources.node.app_scrape import AppMetricsSource, AppScrape
+from gpufleet.sources.node.bmc import DEFAULT_TIMEOUT_S as DEFAULT_BMC_TIMEOUT_S
+from gpufleet.sources.node.bmc import IpmiTool
 from gpufleet.sources.node.inventory import SYSFS_IB, IbSysfsSource, ib_ports, read_inventory
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments
 from gpufleet.telemetry.exposition.config import ExpositionConfig
@@ -37,6 +42,15 @@ log = logging.getLogger("gpufleet.agent")
 ACCELERATORS = ("auto", "nvidia", "amd", "intel")
 POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 KUBELET_PODS = "https://127.0.0.1:10250/pods"
+
+
+@dataclass(frozen=True, slots=True)
+class BmcOptions:
+    """How often the node's BMC is read (its sensors and event log, through ipmitool), and how long one ipmitool
+    command may take."""
+
+    interval_s: float = DEFAULT_BMC_INTERVAL_S
+    timeout_s: float = DEFAULT_BMC_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +164,11 @@ def host_agent(
     accelerators: str = "auto",
     attribution: AttributionOptions | None = AttributionOptions(),
     cost: CostConfig | None = None,
+    bmc: BmcOptions | None = BmcOptions(),
 ) -> Agent:
     """`cost`: the cost config its idle-cost series is priced with (default: the catalog's list prices), the one
-    `gpufleet cost report` reads, so the series, the alert and the report agree."""
+    `gpufleet cost report` reads, so the series, the alert and the report agree. `bmc`: how the node's BMC is read
+    (None: not read)."""
     name = node or socket.gethostname()
     gpus, down = open_gpu_source(name, accelerators)
     entities = gpus.entities() if gpus is not None else []
@@ -189,6 +205,7 @@ def host_agent(
         exposition=exposition,
         kernel_log=kmsg_file or DEV_KMSG,
         scheduler=scheduler,
+        bmc=BmcWatch(name, IpmiTool(timeout_s=bmc.timeout_s), interval_s=bmc.interval_s) if bmc is not None else None,
     )
     if scrape is not None:
         agent.stoppers.insert(0, scrape)

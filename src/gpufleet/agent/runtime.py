@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from gpufleet.agent.bmc import BmcWatch
 from gpufleet.agent.collector import Collector, MetricSource
 from gpufleet.agent.edge import EdgeAgent
 from gpufleet.agent.http import make_server, serve_in_thread
@@ -101,15 +102,21 @@ def assemble(
     scheduler: Callable[[], SchedulerReport | None] | None = None,
     guard: Callable[[Callable[[], None]], None] | None = None,
     stoppers: list[Stoppable] | None = None,
+    bmc: BmcWatch | None = None,
 ) -> Agent:
-    """An agent for `node`. It serves /metrics, the Xids of `kernel_log` (None: not followed) among them; with a
-    control plane it also detects at the edge, hands the kernel log's reports to the edge, and pushes."""
+    """An agent for `node`. It serves /metrics, the Xids of `kernel_log` (None: not followed) and the BMC's sensors
+    (`bmc`, read in its own thread) among them; with a control plane it also detects at the edge, hands the kernel
+    log's reports and the BMC's reads to the edge (the SEL's position kept in the spool), and pushes."""
     xids = None
     if kernel_log is not None:  # /dev/kmsg's uptime stamps are this boot's, on the monotonic clock
         xids = XidWindow(node, window_ms=frame.window_ms, boot_clock=time.monotonic if kernel_log == DEV_KMSG else None)
-    all_sources = [*sources, xids] if xids is not None else sources
+    all_sources = [*sources, xids] if xids is not None else list(sources)
+    if bmc is not None:
+        all_sources.append(bmc)
     collector = Collector(frame, all_sources, interval=interval, exposition=exposition, guard=guard)
     agent = Agent(collector, host, port, node, stoppers=list(stoppers or []))
+    if bmc is not None:
+        agent.stoppers.append(bmc)
     if control_plane is None:
         if kernel_log is not None and xids is not None:  # for the Xid series alone: a file is begun at its end
             follow = _follower(kernel_log, xids.observe, MemoryPositions(), node, xids, from_start=False)
@@ -137,6 +144,8 @@ def assemble(
     )
     collector.after.append(edge.after_collect)
     agent.pusher, agent.edge, agent.spool = pusher, edge, spool
+    if bmc is not None:  # started with the agent, after this: its first read finds the spool
+        bmc.positions, bmc.deliver = spool, edge.bmc_read
     if kernel_log is not None and xids is not None:
         window = xids
 

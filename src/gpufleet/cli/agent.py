@@ -18,6 +18,7 @@ from gpufleet.spec.base import parse_duration
 
 if TYPE_CHECKING:
     from gpufleet.agent.fabric import FabricWatch
+    from gpufleet.agent.host import BmcOptions
     from gpufleet.agent.workload import WorkloadWatch
     from gpufleet.model.observe import FabricReport, SchedulerReport
 
@@ -157,6 +158,19 @@ def agent(
         help="The cost config (prices: YAML, as `gpufleet cost report --price-file` reads it) the idle-cost series "
         "is priced with; default: the catalog's list prices, as the report's.",
     ),
+    bmc: bool = typer.Option(
+        True,
+        "--bmc/--no-bmc",
+        help="Read the node's BMC through ipmitool (in band, /dev/ipmi0): fan speeds, chassis temperatures, power "
+        "supplies and their state as series and findings, its event log's new records as events. Without ipmitool "
+        'or /dev/ipmi0 it is one log line and gpufleet_source_up{source="bmc"} 0.',
+    ),
+    bmc_interval: str = typer.Option(
+        "60s", "--bmc-interval", help="With --bmc: time between two reads of the BMC (a read takes seconds)."
+    ),
+    bmc_timeout: str = typer.Option(
+        "30s", "--bmc-timeout", help="With --bmc: an ipmitool command still running after this is stopped."
+    ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Where the event spool lives (default ~/.gpufleet/agent)."
     ),
@@ -258,7 +272,7 @@ def agent(
             cost=cost,
         )
     else:
-        from gpufleet.agent.host import AttributionOptions, host_agent
+        from gpufleet.agent.host import AttributionOptions, BmcOptions, host_agent
 
         options = AttributionOptions(
             pod_resources=None if pod_resources == "none" else Path(pod_resources),
@@ -284,6 +298,7 @@ def agent(
             accelerators=accelerators.value,
             attribution=options if attribution else None,
             cost=cost,
+            bmc=_bmc_options(bmc_interval, bmc_timeout, BmcOptions) if bmc else None,
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last
@@ -311,6 +326,13 @@ def agent(
         pass
     finally:
         built.stop()
+
+
+def _bmc_options(interval: str, timeout: str, options: type[BmcOptions]) -> BmcOptions:
+    interval_s, timeout_s = parse_duration(interval), parse_duration(timeout)
+    if interval_s <= 0 or timeout_s <= 0:
+        raise UserError("--bmc-interval and --bmc-timeout must be positive", fix="e.g. --bmc-interval 60s")
+    return options(interval_s=interval_s, timeout_s=timeout_s)
 
 
 def _app_targets(urls: list[str]) -> list[str]:

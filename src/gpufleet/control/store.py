@@ -14,7 +14,16 @@ from typing import Any
 
 import msgspec
 
-from gpufleet.model.observe import Batch, Finding, KernelReport, LinkEvent, NodeInventory, Observation, Record
+from gpufleet.model.observe import (
+    Batch,
+    BmcEvent,
+    Finding,
+    KernelReport,
+    LinkEvent,
+    NodeInventory,
+    Observation,
+    Record,
+)
 from gpufleet.state import AuditLog, Database, IncidentTable
 from gpufleet.state.db import where
 
@@ -32,6 +41,10 @@ def _describe(record: Record) -> tuple[str, str, str, str]:
         return body.node, "kmsg", entity, body.raw.split("\n", 1)[0]
     if isinstance(body, LinkEvent):
         return body.node, "link", f"port/{body.node}/{body.port}/{body.hca}", body.detail
+    if isinstance(body, BmcEvent):
+        direction = "asserted" if body.asserted else "deasserted"
+        text = f"SEL {body.record:x}: {body.sensor_type} {body.sensor}: {body.event} ({direction})"
+        return body.node, "bmc", f"node/{body.node}", text
     assert isinstance(body, Finding)
     return body.entity.node, "finding", str(body.entity), body.summary
 

@@ -15,8 +15,9 @@ from gpufleet.health.detectors.base import Latches, NodeDetector, NodeSetup, reg
 from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.health.xid_policy import XidPolicy
+from gpufleet.model.bmc import BmcRead
 from gpufleet.model.kernel import KernelEvent
-from gpufleet.model.observe import Finding, KernelReport, LinkEvent, NodeInventory
+from gpufleet.model.observe import BmcEvent, Finding, KernelReport, LinkEvent, NodeInventory
 from gpufleet.telemetry.frame import MetricFrame
 
 
@@ -25,14 +26,17 @@ class NodeObservations:
     findings: list[Finding] = field(default_factory=list)
     kernel: list[KernelReport] = field(default_factory=list)
     links: list[LinkEvent] = field(default_factory=list)
+    bmc: list[BmcEvent] = field(default_factory=list)
 
-    def by_node(self) -> dict[str, list[Finding | KernelReport | LinkEvent]]:
+    def by_node(self) -> dict[str, list[Finding | KernelReport | LinkEvent | BmcEvent]]:
         """Observations grouped by the node they are about, kernel reports first (the cause's own line)."""
-        out: dict[str, list[Finding | KernelReport | LinkEvent]] = {}
+        out: dict[str, list[Finding | KernelReport | LinkEvent | BmcEvent]] = {}
         for report in self.kernel:
             out.setdefault(report.node, []).append(report)
         for link in self.links:
             out.setdefault(link.node, []).append(link)
+        for event in self.bmc:
+            out.setdefault(event.node, []).append(event)
         for finding in self.findings:
             out.setdefault(finding.entity.node or finding.entity.name, []).append(finding)
         return out
@@ -71,17 +75,19 @@ class NodeHealth:
         frame: MetricFrame | None = None,
         kernel: Mapping[str, Sequence[KernelEvent]] | None = None,
         inventories: Sequence[NodeInventory] = (),
+        bmc: Mapping[str, BmcRead] | None = None,
     ) -> NodeObservations:
         """Run every node-local detector whose inputs are given on one collection. `inventories`: nodes whose
         inventory is new or due for its periodic check (the software checks run on those). Without a frame, only
-        the detectors that need none run (the kernel reports the log follower just parsed)."""
-        seen = NodeSeen(frame, kernel, inventories or None)
+        the detectors that need none run (the kernel reports the log follower just parsed, what the BMC source read:
+        `bmc`)."""
+        seen = NodeSeen(frame, kernel, inventories or None, bmc)
         events: list[Finding] = []
         lasting: list[Finding] = []
         for entry, detector in self._run:
             if entry.ready(seen):
                 (lasting if entry.lasting else events).extend(detector.detect(now, seen))
-        return NodeObservations(events + self._gate(now, lasting), seen.reports, seen.links)
+        return NodeObservations(events + self._gate(now, lasting), seen.reports, seen.links, seen.bmc_events)
 
     def _gate(self, now: float, findings: list[Finding]) -> list[Finding]:
         """A condition is reported when it starts, then confirmed every `repeat_s` while it lasts (at once if it

@@ -84,6 +84,10 @@ class RootCause(StrEnum):
     slo_errors = "slo-errors"  # error ratio over its objective
     slo_availability = "slo-availability"  # successful-request ratio under its objective over the hour
     service_stale = "service-stale"  # a service's replicas stopped reporting
+    # the box around the GPUs, as its BMC reports it (health/bmc.py)
+    node_fan = "node-fan"  # a chassis fan failed, stopped or fell below its lower critical threshold
+    node_psu = "node-psu"  # a power supply failed, predicts failure or lost its AC input
+    node_thermal = "node-thermal"  # a chassis temperature (inlet, exhaust, board) over its upper threshold
 
 
 @dataclass(slots=True)

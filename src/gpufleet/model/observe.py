@@ -6,7 +6,8 @@ a `Batch` together with the node's latest state (inventory, a metric snapshot, t
 control plane stores each record exactly once per (agent, incarnation, seq) and answers with the highest sequence
 number it holds (`Ack`).
 
-- Durable records (`Record`: a `KernelReport`, a `LinkEvent` or a `Finding`) are delivered exactly once.
+- Durable records (`Record`: a `KernelReport`, a `LinkEvent`, a `BmcEvent` or a `Finding`) are delivered exactly
+  once.
 - State (`NodeInventory`, `MetricSnapshot`, `JobFact`, `ServiceFact`, `SchedulerReport`) is latest-value: a push
   replaces what the last one said, and a lost push is simply superseded by the next.
 
@@ -100,7 +101,24 @@ class LinkEvent(msgspec.Struct, tag="link"):
     detail: Text = ""
 
 
-Observation = Finding | KernelReport | LinkEvent
+class BmcEvent(msgspec.Struct, tag="bmc"):
+    """A new record of the node's BMC System Event Log (IPMI SEL), as the agent's BMC source read it: the record id,
+    IPMI's sensor type and the sensor, the event in ipmitool's words and whether it was asserted or deasserted.
+    `severity` is health/bmc.py's verdict of it (None: no fault); a fault also comes as its own finding."""
+
+    time: Time  # when the agent read it
+    node: Name
+    record: Annotated[int, msgspec.Meta(ge=0, le=0xFFFF)]
+    sensor_type: Short
+    sensor: Short
+    event: Short
+    asserted: bool
+    raw: Text
+    logged: Time | None = None  # the record's own time, when the BMC stamped one
+    severity: Severity | None = None
+
+
+Observation = Finding | KernelReport | LinkEvent | BmcEvent
 
 
 class Record(msgspec.Struct):

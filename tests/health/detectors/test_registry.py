@@ -22,6 +22,8 @@ def test_every_detector_is_registered_once_with_its_scope_in_a_fixed_order() -> 
         ("gpu", ("frame",), True),
         ("fabric", ("frame",), True),
         ("software", ("inventories",), True),
+        ("bmc-sensors", ("bmc",), True),  # conditions, on each read of the BMC
+        ("bmc-sel", ("bmc",), False),  # the event log's new records, each once
     ]
     assert [(e.name, e.needs) for e in registered_fleet()] == [
         ("training", ("jobs", "rank_util")),
@@ -34,7 +36,7 @@ def test_every_detector_is_registered_once_with_its_scope_in_a_fixed_order() -> 
 
 
 def test_a_detector_runs_only_when_what_it_needs_is_given() -> None:
-    (kernel, gpu, _, software) = registered_node()
+    (kernel, gpu, _, software, *_bmc) = registered_node()
     only_kernel = NodeSeen(kernel={"n0": []})
     assert kernel.ready(only_kernel) and not gpu.ready(only_kernel) and not software.ready(only_kernel)
     application = registered_fleet()[1]

@@ -1,8 +1,9 @@
 """What a detector sees: one typed input per scope, handed to every detector of that scope (`detect(now, seen)`).
 
 - `NodeSeen`: one collection on a node (in its agent): the MetricFrame, the kernel-log reports parsed since the last
-  one, the inventories due for a check. A node-local detector also records there what it saw besides findings:
-  the kernel reports it judged, the ports that went down or came up.
+  one, the inventories due for a check, what the BMC source read. A node-local detector also records there what it
+  saw besides findings: the kernel reports it judged, the ports that went down or came up, the BMC's new event-log
+  records.
 - `FleetSeen`: one moment of the fleet (in the control plane): the training jobs and their ranks' GPUs, the jobs'
   own signals, the inference services' replicas, every node's inventory, the hosts' load. Its callables are read
   only by the detectors that need them, when they run.
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpufleet.model.bmc import BmcRead
 from gpufleet.model.kernel import KernelEvent
-from gpufleet.model.observe import KernelReport, LinkEvent, NodeInventory, ServiceFact, TrainingSignals
+from gpufleet.model.observe import BmcEvent, KernelReport, LinkEvent, NodeInventory, ServiceFact, TrainingSignals
 
 if TYPE_CHECKING:
     from gpufleet.telemetry.frame import MetricFrame
@@ -58,8 +60,10 @@ class NodeSeen:
     frame: MetricFrame | None = None
     kernel: Mapping[str, Sequence[KernelEvent]] | None = None  # node -> its kernel-log reports parsed since the last
     inventories: Sequence[NodeInventory] | None = None  # nodes whose inventory is new or due for its periodic check
+    bmc: Mapping[str, BmcRead] | None = None  # node -> what its BMC source read since the last collection
     reports: list[KernelReport] = field(default_factory=list)  # recorded: each kernel report judged
     links: list[LinkEvent] = field(default_factory=list)  # recorded: each port that went down or came up
+    bmc_events: list[BmcEvent] = field(default_factory=list)  # recorded: each new BMC event-log record
 
 
 @dataclass(frozen=True, slots=True)

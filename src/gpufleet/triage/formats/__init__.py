@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpufleet.triage.formats import amd, app, dcgm, gaudi, infiniband, kernel, kube, nccl, nvidia
+from gpufleet.triage.formats import amd, app, bmc, dcgm, gaudi, infiniband, kernel, kube, nccl, nvidia
 from gpufleet.triage.formats.registry import Format, Option, Registry, Table, View
 from gpufleet.triage.report import TriageReport
 
@@ -45,6 +45,8 @@ REGISTRY = Registry(
         infiniband.IBV_DEVINFO,
         infiniband.MLXLINK,
         infiniband.IBDIAGNET,
+        bmc.IPMITOOL_SDR,
+        bmc.IPMITOOL_SEL,
         kube.KUBECTL_NODE_JSON,
         kube.KUBECTL_POD_JSON,
         kube.KUBECTL_DESCRIBE_NODE,
