@@ -6,16 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpufleet.health.dcgm_diag import DiagIssue, assess, classify_message
+from gpufleet.health.dcgm_health import judge_health
 from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.dcgmi_diag import DiagParser
 from gpufleet.parsers.nvidia.dcgmi_health import HealthParser, HealthReport, parse_health_json
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.report import TriageFinding, TriageReport
-
-_HEALTH_FIX = {
-    Severity.critical: "drain the node; run `dcgmi diag -r 3` on it and follow the failure it names",
-    Severity.warning: "watch it: rerun `dcgmi health -c`, and run `dcgmi diag -r 2` at the next drain",
-}
 
 
 def _finding(issue: DiagIssue) -> TriageFinding:
@@ -59,54 +55,13 @@ def read_dcgmi_diag(lines: Iterable[str], source: str) -> TriageReport:
     return report
 
 
-def _health_severity(health: str) -> Severity | None:
-    return {"Failure": Severity.critical, "Warning": Severity.warning}.get(health)
-
-
 def _judge_health(health: HealthReport, report: TriageReport) -> None:
-    shown = False
-    for entity in health.entities:
-        for system in entity.systems or []:
-            severity = _health_severity(system.health)
-            rule = classify_message(system.message) if system.message else None
-            if system.health == "Internal error" or (rule is not None and rule.kind == "diagnostic"):
-                report.judged = False  # the watch could not be evaluated: it says nothing of the entity
-                report.findings.append(
-                    TriageFinding("dcgmi health", Severity.info, f"DCGM could not evaluate the {system.name} of "
-                                  f"{entity.name}: {system.message or system.health}", entity.name,
-                                  system.name, rule.fix if rule and rule.fix else "check nv-hostengine's log",
-                                  system.lines)
-                )  # fmt: skip
-                shown = True
-                continue
-            if severity is None:
-                continue
-            shown = True
-            report.findings.append(
-                TriageFinding("dcgmi health", severity, f"{system.name}: {system.message or system.health}",
-                              entity.name, system.name, (rule.fix if rule and rule.fix else _HEALTH_FIX[severity]),
-                              system.lines)
-            )  # fmt: skip
-        severity = _health_severity(entity.health)
-        if severity is not None and not entity.systems:
-            shown = True
-            report.findings.append(
-                TriageFinding("dcgmi health", severity, f"{entity.name} is {entity.health}", entity.name,
-                              entity.health, _HEALTH_FIX[severity], entity.lines)
-            )  # fmt: skip
-    overall = _health_severity(health.overall or "")
-    if overall is not None and not any(f.severity == overall for f in report.findings):
-        report.findings.append(
-            TriageFinding("dcgmi health", overall, f"overall health is {health.overall}", "node", "Overall Health",
-                          _HEALTH_FIX[overall], [health.overall_line])
-        )  # fmt: skip
-        shown = True
-    if health.overall == "Internal error":
-        report.judged = False
-        report.notes.append("DCGM reports an internal error for the overall health: it could not evaluate it")
-    elif health.overall is None and not shown:
-        report.judged = False
-        report.notes.append("no `Overall Health` row: nothing to judge")
+    judgement = judge_health(health)  # the one verdict on DCGM's health watches (health/dcgm_health.py)
+    for issue in judgement.issues:
+        report.findings.append(TriageFinding("dcgmi health", issue.severity, issue.message, issue.entity,
+                                             issue.code, issue.fix, issue.evidence))  # fmt: skip
+    report.judged = report.judged and judgement.judged
+    report.notes.extend(judgement.notes)
 
 
 def read_dcgmi_health(lines: Iterable[str], source: str) -> TriageReport:
