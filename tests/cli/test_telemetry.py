@@ -16,12 +16,15 @@ def _fields(*args: str) -> dict[str, dict[str, object]]:
     return {f["name"]: f for f in json.loads(res.stdout)}
 
 
-def test_an_nvidia_agent_says_dcgm_profiling_is_not_its_to_fill() -> None:
+def test_an_nvidia_agent_fills_profiling_from_gpm_on_the_gpus_that_have_it() -> None:
+    """Without a node to look at, the NVML agent's profiling fields are filled for some GPUs only (NVML's GPM, Hopper
+    and later): said, and not counted as filled; PCIe and NVLink bytes belong to whole GPUs."""
     fields = _fields("--sources", NVIDIA_AGENT)
     for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"):
         field = fields[name]
         assert field["enabled"] and not field["exported"] and field["filled_by"] == []
-        assert "needs DCGM" in str(field["why_empty"]) and "NVML agent does not read it" in str(field["why_empty"])
+        assert "GPUs with NVML GPM (Hopper and later)" in str(field["partly"]), field
+    assert "whole GPUs only" in str(fields["DCGM_FI_PROF_PCIE_TX_BYTES"]["partly"])
     assert fields["DCGM_FI_DEV_GPU_UTIL"]["filled_by"] == ["nvml"] and fields["DCGM_FI_DEV_GPU_UTIL"]["exported"]
     assert fields["DCGM_EXP_XID_ERRORS_COUNT"]["filled_by"] == ["kmsg"]
     assert fields["gpufleet_gpu_idle_cost_dollars_per_hour"]["filled_by"] == ["idle-cost"]
@@ -41,7 +44,7 @@ def test_the_twins_agent_and_what_it_fills_for_some_devices_only() -> None:
 
 def test_the_table_names_the_sources_and_this_nodes_missing_ones() -> None:
     table = gpufleet("telemetry", "fields", "--sources", NVIDIA_AGENT).stdout
-    assert "FILLED BY" in table and "WHY EMPTY" in table and "needs DCGM" in table
+    assert "FILLED BY" in table and "WHY EMPTY" in table and "GPM" in table
     here = gpufleet("telemetry", "fields")  # this host: whatever it has, said, never a traceback
     assert here.returncode == 0 and "this node's agent" in here.stdout and "Traceback" not in here.stderr
 
