@@ -5,7 +5,12 @@ driver, a host without InfiniBand or without a reachable BMC, an unreadable kern
 `gpufleet_source_up{source=...} 0`, never a stopped agent.
 
 `accelerators="auto"` tries NVML, then amdsmi, then pyhlml, and keeps the first that starts with devices; only
-when none does are all of them reported down. Naming a vendor tries that library alone."""
+when none does are all of them reported down. Naming a vendor tries that library alone.
+
+On an NVIDIA node DCGM's host engine (sources/gpu/dcgm.py) adds its profiling fields, health watches, policy
+violations and per-job statistics: `dcgm="auto"` uses the local nv-hostengine when DCGM is installed and running and
+says nothing otherwise; a target asked for explicitly (embedded, host:port) that cannot be read is
+`gpufleet_source_up{source="dcgm"} 0` with the reason."""
 
 from __future__ import annotations
 
@@ -29,13 +34,14 @@ from gpufleet.cost.idle import IdleCost
 from gpufleet.cost.prices import prices_by_model
 from gpufleet.errors import GpufleetError, UserError
 from gpufleet.model.observe import NodeInventory, SchedulerReport
+from gpufleet.sources.gpu.dcgm import DcgmSource, DcgmTarget, open_dcgm
 from gpufleet.sources.node.app_scrape import AppMetricsSource, AppScrape
 from gpufleet.sources.node.bmc import DEFAULT_TIMEOUT_S as DEFAULT_BMC_TIMEOUT_S
 from gpufleet.sources.node.bmc import IpmiTool
 from gpufleet.sources.node.inventory import SYSFS_IB, IbSysfsSource, ib_ports, read_inventory
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments
 from gpufleet.telemetry.exposition.config import ExpositionConfig
-from gpufleet.telemetry.frame import MetricFrame
+from gpufleet.telemetry.frame import GpuEntity, MetricFrame
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -165,10 +171,11 @@ def host_agent(
     attribution: AttributionOptions | None = AttributionOptions(),
     cost: CostConfig | None = None,
     bmc: BmcOptions | None = BmcOptions(),
+    dcgm: DcgmTarget | str | None = "auto",
 ) -> Agent:
     """`cost`: the cost config its idle-cost series is priced with (default: the catalog's list prices), the one
     `gpufleet cost report` reads, so the series, the alert and the report agree. `bmc`: how the node's BMC is read
-    (None: not read)."""
+    (None: not read). `dcgm`: DCGM's host engine (sources/gpu/dcgm.py parse_target: "auto", a target, or None)."""
     name = node or socket.gethostname()
     gpus, down = open_gpu_source(name, accelerators)
     entities = gpus.entities() if gpus is not None else []
@@ -187,6 +194,9 @@ def host_agent(
         sources.append(IbSysfsSource(ib_sysfs))
     if attribution is not None:
         sources.append(attribution_source(gpus, job_map_dir, attribution))
+    dcgm_source = _dcgm_source(gpus, entities, dcgm, interval, down)
+    if dcgm_source is not None:  # after attribution: its job statistics follow this collection's Slurm jobs
+        sources.append(dcgm_source)
     scrape = AppScrape(app_targets, every_s=max(interval, 5.0)) if app_targets else None
     if scrape is not None:
         sources.append(AppMetricsSource(scrape))
@@ -209,6 +219,29 @@ def host_agent(
     )
     if scrape is not None:
         agent.stoppers.insert(0, scrape)
+    if dcgm_source is not None:
+        agent.stoppers.append(dcgm_source)  # after the collector stops: unregisters its policy, disconnects
     for source, why in down:  # said once, and kept visible in /metrics and /healthz
         agent.collector.report(source, False, why)
     return agent
+
+
+def _dcgm_source(
+    gpus: Any,
+    entities: list[GpuEntity],
+    choice: DcgmTarget | str | None,
+    interval: float,
+    down: list[tuple[str, str]],
+) -> DcgmSource | None:
+    """DCGM's source for an NVIDIA node's GPUs (they are matched by UUID to NVML's); why there is none goes to
+    `down` only when DCGM was asked for explicitly."""
+    if choice is None:
+        return None
+    if gpus is None or gpus.name != "nvml":
+        if choice != "auto":
+            down.append(("dcgm", "DCGM reads NVIDIA GPUs, and NVML found none here"))
+        return None
+    source, why = open_dcgm(entities, choice, interval)
+    if why:
+        down.append(("dcgm", why))
+    return source

@@ -171,6 +171,16 @@ def agent(
     bmc_timeout: str = typer.Option(
         "30s", "--bmc-timeout", help="With --bmc: an ipmitool command still running after this is stopped."
     ),
+    dcgm: str = typer.Option(
+        "auto",
+        "--dcgm",
+        metavar="auto|off|embedded|HOST[:PORT]",
+        help="Also read the NVIDIA GPUs through DCGM's host engine (DCGM's own Python bindings): its profiling fields "
+        "(DCGM_FI_PROF_*), health watches, policy violations and per-Slurm-job statistics. auto: the local "
+        "nv-hostengine (127.0.0.1:5555) when DCGM is installed and running, else nothing, silently; embedded: a host "
+        "engine started in the agent; HOST[:PORT]: an nv-hostengine there (port 5555 by default); off: not read. "
+        'Asked for and not readable, it is one log line and gpufleet_source_up{source="dcgm"} 0.',
+    ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Where the event spool lives (default ~/.gpufleet/agent)."
     ),
@@ -253,6 +263,11 @@ def agent(
         raise UserError("the twin's jobs and services export their own metrics", fix="drop --app-metrics, or --sim")
     if sim and job_map_dir is not None:
         raise UserError("the twin attributes its own GPUs", fix="drop --job-map-dir, or --sim")
+    from gpufleet.sources.gpu.dcgm import parse_target
+
+    dcgm_target = parse_target(dcgm)
+    if sim and dcgm_target not in ("auto", None):
+        raise UserError("the twin fills its own DCGM fields", fix="drop --dcgm, or --sim")
     if sim:
         from gpufleet.sim.agent import sim_agent
 
@@ -299,6 +314,7 @@ def agent(
             attribution=options if attribution else None,
             cost=cost,
             bmc=_bmc_options(bmc_interval, bmc_timeout, BmcOptions) if bmc else None,
+            dcgm=dcgm_target,
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last

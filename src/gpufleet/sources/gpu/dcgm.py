@@ -145,8 +145,10 @@ def parse_target(text: str) -> DcgmTarget | str | None:
     return DcgmTarget(f"{host}:{port}")
 
 
-def load_bindings(paths: Sequence[Path] = BINDING_PATHS) -> Bindings:
-    """DCGM's bindings from its install path (DependencyMissingError when DCGM is not installed here)."""
+def load_bindings(paths: Sequence[Path] | None = None) -> Bindings:
+    """DCGM's bindings from its install path (default: BINDING_PATHS, looked up when called; DependencyMissingError
+    when DCGM is not installed here)."""
+    paths = BINDING_PATHS if paths is None else paths
     for path in paths:
         if (path / "dcgm_agent.py").is_file():
             if str(path) not in sys.path:
