@@ -85,6 +85,19 @@ def test_each_fault_class_is_found(kind: FaultType, kw: dict[str, object], cause
     assert inc.first_seen - EPOCH - 30 <= latest
 
 
+def test_nvlink_fault_names_its_failing_link() -> None:
+    """The twin's NVLink fault drives the per-link series as NVML fills them: the finding names the link."""
+    injected = fault(FaultType.nvlink_errors, node="n-002", gpu=4)
+    injected.id = 7
+    incidents, _ = run([injected], 400)
+    inc = only(incidents)
+    assert inc.cause is RootCause.nvlink
+    assert any("errors climb" in e and "link 7" in e for e in injected.effects)  # 7 % 18: the link it hit
+    texts = [inc.summary, *(ev.text for ev in inc.evidence)]
+    assert any(" link 7" in t and "CRC" in t for t in texts), texts
+    assert not any(" link 6 " in t or "link 8 " in t for t in texts)
+
+
 def test_flap_supersedes_link_down() -> None:
     inc = only(run([fault(FaultType.link_flap, node="n-000", rail=1, duration=400.0)], 400)[0])
     assert inc.cause is RootCause.ib_link_flap and inc.entity.kind is EntityKind.port

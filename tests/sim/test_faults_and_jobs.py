@@ -129,7 +129,11 @@ def test_pcie_degrade_and_nvlink_errors(make_twin: TwinFactory) -> None:
     twin.run(300)
     a, b = twin.gpu("n-002", 0), twin.gpu("n-002", 1)
     assert twin.gpus.pcie_width[a] == 8 and twin.gpus.pcie_gen[a] == 3 and twin.gpus.pcie_replay[a] > 100
-    assert twin.gpus.nvlink_crc_flit[b] > 100 and twin.gpus.nvlink_active[b] == 17
+    assert twin.gpus.nvlink_crc_flit[b] > 100 and twin.gpus.nvlink_active[b] == 18  # the link retrains, stays up
+    link = int(twin.gpus.nvlink_failing[b])
+    assert 0 <= link < 18  # one link's errors climb, the GPU's totals are the sum over its links
+    assert twin.gpus.link_crc_flit[b, link] == twin.gpus.nvlink_crc_flit[b] == twin.gpus.link_crc_flit[b].sum()
+    assert twin.gpus.link_recovery[b].sum() == twin.gpus.nvlink_recovery[b]
     assert any("): 74, " in ln for ln in twin.kmsg["n-002"])
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from gpufleet.catalog.clock_events import clock_event_bit as bit
 from gpufleet.model import Cluster, Gpu
+from gpufleet.telemetry.frame import MAX_NVLINKS
 
 IDLE_SM_CLOCK_MHZ = 345.0
 THERMAL_TAU_S = 45.0
@@ -105,6 +106,14 @@ class GpuArrays:
     nvlink_recovery: np.ndarray
     nvlink_error_rate_per_s: np.ndarray
     nvlink_active: np.ndarray  # int: links up
+    # per NVLink link (GPUs, MAX_NVLINKS): the same four counters as NVML keeps them per link
+    # (nvmlDeviceGetNvLinkErrorCounter), the per-GPU ones above being their sums; a GPU's errors land on its failing
+    # link (-1: none named, its first link)
+    link_crc_flit: np.ndarray
+    link_crc_data: np.ndarray
+    link_replay: np.ndarray
+    link_recovery: np.ndarray
+    nvlink_failing: np.ndarray
 
     @classmethod
     def from_cluster(cls, cluster: Cluster, ambient_c: float) -> GpuArrays:
@@ -116,6 +125,7 @@ class GpuArrays:
 
         f64 = lambda value=0.0: np.full(n, value, dtype=np.float64)  # noqa: E731
         i64 = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
+        links = lambda: np.zeros((n, MAX_NVLINKS), dtype=np.int64)  # noqa: E731
         tdp = col(lambda g: g.model.tdp_w)
         nvlinks = col(lambda g: g.model.nvlink_links if g.nvlink_peers else 0, np.int64)
         return cls(
@@ -176,6 +186,11 @@ class GpuArrays:
             nvlink_recovery=i64(),
             nvlink_error_rate_per_s=f64(),
             nvlink_active=nvlinks.copy(),
+            link_crc_flit=links(),
+            link_crc_data=links(),
+            link_replay=links(),
+            link_recovery=links(),
+            nvlink_failing=np.full(n, -1, dtype=np.int64),
         )
 
     def step(self, dt: float, ambient_c: float, rng: np.random.Generator) -> np.ndarray:
@@ -254,10 +269,17 @@ class GpuArrays:
             self.pcie_replay += rng.poisson(self.pcie_replay_rate_per_s * dt) * alive
         if self.nvlink_error_rate_per_s.any():
             lam = self.nvlink_error_rate_per_s * dt
-            self.nvlink_crc_flit += rng.poisson(lam) * alive
-            self.nvlink_crc_data += rng.poisson(lam * 0.2) * alive
-            self.nvlink_replay += rng.poisson(lam * 0.1) * alive
-            self.nvlink_recovery += rng.poisson(lam * 0.01) * alive
+            rows = np.flatnonzero(self.nvlink_links > 0)
+            link = np.maximum(self.nvlink_failing[rows], 0)
+            for total, per_link, share in (
+                (self.nvlink_crc_flit, self.link_crc_flit, 1.0),
+                (self.nvlink_crc_data, self.link_crc_data, 0.2),
+                (self.nvlink_replay, self.link_replay, 0.1),
+                (self.nvlink_recovery, self.link_recovery, 0.01),
+            ):
+                grown = rng.poisson(lam * share) * alive
+                total += grown
+                per_link[rows, link] += grown[rows]  # the GPU's total is the sum over its links, as NVML's
 
     # --- events the twin applies -------------------------------------------------------------------------
 

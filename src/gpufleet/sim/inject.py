@@ -57,8 +57,7 @@ def _xid(twin: FaultTarget, fault: InjectedFault) -> None:
     elif code == 64:
         twin.gpus.remap_failure[i] = True
     elif code == 74:
-        twin.gpus.nvlink_error_rate_per_s[i] = NVLINK_ERRORS_PER_S
-        twin.gpus.nvlink_active[i] = max(0, int(twin.gpus.nvlink_active[i]) - 1)
+        _nvlink_link_fails(twin, fault, i)
     if action in GPU_WEDGED_ACTIONS and code not in (79,):
         twin.gpus.wedged[i] = True
     if job is None:
@@ -68,6 +67,19 @@ def _xid(twin: FaultTarget, fault: InjectedFault) -> None:
         fault.effects.append(f"job {job} failed")
     elif action in GPU_WEDGED_ACTIONS or code in (48, 79):
         fault.effects.append(f"job {job} hangs")
+
+
+def _nvlink_link_fails(twin: FaultTarget, fault: InjectedFault, i: int) -> None:
+    """An NVLink error (Xid 74): one link of the GPU degrades. Its CRC, replay and recovery errors climb while the
+    driver retrains it, so it stays up and NVML keeps reading its counters (the link a detector must name). Which
+    link follows from the fault's id, so a scenario replays the same link."""
+    g = twin.gpus
+    links = int(g.nvlink_links[i])
+    g.nvlink_error_rate_per_s[i] = NVLINK_ERRORS_PER_S
+    if links and g.nvlink_failing[i] < 0:
+        g.nvlink_failing[i] = fault.id % links
+    if g.nvlink_failing[i] >= 0:
+        fault.effects.append(f"NVLink link {int(g.nvlink_failing[i])} errors climb")
 
 
 def _vendor_of(twin: FaultTarget, i: int) -> str:

@@ -71,6 +71,15 @@ GPU_FIELDS: tuple[tuple[str, str, float], ...] = (
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "remap_failure", 1.0),
 )
 
+# (DCGM per-link field, twin per-link array): each NVLink link's counters, as the NVML source reads them per link
+LINK_FIELDS: tuple[tuple[str, str], ...] = (
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL", "link_crc_flit"),
+    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_PER_LINK_TOTAL", "link_crc_data"),
+    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL", "link_replay"),
+    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL", "link_recovery"),
+)
+LINK_STATE = "DCGM_FI_DEV_NVLINK_GET_STATE"
+
 # twin port counter -> PMA counter name (the frame converts octets/4 where the PMA counts that way)
 PORT_COUNTERS = {
     "symbol_errors": "SymbolErrorCounter",
@@ -103,6 +112,8 @@ FIELDS = SourceFields(
     fills=frozenset(
         [
             *(field for field, _, _ in GPU_FIELDS),
+            *(field for field, _ in LINK_FIELDS),
+            LINK_STATE,
             "DCGM_FI_DEV_FB_FREE",
             "DCGM_FI_DEV_SLOWDOWN_TEMP",
             "DCGM_FI_DRIVER_VERSION",
@@ -194,6 +205,10 @@ class TwinSource:
         self._ports_all = (2.0**ports - 1).astype(np.float64)
         scaleout = np.array([m.scaleout_ports for m in models])
         self._ports_external = self._ports_all - (2.0 ** (ports - scaleout) - 1)
+        # the columns that carry a GPU's NVLink links: each GPU's first (a MIG GPU's links are written once, on its
+        # first instance, as the NVML source writes them)
+        first = np.unique(self.gpu_idx, return_index=True)[1] if self.gpu_idx.size else np.array([], dtype=np.int64)
+        self._link_cols = np.sort(first).astype(np.int64)
 
     def _prices(self, cost: CostConfig) -> np.ndarray:
         """Each column's price per GPU-hour, NaN where none covers its model: the report's, on the node's labels
@@ -264,6 +279,7 @@ class TwinSource:
         if frame.has_gpu_field(IDLE_COST_FIELD):
             fill_idle_cost(frame, self._price)
         self._vendor_fields(frame, alive)
+        self._links(frame, alive)
         self._clock_events(frame, alive)
         self._xid_window(frame)
         ports = twin.ports
@@ -310,6 +326,22 @@ class TwinSource:
         for field, mask in zip(NIC_MASKS, (self._ports_all, self._ports_external, self._ports_all), strict=True):
             if frame.has_gpu_field(field):
                 frame.gpu(field)[:] = np.where(gaudi, mask, np.nan)
+
+    def _links(self, frame: MetricFrame, alive: np.ndarray) -> None:
+        """Each NVLink link's state and error counters, where the frame carries them: a GPU's links up to its model's
+        count, all up (a degrading link retrains and stays up); none for a GPU without NVLink or off the bus."""
+        if not frame.link_fields:
+            return
+        g, cols = self.twin.gpus, self._link_cols
+        k = self.gpu_idx[cols]
+        width = frame.link_values.shape[2]
+        exists = (np.arange(width)[None, :] < np.minimum(g.nvlink_links[k], width)[:, None]) & alive[cols][:, None]
+        frame.link_values[:, :, :] = np.nan
+        for field, attr in LINK_FIELDS:
+            if frame.has_link_field(field):
+                frame.link(field)[cols] = np.where(exists, getattr(g, attr)[k][:, :width], np.nan)
+        if frame.has_link_field(LINK_STATE):
+            frame.link(LINK_STATE)[cols] = np.where(exists, 1.0, np.nan)
 
     def _clock_events(self, frame: MetricFrame, alive: np.ndarray) -> None:
         """DCGM_EXP_CLOCK_EVENTS_COUNT as dcgm-exporter counts it (NVIDIA/dcgm-exporter 4.5.3-4.8.2,
