@@ -83,3 +83,22 @@ def test_the_api_answers_and_describes_the_mig_fields(client: Any) -> None:
     assert gpu["mig"]["items"]["$ref"].endswith("/MigInstance")
     assert set(spec["MigInstance"]["properties"]) == {"profile", "gi_id", "start", "size", "uuid", "ci_id"}
     assert all("description" in f for f in spec["MigInstance"]["properties"].values())
+
+
+def test_the_nvlink_domain_a_gpu_joined_reaches_the_rows_and_describe(plane: Any, client: Any) -> None:
+    from gpufleet.cli.render import nvlink_domains
+
+    node = plane.fleet.node("n-000")
+    reported = node.inventory
+    cluster = "dc6e40c4-d722-4357-9ba6-5291dd461278"
+    gpus = [GpuInfo(i, f"GPU-{i}", "NVIDIA GB200", clique_id=2, cluster_uuid=cluster) for i in range(2)]
+    try:
+        node.inventory = NodeInventory(hostname="n-000", gpus=[*gpus, GpuInfo(2, "GPU-2", "NVIDIA GB200")])
+        rows = views.gpu_rows(plane, "n-000")
+        api = client.get("/api/v1/nodes/n-000").json()["gpus"]
+    finally:
+        node.inventory = reported
+    assert [(r["clique_id"], r["cluster_uuid"]) for r in rows] == [(2, cluster), (2, cluster), (None, None)]
+    assert [g["clique_id"] for g in api] == [2, 2, None] and api[0]["cluster_uuid"] == cluster
+    assert nvlink_domains(rows) == f"cluster {cluster} clique 2 (GPUs 0,1)"
+    assert nvlink_domains(rows[2:]) == ""

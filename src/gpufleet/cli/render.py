@@ -233,6 +233,9 @@ def node_detail(d: dict[str, Any]) -> None:
             + (f", fabric manager {sw['fabric_manager']}" if sw.get("fabric_manager") else ""),
         )
     )
+    domains = nvlink_domains(d["gpus"])
+    if domains:
+        console.print(_line("NVLink domain", domains))
     render_gpus(d["gpus"], wide=False)
     nic_rows = [
         [
@@ -252,6 +255,19 @@ def node_detail(d: dict[str, Any]) -> None:
         render_incidents(d["incidents"], wide=False)
     if d["kernel_log"]:
         console.print(Panel(Text("\n".join(d["kernel_log"])), title="kernel log (recent GPU reports)", expand=False))
+
+
+def nvlink_domains(gpus: list[dict[str, Any]]) -> str:
+    """The NVLink domains a node's GPUs joined: `cluster <uuid> clique 2 (GPUs 0-3)`, one per domain; "" when no GPU
+    joined one (no NVSwitch fabric, or a control plane that does not say)."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for g in gpus:
+        if g.get("clique_id") is not None:
+            groups.setdefault((g.get("cluster_uuid") or "-", g["clique_id"]), []).append(g["gpu"])
+    return "; ".join(
+        f"cluster {cluster} clique {clique} (GPU{'s' if len(idx) > 1 else ''} {','.join(map(str, idx))})"
+        for (cluster, clique), idx in groups.items()
+    )
 
 
 def _line(label: str, value: str) -> Text:
@@ -300,6 +316,8 @@ def gpu_detail(g: dict[str, Any]) -> None:
     limit = g.get("power_limit_w")
     console.print(_line("Power limit", "-" if limit is None else f"{limit:g} W"))
     console.print(_line("MIG", _mig_state(g)))
+    if g.get("clique_id") is not None:
+        console.print(_line("NVLink domain", f"cluster {g.get('cluster_uuid') or '-'} clique {g['clique_id']}"))
     render_gpus([g], wide=True)
     ci = lambda m: "-" if m["ci_id"] is None else m["ci_id"]  # noqa: E731
     instances = [

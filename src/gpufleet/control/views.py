@@ -119,6 +119,8 @@ def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list
                 "fb_total_mib": None if g.memory_mib is None else round(g.memory_mib),
                 "power_limit_w": None if g.power_limit_w is None else round(g.power_limit_w, 1),
                 "mig_mode": g.mig_mode,
+                "clique_id": g.clique_id,
+                "cluster_uuid": g.cluster_uuid or None,
                 "mig": _mig_rows(g),
                 "slices": _memory_slices(g.model),
             }

@@ -156,6 +156,10 @@ class GpuInfo(msgspec.Struct):
     vendor: Short = "nvidia"  # nvidia, amd, intel
     partition: Short = ""  # AMD compute and memory partition mode: CPX_NPS4
     parent: GpuIndex | None = None  # the physical device a partition belongs to
+    # the NVLink domain a GPU joined (NVML's fabric info, once its registration completed): the clique (partition of
+    # an NVSwitch or multi-node NVLink domain) and the cluster's UUID; None and "" where it has none or has not joined
+    clique_id: Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)] | None = None
+    cluster_uuid: Short = ""
 
 
 class PortInfo(msgspec.Struct):

@@ -68,6 +68,12 @@ class GpuRow(Shape):
     fb_total_mib: float | None = Field(None, description="Framebuffer total, as the node's inventory reports it.")
     power_limit_w: float | None = Field(None, description="The enforced power limit.")
     mig_mode: bool | None = Field(None, description="MIG mode as NVML reports it now; null when it has no MIG.")
+    clique_id: int | None = Field(
+        None, description="The NVLink fabric clique the GPU joined (NVML fabric info); null when it joined none."
+    )
+    cluster_uuid: str | None = Field(
+        None, description="The UUID of the NVLink domain (cluster) the GPU joined; null when it joined none."
+    )
     mig: list[MigInstance] = Field([], description="The GPU instances of a MIG-enabled GPU, by placement.")
     slices: int | None = Field(
         None, description="Memory slices of the model's MIG geometry (8 on A100 and H100); null without MIG."

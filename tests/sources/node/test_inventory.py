@@ -298,3 +298,31 @@ def test_bindings_without_the_mig_functions_still_give_an_inventory() -> None:
 def test_instances_outside_the_contract_are_left_out() -> None:
     (gpu,), _ = read(h100(instances=[*BALANCED[:3], (300, 9, 4, 4)], devices=[]))
     assert [m.gi_id for m in gpu.mig] == [3, 9, 10]
+
+
+def test_gpus_in_an_nvlink_domain_carry_its_clique_and_cluster_uuid() -> None:
+    """NVML's fabric info through nvidia-ml-py's own module, answered from recorded nvidia-smi -q Fabric sections
+    (tests/captures/nvml_state/*.source.txt): a GB200 that joined its domain, and one whose registration failed."""
+    from pathlib import Path
+
+    from gpufleet.sources.gpu.nvml import NvmlSource
+    from tests.sources.gpu import fake_nvml
+
+    captures = Path(__file__).parents[2] / "captures" / "nvml_state"
+    joined = fake_nvml.fabric_from_capture((captures / "fabric_gb200_unhealthy_dra626.txt").read_text())
+    failed = fake_nvml.fabric_from_capture((captures / "fabric_insufficient_resources_azhpc506.txt").read_text())
+    fake = fake_nvml.FakeNvml(
+        [
+            fake_nvml.FakeGpu(f"GPU-{i}", "NVIDIA GB200", minor=i, fabric=fabric)
+            for i, fabric in enumerate((joined, failed, None))
+        ]
+    )
+    gpus, _ = gpu_inventory(NvmlSource("node-a", fake))
+    assert [(g.clique_id, g.cluster_uuid) for g in gpus] == [
+        (2, "dc6e40c4-d722-4357-9ba6-5291dd461278"),
+        (None, ""),  # registration failed: not in a domain
+        (None, ""),  # no fabric (no NVSwitch): nothing to say
+    ]
+    batch = Batch(1, "n", "i", "n", 1.0, inventory=NodeInventory(hostname="n", gpus=gpus))
+    back = decode_batch(encode(batch))
+    assert back.inventory is not None and back.inventory.gpus[0].clique_id == 2

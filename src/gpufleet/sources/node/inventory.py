@@ -21,6 +21,7 @@ from gpufleet.catalog.mig import mig_profiles_for
 from gpufleet.errors import NotFoundError
 from gpufleet.model.observe import GpuInfo, MigInfo, NodeInventory, PortInfo
 from gpufleet.parsers.infiniband.sysfs import HcaSnapshot
+from gpufleet.sources.gpu.nvml_state import fabric_info
 from gpufleet.sources.infiniband.sysfs import read_sysfs
 from gpufleet.telemetry.fields import IB_PORT_RATE
 from gpufleet.telemetry.frame import IbPort, MetricFrame
@@ -224,6 +225,8 @@ def gpu_inventory(nvml: Any | None) -> tuple[list[GpuInfo], str]:
         pci = _call(lib, "nvmlDeviceGetPciInfo", h)
         limit_mw = _call(lib, "nvmlDeviceGetEnforcedPowerLimit", h)
         model = str(_call(lib, "nvmlDeviceGetName", h) or "")
+        fabric = fabric_info(lib, h)
+        joined = fabric is not None and fabric.joined  # a clique and cluster mean something once registered
         gpus.append(
             GpuInfo(
                 index=i,
@@ -235,6 +238,8 @@ def gpu_inventory(nvml: Any | None) -> tuple[list[GpuInfo], str]:
                 memory_mib=float(memory.total) / 2**20 if memory is not None else None,
                 power_limit_w=float(limit_mw) / 1000.0 if isinstance(limit_mw, int | float) else None,  # mW
                 mig=mig_inventory(lib, h, model) if mig_on else [],
+                clique_id=fabric.clique_id if fabric is not None and joined else None,
+                cluster_uuid=fabric.cluster_uuid if fabric is not None and joined else "",
             )
         )
     cuda = ""

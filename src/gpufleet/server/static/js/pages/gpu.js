@@ -48,6 +48,7 @@ function inventory(g) {
     <dt>memory</dt><dd>${mib(g.fb_total_mib)}</dd>
     <dt>power limit</dt><dd>${unit(g.power_limit_w, "W")}</dd>
     <dt>MIG</dt><dd>${g.mig_mode === true ? "on" : g.mig_mode === false ? "off" : dash}</dd>
+    <dt>NVLink domain</dt><dd class="mono">${g.clique_id == null ? dash : `${g.cluster_uuid || dash} · clique ${g.clique_id}`}</dd>
     <dt>held by</dt><dd>${g.held_by || html`<span class="dim">nothing</span>`}</dd>
     <dt>last Xid</dt><dd class="${g.xid_last ? "warn" : ""}">${g.xid_last ? num(g.xid_last) : dash}</dd>
     <dt>clock events</dt><dd>${clockEventPills(g.clock_events)}</dd></dl>`;
