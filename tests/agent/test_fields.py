@@ -176,3 +176,33 @@ def test_every_vendor_series_is_filled_by_its_real_source_or_says_why_not() -> N
     assert not amd["gpufleet_gpu_health"].exported and "Device Metrics Exporter" in amd["gpufleet_gpu_health"].why_empty
     assert "CPER" in amd["gpufleet_gpu_afid_fatal"].why_empty
     assert TWIN_FIELDS.only_for("gpufleet_gpu_health") and "gpufleet_gpu_afid_fatal" not in TWIN_FIELDS.fills
+
+
+def test_this_node_names_dcgm_as_the_source_of_the_profiling_fields(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A node running nv-hostengine (DCGM's bindings' double on their install path, the recorded H100 session):
+    `gpufleet telemetry fields` takes DCGM's own declaration, and DCGM fills the profiling fields, not NVML."""
+    from gpufleet.agent.fields import this_node
+    from tests.agent.test_host import install_dcgm
+
+    install_dcgm(monkeypatch, tmp_path, "prof_h100_dcgm33")
+    sources, missing = this_node(ib_sysfs=tmp_path / "no-ib", kmsg=tmp_path / "no-kmsg")
+    assert not any(m.startswith("dcgm:") for m in missing)
+    fills = {f.field.name: f for f in field_fills(load_field_catalog(), sources)}
+    # the recorded GPUs' metric groups hold fields 1001-1012 (GR_ENGINE_ACTIVE .. NVLINK_RX_BYTES)
+    for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_PCIE_RX_BYTES"):
+        assert fills[name].sources == ("dcgm",) and fills[name].exported
+    assert fills["DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE"].sources == ()  # not in them
+    assert "dcgm" in fills["gpufleet_source_up"].sources
+
+
+def test_this_node_without_dcgm_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gpufleet.agent.fields import this_node
+    from tests.agent.test_host import install_dcgm
+
+    install_dcgm(monkeypatch, tmp_path, "prof_h100_dcgm33", reachable=False)
+    sources, missing = this_node(ib_sysfs=tmp_path / "no-ib", kmsg=tmp_path / "no-kmsg")
+    assert "dcgm" not in [s.source for s in sources]
+    (line,) = [m for m in missing if m.startswith("dcgm:")]
+    assert "nv-hostengine at 127.0.0.1:5555 did not answer" in line

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 from gpufleet.agent.bmc import FIELDS as BMC_FIELDS
 from gpufleet.agent.xids import XidWindow
@@ -65,8 +66,9 @@ NVIDIA_AGENT = ("nvml", "kmsg", "ib-sysfs", "attribution", "idle-cost")  # `gpuf
 
 def this_node(ib_sysfs: Path | None = None, kmsg: Path | None = None) -> tuple[list[SourceFields], list[str]]:
     """The sources `gpufleet agent` would run here, and why each one it would try is missing: the first GPU
-    library that starts with devices (then the idle cost), the kernel log if readable, the InfiniBand ports if
-    any, and the attribution."""
+    library that starts with devices (then the idle cost), DCGM's host engine on an NVIDIA node (its own
+    declaration: the profiling fields its GPUs' metric groups have, which NVML's GPM then leaves to it), the kernel
+    log if readable, the InfiniBand ports if any, and the attribution."""
     from gpufleet.agent.host import open_gpu_source
     from gpufleet.errors import GpufleetError
     from gpufleet.sources.node.inventory import SYSFS_IB, ib_ports
@@ -75,8 +77,11 @@ def this_node(ib_sysfs: Path | None = None, kmsg: Path | None = None) -> tuple[l
     sources: list[SourceFields] = []
     missing: list[str] = []
     gpus, down = open_gpu_source(socket.gethostname())
+    dcgm = _dcgm_here(gpus, missing)
     if gpus is not None:  # a source that knows its devices says what it fills on them (NVML: GPM or not)
         sources += [getattr(gpus, "fields", known[gpus.name]), IDLE_COST]
+    if dcgm is not None:
+        sources.append(dcgm)
     missing += [f"{name}: {why}" for name, why in down]
     path = kmsg or Path("/dev/kmsg")
     if os.access(path, os.R_OK):
@@ -100,6 +105,24 @@ def this_node(ib_sysfs: Path | None = None, kmsg: Path | None = None) -> tuple[l
     else:
         sources.append(BMC)
     return sources, missing
+
+
+def _dcgm_here(gpus: Any, missing: list[str]) -> SourceFields | None:
+    """DCGM's declaration on this node, as the agent's `--dcgm auto` would find it (the local nv-hostengine), its
+    profiling fields handed over from NVML's GPM; None, and why in `missing`, when there is none."""
+    if gpus is None or gpus.name != "nvml":
+        return None
+    from gpufleet.sources.gpu.dcgm import DEFAULT_PORT, DcgmTarget, open_dcgm
+
+    source, why = open_dcgm(gpus.entities(), DcgmTarget(f"127.0.0.1:{DEFAULT_PORT}"), 1.0)
+    if source is None:
+        missing.append(f"dcgm: {why}")
+        return None
+    try:
+        gpus.gpm.hand_over(source.prof_by_gpu(), source.name)
+        return source.fields
+    finally:
+        source.stop()
 
 
 def _bmc_here() -> str:

@@ -244,4 +244,6 @@ def _dcgm_source(
     source, why = open_dcgm(entities, choice, interval)
     if why:
         down.append(("dcgm", why))
+    if source is not None:  # one source per series: NVML's GPM leaves DCGM the profiling fields it fills
+        gpus.gpm.hand_over(source.prof_by_gpu(), source.name)
     return source

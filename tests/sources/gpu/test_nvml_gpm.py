@@ -193,3 +193,33 @@ def test_the_static_declaration_says_which_gpus_fill_the_profiling_fields() -> N
     assert "whole GPUs only" in fills["DCGM_FI_PROF_PCIE_TX_BYTES"].partly
     assert not any(name.startswith("DCGM_FI_PROF_") for name in FIELDS.fills)  # not counted for every NVIDIA node
     assert "needs DCGM" in FIELDS.why_not("DCGM_FI_PROF_NVLINK_L0_TX_BYTES")  # no GPM total for it here
+
+
+def test_fields_dcgm_fills_are_not_sampled_and_are_declared_dcgms() -> None:
+    """Where DCGM's host engine fills a profiling field on a whole GPU, GPM is not sampled for it: the fields DCGM
+    fills on both H100s of the recorded session are left to it, the rest still read from GPM."""
+    recorded = gpm_from_dcgm_session((GPM / "dcgm_prof_h100_slurm_job_exporter30.txt").read_text())
+    fake = GpmFakeNvml([gpu for gpu, _, _ in recorded], {i: rec for i, (_, rec, _) in enumerate(recorded)})
+    source = NvmlSource("h100-node", fake)  # type: ignore[arg-type]
+    dcgm = frozenset({"DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PCIE_RX_BYTES"})
+    source.gpm.hand_over({0: dcgm, 1: dcgm | {"DCGM_FI_PROF_DRAM_ACTIVE"}}, "dcgm")
+    frame = every_prof_frame(source)
+    collect_twice(source, frame)
+    assert np.isnan(frame.gpu("DCGM_FI_PROF_SM_ACTIVE")).all()  # DCGM's to write
+    assert frame.gpu("DCGM_FI_PROF_DRAM_ACTIVE")[0] == pytest.approx(recorded[0][2]["dram_active"])
+    assert np.isnan(frame.gpu("DCGM_FI_PROF_DRAM_ACTIVE")[1])
+    assert frame.gpu("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")[1] == pytest.approx(recorded[1][2]["tensor_active"])
+    fields = source.fields
+    assert "DCGM_FI_PROF_SM_ACTIVE" not in fields.fills and not fields.only_for("DCGM_FI_PROF_SM_ACTIVE")
+    assert fields.why_not("DCGM_FI_PROF_SM_ACTIVE") == "dcgm fills it here: NVML's GPM is not sampled for it"
+    assert fields.only_for("DCGM_FI_PROF_DRAM_ACTIVE") == "GPU 0 (NVML GPM; dcgm fills it on the other GPUs)"
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in fields.fills
+
+
+def test_a_gpu_whose_fields_dcgm_fills_all_is_not_sampled_at_all() -> None:
+    recorded = gpm_from_dcgm_session((GPM / "dcgm_prof_h100_slurm_job_exporter30.txt").read_text())
+    fake = GpmFakeNvml([gpu for gpu, _, _ in recorded], {i: rec for i, (_, rec, _) in enumerate(recorded)})
+    source = NvmlSource("h100-node", fake)  # type: ignore[arg-type]
+    source.gpm.hand_over({0: frozenset(PROF)}, "dcgm")
+    collect_twice(source, every_prof_frame(source))
+    assert [key for fn, key in fake.calls if fn == "nvmlGpmMetricsGet"] == [1]

@@ -279,6 +279,10 @@ class DcgmSource:
         partly = [(f, "GPUs whose DCGM profiling metric groups have it") for f in sorted(some)]
         return SourceFields("dcgm", every, (*partly, *FIELDS.partly))
 
+    def prof_by_gpu(self) -> dict[int, frozenset[str]]:
+        """The profiling fields DCGM fills on each whole GPU, by the GPU's index in the frame's entities (NVML's)."""
+        return {self.entities[c].gpu: self._supported.get(g, frozenset()) for g, c in self.columns.items()}
+
     def _watch(self, frame: MetricFrame) -> None:
         """One field group of the profiling fields the frame carries and some GPU here has, watched at the
         collection interval."""

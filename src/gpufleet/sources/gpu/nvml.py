@@ -350,7 +350,7 @@ class NvmlSource:
         """What this source fills on this node: FIELDS, with the GPM fields filled or not as its GPUs have GPM."""
         names = [_text(self.nvml.nvmlDeviceGetName(h)) for h in self.handles]
         mig = {i for i, h in enumerate(self.handles) if mig_enabled(self.nvml, h)}
-        return declare(FIELDS, self.gpm.why_not, names, mig)
+        return declare(FIELDS, self.gpm.why_not, names, mig, self.gpm.handed, self.gpm.handed_to)
 
     def entities(self) -> list[GpuEntity]:
         """One entity per GPU, or per GPU instance of a MIG-enabled GPU (see the module's note)."""

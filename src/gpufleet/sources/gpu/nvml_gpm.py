@@ -12,12 +12,18 @@ fields DCGM gives a GPU instance (not PCIe, NVLink, C2C or the decoders, which a
 
 A GPU NVML says has no GPM (nvmlGpmQueryDeviceSupport: pre-Hopper), or a driver or nvidia-ml-py without the GPM
 calls, reads nothing here; the NVML source's declaration of what it fills on this node says why (`declare`).
+
+Where DCGM's host engine runs (sources/gpu/dcgm.py) and fills a profiling field on a whole GPU, GPM is not sampled
+for it there (`hand_over`): one source per series, and GPM's samples do not add to the load DCGM's profiling module
+already puts on the GPU; the declaration names the source that fills it. GPU instances keep GPM (DCGM's source reads
+whole GPUs only).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +72,13 @@ class GpmReader:
         self._streams: dict[tuple[int, int | None], _Stream] = {}
         self._request: Any = None  # one nvmlGpmMetricsGet_t, reused (it holds room for every metric there is)
         self._wanted: dict[tuple[int, bool], list[tuple[int, GpmField]]] = {}
+        self.handed: dict[int, frozenset[str]] = {}  # per GPU: the fields another source fills on the whole GPU
+        self.handed_to = ""
+
+    def hand_over(self, by_gpu: dict[int, frozenset[str]], source: str) -> None:
+        """Leave these fields of these GPUs (by NVML index, whole GPUs) to `source`: GPM is not sampled for them."""
+        self.handed = {gpu: names for gpu, names in by_gpu.items() if names}
+        self.handed_to = source
 
     def supported(self, gpu: int) -> bool:
         return not self.why_not[gpu]
@@ -87,6 +100,9 @@ class GpmReader:
         if self.why_not[gpu]:
             return
         wanted = self.wanted(frame, gpu_instance is not None)
+        handed = self.handed.get(gpu, frozenset()) if gpu_instance is None else frozenset()
+        if handed:
+            wanted = [(row, f) for row, f in wanted if f.field not in handed]
         if not wanted:
             return
         for row, _ in wanted:
@@ -135,9 +151,17 @@ class GpmReader:
         return request
 
 
-def declare(base: SourceFields, why_not: list[str], names: list[str], mig: set[int]) -> SourceFields:
+def declare(
+    base: SourceFields,
+    why_not: list[str],
+    names: list[str],
+    mig: set[int],
+    handed: dict[int, frozenset[str]] | None = None,
+    handed_to: str = "",
+) -> SourceFields:
     """The NVML source's fields on this node: the GPM fields filled where every GPU has GPM (a whole GPU's own ones
-    only partly once a GPU is in MIG mode), partly where some have it, and where none has, why."""
+    only partly once a GPU is in MIG mode), partly where some have it, and where none has, why; a field handed over
+    to another source (`handed`, per GPU) is not NVML's where that source fills it."""
     fields = load_gpm_fields()
     partly = [(name, which) for name, which in base.partly if name not in {f.field for f in fields}]
     with_gpm = [i for i, why in enumerate(why_not) if not why]
@@ -159,4 +183,34 @@ def declare(base: SourceFields, why_not: list[str], names: list[str], mig: set[i
         reasons = [f"GPU {', '.join(ids)} ({name}): {reason}" for (name, reason), ids in gpus.items()]
         why = "no GPU here has GPM: " + "; ".join(reasons) + NO_GPM_HERE
         leaves = [(f.field, why) for f in fields] + leaves
+    if handed:
+        _handed_over(fields, with_gpm, mig, handed, handed_to, fills, partly, leaves)
     return dataclasses.replace(base, fills=frozenset(fills), partly=tuple(partly), leaves=tuple(leaves))
+
+
+def _handed_over(
+    fields: Sequence[GpmField],
+    with_gpm: list[int],
+    mig: set[int],
+    handed: dict[int, frozenset[str]],
+    source: str,
+    fills: set[str],
+    partly: list[tuple[str, str]],
+    leaves: list[tuple[str, str]],
+) -> None:
+    """The GPM fields another source fills: on every GPU with GPM (and every GPU instance when it is a GPU's own
+    field) none of NVML's; on some, NVML's partly, on the GPUs left to it."""
+    for f in fields:
+        mine = [i for i in with_gpm if f.field not in handed.get(i, frozenset())]
+        if len(mine) == len(with_gpm):
+            continue
+        fills.discard(f.field)
+        partly[:] = [(name, which) for name, which in partly if name != f.field]
+        instances = f.per_instance and bool(mig & set(with_gpm))
+        if mine or instances:
+            where = ", ".join(str(i) for i in mine)
+            which = (f"GPU {where}" if mine else "") + (" and " if mine and instances else "")
+            which += "GPU instances" if instances else ""
+            partly.append((f.field, f"{which} (NVML GPM; {source} fills it on the other GPUs)"))
+        else:
+            leaves.insert(0, (f.field, f"{source} fills it here: NVML's GPM is not sampled for it"))
