@@ -57,8 +57,11 @@ def gpu_sources() -> dict[str, SourceFields]:
 
 
 def known_sources() -> dict[str, SourceFields]:
-    """Every source an agent can run, by name (as gpufleet_source_up names it)."""
-    return {**gpu_sources(), **{s.source: s for s in (KMSG, IB_SYSFS, ATTRIBUTION, IDLE_COST, APP, BMC)}}
+    """Every source an agent can run, by name (as gpufleet_source_up names it); DCGM's host engine as it declares
+    itself before it knows a node's GPUs (their health; the profiling fields only per node)."""
+    from gpufleet.sources.gpu.dcgm import FIELDS as DCGM
+
+    return {**gpu_sources(), **{s.source: s for s in (KMSG, IB_SYSFS, ATTRIBUTION, IDLE_COST, APP, BMC, DCGM)}}
 
 
 NVIDIA_AGENT = ("nvml", "kmsg", "ib-sysfs", "attribution", "idle-cost")  # `gpufleet agent` on an NVIDIA node

@@ -74,15 +74,14 @@ def test_blank_samples_of_dcgm_4_2_3_stay_empty() -> None:
     dcgm, frame, _ = source("smact_na_dcgm423")
     dcgm.collect(frame)
     assert all(math.isnan(v) for v in frame.gpu("DCGM_FI_PROF_SM_ACTIVE"))
-    assert dcgm.fields.fills == frozenset({"DCGM_FI_PROF_SM_ACTIVE"})
+    assert dcgm.fields.fills == frozenset({"DCGM_FI_PROF_SM_ACTIVE", HEALTH})
 
 
 def test_a_health_incident_becomes_the_gpus_series_and_goes_when_it_clears() -> None:
     dcgm, frame, engine = source("health_thermal_dcgm4")
     dcgm.collect(frame)
     uuid = "GPU-00000000-0000-0000-0000-000000000002"
-    assert gauge(frame, HEALTH, gpu="2", UUID=uuid) == 10.0
-    assert gauge(frame, HEALTH, gpu="0", UUID="GPU-00000000-0000-0000-0000-000000000000") == 0.0
+    assert frame.gpu(HEALTH)[2] == 10.0 and frame.gpu(HEALTH)[0] == 0.0
     labels = {"gpu": "2", "UUID": uuid, "system": "thermal", "code": "DCGM_FR_CLOCKS_EVENT_THERMAL"}
     assert gauge(frame, HEALTH_INCIDENT, **labels) == 10.0
     assert engine.health_set == 0xFFFFFFFF  # type: ignore[attr-defined]
@@ -90,13 +89,13 @@ def test_a_health_incident_becomes_the_gpus_series_and_goes_when_it_clears() -> 
     frame.timestamp += 60
     dcgm.collect(frame)
     assert gauge(frame, HEALTH_INCIDENT, **labels) is None
-    assert gauge(frame, HEALTH, gpu="2", UUID=uuid) == 0.0
+    assert frame.gpu(HEALTH)[2] == 0.0
 
 
 def test_a_healthy_check_with_a_pending_recovery_action_reads_healthy() -> None:
     dcgm, frame, _ = source("health_healthy_dcgm4")
     dcgm.collect(frame)
-    assert [v for (name, _), v in frame.gauges.items() if name == HEALTH] == [0.0] * 8
+    assert frame.gpu(HEALTH).tolist() == [0.0] * 8
     assert not any(name == HEALTH_INCIDENT for name, _ in frame.gauges)
 
 

@@ -65,3 +65,15 @@ def test_the_readmes_sizing_table_is_what_deploy_size_says() -> None:
     per_gpu, per_port, _ = series_counts(sources=named(list(NVIDIA_AGENT)))
     node = size(1, sources=named(list(NVIDIA_AGENT))).series_per_node
     assert f"{per_gpu} series per GPU, {per_port} per InfiniBand port, {node} per 8-GPU" in " ".join(section.split())
+
+
+def test_dcgm_among_the_sources_counts_only_what_it_fills_everywhere() -> None:
+    """DCGM's host engine fills every GPU's health; its incidents, violations, job statistics and the profiling
+    fields (per node, as its GPUs' metric groups have them) are not counted."""
+    base = list(NVIDIA_AGENT)
+    without, _, node = series_counts(sources=named(base))
+    with_dcgm, _, node_dcgm = series_counts(sources=named([*base, "dcgm"]))
+    assert with_dcgm == without + 1 and node_dcgm == node + 1  # gpufleet_dcgm_health; its gpufleet_source_up
+    out = json.loads(gpufleet("deploy", "size", "--nodes", "32", "--sources", ",".join([*base, "dcgm"]),
+                              "-o", "json").stdout)  # fmt: skip
+    assert out["activeSeries"] == size(32, sources=named([*base, "dcgm"])).active_series

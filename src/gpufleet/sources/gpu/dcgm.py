@@ -11,7 +11,7 @@ libdcgm.so.3/.4 themselves. What this source reads, each collection:
   them in the catalog's units already (ratios 0-1, bytes per second); a blank value (DCGM_FT_*_BLANK and above:
   dcgmvalue.py) or a status other than DCGM_ST_OK stays empty. Whole GPUs only: GPU instances are not read here.
 - Its health watches (dcgmHealthSet with every system, dcgmHealthCheck each `health_every_s`): per GPU
-  `gpufleet_dcgm_health` (DCGM's result: 0 pass, 10 warning, 20 failure) and each incident as
+  `gpufleet_dcgm_health` (DCGM's last result, a GPU field written every collection: 0 pass, 10 warning, 20 failure) and each incident as
   `gpufleet_dcgm_health_incident{system, code}`, judged in health/dcgm_health.py with `dcgmi health`'s verdict.
 - Policy violations (DCGM 4.x's dcgmPolicyRegister_v2 on a policy of this source's own group: double-bit ECC,
   PCIe replays, retired pages past DCGM's limit, thermal and power past the GPU's own limits, NVLink errors): counted
@@ -95,9 +95,10 @@ JOB_LABEL = "hpc_job"
 
 FIELDS = SourceFields(
     "dcgm",
-    fills=frozenset(),  # the profiling fields this node's GPUs have, declared per node (`DcgmSource.fields`)
+    # the health of every GPU it watches; the profiling fields this node's GPUs have, declared per node
+    # (`DcgmSource.fields`)
+    fills=frozenset({HEALTH}),
     partly=(
-        (HEALTH, "GPUs DCGM watches"),
         (HEALTH_INCIDENT, "GPUs with an open DCGM health incident"),
         (POLICY_VIOLATIONS, "GPUs with a policy violation since the agent started (DCGM 4.x)"),
         *((name, "GPUs in use by a Slurm job (the job map)") for name, _ in JOB_SERIES),
@@ -236,6 +237,7 @@ class DcgmSource:
         self._field_ids: list[int] = []
         self._supported: dict[int, frozenset[str]] = {}
         self._health_at = -math.inf
+        self._health: dict[int, float] = {}  # per GPU: DCGM's last result, written every collection
         self._health_keys: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         self._violations: dict[tuple[int, str], int] = {}
         self._pending: list[tuple[int, int]] = []  # (gpu id, condition) from DCGM's callback thread
@@ -277,7 +279,7 @@ class DcgmSource:
         every = frozenset.intersection(*sets) if sets else frozenset()
         some = frozenset().union(*sets) - every
         partly = [(f, "GPUs whose DCGM profiling metric groups have it") for f in sorted(some)]
-        return SourceFields("dcgm", every, (*partly, *FIELDS.partly))
+        return SourceFields("dcgm", every | FIELDS.fills, (*partly, *FIELDS.partly))
 
     def prof_by_gpu(self) -> dict[int, frozenset[str]]:
         """The profiling fields DCGM fills on each whole GPU, by the GPU's index in the frame's entities (NVML's)."""
@@ -372,6 +374,9 @@ class DcgmSource:
         if now - self._health_at >= self.health_every_s:
             self._health_at = now
             self._check_health(frame)
+        if frame.has_gpu_field(HEALTH):
+            for gpu, health in self._health.items():
+                frame.gpu(HEALTH)[self.columns[gpu]] = health
         self._count_violations(frame)
         self._job_stats(frame)
 
@@ -415,8 +420,7 @@ class DcgmSource:
         for gone in self._health_keys - keys:
             frame.remove_gauge(gone[0], dict(gone[1]))
         self._health_keys = keys
-        for gpu, health in worst.items():
-            frame.set_gauge(HEALTH, self._labels(gpu), float(health))
+        self._health = {gpu: float(health) for gpu, health in worst.items()}
 
     def _count_violations(self, frame: MetricFrame) -> None:
         with self._lock:
