@@ -20,6 +20,9 @@ from gpufleet.model import Severity
 from gpufleet.model.incident import RootCause
 from gpufleet.parsers.nvidia.dcgmi_health import HealthReport
 
+# the agent's DCGM series these judgements read (sources/gpu/dcgm.py writes them; the catalog describes them)
+HEALTH_INCIDENT_SERIES = "gpufleet_dcgm_health_incident"  # {gpu, UUID, system, code}: DCGM's result
+POLICY_VIOLATIONS_SERIES = "gpufleet_dcgm_policy_violations_total"  # {gpu, UUID, condition}: a count
 HEALTH_FIX = {
     Severity.critical: "drain the node; run `dcgmi diag -r 3` on it and follow the failure it names",
     Severity.warning: "watch it: rerun `dcgmi health -c`, and run `dcgmi diag -r 2` at the next drain",

@@ -24,6 +24,8 @@ def test_every_detector_is_registered_once_with_its_scope_in_a_fixed_order() -> 
         ("software", ("inventories",), True),
         ("bmc-sensors", ("bmc",), True),  # conditions, on each read of the BMC
         ("bmc-sel", ("bmc",), False),  # the event log's new records, each once
+        ("dcgm-health", ("frame",), True),  # DCGM's open health incidents
+        ("dcgm-policy", ("frame",), False),  # each policy violation DCGM called back for, once
     ]
     assert [(e.name, e.needs) for e in registered_fleet()] == [
         ("training", ("jobs", "rank_util")),

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from gpufleet.telemetry.monitoring.objectives import SloConfig
 
 # The modules that register detectors, in the order their detectors run.
-MODULES = ("kernel", "gpu", "fabric", "training", "application", "slo", "software", "bmc")
+MODULES = ("kernel", "gpu", "fabric", "training", "application", "slo", "software", "bmc", "dcgm")
 
 
 class Scope(StrEnum):

@@ -11,12 +11,13 @@ libdcgm.so.3/.4 themselves. What this source reads, each collection:
   them in the catalog's units already (ratios 0-1, bytes per second); a blank value (DCGM_FT_*_BLANK and above:
   dcgmvalue.py) or a status other than DCGM_ST_OK stays empty. Whole GPUs only: GPU instances are not read here.
 - Its health watches (dcgmHealthSet with every system, dcgmHealthCheck each `health_every_s`): per GPU
-  `gpufleet_dcgm_health` (DCGM's last result, a GPU field written every collection: 0 pass, 10 warning, 20 failure) and each incident as
-  `gpufleet_dcgm_health_incident{system, code}`, judged in health/dcgm_health.py with `dcgmi health`'s verdict.
+  `gpufleet_dcgm_health` (DCGM's last result, a GPU field written every collection: 0 pass, 10 warning, 20
+  failure) and each incident as `gpufleet_dcgm_health_incident{system, code}`, judged in health/dcgm_health.py
+  with `dcgmi health`'s verdict (the agent's dcgm-health detector files it as a finding).
 - Policy violations (DCGM 4.x's dcgmPolicyRegister_v2 on a policy of this source's own group: double-bit ECC,
   PCIe replays, retired pages past DCGM's limit, thermal and power past the GPU's own limits, NVLink errors): counted
   per GPU and condition in `gpufleet_dcgm_policy_violations_total{condition}`. DCGM calls back from its own thread;
-  the count is taken on the next collection.
+  the count is taken on the next collection (and each new violation is a finding of the dcgm-policy detector).
 - Job statistics per Slurm job: the jobs the frame's attribution names on each GPU (the Slurm job map); a job
   seen first starts DCGM's statistics on a group of its GPUs (dcgmWatchJobFields, dcgmJobStartStats), is read every
   collection (dcgmJobGetStats: energy, average SM utilization, peak memory, Xids, double-bit ECC errors, PCIe
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import BackendError, DependencyMissingError, UserError
+from gpufleet.health.dcgm_health import HEALTH_INCIDENT_SERIES, POLICY_VIOLATIONS_SERIES
 from gpufleet.telemetry.field_sources import SourceFields
 from gpufleet.telemetry.fields import load_field_catalog
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
@@ -58,8 +60,8 @@ FP64_BLANK = 140737488355328.0
 FT_DOUBLE, FT_INT64 = ord("d"), ord("i")  # dcgm_fields.DCGM_FT_DOUBLE / DCGM_FT_INT64
 
 HEALTH = "gpufleet_dcgm_health"
-HEALTH_INCIDENT = "gpufleet_dcgm_health_incident"
-POLICY_VIOLATIONS = "gpufleet_dcgm_policy_violations_total"
+HEALTH_INCIDENT = HEALTH_INCIDENT_SERIES  # judged by the agent's dcgm detectors (health/detectors/dcgm.py)
+POLICY_VIOLATIONS = POLICY_VIOLATIONS_SERIES
 # dcgm_structs.h DCGM_HEALTH_WATCH_*: the system bit and its name in gpufleet's series (dcgmi prints "<X> system")
 HEALTH_SYSTEMS = {
     0x1: "pcie", 0x2: "nvlink", 0x4: "pmu", 0x8: "mcu", 0x10: "memory", 0x20: "sm", 0x40: "inforom",
