@@ -18,10 +18,8 @@ libdcgm.so.3/.4 themselves. What this source reads, each collection:
   PCIe replays, retired pages past DCGM's limit, thermal and power past the GPU's own limits, NVLink errors): counted
   per GPU and condition in `gpufleet_dcgm_policy_violations_total{condition}`. DCGM calls back from its own thread;
   the count is taken on the next collection (and each new violation is a finding of the dcgm-policy detector).
-- Job statistics per Slurm job: the jobs the frame's attribution names on each GPU (the Slurm job map); a job
-  seen first starts DCGM's statistics on a group of its GPUs (dcgmWatchJobFields, dcgmJobStartStats), is read every
-  collection (dcgmJobGetStats: energy, average SM utilization, peak memory, Xids, double-bit ECC errors, PCIe
-  replays per GPU, as `gpufleet_dcgm_job_*{hpc_job}`), and is stopped and removed when the job map lets it go.
+- Job statistics per Slurm job of the frame's job map (dcgm_jobs.py: dcgmJobStartStats, dcgmJobGetStats,
+  dcgmJobStopStats), as `gpufleet_dcgm_job_*{hpc_job}`.
 
 The PROF series keep dcgm-exporter's names whichever source fills them; `gpufleet telemetry fields` and
 gpufleet_source_up{source="dcgm"} say this one did (and the NVML source does not sample GPM while it runs).
@@ -34,7 +32,7 @@ import logging
 import math
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from ctypes import CFUNCTYPE, POINTER, c_uint64
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +40,7 @@ from typing import Any
 
 from gpufleet.errors import BackendError, DependencyMissingError, UserError
 from gpufleet.health.dcgm_health import HEALTH_INCIDENT_SERIES, POLICY_VIOLATIONS_SERIES
+from gpufleet.sources.gpu.dcgm_jobs import INT64_BLANK, JOB_SERIES, DcgmJobStats
 from gpufleet.telemetry.field_sources import SourceFields
 from gpufleet.telemetry.fields import load_field_catalog
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
@@ -54,8 +53,7 @@ BINDING_PATHS = (
     Path("/usr/local/dcgm/bindings/python3"),
 )
 DEFAULT_PORT = 5555  # nv-hostengine's (dcgm_structs.h DCGM_HE_PORT_NUMBER)
-# dcgmvalue.py: DCGM's blank values start here (DCGM_INT64_IS_BLANK, DCGM_FP64_IS_BLANK)
-INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+# dcgmvalue.py: DCGM's blank values start here (DCGM_FP64_IS_BLANK; the integer ones in dcgm_jobs.py)
 FP64_BLANK = 140737488355328.0
 FT_DOUBLE, FT_INT64 = ord("d"), ord("i")  # dcgm_fields.DCGM_FT_DOUBLE / DCGM_FT_INT64
 
@@ -73,28 +71,6 @@ POLICY_CONDITIONS = {0x1: "dbe", 0x2: "pcie", 0x4: "retired_pages", 0x8: "therma
 # policy thresholds (DCGM_POLICY_COND_IDX_*: 0 DBE, 1 PCI, 2 max retired pages, 3 thermal, 4 power, 5 NVLink): the
 # booleans switch a condition on; retired pages at DCGM's own limit (thresholds.yaml retired_pages_limit)
 RETIRED_PAGES_LIMIT = 63
-# dcgmJobGetStats' per-GPU summary (c_dcgmGpuUsageInfo_t) -> series, with its conversion
-INT32_BLANK = 0x7FFFFFF0  # dcgmvalue.DCGM_INT32_BLANK
-
-
-def _int64(value: Any) -> float:
-    return math.nan if int(value) >= INT64_BLANK or int(value) < 0 else float(value)
-
-
-def _int32(value: Any) -> float:
-    return math.nan if int(value) >= INT32_BLANK or int(value) < 0 else float(value)
-
-
-JOB_SERIES: tuple[tuple[str, Callable[[Any], float]], ...] = (
-    ("gpufleet_dcgm_job_energy_joules", lambda g: _int64(g.energyConsumed)),  # J (dcgmi stats: "Joules")
-    ("gpufleet_dcgm_job_sm_utilization_ratio", lambda g: _int32(g.smUtilization.average) / 100.0),
-    ("gpufleet_dcgm_job_max_memory_used_bytes", lambda g: _int64(g.maxGpuMemoryUsed)),
-    ("gpufleet_dcgm_job_xid_errors", lambda g: _int32(g.numXidCriticalErrors)),
-    ("gpufleet_dcgm_job_ecc_dbe_errors", lambda g: _int32(g.eccDoubleBit)),
-    ("gpufleet_dcgm_job_pcie_replays", lambda g: _int64(g.pcieReplays)),
-)
-JOB_LABEL = "hpc_job"
-
 FIELDS = SourceFields(
     "dcgm",
     # the health of every GPU it watches; the profiling fields this node's GPUs have, declared per node
@@ -245,7 +221,6 @@ class DcgmSource:
         self._pending: list[tuple[int, int]] = []  # (gpu id, condition) from DCGM's callback thread
         self._lock = threading.Lock()
         self._callback: Any = None
-        self._jobs: dict[str, Any] = {}  # job id -> its DCGM group
         self.policy_why = ""
         try:
             self.group = agent.dcgmGroupCreate(self.handle, structs.DCGM_GROUP_EMPTY, "gpufleet")
@@ -260,6 +235,7 @@ class DcgmSource:
         ids = {n: field_id(self.b.fields, n) for n in names if n.startswith("DCGM_FI_PROF_")}
         self._prof_ids = {n: i for n, i in ids.items() if i is not None}
         self._supported = {g: self._prof_fields(g) for g in self.columns}
+        self.job_stats = DcgmJobStats(self.b, self.handle, interval_s, self.columns, self._labels)
         self._register_policy()
 
     # -- what DCGM can give here ------------------------------------------------------------------------------------
@@ -380,7 +356,7 @@ class DcgmSource:
             for gpu, health in self._health.items():
                 frame.gpu(HEALTH)[self.columns[gpu]] = health
         self._count_violations(frame)
-        self._job_stats(frame)
+        self.job_stats.collect(frame)
 
     def _read_prof(self, frame: MetricFrame) -> None:
         gpus = list(self.columns)
@@ -434,63 +410,6 @@ class DcgmSource:
             self._violations[(gpu, name)] = self._violations.get((gpu, name), 0) + 1
         for (gpu, name), count in self._violations.items():
             frame.set_gauge(POLICY_VIOLATIONS, self._labels(gpu, condition=name), float(count))
-
-    # -- job statistics ----------------------------------------------------------------------------------------------
-    def _job_stats(self, frame: MetricFrame) -> None:
-        agent, structs = self.b.agent, self.b.structs
-        jobs: dict[str, set[int]] = {}
-        column_gpu = {c: g for g, c in self.columns.items()}
-        for column, held in enumerate(frame.jobs[: len(frame.entities)]):
-            if column in column_gpu:
-                for job in held:
-                    jobs.setdefault(job, set()).add(column_gpu[column])
-        for job in [j for j in self._jobs if j not in jobs]:
-            self._end_job(frame, job)
-        for job, gpus in jobs.items():
-            if job not in self._jobs:
-                try:
-                    group = agent.dcgmGroupCreate(self.handle, structs.DCGM_GROUP_EMPTY, f"gpufleet-job-{job}")
-                    for g in sorted(gpus):
-                        agent.dcgmGroupAddDevice(self.handle, group, g)
-                    agent.dcgmWatchJobFields(self.handle, group, int(self.interval_s * 1e6), 3600.0, 0)
-                    agent.dcgmJobStartStats(self.handle, group, job)
-                except self.error as exc:
-                    log.warning("DCGM: job %s: statistics not started: %s", job, exc)
-                    continue
-                self._jobs[job] = group
-            self._read_job(frame, job)
-
-    def _read_job(self, frame: MetricFrame, job: str) -> None:
-        try:
-            info = self.b.agent.dcgmJobGetStats(self.handle, job)
-        except self.error as exc:
-            log.debug("DCGM: job %s: no statistics yet: %s", job, exc)
-            return
-        for k in range(min(int(info.numGpus), len(info.gpus))):
-            usage = info.gpus[k]
-            gpu = int(usage.gpuId)
-            if gpu not in self.columns:
-                continue
-            for name, convert in JOB_SERIES:
-                value = convert(usage)
-                labels = self._labels(gpu, **{JOB_LABEL: job})
-                if math.isnan(value):
-                    frame.remove_gauge(name, labels)
-                else:
-                    frame.set_gauge(name, labels, value)
-
-    def _end_job(self, frame: MetricFrame, job: str) -> None:
-        agent = self.b.agent
-        group = self._jobs.pop(job)
-        for name, _ in JOB_SERIES:
-            for gpu in self.columns:
-                frame.remove_gauge(name, self._labels(gpu, **{JOB_LABEL: job}))
-        try:
-            agent.dcgmJobStopStats(self.handle, job)
-            agent.dcgmJobRemove(self.handle, job)
-            agent.dcgmGroupDestroy(self.handle, group)
-        except self.error as exc:
-            log.debug("DCGM: job %s: not removed: %s", job, exc)
 
     def stop(self) -> None:
         agent = self.b.agent
