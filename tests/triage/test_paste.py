@@ -133,6 +133,11 @@ def _list(marker: str) -> Callable[[str], str]:
     return paste
 
 
+def _bulleted(text: str) -> str:
+    """Every line made an item of its own, blank ones too (a log pasted into a list line by line)."""
+    return "".join("- " + line for line in text.splitlines(keepends=True))
+
+
 def _indented(text: str) -> str:
     return "".join("    " + line if line.strip() else line for line in text.splitlines(keepends=True))
 
@@ -178,6 +183,7 @@ HAZARDS: dict[str, Callable[[str], str]] = {
     "markdown list -": _list("- "),
     "markdown list *": _list("* "),
     "markdown list 1.": _list("1. "),
+    "every line a list item": _bulleted,
     "indented 4": _indented,
     "wrapped at 80": _wrapped(80),
     "wrapped at 120": _wrapped(120),

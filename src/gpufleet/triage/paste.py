@@ -70,6 +70,10 @@ _FENCE_OPEN = re.compile(rf"^\s*(?:```|~~~)(?:(?:{_FENCE_INFO})(?=\s|$))?\s*", r
 _FENCE_CLOSE = re.compile(r"\s*(?:```|~~~)\s*$")
 # a markdown list item: the marker and the spaces after it set the item's indentation
 _LIST_ITEM = re.compile(r"^(?P<indent> {0,3})(?P<marker>[-*+]|\d{1,3}[.)]) +(?=\S)")
+_EMPTY_ITEM = re.compile(r"^ {0,3}(?:[-*+]|\d{1,3}[.)]) *$")
+# a text pasted into a list a line at a time: every line its own item, the marker and one space before the tool's
+# own line (whose indentation is the tool's: a -q section's keys, a YAML document's nesting)
+_BULLET = re.compile(r"^ {0,3}(?P<marker>[-*+]|\d{1,3}[.)])(?: |$)")
 # launcher tags that are told only when (nearly) every line has one: `[0] ` is also how hl-smi -q starts a block
 # launcher tags on every line of a text, told from its first lines; each is taken off exactly, so the line keeps its
 # own indentation. `[0] ` (Intel MPI -prepend-rank) is also how hl-smi -q starts a block: it counts only when (nearly)
@@ -97,6 +101,7 @@ class Shape:
     """What pasting did to a whole text, learnt from its first lines."""
 
     list_indent: int = 0  # a markdown list item's indentation: its marker on the first line, spaces on the rest
+    bullets: bool = False  # every line an item of its own: the marker and one space taken off each
     indent: int = 0  # spaces before every line (after the list's)
     wrap: int = 0  # a terminal's width: a line exactly this wide went on on the next line
     tag: str | None = None  # the launcher tag before every line (a key of _LAUNCHER_TAGS)
@@ -108,13 +113,18 @@ class Shape:
         body = [line for line in lines if line.strip()]
         if not body:
             return cls()
-        list_indent = _list_indent(body)
+        if _bulleted(body):
+            body = [_BULLET.sub("", line, count=1) for line in body]
+            lines = [_BULLET.sub("", line, count=1) for line in lines]
+            list_indent, bullets = 0, True
+        else:
+            list_indent, bullets = _list_indent(body), False
         body = [_unlist(line, list_indent) for line in body]
-        indent = min(len(line) - len(line.lstrip(" ")) for line in body)
+        indent = min((len(line) - len(line.lstrip(" ")) for line in body if line.strip()), default=0)
         body = [line[indent:] for line in body]
         tag = next((name for name, tag in _LAUNCHER_TAGS.items() if _every(body, tag)), None)
         shown = [line[indent:] for line in _unlisted(lines, list_indent)]
-        return cls(list_indent, indent, _wrap_width(shown), tag)
+        return cls(list_indent, bullets, indent, _wrap_width(shown), tag)
 
 
 def _every(lines: Sequence[str], tag: re.Pattern[str]) -> bool:
@@ -141,6 +151,20 @@ def _display(raw: str) -> str | None:
     return line
 
 
+def _bulleted(body: Sequence[str]) -> bool:
+    """Every line an item of its own, with one kind of marker (numbered items count as one kind)."""
+    if len(body) < 3:
+        return False
+    kinds = set()
+    for line in body:
+        item = _BULLET.match(line)
+        if item is None:
+            return False
+        marker = item.group("marker")
+        kinds.add(marker if marker in "-*+" else "number")
+    return len(kinds) == 1
+
+
 def _list_indent(body: Sequence[str]) -> int:
     """The indentation of a markdown list the text was pasted into, or 0: its first line is an item and every
     other line is an item of the same list or indented as far as its text."""
@@ -152,6 +176,8 @@ def _list_indent(body: Sequence[str]) -> int:
         item = _LIST_ITEM.match(line)
         if item is not None and item.group("indent") == indent:
             continue
+        if _EMPTY_ITEM.match(line):  # an item with nothing after its marker: a blank line of the text, bulleted
+            continue
         if len(line) - len(line.lstrip(" ")) < width:
             return 0
     return width
@@ -160,6 +186,8 @@ def _list_indent(body: Sequence[str]) -> int:
 def _unlist(line: str, width: int) -> str:
     if not width:
         return line
+    if _EMPTY_ITEM.match(line):
+        return ""
     item = _LIST_ITEM.match(line)
     if item is not None and item.end() <= width + 1:
         return line[item.end() :]
@@ -248,6 +276,10 @@ class Paste:
             self.stripped["markers"] += 1  # an author's, after the line as the terminal showed it
             line = marked
         shape = self.shape
+        if shape.bullets and line:
+            bare = _BULLET.sub("", line, count=1)
+            self.stripped["list markers"] += bare != line
+            line = bare
         if shape.list_indent and line:
             unlisted = _unlist(line, shape.list_indent)
             self.stripped["markdown list indentation"] += unlisted != line
