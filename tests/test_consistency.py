@@ -59,14 +59,12 @@ from gpufleet.health.detectors.seen import NodeSeen
 from gpufleet.health.fault_history import FaultHistory
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.node_health import NodeHealth
-from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import (
     XidSeverity,
     classify,
     code_severities,
     code_verdicts,
     default_policy,
-    xid_ratings,
 )
 from gpufleet.health.xid_rating import code_reading, finding_severity
 from gpufleet.model import Entity, EntityKind, Incident, RootCause, Severity
@@ -80,13 +78,13 @@ from gpufleet.remediate.runbook import TAKES_NODE_OUT, ActionKind
 from gpufleet.telemetry.exposition.dcgm import Renderer
 from gpufleet.telemetry.fields import IB_PORT_RATE, IB_PORT_UP
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
-from gpufleet.telemetry.monitoring.alert_rules import render_annotation, rule_groups
+from gpufleet.telemetry.monitoring.alert_rules import render_annotation
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_lines
 from tests.clirun import gpufleet
 from tests.conftest import CAPTURES, CORPUS, REPO_ROOT, require_tool
 from tests.remediate.helpers import remediator
-from tests.telemetry.monitoring.promtool import assert_alerts
+from tests.telemetry.monitoring.promtool import RULES, SHIPPED, XID_RULES, assert_alerts, xid_alerts
 from tests.twins import small_twin
 
 SCORED = REPO_ROOT / "tests" / "scored"
@@ -95,12 +93,7 @@ ROUND2 = SCORED / "round2"
 TWIN_NODE = "n-000"  # the engine plans on a twin; each incident is put on this node's GPUs to be planned
 OUT_OF_SERVICE = TAKES_NODE_OUT | {ActionKind.reset_gpu}
 VENDOR_OUT_WHEN_WARNING = frozenset({"gpu-hang", "scaleup-link-errors", "ecc-sbe-rate"})
-RULES = {
-    r["alert"]: r for g in rule_groups(xids=xid_ratings(), limits=detection_limits())["groups"] for r in g["rules"]
-}
-XID_RULES = ("GpuXidFatal", "GpuXid", "GpuXidLineDependent")
 MEMORY_RULES = ("GpuEccDoubleBitError", "GpuRowRemapFailure")
-_MATCHER = re.compile(r'DCGM_EXP_XID_ERRORS_COUNT\{xid(=~|!~)"([^"]*)"\} > 0')
 # the kinds of kernel report both triage and the agent read; link events and OOM kills in a log are triage's alone
 # (the agent reads its ports' state from sysfs, and the OOM killer is the host's, not the GPU's)
 GPU_REPORTS = frozenset(
@@ -172,21 +165,6 @@ def planned(engine: Remediator, incident: Incident) -> tuple[str, bool]:
     report = engine.plan(dataclasses.replace(incident, entity=entity))
     out = any(s.decision == "would" and ActionKind(s.action) in OUT_OF_SERVICE for s in report.steps)
     return report.runbook, out
-
-
-def xid_alerts(code: int) -> list[str]:
-    """The shipped Xid rules a DCGM_EXP_XID_ERRORS_COUNT series for `code` makes fire (Prometheus' label matchers
-    are anchored regular expressions); promtool checks the same below."""
-    fired = []
-    for name in XID_RULES:
-        if name not in RULES:
-            continue
-        match = _MATCHER.fullmatch(RULES[name]["expr"])
-        assert match is not None, RULES[name]["expr"]
-        op, pattern = match.groups()
-        if (re.fullmatch(pattern, str(code)) is not None) == (op == "=~"):
-            fired.append(name)
-    return fired
 
 
 def alert_severity(name: str) -> Severity:
@@ -961,13 +939,12 @@ SCENE_METRICS = (
     "gpufleet_gpu_pod_info{",
     "infiniband_port_",
 )
-ALL_RULES = [r for g in rule_groups(xids=xid_ratings(), limits=detection_limits())["groups"] for r in g["rules"]]
-CAUSE_RULES = sorted({r["alert"] for r in ALL_RULES if "cause" in r["labels"]})
+CAUSE_RULES = sorted({r["alert"] for r in SHIPPED if "cause" in r["labels"]})
 
 
 def _rule(alert: str, labels: dict[str, str]) -> dict[str, Any]:
     """The variant of `alert` a series with `labels` meets (the idle rules have one per price, by modelName)."""
-    for rule in ALL_RULES:
+    for rule in SHIPPED:
         if rule["alert"] != alert:
             continue
         matcher = re.search(r'modelName(=~|!~)"((?:[^"\\]|\\.)*)"', rule["expr"])

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ from gpufleet.catalog.xid import xid_message
 from gpufleet.health.detectors.kernel import KernelDetector
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.node_health import NodeHealth
-from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import (
     Action,
     Verdict,
@@ -41,41 +39,21 @@ from gpufleet.parsers.kernel.kmsg import parse_kmsg
 from gpufleet.remediate import Remediator, RunbookManifest, RunbookSet
 from gpufleet.remediate.runbook import TAKES_NODE_OUT, ActionKind
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.monitoring.alert_rules import render_annotation, rule_groups
+from gpufleet.telemetry.monitoring.alert_rules import render_annotation
 from tests.conftest import require_tool
 from tests.remediate.helpers import remediator
-from tests.telemetry.monitoring.promtool import assert_alerts
+from tests.telemetry.monitoring.promtool import RULES, XID_RULES, assert_alerts, xid_alerts
 from tests.twins import small_twin
 
 NODE, GPU, PCI = "n-000", 2, "0000:3b:00"
 OUT_OF_SERVICE = TAKES_NODE_OUT | {ActionKind.reset_gpu}
 ALERT_SEVERITY = {XidSeverity.FATAL: "critical", XidSeverity.NONFATAL: "warning"}
-RULES = {
-    r["alert"]: r for g in rule_groups(xids=xid_ratings(), limits=detection_limits())["groups"] for r in g["rules"]
-}
-XID_RULES = ("GpuXidFatal", "GpuXid", "GpuXidLineDependent")
-_MATCHER = re.compile(r'DCGM_EXP_XID_ERRORS_COUNT\{xid(=~|!~)"([^"]*)"\} > 0')
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Remediator:
     """The engine on a twin, asked only for plans (which write nothing)."""
     return remediator(small_twin(nodes=2, job_nodes=0), tmp_path_factory.mktemp("plans"))
-
-
-def xid_alerts(code: int) -> list[str]:
-    """The shipped Xid rules a DCGM_EXP_XID_ERRORS_COUNT series for `code` makes fire (Prometheus' matchers are
-    anchored regular expressions)."""
-    fired = []
-    for name in XID_RULES:
-        if name not in RULES:
-            continue
-        match = _MATCHER.fullmatch(RULES[name]["expr"])
-        assert match is not None, RULES[name]["expr"]
-        op, pattern = match.groups()
-        if (re.fullmatch(pattern, str(code)) is not None) == (op == "=~"):
-            fired.append(name)
-    return fired
 
 
 def incident_of(finding: Finding) -> Incident:
