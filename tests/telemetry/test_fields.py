@@ -117,3 +117,27 @@ def test_clock_event_bits() -> None:
     names = [e.name for e in load_clock_events()]
     assert names[:2] == ["gpu_idle", "clocks_setting"]
     assert clock_events_of(0x40 | 0x1) == ["gpu_idle", "hw_thermal"]
+
+
+PER_LINK = "+DCGM_FI_DEV_NVLINK_*_PER_LINK_TOTAL,+DCGM_FI_DEV_NVLINK_GET_STATE"
+
+
+def test_nvlink_per_link_fields_are_off_as_dcgm_exporter_ships_them_and_a_site_switches_them_on() -> None:
+    from gpufleet.telemetry.fields import NVLINK, switched
+
+    catalog = load_field_catalog()
+    per_link = [f.name for f in catalog.scoped(NVLINK)]
+    assert len(per_link) == 5 and not any(f.enabled for f in catalog.scoped(NVLINK))
+    on = switched(catalog, PER_LINK)
+    assert all(f.enabled for f in on.scoped(NVLINK))
+    assert sum(f.enabled for f in on) == sum(f.enabled for f in catalog) + 5
+    back = switched(on, "-DCGM_FI_DEV_NVLINK_GET_STATE DCGM_FI_DEV_GPU_TEMP")  # space-separated; bare means on
+    assert not back.get("DCGM_FI_DEV_NVLINK_GET_STATE").enabled and back.get("DCGM_FI_DEV_GPU_TEMP").enabled
+
+
+def test_a_site_switch_that_names_no_field_is_one_clear_error() -> None:
+    from gpufleet.errors import UserError
+    from gpufleet.telemetry.fields import switched
+
+    with pytest.raises(UserError, match="GPUFLEET_FIELDS: '\\+DCGM_FI_DEV_NVLNK_\\*' names no field"):
+        switched(load_field_catalog(), "+DCGM_FI_DEV_NVLNK_*")

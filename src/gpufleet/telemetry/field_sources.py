@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC
-from gpufleet.telemetry.fields import FLEET, MetricField
+from gpufleet.telemetry.fields import FIELDS_ENV, FLEET, NVLINK, MetricField
 from gpufleet.telemetry.vendor_metrics import load_vendor_metrics
 
 POD_INFO = POD_INFO_METRIC  # not a catalog field: written from the attribution, which a source declares it fills
@@ -115,7 +115,10 @@ def field_fills(
 def _switched(fill: FieldFill) -> FieldFill:
     if fill.field.enabled:
         return fill
-    return FieldFill(fill.field, fill.sources, fill.partly, "switched off in the field catalog")
+    why = "switched off in the field catalog"
+    if fill.field.scope == NVLINK and (fill.sources or fill.partly):  # read each collection all the same
+        why += f" (read for the NVLink detector, which names the failing link; {FIELDS_ENV} exports it)"
+    return FieldFill(fill.field, fill.sources, fill.partly, why)
 
 
 def _why_empty(name: str, sources: Sequence[SourceFields], known: Sequence[SourceFields]) -> str:

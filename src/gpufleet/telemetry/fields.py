@@ -22,14 +22,16 @@ window). rate() and increase() on them are wrong; `> 0` or max_over_time() are t
 from __future__ import annotations
 
 import csv
+import fnmatch
 import io
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from gpufleet.catalog import load_dcgm_fields, load_ib_counters
-from gpufleet.errors import NotFoundError
+from gpufleet.errors import NotFoundError, UserError
 
 GPU = "gpu"  # one series per GPU (or MIG instance), labelled like dcgm-exporter
 IB_PORT = "ib_port"  # one series per HCA port
@@ -198,4 +200,27 @@ def load_field_catalog(counter_file: str = "default-counters.csv") -> FieldCatal
         if name not in known:
             fields.append(MetricField(name, base.prom_type, base.help, GPU, "i64", base.enabled_by_default))
     fields.extend(_ib_fields())
-    return FieldCatalog(tuple(fields))
+    return switched(FieldCatalog(tuple(fields)), os.environ.get(FIELDS_ENV, ""))
+
+
+# A site's own switches over the catalog's defaults, as dcgm-exporter's counters file (-f) is a site's: a list of
+# field names or shell patterns, comma or space separated, each `+` (on; the default) or `-` (off). The agent, `gpufleet
+# telemetry fields` and `gpufleet deploy size` all read it, so what is exported is what is listed and sized.
+FIELDS_ENV = "GPUFLEET_FIELDS"
+
+
+def switched(catalog: FieldCatalog, spec: str) -> FieldCatalog:
+    """`catalog` with the fields `spec` names switched on (`+NAME`, `NAME`) or off (`-NAME`); a pattern that names
+    no field is an error."""
+    for item in spec.replace(",", " ").split():
+        on = not item.startswith("-")
+        pattern = item.lstrip("+-")
+        names = [f.name for f in catalog if fnmatch.fnmatchcase(f.name, pattern)]
+        if not names:
+            raise UserError(
+                f"{FIELDS_ENV}: {item!r} names no field of the catalog",
+                fix="list them with `gpufleet telemetry fields --all`; e.g. "
+                f"{FIELDS_ENV}='+DCGM_FI_DEV_NVLINK_*_PER_LINK_TOTAL,+DCGM_FI_DEV_NVLINK_GET_STATE'",
+            )
+        catalog = catalog.with_enabled(names, on)
+    return catalog

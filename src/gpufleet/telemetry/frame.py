@@ -110,8 +110,11 @@ class MetricFrame:
     unlisted_xid_counts: dict[tuple[str, str, int], float] = field(init=False)
     ib_values: np.ndarray = field(init=False)  # (IB counters, ports), in metric units (bytes, not octets/4)
     # (NVLink fields, entities, MAX_NVLINKS): one value per GPU link, NaN where the link does not exist or was not
-    # read (a MIG GPU's links are written on its first instance's entity only)
+    # read (a MIG GPU's links are written on its first instance's entity only). Every per-link field of the catalog
+    # is carried, switched on or not: the NVLink detector names the failing link from them; only those the frame's
+    # catalog switches on are exported (`link_exported`)
     link_values: np.ndarray = field(init=False)
+    link_exported: tuple[bool, ...] = field(init=False)
     # per port: 1 link up (ACTIVE/LinkUp), 0 down, NaN not read this tick; the infiniband_port_up row when the
     # catalog exports it (a view: writing one writes the other)
     ib_up: np.ndarray = field(init=False)
@@ -133,7 +136,12 @@ class MetricFrame:
         self.ib_ports = tuple(self.ib_ports)
         self.gpu_fields = self.catalog.gpu_value_fields()
         self.ib_fields = self.catalog.scoped("ib_port")
-        self.link_fields = self.catalog.scoped(NVLINK)
+        carried = {f.name for f in self.catalog.scoped(NVLINK)}
+        self.link_fields = (
+            *self.catalog.scoped(NVLINK),
+            *(f for f in load_field_catalog().scoped(NVLINK) if f.name not in carried),
+        )
+        self.link_exported = tuple(f.name in carried and f.enabled for f in self.link_fields)
         self._link_index = {f.name: i for i, f in enumerate(self.link_fields)}
         self._gpu_index = {f.name: i for i, f in enumerate(self.gpu_fields)}
         self._ib_index = {f.name: i for i, f in enumerate(self.ib_fields)}

@@ -11,10 +11,13 @@ import pytest
 
 from gpufleet.sources.gpu.nvml import LINK_STATE, NvmlSource
 from gpufleet.telemetry.exposition.dcgm import render
+from gpufleet.telemetry.fields import load_field_catalog, switched
+from gpufleet.telemetry.frame import MetricFrame
 from tests.sources.gpu.fake_nvml import FakeGpu, FakeNvml, links_from_capture, remapped_from_capture
 
 CAPTURES = Path(__file__).parents[2] / "captures"
 H100 = "NVIDIA H100 80GB HBM3"
+PER_LINK = "+DCGM_FI_DEV_NVLINK_*_PER_LINK_TOTAL,+DCGM_FI_DEV_NVLINK_GET_STATE"  # what GPUFLEET_FIELDS would say
 
 
 def _capture(name: str) -> str:
@@ -48,8 +51,12 @@ def test_a_bridged_pcie_card_has_its_inactive_links_at_zero_and_no_counters_for_
     links = links_from_capture(errors, status)
     links[2].crc_flit, links[2].recovery = 40, 1
     source = NvmlSource("node-a", FakeNvml([_gpu(0, links=links)]))
-    frame = source.new_frame()
+    default = source.new_frame()
+    source.collect(default)
+    assert "nvlink=" not in render(default)  # read for the detector, exported only where a site switches them on
+    frame = MetricFrame(default.entities, catalog=switched(load_field_catalog(), PER_LINK).enabled())
     source.collect(frame)
+    assert np.array_equal(frame.link_values, default.link_values, equal_nan=True)
     state = frame.link(LINK_STATE)[0]
     assert [k for k in range(18) if state[k] == 0] == [4, 5, 10, 11, 16, 17]  # the capture's six <inactive> links
     flit = frame.link("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL")[0]

@@ -77,3 +77,14 @@ def test_dcgm_among_the_sources_counts_only_what_it_fills_everywhere() -> None:
     out = json.loads(gpufleet("deploy", "size", "--nodes", "32", "--sources", ",".join([*base, "dcgm"]),
                               "-o", "json").stdout)  # fmt: skip
     assert out["activeSeries"] == size(32, sources=named([*base, "dcgm"])).active_series
+
+
+def test_nvlink_per_link_series_are_counted_only_when_a_site_switches_them_on() -> None:
+    """Off by default (dcgm-exporter's counters file ships them off); switched on, 18 links x 5 series per GPU."""
+    from gpufleet.telemetry.fields import switched
+
+    sources = named(list(NVIDIA_AGENT))
+    default, _, _ = series_counts(sources=sources)
+    on = switched(load_field_catalog(), "+DCGM_FI_DEV_NVLINK_*_PER_LINK_TOTAL,+DCGM_FI_DEV_NVLINK_GET_STATE")
+    per_link, _, _ = series_counts(on, sources)
+    assert per_link - default == 18 * 5

@@ -236,7 +236,7 @@ class Renderer:
         for field in frame.gpu_fields:
             prefixes.append([f"{field.name}{{{body}}} " for body in bodies_by_row])
         link_bodies = [_pairs(nvlink_labels(e, link)) for e in frame.entities for link in range(MAX_NVLINKS)]
-        link_prefixes = [[f"{field.name}{{{body}}} " for body in link_bodies] for field in frame.link_fields]
+        link_prefixes = [[f"{field.name}{{{body}}} " for body in link_bodies] for field in _exported_links(frame)]
         ib_prefixes = []
         port_bodies = [_pairs(ib_port_labels(p)) for p in frame.ib_ports]
         for field in frame.ib_fields:
@@ -251,7 +251,7 @@ class Renderer:
             ib_prefixes=ib_prefixes,
             ib_headers=[_header(f) for f in frame.ib_fields],
             link_prefixes=link_prefixes,
-            link_headers=[_header(f) for f in frame.link_fields],
+            link_headers=[_header(f) for f in _exported_links(frame)],
             dcgm_mask=dcgm,
             vendor=vendor,
             fleet=FleetLayout(frame) if cfg.fleet_series else None,
@@ -273,9 +273,11 @@ class Renderer:
             lay.split.apply(frame, gpu_values)  # a copy: indexing by rows made one
         self._render_matrix(out, gpu_values, frame.gpu_fields, lay.gpu_headers, lay.gpu_prefixes)
         self._render_labelled_counts(frame, lay, out)
-        if frame.link_values.size:  # NVLink per link: (fields, entities * links), as dcgm-exporter's link entities
-            links = frame.link_values.reshape(len(frame.link_fields), -1)
-            self._render_matrix(out, links, frame.link_fields, lay.link_headers, lay.link_prefixes)
+        if frame.link_values.size and any(frame.link_exported):
+            # NVLink per link, the switched-on fields: (fields, entities * links), as dcgm-exporter's link entities
+            rows = [i for i, on in enumerate(frame.link_exported) if on]
+            links = frame.link_values[rows].reshape(len(rows), -1)
+            self._render_matrix(out, links, _exported_links(frame), lay.link_headers, lay.link_prefixes)
         if lay.vendor is not None:
             lay.vendor.render(frame, out)
         self._render_matrix(out, frame.ib_values, frame.ib_fields, lay.ib_headers, lay.ib_prefixes)
@@ -460,3 +462,8 @@ def render(frame: MetricFrame, config: ExpositionConfig | None = None) -> str:
 
 
 RenderFn = Callable[[MetricFrame], str]
+
+
+def _exported_links(frame: MetricFrame) -> tuple[MetricField, ...]:
+    """The per-link NVLink fields /metrics shows: those the frame's catalog switches on (it carries them all)."""
+    return tuple(f for f, on in zip(frame.link_fields, frame.link_exported, strict=True) if on)
