@@ -57,6 +57,12 @@ def fields_cmd(
         "idle-cost, app, twin), instead of this node's.",
     ),
     sim: bool = typer.Option(False, "--sim", help="For the twin's agent (`gpufleet agent --sim`), not this node's."),
+    compare_dcgm_exporter: bool = typer.Option(
+        False,
+        "--compare-dcgm-exporter",
+        help="Field by field against dcgm-exporter's default counters file: which fields both export, which only "
+        "one does, and why (for an NVIDIA node's agent unless --sources or --sim say otherwise).",
+    ),
 ) -> None:
     """List the metrics the agent exports: dcgm-exporter names, types, help texts, which are on, and, for this node
     (the sources `gpufleet agent` would run here), --sim or --sources, which source fills each one or why none does
@@ -68,6 +74,9 @@ def fields_cmd(
 
     if vendor and vendor.lower() != "nvidia":
         _vendor_fields(vendor.lower(), output)
+        return
+    if compare_dcgm_exporter:
+        _compare(sources, sim, output)
         return
     chosen, what, missing = chosen_sources(sources, sim, this_node=True)
     fields = [f for f in load_field_catalog() if (all_fields or f.enabled) and (not scope or f.scope == scope)]
@@ -84,6 +93,25 @@ def fields_cmd(
             + ([" ".join(r.field.labels), r.field.unit, r.field.help] if wide else [])
             for r in rows
         ]  # fmt: skip
+        console.print(make_table(cols, data))
+
+    emit([r.to_json() for r in rows], output, table)
+
+
+def _compare(sources: str, sim: bool, output: OutputFormat) -> None:
+    """dcgm-exporter's default counters file against what the agent exports (telemetry/dcgm_compare.py)."""
+    from gpufleet.cli.field_sources import all_sources, chosen_sources
+    from gpufleet.telemetry.dcgm_compare import compare
+
+    chosen, what, _ = chosen_sources(sources, sim, this_node=False)  # neither: an NVIDIA node's agent
+    rows = compare(chosen, all_sources())
+
+    def table(wide: bool) -> None:
+        console.print(f"dcgm-exporter's default counters file against what {what} export", highlight=False,
+                      markup=False)  # fmt: skip
+        cols = ["FIELD", "DCGM-EXPORTER", "GPUFLEET", "FILLED BY", "VERDICT", "WHY"]
+        data = [[r.name, r.exporter or "-", r.gpufleet, ", ".join(r.filled_by) or "-", r.verdict, r.why]
+                for r in rows]  # fmt: skip
         console.print(make_table(cols, data))
 
     emit([r.to_json() for r in rows], output, table)
