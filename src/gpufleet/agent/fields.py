@@ -64,7 +64,9 @@ def known_sources() -> dict[str, SourceFields]:
     return {**gpu_sources(), **{s.source: s for s in (KMSG, IB_SYSFS, ATTRIBUTION, IDLE_COST, APP, BMC, DCGM)}}
 
 
-NVIDIA_AGENT = ("nvml", "kmsg", "ib-sysfs", "attribution", "idle-cost")  # `gpufleet agent` on an NVIDIA node
+# `gpufleet agent` on an NVIDIA node, with what it runs by default: the BMC source is on unless --no-bmc (a node
+# without ipmitool or /dev/ipmi0 says so in gpufleet_source_up{source="bmc"} 0), so its per-sensor series are counted
+NVIDIA_AGENT = ("nvml", "kmsg", "ib-sysfs", "attribution", "idle-cost", "bmc")
 
 
 def this_node(ib_sysfs: Path | None = None, kmsg: Path | None = None) -> tuple[list[SourceFields], list[str]]:

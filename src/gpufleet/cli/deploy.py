@@ -122,17 +122,25 @@ def size_cmd(
         "", "--sources", metavar="LIST", help="The agent's sources, comma-separated (default: an NVIDIA node's)."
     ),
     sim: bool = typer.Option(False, "--sim", help="Count what the twin's agent fills."),
+    bmc_sensors: str = typer.Option(
+        "",
+        "--bmc-sensors",
+        metavar="F,P,T,W",
+        help="The BMC's fans, power supplies, temperature sensors and power readings, each a series or two "
+        "(default 6,2,20,3: an assumed 2U GPU server; an 8-GPU HGX chassis has more).",
+    ),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     from gpufleet.cli.field_sources import chosen_sources
     from gpufleet.spec.base import parse_duration
-    from gpufleet.telemetry.monitoring.sizing import NODES_PER_CORE, PROMETHEUS_BYTES_PER_SAMPLE, size
+    from gpufleet.telemetry.monitoring.sizing import NODES_PER_CORE, PROMETHEUS_BYTES_PER_SAMPLE, BmcSensors, size
 
     interval_s, retention_s = parse_duration(interval), parse_duration(retention)
     if interval_s <= 0 or retention_s <= 0:
         raise UserError("--interval and --retention must be positive", fix="e.g. --interval 15s --retention 15d")
     chosen, what, _ = chosen_sources(sources, sim, this_node=False)
-    plan = size(nodes, gpus_per_node, ib_ports, interval_s, retention_s / 86_400, sources=chosen)
+    bmc = BmcSensors.parse(bmc_sensors) if bmc_sensors else BmcSensors()
+    plan = size(nodes, gpus_per_node, ib_ports, interval_s, retention_s / 86_400, sources=chosen, bmc=bmc)
 
     def table(wide: bool) -> None:
         rows = [

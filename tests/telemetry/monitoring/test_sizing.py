@@ -88,3 +88,27 @@ def test_nvlink_per_link_series_are_counted_only_when_a_site_switches_them_on() 
     on = switched(load_field_catalog(), "+DCGM_FI_DEV_NVLINK_*_PER_LINK_TOTAL,+DCGM_FI_DEV_NVLINK_GET_STATE")
     per_link, _, _ = series_counts(on, sources)
     assert per_link - default == 18 * 5
+
+
+def test_the_bmc_on_by_default_is_counted_per_sensor() -> None:
+    """`gpufleet agent` runs the BMC source unless --no-bmc: its series are one per sensor, for the assumed chassis
+    or the one given."""
+    from gpufleet.agent.bmc import FIELDS as BMC_FIELDS
+    from gpufleet.errors import UserError
+    from gpufleet.telemetry.monitoring.sizing import BmcSensors
+
+    assert "bmc" in NVIDIA_AGENT
+    sources = named(list(NVIDIA_AGENT))
+    without = named([s for s in NVIDIA_AGENT if s != "bmc"])
+    _, _, other = series_counts(sources=sources)
+    _, _, other_without = series_counts(sources=without)
+    assumed = BmcSensors()
+    per_sensor = sum(assumed.series(f) for f in BMC_FIELDS)
+    assert per_sensor == 2 * assumed.fans + assumed.psus + 2 * assumed.temperatures + assumed.power_readings
+    assert other - other_without == per_sensor + 1  # and its gpufleet_source_up
+    _, _, hgx = series_counts(sources=sources, bmc=BmcSensors.parse("12,6,40,7"))
+    assert hgx - other_without == 2 * 12 + 6 + 2 * 40 + 7 + 1
+    with pytest.raises(UserError, match="four counts"):
+        BmcSensors.parse("6,2")
+    out = json.loads(gpufleet("deploy", "size", "--nodes", "1", "--bmc-sensors", "12,6,40,7", "-o", "json").stdout)
+    assert out["seriesPerNode"] == size(1, sources=sources, bmc=BmcSensors(12, 6, 40, 7)).series_per_node

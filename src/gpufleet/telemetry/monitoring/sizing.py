@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpufleet.errors import UserError
 from gpufleet.telemetry.field_sources import POD_INFO, SOURCE_UP, SourceFields, exported
 from gpufleet.telemetry.fields import FLEET, GPU, IB_PORT, NVLINK, PLAIN, FieldCatalog, load_field_catalog
 
@@ -31,6 +32,44 @@ NVLINKS_PER_GPU = 18
 # takes: bench/fleet_ingest.py measured 0.20 cores for 256 nodes x 8 GPUs (1,280 nodes a core); 20% kept in hand.
 NODES_PER_CORE = 1024
 MIN_REPLICAS = 2  # one leads, one stands by: failover within seconds
+
+
+@dataclass(frozen=True, slots=True)
+class BmcSensors:
+    """The sensors a node's BMC reports, for its per-sensor series (agent/bmc.py: a speed and a state per fan, a state
+    per power supply, a reading and a state per temperature sensor, one series per power reading). The default is an
+    assumption, not a measurement: a 2U GPU server (4 GPUs) with 6 system fans, 2 power supplies, 20 temperature
+    sensors (inlet, exhaust, CPUs, DIMM banks, voltage regulators, supplies, the PCIe/GPU zone) and 3 power readings
+    (each supply's output and the system's consumption); an 8-GPU HGX chassis has several times the fans and supplies,
+    so give its own with `deploy size --bmc-sensors`."""
+
+    fans: int = 6
+    psus: int = 2
+    temperatures: int = 20
+    power_readings: int = 3
+
+    def series(self, field: str) -> int:
+        """How many series of one BMC field the node exports (a BMC reads its fans in RPM or, as HPE's iLO, in
+        percent: counted once, under RPM)."""
+        return {
+            "gpufleet_node_fan_speed_rpm": self.fans,
+            "gpufleet_node_fan_speed_ratio": 0,
+            "gpufleet_node_temperature_celsius": self.temperatures,
+            "gpufleet_node_power_watts": self.power_readings,
+            "gpufleet_node_sensor_state": self.fans + self.psus + self.temperatures,
+        }.get(field, 1)
+
+    @classmethod
+    def parse(cls, text: str) -> BmcSensors:
+        """`FANS,PSUS,TEMPERATURES,POWER` (e.g. `6,2,20,3`), as `deploy size --bmc-sensors` takes it."""
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 4 or not all(p.isdigit() for p in parts):
+            raise UserError(
+                f"--bmc-sensors {text!r} is not four counts",
+                fix="give fans, power supplies, temperature sensors and power readings, e.g. --bmc-sensors 6,2,20,3",
+            )
+        fans, psus, temperatures, power = (int(p) for p in parts)
+        return cls(fans, psus, temperatures, power)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +137,14 @@ class Sizing:
 
 
 def series_counts(
-    catalog: FieldCatalog | None = None, sources: Sequence[SourceFields] | None = None
+    catalog: FieldCatalog | None = None,
+    sources: Sequence[SourceFields] | None = None,
+    bmc: BmcSensors | None = None,
 ) -> tuple[int, int, int]:
     """(series per GPU, per IB port, per node besides those) the agent exports: with `sources`, the switched-on
     fields they fill (still an upper bound: a GPU without NVLink has no NVLink counters); without, every
-    switched-on field."""
+    switched-on field. A BMC field counts one series per sensor of `bmc` (default: BmcSensors' assumption)."""
+    bmc = bmc or BmcSensors()
     enabled = (catalog or load_field_catalog()).enabled()
     if sources is None:
         filled = frozenset({*(f.name for f in enabled), POD_INFO})
@@ -124,6 +166,8 @@ def series_counts(
             other += sources_up
         elif "job" in f.labels:
             other += JOBS_PER_NODE
+        elif "sensor" in f.labels:  # the BMC's, one per sensor
+            other += bmc.series(f.name)
         else:
             other += 1
     return per_gpu, per_port, other
@@ -137,6 +181,7 @@ def size(
     retention_days: float = 15.0,
     catalog: FieldCatalog | None = None,
     sources: Sequence[SourceFields] | None = None,
+    bmc: BmcSensors | None = None,
 ) -> Sizing:
-    per_gpu, per_port, other = series_counts(catalog, sources)
+    per_gpu, per_port, other = series_counts(catalog, sources, bmc)
     return Sizing(nodes, gpus_per_node, ib_ports_per_node, scrape_interval_s, retention_days, per_gpu, per_port, other)
