@@ -50,7 +50,7 @@ def test_the_table_names_the_sources_and_this_nodes_missing_ones() -> None:
 
 
 def test_unknown_sources_and_both_choices_are_clear_errors() -> None:
-    bad = gpufleet("telemetry", "fields", "--sources", "nvml,dcgm")
-    assert bad.returncode != 0 and "unknown source(s): dcgm" in bad.stderr and "nvml" in bad.stderr
+    bad = gpufleet("telemetry", "fields", "--sources", "nvml,dcgmi")
+    assert bad.returncode != 0 and "unknown source(s): dcgmi" in bad.stderr and "dcgm" in bad.stderr
     both = gpufleet("telemetry", "fields", "--sim", "--sources", "nvml")
     assert both.returncode != 0 and "--sim" in both.stderr
