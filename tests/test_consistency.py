@@ -78,7 +78,7 @@ from gpufleet.remediate.runbook import TAKES_NODE_OUT, ActionKind
 from gpufleet.telemetry.exposition.dcgm import Renderer
 from gpufleet.telemetry.fields import IB_PORT_RATE, IB_PORT_UP
 from gpufleet.telemetry.frame import GpuEntity, IbPort, MetricFrame
-from gpufleet.telemetry.monitoring.alert_rules import render_annotation
+from gpufleet.telemetry.monitoring.rule_tests import render_annotation
 from gpufleet.triage.report import TriageReport
 from gpufleet.triage.run import triage_lines
 from tests.clirun import gpufleet

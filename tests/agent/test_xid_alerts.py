@@ -25,7 +25,8 @@ import httpx
 import pytest
 import yaml
 
-from gpufleet.telemetry.monitoring.alert_rules import dump, render_annotation
+from gpufleet.telemetry.monitoring.alert_rules import dump
+from gpufleet.telemetry.monitoring.rule_tests import render_annotation
 from tests.apiclient import free_port
 from tests.conftest import CORPUS, REPO_ROOT, require_tool
 

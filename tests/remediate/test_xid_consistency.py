@@ -39,7 +39,7 @@ from gpufleet.parsers.kernel.kmsg import parse_kmsg
 from gpufleet.remediate import Remediator, RunbookManifest, RunbookSet
 from gpufleet.remediate.runbook import TAKES_NODE_OUT, ActionKind
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.monitoring.alert_rules import render_annotation
+from gpufleet.telemetry.monitoring.rule_tests import render_annotation
 from tests.conftest import require_tool
 from tests.remediate.helpers import remediator
 from tests.telemetry.monitoring.promtool import RULES, XID_RULES, assert_alerts, xid_alerts

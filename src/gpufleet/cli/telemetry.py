@@ -177,8 +177,8 @@ def rules_cmd(
         dump,
         prometheus_rule,
         rule_groups,
-        rule_tests,
     )
+    from gpufleet.telemetry.monitoring.rule_tests import rule_tests
 
     if hostname_label not in ("hostname", "Hostname"):
         raise UserError(f"bad --hostname-label {hostname_label!r}", fix="use hostname or Hostname")

@@ -22,7 +22,8 @@ from gpufleet.telemetry.exposition.dcgm import Renderer, render
 from gpufleet.telemetry.exposition.workload import FAMILIES, WORKLOAD_FAMILIES
 from gpufleet.telemetry.fields import load_field_catalog
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
-from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, dump, render_annotation, rule_groups
+from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, dump, rule_groups
+from gpufleet.telemetry.monitoring.rule_tests import render_annotation
 from gpufleet.telemetry.store import EmbeddedStore
 from gpufleet.telemetry.store.frame_series import FrameSeries
 from tests.clirun import gpufleet

@@ -15,11 +15,10 @@ from gpufleet.telemetry.monitoring.alert_rules import (
     RulesConfig,
     dump,
     prometheus_rule,
-    render_annotation,
     rule_groups,
-    rule_tests,
     service_monitor,
 )
+from gpufleet.telemetry.monitoring.rule_tests import render_annotation, rule_tests
 from tests.conftest import require_tool
 
 XIDS = xid_ratings()  # the default Xid policy's ratings

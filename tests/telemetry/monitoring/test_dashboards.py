@@ -10,15 +10,9 @@ from gpufleet.deploy.chart import DASHBOARDS_DIR, RULES_FILE
 from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.telemetry.fields import load_field_catalog
-from gpufleet.telemetry.monitoring.alert_rules import (
-    RulesConfig,
-    dump,
-    prometheus_rule,
-    rule_groups,
-    rule_tests,
-    service_monitor,
-)
+from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, dump, prometheus_rule, rule_groups, service_monitor
 from gpufleet.telemetry.monitoring.dashboards import dashboard_files, dashboards
+from gpufleet.telemetry.monitoring.rule_tests import rule_tests
 from tests.clirun import gpufleet
 
 

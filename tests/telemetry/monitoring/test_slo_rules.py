@@ -17,8 +17,9 @@ import yaml
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.instrument import names
 from gpufleet.telemetry.monitoring import slo_rules as slo
-from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, dump, render_annotation
+from gpufleet.telemetry.monitoring.alert_rules import RulesConfig, dump
 from gpufleet.telemetry.monitoring.objectives import BURN_WINDOWS, SloConfig
+from gpufleet.telemetry.monitoring.rule_tests import render_annotation
 from tests.conftest import REPO_ROOT, require_tool
 
 MONITORING = REPO_ROOT / "deploy" / "monitoring"

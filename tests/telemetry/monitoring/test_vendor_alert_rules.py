@@ -18,7 +18,8 @@ from gpufleet.health.thresholds import detection_limits
 from gpufleet.health.xid_policy import xid_ratings
 from gpufleet.model.attribution import Attribution
 from gpufleet.telemetry.exposition.dcgm import POD_INFO_METRIC, render
-from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, RulesConfig, dump, rule_groups, rule_tests
+from gpufleet.telemetry.monitoring.alert_rules import RULE_FILE, RulesConfig, dump, rule_groups
+from gpufleet.telemetry.monitoring.rule_tests import rule_tests
 from gpufleet.telemetry.vendor_metrics import load_vendor_metrics
 from tests.conftest import require_tool
 from tests.telemetry.exposition.test_vendor import parsed
