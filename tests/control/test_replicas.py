@@ -124,6 +124,21 @@ def _server(url: str, home: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def _said(servers: list[subprocess.Popen[bytes]]) -> str:
+    """What each replica wrote to stderr, for a failure's message (a replica still running is stopped first)."""
+    out = []
+    for k, server in enumerate(servers):
+        if server.poll() is None:
+            server.terminate()
+        try:
+            _, err = server.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            _, err = server.communicate()
+        out.append(f"replica {k} (exit {server.returncode}): {err.decode(errors='replace')[-1500:]}")
+    return " | ".join(out)
+
+
 def _health(port: int) -> dict[str, object] | None:
     try:
         return dict(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json())
@@ -149,7 +164,7 @@ def test_killing_the_leader_process_hands_over_within_seconds(pg_url: str, tmp_p
     ports = [free_port(), free_port()]
     servers = [_server(pg_url, tmp_path / f"r{k}", port) for k, port in enumerate(ports)]
     try:
-        assert _wait(lambda: all(_health(p) for p in ports), 60), "the replicas did not start"
+        assert _wait(lambda: all(_health(p) for p in ports), 60), "the replicas did not start: " + _said(servers)
         assert _wait(lambda: sum(bool(_health(p)["leader"]) for p in ports) == 1, 15)  # type: ignore[index]
         leader = next(k for k, p in enumerate(ports) if _health(p)["leader"])  # type: ignore[index]
         other = ports[1 - leader]
