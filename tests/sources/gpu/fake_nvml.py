@@ -97,6 +97,17 @@ class FakeLink:
         return (self.replay, self.recovery, self.crc_flit, self.crc_data)[which]  # NVML_NVLINK_ERROR_DL_*
 
 
+# a GPU described in full without links of its own: an H100's 18 active links without errors
+_H100_LINKS = tuple(FakeLink() for _ in range(18))
+# NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL: the FakeLink counter each sums
+_LINK_TOTALS = {
+    pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: "crc_flit",
+    pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: "crc_data",
+    pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: "replay",
+    pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: "recovery",
+}
+
+
 @dataclass
 class FakeFabric:
     state: int  # nvmlGpuFabricState_t
@@ -283,7 +294,7 @@ class FakeNvml:
 
     def _link(self, fn: str, h: Any, link: int) -> FakeLink:
         gpu = self._full(fn, h)
-        links = gpu.links if gpu.links is not None else [FakeLink() for _ in range(18)]  # an H100's 18 links
+        links = gpu.links if gpu.links is not None else _H100_LINKS
         if link >= len(links):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return links[link]
@@ -305,6 +316,11 @@ class FakeNvml:
             if value.fieldId == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and gpu.recovery is not None:
                 value.nvmlReturn, value.valueType = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
                 value.value.uiVal = gpu.recovery
+            elif value.fieldId in _LINK_TOTALS and gpu.temperature_c is not None and gpu.links != []:
+                # NVML's per-GPU sum of one link error counter over the GPU's links
+                value.nvmlReturn, value.valueType = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                counter = _LINK_TOTALS[value.fieldId]  # _H100_LINKS (gpu.links None) count no errors
+                value.value.ullVal = sum(getattr(link, counter) for link in gpu.links or ())
             else:  # a field this driver does not give: the value's own return says so, the call succeeds
                 value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         return values

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpufleet.sources.gpu.nvml import LINK_STATE, NvmlSource
+from gpufleet.sources.gpu.nvml import LINK_REFRESH_S, LINK_STATE, NvmlSource
 from gpufleet.telemetry.exposition.dcgm import render
 from gpufleet.telemetry.fields import load_field_catalog, switched
 from gpufleet.telemetry.frame import MetricFrame
@@ -72,6 +72,60 @@ def test_a_bridged_pcie_card_has_its_inactive_links_at_zero_and_no_counters_for_
     )
     assert 'DCGM_FI_DEV_NVLINK_GET_STATE{nvlink="4",' in text
     assert 'DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL{nvlink="4",' not in text
+
+
+def _link_calls(nvml: FakeNvml) -> int:
+    calls = sum(1 for fn, _ in nvml.calls if fn.startswith("nvmlDeviceGetNvLink"))
+    nvml.calls.clear()
+    return calls
+
+
+def test_the_links_are_walked_again_only_when_their_totals_move_or_the_last_walk_is_old() -> None:
+    links = links_from_capture(*_stas00())
+    nvml = FakeNvml([_gpu(0, links=links)])
+    source = NvmlSource("node-a", nvml)
+    now = [100.0]
+    source.clock = lambda: now[0]
+    frame = source.new_frame()
+    source.collect(frame)
+    assert _link_calls(nvml) == 18 * 5  # a state and four counters a link
+    flit = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL"
+
+    now[0] += 1.0  # nothing moved: the last walk's readings stand, no link is asked
+    source.collect(frame)
+    assert _link_calls(nvml) == 0
+    assert frame.link(LINK_STATE)[0].tolist() == [1.0] * 18
+    assert frame.link(flit)[0].tolist() == [0.0] * 18
+
+    now[0] += 1.0  # a counter climbs on link 7: NVML's total moves, so the link is named in this collection
+    links[7].crc_flit = 12
+    source.collect(frame)
+    assert _link_calls(nvml) == 18 * 5
+    assert frame.link(flit)[0][7] == 12
+    assert frame.gpu("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")[0] == 12
+
+    now[0] += 1.0  # link 3 goes down without an error: seen once the last walk is LINK_REFRESH_S old
+    links[3].active = False
+    source.collect(frame)
+    assert frame.link(LINK_STATE)[0][3] == 1
+    now[0] += LINK_REFRESH_S
+    source.collect(frame)
+    assert frame.link(LINK_STATE)[0][3] == 0
+    assert np.isnan(frame.link(flit)[0][3])
+
+
+def test_a_driver_without_nvml_link_totals_has_its_links_walked_every_collection() -> None:
+    import pynvml
+
+    gpu = _gpu(0, failing={"nvmlDeviceGetFieldValues": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    nvml = FakeNvml([gpu])
+    source = NvmlSource("node-a", nvml)
+    frame = source.new_frame()
+    source.collect(frame)
+    _link_calls(nvml)
+    source.collect(frame)
+    assert _link_calls(nvml) == 18 * 5
+    assert frame.link(LINK_STATE)[0].tolist() == [1.0] * 18
 
 
 def test_a_gpu_without_nvlink_has_no_link_series() -> None:

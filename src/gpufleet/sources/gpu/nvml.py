@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -159,6 +160,13 @@ LINK_ERRORS = (
 )
 LINK_STATE = "DCGM_FI_DEV_NVLINK_GET_STATE"
 LINK_FIELDS = (*(name for name, _ in LINK_ERRORS), LINK_STATE)
+_STATE_ROW = len(LINK_ERRORS)
+# NVML's per-GPU totals of the same four counters, in LINK_ERRORS' order (nvml.h, nvidia-ml-py 13.615.71:
+# NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL 38, ..._CRC_DATA_... 45, ..._REPLAY_... 52, ..._RECOVERY_... 59): read
+# each collection in one nvmlDeviceGetFieldValues call, they say whether the links need walking
+NVML_LINK_ERROR_TOTALS = (38, 45, 52, 59)
+NVML_SUCCESS = 0
+LINK_REFRESH_S = 10.0
 # what NVML gives only some GPUs or drivers (sources/gpu/nvml_state.py)
 GPU_STATE_PARTLY = (
     (RECOVERY_ACTION, "drivers that give the recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, R570 and later)"),
@@ -316,6 +324,16 @@ _NOT_IN_MIG_MODE = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL
 
 
 @dataclass(frozen=True, slots=True)
+class _LinkWalk:
+    """One GPU's links as the last walk read them."""
+
+    nvml_totals: tuple[int, ...] | None  # NVML's per-GPU totals when walked; None: the driver gives none
+    at: float  # when, on the source's clock
+    readings: np.ndarray  # LINK_FIELDS x NVLINK_MAX_LINKS, NaN where not read
+    totals: np.ndarray | None  # the sums over the active links; None: no active link
+
+
+@dataclass(frozen=True, slots=True)
 class _Slot:
     """What one frame entity reads: a whole GPU, or one GPU instance of it."""
 
@@ -344,6 +362,8 @@ class NvmlSource:
         self._failing = FailingReadings(log)
         self._slots: list[_Slot] | None = None
         self.gpm = GpmReader(self.nvml, self.handles, self._failing)
+        self._walks: dict[int, _LinkWalk] = {}  # GPU index -> its links' last walk
+        self.clock = time.monotonic
 
     @property
     def fields(self) -> SourceFields:
@@ -418,7 +438,7 @@ class NvmlSource:
                 call = getattr(self.nvml, function)
                 frame.gpu(field)[e] = self._read(i, field, partial(_convert, convert, call, h, *args))
         self._remapped_rows(frame, e, h)
-        self._nvlink(frame, e, h)
+        self._nvlink(frame, e, i, h)
         self._gpu_state(frame, e, i, h)
         if not mig:  # a MIG GPU's instances read their own (_collect_instance)
             self.gpm.read(frame, e, i, h)
@@ -447,43 +467,65 @@ class NvmlSource:
             if frame.has_gpu_field(field):
                 frame.gpu(field)[i] = float(value)
 
-    def _nvlink(self, frame: MetricFrame, i: int, h: Any) -> None:
+    def _nvlink(self, frame: MetricFrame, e: int, i: int, h: Any) -> None:
         """Each link's error counters and state (a MIG GPU's on its first instance's entity), and their sums over the
-        active links in dcgm-exporter's per-GPU fields. A link NVML will not describe ends the list: past the GPU's
-        last link, or no NVLink at all."""
-        per_link = frame.link_values[:, i, :] if frame.link_fields else None
-        if per_link is not None:
-            per_link.fill(np.nan)  # a MIG GPU's other entities copied the GPU's values: its links are written once
-        counters = [(frame.link_row(name), counter) for name, counter in LINK_ERRORS]
-        state_row = frame.link_row(LINK_STATE)
+        active links in dcgm-exporter's per-GPU fields. The links are walked (five NVML calls a link) when NVML's own
+        per-GPU totals of the four counters moved, at least every LINK_REFRESH_S, and every collection on a driver
+        without those totals; between walks the last walk's readings stand, so a climbing counter is named at once
+        and a link that goes down without an error is seen within LINK_REFRESH_S."""
+        nvml_totals = self._nvml_link_totals(h)
+        walk = self._walks.get(i)
+        now = self.clock()
+        if walk is None or nvml_totals is None or walk.nvml_totals != nvml_totals or now - walk.at >= LINK_REFRESH_S:
+            walk = self._walk_links(i, h, nvml_totals, now)
+            self._walks[i] = walk
+        links = min(NVLINK_MAX_LINKS, frame.link_values.shape[2])
+        if frame.link_fields:
+            frame.link_values[:, e, :].fill(np.nan)  # a MIG GPU's other entities: its links are written once
+            for k, name in enumerate(LINK_FIELDS):
+                row = frame.link_row(name)
+                if row is not None:
+                    frame.link_values[row, e, :links] = walk.readings[k, :links]
+        if walk.totals is None:
+            return
+        for name, value in zip(NVLINK_ERRORS, walk.totals, strict=True):
+            if frame.has_gpu_field(name):
+                frame.gpu(name)[e] = value
+
+    def _nvml_link_totals(self, h: Any) -> tuple[int, ...] | None:
+        """NVML's per-GPU totals of the four link error counters, in one call; None where the driver lacks them."""
+        try:
+            values = self.nvml.nvmlDeviceGetFieldValues(h, list(NVML_LINK_ERROR_TOTALS))
+        except (self.nvml.NVMLError, AttributeError, ValueError):
+            return None
+        if any(int(value.nvmlReturn) != NVML_SUCCESS for value in values):
+            return None
+        return tuple(int(value.value.ullVal) for value in values)  # compared only: the union's 8 bytes
+
+    def _walk_links(self, i: int, h: Any, nvml_totals: tuple[int, ...] | None, now: float) -> _LinkWalk:
+        """Every link's state and, for an active one, its four error counters. A link NVML will not describe ends
+        the list: past the GPU's last link, or no NVLink at all."""
+        readings = np.full((len(LINK_FIELDS), NVLINK_MAX_LINKS), np.nan)
         totals = np.zeros(4)
-        links = 0
-        for link in range(min(NVLINK_MAX_LINKS, frame.link_values.shape[2])):
+        active_links = 0
+        for link in range(NVLINK_MAX_LINKS):
             try:
                 active = bool(self.nvml.nvmlDeviceGetNvLinkState(h, link))
             except self.nvml.NVMLError:
                 break  # past the last link, or no NVLink on this GPU
-            if per_link is not None and state_row is not None:
-                per_link[state_row, link] = float(active)
+            readings[_STATE_ROW, link] = float(active)
             if not active:
                 continue
             try:
-                values = [float(self.nvml.nvmlDeviceGetNvLinkErrorCounter(h, link, c)) for _, c in counters]
+                values = [float(self.nvml.nvmlDeviceGetNvLinkErrorCounter(h, link, c)) for _, c in LINK_ERRORS]
             except self.nvml.NVMLError as exc:
                 self._failing.failed(i, f"NVLink {link} error counters", exc)
                 continue
             self._failing.read(i, f"NVLink {link} error counters")
-            for (row, _), value in zip(counters, values, strict=True):
-                if per_link is not None and row is not None:
-                    per_link[row, link] = value
-            # dcgm-exporter's per-GPU totals: flit, data, replay, recovery
-            totals += (values[0], values[1], values[2], values[3])
-            links += 1
-        if not links:
-            return
-        for name, value in zip(NVLINK_ERRORS, totals, strict=True):
-            if frame.has_gpu_field(name):
-                frame.gpu(name)[i] = value
+            readings[: len(LINK_ERRORS), link] = values
+            totals += values  # dcgm-exporter's per-GPU totals: flit, data, replay, recovery (LINK_ERRORS' order)
+            active_links += 1
+        return _LinkWalk(nvml_totals, now, readings, totals if active_links else None)
 
     def _gpu_state(self, frame: MetricFrame, e: int, i: int, h: Any) -> None:
         """What NVML says the GPU needs or belongs to, each collection: its recovery action and its NVLink fabric
