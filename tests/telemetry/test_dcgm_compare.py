@@ -33,8 +33,10 @@ def test_each_field_gets_the_verdict_its_two_sides_give() -> None:
     rows = _rows()
     assert rows["DCGM_FI_DEV_GPU_TEMP"].verdict == BOTH
     # dcgm-exporter's on, the NVML source does not read it: its own declaration says why
-    temp = rows["DCGM_FI_DEV_MEMORY_TEMP"]
-    assert temp.verdict == EXPORTER_ONLY and temp.why.startswith("nvml: ")
+    reserved = rows["DCGM_FI_DEV_FB_RESERVED"]
+    assert reserved.verdict == EXPORTER_ONLY and reserved.why.startswith("nvml: ")
+    temp = rows["DCGM_FI_DEV_MEMORY_TEMP"]  # a field value NVML gives GPUs with a memory sensor
+    assert (temp.gpufleet, temp.verdict) == ("partly", BOTH) and "sensor" in temp.why
     ecc = rows["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]  # commented out in the default file, exported by gpufleet
     assert (ecc.exporter, ecc.gpufleet, ecc.verdict) == ("off", "yes", GPUFLEET_ONLY)
     xid = rows["DCGM_FI_DEV_XID_ERRORS"]

@@ -80,6 +80,7 @@ class FakeGpu:
     # NVLink, recovery and fabric state (see "NVLink, recovery action, fabric" below); None: the defaults of a GPU
     # described in full (18 active links without errors, no remap) or, for recovery and fabric, no such reading
     links: list[FakeLink] | None = None
+    memory_temp_c: int | None = None  # NVML_FI_DEV_MEMORY_TEMP; None: the GPU has no memory sensor (NOT_SUPPORTED)
     recovery: int | None = None
     fabric: FakeFabric | None = None
     remapped: tuple[int, int, int, int] | None = None  # correctable, uncorrectable, pending, failure
@@ -316,6 +317,9 @@ class FakeNvml:
             if value.fieldId == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and gpu.recovery is not None:
                 value.nvmlReturn, value.valueType = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
                 value.value.uiVal = gpu.recovery
+            elif value.fieldId == pynvml.NVML_FI_DEV_MEMORY_TEMP and gpu.memory_temp_c is not None:
+                value.nvmlReturn, value.valueType = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = gpu.memory_temp_c
             elif value.fieldId in _LINK_TOTALS and gpu.temperature_c is not None and gpu.links != []:
                 # NVML's per-GPU sum of one link error counter over the GPU's links
                 value.nvmlReturn, value.valueType = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
@@ -568,6 +572,12 @@ def remapped_from_capture(text: str) -> tuple[int, int, int, int]:
     yes = {"Yes": 1, "No": 0}
     failure = yes[got.get("Remapping Failure Occurred", "No")]
     return int(got["Correctable Error"]), int(got["Uncorrectable Error"]), yes[got["Pending"]], failure
+
+
+def memory_temps_from_capture(text: str) -> list[int | None]:
+    """Each GPU's "Memory Current Temp" from `nvidia-smi -q -d temperature`, in order; None where it prints N/A."""
+    found = re.findall(r"^\s*Memory Current Temp\s*: (\d+) C|^\s*Memory Current Temp\s*: N/A", text, re.MULTILINE)
+    return [int(t) if t else None for t in found]
 
 
 # === GPM (GPU Performance Monitoring) ================================================================================

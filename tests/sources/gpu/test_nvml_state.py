@@ -9,7 +9,14 @@ import numpy as np
 
 from gpufleet.sources.gpu.nvml import NvmlSource
 from gpufleet.sources.gpu.nvml_state import fabric_info, recovery_action
-from tests.sources.gpu.fake_nvml import FakeGpu, FakeNvml, fabric_from_capture, recovery_from_csv
+from gpufleet.telemetry.exposition.dcgm import render
+from tests.sources.gpu.fake_nvml import (
+    FakeGpu,
+    FakeNvml,
+    fabric_from_capture,
+    memory_temps_from_capture,
+    recovery_from_csv,
+)
 
 CAPTURES = Path(__file__).parents[2] / "captures" / "nvml_state"
 
@@ -64,3 +71,23 @@ def test_a_failed_registration_is_dcgm_failure_with_no_clique() -> None:
 
 def test_a_gpu_without_fabric_reads_nothing() -> None:
     assert fabric_info(FakeNvml([_gpu(0)]), 0) is None
+
+
+def test_memory_temperature_of_each_gpu_from_a_recorded_node() -> None:
+    temps = memory_temps_from_capture((CAPTURES / "memory_temp_a100_m4logs.txt").read_text())
+    assert temps == [45, 43]
+    source = NvmlSource("node-a", FakeNvml([_gpu(i, memory_temp_c=t) for i, t in enumerate(temps)]))
+    frame = source.new_frame()
+    source.collect(frame)
+    assert frame.gpu("DCGM_FI_DEV_MEMORY_TEMP").tolist() == [45.0, 43.0]
+    assert 'DCGM_FI_DEV_MEMORY_TEMP{gpu="1",' in render(frame)
+
+
+def test_a_gpu_without_a_memory_sensor_has_no_memory_temperature_series() -> None:
+    # dcgm-exporter prints DCGM's blank for it (tests/corpus/dcgm_exporter_metrics_06_readme_k8s.txt); NVML answers
+    # NOT_SUPPORTED for the field, and the series is left out
+    source = NvmlSource("node-a", FakeNvml([_gpu(0)]))
+    frame = source.new_frame()
+    source.collect(frame)
+    assert np.isnan(frame.gpu("DCGM_FI_DEV_MEMORY_TEMP")[0])
+    assert "DCGM_FI_DEV_MEMORY_TEMP{" not in render(frame)

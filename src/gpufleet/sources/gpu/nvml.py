@@ -33,10 +33,13 @@ from gpufleet.sources.gpu.nvml_gpm import GPM_GPUS, GpmReader, declare
 from gpufleet.sources.gpu.nvml_state import (
     FABRIC_CLIQUE,
     FABRIC_STATUS,
+    MEMORY_TEMP,
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+    NVML_FI_DEV_MEMORY_TEMP,
     RECOVERY_ACTION,
     ROW_REMAP_PENDING,
     fabric_info,
-    recovery_action,
+    field_values,
 )
 from gpufleet.telemetry.field_sources import SourceFields
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
@@ -165,10 +168,13 @@ _STATE_ROW = len(LINK_ERRORS)
 # NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL 38, ..._CRC_DATA_... 45, ..._REPLAY_... 52, ..._RECOVERY_... 59): read
 # each collection in one nvmlDeviceGetFieldValues call, they say whether the links need walking
 NVML_LINK_ERROR_TOTALS = (38, 45, 52, 59)
-NVML_SUCCESS = 0
+# what one nvmlDeviceGetFieldValues call a GPU reads each collection
+FIELD_VALUE_IDS = (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_FI_DEV_MEMORY_TEMP, *NVML_LINK_ERROR_TOTALS)
 LINK_REFRESH_S = 10.0
+_TOTALS = frozenset(NVML_LINK_ERROR_TOTALS)
 # what NVML gives only some GPUs or drivers (sources/gpu/nvml_state.py)
 GPU_STATE_PARTLY = (
+    (MEMORY_TEMP, "GPUs with a memory temperature sensor (NVML_FI_DEV_MEMORY_TEMP: HBM GPUs)"),
     (RECOVERY_ACTION, "drivers that give the recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, R570 and later)"),
     (FABRIC_STATUS, "GPUs of an NVSwitch or multi-node NVLink fabric (nvmlDeviceGetGpuFabricInfoV: HGX, NVL72)"),
     (FABRIC_CLIQUE, "GPUs that joined their NVLink fabric (a clique of an NVSwitch or multi-node NVLink domain)"),
@@ -200,10 +206,6 @@ FIELDS = SourceFields(
     ),
     leaves=(
         ("DCGM_FI_PROF_*", _NEEDS_DCGM),
-        (
-            "DCGM_FI_DEV_MEMORY_TEMP",
-            "not read: NVML has it only as a field value (nvmlDeviceGetFieldValues), which this source does not call",
-        ),
         ("DCGM_FI_DEV_FB_RESERVED", "not read: nvmlDeviceGetMemoryInfo (v1) has no reserved memory"),
         ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "not read by this source"),
         ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "not read by this source (vGPU licensing)"),
@@ -327,7 +329,7 @@ _NOT_IN_MIG_MODE = frozenset({"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL
 class _LinkWalk:
     """One GPU's links as the last walk read them."""
 
-    nvml_totals: tuple[int, ...] | None  # NVML's per-GPU totals when walked; None: the driver gives none
+    nvml_totals: tuple[float, ...] | None  # NVML's per-GPU totals when walked; None: the driver gives none
     at: float  # when, on the source's clock
     readings: np.ndarray  # LINK_FIELDS x NVLINK_MAX_LINKS, NaN where not read
     totals: np.ndarray | None  # the sums over the active links; None: no active link
@@ -437,9 +439,10 @@ class NvmlSource:
             if frame.has_gpu_field(field):
                 call = getattr(self.nvml, function)
                 frame.gpu(field)[e] = self._read(i, field, partial(_convert, convert, call, h, *args))
+        answers = field_values(self.nvml, h, FIELD_VALUE_IDS)
         self._remapped_rows(frame, e, h)
-        self._nvlink(frame, e, i, h)
-        self._gpu_state(frame, e, i, h)
+        self._nvlink(frame, e, i, h, answers)
+        self._gpu_state(frame, e, h, answers)
         if not mig:  # a MIG GPU's instances read their own (_collect_instance)
             self.gpm.read(frame, e, i, h)
 
@@ -467,13 +470,13 @@ class NvmlSource:
             if frame.has_gpu_field(field):
                 frame.gpu(field)[i] = float(value)
 
-    def _nvlink(self, frame: MetricFrame, e: int, i: int, h: Any) -> None:
+    def _nvlink(self, frame: MetricFrame, e: int, i: int, h: Any, answers: dict[int, float]) -> None:
         """Each link's error counters and state (a MIG GPU's on its first instance's entity), and their sums over the
         active links in dcgm-exporter's per-GPU fields. The links are walked (five NVML calls a link) when NVML's own
         per-GPU totals of the four counters moved, at least every LINK_REFRESH_S, and every collection on a driver
         without those totals; between walks the last walk's readings stand, so a climbing counter is named at once
         and a link that goes down without an error is seen within LINK_REFRESH_S."""
-        nvml_totals = self._nvml_link_totals(h)
+        nvml_totals = tuple(answers[f] for f in NVML_LINK_ERROR_TOTALS) if answers.keys() >= _TOTALS else None
         walk = self._walks.get(i)
         now = self.clock()
         if walk is None or nvml_totals is None or walk.nvml_totals != nvml_totals or now - walk.at >= LINK_REFRESH_S:
@@ -492,17 +495,7 @@ class NvmlSource:
             if frame.has_gpu_field(name):
                 frame.gpu(name)[e] = value
 
-    def _nvml_link_totals(self, h: Any) -> tuple[int, ...] | None:
-        """NVML's per-GPU totals of the four link error counters, in one call; None where the driver lacks them."""
-        try:
-            values = self.nvml.nvmlDeviceGetFieldValues(h, list(NVML_LINK_ERROR_TOTALS))
-        except (self.nvml.NVMLError, AttributeError, ValueError):
-            return None
-        if any(int(value.nvmlReturn) != NVML_SUCCESS for value in values):
-            return None
-        return tuple(int(value.value.ullVal) for value in values)  # compared only: the union's 8 bytes
-
-    def _walk_links(self, i: int, h: Any, nvml_totals: tuple[int, ...] | None, now: float) -> _LinkWalk:
+    def _walk_links(self, i: int, h: Any, nvml_totals: tuple[float, ...] | None, now: float) -> _LinkWalk:
         """Every link's state and, for an active one, its four error counters. A link NVML will not describe ends
         the list: past the GPU's last link, or no NVLink at all."""
         readings = np.full((len(LINK_FIELDS), NVLINK_MAX_LINKS), np.nan)
@@ -527,12 +520,16 @@ class NvmlSource:
             active_links += 1
         return _LinkWalk(nvml_totals, now, readings, totals if active_links else None)
 
-    def _gpu_state(self, frame: MetricFrame, e: int, i: int, h: Any) -> None:
-        """What NVML says the GPU needs or belongs to, each collection: its recovery action and its NVLink fabric
-        state and clique (sources/gpu/nvml_state.py). A GPU or driver without them leaves the fields empty."""
-        if frame.has_gpu_field(RECOVERY_ACTION):
-            action = recovery_action(self.nvml, h)
-            frame.gpu(RECOVERY_ACTION)[e] = np.nan if action is None else float(action)
+    def _gpu_state(self, frame: MetricFrame, e: int, h: Any, answers: dict[int, float]) -> None:
+        """What NVML says the GPU needs or belongs to, each collection: its recovery action, its memory temperature
+        and its NVLink fabric state and clique (sources/gpu/nvml_state.py). A GPU or driver without them leaves the
+        fields empty."""
+        for field, field_id in (
+            (RECOVERY_ACTION, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+            (MEMORY_TEMP, NVML_FI_DEV_MEMORY_TEMP),
+        ):
+            if frame.has_gpu_field(field):
+                frame.gpu(field)[e] = answers.get(field_id, np.nan)
         if frame.has_gpu_field(FABRIC_STATUS) or frame.has_gpu_field(FABRIC_CLIQUE):
             fabric = fabric_info(self.nvml, h)
             if fabric is not None:
