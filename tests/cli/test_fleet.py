@@ -216,3 +216,52 @@ def test_pending_work_and_queues(env: dict[str, str], served: tuple[str, Any]) -
     gpu = next(q for q in queues if q["manager"] == "slurm")
     assert (gpu["name"], gpu["use_pct"], gpu["gpus_pending"]) == ("gpu", 75.0, 17)
     assert "75%" in run(env, "get", "queues", "-l", "manager=slurm").stdout
+
+
+def test_watch_prints_the_header_once_and_then_only_changed_rows(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`get nodes -w`: the list with its header, then each change as one row under it, aligned to its columns."""
+    real_rows = fleet._rows
+    calls = {"n": 0}
+
+    def rows(resource: fleet.Resource, api: Api, node: str | None, limit: int) -> list[dict[str, Any]]:
+        calls["n"] += 1
+        listed = real_rows(resource, api, node, limit)
+        if calls["n"] >= 4:  # the list, the watch's baseline, one unchanged summary, then n-001 changes
+            listed = [{**r, "status": "Lost"} if r["name"] == "n-001" else r for r in listed]
+        return listed
+
+    def frames(self: Api) -> Iterator[tuple[str, Any]]:
+        for _ in range(3):
+            yield "summary", {}
+
+    monkeypatch.setattr(fleet, "_rows", rows)
+    monkeypatch.setattr(Api, "stream", frames)
+    out = run(env, "get", "nodes", "-w").stdout.splitlines()
+    assert [line.split()[0] for line in out] == ["NAME", "n-000", "n-001", "n-002", "n-001"]
+    header, changed = out[0], out[-1]
+    assert changed.split()[1] == "Lost"
+    assert changed.index("Lost") == header.index("STATUS")  # under the header's column
+    assert changed.index(changed.split()[2]) == header.index("GPUS")
+
+
+def test_watch_keeps_json_output_one_list_per_change(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def frames(self: Api) -> Iterator[tuple[str, Any]]:
+        yield "event", {"id": 99, "node": "n-002", "kind": "XidEvent", "entity": "gpu/n-002/1", "message": "x"}
+        yield "event", {"id": 100, "node": "n-000", "kind": "XidEvent", "entity": "gpu/n-000/1", "message": "y"}
+
+    monkeypatch.setattr(Api, "stream", frames)
+    out = run(env, "get", "events", "--node", "n-002", "-w", "-o", "json").stdout
+    assert out.rstrip().endswith('"message": "x"\n  }\n]') and '"message": "y"' not in out
+
+
+def test_an_empty_list_says_no_resources_found(env: dict[str, str]) -> None:
+    empty = gpufleet("get", "incidents", "-l", "severity=nonexistent", env=env)
+    assert empty.returncode == 0 and empty.stdout == ""  # a pipe reads nothing, as from kubectl
+    assert empty.stderr.strip() == "No incidents found matching -l severity=nonexistent."
+    events = gpufleet("get", "events", "--node", "n-000", "-l", "kind=NoSuchKind", env=env)
+    assert events.stdout == "" and events.stderr.strip() == "No events found on node n-000 matching -l kind=NoSuchKind."
+    for fmt, loads in (("json", json.loads), ("yaml", yaml.safe_load)):
+        listed = gpufleet("get", "incidents", "-l", "severity=nonexistent", "-o", fmt, env=env)
+        assert loads(listed.stdout) == [] and listed.stderr == "", fmt

@@ -13,7 +13,7 @@ import typer
 
 from gpufleet.cli import render
 from gpufleet.cli.client import CONFIG_KEYS, Api, config_path, read_config, write_config
-from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, dump_yaml, emit, make_table
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, RowFollower, console, dump_yaml, emit, no_resources
 from gpufleet.errors import UserError
 
 
@@ -138,42 +138,26 @@ def select(rows: list[dict[str, Any]], selector: list[tuple[str, bool, str]]) ->
     return [r for r in rows if all((_field(r, k) == v) == equal for k, equal, v in selector)]
 
 
-def _render(resource: Resource, rows: list[dict[str, Any]], wide: bool, header: bool = True) -> None:
-    r = resource.value
-    if r in render.RENDERERS:
-        render.RENDERERS[r](rows, wide)
-        return
-    if r == "events":
-        cols = ["ID", "TIME", "NODE", "KIND", "ENTITY", "MESSAGE"]
-        out = [[e["id"], render.clock(e["time"]), e["node"], e["kind"], e["entity"], e["message"]] for e in rows]
-    elif r == "audit":
-        cols = ["SEQ", "TIME", "ACTOR", "ACTION", "TARGET", "DECISION"] + (["INCIDENT", "DRY RUN"] if wide else [])
-        out = [
-            [a["seq"], render.clock(a["time"]), a["actor"], a["action"], a["target"], a["decision"]]
-            + ([a["incident"], "yes" if a["dry_run"] else ""] if wide else [])
-            for a in rows
-        ]
-    elif r == "agents":
-        cols = ["AGENT", "NODE", "INCARNATION", "LAST SEQ", "LAST PUSH"]
-        out = [
-            [a["agent"], a["node"], a.get("incarnation") or "-", a["last_seq"], render.clock(a["last_time"])]
-            for a in rows
-        ]
-    elif r == "links":
-        cols = ["NODE", "HCA", "RAIL", "SWITCH", "STATE", "SPEED", "SYMBOL ERR", "LINK DOWNED", "RCV ERR", "INCIDENT"]
-        out = [
-            [
-                x["node"], f"{x['hca']}/{x['port']}", x["rail"], x["switch"] or "-", x["state"],
-                "-" if x["speed_gbps"] is None else f"{x['speed_gbps']:g}G",
-                render.count(x["symbol_errors"]), render.count(x["link_downed"]), render.count(x["rcv_errors"]),
-                x["incident"] or "-",
-            ]
-            for x in rows
-        ]  # fmt: skip
-    else:
-        cols = ["SWITCH", "LINKS", "DOWN", "ERRING"]
-        out = [[s["name"], s["links"], s["down"], s["erring"]] for s in rows]
-    console.print(make_table(cols if header else [""] * len(cols), out, show_header=header))
+def _where(node: str | None, selector: str | None) -> str:
+    """What narrowed an empty list, for its message: `on node dgx-001 matching -l severity=critical`."""
+    parts = ([f"on node {node}"] if node else []) + ([f"matching -l {selector}"] if selector else [])
+    return " ".join(parts)
+
+
+def _print_list(
+    resource: Resource, rows: list[dict[str, Any]], output: OutputFormat, where: str = ""
+) -> RowFollower | None:
+    """The list as `kubectl get` prints it: JSON or YAML (an empty list too), or a table whose header is printed
+    once; an empty table is `No <resource> found.` Returns the table's follower for `-w` to print changes under."""
+    if output in (OutputFormat.json, OutputFormat.yaml):
+        emit(rows, output, lambda wide: None)
+        return None
+    columns, cells = render.TABLES[resource.value](rows, output is OutputFormat.wide)
+    follower = RowFollower(columns)
+    if not rows:
+        no_resources(resource.value, where)
+    follower.print(cells)
+    return follower
 
 
 def get(
@@ -199,20 +183,29 @@ def get(
         if watch:
             raise UserError("--watch follows a running control plane", fix="drop --scenario or --watch")
         rows = select(_local_rows(resource, scenario, at, node), sel)
-        emit(rows, output, lambda wide: _render(resource, rows, wide))
+        _print_list(resource, rows, output, _where(node, selector))
         return
     api = Api(server, token_file)
     rows = select(_rows(resource, api, node, limit), sel)
-    emit(rows, output, lambda wide: _render(resource, rows, wide))
+    follower = _print_list(resource, rows, output, _where(node, selector))
     if watch:
-        _watch(api, resource, output, sel, node, limit)
+        _watch(api, resource, output, sel, node, limit, follower)
 
 
 def _watch(
-    api: Api, resource: Resource, output: OutputFormat, sel: list[tuple[str, bool, str]], node: str | None, limit: int
+    api: Api,
+    resource: Resource,
+    output: OutputFormat,
+    sel: list[tuple[str, bool, str]],
+    node: str | None,
+    limit: int,
+    follower: RowFollower | None = None,
 ) -> None:
     """Print what changes, as `kubectl get -w` does: changed incidents and new events as they come, other resources'
-    changed rows after each summary."""
+    changed rows after each summary; in a table, under the header the list printed (never a header again)."""
+    wide = output is OutputFormat.wide
+    if follower is None and output not in (OutputFormat.json, OutputFormat.yaml):
+        follower = RowFollower(render.TABLES[resource.value]([], wide)[0])
     seen = {_key(resource, r): r for r in select(_rows(resource, api, node, limit), sel)}
     try:
         for kind, data in api.stream():
@@ -226,14 +219,14 @@ def _watch(
                 seen.update({_key(resource, r): r for r in fresh})
             else:
                 continue
-            if changed:
-                _emit_rows(resource, changed, output)
+            if not changed:
+                continue
+            if follower is None:
+                emit(changed, output, lambda wide: None)
+            else:
+                follower.print(render.TABLES[resource.value](changed, wide)[1])
     except KeyboardInterrupt:
         pass
-
-
-def _emit_rows(resource: Resource, rows: list[dict[str, Any]], output: OutputFormat) -> None:
-    emit(rows, output, lambda wide: _render(resource, rows, wide, header=False))
 
 
 def _key(resource: Resource, row: dict[str, Any]) -> str:

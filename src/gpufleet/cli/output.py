@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -50,6 +49,8 @@ def dump_json(data: Any) -> str:
 
 
 def dump_yaml(data: Any) -> str:
+    import yaml
+
     return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True)
 
 
@@ -64,12 +65,42 @@ def emit(data: Any, fmt: OutputFormat, render_table: Callable[[bool], None]) -> 
 
 
 def make_table(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, show_header: bool = True
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    title: str | None = None,
+    show_header: bool = True,
+    min_widths: Sequence[int] | None = None,
 ) -> Table:
     """Cells are plain text: a value is never read as markup or emoji (00000000:AB:00.0 stays a PCI id)."""
     table = Table(title=title, header_style="bold", box=None, pad_edge=False, show_header=show_header)
-    for col in columns:
-        table.add_column(col)
+    for i, col in enumerate(columns):
+        table.add_column(col, min_width=min_widths[i] if min_widths and i < len(min_widths) else None)
     for row in rows:
         table.add_row(*(Text("" if v is None else str(v)) for v in row))
     return table
+
+
+def no_resources(kind: str, where: str = "") -> None:
+    """What kubectl says of an empty list, on stderr as kubectl writes it (stdout stays empty for a pipe):
+    `No incidents found.`, `No gpus found on node dgx-001.`"""
+    err_console.print(f"No {kind} found{' ' + where if where else ''}.", markup=False, highlight=False)
+
+
+class RowFollower:
+    """Rows printed as `kubectl get -w` prints them: the header once (with the first rows), then each batch of
+    changed rows under it without a header, in columns at least as wide as every row printed before (a wider
+    value widens its column from then on)."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+        self.widths = [len(c) for c in self.columns]
+        self.header_printed = False
+
+    def print(self, rows: Sequence[Sequence[Any]]) -> None:
+        cells = [["" if v is None else str(v) for v in row] for row in rows]
+        if not cells:
+            return
+        for row in cells:
+            self.widths = [max(w, Text(v).cell_len) for w, v in zip(self.widths, row, strict=False)]
+        console.print(make_table(self.columns, cells, show_header=not self.header_printed, min_widths=self.widths))
+        self.header_printed = True

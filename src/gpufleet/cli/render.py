@@ -4,16 +4,18 @@ shown as text, never as markup: a PCI id like 00000000:AB:00.0 must not become a
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from rich.panel import Panel
 from rich.text import Text
 
 from gpufleet.cli.output import console, make_table
-from gpufleet.spec.base import format_duration
+
+Cells = tuple[list[str], list[list[Any]]]  # a table's column names and its rows of cells
 
 
-def render_nodes(rows: list[dict[str, Any]], wide: bool) -> None:
+def nodes_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["NAME", "STATUS", "GPUS", "UTIL", "TEMP", "POWER", "LINKS", "JOBS"]
     if wide:
         cols += ["POOL", "MODEL", "RACK", "DRIVER", "CUDA", "LAST SEEN"]
@@ -33,10 +35,10 @@ def render_nodes(rows: list[dict[str, Any]], wide: bool) -> None:
             seen = r.get("last_seen_ago_s")
             row += [r["pool"], r["gpu_model"] or "-", r["rack"], r["driver"], r["cuda"], ago(seen)]
         out.append(row)
-    console.print(make_table(cols, out))
+    return cols, out
 
 
-def render_gpus(rows: list[dict[str, Any]], wide: bool) -> None:
+def gpus_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["NODE", "GPU", "HEALTH", "UTIL", "TEMP", "POWER", "SM MHZ", "MEM USED", "CLOCK EVENTS"]
     if wide:
         cols += ["UUID", "PCI", "PCIE", "DBE", "XID", "MIG"]
@@ -58,7 +60,7 @@ def render_gpus(rows: list[dict[str, Any]], wide: bool) -> None:
             xid = f"{r['xid_last']:.0f}" if r["xid_last"] else "-"
             row += [r["uuid"], r["pci_bus_id"], r["pcie"], dbe, xid, mig_summary(r)]
         out.append(row)
-    console.print(make_table(cols, out))
+    return cols, out
 
 
 def mig_summary(g: dict[str, Any]) -> str:
@@ -73,7 +75,7 @@ def mig_summary(g: dict[str, Any]) -> str:
     return ",".join(p if n == 1 else f"{p} x{n}" for p, n in counts.items()) or "on, empty"
 
 
-def render_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
+def jobs_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["NAME", "STATE", "NODES", "RANKS", "STEP", "STEP TIME", "LAST STEP", "RESTARTS", "CAUSE"]
     if wide:
         cols += ["STRAGGLERS", "NODE LIST"]
@@ -95,7 +97,7 @@ def render_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
             row.append(", ".join(f"{x['rank']} ({x['node']}/{x['gpu']} x{x['ratio']})" for x in slow[:3]) or "-")
             row.append(",".join(r["node_list"]))
         out.append(row)
-    console.print(make_table(cols, out))
+    return cols, out
 
 
 def _seconds(value: float | None) -> str:
@@ -104,7 +106,7 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
 
 
-def render_services(rows: list[dict[str, Any]], wide: bool) -> None:
+def services_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["NAME", "STATE", "REPLICAS", "REQ/S", "P50", "P95", "P99", "SLO P99", "ERRORS"]
     if wide:
         cols += ["GPUS", "WINDOW"]
@@ -124,10 +126,10 @@ def render_services(rows: list[dict[str, Any]], wide: bool) -> None:
         if wide:
             row += [",".join(r["gpus"]) or "-", f"{r['window_s']:.0f}s"]
         out.append(row)
-    console.print(make_table(cols, out))
+    return cols, out
 
 
-def render_incidents(rows: list[dict[str, Any]], wide: bool) -> None:
+def incidents_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["ID", "CAUSE", "ENTITY", "SEVERITY", "STATE", "AGE", "COUNT", "ACTION", "SUMMARY"]
     if wide:
         cols.append("EFFECTS")
@@ -147,10 +149,12 @@ def render_incidents(rows: list[dict[str, Any]], wide: bool) -> None:
         if wide:
             row.append("; ".join(r["effects"]) or "-")
         out.append(row)
-    console.print(make_table(cols, out))
+    return cols, out
 
 
 def ago(seconds: float | None) -> str:
+    from gpufleet.spec.base import format_duration  # pydantic's models with it: not for every command
+
     return "-" if seconds is None else format_duration(max(0.0, float(seconds)))
 
 
@@ -169,7 +173,7 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def render_pending(rows: list[dict[str, Any]], wide: bool) -> None:
+def pending_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["NAME", "QUEUE", "GPUS", "WAITING", "REASON", "MESSAGE"]
     if wide:
         cols = ["MANAGER", "NAMESPACE", *cols, "PRIORITY", "SINCE"]
@@ -182,10 +186,10 @@ def render_pending(rows: list[dict[str, Any]], wide: bool) -> None:
             priority = "-" if r["priority"] is None else r["priority"]
             row = [r["manager"], r["namespace"] or "-", *row, priority, clock(r["since"])]
         out.append(row)
-    console.print(make_table(cols, out))
+    return cols, out
 
 
-def render_queues(rows: list[dict[str, Any]], wide: bool) -> None:
+def queues_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["NAME", "GPUS USED", "QUOTA", "USE", "PENDING GPUS", "RUNNING", "PENDING"]
     if wide:
         cols = ["MANAGER", *cols, "BORROWING LIMIT"]
@@ -203,18 +207,71 @@ def render_queues(rows: list[dict[str, Any]], wide: bool) -> None:
         if wide:
             row = [r["manager"], *row, count(r["borrowing_limit"])]
         out.append(row)
-    console.print(make_table(cols, out))
+    return cols, out
 
 
-RENDERERS = {
-    "nodes": render_nodes,
-    "gpus": render_gpus,
-    "jobs": render_jobs,
-    "services": render_services,
-    "incidents": render_incidents,
-    "pending": render_pending,
-    "queues": render_queues,
+def events_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
+    cols = ["ID", "TIME", "NODE", "KIND", "ENTITY", "MESSAGE"]
+    return cols, [[e["id"], clock(e["time"]), e["node"], e["kind"], e["entity"], e["message"]] for e in rows]
+
+
+def audit_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
+    cols = ["SEQ", "TIME", "ACTOR", "ACTION", "TARGET", "DECISION"] + (["INCIDENT", "DRY RUN"] if wide else [])
+    out = [
+        [a["seq"], clock(a["time"]), a["actor"], a["action"], a["target"], a["decision"]]
+        + ([a["incident"], "yes" if a["dry_run"] else ""] if wide else [])
+        for a in rows
+    ]
+    return cols, out
+
+
+def agents_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
+    cols = ["AGENT", "NODE", "INCARNATION", "LAST SEQ", "LAST PUSH"]
+    return cols, [
+        [a["agent"], a["node"], a.get("incarnation") or "-", a["last_seq"], clock(a["last_time"])] for a in rows
+    ]
+
+
+def links_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
+    cols = ["NODE", "HCA", "RAIL", "SWITCH", "STATE", "SPEED", "SYMBOL ERR", "LINK DOWNED", "RCV ERR", "INCIDENT"]
+    out = [
+        [
+            x["node"], f"{x['hca']}/{x['port']}", x["rail"], x["switch"] or "-", x["state"],
+            "-" if x["speed_gbps"] is None else f"{x['speed_gbps']:g}G",
+            count(x["symbol_errors"]), count(x["link_downed"]), count(x["rcv_errors"]), x["incident"] or "-",
+        ]
+        for x in rows
+    ]  # fmt: skip
+    return cols, out
+
+
+def switches_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
+    return ["SWITCH", "LINKS", "DOWN", "ERRING"], [[s["name"], s["links"], s["down"], s["erring"]] for s in rows]
+
+
+# every resource `gpufleet get` lists: its columns and one row of cells a resource row
+TABLES: dict[str, Callable[[list[dict[str, Any]], bool], Cells]] = {
+    "nodes": nodes_cells,
+    "gpus": gpus_cells,
+    "jobs": jobs_cells,
+    "services": services_cells,
+    "incidents": incidents_cells,
+    "events": events_cells,
+    "audit": audit_cells,
+    "agents": agents_cells,
+    "links": links_cells,
+    "switches": switches_cells,
+    "pending": pending_cells,
+    "queues": queues_cells,
 }
+
+
+def render_gpus(rows: list[dict[str, Any]], wide: bool) -> None:
+    console.print(make_table(*gpus_cells(rows, wide)))
+
+
+def render_incidents(rows: list[dict[str, Any]], wide: bool) -> None:
+    console.print(make_table(*incidents_cells(rows, wide)))
 
 
 def node_detail(d: dict[str, Any]) -> None:
