@@ -2,17 +2,79 @@
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from gpufleet import __version__
-from gpufleet.cli.output import err_console
+from gpufleet.cli.commands import BY_NAME, COMMANDS
 from gpufleet.errors import GpufleetError, UserError
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context, HelpFormatter
+
+# The click commands each command module registers, built once a process: {module: {name: command}}.
+_LOADED: dict[str, dict[str, Command]] = {}
+
+
+def load_module_commands(module: str) -> dict[str, Command]:
+    """Import one command module and build the commands it registers (`register(app)` on an app of its own)."""
+    if module not in _LOADED:
+        scratch = typer.Typer()
+        importlib.import_module(f"gpufleet.cli.{module}").register(scratch)
+        _LOADED[module] = dict(typer.main.get_group(scratch).commands)
+    return _LOADED[module]
+
+
+class LazyGroup(TyperGroup):
+    """The top-level group: a command's module is imported when that command runs (or its own help is asked for).
+    The listing in `gpufleet --help` comes from the table in gpufleet.cli.commands, so it imports none of them."""
+
+    _listing = False
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return [entry.name for entry in COMMANDS] + [name for name in self.commands if name not in BY_NAME]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        entry = BY_NAME.get(cmd_name)
+        if entry is None:
+            return None
+        if self._listing:  # a stand-in that carries the one line the listing shows
+            return TyperCommand(name=entry.name, help=entry.help)
+        command = load_module_commands(entry.module).get(cmd_name)
+        if command is not None:
+            self.commands[cmd_name] = command
+        return command
+
+    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
+        from typer._click.exceptions import UsageError
+
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:  # Typer suggests from the commands already loaded: suggest from them all
+            matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if self.suggest_commands and matches and "Did you mean" not in exc.message:
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
+
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="gpufleet",
+    cls=LazyGroup,
     help="Operations stack for GPU clusters: schedule, see, catch and fix faults, tune collectives.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -35,43 +97,11 @@ def main(
         os.environ["GPUFLEET_DEBUG"] = "1"
 
 
-# Each module exposes `register(app)`; one line per command family keeps this file free of their details.
-COMMAND_MODULES = (
-    "gpufleet.cli.core",
-    "gpufleet.cli.fleet",
-    "gpufleet.cli.top",
-    "gpufleet.cli.server",
-    "gpufleet.cli.telemetry",
-    "gpufleet.cli.agent",
-    "gpufleet.cli.xid",
-    "gpufleet.cli.nccl",
-    "gpufleet.cli.sched",
-    "gpufleet.cli.partition",
-    "gpufleet.cli.remediate",
-    "gpufleet.cli.diag",
-    "gpufleet.cli.read",
-    "gpufleet.cli.triage",
-    "gpufleet.cli.fabric",
-    "gpufleet.cli.token",
-    "gpufleet.cli.deploy",
-    "gpufleet.cli.doctor",
-    "gpufleet.cli.cost",
-)
-
-
-def _register() -> None:
-    import importlib
-
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_register()
-
-
 def run() -> None:
     """Entry point: run the app, turning gpufleet errors into one red line and a non-zero exit."""
     debug = "--debug" in sys.argv or os.environ.get("GPUFLEET_DEBUG") == "1"
+    from gpufleet.cli.output import err_console  # rich's console: imported once a command runs, not before
+
     try:
         code = app(standalone_mode=False)
         if isinstance(code, int) and code:  # typer.Exit(n) comes back as a return value here
