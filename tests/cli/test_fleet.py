@@ -164,8 +164,19 @@ def test_where_the_server_and_token_come_from(env: dict[str, str], tmp_path: Pat
 
 
 def test_top_once(env: dict[str, str]) -> None:
-    out = run(env, "top", "--once").stdout
+    ran = run(env, "top", "--once")
+    out = ran.stdout
     assert "3 nodes  24 GPUs" in out and "n-001" in out and "open incidents:" in out and "gpu-lost" in out
+    assert ran.stderr == ""
+
+
+def test_top_without_a_terminal_prints_one_frame_and_says_why(env: dict[str, str]) -> None:
+    """A pipe gets one frame of every node (not nothing, not a redraw that never ends) and a note on stderr."""
+    ran = run(env, "top")  # the test's stdout is not a terminal
+    assert "3 nodes  24 GPUs" in ran.stdout and "open incidents:" in ran.stdout
+    assert all(f"n-00{i}" in ran.stdout for i in range(3)) and "more nodes" not in ran.stdout
+    assert "not a terminal" in ran.stderr and "--once" in ran.stderr and "get nodes -w" in ran.stderr
+    assert "... and 2 more nodes" in run(env, "top", "--rows", "1").stdout  # --rows still limits
 
 
 def test_watch_prints_what_changes(served: tuple[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:

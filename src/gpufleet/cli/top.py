@@ -15,7 +15,7 @@ from rich.text import Text
 
 from gpufleet.cli.client import Api
 from gpufleet.cli.fleet import SERVER_OPT, TOKEN_OPT
-from gpufleet.cli.output import console
+from gpufleet.cli.output import console, err_console
 from gpufleet.cli.render import ago, entity
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
@@ -97,26 +97,40 @@ def frame(summary: dict[str, Any], nodes: list[dict[str, Any]], rows: int) -> Gr
 
 def top(
     interval: float = typer.Option(2.0, "--interval", min=0.5, help="Seconds between redraws."),
-    rows: int = typer.Option(0, "--rows", min=0, help="Nodes to show (default: what fits the terminal)."),
+    rows: int = typer.Option(
+        0, "--rows", min=0, help="Nodes to show (default: what fits the terminal; every node when printed once)."
+    ),
     once: bool = typer.Option(False, "--once", help="Print one frame and exit (for scripts and logs)."),
     server: str | None = SERVER_OPT,
     token_file: Path | None = TOKEN_OPT,
 ) -> None:
-    """The fleet live in the terminal, like `top`: figures, nodes (troubled first), open incidents."""
+    """The fleet live in the terminal, like `top`: figures, nodes (troubled first), open incidents.
+
+    A live redraw needs a terminal. When standard output is not one (a pipe, a file, a CI log) top prints one
+    frame and exits, as `--once` does, and says so on stderr: a redraw there would print nothing readable until
+    it was stopped. To follow changes in a log, use `gpufleet get nodes -w`."""
     api = Api(server, token_file)
-    fit = rows or max(5, console.size.height - 16)
+    live = console.is_terminal and not once
+    fit = rows or (max(5, console.size.height - 16) if live else 1_000_000)
 
     def draw() -> Group:
         return frame(api.get("/api/v1/summary"), api.get("/api/v1/nodes"), fit)
 
-    if once:
+    if not live:
         console.print(draw())
+        if not once:
+            err_console.print(
+                "top: standard output is not a terminal, so one frame was printed (--once does this without this"
+                " note); to follow changes in a log, use `gpufleet get nodes -w`",
+                markup=False,
+                highlight=False,
+            )
         return
     try:
-        with Live(draw(), console=console, screen=console.is_terminal, auto_refresh=False) as live:
+        with Live(draw(), console=console, screen=True, auto_refresh=False) as screen:
             while True:
                 time.sleep(interval)
-                live.update(draw(), refresh=True)
+                screen.update(draw(), refresh=True)
     except KeyboardInterrupt:
         pass
 
