@@ -148,6 +148,33 @@ def test_scale_to_zero_for_an_empty_pool() -> None:
     assert later == []  # an hour empty never outlasts a 90-minute wait
 
 
+def test_a_node_out_of_service_is_never_idle_capacity() -> None:
+    """Two empty nodes in a pool: s3 awaits RMA (a critical incident) and s4 is cordoned. Neither is proposed for
+    scale-down nor listed as an idle node: the recommendation names them and why; s2, empty and healthy, is."""
+    busy = [gpu("s1", i) for i in range(8)]
+    spare = {n: [gpu(n, i) for i in range(8)] for n in ("s2", "s3", "s4")}
+    usage = run(
+        [util(g, [70.0] * 60) for g in busy] + [util(g, [0.0] * 60) for gs in spare.values() for g in gs],
+        [held(g, ALL, "chat-0", "inference", "chat") for g in busy[:4]],
+        kinds={"chat": "service"},
+        pools={n: "serving" for n in ("s1", "s2", "s3", "s4")},
+    )
+    everything = build_report(usage, CostConfig())
+    assert everything.recommendations[0].removable_nodes == ["s2", "s3", "s4"]  # the same hours, healthy
+    assert [n.node for n in everything.waste.idle_nodes] == ["s2", "s3", "s4"]
+    usage.out_of_service = {"s3": "faulty: INC-000007 gpu-lost", "s4": "cordoned or draining"}
+    report = build_report(usage, CostConfig())
+    (rec,) = report.recommendations
+    assert (rec.nodes, rec.removable_nodes, rec.always_empty_nodes) == (4, ["s2"], ["s2"])
+    assert (rec.saved_node_hours, rec.saved_gpu_hours) == (0.5, 4.0)  # s2's empty hour past the wait, alone
+    assert "s3 (faulty: INC-000007 gpu-lost)" in rec.why and "s4 (cordoned or draining)" in rec.why
+    assert rec.out_of_service_nodes == usage.out_of_service
+    assert [n.node for n in report.waste.idle_nodes] == ["s2"]
+    # a pool whose only empty nodes are out of service has nothing to propose
+    usage.out_of_service["s2"] = "cordoned or draining"
+    assert build_report(usage, CostConfig()).recommendations == []
+
+
 def test_training_pools_only_consolidate_empty_nodes() -> None:
     recs = build_report(fleet(), CostConfig()).recommendations
     (rec,) = recs  # n2 always held a replica: the a100 pool has nothing to remove

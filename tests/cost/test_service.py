@@ -174,3 +174,22 @@ def test_the_twins_workloads_show_in_their_namespaces() -> None:
     assert reserved.workload.startswith("reserved-") and reserved.idle_gpu_hours == pytest.approx(covered, abs=0.02)
     assert report.totals.unallocated_gpu_hours == pytest.approx(5 * covered, abs=0.1)  # n-002's five free GPUs
     assert report.totals.cost_usd > 0 and report.waste.idle_allocated_cost_usd > 0
+
+
+def test_a_faulty_node_of_the_twin_is_not_proposed_for_scale_down() -> None:
+    """n-002 sits empty from the start; its GPU 3 falls off the bus after five minutes. The control plane names it
+    out of service (its critical gpu-lost incident), so the scale-to-zero advice leaves it out and says why, and the
+    waste report does not count it as an idle node; n-001, empty and healthy, is proposed."""
+    twin = small_twin(nodes=3, job_nodes=1,
+                      faults=[InjectedFault(0, FaultType.gpu_off_bus, 300.0, node="n-002", gpu=3)])  # fmt: skip
+    plane, fleet = door(twin, lock=threading.RLock())
+    run_headless(twin, fleet, plane.ingest, plane.tick, 5400)  # type: ignore[attr-defined]
+    out = plane.out_of_service()  # type: ignore[attr-defined]
+    (incident,) = [i for i in plane.incidents() if i["cause"] == "gpu-lost"]  # type: ignore[attr-defined]
+    assert out == {"n-002": f"faulty: {incident['id']} gpu-lost"}
+    report = CostService(plane, CostConfig()).report("90m")  # type: ignore[arg-type]
+    assert report.usage.out_of_service == out
+    (rec,) = report.recommendations
+    assert rec.removable_nodes == ["n-001"]
+    assert "n-002 (faulty:" in rec.why
+    assert "n-002" not in [n.node for n in report.waste.idle_nodes]

@@ -24,10 +24,12 @@ pytestmark = pytest.mark.real
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
-    """Four nodes for an hour and a half: a training job on n-000 and n-001, a service on n-002 next to a reserved
-    pod that does nothing, and n-003 empty the whole time."""
-    twin = small_twin(nodes=4, job_nodes=2, service_node="n-002",
-                      faults=[InjectedFault(0, FaultType.idle_gpu, 0.0, node="n-002", gpu=7)])  # fmt: skip
+    """Five nodes for an hour and a half: a training job on n-000 and n-001, a service on n-002 next to a reserved
+    pod that does nothing, n-003 empty the whole time, and n-004 empty too but faulty (a GPU off the bus after five
+    minutes: it awaits repair, it is not idle capacity)."""
+    twin = small_twin(nodes=5, job_nodes=2, service_node="n-002",
+                      faults=[InjectedFault(0, FaultType.idle_gpu, 0.0, node="n-002", gpu=7),
+                              InjectedFault(1, FaultType.gpu_off_bus, 300.0, node="n-004", gpu=3)])  # fmt: skip
     plane, fleet = door(twin)
     run_headless(twin, fleet, plane.ingest, plane.tick, 5400)  # type: ignore[attr-defined]
     with apiclient.serving(apiclient.app(plane)) as url:
@@ -91,7 +93,7 @@ def test_cost_page(browser: Chromium, served: str, tmp_path: Path) -> None:
     rows = "[...document.querySelectorAll('#workload-table tr[data-workload]')]"
     workloads = browser.evaluate(f"{rows}.map(r => r.dataset.workload)")
     assert workloads == [w["workload"] for w in report["by_workload"]]
-    # n-003 sat empty: listed as idle, and its pool gets settings to scale it to zero
+    # n-003 sat empty: listed as idle, and its pool gets settings to scale it to zero; n-004, faulty, is neither
     assert browser.evaluate("[...document.querySelectorAll('#idle-nodes tbody tr')].map(r => r.dataset.node)") == [
         "n-003"
     ]
@@ -103,6 +105,11 @@ def test_cost_page(browser: Chromium, served: str, tmp_path: Path) -> None:
     assert rec["pool"] == report["recommendations"][0]["pool"]
     assert "consolidationPolicy: WhenEmpty" in rec["karpenter"] and "consolidateAfter: 30m" in rec["karpenter"]
     assert "--scale-down-unneeded-time=30m" in rec["autoscaler"] and "n-003" in rec["text"]
+    assert report["recommendations"][0]["removable_nodes"] == ["n-003"]
+    held_back = browser.evaluate(
+        "document.querySelector('.recommendation .held-back [data-node=\"n-004\"]')?.innerText"
+    )
+    assert held_back is not None and "faulty" in held_back and "gpu-lost" in held_back
     assert "p5.48xlarge" in browser.evaluate("document.querySelector('#prices').innerText")
     shot(browser, artifacts(tmp_path), "cost")
 

@@ -35,7 +35,7 @@ from gpufleet.health.correlation import Correlator, collective_findings
 from gpufleet.health.incidents import IncidentBook
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.locks import ordered_lock
-from gpufleet.model import Incident, IncidentState
+from gpufleet.model import Incident, IncidentState, Severity
 from gpufleet.model.fabric_facts import FabricFacts
 from gpufleet.model.observe import Ack, Batch, Finding, KernelReport, Record
 from gpufleet.remediate.backends.base import (
@@ -549,7 +549,19 @@ class ControlPlane:
                     continue
                 labels[node.name] = dict(inventory.labels)
                 models[node.name] = inventory.gpus[0].model if inventory.gpus else ""
-        return FleetFacts(kinds, labels, models)
+            out = self.out_of_service()
+        return FleetFacts(kinds, labels, models, out)
+
+    def out_of_service(self) -> dict[str, str]:
+        """Nodes that are not capacity to give back, each with why: cordoned or draining (the backend holds them
+        unschedulable), or faulty (an open critical incident on the node or one of its GPUs, which is what a node
+        awaiting repair or RMA has)."""
+        with self.lock:
+            why: dict[str, list[str]] = {name: ["cordoned or draining"] for name in sorted(self._unavailable)}
+            for inc in sorted(self.book.open_incidents(), key=lambda i: i.id):
+                if inc.node and inc.severity is Severity.critical:
+                    why.setdefault(inc.node, []).append(f"faulty: {inc.id} {inc.cause.value}")
+        return {node: ", ".join(reasons) for node, reasons in why.items()}
 
     def close(self) -> None:
         self.replication.close()

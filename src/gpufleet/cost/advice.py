@@ -4,7 +4,9 @@ saved, and the settings that make Karpenter or the cluster autoscaler do it.
 A node is removable while it is empty (no GPU held by a workload, none busy), for every empty stretch longer than
 the wait the autoscaler is told to keep (Karpenter's consolidateAfter, the autoscaler's --scale-down-unneeded-time):
 the saving is what those stretches cost past the wait. A node whose GPUs are held but idle is waste too (the waste
-report lists it), but no autoscaler removes it until the workload lets its GPUs go.
+report lists it), but no autoscaler removes it until the workload lets its GPUs go. A node out of service (faulty,
+cordoned, draining: `Usage.out_of_service`) is empty because it must be: it is never proposed for removal, and the
+recommendation names it and why.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ class Recommendation(BaseModel):
     gpus_per_node: float
     removable_nodes: list[str] = Field(description="Nodes with empty stretches past the wait, most hours first.")
     always_empty_nodes: list[str] = Field(description="Empty nearly all the time they reported.")
+    out_of_service_nodes: dict[str, str] = Field(
+        default_factory=dict,
+        description="Nodes of the pool left out as out of service (faulty, cordoned, draining), each with why.",
+    )
     empty_node_hours: float
     saved_node_hours: float = Field(description="Empty node-hours past the wait: what scaling down removes.")
     saved_gpu_hours: float
@@ -59,8 +65,11 @@ def recommend(usage: Usage, config: CostConfig, rate: Rate) -> list[Recommendati
         p.node for w in usage.workloads if w.kind == "job" or len({p.node for p in w.parts}) > 1 for p in w.parts
     }
     out = []
+    idle = {n.node for n in usage.idle_capacity()}
     for pool in usage.pools:
-        members = [n for n in usage.nodes if n.pool == pool.pool]
+        everyone = [n for n in usage.nodes if n.pool == pool.pool]
+        members = [n for n in everyone if n.node in idle]
+        held_back = [n.node for n in everyone if n.node not in idle]
         saved = {n.node: _saved_hours(n, wait_h) for n in members}
         if not members or sum(saved.values()) <= 0:
             continue
@@ -77,17 +86,23 @@ def recommend(usage: Usage, config: CostConfig, rate: Rate) -> list[Recommendati
         after = _duration(wait_min)
         empty_h = sum(n.empty_hours for n in members)
         why = (
-            f"{len(removable)} of {len(members)} nodes sat empty {empty_h:.1f} node-hours; past a {after} wait that "
+            f"{len(removable)} of {len(everyone)} nodes sat empty {empty_h:.1f} node-hours; past a {after} wait that "
             f"is {sum(saved.values()):.1f} node-hours ({saved_gpu_h:.1f} GPU-hours) a scale-down removes. At most "
             f"{_count(pool.peak_nodes_in_use, 'node')} ({pool.peak_gpus_held:g} GPUs) were in use at once."
         )
         if gangs:
             why += " It runs multi-node or training work, which restarts when a pod is moved: consolidate only empty "
             why += "nodes."
+        if held_back:
+            why += " Left out as out of service, not idle: " + "; ".join(
+                f"{node} ({usage.out_of_service[node]})" for node in sorted(held_back)
+            )
+            why += "."
         out.append(
             Recommendation(
-                pool=pool.pool, model=model, nodes=len(members), gpus_per_node=per_node,
+                pool=pool.pool, model=model, nodes=len(everyone), gpus_per_node=per_node,
                 removable_nodes=[n.node for n in removable], always_empty_nodes=always,
+                out_of_service_nodes={node: usage.out_of_service[node] for node in sorted(held_back)},
                 empty_node_hours=round(empty_h, 3), saved_node_hours=round(sum(saved.values()), 3),
                 saved_gpu_hours=round(saved_gpu_h, 3), saved_usd=round(saved_usd, 2), consolidation_policy=policy,
                 consolidate_after=after, gpu_limit=limit, max_nodes=max_nodes, why=why,

@@ -40,6 +40,7 @@ class FleetFacts:
     workload_kinds: Mapping[str, str] = field(default_factory=dict)  # workload -> "job" | "service"
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> its labels
     node_models: Mapping[str, str] = field(default_factory=dict)  # node -> its first GPU's model ("" unknown)
+    out_of_service: Mapping[str, str] = field(default_factory=dict)  # node -> why it is not idle capacity
 
 
 class CostSource(Protocol):
@@ -146,9 +147,11 @@ class CostService:
             util, engine, held = _read(store, start, end, step)
             begins = _first_point(util, engine, held)
             start = max(start, start if begins is None else begins - step)  # the points before it have no data
-        kinds, pools, labels = self._fleet_facts(config)
+        facts = self.source.fleet_facts()
+        kinds, pools, labels = self._fleet_facts(config, facts)
         usage = measure(util, held, engine=engine, start=start, end=end, step=step, idle_below=threshold,
                         kinds=kinds, pools=pools, labels=labels)  # fmt: skip
+        usage.out_of_service = dict(facts.out_of_service)
         if narrowed:
             usage.asked_s = seconds
             usage.notes.append(
@@ -161,9 +164,10 @@ class CostService:
         config = self.config()
         return build_report(self.usage(since, idle_below, config), config)
 
-    def _fleet_facts(self, config: CostConfig) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, str]]]:
+    def _fleet_facts(
+        self, config: CostConfig, facts: FleetFacts
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, str]]]:
         """Which workloads are jobs and services, and each node's pool and labels."""
-        facts = self.source.fleet_facts()
         labels = {node: dict(node_labels) for node, node_labels in facts.node_labels.items()}
         pools = {
             node: config.pool_of(

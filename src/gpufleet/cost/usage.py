@@ -127,6 +127,16 @@ class Usage(BaseModel):
     asked_s: float | None = Field(
         None, description="The period asked for, where the metric history covers less of it (start is where it begins)."
     )
+    out_of_service: dict[str, str] = Field(
+        default_factory=dict,
+        description="Nodes out of service now (faulty, cordoned, draining), each with why: never idle capacity.",
+    )
+
+    def idle_capacity(self) -> list[NodeUse]:
+        """The nodes whose idle or empty hours are capacity to give back: all but those out of service. A faulty
+        node awaiting repair or a cordoned or draining one is empty because it must be, not because nobody needs
+        it; scaling it away or calling it waste would be wrong (the one place this is judged)."""
+        return [n for n in self.nodes if n.node not in self.out_of_service]
 
 
 @dataclass(slots=True)

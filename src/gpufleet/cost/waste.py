@@ -72,7 +72,7 @@ def find_waste(usage: Usage, config: CostConfig, rate: Rate, teams: Mapping[tupl
             idle_share=round(n.idle_hours / n.covered_hours, 3) if n.covered_hours else 0.0,
             idle_cost_usd=round(n.idle_hours * n.gpus * usd(n.node, n.model), 2),
         )
-        for n in usage.nodes
+        for n in usage.idle_capacity()
         if n.idle_stretches_h and n.idle_stretches_h[0] >= t.idle_node_hours
     ]  # fmt: skip
     low = []

@@ -114,6 +114,8 @@ function recommendations(list) {
       <span class="right">saves <b>${usd(r.saved_usd)}</b> · ${hours(r.saved_gpu_hours)} GPU-h</span></h3>
     <p>${r.why}</p>
     <p class="muted">nodes that could go: ${r.removable_nodes.slice(0, 12).map((n, i) => html`${i ? ", " : ""}${nodeLink(n)}`)}${r.removable_nodes.length > 12 ? ` and ${r.removable_nodes.length - 12} more` : ""}</p>
+    ${Object.keys(r.out_of_service_nodes || {}).length ? html`<p class="held-back">left out, out of service and not idle capacity:
+      ${Object.entries(r.out_of_service_nodes).map(([n, why], i) => html`${i ? "; " : ""}<span data-node="${n}">${nodeLink(n)} <span class="warn">${why}</span></span>`)}</p>` : ""}
     <div class="grid g2"><div><div class="muted">Karpenter NodePool</div><pre class="settings karpenter">${r.karpenter}</pre></div>
       <div><div class="muted">cluster-autoscaler</div><pre class="settings autoscaler">${r.cluster_autoscaler}</pre></div></div></div>`);
 }
