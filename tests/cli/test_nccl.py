@@ -166,3 +166,52 @@ def test_compare_several_runs_in_one_file(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert [(d["op"], d["verdict"]) for d in data] == [("allreduce", "healthy"), ("allgather", "underperforming")]
+
+
+RUN_ACROSS_TWO_NODES = [
+    "# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 1073741824 step: 2(factor) warmup iters: 5",
+    "#  Rank  0 Group  0 Pid  11 on     hosta device  0 [0x18] NVIDIA H100 80GB HBM3",
+    "#  Rank  1 Group  0 Pid  12 on     hosta device  1 [0x2a] NVIDIA H100 80GB HBM3",
+    "#  Rank  2 Group  0 Pid  21 on     hostb device  0 [0x18] NVIDIA H100 80GB HBM3",
+    "#  Rank  3 Group  0 Pid  22 on     hostb device  1 [0x2a] NVIDIA H100 80GB HBM3",
+    "hosta:11:11 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+    # NCCL's net_ib.cc device lines (INFO since 2.20) and its `Using` line
+    "hosta:11:11 [0] NCCL INFO NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=0x55d1c0a0e2f0 "
+    "pciPath=/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0 ar=1",
+    "hosta:11:11 [0] NCCL INFO NET/IB: [1] mlx5_1:uverbs1:1/IB provider=Mlx5 speed=200000 context=0x55d1c0a0f2f0 "
+    "pciPath=/sys/devices/pci0000:2a/0000:2a:01.0/0000:2b:00.0 ar=1",
+    "hosta:11:11 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.1<0>",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong",
+    "  1073741824     268435456     float     sum      -1    20000   53.69   80.53      0"
+    "    20000   53.69   80.53      0",
+    "# Out of bounds values : 0 OK",
+    "# Avg bus bandwidth    : 80.53 ",
+]
+
+
+def test_compare_reads_nic_count_and_speed_from_the_runs_nccl_lines(tmp_path: Path) -> None:
+    f = tmp_path / "run.txt"
+    f.write_text("\n".join(RUN_ACROSS_TWO_NODES) + "\n")
+    res = gpufleet("nccl", "compare", str(f), "-o", "json")
+    assert res.returncode == 0, res.stderr
+    topo = json.loads(res.stdout)["topology"]
+    assert (topo["nodes"], topo["nics_per_node"], topo["nic_gbps"]) == (2, 2, 200.0)  # the slowest port
+    table = gpufleet("nccl", "compare", str(f))
+    assert "2 x 200 Gb/s NICs a node" in " ".join(table.stdout.split())
+    flags = gpufleet("nccl", "compare", str(f), "--nic-gbps", "100", "--nics-per-node", "1", "-o", "json")
+    topo = json.loads(flags.stdout)["topology"]
+    assert (topo["nics_per_node"], topo["nic_gbps"]) == (1, 100.0)  # the flags win
+
+
+def test_compare_says_which_nic_facts_neither_the_run_nor_the_flags_give(tmp_path: Path) -> None:
+    f = tmp_path / "run.txt"
+    f.write_text("\n".join(line for line in RUN_ACROSS_TWO_NODES if "NET/IB: [" not in line) + "\n")
+    res = gpufleet("nccl", "compare", str(f))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "neither its lines nor the flags give its NIC speed" in res.stderr
+    assert "--nic-gbps" in res.stderr and "--nics-per-node" not in res.stderr  # the run names its HCAs
+    assert gpufleet("nccl", "compare", str(f), "--nic-gbps", "400").returncode == 0
+    bare = tmp_path / "bare.txt"
+    bare.write_text("\n".join(line for line in RUN_ACROSS_TWO_NODES if "NET/IB" not in line) + "\n")
+    res = gpufleet("nccl", "compare", str(bare))
+    assert "NIC count per node or its NIC speed" in res.stderr and "NCCL_DEBUG=INFO" in res.stderr

@@ -154,7 +154,7 @@ def test_a_multi_node_run_without_nics_is_judged_only_by_itself() -> None:
     text = (DATA / "nccl_tests_2node_network_error.txt").read_text()
     (table,) = parse_perf_runs(text.splitlines())
     judgement = judge_run(table)
-    assert judgement.result is None and "needs NICs" in judgement.not_judged
+    assert judgement.result is None and "NIC count per node" in judgement.not_judged
     assert judgement.verdict == "failed" and [c.code for c in judgement.causes] == ["run_failed"]
     assert "network error" in judgement.causes[0].message
     (finding,) = run_findings(judgement)

@@ -233,3 +233,16 @@ def test_a_launcher_banner_gives_the_world_size() -> None:
              "# Avg bus bandwidth    : 402.6"]  # fmt: skip
     (table,) = parse_perf_runs(lines)
     assert table.info_nranks == 16 and table.nranks is None
+
+
+def test_nccl_net_ib_device_lines_give_each_ports_speed() -> None:
+    """net_ib.cc's `NET/IB: [d] name:dev:port/LL provider=... speed=Mb/s` lines (INFO since NCCL 2.20, TRACE
+    before, without provider=)."""
+    lines = [
+        "h1:1:1 [0] NCCL INFO NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=0x1 pciPath=/x ar=1",
+        "h1:1:1 [0] NCCL INFO NET/IB: [1] mlx5_3:uverbs3:1/RoCE speed=200000 context=0x2 pciPath=/y ar=0",
+        "h1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/RoCE ; OOB eth0:10.0.0.1<0>",
+        "  1073741824  268435456  float  sum  -1  1121937  0.96  1.44  0  1120530  0.96  1.44  0",
+    ]
+    (table,) = parse_perf_runs(lines)
+    assert table.nic_mbps == {"mlx5_0:1": 400000, "mlx5_3:1": 200000} and table.nics == 2

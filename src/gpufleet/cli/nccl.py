@@ -46,8 +46,12 @@ def human(n: int) -> str:
 GPU_OPT = typer.Option(None, "--gpu", help="GPU model (h100-sxm, h200, a100, b200, ...)")
 NODES_OPT = typer.Option(None, "--nodes", min=1, help="Number of nodes")
 GPN_OPT = typer.Option(None, "--gpus-per-node", min=1, help="GPUs (ranks) per node")
-NICS_OPT = typer.Option(None, "--nics-per-node", min=0, help="Fabric NIC ports per node")
-GBPS_OPT = typer.Option(None, "--nic-gbps", min=0, help="Speed of one NIC port, Gb/s")
+NICS_OPT = typer.Option(
+    None, "--nics-per-node", min=0, help="Fabric NIC ports per node (default: the run's NCCL NET/IB lines)"
+)
+GBPS_OPT = typer.Option(
+    None, "--nic-gbps", min=0, help="Speed of one NIC port, Gb/s (default: the run's NCCL NET/IB lines)"
+)
 TRANSPORT_OPT = typer.Option(None, "--transport", help="ib, roce, efa or socket")
 NVLS_OPT = typer.Option(None, "--nvls/--no-nvls", help="Force NVLink SHARP on/off (default: NCCL's auto rule)")
 SHARP_OPT = typer.Option(False, "--sharp", help="IB SHARP via CollNet is available and enabled")
@@ -361,9 +365,10 @@ def compare(
 ) -> None:
     """Line up a measured run with the prediction and say which sizes fall short, by how much, and why.
 
-    GPU model, GPU count and nodes come from the run's own header lines; flags override them, and what was assumed
-    is said. With --fabric, rails per node and their speed come from the run's hosts in the discovered fabric.
-    Output that ends before nccl-tests' closing `# Avg bus bandwidth` line is judged `unknown`, never
+    GPU model, GPU count and nodes come from the run's own header lines, NIC count and speed from its NCCL INFO
+    lines (NCCL_DEBUG=INFO: `NET/IB : Using [0]mlx5_0:1/IB ...` and each device's `speed=`); flags override them,
+    and what was assumed is said. With --fabric, rails per node and their speed come from the run's hosts in the
+    discovered fabric. Output that ends before nccl-tests' closing `# Avg bus bandwidth` line is judged `unknown`, never
     healthy; rows with `#wrong` > 0 make it `failed`."""
     from gpufleet.nccl.compare import judge_run, run_findings
     from gpufleet.nccl.perf_parser import parse_perf_runs
@@ -493,7 +498,8 @@ def _render_run(name: str, j: RunJudgement) -> None:
                 body,
                 title=(
                     f"{name}: {j.verdict} ({topo.gpu} x {topo.nranks} ranks, {topo.nodes} node(s), "
-                    f"NCCL {topo.nccl_version} model)"
+                    + (f"{topo.nics_per_node} x {topo.nic_gbps:g} Gb/s NICs a node, " if topo.nodes > 1 else "")
+                    + f"NCCL {topo.nccl_version} model)"
                 ),
             )
         )

@@ -417,6 +417,11 @@ def infer_topology(table: PerfTable) -> Inferred:
     if table.nics and "nics_per_node" not in out.values:
         out.values["nics_per_node"] = table.nics
         out.read.append(f"{table.nics} NIC(s) per node from NCCL's INFO lines")
+    if table.nic_mbps:
+        slowest = min(table.nic_mbps.values()) / 1000
+        out.values["nic_gbps"] = slowest
+        spread = "" if len(set(table.nic_mbps.values())) == 1 else ", the slowest of them"
+        out.read.append(f"{slowest:g} Gb/s per NIC from NCCL's NET/IB lines{spread}")
     return out
 
 
@@ -461,11 +466,26 @@ class RunJudgement:
         return "unknown" if verdict in ("healthy", "no-data") and self.table.rows else verdict
 
 
+# what a run across nodes needs to be sized: (field, what it is, the flag that gives it)
+_NIC_NEEDS = (
+    ("nics_per_node", "NIC count per node", "--nics-per-node N (e.g. 8)"),
+    ("nic_gbps", "NIC speed", "--nic-gbps GBPS (e.g. 400)"),
+)
+
+
 def build_topology(values: dict[str, object]) -> Topology:
     """A Topology from inferred values and flags; a UserError saying what is missing."""
     values = dict(values)
     if "gpu" not in values:
         raise UserError("no GPU model given", fix="pass --gpu (e.g. h100-sxm)")
+    missing = [need for need in _NIC_NEEDS if not values.get(need[0])]
+    if values.get("nodes", 1) != 1 and missing:
+        raise UserError(
+            f"the run spans {values.get('nodes')} nodes and neither its lines nor the flags give its "
+            + " or its ".join(what for _, what, _ in missing),
+            fix=f"pass {' and '.join(flag for _, _, flag in missing)}, or rerun with NCCL_DEBUG=INFO: NCCL's NET/IB "
+            "lines name the HCAs and their speed",
+        )
     if values.get("nodes", 1) == 1:
         values.setdefault("nics_per_node", 0)
     try:

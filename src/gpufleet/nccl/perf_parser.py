@@ -102,6 +102,12 @@ INFO_COMM = re.compile(
     r"^(?P<host>[\w.-]+):\d+:\d+ \[\d+\] NCCL INFO comm 0x[0-9a-f]+ rank (?P<rank>\d{1,7}) nranks (?P<n>\d{1,7})\b"
 )
 INFO_NET_IB = re.compile(r"NCCL INFO NET/IB : Using ((?:\[\d+\]\S+\s*)+)")  # [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ...
+# one line a device at init (NCCL 2.20+ at INFO, earlier at TRACE): `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5
+# speed=400000 context=0x... pciPath=... ar=1`; speed is the port's rate in Mb/s (ncclIbSpeed x width), and only devices
+# NCCL_IB_HCA lets through are listed
+INFO_NET_IB_DEVICE = re.compile(
+    r"NCCL INFO NET/IB: \[\d+\] (?P<name>[\w.-]+):[\w.-]*:(?P<port>\d+)/(?:IB|RoCE)\b.*?\bspeed=(?P<mbps>\d{1,9})\b"
+)
 INFO_NET_OFI = re.compile(r"NCCL INFO NET/OFI Selected [Pp]rovider is (\w+)(?:.*?\(found (\d+) nics\))?")
 INFO_NET_SOCKET = re.compile(r"NCCL INFO (?:Using network Socket|NET/Socket : Using ((?:\[\d+\]\S+\s*)+))")
 # a launcher's or framework's banner naming the world size before the table
@@ -187,6 +193,7 @@ class PerfTable:
     info_nranks: int | None = None  # `nranks N` in those lines, or a launcher's WORLD_SIZE banner
     net: str | None = None  # the network NCCL's INFO lines say it used: ib, roce, efa, socket
     nics: int | None = None  # the net devices those lines list (per process: one node's)
+    nic_mbps: dict[str, int] = field(default_factory=dict)  # "mlx5_0:1" -> its rate, Mb/s, from NET/IB device lines
 
     @property
     def wrong_rows(self) -> list[PerfRow]:
@@ -312,6 +319,9 @@ class PerfParser:
             if len(t.info_hosts) < MAX_HOSTS:
                 t.info_hosts[int(m.group("rank"))] = m.group("host")
             t.info_nranks = max(t.info_nranks or 0, int(m.group("n")))
+        elif m := INFO_NET_IB_DEVICE.search(s):
+            if len(t.nic_mbps) < MAX_ERRORS and int(m.group("mbps")) > 0:
+                t.nic_mbps[f"{m.group('name')}:{m.group('port')}"] = int(m.group("mbps"))
         elif m := INFO_NET_IB.search(s):
             devices = m.group(1).split()
             t.nics = max(t.nics or 0, len(devices))
