@@ -51,3 +51,10 @@ def test_a_jobs_stragglers_are_the_ranks_clearly_slower_than_its_median(state_db
     (row,) = views.job_rows(plane)  # type: ignore[arg-type]
     assert row["rank_compute_median_s"] == 1.0
     assert row["stragglers"] == [{"rank": 7, "node": "n-0", "gpu": 7, "compute_s": 1.6, "ratio": 1.6}]
+
+
+def test_the_summary_says_when_its_clock_is_the_twins(state_db: Database) -> None:
+    plane = plane_at(state_db, Clock())
+    assert views.summary(plane, with_history=False)["simulated_time"] is False  # type: ignore[arg-type]
+    twin_plane, _ = door(small_twin(nodes=1, job_nodes=0))
+    assert views.summary(twin_plane, with_history=False)["simulated_time"] is True  # type: ignore[arg-type]

@@ -475,3 +475,80 @@ def test_scheduler_page_draws_quota_bars_and_pending_work(browser: Chromium, ser
     assert browser.evaluate("document.querySelector('.nav a[data-nav=scheduler]').classList.contains('on')")
     shot(browser, shots, "scheduler")
     no_page_errors(browser)
+
+
+class _Gate:
+    """The API in front of `app`, holding every request under `prefix` until `opened` is set, then answering it
+    (or, with `fail`, refusing it with a 503 and the API's error shape): a slow or failing control plane."""
+
+    def __init__(self, app: Any, prefix: str) -> None:
+        import threading
+
+        self.app, self.prefix = app, prefix
+        self.opened = threading.Event()
+        self.fail = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        import asyncio
+
+        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
+            while not self.opened.is_set():
+                await asyncio.sleep(0.05)
+            if self.fail:
+                body = json.dumps({"error": "the state database is not answering", "fix": "check its disk"}).encode()
+                await send({"type": "http.response.start", "status": 503,
+                            "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def test_a_slow_page_says_it_is_loading_and_a_failed_one_says_why(
+    browser: Chromium, served: Served, shots: Path
+) -> None:
+    ident = served.incidents["gpu-lost"]
+    gate = _Gate(served.app, "/api/v1/incidents/")
+    with apiclient.serving(gate) as url:  # type: ignore[arg-type]
+        browser.navigate(f"{url}/#/incident/{ident}")
+        state = browser.wait_for(
+            "(() => { const s = document.querySelector('#page-state'); return s && !s.hidden && s.dataset.state; })()",
+            what="the loading state",
+        )
+        assert state == "loading"
+        assert "Loading" in browser.evaluate("document.querySelector('#page-state').innerText")
+        assert browser.evaluate("document.querySelector('#page-state .spinner') !== null")
+        assert browser.evaluate("document.querySelector('#view').dataset.ready") is None
+        shot(browser, shots, "incident-loading")
+        gate.opened.set()
+        _drawn(browser, f"#/incident/{ident}")
+        assert browser.evaluate("document.querySelector('#page-state').hidden") is True
+        assert ident in browser.evaluate("document.querySelector('#view').innerText")
+        # the API fails: the page says so in its own words, not a blank page
+        gate.fail = True
+        browser.navigate(f"{url}/#/incidents")
+        _drawn(browser, "#/incidents")
+        browser.navigate(f"{url}/#/incident/{ident}")
+        _drawn(browser, f"#/incident/{ident}")
+        failed = browser.evaluate(
+            "(() => { const s = document.querySelector('#page-state');"
+            " return {state: s.dataset.state, hidden: s.hidden, text: s.innerText}; })()"
+        )
+        assert failed["state"] == "failed" and not failed["hidden"]
+        assert "could not load (503)" in failed["text"] and "the state database is not answering" in failed["text"]
+        assert "check its disk" in failed["text"]
+        shot(browser, shots, "incident-failed")
+    browser.errors[:] = [e for e in browser.errors if "503" not in e]  # the refusals, on purpose
+    no_page_errors(browser)
+
+
+def test_the_header_clock_says_it_is_the_twins(browser: Chromium, served: Served) -> None:
+    _open(browser, served, "#/jobs")
+    browser.wait_for("document.querySelector('#clock').dataset.clock", what="the clock")
+    clock = browser.evaluate(
+        "(() => { const c = document.querySelector('#clock'); return {kind: c.dataset.clock, text: c.innerText,"
+        " title: c.title}; })()"
+    )
+    assert served.api("api/v1/summary")["simulated_time"] is True
+    assert clock["kind"] == "simulated" and clock["text"].startswith("simulated")
+    assert "not the wall clock" in clock["title"]
+    no_page_errors(browser)

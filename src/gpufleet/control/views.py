@@ -481,9 +481,16 @@ def summary(plane: ControlPlane, with_history: bool = True) -> dict[str, Any]:
             "incidents": incidents,
             "remediation": plane.remediation.mode,
             "backend": plane.backend.name,
+            "simulated_time": simulated_time(plane),
         }
     body["history"] = history(plane, now) if with_history else []
     return body
+
+
+def simulated_time(plane: ControlPlane) -> bool:
+    """Whether the control plane's clock is the digital twin's (gpufleet up, --backend twin): simulated time, which
+    may run ahead of or behind the wall clock, and the dashboard says so beside it."""
+    return plane.backend.name == "twin"
 
 
 def history(plane: ControlPlane, now: float) -> list[dict[str, Any]]:

@@ -320,6 +320,9 @@ class Summary(Shape):
     incidents: list[IncidentRow]
     remediation: str
     backend: str
+    simulated_time: bool = Field(
+        False, description="The clock (`time`) is the digital twin's simulated time, not the wall clock."
+    )
     history: list[HistoryPoint]
 
 

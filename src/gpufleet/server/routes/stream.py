@@ -26,7 +26,7 @@ SUMMARY_EVERY_S = 5.0
 KEEPALIVE_S = 15.0
 HEADLINE = (
     "time", "nodes", "nodes_lost", "gpus", "gpus_lost", "gpus_throttled", "gpus_idle_held", "util_mean", "temp_max",
-    "power_kw", "jobs", "links_down", "incidents_open", "incidents_critical",
+    "power_kw", "jobs", "links_down", "incidents_open", "incidents_critical", "simulated_time",
 )  # fmt: skip
 
 

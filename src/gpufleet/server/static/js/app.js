@@ -13,7 +13,7 @@
 // calls on live updates (onSummary every 5 s, onIncident, onEvent) and on leaving (unmount). No build step.
 
 import * as api from "./api.js";
-import { $, banner, clearBanners, clock, esc } from "./ui.js";
+import { $, banner, clearBanners, clock, errorsShown, esc } from "./ui.js";
 
 const ROUTES = [
   { re: /^\/?$/, page: "overview", nav: "overview" },
@@ -57,6 +57,46 @@ export function setQuery(changes) {
   location.hash = `#${path}${qs ? `?${qs}` : ""}`;
 }
 
+// --- the page's state: loading until its first load is done, and what failed if it did ------------------------------
+
+/** The line above the page that says it is loading, or that its first load failed and why. */
+function pageState() {
+  let el = document.getElementById("page-state");
+  if (!el) {
+    el = document.createElement("div");
+    el.id = "page-state";
+    el.setAttribute("role", "status");
+    el.setAttribute("aria-live", "polite");
+    const view = $("#view");
+    view.parentNode.insertBefore(el, view);
+  }
+  return el;
+}
+
+function showLoading(page) {
+  const el = pageState();
+  el.className = "page-state loading";
+  el.dataset.state = "loading";
+  el.innerHTML = `<span class="spinner" aria-hidden="true"></span> Loading ${esc(page)}…`;
+  el.hidden = false;
+}
+
+function showLoaded(failure) {
+  const el = pageState();
+  if (!failure) {
+    el.hidden = true;
+    el.dataset.state = "ready";
+    el.innerHTML = "";
+    return;
+  }
+  el.className = "page-state failed";
+  el.dataset.state = "failed";
+  el.setAttribute("role", "alert");
+  el.innerHTML = `<b>This page could not load${failure.status ? ` (${esc(failure.status)})` : ""}:</b> ${esc(failure.what)}` +
+    `${failure.fix ? ` <span class="fix">${esc(failure.fix)}</span>` : ""} <span class="muted">It tries again with the next update.</span>`;
+  el.hidden = false;
+}
+
 async function route() {
   const { route: r, params, query, path } = parseHash();
   const view = $("#view");
@@ -76,11 +116,15 @@ async function route() {
   view.removeAttribute("data-ready");
   view.dataset.route = location.hash || "#/"; // with data-ready: this route has drawn (the browser tests wait on it)
   if (!r) {
+    showLoaded(null);
     view.dataset.page = "missing";
     view.innerHTML = `<div class="panel empty">no page at ${esc(location.hash)}; <a href="#/">back to the overview</a></div>`;
     return;
   }
   view.dataset.page = r.page;
+  const before = errorsShown().count;
+  let failure = null;
+  showLoading(r.page);
   try {
     const mod = await import(`./pages/${r.page}.js`);
     if (seq !== state.seq) return;
@@ -94,7 +138,12 @@ async function route() {
   } catch (err) {
     if (seq === state.seq) banner(err);
   } finally {
-    if (seq === state.seq) view.dataset.ready = "1";
+    if (seq === state.seq) {
+      const shown = errorsShown();
+      if (shown.count > before && shown.last && !["token", "summary"].includes(shown.last.key)) failure = shown.last;
+      showLoaded(failure);
+      view.dataset.ready = "1";
+    }
   }
 }
 
@@ -102,8 +151,15 @@ async function route() {
 
 function header(s) {
   state.summary = s;
-  $("#clock").textContent = clock(s.time);
-  $("#clock").title = "the control plane's clock (UTC); under the twin, simulated time";
+  const el = $("#clock");
+  const simulated = s.simulated_time === true;
+  el.dataset.clock = simulated ? "simulated" : "wall";
+  el.innerHTML = simulated
+    ? `<span class="pill info clock-kind">simulated</span> ${esc(clock(s.time))}`
+    : esc(clock(s.time));
+  el.title = simulated
+    ? "the digital twin's clock (UTC), not the wall clock: this control plane runs on the twin, whose time runs at its own speed"
+    : "the control plane's clock (UTC)";
   const inc = $("#nav-incidents");
   inc.textContent = s.incidents_open ? String(s.incidents_open) : "";
   inc.className = `count${s.incidents_critical ? "" : " warn"}`;
@@ -207,6 +263,11 @@ function follow() {
 }
 
 function start() {
+  // a page whose first load failed and whose refresh then worked is no longer failed
+  window.addEventListener("gpufleet:refreshed", () => {
+    const el = document.getElementById("page-state");
+    if (el && el.dataset.state === "failed") showLoaded(null);
+  });
   tokenDialog();
   identity();
   window.addEventListener("hashchange", route);

@@ -148,6 +148,13 @@ export function notFound(root, crumbs, text) {
 
 // --- banners -----------------------------------------------------------------------------------------------------
 
+const errors = { count: 0, last: null }; // every error banner shown, for the page state (app.js)
+
+/** How many error banners were shown so far, and the last one's {what, fix, status}. */
+export function errorsShown() {
+  return { count: errors.count, last: errors.last };
+}
+
 /** Show the API's `error` and `fix` (or any error) at the top of the page; `key` replaces an earlier one. */
 export function banner(err, { kind = "error", key, timeout } = {}) {
   const box = document.getElementById("banners");
@@ -155,6 +162,10 @@ export function banner(err, { kind = "error", key, timeout } = {}) {
   const what = err && err.error ? err.error : String(err && err.message ? err.message : err);
   const fix = err && err.fix ? err.fix : "";
   const status = err && err.status ? `${err.status}` : "";
+  if (kind === "error") {
+    errors.count += 1;
+    errors.last = { what, fix, status, key: key || "" };
+  }
   if (key) clearBanner(key);
   const div = document.createElement("div");
   div.className = `banner ${kind}`;
@@ -183,6 +194,7 @@ export function refresher(key, fn, onError) {
     try {
       await fn(...args);
       clearBanner(key);
+      window.dispatchEvent(new CustomEvent("gpufleet:refreshed", { detail: key }));
     } catch (err) {
       banner(err, { key });
       if (onError) onError(err);
