@@ -58,3 +58,19 @@ def test_the_summary_says_when_its_clock_is_the_twins(state_db: Database) -> Non
     assert views.summary(plane, with_history=False)["simulated_time"] is False  # type: ignore[arg-type]
     twin_plane, _ = door(small_twin(nodes=1, job_nodes=0))
     assert views.summary(twin_plane, with_history=False)["simulated_time"] is True  # type: ignore[arg-type]
+
+
+def test_a_lost_gpu_has_no_current_values_and_its_last_xid() -> None:
+    """GPU 5 of n-001 falls off the bus (Xid 79): its row says its readings are lost, has no values (not its last
+    ones), and names Xid 79 although the metric no longer carries it; its neighbours read as current."""
+    twin = small_twin(faults=[InjectedFault(0, FaultType.gpu_off_bus, 300.0, node="n-001", gpu=5)])
+    plane, fleet = door(twin)
+    run_headless(twin, fleet, plane.ingest, plane.tick, 600)
+    rows = {r["gpu"]: r for r in views.gpu_rows(plane, "n-001")}  # type: ignore[arg-type]
+    lost = rows[5]
+    assert (lost["health"], lost["readings"]) == ("lost", "lost")
+    assert [lost[k] for k in ("temp_c", "power_w", "util_pct", "sm_clock_mhz")] == [None] * 4
+    assert lost["xid_last"] == 79
+    assert rows[4]["readings"] == "current" and rows[4]["temp_c"] is not None and not rows[4]["xid_last"]
+    detail = views.describe_node(plane, "n-001")  # type: ignore[arg-type]
+    assert next(g for g in detail["gpus"] if g["gpu"] == 5)["xid_last"] == 79

@@ -552,3 +552,29 @@ def test_the_header_clock_says_it_is_the_twins(browser: Chromium, served: Served
     assert clock["kind"] == "simulated" and clock["text"].startswith("simulated")
     assert "not the wall clock" in clock["title"]
     no_page_errors(browser)
+
+
+def test_a_lost_gpus_page_shows_its_values_as_lost(browser: Chromium, served: Served, shots: Path) -> None:
+    """n-001's GPU 5 fell off the bus: no tile and no chart heads with its last reading as if current, and the
+    inventory names its last Xid (79)."""
+    _open(browser, served, "#/gpu/n-001/5")
+    browser.wait_for("document.querySelector('#gpu-temp path.series')", what="the temperature timeline")
+    tiles = browser.evaluate(
+        "[...document.querySelectorAll('#readings .kpi')]"
+        ".map(k => [k.dataset.reading, k.querySelector('.v').innerText])"
+    )
+    assert len(tiles) == 6 and all(t == ["lost", "lost"] for t in tiles), tiles
+    heads = browser.evaluate(
+        "['#gpu-temp', '#gpu-power', '#gpu-util', '#gpu-clock'].map(c => document.querySelector(c + ' .now').innerText)"
+    )
+    assert heads == ["lost"] * 4
+    why = browser.evaluate("document.querySelector('#gpu-temp .now [data-stale]').title")
+    assert "its last reading" in why and "°C" in why  # the last value, said to be the last
+    inventory = browser.evaluate("document.querySelector('#inventory').innerText")
+    assert "last Xid\n79" in inventory or "last Xid 79" in inventory, inventory
+    shot(browser, shots, "gpu-lost")
+    # a GPU that reads: its current values head its charts
+    _open(browser, served, "#/gpu/n-001/4")
+    browser.wait_for("document.querySelector('#gpu-temp .now').innerText.includes('°C')", what="a current reading")
+    assert browser.evaluate("document.querySelector('#readings [data-reading=lost]')") is None
+    no_page_errors(browser)

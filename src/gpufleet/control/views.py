@@ -48,6 +48,20 @@ def _gpu_problems(plane: ControlPlane) -> dict[tuple[str, int], Severity]:
     return worst
 
 
+def _gpu_xids(plane: ControlPlane) -> dict[tuple[str, int], int]:
+    """The last Xid the control plane holds an incident for on each GPU (open or closed, the latest opened wins):
+    what a GPU that fell off the bus reported last, when it has no readings any more."""
+    last: dict[tuple[str, int], tuple[float, int]] = {}
+    for inc in plane.book.incidents.values():
+        e = inc.entity
+        if inc.xid is None or e.kind is not EntityKind.gpu or e.index is None:
+            continue
+        key = (e.node, e.index)
+        if key not in last or inc.first_seen >= last[key][0]:
+            last[key] = (inc.first_seen, inc.xid)
+    return {key: xid for key, (_, xid) in last.items()}
+
+
 def _node_status(plane: ControlPlane, node: NodeState) -> str:
     status = "AgentLost" if node.lost else "Ready"
     if node.name in plane.unavailable:
@@ -59,7 +73,8 @@ def gpu_rows(plane: ControlPlane, node: str | None = None) -> list[dict[str, Any
     with plane.lock:
         nodes = [plane.fleet.node(node)] if node is not None else list(plane.fleet.nodes.values())
         problems = _gpu_problems(plane)
-        return [row for n in nodes for row in _gpus_of(n, problems)]
+        xids = _gpu_xids(plane)
+        return [row for n in nodes for row in _gpus_of(n, problems, xids)]
 
 
 @lru_cache(maxsize=64)
@@ -82,7 +97,12 @@ def _mig_rows(g: GpuInfo) -> list[dict[str, Any]]:
     ]
 
 
-def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list[dict[str, Any]]:
+def _gpus_of(
+    node: NodeState, problems: dict[tuple[str, int], Severity], xids: dict[tuple[str, int], int] | None = None
+) -> list[dict[str, Any]]:
+    """A row per GPU. A lost GPU (it stopped reporting while its agent did not) has no current readings: its
+    values are None and `readings` says "lost", never its last ones shown as current; its last Xid is the one its
+    incident recorded when the metric no longer has it."""
     rows = []
     held = dict(zip(node.metrics.gpus, node.metrics.held, strict=False)) if node.metrics and node.metrics.held else {}
     for g in node.inventory.gpus if node.inventory else []:
@@ -95,6 +115,9 @@ def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list
             "unhealthy" if severity is Severity.critical else "degraded" if severity is Severity.warning else "healthy"
         )  # fmt: skip
         gen, width = value("DCGM_FI_DEV_PCIE_LINK_GEN"), value("DCGM_FI_DEV_PCIE_LINK_WIDTH")
+        xid = _num(value("DCGM_FI_DEV_XID_ERRORS"), 0)
+        if not xid:
+            xid = (xids or {}).get((node.name, g.index)) or xid
         rows.append(
             {
                 "node": node.name,
@@ -114,7 +137,8 @@ def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list
                 "clock_events": _clock_events(value("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")),
                 "ecc_dbe_volatile": _num(value("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), 0),
                 "pcie": "-" if np.isnan(gen) else f"gen{int(gen)} x{int(width)}",
-                "xid_last": _num(value("DCGM_FI_DEV_XID_ERRORS"), 0),
+                "xid_last": xid,
+                "readings": "lost" if lost else "none" if node.lost or node.metrics is None else "current",
                 "held_by": held.get(g.index) or None,
                 "fb_total_mib": None if g.memory_mib is None else round(g.memory_mib),
                 "power_limit_w": None if g.power_limit_w is None else round(g.power_limit_w, 1),
@@ -130,7 +154,7 @@ def _gpus_of(node: NodeState, problems: dict[tuple[str, int], Severity]) -> list
 
 def node_rows(plane: ControlPlane) -> list[dict[str, Any]]:
     with plane.lock:
-        problems = _gpu_problems(plane)
+        problems, xids = _gpu_problems(plane), _gpu_xids(plane)
         jobs_on: dict[str, list[str]] = {}
         for job in plane.fleet.jobs():
             for n in dict.fromkeys(n for n, _ in job.ranks):
@@ -138,7 +162,7 @@ def node_rows(plane: ControlPlane) -> list[dict[str, Any]]:
         rows = []
         for node in sorted(plane.fleet.nodes.values(), key=lambda n: n.name):
             inv = node.inventory
-            gpus = _gpus_of(node, problems)
+            gpus = _gpus_of(node, problems, xids)
             util = [g["util_pct"] for g in gpus if g["util_pct"] is not None]
             temp = [g["temp_c"] for g in gpus if g["temp_c"] is not None]
             power = [g["power_w"] for g in gpus if g["power_w"] is not None]
@@ -406,7 +430,7 @@ def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dic
                 "kernel": inv.kernel if inv else "",
                 "fabric_manager": inv.fabric_manager if inv else "",
             },
-            "gpus": _gpus_of(node, _gpu_problems(plane)),
+            "gpus": _gpus_of(node, _gpu_problems(plane), _gpu_xids(plane)),
             "nics": ports,
             "incidents": open_incidents,
             "kernel_log": [r.raw for r in list(node.kernel_log)[-kernel_lines:]],
@@ -419,7 +443,7 @@ def summary(plane: ControlPlane, with_history: bool = True) -> dict[str, Any]:
     open incidents."""
     now = plane.clock()
     with plane.lock:
-        problems = _gpu_problems(plane)
+        problems, xids = _gpu_problems(plane), _gpu_xids(plane)
         grid: list[dict[str, Any]] = []
         util: list[float] = []
         temp: list[float] = []
@@ -427,7 +451,7 @@ def summary(plane: ControlPlane, with_history: bool = True) -> dict[str, Any]:
         lost = throttled = idle_held = 0
         links_down = 0
         for node in sorted(plane.fleet.nodes.values(), key=lambda n: n.name):
-            gpus = _gpus_of(node, problems)
+            gpus = _gpus_of(node, problems, xids)
             if not gpus:
                 continue
             grid.append(

@@ -64,6 +64,11 @@ class GpuRow(Shape):
     ecc_dbe_volatile: float | None
     pcie: str = Field(description="Current PCIe link, e.g. gen5 x16.")
     xid_last: float | None
+    readings: Literal["current", "lost", "none"] = Field(
+        "current",
+        description="Whether its values are current, or it is lost (no readings since it fell off the bus; the values"
+        " are empty, never its last ones) or has none (its agent is silent or has not reported).",
+    )
     held_by: str | None = Field(description="The workload holding the GPU, if any.")
     fb_total_mib: float | None = Field(None, description="Framebuffer total, as the node's inventory reports it.")
     power_limit_w: float | None = Field(None, description="The enforced power limit.")

@@ -3,7 +3,8 @@
 // timeChart(card, opts) draws one chart into a card made by chartCard(): one y axis with one unit, a time axis in
 // UTC from the control plane's clock, optional threshold lines, shaded bands (e.g. throttling), lanes under the
 // plot (e.g. one per clock-event reason), vertical markers (e.g. an incident opening), and a crosshair tooltip.
-// Gaps (null values) break the line rather than being drawn as zero.
+// Gaps (null values) break the line rather than being drawn as zero. A chart whose entity has no current value
+// (opts.stale: {label, why}, e.g. a lost GPU) heads with that label, never with the last point as if it were now.
 
 import { esc, hhmm, num } from "./ui.js";
 
@@ -181,7 +182,13 @@ function draw(card, box, opts) {
   }
   if (nowEl) {
     const v = series.length ? lastValue(series[0].points) : null;
-    nowEl.innerHTML = opts.now === false || v === null ? "" : esc(fmt(v));
+    if (opts.stale) {
+      // no current value (a lost GPU): say so, and what the last one was, rather than show it as now
+      const last = v === null ? "" : `; its last reading: ${fmt(v)}`;
+      nowEl.innerHTML = `<span class="bad" data-stale="${esc(opts.stale.label)}" title="${esc(opts.stale.why + last)}">${esc(opts.stale.label)}</span>`;
+    } else {
+      nowEl.innerHTML = opts.now === false || v === null ? "" : esc(fmt(v));
+    }
   }
 
   const svg = el("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "data-series": series.length, "data-points": total });

@@ -54,8 +54,14 @@ function inventory(g) {
     <dt>clock events</dt><dd>${clockEventPills(g.clock_events)}</dd></dl>`;
 }
 
+const LOST_WHY = "no reading since the GPU was lost (it fell off the bus or stopped answering); the charts show its readings until then";
+
 function readings(g) {
   const tile = (label, value, cls = "") => html`<div class="kpi ${cls}"><div class="v">${value}</div><div class="l">${label}</div></div>`;
+  if (g.readings === "lost") {
+    const lost = (label) => html`<div class="kpi bad" data-reading="lost" title="${LOST_WHY}"><div class="v">lost</div><div class="l">${label}</div></div>`;
+    return html`${["temperature", "power", "SM clock", "utilization", "memory used", "ECC DBE (volatile)"].map(lost)}`;
+  }
   return html`
     ${tile("temperature", unit(g.temp_c, "°C"), g.temp_c >= 85 ? "bad" : g.temp_c >= 80 ? "warn" : "")}
     ${tile("power", unit(g.power_w, "W"))}
@@ -142,7 +148,8 @@ export async function mount(root, ctx) {
       pts[k] = answers[i][0] ? answers[i][0].points : [];
     });
     const markers = incidents.map((i) => ({ t: i.first_seen, color: i.severity === "critical" ? "#f85149" : "#d29922", label: `${i.id} ${i.cause}` }));
-    const common = { start: startOf(answers, end, span), end, markers, empty: "no data yet: the control plane records each GPU every 30 s" };
+    const stale = gpu && gpu.readings === "lost" ? { label: "lost", why: LOST_WHY } : null;
+    const common = { start: startOf(answers, end, span), end, markers, stale, empty: "no data yet: the control plane records each GPU every 30 s" };
 
     const lanes = REASONS.map((r) => ({ label: r.name, color: r.color, spans: spansOf(pts.events, (v) => (v & r.bit) !== 0, step) }))
       .filter((l) => l.spans.length);
