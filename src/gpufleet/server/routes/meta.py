@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -106,19 +107,16 @@ def mount_pages(app: FastAPI) -> None:
         return static.joinpath("index.html").read_text(encoding="utf-8")
 
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
-    try:
-        from swagger_ui_bundle import swagger_ui_path
-    except ImportError:  # the docs page says what is missing instead of loading from a CDN
-        swagger_ui_path = None
-    if swagger_ui_path is not None:
-        app.mount("/docs/assets", StaticFiles(directory=str(swagger_ui_path)), name="swagger")
+    viewer = _swagger_ui()
+    if viewer is not None:
+        app.mount("/docs/assets", StaticFiles(directory=str(viewer)), name="swagger")
 
     @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
     def docs() -> Any:
-        if swagger_ui_path is None:
+        if viewer is None:
             return HTMLResponse(
-                "<p>The API docs need the swagger-ui-bundle package; the schema is at "
-                '<a href="/openapi.json">/openapi.json</a>.</p>',
+                f"<p>The API docs need the {SWAGGER_UI_PACKAGE} package (pip install {SWAGGER_UI_PACKAGE}); the "
+                'schema is at <a href="/openapi.json">/openapi.json</a>.</p>',
                 status_code=503,
             )
         return get_swagger_ui_html(
@@ -126,8 +124,23 @@ def mount_pages(app: FastAPI) -> None:
             title="gpufleet API",
             swagger_js_url="/docs/assets/swagger-ui-bundle.js",
             swagger_css_url="/docs/assets/swagger-ui.css",
-            swagger_favicon_url="/docs/assets/favicon-32x32.png",
+            swagger_favicon_url="/docs/assets/favicon.png",
         )
+
+
+# Swagger UI 5, which reads the OpenAPI 3.1 document FastAPI writes (4.x cannot), as the fastapi-offline package
+# ships it: its static folder is all that is used, mounted under /docs/assets.
+SWAGGER_UI_PACKAGE = "fastapi-offline"
+
+
+def _swagger_ui() -> Traversable | None:
+    """The folder holding swagger-ui-bundle.js and swagger-ui.css, or None when the package is missing (the docs
+    page then says so instead of loading the viewer from a CDN)."""
+    try:
+        folder = resources.files("fastapi_offline").joinpath("static")
+    except ModuleNotFoundError:
+        return None
+    return folder if folder.joinpath("swagger-ui-bundle.js").is_file() else None
 
 
 def _quantile(values: list[float], q: float) -> float | None:
