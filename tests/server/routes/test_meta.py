@@ -53,7 +53,8 @@ def test_docs_draw_every_operation_of_the_openapi_document(server: str, browser:
 
     browser.navigate(f"{server}/docs")
     browser.wait_for(
-        "document.querySelectorAll('.opblock').length > 0 || document.body.innerText.includes('Unable to render')",
+        "document.querySelectorAll('.opblock').length > 0"
+        " || (document.body?.innerText ?? '').includes('Unable to render')",
         timeout=30,
         what="the viewer to draw the operations",
     )
