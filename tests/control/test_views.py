@@ -74,3 +74,28 @@ def test_a_lost_gpu_has_no_current_values_and_its_last_xid() -> None:
     assert rows[4]["readings"] == "current" and rows[4]["temp_c"] is not None and not rows[4]["xid_last"]
     detail = views.describe_node(plane, "n-001")  # type: ignore[arg-type]
     assert next(g for g in detail["gpus"] if g["gpu"] == 5)["xid_last"] == 79
+
+
+def test_a_gpu_known_only_by_its_pci_address_is_named_by_it(state_db: Database) -> None:
+    """Xids for two GPUs NVML does not list (the kernel log names them by PCI address): two incidents, each named
+    gpu/NODE/PCI in the API (never gpu/NODE/null), and the API's row reads back as an incident file."""
+    from gpufleet.model import RootCause, Severity
+    from gpufleet.model.observation import Entity, EntityKind
+    from gpufleet.model.observe import Finding, Record
+    from gpufleet.remediate import incident_from_dict
+
+    plane = plane_at(state_db, Clock())
+
+    def xid79(pci: str) -> Finding:
+        line = f"NVRM: Xid (PCI:{pci}): 79, GPU has fallen off the bus."
+        gpu = Entity(EntityKind.gpu, "n-0", name=pci)
+        return Finding(T0, RootCause.gpu_lost, gpu, Severity.critical, f"Xid 79 on {pci}", line, "kmsg", xid=79)
+
+    records = [Record(seq, xid79(pci)) for seq, pci in ((1, "0000:3b:00.0"), (2, "0000:c1:00.0"))]
+    plane.ingest(batch("n-0", records))
+    rows = sorted(plane.incidents(), key=lambda r: r["entity"]["text"])
+    assert [r["entity"]["text"] for r in rows] == ["gpu/n-0/0000:3b:00.0", "gpu/n-0/0000:c1:00.0"]
+    assert all(r["entity"]["index"] is None and r["summary"] for r in rows)
+    assert incident_from_dict(rows[0]).entity == Entity(EntityKind.gpu, "n-0", name="0000:3b:00.0")
+    summary = views.summary(plane, with_history=False)  # type: ignore[arg-type]
+    assert {i["entity"]["text"] for i in summary["incidents"]} == {r["entity"]["text"] for r in rows}

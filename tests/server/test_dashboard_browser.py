@@ -578,3 +578,50 @@ def test_a_lost_gpus_page_shows_its_values_as_lost(browser: Chromium, served: Se
     browser.wait_for("document.querySelector('#gpu-temp .now').innerText.includes('°C')", what="a current reading")
     assert browser.evaluate("document.querySelector('#readings [data-reading=lost]')") is None
     no_page_errors(browser)
+
+
+def test_a_gpu_without_an_index_is_named_by_its_pci_address(browser: Chromium, served: Served, shots: Path) -> None:
+    """An Xid for a GPU NVML does not list on n-002 (the kernel log names it by PCI address), pushed through the
+    door: the incident lists and the incident page name it gpu/n-002/0000:c1:00.0 and link its node, never
+    gpu/n-002/null."""
+    import urllib.request
+
+    from gpufleet.model import RootCause, Severity
+    from gpufleet.model.observation import Entity, EntityKind
+    from gpufleet.model.observe import SCHEMA_VERSION, Batch, Finding, Record
+    from gpufleet.model.wire import encode
+
+    now = served.api("api/v1/summary")["time"]
+    pci = "0000:c1:00.0"
+    line = f"NVRM: Xid (PCI:{pci}): 79, GPU has fallen off the bus."
+    gpu = Entity(EntityKind.gpu, "n-002", name=pci)
+    finding = Finding(now, RootCause.gpu_lost, gpu, Severity.critical, f"Xid 79 on {pci}", line, "kmsg", xid=79)
+    batch = Batch(v=SCHEMA_VERSION, agent="n-002-kmsg", incarnation="k", node="n-002", sent=now,
+                  records=[Record(1, finding)])  # fmt: skip
+    push = urllib.request.Request(
+        f"{served.url}api/v1/ingest",
+        data=encode(batch),
+        method="POST",
+        headers={"Authorization": "Bearer admin-secret-for-the-browser-test", "Content-Type": "application/json"},
+    )
+    with LOCAL.open(push, timeout=10) as resp:
+        assert resp.status == 200
+    (row,) = [r for r in served.api("api/v1/incidents?node=n-002") if r["entity"]["name"] == pci]
+    want = f"gpu/n-002/{pci}"
+    assert row["entity"]["text"] == want
+
+    _open(browser, served, "#/incidents")
+    link = browser.wait_for(
+        f"(() => {{ const a = document.querySelector('#incident-table a[data-entity=\"{want}\"]');"
+        " return a && [a.innerText, a.getAttribute('href')]; })()",
+        what="the PCI-named GPU in the incident list",
+    )
+    assert link == [want, "#/node/n-002"]
+    assert "null" not in browser.evaluate("document.querySelector('#incident-table').innerText")
+    _open(browser, served, f"#/incident/{row['id']}")
+    browser.wait_for(f"document.querySelector('#view').innerText.includes('{want}')", what="the incident's entity")
+    assert "/null" not in browser.evaluate("document.querySelector('#view').innerText")
+    _open(browser, served, "#/node/n-002")
+    browser.wait_for(f"document.querySelector('#incidents a[data-entity=\"{want}\"]')", what="the node's incident")
+    shot(browser, shots, "gpu-by-pci")
+    no_page_errors(browser)

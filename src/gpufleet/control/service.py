@@ -37,6 +37,7 @@ from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.locks import ordered_lock
 from gpufleet.model import Incident, IncidentState, Severity
 from gpufleet.model.fabric_facts import FabricFacts
+from gpufleet.model.observation import Entity, EntityKind
 from gpufleet.model.observe import Ack, Batch, Finding, KernelReport, Record
 from gpufleet.remediate.backends.base import (
     Cordons,
@@ -592,6 +593,9 @@ class ControlPlane:
     def aged(self, body: dict[str, Any]) -> dict[str, Any]:
         """An incident row with its age and how long since it was last seen, on the control plane's clock."""
         now = self.clock()
+        entity = body.get("entity")
+        if isinstance(entity, dict):  # its name as the agent knows it: index, else PCI address or UUID
+            entity["text"] = entity_text(entity)
         body["age_s"] = round(max(0.0, now - float(body["first_seen"])), 1)
         body["last_seen_ago_s"] = round(max(0.0, now - float(body["last_seen"])), 1)
         return body
@@ -754,6 +758,18 @@ class ControlPlane:
     @property
     def unavailable(self) -> set[str]:
         return self._unavailable
+
+
+def entity_text(entity: dict[str, Any]) -> str:
+    """An incident's entity as a path (`gpu/n-001/5`; a GPU NVML does not list, by what its agent knows of it:
+    `gpu/n-001/0000:3b:00.0`), from the stored form `incident_to_dict` writes."""
+    try:
+        kind = EntityKind(entity.get("kind", ""))
+    except ValueError:
+        return "/".join(str(v) for v in (entity.get("kind"), entity.get("node"), entity.get("name")) if v)
+    index = entity.get("index")
+    return str(Entity(kind, str(entity.get("node") or ""), index if isinstance(index, int) else None,
+                      str(entity.get("name") or "")))  # fmt: skip
 
 
 def _kernel_idents(records: list[Record]) -> list[str]:

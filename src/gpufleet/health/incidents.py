@@ -109,8 +109,8 @@ ACTIVE_SLACK_S = 120.0
 
 def _resource_keys(entity: Entity) -> list[str]:
     """The keys an incident on `entity` covers: a GPU also stands for its node."""
-    if entity.kind is EntityKind.gpu:
-        return [f"gpu/{entity.node}/{entity.index}", f"node/{entity.node}"]
+    if entity.kind is EntityKind.gpu:  # by its index, else by what its agent knows of it (PCI address, UUID)
+        return [str(entity), f"node/{entity.node}"]
     if entity.kind is EntityKind.port:
         return [f"port/{entity.node}/{entity.name}", f"node/{entity.node}"]
     if entity.kind is EntityKind.node:

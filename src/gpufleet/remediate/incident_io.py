@@ -20,6 +20,7 @@ class _EntityIn(BaseModel):
     node: str = ""
     index: int | None = None
     name: str = ""
+    text: str | None = None  # what the API adds for people (`gpu/n-001/5`); read back and ignored
 
 
 class _EvidenceIn(BaseModel):

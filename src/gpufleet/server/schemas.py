@@ -128,6 +128,11 @@ class EntityRef(Shape):
     node: str
     index: int | None
     name: str
+    text: str = Field(
+        "",
+        description="The entity as a path: gpu/NODE/INDEX, or for a GPU without an index (one NVML does not"
+        " list) gpu/NODE/PCI-ADDRESS, else its UUID.",
+    )
 
 
 class Evidence(Shape):

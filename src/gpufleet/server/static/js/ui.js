@@ -117,7 +117,12 @@ export function entityLink(e) {
   if (typeof e === "string") return e;
   switch (e.kind) {
     case "gpu":
-      return gpuLink(e.node, e.index, `gpu/${e.node}/${e.index}`);
+      if (e.index === null || e.index === undefined) {
+        // a GPU NVML does not list (no index): named as the API names it (its PCI address or UUID); its node's page
+        const text = e.text || `gpu/${e.node}/${e.name || "?"}`;
+        return html`<a href="#/node/${encodeURIComponent(e.node)}" data-entity="${text}">${text}</a>`;
+      }
+      return gpuLink(e.node, e.index, e.text || `gpu/${e.node}/${e.index}`);
     case "port":
       return html`<a href="${portHref(e.node, e.name, e.index)}">port/${e.node}/${e.name}/${e.index}</a>`;
     case "node":
@@ -125,14 +130,16 @@ export function entityLink(e) {
     case "job":
       return html`<a href="#/jobs">job/${e.name || e.node}</a>`;
     default:
-      return [e.kind, e.node, e.index, e.name].filter((x) => x !== null && x !== undefined && x !== "").join("/");
+      return e.text || [e.kind, e.node, e.index, e.name].filter((x) => x !== null && x !== undefined && x !== "").join("/");
   }
 }
 
 /** Turn `gpu/n-001/5`, `port/n-000/1/mlx5_3` or `node/n-001` in an event's entity into a link. */
 export function entityTextLink(text) {
   const p = String(text).split("/");
-  if (p[0] === "gpu" && p.length === 3) return gpuLink(p[1], p[2], text);
+  if (p[0] === "gpu" && p.length === 3) {
+    return /^\d+$/.test(p[2]) ? gpuLink(p[1], p[2], text) : html`<a href="#/node/${encodeURIComponent(p[1])}">${text}</a>`;
+  }
   if (p[0] === "port" && p.length === 4) return html`<a href="${portHref(p[1], p[3], p[2])}">${text}</a>`;
   if (p[0] === "node" && p.length === 2) return html`<a href="#/node/${encodeURIComponent(p[1])}">${text}</a>`;
   return text;
