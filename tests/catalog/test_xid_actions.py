@@ -67,13 +67,15 @@ def missing(terms: dict[str, str], guides: dict[str, Any]) -> list[str]:
 def test_every_term_in_use_has_steps() -> None:
     terms = terms_in_use()
     # the sources are read: the catalog's buckets of both columns are among them
-    assert {"WORKFLOW_XID_48", "RESTART_BM", "WORKFLOW_XID_13", "XID_137_FLOW", "RESTART_FM", "XID_154_EVAL"} <= set(terms)
+    expected = {"WORKFLOW_XID_48", "RESTART_BM", "WORKFLOW_XID_13", "XID_137_FLOW", "RESTART_FM", "XID_154_EVAL"}
+    assert expected <= set(terms)
     assert missing(terms, load_action_guides()) == []
 
 
 def test_a_new_bucket_without_steps_is_reported() -> None:
     terms = {**terms_in_use(), "WORKFLOW_XID_999": "xid_catalog.csv Xid 999 nvidia_immediate_action"}
-    assert missing(terms, load_action_guides()) == ["WORKFLOW_XID_999 (xid_catalog.csv Xid 999 nvidia_immediate_action)"]
+    reported = missing(terms, load_action_guides())
+    assert reported == ["WORKFLOW_XID_999 (xid_catalog.csv Xid 999 nvidia_immediate_action)"]
 
 
 def test_every_guide_has_a_title_and_steps_in_plain_words() -> None:
@@ -123,7 +125,8 @@ def test_an_unknown_or_empty_term_is_shown_as_itself() -> None:
 
 
 def test_a_malformed_file_names_the_file_and_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(xid_actions, "read_text", lambda name: "version: 1\nactions:\n  X: {source: nvidia, title: t}\n")
+    broken = "version: 1\nactions:\n  X: {source: nvidia, title: t}\n"  # no steps
+    monkeypatch.setattr(xid_actions, "read_text", lambda name: broken)
     load_action_guides.cache_clear()
     try:
         with pytest.raises(ValueError, match=r"xid_actions\.yaml.*steps"):
