@@ -20,6 +20,8 @@ token_app = typer.Typer(
     no_args_is_help=True,
 )
 
+MAX_NAME = 64  # what the token store takes
+
 STATE_HELP = (
     "The control plane's state database: a postgresql:// URL, or $GPUFLEET_STATE; default the SQLite file in "
     "$GPUFLEET_HOME, which the control plane (`gpufleet up` or `gpufleet server`) must have made: no new one is "
@@ -60,7 +62,12 @@ def _who() -> str:
 
 @token_app.command("create")
 def create(
-    name: str = typer.Option(..., "--name", help="What the audit log will call its holder, e.g. ci-bot."),
+    name: str | None = typer.Option(
+        None,
+        "--name",
+        help="What the audit log will call its holder, e.g. ci-bot (default: agent-NODE for a node's token, else the "
+        "role; -2, -3, ... added while one of that name exists).",
+    ),
     role: Role = typer.Option(..., "--role", help="viewer, operator, admin or agent."),
     out: Path | None = typer.Option(
         None, "--out", help="Write the token to this file (mode 0600) instead of printing it."
@@ -75,7 +82,7 @@ def create(
 ) -> None:
     """Make a token; its secret is shown once (only a hash is kept)."""
     store = _store(state)
-    token, secret = store.create(name, role.value, _who(), node=node)
+    token, secret = store.create(name or _default_name(store, role, node), role.value, _who(), node=node)
     bound = f" for node {token.node}" if token.node else ""
     AuditLog(store.db).append(
         actor=_who(),
@@ -89,6 +96,18 @@ def create(
         return
     err_console.print(f"token {token.name} ({token.role.value}{bound}); it is shown only now:")
     console.print(secret, markup=False, highlight=False)
+
+
+def _default_name(store: TokenStore, role: Role, node: str | None) -> str:
+    """A name no token has yet: `agent-NODE` for a token bound to a node, else the role's name, with -2, -3, ...
+    added while one of that name exists (a node's second token, made to rotate the first, is agent-NODE-2)."""
+    base = f"agent-{node.strip()}" if node and role is Role.agent else role.value
+    base = base[: MAX_NAME - 4]  # room for the number
+    name, n = base, 1
+    while store.get(name, missing_ok=True) is not None:
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 @token_app.command("list")

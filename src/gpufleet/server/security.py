@@ -54,6 +54,13 @@ class Need(Enum):
     admin = "admin"
 
 
+# What an agent refused for want of a token is told: where its token comes from and how one is made.
+AGENT_TOKEN_FIX = (
+    "an agent pushes with an agent token: make one on the control plane's host (`gpufleet token create --role agent "
+    "--node NODE --out FILE`) and give it to the agent as $GPUFLEET_TOKEN or in its $GPUFLEET_HOME/token"
+)
+
+
 def needs(method: str, path: str, local: bool) -> Need:
     if path.startswith(TOKENS):
         return Need.admin
@@ -269,7 +276,8 @@ class Guard:
         if need is not Need.nothing:
             if token is None:
                 why = "the token is not valid" if presented else "this call needs a token"
-                await self._refuse(send, 401, why, "send Authorization: Bearer <token>", method, path, client, "")
+                fix = AGENT_TOKEN_FIX if need is Need.push else "send Authorization: Bearer <token>"
+                await self._refuse(send, 401, why, fix, method, path, client, "")
                 return
             if not allows(token.role, need):
                 why = f"the {token.role.value} token {token.name!r} may not do this; it needs {WHO[need]}"
