@@ -69,6 +69,20 @@ def test_incident_filters_and_cursor(client: Any) -> None:
     assert client.get("/api/v1/incidents", params={"severity": "bad"}).status_code == 422
 
 
+def test_an_incident_s_action_is_given_in_words_with_its_catalog_reference(client: Any) -> None:
+    lost = client.get("/api/v1/incidents", params={"cause": "gpu-lost"}).json()[0]
+    assert lost["action"] == "RESTART_BM" and lost["xid"] == 79  # the bare term stays, for scripts that key on it
+    assert lost["action_reference"] == "NVIDIA RESTART_BM, Xid 79"
+    assert "reboot" in lost["action_title"].lower()
+    assert len(lost["action_steps"]) >= 3 and any("power-cycle" in step for step in lost["action_steps"])
+    detail = client.get(f"/api/v1/incidents/{lost['id']}").json()
+    assert detail["action_steps"] == lost["action_steps"] and detail["action_title"] == lost["action_title"]
+    node = client.get("/api/v1/nodes/n-001").json()
+    assert any(i["action_reference"] == "NVIDIA RESTART_BM, Xid 79" for i in node["incidents"])
+    row = client.get("/openapi.json").json()["components"]["schemas"]["IncidentRow"]["properties"]
+    assert {"action", "action_title", "action_steps", "action_reference"} <= set(row)
+
+
 def test_incident_detail_shows_who_did_what(plane: Any) -> None:
     client = apiclient.client(plane)
     inc = client.get("/api/v1/incidents", params={"cause": "gpu-lost"}).json()[0]

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from gpufleet.catalog.xid_actions import describe_action
 from gpufleet.control.fabric import FabricService, parse_end
 from gpufleet.control.fleet import FleetState
 from gpufleet.control.gpu_use import GpuUseRecorder
@@ -598,6 +599,7 @@ class ControlPlane:
             entity["text"] = entity_text(entity)
         body["age_s"] = round(max(0.0, now - float(body["first_seen"])), 1)
         body["last_seen_ago_s"] = round(max(0.0, now - float(body["last_seen"])), 1)
+        body.update(describe_action(str(body.get("action") or ""), body.get("xid")))  # the action in words
         return body
 
     def transition(self, incident_id: str, state: IncidentState, actor: str, request: str = "") -> Incident:

@@ -155,6 +155,9 @@ class IncidentRow(Shape):
     evidence: list[Evidence]
     effects: list[str] = Field(description="What it caused: jobs stalled, GPUs lost from allocatable, ...")
     action: str = Field(description="The action the detector recommends (NVIDIA's, for an Xid).")
+    action_title: str = Field(description="What the action asks for, in a line (empty when there is none).")
+    action_steps: list[str] = Field(description="The action's steps in order, as an operator follows them.")
+    action_reference: str = Field(description="Where the term comes from, e.g. 'NVIDIA WORKFLOW_XID_48, Xid 48'.")
     xid: int | None
     serial: str | None
     age_s: float
@@ -405,9 +408,21 @@ class Switch(Shape):
     erring: int = Field(description="Links with symbol, receive or link-downed errors counted.")
 
 
+class FabricCounts(Shape):
+    source: Literal["fabric watcher", "node agents"] = Field(
+        description="Who counted: the subnet's watcher (every switch and cable it discovered), else the nodes' agents"
+        " (the switches their HCA ports face, a link per HCA port)."
+    )
+    switches: int
+    links: int
+    links_down: int
+    hca_ports: int = Field(description="The HCA ports the nodes' agents report (the `links` list below).")
+
+
 class Fabric(Shape):
-    switches: list[Switch]
-    links: list[Link]
+    switches: list[Switch] = Field(description="The switches the nodes' HCA ports face, with their ports' states.")
+    links: list[Link] = Field(description="Every HCA port the nodes' agents report.")
+    counts: FabricCounts = Field(description="The fabric's one count of switches and links, for every view of it.")
 
 
 class WhoAmI(Shape):
