@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections import Counter
@@ -48,23 +49,71 @@ def test_sizing_scales_with_the_fleet() -> None:
     assert set(small.to_json()) >= {"activeSeries", "samplesPerSecond", "storageBytesPerDay", "controlPlaneReplicas"}
 
 
-def test_the_readmes_sizing_table_is_what_deploy_size_says() -> None:
-    """README's table and its per-GPU figures are `gpufleet deploy size` for an NVIDIA node's agent."""
+def _readme_sizing() -> str:
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    section = readme.split("## Sizing", 1)[1].split("\n## ", 1)[0]
+    return readme.split("\n## Sizing\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readmes_sizing_table_is_what_deploy_size_says() -> None:
+    """README's table, row by row and cell by cell, is `gpufleet deploy size` for an NVIDIA node's agent at the
+    defaults its header names, written as the command's own table writes it."""
+    section = _readme_sizing()
+    defaults = {k: v.default for k, v in inspect.signature(size).parameters.items()}
+    header = next(line for line in section.splitlines() if line.startswith("| nodes x"))
+    assert [c.strip() for c in header.strip("|").split("|")][:5] == [
+        f"nodes x {defaults['gpus_per_node']} GPUs",
+        "active series",
+        f"samples/s at {defaults['scrape_interval_s']:g} s",
+        "storage/day",
+        f"{defaults['retention_days']:g} days",
+    ]
     rows = [line for line in section.splitlines() if re.match(r"\| [\d,]+ \|", line)]
-    assert len(rows) == 4
+    assert [int(row.split("|")[1].replace(",", "")) for row in rows] == [32, 256, 1024, 4096]
     for row in rows:
         nodes = int(row.split("|")[1].replace(",", ""))
         out = json.loads(gpufleet("deploy", "size", "--nodes", str(nodes), "-o", "json").stdout)
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[1:4] == [f"{out['activeSeries']:,}", f"{out['samplesPerSecond']:,.0f}",
-                              f"{out['storageBytesPerDay'] / 1e9:,.1f} GB"], row  # fmt: skip
-        assert cells[4] == f"{out['storageBytesRetained'] / 1e9:,.0f} GB", row
-        assert cells[6] == str(out["controlPlaneReplicas"]), row
-    per_gpu, per_port, _ = series_counts(sources=named(list(NVIDIA_AGENT)))
-    node = size(1, sources=named(list(NVIDIA_AGENT))).series_per_node
-    assert f"{per_gpu} series per GPU, {per_port} per InfiniBand port, {node} per 8-GPU" in " ".join(section.split())
+        assert cells[1:] == [
+            f"{out['activeSeries']:,}",
+            f"{out['samplesPerSecond']:,.0f}",
+            f"{out['storageBytesPerDay'] / 1e9:,.1f} GB",
+            f"{out['storageBytesRetained'] / 1e9:,.0f} GB",
+            f"{out['controlPlaneCores']:.2f} cores",
+            str(out["controlPlaneReplicas"]),
+        ], row
+
+
+def test_the_readmes_sizing_figures_are_what_the_code_counts() -> None:
+    """The prose around the table: series per GPU, port and node, the BMC's assumed chassis, the control plane's
+    nodes a core, and what switching the NVLink per-link fields on adds, each counted by the code `deploy size` runs."""
+    from gpufleet.telemetry.fields import NVLINK, switched
+    from gpufleet.telemetry.monitoring.sizing import NODES_PER_CORE, NVLINKS_PER_GPU, BmcSensors
+
+    text = " ".join(_readme_sizing().split())
+    sources = named(list(NVIDIA_AGENT))
+    per_gpu, per_port, _ = series_counts(sources=sources)
+    node = size(1, sources=sources).series_per_node
+    assert f"{per_gpu} series per GPU, {per_port} per InfiniBand port, {node} per 8-GPU node" in text
+
+    bmc = BmcSensors()
+    _, _, other = series_counts(sources=sources)
+    _, _, no_sensors = series_counts(sources=sources, bmc=BmcSensors(0, 0, 0, 0))
+    assert (
+        f"the BMC's {other - no_sensors} per-sensor series for an assumed {bmc.fans} fans, {bmc.psus} power supplies, "
+        f"{bmc.temperatures} temperature sensors and {bmc.power_readings} power readings"
+    ) in text
+    assert "--bmc-sensors FANS,PSUS,TEMPS,POWER" in text
+    assert f"{NODES_PER_CORE:,} planned" in text
+
+    (spec,) = re.findall(r"GPUFLEET_FIELDS='([^']+)'", text)
+    on = switched(load_field_catalog(), spec)
+    per_link_fields = len(on.scoped(NVLINK))
+    with_links, _, _ = series_counts(on, sources)
+    assert f"{NVLINKS_PER_GPU} links x {per_link_fields} series" in text
+    assert f"would add {with_links - per_gpu} series per GPU" in text
+    assert (
+        f"({with_links} series per GPU, {size(1, catalog=on, sources=sources).series_per_node:,} per 8-GPU node" in text
+    )
 
 
 def test_dcgm_among_the_sources_counts_only_what_it_fills_everywhere() -> None:
