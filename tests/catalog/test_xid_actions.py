@@ -119,7 +119,7 @@ def test_an_unknown_or_empty_term_is_shown_as_itself() -> None:
     assert describe_action("NOT_A_BUCKET") == {
         "action_title": "NOT_A_BUCKET",
         "action_steps": [],
-        "action_reference": "NVIDIA NOT_A_BUCKET",
+        "action_reference": "NOT_A_BUCKET",
     }
     assert describe_action("") == {"action_title": "", "action_steps": [], "action_reference": ""}
 

@@ -106,6 +106,11 @@ def test_describe_node_gpu_and_incident(env: dict[str, str]) -> None:
     inc = json.loads(run(env, "get", "incidents", "-l", "cause=gpu-lost", "-o", "json").stdout)[0]
     detail = run(env, "describe", "incident", inc["id"]).stdout
     assert inc["id"] in detail and "evidence" in detail and "gpu-lost" in detail
+    # the action in words, every step, with NVIDIA's bucket and the Xid it came from
+    assert "Recommended: Drain and reboot the node (NVIDIA RESTART_BM, Xid 79)" in detail
+    assert all(f"{n}. {step[:40]}" in " ".join(detail.split()) for n, step in enumerate(inc["action_steps"], 1))
+    table = run(env, "get", "incidents", "-l", "cause=gpu-lost", "-o", "wide").stdout
+    assert "Drain and reboot the node" in table and "NVIDIA RESTART_BM, Xid 79" in table
     assert gpufleet("describe", "gpu", "n-001", env=env).returncode == 2
 
 

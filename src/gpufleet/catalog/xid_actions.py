@@ -25,7 +25,7 @@ class ActionGuide(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: Literal["nvidia", "gpufleet"]
-    title: str = Field(min_length=1)
+    title: str = Field(min_length=1, max_length=45)  # a table's ACTION cell
     steps: tuple[str, ...] = Field(min_length=1)
 
 
@@ -57,10 +57,11 @@ def action_guide(term: str) -> ActionGuide | None:
 
 
 def reference(term: str, xid: int | None = None) -> str:
-    """Where the term comes from, as an incident shows it: "NVIDIA WORKFLOW_XID_48, Xid 48", "gpufleet ISOLATE_PORT"."""
+    """Where the term comes from, as an incident shows it: "NVIDIA WORKFLOW_XID_48, Xid 48", "gpufleet ISOLATE_PORT";
+    a term the catalog does not know is named as itself."""
     guide = action_guide(term)
-    owner = "NVIDIA" if guide is None or guide.source == "nvidia" else "gpufleet"
-    return f"{owner} {term}" + (f", Xid {xid}" if xid is not None else "")
+    named = term if guide is None else f"{'NVIDIA' if guide.source == 'nvidia' else 'gpufleet'} {term}"
+    return named + (f", Xid {xid}" if xid is not None else "")
 
 
 def describe_action(term: str, xid: int | None = None) -> dict[str, Any]:

@@ -132,7 +132,7 @@ def services_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
 def incidents_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["ID", "CAUSE", "ENTITY", "SEVERITY", "STATE", "AGE", "COUNT", "ACTION", "SUMMARY"]
     if wide:
-        cols.append("EFFECTS")
+        cols += ["EFFECTS", "REFERENCE"]
     out = []
     for r in rows:
         row = [
@@ -143,13 +143,25 @@ def incidents_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
             r["state"],
             ago(r.get("age_s")),
             r["count"],
-            r["action"] or "-",
+            action_words(r)["action_title"] or "-",
             r["summary"],
         ]
         if wide:
             row.append("; ".join(r["effects"]) or "-")
+            row.append(action_words(r)["action_reference"] or "-")
         out.append(row)
     return cols, out
+
+
+def action_words(r: dict[str, Any]) -> dict[str, Any]:
+    """An incident's recommended action in words (title, steps, catalog reference): the control plane's, else the
+    catalog's own for a row without them (an older server, an incident file)."""
+    if "action_title" in r:
+        return {"action_title": r["action_title"], "action_steps": r.get("action_steps") or [],
+                "action_reference": r.get("action_reference") or ""}  # fmt: skip
+    from gpufleet.catalog.xid_actions import describe_action  # a data file: read only when incidents are shown
+
+    return describe_action(str(r.get("action") or ""), r.get("xid"))
 
 
 def ago(seconds: float | None) -> str:
@@ -350,7 +362,13 @@ def incident_detail(d: dict[str, Any]) -> None:
     console.print(_line("Cause", f"{d['cause']} on {entity(d['entity'])}"))
     console.print(_line("Summary", d["summary"]))
     console.print(_line("Seen", f"{clock(d['first_seen'])} to {clock(d['last_seen'])} ({d['count']} times)"))
-    console.print(_line("Recommended", d["action"] or "-"))
+    words = action_words(d)
+    if not d.get("action"):
+        console.print(_line("Recommended", "-"))
+    else:
+        console.print(_line("Recommended", f"{words['action_title']} ({words['action_reference']})"))
+        for number, step in enumerate(words["action_steps"], 1):
+            console.print(Text(f"  {number}. {step}"))
     if d["effects"]:
         console.print(_line("Caused", "; ".join(d["effects"])))
     if d["evidence"]:
