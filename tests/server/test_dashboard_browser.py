@@ -326,6 +326,18 @@ def test_a_change_without_a_token_shows_the_apis_refusal(browser: Chromium, serv
     no_page_errors(browser)
 
 
+def test_an_incident_shows_its_action_in_words(browser: Chromium, served: Served) -> None:
+    ident = served.incidents["gpu-lost"]
+    _fresh(browser, served, f"#/incident/{ident}")
+    browser.wait_for("document.querySelector('#action')", what="the recommended action")
+    shown = browser.evaluate("document.querySelector('#action').innerText")
+    row = served.api(f"api/v1/incidents/{ident}")
+    assert row["action_title"] in shown and "NVIDIA RESTART_BM, Xid 79" in shown
+    steps = browser.evaluate("[...document.querySelectorAll('#action ol.steps li')].map(li => li.textContent)")
+    assert steps == row["action_steps"] and len(steps) >= 3
+    no_page_errors(browser)
+
+
 def test_acknowledge_an_incident_with_an_operator_token(browser: Chromium, served: Served, shots: Path) -> None:
     ident = served.incidents["gpu-lost"]
     _fresh(browser, served, f"#/incident/{ident}")

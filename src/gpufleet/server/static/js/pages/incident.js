@@ -20,9 +20,16 @@ function facts(i, now) {
     <dt>first seen</dt><dd>${when(i.first_seen, now)}</dd>
     <dt>last seen</dt><dd>${when(i.last_seen, now)}</dd>
     <dt>seen</dt><dd>${i.count} time${i.count === 1 ? "" : "s"}</dd>
-    <dt>recommended action</dt><dd>${i.action ? html`<code>${i.action}</code>` : dash}</dd>
+    <dt>recommended action</dt><dd id="action">${i.action ? recommended(i) : dash}</dd>
     ${i.xid !== null && i.xid !== undefined ? html`<dt>Xid</dt><dd>${i.xid}</dd>` : ""}
     ${i.serial ? html`<dt>serial</dt><dd class="mono">${i.serial}</dd>` : ""}</dl>`;
+}
+
+// the action in words, its steps in order, and where the term comes from (NVIDIA's bucket and the Xid)
+function recommended(i) {
+  const steps = i.action_steps || [];
+  return html`<b>${i.action_title || i.action}</b> <span class="muted">${i.action_reference || i.action}</span>
+    ${steps.length ? html`<ol class="steps">${steps.map((s) => html`<li>${s}</li>`)}</ol>` : ""}`;
 }
 
 function evidence(list) {
