@@ -89,6 +89,15 @@ def test_explain_shows_catalog_and_peers() -> None:
     assert table.returncode == 0 and "Drain P2P" in table.stdout
 
 
+def test_explain_spells_out_what_to_do() -> None:
+    record = json.loads(gpufleet("xid", "explain", "48", "-o", "json").stdout)["gpufleet"]
+    assert record["action"] == "WORKFLOW_XID_48" and record["action_reference"] == "NVIDIA WORKFLOW_XID_48, Xid 48"
+    assert len(record["action_steps"]) >= 3
+    shown = " ".join(gpufleet("xid", "explain", "48").stdout.split())
+    assert f"What to do: {record['action_title']} (NVIDIA WORKFLOW_XID_48, Xid 48)" in shown
+    assert all(f"{n}. {step[:30]}" in shown for n, step in enumerate(record["action_steps"], 1))
+
+
 def test_explain_154_shows_each_recovery_states_severity_from_the_policy(tmp_path: Path) -> None:
     """Each state an Xid 154 can announce, with the severity and action the policy gives a line announcing it (a state
     that sets no severity takes the catalog's NONFATAL), and the reading of a state the policy does not know."""

@@ -17,6 +17,7 @@ from rich.text import Text
 from gpufleet.catalog import load_xid_catalog
 from gpufleet.catalog._files import read_text
 from gpufleet.catalog.xid import load_nvl5_decode
+from gpufleet.catalog.xid_actions import describe_action
 from gpufleet.cli.inputs import open_input
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, err_console, make_table
 from gpufleet.errors import NotFoundError, UserError
@@ -221,6 +222,7 @@ def explain_record(code: int, policy: XidPolicy) -> dict[str, Any]:
             "investigatory": verdict.investigatory,
             "rule": verdict.rule,
             "reason": verdict.reason,
+            **describe_action(verdict.action.value, code),  # the action in words, with its catalog reference
         },
     }
     if code in NVL5_XIDS:
@@ -270,6 +272,12 @@ def explain_cmd(
         ]
         rows += [[label, value, ""] for label, value in record["peers"].items()]
         console.print(_table(["WHO", "SAYS", "DETAIL"], rows))
+        if ours["action_steps"]:
+            console.print(
+                Text.assemble(("What to do: ", "bold"), f"{ours['action_title']} ({ours['action_reference']})")
+            )
+            for number, step in enumerate(ours["action_steps"], 1):
+                console.print(Text(f"  {number}. {step}"))
         if "nvlink5_decode" in record:
             decode = [
                 [d["unit"], d["error_status"], d["severity"], d["action"], d["investigatory"]]
