@@ -7,19 +7,34 @@ Order for the token: --token-file, $GPUFLEET_TOKEN, the config's `token-file`, $
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from gpufleet import __version__
 from gpufleet.control.paths import DEFAULT_PORT, api_token, data_dir
 from gpufleet.errors import AuthError, BackendError, ManifestError, NotFoundError, UserError
 from gpufleet.private_files import write_private
 
 CONFIG_KEYS = ("server", "token-file")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered, not followed: a control plane never sends one, and a token must not go elsewhere."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+# The standard library's HTTP client: a command makes one or two requests, and an HTTP library's import (and its
+# CA bundle, loaded only here for https) would cost more CPU than the rest of a short command together.
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def config_path() -> Path:
@@ -77,11 +92,6 @@ class Api:
         token = self.token()
         return {"Authorization": f"Bearer {token}"} if token else {}
 
-    def _verify(self) -> bool:
-        """Check the server's certificate on https. A plain-http server has none (and no redirect is followed), so
-        the CA bundle, a fifth of a short command's CPU, is not loaded for it."""
-        return not self.server.startswith("http://")
-
     def _unreachable(self) -> BackendError:
         return BackendError(
             f"no control plane answers at {self.server} (from {self.where})",
@@ -89,62 +99,71 @@ class Api:
             "`gpufleet config set server URL`",
         )
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _open(self, method: str, path: str, body: bytes | None, timeout: float) -> http.client.HTTPResponse:
+        """One request; an HTTP error status comes back as the response, never as an exception."""
+        headers = {**self._headers(), "User-Agent": f"gpufleet/{__version__}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(f"{self.server}{path}", data=body, headers=headers, method=method)
         try:
-            resp = httpx.request(
-                method, f"{self.server}{path}", headers=self._headers(), timeout=30, verify=self._verify(), **kwargs
-            )
-        except httpx.HTTPError:
+            response: http.client.HTTPResponse = _OPENER.open(request, timeout=timeout)
+        except urllib.error.HTTPError as exc:  # 3xx (never followed), 4xx, 5xx: the answer, with its body
+            return exc  # type: ignore[return-value]  # an HTTPError is a response (status, read, headers)
+        except (OSError, http.client.HTTPException, ValueError):  # refused, reset, timed out, not HTTP, bad URL
             raise self._unreachable() from None
-        return self._answer(resp)
+        return response
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> Any:
+        with self._open(method, path, body, timeout=30) as response:
+            try:
+                raw = response.read()
+            except (OSError, http.client.HTTPException):
+                raise self._unreachable() from None
+            return self._answer(response.status, raw)
 
     def get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
+        return self.request("GET", f"{path}?{query}" if query else path)
 
     def post(self, path: str, body: Any = None) -> Any:
-        return self.request("POST", path, json=body)
+        return self.request("POST", path, None if body is None else json.dumps(body).encode())
 
-    def _answer(self, resp: httpx.Response) -> Any:
+    def _answer(self, status: int, raw: bytes) -> Any:
+        text = raw.decode("utf-8", errors="replace")
         try:
-            body = resp.json()
+            body = json.loads(text) if text.strip() else None
         except ValueError:
             body = None
-        if resp.status_code < 400:
+        if status < 400:
             return body
-        error = body.get("error", resp.text) if isinstance(body, dict) else resp.text
+        error = body.get("error", text) if isinstance(body, dict) else text
         fix = body.get("fix") if isinstance(body, dict) else None
-        if resp.status_code == 401:
+        if status == 401:
             raise AuthError(
                 f"{error} ({self.server})",
                 fix="give a token: --token-file FILE, $GPUFLEET_TOKEN, or `gpufleet token create` on the control "
                 "plane's host",
             )
-        if resp.status_code == 403:
+        if status == 403:
             raise AuthError(error, fix=fix)
-        if resp.status_code == 404:
+        if status == 404:
             raise NotFoundError(error, fix=fix)
-        if resp.status_code < 500:
+        if status < 500:
             raise UserError(error, fix=fix)
         raise BackendError(f"{self.server}: {error}", fix=fix)
 
     def stream(self) -> Iterator[tuple[str, Any]]:
         """(kind, data) frames of /api/v1/stream until interrupted."""
-        try:
-            with httpx.stream(
-                "GET",
-                f"{self.server}/api/v1/stream",
-                headers=self._headers(),
-                timeout=httpx.Timeout(10, read=60),
-                verify=self._verify(),
-            ) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    self._answer(resp)
-                kind = ""
-                for line in resp.iter_lines():
+        with self._open("GET", "/api/v1/stream", None, timeout=60) as response:
+            if response.status >= 400:
+                self._answer(response.status, response.read())
+            kind = ""
+            try:
+                for raw in response:
+                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                     if line.startswith("event: "):
                         kind = line[7:]
                     elif line.startswith("data: "):
                         yield kind, json.loads(line[6:])
-        except httpx.HTTPError:
-            raise self._unreachable() from None
+            except (OSError, http.client.HTTPException):
+                raise self._unreachable() from None
