@@ -104,3 +104,20 @@ def test_a_misspelt_command_is_matched_against_every_command() -> None:
     ran = gpufleet("partiton")
     assert ran.returncode == 2
     assert "No such command 'partiton'. Did you mean 'partition'?" in ran.stderr
+
+
+def test_an_error_and_its_fix_are_printed_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Brackets in a message or a fix (an extra's name, an index) are words, not terminal markup."""
+    from gpufleet.cli import client
+    from gpufleet.errors import UserError
+
+    def refuse() -> dict[str, str]:
+        raise UserError("gpu[0] of [bold]dgx-001[/bold] is unknown", fix="pip install 'gpufleet[deploy]'")
+
+    monkeypatch.setattr(client, "read_config", refuse)
+    ran = gpufleet("config", "view")
+    assert ran.returncode == 2
+    assert ran.stderr.splitlines() == [
+        "error: gpu[0] of [bold]dgx-001[/bold] is unknown",
+        "  fix: pip install 'gpufleet[deploy]'",
+    ]

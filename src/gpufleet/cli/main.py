@@ -100,6 +100,8 @@ def main(
 def run() -> None:
     """Entry point: run the app, turning gpufleet errors into one red line and a non-zero exit."""
     debug = "--debug" in sys.argv or os.environ.get("GPUFLEET_DEBUG") == "1"
+    from rich.markup import escape
+
     from gpufleet.cli.output import err_console  # rich's console: imported once a command runs, not before
 
     try:
@@ -109,9 +111,10 @@ def run() -> None:
     except GpufleetError as exc:
         if debug:
             raise
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        # the text is the error's own: `gpufleet[deploy]` or `gpu[0]` are words, not markup
+        err_console.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.fix:
-            err_console.print(f"  fix: {exc.fix}", highlight=False, soft_wrap=True)
+            err_console.print(f"  fix: {exc.fix}", highlight=False, soft_wrap=True, markup=False)
         sys.exit(2 if isinstance(exc, UserError) else 1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -127,7 +130,7 @@ def run() -> None:
             sys.exit(exc.exit_code)  # type: ignore[attr-defined]
         if debug:
             raise
-        err_console.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc}", highlight=False)
+        err_console.print(f"[red]internal error:[/red] {type(exc).__name__}: {escape(str(exc))}", highlight=False)
         err_console.print("  fix: rerun with --debug and report the traceback")
         sys.exit(1)
 
