@@ -73,7 +73,8 @@ def test_subnets_summarise_each_polled_subnet(client: Any) -> None:
     assert (subnet["subnet"], subnet["source"], subnet["poll_s"]) == ("default", "twin", POLL_S)
     assert subnet["polls"] >= 7 and subnet["errors"] == []
     # 8 leaves (one a rail) and 4 spines; 3 nodes x 8 HCAs; 24 HCA cables and 64 uplinks, one of them down
-    assert (subnet["switches"], subnet["hcas"], subnet["links"], subnet["links_down"]) == (12, 24, 87, 1)
+    # the 87 cables discovered and the one expected and now missing: 88 links, the count every view of it shows
+    assert (subnet["switches"], subnet["hcas"], subnet["links"], subnet["links_down"]) == (12, 24, 88, 1)
     assert set(subnet["findings"]) == {"critical", "warning", "info"}
     assert subnet["findings"]["critical"] >= 1  # the cable that is down
     sm = subnet["subnet_manager"]

@@ -110,6 +110,32 @@ def _series(browser: Chromium, card: str) -> list[dict[str, Any]]:
     )
 
 
+def _one_count_of_switches_and_links(browser: Chromium, served: Served) -> None:
+    """The watcher found 12 switches (leaves and spines) and 88 cables (one of them down and missing from the polls):
+    the title, the tiles, the subnet's line and the drawing all say so; the nodes' agents' 24 HCA ports on their 8
+    leaf switches are named as HCA ports, never as the fabric's links or switches. (Checked on the page the topology
+    test loaded.)"""
+    counts = served.api("api/v1/fabric")["counts"]
+    (subnet,) = served.api("api/v1/fabric/subnets")["subnets"]
+    assert counts == {"source": "fabric watcher", "switches": 12, "links": 88, "links_down": 1, "hca_ports": 24}
+    assert (subnet["switches"], subnet["links"], subnet["links_down"]) == (12, 88, 1)
+    assert len(served.api("api/v1/fabric/links")) == 88 and len(served.api("api/v1/fabric")["switches"]) == 8
+    shown = browser.evaluate(
+        """(() => { const t = (s) => document.querySelector(s).innerText;
+        return {sub: t('#fabric-sub'), switches: t('[data-kpi=switches] .v'), links: t('[data-kpi=links] .v'),
+                down: t('[data-kpi=links-down] .v'), ports: t('[data-kpi=hca-ports] .v'),
+                subnet: t('#fabric-subnets [data-subnet=default]'), note: t('#topology-note'),
+                cables: document.querySelector('#topology-svg').dataset.cables,
+                cards: [...document.querySelectorAll('#switches .switch .s')].map(e => e.innerText)}; })()"""
+    )
+    assert "12 switches" in shown["sub"] and "88 links" in shown["sub"] and "24 HCA ports" in shown["sub"]
+    assert "fabric watcher" in shown["sub"]
+    assert (shown["switches"], shown["links"], shown["down"], shown["ports"]) == ("12", "88", "1", "24")
+    assert "12 switches" in shown["subnet"] and "88 links" in shown["subnet"]
+    assert "88 cables" in shown["note"] and shown["cables"] == "88"
+    assert len(shown["cards"]) == 8 and all("HCA port" in c and " links" not in c for c in shown["cards"])
+
+
 def test_the_topology_draws_every_switch_hca_and_cable(browser: Chromium, served: Served, shots: Path) -> None:
     systems = served.api("api/v1/fabric/systems")
     cables = served.api("api/v1/fabric/links")
@@ -165,8 +191,9 @@ def test_the_topology_draws_every_switch_hca_and_cable(browser: Chromium, served
 
     # the subnet in a line: what it holds, its subnet manager and how fresh its last poll is
     line = browser.evaluate("document.querySelector('#fabric-subnets [data-subnet=\"default\"]').innerText")
-    for part in ("12 switches", "24 HCAs", "87 links", "1 down", "master", "last poll", "ago"):
+    for part in ("12 switches", "24 HCAs", "88 links", "1 down", "master", "last poll", "ago"):
         assert part in line, (part, line)
+    _one_count_of_switches_and_links(browser, served)
     shot(browser, shots, "fabric-topology")
     no_page_errors(browser)
 

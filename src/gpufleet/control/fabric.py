@@ -471,7 +471,7 @@ def summary(service: FabricService) -> dict[str, Any]:
     with service.lock:
         subnets = []
         for state in service.subnets.values():
-            graph, report = state.graph, state.report
+            report = state.report
             by_severity = {"critical": 0, "warning": 0, "info": 0}
             for found in service.active(state):
                 by_severity[found.severity] += 1
@@ -483,10 +483,7 @@ def summary(service: FabricService) -> dict[str, Any]:
                     "polls": state.polls,
                     "poll_s": report.poll_s,
                     "took_s": round(report.took_s, 3),
-                    "switches": len(graph.switches()),
-                    "hcas": len(graph.hcas()),
-                    "links": len(graph.links),
-                    "links_down": sum(1 for row in _missing(service, state)) + sum(1 for x in graph.links if not x.up),
+                    **_subnet_counts(service, state),
                     "findings": by_severity,
                     "errors": list(report.errors),
                     "subnet_manager": None
@@ -502,6 +499,28 @@ def summary(service: FabricService) -> dict[str, Any]:
                 }
             )
         return {"subnets": subnets, "reports": service.reports, "isolated_ports": len(service.isolated)}
+
+
+def _subnet_counts(service: FabricService, state: SubnetState) -> dict[str, int]:
+    """A subnet's switches, HCAs and links, counted once for every view: the links are the cables discovered and
+    the expected ones now missing (as `links` lists them), `links_down` those not up."""
+    graph = state.graph
+    missing = len(_missing(service, state))
+    return {
+        "switches": len(graph.switches()),
+        "hcas": len(graph.hcas()),
+        "links": len(graph.links) + missing,
+        "links_down": missing + sum(1 for x in graph.links if not x.up),
+    }
+
+
+def counts(service: FabricService) -> dict[str, int] | None:
+    """The fabric's switches, HCAs and links over every subnet its watchers discovered; None when none reported."""
+    with service.lock:
+        per = [_subnet_counts(service, state) for state in service.subnets.values()]
+    if not per:
+        return None
+    return {key: sum(c[key] for c in per) for key in ("switches", "hcas", "links", "links_down")}
 
 
 def systems(service: FabricService) -> list[dict[str, Any]]:

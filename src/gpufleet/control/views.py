@@ -11,6 +11,7 @@ import numpy as np
 from gpufleet.catalog.clock_events import clock_events_of
 from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.catalog.mig import mig_profiles_for
+from gpufleet.control import fabric as fabric_views
 from gpufleet.control import paging
 from gpufleet.control.fleet import NodeState
 from gpufleet.errors import NotFoundError
@@ -583,7 +584,24 @@ def fabric(plane: ControlPlane) -> dict[str, Any]:
         sw["links"] += 1
         sw["down"] += link["state"] == "Down"
         sw["erring"] += bool(link["symbol_errors"] or link["rcv_errors"] or link["link_downed"])
-    return {"switches": sorted(switches.values(), key=lambda s: s["name"]), "links": links}
+    return {
+        "switches": sorted(switches.values(), key=lambda s: s["name"]),
+        "links": links,
+        "counts": fabric_counts(plane, switches=len(switches), ports=links),
+    }
+
+
+def fabric_counts(plane: ControlPlane, switches: int, ports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One count of the fabric's switches and links for every page: the fabric watcher's (every switch and cable
+    it discovered, the spines and their cables included) when one reports, else what the nodes' agents see (the
+    switches their HCA ports face, a link per HCA port). `hca_ports` is the agents' ports, always."""
+    found = fabric_views.counts(plane.fabric)
+    down = sum(1 for p in ports if p["state"] == "Down")
+    if found is not None:
+        return {"source": "fabric watcher", "switches": found["switches"], "links": found["links"],
+                "links_down": found["links_down"], "hca_ports": len(ports)}  # fmt: skip
+    return {"source": "node agents", "switches": switches, "links": len(ports), "links_down": down,
+            "hca_ports": len(ports)}  # fmt: skip
 
 
 def incident_states() -> list[str]:

@@ -52,6 +52,9 @@ class IncidentIn(BaseModel):
     node: str | None = None
     age_s: float | None = None
     last_seen_ago_s: float | None = None
+    action_title: str | None = None
+    action_steps: list[str] | None = None
+    action_reference: str | None = None
 
     def to_incident(self) -> Incident:
         e = self.entity

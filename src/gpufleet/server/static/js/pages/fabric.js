@@ -37,7 +37,7 @@ function switchCards(switches) {
   if (!switches.length) return empty("no switches known: ports report their peer once agents push inventory");
   return html`${switches.map((s) => html`<div class="switch ${s.down ? "bad" : s.erring ? "warn" : ""}" data-switch="${s.name}">
     <div class="n">${s.name}</div>
-    <div class="s">${s.links} links · <span class="${s.down ? "bad" : ""}">${s.down} down</span> · <span class="${s.erring ? "warn" : ""}">${s.erring} erring</span></div></div>`)}`;
+    <div class="s">${plural(s.links, "HCA port")} · <span class="${s.down ? "bad" : ""}">${s.down} down</span> · <span class="${s.erring ? "warn" : ""}">${s.erring} erring</span></div></div>`)}`;
 }
 
 function matrix(fabric, selected, only) {
@@ -673,10 +673,10 @@ export async function mount(root, ctx) {
       <span class="right muted" id="fabric-alarm-count"></span></h2><div class="scroll" id="fabric-alarms"></div></section>
     <section class="panel fabric-lists"><h2>events <span class="muted" style="text-transform:none;letter-spacing:0;font-weight:400">newest first</span></h2>
       <div class="scroll" id="fabric-events" style="max-height:280px"></div></section>
-    <h2 class="sub-h" style="margin:4px 0 10px">as the nodes' agents see their HCA ports</h2>
+    <h2 class="sub-h" style="margin:4px 0 10px">as the nodes' agents see their HCA ports: the leaf switches they face</h2>
     <section class="switches" id="switches"></section>
     <section class="grid g3">
-      <div class="panel span2"><h2>links by node and switch <span class="right muted">click a link for its counters</span></h2>
+      <div class="panel span2"><h2>HCA ports by node and switch <span class="right muted">click a port for its counters</span></h2>
         <div class="scroll" style="max-height:none;overflow-x:auto" id="matrix"></div><div id="matrix-legend"></div></div>
       <div class="panel" id="side"></div>
     </section>`);
@@ -711,14 +711,18 @@ export async function mount(root, ctx) {
 
   const draw = () => {
     const links = fabric.links;
-    const down = links.filter((l) => l.state === "Down").length;
     const erring = links.filter((l) => errors(l)).length;
-    set($("#fabric-sub", root), `${fabric.switches.length} switches · ${links.length} ports`);
+    // the fabric's one count of switches and links (the API's: the watcher's when one reports), everywhere on the page;
+    // what the nodes' agents see below is their HCA ports, and is named so
+    const c = fabric.counts;
+    set($("#fabric-sub", root), html`<span data-count="switches">${plural(c.switches, "switch", "switches")}</span> ·
+      <span data-count="links">${plural(c.links, "link")}</span> · <span data-count="hca-ports">${plural(c.hca_ports, "HCA port")}</span>
+      <span class="dim">(counted by the ${c.source})</span>`);
     set($("#only", root), only ? html`showing ${nodeLink(only)} <a class="btn" href="#/fabric">all nodes</a>` : "");
-    const tile = (label, v, cls) => html`<div class="kpi ${cls}"><div class="v">${v}</div><div class="l">${label}</div></div>`;
-    set($("#fabric-kpis", root), html`${tile("switches", fabric.switches.length, "")}${tile("links", links.length, "")}
-      ${tile("active", links.filter((l) => l.state === "Active").length, "ok")}${tile("down", down, down ? "bad" : "ok")}
-      ${tile("erring", erring, erring ? "warn" : "ok")}${tile("with an open incident", links.filter((l) => l.incident).length, links.some((l) => l.incident) ? "warn" : "ok")}`);
+    const tile = (label, v, cls, key) => html`<div class="kpi ${cls}" data-kpi="${key}"><div class="v">${v}</div><div class="l">${label}</div></div>`;
+    set($("#fabric-kpis", root), html`${tile("switches", c.switches, "", "switches")}${tile("links", c.links, "", "links")}
+      ${tile("links down", c.links_down, c.links_down ? "bad" : "ok", "links-down")}${tile("HCA ports", c.hca_ports, "", "hca-ports")}
+      ${tile("HCA ports erring", erring, erring ? "warn" : "ok", "ports-erring")}${tile("HCA ports with an open incident", links.filter((l) => l.incident).length, links.some((l) => l.incident) ? "warn" : "ok", "ports-incident")}`);
     set($("#switches", root), switchCards(fabric.switches));
     set($("#matrix", root), matrix(fabric, selected, only));
     set($("#matrix-legend", root), legend());
