@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.clirun import gpufleet
@@ -83,3 +84,17 @@ def test_a_crafted_kind_loads_no_schema_and_is_reported_as_unknown(tmp_path: Pat
     assert "Traceback" not in ran.stderr and "internal error" not in ran.stderr, ran.stderr
     findings = json.loads(ran.stdout)
     assert [x["rule"] for x in findings] == ["GF090"] and "has no schema here" in findings[0]["message"], findings
+
+
+def test_without_the_kubernetes_schemas_the_rules_still_run_and_a_note_says_what_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpufleet.doctor import schema
+
+    monkeypatch.setattr(schema, "available", lambda: False)  # `scripts/up` alone: no deploy extra
+    f = write(tmp_path, "bad.yaml", BAD)
+    ran = gpufleet("doctor", str(f))
+    assert ran.returncode == 1 and "GF001" in ran.stdout
+    assert "schemas are not installed" in ran.stderr and "gpufleet[deploy]" in ran.stderr
+    quiet = gpufleet("doctor", str(f), "--no-schema")
+    assert "schemas are not installed" not in quiet.stderr

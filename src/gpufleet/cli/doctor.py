@@ -91,6 +91,19 @@ def doctor(
     from gpufleet.doctor.load import input_files
 
     files = input_files(inputs)
+    check_schema = not no_schema
+    if check_schema:
+        from gpufleet.doctor import schema
+
+        if not schema.available():  # `scripts/up` installs what running needs; the schemas are the deploy extra
+            err_console.print(
+                Text(
+                    "note: the Kubernetes schemas are not installed, so objects are not validated against them; "
+                    "pip install 'gpufleet[deploy]' adds them (--no-schema says this is meant)",
+                    style="yellow",
+                )
+            )
+            check_schema = False
     with Progress(
         TextColumn("checking"),
         BarColumn(),
@@ -105,7 +118,7 @@ def doctor(
             files,
             cluster_facts=cluster_facts,
             kube_version=version,
-            check_schema=not no_schema,
+            check_schema=check_schema,
             on_file=lambda name: progress.update(task, advance=1, description=name[-60:]),
         )
     if output is DoctorFormat.sarif:

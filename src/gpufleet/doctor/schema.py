@@ -24,6 +24,15 @@ MAX_ERRORS_PER_OBJECT = 5
 _UNEXPECTED = re.compile(r"\('([^']+)' (?:was|were) unexpected\)")
 
 
+def available() -> bool:
+    """Whether the Kubernetes schemas (the deploy extra's kubernetes-validate) are installed."""
+    try:
+        _package()
+    except DependencyMissingError:
+        return False
+    return True
+
+
 def _package() -> Any:
     try:
         import jsonschema
@@ -31,7 +40,7 @@ def _package() -> Any:
         import referencing
     except ImportError as exc:
         raise DependencyMissingError(
-            "schema validation needs kubernetes-validate", fix="pip install kubernetes-validate (or --no-schema)"
+            "schema validation needs kubernetes-validate", fix="pip install 'gpufleet[deploy]' (or --no-schema)"
         ) from exc
     return kubernetes_validate.utils, jsonschema, referencing
 
