@@ -53,3 +53,26 @@ def test_failing_source_is_marked_stored_and_recovers(caplog: pytest.LogCaptureF
     assert 'gpufleet_source_up{source="sysfs"} 1' in collector.body.decode()
     assert store.instant('gpufleet_source_up{source="sysfs"}')[0].value == 1
     assert store.instant('DCGM_FI_DEV_GPU_TEMP{gpu="1"}')[0].value == 51
+
+
+def test_a_source_down_and_why_travel_in_the_nodes_snapshot() -> None:
+    """What gpufleet_source_up says reaches the control plane: the snapshot an agent pushes names each source down
+    and why, and forgets it when the source recovers."""
+    from gpufleet.agent.edge import snapshot
+    from gpufleet.model.observe import SCHEMA_VERSION, Batch
+    from gpufleet.model.wire import MSGPACK, decode_batch, encode
+
+    broken = BrokenCounters()
+    frame = MetricFrame(tuple(make_entities(2)))
+    collector = Collector(frame, [Temperatures(), broken], [], None)
+    frame.timestamp = 100.0
+    collector.collect_once()
+    shot = snapshot(frame, 100.0)
+    assert shot.sources_down == {"sysfs": "ValueError: counters file: invalid literal for int()"}
+    for kind in ("application/json", MSGPACK):  # on the wire both ways
+        sent = Batch(v=SCHEMA_VERSION, agent="n-0", incarnation="i", node="n-0", sent=100.0, metrics=shot)
+        assert decode_batch(encode(sent, kind), kind).metrics.sources_down == shot.sources_down  # type: ignore[union-attr]
+    broken.broken = False
+    frame.timestamp = 101.0
+    collector.collect_once()
+    assert snapshot(frame, 101.0).sources_down == {}

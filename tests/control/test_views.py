@@ -99,3 +99,31 @@ def test_a_gpu_known_only_by_its_pci_address_is_named_by_it(state_db: Database) 
     assert incident_from_dict(rows[0]).entity == Entity(EntityKind.gpu, "n-0", name="0000:3b:00.0")
     summary = views.summary(plane, with_history=False)  # type: ignore[arg-type]
     assert {i["entity"]["text"] for i in summary["incidents"]} == {r["entity"]["text"] for r in rows}
+
+
+def test_a_node_whose_gpu_source_is_down_is_degraded_with_why(state_db: Database) -> None:
+    """n-0's agent cannot load NVML (gpufleet_source_up{source="nvml"} 0): the node is Degraded, its GpuSourceDown
+    condition says why, its GPUs are unknown (not lost, not healthy) and the summary names it. n-1's BMC is down
+    only: it is Ready, the source listed."""
+    import numpy as np
+
+    from gpufleet.model.observe import MetricSnapshot
+    from tests.control.helpers import inventory
+
+    plane = plane_at(state_db, Clock())
+    why = "NVML Shared Library Not Found: libnvidia-ml.so.1"
+    blind = MetricSnapshot.of(T0, [0, 1], ["DCGM_FI_DEV_GPU_UTIL"], np.full((1, 2), np.nan), sources_down={"nvml": why})
+    plane.ingest(batch("n-0", [], inventory=inventory("n-0"), metrics=blind))
+    seen = MetricSnapshot.of(T0, [0], ["DCGM_FI_DEV_GPU_UTIL"], np.array([[40.0]]), sources_down={"bmc": "no ipmitool"})
+    plane.ingest(batch("n-1", [], inventory=inventory("n-1"), metrics=seen))
+    node = views.describe_node(plane, "n-0")  # type: ignore[arg-type]
+    assert node["status"] == "Degraded" and node["sources_down"] == {"nvml": why}
+    (cond,) = [c for c in node["conditions"] if c["type"] == "GpuSourceDown"]
+    assert cond["status"] == "True" and cond["reason"] == f"nvml: {why}"
+    assert {g["health"] for g in node["gpus"]} == {"unknown"} and {g["readings"] for g in node["gpus"]} == {"none"}
+    other = views.describe_node(plane, "n-1")  # type: ignore[arg-type]
+    assert other["status"] == "Ready" and other["sources_down"] == {"bmc": "no ipmitool"}
+    assert [c["status"] for c in other["conditions"] if c["type"] == "GpuSourceDown"] == ["False"]
+    summary = views.summary(plane, with_history=False)  # type: ignore[arg-type]
+    assert summary["nodes_degraded"] == [{"node": "n-0", "sources_down": {"nvml": why}}]
+    assert {r["name"]: r["status"] for r in views.node_rows(plane)} == {"n-0": "Degraded", "n-1": "Ready"}  # type: ignore[arg-type]

@@ -637,3 +637,47 @@ def test_a_gpu_without_an_index_is_named_by_its_pci_address(browser: Chromium, s
     browser.wait_for(f"document.querySelector('#incidents a[data-entity=\"{want}\"]')", what="the node's incident")
     shot(browser, shots, "gpu-by-pci")
     no_page_errors(browser)
+
+
+def test_a_node_whose_gpu_source_is_down_is_shown_degraded(browser: Chromium, served: Served, shots: Path) -> None:
+    """n-009's agent cannot load NVML: it lists no GPUs and exports gpufleet_source_up{source="nvml"} 0 with why.
+    The node page shows it Degraded with the reason, never Ready with "GPUs healthy 0/0"; the overview lists it."""
+    import urllib.request
+
+    import numpy as np
+
+    from gpufleet.model.observe import SCHEMA_VERSION, Batch, MetricSnapshot, NodeInventory
+    from gpufleet.model.wire import encode
+
+    now = served.api("api/v1/summary")["time"]
+    why = "NVML Shared Library Not Found: libnvidia-ml.so.1"
+    metrics = MetricSnapshot.of(now, [], [], np.zeros((0, 0)), sources_down={"nvml": why})
+    batch = Batch(v=SCHEMA_VERSION, agent="n-009", incarnation="b", node="n-009", sent=now,
+                  inventory=NodeInventory(hostname="n-009", driver="", cuda=""), metrics=metrics)  # fmt: skip
+    push = urllib.request.Request(
+        f"{served.url}api/v1/ingest",
+        data=encode(batch),
+        method="POST",
+        headers={"Authorization": "Bearer admin-secret-for-the-browser-test", "Content-Type": "application/json"},
+    )
+    with LOCAL.open(push, timeout=10) as resp:
+        assert resp.status == 200
+
+    _open(browser, served, "#/node/n-009")
+    browser.wait_for("document.querySelector('#conditions [data-condition=GpuSourceDown]')", what="the condition")
+    page = browser.evaluate(
+        """(() => { const t = (s) => document.querySelector(s)?.innerText;
+        return {status: t('#status'), cond: t('#conditions [data-condition=GpuSourceDown]'),
+                down: t('#glance [data-sources-down]'), gpus: t('#glance [data-k=gpus-healthy]')}; })()"""
+    )
+    assert "Degraded" in page["status"] and "Ready" not in page["status"]
+    assert "True" in page["cond"] and why in page["cond"]
+    assert "nvml" in page["down"] and why in page["down"]
+    assert page["gpus"].startswith("unknown") and "0 / 0" not in page["gpus"]
+    shot(browser, shots, "node-gpu-source-down")
+    _open(browser, served, "#/")
+    row = browser.wait_for(
+        "document.querySelector('.hrow[data-degraded][data-node=\"n-009\"]')?.innerText", what="the degraded node"
+    )
+    assert "GPU source down" in row and why in row
+    no_page_errors(browser)

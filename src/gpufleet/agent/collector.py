@@ -106,6 +106,10 @@ class Collector(Background):
             log.info("source %s recovered", name)
         self.source_up[name] = ok
         self.frame.set_gauge("gpufleet_source_up", {"source": name}, 1.0 if ok else 0.0)
+        if ok:
+            self.frame.sources_down.pop(name, None)
+        else:  # carried to the control plane in the node's metric snapshot
+            self.frame.sources_down[name] = (why or "failed")[:1000]
 
     def run(self) -> None:
         next_tick = time.monotonic()

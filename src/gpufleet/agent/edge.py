@@ -86,6 +86,7 @@ def snapshot(frame: MetricFrame, when: float) -> MetricSnapshot:
         frame.ib_values,
         [bool(v >= 0.5) for v in up] if len(up) and not np.isnan(up).any() else [],
         ["" if (a := frame.attribution[c]) is None else f"{a.namespace}/{a.pod}" for c in columns],
+        dict(frame.sources_down),
     )
 
 

@@ -63,8 +63,26 @@ def _gpu_xids(plane: ControlPlane) -> dict[tuple[str, int], int]:
     return {key: xid for key, (_, xid) in last.items()}
 
 
+# the libraries a node's GPUs are listed and read through (the agent's GPU sources, agent/host.py): one down means
+# the node cannot see its GPUs, however many it has
+GPU_SOURCES = ("nvml", "amdsmi", "hlml")
+
+
+def sources_down(node: NodeState) -> dict[str, str]:
+    """The node's sources its agent says are down now (gpufleet_source_up 0), each with why; none for a silent agent
+    (what it last said is not now)."""
+    if node.lost or node.metrics is None:
+        return {}
+    return dict(node.metrics.sources_down)
+
+
+def gpu_source_down(node: NodeState) -> dict[str, str]:
+    """The GPU sources down on the node, each with why: the node is degraded, blind to its GPUs."""
+    return {name: why for name, why in sources_down(node).items() if name in GPU_SOURCES}
+
+
 def _node_status(plane: ControlPlane, node: NodeState) -> str:
-    status = "AgentLost" if node.lost else "Ready"
+    status = "AgentLost" if node.lost else "Degraded" if gpu_source_down(node) else "Ready"
     if node.name in plane.unavailable:
         status += ",SchedulingDisabled"
     return status
@@ -105,14 +123,18 @@ def _gpus_of(
     values are None and `readings` says "lost", never its last ones shown as current; its last Xid is the one its
     incident recorded when the metric no longer has it."""
     rows = []
+    blind = bool(gpu_source_down(node))  # its GPU source is down: no reading says anything of a GPU
     held = dict(zip(node.metrics.gpus, node.metrics.held, strict=False)) if node.metrics and node.metrics.held else {}
     for g in node.inventory.gpus if node.inventory else []:
         value = lambda f, i=g.index: node.gpu_value(f, i)  # noqa: E731
         util = value("DCGM_FI_DEV_GPU_UTIL")
-        lost = not node.lost and node.metrics is not None and np.isnan(util) and np.isnan(value("DCGM_FI_DEV_GPU_TEMP"))
+        lost = (
+            not node.lost and not blind and node.metrics is not None
+            and np.isnan(util) and np.isnan(value("DCGM_FI_DEV_GPU_TEMP"))
+        )  # fmt: skip
         severity = problems.get((node.name, g.index))
         health = (
-            "lost" if lost else "unknown" if node.lost else
+            "lost" if lost else "unknown" if node.lost or blind else
             "unhealthy" if severity is Severity.critical else "degraded" if severity is Severity.warning else "healthy"
         )  # fmt: skip
         gen, width = value("DCGM_FI_DEV_PCIE_LINK_GEN"), value("DCGM_FI_DEV_PCIE_LINK_WIDTH")
@@ -139,7 +161,7 @@ def _gpus_of(
                 "ecc_dbe_volatile": _num(value("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), 0),
                 "pcie": "-" if np.isnan(gen) else f"gen{int(gen)} x{int(width)}",
                 "xid_last": xid,
-                "readings": "lost" if lost else "none" if node.lost or node.metrics is None else "current",
+                "readings": "lost" if lost else "none" if node.lost or blind or node.metrics is None else "current",
                 "held_by": held.get(g.index) or None,
                 "fb_total_mib": None if g.memory_mib is None else round(g.memory_mib),
                 "power_limit_w": None if g.power_limit_w is None else round(g.power_limit_w, 1),
@@ -406,6 +428,7 @@ def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dic
                     "rcv_errors": _num(node.port_value("infiniband_port_receive_errors_total", key), 0),
                 }
             )
+        blind = gpu_source_down(node)
         conditions = [
             {
                 "type": "Ready",
@@ -416,6 +439,12 @@ def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dic
                 "type": "SchedulingDisabled",
                 "status": "True" if name in plane.unavailable else "False",
                 "reason": f"{plane.backend.name} backend",
+            },
+            {
+                "type": "GpuSourceDown",
+                "status": "Unknown" if node.lost else "True" if blind else "False",
+                "reason": "; ".join(f"{source}: {why}" for source, why in blind.items()) if blind else
+                          "the agent reads its GPUs" if not node.lost else "AgentLost",
             },
         ]  # fmt: skip
         open_incidents = [plane.aged(plane.row(i)) for i in plane.book.open_incidents() if i.node == name]
@@ -432,6 +461,7 @@ def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dic
                 "fabric_manager": inv.fabric_manager if inv else "",
             },
             "gpus": _gpus_of(node, _gpu_problems(plane), _gpu_xids(plane)),
+            "sources_down": sources_down(node),
             "nics": ports,
             "incidents": open_incidents,
             "kernel_log": [r.raw for r in list(node.kernel_log)[-kernel_lines:]],
@@ -506,6 +536,11 @@ def summary(plane: ControlPlane, with_history: bool = True) -> dict[str, Any]:
             "incidents": incidents,
             "remediation": plane.remediation.mode,
             "backend": plane.backend.name,
+            "nodes_degraded": [
+                {"node": n.name, "sources_down": down}
+                for n in sorted(plane.fleet.nodes.values(), key=lambda n: n.name)
+                if (down := gpu_source_down(n))
+            ],
             "simulated_time": simulated_time(plane),
         }
     body["history"] = history(plane, now) if with_history else []

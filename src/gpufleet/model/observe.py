@@ -207,6 +207,9 @@ class MetricSnapshot(msgspec.Struct):
     port_values: bytes = b""
     port_up: list[bool] = []
     held: list[Short] = []
+    # the node's sources that are down now (gpufleet_source_up 0), each with why: a node whose GPU source (NVML)
+    # is down reports no GPUs, and this is what says it is blind rather than empty
+    sources_down: Annotated[dict[Short, Text], msgspec.Meta(max_length=64)] = {}
 
     def __post_init__(self) -> None:
         for what, fields, columns, values in (
@@ -233,6 +236,7 @@ class MetricSnapshot(msgspec.Struct):
         port_matrix: np.ndarray | None = None,
         port_up: list[bool] | None = None,
         held: list[str] | None = None,
+        sources_down: dict[str, str] | None = None,
     ) -> MetricSnapshot:
         """Build a snapshot from (fields x columns) arrays."""
         port_bytes = b"" if port_matrix is None else np.ascontiguousarray(port_matrix, dtype="<f8").tobytes()
@@ -246,6 +250,7 @@ class MetricSnapshot(msgspec.Struct):
             port_values=port_bytes,
             port_up=port_up or [],
             held=held or [],
+            sources_down=sources_down or {},
         )
 
     def gpu_matrix(self) -> np.ndarray:

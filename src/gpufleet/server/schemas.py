@@ -87,7 +87,10 @@ class GpuRow(Shape):
 
 class NodeRow(Shape):
     name: str
-    status: str = Field(description="Ready or AgentLost, with SchedulingDisabled when cordoned.")
+    status: str = Field(
+        description="Ready, Degraded (its GPU source is down: it cannot see its GPUs) or AgentLost, with"
+        " SchedulingDisabled when cordoned."
+    )
     pool: str
     rack: str
     gpu_model: str | None
@@ -182,6 +185,11 @@ class NodeDetail(Shape):
     nics: list[Nic]
     incidents: list[IncidentRow]
     kernel_log: list[str] = Field(description="The node's latest kernel-log GPU reports, as the driver printed them.")
+    sources_down: dict[str, str] = Field(
+        default_factory=dict,
+        description="The node's sources its agent reports down (gpufleet_source_up 0), each with why. A GPU source"
+        " (nvml, amdsmi, hlml) down makes the node Degraded: it cannot see its GPUs.",
+    )
 
 
 class Straggler(Shape):
@@ -313,6 +321,11 @@ class HistoryPoint(Shape):
     power: float | None = Field(None, description="Fleet power in kW.")
 
 
+class NodeDegraded(Shape):
+    node: str
+    sources_down: dict[str, str] = Field(description="Its GPU sources that are down, each with why.")
+
+
 class Summary(Shape):
     time: float
     nodes: int
@@ -328,6 +341,9 @@ class Summary(Shape):
     links_down: int
     incidents_open: int
     incidents_critical: int
+    nodes_degraded: list[NodeDegraded] = Field(
+        default_factory=list, description="Nodes whose GPU source is down: they cannot see their GPUs."
+    )
     grid: list[GridRow]
     job_rows: list[JobRow]
     incidents: list[IncidentRow]

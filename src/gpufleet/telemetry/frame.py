@@ -122,6 +122,8 @@ class MetricFrame:
     jobs: list[tuple[str, ...]] = field(init=False)  # per entity: Slurm (HPC) job ids using it, exposed as hpc_job
     shares: list[DeviceAttribution | None] = field(init=False)  # per entity: who used what (telemetry.attribution)
     gauges: dict[tuple[str, LabelItems], float] = field(init=False)
+    # the sources down now (gpufleet_source_up 0) and why, as the collector last found them
+    sources_down: dict[str, str] = field(init=False)
     histograms: dict[tuple[str, LabelItems], Histogram] = field(init=False)
     labels_version: int = field(init=False, default=0)  # bumps when entities' label sets change
     gpu_fields: tuple[MetricField, ...] = field(init=False)
@@ -158,6 +160,7 @@ class MetricFrame:
         self.jobs = [()] * n
         self.shares = [None] * n
         self.gauges = {}
+        self.sources_down = {}
         self.histograms = {}
 
     # -- GPU fields ------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ function conditions(list) {
   if (!list.length) return empty("no conditions reported");
   return html`<table><thead><tr><th>condition</th><th>status</th><th>reason</th></tr></thead><tbody>${list.map((c) => {
     const good = c.type === "Ready" ? c.status === "True" : c.status === "False";
-    return html`<tr><td>${c.type}</td><td>${pill(c.status, c.status === "Unknown" ? "outline" : good ? "ok" : "warn")}</td><td class="muted">${c.reason}</td></tr>`;
+    return html`<tr data-condition="${c.type}"><td>${c.type}</td><td>${pill(c.status, c.status === "Unknown" ? "outline" : good ? "ok" : "bad")}</td><td class="${good ? "muted" : "bad"}">${c.reason}</td></tr>`;
   })}</tbody></table>`;
 }
 
@@ -153,8 +153,13 @@ export async function mount(root, ctx) {
     const up = d.nics.filter((n) => n.state === "Active").length;
     const crit = d.incidents.filter((i) => i.severity === "critical").length;
     const jobs = [...new Set(d.gpus.map((g) => g.held_by).filter(Boolean))];
+    const down = Object.entries(d.sources_down || {});
+    const blind = /Degraded/.test(d.status);
     set($("#glance", root), html`<dl class="kv">
-      <dt>GPUs healthy</dt><dd class="${healthy < d.gpus.length ? (lost ? "bad" : "warn") : "ok"}">${healthy} / ${d.gpus.length}${lost ? ` (${lost} lost)` : ""}</dd>
+      ${down.length ? html`<dt>sources down</dt><dd class="bad" data-sources-down="${down.map(([s]) => s).join(",")}">${down.map(([s, why], i) => html`${i ? "; " : ""}<b>${s}</b>: ${why}`)}</dd>` : ""}
+      <dt>GPUs healthy</dt><dd class="${blind ? "bad" : healthy < d.gpus.length ? (lost ? "bad" : "warn") : "ok"}" data-k="gpus-healthy">${blind
+        ? html`unknown: its GPU source is down${d.gpus.length ? ` (${d.gpus.length} known)` : ""}`
+        : html`${healthy} / ${d.gpus.length}${lost ? ` (${lost} lost)` : ""}`}</dd>
       <dt>IB ports active</dt><dd class="${up < d.nics.length ? "bad" : "ok"}">${up} / ${d.nics.length}</dd>
       <dt>open incidents</dt><dd class="${crit ? "bad" : d.incidents.length ? "warn" : "ok"}">${d.incidents.length}${crit ? ` (${crit} critical)` : ""}</dd>
       <dt>held by</dt><dd>${jobs.length ? jobs.join(", ") : html`<span class="dim">nothing</span>`}</dd></dl>`);

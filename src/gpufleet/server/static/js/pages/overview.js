@@ -94,7 +94,7 @@ function fmtValue(mode, v) {
 function heatmap(s, gpus, mode) {
   const { nodes, max } = cells(s, gpus, mode);
   const [lo, hi] = scale(mode, max, gpus);
-  if (!nodes.length) return { body: empty("no nodes have reported yet"), lo, hi };
+  if (!nodes.length && !(s.nodes_degraded || []).length) return { body: empty("no nodes have reported yet"), lo, hi };
   const body = html`<div class="heat">${nodes.map(({ n, agentLost, list }) => {
     const cls = [agentLost ? "agentlost" : "", n.cordoned ? "cordoned" : ""].join(" ");
     return html`<div class="hrow ${cls}" data-node="${n.node}" title="${n.node}: ${n.status}">
@@ -108,7 +108,9 @@ function heatmap(s, gpus, mode) {
           href="${gpuHref(n.node, c.i)}" data-node="${n.node}" data-gpu="${c.i}" data-state="${state}" style="${bg}"
           title="${n.node} GPU ${c.i}: ${what}${extra ? ` (${extra})` : ""}"></a>`;
       })}</div></div>`;
-  })}</div>`;
+  })}${(s.nodes_degraded || []).map((d) => html`<div class="hrow degraded" data-node="${d.node}" data-degraded="1">
+      <a class="name" href="#/node/${encodeURIComponent(d.node)}">${d.node}</a>
+      <div class="bad blind">GPU source down: ${Object.entries(d.sources_down).map(([k, why]) => `${k}: ${why}`).join("; ")}</div></div>`)}</div>`;
   return { body, lo, hi };
 }
 
