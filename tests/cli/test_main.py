@@ -76,7 +76,7 @@ def test_a_read_of_the_api_imports_the_client_and_no_more(tmp_path: Path) -> Non
 
 
 def test_the_listing_shows_every_command_with_its_line() -> None:
-    ran = gpufleet("--help")
+    ran = gpufleet("--help", env={"COLUMNS": "200"})  # rich's panel, every line whole
     assert ran.returncode == 0
     panel = ran.stdout.split("Commands")[1]
     rows: list[list[str]] = []
@@ -121,3 +121,25 @@ def test_an_error_and_its_fix_are_printed_as_written(monkeypatch: pytest.MonkeyP
         "error: gpu[0] of [bold]dgx-001[/bold] is unknown",
         "  fix: pip install 'gpufleet[deploy]'",
     ]
+
+
+def _help_column(text: str) -> int:
+    """The column where option help starts in click's plain layout (the indent of its wrapped lines)."""
+    indents = [len(line) - len(line.lstrip(" ")) for line in text.splitlines() if line.startswith("      ")]
+    return max(indents, default=0)
+
+
+@pytest.mark.parametrize("entry", COMMANDS, ids=lambda e: e.name)
+def test_every_commands_help_is_readable_at_80_columns(entry: object) -> None:
+    name = entry.name  # type: ignore[attr-defined]
+    ran = gpufleet(name, "--help", env={"COLUMNS": "80"})
+    assert ran.returncode == 0, ran.stderr
+    assert "╭" not in ran.stdout  # click's plain layout, not rich's panels with their squeezed help column
+    assert 80 - _help_column(ran.stdout) >= 40, ran.stdout  # option help keeps at least 40 columns
+    wide = gpufleet(name, "--help", env={"COLUMNS": "160"})
+    assert "╭" in wide.stdout  # rich's panels where there is room
+
+
+def test_the_listing_is_readable_at_80_columns() -> None:
+    ran = gpufleet("--help", env={"COLUMNS": "80"})
+    assert "╭" not in ran.stdout and all(len(line) <= 80 for line in ran.stdout.splitlines())

@@ -31,6 +31,28 @@ def load_module_commands(module: str) -> dict[str, Command]:
     return _LOADED[module]
 
 
+# Below this many columns rich's help tables squeeze an option's help into a column of 20-odd characters (the type
+# column and the --x/--no-x pairs take the rest); click's plain layout keeps it readable there.
+RICH_HELP_FROM_COLUMNS = 100
+
+
+def narrow_terminal() -> bool:
+    """Whether help is shown narrower than RICH_HELP_FROM_COLUMNS ($COLUMNS, else the terminal's width; 80 for a
+    pipe)."""
+    import shutil
+
+    return shutil.get_terminal_size((80, 24)).columns < RICH_HELP_FROM_COLUMNS
+
+
+def fit_help(command: Command, narrow: bool) -> None:
+    """`command` and its subcommands print click's plain help when `narrow`, their own (rich) help otherwise."""
+    if hasattr(command, "rich_markup_mode"):
+        own = command.__dict__.setdefault("_own_markup_mode", command.rich_markup_mode)
+        command.rich_markup_mode = None if narrow else own
+    for sub in getattr(command, "commands", {}).values():
+        fit_help(sub, narrow)
+
+
 class LazyGroup(TyperGroup):
     """The top-level group: a command's module is imported when that command runs (or its own help is asked for).
     The listing in `gpufleet --help` comes from the table in gpufleet.cli.commands, so it imports none of them."""
@@ -50,7 +72,7 @@ class LazyGroup(TyperGroup):
             return TyperCommand(name=entry.name, help=entry.help)
         command = load_module_commands(entry.module).get(cmd_name)
         if command is not None:
-            self.commands[cmd_name] = command
+            fit_help(command, narrow_terminal())
         return command
 
     def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
@@ -66,6 +88,7 @@ class LazyGroup(TyperGroup):
 
     def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
         self._listing = True
+        fit_help(self, narrow_terminal())
         try:
             super().format_help(ctx, formatter)
         finally:
