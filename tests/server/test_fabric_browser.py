@@ -299,3 +299,12 @@ def test_hcas_counted_per_leaf(browser: Chromium, served: Served, shots: Path) -
     browser.wait_for("document.querySelectorAll('#topology g.hca').length === 24", what="each HCA again")
     shot(browser, shots, "fabric-per-leaf")
     no_page_errors(browser)
+
+
+def test_pages_left_behind_let_go_of_their_streams(browser: Chromium, served: Served) -> None:
+    """A page left for another (here through about:blank, which keeps it in the back-forward cache) closes its live
+    stream: the browser opens only six connections to one host, and streams held by pages out of sight left the
+    seventh page's reads waiting for ever (the page said "Loading fabric…" and never drew)."""
+    for _ in range(8):
+        _open(browser, served, "#/fabric")
+        assert browser.evaluate("document.querySelector('#page-state').dataset.state") == "ready"

@@ -263,6 +263,15 @@ function follow() {
 }
 
 function start() {
+  // a page left for another (or kept in the back-forward cache) lets go of its stream: the browser allows a few
+  // connections to one host, and streams held by pages out of sight would leave the next page's reads waiting
+  window.addEventListener("pagehide", () => {
+    if (unfollow) unfollow();
+    unfollow = null;
+  });
+  window.addEventListener("pageshow", (e) => {
+    if (e.persisted) follow();
+  });
   // a page whose first load failed and whose refresh then worked is no longer failed
   window.addEventListener("gpufleet:refreshed", () => {
     const el = document.getElementById("page-state");
