@@ -4,6 +4,7 @@ mentions it."""
 from __future__ import annotations
 
 from gpufleet.control import views
+from gpufleet.control.fabric import summary as fabric_summary
 from gpufleet.model.observe import JobFact, RankFact, ServiceFact
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
@@ -127,3 +128,23 @@ def test_a_node_whose_gpu_source_is_down_is_degraded_with_why(state_db: Database
     summary = views.summary(plane, with_history=False)  # type: ignore[arg-type]
     assert summary["nodes_degraded"] == [{"node": "n-0", "sources_down": {"nvml": why}}]
     assert {r["name"]: r["status"] for r in views.node_rows(plane)} == {"n-0": "Degraded", "n-1": "Ready"}  # type: ignore[arg-type]
+
+
+def test_without_a_fabric_watcher_the_fabric_is_counted_from_the_agents_ports(state_db: Database) -> None:
+    """No watcher reported: the one count is the agents' (the switches their HCA ports face, a link per port), and
+    says so; with the twin's watcher it is the watcher's, spines and their cables included."""
+    from gpufleet.model.observe import NodeInventory, PortInfo
+
+    plane = plane_at(state_db, Clock())
+    for node in ("n-0", "n-1"):
+        ports = [PortInfo(f"mlx5_{r}", 1, rail=str(r), peer=f"leaf-r{r}") for r in range(4)]
+        plane.ingest(batch(node, [], inventory=NodeInventory(hostname=node, ports=ports)))
+    counts = views.fabric(plane)["counts"]  # type: ignore[arg-type]
+    assert counts == {"source": "node agents", "switches": 4, "links": 8, "links_down": 0, "hca_ports": 8}
+    twin = small_twin()
+    twin_plane, fleet = door(twin)
+    run_headless(twin, fleet, twin_plane.ingest, twin_plane.tick, 100)
+    watched = views.fabric(twin_plane)["counts"]  # type: ignore[arg-type]
+    (subnet,) = fabric_summary(twin_plane.fabric)["subnets"]  # type: ignore[attr-defined]
+    assert watched["source"] == "fabric watcher" and watched["hca_ports"] == 24
+    assert (watched["switches"], watched["links"]) == (subnet["switches"], subnet["links"]) == (12, 88)
