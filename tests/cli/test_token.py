@@ -137,9 +137,13 @@ def test_the_command_up_prints_works_as_printed(tmp_path: Path, monkeypatch: pyt
     running = twin_plane(home, scenario, Mode.off, 1.0)
     try:
         banner = _banner("gpufleet is up", "127.0.0.1", 8470, running, home, Mode.off)
+        elsewhere = _banner("gpufleet is up", "127.0.0.1", 18470, running, home, Mode.off)
     finally:
         running.plane.close()
         running.plane.db.close()
+    # the commands to try reach this control plane as printed: --server where it is not the CLI's default
+    assert "gpufleet get nodes   |" in banner and "--server" not in banner
+    assert "gpufleet get nodes --server http://127.0.0.1:18470   |" in elsewhere
     (line,) = [line for line in banner.splitlines() if "token create" in line]
     words = shlex.split(line.split("others: ", 1)[1])
     env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))

@@ -324,10 +324,14 @@ def serve(
         running.plane.db.close()
 
 
+DEFAULT_URL = "http://127.0.0.1:8470/"  # where the CLI looks without --server (cli/client.py)
+
+
 def _banner(
     title: str, host: str, port: int, running: Running, home: Path, remediation: Mode, tls: bool = False
 ) -> str:
     url = f"{'https' if tls else 'http'}://{host}:{port}/"
+    reach = "" if url == DEFAULT_URL else f" --server {url.rstrip('/')}"  # the CLI asks the default one otherwise
     return (
         f"[bold]{title}[/bold]\n"
         f"dashboard {url}\n"
@@ -337,7 +341,7 @@ def _banner(
         f"token     {home / 'token'} (admin); others: {token_command(home, running.plane.db)}\n"
         "          (--role viewer, operator, admin or agent)\n"
         f"health    detection on; remediation {remediation.value} through the {running.plane.backend.name} backend\n"
-        "try       gpufleet get nodes   |   gpufleet get incidents   |   Ctrl-C to stop"
+        f"try       gpufleet get nodes{reach}   |   gpufleet get incidents{reach}   |   Ctrl-C to stop"
     )
 
 
