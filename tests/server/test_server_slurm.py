@@ -185,7 +185,14 @@ def fleet(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Fleet]:  # no
 
 def _lost_gpu_incident(fleet: Fleet) -> dict[str, Any] | None:
     entity = {"kind": "gpu", "node": "gpu-01", "index": None, "name": LOST_PCI}  # no NVML: named by its PCI address
-    return next((i for i in fleet.get("/api/v1/incidents", node="gpu-01") if i["entity"] == entity), None)
+    return next(
+        (
+            i
+            for i in fleet.get("/api/v1/incidents", node="gpu-01")
+            if entity.items() <= i["entity"].items() and i["entity"].get("text") == f"gpu/gpu-01/{LOST_PCI}"
+        ),
+        None,
+    )
 
 
 def _drained_for(cluster: SlurmCluster, node: str, incident_id: str) -> SlurmNode | None:

@@ -70,7 +70,8 @@ def test_a_stopped_run_names_the_cause_from_nccls_own_warning() -> None:
     (finding,) = report.findings
     assert finding.entity == "gpu-a-017, gpu-a-018" and "network error" in finding.message
     assert "ib_transport_error" in finding.message and finding.fix
-    assert any("needs NICs" in n for n in report.notes)  # two nodes, NICs unknown: bandwidth not judged
+    # two nodes, NICs unknown: bandwidth not judged, and the note says what would give them
+    assert any(n.startswith("bandwidth not judged") and "--nic-gbps" in n for n in report.notes)
 
 
 def test_zero_byte_rows_are_read_and_said() -> None:
