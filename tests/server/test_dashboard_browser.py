@@ -85,6 +85,22 @@ def shots(tmp_path: Path) -> Path:
     return artifacts(tmp_path)
 
 
+def _push(served: Served, batch: Any) -> None:
+    """Push an agent's batch to the control plane's ingest, as an agent does (the admin token may push for any node)."""
+    import urllib.request
+
+    from gpufleet.model.wire import encode
+
+    push = urllib.request.Request(
+        f"{served.url}api/v1/ingest",
+        data=encode(batch),
+        method="POST",
+        headers={"Authorization": "Bearer admin-secret-for-the-browser-test", "Content-Type": "application/json"},
+    )
+    with LOCAL.open(push, timeout=10) as resp:
+        assert resp.status == 200
+
+
 def _open(browser: Chromium, served: Served, route: str) -> None:
     """Go to a page and wait until it has drawn: the app marks #view with the route it shows and data-ready once
     the page's first load is done."""
@@ -422,10 +438,8 @@ def test_a_viewer_on_another_host_follows_the_fleet_live(browser: Chromium, serv
 def test_scheduler_page_draws_quota_bars_and_pending_work(browser: Chromium, served: Served, shots: Path) -> None:
     """A Slurm watcher's report pushed through the door: a partition over its quota with work waiting, drawn as a
     bar, and the pending jobs longest-waiting first with Slurm's reason; the twin's own report has nothing pending."""
-    import urllib.request
 
     from gpufleet.model.observe import SCHEMA_VERSION, Batch, PendingWork, QueueUse, SchedulerReport
-    from gpufleet.model.wire import encode
 
     now = served.api("api/v1/summary")["time"]
     report = SchedulerReport(
@@ -448,14 +462,7 @@ def test_scheduler_page_draws_quota_bars_and_pending_work(browser: Chromium, ser
         ],
     )
     batch = Batch(v=SCHEMA_VERSION, agent="login-1", incarnation="b", node="login-1", sent=now, scheduler=report)
-    push = urllib.request.Request(
-        f"{served.url}api/v1/ingest",
-        data=encode(batch),
-        method="POST",
-        headers={"Authorization": "Bearer admin-secret-for-the-browser-test", "Content-Type": "application/json"},
-    )
-    with LOCAL.open(push, timeout=10) as resp:
-        assert resp.status == 200
+    _push(served, batch)
 
     _open(browser, served, "#/scheduler")
     rows = browser.wait_for(
@@ -596,12 +603,10 @@ def test_a_gpu_without_an_index_is_named_by_its_pci_address(browser: Chromium, s
     """An Xid for a GPU NVML does not list on n-002 (the kernel log names it by PCI address), pushed through the
     door: the incident lists and the incident page name it gpu/n-002/0000:c1:00.0 and link its node, never
     gpu/n-002/null."""
-    import urllib.request
 
     from gpufleet.model import RootCause, Severity
     from gpufleet.model.observation import Entity, EntityKind
     from gpufleet.model.observe import SCHEMA_VERSION, Batch, Finding, Record
-    from gpufleet.model.wire import encode
 
     now = served.api("api/v1/summary")["time"]
     pci = "0000:c1:00.0"
@@ -610,14 +615,7 @@ def test_a_gpu_without_an_index_is_named_by_its_pci_address(browser: Chromium, s
     finding = Finding(now, RootCause.gpu_lost, gpu, Severity.critical, f"Xid 79 on {pci}", line, "kmsg", xid=79)
     batch = Batch(v=SCHEMA_VERSION, agent="n-002-kmsg", incarnation="k", node="n-002", sent=now,
                   records=[Record(1, finding)])  # fmt: skip
-    push = urllib.request.Request(
-        f"{served.url}api/v1/ingest",
-        data=encode(batch),
-        method="POST",
-        headers={"Authorization": "Bearer admin-secret-for-the-browser-test", "Content-Type": "application/json"},
-    )
-    with LOCAL.open(push, timeout=10) as resp:
-        assert resp.status == 200
+    _push(served, batch)
     (row,) = [r for r in served.api("api/v1/incidents?node=n-002") if r["entity"]["name"] == pci]
     want = f"gpu/n-002/{pci}"
     assert row["entity"]["text"] == want
@@ -642,26 +640,17 @@ def test_a_gpu_without_an_index_is_named_by_its_pci_address(browser: Chromium, s
 def test_a_node_whose_gpu_source_is_down_is_shown_degraded(browser: Chromium, served: Served, shots: Path) -> None:
     """n-009's agent cannot load NVML: it lists no GPUs and exports gpufleet_source_up{source="nvml"} 0 with why.
     The node page shows it Degraded with the reason, never Ready with "GPUs healthy 0/0"; the overview lists it."""
-    import urllib.request
 
     import numpy as np
 
     from gpufleet.model.observe import SCHEMA_VERSION, Batch, MetricSnapshot, NodeInventory
-    from gpufleet.model.wire import encode
 
     now = served.api("api/v1/summary")["time"]
     why = "NVML Shared Library Not Found: libnvidia-ml.so.1"
     metrics = MetricSnapshot.of(now, [], [], np.zeros((0, 0)), sources_down={"nvml": why})
     batch = Batch(v=SCHEMA_VERSION, agent="n-009", incarnation="b", node="n-009", sent=now,
                   inventory=NodeInventory(hostname="n-009", driver="", cuda=""), metrics=metrics)  # fmt: skip
-    push = urllib.request.Request(
-        f"{served.url}api/v1/ingest",
-        data=encode(batch),
-        method="POST",
-        headers={"Authorization": "Bearer admin-secret-for-the-browser-test", "Content-Type": "application/json"},
-    )
-    with LOCAL.open(push, timeout=10) as resp:
-        assert resp.status == 200
+    _push(served, batch)
 
     _open(browser, served, "#/node/n-009")
     browser.wait_for("document.querySelector('#conditions [data-condition=GpuSourceDown]')", what="the condition")
