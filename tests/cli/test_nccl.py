@@ -80,15 +80,20 @@ def test_twin_api() -> None:
     assert allreduce_time_s("h100-sxm", 4, 8, 8, 400.0, "ib", 1 << 30) == t
 
 
+# A synthetic run header in nccl-tests' format: 4 ranks on 2 hosts, H100s, NCCL version line.
+RUN_HEADER = [
+    "# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 1073741824 step: 2(factor) warmup iters: 5",
+    "#  Rank  0 Group  0 Pid  11 on     hosta device  0 [0x18] NVIDIA H100 80GB HBM3",
+    "#  Rank  1 Group  0 Pid  12 on     hosta device  1 [0x2a] NVIDIA H100 80GB HBM3",
+    "#  Rank  2 Group  0 Pid  21 on     hostb device  0 [0x18] NVIDIA H100 80GB HBM3",
+    "#  Rank  3 Group  0 Pid  22 on     hostb device  1 [0x2a] NVIDIA H100 80GB HBM3",
+    "hosta:11:11 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+]
+
+
 def test_compare_infers_gpu_and_layout_from_device_lines(tmp_path: Path) -> None:
-    # A synthetic run header in nccl-tests' format: 4 ranks on 2 hosts, H100s, NCCL version line.
     header = [
-        "# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 1073741824 step: 2(factor) warmup iters: 5",
-        "#  Rank  0 Group  0 Pid  11 on     hosta device  0 [0x18] NVIDIA H100 80GB HBM3",
-        "#  Rank  1 Group  0 Pid  12 on     hosta device  1 [0x2a] NVIDIA H100 80GB HBM3",
-        "#  Rank  2 Group  0 Pid  21 on     hostb device  0 [0x18] NVIDIA H100 80GB HBM3",
-        "#  Rank  3 Group  0 Pid  22 on     hostb device  1 [0x2a] NVIDIA H100 80GB HBM3",
-        "hosta:11:11 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+        *RUN_HEADER,
         "#       size         count      type   redop    root     time   algbw   busbw #wrong",
         "  1073741824     268435456     float     sum      -1    20000   53.69   80.53      0"
         "    20000   53.69   80.53      0",
@@ -169,12 +174,7 @@ def test_compare_several_runs_in_one_file(tmp_path: Path) -> None:
 
 
 RUN_ACROSS_TWO_NODES = [
-    "# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 1073741824 step: 2(factor) warmup iters: 5",
-    "#  Rank  0 Group  0 Pid  11 on     hosta device  0 [0x18] NVIDIA H100 80GB HBM3",
-    "#  Rank  1 Group  0 Pid  12 on     hosta device  1 [0x2a] NVIDIA H100 80GB HBM3",
-    "#  Rank  2 Group  0 Pid  21 on     hostb device  0 [0x18] NVIDIA H100 80GB HBM3",
-    "#  Rank  3 Group  0 Pid  22 on     hostb device  1 [0x2a] NVIDIA H100 80GB HBM3",
-    "hosta:11:11 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+    *RUN_HEADER,
     # NCCL's net_ib.cc device lines (INFO since 2.20) and its `Using` line
     "hosta:11:11 [0] NCCL INFO NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=0x55d1c0a0e2f0 "
     "pciPath=/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0 ar=1",
