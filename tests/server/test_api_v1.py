@@ -153,7 +153,7 @@ def test_every_guarded_operation_declares_the_guard_s_answers(client: Any) -> No
     for path, operations in paths.items():
         for method, operation in operations.items():
             answers = set(operation["responses"])
-            if path != "/healthz":
+            if path not in ("/healthz", "/admission/v1/preflight"):  # the API server calls the webhook tokenless
                 assert {"401", "403"} <= answers, f"{method} {path}"
             if method == "post":
                 assert {"400", "413"} <= answers, f"{method} {path}"

@@ -73,6 +73,12 @@ COMMANDS: tuple[Entry, ...] = (
         "the diagnostic's own error is Unknown (not a GPU failure), and a cut output is Unknown (never Pass).",
     ),
     Entry(
+        "preflight",
+        "preflight",
+        "Check this pod's GPUs before its job starts (the preflight init container): dcgmi diag, and an NCCL "
+        "all-reduce for a gang's pod. A failure is reported to the control plane, which opens an incident on the node.",
+    ),
+    Entry(
         "triage",
         "triage",
         "Tell what printed each input (kernel log, nvidia-smi, dcgmi, NCCL log, InfiniBand tools, kubectl, ...) by "

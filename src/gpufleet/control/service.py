@@ -34,6 +34,7 @@ from gpufleet.errors import ForbiddenError, NotFoundError, UserError
 from gpufleet.fabric.facts import hang_facts
 from gpufleet.health.correlation import Correlator, collective_findings
 from gpufleet.health.incidents import IncidentBook
+from gpufleet.health.preflight import preflight_finding
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.locks import ordered_lock
 from gpufleet.model import Incident, IncidentState, Severity
@@ -638,6 +639,26 @@ class ControlPlane:
             self._flush()
         self.audit(actor, "nccl-findings", source, f"{len(findings)} finding(s)")
         return sorted({inc.id for inc in changed})
+
+    def report_preflight(self, node: str, check: str, output: str, actor: str, pod: str = "", gang: str = "") -> str:
+        """A GPU pod's preflight (`gpufleet preflight` in its init container) failed on `node`: the incident on the
+        node, through the same book as the agents' findings. Returns its id."""
+        if not self.leader:
+            leaders = [r["address"] for r in self.replication.replicas() if r["leader"]]
+            raise UserError(
+                "this control-plane replica does not lead; the leader opens incidents",
+                fix=f"send the report again (the Service picks another replica), or to the leader "
+                f"({leaders[0] if leaders else 'see /healthz of each replica'})",
+            )
+        with self.lock:
+            changed = self.correlator.add(
+                [preflight_finding(self.clock(), node, check, output, pod, gang)], self.fleet.owner
+            )
+            self._correlated(changed)
+            self._flush()
+        ids = sorted({inc.id for inc in changed})
+        self.audit(actor, "preflight-failure", f"node/{node}", f"{check} failed: {', '.join(ids) or 'no incident'}")
+        return ids[0] if ids else ""
 
     # --- node actions (people, through the API) -------------------------------------------------------------------
 

@@ -18,7 +18,19 @@ from gpufleet.errors import AuthError, ForbiddenError, GpufleetError, NotFoundEr
 from gpufleet.model.wire import MAX_BODY
 from gpufleet.server import schemas
 from gpufleet.server.cache import ReadCache
-from gpufleet.server.routes import actions, cost, fabric, fleet, incidents, ingest, meta, records, scheduler, stream
+from gpufleet.server.routes import (
+    actions,
+    cost,
+    fabric,
+    fleet,
+    incidents,
+    ingest,
+    meta,
+    preflight,
+    records,
+    scheduler,
+    stream,
+)
 from gpufleet.server.routes.common import BadParameter
 from gpufleet.server.routes.meta import HealthCheck
 from gpufleet.server.security import Guard, refusals
@@ -115,7 +127,7 @@ def create_app(
     cache = ReadCache()
     for module in (fleet, incidents, actions, records, scheduler, fabric, cost):
         app.include_router(module.router(plane, cache))
-    for plain in (ingest, stream):
+    for plain in (ingest, stream, preflight):
         app.include_router(plain.router(plane))
     app.include_router(meta.router(plane, list(checks or []), requests))
     meta.mount_pages(app)

@@ -621,6 +621,22 @@ class IsolatedPort(Shape):
     since: float
 
 
+class PreflightFailure(Shape):
+    """What a GPU pod's `gpufleet-preflight` init container reports when a check fails on its node."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: str = Field(min_length=1, max_length=253, description="The node the pod was placed on.")
+    check: Literal["dcgm-diag", "nccl-allreduce"] = Field(description="The check that failed.")
+    output: str = Field("", max_length=65_536, description="The check's output (its verdict and failures).")
+    pod: str = Field("", max_length=317, description="namespace/name of the pod whose preflight failed.")
+    gang: str = Field("", max_length=300, description="The pod's gang (e.g. JobSet/train), when it has one.")
+
+
+class PreflightResult(Shape):
+    incident: str = Field(description="The incident opened (or joined) on the node.")
+
+
 # The cost report is a typed model already (cost/report.py), described field by field there: the API answers
 # it as it is, so the two cannot drift apart.
 CostReport = cost_report.CostReport

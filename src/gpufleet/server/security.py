@@ -5,9 +5,10 @@ bearer token, and checks the role a request needs. A refused change is answered 
 of request on its own row (`RefusalAudit`): a flood of identical ones is audited as counts and a flood of different
 ones is capped, so it cannot grow the log without bound. Handlers find the token in `request.state`.
 
-What each request needs: agents' pushes (`/api/v1/ingest`) the agent or admin role; token management admin; any
-other change operator or admin; reads nothing from loopback and a reading role from anywhere else. `/healthz` and
-the dashboard's page are open (the page calls the API, which checks).
+What each request needs: agents' pushes (`/api/v1/ingest`) and preflight failures the agent or admin role; the
+preflight admission webhook nothing (the API server calls it without a token, and it changes nothing); token
+management admin; any other change operator or admin; reads nothing from loopback and a reading role from anywhere
+else. `/healthz` and the dashboard's page are open (the page calls the API, which checks).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Audit = Callable[[str, str, str, str, str], None]  # actor, action, target, result, request
 
 INGEST = "/api/v1/ingest"
+# The API server calls the preflight admission webhook without a token; it only computes a patch.
+ADMISSION = "/admission/v1/preflight"
+# A GPU pod's preflight init container reports a failed check with an agent token.
+PREFLIGHT_FAILURES = "/api/v1/preflight/failures"
 TOKENS = "/api/v1/tokens"
 OPEN_PATHS = frozenset({"/", "/healthz", "/favicon.ico"})
 LOOPBACK = ("127.", "::1", "::ffff:127.")
@@ -68,7 +73,9 @@ def needs(method: str, path: str, local: bool) -> Need:
         if path in OPEN_PATHS or path.startswith(("/static/", "/docs", "/openapi.json")):
             return Need.nothing
         return Need.nothing if local else Need.read
-    if path == INGEST:
+    if path == ADMISSION:
+        return Need.nothing
+    if path in (INGEST, PREFLIGHT_FAILURES):
         return Need.push
     return Need.change
 
