@@ -122,6 +122,18 @@ Combinations the schema cannot express, refused with what to change. Rendered on
 {{- if and .Values.cost.config .Values.cost.existingConfigMap -}}
 {{- fail (printf "cost.config and cost.existingConfigMap (%s) are both set: give the cost config in one place, inline in cost.config or in your own ConfigMap" .Values.cost.existingConfigMap) -}}
 {{- end -}}
+{{- $preflight := .Values.preflight -}}
+{{- if $preflight.enabled -}}
+{{- if not $server.enabled -}}
+{{- fail "preflight.enabled needs server.enabled: the control plane serves the preflight webhook" -}}
+{{- end -}}
+{{- if not $server.tls.secretName -}}
+{{- fail "preflight.enabled needs server.tls.secretName: the API server calls webhooks over HTTPS only. Name the Secret the control plane's certificate is in (e.g. gpufleet-server-tls); with preflight.certificate cert-manager or self-signed this chart writes it" -}}
+{{- end -}}
+{{- if and (eq $preflight.certificate "existing") (not $preflight.caBundle) (not $preflight.certManagerCertificate) -}}
+{{- fail "preflight.certificate is existing but neither preflight.caBundle nor preflight.certManagerCertificate is set: the API server needs the CA that signed the control plane's certificate" -}}
+{{- end -}}
+{{- end -}}
 {{- $agent := .Values.agent -}}
 {{- if $agent.enabled -}}
 {{- if and $agent.controlPlane.enabled (not $agent.token.existingSecret) -}}

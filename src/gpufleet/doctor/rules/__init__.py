@@ -7,6 +7,7 @@ from gpufleet.doctor.rules.base import REGISTRY, Registered
 
 def registered() -> dict[str, Registered]:
     from gpufleet.doctor.rules import (  # noqa: F401  (they register)
+        admission,
         amd,
         drivers,
         gaudi,
