@@ -112,7 +112,10 @@ def preflight_container(result: dict[str, Any]) -> dict[str, Any]:
 def test_the_documentations_pod_create_gets_the_preflight_with_the_pods_gpus() -> None:
     _, result = patched(request())
     container = preflight_container(result)
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},  # small: an init container's requests never add up
+        "limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "8"},
+    }
     assert container["image"] == SETTINGS.image
     assert container["args"][:5] == ["preflight", "--node", "$(NODE_NAME)", "--pod", "$(POD_NAMESPACE)/$(POD_NAME)"]
     assert container["args"][5:] == ["--gang", "JobSet/train"]
@@ -149,7 +152,7 @@ def test_a_pod_without_gpus_is_untouched() -> None:
 @pytest.mark.parametrize("resource", ["nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"])
 def test_every_vendors_gpu_resource_counts(resource: str) -> None:
     _, result = patched(with_pod(pod([gpu_container("main", 4, resource)])))
-    assert preflight_container(result)["resources"]["limits"] == {resource: "4"}
+    assert preflight_container(result)["resources"]["limits"][resource] == "4"
 
 
 def test_a_request_alone_counts_and_the_sum_of_app_containers_is_asked_for() -> None:
@@ -166,7 +169,7 @@ def test_a_request_alone_counts_and_the_sum_of_app_containers_is_asked_for() -> 
     ]
     assert gpu_request(pod(containers)) == ({"nvidia.com/gpu": 5}, ())
     _, result = patched(with_pod(pod(containers)))
-    assert preflight_container(result)["resources"]["limits"] == {"nvidia.com/gpu": "5"}
+    assert preflight_container(result)["resources"]["limits"]["nvidia.com/gpu"] == "5"
 
 
 def test_an_init_container_asking_for_more_sets_the_count_and_sidecars_keep_their_own() -> None:
@@ -186,7 +189,9 @@ def test_a_dra_claim_is_shared_with_the_preflight() -> None:
     claimed = {"name": "main", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}
     spec = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}]}
     _, result = patched(with_pod(pod([claimed], **spec)))
-    assert preflight_container(result)["resources"] == {"claims": [{"name": "gpus"}]}
+    resources = preflight_container(result)["resources"]
+    assert resources["claims"] == [{"name": "gpus"}]
+    assert not set(resources["limits"]) - {"cpu", "memory"}  # the claim's devices, no device-plugin GPU
 
 
 def test_a_pod_that_has_the_preflight_is_not_patched_twice() -> None:

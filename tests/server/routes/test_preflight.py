@@ -110,7 +110,7 @@ def test_the_api_servers_review_is_answered_with_a_patch_that_makes_a_valid_pod(
     kubernetes_validate.validate(pod, "1.33.0", strict=True)
     container = pod["spec"]["initContainers"][0]
     assert container["name"] == "gpufleet-preflight" and container["image"] == "registry.example.com/gpufleet:0.1.0"
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert "JobSet/train" in container["args"]
     env = {e["name"]: e for e in container["env"]}
     assert env["GPUFLEET_CA_PEM"]["value"] == plane.ca.read_text().strip()  # the init container trusts the server

@@ -39,6 +39,8 @@ OPT_OUT = "gpufleet.io/preflight"
 OPT_OUT_VALUES = frozenset({"false", "skip", "off", "disabled"})
 # Every vendor's whole-device resource (catalog/vendors.yaml): NVIDIA's, AMD's and Intel Gaudi's device plugins.
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")
+INIT_CPU, INIT_CPU_LIMIT = "100m", "1"
+INIT_MEMORY, INIT_MEMORY_LIMIT = "256Mi", "1Gi"
 FIX = (
     "send an AdmissionReview (apiVersion admission.k8s.io/v1) with a request holding uid and object, as the API "
     "server does"
@@ -228,9 +230,15 @@ def init_container(settings: Settings, gpus: Mapping[str, int], claims: tuple[st
         # optional: a namespace without the Secret still runs the check; only the report is then refused
         ref = {"name": settings.token_secret, "key": settings.token_key, "optional": True}
         env.append({"name": "GPUFLEET_TOKEN", "valueFrom": {"secretKeyRef": ref}})
-    resources: dict[str, Any] = {}
-    if gpus:
-        resources["limits"] = {name: str(count) for name, count in sorted(gpus.items())}
+    # CPU and memory given too: a namespace whose ResourceQuota covers them refuses a pod with a container that
+    # names none. Init containers' requests are the larger of theirs and the app containers' sum, so these small
+    # ones never change where the pod fits.
+    resources: dict[str, Any] = {
+        "requests": {"cpu": INIT_CPU, "memory": INIT_MEMORY},
+        "limits": {"cpu": INIT_CPU_LIMIT, "memory": INIT_MEMORY_LIMIT},
+    }
+    for name, count in sorted(gpus.items()):
+        resources["limits"][name] = str(count)  # an extended resource's request is its limit
     if claims:
         resources["claims"] = [{"name": c} for c in claims]
     return {
@@ -243,6 +251,7 @@ def init_container(settings: Settings, gpus: Mapping[str, int], claims: tuple[st
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
