@@ -46,6 +46,7 @@ def door(twin: Twin, remediation: str = "off", db: object = None, lock: object =
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
+    from gpufleet.sim.node_actions import TwinNodeActions
     from gpufleet.sim.twin import EPOCH
     from gpufleet.state import Database
     from gpufleet.telemetry.store import EmbeddedStore
@@ -58,7 +59,9 @@ def door(twin: Twin, remediation: str = "off", db: object = None, lock: object =
         remediation=remediation,
         metrics=EmbeddedStore(None),
     )
-    return plane, SimFleet(twin)
+    fleet = SimFleet(twin)
+    fleet.node_actions = TwinNodeActions(backend)  # its agents take node actions, as in `gpufleet up`
+    return plane, fleet
 
 
 def run_door(twin: Twin, seconds: float, remediation: str = "off") -> tuple[object, object]:

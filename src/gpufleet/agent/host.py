@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from gpufleet.agent.actions import Commands
 from gpufleet.agent.attribution import AllotmentReader, AttributionSource, OwnerReader, ProcessReader
 from gpufleet.agent.bmc import DEFAULT_INTERVAL_S as DEFAULT_BMC_INTERVAL_S
 from gpufleet.agent.bmc import BmcWatch
@@ -172,6 +173,7 @@ def host_agent(
     cost: CostConfig | None = None,
     bmc: BmcOptions | None = BmcOptions(),
     dcgm: DcgmTarget | str | None = "auto",
+    action_commands: Commands | None = None,
 ) -> Agent:
     """`cost`: the cost config its idle-cost series is priced with (default: the catalog's list prices), the one
     `gpufleet cost report` reads, so the series, the alert and the report agree. `bmc`: how the node's BMC is read
@@ -216,6 +218,7 @@ def host_agent(
         kernel_log=kmsg_file or DEV_KMSG,
         scheduler=scheduler,
         bmc=BmcWatch(name, IpmiTool(timeout_s=bmc.timeout_s), interval_s=bmc.interval_s) if bmc is not None else None,
+        action_commands=action_commands,
     )
     if scrape is not None:
         agent.stoppers.insert(0, scrape)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import httpx
 
+from gpufleet.agent.actions import NodeActionRunner
 from gpufleet.agent.spool import RecordSpool
 from gpufleet.background import Background
 from gpufleet.model.observe import (
@@ -75,12 +76,14 @@ class BatchPusher(Background):
         node: str,
         interval: float,
         batch: int = 1000,
+        actions: NodeActionRunner | None = None,
     ) -> None:
         self.spool = spool
         self.state = state
         self.url = url.rstrip("/") + "/api/v1/ingest"
         self.token = token  # read on every push: the token file may appear or rotate while the agent runs
         self.agent, self.node, self.interval, self.batch = agent, node, interval, batch
+        self.actions = actions  # node actions the control plane hands out in its acknowledgements
         self.connected = False
         self.pushes = 0
         self.acked = 0
@@ -94,6 +97,8 @@ class BatchPusher(Background):
     def push_once(self) -> bool:
         """Send one batch (the oldest spooled records and the latest state). True if it was acknowledged."""
         records = self.spool.peek(self.batch)
+        actions = self.actions
+        results = actions.results() if actions is not None else []
         with self.state.lock:
             inventory = self.state.inventory if self.state.inventory_due else None
             batch = Batch(
@@ -110,6 +115,8 @@ class BatchPusher(Background):
                 services=self.state.services,
                 scheduler=self.state.scheduler,
                 fabric=self.state.fabric,
+                can=list(actions.can) if actions is not None else None,
+                results=results,
             )
         token = self.token()
         headers = {"Content-Type": JSON, **({"Authorization": f"Bearer {token}"} if token else {})}
@@ -131,6 +138,9 @@ class BatchPusher(Background):
         if records:
             self.spool.ack(min(ack.acked, records[-1].seq))  # never records it has not sent
         self.acked = ack.acked
+        if actions is not None:
+            actions.acknowledged(ack.results)
+            actions.offer(ack.actions)
         with self.state.lock:
             if inventory is not None and self.state.inventory is inventory:
                 self.state.inventory_due = False

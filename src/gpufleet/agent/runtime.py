@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from gpufleet.agent.actions import Commands, NodeActionRunner, NodeFacts
 from gpufleet.agent.bmc import BmcWatch
 from gpufleet.agent.collector import Collector, MetricSource
 from gpufleet.agent.edge import EdgeAgent
@@ -103,6 +104,7 @@ def assemble(
     guard: Callable[[Callable[[], None]], None] | None = None,
     stoppers: list[Stoppable] | None = None,
     bmc: BmcWatch | None = None,
+    action_commands: Commands | None = None,
 ) -> Agent:
     """An agent for `node`. It serves /metrics, the Xids of `kernel_log` (None: not followed) and the BMC's sensors
     (`bmc`, read in its own thread) among them; with a control plane it also detects at the edge, hands the kernel
@@ -131,7 +133,9 @@ def assemble(
             spool.incarnation,
         )
     state = NodeState()
-    pusher = BatchPusher(spool, state, control_plane, token, agent=node, node=node, interval=interval)
+    runner = NodeActionRunner(data_dir / f"actions-{node}", node, _facts(state), action_commands)
+    pusher = BatchPusher(spool, state, control_plane, token, agent=node, node=node, interval=interval, actions=runner)
+    runner.wake = pusher.wake
     edge = EdgeAgent(
         node,
         frame,
@@ -158,6 +162,27 @@ def assemble(
 
         agent.stoppers.append(_follower(kernel_log, deliver, spool, node, xids))
     return agent
+
+
+def _facts(state: NodeState) -> NodeFacts:
+    """What node actions check against: the pods holding each GPU and the GPUs, from the latest collection."""
+
+    def holders() -> dict[int, str]:
+        with state.lock:
+            m = state.metrics
+        return {} if m is None or not m.held else {g: pod for g, pod in zip(m.gpus, m.held, strict=True) if pod}
+
+    def gpus() -> list[int]:
+        with state.lock:
+            m = state.metrics
+        return [] if m is None else list(m.gpus)
+
+    def gpu_model() -> str:
+        with state.lock:
+            inventory = state.inventory
+        return inventory.gpus[0].model if inventory is not None and inventory.gpus else ""
+
+    return NodeFacts(holders, gpus, gpu_model)
 
 
 def _follower(

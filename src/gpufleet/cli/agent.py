@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -212,6 +212,15 @@ def agent(
     tool_timeout: str = typer.Option(
         "60s", "--tool-timeout", help="With --fabric: a diag tool still running after this is stopped."
     ),
+    action_command: list[str] = typer.Option(
+        [],
+        "--action-command",
+        help="With --control-plane: the command for a node action the control plane may ask for, as KIND=COMMAND "
+        "(reset-gpu, reboot-node, power-cap, restart-service, diag; {gpu}, {watts}, {level}, {service} filled in), "
+        "or KIND= to refuse that kind. Defaults: reset-gpu 'nvidia-smi -r -i {gpu}', power-cap 'nvidia-smi -i {gpu} "
+        "-pl {watts}', restart-service 'systemctl restart {service}', diag 'dcgmi diag -r {level}'; reboot-node has "
+        "none (e.g. reboot-node='systemctl reboot'). Repeatable.",
+    ),
 ) -> None:
     """Collect GPU and fabric telemetry and serve it as dcgm-exporter does; with --control-plane, also run the node's
     detectors and report what they find, the kernel log's GPU faults and the node's inventory; with --workload, also
@@ -315,6 +324,7 @@ def agent(
             cost=cost,
             bmc=_bmc_options(bmc_interval, bmc_timeout, BmcOptions) if bmc else None,
             dcgm=dcgm_target,
+            action_commands=_action_commands(action_command),
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last
@@ -396,3 +406,25 @@ def _watch(workload: Workload, slurm_conf: str | None, kubeconfig: str | None, c
 
 def register(app: typer.Typer) -> None:
     app.command()(agent)
+
+
+def _action_commands(given: list[str]) -> Any:
+    """--action-command KIND=COMMAND over the defaults."""
+    from gpufleet.agent.actions import Commands
+    from gpufleet.model.actions import NodeActionKind
+
+    commands = Commands()
+    kinds = ", ".join(k.value for k in NodeActionKind)
+    for item in given:
+        kind, sep, command = item.partition("=")
+        try:
+            which = NodeActionKind(kind.strip())
+        except ValueError:
+            raise UserError(f"--action-command {item!r}: no action kind {kind!r}", fix=f"use one of {kinds}") from None
+        if not sep:
+            raise UserError(f"--action-command {item!r}", fix=f"write it KIND=COMMAND, e.g. {kind}='...'")
+        if command.strip():
+            commands.by_kind[which] = command.strip()
+        else:
+            commands.by_kind.pop(which, None)
+    return commands

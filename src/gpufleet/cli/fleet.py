@@ -25,6 +25,7 @@ class Resource(StrEnum):
     incidents = "incidents"
     events = "events"
     audit = "audit"
+    actions = "actions"
     agents = "agents"
     links = "links"
     switches = "switches"
@@ -55,6 +56,8 @@ def _rows(resource: Resource, api: Api, node: str | None, limit: int) -> list[di
         return list(api.get("/api/v1/events", node=node, limit=limit))
     if r == "audit":
         return list(api.get("/api/v1/audit", limit=limit))
+    if r == "actions":
+        return list(api.get("/api/v1/actions", node=node, limit=limit))
     if r in ("pending", "queues"):
         return scheduler_rows(read_scheduler(api, every_page=r == "pending"), r)
     fabric = api.get("/api/v1/fabric")
@@ -163,13 +166,14 @@ def _print_list(
 def get(
     resource: Resource = typer.Argument(
         ...,
-        help="nodes, gpus, jobs, incidents, events, audit, agents, links, switches, pending (work the workload "
-        "manager has not placed, and why), queues (GPUs in use against quota)",
+        help="nodes, gpus, jobs, incidents, events, audit, actions (what nodes' agents were asked to do, and did), "
+        "agents, links, switches, pending (work the workload manager has not placed, and why), queues (GPUs in use "
+        "against quota)",
     ),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
     selector: str | None = typer.Option(None, "--selector", "-l", help=SELECTOR_HELP),
-    node: str | None = typer.Option(None, "--node", help="gpus, incidents, events: one node's."),
-    limit: int = typer.Option(500, "--limit", min=1, max=100_000, help="incidents, events, audit: how many."),
+    node: str | None = typer.Option(None, "--node", help="gpus, incidents, events, actions: one node's."),
+    limit: int = typer.Option(500, "--limit", min=1, max=100_000, help="incidents, events, audit, actions: how many."),
     watch: bool = typer.Option(False, "--watch", "-w", help="After the list, follow changes live (Ctrl-C stops)."),
     scenario: Path | None = SCENARIO_OPT,
     at: str = AT_OPT,

@@ -261,6 +261,17 @@ def switches_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     return ["SWITCH", "LINKS", "DOWN", "ERRING"], [[s["name"], s["links"], s["down"], s["erring"]] for s in rows]
 
 
+def actions_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
+    cols = ["ID", "NODE", "KIND", "GPU", "STATE", "REQUESTED", "DETAIL"] + (["BY", "INCIDENT"] if wide else [])
+    out = [
+        [a["id"], a["node"], a["kind"], "-" if a["gpu"] is None else a["gpu"], a["state"], clock(a["created"]),
+         a["detail"] or a["reason"]]
+        + ([a["requested_by"], a["incident"] or "-"] if wide else [])
+        for a in rows
+    ]  # fmt: skip
+    return cols, out
+
+
 # every resource `gpufleet get` lists: its columns and one row of cells a resource row
 TABLES: dict[str, Callable[[list[dict[str, Any]], bool], Cells]] = {
     "nodes": nodes_cells,
@@ -270,6 +281,7 @@ TABLES: dict[str, Callable[[list[dict[str, Any]], bool], Cells]] = {
     "incidents": incidents_cells,
     "events": events_cells,
     "audit": audit_cells,
+    "actions": actions_cells,
     "agents": agents_cells,
     "links": links_cells,
     "switches": switches_cells,
@@ -380,6 +392,13 @@ def incident_detail(d: dict[str, Any]) -> None:
     ]
     if actions:
         console.print(make_table(["TIME", "ACTOR", "ACTION", "TARGET", "DECISION", "DRY RUN"], actions))
+    on_node = d.get("node_actions", [])
+    if on_node:
+        console.print(make_table(*actions_cells(on_node, False)))
+        last = next((a for a in reversed(on_node) if a["output"].strip()), None)
+        if last is not None:  # the command's own words: what a person checks first
+            tail = "\n".join(last["output"].strip().splitlines()[-15:])
+            console.print(Panel(Text(tail), title=f"{last['id']} output (its end)", expand=False))
 
 
 def gpu_detail(g: dict[str, Any]) -> None:

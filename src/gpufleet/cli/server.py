@@ -185,6 +185,7 @@ def twin_plane(
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
     from gpufleet.sim.journal import TwinJournal, scenario_id
+    from gpufleet.sim.node_actions import TwinNodeActions
     from gpufleet.sim.runner import SimRunner
     from gpufleet.sim.scenario import build_twin
     from gpufleet.state import open_state
@@ -222,6 +223,7 @@ def twin_plane(
     from gpufleet.cost.service import CONFIG_NAME, load_config
 
     fleet = SimFleet(twin, cost=load_config(data_dir() / CONFIG_NAME))  # the prices the API's cost report reads
+    fleet.node_actions = TwinNodeActions(backend)  # its agents take node actions, as real ones do
     runner = SimRunner(
         twin, fleet, plane.ingest, plane.tick, lock=lock, atomically=plane.atomically, journal=journal, speed=speed
     )

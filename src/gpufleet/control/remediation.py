@@ -47,7 +47,8 @@ class Plane(Protocol):
 MODES = ("off", "dry-run", "on")
 RESUME_EVERY_S = 30.0  # cluster-clock seconds between two passes over paused runbooks
 REPEAT_LOG_WINDOW_S = 60.0  # wall seconds between two log lines about the same stopped step
-REPEATING = frozenset({"refused", "deferred", "waiting"})  # decisions a later pass meets again until things change
+# decisions a later pass meets again until things change
+REPEATING = frozenset({"refused", "deferred", "waiting", "queued"})
 MAX_REPEAT_KEYS = 4096
 
 
@@ -93,6 +94,8 @@ def default_remediator(plane: Plane, dry_run: bool) -> Any:
         tickets=tickets,
         fabric=getattr(plane, "fabric", None),
         port_isolation=getattr(plane, "port_isolation", None),
+        node_agents=getattr(plane, "node_actions", None),
+        node_check=getattr(plane, "node_check", None),
     )
 
 
@@ -122,6 +125,11 @@ class RemediationDriver:
     def offer(self, incident: Incident) -> None:
         if self.remediator is not None and incident.id not in self._acted:
             self._queue[incident.id] = None
+
+    def wake(self, incident_id: str) -> None:
+        """Take the incident's runbook up again at the next turn (a node action it waited on has finished)."""
+        if self.remediator is not None:
+            self._queue[incident_id] = None
 
     def run(self, now: float) -> None:
         if self.remediator is None:

@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 import numpy as np
 
+from gpufleet.model.actions import ActionResult, NodeAction, NodeActionKind
 from gpufleet.model.incident import RootCause, Severity
 from gpufleet.model.kernel import EventKind
 from gpufleet.model.observation import Entity
@@ -484,6 +485,10 @@ class Batch(msgspec.Struct):
     services: Annotated[list[ServiceFact], msgspec.Meta(max_length=1024)] | None = None  # likewise
     scheduler: SchedulerReport | None = None  # from an agent that watches the workload manager
     fabric: Annotated[list[FabricReport], msgspec.Meta(max_length=16)] | None = None  # from a fabric watcher
+    # node actions (model/actions.py): the kinds this agent carries out (None: an agent that predates them, which
+    # is given none), and the results it has not yet seen acknowledged
+    can: Annotated[list[NodeActionKind], msgspec.Meta(max_length=32)] | None = None
+    results: Annotated[list[ActionResult], msgspec.Meta(max_length=256)] = []
 
     def __post_init__(self) -> None:
         if self.v != SCHEMA_VERSION:
@@ -496,8 +501,11 @@ class Batch(msgspec.Struct):
 
 
 class Ack(msgspec.Struct):
-    """The control plane's answer: it holds every record of this stream up to `acked`."""
+    """The control plane's answer: it holds every record of this stream up to `acked`; it took the results named in
+    `results` (the agent forgets them), and asks the agent to carry out `actions` (those it has not begun)."""
 
     acked: int
     stored: int
     duplicates: int
+    results: list[str] = []
+    actions: list[NodeAction] = []

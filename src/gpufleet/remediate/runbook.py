@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gpufleet.errors import ManifestError, NotFoundError
+from gpufleet.model.actions import Service
 from gpufleet.model.incident import Incident, RootCause, Severity
 from gpufleet.model.observation import EntityKind
 from gpufleet.spec.base import Manifest, Metadata, read_yaml_documents, validate_as
@@ -32,6 +33,7 @@ class ActionKind(StrEnum):
     power_cap = "power-cap"
     isolate_port = "isolate-port"
     requeue_job = "requeue-job"
+    restart_service = "restart-service"
     ticket = "ticket"
     notify = "notify"
 
@@ -59,6 +61,7 @@ class Step(Manifest):
     reason: str = ""
     level: int | None = Field(None, ge=1, le=4, description="diag level")
     power_fraction: float | None = Field(None, gt=0.3, le=1.0, description="power cap as a fraction of TDP")
+    service: Service | None = Field(None, description="restart-service: the daemon to restart")
     ticket_kind: Literal["rma", "repair", "notice"] | None = None
     on_failure: Literal["stop", "continue"] = "stop"
 
@@ -68,6 +71,8 @@ class Step(Manifest):
             raise ValueError(f"step {self.id!r}: a diag step needs `level`")
         if self.action is ActionKind.power_cap and self.power_fraction is None:
             raise ValueError(f"step {self.id!r}: a power-cap step needs `powerFraction`")
+        if self.action is ActionKind.restart_service and self.service is None:
+            raise ValueError(f"step {self.id!r}: a restart-service step needs `service`")
         if self.action is ActionKind.ticket and self.ticket_kind is None:
             raise ValueError(f"step {self.id!r}: a ticket step needs `ticketKind` (rma, repair or notice)")
         return self

@@ -17,7 +17,7 @@ from gpufleet.state import AuditEntry, AuditLog, Database, IncidentTable
 StoreMode = Literal["on", "dry-run"]
 
 # Outcomes after which a step never runs again for the same incident.
-FINAL_OUTCOMES = frozenset({"done", "passed", "failed", "skipped"})
+FINAL_OUTCOMES = frozenset({"done", "passed", "failed", "skipped", "escalated"})
 # A step begun (its intent written before the backend was called) but never confirmed: the control plane stopped
 # in between. It is not run again by anyone; a person finishes it.
 UNCONFIRMED = frozenset({"started", "interrupted"})
@@ -102,6 +102,15 @@ class RemediationStore:
             (self.mode, action, *outcomes, since),
         )
         return [r[0] for r in rows]
+
+    def done_on(self, action: str, target: str, since: float, other_than: str = "") -> list[str]:
+        """The incidents for which `action` was carried out on `target` since `since`, oldest first."""
+        rows = self.db.query(
+            "SELECT incident FROM remediation_steps WHERE mode = ? AND action = ? AND target = ? AND outcome = ? "
+            "AND time >= ? AND incident <> ? ORDER BY time",
+            (self.mode, action, target, "would" if self.mode == "dry-run" else "done", since, other_than),
+        )
+        return [str(r[0]) for r in rows]
 
     def taken_out(self) -> set[str]:
         """Dry run: the nodes earlier steps would have cordoned, drained or rebooted (never uncordoned again)."""

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpufleet.agent.actions import Commands
 from gpufleet.agent.runtime import Agent, assemble, locked
 from gpufleet.background import Background
 from gpufleet.cost.config import CostConfig
@@ -98,6 +99,7 @@ def sim_agent(
         exposition=exposition,
         kernel_log=None,
         guard=locked(clock.lock),
+        action_commands=Commands({}, None),  # its node is simulated: no command of this host acts for it
         stoppers=[clock],
     )
     if node is not None and agent.edge is not None:

@@ -45,6 +45,7 @@ from gpufleet.model.observe import (
 )
 from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.sim.fabric_report import TwinFabricWatch
+from gpufleet.sim.node_actions import CAN, TwinNodeActions
 from gpufleet.sim.source import RANK_EXPORT_S, GaugeKey, TwinSource
 from gpufleet.sim.twin import Twin
 from gpufleet.telemetry.frame import label_items
@@ -98,6 +99,7 @@ class SimFleet:
         self._ranks: dict[tuple[str, int, tuple[str, ...]], dict[str, list[RankFact]]] = {}
         self._rank_layout: dict[tuple[str, int, tuple[str, ...]], dict[str, list[tuple[int, int, GaugeKey]]]] = {}
         self.services = ServiceWindows()
+        self.node_actions: TwinNodeActions | None = None  # set when the control plane acts through the agents
         self._signals: dict[str, TrainingSignals] | None = None
         self.fabric_watch = TwinFabricWatch(twin)
         self.batches = 0
@@ -153,6 +155,8 @@ class SimFleet:
                     services=services.get(agent.node, []),
                     scheduler=scheduler,
                     fabric=fabric,
+                    can=list(CAN) if self.node_actions is not None else None,
+                    results=self.node_actions.pending(agent.node) if self.node_actions is not None else [],
                 )
             )
             scheduler = fabric = None  # one agent watches the workload manager, and one the fabric
@@ -170,6 +174,11 @@ class SimFleet:
             ack = transport(batch)
             agent = self.agents[batch.node]
             agent.unsent = [r for r in agent.unsent if r.seq > ack.acked]
+            if self.node_actions is not None:
+                self.node_actions.acknowledged(batch.node, ack.results)
+                if ack.actions:
+                    held = dict(zip(agent.gpus, agent.held, strict=False))
+                    self.node_actions.offer(batch.node, ack.actions, held)
         return len(batches)
 
     def positions(self) -> dict[str, dict[str, int]]:

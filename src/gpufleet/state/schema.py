@@ -271,6 +271,28 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        8,
+        "node actions queued for the nodes' agents (GPU reset, reboot, power cap, service restart, diagnostics)",
+        (
+            """CREATE TABLE IF NOT EXISTS node_actions (
+                id TEXT PRIMARY KEY,
+                node TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                incident TEXT NOT NULL,
+                body TEXT NOT NULL,
+                requested_by TEXT NOT NULL,
+                created {real} NOT NULL,
+                deadline {real} NOT NULL,
+                state TEXT NOT NULL,
+                dispatched {real},
+                finished {real},
+                result TEXT
+            )""",
+            "CREATE INDEX IF NOT EXISTS node_actions_open ON node_actions(node, state)",
+            "CREATE INDEX IF NOT EXISTS node_actions_incident ON node_actions(incident)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

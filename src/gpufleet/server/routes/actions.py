@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Query, Request
 
+from gpufleet.control.node_actions import action_row
 from gpufleet.control.service import ControlPlane
+from gpufleet.model.actions import NodeActionKind
 from gpufleet.server import schemas
 from gpufleet.server.cache import ReadCache
 from gpufleet.server.routes.common import actor, described
@@ -61,6 +63,38 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     ) -> dict[str, Any]:
         """Reset one GPU (nvidia-smi -r); the backend refuses while work holds it."""
         return node_action("reset", name, request, body, gpu=index)
+
+    @api.post("/nodes/{name}/actions", response_model=schemas.NodeActionQueued, responses=ERRORS)
+    def node_agent_action(name: str, request: Request, body: schemas.NodeActionRequest) -> dict[str, Any]:
+        """Ask the node's own agent to act on its node: reset a GPU, reboot (with the command its operator gave
+        it), cap power, restart an NVIDIA daemon or run diagnostics. Queued, handed to the agent with its next push
+        and carried out there once; `GET /api/v1/actions` shows its result and the command's output."""
+        try:
+            return plane.agent_action(
+                actor(request),
+                name,
+                NodeActionKind(body.kind),
+                gpu=body.gpu,
+                fraction=body.fraction,
+                level=body.level,
+                service=body.service,
+                reason=body.reason,
+                deadline_s=body.deadlineSeconds,
+                dry_run=body.dryRun,
+                request=described(request, body.model_dump()),
+            )
+        finally:
+            cache.clear()
+
+    @api.get("/actions", response_model=list[schemas.NodeActionRow])
+    def node_actions(
+        node: str | None = Query(None, max_length=253),
+        incident: str | None = Query(None, max_length=64),
+        limit: int = Query(100, ge=1, le=10_000),
+    ) -> list[dict[str, Any]]:
+        """Node actions for the nodes' agents, newest first: what was asked, by whom, and what the agent did."""
+        rows = plane.node_actions.table.listed(node=node, incident=incident, limit=limit)
+        return [action_row(r) for r in rows]
 
     @api.post("/jobs/{name}/requeue", response_model=schemas.ActionResult, responses=ERRORS)
     def requeue(name: str, request: Request, body: schemas.RequeueRequest | None = Body(None)) -> dict[str, Any]:

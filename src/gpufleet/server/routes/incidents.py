@@ -8,6 +8,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
+from gpufleet.control.node_actions import action_row
 from gpufleet.control.service import ControlPlane
 from gpufleet.model import IncidentState
 from gpufleet.model.incident import Severity
@@ -72,6 +73,8 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
             if e.target == f"incident/{incident_id}" and e.incident != incident_id
         ]
         body["actions"].sort(key=lambda a: a["seq"])
+        rows = plane.node_actions.table.listed(incident=incident_id)
+        body["node_actions"] = [action_row(r) for r in reversed(rows)]
         return body
 
     @api.post(
