@@ -133,6 +133,13 @@ def test_the_control_plane_serves_https_and_hands_the_init_container_its_setting
     ]
 
 
+def test_the_notes_say_how_to_choose_a_namespace_and_give_it_the_token() -> None:
+    notes = render(MODES["cert-manager"]).notes
+    assert "kubectl label namespace ML-NAMESPACE gpufleet.io/preflight=enabled\n" in notes
+    assert "create secret generic gpufleet-preflight-token --from-literal=token=" in notes
+    assert "GPU preflight" not in render({}).notes
+
+
 def test_off_by_default() -> None:
     manifests = objects({})
     kinds = {m.kind for m in manifests}
