@@ -7,18 +7,25 @@ import time
 from pathlib import Path
 
 from gpufleet.agent.actions import Commands, NodeActionRunner, NodeFacts
-from gpufleet.model.actions import NodeAction, NodeActionKind, Outcome
+from gpufleet.model.actions import ActionResult, NodeAction, NodeActionKind, Outcome
 
 NOW = 1_800_000_000.0
 
 
 def runner(
-    tmp_path: Path, *, held: dict[int, str] | None = None, boot: str = "boot-a", **commands: str
+    tmp_path: Path,
+    *,
+    held: dict[int, str] | None = None,
+    boot: str = "boot-a",
+    nccl: str | None = None,
+    nvlink: str | None = None,
+    model: str = "",
+    **commands: str,
 ) -> NodeActionRunner:
     given = {NodeActionKind(k.replace("_", "-")): v for k, v in commands.items()}
-    facts = NodeFacts(holders=lambda: dict(held or {}), gpus=lambda: list(range(8)))
+    facts = NodeFacts(holders=lambda: dict(held or {}), gpus=lambda: list(range(8)), gpu_model=lambda: model)
     return NodeActionRunner(
-        tmp_path / "actions", "n1", facts, Commands(given, None), clock=lambda: NOW, boot=lambda: boot,
+        tmp_path / "actions", "n1", facts, Commands(given, nccl, nvlink), clock=lambda: NOW, boot=lambda: boot,
         sleep=lambda _s: None,
     )  # fmt: skip
 
@@ -91,8 +98,8 @@ def test_a_reboot_is_done_when_the_agent_comes_back_under_a_new_boot(tmp_path: P
     r = runner(tmp_path, reboot_node="true")
     reboot = NodeAction("INC-2.reboot", NodeActionKind.reboot_node, "n1", NOW + 1800, incident="INC-2")
     # the command returns and the node goes down: the agent never writes a result before it does
-    r.journal.write({"id": reboot.id, "state": "begun", "started": NOW, "boot_id": "boot-a",
-                     "action": {"id": reboot.id, "kind": "reboot-node", "node": "n1", "deadline": NOW + 1800}})  # fmt: skip
+    begun = {"id": reboot.id, "kind": "reboot-node", "node": "n1", "deadline": NOW + 1800}
+    r.journal.write({"id": reboot.id, "state": "begun", "started": NOW, "boot_id": "boot-a", "action": begun})
     after = runner(tmp_path, reboot_node="true", boot="boot-b")
     [result] = after.results()
     assert result.outcome is Outcome.done and "rebooted" in result.detail
@@ -133,7 +140,7 @@ TESTS = Path(__file__).parents[1]
 
 
 def test_diag_judges_real_dcgmi_output(tmp_path: Path) -> None:
-    passed = Path(__file__).parent / "data" / "dcgmi_diag_r2_pass.txt"
+    passed = PASS_R2
     r = runner(tmp_path, diag=f"cat {passed}")
     r.offer([NodeAction("INC-3.diag", NodeActionKind.diag, "n1", NOW + 3600, level=2)])
     wait(r)
@@ -149,6 +156,43 @@ def test_diag_failure_names_the_failing_test(tmp_path: Path) -> None:
     wait(r)
     [result] = r.results()
     assert result.outcome is Outcome.failed and "Fail" in result.detail, result.detail
+
+
+PASS_R2 = Path(__file__).parent / "data" / "dcgmi_diag_r2_pass.txt"
+NCCL = TESTS / "corpus/nccl/perf/a100_azure_ndv4_1node_8gpu.txt"
+NVLINK_DOWN = TESTS / "corpus/nvlink_status_all_inactive_aznhc.txt"
+
+
+def diag2(r: NodeActionRunner, gpu: int | None = None) -> ActionResult:
+    r.offer([NodeAction("INC-3.diag", NodeActionKind.diag, "n1", NOW + 3600, level=2, gpu=gpu)])
+    wait(r)
+    [result] = r.results()
+    return result
+
+
+def test_the_return_to_service_proof_runs_an_nccl_all_reduce_across_the_gpus(tmp_path: Path) -> None:
+    # the A100 node's own nccl-tests run, judged against what eight A100s should reach
+    result = diag2(runner(tmp_path, diag=f"cat {PASS_R2}", nccl=f"sh -c 'cat {NCCL} # -g {{gpus}}'",
+                          model="NVIDIA A100-SXM4-80GB"))  # fmt: skip
+    assert result.outcome is Outcome.passed
+    assert "NCCL all-reduce across 8 GPUs: healthy" in result.detail and "231.58" in result.output
+
+
+def test_an_all_reduce_short_of_the_nodes_bandwidth_fails_the_proof(tmp_path: Path) -> None:
+    # the same run on a node whose GPUs should reach H100 speed: half of it is a slow link
+    result = diag2(runner(tmp_path, diag=f"cat {PASS_R2}", nccl=f"cat {NCCL}", model="NVIDIA H100 80GB HBM3"))
+    assert result.outcome is Outcome.failed and "underperforming" in result.detail
+
+
+def test_no_loopback_while_pods_hold_gpus(tmp_path: Path) -> None:
+    # the faulty GPU 3 is tested alone while GPU 7 keeps serving
+    result = diag2(runner(tmp_path, held={7: "ml/serve-0"}, diag=f"cat {PASS_R2}", nccl=f"cat {NCCL}"), gpu=3)
+    assert result.outcome is Outcome.passed and "NCCL loopback not run: pods hold GPUs (ml/serve-0)" in result.detail
+
+
+def test_a_diag_pass_with_an_nvlink_down_is_not_trusted(tmp_path: Path) -> None:
+    result = diag2(runner(tmp_path, diag=f"cat {PASS_R2}", nvlink=f"cat {NVLINK_DOWN}"))
+    assert result.outcome is Outcome.failed and "GPU 6" in result.detail and "all NVLinks are inactive" in result.detail
 
 
 def test_the_journal_is_written_before_the_command_runs(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from gpufleet.model.actions import (
     Outcome,
     clip_output,
 )
+from gpufleet.parsers.nvidia.topo import NvlinkStatus
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -61,6 +62,8 @@ DEFAULT_COMMANDS: dict[NodeActionKind, str] = {
 }
 POWER_DEFAULT = "nvidia-smi -i {gpu} --query-gpu=power.default_limit --format=csv,noheader,nounits"
 NCCL_LOOPBACK = "all_reduce_perf -b 64M -e 1G -f 2 -g {gpus}"
+# every GPU's NVLinks as the driver has them: a diag pass with a link down is not trusted (health/diag.py)
+NVLINK_STATUS = "nvidia-smi nvlink -s"
 
 
 @dataclass(slots=True)
@@ -79,6 +82,7 @@ class Commands:
 
     by_kind: dict[NodeActionKind, str] = field(default_factory=lambda: dict(DEFAULT_COMMANDS))
     nccl_loopback: str | None = NCCL_LOOPBACK
+    nvlink_status: str | None = NVLINK_STATUS
 
     def offered(self) -> list[NodeActionKind]:
         """The kinds whose command's program is on this node."""
@@ -334,8 +338,9 @@ class NodeActionRunner:
             report = read_diag(output.splitlines(), level=level)
         except ParseError as exc:  # what could not be read is the result
             return Outcome.failed, f"{shlex.join(argv)} exited {status}; its output does not read: {exc}", output
-        outcome = judge(report, self.node, level, None)
-        checks = "; ".join(f"{c.name} {c.status}" for c in outcome.checks if c.status != "Pass") or "every test Pass"
+        outcome = judge(report, self.node, level, self._nvlinks())
+        failing = [f"{c.name} {c.status}: {c.detail}" for c in outcome.checks if c.status not in ("Pass", "Skip")]
+        checks = "; ".join(failing) or "every test Pass"
         said = f"dcgmi diag -r {level}: {outcome.verdict} ({checks})"
         if outcome.verdict not in ("Pass", "Warn"):
             return Outcome.failed, said, output
@@ -350,6 +355,20 @@ class NodeActionRunner:
         if verdict == "failed" or verdict == "underperforming":
             return Outcome.failed, f"{said}; {nccl_said}", output
         return Outcome.passed, f"{said}; {nccl_said}", output
+
+    def _nvlinks(self) -> NvlinkStatus | None:
+        """`nvidia-smi nvlink -s` read as `gpufleet diag --nvlink-status` reads it; None where it is not here."""
+        from gpufleet.parsers.nvidia.topo import read_nvlink_status
+
+        if not self.commands.nvlink_status:
+            return None
+        argv = shlex.split(self.commands.nvlink_status)
+        if shutil.which(argv[0]) is None:
+            return None
+        status, output = self.run(argv, 60.0)
+        if status != 0 or not output.strip():
+            return None
+        return read_nvlink_status(output, source=shlex.join(argv), strict=False)
 
     def _nccl_loopback(self, gpus: int) -> tuple[str, str, str]:
         from gpufleet.nccl.compare import judge_run
