@@ -257,12 +257,130 @@ def runbooks(
     emit(data, output, render)
 
 
+TOTAL_LABELS = {
+    "actions": "actions carried out",
+    "nodes_out": "nodes taken out of service",
+    "node_hours": "node-hours out of service",
+    "gpu_hours": "GPU-hours lost",
+    "breaker_trips": "breaker trips",
+    "refusals": "steps refused (budget, breaker)",
+    "deferrals": "steps deferred (rate limits)",
+}
+
+
+def _signed(value: float) -> str:
+    text = f"{value:+,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else f"{value:+,}"
+    return "0" if text in ("+0", "-0") else text
+
+
+def _number(value: float) -> str:
+    return f"{value:,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else f"{value:,}"
+
+
+def _render_replay(data: dict[str, Any], wide: bool) -> None:
+    from gpufleet.spec.base import format_duration
+
+    window = data["window"]
+    console.print(
+        f"replayed {data['events']:,} events ({data['incidents']:,} incidents) on {data['nodes']} nodes over "
+        f"{format_duration(window['end'] - window['start'])} up to {clock(window['end'])}; current = "
+        f"{data['baseline']}",
+        highlight=False,
+    )
+    for note in data["notes"]:
+        console.print(f"note: {note}", highlight=False)
+    diffs = data["differences"]
+    same = data["incidents"] - len(diffs)
+    if diffs:
+        rows = []
+        for d in diffs:
+            now, then = d["current"], d["candidate"]
+            rows.append(
+                (d["incident"], d["cause"], d["node"], "; ".join(now["actions"]) or "-",
+                 "; ".join(then["actions"]) or "-", _stopped(then["steps"]) or "-",
+                 _signed(round(then["node_hours"] - now["node_hours"], 3)))
+            )  # fmt: skip
+        cols = ["INCIDENT", "CAUSE", "NODE", "ACTIONS TAKEN", "CANDIDATE WOULD TAKE", "CANDIDATE STOPPED AT",
+                "NODE-HOURS"]  # fmt: skip
+        console.print(make_table(cols, rows, title=f"{len(diffs)} incident(s) handled differently"))
+    console.print(f"{same:,} of {data['incidents']:,} incidents handled the same", highlight=False)
+    totals = data["totals"]
+    total_rows = [
+        (TOTAL_LABELS.get(k, k), _number(v["current"]), _number(v["candidate"]), _signed(v["difference"]))
+        for k, v in totals.items()
+    ]
+    console.print(make_table(["TOTAL", "CURRENT", "CANDIDATE", "DIFFERENCE"], total_rows))
+
+
+def _stopped(steps: dict[str, str]) -> str:
+    """Where the candidate's runbook ended if it did not finish: "drain deferred"."""
+    stopped = [f"{step} {how}" for step, how in steps.items() if how in ("refused", "deferred", "waiting", "error")]
+    return ", ".join(stopped)
+
+
+def replay(
+    policy: Path = typer.Option(..., "--policy", help="The candidate RemediationPolicy manifest to rehearse."),
+    since: str = typer.Option("30d", "--since", help="How far back to replay, from the newest recorded event."),
+    state: Path | None = STATE_OPT,
+    reboot_time: str = typer.Option(
+        "5m", "--reboot-time", help="How long a node is away after a reboot the recorded run did not do."
+    ),
+    reset_time: str = typer.Option("1m", "--reset-time", help="How long a GPU reset takes the GPU out of service."),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    """Rehearse a policy: replay the recorded incidents and node events through the engine under POLICY, in event
+    time (runbooks, budgets, breaker and rate limits as they would have applied), and show what it would have done
+    differently from what was done. Reads the state database; changes nothing."""
+    import os
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpufleet.cli.output import err_console
+    from gpufleet.control.policy_replay import parse_since, rehearse, runbooks_for
+    from gpufleet.errors import UserError
+    from gpufleet.remediate import load_policy
+    from gpufleet.spec.base import parse_duration
+    from gpufleet.state import open_state
+
+    seconds = parse_since(since)  # before anything is read: a bad flag says so first
+    durations = {}
+    for flag, text in (("--reboot-time", reboot_time), ("--reset-time", reset_time)):
+        try:
+            durations[flag] = parse_duration(text)
+        except ValueError:
+            raise UserError(f"{flag} {text!r} is not a duration", fix=f"give {flag} like 5m or 90s") from None
+    candidate = load_policy(policy)
+    runbooks = runbooks_for(candidate, policy.parent)
+    db = open_state(_state_dir(state), os.environ.get("GPUFLEET_STATE"), create=False)
+    columns = (TextColumn("replaying {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(f"{label} (events)", total=total)
+            bar.update(tasks[label], completed=done)
+
+        result = rehearse(
+            db,
+            candidate,
+            seconds,
+            runbooks=runbooks,
+            reboot_s=durations["--reboot-time"],
+            gpu_reset_s=durations["--reset-time"],
+            progress=progress,
+        )
+    data = result.as_dict()
+    emit(data, output, lambda wide: _render_replay(data, wide))
+
+
 def register(app: typer.Typer) -> None:
     remediate_app.command()(plan)
     remediate_app.command()(apply)
     remediate_app.command()(resume)
     remediate_app.command()(audit)
     remediate_app.command()(runbooks)
+    remediate_app.command()(replay)
     breaker_app.command("status")(breaker_status)
     breaker_app.command("reset")(breaker_reset)
     remediate_app.add_typer(breaker_app, name="breaker")
