@@ -324,3 +324,19 @@ def test_a_gpu_count_that_is_not_a_whole_number_is_refused() -> None:
         review(
             with_pod(pod([gpu_container("main", 1) | {"resources": {"limits": {"nvidia.com/gpu": "half"}}}])), SETTINGS
         )
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"metadata": {"ownerReferences": 5, "labels": "x", "annotations": [1]}},
+        {"spec": {"containers": [gpu_container("m", 1) | {"resources": {"claims": 7}}], "resourceClaims": "gpus"}},
+        {"spec": {"containers": [gpu_container("m", 1) | {"resources": []}]}},
+    ],
+)
+def test_odd_shapes_inside_a_pod_are_read_as_absent_never_a_crash(odd: dict[str, Any]) -> None:
+    subject = pod()
+    for part, value in odd.items():
+        subject[part] = {**subject[part], **value}
+    answer, _ = review(with_pod(subject), SETTINGS)
+    assert answer["response"]["allowed"] is True

@@ -126,7 +126,7 @@ def gang_of(pod: Mapping[str, Any]) -> Gang | None:
     meta = _mapping(pod.get("metadata"))
     labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()}
     notes = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()}
-    owners = [_mapping(o) for o in meta.get("ownerReferences") or [] if isinstance(o, Mapping)]
+    owners = [_mapping(o) for o in _items(meta.get("ownerReferences")) if isinstance(o, Mapping)]
     if LWS_NAME in labels:
         group = labels.get(LWS_GROUP_INDEX)
         name = f"{labels[LWS_NAME]}-{group}" if group is not None else labels[LWS_NAME]
@@ -151,6 +151,10 @@ def gang_of(pod: Mapping[str, Any]) -> Gang | None:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _quantity(value: Any, where: str) -> int:
@@ -197,12 +201,12 @@ def gpu_request(pod: Mapping[str, Any]) -> tuple[dict[str, int], tuple[str, ...]
             total[name] = max(total.get(name, 0), count)
     claims: list[str] = []
     for container in _containers(spec, "containers") + _containers(spec, "initContainers"):
-        for claim in _mapping(container.get("resources")).get("claims") or []:
+        for claim in _items(_mapping(container.get("resources")).get("claims")):
             claim_name = str(_mapping(claim).get("name") or "")
             if claim_name and claim_name not in claims:
                 claims.append(claim_name)
     if not claims:  # a claim declared on the pod but named by no container is still the pod's
-        claims = [str(_mapping(c).get("name")) for c in spec.get("resourceClaims") or [] if _mapping(c).get("name")]
+        claims = [str(_mapping(c).get("name")) for c in _items(spec.get("resourceClaims")) if _mapping(c).get("name")]
     return total, tuple(claims)
 
 

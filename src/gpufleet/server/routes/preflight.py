@@ -30,6 +30,27 @@ from gpufleet.server.routes.common import actor
 log = logging.getLogger("gpufleet.server")
 
 ADMISSION_PATH = "/admission/v1/preflight"
+# What /openapi.json says the webhook takes: the AdmissionReview v1 envelope (the object inside is any Kubernetes
+# object; the API server's own schema for it is the Pod's).
+REVIEW_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "request"],
+    "properties": {
+        "apiVersion": {"type": "string", "enum": ["admission.k8s.io/v1"]},
+        "kind": {"type": "string", "enum": ["AdmissionReview"]},
+        "request": {
+            "type": "object",
+            "required": ["uid", "kind", "operation"],
+            "properties": {
+                "uid": {"type": "string"},
+                "kind": {"type": "object", "additionalProperties": {"type": "string"}},
+                "namespace": {"type": "string"},
+                "operation": {"type": "string", "enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"]},
+                "object": {"type": "object"},
+            },
+        },
+    },
+}
 
 
 def settings_from(environ: Mapping[str, str]) -> Settings:
@@ -63,6 +84,7 @@ def router(plane: ControlPlane, settings: Settings | None = None) -> APIRouter:
         ADMISSION_PATH,
         responses={400: {"model": schemas.Problem}},
         summary="The GPU preflight admission webhook (AdmissionReview v1)",
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": REVIEW_SCHEMA}}}},
     )
     async def admission(request: Request) -> JSONResponse:
         """Answers the API server's AdmissionReview: always allowed; a GPU pod gets the `gpufleet-preflight` init
