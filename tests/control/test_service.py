@@ -261,3 +261,13 @@ def test_the_fall_off_count_of_a_node_survives_a_restart(state: StateTarget) -> 
     again.ingest(batch("a", [Record(4, lost_gpu("a", clock.now))], when=clock.now))
     (escalated,) = again.book.open_incidents()
     assert escalated.action == "RMA" and "more than 3" in escalated.summary
+
+
+def test_gpu_holders_are_what_the_agents_report_and_reach_a_gpu_scoped_backend() -> None:
+    twin = small_twin(nodes=3, job_nodes=2)
+    plane, fleet = door(twin)
+    assert plane.gpu_holders("n-000") is None  # nothing reported yet  # type: ignore[attr-defined]
+    run_headless(twin, fleet, plane.ingest, plane.tick, 5)  # type: ignore[attr-defined]
+    assert plane.gpu_holders("n-000") == {i: "training/job-n-000" for i in range(8)}  # type: ignore[attr-defined]
+    assert plane.gpu_holders("n-002") == {i: "" for i in range(8)}  # type: ignore[attr-defined]
+    assert plane.backend.gpu_holders("n-001") == plane.gpu_holders("n-001")  # type: ignore[attr-defined]

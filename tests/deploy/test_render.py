@@ -366,9 +366,10 @@ def test_workload_watch_runs_on_the_labelled_node_only() -> None:
 
 
 def _client_methods() -> set[str]:
-    from kubernetes.client import CoreV1Api, CustomObjectsApi
+    from kubernetes.client import AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi
 
-    return {n for api in (CoreV1Api, CustomObjectsApi) for n in dir(api) if not n.startswith("_")}
+    apis = (CoreV1Api, CustomObjectsApi, AppsV1Api, BatchV1Api)
+    return {n for api in apis for n in dir(api) if not n.startswith("_")}
 
 
 def _source(module: str) -> str:

@@ -92,13 +92,13 @@ class _NoReset(RemediationBackend, Cordons, Drains):
     def gpu_model(self, node: str) -> str:
         return self.model
 
-    def cordon(self, node: str, reason: str) -> str:
+    def cordon(self, node: str, reason: str, incident: str | None) -> str:
         return f"cordoned {node}"
 
-    def uncordon(self, node: str) -> str:
+    def uncordon(self, node: str, incident: str | None) -> str:
         return f"uncordoned {node}"
 
-    def drain(self, node: str, reason: str) -> str:
+    def drain(self, node: str, reason: str, incident: str | None) -> str:
         return f"drained {node}"
 
 

@@ -128,3 +128,14 @@ def test_nccl_compare_findings_open_a_collective_slow_incident(plane: Any) -> No
         headers=AUTH,
     )
     assert bad.status_code == 422 and "severity" in bad.json()["error"]
+
+
+def test_a_person_may_uncordon_a_node_an_incident_holds_and_it_is_audited(plane: Any) -> None:
+    client = api_client(plane)
+    plane.backend.cordon("n-002", "inc-9: uncorrectable ECC error", "inc-9")
+    result = client.post("/api/v1/nodes/n-002/uncordon", headers=AUTH).json()["result"]
+    assert result == "node n-002 uncordoned by a person; cleared gpufleet's cordon for inc-9"
+    assert not plane.twin.cluster.node("n-002").unschedulable and plane.twin.cordon_holders("n-002") == ()
+    last = client.get("/api/v1/audit").json()[-1]
+    assert (last["action"], last["actor"], last["target"]) == ("uncordon", "admin", "node/n-002")
+    assert "cleared gpufleet's cordon for inc-9" in last["decision"]

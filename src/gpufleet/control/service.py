@@ -44,6 +44,7 @@ from gpufleet.model.observe import Ack, Batch, Finding, KernelReport, Record
 from gpufleet.remediate.backends.base import (
     Cordons,
     Drains,
+    EvictsGpuWork,
     IsolatesFabricPorts,
     RemediationBackend,
     RequeuesJobs,
@@ -158,6 +159,8 @@ class ControlPlane:
         self.fleet = FleetState()
         self.fleet.load_inventory(self.store.inventories())
         self.fleet.load_kernel_log(self.store.recent_kernel_reports(KERNEL_REPORTS_LOADED))
+        if isinstance(backend, EvictsGpuWork):  # a GPU-scoped drain evicts the pods the node's agent names
+            backend.gpu_holders = self.gpu_holders
         self._dirty: dict[str, Incident] = {}
         self.replication = replication or Replication(db)
         self.leader = self.replication.leads()
@@ -660,6 +663,16 @@ class ControlPlane:
         self.audit(actor, "preflight-failure", f"node/{node}", f"{check} failed: {', '.join(ids) or 'no incident'}")
         return ids[0] if ids else ""
 
+    def gpu_holders(self, node: str) -> dict[int, str] | None:
+        """GPU index -> the pod holding it whole ("namespace/pod", "" for none), as `node`'s agent last reported
+        (MetricSnapshot.held); None when it has not."""
+        with self.lock:
+            state = self.fleet.nodes.get(node)
+            metrics = state.metrics if state is not None and not state.lost else None
+            if metrics is None or not metrics.held:
+                return None
+            return dict(zip(metrics.gpus, metrics.held, strict=True))
+
     # --- node actions (people, through the API) -------------------------------------------------------------------
 
     def node_action(
@@ -687,11 +700,12 @@ class ControlPlane:
         backend = self.backend
         act: Callable[[], str] | None = None
         if verb == "cordon" and isinstance(backend, Cordons):
-            act = lambda: backend.cordon(node, why)  # noqa: E731
+            act = lambda: backend.cordon(node, why, None)  # noqa: E731
         elif verb == "uncordon" and isinstance(backend, Cordons):
-            act = lambda: backend.uncordon(node)  # noqa: E731
+            # a person returns the node whoever cordoned it (gpufleet's incidents included): their call, audited
+            act = lambda: backend.uncordon(node, None)  # noqa: E731
         elif verb == "drain" and isinstance(backend, Drains):
-            act = lambda: backend.drain(node, why)  # noqa: E731
+            act = lambda: backend.drain(node, why, None)  # noqa: E731
         elif verb == "reset" and isinstance(backend, ResetsGpus):
             act = lambda: backend.reset_gpu(node, gpu)  # type: ignore[arg-type]  # noqa: E731
         elif verb not in ("cordon", "uncordon", "drain", "reset"):

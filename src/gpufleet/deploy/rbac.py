@@ -44,7 +44,9 @@ class Grant:
         return frozenset(call.method for call in self.calls)
 
 
-# `gpufleet server --backend kubernetes`: cordon, drain, requeue, a node condition and an event per action.
+# `gpufleet server --backend kubernetes`: cordon, drain, requeue, a node condition and an event per action; a
+# GPU-scoped drain deletes the pods of a namespace whose eviction mode is delete and reads the ReplicaSets and Jobs
+# that own the pods it moves, to name their top controller.
 CONTROL_PLANE = Grant(
     account="server",
     modules=("gpufleet.integrations.kubernetes.remediation", "gpufleet.integrations.kubernetes.client"),
@@ -54,8 +56,11 @@ CONTROL_PLANE = Grant(
         ApiCall("patch_node", "", "nodes", "patch"),
         ApiCall("patch_node_status", "", "nodes/status", "patch"),
         ApiCall("list_pod_for_all_namespaces", "", "pods", "list"),
+        ApiCall("delete_namespaced_pod", "", "pods", "delete"),
         ApiCall("create_namespaced_pod_eviction", "", "pods/eviction", "create"),
         ApiCall("create_namespaced_event", "", "events", "create"),
+        ApiCall("read_namespaced_replica_set", "apps", "replicasets", "get"),
+        ApiCall("read_namespaced_job", "batch", "jobs", "get"),
     ),
 )
 

@@ -108,6 +108,27 @@ class TicketSpec(Manifest):
         return self
 
 
+EvictionMode = Literal["evict", "delete", "leave"]
+
+
+class EvictionSpec(Manifest):
+    """How a GPU-scoped drain moves the pods on the faulty GPU away, per namespace (the default for the rest):
+
+    - evict: through the Eviction API (policy/v1), so PodDisruptionBudgets are honoured; a 429 is retried with
+      back-off and a pod still held makes the step an error the runbook retries later;
+    - delete: delete the pod with `deleteGracePeriod` seconds to stop (past its budget: the GPU is bad either way);
+    - leave: keep the pod running and tell its owner (an Event on the pod naming the GPU and the incident).
+
+    A whole-node drain (before a reboot or a return of the board) evicts every pod, as `kubectl drain` does."""
+
+    default: EvictionMode = "evict"
+    namespaces: dict[str, EvictionMode] = {}
+    delete_grace_period: int = Field(30, ge=0, description="seconds a deleted pod gets to stop")
+
+    def mode(self, namespace: str) -> EvictionMode:
+        return self.namespaces.get(namespace, self.default)
+
+
 class RemediationBody(Manifest):
     dry_run: bool = False
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
@@ -115,6 +136,7 @@ class RemediationBody(Manifest):
     rate_limits: dict[ActionKind, RateLimitSpec] = Field(default_factory=_default_rate_limits)
     cost_per_gpu_hour: dict[str, float] = {}  # by GPU model, for idle-GPU notices; the cluster's own rates win
     tickets: TicketSpec = Field(default_factory=TicketSpec)
+    eviction: EvictionSpec = Field(default_factory=EvictionSpec)
     runbooks: list[str] = []  # extra runbook files; a runbook with a built-in's name replaces it
 
 

@@ -21,6 +21,7 @@ from gpufleet.remediate.backends.base import (
     CapsPower,
     Cordons,
     Drains,
+    EvictsGpuWork,
     IsolatesFabricPorts,
     IsolatesPorts,
     RebootsNodes,
@@ -34,6 +35,7 @@ from gpufleet.remediate.config import RemediationPolicy
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.remediate.runbook import INFORMS_ONLY, TAKES_NODE_OUT, ActionKind, RunbookManifest, RunbookSet, Step
 from gpufleet.remediate.safety import breaker_verdict, budget_refusal, rate_limit_deferral
+from gpufleet.remediate.scope import drain_scope
 from gpufleet.remediate.store import FINAL_OUTCOMES, UNCONFIRMED, BreakerState, RemediationStore, StepRecord
 from gpufleet.remediate.tickets import Ticket, TicketSink
 
@@ -372,6 +374,9 @@ class Remediator:
             return f"cap power at {step.power_fraction or 1.0:.0%} of TDP"
         if step.action is ActionKind.ticket:
             return f"file a {step.ticket_kind} ticket (serial {incident.serial or 'from the inventory'})"
+        if step.action is ActionKind.drain:  # which scope the drain takes, and why
+            scope = drain_scope(incident, self.runbooks.select(incident))
+            return f"drain {scope.describe(incident.node)}: {step.reason or incident.summary}"
         return f"{step.action.value}: {step.reason or incident.summary}"
 
     def _execute(self, incident: Incident, runbook: RunbookManifest, step: Step) -> tuple[str, str]:
@@ -380,11 +385,16 @@ class Remediator:
         reason = f"{incident.id}: {step.reason or incident.summary}"
         a = step.action
         if a is ActionKind.cordon and isinstance(b, Cordons):
-            return "done", b.cordon(node, reason)
-        if a is ActionKind.uncordon and isinstance(b, Cordons):
-            return "done", b.uncordon(node)
-        if a is ActionKind.drain and isinstance(b, Drains):
-            return "done", b.drain(node, reason)
+            return "done", b.cordon(node, reason, incident.id)
+        if a is ActionKind.uncordon and isinstance(b, Cordons):  # the node returns only if this incident held it last
+            return "done", b.uncordon(node, incident.id)
+        if a is ActionKind.drain:
+            scope = drain_scope(incident, runbook)
+            if scope.gpu is not None and isinstance(b, EvictsGpuWork):
+                return "done", b.drain_gpu(node, scope.gpu, reason, self.policy.spec.eviction)
+            if isinstance(b, Drains):
+                detail = b.drain(node, reason, incident.id)
+                return "done", detail if scope.gpu is None else f"{detail} (the backend drains only whole nodes)"
         if a is ActionKind.reboot_node and isinstance(b, RebootsNodes):
             return "done", b.reboot_node(node, reason)
         if a is ActionKind.reset_gpu and isinstance(b, ResetsGpus):

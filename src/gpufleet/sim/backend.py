@@ -5,6 +5,7 @@ clock steps under, and is written to the journal so a restart replays it (the tw
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from gpufleet.errors import BackendError
@@ -14,6 +15,7 @@ from gpufleet.remediate.backends.base import (
     Cordons,
     DiagResult,
     Drains,
+    EvictsGpuWork,
     IsolatesFabricPorts,
     IsolatesPorts,
     NodeLocation,
@@ -23,6 +25,8 @@ from gpufleet.remediate.backends.base import (
     ResetsGpus,
     RunsDiagnostics,
 )
+from gpufleet.remediate.backends.cordons import CordonChange, on_cordon, on_uncordon
+from gpufleet.remediate.config import EvictionSpec
 from gpufleet.sim.journal import TwinJournal
 from gpufleet.sim.twin import Twin
 
@@ -31,6 +35,7 @@ class TwinBackend(
     RemediationBackend,
     Cordons,
     Drains,
+    EvictsGpuWork,
     ResetsGpus,
     RebootsNodes,
     RunsDiagnostics,
@@ -88,8 +93,12 @@ class TwinBackend(
                 twin.cordon(args[0], args[1] if len(args) > 1 else "")
             elif action == "uncordon":
                 twin.uncordon(args[0])
+            elif action == "set_cordon":
+                twin.set_cordon(args[0], bool(args[1]), list(args[2]))
             elif action == "drain":
                 result = twin.drain(args[0])
+            elif action == "drain_gpu":
+                result = twin.drain_gpu(args[0], int(args[1]), list(args[2]))
             elif action == "reset_gpu":
                 result = twin.reset_gpu(args[0], int(args[1]))
             elif action == "reboot_node":
@@ -108,17 +117,36 @@ class TwinBackend(
                 self.journal.record(twin.time, action, list(args))
         return result
 
-    def cordon(self, node: str, reason: str) -> str:
-        self.apply("cordon", node, reason)
-        return f"node {node} cordoned"
+    def _change_cordon(self, node: str, incident: str | None, decide: Callable[..., CordonChange]) -> CordonChange:
+        with self.lock:
+            n = self.twin.cluster.node(node)
+            change = decide(node, n.unschedulable, self.twin.cordon_holders(node), incident)
+            if change.write:
+                self.apply("set_cordon", node, change.unschedulable, list(change.holders))
+        return change
 
-    def uncordon(self, node: str) -> str:
-        self.apply("uncordon", node)
-        return f"node {node} uncordoned"
+    def cordon(self, node: str, reason: str, incident: str | None) -> str:
+        return self._change_cordon(node, incident, on_cordon).detail
 
-    def drain(self, node: str, reason: str) -> str:
-        stopped = self.apply("drain", node)
-        return f"node {node} drained; stopped jobs: {', '.join(stopped) or 'none'}"
+    def uncordon(self, node: str, incident: str | None) -> str:
+        return self._change_cordon(node, incident, on_uncordon).detail
+
+    def drain(self, node: str, reason: str, incident: str | None) -> str:
+        with self.lock:
+            cordoned = self._change_cordon(node, incident, on_cordon)
+            stopped = self.apply("drain", node)
+        return f"{cordoned.detail}; drained; stopped jobs: {', '.join(stopped) or 'none'}"
+
+    def drain_gpu(self, node: str, index: int, reason: str, eviction: EvictionSpec) -> str:
+        """The twin has no disruption budgets: evict and delete both stop the pod; leave keeps it running."""
+        with self.lock:
+            namespaces = {pod.split("/", 1)[0] for pod, _ in self.twin.gpu_work(node, index)}
+            leave = sorted(ns for ns in namespaces if eviction.mode(ns) == "leave")
+            stopped = self.apply("drain_gpu", node, index, leave)
+            kept = [p for p, _ in self.twin.gpu_work(node, index)]
+        moved = ", ".join(f"{pod} ({owner})" if owner else pod for pod, owner in stopped)
+        left = f"; left {', '.join(kept)} running, owner told" if kept else ""
+        return f"GPU {index} of {node}: stopped {moved or 'no pods'}{left}; the node's other GPUs keep their work"
 
     def reset_gpu(self, node: str, index: int) -> str:
         with self.lock:

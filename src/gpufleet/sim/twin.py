@@ -301,6 +301,58 @@ class Twin:
     def uncordon(self, node: str) -> None:
         self.cluster.node(node).unschedulable = False
 
+    def cordon_holders(self, node: str) -> tuple[str, ...]:
+        """The incidents holding `node` cordoned (gpufleet.remediate.backends.cordons), as a node annotation would."""
+        return tuple(getattr(self, "_cordon_holders", {}).get(node, ()))
+
+    def set_cordon(self, node: str, unschedulable: bool, holders: list[str]) -> None:
+        """Schedulability and its holders, written together (a Kubernetes node's spec and annotation in one patch)."""
+        if not hasattr(self, "_cordon_holders"):  # a twin pickled before cordons had holders
+            self._cordon_holders: dict[str, tuple[str, ...]] = {}
+        self.cluster.node(node).unschedulable = unschedulable
+        if holders:
+            self._cordon_holders[node] = tuple(holders)
+        else:
+            self._cordon_holders.pop(node, None)
+
+    def gpu_work(self, node: str, index: int) -> list[tuple[str, str]]:
+        """What holds GPU `index` of `node`: (namespace/pod, owner) for each training rank, service replica and
+        shared pod on it, named as the node's agent attributes them (sim/gpu_holder_answers.py)."""
+        k = self.gpu(node, index)
+        out = []
+        ts = self.training
+        for j, job in enumerate(ts.jobs):
+            if job.state in (JobState.running, JobState.hung) and k in ts.ranks_of(j).tolist():
+                out.append((f"training/{job.name}-{node}", f"PyTorchJob training/{job.name}"))
+        for st in self.services:
+            if k in st.gpus.tolist():
+                out.append((f"inference/{st.service.name}-0", f"StatefulSet inference/{st.service.name}"))
+        for pod in self.pods.running_pods(node):
+            if any(c.device is not None and c.device.k == k for c in pod.containers):
+                out.append((f"{pod.namespace}/{pod.name}", f"{pod.owner_kind} {pod.namespace}/{pod.workload}"))
+        return out
+
+    def drain_gpu(self, node: str, index: int, leave: list[str] | None = None) -> list[tuple[str, str]]:
+        """Stop only the work on GPU `index` of `node` (a training job with a rank there ends whole, as a gang does;
+        its controller restarts it); pods in the `leave` namespaces keep running. The node stays schedulable.
+        Returns the (pod, owner) pairs stopped."""
+        k = self.gpu(node, index)
+        keep = set(leave or ())
+        stopped = [(pod, owner) for pod, owner in self.gpu_work(node, index) if pod.split("/", 1)[0] not in keep]
+        ts = self.training
+        if "training" not in keep:
+            for j, job in enumerate(ts.jobs):
+                if job.state in (JobState.running, JobState.hung) and k in ts.ranks_of(j).tolist():
+                    self.stop_job(job, f"evicted: GPU {index} of {node} drained")
+        if "inference" not in keep:
+            for st in [s for s in self.services if k in s.gpus.tolist()]:
+                self.gpus.allocated[st.gpus] = False
+                self.services.remove(st)
+        for pod in self.pods.running_pods(node):
+            if pod.namespace not in keep and any(c.device is not None and c.device.k == k for c in pod.containers):
+                self.pods.finish(pod, self.time, "Failed")
+        return stopped
+
     def drain(self, node: str) -> list[str]:
         """Cordon `node` and stop every job with a rank on it (their controller restarts them elsewhere)."""
         self.cluster.node(node).unschedulable = True

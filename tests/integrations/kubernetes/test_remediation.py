@@ -1,6 +1,7 @@
 """The Kubernetes backend with the official client's models, against a recording API double that stands in only for
-the network: it keeps nodes and pods as real V1 models, applies patches to them, and answers evictions the way the
-API server does (201, 404 for a gone pod, 429 while a PodDisruptionBudget forbids it)."""
+the network (tests/integrations/kubernetes/k8s_api.py): it keeps nodes and pods as real V1 models, applies patches to
+them, and answers evictions the way the API server does (201, 404 for a gone pod, 429 while a PodDisruptionBudget
+forbids it)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from typing import Any
 import pytest
 
 kube = pytest.importorskip("kubernetes.client")
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-
 from gpufleet.errors import BackendError  # noqa: E402
 from gpufleet.integrations.kubernetes.remediation import CONDITION, KubernetesBackend  # noqa: E402
 from gpufleet.model.incident import RootCause  # noqa: E402
@@ -24,6 +23,7 @@ from gpufleet.remediate.backends.base import (  # noqa: E402
     ResetsGpus,
     RunsDiagnostics,
 )
+from tests.integrations.kubernetes.k8s_api import RecordingCoreV1  # noqa: E402
 from tests.remediate.helpers import incident, policy  # noqa: E402
 
 
@@ -55,70 +55,6 @@ def _pod(
     )
 
 
-class RecordingCoreV1:
-    """Stands in for CoreV1Api's network calls; everything else (models, exceptions) is the real client's."""
-
-    def __init__(self, nodes: list[Any], pods: list[Any], pdb_refusals: dict[str, int] | None = None) -> None:
-        self.nodes = {n.metadata.name: n for n in nodes}
-        self.pods = {f"{p.metadata.namespace}/{p.metadata.name}": p for p in pods}
-        self.pdb_refusals = dict(pdb_refusals or {})  # pod -> how many 429s before the budget allows it
-        self.calls: list[tuple[str, tuple[Any, ...]]] = []
-        self.events: list[Any] = []
-
-    def list_node(self) -> Any:
-        self.calls.append(("list_node", ()))
-        return kube.V1NodeList(items=list(self.nodes.values()))
-
-    def read_node(self, name: str) -> Any:
-        self.calls.append(("read_node", (name,)))
-        if name not in self.nodes:
-            raise ApiException(status=404, reason="Not Found")
-        return self.nodes[name]
-
-    def patch_node(self, name: str, body: dict[str, Any]) -> Any:
-        self.calls.append(("patch_node", (name, body)))
-        self.nodes[name].spec.unschedulable = body["spec"]["unschedulable"]
-        return self.nodes[name]
-
-    def patch_node_status(self, name: str, body: dict[str, Any]) -> Any:
-        self.calls.append(("patch_node_status", (name, body)))
-        node = self.nodes[name]
-        for c in body["status"]["conditions"]:  # strategic merge on conditions: by type
-            node.status.conditions = [x for x in node.status.conditions if x.type != c["type"]]
-            node.status.conditions.append(kube.V1NodeCondition(type=c["type"], status=c["status"],
-                                                               reason=c["reason"], message=c["message"]))  # fmt: skip
-        return node
-
-    def list_pod_for_all_namespaces(self, field_selector: str = "", label_selector: str = "") -> Any:
-        self.calls.append(("list_pod_for_all_namespaces", (field_selector, label_selector)))
-        pods = list(self.pods.values())
-        if field_selector:
-            node = field_selector.split("=", 1)[1]
-            pods = [p for p in pods if p.spec.node_name == node]
-        if label_selector:
-            k, v = label_selector.split("=", 1)
-            pods = [p for p in pods if (p.metadata.labels or {}).get(k) == v]
-        return kube.V1PodList(items=pods)
-
-    def create_namespaced_pod_eviction(self, name: str, namespace: str, body: Any) -> Any:
-        assert isinstance(body, kube.V1Eviction) and body.metadata.name == name
-        self.calls.append(("create_namespaced_pod_eviction", (namespace, name)))
-        key = f"{namespace}/{name}"
-        if key not in self.pods:
-            raise ApiException(status=404, reason="Not Found")
-        if self.pdb_refusals.get(key, 0) > 0:
-            self.pdb_refusals[key] -= 1
-            raise ApiException(status=429, reason="Too Many Requests")
-        del self.pods[key]
-        return body
-
-    def create_namespaced_event(self, namespace: str, body: Any) -> Any:
-        assert isinstance(body, kube.CoreV1Event) and body.involved_object.kind == "Node"
-        self.calls.append(("create_namespaced_event", (namespace, body.reason)))
-        self.events.append(body)
-        return body
-
-
 def _backend(api: RecordingCoreV1, sleeps: list[float] | None = None) -> KubernetesBackend:
     return KubernetesBackend(api, sleep=(sleeps.append if sleeps is not None else lambda s: None), clock=lambda: 1000.0)
 
@@ -138,19 +74,19 @@ def _cluster(pdb: dict[str, int] | None = None) -> RecordingCoreV1:
 def test_cordon_sets_unschedulable_condition_and_event() -> None:
     api = _cluster()
     backend = _backend(api)
-    backend.cordon("gpu-0", "Xid 48 double-bit ECC")
+    backend.cordon("gpu-0", "Xid 48 double-bit ECC", "inc-1")
     assert api.nodes["gpu-0"].spec.unschedulable is True
     cond = next(c for c in api.nodes["gpu-0"].status.conditions if c.type == CONDITION)
     assert cond.status == "True" and "Xid 48" in cond.message
     assert api.events[-1].reason == "GpufleetCordon" and api.events[-1].involved_object.name == "gpu-0"
     assert backend.unavailable() == {"gpu-0"}
-    backend.uncordon("gpu-0")
-    assert api.nodes["gpu-0"].spec.unschedulable is False and backend.unavailable() == set()
+    backend.uncordon("gpu-0", "inc-1")
+    assert not api.nodes["gpu-0"].spec.unschedulable and backend.unavailable() == set()
 
 
 def test_drain_evicts_through_the_eviction_api_and_skips_daemonsets_and_static_pods() -> None:
     api = _cluster()
-    detail = _backend(api).drain("gpu-1", "GPU fell off the bus")
+    detail = _backend(api).drain("gpu-1", "GPU fell off the bus", "inc-1")
     evictions = [c[1] for c in api.calls if c[0] == "create_namespaced_pod_eviction"]
     assert sorted(evictions) == [("ml", "serve-0"), ("ml", "train-0")]
     assert "gpu-operator/dcgm-exporter-x" in api.pods and "kube-system/kube-proxy-gpu-1" in api.pods
@@ -160,7 +96,7 @@ def test_drain_evicts_through_the_eviction_api_and_skips_daemonsets_and_static_p
 def test_drain_retries_pdb_429_with_backoff() -> None:
     api = _cluster(pdb={"ml/serve-0": 2})
     sleeps: list[float] = []
-    _backend(api, sleeps).drain("gpu-1", "reason")
+    _backend(api, sleeps).drain("gpu-1", "reason", "inc-1")
     assert "ml/serve-0" not in api.pods
     assert sleeps == [5.0, 10.0]
     tries = [c for c in api.calls if c == ("create_namespaced_pod_eviction", ("ml", "serve-0"))]
@@ -171,7 +107,8 @@ def test_drain_blocked_by_pdb_is_an_error_and_the_runbook_retries(tmp_path: Path
     api = _cluster(pdb={"ml/serve-0": 100})
     pol = policy(rateLimits={}, budget={"cluster": "50%"})
     rem = Remediator(_backend(api), RemediationStore(tmp_path / "r.db"), pol, tickets=FileTicketSink(tmp_path / "t"))
-    inc = incident(RootCause.row_remap_failure, "gpu-1", gpu=2, action="CONTACT_SUPPORT", xid=64)
+    # on the node, not one GPU: a whole-node drain (GPU-scoped: test_remediation_gpu.py)
+    inc = incident(RootCause.row_remap_failure, "gpu-1", gpu=None, kind=EntityKind.node, action="CONTACT_SUPPORT")
     first = rem.apply(inc)
     assert [s.decision for s in first.steps] == ["done", "error"]
     assert "PodDisruptionBudget" in first.steps[1].reason

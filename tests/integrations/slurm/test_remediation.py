@@ -32,11 +32,11 @@ def _submit(cluster: SlurmCluster, name: str, node: str | None = None) -> str:
 
 def test_cordon_and_uncordon_read_back_with_sinfo(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
     backend = SlurmBackend(slurm_cluster.runner)
-    backend.cordon("gpu-03", "GPU XID 79 (fell off the bus)")
+    backend.cordon("gpu-03", "inc-7: GPU XID 79 (fell off the bus)", "inc-7")
     row = _sinfo_state(slurm_cluster, "gpu-03")
-    assert row.state.drained and row.reason == "GPU XID 79 (fell off the bus)"
+    assert row.state.drained and row.reason == "gpufleet[inc-7]: GPU XID 79 (fell off the bus)"
     assert backend.unavailable() == {"gpu-03"}
-    backend.uncordon("gpu-03")
+    backend.uncordon("gpu-03", "inc-7")
     assert not _sinfo_state(slurm_cluster, "gpu-03").state.drained
     slurm_cluster.wait_for(lambda: backend.unavailable() == set(), "gpu-03 to answer pings again")
     assert backend.placement()["gpu-03"].rack == "r1"
@@ -46,12 +46,37 @@ def test_drain_requeues_running_job_excluding_the_node(slurm_cluster: SlurmClust
     backend = SlurmBackend(slurm_cluster.runner)
     job_id = _submit(slurm_cluster, "train-a", node="gpu-01")
     slurm_cluster.wait_for(lambda: slurm_cluster.runner.jobs(job_id)[0].state == "RUNNING", "job to run")
-    detail = backend.drain("gpu-01", "Xid 48 double-bit ECC")
+    detail = backend.drain("gpu-01", "inc-8: Xid 48 double-bit ECC", "inc-8")
     assert job_id in detail
     slurm_cluster.wait_for(lambda: slurm_cluster.runner.jobs(job_id)[0].state == "PENDING", "job back in the queue")
     job = slurm_cluster.runner.jobs(job_id)[0]
     assert job.restarts == 1 and job.excluded == ["gpu-01"]
     assert _sinfo_state(slurm_cluster, "gpu-01").state.drained
+    slurm_cluster.reset_nodes()
+
+
+def test_an_operators_drain_is_never_resumed_by_an_incident(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
+    backend = SlurmBackend(slurm_cluster.runner)
+    slurm_cluster.runner.run(["scontrol", "update", "NodeName=gpu-02", "State=DRAIN", "Reason=PSU swap in rack r1"])
+    said = backend.cordon("gpu-02", "inc-1: uncorrectable ECC error", "inc-1")
+    assert "drained by someone else (reason: PSU swap in rack r1)" in said
+    kept = backend.uncordon("gpu-02", "inc-1")
+    assert kept == "node gpu-02 kept cordoned: drained by someone else (reason: PSU swap in rack r1)"
+    row = _sinfo_state(slurm_cluster, "gpu-02")
+    assert row.state.drained and row.reason == "PSU swap in rack r1"  # their reason, untouched
+    slurm_cluster.reset_nodes()
+
+
+def test_two_incidents_on_one_node_resume_it_only_after_both(slurm_cluster: SlurmCluster) -> None:  # noqa: F811
+    backend = SlurmBackend(slurm_cluster.runner)
+    backend.cordon("gpu-04", "inc-1: Xid 48", "inc-1")
+    backend.cordon("gpu-04", "inc-2: Xid 94", "inc-2")
+    assert _sinfo_state(slurm_cluster, "gpu-04").reason == "gpufleet[inc-1,inc-2]: Xid 94"
+    assert backend.uncordon("gpu-04", "inc-1") == "node gpu-04 kept cordoned: still held by inc-2"
+    row = _sinfo_state(slurm_cluster, "gpu-04")
+    assert row.state.drained and row.reason == "gpufleet[inc-2]: Xid 94"
+    assert "inc-2's cordon was the last" in backend.uncordon("gpu-04", "inc-2")
+    assert not _sinfo_state(slurm_cluster, "gpu-04").state.drained
     slurm_cluster.reset_nodes()
 
 

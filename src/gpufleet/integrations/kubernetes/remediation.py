@@ -1,10 +1,14 @@
 """Remediation through the Kubernetes API with the official client (the `[k8s]` extra).
 
-cordon/uncordon patch `spec.unschedulable`; drain evicts every pod on the node through the Eviction API (so
+cordon/uncordon patch `spec.unschedulable` together with the `gpufleet.io/cordoned-by` annotation (the incidents
+holding the node cordoned, gpufleet.remediate.backends.cordons) in one patch that carries the resourceVersion read,
+so two incidents never lose each other's id (the API server answers 409 to a stale one and the backend reads again); a
+node an operator cordoned stays cordoned. drain evicts every pod on the node through the Eviction API (so
 PodDisruptionBudgets are honored: a 429 answer is retried with back-off, and pods still blocked make the drain an
-error the runbook retries later); a node condition (`GpufleetRemediation`) is set with patch_node_status and every
-action is announced as an Event on the node. Node-local actions (GPU reset, reboot, power limits, port isolation,
-diag) are not API operations and raise UnsupportedActionError.
+error the runbook retries later); drain_gpu moves only the pods holding one GPU, as the node's agent reports them,
+each as its namespace's eviction mode says, and names their owners. A node condition (`GpufleetRemediation`) is set
+with patch_node_status and every action is announced as an Event on the node. Node-local actions (GPU reset, reboot,
+power limits, port isolation, diag) are not API operations and raise UnsupportedActionError.
 """
 
 from __future__ import annotations
@@ -20,14 +24,22 @@ from gpufleet.integrations.kubernetes.objects import event, eviction
 from gpufleet.remediate.backends.base import (
     Cordons,
     Drains,
+    EvictsGpuWork,
     NodeLocation,
     RemediationBackend,
     RequeuesJobs,
     UnsupportedActionError,
 )
+from gpufleet.remediate.backends.cordons import CordonChange, on_cordon, on_uncordon
+from gpufleet.remediate.config import EvictionSpec
 
 CONDITION = "GpufleetRemediation"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+CORDONED_BY = "gpufleet.io/cordoned-by"  # the incidents holding the node cordoned, comma-separated
+CONFLICT_ATTEMPTS = 5  # re-reads of a node another writer changed between our read and our patch
+# Device-plugin resources that put a GPU (or a share or MIG slice of one) in a pod; a pod asking for none of them
+# holds no GPU
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "habana.ai/gaudi")
 
 
 def _api_exception() -> type[Exception]:
@@ -36,13 +48,15 @@ def _api_exception() -> type[Exception]:
     return ApiException
 
 
-class KubernetesBackend(RemediationBackend, Cordons, Drains, RequeuesJobs):
+class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, RequeuesJobs):
     name = "kubernetes"
 
     def __init__(
         self,
         core: Any,
         *,
+        apps: Any = None,
+        batch: Any = None,
         event_namespace: str = "default",
         rack_label: str = "gpufleet.io/rack",
         leaf_label: str = "gpufleet.io/leaf",
@@ -52,9 +66,12 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, RequeuesJobs):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`core` is a kubernetes.client.CoreV1Api (or anything with its methods)."""
+        """`core` is a kubernetes.client.CoreV1Api (or anything with its methods); `apps` and `batch` (AppsV1Api,
+        BatchV1Api) read the ReplicaSets and Jobs that own evicted pods, to name their top controller."""
         kubernetes_module()  # no client installed: say so now, with the fix, not at the first action
         self.core = core
+        self.apps = apps
+        self.batch = batch
         self.event_namespace = event_namespace
         self.rack_label = rack_label
         self.leaf_label = leaf_label
@@ -66,7 +83,9 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, RequeuesJobs):
 
     @classmethod
     def from_kubeconfig(cls, context: str | None = None, **kwargs: Any) -> KubernetesBackend:
-        return cls(connect(context=context), **kwargs)
+        core = connect(context=context)
+        k8s = kubernetes_module().client
+        return cls(core, apps=k8s.AppsV1Api(), batch=k8s.BatchV1Api(), **kwargs)
 
     # --- reads ---------------------------------------------------------------------------------------------------
 
@@ -139,20 +158,52 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, RequeuesJobs):
         # The client sends a dict as a strategic merge patch: conditions merge by type, Ready and the rest stay.
         self._call("patch node status", self.core.patch_node_status, node, {"status": {"conditions": [cond]}})
 
-    def _unschedulable(self, node: str, value: bool) -> None:
-        self._call(f"patch node {node}", self.core.patch_node, node, {"spec": {"unschedulable": value}})
+    def _change_cordon(self, node: str, decide: Callable[[bool, tuple[str, ...]], CordonChange]) -> CordonChange:
+        """Read the node, decide, and write schedulability and holders in one patch that carries the
+        resourceVersion read: if anyone wrote the node meanwhile the API server refuses it (409) and we decide
+        again on what is there now."""
+        api_exc = _api_exception()
+        for _ in range(CONFLICT_ATTEMPTS):
+            current = self._node(node)
+            meta = current.metadata
+            held = (meta.annotations or {}).get(CORDONED_BY, "")
+            holders = tuple(h for h in held.split(",") if h)
+            change = decide(bool(current.spec and current.spec.unschedulable), holders)
+            if not change.write:
+                return change
+            body = {
+                "metadata": {
+                    "resourceVersion": meta.resource_version,
+                    # null removes the annotation (merge patch)
+                    "annotations": {CORDONED_BY: ",".join(change.holders) or None},
+                },
+                "spec": {"unschedulable": change.unschedulable},
+            }
+            try:
+                self.core.patch_node(node, body)
+                return change
+            except api_exc as exc:
+                if getattr(exc, "status", None) != 409:
+                    status, why = getattr(exc, "status", ""), getattr(exc, "reason", exc)
+                    raise BackendError(f"Kubernetes patch node {node} failed: {status} {why}") from None
+        raise BackendError(
+            f"node {node} kept changing while gpufleet wrote its cordon ({CONFLICT_ATTEMPTS} conflicts)",
+            fix="the runbook retries on the next apply",
+        )
 
-    def cordon(self, node: str, reason: str) -> str:
-        self._unschedulable(node, True)
-        self._condition(node, True, "Cordoned", reason)
-        self._event(node, "GpufleetCordon", f"cordoned: {reason}")
-        return f"node {node} cordoned"
+    def cordon(self, node: str, reason: str, incident: str | None) -> str:
+        change = self._change_cordon(node, lambda u, h: on_cordon(node, u, h, incident))
+        if change.write:
+            self._condition(node, True, "Cordoned", reason)
+            self._event(node, "GpufleetCordon", f"cordoned: {reason}")
+        return change.detail
 
-    def uncordon(self, node: str) -> str:
-        self._unschedulable(node, False)
-        self._condition(node, False, "Recovered", "returned to service")
-        self._event(node, "GpufleetUncordon", "returned to service", type_="Normal")
-        return f"node {node} uncordoned"
+    def uncordon(self, node: str, incident: str | None) -> str:
+        change = self._change_cordon(node, lambda u, h: on_uncordon(node, u, h, incident))
+        if change.write and not change.unschedulable:
+            self._condition(node, False, "Recovered", "returned to service")
+            self._event(node, "GpufleetUncordon", change.detail, type_="Normal")
+        return change.detail
 
     def _pods_on(self, node: str) -> list[Any]:
         pods = self._call(
@@ -198,8 +249,8 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, RequeuesJobs):
                 self.sleep(self.eviction_backoff_s * (2**attempt))
         return evicted, [f"{p.metadata.namespace}/{p.metadata.name}" for p in pending]
 
-    def drain(self, node: str, reason: str) -> str:
-        self._unschedulable(node, True)
+    def drain(self, node: str, reason: str, incident: str | None) -> str:
+        cordoned = self._change_cordon(node, lambda u, h: on_cordon(node, u, h, incident))
         self._condition(node, True, "Drained", reason)
         evicted, blocked = self._evict(self._pods_on(node))
         if blocked:
@@ -211,7 +262,116 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, RequeuesJobs):
                 fix="the runbook retries on the next apply; or relax the budget",
             )
         self._event(node, "GpufleetDrain", f"drained ({reason}); evicted {len(evicted)} pods")
-        return f"node {node} drained; evicted {', '.join(evicted) or 'no pods'}"
+        return f"{cordoned.detail}; drained; evicted {', '.join(evicted) or 'no pods'}"
+
+    # --- GPU-scoped drain ----------------------------------------------------------------------------------------
+
+    def _requests_gpu(self, pod: Any) -> bool:
+        for c in [*(pod.spec.containers or []), *(pod.spec.init_containers or [])] if pod.spec else []:
+            res = c.resources
+            wanted = {**((res.limits or {}) if res else {}), **((res.requests or {}) if res else {})}
+            if any(k.startswith((self.gpu_resource, *GPU_RESOURCE_PREFIXES)) for k in wanted):
+                return True
+        return False
+
+    def _gpu_pods(self, node: str, index: int, pods: list[Any]) -> tuple[list[Any], str]:
+        """The pods on GPU `index`, and how we know. The agent names a GPU's holder when one pod holds it whole;
+        when it names none, a GPU pod it placed on no GPU (a shared GPU's pods, or a node it has not reported) may
+        be on this one, so those go too: a faulty GPU's work never stays for want of attribution."""
+        key = lambda p: f"{p.metadata.namespace}/{p.metadata.name}"  # noqa: E731
+        holders = self.gpu_holders(node) if self.gpu_holders is not None else None
+        gpu_pods = [p for p in pods if self._requests_gpu(p)]
+        if holders is None:
+            return gpu_pods, "the node's agent has not said which pod holds which GPU: every GPU pod on the node"
+        holder = holders.get(index, "")
+        if holder:
+            return [p for p in pods if key(p) == holder], f"the node's agent names {holder} as GPU {index}'s holder"
+        placed = {h for h in holders.values() if h}
+        unplaced = [p for p in gpu_pods if key(p) not in placed]
+        if unplaced:
+            return unplaced, f"no one pod holds GPU {index} whole: every GPU pod the agent places on no GPU"
+        return [], f"the node's agent reports GPU {index} free"
+
+    def _owner(self, pod: Any) -> str:
+        """The pod's top controller, following ownerReferences through the API (a ReplicaSet's own references name
+        its Deployment, a Job's its CronJob); "" for a bare pod."""
+        meta, ns = pod.metadata, pod.metadata.namespace
+        owner = ""
+        refs = meta.owner_references or []
+        for _ in range(4):  # Deployment -> ReplicaSet -> Pod is the deepest built-in chain
+            ref = next((r for r in refs if r.controller), refs[0] if refs else None)
+            if ref is None:
+                break
+            owner = f"{ref.kind} {ns}/{ref.name}"
+            try:
+                if ref.kind == "ReplicaSet" and self.apps is not None:
+                    refs = self.apps.read_namespaced_replica_set(ref.name, ns).metadata.owner_references or []
+                elif ref.kind == "Job" and self.batch is not None:
+                    refs = self.batch.read_namespaced_job(ref.name, ns).metadata.owner_references or []
+                else:
+                    break
+            except _api_exception():
+                break  # gone or not ours to read: the nearest owner is what we know
+        return owner
+
+    def _leave(self, pod: Any, index: int, node: str, reason: str) -> None:
+        """Tell the pod's owner (an Event on the pod) that it runs on a faulty GPU and was left there on purpose."""
+        meta = pod.metadata
+        body = event(
+            kind="Pod",
+            name=meta.name,
+            namespace=meta.namespace,
+            involved_namespace=meta.namespace,
+            uid=meta.uid,
+            reason="GpufleetFaultyGpu",
+            message=f"GPU {index} of {node} is faulty ({reason}); left running by policy: move the work off it",
+            component="gpufleet-remediate",
+            when=datetime.fromtimestamp(self.clock(), UTC),
+        )
+        self._call("create event", self.core.create_namespaced_event, meta.namespace, body)
+
+    def _delete(self, pod: Any, grace: int) -> None:
+        c = kubernetes_module().client
+        meta = pod.metadata
+        try:
+            self.core.delete_namespaced_pod(
+                meta.name, meta.namespace, body=c.V1DeleteOptions(grace_period_seconds=grace)
+            )
+        except _api_exception() as exc:
+            if getattr(exc, "status", None) != 404:  # already gone is what we wanted
+                status, why = getattr(exc, "status", ""), getattr(exc, "reason", exc)
+                raise BackendError(f"deleting {meta.namespace}/{meta.name} failed: {status} {why}") from None
+
+    def drain_gpu(self, node: str, index: int, reason: str, eviction: EvictionSpec) -> str:
+        pods = self._pods_on(node)
+        targets, how = self._gpu_pods(node, index, pods)
+        by_mode: dict[str, list[Any]] = {"evict": [], "delete": [], "leave": []}
+        for pod in targets:
+            by_mode[eviction.mode(pod.metadata.namespace)].append(pod)
+        for pod in by_mode["delete"]:
+            self._delete(pod, eviction.delete_grace_period)
+        for pod in by_mode["leave"]:
+            self._leave(pod, index, node, reason)
+        evicted, blocked = self._evict(by_mode["evict"])
+        owners = {f"{p.metadata.namespace}/{p.metadata.name}": self._owner(p) for p in targets}
+        named = lambda keys: ", ".join(f"{k} ({owners[k]})" if owners.get(k) else k for k in keys)  # noqa: E731
+        done = [f"evicted {named(sorted(evicted))}"] if evicted else []
+        deleted = [f"{p.metadata.namespace}/{p.metadata.name}" for p in by_mode["delete"]]
+        left = [f"{p.metadata.namespace}/{p.metadata.name}" for p in by_mode["leave"]]
+        if deleted:
+            done.append(f"deleted {named(deleted)} (grace {eviction.delete_grace_period}s)")
+        if left:
+            done.append(f"left {named(left)} running, owner told")
+        kept = len(pods) - len(targets)
+        summary = f"GPU {index} of {node}: {'; '.join(done) or 'no pods to move'}; {kept} other pod(s) kept ({how})"
+        if blocked:
+            self._event(node, "GpufleetDrainBlocked", f"GPU {index}: eviction blocked by a PodDisruptionBudget")
+            raise BackendError(
+                f"{summary}; {named(blocked)} held by a PodDisruptionBudget",
+                fix="the runbook retries on the next apply; or relax the budget",
+            )
+        self._event(node, "GpufleetGpuDrain", f"{summary} [{reason}]")
+        return summary
 
     def requeue_job(self, job: str, exclude: list[str]) -> str:
         """Evict the job's pods (label job-name=<job>, as batch Jobs set it) from the excluded nodes; with those

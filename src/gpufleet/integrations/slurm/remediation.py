@@ -2,14 +2,21 @@
 `scontrol reboot`. Slurm has no separate cordon: a DRAIN state takes no new jobs and lets running ones finish, which
 is a cordon; our drain also requeues the jobs running there, excluding the node.
 
+Whose drain a node's DRAIN is shows in its reason: gpufleet writes `gpufleet[inc-1,inc-2]: what happened`, the
+incidents holding the node out (gpufleet.remediate.backends.cordons). A node an operator drained with a reason of
+their own is never resumed by an incident, and its reason is never overwritten; an incident's uncordon resumes the node
+only when it was the last one holding it.
+
 Actions that need the node itself (GPU reset, power limits, port isolation) are not something the controller can
 do, so the backend lacks those capabilities: the runbook stops with the node drained and the audit log says why.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
+from collections.abc import Callable
 
 from gpufleet.errors import NotFoundError
 from gpufleet.integrations.slurm.client import SlurmJob, SlurmNode, SlurmRunner
@@ -24,11 +31,26 @@ from gpufleet.remediate.backends.base import (
     RunsDiagnostics,
     UnsupportedActionError,
 )
+from gpufleet.remediate.backends.cordons import CordonChange, on_cordon, on_uncordon
+
+_OURS = re.compile(r"^gpufleet\[([^\]]*)\]:?\s*(.*)$")
 
 
 def _reason(text: str) -> str:
     # scontrol takes the reason as one argv word; keep it printable and short.
     return " ".join(text.split())[:200] or "gpufleet remediation"
+
+
+def _owned(reason: str) -> tuple[tuple[str, ...], str] | None:
+    """(holders, what happened) from a drain reason gpufleet wrote; None for anyone else's."""
+    m = _OURS.match(reason.strip())
+    if m is None:
+        return None
+    return tuple(h for h in m.group(1).split(",") if h), m.group(2)
+
+
+def _owned_reason(holders: tuple[str, ...], text: str) -> str:
+    return _reason(f"gpufleet[{','.join(holders)}]: {text}")
 
 
 class SlurmBackend(RemediationBackend, Cordons, Drains, RebootsNodes, RunsDiagnostics, RequeuesJobs):
@@ -65,26 +87,48 @@ class SlurmBackend(RemediationBackend, Cordons, Drains, RebootsNodes, RunsDiagno
     def _update_node(self, node: str, *fields: str) -> None:
         self.runner.run(["scontrol", "update", f"NodeName={node}", *fields])
 
-    def cordon(self, node: str, reason: str) -> str:
-        self._update_node(node, "State=DRAIN", f"Reason={_reason(reason)}")
-        return f"node {node} set to DRAIN (no new jobs): {_reason(reason)}"
+    def _change(
+        self, node: str, incident: str | None, reason: str, decide: Callable[..., CordonChange]
+    ) -> CordonChange:
+        """Decide on the node as slurmctld has it and write the result: DRAIN with gpufleet's reason naming the
+        holders, or RESUME. A person's DRAIN (incident None) keeps the reason they gave."""
+        current = self.runner.node(node)
+        owned = _owned(current.reason) if current.state.drained else None
+        holders, said = owned if owned is not None else ((), "")
+        foreign = f"drained by someone else (reason: {current.reason or 'none given'})"
+        change = decide(node, current.state.drained, holders, incident, foreign=foreign)
+        if not change.write:
+            return change
+        if not change.unschedulable:
+            self._update_node(node, "State=RESUME")
+        elif incident is None and not change.holders:
+            self._update_node(node, "State=DRAIN", f"Reason={_reason(reason)}")
+        else:
+            text = reason.removeprefix(f"{incident}:").strip() if incident and reason else said
+            self._update_node(node, "State=DRAIN", f"Reason={_owned_reason(change.holders, text or said)}")
+        return change
 
-    def uncordon(self, node: str) -> str:
-        self._update_node(node, "State=RESUME")
-        return f"node {node} resumed"
+    def cordon(self, node: str, reason: str, incident: str | None) -> str:
+        return self._change(node, incident, reason, on_cordon).detail
+
+    def uncordon(self, node: str, incident: str | None) -> str:
+        return self._change(node, incident, "", on_uncordon).detail
 
     def _jobs_on(self, node: str) -> list[SlurmJob]:
         return [j for j in self.runner.jobs() if node in j.nodes and j.state in ("RUNNING", "SUSPENDED", "CONFIGURING")]
 
-    def drain(self, node: str, reason: str) -> str:
-        self._update_node(node, "State=DRAIN", f"Reason={_reason(reason)}")
+    def drain(self, node: str, reason: str, incident: str | None) -> str:
+        drained = self._change(node, incident, reason, on_cordon)
         moved = [self._requeue(job, [node]) for job in self._jobs_on(node)]
-        return f"node {node} set to DRAIN; requeued jobs: {', '.join(moved) or 'none'}"
+        return f"{drained.detail}; requeued jobs: {', '.join(moved) or 'none'}"
 
     def reboot_node(self, node: str, reason: str) -> str:
         # ASAP: no new jobs, reboot once idle. No nextstate (Slurm only offers RESUME or DOWN): the DRAIN flag the
-        # runbook set before survives the reboot, so the node stays out until its diag passes and uncordons it.
-        self.runner.run(["scontrol", "reboot", "ASAP", f"reason={_reason(reason)}", node])
+        # runbook set before survives the reboot, so the node stays out until its diag passes and uncordons it. The
+        # reboot's reason becomes the node's: a drain gpufleet holds keeps its holders in it
+        current = self.runner.node(node).reason
+        said = current if _owned(current) is not None else _reason(reason)
+        self.runner.run(["scontrol", "reboot", "ASAP", f"reason={said}", node])
         return f"node {node} reboot requested (ASAP; stays drained afterwards)"
 
     def run_diag(self, node: str, level: int) -> DiagResult:

@@ -4,9 +4,14 @@ backend can do to a node or a job."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpufleet.errors import BackendError
+
+if TYPE_CHECKING:
+    from gpufleet.remediate.config import EvictionSpec
 
 
 class UnsupportedActionError(BackendError):
@@ -74,16 +79,41 @@ class RemediationBackend(ABC):
 
 
 class Cordons(ABC):
-    @abstractmethod
-    def cordon(self, node: str, reason: str) -> str: ...
+    """Takes a node out of scheduling and returns it, remembering whose cordon it is (gpufleet.remediate.backends.
+    cordons): `incident` is the incident taking the node out or returning it, None for a person acting through the
+    API. A node already cordoned by someone else stays theirs, and an incident's uncordon returns the node only when
+    its cordon was the last one holding it."""
 
     @abstractmethod
-    def uncordon(self, node: str) -> str: ...
+    def cordon(self, node: str, reason: str, incident: str | None) -> str: ...
+
+    @abstractmethod
+    def uncordon(self, node: str, incident: str | None) -> str:
+        """`incident` None: a person returns the node whoever cordoned it (their call; the control plane audits
+        it)."""
 
 
 class Drains(ABC):
     @abstractmethod
-    def drain(self, node: str, reason: str) -> str: ...
+    def drain(self, node: str, reason: str, incident: str | None) -> str:
+        """Cordon the node (recorded as `incident`'s, as `Cordons.cordon`) and move all its work away."""
+
+
+# Who holds each GPU of a node now, as its agent reports it (MetricSnapshot.held): GPU index -> "namespace/pod", ""
+# for a GPU no one pod holds whole (free, or shared by several through time-slicing, MPS or MIG). None when the node's
+# agent has not reported it. The control plane hands one to a backend that evicts per GPU.
+GpuHolders = Callable[[str], "dict[int, str] | None"]
+
+
+class EvictsGpuWork(ABC):
+    """Evicts only the work on one GPU and leaves the node's other work running: the drain for a fault confined to
+    one GPU (the engine decides the scope, gpufleet.remediate.scope). The node is not cordoned by it; a runbook that
+    wants that says so with its own cordon step."""
+
+    gpu_holders: GpuHolders | None = None
+
+    @abstractmethod
+    def drain_gpu(self, node: str, index: int, reason: str, eviction: EvictionSpec) -> str: ...
 
 
 class ResetsGpus(ABC):
