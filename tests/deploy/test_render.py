@@ -102,6 +102,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
         },
     },
     "no-attribution": {"agent": {"attribution": {"enabled": False}}},
+    "node-actions": {
+        "agent": {
+            "nodeActions": {"enabled": True, "commands": {"reset-gpu": "nvidia-smi -r -i {gpu}"}},
+            "token": {"enroll": False},
+        }
+    },
     "cost-config": {
         "cost": {
             "config": {
@@ -871,3 +877,16 @@ def test_an_invalid_rendered_object_is_refused_with_its_field_and_a_hint() -> No
         raised.value.message
     )
     assert "'dataa' -> 'data'" in (raised.value.fix or "")
+
+
+def test_node_actions_make_a_privileged_agent_that_names_its_commands() -> None:
+    on = find(objects(VARIANTS["node-actions"]), "DaemonSet")["spec"]["template"]["spec"]
+    agent = on["containers"][0]
+    assert on["hostPID"] is True and agent["securityContext"]["privileged"] is True
+    assert "--action-command=reboot-node=nsenter --target 1 --mount --uts --ipc --net --pid -- systemctl reboot" in (
+        agent["args"]
+    )
+    assert "--action-command=reset-gpu=nvidia-smi -r -i {gpu}" in agent["args"] and "--no-enroll" in agent["args"]
+    off = find(objects({}), "DaemonSet")["spec"]["template"]["spec"]
+    assert "hostPID" not in off and off["containers"][0]["securityContext"]["privileged"] is False
+    assert "--no-node-actions" in off["containers"][0]["args"] and "--no-enroll" not in off["containers"][0]["args"]

@@ -174,6 +174,7 @@ def host_agent(
     bmc: BmcOptions | None = BmcOptions(),
     dcgm: DcgmTarget | str | None = "auto",
     action_commands: Commands | None = None,
+    enroll: bool = True,
 ) -> Agent:
     """`cost`: the cost config its idle-cost series is priced with (default: the catalog's list prices), the one
     `gpufleet cost report` reads, so the series, the alert and the report agree. `bmc`: how the node's BMC is read
@@ -219,6 +220,7 @@ def host_agent(
         scheduler=scheduler,
         bmc=BmcWatch(name, IpmiTool(timeout_s=bmc.timeout_s), interval_s=bmc.interval_s) if bmc is not None else None,
         action_commands=action_commands,
+        enroll=enroll,
     )
     if scrape is not None:
         agent.stoppers.insert(0, scrape)

@@ -16,6 +16,7 @@ from gpufleet.agent.actions import Commands, NodeActionRunner, NodeFacts
 from gpufleet.agent.bmc import BmcWatch
 from gpufleet.agent.collector import Collector, MetricSource
 from gpufleet.agent.edge import EdgeAgent
+from gpufleet.agent.enroll import NodeToken
 from gpufleet.agent.http import make_server, serve_in_thread
 from gpufleet.agent.kernel import KernelLog, MemoryPositions, Positions
 from gpufleet.agent.pusher import BatchPusher, NodeState
@@ -105,6 +106,7 @@ def assemble(
     stoppers: list[Stoppable] | None = None,
     bmc: BmcWatch | None = None,
     action_commands: Commands | None = None,
+    enroll: bool = True,
 ) -> Agent:
     """An agent for `node`. It serves /metrics, the Xids of `kernel_log` (None: not followed) and the BMC's sensors
     (`bmc`, read in its own thread) among them; with a control plane it also detects at the edge, hands the kernel
@@ -134,7 +136,8 @@ def assemble(
         )
     state = NodeState()
     runner = NodeActionRunner(data_dir / f"actions-{node}", node, _facts(state), action_commands)
-    pusher = BatchPusher(spool, state, control_plane, token, agent=node, node=node, interval=interval, actions=runner)
+    own = NodeToken(data_dir / f"token-{node}", token, control_plane, node, enroll=enroll)
+    pusher = BatchPusher(spool, state, control_plane, own, agent=node, node=node, interval=interval, actions=runner)
     runner.wake = pusher.wake
     edge = EdgeAgent(
         node,

@@ -221,6 +221,18 @@ def agent(
         "-pl {watts}', restart-service 'systemctl restart {service}', diag 'dcgmi diag -r {level}'; reboot-node has "
         "none (e.g. reboot-node='systemctl reboot'). Repeatable.",
     ),
+    node_actions: bool = typer.Option(
+        True,
+        "--node-actions/--no-node-actions",
+        help="With --control-plane: carry out the node actions the control plane asks for (see --action-command); "
+        "off, the agent offers none.",
+    ),
+    enroll: bool = typer.Option(
+        True,
+        "--enroll/--no-enroll",
+        help="With --control-plane and a shared agent token: ask once for a token bound to this node, kept in "
+        "--data-dir, and push with it (node actions go only to an agent whose token is bound to its node).",
+    ),
 ) -> None:
     """Collect GPU and fabric telemetry and serve it as dcgm-exporter does; with --control-plane, also run the node's
     detectors and report what they find, the kernel log's GPU faults and the node's inventory; with --workload, also
@@ -324,7 +336,8 @@ def agent(
             cost=cost,
             bmc=_bmc_options(bmc_interval, bmc_timeout, BmcOptions) if bmc else None,
             dcgm=dcgm_target,
-            action_commands=_action_commands(action_command),
+            action_commands=_action_commands(action_command) if node_actions else _no_actions(),
+            enroll=enroll,
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last
@@ -428,3 +441,9 @@ def _action_commands(given: list[str]) -> Any:
         else:
             commands.by_kind.pop(which, None)
     return commands
+
+
+def _no_actions() -> Any:
+    from gpufleet.agent.actions import Commands
+
+    return Commands({}, None, None)

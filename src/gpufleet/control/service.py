@@ -12,6 +12,7 @@ order of `gpufleet.locks`: this plane's lock before the database's, so a transac
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -26,6 +27,7 @@ from gpufleet.control.fabric import FabricService, parse_end
 from gpufleet.control.fleet import FleetState
 from gpufleet.control.gpu_use import GpuUseRecorder
 from gpufleet.control.metrics import MetricRecorder
+from gpufleet.control.node_actions import NodeActionQueue
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.replicas import Replication
 from gpufleet.control.store import StateStore
@@ -38,6 +40,7 @@ from gpufleet.health.preflight import preflight_finding
 from gpufleet.health.thresholds import Thresholds, load_thresholds
 from gpufleet.locks import ordered_lock
 from gpufleet.model import Incident, IncidentState, Severity
+from gpufleet.model.actions import NodeAction, NodeActionKind
 from gpufleet.model.fabric_facts import FabricFacts
 from gpufleet.model.observation import Entity, EntityKind
 from gpufleet.model.observe import Ack, Batch, Finding, KernelReport, Record
@@ -52,6 +55,7 @@ from gpufleet.remediate.backends.base import (
 )
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.state import Database
+from gpufleet.state.node_actions import ActionRow
 from gpufleet.state.tokens import Role, Token, TokenStore
 from gpufleet.telemetry.monitoring.objectives import SloConfig
 from gpufleet.telemetry.store import EmbeddedStore, RemoteStore
@@ -169,6 +173,9 @@ class ControlPlane:
         self._owners = self.store.stream_owners()  # stream -> the token that opened it
         self._replay_said: set[tuple[str, str]] = set()
         self.tokens = TokenStore(db)
+        # node-local actions (GPU reset, reboot, ...) for the nodes' own agents, handed out with their acks
+        self.node_actions = NodeActionQueue(db, clock=clock, backend=backend.name)
+        self.node_actions.on_result.append(self._node_action_finished)
         self._remediation_mode, self._remediator = remediation, remediator
         self.remediation = RemediationDriver(self, remediation, remediator if self.leader else None)
         self._synced_at = -np.inf
@@ -261,7 +268,34 @@ class ControlPlane:
             self.batches += 1
         if replayed:
             self._said_replayed(batch, replayed)
-        return Ack(top, len(new), len(batch.records) - len(new))
+        taken, actions = self.node_actions.exchange(batch, pusher)
+        return Ack(top, len(new), len(batch.records) - len(new), taken, actions)
+
+    def _node_action_finished(self, row: ActionRow) -> None:
+        """A node action's result came: the runbook that asked for it goes on at the next turn, not in 30 s."""
+        if row.action.incident:
+            self.remediation.wake(row.action.incident)
+
+    def node_check(self, node: str) -> str | None:
+        """Whether a node is back as its inventory has it, for a return to service: None when every GPU its
+        inventory lists answers in its latest snapshot and no GPU source is down; otherwise what is missing."""
+        with self.lock:
+            state = self.fleet.nodes.get(node)
+            if state is None or state.inventory is None:
+                return f"the control plane has no inventory of {node}"
+            if state.lost:
+                return f"{node}'s agent has gone silent"
+            listed = {g.index for g in state.inventory.gpus}
+            metrics = state.metrics
+            answering = set(metrics.gpus) if metrics is not None else set()
+            down = dict(metrics.sources_down) if metrics is not None else {}
+        missing = sorted(listed - answering)
+        if missing:
+            return f"{len(missing)} of {len(listed)} GPUs do not answer on {node} ({', '.join(map(str, missing))})"
+        gpu_down = {s: why for s, why in down.items() if s in ("nvml", "amdsmi", "hlml")}
+        if gpu_down:
+            return "; ".join(f"{node}'s {s} source is down: {why}" for s, why in gpu_down.items())
+        return None
 
     def _authorize(self, batch: Batch, pusher: Token | None, new: list[Record], last: int, owner: str | None) -> None:
         """Who may push what: an agent token bound to a node pushes for that node only; a node with a token of its
@@ -708,9 +742,51 @@ class ControlPlane:
             act = lambda: backend.drain(node, why, None)  # noqa: E731
         elif verb == "reset" and isinstance(backend, ResetsGpus):
             act = lambda: backend.reset_gpu(node, gpu)  # type: ignore[arg-type]  # noqa: E731
+        elif verb == "reset" and self.node_actions.serves(node, NodeActionKind.reset_gpu) is None:
+            # the backend cannot reach the GPU (Kubernetes): the node's own agent can
+            return self.agent_action(
+                actor, node, NodeActionKind.reset_gpu, gpu=gpu, reason=why, dry_run=dry_run, request=request
+            )["result"]
         elif verb not in ("cordon", "uncordon", "drain", "reset"):
             raise UserError(f"unknown action {verb!r}", fix="use cordon, uncordon, drain or reset")
         return self._act(actor, verb, target, node, act, dry_run, request)
+
+    def agent_action(
+        self,
+        actor: str,
+        node: str,
+        kind: NodeActionKind,
+        *,
+        gpu: int | None = None,
+        fraction: float | None = None,
+        level: int | None = None,
+        service: str | None = None,
+        reason: str = "",
+        deadline_s: float = 900.0,
+        dry_run: bool = False,
+        request: str = "",
+    ) -> dict[str, Any]:
+        """A person's node action for the node's own agent (model/actions.py): checked (the node, its GPU, that its
+        agent takes the kind), queued, and carried out when the agent next pushes. Returns its row."""
+        state = self.fleet.node(node)
+        if gpu is not None:
+            known = {g.index for g in state.inventory.gpus} if state.inventory else set()
+            if gpu not in known:
+                raise NotFoundError(f"{node} has no GPU {gpu}", fix=f"its GPUs: {sorted(known)}")
+        why = self.node_actions.serves(node, kind)
+        if why is not None:
+            raise UserError(f"cannot ask {node} to {kind}: {why}", fix="start or upgrade the node's agent")
+        now = self.clock()
+        action = NodeAction(
+            id=f"manual-{secrets.token_hex(6)}", kind=kind, node=node, deadline=now + deadline_s, gpu=gpu,
+            fraction=fraction, level=level, service=service, reason=reason or f"{kind} by {actor}",  # type: ignore[arg-type]
+        )  # fmt: skip
+        if dry_run:
+            self.audit(actor, f"agent-{kind}", node, f"would queue: {action.describe()}", request, dry_run=True)
+            return {"id": action.id, "state": "would", "result": f"would queue {action.describe()}"}
+        self.node_actions.request(action, actor)
+        self.store.add_event(now, "action", f"node/{node}", f"{actor}: queued {action.describe()}", node)
+        return {"id": action.id, "state": "queued", "result": f"queued {action.describe()} as {action.id}"}
 
     def job_action(
         self, actor: str, verb: str, job: str, exclude: list[str], *, dry_run: bool = False, request: str = ""

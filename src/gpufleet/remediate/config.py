@@ -108,6 +108,36 @@ class TicketSpec(Manifest):
         return self
 
 
+def _default_deadlines() -> dict[ActionKind, float]:
+    return {
+        ActionKind.reset_gpu: 900.0,
+        ActionKind.power_cap: 900.0,
+        ActionKind.restart_service: 900.0,
+        ActionKind.reboot_node: 1800.0,
+        ActionKind.diag: 3600.0,
+    }
+
+
+class NodeActionSpec(Manifest):
+    """Node-local actions (GPU reset, reboot, power cap, service restart, diagnostics) carried out by the node's own
+    agent: queued by the control plane, pulled by the agent with its next push (model/actions.py).
+
+    `route: auto` sends them to the agent when the backend cannot do them itself (Kubernetes); `agent` always does
+    (the twin then acts through its nodes' agents, as real nodes would). An action the agent has not begun within
+    its deadline is not begun at all."""
+
+    route: Literal["auto", "agent"] = "auto"
+    deadline: dict[ActionKind, Duration] = Field(default_factory=_default_deadlines)
+
+
+class RmaSpec(Manifest):
+    """A GPU that needed a reset (or a node that needed a reboot) `after` times within `window` goes to RMA
+    instead of being reset again: faults that come back after every recovery are the hardware's."""
+
+    after: int = Field(3, ge=1)
+    window: Duration = 7 * 86400.0
+
+
 EvictionMode = Literal["evict", "delete", "leave"]
 
 
@@ -131,6 +161,8 @@ class EvictionSpec(Manifest):
 
 class RemediationBody(Manifest):
     dry_run: bool = False
+    node_actions: NodeActionSpec = Field(default_factory=NodeActionSpec)
+    rma: RmaSpec = Field(default_factory=RmaSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     breaker: BreakerSpec = Field(default_factory=BreakerSpec)
     rate_limits: dict[ActionKind, RateLimitSpec] = Field(default_factory=_default_rate_limits)

@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.catalog.vendors import get_vendor
 from gpufleet.errors import BackendError, NotFoundError, UserError
+from gpufleet.model.actions import NodeAction, NodeActionKind, Outcome
 from gpufleet.model.incident import Incident, Severity
 from gpufleet.model.observation import Entity, EntityKind
 from gpufleet.remediate.backends.base import (
@@ -38,6 +39,7 @@ from gpufleet.remediate.safety import breaker_verdict, budget_refusal, rate_limi
 from gpufleet.remediate.scope import drain_scope
 from gpufleet.remediate.store import FINAL_OUTCOMES, UNCONFIRMED, BreakerState, RemediationStore, StepRecord
 from gpufleet.remediate.tickets import Ticket, TicketSink
+from gpufleet.state.node_actions import ActionRow
 
 Mode = Literal["plan", "dry-run", "apply"]
 
@@ -78,7 +80,45 @@ INSTEAD: dict[ActionKind, str] = {
     ActionKind.power_cap: "run nvidia-smi -pl on the node (or a node agent)",
     ActionKind.isolate_port: "isolate it in the fabric manager (UFM)",
     ActionKind.requeue_job: "requeue the job in its scheduler",
+    ActionKind.restart_service: "restart it on the node (systemctl restart SERVICE)",
 }
+
+# Runbook actions a node's own agent can carry out (model/actions.py), when the backend cannot or the policy routes
+# them there.
+ON_NODE: dict[ActionKind, NodeActionKind] = {
+    ActionKind.reset_gpu: NodeActionKind.reset_gpu,
+    ActionKind.reboot_node: NodeActionKind.reboot_node,
+    ActionKind.power_cap: NodeActionKind.power_cap,
+    ActionKind.restart_service: NodeActionKind.restart_service,
+    ActionKind.diag: NodeActionKind.diag,
+}
+# What a backend needs to do each of those itself.
+_BACKEND_CAN: dict[ActionKind, type] = {
+    ActionKind.reset_gpu: ResetsGpus,
+    ActionKind.reboot_node: RebootsNodes,
+    ActionKind.power_cap: CapsPower,
+    ActionKind.diag: RunsDiagnostics,
+}
+MAX_AGENT_ATTEMPTS = 5  # a node action refused or expired is asked again this often, each under a new id
+ACTOR_NAME = "remediation"
+QUEUED = "queued"  # handed to the node's agent; the runbook waits for its result
+ESCALATED = "escalated"  # a repeat recovery sent to RMA instead; the runbook ends there
+
+
+class NodeAgents(Protocol):
+    """The control plane's queue of node actions (control/node_actions.py)."""
+
+    def serves(self, node: str, kind: NodeActionKind) -> str | None:
+        """None if the node's agent can take `kind` now; otherwise why not."""
+
+    def request(self, action: NodeAction, requested_by: str) -> ActionRow: ...
+
+    def status(self, action_id: str) -> ActionRow | None: ...
+
+
+class NodeCheck(Protocol):
+    def __call__(self, node: str) -> str | None:
+        """None when the node's GPUs and NVLinks are all back as its inventory has them; otherwise what is not."""
 
 
 class FabricPorts(Protocol):
@@ -96,8 +136,12 @@ class Remediator:
         tickets: TicketSink | None = None,
         fabric: FabricPorts | None = None,
         port_isolation: IsolatesFabricPorts | None = None,
+        node_agents: NodeAgents | None = None,
+        node_check: NodeCheck | None = None,
     ) -> None:
         self.backend = backend
+        self.node_agents = node_agents  # node-local actions through the nodes' own agents
+        self.node_check = node_check  # the control plane's view of a node's GPUs and links, for return to service
         self.fabric = fabric  # which switch port isolates an incident's port or cable
         self.port_isolation = port_isolation  # when the backend cannot (the real tools, where allowed)
         self.store = store
@@ -222,6 +266,22 @@ class Remediator:
         node_coming_back = False  # plan/dry-run: an earlier step would reboot the node
         for step in runbook.spec.steps:
             rec = books.step(incident.id, step.id)
+            if rec is not None and rec.outcome == ESCALATED:
+                report.steps.append(StepDecision(step.id, step.action.value, rec.target, "done-earlier", rec.detail))
+                break
+            if rec is not None and rec.outcome == QUEUED and mode == "apply":
+                d, stop = self._poll(incident, step, rec)
+                outcomes[step.id] = d.decision
+                report.steps.append(d)
+                if (rec.outcome, rec.detail) != (d.decision, d.reason):
+                    self._audit(mode, books, incident, runbook.name, d)
+                    books.record_step(
+                        StepRecord(incident.id, step.id, rec.action, rec.target, d.decision, self.backend.now(),
+                                   d.reason)
+                    )  # fmt: skip
+                if stop:
+                    break
+                continue
             if rec is not None and rec.outcome in UNCONFIRMED and mode == "apply":
                 # begun by a control plane that stopped before it saw the result (a leader that died): acting
                 # again could do it twice, so a person finishes it
@@ -347,8 +407,17 @@ class Remediator:
         deferral = rate_limit_deferral(step.action.value, self.policy.spec.rate_limits.get(step.action), recent, now)
         if deferral:
             return decided("deferred", deferral, stop=True)
+        repeats = self._repeats(incident, step, books, now)
+        if repeats is not None:
+            if mode != "apply":
+                return decided("would", f"file an RMA ticket instead: {repeats}")
+            return decided(ESCALATED, self._escalate(incident, runbook, step, repeats), stop=True)
+        via_agent = self._via_agent(incident, step)
         if mode != "apply":
-            return decided("would", conditional or self._describe(incident, step))
+            said = conditional or self._describe(incident, step)
+            return decided("would", f"{said} (through {node}'s agent)" if via_agent else said)
+        if via_agent:  # the queue is the durable intent: asking again finds the same action
+            return decided(QUEUED, self._queue(incident, step, books, now), stop=True)
         # the intent is durable before the action starts: whoever takes over never repeats it unknowingly
         books.record_step(
             StepRecord(incident.id, step.id, step.action.value, target, "started", now, "begun; not yet confirmed")
@@ -378,6 +447,121 @@ class Remediator:
             scope = drain_scope(incident, self.runbooks.select(incident))
             return f"drain {scope.describe(incident.node)}: {step.reason or incident.summary}"
         return f"{step.action.value}: {step.reason or incident.summary}"
+
+    # --- node actions through the node's agent -------------------------------------------------------------------
+
+    def _via_agent(self, incident: Incident, step: Step) -> bool:
+        """The step goes to the node's agent: it is node-local, the backend cannot do it (or the policy routes
+        node-local actions to agents), and the node's agent takes it."""
+        kind = ON_NODE.get(step.action)
+        if kind is None or self.node_agents is None or not incident.node:
+            return False
+        able = _BACKEND_CAN.get(step.action)
+        if self.policy.spec.node_actions.route == "auto" and able is not None and isinstance(self.backend, able):
+            return False
+        return self.node_agents.serves(incident.node, kind) is None
+
+    def _node_action(self, incident: Incident, step: Step, action_id: str, now: float) -> NodeAction:
+        e = incident.entity
+        gpu = e.index if e.kind is EntityKind.gpu else None
+        return NodeAction(
+            id=action_id,
+            kind=ON_NODE[step.action],
+            node=incident.node,
+            deadline=now + self.policy.spec.node_actions.deadline.get(step.action, 1800.0),
+            incident=incident.id,
+            gpu=gpu if step.action is not ActionKind.reboot_node else None,
+            fraction=step.power_fraction,
+            level=step.level,
+            service=step.service,
+            reason=f"{incident.id}: {step.reason or incident.summary}",
+        )
+
+    def _last_attempt(self, base: str) -> tuple[str, ActionRow | None]:
+        """The id of the step's latest node action (`base`, then `base#2`, ...) and its row."""
+        if self.node_agents is None:
+            return base, None
+        found: tuple[str, ActionRow | None] = (base, None)
+        for attempt in range(1, MAX_AGENT_ATTEMPTS + 1):
+            action_id = base if attempt == 1 else f"{base}#{attempt}"
+            row = self.node_agents.status(action_id)
+            if row is None:
+                break
+            found = (action_id, row)
+        return found
+
+    def _queue(self, incident: Incident, step: Step, books: RemediationStore, now: float) -> str:
+        """Queue the step's action for the node's agent; the step's detail starts with the action's id (how a
+        later pass finds its result). An attempt that ended without acting (refused, expired) is followed by the
+        next one under a new id."""
+        assert self.node_agents is not None
+        base = f"{incident.id}.{step.id}"
+        action_id = base
+        for attempt in range(2, MAX_AGENT_ATTEMPTS + 2):
+            row = self.node_agents.status(action_id)
+            if row is None or row.open:
+                break
+            action_id = f"{base}#{attempt}"
+        else:  # the last attempt's result stands; a person takes it from here
+            return f"{action_id}: not asked again after {MAX_AGENT_ATTEMPTS} attempts"
+        action = self._node_action(incident, step, action_id, now)
+        self.node_agents.request(action, ACTOR_NAME)
+        return f"{action_id}: queued for {incident.node}'s agent: {action.describe()}"
+
+    def _poll(self, incident: Incident, step: Step, rec: StepRecord) -> tuple[StepDecision, bool]:
+        """A queued step's decision now: still waiting, or its result."""
+        action_id, row = self._last_attempt(f"{incident.id}.{step.id}")
+
+        def decided(decision: str, reason: str, stop: bool) -> tuple[StepDecision, bool]:
+            return StepDecision(step.id, step.action.value, rec.target, decision, reason), stop
+
+        if row is None:
+            return decided("error", f"{action_id}: the control plane has no node action of that id", True)
+        if row.open:
+            return decided(QUEUED, rec.detail, True)
+        result = row.result
+        assert result is not None
+        said = f"{action_id}: {result.detail}"
+        if result.outcome is Outcome.passed or (result.outcome is Outcome.done and step.action is not ActionKind.diag):
+            if step.action is ActionKind.diag and self.node_check is not None:
+                missing = self.node_check(incident.node)
+                if missing is not None:
+                    return decided("failed", f"{said}; but {missing}", False)
+            return decided("passed" if step.action is ActionKind.diag else "done", said, False)
+        if result.outcome is Outcome.failed and step.action is ActionKind.diag:
+            return decided("failed", said, False)
+        if result.outcome is Outcome.interrupted:
+            return decided("interrupted", f"{said}; check the node, finish by hand, then resolve the incident", True)
+        if step.on_failure == "continue":
+            return decided("failed", said, False)
+        decision = "unsupported" if result.outcome is Outcome.unsupported else "error"
+        return decided(decision, said, True)
+
+    # --- recoveries that keep coming back ----------------------------------------------------------------------
+
+    def _repeats(self, incident: Incident, step: Step, books: RemediationStore, now: float) -> str | None:
+        """Why this reset or reboot goes to RMA instead (its target needed it `rma.after - 1` times already within
+        the window), or None."""
+        if step.action not in (ActionKind.reset_gpu, ActionKind.reboot_node):
+            return None
+        rma = self.policy.spec.rma
+        target = self._target(incident, step)
+        before = books.done_on(step.action.value, target, since=now - rma.window, other_than=incident.id)
+        if len(before) + 1 < rma.after:
+            return None
+        days = rma.window / 86400.0
+        return (
+            f"{target} needs {step.action.value} a {_ordinal(len(before) + 1)} time in {days:g} days "
+            f"(before: {', '.join(before)}); the policy sends it to RMA after {rma.after}"
+        )
+
+    def _escalate(self, incident: Incident, runbook: RunbookManifest, step: Step, why: str) -> str:
+        ticket = Step(id=f"{step.id}-rma", action=ActionKind.ticket, ticket_kind="rma", reason=why)
+        try:
+            filed = self._file(incident, runbook, ticket)
+        except BackendError as exc:
+            return f"{why}; no RMA ticket filed: {exc.message}"
+        return f"{why}; {filed}"
 
     def _execute(self, incident: Incident, runbook: RunbookManifest, step: Step) -> tuple[str, str]:
         b, e, node = self.backend, incident.entity, incident.node
@@ -420,6 +604,9 @@ class Remediator:
             return "done", b.requeue_job(e.name, exclude)
         if a in INSTEAD:  # the backend has no capability for it
             fix = _reset_hint(b.gpu_model(node), e.index) if a is ActionKind.reset_gpu else None
+            agent = ON_NODE.get(a)
+            if agent is not None and self.node_agents is not None and node:
+                fix = f"{self.node_agents.serves(node, agent)}; or {fix or INSTEAD[a]}"
             raise b.cannot(_action_text(a, incident), node or e.name, fix or INSTEAD[a])
         return "done", self._file(incident, runbook, step)
 
@@ -448,7 +635,9 @@ class Remediator:
             serial=serial,
             xid=incident.xid,
             summary=incident.summary,
-            message=self._notice(incident) if step.action is ActionKind.notify else runbook.spec.description,
+            message=self._notice(incident)
+            if step.action is ActionKind.notify
+            else "\n".join(filter(None, (runbook.spec.description, step.reason))),
             evidence=[f"{v.source}@{v.time:g}: {v.text}" for v in incident.evidence],
             effects=list(incident.effects),
             actions_taken=done,
@@ -511,6 +700,10 @@ def _action_text(action: ActionKind, incident: Incident) -> str:
         ActionKind.reset_gpu: "reset a GPU",
     }
     return spoken.get(action, action.value)
+
+
+def _ordinal(n: int) -> str:
+    return {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}.get(n, f"{n}th")
 
 
 def _rail_of(incident: Incident) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.cost import report as cost_report
+from gpufleet.model.actions import Service
 from gpufleet.model.incident import Severity
 
 
@@ -382,8 +383,29 @@ class Range(Shape):
     points: list[tuple[float, float | None]] = Field(description="[time, value] pairs.")
 
 
+class NodeActionRow(Shape):
+    id: str
+    node: str
+    kind: str
+    gpu: int | None
+    incident: str
+    reason: str
+    requested_by: str
+    created: float
+    deadline: float
+    state: str = Field(description="queued, dispatched, or the outcome: done, passed, failed, refused, expired, "
+                       "unsupported, interrupted.")  # fmt: skip
+    dispatched: float | None
+    finished: float | None
+    detail: str = Field(description="The agent's one line on what happened, or why not.")
+    output: str = Field(description="The command's own output (its end, when long).")
+
+
 class IncidentDetail(IncidentRow):
     actions: list[AuditRow] = Field(description="Remediation decisions and people's changes, oldest first.")
+    node_actions: list[NodeActionRow] = Field(
+        default_factory=list, description="What the node's agent was asked to do for it, with results, oldest first."
+    )
 
 
 class Note(BaseModel):
@@ -395,6 +417,34 @@ class ActionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dryRun: bool = Field(False, description="Check everything (node, GPU, backend capability) and change nothing.")
     reason: str = Field("", max_length=500, description="Why, for the audit log and the scheduler's reason field.")
+
+
+class NodeActionRequest(ActionRequest):
+    kind: Literal["reset-gpu", "reboot-node", "power-cap", "restart-service", "diag"] = Field(
+        description="What the node's agent does (model/actions.py)."
+    )
+    gpu: int | None = Field(None, ge=0, le=4095, description="reset-gpu, power-cap, diag: the GPU (none: all).")
+    fraction: float | None = Field(None, gt=0.3, le=1.0, description="power-cap: of the default power limit.")
+    level: int | None = Field(None, ge=1, le=4, description="diag: dcgmi diag -r LEVEL.")
+    service: Service | None = Field(None, description="restart-service: the NVIDIA daemon to restart.")
+    deadlineSeconds: float = Field(900.0, gt=0, le=86400.0, description="Not begun by then: not begun at all.")
+
+
+class EnrollRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node: str = Field(min_length=1, max_length=253, description="The node's name, as its agent reports it.")
+
+
+class Enrolled(Shape):
+    name: str
+    node: str
+    token: str = Field(description="The node's own agent token; shown once, kept by the agent in its data directory.")
+
+
+class NodeActionQueued(Shape):
+    id: str
+    state: str = Field(description="queued, or would (dryRun).")
+    result: str
 
 
 class RequeueRequest(ActionRequest):

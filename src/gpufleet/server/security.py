@@ -5,10 +5,11 @@ bearer token, and checks the role a request needs. A refused change is answered 
 of request on its own row (`RefusalAudit`): a flood of identical ones is audited as counts and a flood of different
 ones is capped, so it cannot grow the log without bound. Handlers find the token in `request.state`.
 
-What each request needs: agents' pushes (`/api/v1/ingest`) and preflight failures the agent or admin role; the
+What each request needs: agents' pushes (`/api/v1/ingest`), their enrollment (`/api/v1/agents/enroll`) and
+preflight failures the agent or admin role; the
 preflight admission webhook nothing (the API server calls it without a token, and it changes nothing); token
-management admin; any other change operator or admin; reads nothing from loopback and a reading role from anywhere
-else. `/healthz` and the dashboard's page are open (the page calls the API, which checks).
+management admin; any other change operator or admin; reads (and a rehearsal of a remediation policy, a POST that
+changes nothing) nothing from loopback and a reading role from anywhere else. `/healthz` and the dashboard's page are open (the page calls the API, which checks).
 """
 
 from __future__ import annotations
@@ -35,11 +36,15 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Audit = Callable[[str, str, str, str, str], None]  # actor, action, target, result, request
 
 INGEST = "/api/v1/ingest"
+# An agent with the fleet's shared agent token asks for a token bound to its node.
+ENROLL = "/api/v1/agents/enroll"
 # The API server calls the preflight admission webhook without a token; it only computes a patch.
 ADMISSION = "/admission/v1/preflight"
 # A GPU pod's preflight init container reports a failed check with an agent token.
 PREFLIGHT_FAILURES = "/api/v1/preflight/failures"
 TOKENS = "/api/v1/tokens"
+# POSTs that only read: a policy rehearsed over the recorded events (its manifest is too long for a query string)
+READING_POSTS = frozenset({"/api/v1/remediation/replay"})
 OPEN_PATHS = frozenset({"/", "/healthz", "/favicon.ico"})
 LOOPBACK = ("127.", "::1", "::ffff:127.")
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -69,13 +74,13 @@ AGENT_TOKEN_FIX = (
 def needs(method: str, path: str, local: bool) -> Need:
     if path.startswith(TOKENS):
         return Need.admin
-    if method in READS:
+    if method in READS or (method == "POST" and path in READING_POSTS):
         if path in OPEN_PATHS or path.startswith(("/static/", "/docs", "/openapi.json")):
             return Need.nothing
         return Need.nothing if local else Need.read
     if path == ADMISSION:
         return Need.nothing
-    if path in (INGEST, PREFLIGHT_FAILURES):
+    if path in (INGEST, PREFLIGHT_FAILURES, ENROLL):
         return Need.push
     return Need.change
 

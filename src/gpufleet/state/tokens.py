@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from gpufleet.errors import NotFoundError, UserError
+from gpufleet.errors import ForbiddenError, NotFoundError, UserError
 from gpufleet.locks import ordered_lock
 from gpufleet.state.db import Database
 
@@ -129,6 +129,29 @@ class TokenStore:
             self._cache.pop(secret_hash(secret), None)
             self._bound.clear()
         return Token(id_, name, role, now, created_by, None, None, node)
+
+    def enroll(self, node: str, by: Token) -> tuple[Token, str]:
+        """A token bound to `node`, made for the agent that asks with a shared (unbound) agent token: the first to
+        ask for a node gets it. A node that has a token of its own gets no second one (its agent kept it in its data
+        directory); a person revokes the old one to enroll the node again."""
+        if by.role is not Role.agent or by.node is not None:
+            bound = f"bound to {by.node}" if by.node else f"a {by.role.value} token"
+            raise UserError(f"the token {by.name!r} is {bound}: only a shared agent token enrolls a node",
+                            fix="an agent with a token of its own pushes with it and needs no enrollment")  # fmt: skip
+        if not NODE_NAME.fullmatch(node):
+            raise UserError(f"bad node name {node!r}", fix="give the node's name as its agent reports it")
+        with self.db.transaction():  # two agents asking for one node at once: one of them gets it
+            own = self.db.one("SELECT name FROM tokens WHERE node = ? AND revoked IS NULL LIMIT 1", (node,))
+            if own is not None:
+                raise ForbiddenError(
+                    f"node {node} has a token of its own ({own[0]}); it is not given a second",
+                    fix=f"if its agent lost it (a new data directory), revoke it: `gpufleet token revoke {own[0]}`, "
+                    "and the agent enrolls again",
+                )
+            name = f"agent-{node}"[:64]
+            if self.get(name, missing_ok=True) is not None:
+                name = f"agent-{node}-{secrets.token_hex(3)}"[:64]
+            return self.create(name, Role.agent.value, f"enrolled with {by.name}", node=node)
 
     def node_has_own_token(self, node: str) -> bool:
         """Whether an active agent token is bound to `node` (looked up at most every CACHE_S per node)."""
