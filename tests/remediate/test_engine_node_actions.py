@@ -45,6 +45,10 @@ def test_a_dbe_is_reset_and_checked_through_the_nodes_agent() -> None:
     assert ("agent-reset-gpu", "queued") in audit and ("agent-reset-gpu", "done") in audit
     assert ("uncordon", "done") in audit, audit
     assert "n-000" not in plane.backend.unavailable()
+    # returned to service by proof: resolved, the check's words in the audit log
+    assert plane.book.incidents[inc.id].state.value == "resolved"
+    [why] = [e.reason for e in plane.store.audit_log.entries(incident=inc.id) if e.action == "resolved"]
+    assert why == f"returned to service after diag passed: {inc.id}.diag: diag r2 PASS on 8 GPUs"
     assert steps
 
 

@@ -43,6 +43,8 @@ class Plane(Protocol):
 
     def mitigated(self, incident_id: str) -> None: ...
 
+    def resolved(self, incident_id: str, evidence: str) -> None: ...
+
 
 MODES = ("off", "dry-run", "on")
 RESUME_EVERY_S = 30.0  # cluster-clock seconds between two passes over paused runbooks
@@ -166,7 +168,10 @@ class RemediationDriver:
             log.info("%s %s, runbook %s [%s]: %s", incident_id, incident.cause.value, report.runbook, report.mode,
                      "; ".join(decided))  # fmt: skip
         acted = any(s.decision == "done" for s in report.steps)
-        if self.mode == "on" and acted and report.complete:
+        proof = _returned_by_proof(report)
+        if self.mode == "on" and proof is not None:
+            self.plane.resolved(incident_id, proof)
+        elif self.mode == "on" and acted and report.complete:
             self.plane.mitigated(incident_id)
 
     def _line(self, step: Any) -> str | None:
@@ -179,3 +184,13 @@ class RemediationDriver:
             return None
         again = f" ({repeats} more times since the last line)" if repeats else ""
         return f"{said}: {step.reason}{again}"
+
+
+def _returned_by_proof(report: Any) -> str | None:
+    """The evidence when this pass returned the node to service after a diagnostic passed (a return to service by
+    proof resolves the incident): the diagnostic's own words. None otherwise."""
+    returned = any(s.action == "uncordon" and s.decision == "done" for s in report.steps)
+    checks = [s for s in report.steps if s.action == "diag" and s.decision in ("passed", "done-earlier")]
+    if not returned or not checks:
+        return None
+    return f"returned to service after {checks[-1].step} passed: {checks[-1].reason}"

@@ -662,6 +662,20 @@ class ControlPlane:
                 self.book.transition(incident_id, IncidentState.mitigated)
                 self._flush()
 
+    def resolved(self, incident_id: str, evidence: str) -> None:
+        """Remediation returned the incident's node to service on passed checks: the incident is resolved, with the
+        checks' words in the audit log."""
+        with self.lock:
+            live = self.book.incidents.get(incident_id)
+            if live is None or live.state is IncidentState.resolved:
+                return
+            self.book.transition(incident_id, IncidentState.resolved)
+            self._flush()
+        self.store.audit_log.append(
+            time_=self.clock(), actor="remediation", action="resolved", target=f"incident/{incident_id}",
+            decision="resolved", reason=evidence, incident=incident_id, backend=self.backend.name,
+        )  # fmt: skip
+
     def report_collective(self, findings: list[Any], source: str, actor: str) -> list[str]:
         """`gpufleet nccl compare --report`: findings of a slow collective become incidents."""
         if not self.leader:
