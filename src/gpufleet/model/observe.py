@@ -500,7 +500,7 @@ class Batch(msgspec.Struct):
             last = record.seq
 
 
-class Ack(msgspec.Struct):
+class Ack(msgspec.Struct, omit_defaults=True):
     """The control plane's answer: it holds every record of this stream up to `acked`; it took the results named in
     `results` (the agent forgets them), and asks the agent to carry out `actions` (those it has not begun)."""
 
