@@ -16,14 +16,14 @@ def test_the_intent_is_written_before_the_action(tmp_path: Path) -> None:
     rem = remediator(twin, tmp_path)
     inc = incident(RootCause.row_remap_failure, "n-001", gpu=5, action="CONTACT_SUPPORT", xid=64)
     seen: list[str | None] = []
-    cordon = twin.cordon
+    cordon = twin.set_cordon
 
-    def watching(node: str, reason: str = "") -> None:  # what the books say at the moment the backend acts
+    def watching(node: str, unschedulable: bool, holders: list[str]) -> None:  # the books when the backend acts
         rec = rem.books().step(inc.id, "cordon")
         seen.append(rec.outcome if rec else None)
-        cordon(node, reason)
+        cordon(node, unschedulable, holders)
 
-    twin.cordon = watching  # type: ignore[method-assign]
+    twin.set_cordon = watching  # type: ignore[method-assign]
     rem.apply(inc)
     assert seen == ["started"]
     rec = rem.books().step(inc.id, "cordon")
