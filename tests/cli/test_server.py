@@ -143,3 +143,21 @@ def test_serve_shows_the_port_it_bound_and_names_a_busy_port(
         with pytest.raises(UserError, match=f"cannot listen on 127.0.0.1:{port}") as caught:
             serve(twin_plane(tmp_path / "b", scenario, Mode.off, 1.0), "127.0.0.1", port, "1s", lambda p: "")
     assert caught.value.fix and "--port" in caught.value.fix
+
+
+def test_up_with_a_policy_acts_through_the_twins_agents(scenario: Path, tmp_path: Path) -> None:
+    """`gpufleet up --policy` with node actions routed to the agents: the twin's nodes reset their GPU and run the
+    diagnostics themselves, as real nodes' agents would, and the ECC incident is resolved by the proof."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "apiVersion: gpufleet.io/v1\nkind: RemediationPolicy\nmetadata: {name: agents}\n"
+        "spec: {nodeActions: {route: agent}}\n"
+    )
+    running = twin_plane(tmp_path / "agents", scenario, Mode.on, 1.0, policy=policy)
+    _steps(running, 150)
+    plane = running.plane
+    assert plane.remediation.errors == 0 and plane.loop_error is None
+    dbe = next(i for i in plane.store.incidents.list(limit=100) if i["cause"] == "ecc-dbe")
+    rows = {r.action.kind.value: r.state for r in plane.node_actions.table.listed(incident=dbe["id"])}
+    assert rows == {"reset-gpu": "done", "diag": "passed"}, rows
+    assert dbe["state"] == "resolved"

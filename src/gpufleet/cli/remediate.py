@@ -71,29 +71,15 @@ def _backend(name: BackendName, scenario: Path | None, diag_command: str | None)
 def _remediator(
     backend: BackendName, scenario: Path | None, policy: Path | None, state: Path | None, diag_command: str | None
 ) -> Any:
-    from gpufleet.remediate import (
-        FileTicketSink,
-        RemediationPolicy,
-        RemediationStore,
-        Remediator,
-        RunbookSet,
-        WebhookTicketSink,
-        load_policy,
-        load_runbooks,
-    )
-
-    pol = load_policy(policy) if policy else RemediationPolicy()
-    runbooks = RunbookSet.builtin()
-    for extra in pol.spec.runbooks:
-        runbooks.extend(load_runbooks((policy.parent if policy else Path.cwd()) / extra))
-    directory = _state_dir(state)
-    t = pol.spec.tickets
-    tickets = WebhookTicketSink(t.webhook) if t.webhook else FileTicketSink(Path(t.directory or directory / "tickets"))
+    from gpufleet.remediate import RemediationStore, Remediator
+    from gpufleet.remediate.in_force import in_force
     from gpufleet.state import open_state
 
-    return Remediator(
-        _backend(backend, scenario, diag_command), RemediationStore(open_state(directory)), pol, runbooks, tickets
-    )
+    directory = _state_dir(state)
+    given = in_force(policy, directory)
+    store = RemediationStore(open_state(directory))
+    backend_impl = _backend(backend, scenario, diag_command)
+    return Remediator(backend_impl, store, given.policy, given.runbooks, given.tickets)
 
 
 def _render_reports(reports: list[Any], wide: bool) -> None:

@@ -118,6 +118,23 @@ class FabricOptions:
         return IbPortState(ca, port, timeout_s=self.tool_timeout_s)
 
 
+POLICY_OPT = typer.Option(
+    None,
+    "--policy",
+    help="A RemediationPolicy manifest the engine runs (budgets, breaker, rate limits, node actions, RMA, tickets, "
+    "extra runbooks); rehearse it first with `gpufleet remediate replay --policy FILE`. Default: the built-in policy.",
+)
+
+
+def _policy(path: Path | None) -> Path | None:
+    """The policy file, read once now so a bad one stops the start with its error rather than the first incident."""
+    if path is not None:
+        from gpufleet.remediate.in_force import in_force
+
+        in_force(path, None)
+    return path
+
+
 def real_plane(
     home: Path,
     backend: BackendName,
@@ -126,6 +143,7 @@ def real_plane(
     metrics: str | None = None,
     state: str | None = None,
     fabric: FabricOptions | None = None,
+    policy: Path | None = None,
 ) -> Running:
     from gpufleet.control.service import ControlPlane
     from gpufleet.state import open_state
@@ -161,6 +179,7 @@ def real_plane(
         replication=replication,
         fabric=options.service(),
         port_isolation=options.isolation(),
+        policy_file=_policy(policy),
     )
     holder["plane"] = plane
     loop = ControlLoop(plane)
@@ -175,6 +194,7 @@ def twin_plane(
     speed: float,
     metrics: str | None = None,
     state: str | None = None,
+    policy: Path | None = None,
 ) -> Running:
     """The twin's nodes as agents of an in-process control plane; `scenario` defaults to the built-in 256-GPU day."""
     from gpufleet.cli.core import builtin_example
@@ -219,6 +239,7 @@ def twin_plane(
         metrics=_metrics(home, metrics),
         thresholds=thresholds,
         fabric=FabricService(thresholds, intended_graph(twin.cluster)),  # the manifest's cabling is the intent
+        policy_file=_policy(policy),
     )
     from gpufleet.cost.service import CONFIG_NAME, load_config
 
@@ -405,18 +426,19 @@ def server(
     fabric_subnet: str | None = typer.Option(
         None, "--fabric-subnet", help="With --fabric-isolation ibportstate: the local CA:PORT to use (e.g. mlx5_0:1)."
     ),
+    policy: Path | None = POLICY_OPT,
 ) -> None:
     """Run the control plane: agents push to it, it correlates incidents and remediates through a backend."""
     _logging()
     tls = Tls(tls_cert, tls_key)
     home = data_dir()
     if backend is BackendName.twin:
-        running = twin_plane(home, scenario, remediate, speed, metrics, state)
+        running = twin_plane(home, scenario, remediate, speed, metrics, state, policy)
     else:
         if scenario is not None:
             raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
         options = FabricOptions(fabric_expect, fabric_isolation, fabric_subnet)
-        running = real_plane(home, backend, remediate, diag_command, metrics, state, options)
+        running = real_plane(home, backend, remediate, diag_command, metrics, state, options, policy)
     serve(
         running,
         host,
@@ -439,12 +461,13 @@ def up(
     ),
     remediate: Mode = typer.Option(Mode.dry_run, "--remediate", help=REMEDIATE_HELP),
     state: str | None = typer.Option(None, "--state", envvar="GPUFLEET_STATE", help=STATE_HELP),
+    policy: Path | None = POLICY_OPT,
 ) -> None:
     """Start the embedded default: the control plane, the digital twin's nodes as agents behind the same door, and
     the dashboard on 127.0.0.1."""
     _logging()
     home = data_dir()
-    running = twin_plane(home, scenario, remediate, speed, state=state)
+    running = twin_plane(home, scenario, remediate, speed, state=state, policy=policy)
     serve(running, host, port, run_for, lambda bound: _banner("gpufleet is up", host, bound, running, home, remediate))
 
 

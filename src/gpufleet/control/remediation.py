@@ -84,16 +84,19 @@ class RepeatLog:
 
 
 def default_remediator(plane: Plane, dry_run: bool) -> Any:
-    from gpufleet.remediate import FileTicketSink, RemediationPolicy, RemediationStore, Remediator
+    """The engine the control plane runs: the policy it was given (`gpufleet server --policy`), else the defaults."""
+    from gpufleet.remediate import RemediationStore, Remediator
+    from gpufleet.remediate.in_force import in_force
 
-    policy = RemediationPolicy.model_validate({"spec": {"dryRun": dry_run}})
-    directory = plane.db.directory
-    tickets = FileTicketSink(directory / "tickets") if directory is not None else None
+    given = in_force(getattr(plane, "policy_file", None), plane.db.directory)
+    policy = given.policy.model_copy(deep=True)
+    policy.spec.dry_run = dry_run
     return Remediator(
         plane.backend,
         RemediationStore(plane.db),
         policy=policy,
-        tickets=tickets,
+        runbooks=given.runbooks,
+        tickets=given.tickets,
         fabric=getattr(plane, "fabric", None),
         port_isolation=getattr(plane, "port_isolation", None),
         node_agents=getattr(plane, "node_actions", None),

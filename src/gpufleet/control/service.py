@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -145,8 +146,10 @@ class ControlPlane:
         fabric: FabricService | None = None,
         port_isolation: IsolatesFabricPorts | None = None,
         slo: SloConfig | None = None,
+        policy_file: Path | None = None,
     ) -> None:
         self.db = db
+        self.policy_file = policy_file  # the RemediationPolicy the engine runs (None: the defaults)
         self.store = StateStore(db)
         self.backend = backend
         self.clock = clock

@@ -109,6 +109,8 @@ class SimFleet:
     def collect(self) -> list[Batch]:
         """Every answering node's batch for the twin's current moment."""
         twin, frame = self.twin, self.frame
+        if self.node_actions is not None:  # what the agents were handed at their last push
+            self.node_actions.run_offered()
         now = twin.epoch + twin.time
         frame.clear_values()
         self.source.collect(frame)

@@ -26,6 +26,7 @@ class TwinNodeActions:
         self.seen: set[str] = set()  # ids begun (at most once each)
         self.results: dict[str, dict[str, ActionResult]] = {}  # node -> id -> result not yet acknowledged
         self.rebooting: dict[str, tuple[NodeAction, float]] = {}  # reboots asked for, until the node is back
+        self.offered: list[tuple[NodeAction, dict[int, str]]] = []  # handed over, not yet carried out
 
     def pending(self, node: str) -> list[ActionResult]:
         self.backend_done()
@@ -45,10 +46,17 @@ class TwinNodeActions:
                 self._put(action, Outcome.done, f"{action.node} rebooted", started)
 
     def offer(self, node: str, actions: list[NodeAction], held: dict[int, str]) -> None:
+        """The actions in a node's acknowledgement; carried out at the twin's next moment (`run_offered`, under
+        the twin's lock), as an agent acts after its push, not inside it."""
         for action in actions:
             if action.node != node or action.id in self.seen:
                 continue
             self.seen.add(action.id)
+            self.offered.append((action, held))
+
+    def run_offered(self) -> None:
+        offered, self.offered = self.offered, []
+        for action, held in offered:
             self._carry_out(action, held)
 
     def _put(self, action: NodeAction, outcome: Outcome, detail: str, started: float) -> None:
