@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 from gpufleet.server.app import create_app
 from gpufleet.server.schemas import Problem
-from gpufleet.server.security import ADMISSION
+from gpufleet.server.security import ADMISSION, READING_POSTS
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
@@ -87,6 +87,8 @@ def test_no_500_and_no_change_without_the_right_token(fuzzed: Any) -> None:
             documented(app, case, response)
             if case.formatted_path == ADMISSION:  # the API server calls the webhook tokenless; it changes nothing
                 assert response.status_code in (200, 400, 413), where
+            elif case.formatted_path in READING_POSTS:  # a POST that only reads: a viewer may, nobody may not
+                assert response.status_code in ((401, 413) if who == "nobody" else (200, 400, 413)), where
             elif case.method.upper() != "GET":
                 assert response.status_code in (401, 403, 413), where
 

@@ -117,8 +117,8 @@ def summarize(
             trips += e.decision in ("breaker-tripped", "would-trip")
             continue
         outcome = incidents.get(e.incident)
-        if outcome is None:
-            continue  # an incident first seen before the window
+        if outcome is None or e.step in ("", "-"):
+            continue  # an incident first seen before the window, or the control plane's own row (one resolved)
         outcome.steps[e.step] = e.decision
         if e.decision == "refused":
             refused.add((e.incident, e.step))

@@ -28,6 +28,7 @@ from gpufleet.server.routes import (
     meta,
     preflight,
     records,
+    remediation,
     scheduler,
     stream,
 )
@@ -127,7 +128,7 @@ def create_app(
     cache = ReadCache()
     for module in (fleet, incidents, actions, records, scheduler, fabric, cost):
         app.include_router(module.router(plane, cache))
-    for plain in (ingest, stream, preflight):
+    for plain in (ingest, stream, preflight, remediation):
         app.include_router(plain.router(plane))
     app.include_router(meta.router(plane, list(checks or []), requests))
     meta.mount_pages(app)

@@ -22,6 +22,7 @@ const ROUTES = [
   { re: /^\/fabric$/, page: "fabric", nav: "fabric" },
   { re: /^\/incidents$/, page: "incidents", nav: "incidents" },
   { re: /^\/incident\/([^/]+)$/, page: "incident", nav: "incidents", keys: ["id"] },
+  { re: /^\/rehearse$/, page: "rehearse", nav: "incidents" },
   { re: /^\/jobs$/, page: "jobs", nav: "jobs" },
   { re: /^\/scheduler$/, page: "scheduler", nav: "scheduler" },
   { re: /^\/cost$/, page: "cost", nav: "cost" },

@@ -29,7 +29,8 @@ function table(rows, now) {
 export async function mount(root, ctx) {
   let query = ctx.query;
   root.innerHTML = String(html`
-    <div class="title"><h1>Incidents</h1><span class="sub" id="count"></span></div>
+    <div class="title"><h1>Incidents</h1><span class="sub" id="count"></span>
+      <span class="right"><a href="#/rehearse" id="rehearse-link">rehearse a remediation policy</a></span></div>
     <form class="filters" id="filters" onsubmit="return false"></form>
     <div class="panel"><div id="list"></div></div>`);
 
