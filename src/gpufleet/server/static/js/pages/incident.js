@@ -70,6 +70,21 @@ function trail(actions) {
       <td class="muted">${named(a.runbook) ? `${a.runbook}${named(a.step) ? ` / ${a.step}` : ""}` : dash}</td></tr>`)}</tbody></table>`;
 }
 
+function outcome(state) {
+  const cls = /^(refused|failed|expired|unsupported|interrupted)$/.test(state) ? "bad" : /^(queued|dispatched)$/.test(state) ? "info" : "ok";
+  return pill(state, cls);
+}
+
+// what the node's own agent was asked to do for this incident (a GPU reset, a reboot, the diagnostics), what it did,
+// and the command's own words
+function onNode(list) {
+  if (!list.length) return empty("nothing asked of the node's agent");
+  return html`<table class="trail" id="node-actions"><thead><tr><th>asked</th><th>action</th><th>gpu</th><th>state</th><th>what the agent said</th></tr></thead>
+    <tbody>${list.map((a) => html`<tr data-id="${a.id}" data-state="${a.state}"><td class="nowrap">${when(a.created, api.now(), false)}</td>
+      <td><b>${a.kind}</b> <span class="muted">${a.id}</span></td><td>${a.gpu === null || a.gpu === undefined ? dash : a.gpu}</td>
+      <td>${outcome(a.state)}</td><td class="reason">${a.detail || a.reason}${a.output ? html`<details><summary class="muted">output</summary><pre class="mono">${a.output}</pre></details>` : ""}</td></tr>`)}</tbody></table>`;
+}
+
 export async function mount(root, ctx) {
   const id = ctx.params.id;
   root.innerHTML = String(html`
@@ -88,6 +103,7 @@ export async function mount(root, ctx) {
         </div></div>
     </section>
     <div class="panel" style="margin-bottom:14px"><h2>evidence</h2><div id="evidence"></div></div>
+    <div class="panel" style="margin-bottom:14px"><h2>on the node <span class="right muted">what its agent was asked to do, and did</span></h2><div id="on-node"></div></div>
     <div class="panel"><h2>actions taken <span class="right muted">remediation's decisions and people's changes, oldest first</span></h2><div id="trail-box"></div></div>`);
 
   let current = null;
@@ -116,6 +132,7 @@ export async function mount(root, ctx) {
     set($("#facts", root), facts(i, now));
     set($("#effects", root), effects(i.effects));
     set($("#evidence", root), evidence(i.evidence));
+    set($("#on-node", root), onNode(i.node_actions || []));
     set($("#trail-box", root), trail(i.actions || []));
     const at = ORDER.indexOf(i.state);
     root.querySelectorAll("#buttons button").forEach((b) => {
