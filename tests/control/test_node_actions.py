@@ -46,7 +46,7 @@ def reset(node: str = "n1", action_id: str = "INC-7.reset", deadline: float = T0
 
 def test_an_action_goes_to_its_nodes_agent_until_its_result_comes(door: Any) -> None:
     plane, client, secrets = door
-    plane.node_actions.request(reset(), "remediation")
+    plane.node_actions.request(reset(), "night-shift")  # a person's request is audited as queued
     first = push(client, secrets["n1"], "n1", can=ALL)
     assert [a.id for a in first.actions] == ["INC-7.reset"] and first.actions[0].gpu == 3
     again = push(client, secrets["n1"], "n1", can=ALL)  # no result yet: handed again (the agent knows it by id)

@@ -42,7 +42,7 @@ def test_a_dbe_is_reset_and_checked_through_the_nodes_agent() -> None:
     assert rows["reset-gpu"].state == "done" and "GPU 5 on n-000 reset" in rows["reset-gpu"].result.detail
     assert rows["diag"].state == "passed"
     audit = [(e.action, e.decision) for e in plane.store.audit_log.entries(incident=inc.id)]
-    assert ("agent-reset-gpu", "queued") in audit and ("agent-reset-gpu", "done") in audit
+    assert ("reset-gpu", "queued") in audit and ("agent-reset-gpu", "done") in audit
     assert ("uncordon", "done") in audit, audit
     assert "n-000" not in plane.backend.unavailable()
     # returned to service by proof: resolved, the check's words in the audit log

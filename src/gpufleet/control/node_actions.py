@@ -28,6 +28,7 @@ from gpufleet.state.tokens import Role, Token
 
 REFRESH_S = 2.0  # how often the nodes with waiting actions are read back (another replica may have queued some)
 SEEN_FOR_S = 300.0  # an agent heard from this recently is taken to be there
+REMEDIATION = "remediation"  # the engine's name in the audit log
 
 
 class NodeActionQueue:
@@ -52,7 +53,8 @@ class NodeActionQueue:
         row = self.table.add(action, requested_by, self.clock())
         with self.lock:
             self._waiting.add(action.node)
-        self._audit(row.action, requested_by, "queued", action.reason or action.describe())
+        if requested_by != REMEDIATION:  # the runbook's own step entry says it queued the action
+            self._audit(row.action, requested_by, "queued", action.reason or action.describe())
         return row
 
     def status(self, action_id: str) -> ActionRow | None:
