@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,3 +140,28 @@ def test_an_empty_state_database_is_refused_with_the_fix(tmp_path: Path) -> None
     with pytest.raises(UserError, match="holds no incidents") as err:
         load_recording(Database(tmp_path / "empty.db"), DAY)
     assert "data directory" in (err.value.fix or "")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"budget": {"cluster": 1}, "rateLimits": {"drain": {"maxPerHour": 1}}},
+        {"rateLimits": {"drain": {"minInterval": "45m"}, "reboot-node": {"minInterval": "2h"}}},
+    ],
+)
+def test_skipping_quiet_passes_changes_no_decision(recording: Recording, spec: dict[str, object]) -> None:
+    """Passes that would change nothing are skipped; every pass run instead decides the same, at the same moments."""
+    from gpufleet.remediate.replay_report import summarize
+
+    candidate = policy(**spec)
+    fast = replay(recording, candidate, resume_every_s=RESUME_EVERY_S)
+    every = replay(recording, candidate, resume_every_s=RESUME_EVERY_S, skip_quiet=False)
+    assert fast.applied < every.applied
+
+    def acted(run: Any) -> list[tuple[object, ...]]:
+        return [(e.time, e.incident, e.step, e.target, e.decision) for e in run.entries if e.decision != "deferred"]
+
+    assert acted(fast) == acted(every)
+    a = summarize(fast.entries, recording, fast.reboot_until)
+    b = summarize(every.entries, recording, every.reboot_until)
+    assert a.totals() == b.totals() and a.incidents == b.incidents

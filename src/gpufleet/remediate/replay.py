@@ -355,6 +355,7 @@ def replay(
     reboot_s: float = REBOOT_S,
     resume_every_s: float = RESUME_EVERY_S,
     progress: Progress | None = None,
+    skip_quiet: bool = True,
 ) -> ReplayRun:
     """Run `policy` over the recording through the real engine, acting on a replay backend; the decisions it wrote."""
     if recorded is None:
@@ -401,9 +402,40 @@ def replay(
     next_pass = _grid_at_or_after(recording.start, phase, resume_every_s)
     applied = 0
     maybe_open = False  # a runbook may have paused since the last pass found none
+    # Passes that would change nothing are skipped: once a pass left every paused runbook where it was, the next
+    # ones do too until something moves (a new incident, a person, a reboot ending, a rate limit's window sliding,
+    # a resolution). Skipping them changes no decision: a retry that decides the same writes only its step's time.
+    said: dict[str, tuple[tuple[str, str], ...]] = {}  # incident -> its steps' decisions at its last run
+    stirred = False  # something happened since the last pass
+    quiet_until = -math.inf  # no pass before this moment would change anything
+
+    def run(incident_id: str) -> bool:
+        """Apply the incident's runbook; whether any of its steps was decided differently from its last run."""
+        nonlocal applied
+        backend.incident = incident_id
+        report = engine.apply(incident(incident_id))
+        applied += 1
+        decided = tuple((d.step, d.decision) for d in report.steps)
+        changed = said.get(incident_id) != decided
+        said[incident_id] = decided
+        return changed
+
+    def next_change(at: float) -> float:
+        """The first moment after `at` when a paused runbook could be decided differently with nothing else
+        happening: a reboot ends, a rate limit lets the next action through, a person resolved an incident."""
+        times = [t for t in backend.rebooting.values() if t > at]
+        times += [t for t in resolved_at.values() if t > at]
+        for kind, limit in candidate.spec.rate_limits.items():
+            recent = books.action_times(kind.value, since=at - 3600.0)  # the engine looks back an hour
+            if recent and limit.min_interval:
+                times.append(recent[-1] + limit.min_interval)
+            if recent:  # the oldest leaves the hour the engine counts: at its end, and just after (it looks back
+                # an hour inclusive for the spacing, exclusive for the hourly count)
+                times += [recent[0] + 3600.0, math.nextafter(recent[0] + 3600.0, math.inf)]
+        return min((t for t in times if t > at), default=math.inf)
 
     def run_pass(at: float, skip: set[str]) -> None:
-        nonlocal applied, maybe_open
+        nonlocal maybe_open, stirred, quiet_until
         backend.clock = at
         if books.breaker().tripped:
             return  # nothing can go ahead until a person resets it
@@ -411,14 +443,31 @@ def replay(
         if not paused:
             maybe_open = False
             return
+        changed = False
         for incident_id in paused:
             if incident_id in skip or incident_id not in incidents:
                 continue
             if resolved_at.get(incident_id, math.inf) <= at:
                 continue
-            backend.incident = incident_id
-            engine.apply(incident(incident_id))
-            applied += 1
+            changed |= run(incident_id)
+        if not changed and not stirred and skip_quiet:
+            quiet_until = next_change(at)
+        stirred = False
+
+    def passes_until(limit: float, inclusive: bool) -> None:
+        """The passes before `limit` (and at it, if `inclusive`), skipping the quiet stretches."""
+        nonlocal next_pass
+        while next_pass < limit or (inclusive and next_pass == limit):
+            if not maybe_open or quiet_until > limit:
+                next_pass = _grid_at_or_after(limit, phase, resume_every_s)
+                if inclusive and next_pass == limit:
+                    next_pass += resume_every_s
+                return
+            if next_pass < quiet_until:
+                next_pass = _grid_at_or_after(quiet_until, phase, resume_every_s)
+                continue
+            run_pass(next_pass, set())
+            next_pass += resume_every_s
 
     events = recording.node_event_times
     total = recording.events
@@ -429,17 +478,13 @@ def replay(
     k = 0
     while k < len(timeline):
         at = timeline[k][0]
-        while next_pass < at:
-            if maybe_open:
-                run_pass(next_pass, set())
-                next_pass += resume_every_s
-            else:
-                next_pass = _grid_at_or_after(at, phase, resume_every_s)
+        passes_until(at, inclusive=False)
         backend.clock = at
         taken: set[str] = set()
         while k < len(timeline) and timeline[k][0] == at:
             _, order, key = timeline[k]
             k += 1
+            stirred, quiet_until = True, -math.inf
             if order == 0:
                 entry = payloads[key]
                 if entry.action == "breaker-reset":
@@ -447,9 +492,7 @@ def replay(
                 else:
                     backend.person(entry)
                 continue
-            backend.incident = key
-            engine.apply(incident(key))
-            applied += 1
+            run(key)
             maybe_open = True
             taken.add(key)
             done_events += 1
@@ -462,9 +505,7 @@ def replay(
         if progress is not None and done_events + event_cursor >= next_report:
             progress(done_events + event_cursor, total)
             next_report = done_events + event_cursor + report_every
-    while maybe_open and next_pass <= recording.end:
-        run_pass(next_pass, set())
-        next_pass += resume_every_s
+    passes_until(recording.end, inclusive=True)
     if progress is not None:
         progress(total, total)
 
