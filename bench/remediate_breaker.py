@@ -96,6 +96,9 @@ def rollout(batch: float, every_s: float, until: float, rng: np.random.Generator
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument(
+        "--scope-hours", type=float, default=24.0, help="twin hours per run of the GPU-scope table; 0 skips it"
+    )
     args = parser.parse_args()
     console = Console(width=200)
 
@@ -139,6 +142,124 @@ def main() -> None:
     console.print(table)
     for name, ok in verdicts.items():
         console.print(f"{name}: right call on {sum(ok)} of {len(ok)} patterns")
+    if args.scope_hours > 0:
+        gpu_scope_table(console, args.scope_hours)
+
+
+# --- GPU-scoped eviction against whole-node drain, on the twin ------------------------------------------------------
+#
+# The twin's day through the real door (its nodes as agents, the control plane, the remediation engine with the
+# built-in runbooks and the default policy, remediation on), twice from the same scenario: once with the twin backend
+# as it is, whose drain for a fault on one GPU stops only the work on that GPU (gpufleet.remediate.scope), and once
+# with a backend whose every drain takes the whole node, as the engine did before. Faults: the scenario's own, plus
+# one uncorrectable ECC error (Xid 48, runbook ecc-dbe: cordon, drain, reset the GPU, re-test, uncordon) on a seeded
+# GPU of every GPU node at a seeded time, the same in both runs. Measured each tick: the GPUs doing work (a whole GPU
+# held by a running training rank, service or idle reservation; a shared GPU or MIG slice by the fraction of its
+# replicas pods hold), summed into GPU-hours. The difference is the work a GPU-scoped drain kept. A training job with
+# a rank on the bad GPU ends either way (a gang that loses a rank loses them all); what is kept is the other work on
+# the node: services beside it, pods on the other shared GPUs and MIG slices.
+
+SCOPE_SCENARIOS = ("scenarios/day-256gpu.yaml", "scenarios/gpu-sharing.yaml")
+
+
+def _with_dbes(path: object, hours: float, seed: int, out: object) -> object:
+    """The scenario, `hours` long, with one ECC DBE on a seeded GPU of each GPU node, written beside `out`."""
+    from pathlib import Path
+
+    import yaml
+
+    from gpufleet.sim.scenario import build_twin
+    from gpufleet.spec.base import parse_duration
+
+    src, dst = Path(str(path)), Path(str(out))
+    doc = yaml.safe_load(src.read_text())
+    spec = doc["spec"]
+    if isinstance(spec["cluster"], str):
+        spec["cluster"] = str((src.parent / spec["cluster"]).resolve())
+    spec["duration"] = f"{round(hours * 3600)}s"
+    twin, _ = build_twin(src)
+    rng = np.random.default_rng(seed)
+    faults = [f for f in spec.get("faults") or [] if parse_duration(f["at"]) < hours * 3600]
+    for node in twin.cluster.nodes:
+        if node.gpus:
+            at = round(float(rng.uniform(0.1, 0.9)) * hours * 3600)
+            faults.append(
+                {"at": f"{at}s", "type": "ecc-dbe", "node": node.name, "gpu": int(rng.integers(len(node.gpus)))}
+            )
+    spec["faults"] = faults
+    dst.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dst
+
+
+def _busy_gpus(twin: object) -> float:
+    """GPUs doing work now: whole GPUs held (not kept for sharing) plus each shared device's held replicas."""
+    t = twin  # a gpufleet.sim.twin.Twin
+    gpus, pods = t.gpus, t.pods  # type: ignore[attr-defined]
+    whole = gpus.allocated & gpus.alive
+    if len(pods.shared_gpus):
+        whole[pods.shared_gpus] = False
+    per_gpu: dict[int, int] = {}
+    for d in pods.devices:
+        per_gpu[d.k] = per_gpu.get(d.k, 0) + 1
+    shared = sum(
+        sum(h is not None for h in d.holders) / d.replicas / per_gpu[d.k] for d in pods.devices if gpus.alive[d.k]
+    )
+    return float(np.count_nonzero(whole)) + shared
+
+
+def _twin_day(scenario: object, whole_node: bool) -> tuple[int, float, int]:
+    """(GPUs, GPU-hours of work, drains done) over the scenario, through the door."""
+    from gpufleet.control.service import ControlPlane
+    from gpufleet.sim.backend import TwinBackend
+    from gpufleet.sim.fleet import SimFleet
+    from gpufleet.sim.node_actions import TwinNodeActions
+    from gpufleet.sim.runner import run_headless
+    from gpufleet.sim.scenario import build_twin
+    from gpufleet.state import Database
+    from gpufleet.telemetry.store import EmbeddedStore
+
+    class WholeNodeDrains(TwinBackend):
+        """Every drain takes the whole node (the incident id leads the reason the engine passes)."""
+
+        def drain_gpu(self, node: str, index: int, reason: str, eviction: object) -> str:
+            return self.drain(node, reason, reason.split(":", 1)[0])
+
+    twin, duration = build_twin(scenario)  # type: ignore[arg-type]
+    backend = (WholeNodeDrains if whole_node else TwinBackend)(twin)
+    plane = ControlPlane(
+        Database(":memory:"), backend, clock=lambda: twin.epoch + twin.time, remediation="on",
+        metrics=EmbeddedStore(None),
+    )  # fmt: skip
+    fleet = SimFleet(twin)
+    fleet.node_actions = TwinNodeActions(backend)
+    worked = [0.0]
+
+    def sample() -> None:
+        worked[0] += _busy_gpus(twin) * twin.tick / 3600.0
+
+    run_headless(twin, fleet, plane.ingest, plane.tick, duration, before_step=sample)
+    drains = [e for e in plane.store.audit_log.entries() if e.action == "drain" and e.decision == "done"]
+    return int(twin.gpus.n), worked[0], len(drains)
+
+
+def gpu_scope_table(console: Console, hours: float, seed: int = 36) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from gpufleet.cli.core import builtin_example
+
+    table = Table(title=f"GPU-hours kept by GPU-scoped eviction against whole-node drain ({hours:g} h of the twin)")
+    for col in ("scenario", "GPUs", "drains", "GPU-h worked: GPU-scoped", "GPU-h worked: whole node", "GPU-h kept"):
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in SCOPE_SCENARIOS:
+            scenario = _with_dbes(builtin_example(name), hours, seed, Path(tmp) / Path(name).name)
+            gpus, scoped, drains = _twin_day(scenario, whole_node=False)
+            _, whole, _ = _twin_day(scenario, whole_node=True)
+            table.add_row(
+                Path(name).stem, str(gpus), str(drains), f"{scoped:,.1f}", f"{whole:,.1f}", f"{scoped - whole:+,.1f}"
+            )
+    console.print(table)
 
 
 if __name__ == "__main__":
