@@ -165,3 +165,21 @@ def test_skipping_quiet_passes_changes_no_decision(recording: Recording, spec: d
     a = summarize(fast.entries, recording, fast.reboot_until)
     b = summarize(every.entries, recording, every.reboot_until)
     assert a.totals() == b.totals() and a.incidents == b.incidents
+
+
+def test_a_person_returning_a_node_ends_its_time_out_of_service(state: Database) -> None:
+    """The candidate leaves n-004 cordoned while its drain waits; a person returns it five minutes in."""
+    from gpufleet.state import AuditEntry
+
+    pair = next(b for b in load_recording(state, DAY).incidents if b["id"] == "INC-000003")["first_seen"]
+    candidate = policy(rateLimits={"drain": {"maxPerHour": 1}})
+    before = rehearse(load_recording(state, 2 * H, until=pair + 600), candidate).candidate
+    short = load_recording(state, 2 * H, until=pair + 600)
+    short.audit.append(
+        AuditEntry(seq=10**9, time=pair + 300, recorded=pair + 300, actor="ops", action="uncordon",
+                   target="node/n-004", decision="node n-004 uncordoned", reason="", incident="", cause="",
+                   runbook="", step="", dry_run=False, backend="twin", request="")
+    )  # fmt: skip
+    after = rehearse(short, candidate).candidate
+    assert after.node_hours == pytest.approx(before.node_hours - 300 / H)
+    assert after.gpu_hours == pytest.approx(before.gpu_hours - 8 * 300 / H)

@@ -3,9 +3,9 @@ ended, and for the whole window the nodes and GPUs out of service, breaker trips
 recorded run (or, without one, the built-in default policy replayed the same way) next to the candidate.
 
 Both sides are measured by the same rules from their decisions: a node is out of service from the step that
-cordons, drains or reboots it until a step returns it (uncordon) or its reboot ends, whichever is later, and to the
-end of the window if nothing returns it; it costs its GPU count per hour. A GPU-scoped step costs one GPU: a reset
-for `gpu_reset_s`, a GPU cordon or drain until that GPU is returned; never while its node is out already.
+cordons, drains or reboots it until a step or a person returns it (uncordon) or its reboot ends, whichever is later,
+and to the end of the window if nothing returns it; it costs its GPU count per hour. A GPU-scoped step costs one
+GPU: a reset for `gpu_reset_s`, a GPU cordon or drain until that GPU is returned; never while its node is out.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from gpufleet.remediate.replay import (
     replay,
 )
 from gpufleet.remediate.runbook import RunbookSet
+from gpufleet.remediate.store import ACTOR
 from gpufleet.state import AuditEntry
 
 Interval = tuple[float, float]
@@ -112,7 +113,19 @@ def summarize(
             if since[1] in incidents and into is node_out:
                 incidents[since[1]].node_hours += (at - since[0]) / 3600.0
 
-    for e in sorted(entries, key=lambda x: (x.time, x.seq)):
+    # a person returning a node ends its time out of service too (the replay applies it at its moment, first)
+    people = [
+        e
+        for e in recording.audit
+        if e.actor != ACTOR and e.action == "uncordon" and not e.dry_run and not e.decision.startswith("failed")
+    ]
+    ordered = sorted([(e.time, 0, e.seq, e) for e in people] + [(e.time, 1, e.seq, e) for e in entries])
+    for _, by_person, _, e in ordered:
+        if not by_person:
+            kind, _, rest = e.target.partition("/")
+            if kind == "node":
+                close(rest, e.time, node_out)
+            continue
         if e.action == "breaker-trip":
             trips += e.decision in ("breaker-tripped", "would-trip")
             continue
