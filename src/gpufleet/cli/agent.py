@@ -217,11 +217,11 @@ def agent(
         "--action-command",
         metavar="KIND=COMMAND",
         help="With --control-plane: the command for a node action the control plane may ask for, as KIND=COMMAND "
-        "(reset-gpu, reboot-node, power-cap, restart-service, diag; {gpu}, {watts}, {level}, {service} filled in), "
-        "or KIND= to refuse that kind. Defaults: reset-gpu 'nvidia-smi -r -i {gpu}', power-cap 'nvidia-smi -i {gpu} "
-        "-pl {watts}', restart-service 'systemctl restart {service}', diag 'dcgmi diag -r {level} -i {gpus}'; reboot-node has "
-        "none: give one, e.g. reboot-node='systemctl reboot', or through the BMC reboot-node='ipmitool chassis power "
-        "cycle'. Repeatable.",
+        "(reset-gpu, reboot-node, power-cap, restart-service, diag; {gpu}, {gpus}, {watts}, {level}, {service} "
+        "filled in), or KIND= to refuse that kind. Defaults: reset-gpu 'nvidia-smi -r -i {gpu}', power-cap "
+        "'nvidia-smi -i {gpu} -pl {watts}', restart-service 'systemctl restart {service}', diag 'dcgmi diag -r "
+        "{level} -i {gpus}'; reboot-node has none: give one, e.g. reboot-node='systemctl reboot', or through the BMC "
+        "reboot-node='ipmitool chassis power cycle'. Repeatable.",
     ),
     node_actions: bool = typer.Option(
         True,
