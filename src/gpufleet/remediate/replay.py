@@ -43,8 +43,8 @@ from gpufleet.remediate.backends.base import (
 from gpufleet.remediate.config import RemediationPolicy
 from gpufleet.remediate.engine import Remediator
 from gpufleet.remediate.incident_io import incident_from_dict
-from gpufleet.remediate.runbook import RunbookSet
-from gpufleet.remediate.store import ACTOR, RemediationStore
+from gpufleet.remediate.runbook import RunbookManifest, RunbookSet
+from gpufleet.remediate.store import ACTOR, RemediationStore, StoreMode
 from gpufleet.remediate.tickets import Ticket, TicketSink
 from gpufleet.spec.base import format_duration
 from gpufleet.state import AuditEntry, AuditLog, Database
@@ -336,6 +336,39 @@ class ReplayTickets(TicketSink):
 
 # --- the replay -------------------------------------------------------------------------------------------------
 
+
+class SelectedOnce(RunbookSet):
+    """The runbooks, each replayed incident's choice made once: a recorded incident never changes, and the engine
+    asks on every pass."""
+
+    def __init__(self, runbooks: RunbookSet) -> None:
+        super().__init__(list(runbooks))
+        self._chosen: dict[str, RunbookManifest] = {}
+
+    def select(self, incident: Incident) -> RunbookManifest:
+        chosen = self._chosen.get(incident.id)
+        if chosen is None:
+            chosen = self._chosen[incident.id] = super().select(incident)
+        return chosen
+
+
+class ReplayBooks(RemediationStore):
+    """The replay's books; an incident is stored once (the engine saves it on every pass, and the replay's copy
+    never changes)."""
+
+    def __init__(self, db: Database, mode: StoreMode = "on", saved: set[str] | None = None) -> None:
+        super().__init__(db, mode)
+        self._saved = saved if saved is not None else set()
+
+    def with_mode(self, mode: StoreMode) -> RemediationStore:
+        return ReplayBooks(self.db, mode, self._saved)  # the incidents table is the same in every mode
+
+    def save_incident(self, incident_id: str, body: dict[str, Any]) -> None:
+        if incident_id not in self._saved:
+            super().save_incident(incident_id, body)
+            self._saved.add(incident_id)
+
+
 Progress = Callable[[int, int], None]  # (events replayed, of)
 
 
@@ -363,8 +396,9 @@ def replay(
     candidate = policy.model_copy(deep=True)
     candidate.spec.dry_run = False  # acting on the replay backend: its books are the ones acting keeps
     backend = ReplayBackend(recording.nodes, recorded, reboot_s, tolerance=resume_every_s / 2)
-    books = RemediationStore(Database(":memory:"))
-    engine = Remediator(backend, books, candidate, runbooks or RunbookSet.builtin(), tickets=ReplayTickets(recorded))
+    books = ReplayBooks(Database(":memory:"))
+    chosen = SelectedOnce(runbooks or RunbookSet.builtin())
+    engine = Remediator(backend, books, candidate, chosen, tickets=ReplayTickets(recorded))
     incidents = {b["id"]: b for b in recording.incidents}
     parsed: dict[str, Incident] = {}
 
