@@ -43,7 +43,7 @@ from gpufleet.remediate.backends.base import (
 from gpufleet.remediate.config import RemediationPolicy
 from gpufleet.remediate.engine import Remediator
 from gpufleet.remediate.incident_io import incident_from_dict
-from gpufleet.remediate.runbook import RunbookManifest, RunbookSet
+from gpufleet.remediate.runbook import ActionKind, RunbookManifest, RunbookSet
 from gpufleet.remediate.store import ACTOR, RemediationStore, StoreMode
 from gpufleet.remediate.tickets import Ticket, TicketSink
 from gpufleet.spec.base import format_duration
@@ -443,7 +443,22 @@ def replay(
     stirred = False  # something happened since the last pass
     quiet_until = -math.inf  # no pass before this moment would change anything
 
-    def run(incident_id: str) -> bool:
+    # What each paused runbook met when it last ran: the nodes out of service, the breaker, the failures counted,
+    # the moment, and where it stopped. A retry that would meet the same is not made (it would decide the same);
+    # only its step's time moves, as the retry's would (paused runbooks are taken oldest first by that time).
+    met: dict[str, tuple[tuple[frozenset[str], frozenset[str]], bool, int, float, str, str]] = {}
+    STOPPED = ("refused", "deferred", "waiting")
+
+    def out_now() -> tuple[frozenset[str], frozenset[str]]:
+        """The nodes out of service, and those of them still rebooting (not ready)."""
+        out = frozenset(backend.unavailable())
+        return out, frozenset(n for n, back in backend.rebooting.items() if backend.clock < back)
+
+    def failures() -> int:
+        row = books.db.one("SELECT COUNT(*) FROM remediation_failures WHERE mode = 'on'")
+        return int(row[0]) if row else 0
+
+    def run(incident_id: str, counted: int | None = None) -> bool:
         """Apply the incident's runbook; whether any of its steps was decided differently from its last run."""
         nonlocal applied
         backend.incident = incident_id
@@ -452,7 +467,33 @@ def replay(
         decided = tuple((d.step, d.decision) for d in report.steps)
         changed = said.get(incident_id) != decided
         said[incident_id] = decided
+        last = report.steps[-1] if report.steps else None
+        if skip_quiet and last is not None and last.decision in STOPPED:
+            tripped = books.breaker().tripped
+            count = failures() if counted is None else counted
+            met[incident_id] = (out_now(), tripped, count, backend.clock, last.decision,
+                                last.action)  # fmt: skip
+        else:
+            met.pop(incident_id, None)
         return changed
+
+    def must_retry(incident_id: str, at: float, counted: int) -> bool:
+        """Whether a retry now could decide differently from the last run."""
+        seen = met.get(incident_id)
+        if seen is None:
+            return True
+        out, tripped, count, last, decision, action = seen
+        if (out, tripped, count) != (out_now(), books.breaker().tripped, counted):
+            return True
+        if decision != "deferred":
+            return False  # refused (budget or breaker) or waiting for a reboot: what it met is unchanged
+        limit = candidate.spec.rate_limits.get(ActionKind(action))
+        if limit is None:
+            return True
+        times = books.action_times(action, since=last - 3600.0 - limit.min_interval - 1.0)
+        ends = [t + limit.min_interval for t in times] + [t + 3600.0 for t in times]
+        ends += [math.nextafter(t + 3600.0, math.inf) for t in times]
+        return any(last < t <= at for t in ends)
 
     def next_change(at: float) -> float:
         """The first moment after `at` when a paused runbook could be decided differently with nothing else
@@ -478,12 +519,23 @@ def replay(
             maybe_open = False
             return
         changed = False
+        counted = failures()
+        moved: list[tuple[float, str]] = []
         for incident_id in paused:
             if incident_id in skip or incident_id not in incidents:
                 continue
             if resolved_at.get(incident_id, math.inf) <= at:
                 continue
-            changed |= run(incident_id)
+            if not must_retry(incident_id, at, counted):
+                moved.append((at, incident_id))
+                continue
+            changed |= run(incident_id, counted)
+        if moved:
+            marks = ", ".join("?" * len(STOPPED))
+            books.db.executemany(
+                f"UPDATE remediation_steps SET time = ? WHERE mode = 'on' AND incident = ? AND outcome IN ({marks})",
+                [(*m, *STOPPED) for m in moved],
+            )
         if not changed and not stirred and skip_quiet:
             quiet_until = next_change(at)
         stirred = False
