@@ -15,15 +15,21 @@ Patterns:
   5 minutes until 60%) and a cooling cascade (1% of nodes per minute for 40 minutes): correlated waves where
   automatic draining does harm and a person should look.
 
-    python bench/remediate_breaker.py [--seeds 10]
+A last table rehearses policies the way `gpufleet remediate replay` does: 30 days of the twin's events (incidents
+and node events) replayed through the real engine in event time under the default policy and a stricter candidate,
+timed against a 30 s target (bench/remediate_replay.py, which also runs alone).
+
+    python bench/remediate_breaker.py [--seeds 10] [--replay-days 30]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -99,6 +105,10 @@ def main() -> None:
     parser.add_argument(
         "--scope-hours", type=float, default=24.0, help="twin hours per run of the GPU-scope table; 0 skips it"
     )
+    parser.add_argument(
+        "--replay-days", type=float, default=30.0, help="days of the twin's events for the replay table; 0 skips it"
+    )
+    parser.add_argument("--replay-repeats", type=int, default=3, help="timed replays per policy (the median is shown)")
     args = parser.parse_args()
     console = Console(width=200)
 
@@ -144,6 +154,11 @@ def main() -> None:
         console.print(f"{name}: right call on {sum(ok)} of {len(ok)} patterns")
     if args.scope_hours > 0:
         gpu_scope_table(console, args.scope_hours)
+    if args.replay_days > 0:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from remediate_replay import replay_table
+
+        replay_table(console, args.replay_days, repeats=args.replay_repeats)
 
 
 # --- GPU-scoped eviction against whole-node drain, on the twin ------------------------------------------------------
