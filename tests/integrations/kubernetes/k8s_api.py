@@ -40,6 +40,7 @@ class RecordingCoreV1:
         self.events: list[Any] = []
         self.evictions: list[Any] = []
         self.racing: list[dict[str, Any]] = []  # patches another writer lands just before our next patch
+        self.vanishing: set[str] = set()  # pods that end by themselves between our list and our eviction
 
     def list_node(self) -> Any:
         self.calls.append(("list_node", ()))
@@ -111,6 +112,8 @@ class RecordingCoreV1:
         self.calls.append(("create_namespaced_pod_eviction", (namespace, name)))
         self.evictions.append(body)
         key = f"{namespace}/{name}"
+        if key in self.vanishing:
+            self.pods.pop(key, None)
         if key not in self.pods:
             raise ApiException(status=404, reason="Not Found")
         if self.pdb_refusals.get(key, 0) > 0:

@@ -93,6 +93,13 @@ def test_gpu_drain_evicts_only_the_pod_on_that_gpu_and_names_its_top_owner() -> 
     kubernetes_validate.validate(body, K8S, strict=True)
 
 
+def test_a_pod_gone_before_its_eviction_counts_as_moved() -> None:
+    api, owners = _cluster()
+    api.vanishing.add("ml/train-worker-0")  # the Job's pod ended on its own between the list and the eviction
+    detail = _backend(api, owners).drain_gpu(NODE, 0, "reason", EvictionSpec())
+    assert "evicted ml/train-worker-0" in detail and set(api.pods) == EVERY_POD - {"ml/train-worker-0"}
+
+
 def test_replicaset_owner_is_read_not_guessed_from_its_name() -> None:
     api, owners = _cluster(disruptions_allowed=1)
     detail = _backend(api, owners).drain_gpu(NODE, 3, "reason", EvictionSpec())
