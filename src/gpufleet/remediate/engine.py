@@ -35,7 +35,7 @@ from gpufleet.remediate.backends.base import (
 from gpufleet.remediate.config import RemediationPolicy
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.remediate.runbook import INFORMS_ONLY, TAKES_NODE_OUT, ActionKind, RunbookManifest, RunbookSet, Step
-from gpufleet.remediate.safety import breaker_verdict, budget_refusal, rate_limit_deferral
+from gpufleet.remediate.safety import breaker_verdict, budget_refusal, rate_limit_deferral, rate_limit_lookback
 from gpufleet.remediate.scope import drain_scope
 from gpufleet.remediate.store import FINAL_OUTCOMES, UNCONFIRMED, BreakerState, RemediationStore, StepRecord
 from gpufleet.remediate.tickets import Ticket, TicketSink
@@ -241,7 +241,7 @@ class Remediator:
         if state.tripped:
             return "tripped"
         failing = set(books.failing_nodes(since=self._window_start(state, now)))
-        if counts:
+        if counts and mode == "plan":  # a plan records nothing: the failure it would record counts now
             failing.add(incident.node)
         verdict = breaker_verdict(self.policy.spec.breaker, failing, len(self.backend.nodes()))
         if not verdict.trip:
@@ -403,8 +403,9 @@ class Remediator:
             if refusal:
                 return decided("refused", refusal, stop=True)
         now = self.backend.now()
-        recent = books.action_times(step.action.value, since=now - 3600.0)
-        deferral = rate_limit_deferral(step.action.value, self.policy.spec.rate_limits.get(step.action), recent, now)
+        limit = self.policy.spec.rate_limits.get(step.action)
+        recent = books.action_times(step.action.value, since=now - rate_limit_lookback(limit))
+        deferral = rate_limit_deferral(step.action.value, limit, recent, now)
         if deferral:
             return decided("deferred", deferral, stop=True)
         repeats = self._repeats(incident, step, books, now)

@@ -44,6 +44,7 @@ from gpufleet.remediate.config import RemediationPolicy
 from gpufleet.remediate.engine import Remediator
 from gpufleet.remediate.incident_io import incident_from_dict
 from gpufleet.remediate.runbook import ActionKind, RunbookManifest, RunbookSet
+from gpufleet.remediate.safety import rate_limit_lookback
 from gpufleet.remediate.store import ACTOR, RemediationStore, StoreMode
 from gpufleet.remediate.tickets import Ticket, TicketSink
 from gpufleet.spec.base import format_duration
@@ -501,12 +502,14 @@ def replay(
         times = [t for t in backend.rebooting.values() if t > at]
         times += [t for t in resolved_at.values() if t > at]
         for kind, limit in candidate.spec.rate_limits.items():
-            recent = books.action_times(kind.value, since=at - 3600.0)  # the engine looks back an hour
+            recent = books.action_times(kind.value, since=at - rate_limit_lookback(limit))  # as the engine does
             if recent and limit.min_interval:
                 times.append(recent[-1] + limit.min_interval)
             if recent:  # the oldest leaves the hour the engine counts: at its end, and just after (it looks back
                 # an hour inclusive for the spacing, exclusive for the hourly count)
-                times += [recent[0] + 3600.0, math.nextafter(recent[0] + 3600.0, math.inf)]
+                hour = [t for t in recent if t >= at - 3600.0]
+                if hour:
+                    times += [hour[0] + 3600.0, math.nextafter(hour[0] + 3600.0, math.inf)]
         return min((t for t in times if t > at), default=math.inf)
 
     def run_pass(at: float, skip: set[str]) -> None:

@@ -67,8 +67,15 @@ def budget_refusal(
     return None
 
 
+def rate_limit_lookback(spec: RateLimitSpec | None) -> float:
+    """How far back the actions a rate limit judges reach: the hour of `max_per_hour`, or the spacing when it is
+    longer (a 2 h spacing needs the last action of the past 2 h)."""
+    return max(3600.0, spec.min_interval if spec is not None else 0.0)
+
+
 def rate_limit_deferral(action: str, spec: RateLimitSpec | None, recent: list[float], now: float) -> str | None:
-    """Why an action of this kind must wait, given when the last ones ran (`recent`: the past hour, oldest first)."""
+    """Why an action of this kind must wait, given when the last ones ran (`recent`: the past hour, or as far back as
+    the spacing reaches, oldest first)."""
     if spec is None:
         return None
     if spec.min_interval and recent and now - recent[-1] < spec.min_interval:
