@@ -223,3 +223,29 @@ def test_process_is_one_turn_of_the_main_loop(tmp_path: Path) -> None:
     assert {s.decision for s in third[remap.id].steps} == {"done-earlier"}
     assert [s.decision for s in third[lost.id].steps][2:4] == ["passed", "done"]
     assert rem.process([]) == []
+
+
+def test_a_spacing_longer_than_an_hour_holds_for_all_of_it(tmp_path: Path) -> None:
+    twin = small_twin(nodes=6, job_nodes=0)
+    rem = remediator(twin, tmp_path, policy(rateLimits={"drain": {"minInterval": "2h"}}, budget={"cluster": "100%"}))
+    first = incident(RootCause.row_remap_failure, "n-001", gpu=1, action="CONTACT_SUPPORT", xid=64, ident="a")
+    assert {s.step: s.decision for s in rem.apply(first).steps}["drain"] == "done"
+    twin.time += 90 * 60.0  # past the hour, inside the two hours
+    second = incident(RootCause.row_remap_failure, "n-002", gpu=1, action="CONTACT_SUPPORT", xid=64, ident="b")
+    held = {s.step: s for s in rem.apply(second).steps}["drain"]
+    assert held.decision == "deferred" and "spacing is 2h" in held.reason
+    twin.time += 31 * 60.0
+    assert {s.step: s.decision for s in rem.apply(second).steps}["drain"] == "done"
+
+
+def test_a_retried_old_incident_does_not_count_its_node_failing_again(tmp_path: Path) -> None:
+    twin = small_twin(nodes=6, job_nodes=0)
+    pol = policy(breaker={"threshold": 2, "minFailures": 2, "window": "10m"}, rateLimits={}, budget={"cluster": "100%"})
+    rem = remediator(twin, tmp_path, pol)
+    old = incident(RootCause.row_remap_failure, "n-001", gpu=1, action="CONTACT_SUPPORT", xid=64, ident="old")
+    rem.apply(old)
+    twin.time += 3600.0  # its failure is an hour old: outside the window
+    new = incident(RootCause.row_remap_failure, "n-002", gpu=1, action="CONTACT_SUPPORT", xid=64, ident="new")
+    assert rem.apply(new).breaker == "closed"
+    assert rem.apply(old).breaker == "closed"  # a later pass over the old one: still one node failing
+    assert rem.breaker_status()["failing_nodes_in_window"] == 1
