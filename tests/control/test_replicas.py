@@ -176,3 +176,22 @@ def test_killing_the_leader_process_hands_over_within_seconds(pg_url: str, tmp_p
             if server.poll() is None:
                 server.terminate()
                 server.wait(timeout=10)
+
+
+def test_the_leader_knows_what_an_agent_pushing_to_another_replica_carries_out(
+    pair: tuple[ControlPlane, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Remediation runs on the leader; the node's agent may push to any replica. The leader learns what the agent
+    carries out through the feed, queues the action, and the other replica hands it over with its next ack."""
+    from gpufleet.control import node_actions
+    from gpufleet.model.actions import NodeAction, NodeActionKind
+
+    monkeypatch.setattr(node_actions, "REFRESH_S", 0.0)  # a replica re-reads the nodes with waiting actions at once
+    a, b, clock = pair
+    assert a.node_actions.serves("n1", NodeActionKind.reset_gpu) is not None  # never heard of it
+    b.ingest(batch("n1", [], inventory=inventory("n1"), can=[NodeActionKind.reset_gpu]))
+    a.tick()  # the leader reads the feed
+    assert a.node_actions.serves("n1", NodeActionKind.reset_gpu) is None
+    a.node_actions.request(NodeAction("x1", NodeActionKind.reset_gpu, "n1", clock.now + 900, gpu=3), "remediation")
+    ack = b.ingest(batch("n1", [], can=[NodeActionKind.reset_gpu]))
+    assert [x.id for x in ack.actions] == ["x1"]

@@ -76,13 +76,17 @@ class NodeActionQueue:
 
     # --- the door --------------------------------------------------------------------------------------------------
 
+    def heard(self, node: str, can: list[NodeActionKind] | None, now: float) -> None:
+        """A node's agent pushed, here or (through the feed) to another replica: what it carries out."""
+        with self.lock:
+            self._agents[node] = (frozenset(can) if can is not None else None, now)
+
     def exchange(self, batch: Batch, pusher: Token | None) -> tuple[list[str], list[NodeAction]]:
         """During ingest: take the batch's results; return their ids (the agent forgets them) and the actions to
         hand this node's agent now."""
         now = self.clock()
         node = batch.node
-        with self.lock:
-            self._agents[node] = (frozenset(batch.can) if batch.can is not None else None, now)
+        self.heard(node, batch.can, now)
         taken = []
         for result in batch.results:
             self._finish(result, f"agent/{node}", now)

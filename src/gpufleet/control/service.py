@@ -364,6 +364,7 @@ class ControlPlane:
     def _take(self, batch: Batch, key: tuple[str, str], new: list[Record], top: int, now: float) -> None:
         """What the batch tells about the node, and the incidents its findings open or change."""
         self.fleet.update(batch, now, new)
+        self.node_actions.heard(batch.node, batch.can, now)  # the leader learns it through the feed too
         findings = [r.body for r in new if isinstance(r.body, Finding)] if self.leader else []
         for report in batch.fabric or ():
             fabric_findings = self.fabric.take(report)
