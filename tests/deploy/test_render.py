@@ -883,8 +883,9 @@ def test_node_actions_make_a_privileged_agent_that_names_its_commands() -> None:
     on = find(objects(VARIANTS["node-actions"]), "DaemonSet")["spec"]["template"]["spec"]
     agent = on["containers"][0]
     assert on["hostPID"] is True and agent["securityContext"]["privileged"] is True
-    assert "--action-command=reboot-node=nsenter --target 1 --mount --uts --ipc --net --pid -- systemctl reboot" in (
-        agent["args"]
+    assert (
+        "--action-command=reboot-node=nsenter --target 1 --mount --uts --ipc --net --pid -- systemctl reboot"
+        in (agent["args"])
     )
     assert "--action-command=reset-gpu=nvidia-smi -r -i {gpu}" in agent["args"] and "--no-enroll" in agent["args"]
     off = find(objects({}), "DaemonSet")["spec"]["template"]["spec"]

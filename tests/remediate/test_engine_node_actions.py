@@ -14,10 +14,10 @@ from gpufleet.agent.actions import Commands, NodeActionRunner, NodeFacts
 from gpufleet.model import RootCause
 from gpufleet.model.actions import NodeActionKind
 from gpufleet.remediate import FileTicketSink, RemediationStore, Remediator
-from gpufleet.state import Database
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.runner import run_headless
 from gpufleet.spec.scenario_spec import FaultType
+from gpufleet.state import Database
 from tests.remediate.helpers import incident, policy, remediator
 from tests.twins import door, small_twin
 

@@ -6,10 +6,10 @@ of request on its own row (`RefusalAudit`): a flood of identical ones is audited
 ones is capped, so it cannot grow the log without bound. Handlers find the token in `request.state`.
 
 What each request needs: agents' pushes (`/api/v1/ingest`), their enrollment (`/api/v1/agents/enroll`) and
-preflight failures the agent or admin role; the
-preflight admission webhook nothing (the API server calls it without a token, and it changes nothing); token
-management admin; any other change operator or admin; reads (and a rehearsal of a remediation policy, a POST that
-changes nothing) nothing from loopback and a reading role from anywhere else. `/healthz` and the dashboard's page are open (the page calls the API, which checks).
+preflight failures the agent or admin role; the preflight admission webhook nothing (the API server calls it without
+a token, and it changes nothing); token management admin; any other change operator or admin; reads (and a rehearsal
+of a remediation policy, a POST that changes nothing) nothing from loopback and a reading role from anywhere else.
+`/healthz` and the dashboard's page are open (the page calls the API, which checks).
 """
 
 from __future__ import annotations
