@@ -127,5 +127,6 @@ def test_apply_through_real_slurm(
     assert out.returncode == 0, out.stderr
     assert [s["decision"] for s in json.loads(out.stdout)[0]["steps"]] == ["done", "done", "done"]
     node = slurm_cluster.runner.node("gpu-03")
-    assert node.state.drained and node.reason == "ecc-gpu-03: row remap failure"  # the incident named first
+    # the incident named first, as gpufleet marks its own drains
+    assert node.state.drained and node.reason == "gpufleet[ecc-gpu-03]: row remap failure"
     slurm_cluster.reset_nodes()
