@@ -105,7 +105,9 @@ class FabricGraph:
 
     def add_link(self, link: Link) -> Link:
         self.links.append(link)
-        self._by_end = None
+        if self._by_end is not None:  # kept current: learning L links one by one stays O(L)
+            self._by_end[link.a] = link
+            self._by_end[link.b] = link
         return link
 
     # --- reading --------------------------------------------------------------------------------------------
