@@ -31,6 +31,8 @@ class Variant(BaseModel):
     ppn1_uses_tree_net_latency: bool
     allgather_reducescatter_algos: tuple[str, ...]
     pat: bool
+    pat_bw_factor: float = 0.75  # PAT busBw discount (0.85 in 2.23, 0.75 from 2.24)
+    nvlstree_size_correction: bool = False  # getAlgoTime corrects NVLSTree bw by size on sm100 + x86 (2.29+)
     channel_scaled_time: bool
     max_channels: int = Field(gt=0)
     collnet_arity_latency_us: float

@@ -218,7 +218,7 @@ def _bus_bw(
     if a == "Tree" and g.pattern_tree:
         bus *= 0.85
     if a == "PAT":
-        bus *= 0.75
+        bus *= v.pat_bw_factor
     if collnet and p != "Simple":
         bus = 0.0
     if a == "CollNetDirect" and p == "Simple":
