@@ -89,7 +89,7 @@ def _size_correction(table: CostTable, algo: str, proto: str, nbytes: int) -> fl
         and 0 <= log_size < 24
         and topo.sm >= 100
         and topo.cpu_vendor in ("intel", "amd")
-        and table.consts.version >= "2.30"
+        and table.consts.variant.nvlstree_size_correction
     ):
         return factors[log_size]
     return 1.0
@@ -166,26 +166,36 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
         # Older getAlgoTime rescaled bw by the channels actually launched.
         time_us = best.latency_us + nbytes / (1000.0 * best.bw_gbps * nc / table.comm_channels)
     nccl_time = time_us
-    time_us += pipeline_fill_us(nbytes, nc, concurrent_peers(topo, best.algo), best.proto, best.bw_gbps)
+    time_us += pipeline_fill_us(
+        nbytes, nc, concurrent_peers(topo, best.algo), step_bytes(best.algo, best.proto), best.bw_gbps
+    )
     algbw = nbytes / (time_us * 1000.0) if time_us > 0 else 0.0
     busbw = algbw * bus_factor(coll, topo.nranks)
     return Prediction(coll, nbytes, best.algo, best.proto, nc, nt, time_us, algbw, busbw, nccl_time, tuple(candidates))
 
 
 def concurrent_peers(topo: Topology, algo: str) -> int:
-    """How many pieces each channel's data is split into at once (enqueue.cc chunking): a ring splits it over
-    all ranks, NVLS/CollNetDirect over the node's heads, trees and PAT pipeline whole chunks."""
-    if algo == "Ring":
-        return topo.nranks
+    """How many peers each channel streams to at once: the fan-out of the primitive the algorithm runs
+    (src/device/all_reduce.h). A ring channel sends to its one next rank (FanSymmetric<1>) and walks the ranks'
+    chunks one step after another; NVLS/NVLSTree scatter to every head (FanAsymmetric<0, NCCL_MAX_NVLS_ARITY>),
+    CollNetDirect to the node's GPUs; trees and PAT pipeline whole chunks along one chain."""
     if algo in ("NVLS", "NVLSTree", "CollNetDirect"):
         return topo.gpus_per_node
     return 1
 
 
-def pipeline_fill_us(nbytes: int, channels: int, peers: int, proto: str, algbw_gbps: float) -> float:
-    """Store-and-forward cost until every channel holds a full protocol step per peer (data/expected.yaml)."""
+def step_bytes(algo: str, proto: str) -> int:
+    """Bytes one pipeline step moves to a peer (data/expected.yaml): the protocol's buffer step, or NVLS's own
+    smaller chunk. NVLSTree keeps the protocol step: its tree half goes through net/P2P connections whose
+    steps are the protocol's buffer slots."""
     fill = load_yaml("expected.yaml")["pipeline_fill"]
-    window = max(1, channels) * max(1, peers) * int(fill["step_bytes"][proto])
+    return int(fill["algo_step_bytes"].get(algo, fill["step_bytes"][proto]))
+
+
+def pipeline_fill_us(nbytes: int, channels: int, peers: int, step: int, algbw_gbps: float) -> float:
+    """Store-and-forward cost until every channel holds a full step per peer (data/expected.yaml)."""
+    fill = load_yaml("expected.yaml")["pipeline_fill"]
+    window = max(1, channels) * max(1, peers) * step
     return float(fill["factor"]) * min(nbytes, window) / (1000.0 * algbw_gbps) if algbw_gbps > 0 else 0.0
 
 
