@@ -12,6 +12,7 @@ from gpufleet.telemetry.attribution import (
     ESTIMATED,
     MEASURED,
     AttributionInputs,
+    Attributor,
     DeviceReading,
     DeviceRef,
     attribute,
@@ -259,3 +260,64 @@ def test_a_holder_takes_its_workload_name_from_the_pod_list() -> None:
     )
     (dev,) = attribute([GPU], [DeviceReading(1_200, 10)], inputs).devices
     assert dev is not None and dev.holders == (named,) and dev.shares[0].allotted
+
+
+def test_an_attributor_joins_once_while_holders_processes_and_owners_stay_and_splits_each_new_reading() -> None:
+    """The join is kept while its inputs are equal; the numbers of every collection are split as `attribute` does."""
+    attributor = Attributor([GPU, MIG1, MIG2])
+    allotments = (Allotment("GPU-aaaa::0", A), Allotment("GPU-aaaa::1", B), Allotment("MIG-2", C))
+    owners = {10: A, 11: B, 12: C}
+    results = []
+    for tick, (sm_a, sm_b, util) in enumerate([(30, 20, 55), (10, 60, 72), (0, 5, 5)]):
+        inputs = AttributionInputs(
+            allotments=allotments,
+            processes=ProcessReading(
+                (
+                    _proc(10, mem=4_000 + tick, sm=sm_a),
+                    _proc(11, mem=6_000, sm=sm_b),
+                    _proc(12, "GPU-bbbb", mem=900, gpu_instance_id=2),
+                ),
+                frozenset({"GPU-aaaa"}),
+            ),
+            owners=dict(owners),  # a new mapping each collection, as the readers give it
+            replicas={"GPU-aaaa": 4},
+        )
+        readings = [DeviceReading(11_000, util, math.nan, 300), DeviceReading(), DeviceReading(1_000, 40)]
+        result = attributor.attribute(readings, inputs)
+        assert result == attribute([GPU, MIG1, MIG2], readings, inputs)
+        results.append(result)
+    assert attributor.joins == 1
+    assert [s.compute_pct for s in results[1].devices[0].shares] == [10, 60]  # type: ignore[union-attr]
+    assert results[2].devices[0].shares[0].memory_mib == 4_002  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["a process starts", "a process moves to another instance", "an owner changes", "an allotment ends", "replicas"],
+)
+def test_an_attributor_joins_again_when_who_holds_what_changes(change: str) -> None:
+    attributor = Attributor([GPU, MIG1, MIG2])
+    procs = (_proc(10, sm=30), _proc(12, "GPU-bbbb", gpu_instance_id=2))
+    first = AttributionInputs(
+        allotments=(Allotment("GPU-aaaa::0", A), Allotment("GPU-aaaa::1", B), Allotment("MIG-2", C)),
+        processes=ProcessReading(procs, frozenset({"GPU-aaaa"})),
+        owners={10: A, 12: C},
+    )
+    readings = [DeviceReading(2_000, 30), DeviceReading(), DeviceReading(1_000, 40)]
+    attributor.attribute(readings, first)
+    then = {
+        "a process starts": AttributionInputs(
+            first.allotments, ProcessReading((*procs, _proc(11, sm=5)), frozenset({"GPU-aaaa"})), {10: A, 11: B, 12: C}
+        ),
+        "a process moves to another instance": AttributionInputs(
+            first.allotments,
+            ProcessReading((procs[0], _proc(12, "GPU-bbbb", gpu_instance_id=7)), frozenset({"GPU-aaaa"})),
+            first.owners,
+        ),
+        "an owner changes": AttributionInputs(first.allotments, first.processes, {10: B, 12: C}),
+        "an allotment ends": AttributionInputs(first.allotments[1:], first.processes, first.owners),
+        "replicas": AttributionInputs(first.allotments, first.processes, first.owners, {"GPU-aaaa": 2}),
+    }[change]
+    result = attributor.attribute(readings, then)
+    assert attributor.joins == 2
+    assert result == attribute([GPU, MIG1, MIG2], readings, then)

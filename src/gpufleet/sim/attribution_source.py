@@ -105,6 +105,10 @@ class TwinOwners:
         self._refs = refs
         return out
 
+    def pod_list(self) -> PodIndex:
+        """The node's pod list, the same object while the pods stay the same (the agent keeps what it derived)."""
+        return self.index()
+
     def ended(self, holder: Attribution) -> bool:
         """Whether the pod list says this holder's pod has ended (the agent then drops its lingering allotments)."""
         return bool(holder.pod) and self.index().ended(holder.namespace, holder.pod)
@@ -120,4 +124,5 @@ def attribution_source(twin: Twin, node: str | None = None) -> AttributionSource
         allotments=[TwinPodResources(twin, node, answers)],
         processes=TwinProcesses(twin, node, answers),
         owners=TwinOwners(twin, node, answers),
+        clock=lambda: twin.time,
     )

@@ -22,7 +22,9 @@ The rules (`attribute`):
   the device's utilization is split evenly among the holders that run a process, and labelled estimated.
 - power: the device's own for a single holder; otherwise split by compute share (evenly when all are idle) and
   labelled estimated. A MIG instance has no power reading of its own, so its workloads get none.
-- a workload leaves the result as soon as the inputs stop naming it: the result is rebuilt every collection.
+- a workload leaves the result as soon as the inputs stop naming it. The join (who holds each device, whose each
+  process is) depends only on the allotments, which processes run where and their owners, so an `Attributor` keeps
+  it while those stay the same and each collection only splits the new readings.
 """
 
 from __future__ import annotations
@@ -169,7 +171,40 @@ def same_workload(a: Attribution, b: Attribution) -> bool:
 class _Device:
     holders: list[Attribution] = field(default_factory=list)
     replica_ids: set[int] = field(default_factory=set)
-    processes: list[GpuProcess] = field(default_factory=list)
+    processes: list[int] = field(default_factory=list)  # positions in the reading's processes
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Who holds one device and whose each of its processes is: the join, which changes only when the
+    allotments, the processes on the GPUs or their owners do (processes by position in the reading)."""
+
+    holders: tuple[Attribution, ...]
+    allotted: tuple[bool, ...]
+    owned: tuple[tuple[int, ...], ...]  # per holder, its processes
+    unresolved: tuple[int, ...]  # processes whose workload cannot be told (no PID map, several holders)
+    replicas: int
+    sharing: Sharing
+    sampled: bool  # the device's processes carry SM samples of their own
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    devices: tuple[Held | None, ...]  # per entity; None: no holder and no process
+    notes: tuple[str, ...]
+
+
+JoinKey = tuple[object, ...]
+
+
+def join_key(inputs: AttributionInputs) -> JoinKey:
+    """What the join depends on: equal keys give equal joins (the readings' numbers are not part of it)."""
+    reading = inputs.processes
+    procs = None
+    if reading is not None:
+        procs = (tuple((p.pid, p.gpu_uuid, p.gpu_instance_id, p.mps) for p in reading.processes), reading.sampled)
+    owners = dict(inputs.owners) if inputs.owners is not None else None
+    return (inputs.allotments, procs, owners, dict(inputs.replicas))
 
 
 def attribute(
@@ -180,7 +215,32 @@ def attribute(
 ) -> AttributionResult:
     """Who used what of each entity in this collection (see the module's rules). `index` is `entities`' index, kept
     by a caller that attributes the same entities every collection."""
-    index = index if index is not None else EntityIndex(entities)
+    held = join(entities, inputs, index if index is not None else EntityIndex(entities))
+    return measure(entities, held, readings, inputs.processes)
+
+
+class Attributor:
+    """`attribute` for the same entities every collection, joining again only when the join's inputs changed: on
+    a node whose pods and processes stay, a collection only splits the new readings."""
+
+    def __init__(self, entities: Sequence[GpuEntity]) -> None:
+        self.entities = entities
+        self.index = EntityIndex(entities)
+        self.joins = 0  # joins computed, for tests and the curious
+        self._key: JoinKey | None = None
+        self._join: Join | None = None
+
+    def attribute(self, readings: Sequence[DeviceReading], inputs: AttributionInputs) -> AttributionResult:
+        key = join_key(inputs)
+        if self._join is None or key != self._key:
+            self._join = join(self.entities, inputs, self.index)
+            self._key = key
+            self.joins += 1
+        return measure(self.entities, self._join, readings, inputs.processes)
+
+
+def join(entities: Sequence[GpuEntity], inputs: AttributionInputs, index: EntityIndex) -> Join:
+    """Each entity's holders and whose each of its processes is."""
     devices = [_Device() for _ in entities]
     notes: dict[str, str] = {}
     for allot in inputs.allotments or ():
@@ -195,27 +255,45 @@ def attribute(
         if not any(same_workload(h, allot.holder) for h in dev.holders):
             dev.holders.append(allot.holder)
     reading = inputs.processes
-    for proc in reading.processes if reading is not None else ():
+    procs = reading.processes if reading is not None else ()
+    for pos, proc in enumerate(procs):
         i = index.of_process(proc)
         if i is None:
             notes.setdefault("process", f"process {proc.pid} runs on {proc.gpu_uuid}, not a GPU of this frame")
             continue
-        devices[i].processes.append(proc)
-    out: list[DeviceAttribution | None] = []
+        devices[i].processes.append(pos)
+    out: list[Held | None] = []
     for i, entity in enumerate(entities):
         dev = devices[i]
         if not dev.holders and not dev.processes:
             out.append(None)
             continue
+        mine = [procs[pos] for pos in dev.processes]
         # an instance has no samples of its own, and MPS clients' kernels run in the server's context
         sampled = (
             reading is not None
             and entity.uuid in reading.sampled
             and not entity.mig_profile
-            and not any(p.mps for p in dev.processes)
+            and not any(p.mps for p in mine)
         )
-        out.append(_device(entity, dev, readings[i], inputs, sampled))
-    return AttributionResult(out, list(notes.values()))
+        out.append(_held(entity, dev, procs, inputs, sampled))
+    return Join(tuple(out), tuple(notes.values()))
+
+
+def measure(
+    entities: Sequence[GpuEntity],
+    held: Join,
+    readings: Sequence[DeviceReading],
+    reading: ProcessReading | None,
+) -> AttributionResult:
+    """The join's shares of this collection's readings (`reading`: the processes the join was made from, or ones
+    that differ only in their numbers)."""
+    procs = reading.processes if reading is not None else ()
+    devices = [
+        None if h is None else _device(entity, h, readings[i], procs, reading is not None)
+        for i, (entity, h) in enumerate(zip(entities, held.devices, strict=True))
+    ]
+    return AttributionResult(devices, list(held.notes))
 
 
 def _sharing(entity: GpuEntity, holders: int, processes: list[GpuProcess], replicas: int) -> Sharing:
@@ -227,30 +305,48 @@ def _sharing(entity: GpuEntity, holders: int, processes: list[GpuProcess], repli
     return Sharing.time_slicing if shared else Sharing.exclusive
 
 
-def _device(
-    entity: GpuEntity, dev: _Device, reading: DeviceReading, inputs: AttributionInputs, sampled: bool
-) -> DeviceAttribution:
+def _held(
+    entity: GpuEntity, dev: _Device, procs: Sequence[GpuProcess], inputs: AttributionInputs, sampled: bool
+) -> Held:
     offered = inputs.replicas.get(entity.mig_uuid or entity.uuid, 0)
     replicas = max(offered, len(dev.replica_ids), 1)
     holders = list(dev.holders)
-    owned: dict[int, list[GpuProcess]] = {k: [] for k in range(len(holders))}
+    owned: dict[int, list[int]] = {k: [] for k in range(len(holders))}
     allotted = [True] * len(holders)
-    unowned: list[GpuProcess] = []  # processes of no workload: the device's remainder
-    unresolved: list[GpuProcess] = []  # processes whose workload cannot be told (no PID map, several holders)
+    unresolved: list[int] = []
     known_allotments = inputs.allotments is not None  # without them, no one can be said not to have been given it
-    mps = any(p.mps for p in dev.processes)
-    for proc in dev.processes:
+    mine = [procs[pos] for pos in dev.processes]
+    mps = any(p.mps for p in mine)
+    for pos, proc in zip(dev.processes, mine, strict=True):
         # on an MPS GPU the processes that are not clients are the MPS server (its daemon's pod): the device's own
         k = _holder_of(proc, holders, allotted, inputs.owners, known_allotments, adopt=not mps or proc.mps)
         if k is None:
-            (unowned if inputs.owners is not None or not holders else unresolved).append(proc)
+            if inputs.owners is None and holders:  # else a process of no workload: the device's remainder
+                unresolved.append(pos)
         else:
-            owned.setdefault(k, []).append(proc)
+            owned.setdefault(k, []).append(pos)
     n = len(holders)
-    sharing = _sharing(entity, n, dev.processes, replicas)
-    memory = _memory(n, owned, unresolved, inputs.processes is not None)
-    compute, method, excess = _compute(n, owned, unresolved, reading.util_pct, sampled, inputs.processes is not None)
-    mem_util = _mem_util(n, owned, reading.mem_util_pct, sampled, method)
+    return Held(
+        holders=tuple(holders),
+        allotted=tuple(allotted),
+        owned=tuple(tuple(owned.get(k, ())) for k in range(n)),
+        unresolved=tuple(unresolved),
+        replicas=replicas,
+        sharing=_sharing(entity, n, mine, replicas),
+        sampled=sampled,
+    )
+
+
+def _device(
+    entity: GpuEntity, held: Held, reading: DeviceReading, procs: Sequence[GpuProcess], have_processes: bool
+) -> DeviceAttribution:
+    holders = held.holders
+    n = len(holders)
+    owned = {k: [procs[pos] for pos in held.owned[k]] for k in range(n)}
+    unresolved = [procs[pos] for pos in held.unresolved]
+    memory = _memory(n, owned, unresolved, have_processes)
+    compute, method, excess = _compute(n, owned, unresolved, reading.util_pct, held.sampled, have_processes)
+    mem_util = _mem_util(n, owned, reading.mem_util_pct, held.sampled, method)
     power, power_method = _power(n, compute, reading.power_w, entity)
     shares = tuple(
         Share(
@@ -261,8 +357,8 @@ def _device(
             mem_util_pct=mem_util[k],
             power_w=power[k],
             power_method=power_method,
-            processes=len(owned.get(k, ())),
-            allotted=allotted[k],
+            processes=len(owned[k]),
+            allotted=held.allotted[k],
         )
         for k in range(n)
     )
@@ -273,7 +369,7 @@ def _device(
     rest_compute = math.nan
     if not math.isnan(reading.util_pct) and all(not math.isnan(c) for c in compute):
         rest_compute = max(0.0, reading.util_pct - sum(compute))
-    return DeviceAttribution(sharing, replicas, shares, rest_memory, rest_compute, excess)
+    return DeviceAttribution(held.sharing, held.replicas, shares, rest_memory, rest_compute, excess)
 
 
 def _holder_of(

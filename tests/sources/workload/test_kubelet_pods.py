@@ -5,6 +5,8 @@ each with its fix, over httpx's mock transport."""
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +228,41 @@ def test_without_a_token_no_authorization_is_sent(tmp_path: Path) -> None:
 
     assert len(KubeletPodList(token_path=None, transport=httpx.MockTransport(handler)).index()) == 0
     assert "Authorization" not in seen[0].headers
+
+
+def test_an_unchanged_answer_is_the_same_index_over_one_kept_connection(tmp_path: Path) -> None:
+    """The kubelet's /pods over a real HTTP server: an answer equal to the last is not decoded again (the agent keeps
+    what it derived from the index while the same one comes back), a changed one is, and one connection serves."""
+    body = {"current": (DATA / "podlist_gpu_node.constructed.json").read_bytes()}
+    connections: set[tuple[str, int]] = set()
+
+    class Pods(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            connections.add(self.client_address)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body["current"])))
+            self.end_headers()
+            self.wfile.write(body["current"])
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Pods)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        pods = KubeletPodList(url=f"http://127.0.0.1:{server.server_address[1]}/pods", token_path=None)
+        first = pods.index()
+        assert pods.index() is first and pods.index() is first
+        changed = json.loads(body["current"])
+        changed["items"] = changed["items"][:1]
+        body["current"] = json.dumps(changed).encode()
+        second = pods.index()
+        assert second is not first and len(second) == 1
+        assert len(connections) == 1
+        pods.close()
+    finally:
+        server.shutdown()
+        server.server_close()

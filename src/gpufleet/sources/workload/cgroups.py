@@ -86,6 +86,10 @@ class CgroupOwners:
         self._loaded = 0.0
         self._missed: set[str] = set()  # container IDs the current list was read for and lacks
         self._seen: dict[int, _Seen] = {}
+        # each PID's workload as the current pod list names it, with the cgroup it was resolved from: looked up
+        # again only when the list is read again or the PID's cgroup changes
+        self._resolved: dict[int, tuple[CgroupRef, Attribution | None]] = {}
+        self._resolved_by: PodLookup | None = None
         self._all_missing = 0
         self._said: str = ""
 
@@ -99,22 +103,32 @@ class CgroupOwners:
             elif ref.is_kubernetes and self.pods is not None:
                 kube[pid] = ref
         if kube:
-            index = self._index_for(kube.values())
+            index = self._index_for(kube)
+            resolved: dict[int, tuple[CgroupRef, Attribution | None]] = {}
             for pid, ref in kube.items():
-                owner = index.owner(ref)
+                known = self._resolved.get(pid)
+                owner = known[1] if known is not None and known[0] is ref else index.owner(ref)
+                resolved[pid] = (ref, owner)
                 if owner is not None:
                     out[pid] = owner
+            self._resolved = resolved
         return out
+
+    def pod_list(self) -> PodLookup | None:
+        """The node's pod list (read again when `refresh_s` old), or None without one. The same object comes back
+        until it is read again, so a caller may keep what it derived from it."""
+        if self.pods is None:
+            return None
+        now = self.clock()
+        if self._index is None or now - self._loaded >= self.refresh_s:
+            self._load(now)
+        return self._current()
 
     def ended(self, holder: Attribution) -> bool:
         """Whether the pod list says this holder's pod has ended: kubelets that still list a terminated pod's
         devices in pod-resources would otherwise keep its labels on the GPU."""
-        if self.pods is None or not holder.pod:
-            return False
-        now = self.clock()
-        if self._index is None or now - self._loaded >= self.refresh_s:
-            self._load(now)
-        return self._need_index().ended(holder.namespace, holder.pod)
+        pods = self.pod_list() if holder.pod else None
+        return pods is not None and pods.ended(holder.namespace, holder.pod)
 
     # ---- processes
 
@@ -171,19 +185,30 @@ class CgroupOwners:
 
     # ---- the pod list
 
-    def _index_for(self, refs: Iterable[CgroupRef]) -> PodLookup:
+    def _index_for(self, refs: dict[int, CgroupRef]) -> PodLookup:
         now = self.clock()
         fresh = False
         if self._index is None or now - self._loaded >= self.refresh_s:
             self._load(now)
             fresh = True
-        index = self._need_index()
-        wanted = {r.container_id for r in refs if r.container_id}
+        index = self._current()
+        # a PID resolved through this list before has had its container looked up in it already
+        known = self._resolved
+        wanted = {
+            r.container_id for pid, r in refs.items() if r.container_id and (pid not in known or known[pid][0] is not r)
+        }
         unknown = {cid for cid in wanted if not index.has_container(cid)} - self._missed
         if unknown and not fresh:  # a pod that started since the last read
             self._load(now)
-            index = self._need_index()
+            index = self._current()
         self._missed |= {cid for cid in unknown if not index.has_container(cid)}
+        return index
+
+    def _current(self) -> PodLookup:
+        """The pod list, forgetting what an earlier one resolved when it was read again."""
+        index = self._need_index()
+        if index is not self._resolved_by:
+            self._resolved, self._resolved_by = {}, index
         return index
 
     def _load(self, now: float) -> None:

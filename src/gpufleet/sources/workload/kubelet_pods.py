@@ -223,16 +223,39 @@ class KubeletPodList:
         self.verify = verify
         self.timeout = timeout
         self._transport = transport
+        self._client: httpx.Client | None = None  # kept open across reads; replaced after a failure
+        self._last: tuple[bytes, PodIndex] | None = None  # the last answer and its index
 
     def read(self) -> Mapping[str, Any]:
+        return self._decode(self._fetch())
+
+    def index(self) -> PodIndex:
+        """The node's pods, freshly read; the same index as last time when the kubelet's answer is unchanged."""
+        content = self._fetch()
+        if self._last is not None and self._last[0] == content:
+            return self._last[1]
+        index = PodIndex.from_pod_list(self._decode(content))
+        self._last = (content, index)
+        return index
+
+    __call__ = index
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _fetch(self) -> bytes:
         headers = {"Accept": "application/json"}
         token = self._token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
         try:
-            with httpx.Client(verify=self.verify, timeout=self.timeout, transport=self._transport) as client:
-                response = client.get(self.url, headers=headers)
+            if self._client is None:
+                self._client = httpx.Client(verify=self.verify, timeout=self.timeout, transport=self._transport)
+            response = self._client.get(self.url, headers=headers)
         except httpx.HTTPError as exc:
+            self.close()
             raise BackendError(
                 f"cannot read the pod list from {self.url}: {type(exc).__name__}: {exc}",
                 fix="run the agent with hostNetwork: true so 127.0.0.1:10250 is the kubelet, or set the URL to the "
@@ -248,19 +271,16 @@ class KubeletPodList:
             )
         if len(response.content) > MAX_BYTES:
             raise BackendError(f"{self.url} answered {len(response.content)} bytes", fix="check the URL is /pods")
+        return response.content
+
+    def _decode(self, content: bytes) -> Mapping[str, Any]:
         try:
-            obj = json.loads(response.content)
+            obj = json.loads(content)
         except ValueError as exc:
             raise ParseError(f"the pod list from {self.url} is not JSON: {exc}", fix="check the URL is /pods") from None
         if not isinstance(obj, Mapping):
             raise ParseError(f"the pod list from {self.url} is not a JSON object", fix="check the URL is /pods")
         return obj
-
-    def index(self) -> PodIndex:
-        """The node's pods, freshly read."""
-        return PodIndex.from_pod_list(self.read())
-
-    __call__ = index
 
     def _token(self) -> str:
         if self.token_path is None:

@@ -593,6 +593,12 @@ class PodResourcesReader:
     the `::<n>` replicas it sees)."""
 
     name = "pod-resources"
+    # How long the agent keeps an answer while no process starts or ends on a GPU and the pod list stays the same
+    # (agent.attribution). The kubelet's allotments change only when a pod is admitted or removed; a pod's first
+    # process and last exit show in NVML's lists and a pod that starts or ends in the pod list, both read anyway, and
+    # either has List asked again at once. Only a pod given a device it runs no process on waits this long, the pod
+    # list's own refresh (CgroupOwners.refresh_s). A List over gRPC costs more than the rest of attribution.
+    keep_s = 10.0
 
     def __init__(
         self,
