@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.cli.progress import PROGRESS_OPT, catch_up
 from gpufleet.errors import UserError
 from gpufleet.locks import ordered_lock
 from gpufleet.spec.base import format_duration, parse_duration
@@ -23,9 +23,10 @@ def builtin_example(relative: str) -> Path:
     return Path(str(resources.files("gpufleet").joinpath("examples", relative)))
 
 
-def local_plane(scenario: Path, at: str, progress: bool = True, cost: Any = None) -> Any:
-    """Run a scenario here, its nodes through the same door into a control plane in memory, up to `--at`. `cost`:
-    the cost config its idle-cost series are priced with (default: the catalog's list prices)."""
+def local_plane(scenario: Path, at: str, progress: bool | None = None, cost: Any = None) -> Any:
+    """Run a scenario here, its nodes through the same door into a control plane in memory, up to `--at`, saying
+    how far it got on stderr (`progress`: None on a terminal only, True or False as asked). `cost`: the cost config
+    its idle-cost series are priced with (default: the catalog's list prices)."""
 
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
@@ -47,17 +48,8 @@ def local_plane(scenario: Path, at: str, progress: bool = True, cost: Any = None
         metrics=EmbeddedStore(None),
     )
     fleet = SimFleet(twin, cost=cost)
-    with Progress(
-        TextColumn("[bold]simulating[/bold] {task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-        disable=not progress,
-    ) as bar:
-        task = bar.add_task(f"{twin.cluster.name} to {format_duration(seconds)}", total=max(seconds, 1))
-        run_headless(twin, fleet, plane.ingest, plane.tick, seconds, lambda done: bar.update(task, completed=done))
+    with catch_up(f"{twin.cluster.name} to {format_duration(seconds)}", seconds, progress) as reached:
+        run_headless(twin, fleet, plane.ingest, plane.tick, seconds, reached)
     return plane
 
 
@@ -85,6 +77,7 @@ def sim_run(
     events_out: Path | None = typer.Option(
         None, "--events", help="Write every event (kernel log, link, job) as JSON lines."
     ),
+    progress: bool | None = PROGRESS_OPT,
 ) -> None:
     """Run a scenario headless as fast as the machine allows, then summarize what happened."""
     import json
@@ -94,20 +87,9 @@ def sim_run(
 
     twin, scenario_duration = build_twin(scenario)
     seconds = parse_duration(duration) if duration else scenario_duration
-    quiet = output in (OutputFormat.json, OutputFormat.yaml)
     start = time.perf_counter()
-    with Progress(
-        TextColumn("[bold]simulating[/bold] {task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[sim]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=quiet,
-        transient=True,
-    ) as progress:
-        task = progress.add_task(f"{twin.cluster.name}: {twin.gpus.n} GPUs", total=seconds, sim="")
-        twin.run(seconds, lambda done: progress.update(task, completed=done, sim=format_duration(done)))
+    with catch_up(f"{twin.cluster.name}: {twin.gpus.n} GPUs", seconds, progress) as reached:
+        twin.run(seconds, reached)
     summary = summarize(twin, time.perf_counter() - start)
     if events_out is not None:
         with events_out.open("w") as fh:

@@ -12,6 +12,7 @@ import typer
 
 from gpufleet.cli.fleet import AT_OPT, SCENARIO_OPT, SERVER_OPT, TOKEN_OPT
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.cli.progress import PROGRESS_OPT
 
 cost_app = typer.Typer(help="What GPU time costs: per workload, team and model; idle GPUs; scale-to-zero.",
                        no_args_is_help=True)  # fmt: skip
@@ -49,6 +50,7 @@ def report(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
     scenario: Path | None = SCENARIO_OPT,
     at: str = AT_OPT,
+    progress: bool | None = PROGRESS_OPT,
     server: str | None = SERVER_OPT,
     token_file: Path | None = TOKEN_OPT,
 ) -> None:
@@ -70,7 +72,8 @@ def report(
         from gpufleet.cost.service import CONFIG_NAME, CostService, load_config
 
         path = data_dir() / CONFIG_NAME
-        plane = local_plane(scenario, at, cost=config or load_config(path))  # its idle-cost series priced alike
+        # its idle-cost series priced alike
+        plane = local_plane(scenario, at, progress, cost=config or load_config(path))
         service = CostService(plane, config, config_path=path)
         data: dict[str, Any] = service.report(since, idle_below).model_dump(mode="json")
     else:

@@ -14,6 +14,7 @@ import typer
 from gpufleet.cli import render
 from gpufleet.cli.client import CONFIG_KEYS, Api, config_path, read_config, write_config
 from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, RowFollower, console, dump_yaml, emit, no_resources
+from gpufleet.cli.progress import PROGRESS_OPT
 from gpufleet.errors import UserError
 
 
@@ -64,11 +65,13 @@ def _rows(resource: Resource, api: Api, node: str | None, limit: int) -> list[di
     return list(fabric["links"] if r == "links" else fabric["switches"])
 
 
-def _local_rows(resource: Resource, scenario: Path, at: str, node: str | None) -> list[dict[str, Any]]:
+def _local_rows(
+    resource: Resource, scenario: Path, at: str, node: str | None, progress: bool | None
+) -> list[dict[str, Any]]:
     from gpufleet.cli.core import local_plane
     from gpufleet.control import views
 
-    plane = local_plane(scenario, at)
+    plane = local_plane(scenario, at, progress)
     r = resource.value
     if r == "incidents":
         return plane.incidents(node=node, limit=100_000)
@@ -177,6 +180,7 @@ def get(
     watch: bool = typer.Option(False, "--watch", "-w", help="After the list, follow changes live (Ctrl-C stops)."),
     scenario: Path | None = SCENARIO_OPT,
     at: str = AT_OPT,
+    progress: bool | None = PROGRESS_OPT,
     server: str | None = SERVER_OPT,
     token_file: Path | None = TOKEN_OPT,
 ) -> None:
@@ -186,7 +190,7 @@ def get(
     if scenario is not None:
         if watch:
             raise UserError("--watch follows a running control plane", fix="drop --scenario or --watch")
-        rows = select(_local_rows(resource, scenario, at, node), sel)
+        rows = select(_local_rows(resource, scenario, at, node, progress), sel)
         _print_list(resource, rows, output, _where(node, selector))
         return
     api = Api(server, token_file)
@@ -246,6 +250,7 @@ def describe(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
     scenario: Path | None = SCENARIO_OPT,
     at: str = AT_OPT,
+    progress: bool | None = PROGRESS_OPT,
     server: str | None = SERVER_OPT,
     token_file: Path | None = TOKEN_OPT,
 ) -> None:
@@ -259,7 +264,7 @@ def describe(
             from gpufleet.cli.core import local_plane
             from gpufleet.control import views
 
-            detail = views.describe_node(local_plane(scenario, at), name)
+            detail = views.describe_node(local_plane(scenario, at, progress), name)
         else:
             detail = Api(server, token_file).get(f"/api/v1/nodes/{name}")
         emit(detail, output, lambda wide: render.node_detail(detail))

@@ -172,16 +172,20 @@ class SimRunner(Background):
         progress every few seconds, and the twin's actions refused until it is done."""
         assert self.pending is not None
         checkpoint, actions, backend = self.pending
-        started = time.monotonic()
+        started, from_s = time.monotonic(), self.twin.time
         said = [started]
 
         def progress(now: float) -> None:
-            if time.monotonic() - said[0] >= RESTORE_PROGRESS_S:
-                said[0] = time.monotonic()
+            wall = time.monotonic()
+            if wall - said[0] >= RESTORE_PROGRESS_S:
+                said[0] = wall
                 done = 100.0 * now / checkpoint.time if checkpoint.time else 100.0
+                speed = (now - from_s) / (wall - started)
+                left = (checkpoint.time - now) / speed if speed > 0 else float("inf")
                 log.info(
-                    "bringing the twin back to %.2f h: at %.2f h (%.0f %%)", checkpoint.time / 3600, now / 3600, done
-                )
+                    "bringing the twin back to %.2f h: at %.2f h (%.0f %%), %.0fx real time, %.0f s left",
+                    checkpoint.time / 3600, now / 3600, done, speed, left,
+                )  # fmt: skip
 
         replayed = self.restore(checkpoint, actions, backend, progress)
         self.pending = None
