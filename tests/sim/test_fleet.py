@@ -1,9 +1,13 @@
 """The twin's nodes as agents: the inventory each reports carries its GPUs' MIG layout and power limits, as an agent
-reading NVML would."""
+reading NVML would; and an hour of every fault class through the door yields the records and incidents it always
+has (the agents' path is batched over the fleet for speed: what they push must not change)."""
 
 from __future__ import annotations
 
-from gpufleet.model.observe import Batch, MigInfo
+from collections import Counter
+from pathlib import Path
+
+from gpufleet.model.observe import Ack, Batch, Finding, MigInfo
 from gpufleet.model.wire import decode_batch, encode
 from gpufleet.sim.fleet import node_inventory
 from gpufleet.sim.scenario import carve_mig
@@ -40,3 +44,114 @@ def test_the_inventory_passes_the_contract() -> None:
     back = decode_batch(encode(Batch(1, "n-000", "i", "n-000", 1.0, inventory=inventory))).inventory
     assert back == inventory and len(back.gpus[7].mig) == 7
     assert isinstance(back.gpus[7].mig[0], MigInfo)
+
+
+EIGHT_NODES = """apiVersion: gpufleet.io/v1
+kind: Cluster
+metadata: {name: eight}
+spec:
+  nodePools:
+    - {name: dgx, count: 8, gpu: {model: h100-sxm, count: 8}, nics: {count: 8, speedGbps: 400}, nodesPerRack: 4}
+  fabric: {topology: rail-optimized-fat-tree, transport: ib, leafRadix: 64, linkSpeedGbps: 400}
+"""
+AN_HOUR = """apiVersion: gpufleet.io/v1
+kind: Scenario
+metadata: {{name: hour}}
+spec:
+  cluster: {cluster}
+  duration: 1h
+  seed: 7
+  workload:
+    autoTrainingNodesPerJob: 3
+    autoTrainingFill: 1.0
+    inference:
+      - {{name: chat-api, node: dgx-007, gpus: 2, requestsPerS: 80}}
+  faults:
+    - {{at: 4m, type: xid, node: dgx-001, gpu: 3, code: 13}}
+    - {{at: 8m, type: ecc-dbe, node: dgx-004, gpu: 1}}
+    - {{at: 12m, type: thermal-runaway, node: dgx-007, gpu: 5}}
+    - {{at: 16m, type: power-brake, node: dgx-002, gpu: 0, duration: 5m}}
+    - {{at: 20m, type: pcie-degrade, node: dgx-006, gpu: 5}}
+    - {{at: 24m, type: nvlink-errors, node: dgx-003, gpu: 4}}
+    - {{at: 28m, type: ib-symbol-errors, node: dgx-005, rail: 3}}
+    - {{at: 32m, type: link-flap, node: dgx-000, rail: 1, duration: 4m}}
+    - {{at: 36m, type: link-down, node: dgx-004, rail: 6}}
+    - {{at: 40m, type: straggler, job: train-0, rank: 12, factor: 1.6, duration: 10m}}
+    - {{at: 44m, type: gpu-off-bus, node: dgx-005, gpu: 6}}
+    - {{at: 48m, type: idle-gpu, node: dgx-006, gpu: 7}}
+    - {{at: 52m, type: driver-mismatch, node: dgx-002}}
+    - {{at: 55m, type: nccl-hang, job: train-1, rank: 3}}
+"""
+
+
+def test_an_hour_of_every_fault_through_the_door_yields_what_it_always_has(tmp_path: Path) -> None:
+    """Pinned from the agents' path before it was batched over the fleet: every record each node pushed, by kind,
+    and every incident (cause, node, entity, severity, state) at `--at 1h`."""
+    from gpufleet.control.service import ControlPlane
+    from gpufleet.locks import ordered_lock
+    from gpufleet.sim.backend import TwinBackend
+    from gpufleet.sim.fleet import SimFleet
+    from gpufleet.sim.runner import run_headless
+    from gpufleet.sim.scenario import build_twin
+    from gpufleet.state import Database
+    from gpufleet.telemetry.store import EmbeddedStore
+
+    cluster = tmp_path / "eight.yaml"
+    cluster.write_text(EIGHT_NODES)
+    scenario = tmp_path / "hour.yaml"
+    scenario.write_text(AN_HOUR.format(cluster=cluster))
+    twin, _ = build_twin(scenario)
+    plane = ControlPlane(
+        Database(":memory:"),
+        TwinBackend(twin, ordered_lock("twin")),
+        clock=lambda: twin.epoch + twin.time,
+        remediation="off",
+        metrics=EmbeddedStore(None),
+    )
+    pushed: Counter[tuple[str, str]] = Counter()
+
+    def transport(batch: Batch) -> Ack:
+        for r in batch.records:
+            kind = type(r.body).__name__
+            pushed[(batch.node, f"{kind}/{r.body.entity.kind.value}" if isinstance(r.body, Finding) else kind)] += 1
+        return plane.ingest(batch)
+
+    run_headless(twin, SimFleet(twin), transport, plane.tick, 3600)
+    incidents = sorted(
+        (r["cause"], r["node"], r["entity"]["text"], r["severity"], r["state"]) for r in plane.incidents(limit=1000)
+    )
+    assert incidents == [
+        ("driver-mismatch", "dgx-002", "node/dgx-002", "critical", "open"),
+        ("ecc-dbe", "dgx-004", "gpu/dgx-004/1", "critical", "open"),
+        ("gpu-lost", "dgx-005", "gpu/dgx-005/6", "critical", "open"),
+        ("gpu-xid", "dgx-001", "gpu/dgx-001/3", "warning", "open"),
+        ("ib-link-down", "dgx-004", "port/dgx-004/1/mlx5_6", "critical", "open"),
+        ("ib-link-flap", "dgx-000", "port/dgx-000/1/mlx5_1", "critical", "resolved"),
+        ("ib-symbol-errors", "dgx-005", "port/dgx-005/1/mlx5_3", "critical", "open"),
+        ("nvlink", "dgx-003", "gpu/dgx-003/4", "critical", "open"),
+        ("pcie", "dgx-006", "gpu/dgx-006/5", "warning", "open"),
+        ("power-brake", "dgx-002", "gpu/dgx-002/0", "warning", "resolved"),
+        ("straggler", "dgx-001", "gpu/dgx-001/4", "warning", "resolved"),
+        ("thermal", "dgx-007", "gpu/dgx-007/5", "warning", "open"),
+    ]
+    # a port's findings repeat while its error counters climb, as fast as the twin's fabric makes them: which
+    # ports report is pinned here, their count follows the fabric's own model
+    ports = {key for key in pushed if key[1] == "Finding/port"}
+    assert ports == {("dgx-000", "Finding/port"), ("dgx-004", "Finding/port"), ("dgx-005", "Finding/port")}
+    assert {key: n for key, n in pushed.items() if key not in ports} == {
+        ("dgx-000", "LinkEvent"): 6,
+        ("dgx-001", "Finding/gpu"): 1,
+        ("dgx-001", "KernelReport"): 1,
+        ("dgx-002", "Finding/gpu"): 10,
+        ("dgx-002", "Finding/node"): 3,
+        ("dgx-002", "KernelReport"): 1,
+        ("dgx-003", "Finding/gpu"): 73,
+        ("dgx-003", "KernelReport"): 1,
+        ("dgx-004", "Finding/gpu"): 43,
+        ("dgx-004", "KernelReport"): 2,
+        ("dgx-004", "LinkEvent"): 1,
+        ("dgx-005", "Finding/gpu"): 2,
+        ("dgx-005", "KernelReport"): 2,
+        ("dgx-006", "Finding/gpu"): 84,
+        ("dgx-007", "Finding/gpu"): 84,
+    }

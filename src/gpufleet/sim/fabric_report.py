@@ -4,6 +4,7 @@ errors, as ibqueryerrors --data lists them. It goes through the same door as a r
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind
@@ -41,6 +42,7 @@ class TwinFabricWatch:
                 self.port_lid[i] = lid
                 lid += 1
         self.switch_lid = {n.name: n.lid for n in self.nodes if n.kind is NodeKind.switch}
+        self._topology: tuple[tuple[bytes, frozenset[int]], FabricReport] | None = None  # (cabling, as found)
 
     def due(self, now: float) -> bool:
         return now >= self.next_poll
@@ -48,6 +50,23 @@ class TwinFabricWatch:
     def report(self, now: float, wall: float) -> FabricReport:
         """The poll at twin time `now`, stamped `wall` (the epoch time the twin's agents use)."""
         self.next_poll = now + self.poll_s
+        ports = self.twin.ports
+        cabling = (ports.up.tobytes(), frozenset(ports.disabled))
+        if self._topology is None or self._topology[0] != cabling:  # discovery finds what it found last poll
+            self._topology = (cabling, self._discovered(wall))
+        counters = self._counters()
+        polled = report_from_graph(FabricGraph(source="twin"), subnet="default", time=wall, counters=counters)
+        report = msgspec.structs.replace(
+            self._topology[1], time=wall, counter_names=polled.counter_names, counters=polled.counters
+        )
+        first_switch = next((n for n in self.nodes if n.kind is NodeKind.switch), None)
+        if first_switch is not None:
+            report.sm = SubnetManagerFact(first_switch.lid or 1, first_switch.guid, int(now // SM_SWEEP_S), 0,
+                                          "SMINFO_MASTER")  # fmt: skip
+        return report
+
+    def _discovered(self, wall: float) -> FabricReport:
+        """The topology as discovery finds it, without counters."""
         ports = self.twin.ports
         graph = FabricGraph(source="twin")
         for node in self.nodes:
@@ -63,6 +82,11 @@ class TwinFabricWatch:
             else:
                 for k, end in ((i, a), (j, b)):
                     graph.idle_ports[end] = "Down/Disabled" if k in ports.disabled else "Down/Polling"
+        return report_from_graph(graph, subnet="default", time=wall, source="twin", poll_s=self.poll_s)
+
+    def _counters(self) -> dict[End, dict[str, int]]:
+        """The ports with errors, each with every counter (ibqueryerrors --data)."""
+        ports = self.twin.ports
         errors = np.zeros(ports.n, dtype=bool)
         for name in ERROR_COUNTERS:
             errors |= ports.counters[name] > 0
@@ -73,13 +97,7 @@ class TwinFabricWatch:
                 value = int(ports.counters[name][k])
                 values[pma] = value // 4 if name.endswith("_bytes") else value
             counters[End(ports.owner[k], int(ports.number[k]))] = values
-        report = report_from_graph(graph, subnet="default", time=wall, source="twin", counters=counters,
-                                   poll_s=self.poll_s)  # fmt: skip
-        first_switch = next((n for n in self.nodes if n.kind is NodeKind.switch), None)
-        if first_switch is not None:
-            report.sm = SubnetManagerFact(first_switch.lid or 1, first_switch.guid, int(now // SM_SWEEP_S), 0,
-                                          "SMINFO_MASTER")  # fmt: skip
-        return report
+        return counters
 
     def _lid(self, i: int) -> int | None:
         owner = self.twin.ports.owner[i]

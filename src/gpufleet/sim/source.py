@@ -198,6 +198,7 @@ class TwinSource:
         self.app = AppSeries(twin, self.gpu_idx, node)
         self._price = self._prices(cost or CostConfig())
         self._seen_events = 0
+        self._rows: tuple[object, tuple[np.ndarray, list[str], np.ndarray]] | None = None
         models = [twin.cluster.nodes[int(g.node_of[k])].gpus[int(g.index_on_node[k])].model for k in self.gpu_idx]
         self._vendors = np.array([m.vendor for m in models])
         # a Gaudi's on-chip ports: scale-up ports first, then its scale-out ports (bit n: port n)
@@ -267,11 +268,10 @@ class TwinSource:
         twin, g, idx = self.twin, self.twin.gpus, self.gpu_idx
         frame.timestamp = twin.epoch + twin.time
         alive = g.alive[idx]
-        for field, attr, scale in GPU_FIELDS:
-            if not frame.has_gpu_field(field):
-                continue
-            values = getattr(g, attr)[idx].astype(np.float64) * scale
-            frame.gpu(field)[:] = np.where(alive, values, np.nan)
+        rows, attrs, scales = self._gpu_rows(frame)
+        if rows.size:  # every field the frame carries in one pass over the twin's arrays, not one per field
+            values = np.stack([getattr(g, attr) for attr in attrs])[:, idx].astype(np.float64) * scales
+            frame.values[rows] = np.where(alive, values, np.nan)
         if frame.has_gpu_field("DCGM_FI_DEV_FB_FREE"):
             frame.gpu("DCGM_FI_DEV_FB_FREE")[:] = np.where(alive, g.memory_mib[idx] - g.fb_used_mib[idx], np.nan)
         if self.mig_cols.size:
@@ -291,6 +291,16 @@ class TwinSource:
         if frame.has_ib_field(IB_PORT_RATE):
             frame.ib(IB_PORT_RATE)[:] = ports.speed_gbps[self.port_idx] * 1e9 / 8  # what sysfs rate says
         self._jobs(frame)
+
+    def _gpu_rows(self, frame: MetricFrame) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """The frame's rows of the GPU_FIELDS it carries, the twin's array for each and its scale (per field set)."""
+        if self._rows is None or self._rows[0] is not frame.gpu_fields:
+            row_of = {f.name: i for i, f in enumerate(frame.gpu_fields)}
+            present = [(row_of[field], attr, scale) for field, attr, scale in GPU_FIELDS if field in row_of]
+            rows = np.array([row for row, _, _ in present], dtype=np.int64)
+            scales = np.array([[scale] for _, _, scale in present], dtype=np.float64)
+            self._rows = (frame.gpu_fields, (rows, [attr for _, attr, _ in present], scales))
+        return self._rows[1]
 
     def _mig_fields(self, frame: MetricFrame, alive: np.ndarray) -> None:
         """A MIG instance's own readings (see the module's note)."""

@@ -81,6 +81,11 @@ class _History:
     recent: deque[float] = field(default_factory=deque)
     baseline: deque[float] = field(default_factory=deque)
     baseline_at: float = -math.inf
+    # the baseline's quantile and the recent median, computed once per change of either (judged every turn, they
+    # change only on a new reading): (baseline appends, recent appends, quantile, median)
+    paces: tuple[int, int, float, float] = (-1, -1, math.nan, math.nan)
+    baseline_added: int = 0
+    recent_added: int = 0
     low_since: float | None = None
     drop_summary: str = ""  # as first found: an effect's summary names it on its incident, so it stays the same
     starved_since: float | None = None
@@ -100,6 +105,8 @@ class _History:
         size = math.ceil(self.checks.throughput_baseline_s / BASELINE_EVERY_S)
         self.baseline = deque(maxlen=max(size, self.checks.throughput_baseline_min_points))
         self.baseline_at = -math.inf
+        self.baseline_added += 1
+        self.recent_added += 1
         self.hold_off()
 
     def hold_off(self) -> None:
@@ -354,8 +361,10 @@ def _pace(now: float, s: TrainingSignals, h: _History) -> None:
         h.unit = unit
         h.recent.clear()
         h.baseline.clear()
+        h.baseline_added += 1
         h.low_since = None
     h.recent.append(value)
+    h.recent_added += 1
     c = h.checks
     if (s.step is not None and s.step < c.warmup_steps) or h.low_since is not None:
         return
@@ -364,11 +373,25 @@ def _pace(now: float, s: TrainingSignals, h: _History) -> None:
     if len(h.baseline) >= c.throughput_baseline_min_points and value < (1 - c.throughput_drop) * _baseline(h):
         return
     h.baseline.append(value)
+    h.baseline_added += 1
     h.baseline_at = now
 
 
 def _baseline(h: _History) -> float:
-    return float(np.quantile(np.fromiter(h.baseline, float), h.checks.throughput_baseline_quantile))
+    return _paces(h)[0]
+
+
+def _paces(h: _History) -> tuple[float, float]:
+    """(the baseline's quantile, the median of the recent readings), as of the last change to either."""
+    if h.paces[:2] != (h.baseline_added, h.recent_added):
+        base = (
+            float(np.quantile(np.fromiter(h.baseline, float), h.checks.throughput_baseline_quantile))
+            if h.baseline
+            else math.nan
+        )
+        pace = float(np.median(np.fromiter(h.recent, float))) if h.recent else math.nan
+        h.paces = (h.baseline_added, h.recent_added, base, pace)
+    return h.paces[2], h.paces[3]
 
 
 def _throughput(now: float, h: _History) -> Finding | None:
@@ -376,7 +399,7 @@ def _throughput(now: float, h: _History) -> Finding | None:
     if len(h.baseline) < c.throughput_baseline_min_points or len(h.recent) < c.throughput_recent_points:
         h.low_since, h.drop_summary = None, ""
         return None
-    base, pace = _baseline(h), float(np.median(np.fromiter(h.recent, float)))
+    base, pace = _paces(h)
     if base <= 0 or pace >= (1 - c.throughput_drop) * base:
         h.low_since, h.drop_summary = None, ""
         return None

@@ -43,7 +43,25 @@ from gpufleet.telemetry.fields import IDLE_COST_FIELD
 from gpufleet.telemetry.frame import MetricFrame
 
 HW_THERMAL = 0x40
+_LARGEST = np.finfo(np.float64).max
 HW_POWER_BRAKE = 0x80
+
+
+def _zeroed(values: np.ndarray) -> np.ndarray:
+    """np.nan_to_num's answer (NaN 0, an infinity the largest finite float) by two ufuncs, without its checks: the
+    agents take it many times a collection."""
+    out = np.where(np.isnan(values), 0.0, values)
+    return np.clip(out, -_LARGEST, _LARGEST, out=out)
+
+
+def _row_medians(grid: np.ndarray) -> np.ndarray:
+    """Each row's median with NaN ignored (NaN for a row of NaN): np.nanmedian's answer, by one sort (NaN sorts
+    last) instead of its masked arrays, as the agents run it on every collection."""
+    ordered = np.sort(grid, axis=1)
+    count = (~np.isnan(grid)).sum(axis=1)
+    rows = np.arange(grid.shape[0])
+    low, high = ordered[rows, np.maximum(count - 1, 0) // 2], ordered[rows, count // 2 - (count == 0)]
+    return np.where(count > 0, (low + high) / 2.0, np.nan)
 
 
 def _throttled(held: float, window: float) -> str:
@@ -116,7 +134,7 @@ class GpuDetectors:
             g("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
         )
         self.max_clock = np.fmax(self.max_clock, clock)
-        bits = np.nan_to_num(reasons, nan=0.0).astype(np.int64)
+        bits = _zeroed(reasons).astype(np.int64)
         slow = clock < self.t.thermal.clock_ratio * self.max_clock
         held = self.thermal.update(now, ((bits & HW_THERMAL) != 0) & slow)
         # A GPU held at its slowdown point drops in and out of throttling every few seconds, so the continuous hold
@@ -192,12 +210,7 @@ class GpuDetectors:
         """Each entity's node's median of `values` (NaN ignored; NaN where the node has none)."""
         medians = np.full(len(values), np.nan)
         if self._rows is not None:  # every node has the same GPU count, in order: one vectorized median
-            grid = values.reshape(self._rows)
-            has = ~np.isnan(grid).all(axis=1)
-            per_node = np.full(grid.shape[0], np.nan)
-            if has.any():
-                per_node[has] = np.nanmedian(grid[has], axis=1)
-            return np.repeat(per_node, grid.shape[1])
+            return np.repeat(_row_medians(values.reshape(self._rows)), self._rows[1])
         for node in np.unique(self.node_of):
             mine = self.node_of == node
             if not np.isnan(values[mine]).all():
@@ -229,12 +242,10 @@ class GpuDetectors:
                     )
                 )
         # the memory-health fields, judged by health.gpu_memory as triage judges them in one reading
-        failure = np.nan_to_num(g("DCGM_FI_DEV_ROW_REMAP_FAILURE"), nan=0.0)
-        rows = np.nan_to_num(g("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"), nan=0.0)
-        retired = np.nan_to_num(g("DCGM_FI_DEV_RETIRED_SBE"), nan=0.0) + np.nan_to_num(
-            g("DCGM_FI_DEV_RETIRED_DBE"), nan=0.0
-        )
-        pending = np.nan_to_num(g("DCGM_FI_DEV_RETIRED_PENDING"), nan=0.0)
+        failure = _zeroed(g("DCGM_FI_DEV_ROW_REMAP_FAILURE"))
+        rows = _zeroed(g("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"))
+        retired = _zeroed(g("DCGM_FI_DEV_RETIRED_SBE")) + _zeroed(g("DCGM_FI_DEV_RETIRED_DBE"))
+        pending = _zeroed(g("DCGM_FI_DEV_RETIRED_PENDING"))
         remap_field = "DCGM_FI_DEV_ROW_REMAP_PENDING"
         remap_pending = frame.gpu(remap_field) if frame.has_gpu_field(remap_field) else np.full(len(dbe), np.nan)
         for i in np.flatnonzero((new_dbe > 0) | (failure > 0) | (rows > 0) | (retired > 0) | (remap_pending > 0)):
@@ -350,8 +361,8 @@ class GpuDetectors:
         if grown[0] is None or grown[1] is None or grown[2] is None or span < 10:
             return None
         shape = frame.link_values.shape[1:]
-        crc = (np.nan_to_num(grown[0]) + np.nan_to_num(grown[1])) * 60.0 / span
-        return crc.reshape(shape), (np.nan_to_num(grown[2]) * 60.0 / span).reshape(shape)
+        crc = (_zeroed(grown[0]) + _zeroed(grown[1])) * 60.0 / span
+        return crc.reshape(shape), (_zeroed(grown[2]) * 60.0 / span).reshape(shape)
 
     def _recovery(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         """The recovery action the driver asks for, judged as the Xid 154 that announces it (one judgement)."""
