@@ -86,7 +86,8 @@ class PortArrays:
     def add_traffic(self, port_idx: np.ndarray, bytes_out: np.ndarray) -> None:
         """Send `bytes_out` from each HCA port to its leaf, and as much back (AllReduce traffic is symmetric).
 
-        `port_idx` must not repeat within one call.
+        One call carries a whole tick of every job's traffic: a port may repeat (two jobs sharing a node's NICs),
+        each entry counting as its own send.
         """
         if port_idx.size == 0:
             return
@@ -94,17 +95,15 @@ class PortArrays:
         sent = np.where(up, bytes_out, 0).astype(np.int64)
         pkts = sent // MTU_BYTES
         peer = self.peer[port_idx]
+        both = np.concatenate((port_idx, peer))
+        sent2, pkts2 = np.concatenate((sent, sent)), np.concatenate((pkts, pkts))
         c = self.counters
-        # Each HCA port and its leaf port appear once per call, so plain fancy-index adds are exact.
-        for side in (port_idx, peer):
-            c["xmit_bytes"][side] += sent
-            c["rcv_bytes"][side] += sent
-            c["xmit_pkts"][side] += pkts
-            c["rcv_pkts"][side] += pkts
+        for name, add in (("xmit_bytes", sent2), ("rcv_bytes", sent2), ("xmit_pkts", pkts2), ("rcv_pkts", pkts2)):
+            np.add.at(c[name], both, add)  # unbuffered: a repeated port counts every time
         # Traffic aimed at a dead link is discarded at the switch that would forward it.
-        dropped = np.where(~up, bytes_out // MTU_BYTES, 0).astype(np.int64)
-        if dropped.any():
-            c["xmit_discards"][peer] += dropped
+        if not up.all():
+            down = ~up
+            np.add.at(c["xmit_discards"], peer[down], (bytes_out[down] // MTU_BYTES).astype(np.int64))
 
     def step(self, dt: float, rng: np.random.Generator) -> None:
         if self.symbol_rate_per_s.any():

@@ -196,8 +196,8 @@ class Twin:
             if state is JobState.failed:
                 self._schedule_restart(job)
         self.time = now + dt
-        hung = sum(1 for j in self.cluster.jobs if j.state is JobState.hung)
-        running = sum(1 for j in self.cluster.jobs if j.state is JobState.running)
+        states = [j.state for j in self.cluster.jobs]
+        hung, running = states.count(JobState.hung), states.count(JobState.running)
         self.recorder.record(self.time, self.gpus, hung, running)
 
     def run(self, seconds: float, progress: Callable[[float], None] | None = None) -> None:

@@ -106,6 +106,8 @@ class TrainingSet:
     port_starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     port_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     memory_fraction: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # what a tick reads per rank and never changes for this layout, worked out on first use (_RankFacts)
+    rank_facts: _RankFacts | None = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> np.ndarray:
@@ -198,10 +200,41 @@ def carry_over(old: TrainingSet, new: TrainingSet) -> None:
 
 
 def _job_codes(ts: TrainingSet) -> np.ndarray:
-    return np.array([_STATE_CODE.get(j.state, 2) for j in ts.jobs], dtype=np.int8)
+    """0 running, 1 hung, 2 anything else, per job (by identity: an Enum's hash is a Python call per job)."""
+    running, hung = JobState.running, JobState.hung
+    return np.array([0 if (s := j.state) is running else 1 if s is hung else 2 for j in ts.jobs], dtype=np.int8)
 
 
-_STATE_CODE = {JobState.running: 0, JobState.hung: 1}
+@dataclass(slots=True)
+class _RankFacts:
+    """Per rank, fixed for one rank layout: where its GPU is (a slice when the ranks are one run of GPUs, so reads
+    are views and writes are copies), its GPU's max clock, its job's nominal compute time and memory use."""
+
+    gpus: np.ndarray | slice
+    max_clock: np.ndarray
+    nominal_s: np.ndarray
+    fb_mib: np.ndarray
+
+
+def _rank_facts(ts: TrainingSet, gpus: GpuArrays) -> _RankFacts:
+    facts = getattr(ts, "rank_facts", None)  # unset in a TrainingSet pickled before it had them
+    if facts is None:
+        order = ts.gpu_order
+        first = int(order[0]) if order.size else 0
+        contiguous = order.size > 0 and bool((order == np.arange(first, first + order.size)).all())
+        facts = ts.rank_facts = _RankFacts(
+            gpus=slice(first, first + order.size) if contiguous else order,
+            max_clock=gpus.max_clock[order],
+            nominal_s=ts.compute_s[ts.rank_job],
+            fb_mib=gpus.memory_mib[order] * ts.memory_fraction[ts.rank_job],
+        )
+    return facts
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The indices starts[k] .. starts[k] + counts[k] - 1 of every k, one after the other."""
+    ends = np.cumsum(counts)
+    return np.arange(int(ends[-1]) if ends.size else 0) + np.repeat(starts - (ends - counts), counts)
 
 
 def step_training(
@@ -215,27 +248,40 @@ def step_training(
     changes: list[tuple[TrainingJob, JobState, str]] = []
     if not ts.jobs:
         return changes
-    order = ts.gpu_order
+    facts = _rank_facts(ts, gpus)
+    at = facts.gpus
     codes = _job_codes(ts)
-    ratio = np.where(gpus.alive, gpus.sm_clock / gpus.max_clock, 0.0)[order]
-    nominal = ts.compute_s[ts.rank_job]
-    with np.errstate(divide="ignore"):
-        per_rank = np.where(ratio > 0, nominal / ratio, np.inf)
-    per_rank = per_rank * ts.straggle[order]
-    ts.rank_compute_s[order] = per_rank
+    alive = gpus.alive
+    all_alive = bool(alive.all())
+    ratio = gpus.sm_clock[at] / facts.max_clock
+    if not all_alive:
+        ratio[~alive[at]] = 0.0
+    nominal = facts.nominal_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_rank = nominal / ratio
+    stopped = ratio <= 0.0
+    if stopped.any():
+        per_rank[stopped] = np.inf
+    if (ts.straggle != 1.0).any():
+        per_rank *= ts.straggle[at]
+    ts.rank_compute_s[at] = per_rank
     if ts.any_input_slow:  # a lagging loader: its rank waits for the batch before it can compute
-        per_rank = per_rank + nominal * (ts.input_slow[order] - 1.0)
+        per_rank = per_rank + nominal * (ts.input_slow[at] - 1.0)
     # the wait a healthy loader leaves is the same on every rank of a job
     step_time = np.maximum.reduceat(per_rank, ts.starts) + ts.compute_s * DATA_WAIT_FRACTION + ts.allreduce_s
     ts.step_s = step_time
 
-    bad_gpu = (~gpus.alive | gpus.wedged | ts.stuck)[order]
-    suspect = np.logical_or.reduceat(bad_gpu, ts.starts)
-    if ts.port_order.size:
+    # Only jobs with a lost, wedged or stuck rank, a link down, or already hung go through the per-job checks.
+    if all_alive and not gpus.wedged.any() and not ts.stuck.any():
+        suspect = codes == 1
+    else:
+        bad_gpu = (~alive | gpus.wedged | ts.stuck)[ts.gpu_order]
+        suspect = np.logical_or.reduceat(bad_gpu, ts.starts)
+        suspect |= codes == 1
+    if ts.port_order.size and not ports.up.all():
         # jobs on nodes without NICs (a Gaudi scales out on its own ports) have no slice: only the others are read
         has = ts.port_counts > 0
         suspect[has] |= np.logical_or.reduceat(~ports.up[ts.port_order], ts.port_starts[has])
-    suspect |= codes == 1
     suspect &= codes <= 1
 
     for j in np.flatnonzero(suspect):
@@ -267,14 +313,20 @@ def step_training(
     ts.progress = np.where(moving, ts.progress + dt / step_time, ts.progress)
     done = np.where(moving, np.floor(ts.progress), 0.0)
     ts.progress -= done
-    for j in np.flatnonzero(done):
-        job = ts.jobs[j]
-        before = job.step
-        job.step += int(done[j])
-        job.step_time_s = float(step_time[j])
-        job.last_step_time = now + dt - float(ts.progress[j] * step_time[j])
-        ports.add_traffic(ts.ports[j], np.full(ts.ports[j].size, int(ts.port_bytes_per_step[j] * done[j])))
-        ts.app.stepped(int(j), before, job.step, job.last_step_time)
+    stepped = np.flatnonzero(done)
+    if stepped.size:
+        # every job's AllReduce traffic of this tick in one call: bytes per HCA port, truncated per job as sent
+        counts = ts.port_counts[stepped]
+        sent = (ts.port_bytes_per_step[stepped] * done[stepped]).astype(np.int64)
+        ports.add_traffic(ts.port_order[_ranges(ts.port_starts[stepped], counts)], np.repeat(sent, counts))
+        steps, times, left = done[stepped].astype(np.int64), step_time[stepped], ts.progress[stepped]
+        for s, k, took, frac in zip(stepped.tolist(), steps.tolist(), times.tolist(), left.tolist(), strict=True):
+            job = ts.jobs[s]
+            before = job.step
+            job.step += k
+            job.step_time_s = took
+            job.last_step_time = now + dt - frac * took
+            ts.app.stepped(s, before, job.step, job.last_step_time)
     ts.app.finish_writes(now + dt)
     return changes
 
@@ -316,8 +368,16 @@ def training_demand(ts: TrainingSet, gpus: GpuArrays, now: float = 0.0) -> None:
     while a checkpoint is written; a rank starved of input idles for the share of the step it waits."""
     if not ts.jobs:
         return
+    facts = _rank_facts(ts, gpus)
+    at = facts.gpus
+    job_codes = _job_codes(ts)
+    if not job_codes.any() and not ts.any_input_slow and not ts.app.writes:  # every job running, none held up
+        gpus.demand_util[at] = TRAINING_UTIL
+        gpus.demand_fb_mib[at] = facts.fb_mib
+        gpus.allocated[at] = True
+        return
     order = ts.gpu_order
-    codes = _job_codes(ts)[ts.rank_job]
+    codes = job_codes[ts.rank_job]
     quiet = (ts.stuck | gpus.wedged)[order]
     # NCCL kernels spin while waiting for a peer; a stuck rank's own GPU goes quiet.
     util = np.where(codes == 0, TRAINING_UTIL, np.where((codes == 1) & ~quiet, 100.0, 0.0))
@@ -329,6 +389,6 @@ def training_demand(ts: TrainingSet, gpus: GpuArrays, now: float = 0.0) -> None:
         util = np.where((slow > 1.0) & (codes == 0), TRAINING_UTIL * (1.0 - np.clip(waiting, 0.0, 1.0)), util)
     if ts.app.writes:  # a synchronous checkpoint leaves the GPUs idle while it writes
         util = np.where(ts.app.writing(now)[ts.rank_job] & (codes == 0), 0.0, util)
-    gpus.demand_util[order] = util
-    gpus.demand_fb_mib[order] = np.where(codes <= 1, gpus.memory_mib[order] * ts.memory_fraction[ts.rank_job], 0.0)
-    gpus.allocated[order] = codes <= 1
+    gpus.demand_util[at] = util
+    gpus.demand_fb_mib[at] = np.where(codes <= 1, facts.fb_mib, 0.0)
+    gpus.allocated[at] = codes <= 1
