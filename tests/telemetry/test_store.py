@@ -86,6 +86,64 @@ def test_history_survives_restart(tmp_path: Path) -> None:
     assert series.values.size == 20
 
 
+def _pending(store: EmbeddedStore, tier: int) -> int:
+    return len(store.history.pending_chunks(tier))
+
+
+def test_a_flush_stores_the_open_chunk_as_one_delta_and_a_stop_loses_nothing_flushed(tmp_path: Path) -> None:
+    """A flush of the chunk being filled writes one block of the new slots for every series, not every series'
+    chunk again; a store opened after a stop without `close` (a crash) folds those deltas back into the chunks."""
+    cfg = StoreConfig(chunk_slots=100)
+    store = EmbeddedStore(tmp_path, config=cfg)
+    for k in range(30):
+        store.write_ids(np.array([store.series_id({"__name__": "m", "i": str(i)}) for i in range(50)]), 1000 + k,
+                        np.arange(50, dtype=np.float64) + k)  # fmt: skip
+        if k in (9, 19):
+            store.flush()
+    assert store.history.chunk_count(0) == 0  # chunk 10 is open: no series chunk written yet
+    assert _pending(store, 0) == 1
+    # written after the last flush: lost in a crash, as the flush interval says
+    again = EmbeddedStore(tmp_path, config=cfg)  # the first one never closed
+    assert _pending(again, 0) == 0  # folded at open
+    stored = again.raw.read(again.series_id({"__name__": "m", "i": "7"}), 1000, 1029)
+    assert stored[:20].tolist() == [7.0 + k for k in range(20)]
+    assert np.isnan(stored[20:]).all()
+
+
+def test_a_sealed_chunk_is_written_whole_at_the_next_flush_and_its_deltas_dropped(tmp_path: Path) -> None:
+    cfg = StoreConfig(chunk_slots=10)
+    store = EmbeddedStore(tmp_path, config=cfg)
+    for k in range(15):
+        store.write({"__name__": "m"}, 1000 + k, float(k))
+        if k == 4:
+            store.flush()  # a delta of chunk 100
+    assert store.history.chunk_count(0) == 0  # sealed at k=10, not yet written
+    store.flush()
+    assert store.history.chunk_count(0) == 1 and _pending(store, 0) == 1  # chunk 100 whole; chunk 101 a delta
+    store.close()
+    again = EmbeddedStore(tmp_path, config=cfg)
+    assert again.range("m", 1000, 1014, 1)[0].values.tolist() == [float(k) for k in range(15)]
+
+
+def test_writes_between_taking_a_flush_and_writing_it_are_kept(tmp_path: Path) -> None:
+    """The flush's writing happens outside the store's lock: what is written meanwhile, to the open chunk or late
+    into the sealed one, goes with the next flush."""
+    cfg = StoreConfig(chunk_slots=10)
+    store = EmbeddedStore(tmp_path, config=cfg)
+    for k in range(12):
+        store.write({"__name__": "m"}, 1000 + k, float(k))
+    works = [store.raw.take_flush()]  # chunk 100 sealed and held, chunk 101's slots 0-1 as a delta
+    store.write({"__name__": "m"}, 1012, 12.0)  # into the open chunk
+    store.write({"__name__": "m"}, 1009, 90.0)  # late, into the sealed chunk being written
+    store.write({"__name__": "m"}, 1020, 20.0)  # seals chunk 101 while chunk 100 is held: its array is not reused
+    for work in works:
+        work.write()
+    store.flush()
+    values = EmbeddedStore(tmp_path, config=cfg).range("m", 1000, 1020, 1)[0].values
+    assert values[:9].tolist() == [float(k) for k in range(9)]
+    assert values[9] == 90.0 and values[10:13].tolist() == [10.0, 11.0, 12.0] and values[20] == 20.0
+
+
 def test_retention_drops_old_chunks() -> None:
     cfg = StoreConfig(chunk_slots=10, raw_retention_s=30, lookback_s=1)
     store = EmbeddedStore(config=cfg)

@@ -2,18 +2,30 @@
 
 A tier has a resolution (seconds per slot) and a chunk length (slots per chunk). Values live in a dense
 (series, slots) float64 matrix per chunk, NaN where nothing was written. Writing a whole tick is one
-fancy-indexed
-assignment, which is what makes ingest cheap; sealing a chunk writes one compressed blob per series that had
-data.
+fancy-indexed assignment, which is what makes ingest cheap. A flush stores the open chunk's new slots as one delta
+for all series; sealing a chunk writes one compressed blob per series that had data, at the next flush.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from gpufleet.telemetry.store.history import History
+
+
+@dataclass(slots=True)
+class FlushWork:
+    """What one flush of a tier writes, taken under the store's lock and written outside it."""
+
+    tier: Tier
+    delta: tuple[int, int, np.ndarray, np.ndarray] | None = None  # chunk, first slot, series ids, their values
+    sealed: tuple[int, np.ndarray] | None = None  # a sealed chunk and its matrix, written series by series
+
+    def write(self) -> None:
+        self.tier.write_flush(self)
 
 
 class Tier:
@@ -28,8 +40,12 @@ class Tier:
         self.cur = np.empty((0, chunk_slots))
         self.prev_chunk: int | None = None
         self.prev = np.empty((0, chunk_slots))
-        self.prev_dirty = False
+        self.prev_unwritten = False  # the previous chunk holds values its stored series chunks do not
         self.dropped = 0  # samples older than the ring that could not be placed
+        self._since: tuple[int, int] | None = None  # offsets of the open chunk written since its last delta
+        self._prev_held = False  # a flush is writing `prev` outside the lock: a seal must not reuse its array
+        for chunk in self.history.pending_chunks(index):  # deltas a stop left: into their chunks
+            self._fold(chunk)
 
     def grow(self, capacity: int) -> None:
         if capacity <= self.capacity:
@@ -39,6 +55,7 @@ class Tier:
             new = np.full((capacity, self.chunk_slots), np.nan)
             new[: old.shape[0]] = old
             setattr(self, name, new)
+        self._prev_held = False  # `prev` is a new array now; the flush keeps the old one
         self.capacity = capacity
 
     def slot_of(self, timestamp: float) -> int:
@@ -52,17 +69,40 @@ class Tier:
             if sid < self.capacity:
                 self.cur[sid] = row
 
-    def _persist(self, chunk: int, matrix: np.ndarray) -> None:
+    def _fold(self, chunk: int) -> None:
+        """A chunk's stored series with its deltas applied, written back as series chunks; the deltas dropped."""
+        rows = {
+            sid: row.copy() for sid, row in self.history.read_chunk_rows(self.index, chunk, self.chunk_slots).items()
+        }
+        for first, ids, block in self.history.read_deltas(self.index, chunk):
+            width = min(block.shape[1], self.chunk_slots - first)
+            for k, sid in enumerate(ids.tolist()):
+                row = rows.get(sid)
+                if row is None:
+                    row = rows[sid] = np.full(self.chunk_slots, np.nan)
+                row[first : first + width] = block[k, :width]
+        if rows:
+            order = sorted(rows)
+            self.history.write_chunks(self.index, chunk, order, np.stack([rows[sid] for sid in order]))
+        self.history.drop_deltas(self.index, chunk)
+        self.history.commit()
+
+    def _write_sealed(self, chunk: int, matrix: np.ndarray) -> None:
         has_data = ~np.isnan(matrix).all(axis=1)
         ids = np.flatnonzero(has_data)
         if ids.size:
             self.history.write_chunks(self.index, chunk, ids.tolist(), matrix[ids])
+        self.history.drop_deltas(self.index, chunk)
 
     def _seal(self) -> None:
+        """The open chunk becomes the previous one; its series are written at the next flush (once, whole)."""
         assert self.cur_chunk is not None
-        self._persist(self.cur_chunk, self.cur)
-        self.prev, self.cur = self.cur, self.prev
-        self.prev_chunk, self.prev_dirty = self.cur_chunk, False
+        if self.prev_unwritten and self.prev_chunk is not None:
+            self._write_sealed(self.prev_chunk, self.prev)  # no flush came round in a whole chunk: write it now
+        spare = np.full_like(self.prev, np.nan) if self._prev_held else self.prev
+        self.prev, self.cur = self.cur, spare
+        self.prev_chunk, self.prev_unwritten, self._prev_held = self.cur_chunk, True, False
+        self._since = None  # its last slots are written with it
         self.history.drop_before(self.index, self.cur_chunk - self.retention_chunks + 1)
         self.history.commit()
 
@@ -76,8 +116,10 @@ class Tier:
             self._open(chunk)
         if chunk == self.cur_chunk:
             target = self.cur
+            since = self._since
+            self._since = (offset, offset) if since is None else (min(since[0], offset), max(since[1], offset))
         elif chunk == self.prev_chunk:
-            target, self.prev_dirty = self.prev, True
+            target, self.prev_unwritten = self.prev, True
         else:
             self.dropped += int(np.count_nonzero(~np.isnan(values)))
             return
@@ -87,14 +129,33 @@ class Tier:
         else:
             target[ids[present], offset] = values[present]
 
-    def flush(self) -> None:
-        """Persist the open chunk (and the previous one if late samples changed it)."""
-        if self.cur_chunk is not None:
-            self._persist(self.cur_chunk, self.cur)
-        if self.prev_dirty and self.prev_chunk is not None:
-            self._persist(self.prev_chunk, self.prev)
-            self.prev_dirty = False
+    def take_flush(self) -> FlushWork:
+        """Under the store's lock: the open chunk's slots written since the last flush (a copy), and the previous
+        chunk if it is not yet stored whole. `write_flush` then writes them without the lock."""
+        work = FlushWork(self)
+        if self._since is not None and self.cur_chunk is not None:
+            lo, hi = self._since
+            block = self.cur[:, lo : hi + 1]
+            ids = np.flatnonzero(~np.isnan(block).all(axis=1))
+            if ids.size:
+                work.delta = (self.cur_chunk, lo, ids, block[ids])
+            self._since = None
+        if self.prev_unwritten and self.prev_chunk is not None:
+            work.sealed = (self.prev_chunk, self.prev)
+            self.prev_unwritten, self._prev_held = False, True
+        return work
+
+    def write_flush(self, work: FlushWork) -> None:
+        if work.delta is not None:
+            self.history.write_delta(self.index, *work.delta)
+        if work.sealed is not None:
+            self._write_sealed(*work.sealed)
+            self._prev_held = False
         self.history.commit()
+
+    def flush(self) -> None:
+        """Persist what the ring holds that the file does not (the caller holds the store's lock)."""
+        self.take_flush().write()
 
     def read(self, series_id: int, first_slot: int, last_slot: int) -> np.ndarray:
         """Dense values of one series for slots first..last inclusive (NaN where nothing is stored)."""
@@ -168,6 +229,9 @@ class Rollup:
         self.count[ids] += 1
         self.last[ids] = values
 
-    def flush(self) -> None:
+    def take_flush(self) -> FlushWork:
         self._emit()  # the open bucket's partial value; replaced when the bucket completes
-        self.tier.flush()
+        return self.tier.take_flush()
+
+    def flush(self) -> None:
+        self.take_flush().write()
