@@ -33,7 +33,8 @@ batch's `sent` time (its collection; with `--spread`, its agent's moment to push
 when all push at once, the time the server takes to absorb a second's worth of pushes), fault -> incident latency
 p50/p99 per class, recall and precision (every incident at the server must match an injected fault; effects join
 their cause's incident and are not counted apart). With `--profile S`, py-spy samples the server for S seconds in
-the middle of the largest run and the output names where its time goes.
+the middle of the largest run and the output names where its time goes (with FLEET_INGEST_PROFILE_OUT=PATH, the raw
+stacks are kept there).
 
 In-process rows (from bench/faults.py, `--with-faults-bench` runs it, `--faults-json` reads a saved run): the
 "twin-direct" campaign (256 nodes, 24 simulated hours) and the healthy day (24 h, no fault; 0 incidents expected)
@@ -425,6 +426,8 @@ class Poller(threading.Thread):
         self.first: dict[str, float] = {}
         self.stopping = threading.Event()
         self.errors = 0
+        self.refused: Counter[int] = Counter()  # answers other than 200, by status
+        self.latency: list[float] = []  # each answer's round trip, refusals too: the API as a reader sees it
         self.polls = 0
 
     def run(self) -> None:
@@ -433,11 +436,18 @@ class Poller(threading.Thread):
             t0 = time.monotonic()
             try:
                 conn.request("GET", "/api/v1/incidents?limit=100000")
-                body = conn.getresponse().read()
+                resp = conn.getresponse()
+                body = resp.read()
                 seen = time.time()
-                for inc in json.loads(body):
-                    self.first.setdefault(inc["id"], seen)
-                self.polls += 1
+                self.latency.append(time.monotonic() - t0)
+                rows = json.loads(body)
+                if resp.status != 200 or not isinstance(rows, list):  # shed under load: counted, polled again
+                    self.errors += 1
+                    self.refused[resp.status] += 1
+                else:
+                    for inc in rows:
+                        self.first.setdefault(inc["id"], seen)
+                    self.polls += 1
             except (OSError, http.client.HTTPException, ValueError):
                 self.errors += 1
                 conn.close()
@@ -558,6 +568,7 @@ class RowResult:
     incident_list: list[dict[str, Any]] = field(default_factory=list)
     server_batches: int = 0
     polls: int = 0
+    api: tuple[float, float] = (math.nan, math.nan)  # GET /api/v1/incidents round trip, p50 / p99
     elapsed_s: float = 0.0  # the whole row: twin build and fast-forward, server start, run, tail
     profile: dict[str, Any] | None = None
 
@@ -565,7 +576,7 @@ class RowResult:
     def from_json(cls, body: dict[str, Any]) -> RowResult:
         known = set(cls.__dataclass_fields__)
         row = cls(**{k: v for k, v in body.items() if k in known})
-        for name in ("server_cores", "rtt", "lag", "urgent_lag", "late"):
+        for name in ("server_cores", "rtt", "lag", "urgent_lag", "late", "api"):
             setattr(row, name, tuple(float("nan") if v is None else v for v in getattr(row, name)))
         return row
 
@@ -656,6 +667,8 @@ def run_size(
         if spy is not None:
             spy.wait(timeout=profile_s + 60)
             row.profile = profile_summary(server.home / "profile.txt")
+            if os.environ.get("FLEET_INGEST_PROFILE_OUT"):  # the raw stacks, for a flame graph or a closer look
+                shutil.copy(server.home / "profile.txt", os.environ["FLEET_INGEST_PROFILE_OUT"])
     finally:
         agents.join(timeout=60)
         if agents.is_alive():
@@ -676,11 +689,15 @@ def run_size(
     row.lag = p50_p99([x for s in stats for x in s.lag])
     row.urgent_lag = p50_p99([x for s in stats for x in s.urgent_lag])
     row.errors = dict(sum((s.errors for s in stats), Counter()))
+    row.errors.update({f"incidents poll HTTP {code}": n for code, n in poller.refused.items()})
+    if poller.errors - sum(poller.refused.values()):
+        row.errors["incidents poll failed"] = poller.errors - sum(poller.refused.values())
     row.coalesced = pushes.coalesced
     row.late = (percentile(result.late, 50), max(result.late))
     row.busy_p50 = percentile(result.busy, 50)
     row.server_batches = int(health.get("batches", 0))
     row.polls = poller.polls
+    row.api = p50_p99(poller.latency)
     score(row, result, final, poller.first)
     row.elapsed_s = time.monotonic() - began
     return row
@@ -766,6 +783,7 @@ def tables(rows: list[RowResult], direct: dict[str, Any] | None) -> list[Table]:
         "requests/s\n(agents)",
         "push RTT (ms)\np50 / p99",
         "sent -> ack (ms)\np50 / p99",
+        "API read (ms)\np50 / p99",
         *(f"{c.value} (s)\np50 / p99" for c in KEY_CLASSES),
         "recall",
         "precision",
@@ -787,6 +805,7 @@ def tables(rows: list[RowResult], direct: dict[str, Any] | None) -> list[Table]:
             f"{r.rps:,.0f} ({r.agents:,})",
             fmt_pair(r.rtt, 1000.0, 1),
             fmt_pair(r.lag, 1000.0),
+            fmt_pair(r.api, 1000.0),
             *lat,
             mark(r.recall >= 1.0, f"{100 * r.recall:.0f}% of {r.faults}"),
             mark(r.precision >= 1.0, f"{100 * r.precision:.0f}% of {r.incidents}"),
@@ -804,6 +823,7 @@ def tables(rows: list[RowResult], direct: dict[str, Any] | None) -> list[Table]:
             f"- ({direct['nodes']:,})",
             "-",
             "-",
+            "-",
             *lat,
             f"{100 * direct['recall']:.0f}% of {direct['faults']}",
             f"{100 * direct['precision']:.0f}% of {direct['incidents']}",
@@ -813,6 +833,7 @@ def tables(rows: list[RowResult], direct: dict[str, Any] | None) -> list[Table]:
             f"in process, healthy\nday ({direct['hours']:g} h, no fault)",
             f"{quiet['plane_cores']:.3f}\n(ingest + tick)",
             f"- ({direct['nodes']:,})",
+            "-",
             "-",
             "-",
             *(["-"] * len(KEY_CLASSES)),
