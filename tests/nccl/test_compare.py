@@ -42,6 +42,32 @@ def test_healthy_corpus_runs(corpus: Path) -> None:
         assert result.verdict == "healthy", (name, result.causes)
 
 
+@pytest.mark.parametrize(
+    ("name", "topo"),
+    [
+        ("a100_azure_ndv4_1node_8gpu.txt", Topology(gpu="a100", cpu_vendor="amd", nccl_version="2.18.5")),
+        ("h200_azure_ndv5_1node_8gpu_nvls.txt", Topology(gpu="h200", nccl_version="2.20.5")),
+        # NCCL 2.26.6 believes 933 GB/s of NVLS busbw on sm100 (and picks NVLS by it); the run's 738 GB/s at 1 GiB is
+        # healthy against what the hardware delivers (data/delivery.yaml: 2.28+'s nvlsEfficiency)
+        ("gb200_oci_mnnvl_2tray_8gpu.txt", Topology(gpu="b200", cpu_vendor="arm", nccl_version="2.26.6")),
+        ("h100_oci_bm_gpu_h100_8_2node_roce.txt", OCI.model_copy(update={"nccl_version": "2.21.5"})),
+        ("h100_aws_p5_2node_efa.txt", P5),
+    ],
+)
+def test_healthy_corpus_runs_on_their_own_nccl_release(corpus: Path, name: str, topo: Topology) -> None:
+    """Each corpus run with the NCCL release its source names (p5 names none: the newest), taken whole."""
+    result = compare_table(_whole(corpus / "nccl" / "perf" / name), topo, "allreduce")
+    assert result.verdict == "healthy", (name, result.causes, [(r.bytes, r.ratio) for r in result.rows if r.flagged])
+
+
+def test_healthy_gb200_at_half_bandwidth_is_flagged(corpus: Path) -> None:
+    topo = Topology(gpu="b200", cpu_vendor="arm", nccl_version="2.26.6")
+    table = parse_perf((corpus / "nccl" / "perf" / "gb200_oci_mnnvl_2tray_8gpu.txt").read_text())
+    result = compare_table(_scaled(table, 0.5), topo, "allreduce")
+    assert result.verdict == "underperforming"
+    assert all(r.flagged for r in result.rows if r.bytes >= 256 << 20)
+
+
 def test_an_excerpt_without_the_closing_line_is_unknown_never_healthy(corpus: Path) -> None:
     """The p5 excerpt stops mid-row before `# Avg bus bandwidth`: its bandwidth is fine, its verdict is not sure."""
     table = parse_perf((corpus / "nccl" / "perf" / "h100_aws_p5_2node_efa.txt").read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.nccl.topology import Topology, derive_graphs
-from gpufleet.nccl.tuning import cost_table
+from gpufleet.nccl.tuning import bandwidth_under, cost_table
 
 
 def test_v2_20_5_nvls_latency_and_quarter_ring_ll() -> None:
@@ -34,3 +34,29 @@ def test_pat_bandwidth_factor_by_release() -> None:
         ag = cost_table(Topology(**shape, nccl_version=release), "allgather")  # type: ignore[arg-type]
         assert ag.bandwidth[("PAT", "Simple")] == pytest.approx(g.n_channels * g.bw_intra * factor)
     assert ("PAT", "Simple") not in cost_table(Topology(**shape, nccl_version="2.22.3"), "allgather").bandwidth  # type: ignore[arg-type]
+
+
+def test_bandwidth_under_is_the_table_cell_and_drops_only_the_one_node_ceiling() -> None:
+    """bandwidth_under with the search ceiling is cost_table's cell; without it only one-node NVLS changes."""
+    b200 = Topology(gpu="b200", cpu_vendor="arm", nccl_version="2.30.7")
+    table = cost_table(b200, "allreduce")
+    consts = table.consts
+    for algo, proto in (("Ring", "Simple"), ("Ring", "LL128"), ("Tree", "Simple"), ("NVLS", "Simple")):
+        assert bandwidth_under(b200, "allreduce", algo, proto, consts, one_node_search_ceiling=True) == pytest.approx(
+            table.bandwidth[(algo, proto)]
+        )
+        if algo != "NVLS":
+            assert bandwidth_under(
+                b200, "allreduce", algo, proto, consts, one_node_search_ceiling=False
+            ) == pytest.approx(table.bandwidth[(algo, proto)])
+    # bwInter 90 (pass 2's ceiling) binds NCCL's own figure; without it, the NVLink term 80 x 0.74 x 7/8 x 2
+    assert table.bandwidth[("NVLS", "Simple")] == pytest.approx(90 * 8 * 8 / 14)
+    assert bandwidth_under(b200, "allreduce", "NVLS", "Simple", consts, one_node_search_ceiling=False) == pytest.approx(
+        80 * 0.74 * 7 / 8 * 2 * 8 * 8 / 14
+    )
+    # across nodes bwInter is the network: kept either way
+    oci = Topology(gpu="h100-sxm", nodes=2, nics_per_node=16, nic_gbps=200, transport="roce", nccl_version="2.30.7")
+    oci_consts = cost_table(oci, "allreduce").consts
+    with_ceiling = bandwidth_under(oci, "allreduce", "NVLSTree", "Simple", oci_consts, one_node_search_ceiling=True)
+    without = bandwidth_under(oci, "allreduce", "NVLSTree", "Simple", oci_consts, one_node_search_ceiling=False)
+    assert with_ceiling == without == pytest.approx(cost_table(oci, "allreduce").bandwidth[("NVLSTree", "Simple")])

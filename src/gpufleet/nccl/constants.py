@@ -97,7 +97,7 @@ class NcclConstants(BaseModel):
         return self.hw_latency[hw][algo][PROTOS.index(proto)]
 
 
-def _version_key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
     parts: list[int] = []
     for piece in version.replace("-", ".").split("."):
         digits = "".join(ch for ch in piece if ch.isdigit())
@@ -111,7 +111,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 def available_versions() -> tuple[str, ...]:
     names = [n for n in data_names() if n.startswith("constants_") and n.endswith(".yaml")]
     versions = [n.removeprefix("constants_").removesuffix(".yaml") for n in names]
-    return tuple(sorted(versions, key=_version_key))
+    return tuple(sorted(versions, key=version_key))
 
 
 @cache
@@ -125,13 +125,13 @@ DEFAULT_VERSION = "2.30"
 @cache
 def load_constants(version: str = DEFAULT_VERSION) -> NcclConstants:
     """Constants for an NCCL version: the newest table whose ``applies_from`` is not after ``version``."""
-    wanted = _version_key(version)
+    wanted = version_key(version)
     if not wanted or wanted[0] != 2:
         raise UserError(f"cannot read NCCL version {version!r}", fix="give it as 2.MINOR[.PATCH], e.g. 2.21.5")
     tables = [_load(v) for v in available_versions()]
     chosen = None
     for table in tables:
-        if _version_key(table.applies_from) <= wanted:
+        if version_key(table.applies_from) <= wanted:
             chosen = table
     if chosen is None:
         oldest = tables[0]

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from gpufleet.errors import UserError
 from gpufleet.nccl._files import load_yaml
+from gpufleet.nccl.delivery import delivered
 from gpufleet.nccl.topology import Topology
-from gpufleet.nccl.tuning import COLLECTIVES, CostTable, cost_table, log2i
+from gpufleet.nccl.tuning import COLLECTIVES, CostTable, cost_table, size_correction
 
 WARP = 32
 
@@ -48,8 +49,10 @@ class AlgoTime:
 class Prediction:
     """One row: what NCCL picks for ``bytes`` and how long it should take.
 
-    ``time_us`` is what a healthy run should measure (NCCL's estimate plus pipeline fill, data/expected.yaml);
-    ``nccl_time_us`` is NCCL's own ``ncclTopoGetAlgoTime`` estimate that drove the pick.
+    ``algo``/``proto`` are NCCL's pick, from the run's release's own table. ``time_us`` is what a healthy run should
+    measure: NCCL's latency for the pick, the bandwidth the hardware delivers for it (``delivered_bw_gbps``, from
+    ``delivery_source``; data/delivery.yaml) and pipeline fill (data/expected.yaml). ``nccl_time_us`` is NCCL's own
+    ``ncclTopoGetAlgoTime`` estimate that drove the pick.
     """
 
     op: str
@@ -63,6 +66,8 @@ class Prediction:
     busbw_gbps: float
     nccl_time_us: float = 0.0
     candidates: tuple[AlgoTime, ...] = ()
+    delivered_bw_gbps: float = 0.0  # algbw-equivalent the hardware gives the pick (delivery.py), before fill
+    delivery_source: str = ""  # where that figure comes from
 
 
 def algo_time(table: CostTable, algo: str, proto: str, nbytes: int, num_pipe_ops: int = 1) -> float:
@@ -78,21 +83,7 @@ def algo_time(table: CostTable, algo: str, proto: str, nbytes: int, num_pipe_ops
 
 
 def _size_correction(table: CostTable, algo: str, proto: str, nbytes: int) -> float:
-    log_size = log2i(nbytes >> 6)
-    topo = table.topo
-    factors = table.consts.tree_correction[proto]
-    if algo == "Tree" and table.coll == "allreduce" and 0 <= log_size < 23:
-        return factors[log_size]
-    if (
-        algo == "NVLSTree"
-        and table.coll == "allreduce"
-        and 0 <= log_size < 24
-        and topo.sm >= 100
-        and topo.cpu_vendor in ("intel", "amd")
-        and table.consts.variant.nvlstree_size_correction
-    ):
-        return factors[log_size]
-    return 1.0
+    return size_correction(table.consts, table.topo, table.coll, algo, proto, nbytes)
 
 
 def _ring_plateau(table: CostTable, algo: str, proto: str, nbytes: int) -> float:
@@ -159,19 +150,37 @@ def predict_one(topo: Topology, op: str, nbytes: int) -> Prediction:
             f"no algorithm/protocol available for {coll} on this topology{forced}",
             fix="allow more algorithms/protocols (NCCL would fail the same way)",
         )
+    # Selection: the run's own release's table, exactly.
     best = min(candidates, key=lambda c: c.time_us)
     nc, nt = _launch_shape(table, best.algo, best.proto, nbytes)
-    time_us = best.time_us
+    launched = 1.0
     if table.consts.variant.channel_scaled_time and best.algo in ("Ring", "Tree") and nc < table.comm_channels:
         # Older getAlgoTime rescaled bw by the channels actually launched.
-        time_us = best.latency_us + nbytes / (1000.0 * best.bw_gbps * nc / table.comm_channels)
-    nccl_time = time_us
+        launched = nc / table.comm_channels
+    nccl_time = best.time_us if launched == 1.0 else best.latency_us + nbytes / (1000.0 * best.bw_gbps * launched)
+    # Delivery: what the hardware moves for that pick (delivery.py), plus pipeline fill.
+    delivery = delivered(table, best.algo, best.proto, nbytes)
+    time_us = best.latency_us + nbytes / (1000.0 * delivery.bw_gbps * launched)
     time_us += pipeline_fill_us(
-        nbytes, nc, concurrent_peers(topo, best.algo), step_bytes(best.algo, best.proto), best.bw_gbps
+        nbytes, nc, concurrent_peers(topo, best.algo), step_bytes(best.algo, best.proto), delivery.bw_gbps
     )
     algbw = nbytes / (time_us * 1000.0) if time_us > 0 else 0.0
     busbw = algbw * bus_factor(coll, topo.nranks)
-    return Prediction(coll, nbytes, best.algo, best.proto, nc, nt, time_us, algbw, busbw, nccl_time, tuple(candidates))
+    return Prediction(
+        coll,
+        nbytes,
+        best.algo,
+        best.proto,
+        nc,
+        nt,
+        time_us,
+        algbw,
+        busbw,
+        nccl_time,
+        tuple(candidates),
+        delivery.bw_gbps,
+        delivery.source,
+    )
 
 
 def concurrent_peers(topo: Topology, algo: str) -> int:

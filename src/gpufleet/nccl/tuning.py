@@ -81,15 +81,7 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
     n, nodes = topo.nranks, topo.nodes
     ppn = n / nodes
     sm = topo.sm
-    cci = _cc_index(sm)
-    i2 = nodes - 1 if nodes <= 2 else 2
-    i1 = cci if nodes == 1 else (1 if topo.cpu_vendor == "amd" else 0)
-    ll_max = c.ll_max_bw[i1][i2]
-    tree_max = c.per_ch_max_tree_bw[cci][i2]
-    ring_ll128_max = c.per_ch_max_ring_ll128_bw[cci][i2]
-    tree_ll128_max = c.per_ch_max_tree_ll128_bw[cci][i2]
-    nvlstree_max = c.per_ch_max_nvls_tree_bw[cci][i2] if c.per_ch_max_nvls_tree_bw else math.inf
-    nvls_eff = c.nvls_efficiency[cci] if c.nvls_efficiency else 0.0
+    ll_max, tree_max, ring_ll128_max, tree_ll128_max, nvlstree_max, nvls_eff = _caps(topo, c)
     net_overhead = c.net_overhead_us.get(topo.cpu_vendor, c.net_overhead_us["other"])
     nsteps = _nsteps(coll, n)
     latency: dict[tuple[str, str], float] = {}
@@ -162,6 +154,45 @@ def cost_table(topo: Topology, coll: str) -> CostTable:
     return CostTable(coll, latency, bandwidth, graphs, comm_channels, nvls_ch, max_threads, thresholds, c, topo)
 
 
+def _caps(topo: Topology, c: NcclConstants) -> tuple[float, float, float, float, float, float]:
+    """The per-architecture caps tuning.cc indexes by compute capability and node count (and the NVLS
+    efficiency): llMaxBw, perChMaxTreeBw, perChMaxRingLL128Bw, perChMaxTreeLL128Bw, perChMaxNVLSTreeBw."""
+    nodes = topo.nodes
+    cci = _cc_index(topo.sm)
+    i2 = nodes - 1 if nodes <= 2 else 2
+    i1 = cci if nodes == 1 else (1 if topo.cpu_vendor == "amd" else 0)
+    return (
+        c.ll_max_bw[i1][i2],
+        c.per_ch_max_tree_bw[cci][i2],
+        c.per_ch_max_ring_ll128_bw[cci][i2],
+        c.per_ch_max_tree_ll128_bw[cci][i2],
+        c.per_ch_max_nvls_tree_bw[cci][i2] if c.per_ch_max_nvls_tree_bw else math.inf,
+        c.nvls_efficiency[cci] if c.nvls_efficiency else 0.0,
+    )
+
+
+def bandwidth_under(
+    topo: Topology, coll: str, algo: str, proto: str, consts: NcclConstants, *, one_node_search_ceiling: bool
+) -> float:
+    """One (algorithm, protocol) bandwidth cell as tuning.cc computes it with ``consts``' terms, on ``topo``'s graphs
+    (algbw-equivalent GB/s; enablement is the caller's business). ``one_node_search_ceiling=False`` leaves out
+    the NVLS graph's bwInter on one node: no link stands behind it there (see delivery.py)."""
+    graphs = derive_graphs(topo, consts.variant.max_channels)
+    ppn = topo.nranks / topo.nodes
+    return _bus_bw(
+        topo,
+        coll,
+        algo,
+        proto,
+        graphs[algo],
+        consts,
+        ppn,
+        _nsteps(coll, topo.nranks),
+        *_caps(topo, consts),
+        one_node_search_ceiling=one_node_search_ceiling,
+    )
+
+
 def _bus_bw(
     topo: Topology,
     coll: str,
@@ -177,6 +208,8 @@ def _bus_bw(
     tree_ll128_max: float,
     nvlstree_max: float,
     nvls_eff: float,
+    *,
+    one_node_search_ceiling: bool = True,
 ) -> float:
     v = c.variant
     nodes, n = topo.nodes, topo.nranks
@@ -188,6 +221,8 @@ def _bus_bw(
             intra = g.bw_intra * nvls_eff * (g.n_channels - 1) / max(1, g.n_channels)
             intra *= 2.0 if coll == "allreduce" else (ppn - 1) / ppn
             inter = g.bw_inter * (2 if nodes <= 2 and a == "NVLSTree" else 1)
+            if nodes == 1 and not one_node_search_ceiling:
+                inter = math.inf
             bw = min(intra, inter, nvlstree_max if a == "NVLSTree" else math.inf)
         elif v.nvls_bw == "min_intra_inter":
             if a == "NVLS":
@@ -310,3 +345,22 @@ def _latency(
     elif a == "PAT" and coll in ("allgather", "reducescatter"):
         lat += log2i(nodes) * (inter / 3.5) + n * 2.8
     return lat
+
+
+def size_correction(consts: NcclConstants, topo: Topology, coll: str, algo: str, proto: str, nbytes: int) -> float:
+    """getAlgoTime's treeCorrectionFactor: Tree AllReduce in every release; NVLSTree on sm100 with x86 CPUs where
+    the release has it (2.29+)."""
+    log_size = log2i(nbytes >> 6)
+    factors = consts.tree_correction[proto]
+    if algo == "Tree" and coll == "allreduce" and 0 <= log_size < 23:
+        return factors[log_size]
+    if (
+        algo == "NVLSTree"
+        and coll == "allreduce"
+        and 0 <= log_size < 24
+        and topo.sm >= 100
+        and topo.cpu_vendor in ("intel", "amd")
+        and consts.variant.nvlstree_size_correction
+    ):
+        return factors[log_size]
+    return 1.0
