@@ -2,9 +2,11 @@
 
 A 2,048-node fleet (16,384 GPUs, the scale of Meta's Llama 3 run). For each pattern, failures arrive at node level and
 are replayed through the breaker rule the remediation engine applies (gpufleet.remediate.safety.breaker_verdict:
-distinct failing nodes inside the window against the threshold). Reported per configuration: whether it tripped,
-how many node failures were acted on (cordoned/drained) before it did, and when. A third configuration, 5% in
-10 minutes, shows what a tighter threshold would catch.
+distinct failing nodes inside the window against the threshold, and those of each of the last windows against the
+wave threshold). Reported per configuration: whether it tripped,
+how many node failures were acted on (cordoned/drained) before it did, and when. Two more configurations show the
+default's first rule alone (20% in 10 minutes, no wave rule) and what a tighter threshold (5% in 10 minutes) would
+catch.
 
 Patterns:
 - independent faults at the Llama 3 rate (419 unexpected interruptions in 54 days on 16,384 GPUs), 90 days, 10 seeds,
@@ -36,15 +38,16 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.remediate.config import BreakerSpec
-from gpufleet.remediate.safety import breaker_verdict
+from gpufleet.remediate.safety import breaker_lookback, breaker_verdict
 
 NODES = 2048
 GPUS_PER_NODE = 8
 LLAMA3_RATE_PER_GPU_S = 419 / (54 * 86400) / 16384  # unexpected interruptions per GPU-second
 
 CONFIGS = {
-    "gpufleet default (20% / 10m)": BreakerSpec(),
-    "NVSentinel default (50% / 5m)": BreakerSpec(threshold="50%", window=300.0, min_failures=1),
+    "gpufleet default (20% / 10m, wave 5% x 2)": BreakerSpec(),
+    "NVSentinel default (50% / 5m)": BreakerSpec(threshold="50%", window=300.0, min_failures=1, wave_threshold=None),
+    "window only (20% / 10m)": BreakerSpec(wave_threshold=None),
     "tighter (5% / 10m)": BreakerSpec(threshold="5%"),
 }
 
@@ -61,11 +64,12 @@ def replay(spec: BreakerSpec, failures: list[tuple[float, int]]) -> Outcome:
     decides; the failure that trips it is refused, as are all after it."""
     window: deque[tuple[float, int]] = deque()
     acted = 0
+    lookback = breaker_lookback(spec)
     for t, node in failures:
         window.append((t, node))
-        while window and window[0][0] < t - spec.window:
+        while window and window[0][0] < t - lookback:
             window.popleft()
-        verdict = breaker_verdict(spec, {n for _, n in window}, NODES)
+        verdict = breaker_verdict(spec, [(str(n), s) for s, n in window], NODES, t)
         if verdict.trip:
             return Outcome(True, acted, t)
         acted += 1

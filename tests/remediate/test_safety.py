@@ -9,7 +9,8 @@ import pytest
 
 from gpufleet.model.incident import RootCause, Severity
 from gpufleet.remediate import RemediationStore, Remediator
-from gpufleet.remediate.config import resolve_limit
+from gpufleet.remediate.config import BreakerSpec, resolve_limit
+from gpufleet.remediate.safety import breaker_verdict
 from gpufleet.sim.backend import TwinBackend
 from gpufleet.sim.faults import InjectedFault
 from gpufleet.sim.twin import Twin
@@ -82,6 +83,34 @@ def test_breaker_ignores_failures_spread_over_time(tmp_path: Path) -> None:
         rem.apply(incident(RootCause.row_remap_failure, f"n-{k:03d}", when=twin.time))
     assert rem.breaker_status()["state"] == "closed"
     assert len(_unavailable(twin)) == 8
+
+
+def test_a_slow_wave_trips_the_breaker_though_no_window_reaches_the_threshold(tmp_path: Path) -> None:
+    """One node every 3 minutes on 60: never 12 (20%) in 10 minutes, but at least 3 (5% of 60, the floor) in each
+    of two windows in a row by the 7th failure: the wave rule trips there, after 6 were acted on."""
+    twin = small_twin(nodes=60, job_nodes=0)
+    rem = remediator(twin, tmp_path, policy(budget={"cluster": "100%"}, rateLimits={}))
+    reports = []
+    for k in range(10):
+        twin.run(180)
+        reports.append(rem.apply(incident(RootCause.row_remap_failure, f"n-{k:03d}", when=twin.time)))
+    assert [r.breaker for r in reports[:6]] == ["closed"] * 6
+    assert reports[6].breaker == "tripped"
+    assert len(_unavailable(twin)) == 6
+    (trip,) = [e for e in rem.store.audit_entries() if e.decision == "breaker-tripped"]
+    assert trip.reason.startswith("a wave: 3, 4 of 60 nodes failed in each of the last 2 windows of 10m")
+    status = rem.breaker_status()
+    assert status["state"] == "tripped" and status["wave_threshold"] == 3
+
+
+def test_without_the_wave_rule_the_same_slow_wave_is_let_through(tmp_path: Path) -> None:
+    twin = small_twin(nodes=60, job_nodes=0)
+    pol = policy(budget={"cluster": "100%"}, rateLimits={}, breaker={"waveThreshold": None})
+    rem = remediator(twin, tmp_path, pol)
+    for k in range(10):
+        twin.run(180)
+        rem.apply(incident(RootCause.row_remap_failure, f"n-{k:03d}", when=twin.time))
+    assert rem.breaker_status()["state"] == "closed" and len(_unavailable(twin)) == 10
 
 
 def test_breaker_trip_in_dry_run_is_only_reported(tmp_path: Path) -> None:
@@ -201,3 +230,53 @@ def test_limits_resolve_percentages_and_counts() -> None:
         policy(budget={"cluster": "120%"})
     with pytest.raises(ValueError):
         policy(budget={"perLeaf": "two"})
+
+
+# --- the breaker rule on a 2,048-node fleet (bench/remediate_breaker.py's patterns) ---------------------------------
+
+FLEET = 2048
+
+
+def _first_trip(spec: BreakerSpec, failures: list[tuple[float, str]]) -> int | None:
+    """The index of the failure that trips the breaker (each counted, then judged), or None."""
+    seen: list[tuple[str, float]] = []
+    for k, (t, node) in enumerate(failures):
+        seen.append((node, t))
+        if breaker_verdict(spec, seen, FLEET, t).trip:
+            return k
+    return None
+
+
+def test_a_cooling_cascade_trips_the_wave_rule_within_twenty_minutes() -> None:
+    """1% of the nodes a minute for 40 minutes: 10% a window, never the 20% of the first rule."""
+    per_minute = FLEET // 100
+    failures = [
+        (60.0 * m + 60.0 * k / per_minute, f"n{m * per_minute + k}") for m in range(40) for k in range(per_minute)
+    ]
+    k = _first_trip(BreakerSpec(), failures)
+    assert k is not None and failures[k][0] < 1200.0
+    assert _first_trip(BreakerSpec(wave_threshold=None), failures) is None
+
+
+@pytest.mark.parametrize("nodes", [4, 32, 100])
+def test_a_local_fault_at_once_is_let_through_by_both_rules(nodes: int) -> None:
+    """A rack PDU (4), a leaf switch (32), and up to 5% of the fleet at once: one window, never two."""
+    failures = [(0.0, f"n{k}") for k in range(nodes)]
+    failures += [(600.0 * h, f"m{h}") for h in range(1, 30)]  # then one independent fault every 10 minutes
+    assert _first_trip(BreakerSpec(), failures) is None
+
+
+def test_the_wave_rule_needs_each_window_and_keeps_the_floor() -> None:
+    spec = BreakerSpec()
+    wave = resolve_limit("5%", FLEET)  # 102 nodes a window
+    earlier = [(f"a{k}", 100.0 + k) for k in range(wave)]
+    later = [(f"b{k}", 700.0 + k) for k in range(wave)]
+    verdict = breaker_verdict(spec, earlier + later, FLEET, 900.0)
+    assert verdict.trip and verdict.wave == (wave, wave) and verdict.wave_threshold == wave
+    assert not breaker_verdict(spec, earlier + later[:-1], FLEET, 900.0).trip
+    gap = [(node, t + 600.0) for node, t in later]  # the same count, but a window without failures between them
+    assert not breaker_verdict(spec, earlier + gap, FLEET, 1500.0).trip
+    small = [(f"n{k}", t) for k, t in enumerate((0.0, 100.0, 700.0, 800.0))]  # 2 and 2 of 20: under the floor of 3
+    assert breaker_verdict(spec, small, 20, 900.0).wave == (2, 2)
+    assert not breaker_verdict(spec, small, 20, 900.0).trip
+    assert not breaker_verdict(BreakerSpec(enabled=False), earlier + later, FLEET, 900.0).trip

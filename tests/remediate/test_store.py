@@ -50,6 +50,7 @@ def test_a_failure_counts_once_per_incident(state_db: Database) -> None:
     assert on.record_failure("INC-3", "n2", 130.0) is True
     assert on.failing_nodes(since=0.0) == ["n1", "n2"] and on.failing_nodes(since=125.0) == ["n2"]
     assert on.with_mode("dry-run").failing_nodes(since=0.0) == []
+    assert on.failures(since=105.0) == [("n1", 120.0), ("n2", 130.0)]  # each counted failure with its time
 
 
 def test_the_breaker_is_closed_until_tripped_and_kept_across_restarts(state: StateTarget) -> None:

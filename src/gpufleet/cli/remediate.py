@@ -170,6 +170,13 @@ def breaker_status(
             f"(trips at {status['threshold']})",
             highlight=False,
         )
+        wave = status["wave_failing_per_window"]
+        if isinstance(wave, list) and wave:
+            console.print(
+                f"failing nodes in each {status['window_s']:g}s window before, latest last: "
+                f"{', '.join(str(n) for n in reversed(wave))} (a wave trips at {status['wave_threshold']} in each)",
+                highlight=False,
+            )
 
     emit(status, output, render)
 

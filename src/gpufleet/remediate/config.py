@@ -57,7 +57,8 @@ class BudgetSpec(Manifest):
 
 
 class BreakerSpec(Manifest):
-    """Stop automatic action when too many distinct nodes fail inside the window.
+    """Stop automatic action when too many distinct nodes fail inside the window, or when a wave of failures goes
+    on window after window.
 
     Default 20% of nodes in 10 minutes, with a floor of 3 nodes. NVSentinel defaults to 50% in 5 minutes. We trip
     earlier and look back longer because independent hardware faults are rare on this time scale: Meta reported
@@ -67,16 +68,28 @@ class BreakerSpec(Manifest):
     wave takes capacity away for nothing; at 50% half the fleet is already gone before a human looks. Ten minutes
     rather than five also catches slower cascades such as a rolling update that breaks one rack at a time. The floor
     keeps small clusters from tripping on a single fault. Once tripped it stays tripped, across restarts, until a
-    person runs `gpufleet remediate breaker reset`. bench/remediate_breaker.py replays failure patterns on a
-    2,048-node fleet: this default stops a false-positive storm and a bad rollout that NVSentinel's lets through,
-    never trips on independent faults even at 10x the Llama 3 rate, but lets a slow cascade (1% of nodes a minute)
-    through; large fleets that want that caught too can set 5%, which still ignores a lost leaf switch.
+    person runs `gpufleet remediate breaker reset`.
+
+    The second rule is the rate of onset: it also trips when at least `wave_threshold` of the nodes (5%, with the
+    same floor) failed in each of the last `wave_windows` (2) windows, i.e. the failures went on at half a percent of
+    the fleet a minute or more for twenty minutes. A local fault takes its nodes at once and stops (a rack PDU is 4
+    nodes, a leaf switch 32, 1.6% of 2,048: the 20% rule lets both through, since their nodes are broken either way,
+    and a single burst fills one window, never two); a cooling cascade or a slow rollout keeps taking nodes window
+    after window, at a rate no one-time burst explains, while never reaching 20% within any ten minutes (1% of the
+    nodes a minute is 10% a window). 5% a window is three leaf switches and ~200 times the failures independent
+    faults give at ten times the Llama 3 rate (about one node in twenty minutes on 2,048 nodes), and the floor keeps
+    it off clusters where 5% is a node or two. bench/remediate_breaker.py replays failure patterns on a 2,048-node
+    fleet: these defaults stop a false-positive storm, a bad rollout and a cooling cascade (1% of nodes a minute for
+    40 minutes: tripped after about 15 minutes) that NVSentinel's lets through, and never trip on independent faults
+    even at 10x the Llama 3 rate, one PDU or one leaf switch. `wave_threshold: null` turns the second rule off.
     """
 
     enabled: bool = True
     threshold: Limit = "20%"
     window: Duration = 600.0
     min_failures: int = Field(3, ge=1)
+    wave_threshold: Limit | None = "5%"
+    wave_windows: int = Field(2, ge=2)
 
 
 class RateLimitSpec(Manifest):

@@ -35,7 +35,13 @@ from gpufleet.remediate.backends.base import (
 from gpufleet.remediate.config import RemediationPolicy
 from gpufleet.remediate.incident_io import incident_from_dict, incident_to_dict
 from gpufleet.remediate.runbook import INFORMS_ONLY, TAKES_NODE_OUT, ActionKind, RunbookManifest, RunbookSet, Step
-from gpufleet.remediate.safety import breaker_verdict, budget_refusal, rate_limit_deferral, rate_limit_lookback
+from gpufleet.remediate.safety import (
+    breaker_lookback,
+    breaker_verdict,
+    budget_refusal,
+    rate_limit_deferral,
+    rate_limit_lookback,
+)
 from gpufleet.remediate.scope import drain_scope
 from gpufleet.remediate.store import FINAL_OUTCOMES, UNCONFIRMED, BreakerState, RemediationStore, StepRecord
 from gpufleet.remediate.tickets import Ticket, TicketSink
@@ -191,8 +197,9 @@ class Remediator:
         state = books.breaker()
         spec = self.policy.spec.breaker
         now = self.backend.now()
-        failing = books.failing_nodes(since=self._window_start(state, now))
-        verdict = breaker_verdict(spec, failing, len(self.backend.nodes()))
+        failures = books.failures(since=self._window_start(state, now))
+        verdict = breaker_verdict(spec, failures, len(self.backend.nodes()), now)
+        failing = sorted({node for node, t in failures if t >= now - spec.window})
         return {
             "books": books.mode,
             "state": "tripped" if state.tripped else "closed",
@@ -203,6 +210,8 @@ class Remediator:
             "threshold": verdict.threshold,
             "window_s": spec.window,
             "failing_nodes": failing,
+            "wave_failing_per_window": list(verdict.wave),  # the latest window first
+            "wave_threshold": verdict.wave_threshold,
         }
 
     def reset_breaker(self, by: str | None = None, note: str = "", dry_run: bool | None = None) -> None:
@@ -220,7 +229,7 @@ class Remediator:
     # --- the run -------------------------------------------------------------------------------------------------
 
     def _window_start(self, state: BreakerState, now: float) -> float:
-        start = now - self.policy.spec.breaker.window
+        start = now - breaker_lookback(self.policy.spec.breaker)
         return max(start, state.since) if not state.tripped else start
 
     def _audit(self, mode: Mode, books: RemediationStore, incident: Incident, runbook: str, d: StepDecision) -> None:
@@ -240,10 +249,10 @@ class Remediator:
             books.record_failure(incident.id, incident.node, now)
         if state.tripped:
             return "tripped"
-        failing = set(books.failing_nodes(since=self._window_start(state, now)))
+        failures = books.failures(since=self._window_start(state, now))
         if counts and mode == "plan":  # a plan records nothing: the failure it would record counts now
-            failing.add(incident.node)
-        verdict = breaker_verdict(self.policy.spec.breaker, failing, len(self.backend.nodes()))
+            failures.append((incident.node, now))
+        verdict = breaker_verdict(self.policy.spec.breaker, failures, len(self.backend.nodes()), now)
         if not verdict.trip:
             return "closed"
         if mode == "plan":

@@ -16,21 +16,49 @@ from gpufleet.spec.base import format_duration
 @dataclass(frozen=True, slots=True)
 class BreakerVerdict:
     trip: bool
-    failing: int
+    failing: int  # distinct nodes that failed inside the window
     threshold: int
     reason: str
+    wave: tuple[int, ...] = ()  # distinct failing nodes in each of the wave's windows, the latest first
+    wave_threshold: int = 0  # what each must reach (0: no wave rule)
 
 
-def breaker_verdict(spec: BreakerSpec, failing_nodes: Iterable[str], total_nodes: int) -> BreakerVerdict:
-    """Whether `failing_nodes` (distinct nodes that failed inside the window) reach the trip threshold."""
-    failing = len(set(failing_nodes))
+def breaker_lookback(spec: BreakerSpec) -> float:
+    """How far back the failures the breaker judges reach: the window, or all the wave's windows."""
+    return spec.window * (spec.wave_windows if spec.wave_threshold is not None else 1)
+
+
+def breaker_verdict(
+    spec: BreakerSpec, failures: Iterable[tuple[str, float]], total_nodes: int, now: float
+) -> BreakerVerdict:
+    """Whether the failures (node, time; at least `breaker_lookback` back from `now`) trip the breaker: the distinct
+    nodes failing inside the window reach the threshold, or those of each of the wave's windows (the latest ending
+    now, each the window long) reach the wave threshold (BreakerSpec says why)."""
+    seen = list(failures)
+    failing = len({node for node, t in seen if t >= now - spec.window})
     threshold = resolve_limit(spec.threshold, total_nodes, at_least=spec.min_failures)
     trip = spec.enabled and failing >= threshold
     reason = (
         f"{failing} of {total_nodes} nodes failed within {format_duration(spec.window)} "
         f"(threshold {threshold} = {spec.threshold}, at least {spec.min_failures})"
     )
-    return BreakerVerdict(trip, failing, threshold, reason)
+    if spec.wave_threshold is None:
+        return BreakerVerdict(trip, failing, threshold, reason)
+    wave_threshold = resolve_limit(spec.wave_threshold, total_nodes, at_least=spec.min_failures)
+    w = spec.window
+    wave = tuple(
+        len({node for node, t in seen if now - (k + 1) * w <= t and (k == 0 or t < now - k * w)})
+        for k in range(spec.wave_windows)
+    )
+    if spec.enabled and not trip and min(wave) >= wave_threshold:
+        trip = True
+        counts = ", ".join(str(n) for n in reversed(wave))
+        reason = (
+            f"a wave: {counts} of {total_nodes} nodes failed in each of the last {spec.wave_windows} windows of "
+            f"{format_duration(w)} (wave threshold {wave_threshold} = {spec.wave_threshold} a window, at least "
+            f"{spec.min_failures})"
+        )
+    return BreakerVerdict(trip, failing, threshold, reason, wave, wave_threshold)
 
 
 def budget_refusal(

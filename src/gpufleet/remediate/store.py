@@ -163,6 +163,14 @@ class RemediationStore:
         )
         return True
 
+    def failures(self, since: float) -> list[tuple[str, float]]:
+        """Each counted failure since then: (node, time), oldest first."""
+        rows = self.db.query(
+            "SELECT node, time FROM remediation_failures WHERE mode = ? AND time >= ? ORDER BY time, node",
+            (self.mode, since),
+        )
+        return [(str(r[0]), float(r[1])) for r in rows]
+
     def failing_nodes(self, since: float) -> list[str]:
         rows = self.db.query(
             "SELECT DISTINCT node FROM remediation_failures WHERE mode = ? AND time >= ? ORDER BY node",
