@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gpufleet.instrument import names
-from gpufleet.model import InferenceService, JobState
+from gpufleet.model import InferenceService, JobState, TrainingJob
+from gpufleet.sim.app_training import TrainingApp
 from gpufleet.sim.source import TwinSource
 from gpufleet.spec.scenario_spec import FaultType
 from tests.sim.apptwin import EPOCH, app_twin, collect, fault, gauge, job_value, rank_series, ranks_util, series_of
@@ -283,3 +284,24 @@ def test_attribution_names_each_pods_workload() -> None:
     reserved = held[("n-002", 7)]
     assert reserved is not None and reserved.container == "idle" and reserved.workload == ""
     assert held[("n-002", 4)] is None
+
+
+def test_jobs_stepping_in_one_tick_begin_the_checkpoints_they_are_due() -> None:
+    """One call for every job that stepped: a checkpoint begins for each that crossed its interval and is not
+    already writing."""
+    jobs = [
+        TrainingJob(name=f"j{k}", nodes=["n-000"], gpus_per_node=8, checkpoint_every=every)
+        for k, every in enumerate((100, 100, 50, 100))
+    ]
+    app = TrainingApp.for_jobs(jobs, 0)
+    app.writing_until[3] = 7.0  # still writing its last one
+    app.checkpoint_failing[2] = True
+    stepped = np.array([0, 1, 2, 3])
+    app.stepped(
+        stepped, np.array([99, 101, 149, 199]), np.array([100, 102, 150, 200]), np.array([10.0, 10.5, 11.0, 12.0])
+    )
+    assert app.writes == 2
+    assert app.writing_until[0] == 10.0 + app.checkpoint_s[0]
+    assert app.writing_until[1] == 0.0  # 101 -> 102 crosses no multiple of 100
+    assert app.writing_until[2] == 11.0 + app.checkpoint_s[2] and app.write_fails[2]
+    assert app.writing_until[3] == 7.0 and not app.write_fails[0]

@@ -170,13 +170,17 @@ class TrainingApp:
     def writing(self, now: float) -> np.ndarray:
         return self.writing_until > now
 
-    def stepped(self, j: int, before: int, after: int, at: float) -> None:
-        """Job `j` went from step `before` to `after` at twin time `at`: a checkpoint begins if one was due."""
-        every = int(self.checkpoint_every[j])
-        if after // every > before // every and self.writing_until[j] == 0.0:
-            self.writing_until[j] = at + float(self.checkpoint_s[j])
-            self.write_fails[j] = self.checkpoint_failing[j]
-            self.writes += 1
+    def stepped(self, jobs: np.ndarray, before: np.ndarray, after: np.ndarray, at: np.ndarray) -> None:
+        """Jobs `jobs` (no repeats) went from step `before` to `after` at twin times `at`: a checkpoint begins
+        for each that was due one."""
+        due = (after // self.checkpoint_every[jobs] > before // self.checkpoint_every[jobs]) & (
+            self.writing_until[jobs] == 0.0
+        )
+        if due.any():
+            k = jobs[due]
+            self.writing_until[k] = at[due] + self.checkpoint_s[k]
+            self.write_fails[k] = self.checkpoint_failing[k]
+            self.writes += int(due.sum())
 
     def finish_writes(self, end: float) -> None:
         """Writes that end by twin time `end` complete (or fail)."""

@@ -92,7 +92,8 @@ class PortArrays:
         if port_idx.size == 0:
             return
         up = self.up[port_idx]
-        sent = np.where(up, bytes_out, 0).astype(np.int64)
+        all_up = bool(up.all())
+        sent = bytes_out.astype(np.int64) if all_up else np.where(up, bytes_out, 0).astype(np.int64)
         pkts = sent // MTU_BYTES
         peer = self.peer[port_idx]
         both = np.concatenate((port_idx, peer))
@@ -101,7 +102,7 @@ class PortArrays:
         for name, add in (("xmit_bytes", sent2), ("rcv_bytes", sent2), ("xmit_pkts", pkts2), ("rcv_pkts", pkts2)):
             np.add.at(c[name], both, add)  # unbuffered: a repeated port counts every time
         # Traffic aimed at a dead link is discarded at the switch that would forward it.
-        if not up.all():
+        if not all_up:
             down = ~up
             np.add.at(c["xmit_discards"], peer[down], (bytes_out[down] // MTU_BYTES).astype(np.int64))
 

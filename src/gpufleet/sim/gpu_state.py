@@ -90,6 +90,8 @@ class PhysicsScratch:
         self.clock, self.power, self.limit, self.steady, self.cooling = f32(), f32(), f32(), f32(), f32()
         self.energy = np.zeros(n, dtype=np.float64)
         self.busy, self.idle, self.dead, self.capped = mask(), mask(), mask(), mask()
+        self.busy_share = f32()
+        self.idle_bits = np.zeros(n, dtype=np.uint32)
         self.sw_thermal, self.hw_thermal, self.over = mask(), mask(), mask()
         self.noise = np.zeros(2 * n, dtype=np.float32)
         self.noise_work = np.zeros(n, dtype=np.float32)
@@ -287,7 +289,8 @@ class GpuArrays:
         s = self._scratch()
         alive = self.alive
         all_alive = bool(alive.all())
-        dead = None if all_alive else np.logical_not(alive, out=s.dead)
+        # the lost GPUs by index (few): masked whole-array writes cost several times an arithmetic pass
+        dead = None if all_alive else np.flatnonzero(np.logical_not(alive, out=s.dead))
         f32 = np.float32
 
         util = self.util
@@ -315,14 +318,20 @@ class GpuArrays:
         capped = np.less(cap, 1.0, out=s.capped)
         capped &= busy
         ratio = np.fmin(cap, 1.0, out=s.ratio)  # NaN (0/0 on an idle GPU) reads as uncapped
-        if idle is not None:
-            np.copyto(ratio, s.idle_ratio, where=idle)
+        if idle is not None:  # the idle clock where idle, selected by arithmetic: finite either side
+            np.copyto(s.busy_share, busy)
+            ratio -= s.idle_ratio
+            ratio *= s.busy_share
+            ratio += s.idle_ratio
 
         events = self.clock_events
         np.copyto(events, capped, casting="unsafe")
         events *= np.uint32(bit("power_cap"))
         if idle is not None:
-            np.bitwise_or(events, np.uint32(bit("gpu_idle")), out=events, where=idle)
+            idle_bits = s.idle_bits
+            np.copyto(idle_bits, idle, casting="unsafe")
+            idle_bits *= np.uint32(bit("gpu_idle"))
+            events |= idle_bits
 
         # Software thermal slowdown above the max operating temperature, hardware slowdown near the limit: rare,
         # so worked out only on the GPUs past a threshold.
@@ -393,10 +402,15 @@ class GpuArrays:
         self.energy_mj += s.energy
         if braked:
             capped |= brake
-        np.add(self.power_violation_ns, ns, out=self.power_violation_ns, where=capped)
+        if capped.all():
+            self.power_violation_ns += ns
+        elif capped.any():
+            violated = s.energy
+            np.copyto(violated, capped)
+            violated *= ns
+            self.power_violation_ns += violated
         if hot:
-            thermal = np.logical_or(sw_thermal, hw_thermal, out=sw_thermal)
-            np.add(self.thermal_violation_ns, ns, out=self.thermal_violation_ns, where=thermal)
+            self.thermal_violation_ns[np.flatnonzero(np.logical_or(sw_thermal, hw_thermal, out=sw_thermal))] += ns
         mem_copy = np.multiply(util, 0.45, out=self.mem_copy_util)
         np.clip(mem_copy, 0.0, 100.0, out=mem_copy)  # zero where idle: util is zero there
         fb = np.add(self.demand_fb_mib, FB_RESERVED_MIB, out=self.fb_used_mib)

@@ -319,14 +319,14 @@ def step_training(
         counts = ts.port_counts[stepped]
         sent = (ts.port_bytes_per_step[stepped] * done[stepped]).astype(np.int64)
         ports.add_traffic(ts.port_order[_ranges(ts.port_starts[stepped], counts)], np.repeat(sent, counts))
-        steps, times, left = done[stepped].astype(np.int64), step_time[stepped], ts.progress[stepped]
-        for s, k, took, frac in zip(stepped.tolist(), steps.tolist(), times.tolist(), left.tolist(), strict=True):
+        steps, times = done[stepped].astype(np.int64), step_time[stepped]
+        last = (now + dt) - ts.progress[stepped] * times  # when each job's last step completed
+        before = np.array([ts.jobs[s].step for s in stepped.tolist()], dtype=np.int64)
+        after = before + steps
+        for s, step, took, at in zip(stepped.tolist(), after.tolist(), times.tolist(), last.tolist(), strict=True):
             job = ts.jobs[s]
-            before = job.step
-            job.step += k
-            job.step_time_s = took
-            job.last_step_time = now + dt - frac * took
-            ts.app.stepped(s, before, job.step, job.last_step_time)
+            job.step, job.step_time_s, job.last_step_time = step, took, at
+        ts.app.stepped(stepped, before, after, last)
     ts.app.finish_writes(now + dt)
     return changes
 
