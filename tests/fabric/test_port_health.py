@@ -267,6 +267,31 @@ def test_transmit_discards_on_a_link_that_is_down_are_the_link_s() -> None:
     assert kinds(findings) == [("link-down", "critical")]
 
 
+def test_transmit_discards_of_a_poll_in_which_the_link_went_down_stay_the_link_s_once_it_is_back() -> None:
+    """A link that goes down and comes back between two polls: the switch port discarded what it could not send
+    (PortXmitDiscards counts packets discarded "because the port is down or congested"). Those discards are the
+    down's, not congestion, in this poll and in every later one their window reaches; discards counted later on
+    the working link are congestion again."""
+    fleet = Fleet()
+    downed = {"LinkDownedCounter": 1}
+    findings = fleet.poll({LEAF: {**downed, "PortXmitDiscards": 747_680}, HCA: downed})
+    assert kinds(findings) == [("link-downed", "critical")]
+    for _ in range(int(F.window_s // 60) - 1):
+        assert fleet.poll() == []
+    found = only(fleet.poll({LEAF: {"PortXmitDiscards": int(F.xmit_discards_per_window) + 1}}), "xmit-discards")
+    assert found.port == LEAF and f"{int(F.xmit_discards_per_window) + 1} PortXmitDiscards" in found.message
+
+
+def test_transmit_discards_counted_by_a_port_whose_link_a_state_change_took_down_are_the_link_s() -> None:
+    fleet = Fleet()
+    gone = fabric(without=(LEAF2, HCA2))
+    answered = (LEAF, HCA, UPLINK, SPINE, LEAF2)
+    assert kinds(fleet.poll({LEAF2: {"PortXmitDiscards": 5_000}}, graph=gone, answered=answered)) == [
+        ("link-down", "critical")
+    ]
+    assert fleet.poll() == []  # back: what it discarded while down is not congestion
+
+
 # --- packet drop rate and upstream corruption -------------------------------------------------------------------
 
 

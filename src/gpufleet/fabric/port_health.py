@@ -10,7 +10,8 @@ the health thresholds (sources in its data file).
   the link's state), two within the flap window being a flap; and the other error counters against infiniband-diags'
   thresholds per window, a count over one rated as the IB counter catalog rates the counter (the rating triage's
   port rules give a count since the counters were cleared). PortXmitWait is congestion, as a share of the link's
-  time, never a fault of the port.
+  time, never a fault of the port. PortXmitDiscards counted in a poll in which the port's link was down are the
+  link's (the counter counts what the port discarded "because the port is down or congested"), not congestion.
 - Per cable: the two ends' findings of one physical problem become one, naming both ends. A down counted at both
   ends is the cable (isolate it). Symbol errors counted at one end only are that end's receiver or transceiver, or
   the cable toward it. Packets that arrive already marked bad (PortRcvRemotePhysicalErrors) on a link that counts
@@ -44,6 +45,7 @@ RCV = "PortRcvErrors"
 REMOTE = "PortRcvRemotePhysicalErrors"
 RCV_PKTS = "PortRcvPkts"
 WAIT = "PortXmitWait"
+DISCARDS = "PortXmitDiscards"
 
 # kinds judged by a count per window: (counter, threshold field, action). What a count over its threshold is (its
 # severity) is the counter's one rating in the IB counter catalog, the rating triage's port rules give it too
@@ -52,7 +54,7 @@ _WINDOWED: dict[str, tuple[str, str, str]] = {
     "link-integrity": ("LocalLinkIntegrityErrors", "link_integrity_errors_per_window", ISOLATE),
     "buffer-overrun": ("ExcessiveBufferOverrunErrors", "buffer_overrun_errors_per_window", ""),
     "link-recovery": ("LinkErrorRecoveryCounter", "link_recoveries_per_window", ISOLATE),
-    "xmit-discards": ("PortXmitDiscards", "xmit_discards_per_window", ""),
+    "xmit-discards": (DISCARDS, "xmit_discards_per_window", ""),
     "vl15-dropped": ("VL15Dropped", "vl15_dropped_per_window", ""),
     "remote-physical-errors": (REMOTE, "remote_physical_errors_per_window", ""),
 }
@@ -185,9 +187,9 @@ class PortHealth:
         graph = graph if graph is not None else self._graph or FabricGraph()
         self._graph = graph
         changes, down = self._link_states(time, graph, states or {})
-        self._record(time, deltas)
         hits: list[_Hit] = []
         flapping = self._link_downs(time, deltas, graph, changes, down, hits)
+        self._record(time, deltas, self._link_lost(deltas, graph, changes, down))
         hits += self._symbol_errors(time, deltas, graph)
         hits += self._windowed(time, deltas, graph, down, flapping)
         hits += self._packet_drops(deltas)
@@ -267,8 +269,24 @@ class PortHealth:
 
     # --- counts over windows ----------------------------------------------------------------------------------------
 
-    def _record(self, time: float, deltas: Deltas) -> None:
-        """Keep the nonzero deltas of the counters judged over windows; drop what no window reaches any more."""
+    def _link_lost(
+        self, deltas: Deltas, graph: FabricGraph, changes: list[LinkChange], down: dict[LinkKey, str]
+    ) -> set[End]:
+        """The ports whose link was down at some time this poll covers: down now, seen going down, or a down counted
+        by either end's LinkDownedCounter."""
+        lost = {end for key in down for end in key}
+        lost.update(end for change in changes if not change.up for end in change.ends)
+        column = deltas.of(DOWNED)
+        for r in np.flatnonzero(np.nan_to_num(column, nan=0.0) > 0):
+            site = self._site(deltas.ports[r], graph)
+            lost.update(site if isinstance(site, tuple) else (site,))
+        return lost
+
+    def _record(self, time: float, deltas: Deltas, link_lost: set[End]) -> None:
+        """Keep the nonzero deltas of the counters judged over windows; drop what no window reaches any more.
+        PortXmitDiscards counts the packets a port discarded "because the port is down or congested" (IBA,
+        PortCounters): those of a poll in which the port's link was down (`link_lost`) are the link's, which its
+        own finding (a down, a flap) says, and never count as congestion once the link is back."""
         longest = max(self.ber.longest_s, self.t.window_s)
         for name in {SYMBOL, *(spec[0] for spec in _WINDOWED.values())}:
             c = deltas.counters.index(name)
@@ -276,6 +294,8 @@ class PortHealth:
             per_port = self._events.setdefault(name, {})
             for r in np.flatnonzero(column > 0):
                 end = deltas.ports[r]
+                if name == DISCARDS and end in link_lost:
+                    continue
                 per_port.setdefault(end, _Events()).add(time, float(column[r]), float(deltas.interval_s[r, c]))
             for end in list(per_port):
                 per_port[end].prune(time - longest)
