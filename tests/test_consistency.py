@@ -836,6 +836,12 @@ def test_a_counter_over_its_threshold_is_rated_alike_by_triage_and_the_fabric(pa
             issue = judge_counter(name, count) if count else None
             over = issue is not None and count > limits[name]
             said = fabric.get(end, {}).get(kind)
+            if name == "PortXmitDiscards" and values.get("LinkDownedCounter", 0):
+                # PortXmitDiscards counts what a port discarded "because the port is down or congested": in a poll
+                # that also counted a down of the port's link the fabric leaves them to the link's finding (triage,
+                # with no poll to place them in, rates the count and points at the inactive discards in its fix)
+                assert said is None and {"link-flap", "link-downed"} & set(fabric.get(end, {})), (end, fabric.get(end))
+                continue
             if not over:
                 assert said is None, (end, name, count, said)
                 continue
