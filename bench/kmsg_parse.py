@@ -3,7 +3,8 @@
 The baseline is the single regex peer tools use to spot Xids (`NVRM: Xid.*?: (\\d+),`, as in GPUd's README):
 it finds the code and nothing else. gpufleet's parser also reads the frame (time, host), PCI, pid/name, root
 Xid, NVLink5 registers, SXids and multi-line reports, and rejects malformed lines. The target is a day of a
-busy node's kernel log (about a million lines) in under 10 s on one core, i.e. at least 100,000 lines/s.
+busy node's kernel log (about a million lines) in under 10 s on one core, i.e. at least 100,000 lines/s, judged on
+the CPU time of this process (a shared machine's wall time says more about its other users); wall time is shown too.
 
 Run: python bench/kmsg_parse.py
 """
@@ -58,14 +59,17 @@ def realistic_log(lines_wanted: int, noise_per_fault: int = 99) -> list[str]:
     return out[:lines_wanted]
 
 
-def time_it(fn: object, lines: list[str]) -> tuple[float, int]:
+def time_it(fn: object, lines: list[str]) -> tuple[float, float, int]:
+    """Median wall seconds, median CPU seconds, and what `fn` found."""
     runs = []
+    cpu = []
     found = 0
     for _ in range(REPEATS):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         found = fn(lines)  # type: ignore[operator]
         runs.append(time.perf_counter() - start)
-    return statistics.median(runs), found
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(runs), statistics.median(cpu), found
 
 
 def gpufleet(lines: list[str]) -> int:
@@ -86,9 +90,10 @@ def main() -> int:
         "parser",
         "lines",
         "median s",
-        "lines/s",
+        "CPU s",
+        "lines/s (CPU)",
         "events",
-        "time vs baseline",
+        "CPU vs baseline",
         "target",
         "meets target",
     ):
@@ -97,17 +102,18 @@ def main() -> int:
         ("fault-dense (corpus as is)", fault_dense_log(200_000)),
         ("realistic (1 % fault lines)", realistic_log(500_000)),
     ):
-        ours_s, ours_n = time_it(gpufleet, lines)
-        base_s, base_n = time_it(baseline, lines)
-        ours_rate, base_rate = len(lines) / ours_s, len(lines) / base_s
+        ours_s, ours_cpu, ours_n = time_it(gpufleet, lines)
+        base_s, base_cpu, base_n = time_it(baseline, lines)
+        ours_rate, base_rate = len(lines) / ours_cpu, len(lines) / base_cpu
         table.add_row(
             label,
             "gpufleet scan_kmsg",
             f"{len(lines):,}",
             f"{ours_s:.3f}",
+            f"{ours_cpu:.3f}",
             f"{ours_rate:,.0f}",
             f"{ours_n:,}",
-            f"{ours_s / base_s:.1f}x",
+            f"{ours_cpu / base_cpu:.1f}x",
             f"{TARGET_LINES_PER_S:,}/s",
             "yes" if ours_rate >= TARGET_LINES_PER_S else "NO",
         )
@@ -116,6 +122,7 @@ def main() -> int:
             "baseline regex (code only)",
             f"{len(lines):,}",
             f"{base_s:.3f}",
+            f"{base_cpu:.3f}",
             f"{base_rate:,.0f}",
             f"{base_n:,}",
             "1.0x",

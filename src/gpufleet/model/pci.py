@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 # domain (4-8 hex digits, sometimes absent), bus, device, optional function
 _PCI = re.compile(
@@ -10,6 +11,7 @@ _PCI = re.compile(
 )
 
 
+@lru_cache(maxsize=4096)  # a log names its few GPUs over and over
 def normalise_pci(text: str) -> str | None:
     """`00000000:3B:00.0`, `0000:3b:00`, `3b:00.0` -> `0000:3b:00` (domain:bus:device, lower case, no
     function).

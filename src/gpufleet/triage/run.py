@@ -19,8 +19,10 @@ WIDE_SAMPLE_LINES = 20_000  # a kernel log may start with thousands of lines bef
 
 def kernel_log_lines(stream: BinaryIO, paste: Paste, head: Sequence[str] = ()) -> Iterator[tuple[int, str]]:
     """The numbered, cleaned lines of a kernel log worth parsing: `head` (the lines already read from `stream`)
-    whole, then the rest of the stream skimmed a chunk at a time (`kmsg_stream.candidate_lines`)."""
-    return paste.numbered(chain(enumerate(head, start=1), candidate_lines(stream, len(head) + 1)))
+    whole, then the rest of the stream skimmed a chunk at a time (`kmsg_stream.candidate_lines`). A paste wrapped at
+    a terminal's width has every candidate's next lines read too: they may be its rest."""
+    rest = candidate_lines(stream, len(head) + 1, context_after_all=paste.shape.wrap > 0)
+    return paste.numbered(chain(enumerate(head, start=1), rest))
 
 
 def triage_lines(raw: Iterable[str], source: str, fmt: str | None = None) -> TriageReport:

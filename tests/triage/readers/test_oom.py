@@ -3,9 +3,12 @@ kernel's OOM-killer reports assembled line by line, and the one line that puts a
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpufleet.model import Severity
+from gpufleet.triage.readers import oom
 from gpufleet.triage.readers.oom import (
     OomKillTracker,
     describe_gpu_oom,
@@ -229,6 +232,44 @@ def test_a_reaper_line_alone_still_says_a_kill_happened() -> None:
     (kill,) = _kills(["oom_reaper: reaped process 345646 (vector), now anon-rss:0kB, file-rss:0kB"]).kills
     assert (kill.process, kill.pid, kill.scope) == ("vector", 345646, "")
     assert describe_kills([kill])[0].startswith("the kernel's OOM killer killed vector (pid 345646) (host memory")
+
+
+def test_a_killed_line_is_read_from_its_scope_however_far_before_its_words() -> None:
+    """The kill line's search starts where its longest scope could: the scope is read whole, and a `Killed process`
+    whose process cannot be read gives way to the next one on the line."""
+    lines = [
+        "Memory cgroup out of memory (oom_kill_allocating_task): Killed process 7 (a) total-vm:1kB, anon-rss:2kB",
+        "Out of memory: Killed process 8 (b)",
+        "x" * 200 + " Out of memory (oom_kill_allocating_task): Killed process 9 (c) total-vm:1kB",
+        "Killed process (no pid) then Memory cgroup out of memory: Killed process 10 (d) anon-rss:4kB",
+    ]
+    tracker = _kills(lines)
+    assert [(k.scope, k.pid, k.process, k.anon_rss_kb) for k in tracker.kills] == [
+        ("memcg", 7, "a", 2),
+        ("node", 8, "b", None),
+        ("node", 9, "c", None),
+        ("memcg", 10, "d", 4),
+    ]
+
+
+def test_each_report_line_is_searched_only_when_it_holds_its_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill line costs one search, not one per kind of report line; a line holding none of the words costs none."""
+    searched: list[str] = []
+
+    class Counted:
+        def __init__(self, pattern: re.Pattern[str]) -> None:
+            self.pattern = pattern
+
+        def search(self, line: str, *pos: int) -> re.Match[str] | None:
+            searched.append(self.pattern.pattern)
+            return self.pattern.search(line, *pos)
+
+    for name in ("_USAGE", "_TASK_IN", "_STATS", "_CONSTRAINT", "_CHOSEN", "_KILLED", "_REAPED"):
+        monkeypatch.setattr(oom, name, Counted(getattr(oom, name)))
+    tracker = _kills(["Memory cgroup out of memory: Killed process 7 (a) total-vm:1kB, anon-rss:2kB"])
+    assert len(searched) == 1 and tracker.kills[0].pid == 7
+    _kills(["systemd[1]: Started systemd-oomd.service - Userspace Out-Of-Memory (OOM) Killer.", "earlyoom-killer"])
+    assert len(searched) == 1
 
 
 def test_the_systemd_cgroup_driver_spells_the_pod_uid_with_underscores() -> None:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 _KMSG_RECORD = re.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);(?P<msg>.*)$")
 _PRIORITY = re.compile(r"^<(?P<prio>\d{1,3})>")  # dmesg --raw, and syslog's wire format
@@ -40,9 +40,9 @@ _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 _MONTHS = {m: i for i, m in enumerate(_MONTH_NAMES, start=1)}
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """What the framing around one message said about it."""
+class Frame(NamedTuple):
+    """What the framing around one message said about it (a named tuple: one is made for every line a parser reads,
+    and a frozen dataclass costs several times as much to make)."""
 
     message: str
     wall_time: datetime | None = None
@@ -177,13 +177,14 @@ def split_frame(line: str, *, year: int | None = None) -> Frame:
                 host, ident, uptime, rest = _after_stamp(match.group("rest"))
                 return Frame(message=rest, wall_time=stamp, uptime_s=uptime, host=host, ident=ident)
     elif first == "[":
-        match = _CTIME.match(line)
+        match = _CTIME.match(line) if line[1:2].isupper() else None  # `[Sun Feb 23 ...`, not `[ 12.5]`
         if match is not None:
             return Frame(message=match.group("rest"), wall_time=_ctime(match.group("ts")))
         match = _UPTIME.match(line)
         if match is not None:
             rest = match.group("rest")
-            kernel = _KERNEL_IDENT.match(rest)  # journalctl -o short-monotonic: `[  12.5] host kernel: msg`
+            # journalctl -o short-monotonic: `[  12.5] host kernel: msg`
+            kernel = _KERNEL_IDENT.match(rest) if " kernel: " in rest else None
             host = kernel.group("host") if kernel else None
             rest = kernel.group("rest") if kernel else rest
             return Frame(message=rest, uptime_s=float(match.group("sec")), priority=priority, host=host)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
@@ -175,7 +175,7 @@ def _parse_nvl5(message: str) -> Nvl5Detail | None:
 
 
 def _parse_location(message: str) -> tuple[int, int, int] | None:
-    match = _GPC_TPC_SM.search(message)
+    match = _GPC_TPC_SM.search(message) if "(GPC " in message else None
     if match is None:
         return None
     return int(match.group("gpc")), int(match.group("tpc")), int(match.group("sm"))
@@ -237,6 +237,9 @@ class KmsgParser:
 
     def feed_line(self, raw: str) -> list[KernelEvent]:
         """Parse the next line; returns the events it completed (usually zero or one)."""
+        if self._pending is None and not self._held and raw[:1] != "{" and _TRIGGERS.search(raw) is None:
+            self._lineno += 1  # most lines of a log: nothing to read, nothing waiting on the lines that follow
+            return []
         before = len(self.scan.events)
         self._feed(raw)
         return self._completed(before)
@@ -272,7 +275,7 @@ class KmsgParser:
         frame = split_frame(raw, year=self.year)
         if "\n" in frame.message:  # a journal entry holding a multi-line printk: its lines, in order
             for part in frame.message.split("\n"):
-                piece = replace(frame, message=part.strip(), continuation=False)
+                piece = frame._replace(message=part.strip(), continuation=False)
                 self._feed_pending(raw, piece)
                 self._parse_message(raw, piece)
             return
@@ -335,7 +338,7 @@ class KmsgParser:
             return
         if _REPORT_WORDS.search(message) is None:  # most NVRM lines (RPC tables, banners) report nothing
             return
-        uuid_match = _UUID_LINE.search(message)
+        uuid_match = _UUID_LINE.search(message) if "GPU at PCI:" in message else None
         if uuid_match is not None:
             pci = normalise_pci(uuid_match.group("pci"))
             if pci is not None:
@@ -454,7 +457,7 @@ class KmsgParser:
         elif rest.startswith("pid="):
             self._reject(raw, "Xid line with a damaged pid/name field")
             return
-        root = _ROOT.search(rest)
+        root = _ROOT.search(rest) if "caused by previous Xid" in rest else None
         root_xid = int(root.group("root")) if root else None
         message = rest[: root.start()] if root else rest
         message = message.strip()

@@ -9,24 +9,24 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
+import re2
+
 from gpufleet.parsers.kernel.vendors import CANDIDATE_WORDS as VENDOR_WORDS
 
 CHUNK_BYTES = 4 * 1024 * 1024
 MAX_LINE_BYTES = 64 * 1024  # a longer line is cut here
 MAX_SKIP_BYTES = 16 * 1024 * 1024  # a "line" longer than this is not text (/dev/zero, a binary): reading stops
-# what a line must hold for the parser (or a link-flap count) to read it; each is looked for with bytes.find, many
-# times faster than one regex alternation over gigabytes. A journald JSON line may spell its message as a byte
-# array, so those (a line starting with `{`) are always read.
-CANDIDATE_WORDS = (
-    b"NVRM",
-    b"SXid",
-    b"nvswitch",
-    *VENDOR_WORDS,  # amdgpu and habanalabs reports
+# what a line must hold for the kernel-log parser to read it. Its reports may span lines (a fallen-off-the-bus report
+# over three, a printk's indented continuations), so the lines after one of these are read too. A journald JSON line
+# may spell its message as a byte array, so those (a line starting with `{`) are always read.
+PARSER_WORDS = (b"NVRM", b"SXid", b"nvswitch", *VENDOR_WORDS)  # VENDOR_WORDS: amdgpu and habanalabs reports
+# what a line must hold for the other readers of a kernel log: a link going down or up, and a line of the kernel's
+# OOM killer's report (for triage to tell a host-memory kill from a GPU-memory one). Each is read on its own line.
+LINE_WORDS = (
     b"lost carrier",
     b"Gained carrier",
     b": Link down",
     b": Link up",
-    # the kernel's OOM killer, for triage to tell a host-memory kill from a GPU-memory one
     b"Killed process",
     b"Kill process",
     b"oom-kill:",
@@ -36,7 +36,16 @@ CANDIDATE_WORDS = (
     b"Memory cgroup stats for",
     b"killed as a result of limit",
 )
-# the lines after a candidate also go to the parser: a multi-line report's later lines need not repeat a trigger
+CANDIDATE_WORDS = PARSER_WORDS + LINE_WORDS
+# every word in one pattern, searched once over a chunk. RE2 runs it as one automaton at a fixed cost per byte; the
+# standard library's regex tries the words one by one at every offset that starts one (slower than a find per word,
+# which itself costs a pass over the chunk per word). A JSON line's `{` is one more parser's word.
+_CANDIDATE = re2.compile(b"(?m)" + b"|".join(re.escape(word) for word in CANDIDATE_WORDS) + rb"|^\{")
+# which reader a found word is for, told by its first byte (no word of the parser's starts like another reader's, as
+# a test checks): asking the match for a group costs more than the search itself
+PARSER_FIRST_BYTES = frozenset(word[0] for word in (*PARSER_WORDS, b"{"))
+# the lines after a parser's candidate also go to the parser: a multi-line report's later lines need not repeat a
+# trigger
 _CONTEXT_LINES = 4
 KMSG_RECORD = re.compile(rb"^\d+,\d+,\d+,")  # a /dev/kmsg record's prio,seq,usec, prefix
 
@@ -67,51 +76,53 @@ def _line_blocks(stream: BinaryIO) -> Iterator[bytes]:
         yield buf
 
 
-def candidate_lines(stream: BinaryIO, first_line: int = 1) -> Iterator[tuple[int, str]]:
+def candidate_lines(
+    stream: BinaryIO, first_line: int = 1, *, context_after_all: bool = False
+) -> Iterator[tuple[int, str]]:
     """(line number, text) of the lines of a kernel log worth parsing, read a chunk at a time: the rest of a
-    multi-gigabyte log is skipped by one regex scan instead of a Python step per line. Feed them with
-    `KmsgParser.skip_to(number)` before each line, so line numbers and line-count windows stay those of the file."""
+    multi-gigabyte log is skipped by one scan of a chunk instead of a Python step per line. A line holding a word of
+    the parser's is followed by the next _CONTEXT_LINES lines; `context_after_all` follows every candidate so (a
+    terminal's hard wrap: a line's rest is on the next line). Feed them with `KmsgParser.skip_to(number)` before each
+    line, so line numbers and line-count windows stay those of the file."""
     lineno = first_line  # the number of the line starting at `pos`
     context_until = 0  # lines up to this number follow a candidate closely enough to be read too
     for block in _line_blocks(stream):
+        size = len(block)
         pos = 0
-        for start in (*_candidate_starts(block), len(block)):
-            if start < pos:
-                continue  # a second trigger on a line already taken
+        for start, end, context in (*_candidate_spans(block), (size, size, False)):
             while pos < start and lineno <= context_until:  # the lines just after the last candidate
                 line_end = block.find(b"\n", pos, start)
                 line_end = start if line_end == -1 else line_end
                 yield lineno, _text(block[pos:line_end])
                 pos, lineno = line_end + 1, lineno + 1
-            lineno += block.count(b"\n", pos, start)
-            if start == len(block):
+            if pos < start:
+                lineno += block.count(b"\n", pos, start)
+            if start == size:
                 break
-            line_end = block.find(b"\n", start)
-            line_end = len(block) if line_end == -1 else line_end
-            yield lineno, _text(block[start:line_end])
-            context_until = lineno + _CONTEXT_LINES
-            pos, lineno = line_end + 1, lineno + 1
-        if pos < len(block) and not block.endswith(b"\n"):
+            yield lineno, _text(block[start:end])
+            if context or context_after_all:
+                context_until = lineno + _CONTEXT_LINES
+            pos, lineno = end + 1, lineno + 1
+        if pos < size and not block.endswith(b"\n"):
             lineno += 1  # the last line, without its newline, was passed over
 
 
-def _candidate_starts(block: bytes) -> list[int]:
-    """The offsets where the lines holding a candidate word start, in order, each once."""
-    starts: set[int] = set()
-    for word in CANDIDATE_WORDS:
-        at = block.find(word)
-        while at != -1:
-            line_start = block.rfind(b"\n", 0, at) + 1
-            starts.add(line_start)
-            at = block.find(b"\n", at)  # on to the next line: one hit per line is enough
-            at = -1 if at == -1 else block.find(word, at)
-    if block.startswith(b"{"):
-        starts.add(0)
-    at = block.find(b"\n{")
-    while at != -1:
-        starts.add(at + 1)
-        at = block.find(b"\n{", at + 1)
-    return sorted(starts)
+def _candidate_spans(block: bytes) -> list[tuple[int, int, bool]]:
+    """(start, end, holds a parser's word) of the lines holding a candidate word, in order, each once."""
+    spans: list[tuple[int, int, bool]] = []
+    line_end = -1
+    for match in _CANDIDATE.finditer(block):
+        at = match.start()
+        parsers = block[at] in PARSER_FIRST_BYTES
+        if at < line_end:  # another word on a line already taken
+            if parsers and not spans[-1][2]:
+                spans[-1] = (spans[-1][0], line_end, True)
+            continue
+        line_end = block.find(b"\n", at)
+        if line_end == -1:
+            line_end = len(block)
+        spans.append((block.rfind(b"\n", 0, at) + 1, line_end, parsers))
+    return spans
 
 
 def _text(raw: bytes) -> str:

@@ -255,20 +255,26 @@ def read_numbered_kernel_log(lines: Iterable[tuple[int, str]], source: str) -> T
     links = _LinkWatch(load_thresholds().infiniband.flap_window_s)
     ooms = OomKillTracker()
 
-    def watched() -> Iterator[tuple[int, str]]:
-        for number, line in lines:
-            links.see(number, line)
-            ooms.feed(number, line)
-            yield number, line
+    def judge(events: list[KernelEvent]) -> None:
+        for event in events:
+            when = _seconds(event)
+            # what the agent's kernel detector files for the line, at the line's own time (a line without one: all
+            # at once, as an agent reading the whole log in one go)
+            filed = detector.filed(when or 0.0, event, detector.finding(when or 0.0, event.host or "this host", event))
+            finding = _as_filed(_event_finding(event, policy), filed)
+            findings.add(finding, event.line, _escalate(finding, event, history, filed))
 
-    for event in kernel_events(watched(), parser):
-        seen += 1
-        when = _seconds(event)
-        # what the agent's kernel detector files for the line, at the line's own time (a line without one: all at
-        # once, as an agent reading the whole log in one go)
-        filed = detector.filed(when or 0.0, event, detector.finding(when or 0.0, event.host or "this host", event))
-        finding = _as_filed(_event_finding(event, policy), filed)
-        findings.add(finding, event.line, _escalate(finding, event, history, filed))
+    # one loop, each line handed to each reader in turn (no generator between them: a log may pass a million lines)
+    for number, line in lines:
+        links.see(number, line)
+        ooms.feed(number, line)
+        parser.skip_to(number)
+        if events := parser.feed_line(line):
+            seen += len(events)
+            judge(events)
+    if events := parser.finish():
+        seen += len(events)
+        judge(events)
     findings.into(report)
     links.into(report)
     _oom_findings(ooms, report)

@@ -267,12 +267,13 @@ _PROCESS = r"(?P<pid>\d+)(?:, UID \d+,)? \((?P<name>.+?)\)(?=[\s,.;]|$)"
 _CHOSEN = re.compile(rf"(?P<scope>Memory cgroup out of memory|Out of memory): Kill process {_PROCESS}")
 _KILLED = re.compile(rf"(?:(?P<scope>Memory cgroup out of memory|Out of memory)(?: \(oom_kill_allocating_task\))?: )?"
                      rf"Killed process {_PROCESS}(?P<rest>.*)")  # fmt: skip
+# the longest scope _KILLED may read before its `Killed process`: the search starts that far before the words, since
+# the leftmost match holds their first occurrence (a regex without a literal head is tried at every offset of a line)
+_KILLED_SCOPE_CHARS = len("Memory cgroup out of memory (oom_kill_allocating_task): ")
 _REAPED = re.compile(rf"oom_reaper: reaped process {_PROCESS}")
 _ANON = re.compile(r"anon-rss:(\d+)kB")
 _SCOPES = {"CONSTRAINT_MEMCG": "memcg", "CONSTRAINT_NONE": "node", "CONSTRAINT_CPUSET": "cpuset",
            "CONSTRAINT_MEMORY_POLICY": "mempolicy"}  # fmt: skip
-_TRIGGERS = ("oom-kill", "Kill process", "Killed process", "oom_reaper", "memory: usage", "killed as a result of limit",
-             "Memory cgroup stats for")  # fmt: skip
 
 
 class OomKillTracker:
@@ -291,23 +292,24 @@ class OomKillTracker:
             self._open = None
             self._context = OomKill(lines=[line])
             return
-        if not any(word in line for word in _TRIGGERS):
-            return
-        if m := _USAGE.search(line):
+        # each pattern is searched only on a line holding its words (a plain `in`): most lines hold one or none
+        if "memory: usage" in line and (m := _USAGE.search(line)):
             limit = int(m["limit"])
             if limit < UNLIMITED_KB:
                 self._context.limit_kb = limit
                 self._context.lines.append(line)
                 if self._open is not None and self._open.limit_kb is None:
                     self._open.limit_kb = limit
-        elif m := _STATS.search(line):
+        elif "Memory cgroup stats for" in line and (m := _STATS.search(line)):
             for told in (self._context, self._open):
                 if told is not None and not told.memcg:
                     told.scope, told.memcg = "memcg", m["memcg"]
-        elif m := _TASK_IN.search(line):  # kernels before 4.19 name the cgroups first, then choose and kill
+        elif "killed as a result of limit" in line and (
+            m := _TASK_IN.search(line)
+        ):  # kernels before 4.19 name the cgroups first, then choose and kill
             kill = self._start(number, line, again=True)
             kill.scope, kill.task_memcg, kill.memcg = "memcg", m["task"], m["memcg"]
-        elif m := _CONSTRAINT.search(line):
+        elif "oom-kill:" in line and (m := _CONSTRAINT.search(line)):
             fields = dict(item.partition("=")[::2] for item in m["fields"].split(","))
             kill = self._start(number, line, again=True)  # each kill prints one constraint line, before its kill
             kill.scope = _SCOPES.get(fields.get("constraint", ""), kill.scope)
@@ -315,11 +317,13 @@ class OomKillTracker:
             kill.task_memcg = fields.get("task_memcg", kill.task_memcg)
             kill.process = fields.get("task", kill.process)
             kill.pid = int(fields["pid"]) if fields.get("pid", "").isdigit() else kill.pid
-        elif m := _CHOSEN.search(line):
+        elif "Kill process" in line and (m := _CHOSEN.search(line)):
             kill = self._start(number, line)
             kill.scope = kill.scope or ("memcg" if m["scope"].startswith("Memory cgroup") else "node")
             kill.process, kill.pid, kill.chosen = m["name"], int(m["pid"]), True
-        elif m := _KILLED.search(line):
+        elif (at := line.find("Killed process")) != -1 and (
+            m := _KILLED.search(line, max(0, at - _KILLED_SCOPE_CHARS))
+        ):
             pid = int(m["pid"])
             open_kill = self._open
             memcg = bool(m["scope"]) and m["scope"].startswith("Memory cgroup")
@@ -339,7 +343,7 @@ class OomKillTracker:
             if anon := _ANON.search(m["rest"]):
                 kill.anon_rss_kb = int(anon[1])
             self._open = None
-        elif m := _REAPED.search(line):
+        elif "oom_reaper" in line and (m := _REAPED.search(line)):
             pid = int(m["pid"])
             earlier = next((k for k in reversed(self.kills[-8:]) if k.pid == pid), None)
             if earlier is not None:
@@ -357,7 +361,8 @@ class OomKillTracker:
         ctx = self._context
         kill = OomKill(ctx.scope, memcg=ctx.memcg, task_memcg=ctx.task_memcg, limit_kb=ctx.limit_kb,
                        lines=[*ctx.lines, line], first_line=number)  # fmt: skip
-        self._context = OomKill(ctx.scope, memcg=ctx.memcg, task_memcg=ctx.task_memcg, limit_kb=ctx.limit_kb)
+        if ctx.lines:  # the next kill of the report is told with what it said, without its lines
+            self._context = OomKill(ctx.scope, memcg=ctx.memcg, task_memcg=ctx.task_memcg, limit_kb=ctx.limit_kb)
         if len(self.kills) < MAX_KILLS:
             self.kills.append(kill)
         else:
