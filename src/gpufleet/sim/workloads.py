@@ -323,9 +323,9 @@ def step_training(
         last = (now + dt) - ts.progress[stepped] * times  # when each job's last step completed
         before = np.array([ts.jobs[s].step for s in stepped.tolist()], dtype=np.int64)
         after = before + steps
-        for s, step, took, at in zip(stepped.tolist(), after.tolist(), times.tolist(), last.tolist(), strict=True):
+        for s, step, took, when in zip(stepped.tolist(), after.tolist(), times.tolist(), last.tolist(), strict=True):
             job = ts.jobs[s]
-            job.step, job.step_time_s, job.last_step_time = step, took, at
+            job.step, job.step_time_s, job.last_step_time = step, took, when
         ts.app.stepped(stepped, before, after, last)
     ts.app.finish_writes(now + dt)
     return changes
