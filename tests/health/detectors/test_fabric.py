@@ -199,6 +199,25 @@ def test_port_errors_leave_the_count_after_the_window(metric: str, limit: float,
     assert p.at(IB.window_s + 5, counters=burst) == []
 
 
+def test_discards_counted_while_the_link_was_down_stay_the_links_once_it_is_back() -> None:
+    """PortXmitDiscards counts what a port discarded "because the port is down or congested": those of readings
+    that saw the link down, or a down too short for the state, are the link's for as long as the window holds them;
+    discards on the working link afterwards are congestion again."""
+    p = Ports()
+    lost = IB.xmit_discards_per_window * 10
+    assert p.at(0) == []
+    assert seen(p.at(5, DOWN_1, {DISCARDS: [0, lost]})) == {(RootCause.ib_link_down, port(1), Severity.critical)}
+    assert p.at(10, counters={DISCARDS: [0, lost]}) == []  # back up
+    brief = {DOWNED: [1, 0], DISCARDS: [lost, lost]}  # mlx5_0 down and back between two readings
+    assert seen(p.at(15, counters=brief)) == {(RootCause.ib_link_down, port(0), Severity.critical)}
+    for k in range(20, int(IB.window_s), 5):
+        assert p.at(k, counters={DOWNED: [1, 0], DISCARDS: [lost, lost]}) == []
+    more = IB.xmit_discards_per_window + 1
+    out = p.at(IB.window_s, counters={DOWNED: [1, 0], DISCARDS: [lost + more, lost]})
+    assert seen(out) == {(RootCause.ib_congestion, port(0), Severity.warning)}
+    assert f"{more:.0f} transmit discards in" in out[0].evidence
+
+
 @pytest.mark.parametrize(("metric", "limit", "cause", "what"), PER_WINDOW)
 def test_port_errors_on_a_down_link_are_the_links_fault(metric: str, limit: float, cause: RootCause, what: str) -> None:
     p = Ports()

@@ -9,8 +9,10 @@
   health.symbol_errors as the fabric service and triage judge them: a bad cable or transceiver. A port whose rate is
   unknown is held against infiniband-diags' threshold instead. Receive errors above infiniband-diags' threshold
   point at the same physical layer.
-- Transmit discards and VL15 drops above their thresholds: congestion, unless the port's link is down. A count over
-  its threshold (receive errors included) is rated as the IB counter catalog rates the counter, for every judge of it.
+- Transmit discards and VL15 drops above their thresholds: congestion, unless the port's link is down; discards
+  counted while it was down (a reading that saw it down, go down or come back) stay the link's once it is back. A
+  count over its threshold (receive errors included) is rated as the IB counter catalog rates the counter, for every
+  judge of it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class FabricDetectors:
         self.discards = CounterWindow(self.t.window_s, resolution_s=5.0)
         self.vl15 = CounterWindow(self.t.window_s, resolution_s=5.0)
         self.last_downed = np.full(n, np.nan)
+        self.last_discards = np.full(n, np.nan)
+        self.discards_lost = np.zeros(n)  # discards counted while a port's link was down: the link's, not congestion
         self.up = np.ones(n, dtype=bool)
         self.downs: dict[int, deque[float]] = defaultdict(deque)
 
@@ -106,6 +110,16 @@ class FabricDetectors:
             )
         ]
 
+    def _discards_while_down(self, frame: MetricFrame, link_lost: np.ndarray) -> None:
+        """Set aside the transmit discards of each port whose link was down at some time since the last reading:
+        PortXmitDiscards counts what a port discarded "because the port is down or congested" (IBA PortCounters),
+        and those are the link's, said by its own finding, not congestion once the link is back."""
+        discards = frame.ib(DISCARDS)
+        step = discards - self.last_discards  # NaN where either reading is missing: nothing set aside
+        self.discards_lost = np.where(step < 0, 0.0, self.discards_lost)  # the counters were cleared
+        self.discards_lost += np.where(link_lost & (step > 0), step, 0.0)
+        self.last_discards = np.where(np.isnan(discards), self.last_discards, discards)
+
     def _symbol_errors(self, now: float, frame: MetricFrame) -> list[Finding]:
         """Each port's symbol errors within each window, judged by the one symbol-error judgement."""
         values = frame.ib(SYMBOL)
@@ -145,12 +159,14 @@ class FabricDetectors:
         frame = seen.frame
         if frame is None or not len(self.entities):
             return out
+        was_up = self.up.copy()
         self._state(now, frame, seen.links, out)
         downed = frame.ib(DOWNED)
-        grew = np.flatnonzero(np.nan_to_num(downed - self.last_downed, nan=0.0) > 0)
-        for i in grew:
+        went_down = np.nan_to_num(downed - self.last_downed, nan=0.0) > 0
+        for i in np.flatnonzero(went_down):
             out += self._down(now, int(i), f"LinkDownedCounter {self.last_downed[i]:.0f} -> {downed[i]:.0f}")
         self.last_downed = np.where(np.isnan(downed), self.last_downed, downed)
+        self._discards_while_down(frame, ~was_up | ~self.up | went_down)
         for i in np.flatnonzero(~self.up):  # a link that stays down stays an active incident
             ent = self.entities[i]
             cause = RootCause.ib_link_flap if len(self.downs[int(i)]) >= self.flap_downs else RootCause.ib_link_down
@@ -178,7 +194,7 @@ class FabricDetectors:
         ):  # fmt: skip
             # over its threshold, a count is what the IB counter catalog rates it, for every judge of the counter
             severity = Severity(catalog[counter].over_threshold)
-            window.push(now, frame.ib(metric))
+            window.push(now, frame.ib(metric) - self.discards_lost if metric == DISCARDS else frame.ib(metric))
             grown = window.growth()
             if grown is None:
                 continue
