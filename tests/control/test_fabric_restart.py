@@ -100,3 +100,22 @@ def test_each_subnet_is_checked_against_its_own_part_of_the_manifest(tmp_path: P
     assert [(a["subnet"], a["kind"]) for a in alarms if a["kind"].startswith("missing")] == [
         ("mlx5_0/1", "missing-link")
     ]
+
+
+def test_an_unchanged_poll_keeps_its_validation_and_a_restored_one_is_judged_again() -> None:
+    """A poll that finds the fabric as the last one did is not validated again (its findings stand); the first poll
+    after a restore is validated, though it found the same fabric as the poll kept."""
+    service = FabricService(load_thresholds(), load_expected(MANIFEST))
+    dropped = ("node01/mlx5_0", 1)
+    first = {f.cause.value for f in service.take(_poll(100.0, drop=dropped))}
+    again = service.take(_poll(130.0, drop=dropped))
+    assert first and {f.cause.value for f in again} == first
+    state = service.subnets["default"]
+    kept = service.snapshot("default")
+    assert kept is not None
+    restored = FabricService(load_thresholds(), load_expected(MANIFEST))
+    restored.restore([("default", kept[1], kept[2])], [])
+    assert not restored.subnets["default"].validation
+    after = restored.take(_poll(160.0, drop=dropped))
+    assert {f.cause.value for f in after} == first
+    assert [f.kind for f in restored.subnets["default"].validation] == [f.kind for f in state.validation]

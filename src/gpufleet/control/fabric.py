@@ -71,6 +71,7 @@ class SubnetState:
     health: PortHealth
     polls: int = 0
     validation: list[FabricFinding] = field(default_factory=list)
+    validated: bool = False  # `validation` judges `graph` (a restored poll is judged again when the next comes)
     port_findings: list[FabricFinding] = field(default_factory=list)
     rates: dict[End, dict[str, float]] = field(default_factory=dict)  # per second, over the last poll
     # without a manifest, the fabric as first found (and every link seen since) is what is expected of the next
@@ -101,6 +102,16 @@ class FabricEvent:
         }
 
 
+def _same_topology(before: FabricReport, after: FabricReport) -> bool:
+    """Whether a poll discovered what the one before did: the same nodes, links, idle ports and cabling conflicts."""
+    return (
+        before.nodes == after.nodes
+        and before.links == after.links
+        and before.idle_ports == after.idle_ports
+        and before.conflicts == after.conflicts
+    )
+
+
 class FabricService:
     def __init__(self, thresholds: Thresholds, expected: FabricGraph | None = None) -> None:
         self.thresholds = thresholds
@@ -122,24 +133,29 @@ class FabricService:
             state = self.subnets.get(report.subnet)
             if state is not None and report.time <= state.report.time:
                 return []  # the same poll pushed again
-            graph = graph_from_report(report)
+            # most polls find the fabric as the last one did: its graph, what was learnt of it and its validation stand
+            same = state is not None and state.validated and _same_topology(state.report, report)
+            graph = state.graph if state is not None and same else graph_from_report(report)
             previous_sm = state.report.sm if state is not None else None
             if state is None:
                 state = SubnetState(
                     report.subnet, report, graph, CounterTracker(), PortHealth(self.thresholds, graph=graph)
                 )
                 self.subnets[report.subnet] = state
-            elif self._link_events(report, state.graph, graph) and report.sm is not None:
+            elif not same and self._link_events(report, state.graph, graph) and report.sm is not None:
                 state.sweep_from = report.sm.activity
             state.report, state.graph = report, graph
             state.polls += 1
             self.reports += 1
             for error in report.errors:
                 self._event(FabricEvent(report.time, report.subnet, "poll-error", Severity.warning, error))
-            self._learn(state, graph)
+            if not same:
+                self._learn(state, graph)
             self._subnet_manager(state, report, previous_sm)
-            expected = self._expected_for(graph) if self.expected is not None else state.baseline
-            state.validation = self._seen_before(state, validate(graph, expected) if graph.nodes else [])
+            if not same:
+                expected = self._expected_for(graph) if self.expected is not None else state.baseline
+                state.validation = self._seen_before(state, validate(graph, expected) if graph.nodes else [])
+                state.validated = True
             readings = readings_from_report(report)
             deltas = state.tracker.update(report.time, _rows(report), complete=report.counters_complete)
             # link changes are the topology's to tell (a cable gone from discovery), above
