@@ -155,3 +155,21 @@ def test_an_hour_of_every_fault_through_the_door_yields_what_it_always_has(tmp_p
         ("dgx-006", "Finding/gpu"): 84,
         ("dgx-007", "Finding/gpu"): 84,
     }
+
+
+def test_each_node_s_values_are_cut_from_one_copy_as_they_would_be_copied_one_by_one() -> None:
+    import numpy as np
+
+    from gpufleet.sim.fleet import _by_node, _gather
+
+    values = np.arange(5 * 12, dtype=np.float64).reshape(5, 12)
+    values[1, 3] = np.nan
+    layouts = [
+        [slice(0, 4), slice(4, 8), slice(8, 12)],  # runs in order: the node-major copy as it is
+        [np.array([0, 5, 6]), np.array([1, 2, 3]), np.array([4, 7, 8]), np.array([9, 10, 11])],  # interleaved
+        [slice(0, 8), slice(8, 12)],  # nodes of different widths: one by one
+    ]
+    for cols in layouts:
+        want = [np.ascontiguousarray(values[:, c], dtype="<f8").tobytes() for c in cols]
+        assert _by_node(values, cols, _gather(cols, 12)) == want
+    assert _gather(layouts[0], 12) == (None, 4) and _gather(layouts[2], 12)[1] == 0

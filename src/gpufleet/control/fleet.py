@@ -212,7 +212,8 @@ class FleetState:
         """Each rank's GPU utilization (NaN where its GPU or its node's agent reports nothing)."""
         flat, offsets = self._util_flat()
         cached = self._rank_indices.get(job.name)
-        if cached is None or cached[0] is not job or cached[1] != self._layout:
+        # where each rank's GPU sits moves only with the job's placement or a node's columns, not with its progress
+        if cached is None or cached[1] != self._layout or (cached[0] is not job and cached[0].ranks != job.ranks):
             idx = np.full(len(job.ranks), -1, dtype=np.int64)
             for k, (name, gpu) in enumerate(job.ranks):
                 node = self.nodes.get(name)

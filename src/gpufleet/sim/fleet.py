@@ -68,8 +68,7 @@ class SimAgent:
     unsent: list[Record] = field(default_factory=list)  # records not yet acknowledged (the agent's spool)
     gpus: list[int] = field(default_factory=list)  # GPU index of each column
     ports: list[str] = field(default_factory=list)  # "mlx5_0/1" of each port column
-    held: list[str] = field(default_factory=list)
-    labels_version: int = -1
+    held: list[str] = field(default_factory=list)  # the workload holding each GPU column ("namespace/pod" or "")
 
     def __post_init__(self) -> None:
         self.parser = KmsgParser(host=self.node)
@@ -102,6 +101,10 @@ class SimFleet:
         self.node_actions: TwinNodeActions | None = None  # set when the control plane acts through the agents
         self._signals: dict[str, TrainingSignals] | None = None
         self.fabric_watch = TwinFabricWatch(twin)
+        self._labels_version = -1
+        agents = list(self.agents.values())
+        self._gpu_gather = _gather([a.gpu_cols for a in agents], len(self.frame.entities))
+        self._port_gather = _gather([a.port_cols for a in agents], len(self.frame.ib_ports))
         self.batches = 0
 
     # --- a collection --------------------------------------------------------------------------------------------
@@ -135,8 +138,9 @@ class SimFleet:
         services = self.service_facts(now)
         scheduler: SchedulerReport | None = self.scheduler_report(now)
         fabric = [self.fabric_watch.report(twin.time, now)] if self.fabric_watch.due(twin.time) else None
+        snapshots = self._snapshots(now)
         batches = []
-        for agent in self.agents.values():
+        for k, agent in enumerate(self.agents.values()):
             for obs in observations.get(agent.node, ()):
                 agent.seq += 1
                 agent.unsent.append(Record(agent.seq, obs))
@@ -152,7 +156,7 @@ class SimFleet:
                     interval=twin.tick,
                     records=list(agent.unsent),
                     inventory=agent.inventory_due,
-                    metrics=self._snapshot(agent, now),
+                    metrics=snapshots[k],
                     jobs=jobs.get(agent.node, []),
                     services=services.get(agent.node, []),
                     scheduler=scheduler,
@@ -189,24 +193,33 @@ class SimFleet:
 
     # --- what a node's agent reads -------------------------------------------------------------------------------
 
-    def _snapshot(self, agent: SimAgent, now: float) -> MetricSnapshot:
+    def _snapshots(self, now: float) -> list[MetricSnapshot]:
+        """Every agent's metric snapshot, in agent order: the frame's values laid out node by node in one copy when
+        every node's columns are a run of the same width (the twin's fleet), each node's own columns otherwise."""
         f = self.frame
-        if agent.labels_version != f.labels_version:  # who holds which GPU changes rarely
-            agent.labels_version = f.labels_version
-            agent.held = [
-                "" if a is None else f"{a.namespace}/{a.pod}" for a in np.array(f.attribution)[agent.gpu_cols]
-            ]
-        return MetricSnapshot.of(
-            now,
-            agent.gpus,
-            self.gpu_fields,
-            f.values[:, agent.gpu_cols],
-            agent.ports,
-            self.port_fields,
-            f.ib_values[:, agent.port_cols],
-            (f.ib_up[agent.port_cols] >= 0.5).tolist(),
-            agent.held,
-        )
+        agents = list(self.agents.values())
+        if self._labels_version != f.labels_version:  # who holds which GPU changes rarely
+            self._labels_version = f.labels_version
+            holders = ["" if a is None else f"{a.namespace}/{a.pod}" for a in f.attribution]
+            for agent in agents:
+                agent.held = [holders[i] for i in _columns(agent.gpu_cols, len(holders))]
+        gpu_rows = _by_node(f.values, [a.gpu_cols for a in agents], self._gpu_gather)
+        port_rows = _by_node(f.ib_values, [a.port_cols for a in agents], self._port_gather)
+        up = (f.ib_up >= 0.5).tolist()
+        return [
+            MetricSnapshot(
+                time=float(now),
+                gpus=agent.gpus,
+                gpu_fields=self.gpu_fields,
+                gpu_values=gpu_rows[k],
+                ports=agent.ports,
+                port_fields=self.port_fields,
+                port_values=port_rows[k],
+                port_up=[up[i] for i in _columns(agent.port_cols, len(up))],
+                held=agent.held,
+            )
+            for k, agent in enumerate(agents)
+        ]
 
     def inventory(self, name: str) -> NodeInventory:
         return node_inventory(self.twin, name)
@@ -358,6 +371,34 @@ def node_inventory(twin: Twin, name: str) -> NodeInventory:
         ports=ports,
         labels={"pool": node.pool, "rack": node.rack},
     )
+
+
+def _columns(cols: np.ndarray | slice, n: int) -> range | list[int]:
+    return range(*cols.indices(n)) if isinstance(cols, slice) else cols.tolist()
+
+
+Gather = tuple[np.ndarray | None, int]  # (the columns node after node, None when in order already; columns per node)
+
+
+def _gather(cols: list[np.ndarray | slice], n: int) -> Gather:
+    """How to lay `n` columns out node by node: width 0 when nodes have different numbers of columns."""
+    widths = {len(range(*c.indices(n))) if isinstance(c, slice) else len(c) for c in cols}
+    if len(widths) != 1:
+        return None, 0
+    order = np.concatenate([np.arange(n)[c] for c in cols])
+    return (None if np.array_equal(order, np.arange(n)) else order), widths.pop()
+
+
+def _by_node(values: np.ndarray, cols: list[np.ndarray | slice], gather: Gather) -> list[bytes]:
+    """Each node's (fields x its columns) of `values` as little-endian float64 bytes, field-major as a snapshot
+    carries them: cut from one node-major copy of the whole when every node has as many columns (the twin's fleet),
+    otherwise copied node by node."""
+    order, width = gather
+    if not width or not values.shape[0]:
+        return [np.ascontiguousarray(values[:, c], dtype="<f8").tobytes() for c in cols]
+    gathered = values if order is None else values[:, order]
+    node_major = gathered.reshape(values.shape[0], len(cols), width).transpose(1, 0, 2)
+    return [row.tobytes() for row in np.ascontiguousarray(node_major, dtype="<f8")]
 
 
 def _as_slice(columns: np.ndarray) -> np.ndarray | slice:
