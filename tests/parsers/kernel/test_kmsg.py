@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.model.pci import normalise_pci
+from gpufleet.parsers.kernel import kmsg
 from gpufleet.parsers.kernel.framing import split_frame
 from gpufleet.parsers.kernel.kmsg import KernelEvent, KmsgParser, parse_kmsg, scan_kmsg
 
@@ -508,3 +509,26 @@ def test_an_xid_whose_pci_address_is_redacted_is_read_with_the_gpu_unknown(attr:
 def test_an_xid_with_a_garbled_device_is_still_rejected() -> None:
     scan = scan_kmsg("NVRM: Xid (PCI:0000:zz:00 junk): 79, GPU has fallen off the bus.")
     assert not scan.events and "unreadable device" in scan.rejected[0].reason
+
+
+def test_a_line_without_a_trigger_is_counted_not_read_unless_a_report_waits_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Most lines of a log hold nothing the parser reads: they are not framed or searched further, only counted (the
+    next report keeps its line number). While a fallen-off-the-bus report is open, a line without a trigger is read:
+    the report takes it (and is cut short after four)."""
+    framed: list[str] = []
+
+    def counted(line: str, *, year: int | None = None) -> object:
+        framed.append(line)
+        return split_frame(line, year=year)
+
+    monkeypatch.setattr(kmsg, "split_frame", counted)
+    noise = [f"[ {i}.000000] eth0: renamed from veth{i}" for i in range(50)]
+    events = parse_kmsg([*noise, f"[ 60.000000] {XID79}", *noise])
+    assert len(framed) == 1 and [(e.kind, e.line) for e in events] == [("xid", 51)]
+    framed.clear()
+    start = "[ 61.000000] NVRM: The NVIDIA GPU 0000:b3:00.0"
+    events = parse_kmsg([start, *noise[:6]])
+    assert framed == [start, *noise[:3]]
+    assert events[0].kind == "fallen_off_bus" and events[0].message.endswith("[report cut short]")

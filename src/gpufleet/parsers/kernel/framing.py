@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import NamedTuple
 
 _KMSG_RECORD = re.compile(r"^(?P<prio>\d{1,4}),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);(?P<msg>.*)$")
@@ -61,6 +62,7 @@ def _iso(text: str) -> datetime | None:
         return None
 
 
+@lru_cache(maxsize=256)  # a burst of reports shares its second
 def _ctime(text: str) -> datetime | None:
     """`Sun Feb 23 16:24:18 2025` (dmesg -T); parsed by hand, strptime is the slowest step of a whole scan."""
     parts = text.split()

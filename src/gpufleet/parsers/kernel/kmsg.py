@@ -336,7 +336,8 @@ class KmsgParser:
         if vendor is not None:
             self.scan.events.append(KernelEvent(line=self._lineno, raw=raw, **vendor.fields(), **self._base(frame)))
             return
-        if _REPORT_WORDS.search(message) is None:  # most NVRM lines (RPC tables, banners) report nothing
+        # most NVRM lines (RPC tables, banners) report nothing; an Xid or SXid line (most of the rest) needs no regex
+        if "Xid" not in message and _REPORT_WORDS.search(message) is None:
             return
         uuid_match = _UUID_LINE.search(message) if "GPU at PCI:" in message else None
         if uuid_match is not None:
