@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from operator import itemgetter
 
 import msgspec
 import numpy as np
@@ -40,6 +41,7 @@ NONFINITE = ("loss", "grad_norm", "validation_loss")  # a NaN here is a broken m
 BASELINE_EVERY_S = 10.0  # the throughput baseline takes one reading this often, so an hour is 360 of them
 LOSS_POINTS = 8192  # at most this many loss readings per job, however long its window
 EVALUATIONS = 64
+_LOSS = itemgetter(1)  # of a (step, loss) reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +240,7 @@ def _read(now: float, s: TrainingSignals, h: _History) -> None:
     if s.grad_norm is not None:
         h.grad_run = h.grad_run + 1 if not c.grad_norm_min <= s.grad_norm <= c.grad_norm_max else 0
     if s.loss is not None and h.losses:
-        best = min(loss for _, loss in h.losses)
+        best = min(map(_LOSS, h.losses))
         h.blowup_run = h.blowup_run + 1 if best > 0 and s.loss > c.blowup_ratio * best else 0
     h.standing = [f for f in (_trend(now, s, h), _divergence(now, s, h), _gradient(now, s, h)) if f is not None]
     _pace(now, s, h)
@@ -283,7 +285,7 @@ def _trend(now: float, s: TrainingSignals, h: _History) -> Finding | None:
 def _divergence(now: float, s: TrainingSignals, h: _History) -> Finding | None:
     c = h.checks
     if h.blowup_run >= c.hold_points and s.loss is not None:
-        best = min(loss for _, loss in h.losses)
+        best = min(map(_LOSS, h.losses))
         return _finding(
             now,
             h,

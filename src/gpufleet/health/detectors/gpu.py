@@ -90,13 +90,10 @@ class GpuDetectors:
         self.sbe = CounterWindow(60.0)
         self.thermal_violation = CounterWindow(thresholds.thermal.window_s)
         self.pcie = CounterWindow(thresholds.pcie.window_s)
-        self.nvlink_crc = CounterWindow(thresholds.nvlink.window_s)
-        self.nvlink_crc_data = CounterWindow(thresholds.nvlink.window_s)
-        self.nvlink_recovery = CounterWindow(thresholds.nvlink.window_s)
-        # per link (entities x links, flattened): which link's errors climb
-        self.link_crc = CounterWindow(thresholds.nvlink.window_s)
-        self.link_crc_data = CounterWindow(thresholds.nvlink.window_s)
-        self.link_recovery = CounterWindow(thresholds.nvlink.window_s)
+        # NVLink's flit CRC, data CRC and recovery totals per GPU, then (where the frame carries them) the same three
+        # per link (entities x links, flattened: which link's errors climb), end to end in one window: every counter
+        # is windowed apart (a reading missed in one is not a reset of a sum), in one pass a collection
+        self.nvlink = CounterWindow(thresholds.nvlink.window_s)
         self.fabric_pending = HoldTimer(n)
         self.last_dbe = np.zeros(n)
         self.uuids = [e.uuid for e in frame.entities]
@@ -312,26 +309,26 @@ class GpuDetectors:
             )
 
     def _nvlink(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
-        g, nv = frame.gpu, self.t.nvlink
-        # flit and data CRC counters are windowed apart, so a reading missed in one is not a reset of their sum
-        self.nvlink_crc.push(now, g("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"))
-        self.nvlink_crc_data.push(now, g("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"))
-        self.nvlink_recovery.push(now, g("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"))
-        flit_grown, data_grown = self.nvlink_crc.growth(), self.nvlink_crc_data.growth()
-        rec_grown = self.nvlink_recovery.growth()
-        span = self.nvlink_crc.span()
-        per_link = self._link_rates(now, frame)  # every collection, so its window fills with the totals'
-        if flit_grown is None or data_grown is None or rec_grown is None or span < 10:
+        g, nv, n = frame.gpu, self.t.nvlink, len(self.entities)
+        totals = [g(f"DCGM_FI_DEV_NVLINK_{k}_ERROR_COUNT_TOTAL") for k in ("CRC_FLIT", "CRC_DATA", "RECOVERY")]
+        rows = [frame.link_row(f"DCGM_FI_DEV_NVLINK_{k}_ERROR_PER_LINK_TOTAL") for k in ("CRC_FLIT", "CRC_DATA",
+                                                                                         "RECOVERY")]  # fmt: skip
+        links = [frame.link_values[r].ravel() for r in rows if r is not None] if None not in rows else []
+        self.nvlink.push(now, np.concatenate(totals + links))  # every collection, the links' with the totals'
+        grown, span = self.nvlink.growth(), self.nvlink.span()
+        if grown is None or span < 10:
             return
+        flit_grown, data_grown, rec_grown = grown[:n], grown[n : 2 * n], grown[2 * n : 3 * n]
+        per_link = self._link_rates(grown[3 * n :], span, frame.link_values.shape[1:]) if links else None
         crc_rate, rec_rate = (flit_grown + data_grown) * 60.0 / span, rec_grown * 60.0 / span
         bad = (crc_rate > nv.crc_errors_per_minute) | (rec_rate > nv.recovery_errors_per_minute)
         for i in np.flatnonzero(bad):
-            links = ""
+            links_said = ""
             if per_link is not None:
                 climbing = climbing_links(per_link[0][i], per_link[1][i], nv.crc_errors_per_minute,
                                           nv.recovery_errors_per_minute)  # fmt: skip
-                links = f"; {links_named(climbing, per_link[0][i], per_link[1][i])}" if climbing else ""
-            where = f" link {climbing[0]}" if links and len(climbing) == 1 else ""
+                links_said = f"; {links_named(climbing, per_link[0][i], per_link[1][i])}" if climbing else ""
+            where = f" link {climbing[0]}" if links_said and len(climbing) == 1 else ""
             out.append(
                 self._finding(
                     now,
@@ -340,29 +337,18 @@ class GpuDetectors:
                     Severity.warning,
                     f"NVLink errors on {self.entities[i]}{where}",
                     f"{crc_rate[i]:.0f} CRC and {rec_rate[i]:.1f} recovery errors a minute (limits "
-                    f"{nv.crc_errors_per_minute:g} and {nv.recovery_errors_per_minute:g}){links}",
+                    f"{nv.crc_errors_per_minute:g} and {nv.recovery_errors_per_minute:g}){links_said}",
                     "WORKFLOW_NVLINK_ERR",
                 )
             )
 
-    def _link_rates(self, now: float, frame: MetricFrame) -> tuple[np.ndarray, np.ndarray] | None:
-        """Each link's CRC (flit + data) and recovery errors a minute over the window, (entities, links) each; None
-        until the window spans 10 s or where the frame carries no per-link counters."""
-        rows = [frame.link_row(f"DCGM_FI_DEV_NVLINK_{k}_ERROR_PER_LINK_TOTAL") for k in ("CRC_FLIT", "CRC_DATA",
-                                                                                         "RECOVERY")]  # fmt: skip
-        if any(r is None for r in rows):
-            return None
-        flit, data, rec = (frame.link_values[r].ravel() for r in rows if r is not None)
-        self.link_crc.push(now, flit)
-        self.link_crc_data.push(now, data)
-        self.link_recovery.push(now, rec)
-        grown = self.link_crc.growth(), self.link_crc_data.growth(), self.link_recovery.growth()
-        span = self.link_crc.span()
-        if grown[0] is None or grown[1] is None or grown[2] is None or span < 10:
-            return None
-        shape = frame.link_values.shape[1:]
-        crc = (_zeroed(grown[0]) + _zeroed(grown[1])) * 60.0 / span
-        return crc.reshape(shape), (_zeroed(grown[2]) * 60.0 / span).reshape(shape)
+    @staticmethod
+    def _link_rates(grown: np.ndarray, span: float, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Each link's CRC (flit + data) and recovery errors a minute over the window, (entities, links) each, from
+        the three per-link counters' growth end to end."""
+        m = grown.size // 3
+        crc = (_zeroed(grown[:m]) + _zeroed(grown[m : 2 * m])) * 60.0 / span
+        return crc.reshape(shape), (_zeroed(grown[2 * m :]) * 60.0 / span).reshape(shape)
 
     def _recovery(self, now: float, frame: MetricFrame, out: list[Finding]) -> None:
         """The recovery action the driver asks for, judged as the Xid 154 that announces it (one judgement)."""

@@ -24,9 +24,9 @@ class CounterWindow:
         self._total: np.ndarray | None = None
 
     def push(self, now: float, values: np.ndarray) -> None:
-        values = values.astype(np.float64)
         if self._snaps and now - self._snaps[-1][0] < self.resolution_s:
             return
+        values = values.astype(np.float64)  # a copy: the window keeps it (the caller's array is refilled)
         if self._snaps:
             prev = self._snaps[-1][1]
             values = np.where(np.isnan(values), prev, values)  # a missed reading keeps the last one
@@ -34,7 +34,7 @@ class CounterWindow:
             step = np.where(np.isnan(prev), 0.0, step)  # the first reading is a baseline, not growth
             self._steps.append(step)
             self._total = step.copy() if self._total is None else self._total + step
-        self._snaps.append((now, values.copy()))
+        self._snaps.append((now, values))
         while now - self._snaps[0][0] > self.window_s:
             self._snaps.popleft()
             if self._steps and self._total is not None:
