@@ -281,6 +281,7 @@ class Server:
         self.proc = subprocess.Popen(
             [*cmd, "--port", str(self.port)], env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
+        self.warnings: list[str] = []
         self.token = self._wait()
 
     def _wait(self) -> str:
@@ -313,6 +314,9 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+        text = (self.home / "server.log").read_text(errors="replace")
+        # what an operator would look for in its log: slow turns of the control loop, errors
+        self.warnings = [line for line in text.splitlines() if "turn took" in line or " ERROR " in line]
         if not keep:
             shutil.rmtree(self.home, ignore_errors=True)
 
@@ -428,6 +432,7 @@ class Poller(threading.Thread):
         self.errors = 0
         self.refused: Counter[int] = Counter()  # answers other than 200, by status
         self.latency: list[float] = []  # each answer's round trip, refusals too: the API as a reader sees it
+        self.refused_at: list[float] = []  # wall times of the refusals
         self.polls = 0
 
     def run(self) -> None:
@@ -444,6 +449,7 @@ class Poller(threading.Thread):
                 if resp.status != 200 or not isinstance(rows, list):  # shed under load: counted, polled again
                     self.errors += 1
                     self.refused[resp.status] += 1
+                    self.refused_at.append(seen)
                 else:
                     for inc in rows:
                         self.first.setdefault(inc["id"], seen)
@@ -637,6 +643,9 @@ def run_size(
         console.log(f"{nodes} nodes: {row.agents} agents pushing for {minutes:g} min to {server.home}")
         result: AgentsResult | None = None
         while result is None:
+            while not out_recv.poll(5.0):
+                if not agents.is_alive():  # killed (the OOM killer says so only in the kernel log): stop, say why
+                    raise RuntimeError(f"the agents' process (the twin) ended with exit code {agents.exitcode}")
             msg = out_recv.recv()
             if msg[0] == "done":
                 result = msg[1]
@@ -675,6 +684,8 @@ def run_size(
             agents.terminate()
         server.stop()
     assert result is not None
+    if server.warnings:
+        row.notes.append(f"server log: {len(server.warnings)} warnings, e.g. " + "; ".join(server.warnings[:3]))
     row.wall_s = result.steps
     row.server_cores = monitor.cores("server", start_mono, end_mono)
     row.agents_cores = monitor.cores("agents", start_mono, end_mono)[1]
@@ -696,8 +707,16 @@ def run_size(
     row.late = (percentile(result.late, 50), max(result.late))
     row.busy_p50 = percentile(result.busy, 50)
     row.server_batches = int(health.get("batches", 0))
+    if health.get("loop_gap_max_s") is not None:
+        row.notes.append(
+            f"control loop: a turn every {health.get('loop_gap_p99_s')} s at p99, longest gap "
+            f"{health['loop_gap_max_s']} s (its last 600 turns)"
+        )
     row.polls = poller.polls
     row.api = p50_p99(poller.latency)
+    if poller.refused_at:
+        spans = [round(t - start_wall) for t in poller.refused_at]
+        row.notes.append(f"reads refused from {min(spans)} s to {max(spans)} s of the run ({len(spans)} polls)")
     score(row, result, final, poller.first)
     row.elapsed_s = time.monotonic() - began
     return row

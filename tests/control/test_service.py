@@ -271,3 +271,30 @@ def test_gpu_holders_are_what_the_agents_report_and_reach_a_gpu_scoped_backend()
     assert plane.gpu_holders("n-000") == {i: "training/job-n-000" for i in range(8)}  # type: ignore[attr-defined]
     assert plane.gpu_holders("n-002") == {i: "" for i in range(8)}  # type: ignore[attr-defined]
     assert plane.backend.gpu_holders("n-001") == plane.gpu_holders("n-001")  # type: ignore[attr-defined]
+
+
+def test_a_slow_turn_of_the_loop_is_logged_with_where_its_time_went(
+    state_db: Database, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A turn long enough to shed reads says which phase took it, so an operator can tell correlation from
+    remediation or a backend that hangs."""
+    import gpufleet.control.service as service
+
+    clock = Clock()
+    plane = plane_at(state_db, clock)
+    plane.ingest(batch("a", [], inventory=inventory("a"), interval=1.0))
+    slow_run = plane.remediation.run
+
+    def slow_remediation(now: float) -> None:
+        time.sleep(0.3)
+        slow_run(now)
+
+    monkeypatch.setattr(plane.remediation, "run", slow_remediation)
+    monkeypatch.setattr(service, "SLOW_TURN_S", 0.25)
+    with caplog.at_level("WARNING", logger="gpufleet.control"):
+        plane.tick()
+    (line,) = [r.getMessage() for r in caplog.records if "turn took" in r.getMessage()]
+    phases = dict(part.rsplit(" ", 2)[:2] for part in line[line.index("(") + 1 : -1].split(", "))
+    assert list(phases) == ["waiting for ingest", "correlation", "incidents saved", "fleet series", "pruning",
+                            "backend", "remediation"]  # fmt: skip
+    assert float(phases["remediation"]) >= 0.3 > float(phases["correlation"])

@@ -68,6 +68,7 @@ log = logging.getLogger("gpufleet.control")
 Clock = Callable[[], float]
 BACKEND_REFRESH_S = 5.0  # wall seconds between two reads of the backend's node states
 METRICS_FLUSH_S = 60.0
+SLOW_TURN_S = 3.0  # a turn this long is logged with where its time went: reads are shed past shedding.BEHIND_S
 RECORD_EVERY_S = 5.0
 RECORD_GPUS_EVERY_S = 30.0  # per-GPU timelines: a point every 30 s of cluster time is 480 over the dashboard's 4 h
 PRUNE_AFTER_S = 86_400.0  # resolved incidents leave memory (not the database) after a day
@@ -409,6 +410,12 @@ class ControlPlane:
         """One turn: lost agents, cross-node correlation, cleared conditions, then remediation (outside the lock).
         With replicas: first what the others took in; a replica that does not lead only keeps its view fresh."""
         now = self.clock()
+        began = time.monotonic()
+        phases: list[tuple[str, float]] = []  # where a slow turn's time went, for the log
+
+        def done(phase: str) -> None:
+            phases.append((phase, time.monotonic()))
+
         try:
             if self.replication.shared:
                 self._follow(now)
@@ -417,6 +424,7 @@ class ControlPlane:
                     self.loop_error = None
                     return
             with self.lock:
+                done("waiting for ingest")
                 for node in self.fleet.mark_lost(now, self.thresholds.control.agent_lost_intervals):
                     self.store.add_event(
                         now,
@@ -434,15 +442,21 @@ class ControlPlane:
                     signals=self.fleet.job_signals,
                     services=self.fleet.service_facts,
                 )
+                done("correlation")
                 self._correlated(changed)
                 self._flush()
+                done("incidents saved")
                 self._record_fleet(now)
                 if self.gpu_use is not None:
                     self.gpu_use.record(now, self.fleet)
+                done("fleet series")
                 if now - self._pruned_at > 3600.0:
                     self._prune(now)
+                    done("pruning")
             self._refresh_backend()
+            done("backend")
             self.remediation.run(now)
+            done("remediation")
             self._flush_metrics()
             self.loop_error = None
         except Exception as exc:  # a bug must be visible in /healthz and the log, and the loop must go on
@@ -450,6 +464,12 @@ class ControlPlane:
             log.exception("control loop turn failed")
         self.ticks += 1
         turned = time.monotonic()
+        if turned - began > SLOW_TURN_S:
+            spent, last = [], began
+            for phase, at in phases:
+                spent.append(f"{phase} {at - last:.1f} s")
+                last = at
+            log.warning("control loop turn took %.1f s (%s)", turned - began, ", ".join(spent) or "before its phases")
         if self.last_tick is not None:
             self.turn_gaps.append(turned - self.last_tick)
         self.last_tick = turned
