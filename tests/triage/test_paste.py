@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import random
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -242,3 +243,21 @@ def test_the_commands_of_prompt_lines_taken_off_are_noted_for_the_readers() -> N
     assert noted_commands(["State : Active"]) == []  # plain lines carry none
     many = Cleaned(Paste(), [f"$ echo {i}\n" for i in range(100)])
     assert list(many) == [] and noted_commands(many)[-1] == "echo 99" and len(noted_commands(many)) == 16
+
+
+def test_a_line_no_step_changes_passes_as_the_steps_would_pass_it() -> None:
+    """Lines of a streamed log skip the steps when one match says none would change them: what comes out, and what
+    the notes count, is what the steps one by one make of the same lines."""
+    rng = random.Random(37)
+    pieces = ["[ 12.345678] ", "[Sun Feb 23 16:24:18 2025] ", "[pod/a-1/c] ", "[node/n1] ", "> ", "$ ", "# nvidia-smi",
+              "```", "~~~", "\x1b[31m", "  <=== look", "0: ", "12: ", "[1,0]<stdout>:", "[0] ", "...", "[...]", "  ",
+              "\t", "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", "٣: x", "² ", "- ", "(...)", "%",
+              "Killed process 7 (a)", "x" * 70, "\r", "…", "-- snip --", "eth0: up", "a=b", "->", "1.5"]  # fmt: skip
+    lines = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 4))) for _ in range(3000)]
+    lines += ["x" * (MAX_LINE + 5), "[ 1.0] " + "y" * MAX_LINE]
+    streamed, one_by_one = Paste(), Paste()
+    got = list(streamed.numbered(enumerate(lines, start=1)))
+    want = [(n, clean) for n, line in enumerate(lines, start=1) if (clean := one_by_one.clean(line)) is not None]
+    assert got == want
+    assert streamed.notes() == one_by_one.notes() and streamed.lines == one_by_one.lines == len(lines)
+    assert streamed.commands == one_by_one.commands

@@ -93,6 +93,10 @@ _RECORD_START = re.compile(
 # aligned lines are often all as long as each other, and the next line after them starts anew)
 _WIDTHS = frozenset((80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250, 256))
 _RULE = " |+=-_~*"  # what a rule is drawn with
+# a line none of the steps below would change, told by one match instead of each step's own test (a kernel log streams
+# a million lines through here): no CR or newline, colour, fence, quote, marker, prompt or launcher character, and a
+# start that is none of a quote, an elision, a log source, a label or an indentation (a dmesg stamp is none of them)
+_UNTOUCHED = re.compile(r"(?:\[ *\d+\.\d+\]|[^\s\d.…\[(<\->`~$#%\x1b])[^\r\n\x1b<>`~$#%]*")
 _DIGITS = re.compile(r"\d+")
 
 
@@ -338,8 +342,14 @@ class Paste:
         """(line number, tool's line) for (line number, raw line): a wrapped line is rejoined with the lines that
         follow it directly, under the number of its first."""
         width = self.shape.wrap
+        shape = self.shape
+        plain = not (width or shape.bullets or shape.list_indent or shape.indent or shape.tag)  # nothing to learn
         held: tuple[int, str, str] | None = None  # first number, the joined text, its last piece
         for number, raw in lines:
+            if plain and len(raw) <= MAX_LINE and _UNTOUCHED.fullmatch(raw):
+                self.lines += 1
+                yield number, raw
+                continue
             shown = self.unframe(raw)
             if shown is None:
                 continue

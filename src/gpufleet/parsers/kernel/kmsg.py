@@ -34,7 +34,7 @@ from gpufleet.catalog import load_xid_catalog
 from gpufleet.model.kernel import NVL5_XIDS, RECOVERY_XID, KernelEvent, Nvl5Detail, RecoveryChange, SxidDetail
 from gpufleet.model.pci import normalise_pci
 from gpufleet.parsers.kernel.framing import Frame, split_frame
-from gpufleet.parsers.kernel.vendors import TRIGGER_WORDS, VendorLines
+from gpufleet.parsers.kernel.vendors import TRIGGER_WORDS, VendorLines, holds_any
 
 _PCI_TEXT = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _XID_HEAD = re.compile(r"NVRM: Xid\b")
@@ -141,7 +141,7 @@ class KmsgScan:
 
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd]")
 # a line without any of these cannot start or be a report, so it is skipped without further reading
-_TRIGGERS = re.compile("|".join(("NVRM", "SXid", "nvswitch", *TRIGGER_WORDS)))
+_TRIGGER_WORDS = ("NVRM", "SXid", "nvswitch", *TRIGGER_WORDS)
 # every report this module reads has one of these in its message
 _REPORT_WORDS = re.compile(
     r"Xid|fallen off the bus|The NVIDIA GPU|NV_ERR_RESET_REQUIRED|GPU at PCI:|nvswitch|API mismatch"
@@ -237,7 +237,7 @@ class KmsgParser:
 
     def feed_line(self, raw: str) -> list[KernelEvent]:
         """Parse the next line; returns the events it completed (usually zero or one)."""
-        if self._pending is None and not self._held and raw[:1] != "{" and _TRIGGERS.search(raw) is None:
+        if self._pending is None and not self._held and raw[:1] != "{" and not holds_any(raw, _TRIGGER_WORDS):
             self._lineno += 1  # most lines of a log: nothing to read, nothing waiting on the lines that follow
             return []
         before = len(self.scan.events)
@@ -266,7 +266,7 @@ class KmsgParser:
         if self._held:
             self._release_stale()
         # journald JSON may spell the message as a byte array, so those lines are always read
-        if self._pending is None and _TRIGGERS.search(raw) is None and not raw.startswith("{"):
+        if self._pending is None and not holds_any(raw, _TRIGGER_WORDS) and not raw.startswith("{"):
             return
         if not _printable(raw):
             if "NVRM" in raw or "Xid" in raw:

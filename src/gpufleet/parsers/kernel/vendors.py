@@ -46,6 +46,16 @@ from gpufleet.model.pci import normalise_pci
 TRIGGER_WORDS = ("amdgpu", "habanalabs", "VRAM is lost", "IP block:")
 CANDIDATE_WORDS = tuple(word.encode() for word in TRIGGER_WORDS)
 
+
+def holds_any(line: str, words: tuple[str, ...]) -> bool:
+    """Whether the line holds one of the words: a plain `in` per word, a few times faster on a line than one regex
+    alternating them (which tries every word at every offset that starts one) or `any()` over a generator."""
+    for word in words:  # noqa: SIM110 (any() over a generator is the slower form this replaces)
+        if word in line:
+            return True
+    return False
+
+
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _AMD_DEVICE = re.compile(rf"^amdgpu (?P<dev>{_BDF}): ")
 _HL_DEVICE = re.compile(rf"^habanalabs (?P<dev>hl\d+|{_BDF}): ")
@@ -263,7 +273,7 @@ class VendorLines:
 
     def read(self, message: str) -> VendorReport | None:
         """The report one kernel message makes, if it is an amdgpu or habanalabs fault line."""
-        if not any(word in message for word in TRIGGER_WORDS):
+        if not holds_any(message, TRIGGER_WORDS):
             return None
         head = _AMD_DEVICE.match(message)
         if head is not None:

@@ -265,11 +265,15 @@ _STATS = re.compile(r"Memory cgroup stats for (?P<memcg>/\S*?):")  # the first n
 _CONSTRAINT = re.compile(r"oom-kill:(?P<fields>constraint=\S*)")
 _PROCESS = r"(?P<pid>\d+)(?:, UID \d+,)? \((?P<name>.+?)\)(?=[\s,.;]|$)"
 _CHOSEN = re.compile(rf"(?P<scope>Memory cgroup out of memory|Out of memory): Kill process {_PROCESS}")
-_KILLED = re.compile(rf"(?:(?P<scope>Memory cgroup out of memory|Out of memory)(?: \(oom_kill_allocating_task\))?: )?"
-                     rf"Killed process {_PROCESS}(?P<rest>.*)")  # fmt: skip
-# the longest scope _KILLED may read before its `Killed process`: the search starts that far before the words, since
-# the leftmost match holds their first occurrence (a regex without a literal head is tried at every offset of a line)
-_KILLED_SCOPE_CHARS = len("Memory cgroup out of memory (oom_kill_allocating_task): ")
+_KILLED = re.compile(rf"Killed process {_PROCESS}(?P<rest>.*)")
+# what may stand right before `Killed process` (mm/oom_kill.c: "%s: Killed process", the constraint's words, with
+# " (oom_kill_allocating_task)" on that path), tested with endswith: a regex starting with these alternatives is tried
+# at every offset of the line, one starting with the words jumps to them
+_KILL_SCOPES = tuple(
+    (f"{scope}{how}: ", scope)
+    for scope in ("Memory cgroup out of memory", "Out of memory")
+    for how in ("", " (oom_kill_allocating_task)")
+)
 _REAPED = re.compile(rf"oom_reaper: reaped process {_PROCESS}")
 _ANON = re.compile(r"anon-rss:(\d+)kB")
 _SCOPES = {"CONSTRAINT_MEMCG": "memcg", "CONSTRAINT_NONE": "node", "CONSTRAINT_CPUSET": "cpuset",
@@ -321,15 +325,14 @@ class OomKillTracker:
             kill = self._start(number, line)
             kill.scope = kill.scope or ("memcg" if m["scope"].startswith("Memory cgroup") else "node")
             kill.process, kill.pid, kill.chosen = m["name"], int(m["pid"]), True
-        elif (at := line.find("Killed process")) != -1 and (
-            m := _KILLED.search(line, max(0, at - _KILLED_SCOPE_CHARS))
-        ):
+        elif "Killed process" in line and (m := _KILLED.search(line)):
             pid = int(m["pid"])
             open_kill = self._open
-            memcg = bool(m["scope"]) and m["scope"].startswith("Memory cgroup")
+            scope = _scope_before(line, m.start())
+            memcg = scope is not None and scope.startswith("Memory cgroup")
             if (
                 open_kill is None
-                or (open_kill.scope and m["scope"] and (open_kill.scope == "memcg") != memcg)  # another report's
+                or (open_kill.scope and scope and (open_kill.scope == "memcg") != memcg)  # another report's
                 or not (open_kill.chosen or open_kill.pid in (None, pid))
             ):
                 kill = self._start(number, line, again=True)
@@ -337,7 +340,7 @@ class OomKillTracker:
                 kill = open_kill
                 if line not in kill.lines:
                     kill.lines.append(line)
-            if m["scope"]:
+            if scope:
                 kill.scope = kill.scope or ("memcg" if memcg else "node")
             kill.process, kill.pid, kill.killed = m["name"], pid, True
             if anon := _ANON.search(m["rest"]):
@@ -369,6 +372,14 @@ class OomKillTracker:
             self.unlisted += 1
         self._open = kill
         return kill
+
+
+def _scope_before(line: str, end: int) -> str | None:
+    """The constraint's words right before line[end:] (`Out of memory: `), or None."""
+    for said, scope in _KILL_SCOPES:
+        if line.endswith(said, 0, end):
+            return scope
+    return None
 
 
 def describe_kills(kills: list[OomKill]) -> tuple[str, str]:
