@@ -237,3 +237,41 @@ def test_concurrent_ingest_and_queries(tmp_path: Path) -> None:
     assert not errors
     assert store.range('DCGM_FI_DEV_GPU_TEMP{gpu="0"}', T0, T0 + 399, 1)[0].values.size == 400
     store.close()
+
+
+def test_many_series_are_registered_at_once_as_one_by_one(tmp_path: Path) -> None:
+    store = EmbeddedStore(tmp_path)
+    first = store.series_id({"__name__": "m", "gpu": "0"})
+    many = [{"__name__": "m", "gpu": str(g)} for g in range(200)]
+    ids = store.series_ids(many)
+    assert ids[0] == first and ids == list(range(first, first + 200))
+    assert store.series_ids(many) == ids  # known ones are not registered again
+    counters = store.series_ids([{"__name__": "c_total", "gpu": str(g)} for g in range(3)], kind="counter")
+    assert store.rollup.is_counter[counters].all() and not store.rollup.is_counter[ids].any()
+    store.close()
+    again = EmbeddedStore(tmp_path)
+    assert again.series_ids(many) == ids and again.series_count == 203
+
+
+def test_a_store_reads_its_data_in_the_layout_it_was_made_with(tmp_path: Path) -> None:
+    """Chunk numbers depend on the slot and chunk length: reopened with another layout, the store keeps its own;
+    a data directory from before the layout was kept is read with the defaults of the time."""
+    coarse = StoreConfig(resolution_s=5.0, chunk_slots=120, rollup_chunk_slots=60)
+    store = EmbeddedStore(tmp_path / "a", config=coarse)
+    for k in range(200):
+        store.write({"__name__": "m"}, T0 + 5 * k, float(k))
+    store.close()
+    again = EmbeddedStore(tmp_path / "a")  # the default layout asked for
+    assert (again.config.resolution_s, again.config.chunk_slots, again.config.rollup_chunk_slots) == (5.0, 120, 60)
+    assert again.range("m", T0 + 5 * 190, T0 + 5 * 199, 5)[0].values.tolist() == [float(k) for k in range(190, 200)]
+
+    legacy = EmbeddedStore(tmp_path / "b")
+    legacy.write({"__name__": "m"}, T0, 1.0)
+    legacy.close()
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "b" / "metrics.sqlite")
+    db.execute("DELETE FROM meta WHERE key='layout'")
+    db.commit()
+    db.close()
+    assert EmbeddedStore(tmp_path / "b", config=coarse).config.resolution_s == 1.0

@@ -28,6 +28,7 @@ def local_plane(scenario: Path, at: str, progress: bool | None = None, cost: Any
     how far it got on stderr (`progress`: None on a terminal only, True or False as asked). `cost`: the cost config
     its idle-cost series are priced with (default: the catalog's list prices)."""
 
+    from gpufleet.control.metrics import PLANE_STORE
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
     from gpufleet.sim.fleet import SimFleet
@@ -45,7 +46,7 @@ def local_plane(scenario: Path, at: str, progress: bool | None = None, cost: Any
         TwinBackend(twin, ordered_lock("twin")),
         clock=lambda: twin.epoch + twin.time,
         remediation="off",
-        metrics=EmbeddedStore(None),
+        metrics=EmbeddedStore(None, config=PLANE_STORE),
     )
     fleet = SimFleet(twin, cost=cost)
     with catch_up(f"{twin.cluster.name} to {format_duration(seconds)}", seconds, progress) as reached:

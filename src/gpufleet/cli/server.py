@@ -79,7 +79,9 @@ def _metrics(home: Path, url: str | None) -> Any:
     from gpufleet.telemetry.store import EmbeddedStore, RemoteConfig, RemoteStore
 
     if url is None:
-        return EmbeddedStore(home / "metrics")
+        from gpufleet.control.metrics import PLANE_STORE
+
+        return EmbeddedStore(home / "metrics", config=PLANE_STORE)
     if not url.startswith(("http://", "https://")):
         raise UserError(f"--metrics {url!r} is not a URL", fix="e.g. --metrics http://prometheus:9090")
     # nocache: VictoriaMetrics would answer from a cache made before the latest samples arrived

@@ -10,9 +10,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gpufleet.errors import BackendError
-from gpufleet.telemetry.store import EmbeddedStore, RangeSeries, RemoteStore
+from gpufleet.telemetry.store import EmbeddedStore, RangeSeries, RemoteStore, StoreConfig
 
 log = logging.getLogger("gpufleet.control")
+
+RESOLUTION_S = 5.0  # the loop records its series every 5 s of cluster time, per-GPU and per-port ones every 30 s
+# The control plane's embedded store: slots of RESOLUTION_S, not 1 s (the ring is a dense matrix of series x slots
+# in memory, and four fifths of it would stay empty), 10-minute raw chunks and hourly roll-up chunks.
+PLANE_STORE = StoreConfig(resolution_s=RESOLUTION_S, chunk_slots=120, rollup_chunk_slots=60)
 
 Sample = tuple[Mapping[str, str], float]
 
@@ -29,12 +34,18 @@ class MetricRecorder:
             return
         if isinstance(self.store, EmbeddedStore):
             ids = np.empty(len(samples), dtype=np.int64)
+            unknown: dict[tuple[tuple[str, str], ...], list[int]] = {}  # new series -> where they go in `ids`
             for k, (labels, _) in enumerate(samples):
                 key = tuple(sorted(labels.items()))
                 sid = self._ids.get(key)
                 if sid is None:
-                    sid = self._ids[key] = self.store.series_id(labels)
-                ids[k] = sid
+                    unknown.setdefault(key, []).append(k)
+                else:
+                    ids[k] = sid
+            if unknown:  # registered together: a fleet's first turn names thousands
+                for key, sid in zip(unknown, self.store.series_ids([dict(key) for key in unknown]), strict=True):
+                    self._ids[key] = sid
+                    ids[unknown[key]] = sid
             self.store.write_ids(ids, now, np.array([v for _, v in samples], dtype=np.float64))
             return
         try:
@@ -64,10 +75,8 @@ class MetricRecorder:
             key = (node, tuple(names), tuple(gpus))
             ids = self._matrix_ids.get(key)
             if ids is None:
-                ids = np.array(
-                    [[self.store.series_id({"__name__": n, "node": node, label: g}) for g in gpus] for n in names],
-                    dtype=np.int64,
-                )
+                many = [{"__name__": n, "node": node, label: g} for n in names for g in gpus]
+                ids = np.array(self.store.series_ids(many), dtype=np.int64).reshape(len(names), len(gpus))
                 self._matrix_ids[key] = ids
             known = ~np.isnan(values)
             self.store.write_ids(ids[known], now, values[known].astype(np.float64))

@@ -28,7 +28,7 @@ from gpufleet.catalog.xid_actions import describe_action
 from gpufleet.control.fabric import FabricService, parse_end
 from gpufleet.control.fleet import FleetState
 from gpufleet.control.gpu_use import GpuUseRecorder
-from gpufleet.control.metrics import MetricRecorder
+from gpufleet.control.metrics import RESOLUTION_S, MetricRecorder
 from gpufleet.control.node_actions import NodeActionQueue
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.replicas import Replication
@@ -69,7 +69,7 @@ Clock = Callable[[], float]
 BACKEND_REFRESH_S = 5.0  # wall seconds between two reads of the backend's node states
 METRICS_FLUSH_S = 60.0
 SLOW_TURN_S = 3.0  # a turn this long is logged with where its time went: reads are shed past shedding.BEHIND_S
-RECORD_EVERY_S = 5.0
+RECORD_EVERY_S = RESOLUTION_S  # the store's slot: one sample a slot
 RECORD_GPUS_EVERY_S = 30.0  # per-GPU timelines: a point every 30 s of cluster time is 480 over the dashboard's 4 h
 PRUNE_AFTER_S = 86_400.0  # resolved incidents leave memory (not the database) after a day
 SYNC_EVERY_S = 2.0  # wall seconds between a replica's reloads of the incidents

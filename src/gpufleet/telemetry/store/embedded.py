@@ -10,6 +10,8 @@ memory;
 from __future__ import annotations
 
 import functools
+import json
+import logging
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +39,8 @@ from gpufleet.telemetry.store.tiers import Rollup, Tier
 
 DB_NAME = "metrics.sqlite"
 
+log = logging.getLogger("gpufleet.telemetry")
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -63,6 +67,9 @@ class StoreConfig(BaseModel):
     lookback_s: float = Field(300.0, gt=0)  # how far back a query looks for the latest sample, as in PromQL
 
 
+LAYOUT = ("resolution_s", "chunk_slots", "rollup_s", "rollup_chunk_slots")  # what stored chunks depend on
+
+
 class EmbeddedStore:
     """Series registry, tiers and the query API. `data_dir=None` keeps history in memory only."""
 
@@ -72,11 +79,11 @@ class EmbeddedStore:
         config: StoreConfig | None = None,
         exposition: ExpositionConfig | None = None,
     ) -> None:
-        self.config = config or StoreConfig()
         self._lock = ordered_lock("metrics")
         self._flushing = threading.Lock()  # one flush at a time; taken before the store's lock, never inside it
-        cfg = self.config
         self.history = History(data_dir / DB_NAME if data_dir is not None else None)
+        self.config = self._layout(config or StoreConfig())
+        cfg = self.config
         self.raw = Tier(0, cfg.resolution_s, cfg.chunk_slots, cfg.raw_retention_s, self.history)
         self.rollup = Rollup(Tier(1, cfg.rollup_s, cfg.rollup_chunk_slots, cfg.rollup_retention_s, self.history))
         self.frames = FrameSeries(exposition)
@@ -93,11 +100,28 @@ class EmbeddedStore:
         self.latest = float(stored_latest) if stored_latest else None
         self._resize()
 
+    def _layout(self, wanted: StoreConfig) -> StoreConfig:
+        """Slots and chunks as the data directory was made with: chunk numbers and sizes depend on them, so a
+        store opened with another layout reads what is there in its own (and says so); retention is the caller's."""
+        stored = self.history.get_meta("layout")
+        if stored is None:
+            if self.history.has_series():  # made before the layout was kept: the defaults of the time
+                legacy = StoreConfig()
+                stored = json.dumps({k: getattr(legacy, k) for k in LAYOUT})
+            else:
+                stored = json.dumps({k: getattr(wanted, k) for k in LAYOUT})
+            self.history.set_meta("layout", stored)
+            self.history.commit()
+        layout = json.loads(stored)
+        if any(getattr(wanted, k) != layout[k] for k in LAYOUT):
+            log.info("metric history keeps the layout it was made with: %s", stored)
+        return wanted.model_copy(update=layout)
+
     # -- registry --------------------------------------------------------------------------------------------
-    def _register(self, sid: int, labels: dict[str, str], kind: str) -> None:
+    def _register(self, sid: int, labels: dict[str, str], kind: str, key: str | None = None) -> None:
         self._labels.append(labels)
         self._kinds.append(kind)
-        self._ids[labels_key(labels)] = sid
+        self._ids[labels_key(labels) if key is None else key] = sid
         self._by_name.setdefault(labels.get("__name__", ""), []).append(sid)
 
     def _resize(self) -> None:
@@ -124,6 +148,27 @@ class EmbeddedStore:
             elif kind == "counter":
                 self.rollup.is_counter[sid] = True
         return sid
+
+    @_locked
+    def series_ids(self, many: Sequence[Mapping[str, str]], kind: str = "gauge") -> list[int]:
+        """The ids of many series, registering the new ones in one write (a thousand nodes' first report is
+        hundreds of thousands of series: one statement each took seconds of the control loop)."""
+        out: list[int] = []
+        new: list[tuple[int, str]] = []
+        for labels in many:
+            key = labels_key(labels)
+            sid = self._ids.get(key)
+            if sid is None:
+                sid = len(self._labels)
+                self._register(sid, dict(labels), kind, key)
+                new.append((sid, key))
+            out.append(sid)
+        if new:
+            self.history.add_many_series([(sid, key, kind) for sid, key in new])
+            self._resize()
+            if kind == "counter":
+                self.rollup.is_counter[[sid for sid, _ in new]] = True
+        return out
 
     @property
     def series_count(self) -> int:

@@ -92,9 +92,18 @@ class History:
             rows = self.db.execute("SELECT id, labels, kind FROM series ORDER BY id").fetchall()
         return [(sid, dict(json.loads(labels)), kind) for sid, labels, kind in rows]
 
+    def has_series(self) -> bool:
+        with self.lock:
+            return self.db.execute("SELECT 1 FROM series LIMIT 1").fetchone() is not None
+
     def add_series(self, sid: int, labels: Mapping[str, str], kind: str) -> None:
         with self.lock:
             self.db.execute("INSERT INTO series (id, labels, kind) VALUES (?, ?, ?)", (sid, labels_key(labels), kind))
+
+    def add_many_series(self, rows: Sequence[tuple[int, str, str]]) -> None:
+        """(id, labels_key, kind) of several new series in one statement."""
+        with self.lock:
+            self.db.executemany("INSERT INTO series (id, labels, kind) VALUES (?, ?, ?)", rows)
 
     def write_chunks(self, tier: int, chunk: int, series_ids: Iterable[int], rows: np.ndarray) -> None:
         """Store (replacing) one chunk for several series; `rows[k]` belongs to the k-th id."""
