@@ -198,7 +198,8 @@ class TwinSource:
         self.app = AppSeries(twin, self.gpu_idx, node)
         self._price = self._prices(cost or CostConfig())
         self._seen_events = 0
-        self._rows: tuple[object, tuple[np.ndarray, list[str], np.ndarray]] | None = None
+        self._rows: tuple[object, tuple[np.ndarray, list[str], np.ndarray | None]] | None = None
+        self._every_gpu = np.array_equal(self.gpu_idx, np.arange(g.n))  # the columns are the twin's GPUs in order
         models = [twin.cluster.nodes[int(g.node_of[k])].gpus[int(g.index_on_node[k])].model for k in self.gpu_idx]
         self._vendors = np.array([m.vendor for m in models])
         # a Gaudi's on-chip ports: scale-up ports first, then its scale-out ports (bit n: port n)
@@ -270,7 +271,10 @@ class TwinSource:
         alive = g.alive[idx]
         rows, attrs, scales = self._gpu_rows(frame)
         if rows.size:  # every field the frame carries in one pass over the twin's arrays, not one per field
-            values = np.stack([getattr(g, attr) for attr in attrs])[:, idx].astype(np.float64) * scales
+            stacked = np.stack([getattr(g, attr) for attr in attrs])
+            values = (stacked if self._every_gpu else stacked[:, idx]).astype(np.float64, copy=False)
+            if scales is not None:
+                values = values * scales
             frame.values[rows] = np.where(alive, values, np.nan)
         if frame.has_gpu_field("DCGM_FI_DEV_FB_FREE"):
             frame.gpu("DCGM_FI_DEV_FB_FREE")[:] = np.where(alive, g.memory_mib[idx] - g.fb_used_mib[idx], np.nan)
@@ -292,14 +296,16 @@ class TwinSource:
             frame.ib(IB_PORT_RATE)[:] = ports.speed_gbps[self.port_idx] * 1e9 / 8  # what sysfs rate says
         self._jobs(frame)
 
-    def _gpu_rows(self, frame: MetricFrame) -> tuple[np.ndarray, list[str], np.ndarray]:
-        """The frame's rows of the GPU_FIELDS it carries, the twin's array for each and its scale (per field set)."""
+    def _gpu_rows(self, frame: MetricFrame) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+        """The frame's rows of the GPU_FIELDS it carries, the twin's array for each and their scales (None when
+        every scale is 1), per field set."""
         if self._rows is None or self._rows[0] is not frame.gpu_fields:
             row_of = {f.name: i for i, f in enumerate(frame.gpu_fields)}
             present = [(row_of[field], attr, scale) for field, attr, scale in GPU_FIELDS if field in row_of]
             rows = np.array([row for row, _, _ in present], dtype=np.int64)
             scales = np.array([[scale] for _, _, scale in present], dtype=np.float64)
-            self._rows = (frame.gpu_fields, (rows, [attr for _, attr, _ in present], scales))
+            used = scales if (scales != 1.0).any() else None
+            self._rows = (frame.gpu_fields, (rows, [attr for _, attr, _ in present], used))
         return self._rows[1]
 
     def _mig_fields(self, frame: MetricFrame, alive: np.ndarray) -> None:

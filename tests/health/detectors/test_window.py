@@ -77,3 +77,47 @@ def test_a_hold_counts_from_when_the_condition_began_and_restarts_when_it_breaks
     assert h.update(8.0, np.array([False, True])).tolist() == [0.0, 5.0]
     assert h.update(9.0, np.array([True, True])).tolist() == [0.0, 6.0]
     assert h.update(10.0, np.array([True, True])).tolist() == [1.0, 7.0]
+
+
+def _growth_by_hand(readings: list[tuple[float, np.ndarray]], window_s: float) -> np.ndarray | None:
+    """The window's growth summed step by step over the readings it holds (a missed reading keeps the last value, a
+    reset counts from zero, the first reading is a baseline), for every counter: what the running sum must equal."""
+    held: list[tuple[float, np.ndarray]] = []
+    steps: list[np.ndarray] = []
+    for now, raw in readings:
+        values = raw.astype(np.float64)
+        if held:
+            prev = held[-1][1]
+            values = np.where(np.isnan(values), prev, values)
+            step = np.where(values >= prev, values - prev, values)
+            steps.append(np.where(np.isnan(prev), 0.0, step))
+        held.append((now, values))
+        while now - held[0][0] > window_s:
+            held.pop(0)
+            if steps:
+                steps.pop(0)
+    return None if len(held) < 2 else np.sum(steps, axis=0) if steps else np.zeros(len(readings[0][1]))
+
+
+def test_counters_that_mostly_stand_still_grow_as_summed_step_by_step() -> None:
+    """Most counters do not move in most collections (those steps are kept as nothing); the growth is the same as
+    every step summed, through missed readings, resets and readings that leave the window."""
+    rng = np.random.default_rng(7)
+    w = CounterWindow(30.0)
+    counters = np.zeros(40, dtype=np.int64)
+    readings: list[tuple[float, np.ndarray]] = []
+    for t in range(300):
+        moving = rng.random(40) < (0.3 if t % 50 < 10 else 0.01)  # bursts, then long quiet stretches
+        counters = counters + np.where(moving, rng.integers(1, 5, 40), 0)
+        if t % 97 == 0:
+            counters[rng.integers(0, 40)] = 0  # a reset
+        reading = counters.astype(np.float64)
+        if t % 13 == 0:
+            reading[rng.integers(0, 40)] = np.nan  # a missed reading
+        readings.append((float(t), reading))
+        w.push(float(t), reading)
+        want = _growth_by_hand(readings, 30.0)
+        got = w.growth()
+        assert (got is None) == (want is None)
+        if got is not None and want is not None:
+            assert got.tolist() == want.tolist(), t

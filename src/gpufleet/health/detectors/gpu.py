@@ -51,7 +51,8 @@ def _zeroed(values: np.ndarray) -> np.ndarray:
     """np.nan_to_num's answer (NaN 0, an infinity the largest finite float) by two ufuncs, without its checks: the
     agents take it many times a collection."""
     out = np.where(np.isnan(values), 0.0, values)
-    return np.clip(out, -_LARGEST, _LARGEST, out=out)
+    np.minimum(out, _LARGEST, out=out)
+    return np.maximum(out, -_LARGEST, out=out)
 
 
 def _row_medians(grid: np.ndarray) -> np.ndarray:

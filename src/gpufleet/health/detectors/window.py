@@ -20,25 +20,35 @@ class CounterWindow:
         self.window_s = window_s
         self.resolution_s = resolution_s
         self._snaps: deque[tuple[float, np.ndarray]] = deque()
-        self._steps: deque[np.ndarray] = deque()  # steps[i]: growth from snaps[i] to snaps[i + 1]
+        # steps[i]: growth from snaps[i] to snaps[i + 1]; None when no counter moved (most collections, most counters)
+        self._steps: deque[np.ndarray | None] = deque()
         self._total: np.ndarray | None = None
 
     def push(self, now: float, values: np.ndarray) -> None:
         if self._snaps and now - self._snaps[-1][0] < self.resolution_s:
             return
-        values = values.astype(np.float64)  # a copy: the window keeps it (the caller's array is refilled)
         if self._snaps:
             prev = self._snaps[-1][1]
-            values = np.where(np.isnan(values), prev, values)  # a missed reading keeps the last one
-            step = np.where(values >= prev, values - prev, values)  # a reset counts from zero again
-            step = np.where(np.isnan(prev), 0.0, step)  # the first reading is a baseline, not growth
-            self._steps.append(step)
-            self._total = step.copy() if self._total is None else self._total + step
-        self._snaps.append((now, values))
+            if bool((values == prev).all()):  # nothing moved (and nothing missed): a zero step, the same snapshot
+                self._steps.append(None)
+                if self._total is None:
+                    self._total = np.zeros(prev.shape)
+                self._snaps.append((now, prev))
+            else:
+                values = np.where(np.isnan(values), prev, values)  # a missed reading keeps the last one
+                step = np.where(values >= prev, values - prev, values)  # a reset counts from zero again
+                step = np.where(np.isnan(prev), 0.0, step)  # the first reading is a baseline, not growth
+                self._steps.append(step)
+                self._total = step.copy() if self._total is None else self._total + step
+                self._snaps.append((now, values.astype(np.float64, copy=False)))
+        else:
+            self._snaps.append((now, values.astype(np.float64)))  # a copy: the caller's array is refilled
         while now - self._snaps[0][0] > self.window_s:
             self._snaps.popleft()
             if self._steps and self._total is not None:
-                self._total -= self._steps.popleft()
+                gone = self._steps.popleft()
+                if gone is not None:
+                    self._total = self._total - gone  # a new array: a growth handed out before stays as it was
 
     def growth(self) -> np.ndarray | None:
         """Increase over the window (None until two snapshots exist)."""
