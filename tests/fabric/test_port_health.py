@@ -282,6 +282,21 @@ def test_transmit_discards_of_a_poll_in_which_the_link_went_down_stay_the_link_s
     assert found.port == LEAF and f"{int(F.xmit_discards_per_window) + 1} PortXmitDiscards" in found.message
 
 
+def test_transmit_discards_counted_between_the_downs_of_a_flap_stay_the_flap_s_once_it_is_over() -> None:
+    """A link that flaps: its downs are counted in some polls and the switch port's discards in another, while the
+    link is up between two downs. Those discards are the flap's too, also once its window has passed (the fault
+    campaign's ib-congestion on leaf-su2-r2/9 some minutes after the flap on dgx-040/mlx5_2 ended)."""
+    fleet = Fleet()
+    downed = {"LinkDownedCounter": 1}
+    fleet.poll({LEAF: downed, HCA: downed})
+    fleet.poll({LEAF: downed, HCA: downed})
+    assert kinds(fleet.poll({LEAF: {"PortXmitDiscards": 747_680}})) == [("link-flap", "critical")]
+    for _ in range(int(F.window_s // 60) - 2):
+        assert not [f for f in fleet.poll() if f.kind == "xmit-discards"]
+    found = only(fleet.poll({LEAF: {"PortXmitDiscards": int(F.xmit_discards_per_window) + 1}}), "xmit-discards")
+    assert f"{int(F.xmit_discards_per_window) + 1} PortXmitDiscards" in found.message
+
+
 def test_transmit_discards_counted_by_a_port_whose_link_a_state_change_took_down_are_the_link_s() -> None:
     fleet = Fleet()
     gone = fabric(without=(LEAF2, HCA2))

@@ -189,7 +189,10 @@ class PortHealth:
         changes, down = self._link_states(time, graph, states or {})
         hits: list[_Hit] = []
         flapping = self._link_downs(time, deltas, graph, changes, down, hits)
-        self._record(time, deltas, self._link_lost(deltas, graph, changes, down))
+        # discards of a poll in which the link was down, or still flapping (up between downs), are the link's
+        lost = self._link_lost(deltas, graph, changes, down)
+        lost.update(end for site in flapping for end in (site if isinstance(site, tuple) else (site,)))
+        self._record(time, deltas, lost)
         hits += self._symbol_errors(time, deltas, graph)
         hits += self._windowed(time, deltas, graph, down, flapping)
         hits += self._packet_drops(deltas)

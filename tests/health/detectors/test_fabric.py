@@ -218,6 +218,21 @@ def test_discards_counted_while_the_link_was_down_stay_the_links_once_it_is_back
     assert f"{more:.0f} transmit discards in" in out[0].evidence
 
 
+def test_discards_counted_between_the_downs_of_a_flap_stay_the_flap_s_once_it_is_over() -> None:
+    """A flapping link's port discards while it is up between downs too: those are the flap's, as the fabric
+    service judges them, for as long as the window holds them."""
+    p = Ports()
+    lost = IB.xmit_discards_per_window * 10
+    assert p.at(0) == []
+    p.at(5, counters={DOWNED: [1, 0]})
+    assert {c for c, *_ in seen(p.at(10, counters={DOWNED: [2, 0]}))} == {RootCause.ib_link_flap}
+    assert p.at(15, counters={DOWNED: [2, 0], DISCARDS: [lost, 0]}) == []  # up between downs, discarding
+    for k in range(20, int(IB.window_s), 5):
+        assert not [
+            f for f in p.at(k, counters={DOWNED: [2, 0], DISCARDS: [lost, 0]}) if f.cause is RootCause.ib_congestion
+        ]
+
+
 @pytest.mark.parametrize(("metric", "limit", "cause", "what"), PER_WINDOW)
 def test_port_errors_on_a_down_link_are_the_links_fault(metric: str, limit: float, cause: RootCause, what: str) -> None:
     p = Ports()

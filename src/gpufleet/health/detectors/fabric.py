@@ -166,7 +166,11 @@ class FabricDetectors:
         for i in np.flatnonzero(went_down):
             out += self._down(now, int(i), f"LinkDownedCounter {self.last_downed[i]:.0f} -> {downed[i]:.0f}")
         self.last_downed = np.where(np.isnan(downed), self.last_downed, downed)
-        self._discards_while_down(frame, ~was_up | ~self.up | went_down)
+        # a flapping link discards between its downs too: the flap's, as the fabric service judges it
+        flapping = np.zeros(len(self.entities), dtype=bool)
+        for at_port, downs in self.downs.items():
+            flapping[at_port] = sum(1 for at in downs if now - at <= self.t.flap_window_s) >= self.flap_downs
+        self._discards_while_down(frame, ~was_up | ~self.up | went_down | flapping)
         for i in np.flatnonzero(~self.up):  # a link that stays down stays an active incident
             ent = self.entities[i]
             cause = RootCause.ib_link_flap if len(self.downs[int(i)]) >= self.flap_downs else RootCause.ib_link_down
