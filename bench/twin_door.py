@@ -25,15 +25,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.control.service import ControlPlane
-from gpufleet.locks import ordered_lock
-from gpufleet.sim.backend import TwinBackend
+from gpufleet.cli.core import twin_plane
 from gpufleet.sim.fleet import SimFleet
 from gpufleet.sim.runner import run_headless
 from gpufleet.sim.scenario import build_twin
 from gpufleet.spec.base import parse_duration
-from gpufleet.state import Database
-from gpufleet.telemetry.store import EmbeddedStore
 
 DAY = Path(__file__).resolve().parents[1] / "src" / "gpufleet" / "examples" / "scenarios" / "day-256gpu.yaml"
 TARGET_X = 500.0
@@ -53,13 +49,7 @@ def bare(scenario: Path, seconds: float) -> float:
 def door(scenario: Path, seconds: float) -> float:
     """Simulated seconds per CPU second through the door, wired as `--at` wires it."""
     twin, _ = build_twin(scenario)
-    plane = ControlPlane(
-        Database(":memory:"),
-        TwinBackend(twin, ordered_lock("twin")),
-        clock=lambda: twin.epoch + twin.time,
-        remediation="off",
-        metrics=EmbeddedStore(None),
-    )
+    plane = twin_plane(twin)
     fleet = SimFleet(twin)
     run_headless(twin, fleet, plane.ingest, plane.tick, WARM_UP_S)
     c0 = time.process_time()

@@ -87,27 +87,17 @@ spec:
 def test_an_hour_of_every_fault_through_the_door_yields_what_it_always_has(tmp_path: Path) -> None:
     """Pinned from the agents' path before it was batched over the fleet: every record each node pushed, by kind,
     and every incident (cause, node, entity, severity, state) at `--at 1h`."""
-    from gpufleet.control.service import ControlPlane
-    from gpufleet.locks import ordered_lock
-    from gpufleet.sim.backend import TwinBackend
+    from gpufleet.cli.core import twin_plane
     from gpufleet.sim.fleet import SimFleet
     from gpufleet.sim.runner import run_headless
     from gpufleet.sim.scenario import build_twin
-    from gpufleet.state import Database
-    from gpufleet.telemetry.store import EmbeddedStore
 
     cluster = tmp_path / "eight.yaml"
     cluster.write_text(EIGHT_NODES)
     scenario = tmp_path / "hour.yaml"
     scenario.write_text(AN_HOUR.format(cluster=cluster))
     twin, _ = build_twin(scenario)
-    plane = ControlPlane(
-        Database(":memory:"),
-        TwinBackend(twin, ordered_lock("twin")),
-        clock=lambda: twin.epoch + twin.time,
-        remediation="off",
-        metrics=EmbeddedStore(None),
-    )
+    plane = twin_plane(twin)
     pushed: Counter[tuple[str, str]] = Counter()
 
     def transport(batch: Batch) -> Ack:

@@ -23,31 +23,37 @@ def builtin_example(relative: str) -> Path:
     return Path(str(resources.files("gpufleet").joinpath("examples", relative)))
 
 
-def local_plane(scenario: Path, at: str, progress: bool | None = None, cost: Any = None) -> Any:
-    """Run a scenario here, its nodes through the same door into a control plane in memory, up to `--at`, saying
-    how far it got on stderr (`progress`: None on a terminal only, True or False as asked). `cost`: the cost config
-    its idle-cost series are priced with (default: the catalog's list prices)."""
-
+def twin_plane(twin: Any) -> Any:
+    """A control plane in memory for a twin's nodes, as `--at` wires it: the twin as its backend and clock, no
+    remediation, the plane's own metric store."""
     from gpufleet.control.metrics import PLANE_STORE
     from gpufleet.control.service import ControlPlane
     from gpufleet.sim.backend import TwinBackend
-    from gpufleet.sim.fleet import SimFleet
-    from gpufleet.sim.runner import run_headless
-    from gpufleet.sim.scenario import build_twin
     from gpufleet.state import Database
     from gpufleet.telemetry.store import EmbeddedStore
 
-    twin, duration = build_twin(scenario)
-    seconds = parse_duration(at)
-    if seconds > duration:
-        raise UserError(f"--at {at} is after the scenario ends ({format_duration(duration)})")
-    plane = ControlPlane(
+    return ControlPlane(
         Database(":memory:"),
         TwinBackend(twin, ordered_lock("twin")),
         clock=lambda: twin.epoch + twin.time,
         remediation="off",
         metrics=EmbeddedStore(None, config=PLANE_STORE),
     )
+
+
+def local_plane(scenario: Path, at: str, progress: bool | None = None, cost: Any = None) -> Any:
+    """Run a scenario here, its nodes through the same door into a control plane in memory, up to `--at`, saying
+    how far it got on stderr (`progress`: None on a terminal only, True or False as asked). `cost`: the cost config
+    its idle-cost series are priced with (default: the catalog's list prices)."""
+    from gpufleet.sim.fleet import SimFleet
+    from gpufleet.sim.runner import run_headless
+    from gpufleet.sim.scenario import build_twin
+
+    twin, duration = build_twin(scenario)
+    seconds = parse_duration(at)
+    if seconds > duration:
+        raise UserError(f"--at {at} is after the scenario ends ({format_duration(duration)})")
+    plane = twin_plane(twin)
     fleet = SimFleet(twin, cost=cost)
     with catch_up(f"{twin.cluster.name} to {format_duration(seconds)}", seconds, progress) as reached:
         run_headless(twin, fleet, plane.ingest, plane.tick, seconds, reached)
