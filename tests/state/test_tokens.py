@@ -74,6 +74,28 @@ def test_the_first_start_makes_one_admin_token_in_a_private_file(state: StateTar
     assert same is not None and same.id == admin.id and again.has_admin()
 
 
+def test_replicas_starting_at_once_each_get_an_admin_token(
+    state: StateTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas on one database both find no admin and pick the name "admin"; the one that loses the name takes
+    the next free one instead of failing to start."""
+    first, second = TokenStore(state.open()), TokenStore(state.open())
+    checked: list[str] = []
+    real_get = second.get
+
+    def not_yet(name: str, missing_ok: bool = False) -> object:
+        if name == "admin" and not checked:  # the other replica's insert lands between this check and ours
+            checked.append(name)
+            assert bootstrap_admin(first, tmp_path / "r0-token") is not None
+            return None
+        return real_get(name, missing_ok=missing_ok)
+
+    monkeypatch.setattr(second, "get", not_yet)
+    secret = bootstrap_admin(second, tmp_path / "r1-token")
+    token = second.authenticate(secret or "")
+    assert token is not None and token.role is Role.admin and token.name == "admin-2"
+
+
 def test_a_token_file_from_before_roles_is_adopted(state_db: Database, tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text("old-secret-from-a-file\n")

@@ -242,7 +242,14 @@ def bootstrap_admin(store: TokenStore, path: Path) -> str | None:
             store.adopt(_free_name(store, "admin"), "admin", secret, "first start")
             path.chmod(0o600)
             return secret
-    _, secret = store.create(_free_name(store, "admin"), "admin", "first start")
+    for attempt in range(3):
+        name = _free_name(store, "admin")
+        try:
+            _, secret = store.create(name, "admin", "first start")
+            break
+        except Exception:  # replicas starting at once on one database: another may have taken the name first
+            if attempt == 2 or store.get(name, missing_ok=True) is None:
+                raise
     write_secret(path, secret)
     return secret
 
