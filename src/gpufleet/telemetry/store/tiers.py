@@ -153,10 +153,6 @@ class Tier:
             self._prev_held = False
         self.history.commit()
 
-    def flush(self) -> None:
-        """Persist what the ring holds that the file does not (the caller holds the store's lock)."""
-        self.take_flush().write()
-
     def read(self, series_id: int, first_slot: int, last_slot: int) -> np.ndarray:
         """Dense values of one series for slots first..last inclusive (NaN where nothing is stored)."""
         out = np.full(last_slot - first_slot + 1, np.nan)
@@ -232,6 +228,3 @@ class Rollup:
     def take_flush(self) -> FlushWork:
         self._emit()  # the open bucket's partial value; replaced when the bucket completes
         return self.tier.take_flush()
-
-    def flush(self) -> None:
-        self.take_flush().write()
