@@ -1,0 +1,1 @@
+"""Placement structures shared by trace replay and the scheduling framework."""
