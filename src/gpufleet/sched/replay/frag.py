@@ -159,8 +159,23 @@ class FragModel:
             j = np.full(len(total), len(self._mem_steps))
         hosted = self._table[:, i, j].T  # (K, groups): weight of the pods the node's CPU and memory allow
         gpus_ok = count[:, self._group_m] >= self._group_n
-        return total * self._weight_sum - (hosted * gpus_ok * usable[:, self._group_m] * self._access[model_idx]).sum(
-            axis=1
+        usable_weight = hosted * gpus_ok * usable[:, self._group_m] * self._access[model_idx]
+        # summed group by group in order (cumsum, not sum's pairwise order), so the compiled kernel
+        # (gpufleet.sched.replay.kernels) gets the same bits and the same integer scores
+        return total * self._weight_sum - usable_weight.cumsum(axis=1)[:, -1]
+
+    def kernel_args(self) -> tuple[object, ...]:
+        """The model's tables in the order the compiled kernels take them."""
+        return (
+            self._mvals.astype(np.int64),
+            self._group_m.astype(np.int64),
+            self._group_n.astype(np.int64),
+            np.ascontiguousarray(self._access, dtype=np.float64),
+            self._cpu_steps.astype(np.int64),
+            self._mem_steps.astype(np.int64),
+            np.ascontiguousarray(self._table, dtype=np.float64),
+            self._weight_sum,
+            self._uses_memory,
         )
 
     def node_frag(self, cluster: ReplayCluster, nodes: IntArray | None = None) -> FloatArray:

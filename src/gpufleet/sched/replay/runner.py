@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.sched.replay.engine import ReplayEngine
 from gpufleet.sched.replay.frag import DEFAULT_POPULARITY_THRESHOLD as KPI_THRESHOLD
 from gpufleet.sched.replay.frag import FragModel, FragTracker, TypicalPods
 from gpufleet.sched.replay.openb import MILLI, NodeList, PodList
 from gpufleet.sched.replay.policies import make_policy
-from gpufleet.sched.replay.policies.fgd import FGD
 from gpufleet.sched.replay.state import PodRequest, ReplayCluster, ReplayPlacement, pod_requests
 
 DEFAULT_POINTS = (100, 130)
@@ -97,6 +97,7 @@ class ReplayResult:
     arrived_milli: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
     alloc_curve: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
     frag_curve: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
+    placements: list[ReplayPlacement | None] = field(repr=False, default_factory=list)  # per pod, in arrival order
 
     def curve(self, points: Sequence[int] = range(131)) -> dict[int, float | None]:
         """Allocation % at each integer arrived % (for plots)."""
@@ -142,8 +143,13 @@ def replay(
     shuffle: bool = True,
     points: Sequence[int] = DEFAULT_POINTS,
     progress: Callable[[int], None] | None = None,
+    reference: bool = False,
 ) -> ReplayResult:
-    """Replay ``workload`` on a fresh cluster of ``nodes`` with one policy and one seed."""
+    """Replay ``workload`` on a fresh cluster of ``nodes`` with one policy and one seed.
+
+    The placement engine decides (classes of identical nodes, compiled FGD kernels); ``reference=True`` has the
+    policy score every node with numpy instead: the same placements, slower, kept to check the engine against.
+    """
     started = time.perf_counter()
     cluster = ReplayCluster.from_nodes(nodes)
     capacity = cluster.total_gpu_milli
@@ -155,11 +161,8 @@ def replay(
     requests = pod_requests(arrivals)
     policy = make_policy(policy_name)
     policy.prepare(cluster, workload)
-    # the fragmentation KPI always uses the paper's definition; reuse the reference FGD's own tracker
-    if type(policy) is FGD and policy.tracker is not None and policy.popularity_threshold == KPI_THRESHOLD:
-        tracker = policy.tracker
-    else:
-        tracker = FragTracker(FragModel(TypicalPods.from_pods(workload, KPI_THRESHOLD), cluster.models), cluster)
+    # the fragmentation KPI always uses the paper's definition
+    kpi_model = FragModel(TypicalPods.from_pods(workload, KPI_THRESHOLD), cluster.models)
     # a separate stream for the policy keeps the arrival order identical across policies for one seed
     rng = np.random.default_rng([seed, 1])
 
@@ -167,25 +170,38 @@ def replay(
     arrived = np.zeros(n + 1)
     free = np.zeros(n + 1)
     frag = np.zeros(n + 1)
-    free[0] = cluster.free_gpu_milli
-    frag[0] = tracker.total
+    placements: list[ReplayPlacement | None] = []
     failed = 0
     failed_by_shape: dict[str, int] = {}
     arrived_total = 0
-    free_total = free[0]
+    free[0] = free_total = cluster.free_gpu_milli
+    if reference:
+        tracker = FragTracker(kpi_model, cluster)
+        frag[0] = tracker.total
+    else:
+        engine = ReplayEngine(cluster, policy)
+        kpi = engine.track_frag(kpi_model)
+        frag[0] = engine.frag_total[kpi]
     for i, pod in enumerate(requests, start=1):
         arrived_total += pod.total_gpu_milli
-        feasible = cluster.feasible(pod)
-        if feasible.any():
-            placement = policy.choose(cluster, pod, feasible, rng)
-            cluster.place(pod, placement)
+        placement: ReplayPlacement | None = None
+        if reference:
+            feasible = cluster.feasible(pod)
+            if feasible.any():
+                placement = policy.choose(cluster, pod, feasible, rng)
+                cluster.place(pod, placement)
+            frag[i] = tracker.total
+        else:
+            placement = engine.schedule(pod, rng)
+            frag[i] = engine.frag_total[kpi]
+        placements.append(placement)
+        if placement is not None:
             free_total -= pod.total_gpu_milli
         else:
             failed += 1
             failed_by_shape[shape(pod)] = failed_by_shape.get(shape(pod), 0) + 1
         arrived[i] = arrived_total
         free[i] = free_total
-        frag[i] = tracker.total
         if progress is not None and i % 256 == 0:
             progress(256)
     if progress is not None:
@@ -208,6 +224,7 @@ def replay(
         arrived_milli=arrived,
         alloc_curve=alloc,
         frag_curve=frag_pct,
+        placements=placements,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
@@ -80,28 +81,91 @@ def spec_allows(spec: str, model: str, resource: str = "") -> bool:
     return (not wanted or model in wanted) and (not resource or model_resource(model) == resource)
 
 
+@cache
+def models_allowed(models: tuple[str, ...], spec: str, resource: str = "") -> BoolArray:
+    """Per model: does it satisfy the spec and the vendor resource ("" models are GPU-less nodes)."""
+    return np.array([bool(m) and spec_allows(spec, m, resource) for m in models], dtype=bool)
+
+
 @dataclass
 class ReplayPlacement:
     node: int
     gpus: tuple[int, ...] = ()
 
 
+class NodeStates:
+    """Rows of node states, each with free CPU, memory and GPU shares, a GPU model, a use count and affinity
+    tags: every node of a cluster (:class:`ReplayCluster`) or one row per class of identical nodes
+    (:class:`ClassStates`). Policies score rows, so one formula serves both."""
+
+    models: tuple[str, ...]  # distinct GPU models; model_idx points into it ("" for GPU-less nodes)
+    model_idx: IntArray
+    num_gpu: IntArray
+    cpu_free: IntArray
+    mem_free: IntArray
+    gpu_free: IntArray  # (rows, max GPUs per node), milli; 0 in the padding columns
+    version: IntArray  # > 0: the node runs pods
+    affinity: IntArray  # (rows, MAX_TAG + 1) count of GPU pods per affinity tag
+    _access: dict[tuple[str, str], BoolArray]
+
+    def __len__(self) -> int:
+        return len(self.cpu_free)
+
+    def gpu_left(self) -> IntArray:
+        return self.gpu_free.sum(axis=1)
+
+    def fully_free(self) -> IntArray:
+        return (self.gpu_free == MILLI).sum(axis=1)
+
+    def access(self, spec: str, resource: str = "") -> BoolArray:
+        """Per row: does the GPU model satisfy the spec and the vendor resource (cached per pair)."""
+        mask = self._access.get((spec, resource))
+        if mask is None:
+            ok = models_allowed(self.models, spec, resource)
+            mask = ok[self.model_idx] if len(ok) else np.zeros(len(self), dtype=bool)
+            self._access[(spec, resource)] = mask
+        return mask
+
+    def feasible(self, pod: PodRequest) -> BoolArray:
+        """Rows passing every filter: CPU, memory, vendor, GPU model, enough GPUs with the per-GPU share free."""
+        ok = (self.cpu_free >= pod.cpu_milli) & (self.mem_free >= pod.memory_mib)
+        if pod.num_gpu > 0:
+            ok &= self.access(pod.gpu_spec, pod.gpu_resource)
+            ok &= (self.gpu_free >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
+        return ok
+
+
 @dataclass
-class ReplayCluster:
+class ClassStates(NodeStates):
+    """One row per class of identical nodes (``version`` is 1 for a class of used nodes, else 0)."""
+
+    models: tuple[str, ...]
+    model_idx: IntArray
+    num_gpu: IntArray
+    cpu_free: IntArray
+    mem_free: IntArray
+    gpu_free: IntArray
+    version: IntArray
+    affinity: IntArray
+    _access: dict[tuple[str, str], BoolArray] = field(default_factory=dict)
+
+
+@dataclass
+class ReplayCluster(NodeStates):
     """Mutable free-resource arrays of a cluster."""
 
     names: tuple[str, ...]
-    models: tuple[str, ...]  # distinct GPU models; model_idx points into it ("" for GPU-less nodes)
+    models: tuple[str, ...]
     model_idx: IntArray
     cpu_cap: IntArray
     mem_cap: IntArray
     num_gpu: IntArray
     cpu_free: IntArray
     mem_free: IntArray
-    gpu_free: IntArray  # (nodes, max GPUs per node), milli
+    gpu_free: IntArray
     gpu_exists: BoolArray
     version: IntArray
-    affinity: IntArray  # (nodes, MAX_TAG + 1) count of GPU pods per affinity tag
+    affinity: IntArray
     name_rank: IntArray  # tie priority (ties go to the lowest); name order unless a replay sets it
     _access: dict[tuple[str, str], BoolArray] = field(default_factory=dict)
     listeners: list[Callable[[int], None]] = field(default_factory=list)
@@ -140,33 +204,10 @@ class ReplayCluster:
     def free_gpu_milli(self) -> int:
         return int(self.gpu_free.sum())
 
-    def gpu_left(self) -> IntArray:
-        return self.gpu_free.sum(axis=1)
-
-    def fully_free(self) -> IntArray:
-        return (self.gpu_free == MILLI).sum(axis=1)
-
-    def access(self, spec: str, resource: str = "") -> BoolArray:
-        """Per node: does the node's GPU model satisfy the spec and the vendor resource (cached per pair)."""
-        mask = self._access.get((spec, resource))
-        if mask is None:
-            ok = np.array([bool(m) and spec_allows(spec, m, resource) for m in self.models], dtype=bool)
-            mask = ok[self.model_idx] if len(ok) else np.zeros(len(self), dtype=bool)
-            self._access[(spec, resource)] = mask
-        return mask
-
     def node_resources(self) -> list[str]:
         """Each node's whole-device resource ("" for GPU-less nodes)."""
         per_model = [model_resource(m) if m else "" for m in self.models]
         return [per_model[i] for i in self.model_idx] if per_model else [""] * len(self)
-
-    def feasible(self, pod: PodRequest) -> BoolArray:
-        """Nodes passing every filter: CPU, memory, vendor, GPU model, enough GPUs with the per-GPU share free."""
-        ok = (self.cpu_free >= pod.cpu_milli) & (self.mem_free >= pod.memory_mib)
-        if pod.num_gpu > 0:
-            ok &= self.access(pod.gpu_spec, pod.gpu_resource)
-            ok &= (self.gpu_free >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
-        return ok
 
     def rejections(self, pod: PodRequest) -> dict[str, int]:
         """How many nodes each filter rejects (a node counts under the first filter it fails)."""

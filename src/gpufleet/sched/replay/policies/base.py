@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.sched.replay.openb import PodList
-from gpufleet.sched.replay.state import BoolArray, PodRequest, ReplayCluster, ReplayPlacement
+from gpufleet.sched.replay.state import BoolArray, NodeStates, PodRequest, ReplayCluster, ReplayPlacement
 
 # kube-scheduler's score range
 MAX_NODE_SCORE = 100
@@ -18,19 +18,44 @@ MAX_SPEC_GPU = 8000
 
 
 class Policy(ABC):
-    """Scores feasible nodes for one pod and picks a node and the GPUs on it."""
+    """Scores node states for one pod and picks the GPUs the pod gets on the chosen node.
+
+    ``scores`` reads only the rows' state (free CPU, memory, GPU shares, model, whether used, affinity tags when
+    ``class_fields`` names them) and the pod, so the placement engine can score one row per class of identical
+    nodes and cache it; ``choose`` is the reference path that scores every node.
+    """
 
     name: str = ""
     description: str = ""
+    tie_by_index: bool = False  # ties go to the lowest node index, not the run's tie order (name_rank)
+    picks_at_random: bool = False  # a uniformly random feasible node, in node order (scores only filter)
+    class_fields: frozenset[str] = frozenset()  # extra node state the scores read: "affinity"
 
     def prepare(self, cluster: ReplayCluster, workload: PodList | None) -> None:  # noqa: B027 - optional hook
         """Called once before a replay; ``workload`` is the trace's pod list (for workload-aware policies)."""
 
     @abstractmethod
+    def scores(self, rows: NodeStates, pod: PodRequest) -> npt.NDArray[np.float64]:
+        """Each row's score for the pod (feasibility is checked apart)."""
+
+    @abstractmethod
+    def pick_gpus(
+        self, cluster: ReplayCluster, node: int, pod: PodRequest, rng: np.random.Generator
+    ) -> tuple[int, ...]:
+        """The GPU ids the pod gets on ``node``."""
+
     def choose(
         self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
     ) -> ReplayPlacement:
-        """Pick a node among ``feasible`` (at least one is True) and the GPU ids the pod gets on it."""
+        """Pick a node among ``feasible`` (at least one is True) by scoring every node, and its GPUs."""
+        if self.picks_at_random:
+            nodes = np.flatnonzero(feasible)
+            node = int(nodes[rng.integers(len(nodes))])
+        elif self.tie_by_index:
+            node = int(np.argmax(np.where(feasible, self.scores(cluster, pod), -np.inf)))
+        else:
+            node = pick_max(self.scores(cluster, pod), feasible, cluster)
+        return ReplayPlacement(node, self.pick_gpus(cluster, node, pod, rng))
 
 
 def pick_max(scores: npt.NDArray[np.float64], feasible: BoolArray, cluster: ReplayCluster) -> int:

@@ -13,15 +13,17 @@ is one node.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.sched.replay import kernels
 from gpufleet.sched.replay.frag import DEFAULT_POPULARITY_THRESHOLD, FragModel, FragTracker, TypicalPods
 from gpufleet.sched.replay.openb import MILLI, PodList
 from gpufleet.sched.replay.policies.base import MAX_NODE_SCORE, Policy, pick_max
-from gpufleet.sched.replay.state import BoolArray, PodRequest, ReplayCluster, ReplayPlacement
+from gpufleet.sched.replay.state import BoolArray, NodeStates, PodRequest, ReplayCluster, ReplayPlacement
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -76,7 +78,9 @@ class FGD(Policy):
 
     def __init__(self, popularity_threshold: float = DEFAULT_POPULARITY_THRESHOLD) -> None:
         self.popularity_threshold = popularity_threshold
-        self.tracker: FragTracker | None = None
+        self.model: FragModel | None = None
+        self.tracker: FragTracker | None = None  # the reference path's per-node fragmentation, made on first use
+        self._kernel_model: tuple[object, ...] = ()
         self._cache: dict[tuple[int | str, ...], _TypeCache] = {}
 
     def prepare(self, cluster: ReplayCluster, workload: PodList | None) -> None:
@@ -86,13 +90,53 @@ class FGD(Policy):
         self.use_model(cluster, FragModel(typical, cluster.models))
 
     def use_model(self, cluster: ReplayCluster, model: FragModel) -> None:
-        self.tracker = FragTracker(model, cluster)
+        self.model = model
+        self._kernel_model = model.kernel_args()
+        self.tracker = None
         self._cache = {}
+
+    # --- scores of node states (the placement engine's path: compiled) --------------------------------------------
+
+    def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:
+        return self.node_scores(self.row_deltas(rows, pod)[0], rows, pod)
+
+    def row_deltas(self, rows: NodeStates, pod: PodRequest) -> tuple[FloatArray, IntArray]:
+        """Per row: the best fragmentation decrease the pod allows there (-inf: its GPUs do not fit) and, for a
+        sharing pod, the GPU that gives it (the first in row order with the best integer score)."""
+        if self.model is None:
+            raise RuntimeError("call prepare() first")
+        m = self._kernel_model
+        before = kernels.frag_rows(m, rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx)
+        shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing)
+        return kernels.fgd_deltas(
+            m, rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, before, shape, SCORE_STEPS
+        )
+
+    def pick_gpus(
+        self, cluster: ReplayCluster, node: int, pod: PodRequest, rng: np.random.Generator
+    ) -> tuple[int, ...]:
+        if pod.num_gpu == 0:
+            return ()
+        if pod.is_sharing:
+            one = slice(node, node + 1)
+            m = self._kernel_model
+            before = kernels.frag_rows(m, cluster.cpu_free[one], cluster.mem_free[one], cluster.gpu_free[one],
+                                       cluster.model_idx[one])  # fmt: skip
+            shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, True)
+            _, gpu = kernels.fgd_deltas(m, cluster.cpu_free[one], cluster.mem_free[one], cluster.gpu_free[one],
+                                        cluster.model_idx[one], before, shape, SCORE_STEPS)  # fmt: skip
+            return (int(gpu[0]),)
+        return cluster.exclusive_gpus(node, pod.num_gpu)
+
+    # --- the reference path: numpy over every node, per-node results cached by version -------------------------------
 
     def deltas(self, cluster: ReplayCluster, pod: PodRequest) -> tuple[FloatArray, IntArray]:
         """Per node: the best fragmentation decrease the pod allows there, and the GPU that gives it."""
-        if self.tracker is None or self.tracker.cluster is not cluster:
+        if self.model is None:
             raise RuntimeError("call prepare() with this cluster first")
+        if self.tracker is None or self.tracker.cluster is not cluster:
+            self.tracker = FragTracker(self.model, cluster)
+            self._cache = {}
         n = len(cluster)
         key: tuple[int | str, ...] = pod.type_key
         if self.tracker.model.uses_memory:
@@ -132,8 +176,9 @@ class FGD(Policy):
         else:
             entry.delta[src] = delta
 
-    def node_scores(self, delta: FloatArray, cluster: ReplayCluster, pod: PodRequest) -> FloatArray:
-        """Node scores from the per-node deltas (subclasses add tie-breaks)."""
+    def node_scores(self, delta: FloatArray, rows: NodeStates, pod: PodRequest) -> FloatArray:
+        """Row scores from the per-row deltas (subclasses add tie-breaks). For a sharing pod a row's delta is its best
+        GPU's; a score must read it only through fgd_score (equal-scoring GPUs may differ in delta)."""
         return fgd_score(delta)
 
     def choose(
@@ -148,8 +193,12 @@ class FGD(Policy):
         return ReplayPlacement(node, cluster.exclusive_gpus(node, pod.num_gpu))
 
 
+# trunc(100 * sigmoid(delta / 1000)) reaches k (1..99) where delta = 1000 ln(k / (100 - k)): counting the steps at or
+# below a delta gives the score without exp, whose last bit differs between numpy and compiled code
+SCORE_STEPS = np.array([1000.0 * math.log(k / (MAX_NODE_SCORE - k)) for k in range(1, MAX_NODE_SCORE)])
+
+
 def fgd_score(delta: FloatArray) -> FloatArray:
     """trunc(100 * sigmoid(delta / 1000)); -inf stays -inf."""
-    with np.errstate(over="ignore"):
-        score = np.floor(MAX_NODE_SCORE / (1.0 + np.exp(-delta / 1000.0)))
+    score = np.searchsorted(SCORE_STEPS, delta, side="right").astype(np.float64)
     return np.where(np.isneginf(delta), -np.inf, score)

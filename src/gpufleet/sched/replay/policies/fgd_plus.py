@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.sched.replay.policies.fgd import FGD, FloatArray, fgd_score
-from gpufleet.sched.replay.state import PodRequest, ReplayCluster
+from gpufleet.sched.replay.state import NodeStates, PodRequest
 
 
 class FGDPlus(FGD):
@@ -38,6 +38,6 @@ class FGDPlus(FGD):
     def __init__(self) -> None:
         super().__init__(popularity_threshold=100.0)
 
-    def node_scores(self, delta: FloatArray, cluster: ReplayCluster, pod: PodRequest) -> FloatArray:
+    def node_scores(self, delta: FloatArray, rows: NodeStates, pod: PodRequest) -> FloatArray:
         # integer FGD score first; +1 for a node that already runs pods
-        return fgd_score(delta) * 2 + (cluster.version > 0)
+        return fgd_score(delta) * 2 + (rows.version > 0)

@@ -7,17 +7,13 @@ tie often, and the random tie-break among them is part of how these policies beh
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from gpufleet.sched.replay.openb import MILLI
-from gpufleet.sched.replay.policies.base import (
-    MAX_NODE_SCORE,
-    MAX_SPEC_CPU,
-    MAX_SPEC_GPU,
-    Policy,
-    pick_max,
-    trunc_score,
-)
-from gpufleet.sched.replay.state import SHARE_TAG, BoolArray, PodRequest, ReplayCluster, ReplayPlacement
+from gpufleet.sched.replay.policies.base import MAX_NODE_SCORE, MAX_SPEC_CPU, MAX_SPEC_GPU, Policy, trunc_score
+from gpufleet.sched.replay.state import SHARE_TAG, NodeStates, PodRequest, ReplayCluster
+
+FloatArray = npt.NDArray[np.float64]
 
 
 class FirstFit(Policy):
@@ -25,16 +21,19 @@ class FirstFit(Policy):
 
     name = "first-fit"
     description = "first feasible node, first GPUs that fit"
+    tie_by_index = True
 
-    def choose(
-        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> ReplayPlacement:
-        node = int(np.argmax(feasible))
+    def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:
+        return np.zeros(len(rows))
+
+    def pick_gpus(
+        self, cluster: ReplayCluster, node: int, pod: PodRequest, rng: np.random.Generator
+    ) -> tuple[int, ...]:
         if pod.num_gpu == 0:
-            return ReplayPlacement(node)
+            return ()
         if pod.is_sharing:
-            return ReplayPlacement(node, (int(np.argmax(cluster.gpu_free[node] >= pod.gpu_milli)),))
-        return ReplayPlacement(node, cluster.exclusive_gpus(node, pod.num_gpu))
+            return (int(np.argmax(cluster.gpu_free[node] >= pod.gpu_milli)),)
+        return cluster.exclusive_gpus(node, pod.num_gpu)
 
 
 class RandomFit(Policy):
@@ -42,21 +41,32 @@ class RandomFit(Policy):
 
     name = "random"
     description = "uniformly random feasible node"
+    picks_at_random = True
 
-    def choose(
-        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> ReplayPlacement:
-        nodes = np.flatnonzero(feasible)
-        node = int(nodes[rng.integers(len(nodes))])
+    def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:
+        return np.zeros(len(rows))
+
+    def pick_gpus(
+        self, cluster: ReplayCluster, node: int, pod: PodRequest, rng: np.random.Generator
+    ) -> tuple[int, ...]:
         if pod.num_gpu == 0:
-            return ReplayPlacement(node)
+            return ()
         if pod.is_sharing:
             fits = np.flatnonzero(cluster.gpu_free[node] >= pod.gpu_milli)
-            return ReplayPlacement(node, (int(fits[rng.integers(len(fits))]),))
-        return ReplayPlacement(node, cluster.exclusive_gpus(node, pod.num_gpu))
+            return (int(fits[rng.integers(len(fits))]),)
+        return cluster.exclusive_gpus(node, pod.num_gpu)
 
 
-class BestFit(Policy):
+class _TightestGpus(Policy):
+    """Policies that give a sharing pod the tightest GPU that fits and a whole-GPU pod the first idle ones."""
+
+    def pick_gpus(
+        self, cluster: ReplayCluster, node: int, pod: PodRequest, rng: np.random.Generator
+    ) -> tuple[int, ...]:
+        return cluster.best_fit_gpus(node, pod)
+
+
+class BestFit(_TightestGpus):
     """Least leftover CPU and GPU after placement (reference: best_fit_score).
 
     score = trunc(100 * (1 - 0.5 (cpu_free - cpu_req) / 128000 - 0.5 (gpu_free - gpu_req) / 8000)), with the
@@ -66,17 +76,13 @@ class BestFit(Policy):
     name = "best-fit"
     description = "least CPU+GPU left after placement"
 
-    def choose(
-        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> ReplayPlacement:
-        left = (cluster.cpu_free - pod.cpu_milli) / MAX_SPEC_CPU * 0.5
-        left = left + (cluster.gpu_left() - pod.total_gpu_milli) / MAX_SPEC_GPU * 0.5
-        scores = trunc_score((1.0 - left) * MAX_NODE_SCORE)
-        node = pick_max(scores, feasible, cluster)
-        return ReplayPlacement(node, cluster.best_fit_gpus(node, pod))
+    def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:
+        left = (rows.cpu_free - pod.cpu_milli) / MAX_SPEC_CPU * 0.5
+        left = left + (rows.gpu_left() - pod.total_gpu_milli) / MAX_SPEC_GPU * 0.5
+        return trunc_score((1.0 - left) * MAX_NODE_SCORE)
 
 
-class DotProduct(Policy):
+class DotProduct(_TightestGpus):
     """Tetris-style alignment of the free vector and the request (reference: dot_product_score, with the
     paper's settings: CPU and summed GPU share as one vector each, normalised by 128 cores and 8 GPUs).
 
@@ -86,17 +92,13 @@ class DotProduct(Policy):
     name = "dot-product"
     description = "smallest dot product of free and requested resources"
 
-    def choose(
-        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> ReplayPlacement:
-        dot = (cluster.cpu_free / MAX_SPEC_CPU) * (pod.cpu_milli / MAX_SPEC_CPU)
-        dot = dot + (cluster.gpu_left() / MAX_SPEC_GPU) * (pod.total_gpu_milli / MAX_SPEC_GPU)
-        scores = trunc_score(MAX_NODE_SCORE * (1.0 - dot / 2.0))
-        node = pick_max(scores, feasible, cluster)
-        return ReplayPlacement(node, cluster.best_fit_gpus(node, pod))
+    def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:
+        dot = (rows.cpu_free / MAX_SPEC_CPU) * (pod.cpu_milli / MAX_SPEC_CPU)
+        dot = dot + (rows.gpu_left() / MAX_SPEC_GPU) * (pod.total_gpu_milli / MAX_SPEC_GPU)
+        return trunc_score(MAX_NODE_SCORE * (1.0 - dot / 2.0))
 
 
-class GpuPacking(Policy):
+class GpuPacking(_TightestGpus):
     """Fill used GPUs first, then used nodes, then the smallest idle nodes (reference: gpu_packing_score).
 
     Sharing a used GPU scores 100 - free%/10 (at least 50); taking idle GPUs on a used node scores
@@ -106,33 +108,24 @@ class GpuPacking(Policy):
     name = "gpu-packing"
     description = "shared GPUs first, then used nodes, then idle nodes"
 
-    def choose(
-        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> ReplayPlacement:
+    def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:
         if pod.num_gpu == 0:
-            scores = np.zeros(len(cluster))
-        else:
-            scores = self._scores(cluster, pod)
-        node = pick_max(scores, feasible, cluster)
-        return ReplayPlacement(node, cluster.best_fit_gpus(node, pod))
-
-    @staticmethod
-    def _scores(cluster: ReplayCluster, pod: PodRequest) -> np.ndarray:
-        full = cluster.fully_free()
+            return np.zeros(len(rows))
+        full = rows.fully_free()
         idle_score = np.maximum(MAX_NODE_SCORE // 3 - full, full)
         if pod.is_sharing:
             # the pod takes the GPU with the least free share that fits
-            tight = np.where(cluster.gpu_free >= pod.gpu_milli, cluster.gpu_free, MILLI + 1).min(axis=1)
+            tight = np.where(rows.gpu_free >= pod.gpu_milli, rows.gpu_free, MILLI + 1).min(axis=1)
             opens_idle = tight >= MILLI
             shared = np.maximum(MAX_NODE_SCORE - (np.minimum(tight, MILLI) * 100 // MILLI) // 10, MAX_NODE_SCORE // 2)
             used = np.where(opens_idle, max(MAX_NODE_SCORE // 2 - 1, MAX_NODE_SCORE // 3), shared)
         else:
             # whole-GPU pods take idle GPUs only
-            used = np.full(len(cluster), max(MAX_NODE_SCORE // 2 - pod.num_gpu, MAX_NODE_SCORE // 3))
-        return np.where(full == cluster.num_gpu, idle_score, used).astype(np.float64)
+            used = np.full(len(rows), max(MAX_NODE_SCORE // 2 - pod.num_gpu, MAX_NODE_SCORE // 3))
+        return np.where(full == rows.num_gpu, idle_score, used).astype(np.float64)
 
 
-class GpuClustering(Policy):
+class GpuClustering(_TightestGpus):
     """Keep pods of one GPU shape together (reference: gpu_clustering_score).
 
     Nodes already holding only this pod's shape score 75-100, nodes holding it among others 50-75, idle
@@ -142,22 +135,18 @@ class GpuClustering(Policy):
 
     name = "gpu-clustering"
     description = "co-locate pods that request the same GPU shape"
+    class_fields = frozenset({"affinity"})
 
-    def choose(
-        self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator
-    ) -> ReplayPlacement:
+    def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:
         tag = pod.affinity_tag
         if tag < 0:
-            scores = np.zeros(len(cluster))
-        else:
-            quarter = MAX_NODE_SCORE // 4
-            fill = quarter * (MAX_SPEC_GPU - cluster.gpu_left()) // MAX_SPEC_GPU
-            shapes = (cluster.affinity > 0).sum(axis=1)
-            mine = cluster.affinity[:, tag] > 0
-            band = np.where(mine, np.where(shapes == 1, 3, 2), np.where(shapes == 0, 1, 0))
-            scores = (fill + band * quarter).astype(np.float64)
-        node = pick_max(scores, feasible, cluster)
-        return ReplayPlacement(node, cluster.best_fit_gpus(node, pod))
+            return np.zeros(len(rows))
+        quarter = MAX_NODE_SCORE // 4
+        fill = quarter * (MAX_SPEC_GPU - rows.gpu_left()) // MAX_SPEC_GPU
+        shapes = (rows.affinity > 0).sum(axis=1)
+        mine = rows.affinity[:, tag] > 0
+        band = np.where(mine, np.where(shapes == 1, 3, 2), np.where(shapes == 0, 1, 0))
+        return (fill + band * quarter).astype(np.float64)
 
 
 __all__ = ["SHARE_TAG", "BestFit", "DotProduct", "FirstFit", "GpuClustering", "GpuPacking", "RandomFit"]
