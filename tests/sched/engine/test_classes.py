@@ -58,3 +58,16 @@ def test_pick_takes_the_highest_score_then_the_smallest_tie_key() -> None:
 def test_tie_keys_must_be_distinct() -> None:
     with pytest.raises(ValueError, match="distinct"):
         NodeClasses([1, 1])
+
+
+def test_ordered_lists_members_by_tie_key_after_random_moves() -> None:
+    rng = np.random.default_rng(11)
+    n = 50
+    classes = NodeClasses(rng.permutation(n))
+    for node in range(n):
+        classes.move(node, 0)
+    for _ in range(2000):
+        classes.move(int(rng.integers(n)), int(rng.integers(4)))
+        for c in classes.active().tolist():
+            want = sorted(classes.members(c), key=lambda m: int(classes.tie[m]))
+            assert list(classes.ordered(c)) == want

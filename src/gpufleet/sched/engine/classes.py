@@ -13,7 +13,7 @@ when it reaches the top), so the winner of a class is read in O(log n) and a nod
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -71,6 +71,27 @@ class NodeClasses:
     def first(self, cls: int) -> int:
         """The member with the smallest tie key (the class must have members)."""
         return self._node_of_tie[int(self.min_tie[cls])]
+
+    def ordered(self, cls: int) -> Iterator[int]:
+        """The class's members by tie key, smallest first, read lazily (no move may happen while iterating): the
+        heap is walked as a tree from its root, a frontier heap holding the next candidates, so taking the first k
+        members costs O(k log k) whatever the class's size."""
+        heap = self._heaps[cls]
+        node_of = self._node_of_tie
+        node_class = self.node_class
+        frontier = [(heap[0], 0)] if heap else []
+        last = None
+        while frontier:
+            t, i = heapq.heappop(frontier)
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+            if t == last:  # a node that left and came back has two entries
+                continue
+            node = node_of[t]
+            if node_class[node] == cls:
+                last = t
+                yield node
 
     # --- moves ---------------------------------------------------------------------------------------------------
 

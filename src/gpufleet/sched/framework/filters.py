@@ -205,12 +205,27 @@ def feasible(state: ClusterState, pod: PodInfo) -> np.ndarray:
     return static_mask(state, pod) & resource_mask(state, pod) & nvlink_mask(state, pod)
 
 
+def feasible_on(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
+    """`feasible(state, pod)[nodes]`, reading only those nodes' live state."""
+    ok = static_mask(state, pod)[nodes]
+    idx, amounts, unknown = state.request_vector(pod)
+    if unknown:
+        return np.zeros(len(nodes), dtype=bool)
+    ok &= (state.free_[np.ix_(nodes, idx)] >= amounts).all(axis=1)
+    k = state.exclusive_gpus(pod)
+    if k >= 2:
+        ok &= (state.max_domain[nodes] < k) | (state.best_free_domain[nodes] >= k)
+    return ok
+
+
 # --- explanation ---------------------------------------------------------------------------------------------
 
 
-def node_reasons(state: ClusterState, pod: PodInfo) -> list[list[str]]:
-    """Why each node rejects the pod: the first failing plugin's reasons, as kube-scheduler records them."""
-    reasons: list[list[str]] = [[] for _ in range(len(state))]
+def node_reasons(state: ClusterState, pod: PodInfo, nodes: np.ndarray | None = None) -> list[list[str]]:
+    """Why each node (each of `nodes`, when given) rejects the pod: the first failing plugin's reasons, as
+    kube-scheduler records them."""
+    which = np.arange(len(state)) if nodes is None else np.asarray(nodes, dtype=np.int64)
+    reasons: list[list[str]] = [[] for _ in range(len(which))]
     cordon_ok = unschedulable_mask(state, pod)
     bad_taint = taint_reasons(state, pod)
     aff = affinity_mask(state, pod)
@@ -218,35 +233,41 @@ def node_reasons(state: ClusterState, pod: PodInfo) -> list[list[str]]:
     wanted = state.pod_vendors(pod)
     asked = accelerators(pod.requests)
     idx, amounts, unknown = state.request_vector(pod)
-    free = state.alloc[:, idx] - state.used[:, idx]
+    free = state.alloc[np.ix_(which, idx)] - state.used[np.ix_(which, idx)]
     short = free < amounts
-    nv = nvlink_mask(state, pod)
-    for i in range(len(state)):
+    k = state.exclusive_gpus(pod)
+    nv = (
+        np.ones(len(which), dtype=bool)
+        if k < 2
+        else (state.max_domain[which] < k) | (state.best_free_domain[which] >= k)
+    )
+    for j, i in enumerate(which.tolist()):
+        out = reasons[j]
         if not cordon_ok[i]:
-            reasons[i].append(REASON_UNSCHEDULABLE)
+            out.append(REASON_UNSCHEDULABLE)
             continue
         taint = bad_taint[state.taints[i]]
         if taint is not None:
-            reasons[i].append(reason_taint(taint))
+            out.append(reason_taint(taint))
             continue
         if not aff[i]:
-            reasons[i].append(REASON_AFFINITY)
+            out.append(REASON_AFFINITY)
             continue
         node_vendor = state.vendors[i]
         if not vendor[i] and node_vendor is not None:
-            reasons[i].append(reason_vendor(node_vendor, wanted, asked))
+            out.append(reason_vendor(node_vendor, wanted, asked))
             continue
         res = [
             REASON_TOO_MANY_PODS if state.resources[c] == "pods" else reason_insufficient(state.resources[c])
-            for c, s in zip(idx, short[i], strict=True)
+            for c, s in zip(idx, short[j], strict=True)
             if s
         ]
         res += [reason_insufficient(u) for u in unknown]
         if res:
-            reasons[i].extend(res)
+            out.extend(res)
             continue
-        if not nv[i]:
-            reasons[i].append(reason_nvlink(state.exclusive_gpus(pod)))
+        if not nv[j]:
+            out.append(reason_nvlink(k))
     return reasons
 
 

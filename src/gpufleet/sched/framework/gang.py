@@ -82,8 +82,8 @@ def _candidate_groups(sched: Placer, pods: Sequence[PodInfo], allowed: np.ndarra
     state = sched.state
     biggest = pods[0]
     idx, amounts, unknown = state.request_vector(biggest)
-    if unknown:
-        return []
+    if unknown or (sched.by_class(biggest) and not sched.fits_somewhere(biggest)):
+        return []  # a full cluster is told by its classes, without a pass over every node
     usable = feasible(state, biggest) & (state.leaf_group >= 0)
     if allowed is not None:
         usable &= allowed

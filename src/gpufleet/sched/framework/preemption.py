@@ -8,6 +8,8 @@ gang preemptor evicts nothing unless every member it needs can be placed.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,6 +144,68 @@ def candidate_limit(nodes: int) -> int:
     return min(nodes, max(100, nodes // 10))
 
 
+def _bounds(
+    state: ClusterState, pod: PodInfo, nodes: np.ndarray, idx: np.ndarray, need: list[int], can_evict: EvictPredicate
+) -> np.ndarray:
+    """A vectorised lower bound on victims per node: each resource's shortfall over the largest single pod."""
+    bound = np.ones(len(nodes), dtype=np.int64)
+    for col, amount in zip(idx, need, strict=True):
+        biggest = state.largest_amount(int(col), pod.pod.priority if can_evict is lower_priority else None)
+        short = amount - state.free_[nodes, col]
+        if biggest > 0:
+            bound = np.maximum(bound, -(-short // biggest))
+    return bound
+
+
+def _order_per_node(
+    state: ClusterState, pod: PodInfo, idx: np.ndarray, need: list[int], can_evict: EvictPredicate
+) -> Iterator[tuple[int, int]]:
+    """(node, bound) for every node the pod's static filters pass that holds pods: fewest victims by the bound
+    first, then fewest pods, then node order."""
+    nodes = np.flatnonzero(static_mask(state, pod))
+    counts = np.fromiter((len(state.pods_on[int(i)]) for i in nodes), dtype=np.int64, count=len(nodes))
+    bound = _bounds(state, pod, nodes, idx, need, can_evict)
+    for pos in np.lexsort((nodes, counts, bound)):
+        if counts[pos]:
+            yield int(nodes[pos]), int(bound[pos])
+
+
+def _order_by_class(
+    state: ClusterState, pod: PodInfo, idx: np.ndarray, need: list[int], can_evict: EvictPredicate
+) -> Iterator[tuple[int, int]]:
+    """The same sequence as `_order_per_node`, read from classes: the bound and the pod count are a class's (a
+    node's pod count is its used `pods`), so classes are sorted, and the members of classes that tie are merged in
+    node order, lazily: a search rarely looks past a few nodes. Under the plain priority rule, classes whose lowest
+    priority is not below the pod's are left out: `choose_victims` would pass over their nodes (no victim groups),
+    and leaving them out cannot change where it stops (bounds only grow along the order)."""
+    classes = state.classes
+    ids = classes.active().copy()
+    reps = np.fromiter((classes.first(int(c)) for c in ids), dtype=np.int64, count=len(ids))
+    keep = static_mask(state, pod)[reps]
+    pods_col = state.res_index["pods"]
+    counts = state.used[reps, pods_col]
+    keep &= counts > 0
+    if can_evict is lower_priority:  # nodes whose every pod is at or above the pod's priority have no victim
+        prio = pod.pod.priority
+        lowest = state.class_lowest_priority
+        keep &= np.fromiter(
+            ((low := lowest(int(c))) is not None and low < prio for c in ids), dtype=bool, count=len(ids)
+        )
+    ids, reps, counts = ids[keep], reps[keep], counts[keep]
+    bound = _bounds(state, pod, reps, idx, need, can_evict)
+    order = np.lexsort((counts, bound))
+    start = 0
+    while start < len(order):
+        b, c = bound[order[start]], counts[order[start]]
+        end = start
+        while end < len(order) and bound[order[end]] == b and counts[order[end]] == c:
+            end += 1
+        tied = [classes.ordered(int(ids[p])) for p in order[start:end]]
+        for node in tied[0] if len(tied) == 1 else heapq.merge(*tied):
+            yield node, int(b)
+        start = end
+
+
 def choose_victims(
     sched: Placer, pod: PodInfo, can_evict: EvictPredicate, gang_groups: set[int] | None = None
 ) -> VictimChoice | None:
@@ -152,34 +216,21 @@ def choose_victims(
     found is skipped without a dry run.
     """
     state = sched.state
-    static = static_mask(state, pod)
     idx, need_arr, unknown = state.request_vector(pod)
     if unknown:
         return None
     need = [int(v) for v in need_arr]
-    nodes = np.flatnonzero(static)
-    counts = np.fromiter((len(state.pods_on[int(i)]) for i in nodes), dtype=np.int64, count=len(nodes))
-    # A vectorised lower bound on victims per node: each resource's shortfall over the largest single pod.
-    bound = np.ones(len(nodes), dtype=np.int64)
-    for col, amount in zip(idx, need, strict=True):
-        biggest = state.largest_amount(int(col), pod.pod.priority if can_evict is lower_priority else None)
-        short = amount - state.free_[nodes, col]
-        if biggest > 0:
-            bound = np.maximum(bound, -(-short // biggest))
-    order = np.lexsort((nodes, counts, bound))
+    by_class = sched.by_class(pod)
+    order = (_order_by_class if by_class else _order_per_node)(state, pod, idx, need, can_evict)
     floor_priority = state.lowest_priority()
     best: VictimChoice | None = None
     tried = 0
     limit = candidate_limit(len(state))
-    for pos in order:
-        if counts[pos] == 0:
-            continue
+    for node, bound in order:
         if best is not None and (
-            bound[pos] > best.cost[0]
-            or (bound[pos] == best.cost[0] and best.cost[1] == floor_priority and not best.cost[3])
+            bound > best.cost[0] or (bound == best.cost[0] and best.cost[1] == floor_priority and not best.cost[3])
         ):
             break  # no remaining node can need fewer victims, or the same number at a lower priority
-        node = int(nodes[pos])
         groups = _node_groups(sched, pod, node, idx, can_evict)
         if not groups:
             continue

@@ -2,6 +2,10 @@
 
 `Scheduler.plan` takes pending pods in queue order (priority first, then arrival), places gangs atomically, consults
 queue quotas when given, and preempts lower-priority or borrowed work when a pod fits nowhere.
+
+A lone pod is decided over classes of identical nodes (`by_class`), a gang member or a leaf-restricted choice over
+the nodes it may take; `reference=True` filters and scores every node instead, the plain implementation the class
+path must agree with decision for decision.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from gpufleet.model import Cluster, Fabric, Gang, PodPhase
+from gpufleet.sched.framework.by_class import ClassChooser
 from gpufleet.sched.framework.filters import (
     failed_scheduling_message,
     feasible,
+    feasible_on,
     node_reasons,
     preemption_message,
     reason_counts,
@@ -39,10 +45,13 @@ class Scheduler:
         bound: Iterable[PodInfo] = (),
         strategy: Strategy = Strategy.binpack,
         weights: ScoreWeights | None = None,
+        reference: bool = False,
     ) -> None:
         self.state = ClusterState(nodes, fabric, fabric_health)
         self.strategy = strategy
         self.weights = weights or ScoreWeights()
+        self.reference = reference
+        self.chooser = ClassChooser(self.state, self.strategy, self.weights)
         self.pods: dict[str, PodInfo] = {}
         for p in bound:
             self.pods[p.key] = p
@@ -71,10 +80,25 @@ class Scheduler:
             mask = mask & restrict
         return np.flatnonzero(mask)
 
+    def by_class(self, pod: PodInfo) -> bool:
+        """Whether the pod is decided over classes of nodes (the classes then tell apart every label it reads)."""
+        return not self.reference and self.chooser.covers(pod)
+
     def select_node(
         self, pod: PodInfo, restrict: np.ndarray | None = None, gang_groups: set[int] | None = None
     ) -> tuple[int, float] | None:
-        nodes = self.candidates(pod, restrict)
+        if self.reference:
+            return self._select_per_node(pod, self.candidates(pod, restrict), gang_groups)
+        # leaf groups and fabric health are not in the classes: only gang scoring and leaf restriction read them
+        lone = restrict is None and (gang_groups is None or (not gang_groups and not self.state.has_fabric_health))
+        if lone and self.chooser.covers(pod):
+            return self.chooser.select(pod)
+        nodes = np.arange(len(self.state)) if restrict is None else np.flatnonzero(restrict)
+        return self._select_per_node(pod, nodes[feasible_on(self.state, pod, nodes)], gang_groups)
+
+    def _select_per_node(
+        self, pod: PodInfo, nodes: np.ndarray, gang_groups: set[int] | None
+    ) -> tuple[int, float] | None:
         if len(nodes) == 0:
             return None
         if len(nodes) == 1:
@@ -95,7 +119,10 @@ class Scheduler:
         return self.place(pod, *picked)
 
     def failure(self, pod: PodInfo, preemption: str | None = None) -> Failure:
-        counts = reason_counts(node_reasons(self.state, pod))
+        if self.by_class(pod):
+            counts = self.chooser.reason_counts(pod)
+        else:
+            counts = reason_counts(node_reasons(self.state, pod))
         return Failure(pod.key, failed_scheduling_message(len(self.state), counts, preemption), dict(counts))
 
     def preemption_note(self, pod: PodInfo) -> str:
@@ -103,8 +130,12 @@ class Scheduler:
         if not pod.preemptible:
             return "not eligible due to preemptionPolicy=Never."
         state = self.state
-        helpful = int(static_mask(state, pod).sum())
+        helpful = self.chooser.static_count(pod) if self.by_class(pod) else int(static_mask(state, pod).sum())
         return preemption_message(len(state), helpful)
+
+    def fits_somewhere(self, pod: PodInfo) -> bool:
+        """Whether some node passes every filter for the pod."""
+        return self.select_node(pod) is not None if self.by_class(pod) else bool(len(self.candidates(pod)))
 
     def explain(self, pod: PodInfo) -> Explanation:
         nodes = self.candidates(pod)
@@ -172,7 +203,7 @@ def plan_units(
         sched.state.rollback(mark)
         for pod in unit.pods:
             fail = sched.failure(pod, sched.preemption_note(pod) if preemption else None)
-            if unit.gang and len(sched.candidates(pod)):
+            if unit.gang and sched.fits_somewhere(pod):
                 fail.message = (
                     f"gang {unit.name}: only {fitted} of minMember {unit.min_member} pods fit together; "
                     "none placed (all-or-nothing)"

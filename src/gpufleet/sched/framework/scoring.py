@@ -90,7 +90,15 @@ def node_affinity(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.nd
     aff = pod.pod.affinity
     if aff is None or not aff.preferred:
         return np.zeros(len(nodes))
+    return _normalize(preferred_raw(state, pod, nodes))
+
+
+def preferred_raw(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
+    """Sum of the weights of the pod's preferred affinity terms each node matches."""
+    aff = pod.pod.affinity
     raw = np.zeros(len(nodes))
+    if aff is None:
+        return raw
     for term in aff.preferred:
         key = ("preferred", term.requirements)
         mask = state.cached_mask(key)
@@ -104,7 +112,7 @@ def node_affinity(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.nd
                 ),
             )
         raw += term.weight * mask[nodes]
-    return _normalize(raw)
+    return raw
 
 
 def nvlink_fit(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ import numpy as np
 
 from gpufleet.errors import InternalError
 from gpufleet.model import GPU_RESOURCE, Fabric, GpuSharing, Taint, TaintEffect
+from gpufleet.sched.engine.classes import NodeClasses
 from gpufleet.sched.framework.devices import node_vendor, requested_vendors, vendor_resources
 from gpufleet.sched.framework.resources import accelerators
 from gpufleet.sched.framework.snapshot import FabricHealth, NodeInfo, PodInfo
@@ -28,6 +29,9 @@ LEAF_GROUP_LABEL = "gpufleet.io/leaf-group"
 BASE_RESOURCES = ("cpu", "memory", "pods", *vendor_resources())
 # how much a gang member likes a node by the health of the leaves its rails go through (unknown counts as ok)
 FABRIC_FIT = {"ok": 100.0, "degraded": 25.0, "down": 0.0}
+# A label key whose values tell apart more than this share of the nodes (kubernetes.io/hostname) would leave one
+# class per node: a pod selecting on it is decided node by node instead of splitting the classes by it.
+UNIQUE_LABEL_SHARE = 0.5
 
 
 @dataclass(slots=True)
@@ -126,6 +130,72 @@ class ClusterState:
         self.priority_counts: Counter[int] = Counter()
         self._journal: list[tuple[str, Assignment]] = []
         self._mask_cache: dict[object, np.ndarray] = {}
+        self.class_epoch = -1  # bumped whenever the classes are rebuilt: class ids of an older epoch mean nothing
+        self._unique_labels: set[str] = set()
+        self._build_classes(())
+
+    # --- classes of identical state ---------------------------------------------------------------------------
+
+    def _build_classes(self, label_keys: tuple[str, ...]) -> None:
+        """Group nodes by everything the filters and scores of a lone pod read of them: a static signature (what
+        the node offers, cordon, taints, vendor, NVLink layout, and the values of the label keys pods have selected
+        on so far) and the live state (free resources, largest free NVLink domain). Leaf group and fabric health
+        are not in it: only gang members and leaf-restricted choices read them, and those go node by node over
+        their (restricted) nodes."""
+        self.label_keys = label_keys
+        static: dict[tuple[object, ...], int] = {}
+        self.signature = np.empty(len(self.nodes), dtype=np.int64)
+        alloc = self.alloc.tolist()
+        for i, n in enumerate(self.nodes):
+            labels = n.node.labels
+            sig = (
+                tuple(alloc[i]),
+                bool(self.unschedulable[i]),
+                self.taints[i],
+                self.vendors[i],
+                int(self.node_gpu_col[i]),
+                int(self.max_domain[i]),
+                tuple(labels.get(k) for k in label_keys),
+            )
+            self.signature[i] = static.setdefault(sig, len(static))
+        self.classes = NodeClasses(np.arange(len(self.nodes), dtype=np.int64))  # tie key: node index
+        self.class_epoch += 1
+        for i in range(len(self.nodes)):
+            self._reclass(i)
+
+    def _reclass(self, node: int) -> None:
+        # The lowest priority on the node is no filter's or score's, but it lets preemption pass over classes of
+        # nodes that hold nothing a pod may evict.
+        pods = self.pods_on[node]
+        lowest = min((p.pod.priority for p in pods.values()), default=None) if pods else None
+        key = (int(self.signature[node]), tuple(self.free_[node].tolist()), int(self.best_free_domain[node]), lowest)
+        self.classes.move(node, key)
+
+    def class_lowest_priority(self, cls: int) -> int | None:
+        """The lowest priority of a pod on the class's nodes (None: they hold no pods)."""
+        key = self.classes.keys[cls]
+        assert isinstance(key, tuple)
+        lowest = key[3]
+        assert lowest is None or isinstance(lowest, int)
+        return lowest
+
+    def classes_cover(self, keys: set[str]) -> bool:
+        """Make the classes tell nodes apart by every label key in `keys` (splitting them by new keys); False when
+        a key sets almost every node apart (a hostname): such a pod must be decided node by node."""
+        missing = keys.difference(self.label_keys)
+        if not missing:
+            return True
+        unique = self._unique_labels
+        if missing & unique:
+            return False
+        for key in missing:
+            values = {n.node.labels.get(key) for n in self.nodes}
+            if len(values) > max(1, int(UNIQUE_LABEL_SHARE * len(self.nodes))):
+                unique.add(key)
+        if missing & unique:
+            return False
+        self._build_classes(tuple(sorted({*self.label_keys, *missing})))
+        return True
 
     def _fabric(self, health: FabricHealth | None) -> None:
         """Per node: whether a gang should avoid it (a rail through a degraded or down leaf, or a bad cable of its
@@ -221,6 +291,7 @@ class ClusterState:
         if a.gpus:
             self.gpu_free[a.node] -= set(a.gpus)
             self.best_free_domain[a.node] = max_free_in_domain(self.domains[a.node], self.gpu_free[a.node])
+        self._reclass(a.node)
 
     def _unapply(self, a: Assignment) -> None:
         self.used[a.node, a.idx] -= a.amounts
@@ -236,6 +307,7 @@ class ClusterState:
             healthy = {g.index for g in self.nodes[a.node].node.gpus if g.schedulable}
             self.gpu_free[a.node] |= set(a.gpus) & healthy
             self.best_free_domain[a.node] = max_free_in_domain(self.domains[a.node], self.gpu_free[a.node])
+        self._reclass(a.node)
 
     def largest_amount(self, col: int, below_priority: int | None = None) -> int:
         """The most of resource `col` any one placed pod holds (only pods below `below_priority`, if given)."""

@@ -1,0 +1,298 @@
+"""The class engine decides exactly as the reference (every pod filters and scores every node): same placements, GPU
+indices, scores, evictions and failure messages, on the benchmark's workloads and on a mixed cluster with taints,
+cordons, node selection (hostname too), NVLink pairs, gangs, queues, preemption and backfill."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpufleet.sched.framework.backfill import backfill
+from gpufleet.sched.framework.queues import QueueBook, QueueSpec
+from gpufleet.sched.framework.scheduler import Scheduler
+from gpufleet.sched.framework.snapshot import PodInfo, Snapshot, parse_pod
+from gpufleet.sched.framework.state import ClusterState
+from gpufleet.sched.framework.types import Failure, Placement, PlanResult
+from tests.sched.k8s_objects import GPU_TOL, H100_NVL, knode, kpod, snap
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+SOFT_TAINT = {"key": "maintenance", "value": "soon", "effect": "PreferNoSchedule"}
+GROUP = "scheduling.x-k8s.io/pod-group"
+QUEUE = "kueue.x-k8s.io/queue-name"
+
+
+def outcome(result: PlanResult) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    return (
+        [(p.pod, p.node, p.gpus, p.score) for p in result.placements],
+        [(f.pod, f.message, sorted(f.reasons.items())) for f in result.failures],
+        [(e.pod, e.node, e.reason) for e in result.evictions],
+    )
+
+
+def one(result: Placement | Failure) -> tuple[Any, ...]:
+    if isinstance(result, Placement):
+        return ("placed", result.pod, result.node, result.gpus, result.score)
+    return ("failed", result.pod, result.message, sorted(result.reasons.items()))
+
+
+def twins(s: Snapshot) -> tuple[Scheduler, Scheduler]:
+    return Scheduler.from_snapshot(s), Scheduler.from_snapshot(s, reference=True)
+
+
+def class_keys_are_current(state: ClusterState) -> None:
+    """Every node sits in the class of its live state, and a class's members share that state."""
+    for node in range(len(state)):
+        cls = int(state.classes.node_class[node])
+        key = state.classes.keys[cls]
+        assert isinstance(key, tuple)
+        assert key[1] == tuple(state.free_[node].tolist())
+        assert key[2] == int(state.best_free_domain[node])
+        assert node in state.classes.members(cls)
+
+
+# --- the benchmark's workloads, at 200 nodes --------------------------------------------------------------------
+
+
+def bench_node(i: int) -> dict[str, Any]:
+    labels = {"topology.kubernetes.io/zone": f"zone-{i % 4}", "gpufleet.io/leaf-group": f"su{i // 32}"}
+    return knode(f"gpu-{i:05d}", labels=labels, taints=[GPU_TAINT])
+
+
+def bench_pod(i: int, gpus: int, affinity: bool = False, group: str | None = None, priority: int = 0) -> PodInfo:
+    spec: dict[str, Any] = {"tolerations": [GPU_TOL]}
+    if affinity:
+        zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [f"zone-{i % 4}"]}
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "preference": {"matchExpressions": [zone]}}
+                ]
+            }
+        }
+    labels = {GROUP: group} if group else {}
+    return parse_pod(kpod(f"p{i}", gpus=gpus, cpu="4", memory="32Gi", labels=labels, priority=priority, **spec))
+
+
+SIZES = (1, 1, 1, 1, 2, 2, 4, 8)
+
+
+@pytest.mark.parametrize("affinity", [False, True])
+def test_benchmark_single_pods_match_the_reference(affinity: bool) -> None:
+    fast, ref = twins(snap(*(bench_node(i) for i in range(200))))
+    pods = [bench_pod(i, SIZES[i % len(SIZES)], affinity=affinity and i % 2 == 0) for i in range(700)]
+    got = [one(fast.schedule_one(p)) for p in pods]
+    want = [one(ref.schedule_one(p)) for p in pods]
+    assert got == want
+    assert sum(g[0] == "failed" for g in got) > 0  # the cluster filled up: failure messages were compared too
+    # the decisions were read from classes: a few dozen states, not 200 nodes
+    assert fast.state.classes.n_active < 40
+    class_keys_are_current(fast.state)
+
+
+def test_benchmark_gangs_match_the_reference() -> None:
+    from gpufleet.model import Gang
+
+    fast, ref = twins(snap(*(bench_node(i) for i in range(200))))
+    pods = [bench_pod(i, 8, group=f"g{i // 4}") for i in range(240)]  # more gangs than fit: some fail
+    gangs = {f"default/g{k}": Gang(f"default/g{k}", 4) for k in range(60)}
+    assert outcome(fast.plan(pods, gangs, preemption=False)) == outcome(ref.plan(pods, gangs, preemption=False))
+
+
+def test_benchmark_preemption_matches_the_reference() -> None:
+    fast, ref = twins(snap(*(bench_node(i) for i in range(200))))
+    for i in range(800):
+        fill = bench_pod(i, 2, priority=1)
+        assert one(fast.schedule_one(fill)) == one(ref.schedule_one(fill))
+    urgent = [bench_pod(10**6 + i, 8, priority=1000) for i in range(220)]  # the last 20 find nothing to evict
+    got, want = outcome(fast.plan(urgent, {})), outcome(ref.plan(urgent, {}))
+    assert got == want
+    assert len(got[2]) == 800 and len(got[1]) == 20
+    class_keys_are_current(fast.state)
+
+
+# --- a mixed cluster -----------------------------------------------------------------------------------------------
+
+
+def mixed_nodes(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    nodes = []
+    for i in range(n):
+        kind = rng.random()
+        labels = {
+            "topology.kubernetes.io/zone": f"zone-{i % 3}",
+            "pool": rng.choice(["train", "infer", "batch"]),
+            "gpufleet.io/leaf-group": f"su{i // 6}",
+        }
+        if rng.random() < 0.3:
+            labels["rack"] = f"r{rng.randrange(4)}"
+        taints = []
+        if rng.random() < 0.5:
+            taints.append(GPU_TAINT)
+        if rng.random() < 0.15:
+            taints.append(SOFT_TAINT)
+        if kind < 0.25:
+            nodes.append(knode(f"nvl-{i}", gpus=4, product=H100_NVL, labels=labels, taints=taints))
+        elif kind < 0.3:
+            nodes.append(knode(f"cpu-{i}", gpus=0, labels=labels, cpu="64", memory="256Gi"))
+        else:
+            nodes.append(
+                knode(
+                    f"sxm-{i}",
+                    labels=labels,
+                    taints=taints,
+                    unschedulable=rng.random() < 0.05,
+                    ready="False" if rng.random() < 0.04 else "True",
+                )
+            )
+    return nodes
+
+
+def mixed_pod(rng: random.Random, name: str, node_names: list[str], **extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if rng.random() < 0.7:
+        spec["tolerations"] = [GPU_TOL]
+    if rng.random() < 0.1:
+        spec["tolerations"] = [*spec.get("tolerations", []), {"key": "maintenance", "operator": "Exists"}]
+    pick = rng.random()
+    if pick < 0.1:
+        spec["nodeSelector"] = {"pool": rng.choice(["train", "infer"])}
+    elif pick < 0.15:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": rng.choice(node_names)}
+    elif pick < 0.25:
+        op = rng.choice(["In", "NotIn", "Exists", "DoesNotExist"])
+        req: dict[str, Any] = {"key": "rack" if op in ("Exists", "DoesNotExist") else "pool", "operator": op}
+        if op in ("In", "NotIn"):
+            req["values"] = ["train", "batch"]
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [req]}
+            ]}}
+        }  # fmt: skip
+    if rng.random() < 0.25:
+        term = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [f"zone-{rng.randrange(3)}"]}
+        aff = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+        aff["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": rng.choice([1, 5, 50]), "preference": {"matchExpressions": [term]}}
+        ]
+    if rng.random() < 0.1:
+        spec["preemptionPolicy"] = "Never"
+    gpus = rng.choice([0, 1, 1, 2, 2, 4, 8])
+    cpu = rng.choice(["1", "8", "32"])
+    return kpod(name, gpus=gpus, cpu=cpu, memory=rng.choice(["4Gi", "64Gi", "400Gi"]), **spec, **extra)
+
+
+def mixed_round(rng: random.Random, round_: int, node_names: list[str]) -> list[dict[str, Any]]:
+    pods = []
+    for j in range(rng.randrange(20, 40)):
+        labels = {QUEUE: rng.choice(["research", "prod", "other"])}
+        pods.append(mixed_pod(rng, f"r{round_}-{j}", node_names, priority=rng.choice([0, 10, 100]), labels=labels))
+    for g in range(rng.randrange(1, 4)):
+        size, prio = rng.choice([2, 3, 4]), rng.choice([0, 10, 100])
+        labels = {GROUP: f"g{round_}-{g}", QUEUE: "research"}
+        for m in range(size):
+            pods.append(kpod(f"g{round_}-{g}-{m}", gpus=rng.choice([4, 8]), priority=prio, labels=labels,
+                             tolerations=[GPU_TOL]))  # fmt: skip
+    return pods
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_mixed_cluster_plans_match_the_reference(seed: int) -> None:
+    from gpufleet.sched.framework.snapshot import assemble_gangs
+
+    rng = random.Random(seed)
+    nodes = mixed_nodes(rng, 48)
+    names = [n["metadata"]["name"] for n in nodes]
+    fast, ref = twins(snap(*nodes))
+    for round_ in range(6):
+        docs = mixed_round(rng, round_, names)
+        pending_fast = [parse_pod(d) for d in docs]
+        pending_ref = [parse_pod(d) for d in docs]
+        gangs = assemble_gangs(pending_fast)
+        got = outcome(fast.plan(pending_fast, gangs))
+        want = outcome(ref.plan(pending_ref, assemble_gangs(pending_ref)))
+        assert got == want, f"round {round_}"
+        class_keys_are_current(fast.state)
+    assert fast.state.placed.keys() == ref.state.placed.keys()
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_mixed_cluster_with_queues_matches_the_reference(seed: int) -> None:
+    from gpufleet.sched.framework.snapshot import assemble_gangs
+
+    def book() -> QueueBook:
+        return QueueBook.of(
+            [
+                QueueSpec(name="research", guaranteed={"nvidia.com/gpu": 96}),
+                QueueSpec(name="prod", guaranteed={"nvidia.com/gpu": 96}),
+                QueueSpec(name="other", guaranteed={"nvidia.com/gpu": 16}, borrowing=False),
+            ]
+        )
+
+    rng = random.Random(seed)
+    nodes = mixed_nodes(rng, 36)
+    names = [n["metadata"]["name"] for n in nodes]
+    fast, ref = twins(snap(*nodes))
+    book_fast, book_ref = book(), book()
+    for round_ in range(5):
+        docs = mixed_round(rng, round_, names)
+        pf, pr = [parse_pod(d) for d in docs], [parse_pod(d) for d in docs]
+        got = outcome(fast.plan(pf, assemble_gangs(pf), queues=book_fast))
+        want = outcome(ref.plan(pr, assemble_gangs(pr), queues=book_ref))
+        assert got == want, f"round {round_}"
+    assert book_fast.usage == book_ref.usage
+
+
+def test_backfill_matches_the_reference() -> None:
+    rng = random.Random(9)
+    nodes = mixed_nodes(rng, 24)
+    names = [n["metadata"]["name"] for n in nodes]
+    fast, ref = twins(snap(*nodes))
+    running = [mixed_pod(rng, f"run-{i}", names) for i in range(60)]
+    ends: dict[str, float] = {}
+    for i, d in enumerate(running):
+        a, b = fast.schedule_one(parse_pod(d)), ref.schedule_one(parse_pod(d))
+        assert one(a) == one(b)
+        ends[f"default/run-{i}"] = float(rng.randrange(10, 500))
+    runtime = "gpufleet.io/runtime-estimate"
+    pending = [mixed_pod(rng, f"q-{i}", names, annotations={runtime: f"{rng.randrange(5, 300)}s"}) for i in range(30)]
+    got = backfill(fast, [parse_pod(d) for d in pending], now=0.0, ends=ends)
+    want = backfill(ref, [parse_pod(d) for d in pending], now=0.0, ends=ends)
+    assert [(p.pod, p.node, p.gpus) for p in got.started] == [(p.pod, p.node, p.gpus) for p in want.started]
+    assert (got.backfilled, got.held, got.reservation) == (want.backfilled, want.held, want.reservation)
+
+
+# --- label keys ----------------------------------------------------------------------------------------------------
+
+
+def test_classes_split_by_a_selected_label_but_not_by_hostname() -> None:
+    nodes = [knode(f"n{i}", labels={"pool": "a" if i < 3 else "b"}) for i in range(6)]
+    fast, ref = twins(snap(*nodes))
+    assert fast.state.classes.n_active == 1  # six empty, identical nodes
+    on_b = parse_pod(kpod("x", gpus=1, nodeSelector={"pool": "b"}))
+    assert fast.by_class(on_b)
+    assert fast.state.label_keys == ("pool",) and fast.state.classes.n_active == 2
+    assert one(fast.schedule_one(on_b)) == one(ref.schedule_one(on_b)) == ("placed", "default/x", "n3", (0,), 7.6)
+    pinned = parse_pod(kpod("y", gpus=1, nodeSelector={"kubernetes.io/hostname": "n5"}))
+    assert not fast.by_class(pinned)  # one class per node would be no classes at all: node by node
+    assert fast.state.label_keys == ("pool",)
+    assert one(fast.schedule_one(pinned)) == one(ref.schedule_one(pinned))
+    nowhere = parse_pod(kpod("z", gpus=1, nodeSelector={"kubernetes.io/hostname": "n9"}))
+    assert one(fast.schedule_one(nowhere)) == one(ref.schedule_one(nowhere))
+
+
+def test_rollback_restores_classes() -> None:
+    fast, _ = twins(snap(*(bench_node(i) for i in range(12))))
+    state = fast.state
+    before = {n: state.classes.keys[int(state.classes.node_class[n])] for n in range(len(state))}
+    mark = state.mark()
+    for i in range(20):
+        fast.schedule_one(bench_pod(i, SIZES[i % len(SIZES)]))
+    state.release("default/p3")
+    class_keys_are_current(state)
+    state.rollback(mark)
+    after = {n: state.classes.keys[int(state.classes.node_class[n])] for n in range(len(state))}
+    assert after == before
+    assert np.array_equal(state.free_, state.alloc)
