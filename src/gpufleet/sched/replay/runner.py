@@ -93,6 +93,7 @@ class ReplayResult:
     alloc_pct: dict[str, float | None]
     frag_amount_pct: dict[str, float | None]
     seconds: float
+    cpu_seconds: float = 0.0
     total_gpus: int = 0
     arrived_milli: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
     alloc_curve: FloatArray = field(repr=False, default_factory=lambda: np.zeros(0))
@@ -151,6 +152,7 @@ def replay(
     policy score every node with numpy instead: the same placements, slower, kept to check the engine against.
     """
     started = time.perf_counter()
+    started_cpu = time.process_time()
     cluster = ReplayCluster.from_nodes(nodes)
     capacity = cluster.total_gpu_milli
     workload_rng = np.random.default_rng(seed)
@@ -220,6 +222,7 @@ def replay(
         alloc_pct={str(k): v for k, v in discrete_curve(arrived, alloc, total_gpus, points).items()},
         frag_amount_pct={str(k): v for k, v in discrete_curve(arrived, frag_pct, total_gpus, points).items()},
         seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - started_cpu,
         total_gpus=total_gpus,
         arrived_milli=arrived,
         alloc_curve=alloc,
