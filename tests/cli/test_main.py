@@ -21,6 +21,7 @@ from tests.clirun import gpufleet
 HEAVY = (
     "numpy",
     "scipy",
+    "numba",
     "matplotlib",
     "pandas",
     "fastapi",

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.sched.engine.classes import NodeClasses
-from gpufleet.sched.replay import kernels
+from gpufleet.sched.replay.compiled import compiled
 from gpufleet.sched.replay.frag import FragModel
 from gpufleet.sched.replay.policies.base import Policy
 from gpufleet.sched.replay.state import ClassStates, PodRequest, ReplayCluster, ReplayPlacement
@@ -114,7 +114,7 @@ class ReplayEngine:
 
     def _frag_of(self, model: tuple[object, ...], cls: int) -> float:
         one = slice(cls, cls + 1)
-        return float(kernels.frag_rows(model, self._cpu[one], self._mem[one], self._gpu[one], self._model[one])[0])
+        return float(compiled().frag_rows(model, self._cpu[one], self._mem[one], self._gpu[one], self._model[one])[0])
 
     def track_frag(self, model: FragModel) -> int:
         """Keep the cluster's total fragmentation under ``model`` current (read ``frag_total[k]``); returns k."""

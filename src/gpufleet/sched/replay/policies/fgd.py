@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.sched.replay import kernels
+from gpufleet.sched.replay.compiled import compiled
 from gpufleet.sched.replay.frag import DEFAULT_POPULARITY_THRESHOLD, FragModel, FragTracker, TypicalPods
 from gpufleet.sched.replay.openb import MILLI, PodList
 from gpufleet.sched.replay.policies.base import MAX_NODE_SCORE, Policy, pick_max
@@ -106,9 +106,9 @@ class FGD(Policy):
         if self.model is None:
             raise RuntimeError("call prepare() first")
         m = self._kernel_model
-        before = kernels.frag_rows(m, rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx)
+        before = compiled().frag_rows(m, rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx)
         shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing)
-        return kernels.fgd_deltas(
+        return compiled().fgd_deltas(
             m, rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, before, shape, SCORE_STEPS
         )
 
@@ -120,10 +120,10 @@ class FGD(Policy):
         if pod.is_sharing:
             one = slice(node, node + 1)
             m = self._kernel_model
-            before = kernels.frag_rows(m, cluster.cpu_free[one], cluster.mem_free[one], cluster.gpu_free[one],
+            before = compiled().frag_rows(m, cluster.cpu_free[one], cluster.mem_free[one], cluster.gpu_free[one],
                                        cluster.model_idx[one])  # fmt: skip
             shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, True)
-            _, gpu = kernels.fgd_deltas(m, cluster.cpu_free[one], cluster.mem_free[one], cluster.gpu_free[one],
+            _, gpu = compiled().fgd_deltas(m, cluster.cpu_free[one], cluster.mem_free[one], cluster.gpu_free[one],
                                         cluster.model_idx[one], before, shape, SCORE_STEPS)  # fmt: skip
             return (int(gpu[0]),)
         return cluster.exclusive_gpus(node, pod.num_gpu)
