@@ -138,3 +138,44 @@ def test_run_loops_for_the_cycles_asked() -> None:
     seen: list[int] = []
     KubernetesScheduler(api).run(0.0, cycles=2, dry_run=True, on_cycle=lambda c: seen.append(len(c.bound)))
     assert seen == [1, 1] and len(api.calls_to("list_node")) == 2
+
+
+def test_live_cycle_binds_where_the_offline_plan_of_the_same_capture_places(tmp_path: Any) -> None:
+    """`gpufleet sched run` and `gpufleet sched plan -f` on the same objects: the same engine, the same nodes."""
+    from tests.clirun import gpufleet
+
+    nodes = [
+        knode(
+            f"gpu-{i:03d}",
+            labels={"gpufleet.io/leaf-group": f"su{i // 8}", "topology.kubernetes.io/zone": f"z{i % 3}"},
+            taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if i % 5 else None,
+            unschedulable=i == 7,
+            cpu=("224", "112")[i % 2],
+        )
+        for i in range(48)
+    ]
+    running = [kpod(f"run-{i}", gpus=(2, 4)[i % 2], node=f"gpu-{i * 3:03d}", priority=1) for i in range(12)]
+    sizes = (1, 1, 2, 4, 8, 1, 2, 8, 4, 1)
+    pending = [
+        kpod(
+            f"p-{i:03d}",
+            gpus=sizes[i % len(sizes)],
+            cpu=str(4 * sizes[i % len(sizes)]),
+            tolerations=[GPU_TOL] if i % 3 else [],
+            nodeSelector={"topology.kubernetes.io/zone": f"z{i % 3}"} if i % 4 == 0 else {},
+            priority=10 if i % 7 == 0 else 0,
+        )
+        for i in range(90)
+    ]
+    gang = [kpod(f"g-{k}", gpus=8, labels={GROUP: "ring"}, tolerations=[GPU_TOL]) for k in range(4)]
+    objects = nodes + running + pending + gang
+    capture = tmp_path / "capture.json"
+    capture.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+    live = KubernetesScheduler(_api(nodes, running + pending + gang)).run_once(dry_run=True)
+    out = gpufleet("sched", "plan", "-f", str(capture), "--scheduler-name", "gpufleet", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    offline = [(p["pod"], p["node"]) for p in plan["placements"]]
+    assert len(live.bound) > 40 and [(p.pod, p.node) for p in live.bound] == offline
+    assert sorted(f.pod for f in live.events) == sorted(f["pod"] for f in plan["failures"])
