@@ -51,6 +51,16 @@ def class_keys_are_current(state: ClusterState) -> None:
         assert key[1] == tuple(state.free_[node].tolist())
         assert key[2] == int(state.best_free_domain[node])
         assert node in state.classes.members(cls)
+    # the leaf-group indexes: free per group, the sorted orders asked for so far, nodes per class per group
+    for g, members in enumerate(state.group_members):
+        assert np.array_equal(state.group_free[g], state.free_[members].sum(axis=0))
+        counts: dict[int, int] = {}
+        for node in members.tolist():
+            cls = int(state.classes.node_class[node])
+            counts[cls] = counts.get(cls, 0) + 1
+        assert state.group_classes[g] == counts
+    for col, order in state._group_orders.items():
+        assert order == sorted((int(f), g) for g, f in enumerate(state.group_free[:, col]))
 
 
 # --- the benchmark's workloads, at 200 nodes --------------------------------------------------------------------
@@ -100,6 +110,7 @@ def test_benchmark_gangs_match_the_reference() -> None:
     pods = [bench_pod(i, 8, group=f"g{i // 4}") for i in range(240)]  # more gangs than fit: some fail
     gangs = {f"default/g{k}": Gang(f"default/g{k}", 4) for k in range(60)}
     assert outcome(fast.plan(pods, gangs, preemption=False)) == outcome(ref.plan(pods, gangs, preemption=False))
+    class_keys_are_current(fast.state)
 
 
 def test_benchmark_preemption_matches_the_reference() -> None:
@@ -296,3 +307,37 @@ def test_rollback_restores_classes() -> None:
     after = {n: state.classes.keys[int(state.classes.node_class[n])] for n in range(len(state))}
     assert after == before
     assert np.array_equal(state.free_, state.alloc)
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_gangs_over_a_degraded_fabric_match_the_reference(seed: int) -> None:
+    """Gang members score by leaf and by fabric health, and keep off degraded leaves while they can."""
+    from gpufleet.model import Gang, GpuRequest, Pod
+    from gpufleet.sched.framework.snapshot import FabricHealth, LeafHealth, pod_info
+    from tests.sched.k8s_objects import fabric_cluster
+
+    rng = random.Random(seed)
+    cluster = fabric_cluster(nodes=24, per_su=4)
+    rails = {f"n-{i:03d}": {r: f"su{i // 4 + 1}-r{r}" for r in range(8)} for i in range(24)}
+    leaves = {
+        f"su{rng.randrange(1, 7)}-r{rng.randrange(8)}": LeafHealth(rng.choice(["degraded", "down"]), 0.5, ("flap",))
+        for _ in range(3)
+    }
+    health = FabricHealth(rails, leaves, {"n-005": ("bad cable",)})
+    fast = Scheduler.from_cluster(cluster, fabric_health=health)
+    ref = Scheduler.from_cluster(cluster, fabric_health=health, reference=True)
+    assert fast.state.has_fabric_health and fast.state.fabric_avoid.any()
+    for round_ in range(5):
+        pods, gangs = [], {}
+        for g in range(rng.randrange(1, 4)):
+            name = f"default/g{round_}-{g}"
+            size = rng.choice([2, 3, 5, 6])
+            gangs[name] = Gang(name, size)
+            pods += [
+                Pod(f"g{round_}-{g}-{m}", gpu=GpuRequest(count=rng.choice([4, 8])), gang=name) for m in range(size)
+            ]
+        pods += [Pod(f"s{round_}-{i}", gpu=GpuRequest(count=rng.choice([1, 2, 4]))) for i in range(rng.randrange(8))]
+        got = outcome(fast.plan([pod_info(p) for p in pods], gangs))
+        want = outcome(ref.plan([pod_info(p) for p in pods], gangs))
+        assert got == want, f"round {round_}"
+        class_keys_are_current(fast.state)

@@ -22,6 +22,8 @@ from gpufleet.sched.framework.scoring import (
     ScoreWeights,
     Strategy,
     _normalize,
+    fabric_fit,
+    leaf_affinity,
     nvlink_fit,
     preferred_raw,
     resources_fit,
@@ -140,10 +142,28 @@ class ClassChooser:
             table.known[todo] = True
         return table
 
+    def feasible_classes(self, pod: PodInfo) -> np.ndarray:
+        """Ids of the active classes where the pod passes every filter."""
+        ids = self.state.classes.active().copy()
+        return ids[self._scores(pod, ids).fits[ids]]
+
+    def _total(self, pod: PodInfo, table: ShapeScores, cls: np.ndarray) -> np.ndarray:
+        """Score of each candidate, given by its class (the same class may appear more than once), summed in the
+        order `scoring.score` sums the plugins; normalised plugins divide by the maximum over the candidates."""
+        w = self.weights
+        total = w.resources_fit * table.resources[cls]
+        aff = pod.pod.affinity
+        if aff is not None and aff.preferred:
+            total += w.node_affinity * _normalize(table.preferred[cls])
+        if self.state.has_soft_taints:
+            total += w.taint_toleration * _normalize(table.soft_taints[cls], reverse=True)
+        if self.state.exclusive_gpus(pod) >= 2:
+            total += w.topology * table.nvlink[cls]
+        return total
+
     def select(self, pod: PodInfo) -> tuple[int, float] | None:
         """The node `Scheduler.select_node` picks for a pod without restriction or gang, and its score."""
-        state = self.state
-        classes = state.classes
+        classes = self.state.classes
         ids = classes.active().copy()
         table = self._scores(pod, ids)
         cand = ids[table.fits[ids]]
@@ -151,19 +171,32 @@ class ClassChooser:
             return None
         if len(cand) == 1 and classes.size(int(cand[0])) == 1:
             return classes.first(int(cand[0])), 0.0  # one feasible node: no scoring, as the node path
-        w = self.weights
-        total = w.resources_fit * table.resources[cand]
-        aff = pod.pod.affinity
-        if aff is not None and aff.preferred:
-            total += w.node_affinity * _normalize(table.preferred[cand])
-        if state.has_soft_taints:
-            total += w.taint_toleration * _normalize(table.soft_taints[cand], reverse=True)
-        if state.exclusive_gpus(pod) >= 2:
-            total += w.topology * table.nvlink[cand]
+        total = self._total(pod, table, cand)
         best = classes.pick(cand, total)
         assert best is not None  # scores are finite
         pos = int(np.flatnonzero(cand == best)[0])
         return classes.first(best), float(total[pos])
+
+    def select_among(self, pod: PodInfo, nodes: np.ndarray, gang_groups: set[int] | None) -> tuple[int, float] | None:
+        """The best of `nodes` (sorted node indices), as `Scheduler.select_node` restricted to them: filters and
+        per-class scores read from the shape's table, leaf and fabric scores (a gang member's) per node."""
+        state = self.state
+        cls = state.classes.node_class[nodes]
+        table = self._scores(pod, cls)
+        ok = table.fits[cls]
+        nodes, cls = nodes[ok], cls[ok]
+        if len(nodes) == 0:
+            return None
+        if len(nodes) == 1:
+            return int(nodes[0]), 0.0
+        total = self._total(pod, table, cls)
+        w = self.weights
+        if gang_groups:
+            total += w.topology * leaf_affinity(state, nodes, gang_groups)
+        if gang_groups is not None and state.has_fabric_health:
+            total += w.topology * fabric_fit(state, nodes)
+        best = int(np.argmax(total))  # first maximum: the lowest node index, as the node path
+        return int(nodes[best]), float(total[best])
 
     def reason_counts(self, pod: PodInfo) -> Counter[str]:
         """Why nodes reject the pod, counted as over every node: one member's reasons times its class's size."""

@@ -166,8 +166,21 @@ def vendor_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
 
 
 def static_mask(state: ClusterState, pod: PodInfo) -> np.ndarray:
-    """Nodes no eviction could open to the pod: cordoned, untolerated taints, node selection, vendor."""
-    return unschedulable_mask(state, pod) & taint_mask(state, pod) & affinity_mask(state, pod) & vendor_mask(state, pod)
+    """Nodes no eviction could open to the pod: cordoned, untolerated taints, node selection, vendor. Kept per
+    distinct (tolerations, node selection, resource names): none of it changes while the state lives."""
+    required = pod.pod.affinity.required if pod.pod.affinity else ()
+    asked = tuple(sorted(k for k, v in pod.requests.items() if v))
+    key = ("static", pod.pod.tolerations, tuple(sorted(pod.pod.node_selector.items())), required, asked)
+    mask = state.cached_mask(key)
+    if mask is None:
+        mask = state.cache_mask(
+            key,
+            unschedulable_mask(state, pod)
+            & taint_mask(state, pod)
+            & affinity_mask(state, pod)
+            & vendor_mask(state, pod),
+        )
+    return mask
 
 
 # --- resources and NVLink ------------------------------------------------------------------------------------

@@ -82,8 +82,8 @@ def _candidate_groups(sched: Placer, pods: Sequence[PodInfo], allowed: np.ndarra
     state = sched.state
     biggest = pods[0]
     idx, amounts, unknown = state.request_vector(biggest)
-    if unknown or (sched.by_class(biggest) and not sched.fits_somewhere(biggest)):
-        return []  # a full cluster is told by its classes, without a pass over every node
+    if unknown:
+        return []
     usable = feasible(state, biggest) & (state.leaf_group >= 0)
     if allowed is not None:
         usable &= allowed
@@ -102,6 +102,39 @@ def _candidate_groups(sched: Placer, pods: Sequence[PodInfo], allowed: np.ndarra
     return [int(g) for g in order if capacity[g] >= len(pods)]
 
 
+def _candidate_groups_by_class(sched: Placer, pods: Sequence[PodInfo], limit: int) -> list[int]:
+    """The first `limit` groups `_candidate_groups` lists (with no node excluded), read from the per-group
+    indexes: groups in order of free devices, starting at the first with enough for every member (a group's
+    capacity in members cannot exceed its free devices over what one member asks), each group's capacity summed
+    over the classes of its nodes."""
+    state = sched.state
+    biggest = pods[0]
+    idx, amounts, unknown = state.request_vector(biggest)
+    if unknown:
+        return []
+    per_node: dict[int, int] = {}
+    classes = state.classes
+    for cls in sched.feasible_classes(biggest).tolist():
+        rep = classes.first(cls)
+        fit = min(int(state.free_[rep, c]) // int(a) for c, a in zip(idx, amounts, strict=True))
+        if fit > 0:
+            per_node[cls] = fit
+    if not per_node:
+        return []
+    gpu_col = state.gpu_column(biggest)  # the vendor's devices (or partitions) the gang asks for
+    asked = dict(zip(idx.tolist(), amounts.tolist(), strict=True)).get(gpu_col, 0)
+    order, start = state.groups_by_free(gpu_col, len(pods) * asked)
+    out: list[int] = []
+    for j in range(start, len(order)):
+        g = order[j][1]
+        capacity = sum(n * per_node.get(cls, 0) for cls, n in state.group_classes[g].items())
+        if capacity >= len(pods):
+            out.append(g)
+            if len(out) == limit:
+                break
+    return out
+
+
 def _whole(sched: Placer, unit: Unit, pods: Sequence[PodInfo], allowed: np.ndarray | None) -> GangOutcome | None:
     """Every member placed on `allowed` nodes (all when None), in one leaf group if one holds them, else
     anywhere; None (and nothing left placed) when some member does not fit."""
@@ -110,8 +143,13 @@ def _whole(sched: Placer, unit: Unit, pods: Sequence[PodInfo], allowed: np.ndarr
     if len(state.group_names) > 1:
         # Tightest leaf group first (fewest free GPUs) among those whose rough capacity can hold the gang;
         # a trial placement confirms it, trying a few groups before giving up on single-group placement.
-        for g in _candidate_groups(sched, pods, allowed)[:MAX_GROUP_TRIALS]:
-            restrict = state.leaf_group == g
+        indexed = allowed is None and sched.by_class(pods[0])
+        if indexed:
+            groups = _candidate_groups_by_class(sched, pods, MAX_GROUP_TRIALS)
+        else:
+            groups = _candidate_groups(sched, pods, allowed)[:MAX_GROUP_TRIALS]
+        for g in groups:
+            restrict = state.group_members[g] if indexed else state.leaf_group == g
             out = _try_members(sched, pods, restrict if allowed is None else restrict & allowed, unit.gang)
             if not out.unplaced:
                 return out

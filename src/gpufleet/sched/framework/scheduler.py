@@ -88,12 +88,22 @@ class Scheduler:
         self, pod: PodInfo, restrict: np.ndarray | None = None, gang_groups: set[int] | None = None
     ) -> tuple[int, float] | None:
         if self.reference:
+            if restrict is not None and restrict.dtype != bool:  # node indices
+                mask = np.zeros(len(self.state), dtype=bool)
+                mask[restrict] = True
+                restrict = mask
             return self._select_per_node(pod, self.candidates(pod, restrict), gang_groups)
         # leaf groups and fabric health are not in the classes: only gang scoring and leaf restriction read them
         lone = restrict is None and (gang_groups is None or (not gang_groups and not self.state.has_fabric_health))
-        if lone and self.chooser.covers(pod):
+        covered = self.chooser.covers(pod)
+        if lone and covered:
             return self.chooser.select(pod)
-        nodes = np.arange(len(self.state)) if restrict is None else np.flatnonzero(restrict)
+        if restrict is None:
+            nodes = np.arange(len(self.state))
+        else:
+            nodes = np.flatnonzero(restrict) if restrict.dtype == bool else restrict
+        if covered:
+            return self.chooser.select_among(pod, nodes, gang_groups)
         return self._select_per_node(pod, nodes[feasible_on(self.state, pod, nodes)], gang_groups)
 
     def _select_per_node(
@@ -132,6 +142,9 @@ class Scheduler:
         state = self.state
         helpful = self.chooser.static_count(pod) if self.by_class(pod) else int(static_mask(state, pod).sum())
         return preemption_message(len(state), helpful)
+
+    def feasible_classes(self, pod: PodInfo) -> np.ndarray:
+        return self.chooser.feasible_classes(pod)
 
     def fits_somewhere(self, pod: PodInfo) -> bool:
         """Whether some node passes every filter for the pod."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass
 
@@ -121,6 +122,13 @@ class ClusterState:
         for g, members in enumerate(groups.values()):
             for name in members:
                 self.leaf_group[self.index[name]] = g
+        # Per leaf group: its nodes, what they have free per resource, and how many of them sit in each class, so
+        # a gang's candidate groups are found without a pass over every node.
+        in_group = self.leaf_group >= 0
+        self.group_members = [np.flatnonzero(self.leaf_group == g) for g in range(len(self.group_names))]
+        self.group_free = np.zeros((len(self.group_names), len(names)), dtype=np.int64)
+        np.add.at(self.group_free, self.leaf_group[in_group], self.free_[in_group])
+        self._group_orders: dict[int, list[tuple[int, int]]] = {}  # column -> sorted (group's free, group)
         self.placed: dict[str, Assignment] = {}
         self.pods_on: list[dict[str, PodInfo]] = [{} for _ in nodes]
         self.gang_members: dict[str, set[str]] = {}
@@ -160,6 +168,7 @@ class ClusterState:
             self.signature[i] = static.setdefault(sig, len(static))
         self.classes = NodeClasses(np.arange(len(self.nodes), dtype=np.int64))  # tie key: node index
         self.class_epoch += 1
+        self.group_classes: list[dict[int, int]] = [{} for _ in self.group_names]  # group -> class -> nodes
         for i in range(len(self.nodes)):
             self._reclass(i)
 
@@ -169,7 +178,37 @@ class ClusterState:
         pods = self.pods_on[node]
         lowest = min((p.pod.priority for p in pods.values()), default=None) if pods else None
         key = (int(self.signature[node]), tuple(self.free_[node].tolist()), int(self.best_free_domain[node]), lowest)
-        self.classes.move(node, key)
+        old = int(self.classes.node_class[node])
+        cls, _ = self.classes.move(node, key)
+        g = int(self.leaf_group[node])
+        if g >= 0 and cls != old:
+            counts = self.group_classes[g]
+            if old >= 0:
+                if counts[old] == 1:
+                    del counts[old]
+                else:
+                    counts[old] -= 1
+            counts[cls] = counts.get(cls, 0) + 1
+
+    def groups_by_free(self, col: int, at_least: int) -> tuple[list[tuple[int, int]], int]:
+        """Every leaf group as (free, group), fewest of resource `col` free first, then group order (kept sorted as
+        placements change, once asked for a column); and the position of the first with at least `at_least`."""
+        order = self._group_orders.get(col)
+        if order is None:
+            order = self._group_orders[col] = sorted((int(f), g) for g, f in enumerate(self.group_free[:, col]))
+        return order, bisect.bisect_left(order, (at_least, -1))
+
+    def _group_change(self, node: int, idx: np.ndarray, delta: np.ndarray) -> None:
+        g = int(self.leaf_group[node])
+        if g < 0:
+            return
+        row = self.group_free[g]
+        for col, d in zip(idx.tolist(), delta.tolist(), strict=True):
+            order = self._group_orders.get(col)
+            if order is not None:
+                del order[bisect.bisect_left(order, (int(row[col]), g))]
+                bisect.insort(order, (int(row[col]) + d, g))
+            row[col] += d
 
     def class_lowest_priority(self, cls: int) -> int | None:
         """The lowest priority of a pod on the class's nodes (None: they hold no pods)."""
@@ -281,6 +320,7 @@ class ClusterState:
     def _apply(self, a: Assignment) -> None:
         self.used[a.node, a.idx] += a.amounts
         self.free_[a.node, a.idx] -= a.amounts
+        self._group_change(a.node, a.idx, -a.amounts)
         self.placed[a.pod.key] = a
         self.pods_on[a.node][a.pod.key] = a.pod
         if a.pod.pod.gang:
@@ -296,6 +336,7 @@ class ClusterState:
     def _unapply(self, a: Assignment) -> None:
         self.used[a.node, a.idx] -= a.amounts
         self.free_[a.node, a.idx] += a.amounts
+        self._group_change(a.node, a.idx, a.amounts)
         del self.placed[a.pod.key]
         del self.pods_on[a.node][a.pod.key]
         if a.pod.pod.gang:
