@@ -33,16 +33,18 @@ class ReplayEngine:
 
     def __init__(self, cluster: ReplayCluster, policy: Policy) -> None:
         self.cluster = cluster
+        self.models = cluster.models
         self.policy = policy
         tie = np.arange(len(cluster), dtype=np.int64) if policy.tie_by_index else cluster.name_rank
         self.classes = NodeClasses(tie)
         self._with_affinity = "affinity" in policy.class_fields
         width = cluster.gpu_free.shape[1]
         cap = 64
-        self._cpu = np.zeros(cap, dtype=np.int64)
-        self._mem = np.zeros(cap, dtype=np.int64)
-        self._gpu = np.zeros((cap, width), dtype=np.int64)
-        self._model = np.zeros(cap, dtype=np.int64)
+        # per class (indexed by class id): the state every member shares
+        self.cpu_free = np.zeros(cap, dtype=np.int64)
+        self.mem_free = np.zeros(cap, dtype=np.int64)
+        self.gpu_free = np.zeros((cap, width), dtype=np.int64)
+        self.model_idx = np.zeros(cap, dtype=np.int64)
         self._num_gpu = np.zeros(cap, dtype=np.int64)
         self._used = np.zeros(cap, dtype=np.int64)
         self._affinity = np.zeros((cap, cluster.affinity.shape[1]), dtype=np.int64)
@@ -75,22 +77,22 @@ class ReplayEngine:
                 self.frag_total[k] += values[cls] - (values[old] if old >= 0 else 0.0)
 
     def _store(self, cls: int, node: int) -> None:
-        if cls >= len(self._cpu):
-            grow = len(self._cpu)
-            self._cpu = np.concatenate([self._cpu, np.zeros(grow, dtype=np.int64)])
-            self._mem = np.concatenate([self._mem, np.zeros(grow, dtype=np.int64)])
-            self._gpu = np.concatenate([self._gpu, np.zeros_like(self._gpu)])
-            self._model = np.concatenate([self._model, np.zeros(grow, dtype=np.int64)])
+        if cls >= len(self.cpu_free):
+            grow = len(self.cpu_free)
+            self.cpu_free = np.concatenate([self.cpu_free, np.zeros(grow, dtype=np.int64)])
+            self.mem_free = np.concatenate([self.mem_free, np.zeros(grow, dtype=np.int64)])
+            self.gpu_free = np.concatenate([self.gpu_free, np.zeros_like(self.gpu_free)])
+            self.model_idx = np.concatenate([self.model_idx, np.zeros(grow, dtype=np.int64)])
             self._num_gpu = np.concatenate([self._num_gpu, np.zeros(grow, dtype=np.int64)])
             self._used = np.concatenate([self._used, np.zeros(grow, dtype=np.int64)])
             self._affinity = np.concatenate([self._affinity, np.zeros_like(self._affinity)])
             for key, scores in self._scores.items():
                 self._scores[key] = np.concatenate([scores, np.full(grow, np.nan)])
         c = self.cluster
-        self._cpu[cls] = c.cpu_free[node]
-        self._mem[cls] = c.mem_free[node]
-        self._gpu[cls] = np.sort(c.gpu_free[node])[::-1]
-        self._model[cls] = c.model_idx[node]
+        self.cpu_free[cls] = c.cpu_free[node]
+        self.mem_free[cls] = c.mem_free[node]
+        self.gpu_free[cls] = np.sort(c.gpu_free[node])[::-1]
+        self.model_idx[cls] = c.model_idx[node]
         self._num_gpu[cls] = c.num_gpu[node]
         self._used[cls] = 1 if c.version[node] > 0 else 0
         self._affinity[cls] = c.affinity[node]
@@ -101,11 +103,11 @@ class ReplayEngine:
         """The state of the given classes, one row each."""
         return ClassStates(
             models=self.cluster.models,
-            model_idx=self._model[ids],
+            model_idx=self.model_idx[ids],
             num_gpu=self._num_gpu[ids],
-            cpu_free=self._cpu[ids],
-            mem_free=self._mem[ids],
-            gpu_free=self._gpu[ids],
+            cpu_free=self.cpu_free[ids],
+            mem_free=self.mem_free[ids],
+            gpu_free=self.gpu_free[ids],
             version=self._used[ids],
             affinity=self._affinity[ids],
         )
@@ -114,7 +116,11 @@ class ReplayEngine:
 
     def _frag_of(self, model: tuple[object, ...], cls: int) -> float:
         one = slice(cls, cls + 1)
-        return float(compiled().frag_rows(model, self._cpu[one], self._mem[one], self._gpu[one], self._model[one])[0])
+        return float(
+            compiled().frag_rows(
+                model, self.cpu_free[one], self.mem_free[one], self.gpu_free[one], self.model_idx[one]
+            )[0]
+        )
 
     def track_frag(self, model: FragModel) -> int:
         """Keep the cluster's total fragmentation under ``model`` current (read ``frag_total[k]``); returns k."""
@@ -134,15 +140,14 @@ class ReplayEngine:
         key = self._type_key(pod)
         table = self._scores.get(key)
         if table is None:
-            table = np.full(len(self._cpu), np.nan)
+            table = np.full(len(self.cpu_free), np.nan)
             self._scores[key] = table
         ids = self.classes.active()
         scores = table[ids]
         missing = np.isnan(scores)
         if missing.any():
             todo = ids[missing]
-            rows = self.rows(todo)
-            table[todo] = np.where(rows.feasible(pod), self.policy.scores(rows, pod), -np.inf)
+            table[todo] = self.policy.class_scores(self, todo, pod)
             scores = table[ids]
         return ids, scores
 

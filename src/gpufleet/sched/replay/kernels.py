@@ -19,6 +19,7 @@ from numba import njit
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+_ANY_MODEL = np.ones(1, dtype=np.bool_)  # not read when the filter is off
 
 
 @njit(cache=True, nogil=True)
@@ -66,18 +67,27 @@ def _steps_at_or_below(steps, value):  # type: ignore[no-untyped-def]
 
 @njit(cache=True, nogil=True)
 def _deltas(  # type: ignore[no-untyped-def]
-    cpu, mem, gpu, model_idx, before, pod_cpu, pod_mem, milli, n_gpu, sharing, score_steps,
+    ids, cpu, mem, gpu, model_idx, pod_cpu, pod_mem, milli, n_gpu, sharing, allowed, check_fit, score_steps,
     mvals, group_m, group_n, access, cpu_steps, mem_steps, table, wsum, use_mem,
 ):  # fmt: skip
-    """Per row: frag(before) - frag(after placing the pod), -inf where the pod's GPUs do not fit; for a sharing pod
-    the first GPU (in row order) with the best integer score, and that GPU's id."""
-    n_rows, width = gpu.shape
+    """Per row ``ids[k]``: frag(before) - frag(after placing the pod), -inf where the pod's GPUs do not fit (and, with
+    ``check_fit``, where its CPU, memory or GPU model does not: ``allowed[model]``); for a sharing pod the first GPU
+    (in row order) with the best integer score, and that GPU's id."""
+    n_rows = len(ids)
+    width = gpu.shape[1]
     delta = np.full(n_rows, -np.inf)
     chosen = np.full(n_rows, -1, dtype=np.int64)
     tmp = np.empty(width, dtype=np.int64)
     taken = np.zeros(width, dtype=np.bool_)
-    for r in range(n_rows):
+    for k_row in range(n_rows):
+        r = ids[k_row]
         row = gpu[r]
+        if check_fit and (cpu[r] < pod_cpu or mem[r] < pod_mem or (n_gpu > 0 and not allowed[model_idx[r]])):
+            continue
+        before = _frag(
+            cpu[r], mem[r], row, model_idx[r], mvals, group_m, group_n, access, cpu_steps, mem_steps, table, wsum,
+            use_mem,
+        )  # fmt: skip
         cpu_after = cpu[r] - pod_cpu
         mem_after = mem[r] - pod_mem
         if n_gpu == 0:
@@ -85,7 +95,7 @@ def _deltas(  # type: ignore[no-untyped-def]
                 cpu_after, mem_after, row, model_idx[r], mvals, group_m, group_n, access, cpu_steps, mem_steps, table,
                 wsum, use_mem,
             )  # fmt: skip
-            delta[r] = before[r] - after
+            delta[k_row] = before - after
             continue
         if sharing:
             best = -1
@@ -107,12 +117,12 @@ def _deltas(  # type: ignore[no-untyped-def]
                     cpu_after, mem_after, tmp, model_idx[r], mvals, group_m, group_n, access, cpu_steps, mem_steps,
                     table, wsum, use_mem,
                 )  # fmt: skip
-                d = before[r] - after
+                d = before - after
                 score = _steps_at_or_below(score_steps, d)
                 if score > best:
                     best = score
-                    delta[r] = d
-                    chosen[r] = k
+                    delta[k_row] = d
+                    chosen[k_row] = k
             continue
         fits = 0
         for v in row:
@@ -135,7 +145,7 @@ def _deltas(  # type: ignore[no-untyped-def]
             cpu_after, mem_after, tmp, model_idx[r], mvals, group_m, group_n, access, cpu_steps, mem_steps, table,
             wsum, use_mem,
         )  # fmt: skip
-        delta[r] = before[r] - after
+        delta[k_row] = before - after
     return delta, chosen
 
 
@@ -156,7 +166,6 @@ def fgd_deltas(
     mem: IntArray,
     gpu: IntArray,
     model_idx: IntArray,
-    before: FloatArray,
     pod: tuple[int, int, int, int, bool],
     score_steps: FloatArray,
 ) -> tuple[FloatArray, IntArray]:
@@ -164,16 +173,30 @@ def fgd_deltas(
     for a sharing pod, the GPU it takes. ``pod`` is (CPU milli, memory MiB, per-GPU milli, GPU count, sharing)."""
     pod_cpu, pod_mem, milli, n_gpu, sharing = pod
     return _deltas(
+        np.arange(len(cpu)),
         np.ascontiguousarray(cpu, dtype=np.int64),
         np.ascontiguousarray(mem, dtype=np.int64),
         np.ascontiguousarray(gpu, dtype=np.int64),
         np.ascontiguousarray(model_idx, dtype=np.int64),
-        np.ascontiguousarray(before, dtype=np.float64),
-        pod_cpu,
-        pod_mem,
-        milli,
-        n_gpu,
-        sharing,
-        score_steps,
+        pod_cpu, pod_mem, milli, n_gpu, sharing, _ANY_MODEL, False, score_steps,
         *model,
-    )
+    )  # fmt: skip
+
+
+def fgd_feasible_deltas(
+    model: tuple[Any, ...],
+    ids: IntArray,
+    cpu: IntArray,
+    mem: IntArray,
+    gpu: IntArray,
+    model_idx: IntArray,
+    pod: tuple[int, int, int, int, bool],
+    allowed: npt.NDArray[np.bool_],
+    score_steps: FloatArray,
+) -> FloatArray:
+    """As :func:`fgd_deltas` for the states ``ids`` of the given arrays, and -inf also where the pod's CPU, memory or
+    GPU model (``allowed[model]``) does not fit: the whole filter and FGD's delta in one pass."""
+    pod_cpu, pod_mem, milli, n_gpu, sharing = pod
+    delta, _ = _deltas(ids, cpu, mem, gpu, model_idx, pod_cpu, pod_mem, milli, n_gpu, sharing, allowed, True,
+                       score_steps, *model)  # fmt: skip
+    return delta

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -148,6 +149,18 @@ class ClassStates(NodeStates):
     version: IntArray
     affinity: IntArray
     _access: dict[tuple[str, str], BoolArray] = field(default_factory=dict)
+
+
+class ClassStore(Protocol):
+    """The placement engine's per-class arrays (indexed by class id) and the rows of chosen classes."""
+
+    models: tuple[str, ...]
+    cpu_free: IntArray
+    mem_free: IntArray
+    gpu_free: IntArray
+    model_idx: IntArray
+
+    def rows(self, ids: IntArray) -> ClassStates: ...
 
 
 @dataclass

@@ -8,7 +8,15 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.sched.replay.openb import PodList
-from gpufleet.sched.replay.state import BoolArray, NodeStates, PodRequest, ReplayCluster, ReplayPlacement
+from gpufleet.sched.replay.state import (
+    BoolArray,
+    ClassStore,
+    IntArray,
+    NodeStates,
+    PodRequest,
+    ReplayCluster,
+    ReplayPlacement,
+)
 
 # kube-scheduler's score range
 MAX_NODE_SCORE = 100
@@ -37,6 +45,11 @@ class Policy(ABC):
     @abstractmethod
     def scores(self, rows: NodeStates, pod: PodRequest) -> npt.NDArray[np.float64]:
         """Each row's score for the pod (feasibility is checked apart)."""
+
+    def class_scores(self, store: ClassStore, ids: IntArray, pod: PodRequest) -> npt.NDArray[np.float64]:
+        """Scores of the classes ``ids`` of the placement engine, -inf where the pod does not fit."""
+        rows = store.rows(ids)
+        return np.where(rows.feasible(pod), self.scores(rows, pod), -np.inf)
 
     @abstractmethod
     def pick_gpus(

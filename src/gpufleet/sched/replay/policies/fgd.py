@@ -23,7 +23,16 @@ from gpufleet.sched.replay.compiled import compiled
 from gpufleet.sched.replay.frag import DEFAULT_POPULARITY_THRESHOLD, FragModel, FragTracker, TypicalPods
 from gpufleet.sched.replay.openb import MILLI, PodList
 from gpufleet.sched.replay.policies.base import MAX_NODE_SCORE, Policy, pick_max
-from gpufleet.sched.replay.state import BoolArray, NodeStates, PodRequest, ReplayCluster, ReplayPlacement
+from gpufleet.sched.replay.state import (
+    BoolArray,
+    ClassStates,
+    ClassStore,
+    NodeStates,
+    PodRequest,
+    ReplayCluster,
+    ReplayPlacement,
+    models_allowed,
+)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -105,12 +114,22 @@ class FGD(Policy):
         sharing pod, the GPU that gives it (the first in row order with the best integer score)."""
         if self.model is None:
             raise RuntimeError("call prepare() first")
-        m = self._kernel_model
-        before = compiled().frag_rows(m, rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx)
         shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing)
         return compiled().fgd_deltas(
-            m, rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, before, shape, SCORE_STEPS
+            self._kernel_model, rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, shape, SCORE_STEPS
         )
+
+    def class_scores(self, store: ClassStore, ids: IntArray, pod: PodRequest) -> FloatArray:
+        # the filter and the deltas in one compiled pass over the classes' own arrays
+        if self.model is None:
+            raise RuntimeError("call prepare() first")
+        shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing)
+        allowed = models_allowed(store.models, pod.gpu_spec, pod.gpu_resource)
+        delta = compiled().fgd_feasible_deltas(
+            self._kernel_model, ids, store.cpu_free, store.mem_free, store.gpu_free, store.model_idx, shape, allowed,
+            SCORE_STEPS,
+        )  # fmt: skip
+        return np.where(delta == -np.inf, -np.inf, self.node_scores(delta, store.rows(ids), pod))
 
     def pick_gpus(
         self, cluster: ReplayCluster, node: int, pod: PodRequest, rng: np.random.Generator
@@ -119,12 +138,12 @@ class FGD(Policy):
             return ()
         if pod.is_sharing:
             one = slice(node, node + 1)
-            m = self._kernel_model
-            before = compiled().frag_rows(m, cluster.cpu_free[one], cluster.mem_free[one], cluster.gpu_free[one],
-                                       cluster.model_idx[one])  # fmt: skip
-            shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, True)
-            _, gpu = compiled().fgd_deltas(m, cluster.cpu_free[one], cluster.mem_free[one], cluster.gpu_free[one],
-                                        cluster.model_idx[one], before, shape, SCORE_STEPS)  # fmt: skip
+            _, gpu = self.row_deltas(
+                ClassStates(cluster.models, cluster.model_idx[one], cluster.num_gpu[one], cluster.cpu_free[one],
+                            cluster.mem_free[one], cluster.gpu_free[one], cluster.version[one],
+                            cluster.affinity[one]),
+                pod,
+            )  # fmt: skip
             return (int(gpu[0]),)
         return cluster.exclusive_gpus(node, pod.num_gpu)
 
