@@ -179,3 +179,35 @@ def test_live_cycle_binds_where_the_offline_plan_of_the_same_capture_places(tmp_
     offline = [(p["pod"], p["node"]) for p in plan["placements"]]
     assert len(live.bound) > 40 and [(p.pod, p.node) for p in live.bound] == offline
     assert sorted(f.pod for f in live.events) == sorted(f["pod"] for f in plan["failures"])
+
+
+def test_a_cycle_plans_over_node_classes_as_the_reference_engine_does() -> None:
+    nodes = [
+        knode(f"n{i}", labels={"pool": "train" if i % 3 else "infer", "zone": f"z{i % 2}"}, unschedulable=i == 4)
+        for i in range(30)
+    ]
+    running = [kpod(f"run-{i}", gpus=i % 4 + 1, node=f"n{i}") for i in range(0, 9, 2)]
+    zone = {"key": "zone", "operator": "In", "values": ["z1"]}
+    prefer = [{"weight": 5, "preference": {"matchExpressions": [zone]}}]
+    pending = [
+        kpod("a", gpus=8, nodeSelector={"pool": "train"}),
+        kpod("b", gpus=2, nodeSelector={"kubernetes.io/hostname": "n7"}),
+        kpod("c", gpus=4, affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": prefer}}),
+        kpod("d", gpus=16),
+        *(kpod(f"e{i}", gpus=1) for i in range(5)),
+    ]
+    ks = KubernetesScheduler(_api(nodes, running + pending))
+    snap = ks.snapshot()
+    sched, todo, plan = ks.plan(snap)
+    assert not sched.reference
+    # split once for the cycle by the keys its pods select on; the hostname would make one class per node
+    assert sched.state.label_keys == ("pool", "zone")
+    assert sched.state.classes.n_active < len(nodes) // 2
+    from gpufleet.sched.framework.scheduler import Scheduler
+
+    ref = Scheduler.from_snapshot(snap, reference=True).plan(todo, snap.gangs)
+    assert [(p.pod, p.node, p.gpus, p.score) for p in plan.placements] == [
+        (p.pod, p.node, p.gpus, p.score) for p in ref.placements
+    ]
+    assert [(f.pod, f.message) for f in plan.failures] == [(f.pod, f.message) for f in ref.failures]
+    assert [f.pod for f in plan.failures] == ["default/d"]

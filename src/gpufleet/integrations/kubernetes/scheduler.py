@@ -77,6 +77,7 @@ class KubernetesScheduler:
     def plan(self, snap: Snapshot) -> tuple[Scheduler, list[PodInfo], PlanResult]:
         sched = Scheduler.from_snapshot(snap, strategy=self.strategy, fabric=self.fabric)
         pending = snap.pending(self.scheduler_name)
+        sched.expect(pending)  # node classes split once for the cycle's node selectors
         return sched, pending, sched.plan(pending, snap.gangs, preemption=self.preemption)
 
     def binding(self, pod: PodInfo, node: str) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from gpufleet.model import Cluster, Fabric, Gang, PodPhase
-from gpufleet.sched.framework.by_class import ClassChooser
+from gpufleet.sched.framework.by_class import ClassChooser, selected_label_keys
 from gpufleet.sched.framework.filters import (
     failed_scheduling_message,
     feasible,
@@ -79,6 +79,12 @@ class Scheduler:
         if restrict is not None:
             mask = mask & restrict
         return np.flatnonzero(mask)
+
+    def expect(self, pods: Iterable[PodInfo]) -> None:
+        """Split the node classes once by every label key these pods select on (rather than once per new key as
+        pods arrive)."""
+        if not self.reference:
+            self.state.split_classes(set().union(*(selected_label_keys(p) for p in pods)))
 
     def by_class(self, pod: PodInfo) -> bool:
         """Whether the pod is decided over classes of nodes (the classes then tell apart every label it reads)."""

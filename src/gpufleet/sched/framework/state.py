@@ -224,17 +224,19 @@ class ClusterState:
         missing = keys.difference(self.label_keys)
         if not missing:
             return True
-        unique = self._unique_labels
-        if missing & unique:
-            return False
+        self.split_classes(missing)
+        return not missing & self._unique_labels
+
+    def split_classes(self, keys: set[str]) -> None:
+        """Split the classes by every key in `keys` that does not set almost every node apart, in one rebuild."""
+        missing = keys.difference(self.label_keys, self._unique_labels)
         for key in missing:
             values = {n.node.labels.get(key) for n in self.nodes}
             if len(values) > max(1, int(UNIQUE_LABEL_SHARE * len(self.nodes))):
-                unique.add(key)
-        if missing & unique:
-            return False
-        self._build_classes(tuple(sorted({*self.label_keys, *missing})))
-        return True
+                self._unique_labels.add(key)
+        missing -= self._unique_labels
+        if missing:
+            self._build_classes(tuple(sorted({*self.label_keys, *missing})))
 
     def _fabric(self, health: FabricHealth | None) -> None:
         """Per node: whether a gang should avoid it (a rail through a degraded or down leaf, or a bad cable of its
