@@ -341,3 +341,26 @@ def test_gangs_over_a_degraded_fabric_match_the_reference(seed: int) -> None:
         want = outcome(ref.plan([pod_info(p) for p in pods], gangs))
         assert got == want, f"round {round_}"
         class_keys_are_current(fast.state)
+
+
+def test_a_gang_skips_groups_whose_room_is_on_nodes_it_keeps_off() -> None:
+    """The four tightest groups hold three 8-GPU members only by counting a node with a bad cable; the gang is tried
+    on a group whose healthy nodes hold it, not spent on those four."""
+    from gpufleet.model import Gang, GpuRequest, Pod
+    from gpufleet.sched.framework.snapshot import FabricHealth, pod_info
+    from tests.sched.k8s_objects import fabric_cluster
+
+    cluster = fabric_cluster(nodes=24, per_su=4)
+    rails = {f"n-{i:03d}": {r: f"su{i // 4 + 1}-r{r}" for r in range(8)} for i in range(24)}
+    health = FabricHealth(rails, {}, {f"n-{4 * g:03d}": ("bad cable",) for g in range(4)})
+    results = []
+    for reference in (False, True):
+        sched = Scheduler.from_cluster(cluster, fabric_health=health, reference=reference)
+        for g in range(4):  # one GPU taken on a healthy node of each of the first four groups: they are tightest
+            busy = pod_info(Pod(f"busy-{g}", gpu=GpuRequest(count=1)))
+            sched.state.assign(busy, sched.state.index[f"n-{4 * g + 1:03d}"])
+        gang = [pod_info(Pod(f"m-{i}", gpu=GpuRequest(count=8), gang="default/g")) for i in range(3)]
+        results.append(outcome(sched.plan(gang, {"default/g": Gang("default/g", 3)})))
+    assert results[0] == results[1]
+    nodes = sorted(p[1] for p in results[0][0])
+    assert len(nodes) == 3 and len({int(n[2:]) // 4 for n in nodes}) == 1 and int(nodes[0][2:]) >= 16

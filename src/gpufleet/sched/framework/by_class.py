@@ -21,9 +21,9 @@ from gpufleet.sched.framework.filters import feasible_on, node_reasons, static_m
 from gpufleet.sched.framework.scoring import (
     ScoreWeights,
     Strategy,
-    _normalize,
     fabric_fit,
     leaf_affinity,
+    normalize,
     nvlink_fit,
     preferred_raw,
     resources_fit,
@@ -61,6 +61,7 @@ class ShapeScores:
 
     known: np.ndarray
     fits: np.ndarray
+    copies: np.ndarray  # how many pods of the shape the class's free resources hold (no other filter)
     resources: np.ndarray
     nvlink: np.ndarray
     preferred: np.ndarray
@@ -71,6 +72,7 @@ class ShapeScores:
         return cls(
             np.zeros(n, dtype=bool),
             np.zeros(n, dtype=bool),
+            np.zeros(n, dtype=np.int64),
             np.zeros(n),
             np.zeros(n),
             np.zeros(n),
@@ -82,7 +84,7 @@ class ShapeScores:
         if n <= size:
             return
         extra = max(n, 2 * size) - size
-        for name in ("known", "fits", "resources", "nvlink", "preferred", "soft_taints"):
+        for name in ("known", "fits", "copies", "resources", "nvlink", "preferred", "soft_taints"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(extra, dtype=arr.dtype)]))
 
@@ -132,6 +134,9 @@ class ClassChooser:
             first = state.classes.first
             reps = np.fromiter((first(int(c)) for c in todo), dtype=np.int64, count=len(todo))
             table.fits[todo] = feasible_on(state, pod, reps)
+            idx, amounts, unknown = state.request_vector(pod)
+            if not unknown:
+                table.copies[todo] = (state.free_[np.ix_(reps, idx)] // amounts).min(axis=1)
             table.resources[todo] = resources_fit(state, pod, reps, self.strategy, self.weights.resource_weights)
             table.nvlink[todo] = nvlink_fit(state, pod, reps)
             aff = pod.pod.affinity
@@ -142,10 +147,13 @@ class ClassChooser:
             table.known[todo] = True
         return table
 
-    def feasible_classes(self, pod: PodInfo) -> np.ndarray:
-        """Ids of the active classes where the pod passes every filter."""
+    def feasible_classes(self, pod: PodInfo) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of the active classes where the pod passes every filter, and how many such pods each node of them
+        holds by its free resources."""
         ids = self.state.classes.active().copy()
-        return ids[self._scores(pod, ids).fits[ids]]
+        table = self._scores(pod, ids)
+        ok = ids[table.fits[ids]]
+        return ok, table.copies[ok]
 
     def _total(self, pod: PodInfo, table: ShapeScores, cls: np.ndarray) -> np.ndarray:
         """Score of each candidate, given by its class (the same class may appear more than once), summed in the
@@ -154,9 +162,9 @@ class ClassChooser:
         total = w.resources_fit * table.resources[cls]
         aff = pod.pod.affinity
         if aff is not None and aff.preferred:
-            total += w.node_affinity * _normalize(table.preferred[cls])
+            total += w.node_affinity * normalize(table.preferred[cls])
         if self.state.has_soft_taints:
-            total += w.taint_toleration * _normalize(table.soft_taints[cls], reverse=True)
+            total += w.taint_toleration * normalize(table.soft_taints[cls], reverse=True)
         if self.state.exclusive_gpus(pod) >= 2:
             total += w.topology * table.nvlink[cls]
         return total

@@ -102,23 +102,22 @@ def _candidate_groups(sched: Placer, pods: Sequence[PodInfo], allowed: np.ndarra
     return [int(g) for g in order if capacity[g] >= len(pods)]
 
 
-def _candidate_groups_by_class(sched: Placer, pods: Sequence[PodInfo], limit: int) -> list[int]:
-    """The first `limit` groups `_candidate_groups` lists (with no node excluded), read from the per-group
-    indexes: groups in order of free devices, starting at the first with enough for every member (a group's
-    capacity in members cannot exceed its free devices over what one member asks), each group's capacity summed
-    over the classes of its nodes."""
+def _candidate_groups_by_class(sched: Placer, pods: Sequence[PodInfo], limit: int, healthy: bool) -> list[int]:
+    """The first `limit` groups `_candidate_groups` lists (with no node excluded, or with the nodes a gang keeps
+    off excluded when `healthy`), read from the per-group indexes: groups in order of free devices, starting at the
+    first with enough for every member (a group's capacity in members cannot exceed its free devices over what one
+    member asks), each group's capacity summed over the classes of its nodes."""
     state = sched.state
     biggest = pods[0]
     idx, amounts, unknown = state.request_vector(biggest)
     if unknown:
         return []
-    per_node: dict[int, int] = {}
-    classes = state.classes
-    for cls in sched.feasible_classes(biggest).tolist():
-        rep = classes.first(cls)
-        fit = min(int(state.free_[rep, c]) // int(a) for c, a in zip(idx, amounts, strict=True))
-        if fit > 0:
-            per_node[cls] = fit
+    ids, copies = sched.feasible_classes(biggest)
+    per_node = {
+        c: n
+        for c, n in zip(ids.tolist(), copies.tolist(), strict=True)
+        if n > 0 and not (healthy and state.class_avoided(c))
+    }
     if not per_node:
         return []
     gpu_col = state.gpu_column(biggest)  # the vendor's devices (or partitions) the gang asks for
@@ -135,22 +134,28 @@ def _candidate_groups_by_class(sched: Placer, pods: Sequence[PodInfo], limit: in
     return out
 
 
-def _whole(sched: Placer, unit: Unit, pods: Sequence[PodInfo], allowed: np.ndarray | None) -> GangOutcome | None:
-    """Every member placed on `allowed` nodes (all when None), in one leaf group if one holds them, else
-    anywhere; None (and nothing left placed) when some member does not fit."""
+def _whole(
+    sched: Placer, unit: Unit, pods: Sequence[PodInfo], allowed: np.ndarray | None, healthy: bool = False
+) -> GangOutcome | None:
+    """Every member placed on `allowed` nodes (all when None; `healthy`: `allowed` is the nodes a gang need not
+    keep off), in one leaf group if one holds them, else anywhere; None (and nothing left placed) when some member
+    does not fit."""
     state = sched.state
     start = state.mark()
     if len(state.group_names) > 1:
         # Tightest leaf group first (fewest free GPUs) among those whose rough capacity can hold the gang;
         # a trial placement confirms it, trying a few groups before giving up on single-group placement.
-        indexed = allowed is None and sched.by_class(pods[0])
+        indexed = (allowed is None or healthy) and sched.by_class(pods[0])
         if indexed:
-            groups = _candidate_groups_by_class(sched, pods, MAX_GROUP_TRIALS)
+            groups = _candidate_groups_by_class(sched, pods, MAX_GROUP_TRIALS, healthy)
         else:
             groups = _candidate_groups(sched, pods, allowed)[:MAX_GROUP_TRIALS]
         for g in groups:
-            restrict = state.group_members[g] if indexed else state.leaf_group == g
-            out = _try_members(sched, pods, restrict if allowed is None else restrict & allowed, unit.gang)
+            if indexed:
+                restrict = state.group_healthy[g] if healthy else state.group_members[g]
+            else:
+                restrict = state.leaf_group == g if allowed is None else (state.leaf_group == g) & allowed
+            out = _try_members(sched, pods, restrict, unit.gang)
             if not out.unplaced:
                 return out
             state.rollback(start)
@@ -173,8 +178,8 @@ def place_gang(sched: Placer, unit: Unit) -> GangOutcome:
     devices = vendor_resources()
     pods = sorted(unit.pods, key=lambda p: -sum(p.requests.get(r, 0) for r in devices))
     start = state.mark()
-    if unit.gang and bool(state.fabric_avoid.any()):
-        out_healthy = _whole(sched, unit, pods, ~state.fabric_avoid)
+    if unit.gang and state.has_fabric_avoid:
+        out_healthy = _whole(sched, unit, pods, ~state.fabric_avoid, healthy=True)
         if out_healthy is not None:
             return out_healthy
     found = _whole(sched, unit, pods, None)

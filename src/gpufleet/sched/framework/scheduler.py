@@ -149,7 +149,7 @@ class Scheduler:
         helpful = self.chooser.static_count(pod) if self.by_class(pod) else int(static_mask(state, pod).sum())
         return preemption_message(len(state), helpful)
 
-    def feasible_classes(self, pod: PodInfo) -> np.ndarray:
+    def feasible_classes(self, pod: PodInfo) -> tuple[np.ndarray, np.ndarray]:
         return self.chooser.feasible_classes(pod)
 
     def fits_somewhere(self, pod: PodInfo) -> bool:

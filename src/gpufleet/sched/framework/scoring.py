@@ -63,7 +63,8 @@ def resources_fit(
     return np.divide(total * MAX_SCORE, wsum, out=total.copy(), where=wsum > 0)
 
 
-def _normalize(raw: np.ndarray, reverse: bool = False) -> np.ndarray:
+def normalize(raw: np.ndarray, reverse: bool = False) -> np.ndarray:
+    """Scale to 0..100 by the maximum over the candidates (reversed: the most scores 0), as kube's NormalizeScore."""
     top = raw.max() if len(raw) else 0.0
     if top <= 0:
         return np.full(len(raw), 0.0 if not reverse else MAX_SCORE)
@@ -82,7 +83,7 @@ def taint_toleration(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np
         if n:
             per_node[members] = n
     counts = per_node[nodes]
-    return _normalize(counts, reverse=True)
+    return normalize(counts, reverse=True)
 
 
 def node_affinity(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
@@ -90,7 +91,7 @@ def node_affinity(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.nd
     aff = pod.pod.affinity
     if aff is None or not aff.preferred:
         return np.zeros(len(nodes))
-    return _normalize(preferred_raw(state, pod, nodes))
+    return normalize(preferred_raw(state, pod, nodes))
 
 
 def preferred_raw(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
@@ -129,7 +130,10 @@ def leaf_affinity(state: ClusterState, nodes: np.ndarray, gang_groups: set[int])
     if not gang_groups:
         return np.zeros(len(nodes))
     groups = state.leaf_group[nodes]
-    return np.where(np.isin(groups, list(gang_groups)) & (groups >= 0), MAX_SCORE, 0.0)
+    used = np.zeros(len(nodes), dtype=bool)
+    for g in gang_groups:  # a gang spans a few groups: a comparison each beats np.isin's set-up
+        used |= groups == g
+    return np.where(used & (groups >= 0), MAX_SCORE, 0.0)
 
 
 def fabric_fit(state: ClusterState, nodes: np.ndarray) -> np.ndarray:

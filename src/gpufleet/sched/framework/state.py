@@ -126,6 +126,7 @@ class ClusterState:
         # a gang's candidate groups are found without a pass over every node.
         in_group = self.leaf_group >= 0
         self.group_members = [np.flatnonzero(self.leaf_group == g) for g in range(len(self.group_names))]
+        self.group_healthy = [m[~self.fabric_avoid[m]] for m in self.group_members]  # members a gang need not avoid
         self.group_free = np.zeros((len(self.group_names), len(names)), dtype=np.int64)
         np.add.at(self.group_free, self.leaf_group[in_group], self.free_[in_group])
         self._group_orders: dict[int, list[tuple[int, int]]] = {}  # column -> sorted (group's free, group)
@@ -146,13 +147,14 @@ class ClusterState:
 
     def _build_classes(self, label_keys: tuple[str, ...]) -> None:
         """Group nodes by everything the filters and scores of a lone pod read of them: a static signature (what
-        the node offers, cordon, taints, vendor, NVLink layout, and the values of the label keys pods have selected
-        on so far) and the live state (free resources, largest free NVLink domain). Leaf group and fabric health
-        are not in it: only gang members and leaf-restricted choices read them, and those go node by node over
-        their (restricted) nodes."""
+        the node offers, cordon, taints, vendor, NVLink layout, the values of the label keys pods have selected on
+        so far, whether gangs keep off it) and the live state (free resources, largest free NVLink domain). Leaf
+        group and fabric fit are not in it: only gang members and leaf-restricted choices read them, and those
+        take the class scores and add the leaf and fabric terms node by node over their (restricted) nodes."""
         self.label_keys = label_keys
         static: dict[tuple[object, ...], int] = {}
         self.signature = np.empty(len(self.nodes), dtype=np.int64)
+        self.signature_avoided: list[bool] = []  # per signature: its nodes are ones a gang keeps off
         alloc = self.alloc.tolist()
         for i, n in enumerate(self.nodes):
             labels = n.node.labels
@@ -164,8 +166,11 @@ class ClusterState:
                 int(self.node_gpu_col[i]),
                 int(self.max_domain[i]),
                 tuple(labels.get(k) for k in label_keys),
+                bool(self.fabric_avoid[i]),
             )
             self.signature[i] = static.setdefault(sig, len(static))
+            if len(self.signature_avoided) < len(static):
+                self.signature_avoided.append(bool(self.fabric_avoid[i]))
         self.classes = NodeClasses(np.arange(len(self.nodes), dtype=np.int64))  # tie key: node index
         self.class_epoch += 1
         self.group_classes: list[dict[int, int]] = [{} for _ in self.group_names]  # group -> class -> nodes
@@ -210,6 +215,12 @@ class ClusterState:
                 bisect.insort(order, (int(row[col]) + d, g))
             row[col] += d
 
+    def class_avoided(self, cls: int) -> bool:
+        """Whether the class's nodes are ones a gang keeps off while it can (a degraded or down leaf, a bad cable)."""
+        key = self.classes.keys[cls]
+        assert isinstance(key, tuple)
+        return self.signature_avoided[key[0]]
+
     def class_lowest_priority(self, cls: int) -> int | None:
         """The lowest priority of a pod on the class's nodes (None: they hold no pods)."""
         key = self.classes.keys[cls]
@@ -245,6 +256,7 @@ class ClusterState:
         self.fabric_fit = np.full(len(self.names), FABRIC_FIT["ok"])
         self.fabric_reasons: dict[str, tuple[str, ...]] = {}
         self.has_fabric_health = False  # some node is less than fully fit: scoring then weighs it
+        self.has_fabric_avoid = False  # some node is one a gang keeps off while it can
         if health is None:
             return
         for i, name in enumerate(self.names):
@@ -254,6 +266,7 @@ class ClusterState:
             if reasons:
                 self.fabric_reasons[name] = reasons
         self.has_fabric_health = bool((self.fabric_fit < FABRIC_FIT["ok"]).any())
+        self.has_fabric_avoid = bool(self.fabric_avoid.any())
 
     def __len__(self) -> int:
         return len(self.names)

@@ -92,6 +92,7 @@ class Placer(Protocol):
 
     def fits_somewhere(self, pod: PodInfo) -> bool: ...
 
-    def feasible_classes(self, pod: PodInfo) -> np.ndarray:
-        """Ids of the node classes where the pod passes every filter (for a pod `by_class`)."""
+    def feasible_classes(self, pod: PodInfo) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of the node classes where the pod passes every filter (for a pod `by_class`), and how many such pods
+        each node of them holds by its free resources."""
         ...
