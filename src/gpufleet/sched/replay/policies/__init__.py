@@ -7,6 +7,7 @@ from collections.abc import Callable
 from gpufleet.errors import UserError
 from gpufleet.sched.replay.policies.base import Policy, pick_max
 from gpufleet.sched.replay.policies.fgd import FGD
+from gpufleet.sched.replay.policies.fgd_pack import FGDPack
 from gpufleet.sched.replay.policies.fgd_plus import FGDPlus
 from gpufleet.sched.replay.policies.simple import BestFit, DotProduct, FirstFit, GpuClustering, GpuPacking, RandomFit
 
@@ -19,6 +20,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "best-fit": BestFit,
     "fgd": FGD,
     "fgd-plus": FGDPlus,
+    "fgd-pack": FGDPack,
 }
 
 # the six policies of the FGD paper, in its order, with the names its result files use
