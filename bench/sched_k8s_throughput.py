@@ -12,7 +12,8 @@ SchedulingBasic, 180 pods/s SchedulingWithExtendedResource, 570 pods/s Preemptio
 each preemptor needs one small victim). Targets: >= 10,000 pods/s for whole-GPU pods, >= 1,000 pods/s with
 preemption, and a per-pod cost that does not grow with the number of nodes: `--nodes 1000,5000,20000` runs each size
 and prints microseconds per pod next to pods/s. Times are CPU time of this process (time.process_time), medians.
-`--reference` adds rows for the reference engine (every pod filters and scores every node) in the same run.
+`--reference` adds rows for the reference engine (every pod filters and scores every node) in the same run; run
+against a source tree from before the class engine, the default rows are labelled `per node`.
 At each size at most 2 pods per node are placed (`--pods` caps it), so the smallest cluster is not mostly failures.
 
     python bench/sched_k8s_throughput.py [--nodes 5000] [--pods 10000] [--repeats 3] [--reference]
