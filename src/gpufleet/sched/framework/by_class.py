@@ -141,7 +141,7 @@ class ClassChooser:
             table.nvlink[todo] = nvlink_fit(state, pod, reps)
             aff = pod.pod.affinity
             if aff is not None and aff.preferred:
-                table.preferred[todo] = preferred_raw(state, pod, reps)
+                table.preferred[todo] = preferred_raw(state, pod, reps, each=True)
             if state.has_soft_taints:
                 table.soft_taints[todo] = soft_taint_counts(state, pod, reps)
             table.known[todo] = True

@@ -94,17 +94,27 @@ def node_affinity(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.nd
     return normalize(preferred_raw(state, pod, nodes))
 
 
-def preferred_raw(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
-    """Sum of the weights of the pod's preferred affinity terms each node matches."""
+def preferred_raw(state: ClusterState, pod: PodInfo, nodes: np.ndarray, *, each: bool = False) -> np.ndarray:
+    """Sum of the weights of the pod's preferred affinity terms each node matches. A term's matches over every node
+    are kept for the next pod; `each` reads only `nodes`' labels instead (a few class members)."""
     aff = pod.pod.affinity
     raw = np.zeros(len(nodes))
     if aff is None:
         return raw
     for term in aff.preferred:
+        if each:
+            labels = [state.nodes[int(i)].node.labels for i in nodes]
+            mask = np.fromiter(
+                (all(requirement_matches(r, ls) for r in term.requirements) for ls in labels),
+                dtype=bool,
+                count=len(nodes),
+            )
+            raw += term.weight * mask
+            continue
         key = ("preferred", term.requirements)
-        mask = state.cached_mask(key)
-        if mask is None:
-            mask = state.cache_mask(
+        full = state.cached_mask(key)
+        if full is None:
+            full = state.cache_mask(
                 key,
                 np.fromiter(
                     (all(requirement_matches(r, n.node.labels) for r in term.requirements) for n in state.nodes),
@@ -112,7 +122,7 @@ def preferred_raw(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.nd
                     count=len(state),
                 ),
             )
-        raw += term.weight * mask[nodes]
+        raw += term.weight * full[nodes]
     return raw
 
 

@@ -141,11 +141,32 @@ class ClusterState:
         self._mask_cache: dict[object, np.ndarray] = {}
         self.class_epoch = -1  # bumped whenever the classes are rebuilt: class ids of an older epoch mean nothing
         self._unique_labels: set[str] = set()
+        self.base_signature = self._base_signatures()
         self._build_classes(())
 
     # --- classes of identical state ---------------------------------------------------------------------------
 
-    def _build_classes(self, label_keys: tuple[str, ...]) -> None:
+    def _base_signatures(self) -> list[int]:
+        """Per node, an id of the static part of its class key: all of it but the labels pods select on."""
+        base: dict[tuple[object, ...], int] = {}
+        alloc = self.alloc.tolist()
+        return [
+            base.setdefault(
+                (
+                    tuple(alloc[i]),
+                    bool(self.unschedulable[i]),
+                    self.taints[i],
+                    self.vendors[i],
+                    int(self.node_gpu_col[i]),
+                    int(self.max_domain[i]),
+                    bool(self.fabric_avoid[i]),
+                ),
+                len(base),
+            )
+            for i in range(len(self.nodes))
+        ]
+
+    def _build_classes(self, label_keys: tuple[str, ...], old: NodeClasses | None = None) -> None:
         """Group nodes by everything the filters and scores of a lone pod read of them: a static signature (what
         the node offers, cordon, taints, vendor, NVLink layout, the values of the label keys pods have selected on
         so far, whether gangs keep off it) and the live state (free resources, largest free NVLink domain). Leaf
@@ -153,29 +174,28 @@ class ClusterState:
         take the class scores and add the leaf and fabric terms node by node over their (restricted) nodes."""
         self.label_keys = label_keys
         static: dict[tuple[object, ...], int] = {}
-        self.signature = np.empty(len(self.nodes), dtype=np.int64)
+        signature = []
         self.signature_avoided: list[bool] = []  # per signature: its nodes are ones a gang keeps off
-        alloc = self.alloc.tolist()
         for i, n in enumerate(self.nodes):
             labels = n.node.labels
-            sig = (
-                tuple(alloc[i]),
-                bool(self.unschedulable[i]),
-                self.taints[i],
-                self.vendors[i],
-                int(self.node_gpu_col[i]),
-                int(self.max_domain[i]),
-                tuple(labels.get(k) for k in label_keys),
-                bool(self.fabric_avoid[i]),
-            )
-            self.signature[i] = static.setdefault(sig, len(static))
+            sig = static.setdefault((self.base_signature[i], *(labels.get(k) for k in label_keys)), len(static))
+            signature.append(sig)
             if len(self.signature_avoided) < len(static):
                 self.signature_avoided.append(bool(self.fabric_avoid[i]))
+        self.signature = np.array(signature, dtype=np.int64)
         self.classes = NodeClasses(np.arange(len(self.nodes), dtype=np.int64))  # tie key: node index
         self.class_epoch += 1
         self.group_classes: list[dict[int, int]] = [{} for _ in self.group_names]  # group -> class -> nodes
-        for i in range(len(self.nodes)):
-            self._reclass(i)
+        if old is None:
+            for i in range(len(self.nodes)):
+                self._reclass(i)
+            return
+        # a split keeps each node's live state: only the signature in its key changes
+        keys, node_class = old.keys, old.node_class.tolist()
+        for i, sig in enumerate(signature):
+            old_key = keys[node_class[i]]
+            assert isinstance(old_key, tuple)
+            self._move(i, (sig, *old_key[1:]))
 
     def _reclass(self, node: int) -> None:
         # The lowest priority on the node is no filter's or score's, but it lets preemption pass over classes of
@@ -183,6 +203,9 @@ class ClusterState:
         pods = self.pods_on[node]
         lowest = min((p.pod.priority for p in pods.values()), default=None) if pods else None
         key = (int(self.signature[node]), tuple(self.free_[node].tolist()), int(self.best_free_domain[node]), lowest)
+        self._move(node, key)
+
+    def _move(self, node: int, key: tuple[object, ...]) -> None:
         old = int(self.classes.node_class[node])
         cls, _ = self.classes.move(node, key)
         g = int(self.leaf_group[node])
@@ -247,7 +270,7 @@ class ClusterState:
                 self._unique_labels.add(key)
         missing -= self._unique_labels
         if missing:
-            self._build_classes(tuple(sorted({*self.label_keys, *missing})))
+            self._build_classes(tuple(sorted({*self.label_keys, *missing})), self.classes)
 
     def _fabric(self, health: FabricHealth | None) -> None:
         """Per node: whether a gang should avoid it (a rail through a degraded or down leaf, or a bad cable of its
