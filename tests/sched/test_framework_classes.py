@@ -364,3 +364,13 @@ def test_a_gang_skips_groups_whose_room_is_on_nodes_it_keeps_off() -> None:
     assert results[0] == results[1]
     nodes = sorted(p[1] for p in results[0][0])
     assert len(nodes) == 3 and len({int(n[2:]) // 4 for n in nodes}) == 1 and int(nodes[0][2:]) >= 16
+
+
+def test_the_classes_a_decision_reads_do_not_grow_with_the_fleet() -> None:
+    """The same pods on 60 and on 600 alike nodes: the same placements, from the same number of classes."""
+    seen = []
+    for n in (60, 600):
+        sched = Scheduler.from_snapshot(snap(*(bench_node(i) for i in range(n))))
+        placed = [one(sched.schedule_one(bench_pod(i, SIZES[i % len(SIZES)], affinity=i % 3 == 0))) for i in range(150)]
+        seen.append((placed, len(sched.state.classes), sched.state.classes.n_active))
+    assert seen[0] == seen[1]
