@@ -122,11 +122,70 @@ def test_whole_gpu_pods_are_placed_as_fgd_plus_places_them() -> None:
     c = make_cluster([("a", 16000, 65536, 2, "T4"), ("b", 16000, 65536, 2, "T4"), ("c", 16000, 65536, 2, "T4")])
     set_free(c, 0, 16000, [1000, 530])
     set_free(c, 2, 8000, [1000, 1000])
-    for pod in (PodRequest(2000, 1024, 1, 1000), PodRequest(4000, 1024, 2, 1000), PodRequest(1000, 512, 0, 0)):
+    for pod in (PodRequest(2000, 1024, 1, 1000), PodRequest(4000, 1024, 2, 1000), PodRequest(2000, 512, 1, 1000)):
         feasible = c.feasible(pod)
         plus = prepared("fgd-plus", c).choose(c, pod, feasible, RNG)  # type: ignore[attr-defined]
         pack = prepared("fgd-pack", c).choose(c, pod, feasible, RNG)  # type: ignore[attr-defined]
         assert (pack.node, pack.gpus) == (plus.node, plus.gpus)
+
+
+def typed(milli: int, cpu: int) -> PodRequest:
+    return PodRequest(cpu, 1024, 1, milli)
+
+
+# the same shares with openb-like CPU: 470m and 650m pods ask for 12 cores, 810m for 3, 320m and 160m for 4
+CPU_MIX = pods_of(
+    [typed(470, 12000)] * 4 + [typed(650, 12000)] * 2 + [typed(320, 4000)] * 2 + [typed(810, 3000)] * 4
+    + [typed(160, 4000)] + [PodRequest(12000, 1024, 1, 1000)] * 6
+)  # fmt: skip
+
+
+def test_a_gpu_counts_only_what_the_nodes_free_cpu_can_run_beside_it() -> None:
+    c = make_cluster([("a", 96000, 65536, 2, "G2")])
+    policy = make_policy("fgd-pack")
+    assert isinstance(policy, FGDPack)
+    policy.prepare(c, CPU_MIX)
+    gpus = np.array([[530, 530]] * 4)
+    mem = np.full(4, 65536)
+    value = policy.node_value(np.array([24000, 14000, 11000, 2000]), mem, gpus)
+    # 24 cores: a 470m pod beside each (1/2 + 1/2); 14: one 470m, and the 2 cores left count for 2/12 of the
+    # other; 11: no 470m fits, a 320m (4 cores, 1/4) on each; 2 cores: nothing fits
+    assert value == pytest.approx([1.0, 0.5 + 0.5 * 2 / 12, 0.5, 0.0])
+
+
+def test_a_small_pod_does_not_take_the_cpu_a_fragment_needs() -> None:
+    # a and b: a 190 fragment beside an 810m pod, and 14 cores free; a's other GPU has 530 free (a 470m needs 12
+    # cores there), b's other GPU is fresh
+    c = make_cluster([("a", 96000, 65536, 2, "G2"), ("b", 96000, 65536, 2, "G2")])
+    set_free(c, 0, 14000, [190, 530])
+    set_free(c, 1, 14000, [190, 1000])
+    pod = typed(160, 4000)
+    feasible = c.feasible(pod)
+    # FGD takes a: on b, 10 cores left make the fresh GPU a fragment to the whole-GPU pods (12 cores)
+    fgd = make_policy("fgd")
+    fgd.prepare(c, CPU_MIX)
+    assert fgd.choose(c, pod, feasible, RNG).node == 0
+    # FGD-Pack takes b: on a the 10 cores left can no longer run the 470m pod the 530 was worth (value 1/2 -> the
+    # 1/4 of a 320m), while b's fresh GPU keeps the price of an 810m pod (3 cores)
+    pack = make_policy("fgd-pack")
+    pack.prepare(c, CPU_MIX)
+    assert pack.choose(c, pod, feasible, RNG).node == 1
+
+
+def test_a_cpu_only_pod_goes_where_the_cpu_is_spare() -> None:
+    # a: 40 cores and 2 idle GPUs (which the workload's GPU pods will want ~12 cores each for); b: 40 cores, no free
+    # GPU; FGD scores both alike (no typical pod loses its place), FGD+ breaks the tie by node order
+    c = make_cluster([("a", 96000, 65536, 2, "G2"), ("b", 96000, 65536, 2, "G2")])
+    set_free(c, 0, 40000, [1000, 1000])
+    set_free(c, 1, 40000, [0, 0])
+    pod = PodRequest(8000, 1024, 0, 0)
+    feasible = c.feasible(pod)
+    plus = make_policy("fgd-plus")
+    plus.prepare(c, CPU_MIX)
+    assert plus.choose(c, pod, feasible, RNG).node == 0
+    pack = make_policy("fgd-pack")
+    pack.prepare(c, CPU_MIX)
+    assert pack.choose(c, pod, feasible, RNG).node == 1
 
 
 def every_eighth_node(nodes: NodeList) -> NodeList:
@@ -148,5 +207,5 @@ def test_a_slice_of_the_trace_replays_the_same_way_through_the_engine_and_the_re
     reference = replay(small, work, "fgd-pack", seed=1, reference=True)
     placed = [(p.node, p.gpus) if p is not None else None for p in fast.placements]
     assert placed == [(p.node, p.gpus) if p is not None else None for p in reference.placements]
-    assert (fast.pods, fast.failed) == (1382, 300)
-    assert fast.alloc_pct == {"100": 97.29, "130": 97.5}
+    assert (fast.pods, fast.failed) == (1382, 301)
+    assert fast.alloc_pct == {"100": 97.19, "130": 97.43}
