@@ -118,17 +118,6 @@ def test_a_sharing_pod_takes_the_gpu_it_fills_best_on_the_chosen_node() -> None:
     assert placement.node == 0 and placement.gpus == (2,)
 
 
-def test_whole_gpu_pods_are_placed_as_fgd_plus_places_them() -> None:
-    c = make_cluster([("a", 16000, 65536, 2, "T4"), ("b", 16000, 65536, 2, "T4"), ("c", 16000, 65536, 2, "T4")])
-    set_free(c, 0, 16000, [1000, 530])
-    set_free(c, 2, 8000, [1000, 1000])
-    for pod in (PodRequest(2000, 1024, 1, 1000), PodRequest(4000, 1024, 2, 1000), PodRequest(2000, 512, 1, 1000)):
-        feasible = c.feasible(pod)
-        plus = prepared("fgd-plus", c).choose(c, pod, feasible, RNG)  # type: ignore[attr-defined]
-        pack = prepared("fgd-pack", c).choose(c, pod, feasible, RNG)  # type: ignore[attr-defined]
-        assert (pack.node, pack.gpus) == (plus.node, plus.gpus)
-
-
 def typed(milli: int, cpu: int) -> PodRequest:
     return PodRequest(cpu, 1024, 1, milli)
 
@@ -169,6 +158,26 @@ def test_a_small_pod_does_not_take_the_cpu_a_fragment_needs() -> None:
     # 1/4 of a 320m), while b's fresh GPU keeps the price of an 810m pod (3 cores)
     pack = make_policy("fgd-pack")
     pack.prepare(c, CPU_MIX)
+    assert pack.choose(c, pod, feasible, RNG).node == 1
+
+
+def test_a_whole_gpu_pod_does_not_take_the_last_cpu_a_fragment_needs() -> None:
+    # a: a 530 fragment and a fresh GPU, 6 cores free; b: a full GPU and a fresh one, 14 cores free
+    c = make_cluster([("a", 96000, 65536, 2, "G2"), ("b", 96000, 65536, 2, "G2")])
+    set_free(c, 0, 6000, [530, 1000])
+    set_free(c, 1, 14000, [0, 1000])
+    pod = PodRequest(4000, 1024, 1, 1000)
+    feasible = c.feasible(pod)
+    plus = make_policy("fgd-plus")
+    plus.prepare(c, CPU_MIX)
+    assert plus.choose(c, pod, feasible, RNG).node == 0
+    # a is worth an 810m on the fresh GPU (3 cores) and 3/4 of a 320m's 1/4 on the 530 (the 3 cores left of 6):
+    # 1.1875; with the pod's 4 cores gone it is worth nothing, 0.1875 more than the GPU the pod takes. b loses just
+    # that GPU (an 810m's worth)
+    pack = make_policy("fgd-pack")
+    assert isinstance(pack, FGDPack)
+    pack.prepare(c, CPU_MIX)
+    assert pack.node_value(c.cpu_free, c.mem_free, c.gpu_free) == pytest.approx([1.1875, 1.0])
     assert pack.choose(c, pod, feasible, RNG).node == 1
 
 

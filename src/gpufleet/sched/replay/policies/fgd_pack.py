@@ -1,5 +1,5 @@
-"""FGD-Pack: FGD+ that places a GPU-sharing pod where it costs the least packing value (priced from the workload's
-mix, counting the CPU and memory a fragment needs), and a CPU-only pod where CPU is spare."""
+"""FGD-Pack: FGD+ that places a GPU pod where it costs the least packing value (priced from the workload's mix of
+GPU-sharing pods, counting the CPU and memory a fragment needs), and a CPU-only pod where CPU is spare."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def typical_needs(pods: PodList, sizes: list[int]) -> tuple[IntArray, IntArray]:
 
 
 class FGDPack(FGDPlus):
-    """FGD+ whose sharing pods go where they lose the least packing value; CPU-only pods where CPU is spare.
+    """FGD+ whose GPU pods go where they lose the least packing value; CPU-only pods where CPU is spare.
 
     Where FGD+ loses allocation on the openb default trace: from ~95.5 % arrived on, pods fail, and nearly all free GPU
     share is then in fragments of partly used GPUs (~280 GPUs' worth at seed 42, ~5 idle GPUs). ~185 of them are the
@@ -122,7 +122,7 @@ class FGDPack(FGDPlus):
     worth of fragments and 6 idle GPUs sit on nodes with under 3 cores free (a G2 node has 12 cores per GPU; 470m and
     650m pods ask for 12 each), while CPU-only pods took ~2,200 cores of G2 nodes and the T4 nodes (50 cores per GPU)
     end with 15,000 cores unused. FGD's score asks whether the *next* typical pod fits a fragment, so it sees
-    neither. (This policy ends seed 42 with 244 GPUs' worth free instead of 280.)
+    neither. (This policy ends seed 42 with 237 GPUs' worth free instead of 280.)
 
     What it changes (all read from the candidate node's own state, the pod and the workload's pod list):
 
@@ -138,7 +138,8 @@ class FGDPack(FGDPlus):
       share. Among a node's GPUs the pod takes the best of those (one candidate per distinct free share).
     - **CPU-only pods** rank by FGD+'s score, then a node in use, then the most spare CPU: free CPU minus what its
       free GPUs will need at the workload's CPU per GPU (openb default: 10.9 cores).
-    - Whole-GPU pods are placed as FGD+ places them (tie-breaks on CPU for them measured worse: 95.61, 95.79).
+    - **Whole-GPU pods** rank the same way, the pod worth its GPUs: least loss (so it does not take the CPU a
+      fragment beside it needs), then FGD+'s score, then a node in use; they take the lowest-indexed idle GPUs.
 
     Nothing here is cluster-wide state: the placement engine scores one row per class of identical nodes (cached per
     class and pod type) and the reference path every node with the same function; they choose the same nodes.
@@ -148,29 +149,31 @@ class FGDPack(FGDPlus):
     ============  =====  ======  ========  ==============================================================
     pod list      FGD    FGD+    FGD-Pack  per seed 42..51 (FGD-Pack / FGD)
     ============  =====  ======  ========  ==============================================================
-    default       95.27  95.42   96.09     96.08/95.34 96.09/95.40 96.10/95.38 96.06/95.13 96.05/95.38
-                                           96.09/95.03 96.14/95.42 96.11/95.35 96.08/95.19 96.14/95.12
-    multigpu50    97.07  97.30   97.68     97.67/96.95 97.67/97.02 97.63/96.94 97.64/97.13 97.63/97.04
-                                           97.68/97.26 97.70/97.02 97.74/97.15 97.67/97.15 97.77/97.01
-    gpushare40    93.97  93.96   94.69     94.72/93.96 94.67/94.01 94.70/94.03 94.77/94.03 94.73/94.01
-                                           94.66/94.01 94.62/94.15 94.72/93.74 94.69/93.89 94.60/93.83
-    cpu050        94.97  95.50   96.10     96.13/95.38 96.16/94.74 96.01/94.74 96.13/94.75 96.10/95.05
-                                           96.12/94.81 96.08/94.87 96.06/95.03 96.14/95.41 96.04/94.94
-    gpuspec33     87.89  88.28   88.41     88.26/87.94 88.30/87.63 88.46/88.08 88.53/87.84 88.08/87.60
-                                           88.46/87.92 88.32/87.49 88.84/88.35 88.37/88.00 88.50/88.09
+    default       95.27  95.42   96.15     96.19/95.34 96.07/95.40 96.22/95.38 96.16/95.13 96.18/95.38
+                                           96.19/95.03 96.13/95.42 96.16/95.35 96.06/95.19 96.17/95.12
+    multigpu50    97.07  97.30   97.83     97.85/96.95 97.85/97.02 97.84/96.94 97.71/97.13 97.76/97.04
+                                           97.86/97.26 97.84/97.02 97.87/97.15 97.82/97.15 97.86/97.01
+    gpushare40    93.97  93.96   94.73     94.84/93.96 94.66/94.01 94.71/94.03 94.74/94.03 94.74/94.01
+                                           94.66/94.01 94.73/94.15 94.73/93.74 94.76/93.89 94.73/93.83
+    cpu050        94.97  95.50   96.16     96.16/95.38 96.13/94.74 96.22/94.74 96.22/94.75 96.13/95.05
+                                           96.08/94.81 96.13/94.87 96.19/95.03 96.10/95.41 96.19/94.94
+    gpuspec33     87.89  88.28   88.68     88.72/87.94 88.55/87.63 88.67/88.08 88.85/87.84 88.42/87.60
+                                           88.78/87.92 88.47/87.49 89.14/88.35 88.55/88.00 88.64/88.09
     ============  =====  ======  ========  ==============================================================
 
-    (gpuspec33 at 130 % arrived: 95.66 against FGD's 94.55.)
+    (gpuspec33 at 130 % arrived: 95.79 against FGD's 94.55.)
 
     The steps on the default list: packing prices over GPU shares alone 95.70; CPU-only pods to spare CPU 95.80;
     node value counting only what free CPU can run per GPU 96.00; CPU shared between the GPUs 96.08; memory as well
-    96.09. Tried and dropped: raw FGD deltas instead of the integer score (94.64), least-left GPU before FGD's score
-    (95.62), FGD's score before the loss (95.36). A replay costs ~1.8 s CPU against FGD+'s 0.8: every free share of
-    a class is a candidate, scored with numpy around the compiled fragmentation and node-value kernels.
+    96.09; whole-GPU pods ranked by loss too 96.15 (CPU-only pods ranked by loss: no change). Tried and dropped: raw
+    FGD deltas instead of the integer score (94.64), least-left GPU before FGD's score (95.62), FGD's score before
+    the loss (95.36), whole-GPU pods to the most or the most balanced spare CPU (95.61, 95.79). A replay costs ~1.8 s
+    CPU against FGD+'s 0.8: every free share of a class is a candidate, scored with numpy around the compiled
+    fragmentation and node-value kernels.
     """
 
     name = "fgd-pack"
-    description = "FGD+ with sharing pods where they lose the least packing value, CPU-only pods on spare CPU"
+    description = "FGD+ with GPU pods where they lose the least packing value, CPU-only pods on spare CPU"
     memory_in_value = True
 
     def __init__(self) -> None:
@@ -262,16 +265,20 @@ class FGDPack(FGDPlus):
         taken = np.full(len(src), -1, dtype=np.int64)
         loss = np.zeros(len(src))
         last = np.zeros(len(src))
-        if pod.is_sharing:
-            taken = rows.gpu_free[src, col]
-            price = self.prices.get(pod.gpu_milli, self.fill[pod.gpu_milli])
+        if pod.num_gpu > 0:
+            # a sharing pod is worth its share's price, a whole-GPU pod its GPUs
+            if pod.is_sharing:
+                price = self.prices.get(pod.gpu_milli, self.fill[pod.gpu_milli])
+                taken = rows.gpu_free[src, col]
+                last = -(taken - pod.gpu_milli).astype(np.float64)  # the tightest GPU: 0..-999
+            else:
+                price = pod.total_gpu_milli / MILLI
             # the rows' values and the candidates' in one call
             value = self.node_value(np.concatenate([rows.cpu_free, cpu_after]),
                                     np.concatenate([rows.mem_free, mem_after]),
                                     np.concatenate([rows.gpu_free, gpus_after]))  # fmt: skip
             loss = np.round((value[src] - value[n:] - price) * 1000.0)
-            last = -(taken - pod.gpu_milli).astype(np.float64)  # the tightest GPU: 0..-999
-        elif pod.num_gpu == 0:
+        else:
             # CPU the node's free GPUs will not need (at the workload's CPU per GPU), in cores: -499..499
             spare = (cpu_after - self._cpu_per_gpu * gpus_after.sum(axis=1) / MILLI) // MILLI
             last = np.clip(spare, -499, 499)
