@@ -14,7 +14,7 @@ from scipy.sparse import coo_matrix
 from gpufleet.sched.replay.compiled import compiled
 from gpufleet.sched.replay.openb import MILLI, PodList
 from gpufleet.sched.replay.policies.base import Policy
-from gpufleet.sched.replay.policies.fgd import FloatArray, IntArray, after_placement, fgd_score
+from gpufleet.sched.replay.policies.fgd import FloatArray, IntArray, fgd_score
 from gpufleet.sched.replay.policies.fgd_plus import FGDPlus
 from gpufleet.sched.replay.state import (
     BoolArray,
@@ -167,9 +167,9 @@ class FGDPack(FGDPlus):
     node value counting only what free CPU can run per GPU 96.00; CPU shared between the GPUs 96.08; memory as well
     96.09; whole-GPU pods ranked by loss too 96.15 (CPU-only pods ranked by loss: no change). Tried and dropped: raw
     FGD deltas instead of the integer score (94.64), least-left GPU before FGD's score (95.62), FGD's score before
-    the loss (95.36), whole-GPU pods to the most or the most balanced spare CPU (95.61, 95.79). A replay costs ~1.8 s
-    CPU against FGD+'s 0.8: every free share of a class is a candidate, scored with numpy around the compiled
-    fragmentation and node-value kernels.
+    the loss (95.36), whole-GPU pods to the most or the most balanced spare CPU (95.61, 95.79). A replay costs ~1.5 s
+    CPU against FGD+'s 0.8: every free share of a class is a candidate, scored with numpy around compiled
+    kernels (candidate placements, fragmentation, node values).
     """
 
     name = "fgd-pack"
@@ -208,9 +208,8 @@ class FGDPack(FGDPlus):
     def _table_rows(self, keys: IntArray) -> IntArray:
         """Each key's row in the stacked fill tables (fill_needs over the sizes in the bit set ``key``, bit k: the k-th
         size), the missing ones made first."""
-        distinct, inverse = np.unique(keys, return_inverse=True)
-        rows = np.empty(len(distinct), dtype=np.int64)
-        for i, key in enumerate(distinct.tolist()):
+        rows = np.empty(len(keys), dtype=np.int64)
+        for i, key in enumerate(keys.tolist()):
             row = self._table_row.get(key)
             if row is None:
                 chosen = [k for k in range(len(self._sizes)) if key >> k & 1]
@@ -221,7 +220,7 @@ class FGDPack(FGDPlus):
                 self._fill_table = np.vstack([self._fill_table, fill[None, :]])
                 self._fill_cpu_table = np.vstack([self._fill_cpu_table, fill_cpu[None, :]])
             rows[i] = row
-        return rows[np.asarray(inverse).reshape(-1)]
+        return rows
 
     def node_value(self, cpu: IntArray, mem: IntArray, gpus: IntArray) -> FloatArray:
         """Per state: what its free GPU shares can still hold at the packing prices, with the CPU to run it.
@@ -250,9 +249,12 @@ class FGDPack(FGDPlus):
         """Every placement of the pod on the rows: (row, free share of the GPU a sharing pod takes or -1, score)."""
         kernels = compiled()
         model = self._kernel_model
-        src, col, cpu_after, gpus_after = after_placement(rows.cpu_free, rows.gpu_free, pod)
+        from gpufleet.sched.replay.policies import fgd_pack_kernels  # numba: imported when first needed
+
+        src, col, gpus_after = fgd_pack_kernels.placements(rows.gpu_free, pod.gpu_milli, pod.num_gpu, pod.is_sharing)
         if not len(src):
             return src, col, np.zeros(0)
+        cpu_after = rows.cpu_free[src] - pod.cpu_milli
         mem_after = rows.mem_free[src] - pod.memory_mib
         # fragmentation of the rows, then of the candidates, in one call
         n = len(rows)
