@@ -183,7 +183,9 @@ class FGDPack(FGDPlus):
         self._sizes = np.zeros(0, dtype=np.int64)
         self._size_cpu = np.zeros(0, dtype=np.int64)
         self._size_mem = np.zeros(0, dtype=np.int64)
-        self._table_row: dict[int, int] = {}  # bit set of sizes -> its row in the fill tables
+        self._cpu_steps = np.zeros(0, dtype=np.int64)  # the sizes' distinct CPU needs, ascending
+        self._mem_steps = np.zeros(0, dtype=np.int64)
+        self._table_of_step = np.full((1, 1), -1, dtype=np.int64)  # (CPU step, memory step) -> fill-table row
         self._fill_table = np.zeros((0, MILLI + 1))
         self._fill_cpu_table = np.zeros((0, MILLI + 1))
         self._cpu_per_gpu = 0.0
@@ -197,7 +199,9 @@ class FGDPack(FGDPlus):
         sizes = sorted(self.prices)
         self._sizes = np.array(sizes, dtype=np.int64)
         self._size_cpu, self._size_mem = typical_needs(workload, sizes)
-        self._table_row = {}
+        self._cpu_steps = np.unique(self._size_cpu)
+        self._mem_steps = np.unique(self._size_mem)
+        self._table_of_step = np.full((len(self._cpu_steps) + 1, len(self._mem_steps) + 1), -1, dtype=np.int64)
         self._fill_table = np.zeros((0, MILLI + 1))
         self._fill_cpu_table = np.zeros((0, MILLI + 1))
         self._picked = {}
@@ -205,22 +209,24 @@ class FGDPack(FGDPlus):
         asked = float((workload.num_gpu * workload.gpu_milli)[gpu].sum())
         self._cpu_per_gpu = float(workload.cpu_milli[gpu].sum()) * MILLI / asked if asked else 0.0
 
-    def _table_rows(self, keys: IntArray) -> IntArray:
-        """Each key's row in the stacked fill tables (fill_needs over the sizes in the bit set ``key``, bit k: the k-th
-        size), the missing ones made first."""
-        rows = np.empty(len(keys), dtype=np.int64)
-        for i, key in enumerate(keys.tolist()):
-            row = self._table_row.get(key)
-            if row is None:
-                chosen = [k for k in range(len(self._sizes)) if key >> k & 1]
-                prices = {int(self._sizes[k]): self.prices[int(self._sizes[k])] for k in chosen}
-                fill, fill_cpu = fill_needs(prices, {int(self._sizes[k]): int(self._size_cpu[k]) for k in chosen})
-                row = len(self._table_row)
-                self._table_row[key] = row
-                self._fill_table = np.vstack([self._fill_table, fill[None, :]])
-                self._fill_cpu_table = np.vstack([self._fill_cpu_table, fill_cpu[None, :]])
-            rows[i] = row
-        return rows
+    def _table_rows(self, cpu: IntArray, mem: IntArray) -> IntArray:
+        """Each state's row in the stacked fill tables: fill_needs over the sizes whose typical pod its free CPU and
+        memory could host. That set only changes where CPU or memory crosses one of the sizes' needs, so the rows are
+        kept per (CPU step, memory step), the missing ones made first."""
+        i = np.searchsorted(self._cpu_steps, cpu, side="right")
+        j = np.searchsorted(self._mem_steps, mem, side="right") if self.memory_in_value else np.zeros(len(mem), int)
+        rows = self._table_of_step[i, j]
+        for a, b in {(int(a), int(b)) for a, b in zip(i[rows < 0], j[rows < 0], strict=True)}:
+            fits = self._size_cpu <= (self._cpu_steps[a - 1] if a else -1)
+            if self.memory_in_value:
+                fits &= self._size_mem <= (self._mem_steps[b - 1] if b else -1)
+            chosen = np.flatnonzero(fits).tolist()
+            prices = {int(self._sizes[k]): self.prices[int(self._sizes[k])] for k in chosen}
+            fill, fill_cpu = fill_needs(prices, {int(self._sizes[k]): int(self._size_cpu[k]) for k in chosen})
+            self._table_of_step[a, b] = len(self._fill_table)
+            self._fill_table = np.vstack([self._fill_table, fill[None, :]])
+            self._fill_cpu_table = np.vstack([self._fill_cpu_table, fill_cpu[None, :]])
+        return self._table_of_step[i, j]
 
     def node_value(self, cpu: IntArray, mem: IntArray, gpus: IntArray) -> FloatArray:
         """Per state: what its free GPU shares can still hold at the packing prices, with the CPU to run it.
@@ -232,11 +238,7 @@ class FGDPack(FGDPlus):
         from gpufleet.sched.replay.policies import fgd_pack_kernels  # numba: imported when first needed
 
         gpus = -np.sort(-gpus, axis=1)  # the same order for every node in the same state, so the same sums
-        fits = self._size_cpu[None, :] <= cpu[:, None]
-        if self.memory_in_value:
-            fits &= self._size_mem[None, :] <= mem[:, None]
-        keys = (fits.astype(np.int64) << np.arange(len(self._sizes), dtype=np.int64)[None, :]).sum(axis=1)
-        table = self._table_rows(keys)
+        table = self._table_rows(cpu, mem)
         return fgd_pack_kernels.node_values(cpu, gpus, table, self._fill_table, self._fill_cpu_table)
 
     def loss(self, free: IntArray, share: int) -> IntArray:
