@@ -11,10 +11,9 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from gpufleet.sched.replay.compiled import compiled
 from gpufleet.sched.replay.openb import MILLI, PodList
 from gpufleet.sched.replay.policies.base import Policy
-from gpufleet.sched.replay.policies.fgd import FloatArray, IntArray, fgd_score
+from gpufleet.sched.replay.policies.fgd import SCORE_STEPS, FloatArray, IntArray
 from gpufleet.sched.replay.policies.fgd_plus import FGDPlus
 from gpufleet.sched.replay.state import (
     BoolArray,
@@ -167,9 +166,9 @@ class FGDPack(FGDPlus):
     node value counting only what free CPU can run per GPU 96.00; CPU shared between the GPUs 96.08; memory as well
     96.09; whole-GPU pods ranked by loss too 96.15 (CPU-only pods ranked by loss: no change). Tried and dropped: raw
     FGD deltas instead of the integer score (94.64), least-left GPU before FGD's score (95.62), FGD's score before
-    the loss (95.36), whole-GPU pods to the most or the most balanced spare CPU (95.61, 95.79). A replay costs ~1.5 s
-    CPU against FGD+'s 0.8: every free share of a class is a candidate, scored with numpy around compiled
-    kernels (candidate placements, fragmentation, node values).
+    the loss (95.36), whole-GPU pods to the most or the most balanced spare CPU (95.61, 95.79). A replay costs ~1.1 s
+    CPU against FGD+'s 0.8 (every free share of a class is a candidate; all are scored in one compiled pass per call,
+    with FGD's fragmentation kernel and the node value in it).
     """
 
     name = "fgd-pack"
@@ -186,6 +185,7 @@ class FGDPack(FGDPlus):
         self._cpu_steps = np.zeros(0, dtype=np.int64)  # the sizes' distinct CPU needs, ascending
         self._mem_steps = np.zeros(0, dtype=np.int64)
         self._table_of_step = np.full((1, 1), -1, dtype=np.int64)  # (CPU step, memory step) -> fill-table row
+        self._table_of_sizes: dict[tuple[int, ...], int] = {}  # the sizes a table fills with -> its row
         self._fill_table = np.zeros((0, MILLI + 1))
         self._fill_cpu_table = np.zeros((0, MILLI + 1))
         self._cpu_per_gpu = 0.0
@@ -202,6 +202,7 @@ class FGDPack(FGDPlus):
         self._cpu_steps = np.unique(self._size_cpu)
         self._mem_steps = np.unique(self._size_mem)
         self._table_of_step = np.full((len(self._cpu_steps) + 1, len(self._mem_steps) + 1), -1, dtype=np.int64)
+        self._table_of_sizes = {}
         self._fill_table = np.zeros((0, MILLI + 1))
         self._fill_cpu_table = np.zeros((0, MILLI + 1))
         self._picked = {}
@@ -216,16 +217,21 @@ class FGDPack(FGDPlus):
         i = np.searchsorted(self._cpu_steps, cpu, side="right")
         j = np.searchsorted(self._mem_steps, mem, side="right") if self.memory_in_value else np.zeros(len(mem), int)
         rows = self._table_of_step[i, j]
+        if rows.min(initial=0) >= 0:
+            return rows
         for a, b in {(int(a), int(b)) for a, b in zip(i[rows < 0], j[rows < 0], strict=True)}:
             fits = self._size_cpu <= (self._cpu_steps[a - 1] if a else -1)
             if self.memory_in_value:
                 fits &= self._size_mem <= (self._mem_steps[b - 1] if b else -1)
-            chosen = np.flatnonzero(fits).tolist()
-            prices = {int(self._sizes[k]): self.prices[int(self._sizes[k])] for k in chosen}
-            fill, fill_cpu = fill_needs(prices, {int(self._sizes[k]): int(self._size_cpu[k]) for k in chosen})
-            self._table_of_step[a, b] = len(self._fill_table)
-            self._fill_table = np.vstack([self._fill_table, fill[None, :]])
-            self._fill_cpu_table = np.vstack([self._fill_cpu_table, fill_cpu[None, :]])
+            chosen = tuple(np.flatnonzero(fits).tolist())
+            row = self._table_of_sizes.get(chosen)
+            if row is None:
+                prices = {int(self._sizes[k]): self.prices[int(self._sizes[k])] for k in chosen}
+                fill, fill_cpu = fill_needs(prices, {int(self._sizes[k]): int(self._size_cpu[k]) for k in chosen})
+                row = self._table_of_sizes[chosen] = len(self._fill_table)
+                self._fill_table = np.vstack([self._fill_table, fill[None, :]])
+                self._fill_cpu_table = np.vstack([self._fill_cpu_table, fill_cpu[None, :]])
+            self._table_of_step[a, b] = row
         return self._table_of_step[i, j]
 
     def node_value(self, cpu: IntArray, mem: IntArray, gpus: IntArray) -> FloatArray:
@@ -247,59 +253,35 @@ class FGDPack(FGDPlus):
         price = self.prices.get(share, self.fill[share])
         return np.round((self.fill[free] - self.fill[free - share] - price) * 1000.0).astype(np.int64)
 
-    def candidates(self, rows: NodeStates, pod: PodRequest) -> tuple[IntArray, IntArray, FloatArray]:
-        """Every placement of the pod on the rows: (row, free share of the GPU a sharing pod takes or -1, score)."""
-        kernels = compiled()
-        model = self._kernel_model
+    def best(self, rows: NodeStates, pod: PodRequest) -> tuple[FloatArray, IntArray]:
+        """Per row: the pod's best score there (-inf where its GPUs do not fit) and, for a sharing pod, the free share
+        of the GPU it takes. Every placement is a candidate - for a sharing pod one per distinct free share - ranked
+        lexicographically (one float, exact well below 2**53): least loss, FGD score, node in use, the last term
+        (sharing pods: the least share left on the GPU; CPU-only pods: the most spare CPU)."""
         from gpufleet.sched.replay.policies import fgd_pack_kernels  # numba: imported when first needed
 
-        src, col, gpus_after = fgd_pack_kernels.placements(rows.gpu_free, pod.gpu_milli, pod.num_gpu, pod.is_sharing)
-        if not len(src):
-            return src, col, np.zeros(0)
-        cpu_after = rows.cpu_free[src] - pod.cpu_milli
-        mem_after = rows.mem_free[src] - pod.memory_mib
-        # fragmentation of the rows, then of the candidates, in one call
-        n = len(rows)
-        frag = kernels.frag_rows(model, np.concatenate([rows.cpu_free, cpu_after]),
-                                 np.concatenate([rows.mem_free, mem_after]),
-                                 np.concatenate([rows.gpu_free, gpus_after]),
-                                 np.concatenate([rows.model_idx, rows.model_idx[src]]))  # fmt: skip
-        fgd = fgd_score(frag[src] - frag[n:])  # 0..99
-        used = (rows.version[src] > 0).astype(np.float64)
-        taken = np.full(len(src), -1, dtype=np.int64)
-        loss = np.zeros(len(src))
-        last = np.zeros(len(src))
-        if pod.num_gpu > 0:
-            # a sharing pod is worth its share's price, a whole-GPU pod its GPUs
-            if pod.is_sharing:
-                price = self.prices.get(pod.gpu_milli, self.fill[pod.gpu_milli])
-                taken = rows.gpu_free[src, col]
-                last = -(taken - pod.gpu_milli).astype(np.float64)  # the tightest GPU: 0..-999
-            else:
-                price = pod.total_gpu_milli / MILLI
-            # the rows' values and the candidates' in one call
-            value = self.node_value(np.concatenate([rows.cpu_free, cpu_after]),
-                                    np.concatenate([rows.mem_free, mem_after]),
-                                    np.concatenate([rows.gpu_free, gpus_after]))  # fmt: skip
-            loss = np.round((value[src] - value[n:] - price) * 1000.0)
+        if pod.is_sharing:
+            price = self.prices.get(pod.gpu_milli, float(self.fill[pod.gpu_milli]))
         else:
-            # CPU the node's free GPUs will not need (at the workload's CPU per GPU), in cores: -499..499
-            spare = (cpu_after - self._cpu_per_gpu * gpus_after.sum(axis=1) / MILLI) // MILLI
-            last = np.clip(spare, -499, 499)
-        # lexicographic in one float (exact: well below 2**53): least loss, FGD score, used node, the last term
-        score = ((-loss * 101.0 + fgd) * 2.0 + used) * 1001.0 + last
-        return src, taken, score
+            price = pod.total_gpu_milli / MILLI  # a whole-GPU pod is worth its GPUs
+        if pod.num_gpu > 0:
+            t_before = self._table_rows(rows.cpu_free, rows.mem_free)
+            t_after = self._table_rows(rows.cpu_free - pod.cpu_milli, rows.mem_free - pod.memory_mib)
+        else:
+            t_before = t_after = np.zeros(len(rows), dtype=np.int64)
+        return fgd_pack_kernels.best_placements(
+            rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, rows.version > 0,
+            (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing), price, self._cpu_per_gpu,
+            (t_before, t_after, self._fill_table, self._fill_cpu_table), SCORE_STEPS, self._kernel_model,
+        )  # fmt: skip
 
     def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:
-        src, taken, score = self.candidates(rows, pod)
-        out = np.full(len(rows), -np.inf)
-        np.maximum.at(out, src, score)
+        score, share = self.best(rows, pod)
         if pod.is_sharing and len(rows) <= _REMEMBERED_ROWS:
             # the placement engine scores a class, then asks for the GPUs on one of its nodes: keep each row's pick
-            for i in np.flatnonzero(out > -np.inf).tolist():
-                best = np.flatnonzero((src == i) & (score == out[i]))[0]
-                self._picked[_state_key(rows, i, pod)] = int(taken[best])
-        return out
+            for i in np.flatnonzero(share >= 0).tolist():
+                self._picked[_state_key(rows, i, pod)] = int(share[i])
+        return score
 
     def class_scores(self, store: ClassStore, ids: IntArray, pod: PodRequest) -> FloatArray:
         # FGD's compiled pass scores one GPU per node; this policy ranks every free share, so it goes through scores
@@ -322,9 +304,7 @@ class FGDPack(FGDPlus):
             row = ClassStates(cluster.models, cluster.model_idx[one], cluster.num_gpu[one], cluster.cpu_free[one],
                               cluster.mem_free[one], cluster.gpu_free[one], cluster.version[one],
                               cluster.affinity[one])  # fmt: skip
-            _, taken, score = self.candidates(row, pod)
-            # the best candidate's free share (one per distinct share); equal shares give equal states
-            share = int(taken[int(np.argmax(score))])
+            share = int(self.best(row, pod)[1][0])
             self._picked[key] = share
         # the lowest GPU id with that share
         return (int(np.flatnonzero(cluster.gpu_free[node] == share)[0]),)

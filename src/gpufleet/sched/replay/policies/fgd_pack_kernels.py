@@ -1,4 +1,5 @@
-"""FGD-Pack's compiled kernel: a node's packing value from its GPUs' fillings (numba, imported on first use)."""
+"""FGD-Pack's compiled kernels (numba, imported on first use): a node's packing value from its GPUs' fillings, the
+candidate placements of a pod, and every candidate scored in one pass."""
 
 from __future__ import annotations
 
@@ -6,42 +7,49 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from gpufleet.sched.replay.kernels import _frag  # FGD's fragmentation, the same bits as the FGD policy's
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
 @njit(cache=True, nogil=True)
-def _node_values(cpu, gpus, table, fill, fill_cpu):  # type: ignore[no-untyped-def]
-    n, width = gpus.shape
-    out = np.zeros(n)
+def _row_value(cpu, row, t, fill, fill_cpu):  # type: ignore[no-untyped-def]
+    """One state's value: ``row`` its GPUs' free milli, sorted high to low."""
+    width = len(row)
     value = np.empty(width)
     need = np.empty(width)
     per_cpu = np.empty(width)
     order = np.empty(width, dtype=np.int64)
-    for r in range(n):
-        t = table[r]
-        for k in range(width):
-            g = gpus[r, k]
-            value[k] = fill[t, g]
-            need[k] = fill_cpu[t, g]
-            per_cpu[k] = value[k] / max(need[k], 1.0) if need[k] > 0 else np.inf
-            order[k] = k
-        # best value per CPU first; a stable insertion sort (equal ones keep the GPUs' order)
-        for i in range(1, width):
-            j = i
-            while j > 0 and per_cpu[order[j - 1]] < per_cpu[order[j]]:
-                order[j - 1], order[j] = order[j], order[j - 1]
-                j -= 1
-        taken = 0.0
-        total = 0.0
-        for i in range(width):
-            k = order[i]
-            part = 1.0
-            if need[k] > 0:
-                part = min(max((cpu[r] - taken) / max(need[k], 1.0), 0.0), 1.0)
-            total += value[k] * part
-            taken += need[k]
-        out[r] = total
+    for k in range(width):
+        g = row[k]
+        value[k] = fill[t, g]
+        need[k] = fill_cpu[t, g]
+        per_cpu[k] = value[k] / max(need[k], 1.0) if need[k] > 0 else np.inf
+        order[k] = k
+    # best value per CPU first; a stable insertion sort (equal ones keep the GPUs' order)
+    for i in range(1, width):
+        j = i
+        while j > 0 and per_cpu[order[j - 1]] < per_cpu[order[j]]:
+            order[j - 1], order[j] = order[j], order[j - 1]
+            j -= 1
+    taken = 0.0
+    total = 0.0
+    for i in range(width):
+        k = order[i]
+        part = 1.0
+        if need[k] > 0:
+            part = min(max((cpu - taken) / max(need[k], 1.0), 0.0), 1.0)
+        total += value[k] * part
+        taken += need[k]
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _node_values(cpu, gpus, table, fill, fill_cpu):  # type: ignore[no-untyped-def]
+    out = np.zeros(len(cpu))
+    for r in range(len(cpu)):
+        out[r] = _row_value(cpu[r], gpus[r], table[r], fill, fill_cpu)
     return out
 
 
@@ -117,3 +125,96 @@ def placements(gpus: IntArray, milli: int, n_gpu: int, sharing: bool) -> tuple[I
     GPU a sharing pod takes or -1, GPUs' free milli after). A sharing pod has one per distinct free share that fits
     (the lowest index for equal shares); a pod of whole GPUs one per row, on the fitting GPUs with the least free."""
     return _placements(np.ascontiguousarray(gpus, dtype=np.int64), milli, n_gpu, sharing)
+
+
+@njit(cache=True, nogil=True)
+def _sorted_high_first(row, out):  # type: ignore[no-untyped-def]
+    for k in range(len(row)):
+        out[k] = row[k]
+    for i in range(1, len(out)):
+        j = i
+        while j > 0 and out[j - 1] < out[j]:
+            out[j - 1], out[j] = out[j], out[j - 1]
+            j -= 1
+
+
+@njit(cache=True, nogil=True)
+def _best(  # type: ignore[no-untyped-def]
+    cpu, mem, gpus, model_idx, used, pod, price, cpu_per_gpu, t_before, t_after, fill, fill_cpu, score_steps,
+    mvals, group_m, group_n, access, cpu_steps, mem_steps, table, wsum, use_mem,
+):  # fmt: skip
+    pod_cpu, pod_mem, milli, n_gpu, sharing = pod
+    src, col, after = _placements(gpus, milli, n_gpu, sharing)
+    n, width = gpus.shape
+    best = np.full(n, -np.inf)
+    share = np.full(n, -1, dtype=np.int64)
+    frag_before = np.empty(n)
+    value_before = np.empty(n)
+    ordered = np.empty(width, dtype=np.int64)
+    for r in range(n):
+        frag_before[r] = _frag(cpu[r], mem[r], gpus[r], model_idx[r], mvals, group_m, group_n, access, cpu_steps,
+                               mem_steps, table, wsum, use_mem)  # fmt: skip
+        if n_gpu > 0:
+            _sorted_high_first(gpus[r], ordered)
+            value_before[r] = _row_value(cpu[r], ordered, t_before[r], fill, fill_cpu)
+    for c in range(len(src)):
+        r = src[c]
+        cpu_after = cpu[r] - pod_cpu
+        frag_after = _frag(cpu_after, mem[r] - pod_mem, after[c], model_idx[r], mvals, group_m, group_n, access,
+                           cpu_steps, mem_steps, table, wsum, use_mem)  # fmt: skip
+        fgd = float(np.searchsorted(score_steps, frag_before[r] - frag_after, side="right"))
+        loss = 0.0
+        last = 0.0
+        if n_gpu > 0:
+            _sorted_high_first(after[c], ordered)
+            value_after = _row_value(cpu_after, ordered, t_after[r], fill, fill_cpu)
+            loss = np.round((value_before[r] - value_after - price) * 1000.0)
+            if sharing:
+                last = -float(gpus[r, col[c]] - milli)  # the tightest GPU
+        else:
+            free = 0
+            for k in range(width):
+                free += after[c, k]
+            spare = (cpu_after - cpu_per_gpu * free / 1000.0) // 1000.0
+            last = min(max(spare, -499.0), 499.0)
+        score = ((-loss * 101.0 + fgd) * 2.0 + (1.0 if used[r] else 0.0)) * 1001.0 + last
+        if score > best[r]:
+            best[r] = score
+            share[r] = gpus[r, col[c]] if sharing else -1
+    return best, share
+
+
+def best_placements(
+    cpu: IntArray,
+    mem: IntArray,
+    gpus: IntArray,
+    model_idx: IntArray,
+    used: npt.NDArray[np.bool_],
+    pod: tuple[int, int, int, int, bool],
+    price: float,
+    cpu_per_gpu: float,
+    tables: tuple[IntArray, IntArray, FloatArray, FloatArray],
+    score_steps: FloatArray,
+    frag_model: tuple[object, ...],
+) -> tuple[FloatArray, IntArray]:
+    """Per row: FGD-Pack's best score for the pod (-inf where its GPUs do not fit) and, for a sharing pod, the free
+    share of the GPU that gives it (the first candidate with that score). ``pod`` is (CPU milli, memory MiB, per-GPU
+    milli, GPU count, sharing); ``tables`` the rows' fill-table rows before and after the pod's CPU and memory, and
+    the stacked fill tables; ``frag_model`` :meth:`FragModel.kernel_args`."""
+    t_before, t_after, fill, fill_cpu = tables
+    return _best(
+        np.ascontiguousarray(cpu, dtype=np.int64),
+        np.ascontiguousarray(mem, dtype=np.int64),
+        np.ascontiguousarray(gpus, dtype=np.int64),
+        np.ascontiguousarray(model_idx, dtype=np.int64),
+        np.ascontiguousarray(used, dtype=np.bool_),
+        pod,
+        price,
+        cpu_per_gpu,
+        np.ascontiguousarray(t_before, dtype=np.int64),
+        np.ascontiguousarray(t_after, dtype=np.int64),
+        fill,
+        fill_cpu,
+        score_steps,
+        *frag_model,
+    )
