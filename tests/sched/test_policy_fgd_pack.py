@@ -10,7 +10,9 @@ import pytest
 
 from gpufleet.sched.replay.openb import NodeList, PodList, load_trace
 from gpufleet.sched.replay.policies import make_policy
+from gpufleet.sched.replay.policies.fgd import after_placement
 from gpufleet.sched.replay.policies.fgd_pack import FGDPack, fill_values, share_prices, sharing_sizes
+from gpufleet.sched.replay.policies.fgd_pack_kernels import placements
 from gpufleet.sched.replay.runner import replay
 from gpufleet.sched.replay.state import PodRequest, ReplayCluster
 from tests.sched.replay_helpers import make_cluster, set_free
@@ -218,3 +220,15 @@ def test_a_slice_of_the_trace_replays_the_same_way_through_the_engine_and_the_re
     assert placed == [(p.node, p.gpus) if p is not None else None for p in reference.placements]
     assert (fast.pods, fast.failed) == (1382, 301)
     assert fast.alloc_pct == {"100": 97.19, "130": 97.43}
+
+
+@pytest.mark.parametrize("pod", [share(320), share(810), PodRequest(2000, 0, 1, 1000), PodRequest(2000, 0, 2, 1000),
+                                 PodRequest(2000, 0, 0, 0)])  # fmt: skip
+def test_the_compiled_candidates_are_fgds_candidates(pod: PodRequest) -> None:
+    rng = np.random.default_rng(7)
+    gpus = rng.choice(np.array([0, 190, 350, 530, 680, 1000]), size=(60, 8))
+    cpu = np.full(60, 32000)
+    rows, cols, _, after = after_placement(cpu, gpus, pod)
+    src, col, after_compiled = placements(gpus, pod.gpu_milli, pod.num_gpu, pod.is_sharing)
+    assert len(src) > 0
+    assert np.array_equal(src, rows) and np.array_equal(col, cols) and np.array_equal(after_compiled, after)
