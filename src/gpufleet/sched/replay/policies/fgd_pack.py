@@ -166,7 +166,7 @@ class FGDPack(FGDPlus):
     node value counting only what free CPU can run per GPU 96.00; CPU shared between the GPUs 96.08; memory as well
     96.09; whole-GPU pods ranked by loss too 96.15 (CPU-only pods ranked by loss: no change). Tried and dropped: raw
     FGD deltas instead of the integer score (94.64), least-left GPU before FGD's score (95.62), FGD's score before
-    the loss (95.36), whole-GPU pods to the most or the most balanced spare CPU (95.61, 95.79). A replay costs ~1.1 s
+    the loss (95.36), whole-GPU pods to the most or the most balanced spare CPU (95.61, 95.79). A replay costs ~1.0 s
     CPU against FGD+'s 0.8 (every free share of a class is a candidate; all are scored in one compiled pass per call,
     with FGD's fragmentation kernel and the node value in it).
     """
@@ -184,8 +184,7 @@ class FGDPack(FGDPlus):
         self._size_mem = np.zeros(0, dtype=np.int64)
         self._cpu_steps = np.zeros(0, dtype=np.int64)  # the sizes' distinct CPU needs, ascending
         self._mem_steps = np.zeros(0, dtype=np.int64)
-        self._table_of_step = np.full((1, 1), -1, dtype=np.int64)  # (CPU step, memory step) -> fill-table row
-        self._table_of_sizes: dict[tuple[int, ...], int] = {}  # the sizes a table fills with -> its row
+        self._table_of_step = np.zeros((1, 1), dtype=np.int64)  # (CPU step, memory step) -> fill-table row
         self._fill_table = np.zeros((0, MILLI + 1))
         self._fill_cpu_table = np.zeros((0, MILLI + 1))
         self._cpu_per_gpu = 0.0
@@ -199,39 +198,47 @@ class FGDPack(FGDPlus):
         sizes = sorted(self.prices)
         self._sizes = np.array(sizes, dtype=np.int64)
         self._size_cpu, self._size_mem = typical_needs(workload, sizes)
-        self._cpu_steps = np.unique(self._size_cpu)
-        self._mem_steps = np.unique(self._size_mem)
-        self._table_of_step = np.full((len(self._cpu_steps) + 1, len(self._mem_steps) + 1), -1, dtype=np.int64)
-        self._table_of_sizes = {}
-        self._fill_table = np.zeros((0, MILLI + 1))
-        self._fill_cpu_table = np.zeros((0, MILLI + 1))
+        self._make_tables()
         self._picked = {}
         gpu = workload.num_gpu > 0
         asked = float((workload.num_gpu * workload.gpu_milli)[gpu].sum())
         self._cpu_per_gpu = float(workload.cpu_milli[gpu].sum()) * MILLI / asked if asked else 0.0
 
+    def _make_tables(self) -> None:
+        """A fill table (fill_needs) for every set of sizes some free CPU and memory can host: that set only changes
+        where CPU or memory crosses one of the sizes' needs, so the tables are found per (CPU step, memory step)."""
+        from gpufleet.sched.replay.policies import fgd_pack_kernels  # numba: imported when first needed
+
+        self._cpu_steps = np.unique(self._size_cpu)
+        self._mem_steps = np.unique(self._size_mem) if self.memory_in_value else np.zeros(0, dtype=np.int64)
+        self._table_of_step = np.zeros((len(self._cpu_steps) + 1, len(self._mem_steps) + 1), dtype=np.int64)
+        row_of: dict[tuple[int, ...], int] = {}
+        fills: list[FloatArray] = []
+        fill_cpus: list[FloatArray] = []
+        for a in range(len(self._cpu_steps) + 1):
+            for b in range(len(self._mem_steps) + 1):
+                fits = self._size_cpu <= (self._cpu_steps[a - 1] if a else -1)
+                if self.memory_in_value:
+                    fits &= self._size_mem <= (self._mem_steps[b - 1] if b else -1)
+                chosen = tuple(np.flatnonzero(fits).tolist())
+                if chosen not in row_of:
+                    row_of[chosen] = len(fills)
+                    k = list(chosen)
+                    fill, fill_cpu = fgd_pack_kernels.fill_needs(
+                        self._sizes[k],
+                        np.array([self.prices[int(s)] for s in self._sizes[k]]),
+                        self._size_cpu[k].astype(float),
+                    )
+                    fills.append(fill)
+                    fill_cpus.append(fill_cpu)
+                self._table_of_step[a, b] = row_of[chosen]
+        self._fill_table = np.stack(fills)
+        self._fill_cpu_table = np.stack(fill_cpus)
+
     def _table_rows(self, cpu: IntArray, mem: IntArray) -> IntArray:
-        """Each state's row in the stacked fill tables: fill_needs over the sizes whose typical pod its free CPU and
-        memory could host. That set only changes where CPU or memory crosses one of the sizes' needs, so the rows are
-        kept per (CPU step, memory step), the missing ones made first."""
+        """Each state's row in the stacked fill tables."""
         i = np.searchsorted(self._cpu_steps, cpu, side="right")
-        j = np.searchsorted(self._mem_steps, mem, side="right") if self.memory_in_value else np.zeros(len(mem), int)
-        rows = self._table_of_step[i, j]
-        if rows.min(initial=0) >= 0:
-            return rows
-        for a, b in {(int(a), int(b)) for a, b in zip(i[rows < 0], j[rows < 0], strict=True)}:
-            fits = self._size_cpu <= (self._cpu_steps[a - 1] if a else -1)
-            if self.memory_in_value:
-                fits &= self._size_mem <= (self._mem_steps[b - 1] if b else -1)
-            chosen = tuple(np.flatnonzero(fits).tolist())
-            row = self._table_of_sizes.get(chosen)
-            if row is None:
-                prices = {int(self._sizes[k]): self.prices[int(self._sizes[k])] for k in chosen}
-                fill, fill_cpu = fill_needs(prices, {int(self._sizes[k]): int(self._size_cpu[k]) for k in chosen})
-                row = self._table_of_sizes[chosen] = len(self._fill_table)
-                self._fill_table = np.vstack([self._fill_table, fill[None, :]])
-                self._fill_cpu_table = np.vstack([self._fill_cpu_table, fill_cpu[None, :]])
-            self._table_of_step[a, b] = row
+        j = np.searchsorted(self._mem_steps, mem, side="right") if len(self._mem_steps) else np.zeros(len(mem), int)
         return self._table_of_step[i, j]
 
     def node_value(self, cpu: IntArray, mem: IntArray, gpus: IntArray) -> FloatArray:
@@ -264,15 +271,11 @@ class FGDPack(FGDPlus):
             price = self.prices.get(pod.gpu_milli, float(self.fill[pod.gpu_milli]))
         else:
             price = pod.total_gpu_milli / MILLI  # a whole-GPU pod is worth its GPUs
-        if pod.num_gpu > 0:
-            t_before = self._table_rows(rows.cpu_free, rows.mem_free)
-            t_after = self._table_rows(rows.cpu_free - pod.cpu_milli, rows.mem_free - pod.memory_mib)
-        else:
-            t_before = t_after = np.zeros(len(rows), dtype=np.int64)
         return fgd_pack_kernels.best_placements(
             rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, rows.version > 0,
             (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing), price, self._cpu_per_gpu,
-            (t_before, t_after, self._fill_table, self._fill_cpu_table), SCORE_STEPS, self._kernel_model,
+            (self._cpu_steps, self._mem_steps, self._table_of_step, self._fill_table, self._fill_cpu_table),
+            SCORE_STEPS, self._kernel_model,
         )  # fmt: skip
 
     def scores(self, rows: NodeStates, pod: PodRequest) -> FloatArray:

@@ -14,6 +14,32 @@ IntArray = npt.NDArray[np.int64]
 
 
 @njit(cache=True, nogil=True)
+def _fill_needs(sizes, prices, cpus, milli_max):  # type: ignore[no-untyped-def]
+    value = np.zeros(milli_max + 1)
+    cpu = np.zeros(milli_max + 1)
+    for g in range(1, milli_max + 1):
+        best, need = value[g - 1], cpu[g - 1]
+        for k in range(len(sizes)):
+            size = sizes[k]
+            if size <= g:
+                v, c = value[g - size] + prices[k], cpu[g - size] + cpus[k]
+                if v > best + 1e-12 or (v >= best - 1e-12 and c < need):
+                    best, need = v, c
+        value[g], cpu[g] = best, need
+    return value, cpu
+
+
+def fill_needs(sizes: IntArray, prices: FloatArray, cpus: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """:func:`gpufleet.sched.replay.policies.fgd_pack.fill_needs` compiled, the shares given in ascending order."""
+    return _fill_needs(
+        np.ascontiguousarray(sizes, dtype=np.int64),
+        np.ascontiguousarray(prices, dtype=np.float64),
+        np.ascontiguousarray(cpus, dtype=np.float64),
+        1000,
+    )
+
+
+@njit(cache=True, nogil=True)
 def _row_value(cpu, row, t, fill, fill_cpu):  # type: ignore[no-untyped-def]
     """One state's value: ``row`` its GPUs' free milli, sorted high to low."""
     width = len(row)
@@ -139,9 +165,16 @@ def _sorted_high_first(row, out):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
+def _table_of(cpu, mem, need_cpu, need_mem, table_of_step):  # type: ignore[no-untyped-def]
+    i = np.searchsorted(need_cpu, cpu, side="right")
+    j = np.searchsorted(need_mem, mem, side="right") if len(need_mem) else 0
+    return table_of_step[i, j]
+
+
+@njit(cache=True, nogil=True)
 def _best(  # type: ignore[no-untyped-def]
-    cpu, mem, gpus, model_idx, used, pod, price, cpu_per_gpu, t_before, t_after, fill, fill_cpu, score_steps,
-    mvals, group_m, group_n, access, cpu_steps, mem_steps, table, wsum, use_mem,
+    cpu, mem, gpus, model_idx, used, pod, price, cpu_per_gpu, need_cpu, need_mem, table_of_step, fill, fill_cpu,
+    score_steps, mvals, group_m, group_n, access, cpu_steps, mem_steps, table, wsum, use_mem,
 ):  # fmt: skip
     pod_cpu, pod_mem, milli, n_gpu, sharing = pod
     src, col, after = _placements(gpus, milli, n_gpu, sharing)
@@ -151,7 +184,11 @@ def _best(  # type: ignore[no-untyped-def]
     frag_before = np.empty(n)
     value_before = np.empty(n)
     ordered = np.empty(width, dtype=np.int64)
+    t_before = np.empty(n, dtype=np.int64)
+    t_after = np.empty(n, dtype=np.int64)
     for r in range(n):
+        t_before[r] = _table_of(cpu[r], mem[r], need_cpu, need_mem, table_of_step)
+        t_after[r] = _table_of(cpu[r] - pod_cpu, mem[r] - pod_mem, need_cpu, need_mem, table_of_step)
         frag_before[r] = _frag(cpu[r], mem[r], gpus[r], model_idx[r], mvals, group_m, group_n, access, cpu_steps,
                                mem_steps, table, wsum, use_mem)  # fmt: skip
         if n_gpu > 0:
@@ -193,15 +230,16 @@ def best_placements(
     pod: tuple[int, int, int, int, bool],
     price: float,
     cpu_per_gpu: float,
-    tables: tuple[IntArray, IntArray, FloatArray, FloatArray],
+    tables: tuple[IntArray, IntArray, IntArray, FloatArray, FloatArray],
     score_steps: FloatArray,
     frag_model: tuple[object, ...],
 ) -> tuple[FloatArray, IntArray]:
     """Per row: FGD-Pack's best score for the pod (-inf where its GPUs do not fit) and, for a sharing pod, the free
     share of the GPU that gives it (the first candidate with that score). ``pod`` is (CPU milli, memory MiB, per-GPU
-    milli, GPU count, sharing); ``tables`` the rows' fill-table rows before and after the pod's CPU and memory, and
-    the stacked fill tables; ``frag_model`` :meth:`FragModel.kernel_args`."""
-    t_before, t_after, fill, fill_cpu = tables
+    milli, GPU count, sharing); ``tables`` the sizes' distinct CPU and memory needs (no memory needs: memory not
+    counted), the fill-table row of each (CPU step, memory step), and the stacked fill tables; ``frag_model``
+    :meth:`FragModel.kernel_args`."""
+    need_cpu, need_mem, table_of_step, fill, fill_cpu = tables
     return _best(
         np.ascontiguousarray(cpu, dtype=np.int64),
         np.ascontiguousarray(mem, dtype=np.int64),
@@ -211,8 +249,9 @@ def best_placements(
         pod,
         price,
         cpu_per_gpu,
-        np.ascontiguousarray(t_before, dtype=np.int64),
-        np.ascontiguousarray(t_after, dtype=np.int64),
+        need_cpu,
+        need_mem,
+        table_of_step,
         fill,
         fill_cpu,
         score_steps,
