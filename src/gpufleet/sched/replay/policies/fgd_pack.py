@@ -23,6 +23,7 @@ from gpufleet.sched.replay.state import (
     PodRequest,
     ReplayCluster,
     ReplayPlacement,
+    models_allowed,
 )
 
 
@@ -261,10 +262,11 @@ class FGDPack(FGDPlus):
         return np.round((self.fill[free] - self.fill[free - share] - price) * 1000.0).astype(np.int64)
 
     def best(self, rows: NodeStates, pod: PodRequest) -> tuple[FloatArray, IntArray]:
-        """Per row: the pod's best score there (-inf where its GPUs do not fit) and, for a sharing pod, the free share
-        of the GPU it takes. Every placement is a candidate - for a sharing pod one per distinct free share - ranked
-        lexicographically (one float, exact well below 2**53): least loss, FGD score, node in use, the last term
-        (sharing pods: the least share left on the GPU; CPU-only pods: the most spare CPU)."""
+        """Per row: the pod's best score there (-inf where it does not fit: the node filters' CPU, memory, GPU model
+        and GPUs) and, for a sharing pod, the free share of the GPU it takes. Every placement is a candidate - for a
+        sharing pod one per distinct free share - ranked lexicographically (one float, exact well below 2**53): least
+        loss, FGD score, node in use, the last term (sharing pods: the least share left on the GPU; CPU-only pods:
+        the most spare CPU)."""
         from gpufleet.sched.replay.policies import fgd_pack_kernels  # numba: imported when first needed
 
         if pod.is_sharing:
@@ -273,7 +275,8 @@ class FGDPack(FGDPlus):
             price = pod.total_gpu_milli / MILLI  # a whole-GPU pod is worth its GPUs
         return fgd_pack_kernels.best_placements(
             rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, rows.version > 0,
-            (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing), price, self._cpu_per_gpu,
+            (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing),
+            models_allowed(rows.models, pod.gpu_spec, pod.gpu_resource), price, self._cpu_per_gpu,
             (self._cpu_steps, self._mem_steps, self._table_of_step, self._fill_table, self._fill_cpu_table),
             SCORE_STEPS, self._kernel_model,
         )  # fmt: skip
@@ -287,8 +290,8 @@ class FGDPack(FGDPlus):
         return score
 
     def class_scores(self, store: ClassStore, ids: IntArray, pod: PodRequest) -> FloatArray:
-        # FGD's compiled pass scores one GPU per node; this policy ranks every free share, so it goes through scores
-        return Policy.class_scores(self, store, ids, pod)
+        # every free share is a candidate (FGD's compiled pass scores one GPU per node); the scores filter already
+        return self.scores(store.rows(ids), pod)
 
     def choose(
         self, cluster: ReplayCluster, pod: PodRequest, feasible: BoolArray, rng: np.random.Generator

@@ -173,8 +173,8 @@ def _table_of(cpu, mem, need_cpu, need_mem, table_of_step):  # type: ignore[no-u
 
 @njit(cache=True, nogil=True)
 def _best(  # type: ignore[no-untyped-def]
-    cpu, mem, gpus, model_idx, used, pod, price, cpu_per_gpu, need_cpu, need_mem, table_of_step, fill, fill_cpu,
-    score_steps, mvals, group_m, group_n, access, cpu_steps, mem_steps, table, wsum, use_mem,
+    cpu, mem, gpus, model_idx, used, pod, allowed, price, cpu_per_gpu, need_cpu, need_mem, table_of_step, fill,
+    fill_cpu, score_steps, mvals, group_m, group_n, access, cpu_steps, mem_steps, table, wsum, use_mem,
 ):  # fmt: skip
     pod_cpu, pod_mem, milli, n_gpu, sharing = pod
     src, col, after = _placements(gpus, milli, n_gpu, sharing)
@@ -197,6 +197,8 @@ def _best(  # type: ignore[no-untyped-def]
     for c in range(len(src)):
         r = src[c]
         cpu_after = cpu[r] - pod_cpu
+        if cpu_after < 0 or mem[r] < pod_mem or (n_gpu > 0 and not allowed[model_idx[r]]):
+            continue  # the node's filters: CPU, memory, GPU model and vendor (the GPUs fit: it is a candidate)
         frag_after = _frag(cpu_after, mem[r] - pod_mem, after[c], model_idx[r], mvals, group_m, group_n, access,
                            cpu_steps, mem_steps, table, wsum, use_mem)  # fmt: skip
         fgd = float(np.searchsorted(score_steps, frag_before[r] - frag_after, side="right"))
@@ -228,15 +230,17 @@ def best_placements(
     model_idx: IntArray,
     used: npt.NDArray[np.bool_],
     pod: tuple[int, int, int, int, bool],
+    allowed: npt.NDArray[np.bool_],
     price: float,
     cpu_per_gpu: float,
     tables: tuple[IntArray, IntArray, IntArray, FloatArray, FloatArray],
     score_steps: FloatArray,
     frag_model: tuple[object, ...],
 ) -> tuple[FloatArray, IntArray]:
-    """Per row: FGD-Pack's best score for the pod (-inf where its GPUs do not fit) and, for a sharing pod, the free
-    share of the GPU that gives it (the first candidate with that score). ``pod`` is (CPU milli, memory MiB, per-GPU
-    milli, GPU count, sharing); ``tables`` the sizes' distinct CPU and memory needs (no memory needs: memory not
+    """Per row: FGD-Pack's best score for the pod (-inf where it does not fit: CPU, memory, GPU model and vendor per
+    ``allowed`` - per model - and GPUs, as :meth:`NodeStates.feasible`) and, for a sharing pod, the free share of the
+    GPU that gives it (the first candidate with that score). ``pod`` is (CPU milli, memory MiB, per-GPU milli, GPU
+    count, sharing); ``tables`` the sizes' distinct CPU and memory needs (no memory needs: memory not
     counted), the fill-table row of each (CPU step, memory step), and the stacked fill tables; ``frag_model``
     :meth:`FragModel.kernel_args`."""
     need_cpu, need_mem, table_of_step, fill, fill_cpu = tables
@@ -247,6 +251,7 @@ def best_placements(
         np.ascontiguousarray(model_idx, dtype=np.int64),
         np.ascontiguousarray(used, dtype=np.bool_),
         pod,
+        np.ascontiguousarray(allowed, dtype=np.bool_),
         price,
         cpu_per_gpu,
         need_cpu,
