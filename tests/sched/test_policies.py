@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from gpufleet.errors import UserError
-from gpufleet.sched.replay.openb import PodList
 from gpufleet.sched.replay.policies import expand_policies, make_policy
 from gpufleet.sched.replay.policies.base import pick_max
 from gpufleet.sched.replay.state import PodRequest, ReplayPlacement
-from tests.sched.replay_helpers import make_cluster, set_free
+from tests.sched.replay_helpers import make_cluster, pods_of, set_free
 
 RNG = np.random.default_rng(0)
 
@@ -129,18 +128,6 @@ def test_every_policy_places_a_pod_only_on_a_feasible_node() -> None:
         placement = policy.choose(c, pod, c.feasible(pod), RNG)
         assert placement.node == 1, name
         assert placement.gpus == (0, 1), name
-
-
-def pods_of(requests: list[PodRequest]) -> PodList:
-    return PodList(
-        names=tuple(f"p{i}" for i in range(len(requests))),
-        cpu_milli=np.array([r.cpu_milli for r in requests]),
-        memory_mib=np.array([r.memory_mib for r in requests]),
-        num_gpu=np.array([r.num_gpu for r in requests]),
-        gpu_milli=np.array([r.gpu_milli for r in requests]),
-        gpu_spec=tuple(r.gpu_spec for r in requests),
-        qos=tuple("" for _ in requests),
-    )
 
 
 def test_unknown_policy_is_a_user_error() -> None:

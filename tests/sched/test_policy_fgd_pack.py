@@ -8,28 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpufleet.sched.replay.openb import NodeList, PodList, load_trace
+from gpufleet.sched.replay.openb import NodeList, load_trace
 from gpufleet.sched.replay.policies import make_policy
 from gpufleet.sched.replay.policies.fgd import after_placement
 from gpufleet.sched.replay.policies.fgd_pack import FGDPack, fill_values, share_prices, sharing_sizes
 from gpufleet.sched.replay.policies.fgd_pack_kernels import placements
 from gpufleet.sched.replay.runner import replay
 from gpufleet.sched.replay.state import PodRequest, ReplayCluster
-from tests.sched.replay_helpers import make_cluster, set_free
+from tests.sched.replay_helpers import make_cluster, pods_of, set_free
 
 RNG = np.random.default_rng(0)
-
-
-def pods_of(requests: list[PodRequest]) -> PodList:
-    return PodList(
-        names=tuple(f"p{i}" for i in range(len(requests))),
-        cpu_milli=np.array([r.cpu_milli for r in requests]),
-        memory_mib=np.array([r.memory_mib for r in requests]),
-        num_gpu=np.array([r.num_gpu for r in requests]),
-        gpu_milli=np.array([r.gpu_milli for r in requests]),
-        gpu_spec=tuple(r.gpu_spec for r in requests),
-        qos=tuple("" for _ in requests),
-    )
 
 
 def share(milli: int) -> PodRequest:

@@ -217,6 +217,20 @@ class ReplayCluster(NodeStates):
     def free_gpu_milli(self) -> int:
         return int(self.gpu_free.sum())
 
+    def node_row(self, node: int) -> ClassStates:
+        """One node's state as a row of its own (for scoring a single node like a class)."""
+        one = slice(node, node + 1)
+        return ClassStates(
+            models=self.models,
+            model_idx=self.model_idx[one],
+            num_gpu=self.num_gpu[one],
+            cpu_free=self.cpu_free[one],
+            mem_free=self.mem_free[one],
+            gpu_free=self.gpu_free[one],
+            version=self.version[one],
+            affinity=self.affinity[one],
+        )
+
     def node_resources(self) -> list[str]:
         """Each node's whole-device resource ("" for GPU-less nodes)."""
         per_model = [model_resource(m) if m else "" for m in self.models]

@@ -25,7 +25,6 @@ from gpufleet.sched.replay.openb import MILLI, PodList
 from gpufleet.sched.replay.policies.base import MAX_NODE_SCORE, Policy, pick_max
 from gpufleet.sched.replay.state import (
     BoolArray,
-    ClassStates,
     ClassStore,
     NodeStates,
     PodRequest,
@@ -137,13 +136,7 @@ class FGD(Policy):
         if pod.num_gpu == 0:
             return ()
         if pod.is_sharing:
-            one = slice(node, node + 1)
-            _, gpu = self.row_deltas(
-                ClassStates(cluster.models, cluster.model_idx[one], cluster.num_gpu[one], cluster.cpu_free[one],
-                            cluster.mem_free[one], cluster.gpu_free[one], cluster.version[one],
-                            cluster.affinity[one]),
-                pod,
-            )  # fmt: skip
+            _, gpu = self.row_deltas(cluster.node_row(node), pod)
             return (int(gpu[0]),)
         return cluster.exclusive_gpus(node, pod.num_gpu)
 

@@ -17,7 +17,6 @@ from gpufleet.sched.replay.policies.fgd import SCORE_STEPS, FloatArray, IntArray
 from gpufleet.sched.replay.policies.fgd_plus import FGDPlus
 from gpufleet.sched.replay.state import (
     BoolArray,
-    ClassStates,
     ClassStore,
     NodeStates,
     PodRequest,
@@ -306,11 +305,7 @@ class FGDPack(FGDPlus):
         key = _state_key(cluster, node, pod)
         share = self._picked.get(key)
         if share is None:
-            one = slice(node, node + 1)
-            row = ClassStates(cluster.models, cluster.model_idx[one], cluster.num_gpu[one], cluster.cpu_free[one],
-                              cluster.mem_free[one], cluster.gpu_free[one], cluster.version[one],
-                              cluster.affinity[one])  # fmt: skip
-            share = int(self.best(row, pod)[1][0])
+            share = int(self.best(cluster.node_row(node), pod)[1][0])
             self._picked[key] = share
         # the lowest GPU id with that share
         return (int(np.flatnonzero(cluster.gpu_free[node] == share)[0]),)
