@@ -61,17 +61,19 @@ class PodRequest:
 
 
 def pod_requests(pods: PodList) -> list[PodRequest]:
+    resources = pods.gpu_resource if pods.gpu_resource else ("",) * len(pods)
     return [
-        PodRequest(
-            cpu_milli=int(pods.cpu_milli[i]),
-            memory_mib=int(pods.memory_mib[i]),
-            num_gpu=int(pods.num_gpu[i]),
-            gpu_milli=int(pods.gpu_milli[i]),
-            gpu_spec=pods.gpu_spec[i],
-            name=pods.names[i],
-            gpu_resource=pods.resource(i),
+        PodRequest(cpu, mem, n, milli, spec, name, resource)
+        for cpu, mem, n, milli, spec, name, resource in zip(
+            pods.cpu_milli.tolist(),
+            pods.memory_mib.tolist(),
+            pods.num_gpu.tolist(),
+            pods.gpu_milli.tolist(),
+            pods.gpu_spec,
+            pods.names,
+            resources,
+            strict=True,
         )
-        for i in range(len(pods))
     ]
 
 
