@@ -140,3 +140,72 @@ def test_hazards_get_a_clear_error_or_an_answer(tmp_path: Path, content: bytes) 
     res = gpufleet("fabric", "discover", "--ibnetdiscover", str(path))
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr
     assert res.returncode in (0, 2), res.stderr
+
+
+# --- export ------------------------------------------------------------------------------------------------------
+
+
+def _switch_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("SwitchName=")]
+
+
+def test_export_slurm_topology_from_the_manifest_to_stdout_and_a_file(tmp_path: Path) -> None:
+    res = gpufleet("fabric", "export", "--format", "slurm-topology", "--cluster", str(EXAMPLE))
+    assert res.returncode == 0, res.stderr
+    assert _switch_lines(res.stdout)[:3] == [
+        "SwitchName=leaf1 Nodes=node[01-02]",
+        "SwitchName=leaf2 Nodes=node[03-04]",
+        "SwitchName=leaf3 Nodes=node[05-08]",
+    ]
+    out = tmp_path / "topology.conf"
+    res = gpufleet("fabric", "export", "--format", "slurm-topology", "--cluster", str(EXAMPLE), "--out", str(out))
+    assert res.returncode == 0 and f"wrote {out}" in res.stdout
+    assert _switch_lines(out.read_text()) == _switch_lines(
+        gpufleet("fabric", "export", "--format", "slurm-topology", "--cluster", str(EXAMPLE)).stdout
+    )
+
+
+def test_export_from_a_discovery_on_stdin() -> None:
+    res = gpufleet(
+        "fabric", "export", "--format", "slurm-topology", "--ibnetdiscover", "-", input=NETDISCOVER.read_text()
+    )
+    assert res.returncode == 0, res.stderr
+    # the capture's leaf1 has lost its cable to spine1
+    assert "SwitchName=spine1 Switches=leaf[2-3]" in _switch_lines(res.stdout)
+
+
+def test_export_refuses_a_discovery_that_differs_from_the_manifest() -> None:
+    res = gpufleet(
+        "fabric", "export", "--format", "slurm-topology", "--ibnetdiscover", str(NETDISCOVER), "--cluster", str(EXAMPLE)
+    )
+    _clear_error(res, "differs from", "critical", "leaf1/35")
+    assert "gpufleet fabric discover" in res.stderr
+
+
+def test_export_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
+    _clear_error(gpufleet("fabric", "export", "--format", "slurm-topology"), "no fabric to export")
+    _clear_error(
+        gpufleet("fabric", "export", "--format", "slurm-topology", "--cluster", str(tmp_path / "nope.yaml")),
+        "no such file",
+    )
+    res = gpufleet("fabric", "export", "--format", "kueue", "--cluster", str(EXAMPLE))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    res = gpufleet(
+        "fabric", "export", "--format", "slurm-topology", "--cluster", str(EXAMPLE), "--out", str(tmp_path / "x" / "y")
+    )
+    _clear_error(res, "cannot write")
+
+
+def test_export_from_a_discovery_that_matches_the_manifest(tmp_path: Path) -> None:
+    from gpufleet.fabric.intended import load_expected
+    from gpufleet.fabric.render import to_ibnetdiscover
+
+    found = tmp_path / "ibnetdiscover.txt"
+    found.write_text(to_ibnetdiscover(load_expected(EXAMPLE)))
+    both = gpufleet(
+        "fabric", "export", "--format", "slurm-topology", "--ibnetdiscover", str(found), "--cluster", str(EXAMPLE)
+    )
+    assert both.returncode == 0, both.stderr
+    alone = gpufleet("fabric", "export", "--format", "slurm-topology", "--cluster", str(EXAMPLE))
+    assert _switch_lines(both.stdout) == _switch_lines(alone.stdout)
+    assert f"checked against {EXAMPLE}" in both.stdout.splitlines()[1]

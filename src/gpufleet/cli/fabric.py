@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +78,81 @@ def discover(
     emit(body, output, lambda wide: _render(graph, body, findings, source, wide))
     if any(f.severity == "critical" for f in findings):
         raise typer.Exit(1)
+
+
+EXPORT_HELP = "\n\n".join(
+    (
+        "Write the fabric as a scheduler's topology input, from a saved ibnetdiscover output, a cluster manifest "
+        "whose fabric is cabled (spec.fabric), or both (the discovered fabric, checked against the manifest and "
+        "given its switch tiers).",
+        "slurm-topology: topology.conf for TopologyPlugin=topology/tree: a SwitchName line per leaf with its nodes, "
+        "per spine with its leaves, per core with its spines, in Slurm's hostlist syntax. A host cabled to several "
+        "leaves (rails, dual-port HCAs) is listed under one, its home leaf: the leaf with most of its rails, else "
+        "its first rail's.",
+        "Examples:",
+        "  gpufleet fabric export --format slurm-topology --cluster cluster.yaml --out /etc/slurm/topology.conf",
+        "  ibnetdiscover | gpufleet fabric export --format slurm-topology --ibnetdiscover -",
+        "  gpufleet fabric export --format slurm-topology --ibnetdiscover fabric.txt --cluster cluster.yaml",
+    )
+)
+
+
+class ExportFormat(StrEnum):
+    slurm_topology = "slurm-topology"
+
+
+@sub.command("export", help=EXPORT_HELP)
+def export(
+    fmt: ExportFormat = typer.Option(..., "--format", help="slurm-topology (topology.conf for topology/tree)."),
+    ibnetdiscover: str | None = typer.Option(
+        None, "--ibnetdiscover", metavar="FILE", help="A saved `ibnetdiscover` output; - reads stdin."
+    ),
+    cluster: Path | None = typer.Option(
+        None, "--cluster", metavar="FILE", help="A `kind: Cluster` manifest with a cabled fabric (spec.fabric)."
+    ),
+    out: Path | None = typer.Option(None, "--out", metavar="FILE", help="Write to this file instead of printing."),
+) -> None:
+    from gpufleet.fabric.topology import topology_from_graph
+    from gpufleet.integrations.slurm.topology_conf import render_topology_conf
+
+    graph, source = _export_graph(ibnetdiscover, cluster)
+    topology = topology_from_graph(graph, source=source)
+    text = render_topology_conf(topology) if fmt is ExportFormat.slurm_topology else ""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror}", fix="give a writable path to --out") from None
+    console.print(f"wrote {out}", highlight=False)
+
+
+def _export_graph(ibnetdiscover: str | None, cluster: Path | None) -> tuple[FabricGraph, str]:
+    """The fabric to export: the discovered one (given the manifest's tiers, and refused when it differs from the
+    manifest by a critical finding), else the manifest's."""
+    from gpufleet.fabric.validate import validate
+
+    if ibnetdiscover is None and cluster is None:
+        raise UserError(
+            "no fabric to export", fix="pass --ibnetdiscover FILE (a saved output, - for stdin) and/or --cluster FILE"
+        )
+    expected = _expected(cluster) if cluster is not None else None
+    if ibnetdiscover is None or expected is None:
+        return expected or _saved(str(ibnetdiscover), None)[0], str(cluster or ibnetdiscover)
+    graph, cited = _saved(ibnetdiscover, None)
+    critical = [f for f in validate(graph, expected) if f.severity == "critical"]
+    if critical:
+        raise UserError(
+            f"{cited} differs from {cluster}: {len(critical)} critical finding(s), first: {critical[0].message}",
+            fix=f"see them with `gpufleet fabric discover --ibnetdiscover {ibnetdiscover} --expect {cluster}`, fix "
+            "the cabling or the manifest, or export from one of them",
+        )
+    for name, node in expected.nodes.items():
+        found = graph.nodes.get(name)
+        if found is not None and found.is_switch and node.tier:
+            found.tier = node.tier
+    return graph, f"{cited} checked against {cluster}"
 
 
 def _check_options(
