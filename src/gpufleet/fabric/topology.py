@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.errors import UserError
-from gpufleet.fabric.graph import FabricGraph, NodeKind
+from gpufleet.fabric.graph import FabricGraph
 from gpufleet.fabric.rails import FabricIndex, natural
 
 TIERS = ("leaf", "spine", "core")
@@ -99,19 +99,18 @@ def topology_from_graph(
     tier_of = {s.name: s.tier for s in graph.switches()}
     for leaf in hosts_of:
         tier_of[leaf] = "leaf"  # a switch with a host below it is a leaf, whatever else it is cabled to
+    level = {name: TIERS.index(tier) for name, tier in tier_of.items() if tier in TIERS}
     children: dict[str, set[str]] = {}
     for link in graph.links:
         a, b = link.a.node, link.b.node
-        if a == b or graph.nodes[a].kind is not NodeKind.switch or graph.nodes[b].kind is not NodeKind.switch:
-            continue
-        la, lb = _level(tier_of.get(a)), _level(tier_of.get(b))
+        la, lb = level.get(a), level.get(b)  # None for an HCA, or a switch in no tier
         if la is None or lb is None or la == lb:
             continue  # a cable within one tier (or to an unplaced switch) is no parent and child
         lower, upper = (a, b) if la < lb else (b, a)
         children.setdefault(upper, set()).add(lower)
     for name, tier in tier_of.items():
         if tier == "leaf" and name in hosts_of:
-            topology.switches[name] = TopologySwitch(name, "leaf", tuple(sorted(hosts_of[name], key=natural)))
+            topology.switches[name] = TopologySwitch(name, "leaf", tuple(hosts_of[name]))  # hosts came in order
         elif tier in ("spine", "core") and children.get(name):
             topology.switches[name] = TopologySwitch(name, tier, children=tuple(sorted(children[name], key=natural)))
         elif tier in TIERS:
@@ -119,7 +118,3 @@ def topology_from_graph(
     if unplaced:
         topology.notes.append(f"switches in no tier (not connected to a leaf): {', '.join(unplaced[:6])}")
     return topology
-
-
-def _level(tier: str | None) -> int | None:
-    return TIERS.index(tier) if tier in TIERS else None
