@@ -125,3 +125,15 @@ def test_a_job_that_asks_for_one_switch_lands_under_one_leaf(cluster: SlurmClust
         assert sorted(nodes) == ["gpu-03", "gpu-04"]  # both under leaf-2
     finally:
         cluster.runner.run(["scancel", "--full", "-u", "root"])
+
+
+def test_listing_a_host_under_each_of_its_leaves_is_what_slurmctld_warns_of(cluster: SlurmCluster) -> None:
+    """Why each host is written under one leaf: slurmctld takes a node under two leaf switches but warns of it
+    (and counts the node under both)."""
+    log = cluster.root / "log" / "slurmctld.log"
+    warning = "Multiple leaf switches contain nodes"
+    _load(cluster, _export(FABRICS["ibsim"]))
+    assert warning not in log.read_text()
+    shown = _load(cluster, "SwitchName=leaf3 Nodes=node[05-08]\nSwitchName=leaf4 Nodes=node[05-08]\n")
+    cluster.wait_for(lambda: warning in log.read_text(), "slurmctld's warning")
+    assert expand_hostlist(shown["leaf4"]["Nodes"]) == ["node05", "node06", "node07", "node08"]
