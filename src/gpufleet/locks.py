@@ -12,6 +12,8 @@ for the database.
 - `control`: the control plane's in-memory state (`ControlPlane.lock`); ingest and the control loop's turn.
 - `state`: the state database's connection and its transaction. A transaction is taken inside `control`, never
   around it (`ControlPlane.atomically`).
+- `node-actions`: the node-action queue's memory of which agents carry out what and which nodes have actions
+  waiting (control/node_actions.py); an ingest tells it what the agent carries out inside its transaction.
 - `fabric`: the fabric service's graph and findings (an ingest's fabric reports are taken inside its transaction).
 - `metrics`: the embedded metric store.
 - `tokens`: the token cache.
@@ -30,7 +32,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-ORDER = ("view", "twin", "control", "state", "fabric", "metrics", "tokens")
+ORDER = ("view", "twin", "control", "state", "node-actions", "fabric", "metrics", "tokens")
 _RANK = {name: rank for rank, name in enumerate(ORDER)}
 
 

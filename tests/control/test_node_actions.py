@@ -117,3 +117,19 @@ def test_queueing_an_id_again_finds_the_first(state_db: Database) -> None:
     result = ActionResult("INC-7.reset", Outcome.done, "ok")
     assert table.finish(result, T0 + 2) and not table.finish(result, T0 + 3)
     assert table.open_for("n1") == [] and table.has_open() == set()
+
+
+def test_an_action_another_replica_queued_is_found_by_reading_back_in_lock_order(
+    door: Any, state_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # queued straight into the shared table (as another replica would): this plane learns of it only when it reads
+    # the waiting nodes back. An ingest tells the queue what the agent carries out while it holds the database's
+    # transaction, so the read-back must not hold the queue's lock while it waits for the database (the suite's
+    # lock-order check fails the test if it does)
+    from gpufleet.control import node_actions
+
+    _, client, secrets = door
+    NodeActionTable(state_db).add(reset(), "other-replica", T0)
+    assert push(client, secrets["n1"], "n1", can=ALL).actions == []  # read back at most every REFRESH_S
+    monkeypatch.setattr(node_actions, "REFRESH_S", 0.0)
+    assert [a.id for a in push(client, secrets["n1"], "n1", can=ALL).actions] == ["INC-7.reset"]

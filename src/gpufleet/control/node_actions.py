@@ -15,10 +15,10 @@ only it sees them at the moment it acts. Every change of an action's state is au
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
+from gpufleet.locks import ordered_lock
 from gpufleet.model.actions import ActionResult, NodeAction, NodeActionKind, Outcome
 from gpufleet.model.observe import Batch
 from gpufleet.state import Database
@@ -37,7 +37,7 @@ class NodeActionQueue:
         self.audit_log = AuditLog(db)
         self.clock = clock
         self.backend = backend
-        self.lock = threading.Lock()
+        self.lock = ordered_lock("node-actions")
         self._agents: dict[str, tuple[frozenset[NodeActionKind] | None, float]] = {}  # node -> (kinds, heard)
         self._waiting: set[str] = self.table.has_open()
         self._read_at = time.monotonic()
@@ -109,9 +109,15 @@ class NodeActionQueue:
 
     def _has_waiting(self, node: str) -> bool:
         with self.lock:
-            if time.monotonic() - self._read_at >= REFRESH_S:
-                self._waiting |= self.table.has_open()
+            stale = time.monotonic() - self._read_at >= REFRESH_S
+        if stale:
+            # read outside our lock: an ingest holds the database's lock and then takes ours (heard), so holding
+            # ours while waiting for the database's would deadlock the two
+            open_nodes = self.table.has_open()
+            with self.lock:
+                self._waiting |= open_nodes
                 self._read_at = time.monotonic()
+        with self.lock:
             return node in self._waiting
 
     def _refusal(
