@@ -11,7 +11,17 @@ from typing import Any
 import typer
 
 from gpufleet.cli.inputs import read_input_text
-from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, dump_json, dump_yaml, emit, err_console, make_table
+from gpufleet.cli.output import (
+    OUTPUT_HELP,
+    OutputFormat,
+    console,
+    dump_json,
+    dump_yaml,
+    emit,
+    err_console,
+    make_table,
+    print_or_write,
+)
 from gpufleet.deploy.keda import DEFAULT_PROMETHEUS
 from gpufleet.deploy.render import DEFAULT_KUBE_VERSION
 from gpufleet.errors import UserError
@@ -175,17 +185,6 @@ def _manifest_format(output: OutputFormat) -> None:
         raise UserError(f"-o {output.value} is not a manifest format", fix="use -o yaml or -o json")
 
 
-def _print_or_write(text: str, out: Path | None) -> None:
-    if out is None:
-        sys.stdout.write(text)
-        return
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write {out}: {exc.strerror}", fix="give a writable path to --out") from None
-    console.print(f"wrote {out}", highlight=False)
-
-
 SLO_HELP = "\n\n".join(
     (
         "Prometheus rules for the service-level objectives of inference services: recording rules for the share of "
@@ -237,7 +236,7 @@ def slo_cmd(
         cfg = SloConfig()
     rules_cfg = RulesConfig.from_file(rules_config) if rules_config else RulesConfig()
     data = slo.prometheus_rule(cfg, rules_cfg) if fmt is SloFormat.prometheus_rule else slo.rule_groups(cfg)
-    _print_or_write(dump_json(data) + "\n" if output is OutputFormat.json else dump(data), out)
+    print_or_write(dump_json(data) + "\n" if output is OutputFormat.json else dump(data), out)
 
 
 KEDA_HELP = "\n\n".join(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from enum import StrEnum
 from pathlib import Path
@@ -12,7 +11,7 @@ import typer
 from rich.text import Text
 
 from gpufleet.cli.inputs import read_input_text
-from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table
+from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table, print_or_write
 from gpufleet.errors import ParseError, UserError
 
 if TYPE_CHECKING:
@@ -118,14 +117,7 @@ def export(
     graph, source = _export_graph(ibnetdiscover, cluster)
     topology = topology_from_graph(graph, source=source)
     text = render_topology_conf(topology) if fmt is ExportFormat.slurm_topology else ""
-    if out is None:
-        sys.stdout.write(text)
-        return
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write {out}: {exc.strerror}", fix="give a writable path to --out") from None
-    console.print(f"wrote {out}", highlight=False)
+    print_or_write(text, out)
 
 
 def _export_graph(ibnetdiscover: str | None, cluster: Path | None) -> tuple[FabricGraph, str]:

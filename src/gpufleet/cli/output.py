@@ -6,11 +6,14 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from gpufleet.errors import UserError
 
 # Piped output is not wrapped at 80 columns: tables stay one line per row, as kubectl prints them.
 console = Console(width=None if sys.stdout.isatty() else 250)
@@ -104,3 +107,16 @@ class RowFollower:
             self.widths = [max(w, Text(v).cell_len) for w, v in zip(self.widths, row, strict=False)]
         console.print(make_table(self.columns, cells, show_header=not self.header_printed, min_widths=self.widths))
         self.header_printed = True
+
+
+def print_or_write(text: str, out: Path | None) -> None:
+    """``text`` to stdout, or to the file ``out`` with a line saying so (a path that cannot be written is a user
+    error naming --out)."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror}", fix="give a writable path to --out") from None
+    console.print(f"wrote {out}", highlight=False)
