@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 from gpufleet.model.actions import ActionResult, NodeAction, NodeActionKind
+from gpufleet.model.affinity import HostAffinity
 from gpufleet.model.incident import RootCause, Severity
 from gpufleet.model.kernel import EventKind
 from gpufleet.model.observation import Entity
@@ -189,6 +190,7 @@ class NodeInventory(msgspec.Struct):
     gpus: Annotated[list[GpuInfo], msgspec.Meta(max_length=4096)] = []
     ports: Annotated[list[PortInfo], msgspec.Meta(max_length=1024)] = []
     labels: dict[Short, Short] = {}  # pool, rack and what the node's labeller knows
+    affinity: HostAffinity | None = None  # GPU<->NIC<->CPU: NUMA nodes, CPU lists, PCIe links (None: not read)
 
 
 class MetricSnapshot(msgspec.Struct):
