@@ -62,6 +62,9 @@ class NodePoolSpec(Manifest):
     labels: dict[str, str] = {}
     taints: list[TaintSpec] = []
     nodes_per_rack: int = Field(default=4, ge=1)
+    # hosts per multi-node NVLink domain (18 compute trays of a GB200 NVL72 rack), grouped in hostname order like
+    # racks; None where the pool's NVLink stays inside each node (HGX/DGX baseboards)
+    nvlink_domain_nodes: int | None = Field(default=None, ge=1, le=576)
     software: SoftwareSpec | None = None
     # the hosts' real names, in order (default: pool-000, pool-001, ...)
     hostnames: list[Annotated[str, Field(pattern=HOSTNAME)]] | None = None
@@ -78,6 +81,13 @@ class NodePoolSpec(Manifest):
         if self.hostnames is not None:
             return list(self.hostnames)
         return [f"{self.name}-{i:03d}" for i in range(self.count)]
+
+    def nvlink_domains(self) -> dict[str, str]:
+        """host -> its NVLink domain (`<pool>-nvl00`, ...), for a pool whose domains span nodes."""
+        if self.nvlink_domain_nodes is None:
+            return {}
+        size = self.nvlink_domain_nodes
+        return {host: f"{self.name}-nvl{i // size:02d}" for i, host in enumerate(self.node_names())}
 
 
 # Per-lane data rate of each InfiniBand generation (Gb/s), to tell a generation from linkSpeedGbps and back.
@@ -286,6 +296,10 @@ class ClusterBody(Manifest):
         if self.fabric.topology == "explicit":
             self._check_hca_ends({p.name: p for p in self.node_pools}, hosts)
         return self
+
+    def nvlink_domains(self) -> dict[str, str]:
+        """host -> NVLink domain, over the pools that span nodes with one."""
+        return {host: domain for pool in self.node_pools for host, domain in pool.nvlink_domains().items()}
 
     def _check_hca_ends(self, pools: dict[str, NodePoolSpec], hosts: dict[str, str]) -> None:
         """The HCA ends of an explicit fabric name a host of a pool, one of its HCAs and one of that HCA's ports."""

@@ -1,4 +1,4 @@
-"""Slurm's topology.conf for the topology/tree plugin, written from the fabric's topology model.
+"""Slurm's topology.conf for the topology/tree plugin (and, below, topology/block), from the fabric's topology model.
 
 One `SwitchName=<leaf> Nodes=<hostlist>` line per leaf, then `SwitchName=<spine> Switches=<leaves>` per spine and
 `SwitchName=<core> Switches=<spines>` per core: each switch with the children it is cabled to (slurmctld accepts a
@@ -19,8 +19,10 @@ written as "_". Host names must already be Slurm node names: a host that cannot 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from gpufleet.errors import UserError
+from gpufleet.fabric.rails import natural
 from gpufleet.fabric.topology import Topology
 from gpufleet.integrations.slurm.hostlist import compress_hostlist
 
@@ -85,3 +87,95 @@ def _hostlist(hosts: list[str]) -> str:
             f"{exc}: a Slurm node name cannot hold [ ] , # = or spaces",
             fix="name the host as slurm.conf's NodeName does (the HCA's node description is 'host device')",
         ) from None
+
+
+# topology/block: one `BlockName=<name> Nodes=<hostlist>` line per NVLink domain (an NVL72 rack), then the sizes the
+# plugin may aggregate to. Rules as Slurm's sources enforce them (src/plugins/topology/block, tags slurm-23-11-1-1,
+# slurm-24-05-1-1, slurm-24-11-1-1):
+# - 23.11 reads `BlockLevels` (the aggregation levels, a bit list, default 0-4) and refuses a block whose node count
+#   differs from the first block's ("children count no equal bblock_node_cnt").
+# - 24.05 and later read `BlockSizes` instead: the base block size, then larger sizes, each the base times a power of
+#   two (at most 16 levels); a block with fewer nodes than the base is refused ("children count lower than
+#   bblock_node_cnt"); a larger one is accepted.
+# - Every release: a block without nodes is refused, a node in no block is only warned about ("blocks lack access to
+#   %d nodes"), and higher-level blocks pair blocks adjacent in the file, so blocks are written in fabric order
+#   (under the same spine, then the same leaf, next to each other).
+BLOCK_SIZES_SINCE = (24, 5)
+MAX_BLOCK_LEVELS = 16
+
+
+def render_block_conf(topology: Topology, *, slurm_version: tuple[int, int] = BLOCK_SIZES_SINCE) -> str:
+    """topology.conf for TopologyPlugin=topology/block. The base block is the size most domains have (the design's:
+    18 trays of an NVL72); a domain Slurm would refuse (smaller than the base; on 23.11 any other size) is left out
+    with a comment naming its hosts, so one short rack does not stop slurmctld."""
+    if slurm_version < (23, 11):
+        raise UserError(
+            f"Slurm {slurm_version[0]}.{slurm_version[1]:02d} has no topology/block plugin (it came with 23.11)",
+            fix="export --format slurm-topology (topology/tree) for this release; --slurm-version 23.11 or later",
+        )
+    domains = topology.nvlink_domains()
+    if not domains:
+        raise UserError(
+            f"{topology.source or 'the fabric'}: no host has a known NVLink domain, so there are no blocks to write",
+            fix="name the domains in the cluster manifest (nodePools[].nvlinkDomainNodes, e.g. 18 for GB200 NVL72 "
+            "trays), or export from a running control plane whose nodes report their NVLink clique",
+        )
+    sizes = Counter(len(hosts) for hosts in domains.values())
+    base = max(sizes, key=lambda size: (sizes[size], -size))  # the design's size; of equals, the one that keeps more
+    names = _block_names(domains)
+    order = sorted(domains, key=lambda d: (*_fabric_position(topology, domains[d]), natural(d)))
+    sized_by_levels = slurm_version < BLOCK_SIZES_SINCE
+    kept = [d for d in order if len(domains[d]) == base or (not sized_by_levels and len(domains[d]) > base)]
+    levels = [level for level in range(MAX_BLOCK_LEVELS) if 2**level <= len(kept)]
+    lines = [
+        "# Slurm network topology for TopologyPlugin=topology/block, written by `gpufleet fabric export`",
+        f"# from {topology.source or 'the fabric'}: {len(kept)} NVLink domains of {base} nodes as blocks, in fabric "
+        f"order (Slurm pairs adjacent blocks); syntax of Slurm {slurm_version[0]}.{slurm_version[1]:02d}",
+    ]
+    lines += [f"BlockName={names[d]} Nodes={_hostlist(domains[d])}" for d in kept]
+    if sized_by_levels:
+        lines.append(f"BlockLevels={compress_levels(levels)}")
+    else:
+        lines.append("BlockSizes=" + ",".join(str(base * 2**level) for level in levels))
+    for d in order:
+        if d not in kept:
+            rule = "differs from" if sized_by_levels else "is below"
+            lines.append(
+                f"# left out, NVLink domain {d} has {len(domains[d])} nodes, which {rule} the base block of {base}: "
+                f"{_hostlist(domains[d])}"
+            )
+    lines.extend(f"# note: {note}" for note in topology.notes)
+    return "\n".join(lines) + "\n"
+
+
+def compress_levels(levels: list[int]) -> str:
+    """Slurm's bit-list syntax for BlockLevels: 0-4, or 0-1,3."""
+    runs: list[str] = []
+    for level in levels:
+        if runs and runs[-1].split("-")[-1] == str(level - 1):
+            runs[-1] = f"{runs[-1].split('-')[0]}-{level}"
+        else:
+            runs.append(str(level))
+    return ",".join(runs)
+
+
+def _block_names(domains: dict[str, list[str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for domain in sorted(domains, key=natural):
+        name = _NOT_SLURM.sub("_", domain) or "block"
+        n = 2
+        unique = name
+        while unique in taken:
+            unique, n = f"{name}_{n}", n + 1
+        taken.add(unique)
+        out[domain] = unique
+    return out
+
+
+def _fabric_position(topology: Topology, hosts: list[str]) -> tuple[object, ...]:
+    """Where a domain's first host sits: its spine, then its home leaf (natural order), so that adjacent blocks
+    share a leaf or a spine where they can."""
+    leaf = topology.hosts[hosts[0]].home
+    spine = next((s.name for s in topology.tier("spine") if leaf in s.children), "")
+    return (natural(spine), natural(leaf))
