@@ -130,7 +130,7 @@ def render_block_conf(topology: Topology, *, slurm_version: tuple[int, int] = BL
     lines = [
         "# Slurm network topology for TopologyPlugin=topology/block, written by `gpufleet fabric export`",
         f"# from {topology.source or 'the fabric'}: {len(kept)} NVLink domains of {base} nodes as blocks, in fabric "
-        f"order (Slurm pairs adjacent blocks); syntax of Slurm {slurm_version[0]}.{slurm_version[1]:02d}",
+        "order (Slurm pairs adjacent blocks); syntax of Slurm " + ("23.11" if sized_by_levels else "24.05 and later"),
     ]
     lines += [f"BlockName={names[d]} Nodes={_hostlist(domains[d])}" for d in kept]
     if sized_by_levels:
