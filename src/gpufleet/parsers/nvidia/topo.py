@@ -42,6 +42,7 @@ class TopoMatrix:
     links: dict[tuple[str, str], str]  # (row, column) -> X, NV12, PIX, PXB, PHB, NODE, SYS
     cpu_affinity: dict[str, str] = field(default_factory=dict)  # device -> "0-23" as printed
     numa_affinity: dict[str, int | None] = field(default_factory=dict)
+    numa_lists: dict[str, list[int]] = field(default_factory=dict)  # "0,3-9,11-17" on Grace: the CPU's node first
     gpu_numa_id: dict[str, int | None] = field(default_factory=dict)
     nic_names: dict[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0
     product_names: list[str] = field(default_factory=list)  # GPU names the text carries besides the matrix
@@ -92,6 +93,14 @@ def expand_cpu_list(text: str) -> list[int]:
 
 def _optional_int(text: str) -> int | None:
     return int(text) if text.isdigit() and len(text) < 7 else None
+
+
+def _node_list(text: str) -> list[int]:
+    """A NUMA node list as printed ("1", "0,3-9,11-17"); empty when it does not read (N/A)."""
+    try:
+        return expand_cpu_list(text)[:MAX_DEVICES]
+    except ParseError:
+        return []
 
 
 def _header(line: str) -> tuple[list[str], list[str]] | None:
@@ -153,6 +162,7 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m", strict: 
                 matrix.cpu_affinity[name] = value
             elif head == "NUMA Affinity":
                 matrix.numa_affinity[name] = _optional_int(value)
+                matrix.numa_lists[name] = _node_list(value)
             elif head == "GPU NUMA ID":
                 matrix.gpu_numa_id[name] = _optional_int(value)
     for line in lines:
