@@ -59,7 +59,8 @@ class Clock:
         self.wall += seconds
 
     def install(self, monkeypatch: pytest.MonkeyPatch, module: object) -> Clock:
-        monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: self.now, time=lambda: self.wall))
+        clock = SimpleNamespace(perf_counter=lambda: self.now, time=lambda: self.wall, time_ns=lambda: int(self.wall * 1e9))
+        monkeypatch.setattr(module, "time", clock)
         return self
 
 

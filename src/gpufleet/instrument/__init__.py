@@ -24,6 +24,9 @@ Serving:
 
     app = MetricsMiddleware(app, InferenceMetrics("llama-3-8b", version="v2"), metrics_path="/metrics")
 
+With an OpenTelemetry SDK configured, served requests are also spans with exemplars on the latency histograms
+(`gpufleet.instrument.tracing`; OpenTelemetry is never imported by the library itself).
+
 Names, labels and buckets are those of `gpufleet.instrument.names`.
 """
 

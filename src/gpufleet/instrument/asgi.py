@@ -10,6 +10,10 @@ What it assumes, without help from the app:
   the next ones are inter-token latencies. A response sent in one piece is one token, whose time is its time to
   first token. The body of a response with status >= 400 is an error message, not tokens.
 
+With an OpenTelemetry SDK configured, each timed request is a span (`gpufleet.instrument.tracing`) whose parent is
+the request's W3C `traceparent`, and it is the current span while the app runs, so the app's own spans nest under
+it.
+
 An app that knows better reports itself through the request's handle, `request_handle(scope)` (in Starlette or
 FastAPI also `request.state.inference`): once it calls `token()` or `first_token()` the middleware stops counting
 chunks, and `fail()` marks an error the status does not show (a stream that ends in an error event).
@@ -17,12 +21,15 @@ chunks, and `fail()` marks an error the status does not show (a stream that ends
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from prometheus_client import make_asgi_app
 
 from gpufleet.instrument.inference import InferenceMetrics, Request
+from gpufleet.instrument.tracing import active_tracer
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -70,7 +77,9 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
 
-        with self.metrics.request() as handle:
+        traced = active_tracer(self.metrics.tracer_provider) is not None
+        parent, attributes = _trace_context(scope) if traced else (None, None)
+        with self.metrics.request(parent, attributes) as handle:
             # A scope of our own: a server may share one state dict between requests.
             scope = {**scope, "state": {**scope.get("state", {}), STATE_KEY: handle}}
 
@@ -86,7 +95,29 @@ class MetricsMiddleware:
                     status = message["status"]
                     tokens_in_body = status < 400  # an error page is no generated text
                     if status >= 500:
-                        handle.fail()
+                        handle.fail(str(status))  # HTTP semantic conventions: error.type is the status code
+                    if handle.spans is not None:
+                        handle.spans.request.set_attribute("http.response.status_code", status)
                 await send(message)
 
-            await self.app(scope, receive, timed_send)
+            if handle.spans is None:
+                await self.app(scope, receive, timed_send)
+                return
+            context = sys.modules["opentelemetry.context"]
+            token = context.attach(sys.modules["opentelemetry.trace"].set_span_in_context(handle.spans.request))
+            try:
+                await self.app(scope, receive, timed_send)
+            finally:
+                context.detach(token)
+
+
+def _trace_context(scope: Scope) -> tuple[Any, dict[str, Any]]:
+    """The OpenTelemetry context the request's headers carry (traceparent, with the globally configured
+    propagator) and its HTTP attributes. Only called where the application configured an SDK."""
+    propagate = importlib.import_module("opentelemetry.propagate")
+    headers: dict[str, str] = {}
+    for name, value in scope.get("headers", ()):
+        key = name.decode("latin-1").lower()
+        headers[key] = f"{headers[key]},{value.decode('latin-1')}" if key in headers else value.decode("latin-1")
+    attributes = {"http.request.method": scope.get("method", ""), "url.path": scope["path"]}
+    return propagate.extract(headers), attributes
