@@ -59,7 +59,9 @@ class Clock:
         self.wall += seconds
 
     def install(self, monkeypatch: pytest.MonkeyPatch, module: object) -> Clock:
-        clock = SimpleNamespace(perf_counter=lambda: self.now, time=lambda: self.wall, time_ns=lambda: int(self.wall * 1e9))
+        clock = SimpleNamespace(
+            perf_counter=lambda: self.now, time=lambda: self.wall, time_ns=lambda: int(self.wall * 1e9)
+        )
         monkeypatch.setattr(module, "time", clock)
         return self
 

@@ -220,7 +220,8 @@ provider = TracerProvider()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 call(InferenceMetrics("sdk", registry=registry))
-print("spans:", [dict(s.attributes)["gen_ai.request.model"] for s in exporter.get_finished_spans() if s.name == "inference.request"])
+requests = [s for s in exporter.get_finished_spans() if s.name == "inference.request"]
+print("spans:", [dict(s.attributes)["gen_ai.request.model"] for s in requests])
 text = generate_latest(registry).decode()
 import re
 print("exemplars of:", sorted({re.search(r'model="(\\w+)"', l).group(1) for l in text.splitlines() if " # {" in l}))
