@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from gpufleet.model import Gang, GpuRequest, Pod
+from gpufleet.model import Cluster, Gang, GpuRequest, Pod
 from gpufleet.sched.framework.scheduler import Scheduler
 from gpufleet.sched.framework.snapshot import FabricHealth, LeafHealth, PodInfo, pod_info
-from gpufleet.sched.framework.topology import choose_gpus, leaves_of_nodes, leaves_spanned, nvlink_domains
+from gpufleet.sched.framework.topology import CLIQUE_LABEL, choose_gpus, leaves_spanned, nvlink_domains
 from gpufleet.sched.framework.types import Failure, Placement
+from gpufleet.spec.builder import build_cluster
+from gpufleet.spec.cluster_spec import ClusterBody
 from tests.sched.k8s_objects import H100_NVL, fabric_cluster, knode, pod, snap
 
 
@@ -50,7 +52,7 @@ def test_two_gpu_pod_needs_one_nvlink_pair() -> None:
 
 def test_leaves_of_rail_optimized_fabric() -> None:
     cluster = fabric_cluster(nodes=8, per_su=4)
-    leaves = leaves_of_nodes(cluster.fabric, [n.name for n in cluster.nodes])
+    leaves = Scheduler.from_cluster(cluster).state.leaves  # from the fabric's topology model
     assert len(leaves["n-000"]) == 8
     assert leaves["n-000"] == leaves["n-003"] != leaves["n-004"]
     assert leaves_spanned(leaves, ["n-000", "n-001"]) == 8
@@ -105,3 +107,66 @@ def test_unknown_fabric_health_is_ok() -> None:
     assert health.node_state("anything") == ("ok", 1.0, ())
     sched = Scheduler.from_cluster(fabric_cluster(nodes=2, per_su=2), fabric_health=health)
     assert not sched.state.fabric_avoid.any() and not sched.state.has_fabric_health
+
+
+# --- the fabric's topology model: spines, NVLink domains, where a gang landed ------------------------------------
+
+
+def _three_tier() -> Cluster:
+    """16 two-rail nodes, 4 per scalable unit, radix-8 switches in three tiers: su1+su2 sit under spines 1-4,
+    su3+su4 under spines 5-8, and only the cores join the two."""
+    body = ClusterBody.model_validate(
+        {
+            "nodePools": [{"name": "n", "count": 16, "gpu": {"model": "h100-sxm", "count": 8}, "nics": {"count": 2}}],
+            "fabric": {"leafRadix": 8, "nodesPerScalableUnit": 4, "tiers": 3},
+        }
+    )
+    return build_cluster("three", body)
+
+
+def _gang(n: int, name: str = "default/g") -> tuple[list[PodInfo], dict[str, Gang]]:
+    members = [pod_info(Pod(f"{name}-{i}", gpu=GpuRequest(count=8), gang=name)) for i in range(n)]
+    return members, {name: Gang(name, n)}
+
+
+def test_a_gang_too_big_for_a_leaf_group_stays_under_one_set_of_spines() -> None:
+    sched = Scheduler.from_cluster(_three_tier())
+    state = sched.state
+    assert state.spine_groups == 2 and state.topology is not None
+    # su4 loses two nodes: su3+su4 keep exactly the six the gang needs, su1+su2 keep eight. Member by member the
+    # gang would start at n-000 and fill su1+su2; the tightest set of spines that holds it keeps those whole.
+    for i in (12, 13):
+        state.assign(pod_info(Pod(f"busy-{i}", gpu=GpuRequest(count=8))), state.index[f"n-{i:03d}"])
+    members, gangs = _gang(6)
+    result = sched.plan(members, gangs)
+    nodes = sorted(p.node for p in result.placements)
+    assert nodes == ["n-008", "n-009", "n-010", "n-011", "n-014", "n-015"]
+    landed = result.landings["default/g"]
+    assert landed.nodes == tuple(nodes) and landed.switch_hops == 3
+    assert landed.spines == ("spine-5", "spine-6", "spine-7", "spine-8")
+    assert landed.leaves == ("leaf-su3-r0", "leaf-su3-r1", "leaf-su4-r0", "leaf-su4-r1")
+
+
+def test_a_gang_under_one_leaf_group_lands_one_switch_apart_and_across_cores_five() -> None:
+    sched = Scheduler.from_cluster(_three_tier())
+    members, gangs = _gang(3)
+    landed = sched.plan(members, gangs).landings["default/g"]
+    assert landed.switch_hops == 1 and landed.spines == () and len(landed.leaves) == 2
+    # twelve nodes fit under no one set of spines: the gang climbs to the cores
+    big, big_gangs = _gang(12, "default/big")
+    far = sched.plan(big, big_gangs).landings["default/big"]
+    assert far.switch_hops == 5 and len(far.spines) == 8
+
+
+def test_a_gang_goes_to_one_nvlink_domain_where_the_nodes_name_theirs() -> None:
+    cluster = fabric_cluster(nodes=8, per_su=8)  # one leaf group: only the NVLink domains tell the nodes apart
+    for node in cluster.nodes:
+        rack = "a" if node.name in ("n-000", "n-002", "n-004", "n-006") else "b"
+        node.labels[CLIQUE_LABEL] = f"cluster-uuid.{rack}"
+    sched = Scheduler.from_cluster(cluster)
+    sched.state.assign(pod_info(Pod("busy", gpu=GpuRequest(count=8))), sched.state.index["n-001"])
+    members, gangs = _gang(3)
+    result = sched.plan(members, gangs)
+    # rack b has exactly three whole nodes left: the tightest domain that holds the gang
+    assert sorted(p.node for p in result.placements) == ["n-003", "n-005", "n-007"]
+    assert result.landings["default/g"].nvlink_domains == ("cluster-uuid.b",)

@@ -23,7 +23,7 @@ from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind
 from gpufleet.fabric.rails import FabricIndex, rate_text
 from gpufleet.model import Severity
-from gpufleet.sched.framework.snapshot import FabricHealth, LeafHealth, LeafState
+from gpufleet.model.fabric_health import FabricHealth, LeafHealth, LeafState
 
 # findings about a cable's or port's physical health (not cabling plans, addressing or congestion)
 PHYSICAL_KINDS = frozenset(

@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.errors import UserError
-from gpufleet.fabric.graph import FabricGraph
+from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
 from gpufleet.fabric.rails import FabricIndex, natural
+from gpufleet.model.fabric import Fabric, PortState
+from gpufleet.spec.cluster_spec import LANE_GBPS
 
 TIERS = ("leaf", "spine", "core")
 
@@ -31,6 +33,13 @@ class TopologySwitch:
     tier: str  # leaf, spine or core
     hosts: tuple[str, ...] = ()  # a leaf: every host with a rail cabled to it, in natural order
     children: tuple[str, ...] = ()  # a spine or core: the switches one tier down that are cabled to it
+    downlinks: int = 0  # cables to the tier below (a leaf's to HCA ports)
+    uplinks: int = 0  # cables to the tier above
+
+    @property
+    def oversubscription(self) -> float | None:
+        """Cables down per cable up (1.0: non-blocking, 2.0: 2:1); None for a switch with no uplink."""
+        return self.downlinks / self.uplinks if self.uplinks else None
 
     @property
     def level(self) -> int:
@@ -44,6 +53,7 @@ class TopologyHost:
     leaves: tuple[str, ...]  # every leaf its rails reach, in rail order, without repeats
     rails: int  # cabled HCA ports
     nvlink_domain: str | None = None  # NVLink domain (an NVL72 rack, a GPU fabric clique); None where none is known
+    rail_gbps: float | None = None  # the slowest of its rails' cables as they run (None: no rate known)
 
 
 @dataclass(slots=True)
@@ -59,6 +69,14 @@ class Topology:
     def homed(self, leaf: str) -> list[str]:
         """The hosts whose home is `leaf`, in natural order."""
         return [h for h in self.switches[leaf].hosts if self.hosts[h].home == leaf]
+
+    def parents(self) -> dict[str, tuple[str, ...]]:
+        """Each switch's switches one tier up (a leaf's spines, a spine's cores), in natural order."""
+        out: dict[str, list[str]] = {}
+        for switch in self.switches.values():
+            for child in switch.children:
+                out.setdefault(child, []).append(switch.name)
+        return {name: tuple(sorted(up, key=natural)) for name, up in out.items()}
 
     def nvlink_domains(self) -> dict[str, list[str]]:
         """Each NVLink domain and its hosts."""
@@ -85,7 +103,9 @@ def topology_from_graph(
         counts = Counter(r.leaf for r in rails)
         home = max(leaves, key=lambda leaf: counts[leaf])  # max keeps the first of equals: the first rail's leaf
         domain = (nvlink_domains or {}).get(host)
-        topology.hosts[host] = TopologyHost(host, home, leaves, len(rails), domain)
+        rates = [r.rate_gbps for r in rails if r.up and r.rate_gbps]
+        rate = min(rates) if rates else None
+        topology.hosts[host] = TopologyHost(host, home, leaves, len(rails), domain, rate)
         for leaf in leaves:
             hosts_of.setdefault(leaf, []).append(host)
     if not topology.hosts:
@@ -101,20 +121,47 @@ def topology_from_graph(
         tier_of[leaf] = "leaf"  # a switch with a host below it is a leaf, whatever else it is cabled to
     level = {name: TIERS.index(tier) for name, tier in tier_of.items() if tier in TIERS}
     children: dict[str, set[str]] = {}
+    down: Counter[str] = Counter()
+    up: Counter[str] = Counter()
     for link in graph.links:
         a, b = link.a.node, link.b.node
         la, lb = level.get(a), level.get(b)  # None for an HCA, or a switch in no tier
+        if (la is None) != (lb is None) and index.is_switch(a) != index.is_switch(b):
+            down[a if la is not None else b] += 1  # a leaf's cable to an HCA port
         if la is None or lb is None or la == lb:
             continue  # a cable within one tier (or to an unplaced switch) is no parent and child
         lower, upper = (a, b) if la < lb else (b, a)
         children.setdefault(upper, set()).add(lower)
+        up[lower] += 1
+        down[upper] += 1
     for name, tier in tier_of.items():
         if tier == "leaf" and name in hosts_of:
-            topology.switches[name] = TopologySwitch(name, "leaf", tuple(hosts_of[name]))  # hosts came in order
+            # hosts came in order
+            topology.switches[name] = TopologySwitch(name, "leaf", tuple(hosts_of[name]), (), down[name], up[name])
         elif tier in ("spine", "core") and children.get(name):
-            topology.switches[name] = TopologySwitch(name, tier, children=tuple(sorted(children[name], key=natural)))
+            below = tuple(sorted(children[name], key=natural))
+            topology.switches[name] = TopologySwitch(name, tier, (), below, down[name], up[name])
         elif tier in TIERS:
             topology.notes.append(f"{tier} {name}: nothing below it; left out")
     if unplaced:
         topology.notes.append(f"switches in no tier (not connected to a leaf): {', '.join(unplaced[:6])}")
     return topology
+
+
+def topology_from_fabric(fabric: Fabric, *, nvlink_domains: Mapping[str, str] | None = None) -> Topology:
+    """The scheduler's view of a cluster's modelled fabric (a manifest's, the twin's): its switches with their
+    tiers and its cables, HCA ports named "host/device", read through the same `topology_from_graph`."""
+    graph = FabricGraph(source="cluster fabric")
+    for sw in fabric.switches:
+        graph.add_node(Node(sw.name, NodeKind.switch, ports=sw.radix, description=sw.name, tier=sw.tier, rail=sw.rail))
+    for link in fabric.links:
+        for owner, _port in (link.a, link.b):
+            if owner not in graph.nodes and "/" in owner:
+                graph.add_node(Node(owner, NodeKind.hca, host=owner.split("/", 1)[0]))
+        width = link.width or 4
+        speed = link.speed or next(
+            (g for g, rate in LANE_GBPS.items() if abs(rate * width - link.speed_gbps) < 1e-6), None
+        )
+        state = link.state is PortState.active
+        graph.add_link(Link(End(*link.a), End(*link.b), width=width, speed=speed, up=state))
+    return topology_from_graph(graph, nvlink_domains=nvlink_domains, source="cluster fabric")

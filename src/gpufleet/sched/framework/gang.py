@@ -1,10 +1,13 @@
 """Gang scheduling: place at least minMember pods of a group or none of them, packed under the fewest leaf switches.
 
-A gang is tried leaf group by leaf group (the nodes that share one set of rail leaves): the tightest group that holds
-it wins. If no single group does, members are placed one by one with a score that pulls them toward the groups the gang
-already uses. Either way the attempt runs on the state's journal, so a gang that falls short of minMember leaves no
-trace. Members keep to nodes of the vendor whose devices they ask for (the vendor filter): a gang of AMD pods never
-spans to NVIDIA nodes, and its leaf groups are ranked by their free devices of that vendor.
+A gang is tried in one multi-node NVLink domain first where the fabric names them (an NVL72 rack: its all-reduce
+stays on NVLink), then leaf group by leaf group (the nodes that share one set of rail leaves): the tightest group that
+holds it wins. If no single leaf group does, it is tried under one set of spines (a three-tier fabric's pod, so its
+traffic does not climb to the cores), and only then are members placed one by one with a score that pulls them
+toward the leaf groups the gang already uses. Either way the attempt runs on the state's journal, so a gang that
+falls short of minMember leaves no trace. Members keep to nodes of the vendor whose devices they ask for (the vendor
+filter): a gang of AMD pods never spans to NVIDIA nodes, and its leaf groups are ranked by their free devices of
+that vendor.
 """
 
 from __future__ import annotations
@@ -76,15 +79,24 @@ def _try_members(sched: Placer, pods: Sequence[PodInfo], restrict: np.ndarray | 
 MAX_GROUP_TRIALS = 4
 
 
-def _candidate_groups(sched: Placer, pods: Sequence[PodInfo], allowed: np.ndarray | None = None) -> list[int]:
-    """Leaf groups that could hold every member (on `allowed` nodes), by a vectorised upper bound, tightest
-    first."""
+def _candidate_groups(
+    sched: Placer,
+    pods: Sequence[PodInfo],
+    allowed: np.ndarray | None = None,
+    group_of: np.ndarray | None = None,
+    ngroups: int | None = None,
+) -> list[int]:
+    """Groups that could hold every member (on `allowed` nodes), by a vectorised upper bound, tightest first: leaf
+    groups, or the groups `group_of` numbers (per node; -1 in none) when given."""
     state = sched.state
+    if group_of is None:
+        group_of, ngroups = state.leaf_group, len(state.group_names)
+    assert ngroups is not None
     biggest = pods[0]
     idx, amounts, unknown = state.request_vector(biggest)
     if unknown:
         return []
-    usable = feasible(state, biggest) & (state.leaf_group >= 0)
+    usable = feasible(state, biggest) & (group_of >= 0)
     if allowed is not None:
         usable &= allowed
     ok = np.flatnonzero(usable)
@@ -92,12 +104,10 @@ def _candidate_groups(sched: Placer, pods: Sequence[PodInfo], allowed: np.ndarra
         return []
     free = state.free_
     per_node = np.min(np.stack([free[ok, c] // a for c, a in zip(idx, amounts, strict=True)]), axis=0)
-    groups = state.leaf_group[ok]
-    ngroups = len(state.group_names)
-    capacity = np.bincount(groups, weights=per_node, minlength=ngroups)
+    capacity = np.bincount(group_of[ok], weights=per_node, minlength=ngroups)
     gpu_col = state.gpu_column(biggest)  # the vendor's devices (or partitions) the gang asks for
-    member = state.leaf_group >= 0
-    free_gpus = np.bincount(state.leaf_group[member], weights=free[member, gpu_col], minlength=ngroups)
+    member = group_of >= 0
+    free_gpus = np.bincount(group_of[member], weights=free[member, gpu_col], minlength=ngroups)
     order = np.lexsort((np.arange(ngroups), free_gpus))
     return [int(g) for g in order if capacity[g] >= len(pods)]
 
@@ -134,14 +144,39 @@ def _candidate_groups_by_class(sched: Placer, pods: Sequence[PodInfo], limit: in
     return out
 
 
+def _in_one_group(
+    sched: Placer,
+    unit: Unit,
+    pods: Sequence[PodInfo],
+    allowed: np.ndarray | None,
+    group_of: np.ndarray,
+    ngroups: int,
+) -> GangOutcome | None:
+    """Every member in one of the groups `group_of` numbers (the tightest of a few that could hold them), or None
+    with nothing left placed."""
+    state = sched.state
+    start = state.mark()
+    for g in _candidate_groups(sched, pods, allowed, group_of, ngroups)[:MAX_GROUP_TRIALS]:
+        restrict = group_of == g if allowed is None else (group_of == g) & allowed
+        out = _try_members(sched, pods, restrict, unit.gang)
+        if not out.unplaced:
+            return out
+        state.rollback(start)
+    return None
+
+
 def _whole(
     sched: Placer, unit: Unit, pods: Sequence[PodInfo], allowed: np.ndarray | None, healthy: bool = False
 ) -> GangOutcome | None:
     """Every member placed on `allowed` nodes (all when None; `healthy`: `allowed` is the nodes a gang need not
-    keep off), in one leaf group if one holds them, else anywhere; None (and nothing left placed) when some member
-    does not fit."""
+    keep off), tightest first: in one multi-node NVLink domain where the fabric names them, in one leaf group,
+    under one set of spines, else anywhere; None (and nothing left placed) when some member does not fit."""
     state = sched.state
     start = state.mark()
+    if unit.gang and state.domain_groups > 0 and len(pods) > 1:
+        out = _in_one_group(sched, unit, pods, allowed, state.domain_group, state.domain_groups)
+        if out is not None:
+            return out
     if len(state.group_names) > 1:
         # Tightest leaf group first (fewest free GPUs) among those whose rough capacity can hold the gang;
         # a trial placement confirms it, trying a few groups before giving up on single-group placement.
@@ -159,6 +194,10 @@ def _whole(
             if not out.unplaced:
                 return out
             state.rollback(start)
+    if unit.gang and state.spine_groups > 1:
+        out = _in_one_group(sched, unit, pods, allowed, state.spine_group, state.spine_groups)
+        if out is not None:
+            return out
     if allowed is None:
         return None
     out = _try_members(sched, pods, allowed, unit.gang)

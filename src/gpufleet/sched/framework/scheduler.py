@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from gpufleet.fabric.topology import Topology
 from gpufleet.model import Cluster, Fabric, Gang, PodPhase
 from gpufleet.sched.framework.by_class import ClassChooser, selected_label_keys
 from gpufleet.sched.framework.filters import (
@@ -32,6 +33,7 @@ from gpufleet.sched.framework.queues import QueueBook
 from gpufleet.sched.framework.scoring import ScoreWeights, Strategy, score
 from gpufleet.sched.framework.snapshot import FabricHealth, NodeInfo, PodInfo, Snapshot, node_info, pod_info
 from gpufleet.sched.framework.state import ClusterState
+from gpufleet.sched.framework.topology import Landing, landing
 from gpufleet.sched.framework.types import Explanation, Failure, Placement, PlanResult
 
 
@@ -42,12 +44,13 @@ class Scheduler:
         *,
         fabric: Fabric | None = None,
         fabric_health: FabricHealth | None = None,
+        topology: Topology | None = None,
         bound: Iterable[PodInfo] = (),
         strategy: Strategy = Strategy.binpack,
         weights: ScoreWeights | None = None,
         reference: bool = False,
     ) -> None:
-        self.state = ClusterState(nodes, fabric, fabric_health)
+        self.state = ClusterState(nodes, fabric, fabric_health, topology)
         self.strategy = strategy
         self.weights = weights or ScoreWeights()
         self.reference = reference
@@ -167,6 +170,12 @@ class Scheduler:
         message = None if ranked else failed_scheduling_message(len(self.state), counts)
         return Explanation(pod.key, ranked, dict(counts), message)
 
+    def landing(self, gang: str) -> Landing:
+        """Where the gang's placed members sit: leaves and spines spanned, NVLink domains, switch hops."""
+        state = self.state
+        nodes = [state.names[state.placed[key].node] for key in state.gang_members.get(gang, ())]
+        return landing(state.places, state.leaves, state.nvlink_domain_of, nodes)
+
     # --- many pods -------------------------------------------------------------------------------------------
 
     def plan(
@@ -216,6 +225,8 @@ def plan_units(
                         book.uncharge(sched.pods[ev.pod])
         if out.placements:
             result.placements.extend(out.placements)
+            if unit.gang:
+                result.landings[unit.name] = sched.landing(unit.name)
             if book is not None:
                 book.charge_unit(unit, [sched.pods[p.pod] for p in out.placements], admission)
             continue

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpufleet.errors import InternalError
+from gpufleet.errors import InternalError, UserError
+from gpufleet.fabric.topology import Topology, topology_from_fabric
 from gpufleet.model import GPU_RESOURCE, Fabric, GpuSharing, Taint, TaintEffect
 from gpufleet.sched.engine.classes import NodeClasses
 from gpufleet.sched.framework.devices import node_vendor, requested_vendors, vendor_resources
 from gpufleet.sched.framework.resources import accelerators
 from gpufleet.sched.framework.snapshot import FabricHealth, NodeInfo, PodInfo
 from gpufleet.sched.framework.topology import (
+    CLIQUE_LABEL,
     choose_gpus,
+    fabric_places,
     leaf_groups,
-    leaves_of_nodes,
     max_free_in_domain,
     nvlink_domains,
 )
@@ -60,7 +63,11 @@ class ClusterState:
     """Mutable placement state over a fixed node list. Every change is journaled so it can be rolled back."""
 
     def __init__(
-        self, nodes: list[NodeInfo], fabric: Fabric | None = None, fabric_health: FabricHealth | None = None
+        self,
+        nodes: list[NodeInfo],
+        fabric: Fabric | None = None,
+        fabric_health: FabricHealth | None = None,
+        topology: Topology | None = None,
     ) -> None:
         self.nodes = nodes
         self.names = [n.node.name for n in nodes]
@@ -102,8 +109,15 @@ class ClusterState:
             [max_free_in_domain(ds, free) for ds, free in zip(self.domains, self.gpu_free, strict=True)],
             dtype=np.int64,
         )
-        if fabric is not None and fabric.links:
-            self.leaves = leaves_of_nodes(fabric, self.names)
+        if topology is None and fabric is not None and fabric.links:
+            try:
+                topology = topology_from_fabric(fabric)
+            except UserError:  # a modelled fabric with no host cabled: nothing to place by
+                topology = None
+        self.topology = topology
+        self.places = fabric_places(topology, self.names) if topology is not None else {}
+        if self.places:
+            self.leaves = {name: place.leaves for name, place in self.places.items()}
         else:  # no fabric map (a kubectl capture): a node label may name the leaf group
             self.leaves = {
                 n.node.name: frozenset({n.node.labels[LEAF_GROUP_LABEL]})
@@ -115,6 +129,18 @@ class ClusterState:
                 rails = fabric_health.rails.get(name)
                 if rails:
                     self.leaves[name] = frozenset(rails.values())
+        # Coarser groups a gang tries when no leaf group holds it (the nodes under one set of spines), and the
+        # multi-node NVLink domains it tries first (an NVL72 rack: all-reduce over NVLink, not the network).
+        self.spine_group, self.spine_groups = _group_index(
+            self.names, {n: p.spines for n, p in self.places.items() if p.spines}
+        )
+        domains = {n: p.domain for n, p in self.places.items() if p.domain}
+        for n in nodes:
+            clique = n.node.labels.get(CLIQUE_LABEL)
+            if clique and n.node.name not in domains:
+                domains[n.node.name] = clique
+        self.nvlink_domain_of = domains
+        self.domain_group, self.domain_groups = _group_index(self.names, domains)
         self._fabric(fabric_health)
         groups = leaf_groups(self.leaves)
         self.leaf_group = np.full(len(nodes), -1, dtype=np.int64)
@@ -417,3 +443,15 @@ class ClusterState:
     def commit(self) -> None:
         """Forget the journal: what is placed now stays."""
         self._journal.clear()
+
+
+def _group_index(names: list[str], key: Mapping[str, object]) -> tuple[np.ndarray, int]:
+    """Per node, the number of its group by `key` (-1: in none), groups numbered in order of first node; and how
+    many groups there are."""
+    numbers: dict[object, int] = {}
+    out = np.full(len(names), -1, dtype=np.int64)
+    for i, name in enumerate(names):
+        k = key.get(name)
+        if k is not None:
+            out[i] = numbers.setdefault(k, len(numbers))
+    return out, len(numbers)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from gpufleet.sched.framework.snapshot import PodInfo
+from gpufleet.sched.framework.topology import Landing
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,6 +61,7 @@ class PlanResult:
     placements: list[Placement] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     evictions: list[Eviction] = field(default_factory=list)
+    landings: dict[str, Landing] = field(default_factory=dict)  # gang -> where its placed members sit
 
     def node_of(self, pod: str) -> str | None:
         return next((p.node for p in self.placements if p.pod == pod), None)
