@@ -121,3 +121,23 @@ def test_dcgm_asked_for_on_a_node_without_nvidia_gpus_says_why(monkeypatch: pyte
     monkeypatch.setattr("gpufleet.sources.gpu.hlml.load_pyhlml", _missing("libhlml.so"))
     assert source_up(agent(tmp_path, attribution=None, dcgm=DcgmTarget("")))["dcgm"] == 0.0
     assert "dcgm" not in source_up(agent(tmp_path, attribution=None))
+
+
+def test_the_inventory_carries_the_affinity_of_the_sysfs_it_reads(tmp_path: Path) -> None:
+    """The GPUs NVML names, by their PCI addresses, in the sysfs tree of a real machine's PCIe hierarchy
+    (tests/sources/node/test_pci_affinity.py); an InfiniBand directory outside a sysfs tree reads no affinity."""
+    from gpufleet.agent.host import gpu_inventory_for
+    from tests.sources.node.test_pci_affinity import CX5, V100_A, device, rdma
+
+    sys_root = tmp_path / "sys"
+    rdma(sys_root, "mlx5_0", device(sys_root, CX5, numa=0, cpus="0-19", vendor="0x15b3", cls="0x020700"), "ib0")
+    device(sys_root, V100_A, numa=0, cpus="0-19", vendor="0x10de", cls="0x030200")
+    fake = FakeNvml([FakeGpu(uuid="GPU-a", name="Tesla V100-PCIE-32GB", bus="00000000:5C:00.0", minor=0)])
+    from gpufleet.sources.gpu.nvml import NvmlSource
+
+    inventory = gpu_inventory_for("n", NvmlSource("n", fake), sys_root / "class/infiniband", None)
+    assert inventory.affinity is not None
+    assert [(g.index, g.pci_bus_id, g.nic_links) for g in inventory.affinity.gpus] == [
+        (0, "0000:5c:00.0", {"mlx5_0": "PIX"})
+    ]
+    assert gpu_inventory_for("n", None, tmp_path / "no-ib", None).affinity is None

@@ -34,12 +34,14 @@ from gpufleet.cost.config import CostConfig
 from gpufleet.cost.idle import IdleCost
 from gpufleet.cost.prices import prices_by_model
 from gpufleet.errors import GpufleetError, UserError
+from gpufleet.model.affinity import HostAffinity
 from gpufleet.model.observe import NodeInventory, SchedulerReport
 from gpufleet.sources.gpu.dcgm import DcgmSource, DcgmTarget, open_dcgm
 from gpufleet.sources.node.app_scrape import AppMetricsSource, AppScrape
 from gpufleet.sources.node.bmc import DEFAULT_TIMEOUT_S as DEFAULT_BMC_TIMEOUT_S
 from gpufleet.sources.node.bmc import IpmiTool
 from gpufleet.sources.node.inventory import SYSFS_IB, IbSysfsSource, ib_ports, read_inventory
+from gpufleet.sources.node.pci_affinity import SYS, read_host_affinity
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments
 from gpufleet.telemetry.exposition.config import ExpositionConfig
 from gpufleet.telemetry.frame import GpuEntity, MetricFrame
@@ -105,19 +107,38 @@ def open_gpu_source(hostname: str, accelerators: str = "auto") -> tuple[Any | No
 
 
 def gpu_inventory_for(name: str, source: Any, ib_sysfs: Path, labels: dict[str, str] | None) -> NodeInventory:
-    """The node's inventory: NVML's GPUs through read_inventory, AMD's and Gaudi's from their own sources."""
+    """The node's inventory: NVML's GPUs through read_inventory, AMD's and Gaudi's from their own sources, and the
+    GPU<->NIC<->CPU affinity from the sysfs that holds `ib_sysfs`."""
     if source is None or source.name == "nvml":
-        return read_inventory(name, source, ib_sysfs, labels)
-    inventory = read_inventory(name, None, ib_sysfs, labels)
-    if source.name == "amdsmi":
-        from gpufleet.sources.gpu.amdsmi import amd_gpu_inventory
-
-        gpus = amd_gpu_inventory(source)
+        inventory = read_inventory(name, source, ib_sysfs, labels)
     else:
-        from gpufleet.sources.gpu.hlml import gaudi_inventory
+        inventory = read_inventory(name, None, ib_sysfs, labels)
+        if source.name == "amdsmi":
+            from gpufleet.sources.gpu.amdsmi import amd_gpu_inventory
 
-        gpus = gaudi_inventory(source)
-    return msgspec.structs.replace(inventory, gpus=gpus, driver=source.driver or inventory.driver)
+            gpus = amd_gpu_inventory(source)
+        else:
+            from gpufleet.sources.gpu.hlml import gaudi_inventory
+
+            gpus = gaudi_inventory(source)
+        inventory = msgspec.structs.replace(inventory, gpus=gpus, driver=source.driver or inventory.driver)
+    return msgspec.structs.replace(inventory, affinity=host_affinity(inventory, ib_sysfs))
+
+
+def host_affinity(inventory: NodeInventory, ib_sysfs: Path) -> HostAffinity | None:
+    """The affinity of the inventory's GPUs (by their PCI addresses; all of sysfs's when the library gave none),
+    read from the sysfs `ib_sysfs` is part of (`<root>/class/infiniband`; an InfiniBand directory elsewhere says
+    nothing of the rest of sysfs, and none is read). An unreadable tree is logged, not raised: the inventory goes
+    without it."""
+    if ib_sysfs.parts[-2:] != ("class", "infiniband"):
+        return None
+    root = SYS if ib_sysfs == SYSFS_IB else ib_sysfs.parents[1]
+    named = [(g.index, g.pci_bus_id) for g in inventory.gpus if g.pci_bus_id and g.parent is None]
+    try:
+        return read_host_affinity(named or None, root)
+    except OSError as exc:
+        log.info("affinity: %s unreadable (%s)", root, exc)
+        return None
 
 
 def attribution_source(gpus: Any, job_map_dir: Path | None, options: AttributionOptions) -> AttributionSource:

@@ -11,7 +11,9 @@ here is the first, the CPU's, since that is where its CPUs and their memory are.
 
 from __future__ import annotations
 
-from gpufleet.model.affinity import PCIE_LINKS, GpuAffinity, HostAffinity, NicAffinity
+from typing import cast
+
+from gpufleet.model.affinity import PCIE_LINKS, GpuAffinity, HostAffinity, NicAffinity, PcieLink
 from gpufleet.parsers.nvidia.topo import TopoMatrix
 
 SOURCE = "nvidia-smi topo -m"
@@ -23,8 +25,12 @@ def affinity_from_topo(matrix: TopoMatrix) -> HostAffinity:
     names = {nic: matrix.nic_names.get(nic, nic) for nic in matrix.nics}
     gpus: list[GpuAffinity] = []
     for device in matrix.gpus:
-        links = {names[nic]: matrix.links.get((device, nic)) for nic in matrix.nics}
-        if device not in matrix.rows or any(link not in PCIE_LINKS for link in links.values()):
+        links: dict[str, PcieLink] = {}
+        for nic in matrix.nics:
+            link = matrix.links.get((device, nic), "")
+            if link in PCIE_LINKS:
+                links[names[nic]] = cast(PcieLink, link)
+        if device not in matrix.rows or len(links) < len(matrix.nics):
             continue  # a row cut short would name a wrong nearest NIC
         nodes = matrix.numa_lists.get(device) or []
         numa = matrix.numa_affinity.get(device)
@@ -33,7 +39,7 @@ def affinity_from_topo(matrix: TopoMatrix) -> HostAffinity:
                 int(device[3:]),
                 numa_node=numa if numa is not None else (nodes[0] if nodes else None),
                 cpus=matrix.cpu_affinity.get(device, "") if matrix.cpus(device) else "",
-                nic_links={name: link for name, link in links.items() if link is not None},
+                nic_links=links,
             )
         )
     nics = []
