@@ -17,6 +17,7 @@ from gpufleet.errors import ParseError, UserError
 if TYPE_CHECKING:
     from gpufleet.fabric.findings import FabricFinding
     from gpufleet.fabric.graph import End, FabricGraph, Link
+    from gpufleet.fabric.topology import Topology
 
 sub = typer.Typer(
     help="InfiniBand fabric: discover it and validate it against the intended cabling.", no_args_is_help=True
@@ -92,6 +93,8 @@ EXPORT_HELP = "\n\n".join(
         "  gpufleet fabric export --format slurm-topology --cluster cluster.yaml --out /etc/slurm/topology.conf",
         "  ibnetdiscover | gpufleet fabric export --format slurm-topology --ibnetdiscover -",
         "  gpufleet fabric export --format slurm-topology --ibnetdiscover fabric.txt --cluster cluster.yaml",
+        "  gpufleet fabric export --format slurm-topology --server http://gpufleet:8470 (the control plane's, kept "
+        "current)",
     )
 )
 
@@ -110,14 +113,44 @@ def export(
         None, "--cluster", metavar="FILE", help="A `kind: Cluster` manifest with a cabled fabric (spec.fabric)."
     ),
     out: Path | None = typer.Option(None, "--out", metavar="FILE", help="Write to this file instead of printing."),
+    server: str | None = typer.Option(
+        None,
+        "--server",
+        metavar="URL",
+        help="Export the fabric a running control plane keeps current from its fabric watchers' polls "
+        "(GET /api/v1/fabric/topology) instead of a saved output or a manifest.",
+    ),
+    token_file: Path | None = typer.Option(
+        None, "--token-file", help="With --server: file holding the API token (default: $GPUFLEET_TOKEN, ...)."
+    ),
 ) -> None:
     from gpufleet.fabric.topology import topology_from_graph
     from gpufleet.integrations.slurm.topology_conf import render_topology_conf
 
-    graph, source = _export_graph(ibnetdiscover, cluster)
-    topology = topology_from_graph(graph, source=source)
+    if server is not None:
+        topology = _served_topology(server, token_file, ibnetdiscover, cluster)
+    else:
+        graph, source = _export_graph(ibnetdiscover, cluster)
+        topology = topology_from_graph(graph, source=source)
     text = render_topology_conf(topology) if fmt is ExportFormat.slurm_topology else ""
     print_or_write(text, out)
+
+
+def _served_topology(server: str, token_file: Path | None, ibnetdiscover: str | None, cluster: Path | None) -> Topology:
+    """The topology a running control plane keeps (the same model the local export builds, as JSON)."""
+    from gpufleet.cli.client import Api
+    from gpufleet.control.fabric_topology import topology_from_dict
+
+    if ibnetdiscover is not None or cluster is not None:
+        raise UserError(
+            "--server and a local fabric (--ibnetdiscover, --cluster) both given",
+            fix="export what the control plane keeps (--server URL) or a local fabric, not both",
+        )
+    api = Api(server, token_file)
+    body = api.get("/api/v1/fabric/topology")
+    if not isinstance(body, dict):
+        raise UserError(f"{api.server} answered no topology", fix="is it a gpufleet control plane? check the URL")
+    return topology_from_dict(body, f"{api.server}'s topology")
 
 
 def _export_graph(ibnetdiscover: str | None, cluster: Path | None) -> tuple[FabricGraph, str]:

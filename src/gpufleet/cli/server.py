@@ -97,14 +97,17 @@ class FabricOptions:
     isolate_with: str = "none"  # none, ibportstate
     subnet: str | None = None  # CA:PORT for ibportstate
     tool_timeout_s: float = 30.0
+    settle_polls: int = 3  # polls a host's new topology labels must hold before they are written
 
     def service(self) -> Any:
         from gpufleet.control.fabric import FabricService
+        from gpufleet.control.fabric_topology import LabelSettler, TopologyTracker
         from gpufleet.fabric.intended import load_expected
         from gpufleet.health.thresholds import load_thresholds
 
         expected = load_expected(self.expect) if self.expect is not None else None
-        return FabricService(load_thresholds(), expected)
+        tracker = TopologyTracker(settler=LabelSettler(self.settle_polls))
+        return FabricService(load_thresholds(), expected, tracker)
 
     def isolation(self) -> Any:
         if self.isolate_with == "none":
@@ -428,6 +431,13 @@ def server(
     fabric_subnet: str | None = typer.Option(
         None, "--fabric-subnet", help="With --fabric-isolation ibportstate: the local CA:PORT to use (e.g. mlx5_0:1)."
     ),
+    label_settle_polls: int = typer.Option(
+        3,
+        "--label-settle-polls",
+        min=1,
+        help="kubernetes backend: write a node's new fabric topology labels only after this many consecutive fabric "
+        "polls wanted them (a flapping link moves no label). Relabels follow --remediate (dry-run: audited only).",
+    ),
     policy: Path | None = POLICY_OPT,
 ) -> None:
     """Run the control plane: agents push to it, it correlates incidents and remediates through a backend."""
@@ -439,7 +449,7 @@ def server(
     else:
         if scenario is not None:
             raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
-        options = FabricOptions(fabric_expect, fabric_isolation, fabric_subnet)
+        options = FabricOptions(fabric_expect, fabric_isolation, fabric_subnet, settle_polls=label_settle_polls)
         running = real_plane(home, backend, remediate, diag_command, metrics, state, options, policy)
     serve(
         running,

@@ -11,11 +11,14 @@ shows. One poll is analysed once: a finding is out within the poll that saw its 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from gpufleet.control.fabric_topology import TopologyChange, TopologyTracker, topology_to_dict
+from gpufleet.errors import NotFoundError
 from gpufleet.fabric.counters import CounterTracker, Readings
 from gpufleet.fabric.findings import FabricFinding, worst_first
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind, parse_end
@@ -86,7 +89,9 @@ class SubnetState:
 class FabricEvent:
     time: float
     subnet: str
-    kind: str  # link-down, link-up, sm-sweep, sm-change, poll-error
+    # link-down, link-up, sm-sweep, sm-change, poll-error; the topology's host-moved, host-new, host-gone,
+    # switch-new, switch-gone; relabel (a node's topology labels written)
+    kind: str
     severity: Severity
     message: str
     ends: tuple[str, ...] = ()
@@ -113,9 +118,15 @@ def _same_topology(before: FabricReport, after: FabricReport) -> bool:
 
 
 class FabricService:
-    def __init__(self, thresholds: Thresholds, expected: FabricGraph | None = None) -> None:
+    def __init__(
+        self, thresholds: Thresholds, expected: FabricGraph | None = None, topology: TopologyTracker | None = None
+    ) -> None:
         self.thresholds = thresholds
         self.expected = expected
+        # the scheduler's topology of the latest polls, and the node labels that follow it (gpufleet.control.
+        # fabric_topology); `nvlink_domains` names each host's NVLink domain (the control plane's, from its nodes)
+        self.topology = topology or TopologyTracker()
+        self.nvlink_domains: Callable[[], Mapping[str, str]] = dict
         self.subnets: dict[str, SubnetState] = {}
         self.events: deque[FabricEvent] = deque(maxlen=MAX_EVENTS)
         self._undrained: list[FabricEvent] = []
@@ -152,6 +163,8 @@ class FabricService:
             if not same:
                 self._learn(state, graph)
             self._subnet_manager(state, report, previous_sm)
+            for change in self.topology.update(self.graph, self.nvlink_domains(), changed=not same):
+                self._topology_event(report, change)
             if not same:
                 expected = self._expected_for(graph) if self.expected is not None else state.baseline
                 state.validation = self._seen_before(state, validate(graph, expected) if graph.nodes else [])
@@ -224,6 +237,8 @@ class FabricService:
                 end = parse_end(text)
                 if end is not None:
                     self.isolated[end] = since
+            if rows:  # the topology of the last polls, without events: nothing changed that was not told before
+                self.topology.update(self.graph, self.nvlink_domains(), changed=True)
 
     def _learn(self, state: SubnetState, graph: FabricGraph) -> None:
         baseline = state.baseline
@@ -252,6 +267,15 @@ class FabricService:
                             f"(activity {state.sweep_from} -> {sm.activity})")
             )  # fmt: skip
             state.sweep_from = None
+
+    def _topology_event(self, report: FabricReport, change: TopologyChange) -> None:
+        severity = Severity.warning if change.severity == "warning" else Severity.info
+        self._event(FabricEvent(report.time, report.subnet, change.kind, severity, change.message, change.names))
+
+    def relabelled(self, now: float, host: str, message: str) -> None:
+        """A node's topology labels were written (or would be, in a dry run): an event like the fabric's others."""
+        with self.lock:
+            self._event(FabricEvent(now, "", "relabel", Severity.info, message, (host,)))
 
     def drain_events(self) -> list[FabricEvent]:
         """Events since the last call, for the control plane's event log."""
@@ -665,3 +689,32 @@ def telemetry(service: FabricService, end: End) -> dict[str, Any]:
         points = service.port_history(port)
         series.append({"port": str(port), "points": [{"time": t, **values} for t, values in points]})
     return {"port": str(end), "peer": str(peer) if peer else None, "series": series}
+
+
+PENDING_SHOWN = 100  # hosts waiting for their labels to settle, listed in the topology's view
+
+
+def topology(service: FabricService) -> dict[str, Any]:
+    """The scheduler's topology of the latest polls (the shape `gpufleet fabric export --server` reads back) and
+    where its node labels stand; NotFoundError before a poll (or while the fabric has no host behind a switch)."""
+    with service.lock:
+        tracker = service.topology
+        if tracker.topology is None:
+            raise NotFoundError(
+                f"no fabric topology: {tracker.error or 'no fabric poll has reached the control plane'}",
+                fix="run a fabric watcher (`gpufleet agent --fabric`) that pushes to this control plane; its hosts' "
+                "HCAs need node descriptions that name them (rdma-ndd)",
+            )
+        settler = tracker.settler
+        pending = settler.pending()
+        return {
+            **topology_to_dict(tracker.topology),
+            "changes": tracker.changes,
+            "labels": {
+                "kept": tracker.labels_of is not None,
+                "settle_polls": settler.polls,
+                "applied": len(settler.applied),
+                "pending": len(pending),
+                "waiting": dict(list(pending.items())[:PENDING_SHOWN]),
+            },
+        }

@@ -26,10 +26,12 @@ import numpy as np
 
 from gpufleet.catalog.xid_actions import describe_action
 from gpufleet.control.fabric import FabricService, parse_end
+from gpufleet.control.fabric_topology import nvlink_domains
 from gpufleet.control.fleet import FleetState
 from gpufleet.control.gpu_use import GpuUseRecorder
 from gpufleet.control.metrics import RESOLUTION_S, MetricRecorder
 from gpufleet.control.node_actions import NodeActionQueue
+from gpufleet.control.relabel import Relabeller
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.replicas import Replication
 from gpufleet.control.store import StateStore
@@ -51,6 +53,7 @@ from gpufleet.remediate.backends.base import (
     Drains,
     EvictsGpuWork,
     IsolatesFabricPorts,
+    LabelsNodes,
     RemediationBackend,
     RequeuesJobs,
     ResetsGpus,
@@ -158,7 +161,6 @@ class ControlPlane:
         self.thresholds = thresholds or load_thresholds()
         self.slo = slo or SloConfig()
         self.fabric = fabric or FabricService(self.thresholds)
-        self.fabric.restore(self.store.fabric_subnets(), self.store.isolated_ports())
         # switch-port isolation when the backend has none of its own (the real tools, where the operator allows it)
         self.port_isolation = port_isolation
         self.metrics = MetricRecorder(metrics) if metrics is not None else None
@@ -168,6 +170,16 @@ class ControlPlane:
         self.fleet = FleetState()
         self.fleet.load_inventory(self.store.inventories())
         self.fleet.load_kernel_log(self.store.recent_kernel_reports(KERNEL_REPORTS_LOADED))
+        # the fabric's topology names each host's NVLink domain from its GPUs; a backend that labels nodes gets the
+        # topology's labels, settled, written by the control loop (gpufleet.control.relabel)
+        self.fabric.nvlink_domains = self._nvlink_domains
+        self.relabeller: Relabeller | None = None
+        if isinstance(backend, LabelsNodes):
+            if self.fabric.topology.labels_of is None:
+                self.fabric.topology.labels_of = backend.topology_labels
+            self.relabeller = Relabeller(self.fabric, backend, remediation, clock=clock, audit=self.audit,
+                                         add_event=self.store.add_event)  # fmt: skip
+        self.fabric.restore(self.store.fabric_subnets(), self.store.isolated_ports())
         if isinstance(backend, EvictsGpuWork):  # a GPU-scoped drain evicts the pods the node's agent names
             backend.gpu_holders = self.gpu_holders
         self._dirty: dict[str, Incident] = {}
@@ -231,6 +243,14 @@ class ControlPlane:
         facts = hang_facts(graph, found, hosts)
         self._fabric_facts = (key, facts)
         return facts
+
+    def _nvlink_domains(self) -> dict[str, str]:
+        """Each node's NVLink domain from its GPUs' fabric info, lost nodes included (a node down has not moved)."""
+        return nvlink_domains(
+            (name, [(g.cluster_uuid, g.clique_id) for g in node.inventory.gpus])
+            for name, node in self.fleet.nodes.items()
+            if node.inventory is not None
+        )
 
     # --- ingest: the one door ------------------------------------------------------------------------------------
 
@@ -378,8 +398,12 @@ class ControlPlane:
                 self.store.save_fabric(report.subnet, *kept)
         if batch.fabric:
             for event in self.fabric.drain_events():
-                if event.kind != "poll-error":
-                    self.store.add_event(event.time, "fabric", " <-> ".join(event.ends) or event.subnet,
+                if event.kind in ("poll-error", "relabel"):  # a relabel's own event is the relabeller's
+                    continue
+                if event.kind.startswith("host-") and len(event.ends) == 1:
+                    self.store.add_event(event.time, "fabric", f"node/{event.ends[0]}", event.message, event.ends[0])
+                else:
+                    self.store.add_event(event.time, "fabric", " <-> ".join(event.ends[:2]) or event.subnet,
                                          event.message, "")  # fmt: skip
         if findings:
             self._correlated(self.correlator.add(findings, self.fleet.owner))
@@ -457,6 +481,9 @@ class ControlPlane:
             done("backend")
             self.remediation.run(now)
             done("remediation")
+            if self.relabeller is not None:
+                self.relabeller.run()
+                done("relabels")
             self._flush_metrics()
             self.loop_error = None
         except Exception as exc:  # a bug must be visible in /healthz and the log, and the loop must go on

@@ -46,7 +46,8 @@ class Grant:
 
 # `gpufleet server --backend kubernetes`: cordon, drain, requeue, a node condition and an event per action; a
 # GPU-scoped drain deletes the pods of a namespace whose eviction mode is delete and reads the ReplicaSets and Jobs
-# that own the pods it moves, to name their top controller.
+# that own the pods it moves, to name their top controller. The fabric topology's node labels are a read_node and a
+# patch_node too (labels are node metadata: the nodes patch rule covers them, and no other rule is needed).
 CONTROL_PLANE = Grant(
     account="server",
     modules=("gpufleet.integrations.kubernetes.remediation", "gpufleet.integrations.kubernetes.client"),

@@ -594,6 +594,38 @@ class FabricSubnets(Shape):
     isolated_ports: int
 
 
+class TopologySwitchRow(Shape):
+    name: str
+    tier: Literal["leaf", "spine", "core"]
+    hosts: list[str] = Field(description="A leaf: every host with a rail cabled to it.")
+    children: list[str] = Field(description="A spine or core: the switches one tier down cabled to it.")
+
+
+class TopologyHostRow(Shape):
+    name: str
+    home: str = Field(description="The one leaf a tree-shaped scheduler lists the host under: most of its rails.")
+    leaves: list[str] = Field(description="Every leaf its rails reach, in rail order.")
+    rails: int
+    nvlink_domain: str | None = Field(description="<cluster uuid>.<clique> its GPUs joined; null where none.")
+
+
+class TopologyLabelsState(Shape):
+    kept: bool = Field(description="Whether this control plane writes node labels (a backend that labels nodes).")
+    settle_polls: int = Field(description="Polls a host's new labels must hold before they are written.")
+    applied: int = Field(description="Hosts whose labels were written (or found written).")
+    pending: int = Field(description="Hosts whose new labels are settling.")
+    waiting: dict[str, dict[str, Any]] = Field(description="The first of them: {labels, polls, of}.")
+
+
+class FabricTopology(Shape):
+    source: str
+    notes: list[str]
+    switches: list[TopologySwitchRow]
+    hosts: list[TopologyHostRow]
+    changes: int = Field(description="Topologies built since the start that differed from the one before.")
+    labels: TopologyLabelsState
+
+
 class FabricSystem(Shape):
     name: str
     type: Literal["switch", "hca", "router"]
@@ -649,7 +681,10 @@ class FabricAlarm(Shape):
 class FabricEventRow(Shape):
     time: float
     subnet: str
-    kind: str = Field(description="link-down, link-up, sm-sweep, sm-change, poll-error.")
+    kind: str = Field(
+        description="link-down, link-up, sm-sweep, sm-change, poll-error; host-moved, host-new, host-gone, "
+        "switch-new, switch-gone (the topology); relabel (a node's topology labels written)."
+    )
     severity: str
     message: str
     ends: list[str]

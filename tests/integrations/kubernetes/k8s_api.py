@@ -1,9 +1,9 @@
 """A recording stand-in for the network calls of the official client's CoreV1Api, AppsV1Api and BatchV1Api. It keeps
 nodes, pods, ReplicaSets, Jobs and PodDisruptionBudgets as the client's own V1 models and answers as the API server
 does: a patch carrying a stale metadata.resourceVersion is refused with 409 Conflict and every write bumps the
-version; a null annotation in a patch removes it (merge patch); an eviction is 404 for a gone pod and 429 while a
-PodDisruptionBudget that selects the pod allows no disruption (each eviction it allows uses one up); reads of a
-missing object are 404. Models, exceptions and serialisation are the real client's."""
+version; a null annotation or label in a patch removes it (merge patch); an eviction is 404 for a gone pod and 429
+while a PodDisruptionBudget that selects the pod allows no disruption (each eviction it allows uses one up); reads of
+a missing object are 404. Models, exceptions and serialisation are the real client's."""
 
 from __future__ import annotations
 
@@ -62,6 +62,14 @@ class RecordingCoreV1:
                 else:
                     annotations[k] = v
             node.metadata.annotations = annotations
+        if "labels" in meta:
+            labels = dict(node.metadata.labels or {})
+            for k, v in meta["labels"].items():
+                if v is None:
+                    labels.pop(k, None)
+                else:
+                    labels[k] = v
+            node.metadata.labels = labels
         if "unschedulable" in body.get("spec", {}):
             if node.spec is None:
                 node.spec = kube.V1NodeSpec()

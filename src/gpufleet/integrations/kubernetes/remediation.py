@@ -8,23 +8,27 @@ PodDisruptionBudgets are honored: a 429 answer is retried with back-off, and pod
 error the runbook retries later); drain_gpu moves only the pods holding one GPU, as the node's agent reports them,
 each as its namespace's eviction mode says, and names their owners. A node condition (`GpufleetRemediation`) is set
 with patch_node_status and every action is announced as an Event on the node. Node-local actions (GPU reset, reboot,
-power limits, port isolation, diag) are not API operations and raise UnsupportedActionError.
+power limits, port isolation, diag) are not API operations and raise UnsupportedActionError. label_node writes the
+fabric topology's node labels (the keys it is given, nothing else) in one merge patch of metadata.labels, after
+reading the node so a label already right is not written again.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.errors import BackendError
 from gpufleet.integrations.kubernetes.client import connect, kubernetes_module
 from gpufleet.integrations.kubernetes.objects import event, eviction
+from gpufleet.integrations.kubernetes.topology import MANAGED_LABELS, node_labels
 from gpufleet.remediate.backends.base import (
     Cordons,
     Drains,
     EvictsGpuWork,
+    LabelsNodes,
     NodeLocation,
     RemediationBackend,
     RequeuesJobs,
@@ -32,6 +36,9 @@ from gpufleet.remediate.backends.base import (
 )
 from gpufleet.remediate.backends.cordons import CordonChange, on_cordon, on_uncordon
 from gpufleet.remediate.config import EvictionSpec
+
+if TYPE_CHECKING:
+    from gpufleet.fabric.topology import Topology
 
 CONDITION = "GpufleetRemediation"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -48,7 +55,7 @@ def _api_exception() -> type[Exception]:
     return ApiException
 
 
-class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, RequeuesJobs):
+class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, RequeuesJobs, LabelsNodes):
     name = "kubernetes"
 
     def __init__(
@@ -204,6 +211,24 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, Requ
             self._condition(node, False, "Recovered", "returned to service")
             self._event(node, "GpufleetUncordon", change.detail, type_="Normal")
         return change.detail
+
+    def topology_labels(self, topology: Topology) -> Mapping[str, Mapping[str, str]]:
+        return node_labels(topology)
+
+    def label_node(self, node: str, labels: Mapping[str, str | None]) -> str:
+        """Only the keys in `labels` are in the patch (a merge patch of metadata.labels leaves every other label as
+        it is; null removes one), and only those whose value differs from the node's now."""
+        foreign = sorted(set(labels) - set(MANAGED_LABELS))
+        if foreign:  # a caller's bug must never reach someone else's labels
+            raise BackendError(f"refusing to write node labels gpufleet does not own: {', '.join(foreign)}")
+        have = self._node(node).metadata.labels or {}
+        writes = {k: v for k, v in labels.items() if (have.get(k) != v if v is not None else k in have)}
+        if not writes:
+            return ""
+        self._call(f"patch node {node}", self.core.patch_node, node, {"metadata": {"labels": writes}})
+        detail = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(writes.items()))
+        self._event(node, "GpufleetTopologyLabels", f"fabric topology labels: {detail}", type_="Normal")
+        return f"labelled {node}: {detail}"
 
     def _pods_on(self, node: str) -> list[Any]:
         pods = self._call(

@@ -4,13 +4,14 @@ backend can do to a node or a job."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.errors import BackendError
 
 if TYPE_CHECKING:
+    from gpufleet.fabric.topology import Topology
     from gpufleet.remediate.config import EvictionSpec
 
 
@@ -91,6 +92,20 @@ class Cordons(ABC):
     def uncordon(self, node: str, incident: str | None) -> str:
         """`incident` None: a person returns the node whoever cordoned it (their call; the control plane audits
         it)."""
+
+
+class LabelsNodes(ABC):
+    """Writes the node labels gpufleet owns (the fabric topology's, gpufleet.control.fabric_topology) and no
+    other."""
+
+    @abstractmethod
+    def topology_labels(self, topology: Topology) -> Mapping[str, Mapping[str, str]]:
+        """The labels each host of `topology` should carry (this backend's keys for each tier)."""
+
+    @abstractmethod
+    def label_node(self, node: str, labels: Mapping[str, str | None]) -> str:
+        """Write `labels` (each key's value, None to remove it); every label not named stays as it is. What was
+        written; "" when the node carried those values already (nothing written)."""
 
 
 class Drains(ABC):

@@ -29,6 +29,13 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
         (`GET /api/v1/fabric` is the HCA ports as the nodes' agents report them.)"""
         return cache.answer("fabric/subnets", lambda: views.summary(service))
 
+    @api.get("/topology", response_model=schemas.FabricTopology, responses={404: {"model": schemas.Problem}})
+    def topology() -> Response:
+        """The fabric as schedulers take it (tiers, each leaf's hosts, each host's home leaf and NVLink domain), kept
+        current from the polls, and where the nodes' topology labels stand; `gpufleet fabric export --server` writes
+        every export format from it."""
+        return cache.answer("fabric/topology", lambda: views.topology(service))
+
     @api.get("/systems", response_model=list[schemas.FabricSystem])
     def systems() -> Response:
         """Switches and HCAs as discovered (UFM's `resources/systems`)."""
