@@ -56,7 +56,8 @@ def valid_value(value: str) -> bool:
     return len(value) <= MAX_VALUE and _VALUE.match(value) is not None
 
 
-def _suffixed(base: str, name: str) -> str:
+def hashed_value(base: str, name: str) -> str:
+    """`base` cut to leave room for `-` and 8 hex digits of `name`'s SHA-256, which it then ends in."""
     digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:_HASH]
     base = base[: MAX_VALUE - _HASH - 1].rstrip("-_.")
     return f"{base}-{digest}" if base else f"x{digest}"
@@ -68,7 +69,7 @@ def _rewritten(name: str) -> tuple[str, bool]:
     readable = managed.group("name") if managed is not None else name
     value = _NOT_VALUE.sub("-", readable).strip("-_.")
     if len(value) > MAX_VALUE or not value:
-        return _suffixed(value, name), True
+        return hashed_value(value, name), True
     return value, False
 
 
@@ -77,7 +78,7 @@ def label_values(names: Iterable[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     rewritten: dict[str, str] = {}
     for name in names:
-        if valid_value(name):
+        if name and valid_value(name):  # an empty value is valid, but names nothing
             out[name] = name
         else:
             value, cut = _rewritten(name)
@@ -89,7 +90,7 @@ def label_values(names: Iterable[str]) -> dict[str, str]:
     for value in [*out.values(), *rewritten.values()]:
         taken[value] = taken.get(value, 0) + 1
     for name, value in rewritten.items():
-        out[name] = _suffixed(value, name) if taken[value] > 1 else value
+        out[name] = hashed_value(value, name) if taken[value] > 1 else value
     return out
 
 
