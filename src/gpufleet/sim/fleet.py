@@ -44,6 +44,7 @@ from gpufleet.model.observe import (
     TrainingSignals,
 )
 from gpufleet.parsers.kernel.kmsg import KmsgParser
+from gpufleet.sim.affinity import twin_affinity
 from gpufleet.sim.fabric_report import TwinFabricWatch
 from gpufleet.sim.node_actions import CAN, TwinNodeActions
 from gpufleet.sim.source import RANK_EXPORT_S, GaugeKey, TwinSource
@@ -370,6 +371,7 @@ def node_inventory(twin: Twin, name: str) -> NodeInventory:
         ],
         ports=ports,
         labels={"pool": node.pool, "rack": node.rack},
+        affinity=twin_affinity(node),
     )
 
 
