@@ -209,3 +209,50 @@ def test_export_from_a_discovery_that_matches_the_manifest(tmp_path: Path) -> No
     alone = gpufleet("fabric", "export", "--format", "slurm-topology", "--cluster", str(EXAMPLE))
     assert _switch_lines(both.stdout) == _switch_lines(alone.stdout)
     assert f"checked against {EXAMPLE}" in both.stdout.splitlines()[1]
+
+
+def test_export_from_a_running_control_plane_is_the_export_of_what_it_was_pushed(tmp_path: Path) -> None:
+    """A control plane fed the ibsim capture as its fabric watcher's polls writes the same topology.conf from
+    GET /api/v1/fabric/topology as the export of the capture itself."""
+    import time
+
+    from gpufleet.control.fabric import FabricService
+    from gpufleet.control.service import ControlPlane
+    from gpufleet.fabric.discover import from_ibnetdiscover
+    from gpufleet.fabric.report import report_from_graph
+    from gpufleet.health.thresholds import load_thresholds
+    from gpufleet.model.observe import SCHEMA_VERSION, Batch
+    from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
+    from gpufleet.remediate.backends.observe import ObserveOnlyBackend
+    from gpufleet.state import Database
+    from tests import apiclient
+
+    plane = ControlPlane(
+        Database(tmp_path / "state.db"), ObserveOnlyBackend(lambda: []), fabric=FabricService(load_thresholds())
+    )
+    with apiclient.serving(apiclient.app(plane)) as url:
+        env = {"GPUFLEET_TOKEN": apiclient.TOKEN, "GPUFLEET_HOME": str(tmp_path)}
+        args = ("fabric", "export", "--format", "slurm-topology", "--server", url)
+        _clear_error(gpufleet(*args, env=env), "no fabric topology", "no fabric poll")  # nothing pushed yet
+        graph = from_ibnetdiscover(parse_ibnetdiscover(NETDISCOVER.read_text()))
+        report = report_from_graph(graph, subnet="mlx5_0/1", time=time.time())
+        plane.ingest(Batch(v=SCHEMA_VERSION, agent="watch", incarnation="i", node="sm", sent=time.time(),
+                           fabric=[report]))  # fmt: skip
+        served = gpufleet(*args, env=env)
+        assert served.returncode == 0, served.stderr
+        local = gpufleet("fabric", "export", "--format", "slurm-topology", "--ibnetdiscover", str(NETDISCOVER))
+        assert _switch_lines(served.stdout) == _switch_lines(local.stdout)
+        assert "SwitchName=spine1 Switches=leaf[2-3]" in _switch_lines(served.stdout)
+        both = gpufleet(*args, "--cluster", str(EXAMPLE), env=env)
+        _clear_error(both, "--server and a local fabric")
+    plane.close()
+
+
+def test_export_from_a_control_plane_that_is_not_there_is_a_clear_error(tmp_path: Path) -> None:
+    from tests import apiclient
+
+    url = f"http://127.0.0.1:{apiclient.free_port()}"
+    res = gpufleet(
+        "fabric", "export", "--format", "slurm-topology", "--server", url, env={"GPUFLEET_HOME": str(tmp_path)}
+    )
+    assert res.returncode != 0 and "no control plane answers" in res.stderr and "Traceback" not in res.stderr

@@ -99,6 +99,18 @@ def test_systems_are_the_switches_and_hcas_discovered(client: Any) -> None:
     assert len({r["guid"] for r in rows}) == len(rows)
 
 
+def test_topology_is_the_schedulers_view_of_the_polled_fabric(client: Any) -> None:
+    body = client.get("/api/v1/fabric/topology").json()
+    leaves = {s["name"]: s for s in body["switches"] if s["tier"] == "leaf"}
+    assert sorted(leaves) == [f"leaf-su1-r{i}" for i in range(8)]
+    hosts = {h["name"]: h for h in body["hosts"]}
+    assert set(hosts) == {"n-000", "n-001", "n-002"}
+    # n-002's rail 5 went down at 45 s: its home (rail 0's leaf) stays, the leaf of the dead rail is not among its own
+    assert all(h["home"] == "leaf-su1-r0" for h in hosts.values())
+    assert "leaf-su1-r5" not in hosts["n-002"]["leaves"] and hosts["n-002"]["rails"] == 7
+    assert body["labels"]["kept"] is False  # the twin's backend labels no nodes
+
+
 def test_links_are_every_cable_the_down_one_included(client: Any) -> None:
     rows = client.get("/api/v1/fabric/links").json()
     keys = {"a", "b", "a_node", "b_node", "tiers", "width", "speed", "rate_gbps", "up", "state", "subnet", "worst",
@@ -329,5 +341,6 @@ def test_answers_match_their_published_schemas(client: Any) -> None:
         ("/api/v1/fabric/events", list[schemas.FabricEventRow]),
         (f"/api/v1/fabric/telemetry?port={ERRING[0]}", schemas.FabricTelemetry),
         ("/api/v1/fabric/isolated_ports", list[schemas.IsolatedPort]),
+        ("/api/v1/fabric/topology", schemas.FabricTopology),
     ):
         TypeAdapter(shape).validate_python(client.get(path).json())  # encoded by the cache, so not checked per call
