@@ -275,7 +275,11 @@ def plan_cmd(
         exists=True,
         dir_okay=False,
         help="`ibnetdiscover` output: gangs keep off nodes whose rails go through a leaf with an uplink down, "
-        "missing or slow (unless nothing else fits), and prefer leaves with their uplinks whole.",
+        "missing or slow (unless nothing else fits), and prefer leaves with their uplinks whole; each placed gang "
+        "shows where it landed (leaves, spines, switch hops) and its predicted all-reduce.",
+    ),
+    allreduce_size: str = typer.Option(
+        "1G", "--allreduce-size", help="Message size of the predicted gang all-reduce (8, 64K, 1G: powers of 1024)."
     ),
     backfill: bool = typer.Option(
         False,
@@ -289,14 +293,17 @@ def plan_cmd(
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Print where each pending pod would be placed, which pods would be preempted, and why the rest cannot fit."""
+    from gpufleet.cli.nccl import parse_size
     from gpufleet.sched.framework.scheduler import Scheduler
     from gpufleet.sched.framework.snapshot import load_snapshot
     from gpufleet.sched.framework.types import PlanResult
 
+    nbytes = parse_size(allreduce_size)
     snap = load_snapshot(snapshot)
+    topology = None
     if fabric is not None:
-        snap.fabric_health = _fabric_health(fabric, [n.node.name for n in snap.nodes])
-    sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))
+        snap.fabric_health, topology = _fabric_health(fabric, [n.node.name for n in snap.nodes])
+    sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy), topology=topology)
     pending = snap.pending(scheduler_name)
     book = _queues(queues) if queues else None
     reservation: dict[str, Any] | None = None
@@ -337,6 +344,9 @@ def plan_cmd(
     }
     if backfill:
         data["reservation"] = reservation
+    gangs = _landed(sched, result, snap.pods, nbytes)
+    if gangs:
+        data["gangs"] = gangs
     leaves = snap.fabric_health.leaves if snap.fabric_health is not None else {}
     bad = {name: h for name, h in sorted(leaves.items()) if h.state != "ok"}
     if fabric is not None:
@@ -356,6 +366,8 @@ def plan_cmd(
         if result.failures:
             fails = [[f.pod, "FailedScheduling", f.message] for f in result.failures]
             console.print(make_table(["POD", "REASON", "MESSAGE"], fails, title="unschedulable"))
+        if gangs:
+            console.print(_gang_table(gangs))
         if reservation:
             console.print(
                 f"reserved for {reservation['unit']}: starts in {reservation['start_in_s']:g}s on "
@@ -369,15 +381,48 @@ def plan_cmd(
     emit(data, output, render)
 
 
-def _fabric_health(path: Path, names: list[str]) -> Any:
-    """Leaf health for placement from an `ibnetdiscover` output, filed under the snapshot's node names."""
+def _fabric_health(path: Path, names: list[str]) -> tuple[Any, Any]:
+    """Leaf health for placement from an `ibnetdiscover` output, filed under the snapshot's node names, and the
+    fabric's topology model (leaves, spines, cores) from the same graph."""
     from gpufleet.cli.inputs import read_input_text
     from gpufleet.fabric.discover import from_ibnetdiscover
     from gpufleet.fabric.placement import placement_health
+    from gpufleet.fabric.topology import topology_from_graph
     from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 
     text, cited = read_input_text(path)
-    return placement_health(from_ibnetdiscover(parse_ibnetdiscover(text, source=cited)), names=names)
+    graph = from_ibnetdiscover(parse_ibnetdiscover(text, source=cited))
+    return placement_health(graph, names=names), topology_from_graph(graph, source=cited)
+
+
+def _landed(sched: Any, result: Any, pods: list[Any], nbytes: int) -> dict[str, dict[str, Any]]:
+    """Each placed gang: where it landed and its predicted all-reduce there (or why there is none)."""
+    from gpufleet.sched.framework.collective import gang_allreduce
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, landing in result.landings.items():
+        members = [p for p in pods if p.pod.gang == name]
+        prediction, why = gang_allreduce(sched.state, landing, members, nbytes)
+        out[name] = {**landing.to_dict(), "allreduce": prediction.to_dict() if prediction else None}
+        if prediction is None:
+            out[name]["allreduce_note"] = why
+    return out
+
+
+def _gang_table(gangs: dict[str, dict[str, Any]]) -> Any:
+    rows = []
+    for name, g in gangs.items():
+        ar = g["allreduce"]
+        hops = "-" if g["switch_hops"] is None else str(g["switch_hops"])
+        if ar is None:
+            predicted = g.get("allreduce_note", "-")
+        else:
+            predicted = (
+                f"{ar['time_us'] / 1000:.2f} ms, {ar['busbw_gbps']:.0f} GB/s busbw ({ar['algo']}/{ar['proto']}; "
+                f"{ar['one_leaf_time_us'] / 1000:.2f} ms under one leaf)"
+            )
+        rows.append([name, len(g["nodes"]), len(g["leaves"]), len(g["spines"]), hops, predicted])
+    return make_table(["GANG", "NODES", "LEAVES", "SPINES", "SWITCH HOPS", "ALL-REDUCE"], rows, title="gangs landed")
 
 
 @sched_app.command("explain")

@@ -73,6 +73,8 @@ class FabricPlace:
     spines: frozenset[str] = frozenset()
     cores: frozenset[str] = frozenset()
     domain: str | None = None
+    rails: int = 0  # cabled HCA ports
+    rail_gbps: float | None = None  # the slowest of them
 
 
 def fabric_places(topology: Topology, names: Sequence[str]) -> dict[str, FabricPlace]:
@@ -88,7 +90,7 @@ def fabric_places(topology: Topology, names: Sequence[str]) -> dict[str, FabricP
             continue
         spines = frozenset(s for leaf in host.leaves for s in parents.get(leaf, ()))
         cores = frozenset(c for spine in spines for c in parents.get(spine, ()))
-        out[node] = FabricPlace(frozenset(host.leaves), spines, cores, host.nvlink_domain)
+        out[node] = FabricPlace(frozenset(host.leaves), spines, cores, host.nvlink_domain, host.rails, host.rail_gbps)
     return out
 
 
