@@ -75,6 +75,7 @@ def test_get_and_describe_from_a_scenario(short_scenario: Path) -> None:
     assert "dgx-020" in table.stdout and "7/8" in table.stdout  # one rail down
     described = gpufleet("describe", "node", "dgx-003", "-f", str(short_scenario), "--at", "6m")
     assert "GPU has fallen off the bus" in described.stdout
+    assert "Affinity: from twin" in described.stdout and "(PIX)" in described.stdout  # each GPU's nearest NIC
 
 
 def test_incidents_listed_as_json_feed_remediate_plan(short_scenario: Path, tmp_path: Path) -> None:

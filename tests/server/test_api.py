@@ -42,6 +42,10 @@ def test_reads_show_only_what_agents_reported(plane: Any) -> None:
     detail = client.get("/api/v1/nodes/n-001").json()
     assert detail["incidents"][0]["cause"] == "gpu-lost"
     assert any("fallen off the bus" in line for line in detail["kernel_log"])
+    affinity = detail["affinity"]  # as the node's agent reported it: the twin's DGX H100 layout
+    assert affinity["source"] == "twin" and [g["numa_node"] for g in affinity["gpus"]] == [0] * 4 + [1] * 4
+    first = affinity["nics"][0]["name"]
+    assert affinity["gpus"][0]["nearest_nics"] == [first] and affinity["gpus"][0]["nic_links"][first] == "PIX"
     assert client.get("/api/v1/nodes/nope").status_code == 404
     page = client.get("/")
     assert page.status_code == 200 and "gpufleet" in page.text

@@ -332,6 +332,19 @@ def node_detail(d: dict[str, Any]) -> None:
     ]
     if nic_rows:
         console.print(make_table(["HCA", "RAIL", "STATE", "SPEED", "PEER", "SYMBOL ERR", "LINK DOWNED"], nic_rows))
+    affinity = d.get("affinity")
+    if affinity and affinity["gpus"]:
+        rows = [
+            [
+                g["gpu"],
+                "-" if g["numa_node"] is None else g["numa_node"],
+                g["cpus"] or "-",
+                ",".join(f"{n} ({g['nic_links'][n]})" for n in g["nearest_nics"]) or "-",
+            ]
+            for g in affinity["gpus"]
+        ]
+        console.print(_line("Affinity", f"from {affinity['source']}"))
+        console.print(make_table(["GPU", "NUMA", "CPUS", "NEAREST NIC"], rows))
     if d["incidents"]:
         render_incidents(d["incidents"], wide=False)
     if d["kernel_log"]:

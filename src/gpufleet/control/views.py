@@ -19,6 +19,7 @@ from gpufleet.health.detectors.seen import JobView
 from gpufleet.health.detectors.slo import ServiceStatus
 from gpufleet.health.detectors.training import slow_ranks
 from gpufleet.model import EntityKind, IncidentState, Severity
+from gpufleet.model.affinity import HostAffinity
 from gpufleet.model.observe import GpuInfo, PendingWork, ServiceFact, TrainingSignals
 
 if TYPE_CHECKING:
@@ -463,10 +464,33 @@ def describe_node(plane: ControlPlane, name: str, kernel_lines: int = 20) -> dic
             "gpus": _gpus_of(node, _gpu_problems(plane), _gpu_xids(plane)),
             "sources_down": sources_down(node),
             "nics": ports,
+            "affinity": affinity_view(inv.affinity) if inv and inv.affinity else None,
             "incidents": open_incidents,
             "kernel_log": [r.raw for r in list(node.kernel_log)[-kernel_lines:]],
         }
     return body
+
+
+def affinity_view(affinity: HostAffinity) -> dict[str, Any]:
+    """The node's GPU<->NIC<->CPU affinity as its agent reported it, each GPU with its nearest NICs."""
+    return {
+        "source": affinity.source,
+        "gpus": [
+            {
+                "gpu": g.index,
+                "pci_bus_id": g.pci_bus_id,
+                "numa_node": g.numa_node,
+                "cpus": g.cpus,
+                "nearest_nics": g.nearest_nics(),
+                "nic_links": dict(g.nic_links),
+            }
+            for g in affinity.gpus
+        ],
+        "nics": [
+            {"name": n.name, "pci_bus_id": n.pci_bus_id, "numa_node": n.numa_node, "cpus": n.cpus, "netdev": n.netdev}
+            for n in affinity.nics
+        ],
+    }
 
 
 def summary(plane: ControlPlane, with_history: bool = True) -> dict[str, Any]:

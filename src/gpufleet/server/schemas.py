@@ -175,6 +175,31 @@ class Software(Shape):
     fabric_manager: str
 
 
+class GpuAffinityRow(Shape):
+    gpu: int
+    pci_bus_id: str
+    numa_node: int | None = Field(description="The NUMA node of the GPU's root complex (None: the platform says none).")
+    cpus: str = Field(description="The CPUs local to it, as the kernel prints a CPU list.")
+    nearest_nics: list[str] = Field(description="The NICs with its nearest PCIe link.")
+    nic_links: dict[str, Literal["PIX", "PXB", "PHB", "NODE", "SYS"]] = Field(
+        description="Its PCIe link to each NIC, in nvidia-smi topo -m's terms."
+    )
+
+
+class NicAffinityRow(Shape):
+    name: str
+    pci_bus_id: str
+    numa_node: int | None
+    cpus: str
+    netdev: str
+
+
+class Affinity(Shape):
+    source: str = Field(description="Where the agent read it: sysfs, nvidia-smi topo -m, rocm-smi --showtopo, twin.")
+    gpus: list[GpuAffinityRow]
+    nics: list[NicAffinityRow]
+
+
 class NodeDetail(Shape):
     name: str
     agent: str
@@ -186,6 +211,9 @@ class NodeDetail(Shape):
     nics: list[Nic]
     incidents: list[IncidentRow]
     kernel_log: list[str] = Field(description="The node's latest kernel-log GPU reports, as the driver printed them.")
+    affinity: Affinity | None = Field(
+        default=None, description="GPU<->NIC<->CPU affinity as the node's agent reported it (None: not reported)."
+    )
     sources_down: dict[str, str] = Field(
         default_factory=dict,
         description="The node's sources its agent reports down (gpufleet_source_up 0), each with why. A GPU source"
