@@ -188,7 +188,7 @@ def test_export_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
         gpufleet("fabric", "export", "--format", "slurm-topology", "--cluster", str(tmp_path / "nope.yaml")),
         "no such file",
     )
-    res = gpufleet("fabric", "export", "--format", "kueue", "--cluster", str(EXAMPLE))
+    res = gpufleet("fabric", "export", "--format", "flux", "--cluster", str(EXAMPLE))
     assert res.returncode == 2 and "Traceback" not in res.stderr
     res = gpufleet(
         "fabric", "export", "--format", "slurm-topology", "--cluster", str(EXAMPLE), "--out", str(tmp_path / "x" / "y")

@@ -11,7 +11,16 @@ import typer
 from rich.text import Text
 
 from gpufleet.cli.inputs import read_input_text
-from gpufleet.cli.output import OUTPUT_HELP, OutputFormat, console, emit, make_table, print_or_write
+from gpufleet.cli.output import (
+    OUTPUT_HELP,
+    OutputFormat,
+    console,
+    dump_json,
+    dump_yaml,
+    emit,
+    make_table,
+    print_or_write,
+)
 from gpufleet.errors import ParseError, UserError
 
 if TYPE_CHECKING:
@@ -89,23 +98,46 @@ EXPORT_HELP = "\n\n".join(
         "per spine with its leaves, per core with its spines, in Slurm's hostlist syntax. A host cabled to several "
         "leaves (rails, dual-port HCAs) is listed under one, its home leaf: the leaf with most of its rails, else "
         "its first rail's.",
+        "labels: the Kubernetes node labels of each host, under Topograph's keys: accelerator.topograph.run/domain "
+        "for its NVLink domain (where the manifest names one, nodePools[].nvlinkDomainNodes), "
+        "fabric.topograph.run/tier-2, tier-1 and tier-0 for its core, spine and home leaf; a YAML map (-o json for "
+        "JSON). A switch name a label value cannot hold is rewritten (MF0;leaf-07:MQM9700/U1 is leaf-07), with a "
+        "short hash where it had to be cut or would meet another.",
+        "kueue: Kueue's Topology with those levels (outermost first, kubernetes.io/hostname last) and the "
+        "ResourceFlavor that names it and selects the GPU nodes by --flavor-label (kueue.x-k8s.io/v1beta2, Kueue "
+        "v0.19). kai: KAI Scheduler's Topology with the same levels (kai.scheduler/v1alpha1, KAI v0.13). volcano: "
+        "Volcano HyperNodes (topology.volcano.sh/v1alpha1, Volcano v1.15): tier 1 a leaf with its hosts, tier 2 a "
+        "spine group with its leaves, tier 3 a core group with its spine groups. Every object is checked against "
+        "its released CRD before it is written; kubectl apply -f takes the output.",
         "Examples:",
         "  gpufleet fabric export --format slurm-topology --cluster cluster.yaml --out /etc/slurm/topology.conf",
         "  ibnetdiscover | gpufleet fabric export --format slurm-topology --ibnetdiscover -",
         "  gpufleet fabric export --format slurm-topology --ibnetdiscover fabric.txt --cluster cluster.yaml",
         "  gpufleet fabric export --format slurm-topology --server http://gpufleet:8470 (the control plane's, kept "
         "current)",
+        "  gpufleet fabric export --format labels --cluster cluster.yaml -o json",
+        "  gpufleet fabric export --format kueue --ibnetdiscover fabric.txt --cluster c.yaml | kubectl apply -f -",
+        "  gpufleet fabric export --format volcano --cluster cluster.yaml --out hypernodes.yaml",
     )
 )
 
 
 class ExportFormat(StrEnum):
     slurm_topology = "slurm-topology"
+    labels = "labels"
+    kueue = "kueue"
+    kai = "kai"
+    volcano = "volcano"
 
 
 @sub.command("export", help=EXPORT_HELP)
 def export(
-    fmt: ExportFormat = typer.Option(..., "--format", help="slurm-topology (topology.conf for topology/tree)."),
+    fmt: ExportFormat = typer.Option(
+        ...,
+        "--format",
+        help="slurm-topology (topology.conf for topology/tree), labels (Kubernetes node labels), kueue (Topology and "
+        "ResourceFlavor), kai (KAI Scheduler's Topology) or volcano (HyperNodes).",
+    ),
     ibnetdiscover: str | None = typer.Option(
         None, "--ibnetdiscover", metavar="FILE", help="A saved `ibnetdiscover` output; - reads stdin."
     ),
@@ -123,17 +155,78 @@ def export(
     token_file: Path | None = typer.Option(
         None, "--token-file", help="With --server: file holding the API token (default: $GPUFLEET_TOKEN, ...)."
     ),
+    name: str = typer.Option(
+        "gpufleet-fabric", "--name", help="kueue, kai: the Topology's name (and Kueue's ResourceFlavor's)."
+    ),
+    flavor_labels: list[str] | None = typer.Option(
+        None,
+        "--flavor-label",
+        metavar="KEY=VALUE",
+        help="kueue: a node label the ResourceFlavor selects the GPU nodes by; repeat for more (default: "
+        "nvidia.com/gpu.present=true, the GPU Operator's).",
+    ),
+    output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="labels: yaml (default) or json."),
 ) -> None:
     from gpufleet.fabric.topology import topology_from_graph
-    from gpufleet.integrations.slurm.topology_conf import render_topology_conf
 
+    if output not in (OutputFormat.yaml, OutputFormat.json):
+        raise UserError(f"-o {output} is not an export format", fix="use -o yaml or -o json (with --format labels)")
     if server is not None:
         topology = _served_topology(server, token_file, ibnetdiscover, cluster)
     else:
         graph, source = _export_graph(ibnetdiscover, cluster)
-        topology = topology_from_graph(graph, source=source)
-    text = render_topology_conf(topology) if fmt is ExportFormat.slurm_topology else ""
-    print_or_write(text, out)
+        topology = topology_from_graph(graph, nvlink_domains=_nvlink_domains(cluster), source=source)
+    print_or_write(_export_text(fmt, topology, name, _flavor_labels(flavor_labels), output), out)
+
+
+def _export_text(
+    fmt: ExportFormat, topology: Topology, name: str, flavor_labels: dict[str, str] | None, output: OutputFormat
+) -> str:
+    import yaml
+
+    from gpufleet.integrations.kubernetes import topology_objects
+    from gpufleet.integrations.kubernetes.topology import node_labels
+    from gpufleet.integrations.slurm.topology_conf import render_topology_conf
+
+    if fmt is ExportFormat.slurm_topology:
+        return render_topology_conf(topology)
+    if fmt is ExportFormat.labels:
+        labels = node_labels(topology)
+        return dump_json(labels) + "\n" if output is OutputFormat.json else dump_yaml(labels)
+    if fmt is ExportFormat.kueue:
+        docs = topology_objects.kueue_objects(topology, name=name, flavor_labels=flavor_labels)
+    elif fmt is ExportFormat.kai:
+        docs = [topology_objects.kai_topology(topology, name=name)]
+    else:
+        docs = topology_objects.volcano_hypernodes(topology)
+    return str(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True))
+
+
+def _nvlink_domains(cluster: Path | None) -> dict[str, str]:
+    """host -> NVLink domain, where the cluster manifest names them (nodePools[].nvlinkDomainNodes)."""
+    import re
+
+    from gpufleet.spec.loader import load_cluster
+
+    # --cluster may also be an ibnetdiscover output of the fabric as it should be, which names no domains
+    if cluster is None or not re.search(r"^kind:\s*Cluster\s*$", cluster.read_text(errors="replace"), re.MULTILINE):
+        return {}
+
+    return load_cluster(cluster).spec.nvlink_domains()
+
+
+def _flavor_labels(given: list[str] | None) -> dict[str, str] | None:
+    if not given:
+        return None
+    out: dict[str, str] = {}
+    for item in given:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(
+                f"--flavor-label {item!r} is not KEY=VALUE", fix="e.g. --flavor-label nvidia.com/gpu.present=true"
+            )
+        out[key] = value
+    return out
 
 
 def _served_topology(server: str, token_file: Path | None, ibnetdiscover: str | None, cluster: Path | None) -> Topology:
