@@ -14,9 +14,15 @@ found.
    of 16,384 DGX nodes with eight rails (131,072 HCAs; 128-port switches), CPU time: the topology model from the
    fabric graph, then topology.conf from the model. Peer in the same run: the rails view (FabricIndex) the model
    starts from, which placement and the NCCL model already build. Target: <= 5 s.
+4. Label churn on the same fat tree when one leaf fails (it and its cables are no longer discovered): the control
+   plane's work for that poll, CPU time: the topology model again, every node's Kubernetes topology labels, their
+   diff with the labels before, and the topology's change events. The nodes whose labels change must be exactly the
+   nodes homed under the failed leaf (checked, not assumed). Peer in the same run: the rails view of the failed
+   fabric.
 
 Run: python bench/fabric.py [--rounds 3] [--poll 2.0] [--sizes 32,256,2048,16384] [--no-ibsim]
                             [--export-nodes 16384] (0 leaves the export out)
+                            [--churn-nodes 16384] (0 leaves the label churn out)
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from rich.table import Table
 
 from gpufleet.control import fabric as views
 from gpufleet.control.fabric import FabricService
+from gpufleet.control.fabric_topology import topology_changes
 from gpufleet.fabric.counters import CounterTracker, Readings
 from gpufleet.fabric.discover import from_ibnetdiscover
-from gpufleet.fabric.graph import End
+from gpufleet.fabric.graph import End, FabricGraph
 from gpufleet.fabric.intended import intended_graph
 from gpufleet.fabric.port_health import PortHealth
 from gpufleet.fabric.rails import FabricIndex
@@ -46,6 +53,7 @@ from gpufleet.fabric.render import to_ibnetdiscover
 from gpufleet.fabric.topology import topology_from_graph
 from gpufleet.fabric.validate import validate
 from gpufleet.health.thresholds import load_thresholds
+from gpufleet.integrations.kubernetes.topology import label_changes, node_labels
 from gpufleet.integrations.slurm.topology_conf import render_topology_conf
 from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover
 from gpufleet.spec.builder import build_cluster
@@ -134,8 +142,8 @@ def generated(console: Console, sizes: list[int], rounds: int) -> list[tuple[int
     return out
 
 
-def export(console: Console, nodes: int, rounds: int) -> float:
-    """CPU time of the Slurm topology export of a three-tier rail-optimized fat tree of `nodes` 8-rail nodes."""
+def fat_tree(nodes: int) -> FabricGraph:
+    """A three-tier rail-optimized fat tree of `nodes` 8-rail DGX nodes on 128-port switches."""
     body = ClusterBody.model_validate(
         {
             "nodePools": [
@@ -144,7 +152,12 @@ def export(console: Console, nodes: int, rounds: int) -> float:
             "fabric": {"topology": "rail-optimized-fat-tree", "leafRadix": 128, "tiers": 3},
         }
     )
-    graph = intended_graph(build_cluster("bench", body))
+    return intended_graph(build_cluster("bench", body))
+
+
+def export(console: Console, nodes: int, rounds: int) -> float:
+    """CPU time of the Slurm topology export of a three-tier rail-optimized fat tree of `nodes` 8-rail nodes."""
+    graph = fat_tree(nodes)
     peers, models, writes, totals = [], [], [], []
     for _ in range(rounds):
         t0 = time.process_time()
@@ -172,6 +185,61 @@ def export(console: Console, nodes: int, rounds: int) -> float:
     )  # fmt: skip
     console.print(table)
     return total
+
+
+def without_switch(graph: FabricGraph, name: str) -> FabricGraph:
+    """The fabric as discovered once switch `name` failed: it and its cables are gone."""
+    out = FabricGraph(source=graph.source)
+    for node in graph.nodes.values():
+        if node.name != name:
+            out.add_node(node)
+    for link in graph.links:
+        if name not in (link.a.node, link.b.node):
+            out.add_link(link)
+    return out
+
+
+def churn(console: Console, nodes: int, rounds: int) -> bool:
+    """One leaf of the fat tree fails: which nodes' labels change, and the CPU time of finding out."""
+    graph = fat_tree(nodes)
+    before = topology_from_graph(graph)
+    labels_before = node_labels(before)
+    leaf = before.tier("leaf")[0].name  # rail 0's first leaf: every host under it is homed there
+    homed = set(before.homed(leaf))
+    failed = without_switch(graph, leaf)
+    peers, models, labelling, diffs, totals = [], [], [], [], []
+    for _ in range(rounds):
+        t0 = time.process_time()
+        FabricIndex(failed)
+        t1 = time.process_time()
+        after = topology_from_graph(failed)
+        t2 = time.process_time()
+        labels_after = node_labels(after)
+        t3 = time.process_time()
+        changes = label_changes(labels_before, labels_after)
+        events = topology_changes(before, after)
+        t4 = time.process_time()
+        peers.append(t1 - t0)
+        models.append(t2 - t1)
+        labelling.append(t3 - t2)
+        diffs.append(t4 - t3)
+        totals.append(t4 - t1)
+    exact = set(changes) == homed
+    total = statistics.median(totals)
+    table = Table(title="Label churn when one leaf fails, three-tier rail-optimized fat tree (CPU s, median of rounds)")
+    for col in ("nodes", "failed leaf", "homed under it", "nodes relabelled", "labels written", "exactly those",
+                "change events", "rails view (peer) s", "topology model s", "node labels s", "diff + events s",
+                "total s", "x peer"):  # fmt: skip
+        table.add_column(col, justify="right")
+    table.add_row(
+        f"{nodes:,}", leaf, f"{len(homed):,}", f"{len(changes):,}",
+        f"{sum(len(c) for c in changes.values()):,}", "yes" if exact else "NO", f"{len(events):,}",
+        f"{statistics.median(peers):.2f}", f"{statistics.median(models):.2f}",
+        f"{statistics.median(labelling):.2f}", f"{statistics.median(diffs):.3f}", f"{total:.2f}",
+        f"{total / statistics.median(peers):.1f}",
+    )  # fmt: skip
+    console.print(table)
+    return exact
 
 
 def ibsim(console: Console, poll_s: float) -> None:
@@ -243,6 +311,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="32,256,2048,16384")
     parser.add_argument("--no-ibsim", action="store_true")
     parser.add_argument("--export-nodes", type=int, default=16384, help="0 leaves the topology export out")
+    parser.add_argument("--churn-nodes", type=int, default=16384, help="0 leaves the label churn out")
     args = parser.parse_args()
     console = Console(width=170)
     results = generated(console, [int(s) for s in args.sizes.split(",")], args.rounds)
@@ -254,6 +323,12 @@ def main() -> None:
         verdict = "met" if took <= EXPORT_TARGET_S else "NOT met"
         console.print(
             f"{args.export_nodes:,}-node export in {took:.2f} s CPU: target <= {EXPORT_TARGET_S:g} s {verdict}"
+        )
+    if args.churn_nodes:
+        exact = churn(console, args.churn_nodes, args.rounds)
+        console.print(
+            f"{args.churn_nodes:,}-node label churn after one leaf failed: "
+            + ("only the nodes homed under it change" if exact else "NOT only the nodes homed under it")
         )
     if not args.no_ibsim:
         ibsim(console, args.poll)
