@@ -23,6 +23,7 @@ from gpufleet.control.fabric_topology import (
     topology_from_dict,
     topology_to_dict,
 )
+from gpufleet.control.relabel import PER_TURN, RETRY_S
 from gpufleet.control.service import ControlPlane
 from gpufleet.fabric.graph import FabricGraph
 from gpufleet.fabric.intended import intended_graph
@@ -74,7 +75,7 @@ def _without(graph: FabricGraph, *, switch: str | None = None, host: str | None 
 class Cluster:
     """A control plane with a Kubernetes backend over the recording API, fed one fabric poll per `poll`."""
 
-    def __init__(self, fabric: FabricGraph, remediation: str = "on") -> None:
+    def __init__(self, fabric: FabricGraph, remediation: str = "on", settle: int = SETTLE) -> None:
         hosts = sorted(topology_from_graph(fabric).hosts)
         self.api = RecordingCoreV1(
             [
@@ -89,7 +90,7 @@ class Cluster:
         )
         self.now = 1000.0
         backend = KubernetesBackend(self.api, clock=lambda: self.now)
-        service = FabricService(load_thresholds(), fabric, TopologyTracker(settler=LabelSettler(SETTLE)))
+        service = FabricService(load_thresholds(), fabric, TopologyTracker(settler=LabelSettler(settle)))
         self.plane = ControlPlane(
             Database(":memory:"), backend, clock=lambda: self.now, remediation=remediation, fabric=service
         )
@@ -127,6 +128,7 @@ def _settled(fabric: FabricGraph, remediation: str = "on") -> Cluster:
     cluster = Cluster(fabric, remediation)
     for _ in range(SETTLE):
         cluster.poll(fabric)
+    cluster.plane.tick()  # the hosts past the first turn's PER_TURN
     return cluster
 
 
@@ -137,6 +139,8 @@ def test_every_host_is_labelled_once_its_labels_have_held(fabric: FabricGraph) -
     assert cluster.label_patches() == []  # not yet settled
     cluster.poll(fabric)
     wanted = node_labels(topology_from_graph(fabric))
+    assert len(cluster.label_patches()) == PER_TURN  # a turn writes so many; the next turn the rest
+    cluster.plane.tick()
     assert {host for host, _ in cluster.label_patches()} == set(wanted)
     for host, labels in wanted.items():
         assert cluster.labels(host) == {**OTHER_LABELS, **labels}  # the node's other labels are as they were
@@ -189,6 +193,18 @@ def test_a_flapping_cable_writes_no_label(fabric: FabricGraph) -> None:
     assert len(moves) == 4 * SETTLE  # every flip is told, none is written
 
 
+def test_without_settling_the_same_flapping_cable_relabels_at_every_flip(fabric: FabricGraph) -> None:
+    """What the settle polls prevent: with one poll, dgx-000 is relabelled back and forth."""
+    cluster = Cluster(fabric, settle=1)
+    cluster.poll(fabric)
+    cluster.plane.tick()
+    first = len(cluster.label_patches())
+    flapped = _without(fabric, cable="dgx-000/mlx5_0/1")
+    for i in range(4):
+        cluster.poll(flapped if i % 2 == 0 else fabric)
+    assert [host for host, _ in cluster.label_patches()[first:]] == ["dgx-000"] * 4
+
+
 def test_a_host_that_vanished_keeps_its_labels(fabric: FabricGraph) -> None:
     cluster = _settled(fabric)
     labels = cluster.labels("dgx-005")
@@ -202,6 +218,22 @@ def test_a_host_that_vanished_keeps_its_labels(fabric: FabricGraph) -> None:
     for _ in range(2 * SETTLE):
         cluster.poll(fabric)  # back where it was: nothing to write either
     assert cluster.label_patches()[first:] == []
+
+
+def test_a_host_that_is_no_node_of_the_cluster_is_audited_once_and_tried_again_later(fabric: FabricGraph) -> None:
+    cluster = Cluster(fabric)
+    node = cluster.api.nodes.pop("dgx-007")  # in the fabric, not (yet) a Kubernetes node
+    for _ in range(SETTLE + 5):
+        cluster.poll(fabric)  # 30 s apart: past the first retry, not the second
+    failed = [e for e in cluster.relabels() if e.target == "node/dgx-007"]
+    assert len(failed) == 1 and failed[0].decision.startswith("failed:") and "404" in failed[0].decision
+    reads = [args for name, args in cluster.api.calls if name == "read_node" and args == ("dgx-007",)]
+    assert len(reads) == 2  # at the settle poll and once RETRY_S later, not at every turn
+    cluster.api.nodes["dgx-007"] = node  # it joins the cluster
+    cluster.now += 2 * RETRY_S
+    cluster.plane.tick()
+    assert cluster.labels("dgx-007")[LEAF_LABEL] == topology_from_graph(fabric).hosts["dgx-007"].home
+    assert cluster.relabels()[-1].target == "node/dgx-007" and cluster.relabels()[-1].decision.startswith("labelled")
 
 
 def test_a_dry_run_audits_what_it_would_write_and_writes_nothing(fabric: FabricGraph) -> None:
