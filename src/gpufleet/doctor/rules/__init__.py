@@ -12,6 +12,7 @@ def registered() -> dict[str, Registered]:
         drivers,
         gaudi,
         monitoring,
+        operands,
         sharing,
         stack,
         vendors,
