@@ -396,6 +396,14 @@ def incident_detail(d: dict[str, Any]) -> None:
             console.print(Text(f"  {number}. {step}"))
     if d["effects"]:
         console.print(_line("Caused", "; ".join(d["effects"])))
+    radius = d.get("blast_radius")
+    if radius:  # a leaf or spine at fault: who sits under it
+        hosts = radius["hosts"]
+        console.print(
+            _line("Blast radius", f"{radius['tier']} {radius['switch']}: {len(hosts)} hosts ({', '.join(hosts)})")
+        )
+        for job in radius["jobs"]:
+            console.print(Text(f"  job {job['job']}: {job['ranks_there']} ranks on {', '.join(job['nodes'])}"))
     if d["evidence"]:
         lines = "\n".join(f"{clock(e['time'])} [{e['source']}] {e['text']}" for e in d["evidence"])
         console.print(Panel(Text(lines), title="evidence", expand=False))

@@ -429,10 +429,26 @@ class NodeActionRow(Shape):
     output: str = Field(description="The command's own output (its end, when long).")
 
 
+class BlastJob(BaseModel):
+    job: str
+    nodes: list[str] = Field(description="Its nodes under the switch at fault.")
+    ranks_there: int = Field(description="How many of its ranks run on them.")
+
+
+class BlastRadius(BaseModel):
+    switch: str = Field(description="The switch at fault: the lower of a cable's two switches.")
+    tier: str = Field(description="leaf, spine or core.")
+    hosts: list[str] = Field(description="Every host under it (a spine's or core's through its leaves).")
+    jobs: list[BlastJob] = Field(description="The jobs with ranks on those hosts (the fleet's workload attribution).")
+
+
 class IncidentDetail(IncidentRow):
     actions: list[AuditRow] = Field(description="Remediation decisions and people's changes, oldest first.")
     node_actions: list[NodeActionRow] = Field(
         default_factory=list, description="What the node's agent was asked to do for it, with results, oldest first."
+    )
+    blast_radius: BlastRadius | None = Field(
+        None, description="A fabric switch at fault: the hosts under it and the jobs on them; null otherwise."
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
+from gpufleet.control.blast_radius import incident_blast_radius
 from gpufleet.control.node_actions import action_row
 from gpufleet.control.service import ControlPlane
 from gpufleet.model import IncidentState
@@ -66,6 +67,8 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     def incident(incident_id: str) -> dict[str, Any]:
         """The incident with its evidence, what it caused, and every decision and action taken on it."""
         body = plane.incident(incident_id)
+        # a leaf or spine at fault: the hosts under it and the jobs on them
+        body["blast_radius"] = incident_blast_radius(plane.fabric, plane.fleet.jobs(), body)
         body["actions"] = [e.as_dict() for e in plane.store.audit_log.entries(incident=incident_id, limit=500)]
         body["actions"] += [
             e.as_dict()
