@@ -30,8 +30,8 @@ from gpufleet.fabric.intended import intended_graph
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.fabric.topology import topology_from_graph
 from gpufleet.health.thresholds import load_thresholds
-from gpufleet.integrations.kubernetes.topology import LEAF_LABEL, MANAGED_LABELS, node_labels
-from gpufleet.model.observe import SCHEMA_VERSION, Batch
+from gpufleet.integrations.kubernetes.topology import LEAF_LABEL, MANAGED_LABELS, NVLINK_DOMAIN_LABEL, node_labels
+from gpufleet.model.observe import SCHEMA_VERSION, Batch, GpuInfo, NodeInventory
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
 from gpufleet.state import Database
@@ -234,6 +234,36 @@ def test_a_host_that_is_no_node_of_the_cluster_is_audited_once_and_tried_again_l
     cluster.plane.tick()
     assert cluster.labels("dgx-007")[LEAF_LABEL] == topology_from_graph(fabric).hosts["dgx-007"].home
     assert cluster.relabels()[-1].target == "node/dgx-007" and cluster.relabels()[-1].decision.startswith("labelled")
+
+
+def test_a_nodes_nvlink_domain_from_its_agent_becomes_its_label(fabric: FabricGraph) -> None:
+    cluster = _settled(fabric)
+    uuid = "5b3a1f2e-9c4d-4e6f-8a7b-1c2d3e4f5a6b"
+    gpus = [GpuInfo(index=i, uuid=f"GPU-{i}", model="NVIDIA GB200", cluster_uuid=uuid, clique_id=7) for i in range(4)]
+    inventory = NodeInventory(hostname="dgx-003", gpus=gpus)
+    cluster.plane.ingest(
+        Batch(v=SCHEMA_VERSION, agent="dgx-003", incarnation="a", node="dgx-003", sent=time.time(), inventory=inventory)
+    )
+    for _ in range(SETTLE):
+        cluster.poll(fabric)  # the same fabric: the new domain alone rebuilds the topology
+    assert cluster.labels("dgx-003")[NVLINK_DOMAIN_LABEL] == f"{uuid}.7"
+    assert NVLINK_DOMAIN_LABEL not in cluster.labels("dgx-004")
+    assert cluster.plane.fabric.topology.topology.hosts["dgx-003"].nvlink_domain == f"{uuid}.7"
+
+
+def test_after_a_restart_labels_already_on_the_nodes_are_read_not_written(fabric: FabricGraph) -> None:
+    cluster = _settled(fabric)
+    written = len(cluster.label_patches())
+    service = FabricService(load_thresholds(), fabric, TopologyTracker(settler=LabelSettler(SETTLE)))
+    backend = KubernetesBackend(cluster.api, clock=lambda: cluster.now)
+    cluster.plane = ControlPlane(Database(":memory:"), backend, clock=lambda: cluster.now, fabric=service,
+                                 remediation="on")  # fmt: skip
+    for _ in range(SETTLE):
+        cluster.poll(fabric)
+    cluster.plane.tick()
+    assert len(cluster.label_patches()) == written
+    assert cluster.relabels() == []  # nothing written, nothing to audit
+    assert cluster.plane.fabric.topology.settler.due() == {}
 
 
 def test_a_dry_run_audits_what_it_would_write_and_writes_nothing(fabric: FabricGraph) -> None:
