@@ -123,7 +123,19 @@ def test_a_host_with_an_nvlink_domain() -> None:
     assert labels["h2"][NVLINK_DOMAIN_LABEL] == domain
     assert NVLINK_DOMAIN_LABEL not in labels["h3"]  # only where known
     assert labels["h3"][SPINE_LABEL] == "spine-3"
+    # h3 has no NVLink domain label, and Kueue would leave a node without a level's label out: no NVLink level.
+    assert levels(topology) == [CORE_LABEL, SPINE_LABEL, LEAF_LABEL, HOSTNAME_LABEL]
+    topology.hosts["h3"] = _host("h3", "leaf-b", "rack-2")
     assert levels(topology) == list(LEVELS)
+
+
+def test_a_level_some_hosts_lack_is_no_level() -> None:
+    """A leaf cabled to no spine: its hosts have no spine label, so the spine is no level for anyone."""
+    topology = _hand_built()
+    topology.switches["leaf-c"] = TopologySwitch("leaf-c", "leaf", hosts=("h4",))
+    topology.hosts["h4"] = _host("h4", "leaf-c")
+    assert SPINE_LABEL not in node_labels(topology)["h4"]
+    assert levels(topology) == [LEAF_LABEL, HOSTNAME_LABEL]
 
 
 def test_the_nvlink_domains_of_the_gb200_example() -> None:

@@ -5,12 +5,13 @@ Label keys are NVIDIA Topograph's (v1.0.0, docs/reference/node-labels.md): `acce
 the accelerator (NVLink) domain, and `fabric.topograph.run/tier-N` for the switch tiers, tier 0 the switch closest
 to the node (the leaf), tier 1 the spine, tier 2 the core. A cluster labelled by Topograph and one labelled by
 gpufleet therefore read the same to KAI, Kueue and NVSentinel; `kubernetes.io/hostname` is the innermost level, as
-in Kueue's Topology-Aware Scheduling docs (site/content/en/docs/concepts/topology_aware_scheduling.md).
+in Kueue's Topology-Aware Scheduling example (v0.19.2, site/static/examples/tas/sample-gpu-queues.yaml).
 
 Levels, outermost first (Kueue's `spec.levels` and KAI's `spec.levels` order): NVLink domain, core, spine, leaf,
 host. The NVLink domain is outermost, as Slurm's topology/block takes NVLink domains as its blocks: a domain whose
 trays are cabled to two leaves stays one domain, and within it the fabric tiers still tell the hosts apart. Only
-the levels the fabric has are used (no NVLink level without a known domain, no core level in a two-tier fabric).
+the levels every host has are used (no NVLink level unless every host's domain is known, no core level in a
+two-tier fabric): Kueue leaves out of its topology any node that lacks one of the levels' labels.
 
 A host's leaf is its home leaf (see gpufleet.fabric.topology). Its spine is the spine group of that leaf: the
 leaves and spines cabled together without going through a core (a fat tree's pod, or the whole two-tier fabric),
@@ -138,16 +139,11 @@ def switch_groups(topology: Topology) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def levels(topology: Topology) -> list[str]:
-    """The label keys this fabric's nodes carry, outermost first, ending with the hostname."""
-    spine_of, core_of = switch_groups(topology)
-    present = {
-        NVLINK_DOMAIN_LABEL: any(h.nvlink_domain is not None for h in topology.hosts.values()),
-        CORE_LABEL: bool(core_of),
-        SPINE_LABEL: bool(spine_of),
-        LEAF_LABEL: True,
-        HOSTNAME_LABEL: True,
-    }
-    return [key for key in LEVELS if present[key]]
+    """The label keys every host of this fabric carries, outermost first, ending with the hostname. A key some
+    host lacks is no level: Kueue leaves a node without every level's label out of the flavor's topology
+    (NodeMatchesFlavor, pkg/util/tas/node.go, v0.19.2), so a level only some hosts have would hide the others."""
+    carried = [set(labels) for labels in node_labels(topology).values()]
+    return [key for key in LEVELS if key == HOSTNAME_LABEL or (carried and all(key in c for c in carried))]
 
 
 def node_labels(topology: Topology) -> dict[str, dict[str, str]]:
