@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpufleet.errors import UserError
+from gpufleet.integrations.kubernetes import crds
 from gpufleet.integrations.kubernetes.crds import CRDS, check, crd, crd_schema, crd_text, problems
 
 SOURCES = {
@@ -158,3 +159,42 @@ def test_an_unknown_kind_or_version_is_named() -> None:
     with pytest.raises(UserError, match="serves no version 'v2'") as caught:
         problems({**VALID_TOPOLOGY, "apiVersion": "kueue.x-k8s.io/v2"})
     assert "v1beta1, v1beta2" in caught.value.fix
+
+
+SELECTORS = [
+    {"exactMatch": {"name": "a"}},
+    {"regexMatch": {"pattern": "a.*"}},
+    {"labelMatch": {"matchLabels": {"k": "v"}}},
+    {},
+    {"exactMatch": {"name": "a"}, "regexMatch": {"pattern": "a.*"}},
+    {"exactMatch": {"name": "a"}, "labelMatch": {}, "regexMatch": {"pattern": "b"}},
+]
+
+
+@pytest.mark.parametrize("selector", SELECTORS)
+def test_rules_that_read_only_which_fields_are_set_give_the_full_evaluations_verdict(selector: dict[str, Any]) -> None:
+    import celpy
+
+    schema = crd_schema("topology.volcano.sh/v1alpha1", "HyperNode")
+    rules = schema["properties"]["spec"]["properties"]["members"]["items"]["properties"]["selector"]
+    for validation in rules["x-kubernetes-validations"]:
+        rule = validation["rule"]
+        assert crds._presence_fields(rule) == {"exactMatch", "regexMatch", "labelMatch"}
+        full = crds._cel_program(rule).evaluate({"self": celpy.json_to_cel(selector)})
+        assert bool(crds._evaluate(rule, selector)) == bool(full)
+    assert crds._presence_fields("self.size() >= 1") is None
+    assert crds._presence_fields("has(self.a) && self.a.size() > 0") is None
+    assert crds._presence_fields("has(self.a.b)") is None
+
+
+def test_a_hypernodes_node_members_cost_one_evaluation_per_rule() -> None:
+    hypernode = edited(VALID_HYPERNODE, ["spec", "members"], [
+        {"type": "Node", "selector": {"exactMatch": {"name": f"node-{i:04d}"}}} for i in range(2000)
+    ])  # fmt: skip
+    crds._cel_result.cache_clear()
+    assert problems(hypernode) == []
+    assert crds._cel_result.cache_info().misses == 2  # the selector's two rules, once each
+    broken = edited(hypernode, ["spec", "members", 1500, "selector", "regexMatch"], {"pattern": "x"})
+    assert problems(broken) == [
+        "spec.members.1500.selector: Only one of ExactMatch, RegexMatch, or LabelMatch can be specified"
+    ]
