@@ -16,7 +16,9 @@ two-tier fabric): Kueue leaves out of its topology any node that lacks one of th
 A host's leaf is its home leaf (see gpufleet.fabric.topology). Its spine is the spine group of that leaf: the
 leaves and spines cabled together without going through a core (a fat tree's pod, or the whole two-tier fabric),
 named by its first spine in natural order; its core likewise the group of spine groups cabled through cores. A
-leaf's uplinks to several spines of one pod therefore give one value, the same for every host of the pod.
+leaf's uplinks to several spines of one pod therefore give one value, the same for every host of the pod. The
+name follows the group's membership: should its first spine fail for good, the pod's hosts take the next spine's
+name (a leaf's failure moves only the hosts homed on it).
 
 Label values follow Kubernetes' rules (at most 63 characters of `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`).
 A switch name that breaks them is rewritten: an NVIDIA managed switch's description `MF0;leaf-07:MQM9700/U1`
