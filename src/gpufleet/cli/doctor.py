@@ -34,12 +34,15 @@ DOCTOR_HELP = "\n\n".join(
         "Check Kubernetes manifests (files, directories, Helm-rendered output, - for stdin), GPU Operator "
         "ClusterPolicy and AMD GPU Operator DeviceConfig objects, device-plugin and mig-parted configs, NVIDIA, AMD "
         "(ROCm) and Intel Gaudi workloads and device plugins, Prometheus Operator objects and kubectl captures "
-        "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`) against the real "
+        "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`), kubelet "
+        "configurations (the KubeletConfiguration file, `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`) "
+        "against the real "
         "Kubernetes schemas first, then against the known GPU-cluster mistakes (`--list-rules`).",
         "Exit status: 0 no error found, 1 an error found, 2 bad usage.",
         "The cluster-facts file (YAML or JSON) says what no capture shows: kubernetesVersion, gpuOperatorVersion, "
         "containerRuntime (e.g. containerd://2.0.5), featureGates: {kubelet: {Gate: true}, apiserver: {...}}, and "
-        "nodes: {NAME: {driverVersion, kernel, kernelHeaders, nouveauLoaded, nouveauBlacklisted, containerRuntime}}. "
+        "nodes: {NAME: {driverVersion, kernel, kernelHeaders, nouveauLoaded, nouveauBlacklisted, containerRuntime, "
+        "gpuNumaNodes: {GPU: NUMA node}}}. "
         "`gpufleet doctor --host-facts` prints this host's node entry.",
         "Examples:",
         "  gpufleet doctor k8s/",

@@ -40,6 +40,8 @@ def config_kind(data: dict[str, object]) -> str | None:
         return "device-plugin-config"
     if isinstance(data.get("groups"), list):
         return "prometheus-rules"
+    if isinstance(data.get("kubeletconfig"), dict):
+        return "kubelet-configz"  # `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`
     return None
 
 

@@ -51,6 +51,19 @@ class HostFacts(BaseModel):
     nouveau_loaded: bool | None = Field(None, alias="nouveauLoaded")
     nouveau_blacklisted: bool | None = Field(None, alias="nouveauBlacklisted")
     container_runtime: str | None = Field(None, alias="containerRuntime")
+    gpu_numa_nodes: dict[int, int] | None = Field(
+        None, alias="gpuNumaNodes", description="GPU index -> the NUMA node of its PCIe root (sysfs numa_node)"
+    )
+
+    @property
+    def gpus_per_numa_node(self) -> int | None:
+        """The most GPUs one NUMA node holds, when the GPUs' NUMA nodes are known."""
+        if not self.gpu_numa_nodes:
+            return None
+        counts: dict[int, int] = {}
+        for numa in self.gpu_numa_nodes.values():
+            counts[numa] = counts.get(numa, 0) + 1
+        return max(counts.values())
 
 
 class ClusterFactsFile(BaseModel):

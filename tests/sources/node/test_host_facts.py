@@ -162,3 +162,18 @@ def test_a_hanging_runtime_binary_gives_none(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(host.subprocess, "run", hang)
     assert host.container_runtime() is None
+
+
+def test_each_gpus_numa_node_from_the_sysfs_tree(tmp_path: Path) -> None:
+    """GPUs on two sockets (the PCIe layout of tests/sources/node/test_pci_affinity.py), as the single-numa-node
+    check of `gpufleet doctor` reads them; a GPU whose node the firmware does not give says nothing."""
+    from tests.sources.node.test_pci_affinity import V100_A, device
+
+    sys_root = tmp_path / "sys"
+    device(sys_root, V100_A, numa=0, cpus="0-19", vendor="0x10de", cls="0x030200")
+    device(sys_root, ("pci0000:d7", "0000:d7:00.0", "0000:d8:00.0"), numa=1, cpus="20-39", vendor="0x10de",
+           cls="0x030200")  # fmt: skip
+    facts = read_host_facts(tmp_path)[1]
+    assert facts.gpu_numa_nodes == {0: 0, 1: 1} and facts.gpus_per_numa_node == 1
+    device(sys_root, ("pci0000:e7", "0000:e7:00.0", "0000:e8:00.0"), numa=-1, cpus="", vendor="0x10de", cls="0x030200")
+    assert host.gpu_numa_nodes(tmp_path) is None

@@ -11,6 +11,7 @@ def registered() -> dict[str, Registered]:
         amd,
         drivers,
         gaudi,
+        kubelet,
         monitoring,
         operands,
         sharing,

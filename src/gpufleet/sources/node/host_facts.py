@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from gpufleet.doctor.facts import HostFacts
+from gpufleet.sources.node.pci_affinity import read_host_affinity
 
 ROOT = Path("/")
 _DRIVER_IN_PROC = re.compile(
@@ -109,6 +110,18 @@ def container_runtime() -> str | None:
     return None
 
 
+def gpu_numa_nodes(root: Path = ROOT) -> dict[int, int] | None:
+    """Each GPU's NUMA node (GPUs numbered in PCI address order, as sysfs lists them); None when there is no GPU
+    or a GPU's node is not given (-1: one NUMA node, nothing for Topology Manager to choose between)."""
+    try:
+        affinity = read_host_affinity(None, root / "sys")
+    except OSError:
+        return None
+    if affinity is None or any(g.numa_node is None for g in affinity.gpus):
+        return None
+    return {g.index: g.numa_node for g in affinity.gpus if g.numa_node is not None}
+
+
 def read_host_facts(root: Path = ROOT) -> tuple[str, HostFacts]:
     """This host's node name and facts (paths under `root`; the runtime binaries are asked only for the real root)."""
     kernel = (_read(root / "proc/sys/kernel/osrelease") or "").strip() or None
@@ -121,6 +134,7 @@ def read_host_facts(root: Path = ROOT) -> tuple[str, HostFacts]:
             "nouveauLoaded": nouveau_loaded(root),
             "nouveauBlacklisted": nouveau_denylisted(root),
             "containerRuntime": container_runtime() if root == ROOT else None,
+            "gpuNumaNodes": gpu_numa_nodes(root),
         }
     )
     return node_name(root), facts
