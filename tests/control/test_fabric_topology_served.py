@@ -103,6 +103,11 @@ def _fresh(client: httpx.Client, path: str, ready: Any) -> Any:
         time.sleep(0.2)
 
 
+def _body(text: str) -> list[str]:
+    """An export without its comments (they name where the fabric came from)."""
+    return [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+
+
 def _switch_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("SwitchName=")]
 
@@ -127,6 +132,12 @@ def test_a_served_control_plane_keeps_the_topology_of_the_polls_it_is_pushed(
     assert served.returncode == 0, served.stderr
     local = gpufleet("fabric", "export", "--format", "slurm-topology", "--ibnetdiscover", str(NETDISCOVER))
     assert _switch_lines(served.stdout) == _switch_lines(local.stdout)
+
+    for fmt in ("labels", "kueue", "volcano", "kai"):  # every export format, from what the server keeps
+        served = gpufleet("fabric", "export", "--format", fmt, "--server", url, env=env)
+        local = gpufleet("fabric", "export", "--format", fmt, "--ibnetdiscover", str(NETDISCOVER))
+        assert served.returncode == local.returncode == 0, (fmt, served.stderr, local.stderr)
+        assert _body(served.stdout) and _body(served.stdout) == _body(local.stdout), fmt
 
     _push(client, graph, now + 30, 2)  # the same fabric again: no topology event
     _push(client, _without(graph, FAILED), now + 60, 3)
