@@ -39,6 +39,7 @@ REAL = {
     "nvidia-smi-query-gpu": CAPTURES / "nvsmi_query_gpu" / "healthy_rtx2060_smc57.txt",
     "amd-smi": CAPTURES / "amd" / "amd_smi_static_mi300x_blog.txt",
     "rocm-smi": CAPTURES / "amd" / "rocm_smi_concise_mi300x_x4_jax.txt",
+    "rocm-smi-topo": CAPTURES / "affinity" / "rocm_smi_showtopo_mi300_msswift.txt",
     "hl-smi": CAPTURES / "gaudi" / "hl_smi_table_gaudi2_x8_loaded.txt",
     "nccl-log": CORPUS / "nccl" / "logs" / "01_ib_completion_status12_roce.log",
     "nccl-tests": CORPUS / "nccl" / "perf" / "h100_aws_p5_2node_efa.txt",

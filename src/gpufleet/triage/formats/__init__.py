@@ -32,6 +32,7 @@ REGISTRY = Registry(
         dcgm.DCGM_EXPORTER_METRICS,
         amd.AMD_SMI,
         amd.ROCM_SMI,
+        amd.ROCM_SMI_TOPO,
         gaudi.HL_SMI,
         nccl.NCCL_LOG,
         nccl.NCCL_TESTS,

@@ -1,11 +1,12 @@
 """AMD's tools: amd-smi (its default view, text or --json) and rocm-smi (Concise Info, --json, --showmetrics,
---showrasinfo)."""
+--showrasinfo; --showtopo apart)."""
 
 from __future__ import annotations
 
 from gpufleet.parsers.amd.amd_smi import AmdSmiReport
 from gpufleet.parsers.amd.amd_smi_default import parse_amd_smi_output
 from gpufleet.parsers.amd.rocm_smi import parse_rocm_smi
+from gpufleet.parsers.amd.rocm_topo import RocmTopology, parse_rocm_topology
 from gpufleet.triage.formats.registry import Format, Table, View, cell
 from gpufleet.triage.readers.vendor_smi import read_amd_smi, read_rocm_smi
 
@@ -71,4 +72,33 @@ ROCM_SMI = Format(
     parse=parse_rocm_smi,
     judge=read_rocm_smi,
     render=_view,
+)
+
+
+def _topo_view(topo: RocmTopology, source: str) -> View:
+    rows = [
+        [
+            g,
+            cell(topo.numa_node.get(g)),
+            ",".join(map(str, topo.xgmi_peers(g))) or "-",
+            cell(max((int(h) for (a, b), h in topo.hops.items() if a == g and b != g and h.isdigit()), default=None)),
+            cell(max((int(w) for (a, b), w in topo.weight.items() if a == g and b != g and w.isdigit()), default=None)),
+        ]
+        for g in topo.gpus
+    ]
+    return View((Table(("GPU", "NUMA NODE", "XGMI PEERS", "MAX HOPS", "MAX WEIGHT"), rows, f"{source}: topology"),))
+
+
+ROCM_SMI_TOPO = Format(
+    name="rocm-smi-topo",
+    summary="`rocm-smi --showtopo` (or --showtopoweight, --showtopohops, --showtopotype, --showtoponuma): the GPU "
+    "pairs' weight, hops and link type (XGMI, PCIE), and each GPU's NUMA node",
+    signs=(
+        (r"^\s*=+ Weight between two GPUs =+", 10),
+        (r"^\s*=+ Hops between two GPUs =+", 10),
+        (r"^\s*=+ Link Type between two GPUs =+", 10),
+        (r"^GPU\s?\[?\d+\]?\s*: \(Topology\) Numa (?:Node|Affinity):", 6),
+    ),
+    parse=parse_rocm_topology,
+    render=_topo_view,
 )
