@@ -297,3 +297,25 @@ def test_nvlink_domains_are_what_most_of_a_hosts_gpus_joined() -> None:
         ]
     )
     assert domains == {"gb200-01": f"{uuid}.1", "gb200-02": f"{uuid}.2"}
+
+
+def test_the_manifests_nvlink_domains_stand_where_no_node_reported_one() -> None:
+    from pathlib import Path
+
+    from gpufleet.cli.server import FabricOptions
+
+    manifest = Path(__file__).parents[2] / "src" / "gpufleet" / "examples" / "clusters" / "gb200-nvl72.yaml"
+    service = FabricOptions(expect=manifest).service()
+    declared = service.declared_domains
+    assert declared
+    assert service.expected is not None
+    host = sorted(declared)[0]
+    service.nvlink_domains = lambda: {host: "c0ffee.3"}  # what the host's own GPUs report wins
+    service.take(report_from_graph(service.expected, subnet="default", time=1000.0))
+    topology = service.topology.topology
+    assert topology is not None
+    assert topology.hosts[host].nvlink_domain == "c0ffee.3"
+    assert {h: topology.hosts[h].nvlink_domain for h in sorted(declared)[1:]} == {
+        h: declared[h] for h in sorted(declared)[1:]
+    }
+    assert FabricOptions(expect=None).service().declared_domains == {}

@@ -107,7 +107,19 @@ class FabricOptions:
 
         expected = load_expected(self.expect) if self.expect is not None else None
         tracker = TopologyTracker(settler=LabelSettler(self.settle_polls))
-        return FabricService(load_thresholds(), expected, tracker)
+        return FabricService(load_thresholds(), expected, tracker, self.declared_domains())
+
+    def declared_domains(self) -> dict[str, str]:
+        """host -> NVLink domain where the --fabric-expect manifest names them (an ibnetdiscover output names none)."""
+        import re
+
+        from gpufleet.spec.loader import load_cluster
+
+        if self.expect is None or not re.search(
+            r"^kind:\s*Cluster\s*$", self.expect.read_text(errors="replace"), re.MULTILINE
+        ):
+            return {}
+        return load_cluster(self.expect).spec.nvlink_domains()
 
     def isolation(self) -> Any:
         if self.isolate_with == "none":

@@ -119,14 +119,20 @@ def _same_topology(before: FabricReport, after: FabricReport) -> bool:
 
 class FabricService:
     def __init__(
-        self, thresholds: Thresholds, expected: FabricGraph | None = None, topology: TopologyTracker | None = None
+        self,
+        thresholds: Thresholds,
+        expected: FabricGraph | None = None,
+        topology: TopologyTracker | None = None,
+        declared_domains: Mapping[str, str] | None = None,
     ) -> None:
         self.thresholds = thresholds
         self.expected = expected
         # the scheduler's topology of the latest polls, and the node labels that follow it (gpufleet.control.
-        # fabric_topology); `nvlink_domains` names each host's NVLink domain (the control plane's, from its nodes)
+        # fabric_topology). Each host's NVLink domain: what its GPUs report (`nvlink_domains`, the control plane's,
+        # from its nodes), else what the cluster manifest declares (`declared_domains`, nodePools[].nvlinkDomainNodes)
         self.topology = topology or TopologyTracker()
         self.nvlink_domains: Callable[[], Mapping[str, str]] = dict
+        self.declared_domains = dict(declared_domains or {})
         self.subnets: dict[str, SubnetState] = {}
         self.events: deque[FabricEvent] = deque(maxlen=MAX_EVENTS)
         self._undrained: list[FabricEvent] = []
@@ -163,7 +169,7 @@ class FabricService:
             if not same:
                 self._learn(state, graph)
             self._subnet_manager(state, report, previous_sm)
-            for change in self.topology.update(self.graph, self.nvlink_domains(), changed=not same):
+            for change in self.topology.update(self.graph, self._domains(), changed=not same):
                 self._topology_event(report, change)
             if not same:
                 expected = self._expected_for(graph) if self.expected is not None else state.baseline
@@ -238,7 +244,7 @@ class FabricService:
                 if end is not None:
                     self.isolated[end] = since
             if rows:  # the topology of the last polls, without events: nothing changed that was not told before
-                self.topology.update(self.graph, self.nvlink_domains(), changed=True)
+                self.topology.update(self.graph, self._domains(), changed=True)
 
     def _learn(self, state: SubnetState, graph: FabricGraph) -> None:
         baseline = state.baseline
@@ -267,6 +273,9 @@ class FabricService:
                             f"(activity {state.sweep_from} -> {sm.activity})")
             )  # fmt: skip
             state.sweep_from = None
+
+    def _domains(self) -> dict[str, str]:
+        return {**self.declared_domains, **self.nvlink_domains()}
 
     def _topology_event(self, report: FabricReport, change: TopologyChange) -> None:
         severity = Severity.warning if change.severity == "warning" else Severity.info
