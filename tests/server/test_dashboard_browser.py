@@ -190,6 +190,9 @@ def test_node_page(browser: Chromium, served: Served, shots: Path) -> None:
     assert links == [f"#/gpu/n-001/{i}" for i in range(8)]
     assert browser.evaluate("document.querySelector('#gpus tr[data-gpu=\"5\"] .pill').textContent") == "lost"
     assert browser.evaluate("document.querySelectorAll('#nics tbody tr').length") == 8
+    # the affinity its agent reported: the twin's DGX H100 layout, each GPU's own NIC behind its switch
+    rows = browser.evaluate("[...document.querySelectorAll('#affinity tbody tr')].map(r => r.innerText.split('\\t'))")
+    assert [(r[0], r[1], r[4]) for r in rows] == [(str(g), str(g // 4), "PIX") for g in range(8)]
     assert "fallen off the bus" in browser.evaluate("document.querySelector('#kmsg').innerText")
     assert "gpu-lost" in browser.evaluate("document.querySelector('#incidents').innerText")
     assert "Ready" in browser.evaluate("document.querySelector('#conditions').innerText")

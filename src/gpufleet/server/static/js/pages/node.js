@@ -107,6 +107,22 @@ function nicTable(nics, node) {
       <td class="mono muted">${n.guid}</td></tr>`)}</tbody></table>`;
 }
 
+// the node's GPU<->NIC<->CPU affinity as its agent read it: a GPU whose nearest NIC is not behind its own PCIe switch
+// (PIX/PXB) is marked, since its RDMA traffic goes through the CPU's root complex or across sockets
+function affinityTable(affinity) {
+  if (!affinity || !affinity.gpus.length) return empty("no affinity reported");
+  const far = (link) => (link === "SYS" ? "bad" : link === "PIX" || link === "PXB" ? "" : "warn");
+  return html`<table data-source="${affinity.source}"><thead><tr><th class="num">GPU</th><th class="num">NUMA</th><th>CPUs</th>
+    <th>nearest NIC</th><th>link</th></tr></thead>
+    <tbody>${affinity.gpus.map((g) => {
+      const link = g.nearest_nics.length ? g.nic_links[g.nearest_nics[0]] : null;
+      return html`<tr data-gpu="${g.gpu}"><td class="num">${g.gpu}</td><td class="num">${g.numa_node ?? dash}</td>
+        <td class="mono">${g.cpus || dash}</td><td>${g.nearest_nics.join(", ") || dash}</td>
+        <td class="${link ? far(link) : ""}">${link || dash}</td></tr>`;
+    })}</tbody></table>
+    <div class="muted">from ${affinity.source}</div>`;
+}
+
 export function incidentRows(list, now, none = "no open incidents") {
   if (!list.length) return empty(none);
   return html`<table><thead><tr><th>severity</th><th>incident</th><th>state</th><th>cause</th><th>where</th><th>opened</th><th>summary</th></tr></thead>
@@ -135,6 +151,7 @@ export async function mount(root, ctx) {
       </div></div>
     <div class="panel" style="margin-bottom:14px"><h2>GPUs</h2><div id="gpus"></div></div>
     <div class="panel" style="margin-bottom:14px"><h2>NICs</h2><div id="nics"></div></div>
+    <div class="panel" style="margin-bottom:14px"><h2>GPU ↔ NIC ↔ CPU affinity</h2><div id="affinity"></div></div>
     <section class="grid g2">
       <div class="panel"><h2>open incidents</h2><div id="incidents"></div></div>
       <div class="panel"><h2>kernel log <span class="right muted">latest GPU reports, as the driver printed them</span></h2><div id="kmsg"></div></div>
@@ -165,6 +182,7 @@ export async function mount(root, ctx) {
       <dt>held by</dt><dd>${jobs.length ? jobs.join(", ") : html`<span class="dim">nothing</span>`}</dd></dl>`);
     set($("#gpus", root), gpuTable(d.gpus));
     set($("#nics", root), nicTable(d.nics, d.name));
+    set($("#affinity", root), affinityTable(d.affinity));
     set($("#incidents", root), incidentRows(d.incidents, now));
     set($("#kmsg", root), d.kernel_log.length
       ? html`<div class="log">${d.kernel_log.map((l) => html`<div>${l}</div>`)}</div>`
