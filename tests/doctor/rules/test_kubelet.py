@@ -138,11 +138,18 @@ def test_too_few_cpus_or_too_little_memory_per_gpu_strands_gpus(tmp_path: Path) 
     )
     [cpus] = hits(report, "GF044")
     assert cpus.severity is Severity.warning and cpus.object == "Node/dgx-001"
-    assert "only 6 such pod(s) fit and 2 GPU(s) stay idle" in cpus.message and "27.5 CPUs per pod" in cpus.fix
+    assert "only 6 such pod(s) fit per node and 2 GPU(s) stay idle" in cpus.message and "27.5 CPUs per pod" in cpus.fix
     memory = hits(doctor(tmp_path / "mem", ("nodes.json", node_list(node)), ("p.yaml", guaranteed(memory="300Gi"))),
                   "GF044")  # fmt: skip
     assert len(memory) == 1 and "memory" in memory[0].message and "2 GPU(s) stay idle" in memory[0].message
     assert not hits(doctor(tmp_path / "ok", ("nodes.json", node_list(node)), ("p.yaml", guaranteed())), "GF044")
+    # alike nodes are named in one finding; a node the pod does not select is not judged
+    other = gpu_node("dgx-009", product="NVIDIA-H200")
+    many = node_list(node, gpu_node("dgx-002"), gpu_node("dgx-003"), gpu_node("dgx-004"), other)
+    pod = guaranteed(cpu="32")
+    pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    [grouped] = hits(doctor(tmp_path / "many", ("nodes.json", many), ("p.yaml", pod)), "GF044")
+    assert grouped.message.startswith("dgx-001, dgx-002, dgx-003 and 1 more have 220 allocatable CPUs")
 
 
 def test_nic_resources_without_an_aligning_policy(tmp_path: Path) -> None:

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.doctor.facts import NodeFacts
-from gpufleet.doctor.objects import K8sObject, PodTemplate, as_dict, container_gpus, quantity, resources
+from gpufleet.doctor.objects import (
+    K8sObject,
+    PodTemplate,
+    as_dict,
+    container_gpus,
+    node_selection_matches,
+    quantity,
+    resources,
+)
 from gpufleet.doctor.rules.base import Context, Hit, rule
 from gpufleet.model import Severity
 
@@ -226,41 +234,44 @@ def _not_pinned(template: PodTemplate) -> str:
 
 @rule("GF044", reads=("KubeletConfiguration", "kubelet-configz"))
 def cpus_per_gpu(ctx: Context) -> Iterator[Hit]:
-    configs = kubelet_configs(ctx)
+    reserved = max((c.reserved_cpus for c in kubelet_configs(ctx)), default=0.0)
+    # nodes alike in GPUs, CPUs and memory are judged once, named together
+    shapes: dict[tuple[float, float, float], list[NodeFacts]] = {}
     for node in gpu_nodes(ctx):
-        cpus = node.allocatable.get("cpu") or max(0.0, node.capacity.get("cpu", 0.0) - _reserved(configs))
+        cpus = node.allocatable.get("cpu") or max(0.0, node.capacity.get("cpu", 0.0) - reserved)
         memory = node.allocatable.get("memory") or node.capacity.get("memory", 0.0)
-        gpus = node.gpus
-        for t in gpu_templates(ctx):
-            asked = t.gpu_request()
-            per_pod_cpu = sum(quantity(resources(c, "requests").get("cpu", resources(c, "limits").get("cpu")))
-                              for c in t.containers(init=False))  # fmt: skip
-            per_pod_mem = sum(
-                quantity(resources(c, "requests").get("memory", resources(c, "limits").get("memory")))
-                for c in t.containers(init=False)
-            )
-            if asked <= 0 or asked > gpus:
+        shapes.setdefault((node.gpus, cpus, memory), []).append(node)
+    for t in gpu_templates(ctx):
+        asked = t.gpu_request()
+        containers = list(t.containers(init=False))
+        need_cpu = sum(_request(c, "cpu") for c in containers)
+        need_mem = sum(_request(c, "memory") for c in containers)
+        for (gpus, cpus, memory), alike in shapes.items():
+            nodes = [n for n in alike if node_selection_matches(t.spec, n.name, n.labels)]
+            if not nodes or asked > gpus:
                 continue
             pods = int(gpus // asked)  # pods of this shape the node's GPUs take
-            for what, need, have, unit in (("CPUs", per_pod_cpu, cpus, ""), ("memory", per_pod_mem, memory, "B")):
+            for what, need, have, unit in (("CPUs", need_cpu, cpus, ""), ("memory", need_mem, memory, "B")):
                 if need <= 0 or have <= 0 or pods * need <= have:
                     continue
                 fit = int(have // need)
-                idle = (pods - fit) * asked
+                names = ", ".join(n.name for n in nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
                 yield Hit(
-                    f"{node.name} has {_show(have, unit)} allocatable {what} for {gpus:g} GPUs; {_where(t)} asks"
-                    f" {_show(need, unit)} with {asked:g} GPU(s), so only {fit} such pod(s) fit and {idle:g} GPU(s)"
-                    f" stay idle",
+                    f"{names} {'has' if len(nodes) == 1 else 'have'} {_show(have, unit)} allocatable {what} for"
+                    f" {gpus:g} GPUs; {_where(t)} asks {_show(need, unit)} with {asked:g} GPU(s), so only {fit} such"
+                    f" pod(s) fit per node and {(pods - fit) * asked:g} GPU(s) stay idle",
                     f"ask at most {_show(have / pods, unit)} {what} per pod ({_show(have / gpus, unit)} per GPU), or"
                     " lower the kubelet's reservations",
-                    file=node.source,
-                    object_ref=f"Node/{node.name}",
+                    file=nodes[0].source,
+                    object_ref=f"Node/{nodes[0].name}",
                     severity=Severity.critical if fit == 0 else None,
                 )
 
 
-def _reserved(configs: list[KubeletConfig]) -> float:
-    return max((c.reserved_cpus for c in configs), default=0.0)
+def _request(container: dict[str, Any], name: str) -> float:
+    """What the scheduler counts: the request, else the limit (which the request defaults to)."""
+    value = resources(container, "requests").get(name, resources(container, "limits").get(name))
+    return quantity(value)
 
 
 def _show(value: float, unit: str) -> str:
