@@ -311,5 +311,144 @@ def keda_cmd(
     sys.stdout.write(dump_json(obj) + "\n" if output is OutputFormat.json else dump_yaml(obj))
 
 
+VALIDATE_HELP = "\n\n".join(
+    (
+        "Validate a GPU install with a real workload on every GPU node, as operators do by hand after a GPU Operator "
+        "install or a driver change: a `cuda` step asking for one GPU runs nvidia-smi and CUDA's vectorAdd sample "
+        '("Test PASSED"), and on a node with several GPUs an `nccl` step asking for all of them runs a short '
+        "nccl-tests all_reduce_perf across them. Each node gets PASS or FAIL with the reason: the image pull, "
+        'unschedulable, nvidia-smi failing, "Test PASSED" missing, bus bandwidth far below the expected.',
+        "Kubernetes: one Job per node and step, pinned to the node, tolerating nvidia.com/gpu and the node's own "
+        "taints, labelled with the run (gpufleet.io/validate-run), deleted after their logs are read (--keep leaves "
+        "them). --render prints the Jobs instead (checked against the Kubernetes schemas), from the cluster or from "
+        "a `kubectl get nodes -o json` capture (-f). Slurm (--slurm): the same steps through `srun -w NODE "
+        "--gres=gpu:N`, in NVIDIA's images through pyxis unless --bare; --render prints an sbatch script.",
+        "The exit status is 1 when a node fails.",
+        "Examples:",
+        "  gpufleet deploy validate -n gpu-validate",
+        "  gpufleet deploy validate --node dgx-004 --node dgx-005 -o json",
+        "  gpufleet deploy validate --render -f nodes.json | kubectl apply -f -",
+        "  gpufleet deploy validate --slurm --partition gpu",
+        "  gpufleet deploy validate --slurm --render > validate.sbatch",
+    )
+)
+
+
+@sub.command("validate", help=VALIDATE_HELP)
+def validate_cmd(
+    snapshot: str | None = typer.Option(
+        None, "-f", "--snapshot", metavar="FILE", help="`kubectl get nodes -o json` (- reads stdin): render for it."
+    ),
+    render_only: bool = typer.Option(False, "--render", help="Print the Jobs (or, with --slurm, the sbatch script)."),
+    nodes: list[str] = typer.Option([], "--node", metavar="NAME", help="Only this node (repeatable)."),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="Where the Jobs run."),
+    kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="The kubeconfig (default: ~/.kube/config)."),
+    context: str | None = typer.Option(None, "--context", help="The kubeconfig context to use."),
+    timeout: int = typer.Option(600, "--timeout", metavar="SECONDS", min=30, help="Each step's deadline."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the Jobs after the run (their TTL removes them in 1h)."),
+    vectoradd_image: str | None = typer.Option(None, "--vectoradd-image", metavar="IMAGE", help="The vectorAdd image."),
+    nccl_image: str | None = typer.Option(None, "--nccl-image", metavar="IMAGE", help="An image with nccl-tests."),
+    runtime_class: str | None = typer.Option(
+        None, "--runtime-class", metavar="NAME", help="The pods' RuntimeClass (e.g. nvidia) where it is not default."
+    ),
+    kube_version: str = typer.Option(
+        DEFAULT_KUBE_VERSION, "--kube-version", help="Check rendered Jobs against this Kubernetes version's schemas."
+    ),
+    slurm: bool = typer.Option(False, "--slurm", help="Validate the Slurm cluster's GPU nodes through srun."),
+    slurm_conf: Path | None = typer.Option(None, "--slurm-conf", metavar="FILE", help="The cluster's slurm.conf."),
+    partition: str | None = typer.Option(None, "--partition", help="Slurm: the partition the steps run in."),
+    bare: bool = typer.Option(
+        False, "--bare", help="Slurm: run nvidia-smi, vectorAdd and all_reduce_perf from the node's PATH, not images."
+    ),
+    vectoradd: str = typer.Option(
+        "/cuda-samples/vectorAdd", "--vectoradd", metavar="PATH", help="Slurm: the vectorAdd binary to run."
+    ),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
+) -> None:
+    import secrets
+
+    from gpufleet.deploy import validate as v
+    from gpufleet.deploy.validate_judge import reports
+    from gpufleet.deploy.validate_run import problems
+
+    va_image, nccl = vectoradd_image or v.VECTORADD_IMAGE, nccl_image or v.NCCL_IMAGE
+    if slurm:
+        from gpufleet.deploy.validate_run import SlurmOptions, batch_script, run_slurm, slurm_nodes
+        from gpufleet.integrations.slurm.client import SlurmRunner
+
+        if snapshot is not None:
+            raise UserError("-f takes a Kubernetes capture", fix="drop -f with --slurm: the nodes come from scontrol")
+        sopts = SlurmOptions(timeout, partition, not bare, va_image, nccl, vectoradd)
+        runner = SlurmRunner(str(slurm_conf) if slurm_conf else None, timeout_s=60)
+        gpu_nodes = v.select(slurm_nodes(runner), nodes)
+        if render_only:
+            sys.stdout.write(batch_script(gpu_nodes, sopts))
+            return
+        results = problems(gpu_nodes) + run_slurm(runner, gpu_nodes, sopts, on_result=_progress)
+    else:
+        opts = v.JobOptions(
+            namespace=namespace,
+            run_id="manual" if render_only or snapshot else secrets.token_hex(3),
+            timeout_s=timeout,
+            vectoradd_image=va_image,
+            nccl_image=nccl,
+            runtime_class=runtime_class,
+        )
+        core = None
+        if snapshot is not None:
+            text, cited = read_input_text(snapshot)
+            listed = v.nodes_from_snapshot(text, cited)
+        else:
+            from gpufleet.integrations.kubernetes.client import connect
+
+            core = connect(kubeconfig, context)
+            listed = core.list_node().items or []
+        gpu_nodes = v.select([g for g in (v.gpu_node(n) for n in listed) if g is not None], nodes)
+        planned = v.plan(gpu_nodes, opts)
+        if render_only or snapshot is not None:
+            from gpufleet.deploy.render import to_json, to_yaml
+
+            checked = v.manifests(planned, kube_version)
+            sys.stdout.write(to_json(checked) if output is OutputFormat.json else to_yaml(checked))
+            for result in problems(gpu_nodes):
+                err_console.print(f"{result.node}: not rendered: {result.reason}", highlight=False, soft_wrap=True)
+            return
+        from gpufleet.deploy.validate_run import KubernetesRun
+        from gpufleet.integrations.kubernetes.client import kubernetes_module
+
+        assert core is not None  # connected above: no snapshot
+        batch = kubernetes_module().client.BatchV1Api(core.api_client)
+        run = KubernetesRun(core, batch, opts, keep=keep)
+        results = problems(gpu_nodes) + run.run(planned, on_result=_progress)
+    if not results:
+        raise UserError("no GPU node to validate", fix="check the nodes advertise nvidia.com/gpu (or Slurm GRES gpu)")
+    by_node = reports(results)
+
+    def table(wide: bool) -> None:
+        rows = []
+        for report in by_node:
+            for step in report.steps:
+                row = [report.node, step.step, step.status, step.reason]
+                if wide:
+                    row.append(" | ".join(step.evidence))
+                rows.append(row)
+        console.print(make_table(["NODE", "STEP", "RESULT", "REASON", *(["EVIDENCE"] if wide else [])], rows))
+        failed = [r.node for r in by_node if r.status == "FAIL"]
+        console.print(
+            f"{len(by_node) - len(failed)} of {len(by_node)} nodes passed"
+            + (f"; failed: {', '.join(failed)}" if failed else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    emit({"nodes": [r.as_dict() for r in by_node]}, output, table)
+    if any(r.status == "FAIL" for r in by_node):
+        raise typer.Exit(1)
+
+
+def _progress(result: Any) -> None:
+    err_console.print(f"{result.node} {result.step}: {result.status}", highlight=False, soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(sub, name="deploy")

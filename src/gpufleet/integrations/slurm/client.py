@@ -374,6 +374,19 @@ class SlurmRunner:
         self.timeout_s = timeout_s
 
     def run(self, args: list[str] | tuple[str, ...], *, stdin: str | None = None) -> str:
+        proc = self._run(args, stdin=stdin, timeout_s=self.timeout_s)
+        if proc.returncode != 0:
+            err = (proc.stderr or proc.stdout).strip().splitlines()
+            raise BackendError(f"`{' '.join(args)}` failed: {err[-1] if err else f'exit {proc.returncode}'}")
+        return proc.stdout
+
+    def step(self, args: list[str] | tuple[str, ...], *, timeout_s: float) -> subprocess.CompletedProcess[str]:
+        """Run a command whose failure is an answer (an `srun` test step): its exit code and output, not an error."""
+        return self._run(args, stdin=None, timeout_s=timeout_s)
+
+    def _run(
+        self, args: list[str] | tuple[str, ...], *, stdin: str | None, timeout_s: float
+    ) -> subprocess.CompletedProcess[str]:
         conf = self.slurm_conf or "/etc/slurm/slurm.conf"
         if not os.path.exists(conf):  # else the client falls back to DNS SRV lookups and hangs, then fails
             raise UserError(f"no Slurm configuration at {conf}", fix="set SLURM_CONF to the cluster's slurm.conf")
@@ -384,15 +397,11 @@ class SlurmRunner:
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         try:
-            proc = subprocess.run(
-                list(args), input=stdin, capture_output=True, text=True, timeout=self.timeout_s, env=env, check=False
+            return subprocess.run(
+                list(args), input=stdin, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
             )
         except subprocess.TimeoutExpired:
-            raise BackendError(f"`{' '.join(args)}` timed out after {self.timeout_s:g}s") from None
-        if proc.returncode != 0:
-            err = (proc.stderr or proc.stdout).strip().splitlines()
-            raise BackendError(f"`{' '.join(args)}` failed: {err[-1] if err else f'exit {proc.returncode}'}")
-        return proc.stdout
+            raise BackendError(f"`{' '.join(args)}` timed out after {timeout_s:g}s") from None
 
     def nodes(self, name: str | None = None) -> list[SlurmNode]:
         args = ["scontrol", "-o", "-d", "show", "node"] + ([name] if name else [])
