@@ -25,7 +25,7 @@ from gpufleet.control.fabric_topology import (
 )
 from gpufleet.control.relabel import PER_TURN, RETRY_S
 from gpufleet.control.service import ControlPlane
-from gpufleet.fabric.graph import FabricGraph
+from gpufleet.fabric.graph import FabricGraph, Node, NodeKind
 from gpufleet.fabric.intended import intended_graph
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.fabric.topology import topology_from_graph
@@ -96,11 +96,11 @@ class Cluster:
         )
         self.seq = 0
 
-    def poll(self, graph: FabricGraph) -> None:
+    def poll(self, graph: FabricGraph, subnet: str = "default") -> None:
         """One fabric poll through the door, then a turn of the control loop."""
         self.now += 30.0
         self.seq += 1
-        report = report_from_graph(graph, subnet="default", time=self.now)
+        report = report_from_graph(graph, subnet=subnet, time=self.now)
         batch = Batch(v=SCHEMA_VERSION, agent="watch", incarnation="i", node="sm", sent=time.time(), fabric=[report])
         self.plane.ingest(batch)
         self.plane.tick()
@@ -191,6 +191,31 @@ def test_a_flapping_cable_writes_no_label(fabric: FabricGraph) -> None:
     assert cluster.label_patches()[first:] == []
     moves = [e for e in views.events(cluster.plane.fabric, limit=2000) if e["kind"] == "host-moved"]
     assert len(moves) == 4 * SETTLE  # every flip is told, none is written
+
+
+def test_a_flapping_cable_writes_no_label_while_another_subnet_reports_between_its_flips(fabric: FabricGraph) -> None:
+    """With a second watcher's subnet (here a lone storage switch) reporting between the flaps, its reports do not
+    count as polls of the flapping one: a poll is every subnet's report."""
+    storage = FabricGraph(source="storage")
+    storage.add_node(Node("storage-leaf-1", NodeKind.switch, guid="0x00000000000000ff", ports=64, lid=900))
+    cluster = Cluster(fabric)
+    for _ in range(SETTLE):
+        cluster.poll(fabric)
+        cluster.poll(storage, subnet="storage")
+    cluster.plane.tick()
+    first = len(cluster.label_patches())
+    assert first == len(topology_from_graph(fabric).hosts)
+    flapped = _without(fabric, cable="dgx-000/mlx5_0/1")
+    for i in range(4 * SETTLE):
+        cluster.poll(flapped if i % 2 == 0 else fabric)
+        cluster.poll(storage, subnet="storage")
+        cluster.poll(storage, subnet="storage")  # even two of its reports between two flips
+    assert cluster.label_patches()[first:] == []
+    cluster.poll(flapped)
+    for _ in range(SETTLE):
+        cluster.poll(storage, subnet="storage")
+        cluster.poll(flapped)
+    assert [host for host, _ in cluster.label_patches()[first:]] == ["dgx-000"]  # a move that holds is written
 
 
 def test_without_settling_the_same_flapping_cable_relabels_at_every_flip(fabric: FabricGraph) -> None:

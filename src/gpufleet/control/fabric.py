@@ -169,7 +169,8 @@ class FabricService:
             if not same:
                 self._learn(state, graph)
             self._subnet_manager(state, report, previous_sm)
-            for change in self.topology.update(self.graph, self._domains(), changed=not same):
+            changes = self.topology.update(self.graph, self._domains(), changed=not same, subnet=report.subnet)
+            for change in changes:
                 self._topology_event(report, change)
             if not same:
                 expected = self._expected_for(graph) if self.expected is not None else state.baseline
@@ -244,7 +245,7 @@ class FabricService:
                 if end is not None:
                     self.isolated[end] = since
             if rows:  # the topology of the last polls, without events: nothing changed that was not told before
-                self.topology.update(self.graph, self._domains(), changed=True)
+                self.topology.update(self.graph, self._domains(), changed=True, subnet=rows[-1][0])
 
     def _learn(self, state: SubnetState, graph: FabricGraph) -> None:
         baseline = state.baseline

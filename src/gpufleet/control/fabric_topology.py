@@ -8,7 +8,10 @@ switch appeared or went.
 Labels follow the topology, but not at once. A host's new labels are applied only once the same labels were wanted
 in `settle_polls` consecutive polls (default 3: 90 s at the fabric watch's 30 s). Counting polls, not seconds, is
 what makes a flapping link harmless: every poll that flips a host's home back resets its count, so a link that goes
-and comes on alternate polls moves no label, whatever the poll interval. Three polls outlast the subnet manager's
+and comes on alternate polls moves no label, whatever the poll interval. Where several watchers each poll a subnet
+(a fabric of rail planes, a storage fabric beside the compute one), the polls counted are those of the subnet whose
+report brought the new labels: the other subnets' reports between two flips of one cable never count it settled,
+however often they come. Three polls outlast the subnet manager's
 re-sweep after a change (one poll sees the cable gone, the next sees the SM's new routes) with one to spare. A host
 that vanished from the fabric keeps the labels it has: a node that is down or rebooting has not moved, and its
 labels are what places its work when it is back.
@@ -98,21 +101,23 @@ class LabelSettler:
     polls: int = SETTLE_POLLS
     wanted: dict[str, Labels] = field(default_factory=dict)  # per host, from the latest topology
     applied: dict[str, Labels] = field(default_factory=dict)  # per host, as last written (or found written)
-    since: dict[str, int] = field(default_factory=dict)  # a host whose wanted labels differ: the poll they began
-    poll: int = 0
+    # a host whose wanted labels differ from what it carries: the subnet whose report brought them, and that
+    # subnet's count of reports then
+    since: dict[str, tuple[str, int]] = field(default_factory=dict)
+    reports: dict[str, int] = field(default_factory=dict)  # per subnet
 
     def __post_init__(self) -> None:
         if self.polls < 1:
             raise UserError(f"settle polls {self.polls}", fix="labels settle over 1 poll or more (default 3)")
 
-    def observe(self, wanted: Mapping[str, Mapping[str, str]] | None) -> None:
-        """One poll; `wanted` is every host's labels now, or None when the topology did not change."""
-        self.poll += 1
+    def observe(self, wanted: Mapping[str, Mapping[str, str]] | None, subnet: str = "") -> None:
+        """One subnet's poll; `wanted` is every host's labels now, or None when the topology did not change."""
+        count = self.reports[subnet] = self.reports.get(subnet, 0) + 1
         if wanted is None:
             return
         for host, labels in wanted.items():
             if self.wanted.get(host) != labels:
-                self.since[host] = self.poll  # a new value: its count starts again
+                self.since[host] = (subnet, count)  # a new value: its count starts again
             if self.applied.get(host) == labels:
                 self.since.pop(host, None)  # back to what it carries: nothing to write
         for host in self.since.keys() - wanted.keys():
@@ -122,8 +127,8 @@ class LabelSettler:
     def due(self) -> dict[str, LabelChange]:
         """The hosts whose labels have settled on something other than what they carry, and the writes for each."""
         out = {}
-        for host, first in self.since.items():
-            if self.poll - first + 1 >= self.polls:
+        for host, (subnet, first) in self.since.items():
+            if self.reports[subnet] - first + 1 >= self.polls:
                 change = label_changes({host: self.applied.get(host, {})}, {host: self.wanted[host]})
                 if change:
                     out[host] = change[host]
@@ -138,8 +143,8 @@ class LabelSettler:
     def pending(self) -> dict[str, dict[str, Any]]:
         """Hosts waiting for their labels to settle: what they will carry and the polls seen so far."""
         return {
-            host: {"labels": self.wanted[host], "polls": self.poll - first + 1, "of": self.polls}
-            for host, first in sorted(self.since.items())
+            host: {"labels": self.wanted[host], "polls": self.reports[subnet] - first + 1, "of": self.polls}
+            for host, (subnet, first) in sorted(self.since.items())
         }
 
 
@@ -156,11 +161,16 @@ class TopologyTracker:
     changes: int = 0  # topologies built that differed from the one before
 
     def update(
-        self, fabric: Callable[[], FabricGraph | None], domains: Mapping[str, str], *, changed: bool
+        self,
+        fabric: Callable[[], FabricGraph | None],
+        domains: Mapping[str, str],
+        *,
+        changed: bool,
+        subnet: str = "",
     ) -> list[TopologyChange]:
-        """One poll. `fabric` gives the fabric's graph, asked for only when `changed` (the fabric differs from the last
-        poll's), when there is no topology yet, or when the hosts' NVLink domains changed: only then is the topology
-        built again. Returns what changed in it."""
+        """One poll of `subnet`. `fabric` gives the fabric's graph, asked for only when `changed` (the subnet differs
+        from its last poll), when there is no topology yet, or when the hosts' NVLink domains changed: only then is
+        the topology built again. Returns what changed in it."""
         out: list[TopologyChange] = []
         rebuilt = False
         graph = fabric() if changed or self.topology is None or dict(domains) != self.domains else None
@@ -182,7 +192,7 @@ class TopologyTracker:
             wanted = None
             if rebuilt and self.topology is not None:
                 wanted = {host: dict(labels) for host, labels in self.labels_of(self.topology).items()}
-            self.settler.observe(wanted)
+            self.settler.observe(wanted, subnet)
         return out
 
 
