@@ -253,6 +253,34 @@ def policies_cmd(
 
 SNAPSHOT_HELP = "A capture from `kubectl get nodes,pods -A -o json` (PriorityClass and PodGroup items are used too)."
 POLICY_HELP = "binpack (fill nodes, keep whole nodes free) or spread (kube-scheduler's LeastAllocated)."
+AFFINITY_HELP = (
+    "NODE=FILE: the node's `nvidia-smi topo -m` output (repeat per node, or NODE may be a glob such as 'dgx-*'). A pod "
+    "asking for GPUs and RDMA NICs (nvidia.com/hostdev, rdma/..., SR-IOV VFs) then gets GPUs whose NICs share their "
+    "PCIe switch, and the plan says so or why not."
+)
+
+
+def _attach_affinity(snap: Any, specs: Sequence[str]) -> None:
+    """Each NODE=FILE: read the `nvidia-smi topo -m` file and give its affinity to the snapshot's matching nodes."""
+    from fnmatch import fnmatchcase
+
+    from gpufleet.cli.inputs import read_input_text
+    from gpufleet.parsers.nvidia.topo import parse_topo_matrix
+    from gpufleet.parsers.nvidia.topo_affinity import affinity_from_topo
+
+    for spec in specs:
+        pattern, sep, path = spec.partition("=")
+        if not sep or not pattern or not path:
+            raise UserError(f"--affinity {spec!r} is not NODE=FILE", fix="e.g. --affinity dgx-001=topo-m.txt")
+        text, cited = read_input_text(Path(path))
+        affinity = affinity_from_topo(parse_topo_matrix(text, source=cited, strict=False))
+        if not affinity.gpus:
+            raise UserError(f"{cited}: no GPU row with its NIC links", fix="pass the output of `nvidia-smi topo -m`")
+        matched = [n for n in snap.nodes if fnmatchcase(n.node.name, pattern)]
+        if not matched:
+            raise UserError(f"--affinity {pattern}: no node of the snapshot matches", fix="name a node of the capture")
+        for info in matched:
+            info.affinity = affinity
 
 
 @sched_app.command("plan")
@@ -290,6 +318,7 @@ def plan_cmd(
     now: str | None = typer.Option(
         None, "--now", help="The time to plan at for --backfill (RFC 3339; default: the latest time in the capture)."
     ),
+    affinity: list[str] = typer.Option([], "--affinity", help=AFFINITY_HELP),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Print where each pending pod would be placed, which pods would be preempted, and why the rest cannot fit."""
@@ -300,6 +329,7 @@ def plan_cmd(
 
     nbytes = parse_size(allreduce_size)
     snap = load_snapshot(snapshot)
+    _attach_affinity(snap, affinity)
     topology = None
     if fabric is not None:
         snap.fabric_health, topology = _fabric_health(fabric, [n.node.name for n in snap.nodes])
@@ -336,9 +366,7 @@ def plan_cmd(
     data: dict[str, Any] = {
         "nodes": len(snap.nodes),
         "pending": len(pending),
-        "placements": [
-            {"pod": p.pod, "node": p.node, "gpus": list(p.gpus), "score": p.score} for p in result.placements
-        ],
+        "placements": [_placement(p) for p in result.placements],
         "evictions": [{"pod": e.pod, "node": e.node, "reason": e.reason} for e in result.evictions],
         "failures": [{"pod": f.pod, "reason": "FailedScheduling", "message": f.message} for f in result.failures],
     }
@@ -359,7 +387,12 @@ def plan_cmd(
         rows: list[list[Any]] = [
             [p.pod, p.node, ",".join(map(str, p.gpus)) if p.gpus else "-", p.score] for p in result.placements
         ]
-        console.print(make_table(["POD", "NODE", "GPUS", "SCORE"], rows, title=f"{len(rows)} placements"))
+        cols = ["POD", "NODE", "GPUS", "SCORE"]
+        if any(p.alignment for p in result.placements):
+            cols += ["NICS", "GPU-NIC"]
+            for row, p in zip(rows, result.placements, strict=True):
+                row += [",".join(p.nics) or "-", p.alignment or "-"]
+        console.print(make_table(cols, rows, title=f"{len(rows)} placements"))
         if result.evictions:
             ev = [[e.pod, e.node, e.reason] for e in result.evictions]
             console.print(make_table(["VICTIM", "NODE", "REASON"], ev, title="preemptions"))
@@ -379,6 +412,13 @@ def plan_cmd(
                           highlight=False, markup=False)  # fmt: skip
 
     emit(data, output, render)
+
+
+def _placement(p: Any) -> dict[str, Any]:
+    out = {"pod": p.pod, "node": p.node, "gpus": list(p.gpus), "score": p.score}
+    if p.alignment:
+        out.update(nics=list(p.nics), alignment=p.alignment)
+    return out
 
 
 def _fabric_health(path: Path, names: list[str]) -> tuple[Any, Any]:
@@ -430,6 +470,7 @@ def explain_cmd(
     pod: str = typer.Argument(..., help="The pod, as NAME or NAMESPACE/NAME."),
     snapshot: Path = typer.Option(..., "--snapshot", "-f", help=SNAPSHOT_HELP),
     policy: str = typer.Option("binpack", "--policy", help=POLICY_HELP),
+    affinity: list[str] = typer.Option([], "--affinity", help=AFFINITY_HELP),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
 ) -> None:
     """Show which nodes accept POD and how they score, or the FailedScheduling message with every filter's count."""
@@ -437,6 +478,7 @@ def explain_cmd(
     from gpufleet.sched.framework.snapshot import load_snapshot
 
     snap = load_snapshot(snapshot)
+    _attach_affinity(snap, affinity)
     info = snap.pod(pod)
     sched = Scheduler.from_snapshot(snap, strategy=_strategy(policy))
     if info.key in sched.state.placed:
@@ -445,7 +487,10 @@ def explain_cmd(
     data = {
         "pod": exp.pod,
         "requests": info.requests,
-        "feasible": [{"node": n, "score": s} for n, s in exp.feasible],
+        "feasible": [
+            {"node": n, "score": s, **({"alignment": exp.alignment[n]} if n in exp.alignment else {})}
+            for n, s in exp.feasible
+        ],
         "rejected": exp.reasons,
         "message": exp.message,
     }
@@ -454,8 +499,13 @@ def explain_cmd(
         req = ", ".join(f"{k}={v}" for k, v in info.requests.items()) or "nothing"
         console.print(f"[bold]{exp.pod}[/bold] requests {req}")
         if exp.feasible:
-            shown = exp.feasible if wide else exp.feasible[:10]
-            console.print(make_table(["NODE", "SCORE"], shown, title=f"{len(exp.feasible)} feasible node(s)"))
+            shown: list[list[Any]] = [[n, s] for n, s in (exp.feasible if wide else exp.feasible[:10])]
+            cols = ["NODE", "SCORE"]
+            if exp.alignment:
+                cols.append("GPU-NIC")
+                for row in shown:
+                    row.append(exp.alignment.get(row[0], "-"))
+            console.print(make_table(cols, shown, title=f"{len(exp.feasible)} feasible node(s)"))
         if exp.reasons:
             rows = sorted(exp.reasons.items(), key=lambda kv: -kv[1])
             console.print(make_table(["REJECTED BY", "NODES"], rows))

@@ -27,6 +27,7 @@ from gpufleet.sched.framework.scoring import (
     nvlink_fit,
     preferred_raw,
     resources_fit,
+    wants_nics,
 )
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.state import ClusterState
@@ -66,6 +67,7 @@ class ShapeScores:
     nvlink: np.ndarray
     preferred: np.ndarray
     soft_taints: np.ndarray
+    nic: np.ndarray  # GPU<->NIC alignment (nodes whose affinity is known)
 
     @classmethod
     def empty(cls, n: int) -> ShapeScores:
@@ -77,6 +79,7 @@ class ShapeScores:
             np.zeros(n),
             np.zeros(n),
             np.zeros(n),
+            np.zeros(n),
         )
 
     def grow(self, n: int) -> None:
@@ -84,7 +87,7 @@ class ShapeScores:
         if n <= size:
             return
         extra = max(n, 2 * size) - size
-        for name in ("known", "fits", "copies", "resources", "nvlink", "preferred", "soft_taints"):
+        for name in ("known", "fits", "copies", "resources", "nvlink", "preferred", "soft_taints", "nic"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(extra, dtype=arr.dtype)]))
 
@@ -144,6 +147,8 @@ class ClassChooser:
                 table.preferred[todo] = preferred_raw(state, pod, reps, each=True)
             if state.has_soft_taints:
                 table.soft_taints[todo] = soft_taint_counts(state, pod, reps)
+            if state.has_affinity and wants_nics(state, pod):
+                table.nic[todo] = state.nic_fit(pod, reps)
             table.known[todo] = True
         return table
 
@@ -167,6 +172,8 @@ class ClassChooser:
             total += w.taint_toleration * normalize(table.soft_taints[cls], reverse=True)
         if self.state.exclusive_gpus(pod) >= 2:
             total += w.topology * table.nvlink[cls]
+        if self.state.has_affinity and wants_nics(self.state, pod):
+            total += w.topology * table.nic[cls]
         return total
 
     def select(self, pod: PodInfo) -> tuple[int, float] | None:

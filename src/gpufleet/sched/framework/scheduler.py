@@ -129,7 +129,10 @@ class Scheduler:
     def place(self, pod: PodInfo, node: int, score_: float = 0.0) -> Placement:
         a = self.state.assign(pod, node)
         self.pods[pod.key] = pod
-        return Placement(pod.key, self.state.names[node], a.gpus, round(score_, 2))
+        placed = Placement(pod.key, self.state.names[node], a.gpus, round(score_, 2))
+        if a.alignment is not None:
+            placed.nics, placed.alignment = a.alignment.nics, a.alignment.note()
+        return placed
 
     def schedule_one(self, pod: PodInfo) -> Placement | Failure:
         picked = self.select_node(pod)
@@ -168,7 +171,12 @@ class Scheduler:
             ranked = [(self.state.names[int(nodes[i])], round(float(scores[i]), 2)) for i in order]
         counts: Counter[str] = reason_counts(node_reasons(self.state, pod))
         message = None if ranked else failed_scheduling_message(len(self.state), counts)
-        return Explanation(pod.key, ranked, dict(counts), message)
+        alignment: dict[str, str] = {}
+        for node in nodes.tolist():
+            choice = self.state.nic_choice(pod, node)
+            if choice is not None:
+                alignment[self.state.names[node]] = choice.note()
+        return Explanation(pod.key, ranked, dict(counts), message, alignment)
 
     def landing(self, gang: str) -> Landing:
         """Where the gang's placed members sit: leaves and spines spanned, NVLink domains, switch hops."""

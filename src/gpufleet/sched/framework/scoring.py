@@ -10,6 +10,7 @@ import numpy as np
 from gpufleet.model import TaintEffect
 from gpufleet.sched.framework.devices import vendor_resources
 from gpufleet.sched.framework.filters import requirement_matches, tolerates
+from gpufleet.sched.framework.nics import nic_request
 from gpufleet.sched.framework.snapshot import PodInfo
 from gpufleet.sched.framework.state import ClusterState
 
@@ -135,6 +136,12 @@ def nvlink_fit(state: ClusterState, pod: PodInfo, nodes: np.ndarray) -> np.ndarr
     return np.where(free >= k, MAX_SCORE * k / np.maximum(free, 1), 0.0)
 
 
+def wants_nics(state: ClusterState, pod: PodInfo) -> bool:
+    """Whether the pod asks for whole GPUs and RDMA NICs: nodes are then scored by how well those would sit
+    together (ClusterState.nic_fit), where some node's affinity is known."""
+    return state.exclusive_gpus(pod) > 0 and nic_request(pod.requests)[0]
+
+
 def leaf_affinity(state: ClusterState, nodes: np.ndarray, gang_groups: set[int]) -> np.ndarray:
     """Gang members prefer nodes under the leaf switches their gang already uses."""
     if not gang_groups:
@@ -167,6 +174,8 @@ def score(
         total += weights.taint_toleration * taint_toleration(state, pod, nodes)
     if state.exclusive_gpus(pod) >= 2:
         total += weights.topology * nvlink_fit(state, pod, nodes)
+    if state.has_affinity and wants_nics(state, pod):
+        total += weights.topology * state.nic_fit(pod, nodes)
     if gang_groups:
         total += weights.topology * leaf_affinity(state, nodes, gang_groups)
     if gang_groups is not None and state.has_fabric_health:  # a gang member (a single pod needs no fabric)

@@ -39,6 +39,7 @@ from gpufleet.model import (
     TaintEffect,
     Toleration,
 )
+from gpufleet.model.affinity import HostAffinity
 
 # the fabric's health for placement is plain data in the model; placement code has long imported it from here
 from gpufleet.model.fabric_health import FabricHealth as FabricHealth
@@ -120,6 +121,7 @@ class NodeInfo:
     node: Node
     capacity: dict[str, int]
     allocatable: dict[str, int]
+    affinity: HostAffinity | None = None  # GPU<->NIC<->CPU, as the node's agent or `nvidia-smi topo -m` reads it
 
 
 @dataclass(slots=True)

@@ -12,8 +12,10 @@ import numpy as np
 from gpufleet.errors import InternalError, UserError
 from gpufleet.fabric.topology import Topology, topology_from_fabric
 from gpufleet.model import GPU_RESOURCE, Fabric, GpuSharing, Taint, TaintEffect
+from gpufleet.model.affinity import HostAffinity
 from gpufleet.sched.engine.classes import NodeClasses
 from gpufleet.sched.framework.devices import node_vendor, requested_vendors, vendor_resources
+from gpufleet.sched.framework.nics import FIT_SCORE, NicChoice, choose_aligned, nic_names, nic_request, pair_nics
 from gpufleet.sched.framework.resources import accelerators
 from gpufleet.sched.framework.snapshot import FabricHealth, NodeInfo, PodInfo
 from gpufleet.sched.framework.topology import (
@@ -46,6 +48,8 @@ class Assignment:
     idx: np.ndarray
     amounts: np.ndarray
     amount_of: dict[int, int]  # column -> amount, for cheap per-pod lookups
+    nics: tuple[str, ...] = ()  # RDMA NICs taken for itself (exclusive NIC resources on a node with known affinity)
+    alignment: NicChoice | None = None  # how its GPUs sit with their NICs, where the node's affinity is known
 
 
 def effective_taints(info: NodeInfo) -> tuple[Taint, ...]:
@@ -104,6 +108,10 @@ class ClusterState:
         self.has_soft_taints = any(t.effect is TaintEffect.prefer_no_schedule for ts in self.taints for t in ts)
         self.domains = [nvlink_domains(n.node) for n in nodes]
         self.gpu_free = [{g.index for g in n.node.gpus if g.schedulable} for n in nodes]
+        # GPU<->NIC<->CPU affinity where the node's agent reported it: GPU choice for pods asking for RDMA NICs
+        self.affinity = [n.affinity for n in nodes]
+        self.has_affinity = any(a is not None for a in self.affinity)
+        self.nic_free = [nic_names(a) if a is not None else set() for a in self.affinity]
         self.max_domain = np.array([max((len(d) for d in ds), default=0) for ds in self.domains], dtype=np.int64)
         self.best_free_domain = np.array(
             [max_free_in_domain(ds, free) for ds, free in zip(self.domains, self.gpu_free, strict=True)],
@@ -186,6 +194,7 @@ class ClusterState:
                     int(self.node_gpu_col[i]),
                     int(self.max_domain[i]),
                     bool(self.fabric_avoid[i]),
+                    _affinity_layout(self.affinity[i]),
                 ),
                 len(base),
             )
@@ -228,7 +237,14 @@ class ClusterState:
         # nodes that hold nothing a pod may evict.
         pods = self.pods_on[node]
         lowest = min((p.pod.priority for p in pods.values()), default=None) if pods else None
-        key = (int(self.signature[node]), tuple(self.free_[node].tolist()), int(self.best_free_domain[node]), lowest)
+        key: tuple[object, ...] = (
+            int(self.signature[node]),
+            tuple(self.free_[node].tolist()),
+            int(self.best_free_domain[node]),
+            lowest,
+        )
+        if self.affinity[node] is not None:  # which GPUs and NICs are free decides how well a NIC pod is aligned
+            key = (*key, tuple(sorted(self.gpu_free[node])), tuple(sorted(self.nic_free[node])))
         self._move(node, key)
 
     def _move(self, node: int, key: tuple[object, ...]) -> None:
@@ -352,6 +368,30 @@ class ClusterState:
         g = pod.pod.gpu
         return g.count if g.sharing is GpuSharing.exclusive else 0
 
+    def nic_choice(self, pod: PodInfo, node: int, gpus: tuple[int, ...] | None = None) -> NicChoice | None:
+        """The GPUs (or `gpus`, when already given) and RDMA NICs a pod asking for both gets on `node`, chosen by
+        the node's affinity; None where the pod asks for no NIC or no whole GPU, or the affinity is not known."""
+        affinity = self.affinity[node]
+        if affinity is None:
+            return None
+        k = self.exclusive_gpus(pod)
+        asks, exclusive = nic_request(pod.requests)
+        if not asks or not k:
+            return None
+        if gpus is not None:
+            return pair_nics(affinity, sorted(gpus), self.nic_free[node], exclusive) if gpus else None
+        return choose_aligned(self.domains[node], self.gpu_free[node], k, affinity, self.nic_free[node], exclusive)
+
+    def nic_fit(self, pod: PodInfo, nodes: np.ndarray) -> np.ndarray:
+        """Per node, how well the pod's GPUs would sit with its NICs there (100: every GPU behind a PCIe switch with
+        a NIC, 50: on a NUMA node with one, 0: crossing sockets, or the node's affinity is not known)."""
+        out = np.zeros(len(nodes))
+        for j, node in enumerate(nodes.tolist()):
+            choice = self.nic_choice(pod, node)
+            if choice is not None:
+                out[j] = FIT_SCORE[choice.level]
+        return out
+
     def cached_mask(self, key: object) -> np.ndarray | None:
         return self._mask_cache.get(key)
 
@@ -366,11 +406,20 @@ class ClusterState:
             raise InternalError(f"pod {pod.key} is already placed on {self.names[self.placed[pod.key].node]}")
         idx, amounts, _ = self.request_vector(pod)
         k = self.exclusive_gpus(pod)
+        choice = None
         if gpus is None:
+            choice = self.nic_choice(pod, node)
             gpus = ()
-            if k and self.nodes[node].node.gpus:
+            if choice is not None:
+                gpus = choice.gpus
+            elif k and self.nodes[node].node.gpus:
                 gpus = choose_gpus(self.domains[node], self.gpu_free[node], k) or ()
+        else:
+            choice = self.nic_choice(pod, node, gpus)
         a = Assignment(pod, node, gpus, idx, amounts, {int(c): int(v) for c, v in zip(idx, amounts, strict=True)})
+        if choice is not None:
+            a.alignment = choice
+            a.nics = choice.nics if choice.exclusive else ()
         self._apply(a)
         self._journal.append(("assign", a))
         return a
@@ -395,6 +444,7 @@ class ClusterState:
         if a.gpus:
             self.gpu_free[a.node] -= set(a.gpus)
             self.best_free_domain[a.node] = max_free_in_domain(self.domains[a.node], self.gpu_free[a.node])
+        self.nic_free[a.node] -= set(a.nics)
         self._reclass(a.node)
 
     def _unapply(self, a: Assignment) -> None:
@@ -412,6 +462,7 @@ class ClusterState:
             healthy = {g.index for g in self.nodes[a.node].node.gpus if g.schedulable}
             self.gpu_free[a.node] |= set(a.gpus) & healthy
             self.best_free_domain[a.node] = max_free_in_domain(self.domains[a.node], self.gpu_free[a.node])
+        self.nic_free[a.node] |= set(a.nics)
         self._reclass(a.node)
 
     def largest_amount(self, col: int, below_priority: int | None = None) -> int:
@@ -443,6 +494,15 @@ class ClusterState:
     def commit(self) -> None:
         """Forget the journal: what is placed now stays."""
         self._journal.clear()
+
+
+def _affinity_layout(affinity: HostAffinity | None) -> tuple[object, ...] | None:
+    """What of a node's affinity GPU and NIC choice reads: each GPU's NUMA node and PCIe link to each NIC, each
+    NIC's NUMA node (not where it was read, nor the CPU lists)."""
+    if affinity is None:
+        return None
+    gpus = tuple((g.index, g.numa_node, tuple(sorted(g.nic_links.items()))) for g in affinity.gpus)
+    return gpus, tuple((n.name, n.numa_node) for n in affinity.nics)
 
 
 def _group_index(names: list[str], key: Mapping[str, object]) -> tuple[np.ndarray, int]:

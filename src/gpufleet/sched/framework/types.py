@@ -40,6 +40,8 @@ class Placement:
     node: str
     gpus: tuple[int, ...] = ()
     score: float = 0.0
+    nics: tuple[str, ...] = ()  # the RDMA NICs its GPUs use, where the node's affinity is known
+    alignment: str = ""  # "aligned: ..." or why not ("GPUs 4,5 share no PCIe switch with a free NIC; ...")
 
 
 @dataclass(slots=True)
@@ -73,6 +75,7 @@ class Explanation:
     feasible: list[tuple[str, float]]  # (node, score), best first
     reasons: dict[str, int]
     message: str | None
+    alignment: dict[str, str] = field(default_factory=dict)  # feasible node -> how its GPUs would sit with NICs
 
 
 class Placer(Protocol):
