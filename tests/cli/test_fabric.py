@@ -256,3 +256,29 @@ def test_export_from_a_control_plane_that_is_not_there_is_a_clear_error(tmp_path
         "fabric", "export", "--format", "slurm-topology", "--server", url, env={"GPUFLEET_HOME": str(tmp_path)}
     )
     assert res.returncode != 0 and "no control plane answers" in res.stderr and "Traceback" not in res.stderr
+
+
+GB200 = EXAMPLE.parent / "gb200-nvl72.yaml"
+
+
+def test_export_slurm_block_writes_a_block_per_nvlink_domain() -> None:
+    res = gpufleet("fabric", "export", "--format", "slurm-block", "--cluster", str(GB200))
+    assert res.returncode == 0, res.stderr
+    lines = [line for line in res.stdout.splitlines() if not line.startswith("#")]
+    assert lines == [
+        "BlockName=gb200-nvl00 Nodes=gb200-[000-017]",
+        "BlockName=gb200-nvl01 Nodes=gb200-[018-035]",
+        "BlockName=gb200-nvl02 Nodes=gb200-[036-053]",
+        "BlockName=gb200-nvl03 Nodes=gb200-[054-071]",
+        "BlockSizes=18,36,72",
+    ]
+    old = gpufleet("fabric", "export", "--format", "slurm-block", "--cluster", str(GB200), "--slurm-version", "23.11")
+    assert old.returncode == 0 and old.stdout.splitlines()[-1] == "BlockLevels=0-2"
+
+
+def test_export_slurm_block_bad_inputs_are_one_line_errors() -> None:
+    _clear_error(gpufleet("fabric", "export", "--format", "slurm-block", "--cluster", str(EXAMPLE)), "NVLink domain")
+    for version, words in (("24", ("not a Slurm release",)), ("22.05", ("no topology/block", "23.11"))):
+        block = ("fabric", "export", "--format", "slurm-block", "--cluster", str(GB200))
+        res = gpufleet(*block, "--slurm-version", version)
+        _clear_error(res, *words)

@@ -98,6 +98,11 @@ EXPORT_HELP = "\n\n".join(
         "per spine with its leaves, per core with its spines, in Slurm's hostlist syntax. A host cabled to several "
         "leaves (rails, dual-port HCAs) is listed under one, its home leaf: the leaf with most of its rails, else "
         "its first rail's.",
+        "slurm-block: topology.conf for TopologyPlugin=topology/block: a BlockName line per NVLink domain (an NVL72 "
+        "rack: nodePools[].nvlinkDomainNodes in the manifest, or the cliques the nodes' GPUs report to a served "
+        "control plane), in fabric order so the blocks Slurm pairs share a leaf or spine, then BlockSizes "
+        "(--slurm-version 24.05 and later; 23.11 takes BlockLevels and blocks of one size). A domain Slurm would "
+        "refuse (smaller than the common size) is left out with a comment naming its hosts.",
         "labels: the Kubernetes node labels of each host, under Topograph's keys: accelerator.topograph.run/domain "
         "for its NVLink domain (where the manifest names one, nodePools[].nvlinkDomainNodes), "
         "fabric.topograph.run/tier-2, tier-1 and tier-0 for its core, spine and home leaf; a YAML map (-o json for "
@@ -115,6 +120,7 @@ EXPORT_HELP = "\n\n".join(
         "  gpufleet fabric export --format slurm-topology --ibnetdiscover fabric.txt --cluster cluster.yaml",
         "  gpufleet fabric export --format slurm-topology --server http://gpufleet:8470 (the control plane's, kept "
         "current)",
+        "  gpufleet fabric export --format slurm-block --cluster gb200-nvl72.yaml --slurm-version 24.11",
         "  gpufleet fabric export --format labels --cluster cluster.yaml -o json",
         "  gpufleet fabric export --format kueue --ibnetdiscover fabric.txt --cluster c.yaml | kubectl apply -f -",
         "  gpufleet fabric export --format volcano --cluster cluster.yaml --out hypernodes.yaml",
@@ -124,6 +130,7 @@ EXPORT_HELP = "\n\n".join(
 
 class ExportFormat(StrEnum):
     slurm_topology = "slurm-topology"
+    slurm_block = "slurm-block"
     labels = "labels"
     kueue = "kueue"
     kai = "kai"
@@ -135,8 +142,8 @@ def export(
     fmt: ExportFormat = typer.Option(
         ...,
         "--format",
-        help="slurm-topology (topology.conf for topology/tree), labels (Kubernetes node labels), kueue (Topology and "
-        "ResourceFlavor), kai (KAI Scheduler's Topology) or volcano (HyperNodes).",
+        help="slurm-topology (topology.conf for topology/tree), slurm-block (topology/block), labels (Kubernetes "
+        "node labels), kueue (Topology and ResourceFlavor), kai (KAI Scheduler's Topology) or volcano (HyperNodes).",
     ),
     ibnetdiscover: str | None = typer.Option(
         None, "--ibnetdiscover", metavar="FILE", help="A saved `ibnetdiscover` output; - reads stdin."
@@ -165,6 +172,12 @@ def export(
         help="kueue: a node label the ResourceFlavor selects the GPU nodes by; repeat for more (default: "
         "nvidia.com/gpu.present=true, the GPU Operator's).",
     ),
+    slurm_version: str = typer.Option(
+        "24.05",
+        "--slurm-version",
+        metavar="YY.MM",
+        help="slurm-block: the slurmctld release that reads it (23.11 writes BlockLevels; 24.05 and later BlockSizes).",
+    ),
     output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="labels: yaml (default) or json."),
 ) -> None:
     from gpufleet.fabric.topology import topology_from_graph
@@ -176,7 +189,19 @@ def export(
     else:
         graph, source = _export_graph(ibnetdiscover, cluster)
         topology = topology_from_graph(graph, nvlink_domains=_nvlink_domains(cluster), source=source)
+    if fmt is ExportFormat.slurm_block:
+        from gpufleet.integrations.slurm.topology_conf import render_block_conf
+
+        print_or_write(render_block_conf(topology, slurm_version=_slurm_release(slurm_version)), out)
+        return
     print_or_write(_export_text(fmt, topology, name, _flavor_labels(flavor_labels), output), out)
+
+
+def _slurm_release(text: str) -> tuple[int, int]:
+    parts = text.strip().split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        raise UserError(f"--slurm-version {text!r} is not a Slurm release", fix="give it as YY.MM, e.g. 24.05 or 23.11")
+    return int(parts[0]), int(parts[1])
 
 
 def _export_text(
