@@ -20,6 +20,7 @@ kube = pytest.importorskip("kubernetes.client")
 pytest.importorskip("kubernetes_validate")
 
 NODES = Path(__file__).resolve().parents[1] / "integrations" / "kubernetes" / "data" / "gpu_drain" / "nodes.json"
+CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "dgx-h100-su.yaml"
 
 
 def _node_json() -> dict[str, Any]:
@@ -141,3 +142,19 @@ def test_the_command_renders_from_a_snapshot(tmp_path: Path) -> None:
     as_json = CliRunner().invoke(app, ["deploy", "validate", "-f", str(snapshot), "-o", "json", "--node", "dgx-004"])
     assert as_json.exit_code == 0, as_json.output
     assert [i["kind"] for i in json.loads(as_json.stdout)["items"]] == ["Job", "Job"]
+
+
+def test_the_command_renders_for_a_cluster_manifest() -> None:
+    nodes = v.nodes_from_cluster(CLUSTER)
+    assert len(nodes) == 32 and {(n.gpus, n.product, n.problem) for n in nodes} == {(8, "NVIDIA H100 80GB HBM3", "")}
+    args = ["deploy", "validate", "--render", "--cluster", str(CLUSTER), "--node", "dgx-000", "-o", "json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    jobs = json.loads(result.stdout)["items"]
+    limits = [j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] for j in jobs]
+    assert limits == [{"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "8"}]
+    script = CliRunner().invoke(app, ["deploy", "validate", "--slurm", "--render", "--cluster", str(CLUSTER),
+                                      "--node", "dgx-001", "--partition", "gpu"])  # fmt: skip
+    assert script.exit_code == 0, script.output
+    assert "#SBATCH --nodelist=dgx-001" in script.stdout and "#SBATCH --partition=gpu" in script.stdout
+    assert script.stdout.count("srun -w dgx-001") == 2

@@ -17,6 +17,7 @@ from gpufleet.deploy.validate_judge import (
     judge_cuda,
     judge_nccl,
     judge_output,
+    judge_saved,
     judge_step,
     pod_problem,
     reports,
@@ -228,3 +229,24 @@ def test_a_finished_pod_is_judged_by_its_log_and_the_node_by_all_its_steps() -> 
     by_node = reports([ok, slow])
     assert [(r.node, r.status) for r in by_node] == [("dgx-004", "FAIL")]
     assert [s["status"] for s in by_node[0].as_dict()["steps"]] == ["PASS", "FAIL"]
+
+
+def test_saved_output_is_judged_by_where_it_says_it_ran() -> None:
+    # `kubectl logs job/NAME > cuda.log`: the node from the step's where line, the step from its sections
+    saved = judge_saved(cuda_log(), "cuda.log")
+    assert (saved.node, saved.step, saved.status) == ("dgx-004", "cuda", "PASS")
+    # the sbatch script's file: the GPUs it was given (Slurm's indices) are the GPUs all_reduce_perf must cover
+    uuids = ",".join(f"GPU-{k:08x}-0000-0000-0000-000000000000" for k in range(16))
+    nccl = f"{MARK} where node=hgx-2 gpus={uuids}\n" + marked(
+        "nccl-tests", (NCCL / "05_h100_8gpu_single_node_indented.txt").read_text(), 0
+    )
+    result = judge_saved(nccl, "gpufleet-validate-hgx-2-nccl.out")
+    assert (result.node, result.status) == ("hgx-2", "FAIL")
+    assert result.reason == "all_reduce_perf ran on 8 of the node's 16 GPUs"
+    # no where line: the file's name says which node and step; "all" says nothing of how many GPUs
+    bare = marked("nccl-tests", (NCCL / "03_dgx_a100_4gpu_nvswitch.txt").read_text(), 0)
+    result = judge_saved(f"{MARK} where node= gpus=all\n" + bare, "gpufleet-validate-dgx-a100-nccl.out")
+    assert (result.node, result.step, result.status) == ("dgx-a100", "nccl", "PASS")
+    assert result.reason.startswith("all_reduce_perf: busbw avg 222.066")
+    stray = judge_saved("hello\n", "notes.txt")
+    assert stray.status == "FAIL" and stray.reason.startswith("notes.txt holds no step output")

@@ -301,3 +301,29 @@ def test_a_drained_slurm_node_is_reported_not_run(slurm_cluster: SlurmCluster) -
         assert run_slurm(slurm_cluster.runner, [node], SlurmOptions(container=False)) == []
     finally:
         slurm_cluster.scontrol("update", "NodeName=gpu-04", "State=RESUME")
+
+
+@pytest.mark.real
+def test_the_sbatch_script_runs_on_the_real_slurmctld_and_its_files_are_judged(
+    slurm_cluster: SlurmCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    render = CliRunner().invoke(
+        app,
+        ["deploy", "validate", "--slurm", "--slurm-conf", slurm_cluster.conf, "--render", "--bare", "--timeout", "60",
+         "--node", "gpu-01", "--node", "gpu-02"],
+    )  # fmt: skip
+    assert render.exit_code == 0, render.output
+    (tmp_path / "validate.sbatch").write_text(render.stdout)
+    job = slurm_cluster.runner.run(["sbatch", "--parsable", f"--chdir={tmp_path}", str(tmp_path / "validate.sbatch")])
+    slurm_cluster.wait_for(lambda: not slurm_cluster.runner.squeue(), f"job {job.strip()} to finish", timeout_s=120)
+    outputs = sorted(p.name for p in tmp_path.glob("gpufleet-validate-gpu-*.out"))
+    assert outputs == [f"gpufleet-validate-gpu-0{n}-{s}.out" for n in (1, 2) for s in ("cuda", "nccl")]
+    judged = CliRunner().invoke(app, ["deploy", "validate", "--judge", str(tmp_path), "-o", "json"])
+    assert judged.exit_code == 1, judged.output
+    report = {n["node"]: n for n in json.loads(judged.stdout)["nodes"]}
+    assert sorted(report) == ["gpu-01", "gpu-02"]
+    for node in report.values():
+        reasons = {s["step"]: s["reason"] for s in node["steps"]}
+        assert reasons["cuda"].startswith("nvidia-smi not found where the step ran")
+        assert reasons["nccl"].startswith("all_reduce_perf not found where the step ran")

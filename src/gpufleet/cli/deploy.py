@@ -321,8 +321,11 @@ VALIDATE_HELP = "\n\n".join(
         "Kubernetes: one Job per node and step, pinned to the node, tolerating nvidia.com/gpu and the node's own "
         "taints, labelled with the run (gpufleet.io/validate-run), deleted after their logs are read (--keep leaves "
         "them). --render prints the Jobs instead (checked against the Kubernetes schemas), from the cluster or from "
-        "a `kubectl get nodes -o json` capture (-f). Slurm (--slurm): the same steps through `srun -w NODE "
-        "--gres=gpu:N`, in NVIDIA's images through pyxis unless --bare; --render prints an sbatch script.",
+        "a `kubectl get nodes -o json` capture (-f) or a gpufleet cluster manifest (--cluster). Slurm (--slurm): "
+        "the same steps through `srun -w NODE --gres=gpu:N`, in NVIDIA's images through pyxis unless --bare; "
+        "--render prints an sbatch script.",
+        "--judge reads what steps run by hand printed (`kubectl logs job/NAME`, the sbatch script's "
+        "gpufleet-validate-NODE-STEP.out files) and judges each as a run does.",
         "The exit status is 1 when a node fails.",
         "Examples:",
         "  gpufleet deploy validate -n gpu-validate",
@@ -330,6 +333,7 @@ VALIDATE_HELP = "\n\n".join(
         "  gpufleet deploy validate --render -f nodes.json | kubectl apply -f -",
         "  gpufleet deploy validate --slurm --partition gpu",
         "  gpufleet deploy validate --slurm --render > validate.sbatch",
+        "  gpufleet deploy validate --render --cluster examples/clusters/dgx-h100-su.yaml --node dgx-000",
     )
 )
 
@@ -339,7 +343,13 @@ def validate_cmd(
     snapshot: str | None = typer.Option(
         None, "-f", "--snapshot", metavar="FILE", help="`kubectl get nodes -o json` (- reads stdin): render for it."
     ),
+    cluster: Path | None = typer.Option(
+        None, "--cluster", metavar="FILE", help="A gpufleet cluster manifest (kind: Cluster): render for its nodes."
+    ),
     render_only: bool = typer.Option(False, "--render", help="Print the Jobs (or, with --slurm, the sbatch script)."),
+    judge: list[Path] = typer.Option(
+        [], "--judge", metavar="FILE|DIR", help="Judge saved step output (repeatable; a directory: its *.out, *.log)."
+    ),
     nodes: list[str] = typer.Option([], "--node", metavar="NAME", help="Only this node (repeatable)."),
     namespace: str = typer.Option("default", "--namespace", "-n", help="Where the Jobs run."),
     kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="The kubeconfig (default: ~/.kube/config)."),
@@ -372,7 +382,11 @@ def validate_cmd(
     from gpufleet.deploy.validate_run import problems
 
     va_image, nccl = vectoradd_image or v.VECTORADD_IMAGE, nccl_image or v.NCCL_IMAGE
-    if slurm:
+    if judge:
+        from gpufleet.deploy.validate_judge import judge_saved
+
+        results = [judge_saved(text, name) for name, text in _saved_outputs(judge)]
+    elif slurm:
         from gpufleet.deploy.validate_run import SlurmOptions, batch_script, run_slurm, slurm_nodes
         from gpufleet.integrations.slurm.client import SlurmRunner
 
@@ -380,32 +394,36 @@ def validate_cmd(
             raise UserError("-f takes a Kubernetes capture", fix="drop -f with --slurm: the nodes come from scontrol")
         sopts = SlurmOptions(timeout, partition, not bare, va_image, nccl, vectoradd)
         runner = SlurmRunner(str(slurm_conf) if slurm_conf else None, timeout_s=60)
-        gpu_nodes = v.select(slurm_nodes(runner), nodes)
-        if render_only:
+        gpu_nodes = v.select(v.nodes_from_cluster(cluster) if cluster else slurm_nodes(runner), nodes)
+        if render_only or cluster is not None:
             sys.stdout.write(batch_script(gpu_nodes, sopts))
             return
         results = problems(gpu_nodes) + run_slurm(runner, gpu_nodes, sopts, on_result=_progress)
     else:
         opts = v.JobOptions(
             namespace=namespace,
-            run_id="manual" if render_only or snapshot else secrets.token_hex(3),
+            run_id="manual" if render_only or snapshot or cluster else secrets.token_hex(3),
             timeout_s=timeout,
             vectoradd_image=va_image,
             nccl_image=nccl,
             runtime_class=runtime_class,
         )
         core = None
-        if snapshot is not None:
+        if snapshot is not None and cluster is not None:
+            raise UserError("-f and --cluster both name the nodes", fix="give one of them")
+        if cluster is not None:
+            found = v.nodes_from_cluster(cluster)
+        elif snapshot is not None:
             text, cited = read_input_text(snapshot)
-            listed = v.nodes_from_snapshot(text, cited)
+            found = [g for g in (v.gpu_node(n) for n in v.nodes_from_snapshot(text, cited)) if g is not None]
         else:
             from gpufleet.integrations.kubernetes.client import connect
 
             core = connect(kubeconfig, context)
-            listed = core.list_node().items or []
-        gpu_nodes = v.select([g for g in (v.gpu_node(n) for n in listed) if g is not None], nodes)
+            found = [g for g in (v.gpu_node(n) for n in core.list_node().items or []) if g is not None]
+        gpu_nodes = v.select(found, nodes)
         planned = v.plan(gpu_nodes, opts)
-        if render_only or snapshot is not None:
+        if core is None or render_only:
             from gpufleet.deploy.render import to_json, to_yaml
 
             checked = v.manifests(planned, kube_version)
@@ -444,6 +462,30 @@ def validate_cmd(
     emit({"nodes": [r.as_dict() for r in by_node]}, output, table)
     if any(r.status == "FAIL" for r in by_node):
         raise typer.Exit(1)
+
+
+def _saved_outputs(paths: list[Path]) -> list[tuple[str, str]]:
+    """(name, text) of each file named, and of each *.out / *.log in a directory named that holds step output (the
+    batch job's own output file beside them holds none)."""
+    from gpufleet.deploy.validate import MARK
+
+    files: list[tuple[Path, bool]] = []
+    for path in paths:
+        if path.is_dir():
+            files += [(p, False) for p in sorted(path.iterdir()) if p.suffix in (".out", ".log") and p.is_file()]
+        else:
+            files.append((path, True))
+    out = []
+    for file, named in files:
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise UserError(f"cannot read {file}: {exc.strerror or exc}", fix="give a readable file") from exc
+        if named or MARK in text:
+            out.append((file.name, text))
+    if not out:
+        raise UserError("no step output to judge", fix="give the files (or a directory of *.out / *.log files)")
+    return out
 
 
 def _progress(result: Any) -> None:

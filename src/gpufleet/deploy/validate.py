@@ -82,8 +82,12 @@ def _section(name: str, command: str, var: str) -> str:
     return f'echo "{MARK} {name}"; {command}; {var}=$?; echo "{MARK} {name} exit ${var}"'
 
 
-# Where the step landed: the node (NODE_NAME from the downward API, or Slurm's SLURMD_NODENAME) and its GPUs
-WHERE = f'echo "{MARK} where node=${{NODE_NAME:-${{SLURMD_NODENAME:-}}}} gpus=${{CUDA_VISIBLE_DEVICES:-}}"'
+# Where the step landed: the node (NODE_NAME from the downward API, or Slurm's SLURMD_NODENAME) and its GPUs (Slurm
+# sets CUDA_VISIBLE_DEVICES; NVIDIA's device plugin NVIDIA_VISIBLE_DEVICES, the allocated GPUs' UUIDs)
+WHERE = (
+    f'echo "{MARK} where node=${{NODE_NAME:-${{SLURMD_NODENAME:-}}}} '
+    'gpus=${CUDA_VISIBLE_DEVICES:-${NVIDIA_VISIBLE_DEVICES:-}}"'
+)
 
 
 def cuda_script(vectoradd: str = VECTORADD, smi: str = "nvidia-smi") -> str:
@@ -162,6 +166,27 @@ def nodes_from_snapshot(text: str, source: str) -> list[Any]:
     if not nodes:
         raise ManifestError(source, "holds no Node", fix="give `kubectl get nodes -o json`")
     return nodes
+
+
+def nodes_from_cluster(path: Any) -> list[GpuNode]:
+    """The NVIDIA GPU nodes of a gpufleet cluster manifest (`kind: Cluster`, as `gpufleet up` and `partition`
+    read it): what a cluster that is planned, not yet running, would be validated on."""
+    from gpufleet.spec.builder import build_cluster
+    from gpufleet.spec.loader import load_cluster
+
+    manifest = load_cluster(path)
+    cluster = build_cluster(manifest.metadata.name, manifest.spec)
+    return [
+        GpuNode(
+            node.name,
+            len(node.gpus),
+            node.gpus[0].model.product_name if node.gpus else "",
+            tuple({"key": t.key, "value": t.value or "", "effect": str(t.effect)} for t in node.taints),
+            "" if node.ready else "node not Ready",
+        )
+        for node in cluster.nodes
+        if node.gpus and node.gpu_vendor == "nvidia"
+    ]
 
 
 def select(nodes: list[GpuNode], names: list[str]) -> list[GpuNode]:

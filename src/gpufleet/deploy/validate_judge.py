@@ -212,7 +212,8 @@ def judge_nccl(node: str, log: str, gpus: int) -> StepResult:
         shown += f", {ratio:.0%} of the model's expectation" if ratio is not None else ", as the model expects"
     elif judged.not_judged:
         shown += f" (not compared with a model: {judged.not_judged})"
-    return StepResult(node, "nccl", "PASS", f"all_reduce_perf on {ranks or gpus} GPUs: {shown}")
+    count = ranks or gpus
+    return StepResult(node, "nccl", "PASS", f"all_reduce_perf{f' on {count} GPUs' if count else ''}: {shown}")
 
 
 def judge_output(node: str, step: str, gpus: int, log: str) -> StepResult:
@@ -221,6 +222,28 @@ def judge_output(node: str, step: str, gpus: int, log: str) -> StepResult:
     if ran_on and ran_on != node:
         return StepResult(node, step, "FAIL", f"the step ran on {ran_on}, not on {node}", _tail(log))
     return judge_cuda(node, log) if step == "cuda" else judge_nccl(node, log, gpus)
+
+
+SAVED_NAME = re.compile(r"^gpufleet-validate-(?P<node>.+)-(?P<step>cuda|nccl)\.(?:out|log)$")
+
+
+def judge_saved(text: str, name: str) -> StepResult:
+    """Output a step printed, saved to a file (`kubectl logs job/NAME > x.log`, or the sbatch script's
+    gpufleet-validate-NODE-STEP.out): the node from the step's own where line, else the file's name; the step from
+    the sections it printed; the GPUs from the devices it was given."""
+    found = sections(text)
+    named = SAVED_NAME.match(name)
+    node = where(text).get("node") or (named.group("node") if named else name)
+    step = (
+        "nccl" if "nccl-tests" in found else "cuda" if "nvidia-smi" in found else named.group("step") if named else ""
+    )
+    if not step:
+        return StepResult(node, "?", "FAIL", f"{name} holds no step output (no {MARK} lines)", _tail(text))
+    devices = where(text).get("gpus", "")
+    # indices (Slurm's CUDA_VISIBLE_DEVICES) or UUIDs (the device plugin's NVIDIA_VISIBLE_DEVICES); "all" or a
+    # path (other device-list strategies) says nothing: 0, and the ranks are not checked
+    gpus = len([d for d in devices.split(",") if re.match(r"^(?:\d+|GPU-|MIG-)", d.strip())])
+    return judge_cuda(node, text) if step == "cuda" else judge_nccl(node, text, gpus)
 
 
 def _size(nbytes: int) -> str:
