@@ -250,3 +250,29 @@ def test_saved_output_is_judged_by_where_it_says_it_ran() -> None:
     assert result.reason.startswith("all_reduce_perf: busbw avg 222.066")
     stray = judge_saved("hello\n", "notes.txt")
     assert stray.status == "FAIL" and stray.reason.startswith("notes.txt holds no step output")
+
+
+def test_a_job_past_its_deadline_is_reported_with_what_its_pod_waited_on() -> None:
+    # the Job controller's condition when activeDeadlineSeconds passes (its pods are then deleted)
+    job = {
+        "metadata": {"name": "gpufleet-validate-ab12cd-nccl-dgx-004"},
+        "status": {
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+                 "message": "Job was active longer than specified deadline"}
+            ]
+        },
+    }  # fmt: skip
+    assert finished(None, [], job)
+    pulling = {"type": "Normal", "reason": "Pulling", "message": 'Pulling image "nvcr.io/nvidia/pytorch:25.06-py3"',
+               "lastTimestamp": "2026-12-03T10:00:05Z", "involvedObject": {"kind": "Pod", "name": "p"}}  # fmt: skip
+    pod = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "containerStatuses": [
+        {"name": "nccl", "state": {"waiting": {"reason": "ContainerCreating"}}}]}}  # fmt: skip
+    result = judge_step("dgx-004", "nccl", 8, pod, [pulling], "", job=job)
+    assert result.status == "FAIL"
+    assert result.reason == (
+        "the Job failed (DeadlineExceeded): Job was active longer than specified deadline; ContainerCreating; "
+        'last event Pulling: Pulling image "nvcr.io/nvidia/pytorch:25.06-py3"'
+    )
+    gone = judge_step("dgx-004", "nccl", 8, None, [], "", job=job)
+    assert gone.reason == "the Job failed (DeadlineExceeded): Job was active longer than specified deadline"

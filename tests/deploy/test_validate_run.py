@@ -131,11 +131,19 @@ class Api:
             self.requests.append((method, parsed.path, query, body))
             if parts == ["api", "v1", "nodes"]:
                 return 200, {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": self.nodes}
-            if parts[:3] == ["apis", "batch", "v1"] and parts[5] == "jobs":
+            if parts[:3] == ["apis", "batch", "v1"] and parts[5:6] == ["jobs"]:
                 if method == "POST":
                     self.jobs[body["metadata"]["name"]] = body
                     self._pod_for(body)
                     return 201, body
+                if method == "GET":
+                    wanted = dict(x.split("=", 1) for x in query.get("labelSelector", [""])[0].split(",") if x)
+                    items = [
+                        j
+                        for j in self.jobs.values()
+                        if all(j["metadata"]["labels"].get(k) == x for k, x in wanted.items())
+                    ]
+                    return 200, {"apiVersion": "batch/v1", "kind": "JobList", "metadata": {}, "items": items}
                 if method == "DELETE":
                     gone = self.jobs.pop(parts[6], None)
                     return (200, {"kind": "Status", "status": "Success"}) if gone else (404, {"kind": "Status"})

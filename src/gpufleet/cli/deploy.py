@@ -354,7 +354,9 @@ def validate_cmd(
     namespace: str = typer.Option("default", "--namespace", "-n", help="Where the Jobs run."),
     kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="The kubeconfig (default: ~/.kube/config)."),
     context: str | None = typer.Option(None, "--context", help="The kubeconfig context to use."),
-    timeout: int = typer.Option(600, "--timeout", metavar="SECONDS", min=30, help="Each step's deadline."),
+    timeout: int = typer.Option(
+        900, "--timeout", metavar="SECONDS", min=30, help="Each step's deadline, its image pull included."
+    ),
     keep: bool = typer.Option(False, "--keep", help="Leave the Jobs after the run (their TTL removes them in 1h)."),
     vectoradd_image: str | None = typer.Option(None, "--vectoradd-image", metavar="IMAGE", help="The vectorAdd image."),
     nccl_image: str | None = typer.Option(None, "--nccl-image", metavar="IMAGE", help="An image with nccl-tests."),

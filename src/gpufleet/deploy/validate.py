@@ -44,7 +44,7 @@ RUN_LABEL = "gpufleet.io/validate-run"
 NODE_LABEL = "gpufleet.io/validate-node"
 STEP_LABEL = "gpufleet.io/validate-step"
 MARK = "=== gpufleet-validate"  # the scripts' section markers: `=== gpufleet-validate nvidia-smi` ... `... exit 0`
-DEFAULT_TIMEOUT_S = 600
+DEFAULT_TIMEOUT_S = 900  # the first pull of the nccl-tests image (the PyTorch container, ~10 GB) takes minutes
 KEEP_FINISHED_S = 3600  # the Job's TTL: cleaned up by the cluster even if the command never returns
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 # Taints that mean the node cannot run anything now: reported, not tolerated

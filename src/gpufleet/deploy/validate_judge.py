@@ -300,6 +300,30 @@ def phase(pod: dict[str, Any] | None) -> str:
     return str(_d(_d(pod).get("status")).get("phase") or "") if pod is not None else ""
 
 
+def job_failure(job: dict[str, Any] | None) -> str | None:
+    """The Job's own Failed condition (DeadlineExceeded, BackoffLimitExceeded, ...): its pods may be gone by then."""
+    for condition in _l(_d(_d(job).get("status")).get("conditions")):
+        condition = _d(condition)
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            reason, message = str(condition.get("reason") or "Failed"), str(condition.get("message") or "").strip()
+            return f"the Job failed ({reason}): {message}" if message else f"the Job failed ({reason})"
+    return None
+
+
+def _waiting_on(pod: dict[str, Any] | None, events: list[dict[str, Any]]) -> str:
+    """What a pod that has not finished is waiting on: its container's waiting reason and the newest event."""
+    said = []
+    for c in _l(_d(_d(pod).get("status")).get("containerStatuses")):
+        waiting = _d(_d(_d(c).get("state")).get("waiting"))
+        if waiting.get("reason"):
+            said.append(str(waiting["reason"]))
+    if events:
+        last = max(events, key=lambda e: str(_d(e).get("lastTimestamp") or _d(e).get("eventTime") or ""))
+        if last.get("message"):
+            said.append(f"last event {last.get('reason')}: {str(last['message']).strip()}")
+    return f"; {'; '.join(said)}" if said else ""
+
+
 def judge_step(
     node: str,
     step: str,
@@ -308,15 +332,20 @@ def judge_step(
     events: list[dict[str, Any]],
     log: str,
     *,
+    job: dict[str, Any] | None = None,
     timed_out: bool = False,
 ) -> StepResult:
-    """One step's verdict from its pod, the pod's events and its log. `timed_out`: the run stopped waiting."""
+    """One step's verdict from its Job, its pod, their events and the pod's log. `timed_out`: the run stopped
+    waiting."""
     state = phase(pod)
     if state in ("Succeeded", "Failed") and MARK in log:
         return judge_output(node, step, gpus, log)
-    problem = pod_problem(pod, events)
+    failed = job_failure(job)
+    problem = pod_problem(pod, events) if pod is not None or failed is None else None
     if problem is not None and (timed_out or not problem.startswith("unschedulable")):
         return StepResult(node, step, "FAIL", problem)
+    if failed is not None:
+        return StepResult(node, step, "FAIL", failed + _waiting_on(pod, events), _tail(log))
     if state == "Failed":
         terminated = [
             _d(_d(_d(c).get("state")).get("terminated")) for c in _l(_d(_d(pod).get("status")).get("containerStatuses"))
@@ -326,13 +355,15 @@ def judge_step(
         return StepResult(node, step, "FAIL", f"the pod failed before the test ran: {why or 'no reason given'}",
                           _tail(log))  # fmt: skip
     if timed_out:
-        return StepResult(node, step, "FAIL", f"did not finish in time (pod {state or 'not created'})", _tail(log))
+        waited = f"did not finish in time (pod {state or 'not created'}{_waiting_on(pod, events)})"
+        return StepResult(node, step, "FAIL", waited, _tail(log))
     return StepResult(node, step, "FAIL", f"still {state or 'waiting'}: not judged yet")
 
 
-def finished(pod: dict[str, Any] | None, events: list[dict[str, Any]]) -> bool:
-    """The step has its verdict: the pod ended, or it is stuck in a way waiting does not mend."""
-    if phase(pod) in ("Succeeded", "Failed"):
+def finished(pod: dict[str, Any] | None, events: list[dict[str, Any]], job: dict[str, Any] | None = None) -> bool:
+    """The step has its verdict: the pod ended, the Job failed, or the pod is stuck in a way waiting does not
+    mend."""
+    if phase(pod) in ("Succeeded", "Failed") or job_failure(job) is not None:
         return True
     problem = pod_problem(pod, events)
     return problem is not None and not problem.startswith("unschedulable") and pod is not None

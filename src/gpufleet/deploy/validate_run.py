@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.deploy.validate import (
+    DEFAULT_TIMEOUT_S,
     NCCL_IMAGE,
     RUN_LABEL,
     VECTORADD_IMAGE,
@@ -79,18 +80,19 @@ class KubernetesRun:
             deadline = self.clock() + self.opts.timeout_s + GRACE_S
             while waiting:
                 timed_out = self.clock() >= deadline
-                pods, events = self._observe()
+                pods, jobs, events = self._observe()
                 for name, job in list(waiting.items()):
                     pod = pods.get(name)
                     pod_dict = as_dict(pod) if pod is not None else None
+                    job_dict = jobs.get(name)
                     pod_name = pod.metadata.name if pod is not None else None
                     seen = [e for e in events if e["involvedObject"].get("name") in (pod_name, name)]
-                    if not (timed_out or finished(pod_dict, seen)):
+                    if not (timed_out or finished(pod_dict, seen, job_dict)):
                         continue
                     started = pod_dict is not None and phase(pod_dict) in ("Running", "Succeeded", "Failed")
                     log = self._log(pod) if started else ""  # a container that never started has none
                     result = judge_step(job.node.name, job.step.name, job.step.gpus, pod_dict, seen, log,
-                                        timed_out=timed_out)  # fmt: skip
+                                        job=job_dict, timed_out=timed_out)  # fmt: skip
                     results[name] = result
                     del waiting[name]
                     if on_result is not None:
@@ -102,14 +104,18 @@ class KubernetesRun:
                 self._delete(created)
         return [results[j.obj.metadata.name] for j in created if j.obj.metadata.name in results]
 
-    def _observe(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """This run's pods by their Job (the newest where a Job made several), and the namespace's events."""
+    def _observe(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """This run's pods by their Job (the newest where a Job made several), its Jobs, and the namespace's
+        events."""
         ns = self.opts.namespace
+        selector = f"{RUN_LABEL}={self.opts.run_id}"
         try:
-            pod_list = self.core.list_namespaced_pod(ns, label_selector=f"{RUN_LABEL}={self.opts.run_id}")
+            pod_list = self.core.list_namespaced_pod(ns, label_selector=selector)
+            job_list = self.batch.list_namespaced_job(ns, label_selector=selector)
             event_list = self.core.list_namespaced_event(ns)
         except Exception as exc:
-            raise _api_error(exc, f"cannot list pods and events in {ns}") from exc
+            raise _api_error(exc, f"cannot list Jobs, pods and events in {ns}") from exc
+        jobs = {j.metadata.name: as_dict(j) for j in job_list.items or []}
         pods: dict[str, Any] = {}
         for pod in pod_list.items or []:
             job = _owner_job(pod)
@@ -121,7 +127,7 @@ class KubernetesRun:
         events = [as_dict(e) for e in event_list.items or []]
         for event in events:
             event.setdefault("involvedObject", {})
-        return pods, events
+        return pods, jobs, events
 
     def _log(self, pod: Any) -> str:
         container = pod.spec.containers[0].name if pod.spec and pod.spec.containers else None
@@ -148,7 +154,7 @@ class KubernetesRun:
 
 @dataclass(frozen=True, slots=True)
 class SlurmOptions:
-    timeout_s: int = 600
+    timeout_s: int = DEFAULT_TIMEOUT_S
     partition: str | None = None
     container: bool = True  # run the steps in NVIDIA's images through pyxis (--container-image)
     vectoradd_image: str = VECTORADD_IMAGE
