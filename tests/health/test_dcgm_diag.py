@@ -293,3 +293,17 @@ def test_a_cuda_driver_mismatch_inside_a_cuda_api_error_is_a_node_setting() -> N
     rule = classify_message(text)
     assert rule is not None and (rule.id, rule.kind) == ("cuda:driver-mismatch", "config")
     assert classify_message("Error using CUDA API cudaMalloc").id == "DCGM_FR_CUDA_API"  # type: ignore[union-attr]
+
+
+def test_cuda_and_nvml_setup_texts_come_from_the_setup_error_catalog() -> None:
+    from gpufleet.catalog.setup_errors import setup_error
+
+    for text, rule_id, error_id in [
+        ("Error using CUDA API cudaGetDeviceCount 'CUDA driver version is insufficient for CUDA runtime version'",
+         "cuda:insufficient-driver", "insufficient-driver"),
+        ("Failed to initialize NVML: Driver/library version mismatch", "nvml:version-mismatch",
+         "nvml-version-mismatch"),
+    ]:  # fmt: skip
+        rule = classify_message(text)
+        assert rule is not None and rule.id == rule_id
+        assert rule.fix.startswith(setup_error(error_id).fix) and rule.fix.endswith("rerun the diagnostic")

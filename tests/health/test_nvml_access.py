@@ -41,3 +41,14 @@ def test_a_gpu_nvidia_smi_cannot_reach_is_named_by_its_address(why: str, severit
     issue = judge_unreachable("0000:03:00", why)
     assert (issue.severity, issue.code) == (severity, code)
     assert "0000:03:00" in issue.message
+
+
+def test_a_mismatch_and_an_unloaded_driver_mean_what_the_setup_error_catalog_says() -> None:
+    """One judgement per fault: nvidia-smi's lines and triage of an application's log say the same cause and fix."""
+    from gpufleet.catalog.setup_errors import setup_error
+
+    mismatch = judge_failure("Failed to initialize NVML: Driver/library version mismatch")
+    assert setup_error("nvml-version-mismatch").cause in mismatch.message
+    assert mismatch.fix == setup_error("nvml-version-mismatch").fix
+    unloaded = judge_failure("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    assert unloaded.fix == setup_error("driver-not-loaded").fix

@@ -498,3 +498,17 @@ def test_ranks_on_different_nccl_versions_are_a_mismatch() -> None:
     assert dx.cls == "version_mismatch" and "2.18.3, 2.21.5" in dx.summary
     same = [(n, t.replace("2.21.5+cuda12.4", "2.18.3+cuda12.2")) for n, t in texts]
     assert diagnose_texts(same).cls != "version_mismatch"
+
+
+def test_a_driver_library_mismatch_is_a_cuda_error_in_the_setup_error_catalogs_words() -> None:
+    """signatures.yaml's cuda_error class takes NVML's mismatch texts from catalog/data/setup_errors.yaml."""
+    from gpufleet.catalog.setup_errors import setup_error
+    from gpufleet.nccl.diagnose import classify_line, signatures
+
+    (cuda_error,) = [s for s in signatures() if s.name == "cuda_error"]
+    assert set(setup_error("nvml-version-mismatch").patterns) <= {p.pattern for p in cuda_error.patterns}
+    for line in (
+        "Failed to initialize NVML: Driver/library version mismatch",
+        "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown",
+    ):
+        assert classify_line(line.lower()) == "cuda_error"  # fmt: skip

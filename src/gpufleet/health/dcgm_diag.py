@@ -18,6 +18,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Literal
 
+from gpufleet.catalog.setup_errors import setup_error
 from gpufleet.model import Severity
 from gpufleet.parsers.nvidia.dcgmi_diag import (
     MAX_EVIDENCE,
@@ -88,12 +89,17 @@ def message_rules() -> tuple[MessageRule, ...]:
     rows = csv.DictReader(io.StringIO("".join(line for line in text.splitlines(True) if not line.startswith("#"))))
     rules = []
     for row in rows:
+        fix = row["fix"]
         if row["match"] == "printf":
             pattern, weight = _printf_regex(row["pattern"].rstrip(". "))
+        elif row["match"] == "catalog":  # a setup error (CUDA's, NVML's words): its texts and fix are the catalog's
+            error = setup_error(row["pattern"])
+            pattern, weight = "|".join(f"(?:{p})" for p in error.patterns), len(error.message)
+            fix = fix or f"{error.fix}; then rerun the diagnostic"
         else:
             pattern, weight = row["pattern"], 10
         rules.append(
-            MessageRule(row["id"], row["kind"], re.compile(pattern, re.IGNORECASE), weight, row["fix"], row["dcgm"])  # type: ignore[arg-type]
+            MessageRule(row["id"], row["kind"], re.compile(pattern, re.IGNORECASE), weight, fix, row["dcgm"])  # type: ignore[arg-type]
         )
     return tuple(rules)
 

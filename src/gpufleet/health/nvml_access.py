@@ -17,6 +17,8 @@ What the lines are (nvidia-smi prints NVML's error string, `nvmlErrorString`, af
   `GPU is lost.  Reboot the system to recover this GPU` (NVML_ERROR_GPU_IS_LOST, 15: "The GPU has fallen off the bus
   or has otherwise become inaccessible") are a GPU lost to the driver; `GPU requires reset` (NVML_ERROR_RESET_REQUIRED,
   16) one that needs a reset first.
+The meaning and fix of a driver/library mismatch and of a driver that is not loaded are the setup-error catalog's
+(catalog/data/setup_errors.yaml), which triage also reads them from in an application's log.
 Sources: nvml.h `nvmlReturn_t` (its comments quoted above, as vendored by NVIDIA/go-nvml), NVIDIA's Xid catalog
 (Xid 79 "GPU has fallen off the bus": reboot the node, RMA if it repeats), the NVIDIA container toolkit's
 troubleshooting page ("Failed to initialize NVML: Unknown Error" in containers), nvidia-smi 450-580 output.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpufleet.catalog.setup_errors import setup_error
 from gpufleet.model import Severity
 
 
@@ -52,19 +55,15 @@ _FAILURES: tuple[tuple[re.Pattern[str], Severity, str, str, str], ...] = (
         re.compile(r"driver/library version mismatch|rm version mismatch"),
         Severity.critical,
         "driver/library version mismatch",
-        "the loaded NVIDIA kernel module is not the version of the installed user-space driver (a driver upgraded "
-        "without a reboot): nothing that uses the GPUs can start",
-        "drain the node and reboot it (or unload and reload the nvidia kernel modules); compare "
-        "`cat /proc/driver/nvidia/version` with the installed driver package, and check `dmesg` for `NVRM: API "
-        "mismatch`",
+        setup_error("nvml-version-mismatch").cause,
+        setup_error("nvml-version-mismatch").fix,
     ),
     (
         re.compile(r"couldn't communicate with the nvidia driver|driver not loaded"),
         Severity.critical,
         "driver not loaded",
-        "no NVIDIA kernel module answers: the driver is not loaded (or was built for another kernel)",
-        "check `lsmod | grep nvidia` and `dmesg | grep -i nvrm` for why it did not load (a kernel update without a "
-        "DKMS rebuild, `RmInitAdapter failed`); reinstall or rebuild the driver for the running kernel, then reboot",
+        setup_error("driver-not-loaded").cause,
+        setup_error("driver-not-loaded").fix,
     ),
     (
         re.compile(r"gpu is lost"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from gpufleet.catalog.setup_errors import setup_error
 from gpufleet.errors import ParseError
 from gpufleet.nccl import refine
 from gpufleet.nccl._files import load_yaml
@@ -122,17 +123,21 @@ def literal_runs(regex: str) -> list[str]:
 @cache
 def signatures() -> tuple[Signature, ...]:
     raw = load_yaml("signatures.yaml")["classes"]
-    sigs = [
-        Signature(
-            name,
-            int(spec["priority"]),
-            spec["summary"],
-            spec["fix"],
-            tuple(Ordered(p, re.IGNORECASE) for p in spec.get("patterns") or ()),
-            tuple(max(literal_runs(p) or [""], key=len).lower() for p in spec.get("patterns") or ()),
+    sigs = []
+    for name, spec in raw.items():
+        # a setup error's texts (a driver/library mismatch) are the setup-error catalog's, not a copy here
+        patterns = [*(spec.get("patterns") or ()),
+                    *(p for ref in spec.get("setup_errors") or () for p in setup_error(ref).patterns)]  # fmt: skip
+        sigs.append(
+            Signature(
+                name,
+                int(spec["priority"]),
+                spec["summary"],
+                spec["fix"],
+                tuple(Ordered(p, re.IGNORECASE) for p in patterns),
+                tuple(max(literal_runs(p) or [""], key=len).lower() for p in patterns),
+            )
         )
-        for name, spec in raw.items()
-    ]
     return tuple(sorted(sigs, key=lambda s: s.priority))
 
 

@@ -47,6 +47,9 @@ def test_the_documented_defaults() -> None:
         "12.4": "550.54.14",
         "12.5": "555.42.02",
         "12.6": "560.28.03",
+        "12.8": "570.26",
+        "12.9": "575.51.03",
+        "13.0": "580.65.06",
     }
 
 
@@ -79,8 +82,8 @@ def test_a_cuda_patch_release_is_held_to_its_minor_versions_minimum() -> None:
 
 def test_a_cuda_version_without_a_known_minimum_and_a_node_without_a_driver_are_not_judged() -> None:
     d = SoftwareDetector(T)
-    assert "13.0" not in T.software.cuda_min_driver
-    assert d.detect(T0, NodeSeen(inventories=[node("400.0.0", "13.0"), node("", "12.4")])) == []
+    assert "99.0" not in T.software.cuda_min_driver
+    assert d.detect(T0, NodeSeen(inventories=[node("400.0.0", "99.0"), node("", "12.4")])) == []
 
 
 @pytest.mark.parametrize(("fabric_manager", "expect"), [("550.90.07", False), ("", False), ("550.54.15", True)])

@@ -1,5 +1,7 @@
 """Application logs: `kubectl logs` of a training or serving pod, a Slurm job's output, a torchrun console. What they
-say about memory, told apart:
+say about memory, told apart, and the setup errors that stop a GPU program before it computes (a driver older than
+the CUDA runtime, a build without the GPU's architecture, a driver/library mismatch, a container without the driver:
+readers/setup.py, one finding per fault). On memory:
 
 - GPU memory (`gpu-oom`, critical): PyTorch's `CUDA out of memory` in every wording since 1.0, `CUDA error: out of
   memory`, JAX/XLA's `RESOURCE_EXHAUSTED: Out of memory`, TensorFlow's `OOM when allocating tensor`, NCCL's `Cuda
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from gpufleet.model import Severity
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.readers.oom import GPU_OOM, HOST_OOM, SIGKILL, GpuOom, describe_gpu_oom, parse_gpu_oom
+from gpufleet.triage.readers.setup import SetupErrors
 from gpufleet.triage.report import MAX_EVIDENCE, TriageFinding, TriageReport
 
 _PREFIXES = re.compile(r"^(?:\s*(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d{1,6}: (?=\S)))+")
@@ -98,6 +101,7 @@ class _LogReader:
         # a GPU out-of-memory report in the source line an open traceback quotes: (line, its text, time, exception)
         self.quoted: tuple[int, str, str, str] | None = None
         self.cut = ""  # how the log was found cut inside a traceback, for the report's notes
+        self.setup = SetupErrors()  # a driver, CUDA runtime or GPU architecture that do not fit (readers/setup.py)
 
     def feed(self, number: int, raw: str) -> None:
         self.lines += 1
@@ -115,6 +119,7 @@ class _LogReader:
             self.exception = body[:300]
         raised = self._traceback(number, body)
         reported = self._report(number, line, body, time)
+        self.setup.feed(number, body, _rank(line))
         if raised is not None and self.quoted is not None:  # the traceback ends: did its line say what was raised?
             if not reported and raised == self.quoted[3]:
                 self._report_quoted("the exception's own line does not read whole (cut?)")
@@ -193,7 +198,7 @@ class _LogReader:
         """At the end of the log: a traceback still open there was cut."""
         if self.quoted is not None and self.frame:
             self._report_quoted("the log ends inside a traceback, before the exception's own line")
-        elif self.frame and self.lines - self.frame <= CUT_TRACEBACK_LINES and not self.seen:
+        elif self.frame and self.lines - self.frame <= CUT_TRACEBACK_LINES and not self.seen and not self.setup.found:
             self.cut = "the log ends inside a traceback, before the exception's own line: what failed cannot be read"
         self.quoted = None
 
@@ -225,6 +230,7 @@ class _LogReader:
                 message, fix = f"{seen.message}{when}{lines}", seen.fix
             report.findings.append(TriageFinding("app-log", seen.severity, message, seen.entity(), seen.code, fix,
                                                  seen.lines))  # fmt: skip
+        self.setup.into(report)
 
 
 def read_app_log(lines: Iterable[str], source: str) -> TriageReport:
@@ -247,5 +253,8 @@ def read_app_log(lines: Iterable[str], source: str) -> TriageReport:
                                                  f"the program failed, but not for memory: "
                                                  f"{reader.exception}", code="exception", evidence=[reader.exception],
                                                  fix="read the traceback above it"))  # fmt: skip
-        report.notes.append("no out-of-memory report (CUDA, XLA, TensorFlow, NCCL, vLLM) or OOM kill in this log")
+        report.notes.append(
+            "no out-of-memory report (CUDA, XLA, TensorFlow, NCCL, vLLM), OOM kill or driver/CUDA "
+            "setup error in this log"
+        )
     return report

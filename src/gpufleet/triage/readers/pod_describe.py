@@ -14,6 +14,11 @@ CrashLoopBackOff). The Events add what only they say:
   plugin's GPUs): faulty, as in the JSON reader.
 - `Failed` / `BackOff` on pulling an image (`ErrImagePull`, `ImagePullBackOff`), `FailedMount`,
   `FailedCreatePodSandBox`, `BackOff` restarting a failed container: degraded.
+
+A container that cannot start because of its GPU setup says why in the runtime's words, in a `Failed` event or the
+container's StartError message, often on a line of its own (`nvidia-container-cli: requirement error: unsatisfied
+condition: cuda>=12.8, ...`, `... nvml error: driver/library version mismatch`): every line is read for those
+(readers/setup.py), one finding per fault.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from gpufleet.errors import ParseError
 from gpufleet.model import Severity
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_lines
 from gpufleet.triage.readers.pod import GPU_RESOURCE, ContainerView, PodView, Termination, _judge
+from gpufleet.triage.readers.setup import SetupErrors
 from gpufleet.triage.report import TriageFinding, TriageReport
 
 MAX_EVENTS = 500
@@ -275,8 +281,10 @@ def read_kubectl_describe_pod(lines: Iterable[str], source: str) -> TriageReport
     """`kubectl describe pod NAME` or `kubectl describe pods` (one pod after another)."""
     report = TriageReport("kubectl-describe-pod", source)
     parser = DescribePodParser()
-    for line in bounded_lines(lines, report):
+    setup = SetupErrors()
+    for number, line in enumerate(bounded_lines(lines, report), start=1):
         parser.feed(line)
+        setup.feed(number, line, f"pod {parser.pods[-1][0].name}" if parser.pods and parser.pods[-1][0].name else "")
     parser._flush_state()
     pods = [(p, e, c) for (p, e), c in zip(parser.pods, parser.conditions, strict=True) if p.name or p.containers or e]
     if not pods:
@@ -290,6 +298,7 @@ def read_kubectl_describe_pod(lines: Iterable[str], source: str) -> TriageReport
             report.notes.append(f"{pod.name or 'pod'}: the text ends before its Events: later sections unread")
         if not pod.has_status and not events:
             report.judged = False
+    setup.into(report)
     if len(report.findings) > MAX_FINDINGS:
         del report.findings[MAX_FINDINGS:]
     return report
@@ -316,8 +325,10 @@ def read_kubectl_events(lines: Iterable[str], source: str) -> TriageReport:
     report = TriageReport("kubectl-events", source)
     columns: list[tuple[str, int]] = []
     by_object: dict[str, list[Event]] = {}
-    for raw in bounded_lines(lines, report):
+    setup = SetupErrors()
+    for number, raw in enumerate(bounded_lines(lines, report), start=1):
         line = raw.rstrip()
+        setup.feed(number, line)
         if _EVENTS_HEADER.match(line.strip()) and not line[:1].isspace():
             columns = _columns(line)
             continue
@@ -350,6 +361,7 @@ def read_kubectl_events(lines: Iterable[str], source: str) -> TriageReport:
     pods = {k: v for k, v in by_object.items() if k.lower().startswith("pod/")}
     for kind_name, events in pods.items():
         _judge_events(PodView(name=kind_name.split("/", 1)[1][:253]), events, {}, report)
+    setup.into(report)
     others = [e for k, v in by_object.items() if k not in pods for e in v if e.type == "Warning"]
     for e in others[:20]:
         report.notes.append(f"warning event, not judged: {e.line[:200]}")
