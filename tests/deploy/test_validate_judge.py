@@ -276,3 +276,17 @@ def test_a_job_past_its_deadline_is_reported_with_what_its_pod_waited_on() -> No
     )
     gone = judge_step("dgx-004", "nccl", 8, None, [], "", job=job)
     assert gone.reason == "the Job failed (DeadlineExceeded): Job was active longer than specified deadline"
+
+
+def test_a_pod_that_ended_without_the_tests_output_fails() -> None:
+    done = {"metadata": {"name": "p"}, "status": {"phase": "Succeeded"}}
+    result = judge_step("dgx-004", "cuda", 1, done, [], "")
+    assert result.status == "FAIL" and result.reason == "the pod succeeded but its log holds none of the test's output"
+    failed = {"metadata": {"name": "p"}, "status": {"phase": "Failed", "containerStatuses": [
+        {"name": "cuda", "state": {"terminated": {"exitCode": 128, "reason": "StartError",
+         "message": "failed to create containerd task: nvidia-container-cli: initialization error"}}}]}}  # fmt: skip
+    result = judge_step("dgx-004", "cuda", 1, failed, [], "")
+    assert result.reason == (
+        "the pod failed before the test ran: failed to create containerd task: "
+        "nvidia-container-cli: initialization error"
+    )

@@ -354,6 +354,9 @@ def judge_step(
         why = str(said.get("message") or said.get("reason") or "").strip()
         return StepResult(node, step, "FAIL", f"the pod failed before the test ran: {why or 'no reason given'}",
                           _tail(log))  # fmt: skip
+    if state == "Succeeded":  # ended well but printed nothing of the test: the log unreadable or the command replaced
+        return StepResult(node, step, "FAIL", "the pod succeeded but its log holds none of the test's output",
+                          _tail(log))  # fmt: skip
     if timed_out:
         waited = f"did not finish in time (pod {state or 'not created'}{_waiting_on(pod, events)})"
         return StepResult(node, step, "FAIL", waited, _tail(log))
