@@ -14,6 +14,7 @@ import pytest
 from gpufleet.deploy.validate import MARK
 from gpufleet.deploy.validate_judge import (
     finished,
+    gpu_model,
     judge_cuda,
     judge_nccl,
     judge_output,
@@ -290,3 +291,18 @@ def test_a_pod_that_ended_without_the_tests_output_fails() -> None:
         "the pod failed before the test ran: failed to create containerd task: "
         "nvidia-container-cli: initialization error"
     )
+
+
+def test_a_run_that_names_no_gpu_is_judged_against_the_nodes_own_gpu() -> None:
+    # GPU feature discovery's product label (the product name with '-' for ' '), Slurm's GRES type
+    assert gpu_model("NVIDIA-A100-SXM4-80GB") == "a100-80gb"
+    assert gpu_model("NVIDIA-H100-80GB-HBM3") == "h100-sxm" and gpu_model("h100") == "h100-sxm"
+    assert gpu_model("") is None and gpu_model("NVIDIA-Graphics-Device") is None
+    # excerpts without nccl-tests' header: the model for the node's A100s says what the bandwidth should be
+    slow = marked("nccl-tests", (NCCL / "04_dgx_a100_4gpu_p2p_disabled.txt").read_text(), 0)
+    result = judge_nccl("dgx-a100", slow, 4, "NVIDIA-A100-SXM4-80GB")
+    assert result.status == "FAIL"
+    assert result.reason.startswith("bus bandwidth far below the expected: bandwidth is 2% of expected")
+    good = marked("nccl-tests", (NCCL / "03_dgx_a100_4gpu_nvswitch.txt").read_text(), 0)
+    result = judge_nccl("dgx-a100", good, 4, "NVIDIA-A100-SXM4-80GB")
+    assert result.status == "PASS" and result.reason.endswith("97% of the model's expectation")

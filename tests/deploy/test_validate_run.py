@@ -284,7 +284,10 @@ def test_on_the_real_slurmctld_each_step_lands_on_its_node_and_fails_without_a_g
 ) -> None:
     runner = slurm_cluster.runner
     nodes = slurm_nodes(runner, ["gpu-02", "gpu-03"])
-    assert [(n.name, n.gpus, n.problem) for n in nodes] == [("gpu-02", 8, ""), ("gpu-03", 8, "")]
+    assert [(n.name, n.gpus, n.product, n.problem) for n in nodes] == [
+        ("gpu-02", 8, "h100", ""),
+        ("gpu-03", 8, "h100", ""),
+    ]
     opts = SlurmOptions(timeout_s=60, container=False)
     # where srun put the step and which GPU it was given, from the step's own first line
     cuda = v.steps_for(nodes[0])[0]

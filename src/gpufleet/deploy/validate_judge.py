@@ -170,8 +170,25 @@ def judge_cuda(node: str, log: str) -> StepResult:
     return StepResult(node, "cuda", "PASS", f"nvidia-smi: {shown}{versions}; vectorAdd: Test PASSED{warned}")
 
 
-def judge_nccl(node: str, log: str, gpus: int) -> StepResult:
-    """all_reduce_perf across the node's `gpus` GPUs, judged as `gpufleet nccl compare` judges a run."""
+def gpu_model(product: str) -> str | None:
+    """The catalog's name for a node's GPU: GPU feature discovery's nvidia.com/gpu.product label (the product name
+    with '-' for ' ': NVIDIA-H100-80GB-HBM3, NVIDIA-A100-SXM4-80GB) or Slurm's GRES type (h100)."""
+    from gpufleet.catalog.gpus import get_gpu_model
+    from gpufleet.errors import UserError
+
+    for candidate in dict.fromkeys((product, product.replace("-", " ", 1), product.replace("-", " "))):
+        if not candidate:
+            continue
+        try:
+            return str(get_gpu_model(candidate).name)
+        except UserError:
+            continue
+    return None
+
+
+def judge_nccl(node: str, log: str, gpus: int, product: str = "") -> StepResult:
+    """all_reduce_perf across the node's `gpus` GPUs, judged as `gpufleet nccl compare` judges a run: against the
+    model for the GPUs its header names or, where it names none, the node's own GPU (`product`)."""
     from gpufleet.errors import ParseError
     from gpufleet.nccl.compare import judge_run
     from gpufleet.nccl.perf_parser import parse_perf_runs
@@ -190,7 +207,9 @@ def judge_nccl(node: str, log: str, gpus: int) -> StepResult:
             why += f" (exit {section.exit_code})"
         return StepResult(node, "nccl", "FAIL", why, _tail(section.text))
     table = runs[0]
-    judged = judge_run(table, default_op="allreduce")
+    model = gpu_model(product) if not table.rank_gpus else None
+    flags: dict[str, object] = {"gpu": model, "gpus_per_node": gpus or None} if model else {}
+    judged = judge_run(table, flags, default_op="allreduce")
     ranks = table.nranks or len(table.rank_gpus) or None
     if judged.verdict in ("failed", "underperforming"):
         cause = judged.causes[0] if judged.causes else None
@@ -216,12 +235,12 @@ def judge_nccl(node: str, log: str, gpus: int) -> StepResult:
     return StepResult(node, "nccl", "PASS", f"all_reduce_perf{f' on {count} GPUs' if count else ''}: {shown}")
 
 
-def judge_output(node: str, step: str, gpus: int, log: str) -> StepResult:
+def judge_output(node: str, step: str, gpus: int, log: str, product: str = "") -> StepResult:
     """A step's output judged; a step that ran somewhere other than `node` fails whatever it printed."""
     ran_on = where(log).get("node")
     if ran_on and ran_on != node:
         return StepResult(node, step, "FAIL", f"the step ran on {ran_on}, not on {node}", _tail(log))
-    return judge_cuda(node, log) if step == "cuda" else judge_nccl(node, log, gpus)
+    return judge_cuda(node, log) if step == "cuda" else judge_nccl(node, log, gpus, product)
 
 
 SAVED_NAME = re.compile(r"^gpufleet-validate-(?P<node>.+)-(?P<step>cuda|nccl)\.(?:out|log)$")
@@ -334,12 +353,13 @@ def judge_step(
     *,
     job: dict[str, Any] | None = None,
     timed_out: bool = False,
+    product: str = "",
 ) -> StepResult:
     """One step's verdict from its Job, its pod, their events and the pod's log. `timed_out`: the run stopped
     waiting."""
     state = phase(pod)
     if state in ("Succeeded", "Failed") and MARK in log:
-        return judge_output(node, step, gpus, log)
+        return judge_output(node, step, gpus, log, product)
     failed = job_failure(job)
     problem = pod_problem(pod, events) if pod is not None or failed is None else None
     if problem is not None and (timed_out or not problem.startswith("unschedulable")):

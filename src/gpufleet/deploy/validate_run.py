@@ -92,7 +92,7 @@ class KubernetesRun:
                     started = pod_dict is not None and phase(pod_dict) in ("Running", "Succeeded", "Failed")
                     log = self._log(pod) if started else ""  # a container that never started has none
                     result = judge_step(job.node.name, job.step.name, job.step.gpus, pod_dict, seen, log,
-                                        job=job_dict, timed_out=timed_out)  # fmt: skip
+                                        job=job_dict, timed_out=timed_out, product=job.node.product)  # fmt: skip
                     results[name] = result
                     del waiting[name]
                     if on_result is not None:
@@ -171,7 +171,8 @@ def slurm_nodes(runner: Any, names: list[str] | None = None) -> list[GpuNode]:
         problem = ""
         if not node.state.available:
             problem = f"node {node.state}" + (f": {node.reason}" if node.reason else "")
-        out.append(GpuNode(node.name, node.gpus, problem=problem))
+        product = next((g.type for g in node.gres if g.name == "gpu" and g.type), None) or ""
+        out.append(GpuNode(node.name, node.gpus, product, problem=problem))
     return out
 
 
@@ -223,7 +224,7 @@ def run_slurm(
                 if srun_error and "=== gpufleet-validate" not in proc.stdout:
                     result = StepResult(node.name, step.name, "FAIL", srun_error[-1], tuple(srun_error[-3:]))
                 else:
-                    result = judge_output(node.name, step.name, step.gpus, log)
+                    result = judge_output(node.name, step.name, step.gpus, log, node.product)
             if on_result is not None:
                 on_result(result)
             out.append(result)
