@@ -181,6 +181,20 @@ def test_a_failed_leaf_moves_exactly_its_homed_hosts_once_the_move_has_held(fabr
     assert body["labels"]["pending"] == 0 and body["labels"]["applied"] == len(before.hosts)
 
 
+def test_a_spine_lost_for_good_relabels_nobody(fabric: FabricGraph) -> None:
+    """A pod's spine group is named after one of its spines; losing that spine keeps the name the hosts carry."""
+    cluster = _settled(fabric)
+    first = len(cluster.label_patches())
+    spine = min(s.name for s in topology_from_graph(fabric).tier("spine"))
+    lost = _without(fabric, switch=spine)
+    for _ in range(SETTLE + 2):
+        cluster.poll(lost)
+    assert cluster.label_patches()[first:] == []
+    for _ in range(SETTLE + 2):
+        cluster.poll(fabric)  # and back
+    assert cluster.label_patches()[first:] == []
+
+
 def test_a_flapping_cable_writes_no_label(fabric: FabricGraph) -> None:
     cluster = _settled(fabric)
     first = len(cluster.label_patches())

@@ -33,7 +33,8 @@ EVENTS_PER_KIND = 20  # beyond this many of one kind in one change, the rest are
 
 Labels = dict[str, str]
 LabelChange = dict[str, str | None]  # a label's new value; None removes it
-LabelsOf = Callable[[Topology], Mapping[str, Mapping[str, str]]]  # the labels each host should carry
+# the labels each host should carry, given the labels in force (which keep a switch group's name)
+LabelsOf = Callable[[Topology, Mapping[str, Mapping[str, str]]], Mapping[str, Mapping[str, str]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +192,8 @@ class TopologyTracker:
         if self.labels_of is not None:
             wanted = None
             if rebuilt and self.topology is not None:
-                wanted = {host: dict(labels) for host, labels in self.labels_of(self.topology).items()}
+                in_force = {**self.settler.wanted, **self.settler.applied}
+                wanted = {host: dict(labels) for host, labels in self.labels_of(self.topology, in_force).items()}
             self.settler.observe(wanted, subnet)
         return out
 

@@ -23,6 +23,7 @@ from gpufleet.integrations.kubernetes.topology import (
     label_values,
     levels,
     node_labels,
+    sticky_groups,
     switch_groups,
     valid_value,
 )
@@ -260,3 +261,41 @@ def test_one_failed_leaf_changes_only_the_hosts_under_it() -> None:
     under = {h for h, v in before.items() if v[LEAF_LABEL] == gone}
     assert set(changes) == under and under
     assert all(set(c) == {LEAF_LABEL} and c[LEAF_LABEL] != gone for c in changes.values())
+
+
+def _without(graph: FabricGraph, gone: str) -> FabricGraph:
+    out = FabricGraph(source=f"without {gone}")
+    for node in graph.nodes.values():
+        if node.name != gone:
+            out.add_node(node)
+    for link in graph.links:
+        if gone not in (link.a.node, link.b.node):
+            out.add_link(link)
+    return out
+
+
+def test_a_lost_spine_does_not_rename_its_pod_when_the_labels_in_force_are_given() -> None:
+    graph = load_expected(THREE_TIER)
+    before = node_labels(topology_from_graph(graph))
+    first = min({v[SPINE_LABEL] for v in before.values()})  # the switch a pod's group is named after
+    pod = {h for h, v in before.items() if v[SPINE_LABEL] == first}
+    lost = topology_from_graph(_without(graph, first))
+    # Named from scratch, the pod takes its next spine's name: every host of the pod would be relabelled.
+    assert set(label_changes(before, node_labels(lost))) == pod
+    # Given what the hosts carry, the pod keeps its name, and keeps it when the spine comes back.
+    after = node_labels(lost, before)
+    assert label_changes(before, after) == {}
+    assert label_changes(after, node_labels(topology_from_graph(graph), after)) == {}
+
+
+def test_a_sticky_name_never_joins_two_groups() -> None:
+    labels = {"a": {SPINE_LABEL: "s2"}, "b": {SPINE_LABEL: "s2"}, "c": {SPINE_LABEL: "s1"}}
+    # a and b carried s1 (their pod lost spine s1) while c, a new pod, is named s1 after its own switch
+    previous = {"a": {SPINE_LABEL: "s1"}, "b": {SPINE_LABEL: "s1"}}
+    sticky_groups(labels, previous, SPINE_LABEL)
+    assert labels == {"a": {SPINE_LABEL: "s2"}, "b": {SPINE_LABEL: "s2"}, "c": {SPINE_LABEL: "s1"}}
+    # a split pod: the larger part keeps the name, the other takes its own
+    labels = {"a": {SPINE_LABEL: "s2"}, "b": {SPINE_LABEL: "s2"}, "c": {SPINE_LABEL: "s3"}}
+    previous = {h: {SPINE_LABEL: "s1"} for h in "abc"}
+    sticky_groups(labels, previous, SPINE_LABEL)
+    assert labels == {"a": {SPINE_LABEL: "s1"}, "b": {SPINE_LABEL: "s1"}, "c": {SPINE_LABEL: "s3"}}

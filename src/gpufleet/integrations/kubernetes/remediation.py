@@ -212,8 +212,10 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, Requ
             self._event(node, "GpufleetUncordon", change.detail, type_="Normal")
         return change.detail
 
-    def topology_labels(self, topology: Topology) -> Mapping[str, Mapping[str, str]]:
-        return node_labels(topology)
+    def topology_labels(
+        self, topology: Topology, previous: Mapping[str, Mapping[str, str]] | None = None
+    ) -> Mapping[str, Mapping[str, str]]:
+        return node_labels(topology, previous)
 
     def label_node(self, node: str, labels: Mapping[str, str | None]) -> str:
         """Only the keys in `labels` are in the patch (a merge patch of metadata.labels leaves every other label as

@@ -148,9 +148,16 @@ def levels(topology: Topology) -> list[str]:
     return [key for key in LEVELS if key == HOSTNAME_LABEL or (carried and all(key in c for c in carried))]
 
 
-def node_labels(topology: Topology) -> dict[str, dict[str, str]]:
+def node_labels(
+    topology: Topology, previous: Mapping[str, Mapping[str, str]] | None = None
+) -> dict[str, dict[str, str]]:
     """host -> label key -> value: its NVLink domain (where known), core, spine and leaf (its home leaf), each
-    where the fabric has it. Hosts in natural order."""
+    where the fabric has it. Hosts in natural order.
+
+    `previous`: the labels the hosts carry now. A spine or core group is named after one of its switches, so a
+    lost switch would rename its whole group (every host of a pod relabelled for one failed spine, and again when
+    it returns). Given the labels in force, a group keeps the name most of its hosts already carry (see
+    `sticky_groups`); a new group, or one split or merged so that no name holds a majority, takes its own."""
     spine_of, core_of = switch_groups(topology)
     values = label_values(
         [*topology.switches, *(h.nvlink_domain for h in topology.hosts.values() if h.nvlink_domain is not None)]
@@ -168,7 +175,45 @@ def node_labels(topology: Topology) -> dict[str, dict[str, str]]:
             labels[SPINE_LABEL] = values[spine]
         labels[LEAF_LABEL] = values[host.home]
         out[host.name] = labels
+    if previous:
+        for key in (SPINE_LABEL, CORE_LABEL):
+            sticky_groups(out, previous, key)
     return out
+
+
+def sticky_groups(labels: dict[str, dict[str, str]], previous: Mapping[str, Mapping[str, str]], key: str) -> None:
+    """Rename, in place, each group of hosts sharing a value of `key` to the value most of them carried before,
+    where more than half did and no larger group claimed that value first."""
+    groups: dict[str, list[str]] = {}
+    for host, own in labels.items():
+        if key in own:
+            groups.setdefault(own[key], []).append(host)
+    renamed: dict[str, str] = {}
+    claimed: set[str] = set()
+    for value, hosts in sorted(groups.items(), key=lambda g: (-len(g[1]), natural(g[0]))):
+        before: dict[str, int] = {}
+        for host in hosts:
+            old = previous.get(host, {}).get(key)
+            if old is not None:
+                before[old] = before.get(old, 0) + 1
+        if not before:
+            continue
+        old, count = max(before.items(), key=lambda item: (item[1], item[0] == value))
+        if 2 * count > len(hosts) and old not in claimed:
+            renamed[value] = old
+            claimed.add(old)
+    while True:  # two groups under one name would be one group to the schedulers: such a rename is undone
+        final: dict[str, list[str]] = {}
+        for value in groups:
+            final.setdefault(renamed.get(value, value), []).append(value)
+        clashes = [value for names in final.values() if len(names) > 1 for value in names if value in renamed]
+        if not clashes:
+            break
+        for value in clashes:
+            del renamed[value]
+    for own in labels.values():
+        if key in own and own[key] in renamed:
+            own[key] = renamed[own[key]]
 
 
 def label_changes(

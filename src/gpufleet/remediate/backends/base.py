@@ -99,8 +99,11 @@ class LabelsNodes(ABC):
     other."""
 
     @abstractmethod
-    def topology_labels(self, topology: Topology) -> Mapping[str, Mapping[str, str]]:
-        """The labels each host of `topology` should carry (this backend's keys for each tier)."""
+    def topology_labels(
+        self, topology: Topology, previous: Mapping[str, Mapping[str, str]] | None = None
+    ) -> Mapping[str, Mapping[str, str]]:
+        """The labels each host of `topology` should carry (this backend's keys for each tier); `previous`, the
+        labels in force, keeps a switch group's name when one of its switches is lost."""
 
     @abstractmethod
     def label_node(self, node: str, labels: Mapping[str, str | None]) -> str:
