@@ -14,6 +14,16 @@ from gpufleet.model import Severity
         ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "no-kernel-image"),
         ("torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device",
          "no-kernel-image"),
+        # wordings pasted in GitHub issues: dhernandez0/sgm#32, OxfordSKA/OSKAR#41 (a Slurm cluster),
+        # shouxieai/tensorRT_Pro#162, CSAILVision/unifiedparsing#6, pzhao-eng/FlashMLA#7
+        ("Error: no kernel image is available for execution on the device 48", "no-kernel-image"),
+        ("ERROR: Run failed with code 209: no kernel image is available for execution on the device.",
+         "no-kernel-image"),
+        ("[error][simple_yolo.cu:556]:launch failed: no kernel image is available for execution on the device",
+         "no-kernel-image"),
+        ("cudaCheckError() failed : no kernel image is available for execution on the device", "no-kernel-image"),
+        ("CUDA error (/workspace/.deps/flashmla-src/csrc/flash_fwd_mla_metadata.cu:76): no kernel image is available "
+         "for execution on the device", "no-kernel-image"),
         ("-> CUDA driver version is insufficient for CUDA runtime version", "insufficient-driver"),
         ("F0408 23:04:03.994313 2135417616 syncedmem.cpp:57] Check failed: error == cudaSuccess (35 vs. 0)  CUDA "
          "driver version is insufficient for CUDA runtime version", "insufficient-driver"),

@@ -199,3 +199,64 @@ def test_a_log_that_runs_nvidia_smi_is_not_a_finding() -> None:
     ]
     report = read_app_log(log, "job.out")
     assert report.findings == [] and report.verdict == "healthy"
+
+
+def _pod_json(message: str) -> str:
+    """A Pod as `kubectl get pod -o json` prints it, its container stuck with `message` (as containerd reports a
+    prestart hook's failure: RunContainerError, the hook's stderr after a newline)."""
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "llm-0", "namespace": "serve"},
+        "spec": {"nodeName": "gpu-7", "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Pending", "containerStatuses": [{
+            "name": "vllm", "ready": False, "restartCount": 3, "image": "vllm/vllm-openai:v0.11.0", "imageID": "",
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
+            "lastState": {"terminated": {"reason": "StartError", "exitCode": 128, "message": message}},
+        }]},
+    }, indent=2)  # fmt: skip
+
+
+def test_a_pods_json_names_the_setup_error_of_its_container() -> None:
+    # the message's text as NVIDIA/gpu-operator#898 shows containerd reporting the hook's failure
+    message = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        "failed: unable to start container process: error during container init: error running hook #0: error "
+        "running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n"
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.9, please update your driver to a "
+        "newer version, or use an earlier cuda container: unknown"
+    )
+    report = triage_lines(io.StringIO(_pod_json(message)), "pod.json")
+    assert report.format == "kubectl-pod-json" and report.verdict == "faulty"
+    setup = [f for f in report.findings if f.check == "setup"]
+    assert [(f.code, f.entity) for f in setup] == [("cuda-requirement-unsatisfied", "pod llm-0 container vllm")]
+    assert "CUDA 12.9 needs driver 575.51.03 or newer" in setup[0].message
+    plain = triage_lines(io.StringIO(_pod_json("exit status 1")), "pod.json")
+    assert not [f for f in plain.findings if f.check == "setup"]
+
+
+def test_a_pods_yaml_names_it_too() -> None:
+    import yaml
+
+    message = "stderr: nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown"
+    text = yaml.safe_dump(json.loads(_pod_json(message)), sort_keys=False)
+    report = triage_lines(io.StringIO(text), "pod.yaml")
+    assert report.format == "kubectl-pod-yaml"
+    assert [(f.code, f.entity) for f in report.findings if f.check == "setup"] == [
+        ("nvml-version-mismatch", "pod llm-0 container vllm")
+    ]
+
+
+def test_each_capture_pasted_with_a_hazard_keeps_its_verdict() -> None:
+    """Prompts, quoting, indentation, fences, list markers: the paste cleaner's hazards leave the finding as it is."""
+    from tests.triage.test_paste import HAZARDS
+
+    changed = []
+    for name in sorted(EXPECTED):
+        text = (DATA / name).read_text()
+        bare = triage_lines(io.StringIO(text), name)
+        for hazard, paste in HAZARDS.items():
+            pasted = triage_lines(io.StringIO(paste(text)), name)
+            if [f.code for f in pasted.findings] != [f.code for f in bare.findings] or pasted.verdict != bare.verdict:
+                changed.append(f"{name} {hazard}: {[f.code for f in pasted.findings]} {pasted.verdict}")
+    assert not changed, "\n".join(changed)

@@ -15,7 +15,7 @@ import yaml
 from gpufleet.errors import ParseError
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
 from gpufleet.triage.readers.kube import MAX_NODES, _judge, _node_from_json, _nothing_to_judge
-from gpufleet.triage.readers.pod import MAX_PODS, _is_pod, _pod_from_json
+from gpufleet.triage.readers.pod import MAX_PODS, _is_pod, _pod_from_json, _setup_errors
 from gpufleet.triage.readers.pod import _judge as _judge_pod
 from gpufleet.triage.report import TriageReport
 
@@ -98,6 +98,7 @@ def read_kubectl_pod_yaml(lines: Iterable[str], source: str) -> TriageReport:
     for pod in pods:
         report.complete = report.complete and pod.complete
         _judge_pod(pod, report)
+    _setup_errors([obj for obj in objects[:MAX_PODS] if _is_pod(obj)], report)
     if not any(pod.has_status for pod in pods):
         report.judged = False
         report.notes.append("no pod status in the input: nothing says how its containers ran")

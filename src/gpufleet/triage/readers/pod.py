@@ -12,6 +12,9 @@ their containers stopped, with host memory and GPU memory kept apart.
   segmentation fault, 134 an abort, 143 a SIGTERM (a normal stop); any other non-zero exit is the program's error.
 - A pod `Evicted` by the kubelet for memory is host memory pressure on the node; a failed admission (the device
   plugin could not allocate GPUs) means the pod never got its GPUs.
+- A waiting or terminated message that holds a driver/CUDA setup error (the container toolkit refusing a
+  `cuda>=12.8` image, a driver/library mismatch, no kernel image for the GPU) is that error, with its cause and fix
+  (readers/setup.py), whatever the exit code.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from gpufleet.model import Severity
 from gpufleet.triage.readers.common import MAX_FINDINGS, bounded_text
 from gpufleet.triage.readers.kube_json import CUT, load_json
 from gpufleet.triage.readers.oom import GPU_OOM, HOST_OOM, SIGKILL, describe_gpu_oom, parse_gpu_oom
+from gpufleet.triage.readers.setup import SetupErrors
 from gpufleet.triage.report import TriageFinding, TriageReport
 
 MAX_PODS = 5_000
@@ -246,6 +250,26 @@ def _judge_termination(pod: PodView, c: ContainerView, t: Termination, add: Add)
             + (f": {said[:300]}" if said else ""), f"read `kubectl logs --previous -c {c.name}`", [t.line])  # fmt: skip
 
 
+def _setup_errors(objects: list[dict[str, Any]], report: TriageReport) -> None:
+    """The setup errors (readers/setup.py) in the containers' waiting and terminated messages: a container the NVIDIA
+    container toolkit would not start says why there (`nvidia-container-cli: requirement error: ...`)."""
+    setup = SetupErrors(numbered=False)
+    count = 0
+    for obj in objects:
+        name = _s(_d(obj.get("metadata")).get("name"), 253) or "pod"
+        status = _d(obj.get("status"))
+        for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+            for item in _l(status.get(key))[:MAX_CONTAINERS]:
+                s = _d(item)
+                entity = f"pod {name} container {_s(s.get('name'), 253)}"
+                for state_key in ("state", "lastState"):
+                    for kind in ("waiting", "terminated"):
+                        for line in _s(_d(_d(s.get(state_key)).get(kind)).get("message"), 8192).splitlines():
+                            count += 1
+                            setup.feed(count, line, entity)
+    setup.into(report)
+
+
 # ---------------------------------------------------------------- reading
 
 
@@ -279,6 +303,7 @@ def read_kubectl_pod_json(lines: Iterable[str], source: str) -> TriageReport:
     for pod in pods:
         report.complete = report.complete and pod.complete
         _judge(pod, report)
+    _setup_errors(objects[:MAX_PODS], report)
     if not any(pod.has_status for pod in pods):
         report.judged = False
         report.notes.append("no pod status in the input: nothing says how its containers ran")

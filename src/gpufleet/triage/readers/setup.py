@@ -30,7 +30,8 @@ class _Seen:
 class SetupErrors:
     """Collects the setup errors of one input, line by line."""
 
-    def __init__(self) -> None:
+    def __init__(self, numbered: bool = True) -> None:
+        self.numbered = numbered  # False: the numbers fed are a count of the texts read, not an input's lines
         self.seen: dict[str, _Seen] = {}
         self._last: tuple[int, _Seen] | None = None  # the last report, for the lines that complete it
 
@@ -76,7 +77,8 @@ class SetupErrors:
         for seen in self.seen.values():
             error = seen.issue.error
             count = len(seen.numbers)
-            where = f" ({count} reports, lines {seen.numbers[0]}-{seen.numbers[-1]})" if count > 1 else ""
+            lines = f", lines {seen.numbers[0]}-{seen.numbers[-1]}" if self.numbered else ""
+            where = f" ({count} reports{lines})" if count > 1 else ""
             codes = f" ({', '.join(error.codes)})" if error.codes else ""
             named = f"; {'; '.join(seen.details)}" if seen.details else ""
             message = f"{seen.issue.text.rstrip('.')}{codes}: {error.cause}{named}{where}"
