@@ -91,8 +91,9 @@ COMMANDS: tuple[Entry, ...] = (
         "Check Kubernetes manifests (files, directories, Helm-rendered output, - for stdin), GPU Operator "
         "ClusterPolicy and AMD GPU Operator DeviceConfig objects, device-plugin and mig-parted configs, NVIDIA, AMD "
         "(ROCm) and Intel Gaudi workloads and device plugins, Prometheus Operator objects and kubectl captures "
-        "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`) against the real "
-        "Kubernetes schemas first, then against the known GPU-cluster mistakes (`--list-rules`).",
+        "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`), kubelet "
+        "configurations (the KubeletConfiguration file, `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`) "
+        "against the real Kubernetes schemas first, then against the known GPU-cluster mistakes (`--list-rules`).",
     ),
     Entry("sim", "core", "Run the digital twin headless."),
     Entry("config", "fleet", "Which control plane and token the CLI uses, kept in $GPUFLEET_HOME/config."),
