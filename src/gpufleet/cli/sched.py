@@ -57,8 +57,10 @@ def parse_points(text: str) -> list[int]:
     return points
 
 
-def _run(nodes: NodeList, pods: PodList, policy: str, seed: int, tune: float, points: list[int]) -> ReplayResult:
-    return replay(nodes, pods, policy, seed=seed, tune=tune, points=points)
+def _run(
+    nodes: NodeList, pods: PodList, policy: str, seed: int, tune: float, points: list[int], topology: Any = None
+) -> ReplayResult:
+    return replay(nodes, pods, policy, seed=seed, tune=tune, points=points, topology=topology)
 
 
 def run_grid(
@@ -71,6 +73,7 @@ def run_grid(
     points: list[int],
     jobs: int = 1,
     show_progress: bool = True,
+    topology: Any = None,
 ) -> list[ReplayResult]:
     """Every policy x seed, in that order; ``jobs`` worker processes (at most 2)."""
     runs = [(p, s) for p in policies for s in seeds]
@@ -99,12 +102,13 @@ def run_grid(
                     tune=tune,
                     points=points,
                     progress=advance,
+                    topology=topology,
                 )
                 bar.remove_task(task)
                 bar.advance(overall)
         else:
             with ProcessPoolExecutor(max_workers=min(jobs, MAX_JOBS)) as pool:
-                futures = {pool.submit(_run, nodes, pods, p, s, tune, points): (p, s) for p, s in runs}
+                futures = {pool.submit(_run, nodes, pods, p, s, tune, points, topology): (p, s) for p, s in runs}
                 for future in as_completed(futures):
                     results[futures[future]] = future.result()
                     bar.advance(overall)
@@ -173,10 +177,35 @@ def write_plot(results: Sequence[ReplayResult], path: Path, title: str) -> None:
         plt.close(fig)
 
 
+def _replay_cluster(path: Path) -> tuple[NodeList, Any]:
+    """A cluster manifest's nodes as the replay's node list, and the topology model of its fabric (None without)."""
+    from gpufleet.fabric.topology import topology_from_fabric
+    from gpufleet.sched.replay.openb_cluster import node_list_of
+    from gpufleet.spec.builder import build_cluster
+    from gpufleet.spec.loader import load_cluster
+
+    manifest = load_cluster(path)
+    cluster = build_cluster(manifest.metadata.name, manifest.spec)
+    topology = None
+    if cluster.fabric is not None and cluster.fabric.links:
+        topology = topology_from_fabric(cluster.fabric, nvlink_domains=manifest.spec.nvlink_domains())
+    return node_list_of(cluster), topology
+
+
 @sched_app.command("replay")
 def replay_cmd(
-    trace_dir: Path = typer.Option(..., "--trace-dir", help="Folder with the openb CSVs (node and pod lists)."),
+    trace_dir: Path | None = typer.Option(
+        None, "--trace-dir", help="Folder with the openb CSVs (node and pod lists); not needed with --cluster."
+    ),
     pods: str = typer.Option("default", "--pods", help="Pod list: 'default' -> openb_pod_list_default.csv, or a CSV."),
+    cluster: Path | None = typer.Option(
+        None,
+        "--cluster",
+        exists=True,
+        dir_okay=False,
+        help="A cluster manifest (examples/clusters/dgx-h100-su.yaml): replay on its nodes instead of the trace's, "
+        "and place gangs (the pod list's gang column) under the fewest switches of its fabric.",
+    ),
     policy: str = typer.Option("fgd", "--policy", help=f"Policy, comma list, or 'all' ({', '.join(POLICIES)})."),
     seed: int = typer.Option(42, "--seed", help="Shuffle seed."),
     seeds: str | None = typer.Option(None, "--seeds", help="Several seeds: 42-51 or 42,43 (overrides --seed)."),
@@ -193,15 +222,35 @@ def replay_cmd(
     (of all GPUs) when the arrived GPU request reaches each --at percentage of capacity. Node models may be catalog
     models of any vendor (h100-sxm, mi300x, gaudi3) and a pod list may name each pod's resource in a gpu_resource
     column (amd.com/gpu, ...): such a pod only lands on that vendor's nodes.
+
+    A pod list may name each pod's gang in a `gang` column: a gang's pods arrive together and are placed all or none
+    (whole GPUs), under one leaf group where one holds them, else under one set of spines, else anywhere, in the
+    fabric of the --cluster manifest; the result says where each gang landed.
     """
+    from gpufleet.sched.replay.openb import load_pods, pod_file
+
     policies = expand_policies(policy)
     seed_list = parse_seeds(seeds) if seeds else [seed]
     points = parse_points(at)
-    nodes, pod_list = load_trace(trace_dir, pods)
+    topology = None
+    if cluster is not None:
+        nodes, topology = _replay_cluster(cluster)
+        if trace_dir is None and not pods.endswith(".csv"):
+            raise UserError(f"--pods {pods!r} needs --trace-dir", fix="pass --trace-dir, or --pods as a path to a CSV")
+        pod_list = load_pods(pod_file(trace_dir or Path("."), pods))
+        where = str(cluster)
+    else:
+        if trace_dir is None:
+            raise UserError("no nodes to replay on", fix="pass --trace-dir with the openb CSVs, or --cluster MANIFEST")
+        nodes, pod_list = load_trace(trace_dir, pods)
+        where = str(trace_dir)
     if not len(nodes) or not nodes.total_gpu_milli:
-        raise UserError(f"no GPU nodes in {trace_dir}", fix="use a node list with GPUs")
+        raise UserError(f"no GPU nodes in {where}", fix="use a node list with GPUs")
     show = output in (OutputFormat.table, OutputFormat.wide)
-    results = run_grid(nodes, pod_list, policies, seed_list, tune=tune, points=points, jobs=jobs, show_progress=show)
+    results = run_grid(
+        nodes, pod_list, policies, seed_list, tune=tune, points=points, jobs=jobs, show_progress=show,
+        topology=topology,
+    )  # fmt: skip
     if plot is not None:
         seeds_text = ", ".join(map(str, seed_list))
         plural = "s" if len(seed_list) > 1 else ""
@@ -230,10 +279,35 @@ def replay_cmd(
                     + [f"{m['seconds_mean']:.1f}"]
                 )
         console.print(make_table(cols, rows, title=f"openb {pods} replay (tune {tune})"))
+        for r in results:
+            if r.gangs is not None:
+                console.print(f"{r.policy} seed {r.seed}: {r.gangs.summary()}", highlight=False, markup=False)
+                if wide:
+                    console.print(_replay_gang_table(r))
         if plot is not None:
             console.print(f"plot written to {plot}")
 
     emit(data, output, render)
+
+
+def _replay_gang_table(result: ReplayResult) -> Any:
+    from gpufleet.sched.replay.gangs import tier_of
+
+    assert result.gangs is not None
+    rows = [
+        [
+            g.name,
+            g.pods,
+            g.gpus,
+            tier_of(g),
+            len(g.landing.nodes) if g.landing else "-",
+            len(g.landing.leaves) if g.landing else "-",
+            len(g.landing.spines) if g.landing else "-",
+        ]
+        for g in result.gangs.gangs
+    ]
+    cols = ["GANG", "PODS", "GPUS", "LANDED", "NODES", "LEAVES", "SPINES"]
+    return make_table(cols, rows, title=f"{result.policy} seed {result.seed}: gangs")
 
 
 @sched_app.command("policies")

@@ -36,6 +36,7 @@ class ReplayEngine:
         self.models = cluster.models
         self.policy = policy
         tie = np.arange(len(cluster), dtype=np.int64) if policy.tie_by_index else cluster.name_rank
+        self.tie = tie
         self.classes = NodeClasses(tie)
         self._with_affinity = "affinity" in policy.class_fields
         width = cluster.gpu_free.shape[1]
@@ -60,7 +61,7 @@ class ReplayEngine:
     def _key(self, node: int) -> Hashable:
         c = self.cluster
         gpus = tuple(sorted(c.gpu_free[node].tolist(), reverse=True))
-        used = bool(c.version[node] > 0)
+        used = bool(c.pods[node] > 0)
         key: tuple[object, ...] = (int(c.model_idx[node]), int(c.num_gpu[node]), int(c.cpu_free[node]),
                                    int(c.mem_free[node]), gpus, used)  # fmt: skip
         if self._with_affinity:
@@ -94,7 +95,7 @@ class ReplayEngine:
         self.gpu_free[cls] = np.sort(c.gpu_free[node])[::-1]
         self.model_idx[cls] = c.model_idx[node]
         self._num_gpu[cls] = c.num_gpu[node]
-        self._used[cls] = 1 if c.version[node] > 0 else 0
+        self._used[cls] = 1 if c.pods[node] > 0 else 0
         self._affinity[cls] = c.affinity[node]
         for m, values in self._frag_models:
             values.append(self._frag_of(m, cls))
@@ -168,8 +169,34 @@ class ReplayEngine:
             node = self.classes.first(cls)
         return ReplayPlacement(node, self.policy.pick_gpus(self.cluster, node, pod, rng))
 
+    def choose_among(
+        self, pod: PodRequest, allowed: npt.NDArray[np.bool_], rng: np.random.Generator
+    ) -> ReplayPlacement | None:
+        """As `choose`, among the nodes `allowed` marks (a gang's member kept under one leaf group): each node scores
+        what its class scores; the best, ties to the smallest tie key; a random policy draws among them in node
+        order. Changes nothing."""
+        ids, scores = self.scores(pod)
+        per_class = np.full(len(self.classes), -np.inf)
+        per_class[ids] = scores
+        nodes = np.flatnonzero(allowed)
+        node_scores = per_class[self.classes.node_class[nodes]]
+        fits = node_scores > -np.inf
+        if not fits.any():
+            return None
+        if self.policy.picks_at_random:
+            candidates = nodes[fits]
+            node = int(candidates[rng.integers(len(candidates))])
+        else:
+            ties = nodes[node_scores == node_scores.max()]
+            node = int(ties[np.argmin(self.tie[ties])])
+        return ReplayPlacement(node, self.policy.pick_gpus(self.cluster, node, pod, rng))
+
     def place(self, pod: PodRequest, placement: ReplayPlacement) -> None:
         self.cluster.place(pod, placement)
+        self._refresh(placement.node)
+
+    def unplace(self, pod: PodRequest, placement: ReplayPlacement) -> None:
+        self.cluster.unplace(pod, placement)
         self._refresh(placement.node)
 
     def schedule(self, pod: PodRequest, rng: np.random.Generator) -> ReplayPlacement | None:

@@ -8,7 +8,9 @@ models a pod accepts, joined by ``|``.
 Beyond the trace: a node's ``model`` may be any catalog model (``h100-sxm``, ``mi300x``, ``gaudi3``; the trace's
 own codes are NVIDIA parts), and an optional pod column ``gpu_resource`` names the vendor resource a pod asks for
 (``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``; empty: any vendor), so a trace can run on a cluster of
-several vendors with each pod kept to its vendor's nodes.
+several vendors with each pod kept to its vendor's nodes. An optional pod column ``gang`` names the gang a pod belongs
+to (empty: a lone pod): a gang's pods arrive together and are placed all or none, under as few leaf switches as the
+replay cluster's fabric allows; its pods take whole GPUs.
 """
 
 from __future__ import annotations
@@ -86,9 +88,14 @@ class PodList:
     gpu_spec: tuple[str, ...]
     qos: tuple[str, ...]
     gpu_resource: tuple[str, ...] = ()  # per pod, "" for any vendor; empty tuple: no pod names one
+    gang: tuple[str, ...] = ()  # per pod, its gang ("" for a lone pod); empty tuple: no pod is in one
 
     def __len__(self) -> int:
         return len(self.names)
+
+    @property
+    def has_gangs(self) -> bool:
+        return any(self.gang)
 
     def resource(self, i: int) -> str:
         return self.gpu_resource[i] if self.gpu_resource else ""
@@ -109,6 +116,7 @@ class PodList:
             gpu_spec=tuple(self.gpu_spec[i] for i in idx),
             qos=tuple(self.qos[i] for i in idx),
             gpu_resource=tuple(self.gpu_resource[i] for i in idx) if self.gpu_resource else (),
+            gang=tuple(self.gang[i] for i in idx) if self.gang else (),
         )
 
 
@@ -183,7 +191,8 @@ def load_nodes(path: Path) -> NodeList:
 
 
 def load_pods(path: Path) -> PodList:
-    """Read a pod list (``openb_pod_list_*.csv``); ``gpu_spec``, ``qos`` and ``gpu_resource`` are optional."""
+    """Read a pod list (``openb_pod_list_*.csv``); ``gpu_spec``, ``qos``, ``gpu_resource`` and ``gang`` are
+    optional."""
     header, rows = _rows(path, POD_COLUMNS)
     col = {name: header.index(name) for name in header}
     names: list[str] = []
@@ -191,6 +200,7 @@ def load_pods(path: Path) -> PodList:
     specs: list[str] = []
     qos: list[str] = []
     resources: list[str] = []
+    gangs: list[str] = []
     for line, row in rows:
         n = _int(path, line, "num_gpu", row[col["num_gpu"]])
         m = _int(path, line, "gpu_milli", row[col["gpu_milli"]])
@@ -221,6 +231,13 @@ def load_pods(path: Path) -> PodList:
                 fix=f"use one of {', '.join(sorted(gpu_resources()))}, or leave it empty for any vendor",
             )
         resources.append(resource)
+        gang = row[col["gang"]].strip() if "gang" in col else ""
+        if gang and 0 < m < MILLI:
+            raise ParseError(
+                f"{path}:{line}: pod {names[-1]!r} of gang {gang!r} shares a GPU (gpu_milli={m})",
+                fix="a gang's pods take whole GPUs (gpu_milli=1000) or none",
+            )
+        gangs.append(gang)
     return PodList(
         names=tuple(names),
         cpu_milli=np.array(cpu, dtype=np.int64),
@@ -230,6 +247,7 @@ def load_pods(path: Path) -> PodList:
         gpu_spec=tuple(specs),
         qos=tuple(qos),
         gpu_resource=tuple(resources) if "gpu_resource" in col else (),
+        gang=tuple(gangs) if any(gangs) else (),
     )
 
 

@@ -1,16 +1,31 @@
-"""Build a cluster from the openb production trace's node list (sn,cpu_milli,memory_mib,gpu,model)."""
+"""Build a cluster from the openb production trace's node list (sn,cpu_milli,memory_mib,gpu,model), and a replay node
+list from a cluster (a manifest's nodes, so a replay runs on them and the fabric they are cabled into)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from gpufleet.catalog.gpus import get_gpu_model
 from gpufleet.errors import ParseError
 from gpufleet.model import Cluster, Gpu, Node, NodePool
-from gpufleet.sched.replay.openb import OPENB_MODELS, load_nodes
+from gpufleet.sched.replay.openb import OPENB_MODELS, NodeList, load_nodes
 from gpufleet.spec.builder import board_serial, gpu_uuid, pci_bus_ids
 
-__all__ = ["OPENB_MODELS", "load_openb_nodes"]
+__all__ = ["OPENB_MODELS", "load_openb_nodes", "node_list_of"]
+
+
+def node_list_of(cluster: Cluster) -> NodeList:
+    """The cluster's nodes as a replay node list: CPU, memory, GPUs and each node's GPU model (its catalog name)."""
+    nodes = cluster.nodes
+    return NodeList(
+        names=tuple(n.name for n in nodes),
+        cpu_milli=np.array([n.cpu_milli for n in nodes], dtype=np.int64),
+        memory_mib=np.array([n.memory_mib for n in nodes], dtype=np.int64),
+        num_gpu=np.array([len(n.gpus) for n in nodes], dtype=np.int64),
+        model=tuple(n.gpus[0].model.name if n.gpus else "" for n in nodes),
+    )
 
 
 def load_openb_nodes(path: Path, name: str = "openb") -> Cluster:

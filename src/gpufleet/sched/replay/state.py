@@ -107,12 +107,19 @@ class NodeStates:
     cpu_free: IntArray
     mem_free: IntArray
     gpu_free: IntArray  # (rows, max GPUs per node), milli; 0 in the padding columns
-    version: IntArray  # > 0: the node runs pods
+    version: IntArray  # bumped by every change of the node (classes: 1 for used nodes, else 0)
     affinity: IntArray  # (rows, MAX_TAG + 1) count of GPU pods per affinity tag
     _access: dict[tuple[str, str], BoolArray]
 
     def __len__(self) -> int:
         return len(self.cpu_free)
+
+    def used(self) -> BoolArray:
+        """Per row: does the node run pods."""
+        return self.version > 0
+
+    def used_at(self, row: int) -> bool:
+        return bool(self.version[row] > 0)
 
     def gpu_left(self) -> IntArray:
         return self.gpu_free.sum(axis=1)
@@ -184,6 +191,19 @@ class ReplayCluster(NodeStates):
     name_rank: IntArray  # tie priority (ties go to the lowest); name order unless a replay sets it
     _access: dict[tuple[str, str], BoolArray] = field(default_factory=dict)
     listeners: list[Callable[[int], None]] = field(default_factory=list)
+    # pods on each node (not given: one on every node with a version, as a cluster built mid-replay); a gang that
+    # does not fit whole is taken back off, so a node's version alone no longer says whether it runs pods
+    pods: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        if len(self.pods) != len(self.version):
+            self.pods = (self.version > 0).astype(np.int64)
+
+    def used(self) -> BoolArray:
+        return self.pods > 0
+
+    def used_at(self, row: int) -> bool:
+        return bool(self.pods[row] > 0)
 
     @classmethod
     def from_nodes(cls, nodes: NodeList) -> ReplayCluster:
@@ -289,6 +309,23 @@ class ReplayCluster(NodeStates):
         if tag >= 0:
             self.affinity[i, tag] += 1
         self.version[i] += 1
+        self.pods[i] += 1
+        for listener in self.listeners:
+            listener(i)
+
+    def unplace(self, pod: PodRequest, placement: ReplayPlacement) -> None:
+        """Take a placed pod back off its node (a gang that did not fit whole). The node's version still moves on:
+        scorers that cache by version must not take the restored state for a later one."""
+        i = placement.node
+        self.cpu_free[i] += pod.cpu_milli
+        self.mem_free[i] += pod.memory_mib
+        for g in placement.gpus:
+            self.gpu_free[i, g] += pod.gpu_milli
+        tag = pod.affinity_tag
+        if tag >= 0:
+            self.affinity[i, tag] -= 1
+        self.version[i] += 1
+        self.pods[i] -= 1
         for listener in self.listeners:
             listener(i)
 

@@ -273,7 +273,7 @@ class FGDPack(FGDPlus):
         else:
             price = pod.total_gpu_milli / MILLI  # a whole-GPU pod is worth its GPUs
         return fgd_pack_kernels.best_placements(
-            rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, rows.version > 0,
+            rows.cpu_free, rows.mem_free, rows.gpu_free, rows.model_idx, rows.used(),
             (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.is_sharing),
             models_allowed(rows.models, pod.gpu_spec, pod.gpu_resource), price, self._cpu_per_gpu,
             (self._cpu_steps, self._mem_steps, self._table_of_step, self._fill_table, self._fill_cpu_table),
@@ -319,4 +319,4 @@ def _state_key(rows: NodeStates, i: int, pod: PodRequest) -> tuple[object, ...]:
     """What a sharing pod's pick on row ``i`` depends on: the pod's shape and the row's state."""
     gpus = tuple(sorted(rows.gpu_free[i].tolist(), reverse=True))
     return (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.gpu_spec, pod.gpu_resource, int(rows.cpu_free[i]),
-            int(rows.mem_free[i]), int(rows.model_idx[i]), bool(rows.version[i] > 0), gpus)  # fmt: skip
+            int(rows.mem_free[i]), int(rows.model_idx[i]), rows.used_at(i), gpus)  # fmt: skip

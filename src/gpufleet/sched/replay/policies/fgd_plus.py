@@ -40,4 +40,4 @@ class FGDPlus(FGD):
 
     def node_scores(self, delta: FloatArray, rows: NodeStates, pod: PodRequest) -> FloatArray:
         # integer FGD score first; +1 for a node that already runs pods
-        return fgd_score(delta) * 2 + (rows.version > 0)
+        return fgd_score(delta) * 2 + rows.used()
