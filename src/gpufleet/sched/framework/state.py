@@ -406,16 +406,14 @@ class ClusterState:
             raise InternalError(f"pod {pod.key} is already placed on {self.names[self.placed[pod.key].node]}")
         idx, amounts, _ = self.request_vector(pod)
         k = self.exclusive_gpus(pod)
-        choice = None
+        # the node's affinity, where known, picks GPUs and NICs together for a pod asking for both
+        choice = self.nic_choice(pod, node, gpus) if self.affinity[node] is not None else None
         if gpus is None:
-            choice = self.nic_choice(pod, node)
             gpus = ()
             if choice is not None:
                 gpus = choice.gpus
             elif k and self.nodes[node].node.gpus:
                 gpus = choose_gpus(self.domains[node], self.gpu_free[node], k) or ()
-        else:
-            choice = self.nic_choice(pod, node, gpus)
         a = Assignment(pod, node, gpus, idx, amounts, {int(c): int(v) for c, v in zip(idx, amounts, strict=True)})
         if choice is not None:
             a.alignment = choice
