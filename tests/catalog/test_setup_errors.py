@@ -6,12 +6,16 @@ from __future__ import annotations
 import re
 
 import pytest
+from pydantic import ValidationError
 
 from gpufleet.catalog.setup_errors import (
+    SetupError,
     any_setup_error_pattern,
+    literal_prefix,
     load_setup_errors,
     search_setup_error,
     setup_error,
+    setup_error_hint,
 )
 
 ERRORS = load_setup_errors()
@@ -47,3 +51,21 @@ def test_each_code_name_is_found_as_its_entry() -> None:
 def test_a_line_without_any_is_none() -> None:
     assert search_setup_error("run nvidia-smi to see the driver version") is None
     assert search_setup_error("CUDA out of memory. Tried to allocate 2.00 GiB") is None
+
+
+def test_every_text_holds_the_literal_start_the_hint_searches_for() -> None:
+    """Lines are passed over unless the hint (the patterns' literal starts) is in them: it must be in every text."""
+    hint = setup_error_hint()
+    for error in ERRORS.values():
+        assert hint.search(error.message.replace("%s", "cuda>=12.8")), error.id
+        for pattern in error.patterns:
+            prefix = literal_prefix(pattern)
+            assert len(prefix) >= 4 and hint.search(prefix), pattern
+    assert literal_prefix("nvidia-smi: (?:command )?not found") == "nvidia-smi: "
+    assert literal_prefix("The driver is too old \\(found") == "The driver is too old "
+    assert literal_prefix("abcd?e") == "abc"
+
+
+def test_a_pattern_without_a_literal_start_is_refused() -> None:
+    with pytest.raises(ValidationError, match="literal text"):
+        SetupError(id="x", layer="cuda", codes=(), message="m", patterns=("(?:a|b)c",), cause="c", fix="f", source="s")

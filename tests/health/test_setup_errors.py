@@ -70,6 +70,14 @@ def test_a_mention_is_not_a_report(line: str) -> None:
     assert judge_setup_line(line) is None
 
 
+def test_a_line_that_quotes_the_text_before_it_prints_it_is_a_report() -> None:
+    text = "no kernel image is available for execution on the device"
+    line = f'retrying after "{text}": RuntimeError: CUDA error: {text}'
+    assert judge_setup_line(f'retrying after "{text}"') is None
+    issue = judge_setup_line(line)
+    assert issue is not None and issue.id == "no-kernel-image"
+
+
 def test_what_the_line_names_is_read() -> None:
     required = judge_setup_line(
         "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please update your driver to a "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpufleet.catalog.setup_errors import SetupError, search_setup_error
+from gpufleet.catalog.setup_errors import SetupError, find_setup_errors
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import Severity
 
@@ -79,11 +79,9 @@ def _without_lead(before: str) -> str:
 
 def judge_setup_line(line: str) -> SetupIssue | None:
     """The setup error a log line reports, or None (no catalog text, or only a mention of one)."""
-    found = search_setup_error(line)
-    if found is None:
-        return None
-    error, match = found
-    if not reported(line, match):
+    # the first place the text stands as a report: a line may quote it before it prints it
+    error = next((e for e, match in find_setup_errors(line) if reported(line, match)), None)
+    if error is None:
         return None
     issue = SetupIssue(error, Severity.warning if error.id in _WARNING_ONLY else Severity.critical)
     issue.details.extend(_details(error.id, line))

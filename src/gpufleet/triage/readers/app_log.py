@@ -119,7 +119,8 @@ class _LogReader:
             self.exception = body[:300]
         raised = self._traceback(number, body)
         reported = self._report(number, line, body, time)
-        self.setup.feed(number, body, _rank(line))
+        if self.setup.might_hold(number, body):  # the rank is searched for only then
+            self.setup.feed(number, body, _rank(line))
         if raised is not None and self.quoted is not None:  # the traceback ends: did its line say what was raised?
             if not reported and raised == self.quoted[3]:
                 self._report_quoted("the exception's own line does not read whole (cut?)")

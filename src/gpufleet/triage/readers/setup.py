@@ -8,12 +8,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpufleet.catalog.setup_errors import any_setup_error_pattern
+from gpufleet.catalog.setup_errors import setup_error_hint
 from gpufleet.health.setup_errors import SetupIssue, judge_setup_line, supported_archs
 from gpufleet.triage.report import MAX_EVIDENCE, TriageFinding, TriageReport
 
 CHECK = "setup"
-_HINT = re.compile(any_setup_error_pattern())
+_HINT = setup_error_hint()  # the patterns' literal starts: most lines are passed over on this one search
 _NVML_VERSION = re.compile(r"NVML library version: (?P<version>[\d.]+)")
 CONTEXT_LINES = 5  # a line that completes a report (PyTorch's list of capabilities, NVML's version) follows it
 
@@ -34,6 +34,10 @@ class SetupErrors:
         self.numbered = numbered  # False: the numbers fed are a count of the texts read, not an input's lines
         self.seen: dict[str, _Seen] = {}
         self._last: tuple[int, _Seen] | None = None  # the last report, for the lines that complete it
+
+    def might_hold(self, number: int, line: str) -> bool:
+        """False when `feed` would do nothing with the line: a cheap test for callers whose entity costs a search."""
+        return (self._last is not None and number - self._last[0] <= CONTEXT_LINES) or _HINT.search(line) is not None
 
     def feed(self, number: int, line: str, entity: str = "") -> bool:
         """Reads one line; True when it reported a setup error."""
