@@ -18,6 +18,7 @@ class FabricFinding:
     ends: tuple[End, End] | None = None  # a cable
     port: End | None = None  # one port
     action: str = ""  # what remediation may do about it: isolate-port, or nothing
+    source: str = ""  # where the fact behind the verdict is documented (settings findings)
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"kind": self.kind, "severity": str(self.severity)}
@@ -29,6 +30,8 @@ class FabricFinding:
         body["fix"] = self.fix
         if self.action:
             body["action"] = self.action
+        if self.source:
+            body["source"] = self.source
         return body
 
     @property

@@ -1,0 +1,164 @@
+"""This host's fabric settings (`HostFabricSettings`): each HCA port's link layer, state and MTU (`ibv_devinfo`,
+sysfs), a RoCE port's netdev and its MTU, the netdev's lossless QoS (`mlnx_qos -i`, the ECN sysfs, the device's
+default traffic class), OpenSM's configuration files where the host has them, and whether opensm and SHARP's
+aggregation manager (sharp_am) run here. What cannot be read (a tool missing, a file unreadable) is an entry in
+`errors`; the rest is still read.
+
+Paths (Linux; mlx5): /sys/class/infiniband/<dev>/ports/<n>/{link_layer,state,gid_attrs/ndevs/0},
+/sys/class/net/<if>/mtu, /sys/class/net/<if>/ecn/roce_np|roce_rp/enable/<prio> (MLNX_OFED ECN documentation),
+/sys/class/infiniband/<dev>/tc/1/traffic_class ("Global tclass=N" when set), /etc/opensm/opensm.conf.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from gpufleet.model.fabric_settings import (
+    HcaPortSetting,
+    HostFabricSettings,
+    PartitionSetting,
+    RoceQosSetting,
+    SubnetManagerConfig,
+)
+from gpufleet.parsers.infiniband.ibv_devinfo import parse_ibv_devinfo
+from gpufleet.parsers.infiniband.mlnx_qos import parse_mlnx_qos
+from gpufleet.parsers.infiniband.opensm_conf import parse_opensm_conf, parse_partitions_conf
+
+TOOL_TIMEOUT_S = 10.0
+OPENSM_CONF = Path("/etc/opensm/opensm.conf")
+JUDGED_KEYS = ("routing_engine", "sm_priority", "sweep_interval", "max_op_vls", "qos")
+
+Run = Callable[[list[str]], str | None]  # argv -> stdout, None when the tool is missing or failed
+
+
+def run_tool(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text.split()[0]) if text else None
+    except ValueError:
+        return None
+
+
+def read_host_settings(
+    root: Path = Path("/"),
+    run: Run = run_tool,
+    opensm_conf: Path | None = None,
+    host: str | None = None,
+) -> HostFabricSettings:
+    out = HostFabricSettings(host=host or socket.gethostname())
+    mtus: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+    devinfo = run(["ibv_devinfo"])
+    if devinfo is None:
+        out.errors.append("ibv_devinfo did not run: no HCA MTU (install rdma-core's ibverbs-utils)")
+    else:
+        for port in parse_ibv_devinfo(devinfo).ports:
+            if port.device is None:
+                continue
+            active = _int(port.fields.get("active_mtu"))
+            maximum = _int(port.fields.get("max_mtu"))
+            mtus[(port.device, port.number)] = (active, maximum)
+    ib = root / "sys/class/infiniband"
+    for dev in sorted(ib.iterdir()) if ib.is_dir() else []:
+        for port_dir in sorted((dev / "ports").iterdir()) if (dev / "ports").is_dir() else []:
+            if not port_dir.name.isdigit():
+                continue
+            number = int(port_dir.name)
+            state = (_read(port_dir / "state") or "").partition(":")[2].strip().title()  # "4: ACTIVE"
+            setting = HcaPortSetting(
+                device=dev.name,
+                port=number,
+                link_layer=_read(port_dir / "link_layer") or "",
+                state=state,
+                active_mtu=mtus.get((dev.name, number), (None, None))[0],
+                max_mtu=mtus.get((dev.name, number), (None, None))[1],
+            )
+            if setting.link_layer.lower() == "ethernet":
+                netdev = _read(port_dir / "gid_attrs/ndevs/0") or ""
+                setting.netdev = netdev
+                if netdev:
+                    setting.netdev_mtu = _int(_read(root / "sys/class/net" / netdev / "mtu"))
+                    out.roce.append(_roce_qos(root, dev.name, netdev, run, out.errors))
+            out.ports.append(setting)
+    conf = opensm_conf or root / OPENSM_CONF.relative_to("/")
+    if conf.is_file():
+        out.opensm = read_opensm_config(conf, root)
+    processes = _process_names(root)
+    if processes is not None:
+        out.opensm_running = "opensm" in processes
+        out.sharp_am_running = "sharp_am" in processes
+    return out
+
+
+def read_opensm_config(conf: Path, root: Path = Path("/")) -> SubnetManagerConfig:
+    config = parse_opensm_conf(conf.read_text(errors="replace"), str(conf))
+    out = SubnetManagerConfig(
+        file=str(conf),
+        routing_engines=config.routing_engines,
+        sm_priority=config.number("sm_priority"),
+        sweep_interval=config.number("sweep_interval"),
+        max_op_vls=config.number("max_op_vls"),
+        qos=config.flag("qos"),
+        lines={key: config.settings[key].line for key in JUDGED_KEYS if config.given(key)},
+    )
+    named = config.get("partition_config_file").value
+    partitions = root / named.lstrip("/") if named.startswith("/") else conf.parent / named
+    if named and partitions.is_file():
+        out.partitions_file = named
+        out.partitions = [
+            PartitionSetting(p.name, p.pkey, p.ipoib, p.mtu_bytes if p.ipoib else None, p.line)
+            for p in parse_partitions_conf(partitions.read_text(errors="replace"))
+        ]
+    return out
+
+
+def _roce_qos(root: Path, device: str, netdev: str, run: Run, errors: list[str]) -> RoceQosSetting:
+    qos = RoceQosSetting(netdev=netdev, device=device)
+    text = run(["mlnx_qos", "-i", netdev])
+    if text is None:
+        errors.append(f"mlnx_qos -i {netdev} did not run: PFC and trust not read (install mlnx-tools)")
+    else:
+        parsed = parse_mlnx_qos(text, netdev)
+        qos.trust = parsed.trust
+        qos.pfc = parsed.pfc_priorities if parsed.pfc is not None else None
+        qos.dscp2prio = parsed.dscp2prio
+    ecn = root / "sys/class/net" / netdev / "ecn"
+    for side in ("np", "rp"):
+        folder = ecn / f"roce_{side}" / "enable"
+        if folder.is_dir():
+            enabled = [p for p in range(8) if _read(folder / str(p)) == "1"]
+            setattr(qos, f"ecn_{side}", enabled)
+    tclass = _read(root / "sys/class/infiniband" / device / "tc/1/traffic_class") or ""
+    if "=" in tclass:
+        qos.traffic_class = _int(tclass.rpartition("=")[2])
+    return qos
+
+
+def _process_names(root: Path) -> set[str] | None:
+    proc = root / "proc"
+    if not proc.is_dir():
+        return None
+    names: set[str] = set()
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and (comm := _read(entry / "comm")):
+            names.add(comm)
+    return names

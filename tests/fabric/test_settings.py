@@ -1,0 +1,122 @@
+from gpufleet.fabric.settings import judge, lossless_priority, tc_for_priority
+from gpufleet.model import Severity
+from gpufleet.model.fabric_settings import (
+    HcaPortSetting,
+    HostFabricSettings,
+    PartitionSetting,
+    RoceQosSetting,
+    SubnetManagerConfig,
+)
+
+
+def ib(device: str, mtu: int, max_mtu: int = 4096) -> HcaPortSetting:
+    return HcaPortSetting(device, 1, "InfiniBand", "Active", mtu, max_mtu)
+
+
+def kinds(found: list) -> list[str]:
+    return sorted(f.kind for f in found)
+
+
+def test_an_hca_below_the_fabrics_mtu() -> None:
+    hosts = [
+        HostFabricSettings("gpu-01", ports=[ib("mlx5_0", 4096), ib("mlx5_1", 4096)]),
+        HostFabricSettings("gpu-02", ports=[ib("mlx5_0", 2048), ib("mlx5_1", 4096)]),
+    ]
+    found = judge(hosts)
+    assert kinds(found) == ["ib-mtu-mismatch"]
+    assert str(found[0].port) == "gpu-02/mlx5_0/1" and "2048" in found[0].message and found[0].source
+
+
+def test_one_mtu_everywhere_is_quiet_and_a_capped_port_is_noted() -> None:
+    assert judge([HostFabricSettings("a", ports=[ib("mlx5_0", 4096)])]) == []
+    found = judge([HostFabricSettings("a", ports=[ib("mlx5_0", 2048)])])
+    assert kinds(found) == ["ib-mtu-below-capability"] and found[0].severity is Severity.info
+
+
+def test_roce_at_1024_because_of_a_1500_byte_netdev() -> None:
+    port = HcaPortSetting("mlx5_2", 1, "Ethernet", "Active", 1024, 4096, "ens1f0np0", 1500)
+    found = judge([HostFabricSettings("gpu-01", ports=[port])])
+    assert kinds(found) == ["roce-mtu"]
+    assert "ens1f0np0 MTU 1500" in found[0].message and "mtu 9000" in found[0].fix
+
+
+def test_roce_at_4096_with_jumbo_frames_is_quiet() -> None:
+    port = HcaPortSetting("mlx5_2", 1, "Ethernet", "Active", 4096, 4096, "ens1f0np0", 9000)
+    assert judge([HostFabricSettings("gpu-01", ports=[port])]) == []
+
+
+def test_an_ipoib_partition_above_a_ports_mtu() -> None:
+    sm = SubnetManagerConfig(
+        "/etc/opensm/opensm.conf",
+        routing_engines=["ftree"],
+        partitions_file="/etc/opensm/partitions.conf",
+        partitions=[PartitionSetting("Default", 0x7FFF, True, 4096, 3), PartitionSetting("Storage", 1, True, 2048)],
+    )
+    hosts = [HostFabricSettings("sm-01", ports=[ib("mlx5_0", 2048, 2048)], opensm=sm)]
+    found = judge(hosts)
+    assert kinds(found) == ["partition-mtu"]
+    assert "Default" in found[0].message and "partitions.conf:3" in found[0].message
+
+
+def lossless(**kw: object) -> RoceQosSetting:
+    base: dict = dict(netdev="ens1f0np0", device="mlx5_2", trust="dscp", pfc=[3], ecn_np=[3], ecn_rp=[3])
+    base.update(kw)
+    return RoceQosSetting(**base)
+
+
+def test_a_complete_lossless_setup_is_quiet() -> None:
+    assert judge([HostFabricSettings("gpu-01", roce=[lossless(traffic_class=104)])]) == []
+
+
+def test_lossless_mistakes() -> None:
+    assert kinds(judge([HostFabricSettings("a", roce=[lossless(pfc=[])])])) == ["roce-no-pfc"]
+    assert kinds(judge([HostFabricSettings("a", roce=[lossless(trust="pcp")])])) == ["roce-trust-pcp"]
+    found = judge([HostFabricSettings("a", roce=[lossless(ecn_rp=[])])])
+    assert kinds(found) == ["roce-no-ecn"] and "/ecn/roce_rp/enable/3" in found[0].fix
+    found = judge([HostFabricSettings("a", roce=[lossless(traffic_class=0)])])  # NCCL_IB_TC's default
+    assert kinds(found) == ["roce-tc-lossy"] and "NCCL_IB_TC=104" in found[0].fix
+
+
+def test_hosts_that_disagree_on_the_lossless_priority() -> None:
+    hosts = [HostFabricSettings(h, roce=[lossless()]) for h in ("a", "b")]
+    hosts.append(HostFabricSettings("c", roce=[lossless(pfc=[5], ecn_np=[5], ecn_rp=[5])]))
+    found = judge(hosts)
+    assert kinds(found) == ["roce-pfc-mismatch"] and str(found[0].port) == "c/mlx5_2/1"
+
+
+def test_traffic_class_to_priority() -> None:
+    qos = lossless()
+    assert lossless_priority(qos, 104) == 3  # DSCP 26 -> 3 in the default map
+    assert lossless_priority(qos, 0) == 0
+    assert lossless_priority(lossless(dscp2prio={26: 5}), 104) == 5
+    assert lossless_priority(lossless(trust="pcp"), 104) == 0
+    assert tc_for_priority(qos, 3) == 104 and tc_for_priority(qos, 5) == 160
+    assert tc_for_priority(lossless(trust="pcp"), 3) is None
+
+
+def sm(**kw: object) -> SubnetManagerConfig:
+    return SubnetManagerConfig("/etc/opensm/opensm.conf", **kw)  # type: ignore[arg-type]
+
+
+def test_opensm_configuration() -> None:
+    minhop = [HostFabricSettings("sm-01", opensm=sm(sm_priority=0, sweep_interval=10), opensm_running=True)]
+    assert kinds(judge(minhop, fat_tree=True)) == ["opensm-routing-engine"]
+    assert judge(minhop, fat_tree=False) == []
+    assert kinds(judge([HostFabricSettings("s", opensm=sm(routing_engines=["ftree"], sweep_interval=0))])) == [
+        "opensm-sweep-disabled"
+    ]
+    found = judge([HostFabricSettings("s", opensm=sm(routing_engines=["lash"], max_op_vls=1))])
+    assert kinds(found) == ["opensm-max-op-vls"]
+    sharp = [HostFabricSettings("s", opensm=sm(routing_engines=["minhop"]), sharp_am_running=True)]
+    assert kinds(judge(sharp)) == ["sharp-routing-engine"]
+
+
+def test_two_subnet_managers_of_equal_priority() -> None:
+    hosts = [
+        HostFabricSettings(h, opensm=sm(routing_engines=["updn"], sm_priority=7), opensm_running=True)
+        for h in ("sm-01", "sm-02")
+    ]
+    found = judge(hosts)
+    assert kinds(found) == ["opensm-equal-priority"] and "sm-01, sm-02" in found[0].message
+    hosts[1].opensm.sm_priority = 14  # type: ignore[union-attr]
+    assert judge(hosts) == []
