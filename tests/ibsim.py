@@ -87,8 +87,8 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
 
 
 @contextmanager
-def running_fabric(work: Path) -> Iterator[Fabric]:
-    """ibsim and OpenSM in `work` (the socket limits already raised), stopped on leaving."""
+def running_fabric(work: Path, opensm_conf: Path = OPENSM_CONF) -> Iterator[Fabric]:
+    """ibsim and OpenSM (with `opensm_conf`) in `work` (the socket limits already raised), stopped on leaving."""
     (work / "osm").mkdir()
     env = {**os.environ, "IBSIM_SOCKNAME": f"gpufleet-test-{os.getpid()}"}  # a fabric of our own
     fifo = work / "console.fifo"
@@ -119,7 +119,7 @@ def running_fabric(work: Path) -> Iterator[Fabric]:
         with (work / "osm" / "stdout.log").open("wb") as osm_out:
             procs.append(
                 subprocess.Popen(
-                    ["opensm", "-F", str(OPENSM_CONF), "-f", str(osm_log)],
+                    ["opensm", "-F", str(opensm_conf), "-f", str(osm_log)],
                     stdout=osm_out,
                     stderr=subprocess.STDOUT,
                     cwd=work,
