@@ -23,6 +23,7 @@ import numpy as np
 
 from gpufleet.model.actions import ActionResult, NodeAction, NodeActionKind
 from gpufleet.model.affinity import HostAffinity
+from gpufleet.model.fabric_settings import HostFabricSettings
 from gpufleet.model.incident import RootCause, Severity
 from gpufleet.model.kernel import EventKind
 from gpufleet.model.observation import Entity
@@ -459,6 +460,8 @@ class FabricReport(msgspec.Struct):
     poll_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
     took_s: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
     sm: SubnetManagerFact | None = None
+    # the watching host's own settings (HCA MTU, RoCE QoS, OpenSM's configuration, SHARP's aggregation manager)
+    settings: Annotated[list[HostFabricSettings], msgspec.Meta(max_length=64)] = []
 
     def __post_init__(self) -> None:
         width = len(self.counter_names)
