@@ -17,9 +17,11 @@ from gpufleet.errors import ParseError
 from gpufleet.fabric.counters import readings_from_ibqueryerrors
 from gpufleet.fabric.graph import End, FabricGraph
 from gpufleet.fabric.report import report_from_graph
+from gpufleet.model.fabric_settings import HostFabricSettings
 from gpufleet.model.observe import FabricReport
 from gpufleet.parsers.infiniband.diags import parse_sminfo
 from gpufleet.sources.infiniband.diag_tools import FabricToolError, FabricTools
+from gpufleet.sources.infiniband.settings import read_host_settings
 
 log = logging.getLogger("gpufleet.agent")
 
@@ -30,17 +32,22 @@ class FabricWatch(Background):
     thread_name = "fabric"
 
     def __init__(
-        self, subnets: list[FabricTools], deliver: Callable[[list[FabricReport]], None], poll_s: float = DEFAULT_POLL_S
+        self,
+        subnets: list[FabricTools],
+        deliver: Callable[[list[FabricReport]], None],
+        poll_s: float = DEFAULT_POLL_S,
+        read_settings: Callable[[], HostFabricSettings] | None = read_host_settings,
     ) -> None:
         super().__init__()
         self.subnets = subnets
+        self.read_settings = read_settings
         self.deliver = deliver
         self.poll_s = poll_s
         self.polls = 0
         self.failing: dict[str, str] = {}
 
     def poll(self) -> list[FabricReport]:
-        reports = [poll_subnet(tools, poll_s=self.poll_s) for tools in self.subnets]
+        reports = [poll_subnet(tools, poll_s=self.poll_s, read_settings=self.read_settings) for tools in self.subnets]
         for report in reports:
             why = "; ".join(report.errors)
             if why and self.failing.get(report.subnet) != why:
@@ -64,8 +71,15 @@ class FabricWatch(Background):
             self.stopping.wait(self.poll_s)
 
 
-def poll_subnet(tools: FabricTools, *, poll_s: float = 0.0, now: Callable[[], float] = time.time) -> FabricReport:
-    """One poll: discovery, then every port's error counters. A tool that fails or times out is reported in the
+def poll_subnet(
+    tools: FabricTools,
+    *,
+    poll_s: float = 0.0,
+    now: Callable[[], float] = time.time,
+    read_settings: Callable[[], HostFabricSettings] | None = None,
+) -> FabricReport:
+    """One poll: discovery, then every port's error counters, then this host's fabric settings (HCA MTU, RoCE QoS,
+    OpenSM's configuration, SHARP's aggregation manager). A tool that fails or times out is reported in the
     poll's `errors`, and what the others found still goes out."""
     started = time.monotonic()
     errors: list[str] = []
@@ -97,4 +111,9 @@ def poll_subnet(tools: FabricTools, *, poll_s: float = 0.0, now: Callable[[], fl
         took_s=time.monotonic() - started,
     )
     report.sm = sm
+    if read_settings is not None:
+        try:
+            report.settings = [read_settings()]
+        except OSError as exc:  # an unreadable sysfs or config file: the rest of the poll still goes out
+            report.errors.append(f"fabric settings: {exc}")
     return report

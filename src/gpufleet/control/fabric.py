@@ -24,6 +24,8 @@ from gpufleet.fabric.findings import FabricFinding, worst_first
 from gpufleet.fabric.graph import End, FabricGraph, Link, NodeKind, parse_end
 from gpufleet.fabric.port_health import PortHealth
 from gpufleet.fabric.report import graph_from_report, readings_from_report, report_from_graph
+from gpufleet.fabric.settings import is_tree
+from gpufleet.fabric.settings import judge as judge_settings
 from gpufleet.fabric.validate import validate
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.locks import ordered_lock
@@ -76,6 +78,7 @@ class SubnetState:
     validation: list[FabricFinding] = field(default_factory=list)
     validated: bool = False  # `validation` judges `graph` (a restored poll is judged again when the next comes)
     port_findings: list[FabricFinding] = field(default_factory=list)
+    settings: list[FabricFinding] = field(default_factory=list)  # the watching host's MTU, RoCE, OpenSM, SHARP
     rates: dict[End, dict[str, float]] = field(default_factory=dict)  # per second, over the last poll
     # without a manifest, the fabric as first found (and every link seen since) is what is expected of the next
     # polls, as `ibnetdiscover --diff` compares with a cache: a link that goes stays missing until it is back
@@ -176,6 +179,8 @@ class FabricService:
                 expected = self._expected_for(graph) if self.expected is not None else state.baseline
                 state.validation = self._seen_before(state, validate(graph, expected) if graph.nodes else [])
                 state.validated = True
+            if report.settings or state.settings:
+                state.settings = judge_settings(report.settings, fat_tree=is_tree(graph) if graph.nodes else None)
             readings = readings_from_report(report)
             deltas = state.tracker.update(report.time, _rows(report), complete=report.counters_complete)
             # link changes are the topology's to tell (a cable gone from discovery), above
@@ -314,7 +319,7 @@ class FabricService:
         return self.expected.restricted_to(names)
 
     def active(self, state: SubnetState) -> list[FabricFinding]:
-        return merged_findings(state.validation, state.port_findings)
+        return merged_findings(state.validation, state.port_findings) + state.settings
 
     def _link_events(self, report: FabricReport, before: FabricGraph, after: FabricGraph) -> bool:
         """Links that went away or came (ibnetdiscover lists only links that are up) and ports whose state moved."""
@@ -546,6 +551,7 @@ def summary(service: FabricService) -> dict[str, Any]:
                         "state": report.sm.state,
                     },
                     "expected": "manifest" if service.expected is not None else "first discovery",
+                    "settings": msgspec.to_builtins(report.settings),
                 }
             )
         return {"subnets": subnets, "reports": service.reports, "isolated_ports": len(service.isolated)}

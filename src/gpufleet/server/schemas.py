@@ -630,6 +630,11 @@ class SubnetRow(Shape):
     errors: list[str] = Field(description="Tools that failed or timed out in the last poll.")
     subnet_manager: SubnetManagerRow | None
     expected: str = Field(description="What the fabric is checked against: the manifest, or the first discovery.")
+    settings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The watching host's fabric settings (HCA ports' MTU, RoCE QoS, OpenSM's configuration, "
+        "whether opensm and SHARP's sharp_am run), as its agent read them; their findings are among `findings`.",
+    )
 
 
 class FabricSubnets(Shape):
