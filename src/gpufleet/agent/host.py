@@ -1,8 +1,9 @@
-"""The agent on a real node: the accelerators' library (NVML, AMD SMI or Habana's HLML), sysfs for the InfiniBand
-ports, the kernel log, the BMC (ipmitool: fans, power supplies, temperatures, its event log) and the node's
-inventory; with a job-map directory, which Slurm jobs use each GPU. Each part is isolated: a missing library or
-driver, a host without InfiniBand or without a reachable BMC, an unreadable kernel log or job map is one log line and
-`gpufleet_source_up{source=...} 0`, never a stopped agent.
+"""The agent on a real node: the accelerators' library (NVML, AMD SMI or Habana's HLML), sysfs for the InfiniBand ports,
+the kernel log, the BMC (ipmitool: fans, power supplies, temperatures, its event log), the clock (chrony, ntpd,
+systemd-timesyncd or the kernel's adjtimex state) and the node's inventory; with a job-map directory, which Slurm
+jobs use each GPU. Each part is isolated: a missing library or driver, a host without InfiniBand or without a
+reachable BMC, an unreadable kernel log or job map is one log line and `gpufleet_source_up{source=...} 0`, never a
+stopped agent.
 
 `accelerators="auto"` tries NVML, then amdsmi, then pyhlml, and keeps the first that starts with devices; only
 when none does are all of them reported down. Naming a vendor tries that library alone.
@@ -28,6 +29,7 @@ from gpufleet.agent.actions import Commands
 from gpufleet.agent.attribution import AllotmentReader, AttributionSource, OwnerReader, ProcessReader
 from gpufleet.agent.bmc import DEFAULT_INTERVAL_S as DEFAULT_BMC_INTERVAL_S
 from gpufleet.agent.bmc import BmcWatch
+from gpufleet.agent.clock import ClockWatch
 from gpufleet.agent.collector import MetricSource
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
 from gpufleet.cost.config import CostConfig
@@ -40,6 +42,7 @@ from gpufleet.sources.gpu.dcgm import DcgmSource, DcgmTarget, open_dcgm
 from gpufleet.sources.node.app_scrape import AppMetricsSource, AppScrape
 from gpufleet.sources.node.bmc import DEFAULT_TIMEOUT_S as DEFAULT_BMC_TIMEOUT_S
 from gpufleet.sources.node.bmc import IpmiTool
+from gpufleet.sources.node.clock import ClockReader
 from gpufleet.sources.node.inventory import SYSFS_IB, IbSysfsSource, ib_ports, read_inventory
 from gpufleet.sources.node.pci_affinity import SYS, read_host_affinity
 from gpufleet.sources.workload.slurm_jobmap import JobMapAllotments
@@ -240,6 +243,7 @@ def host_agent(
         kernel_log=kmsg_file or DEV_KMSG,
         scheduler=scheduler,
         bmc=BmcWatch(name, IpmiTool(timeout_s=bmc.timeout_s), interval_s=bmc.interval_s) if bmc is not None else None,
+        clock=ClockWatch(ClockReader().read),
         action_commands=action_commands,
         enroll=enroll,
     )

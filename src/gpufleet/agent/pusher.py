@@ -16,6 +16,7 @@ from gpufleet.background import Background
 from gpufleet.model.observe import (
     SCHEMA_VERSION,
     Batch,
+    ClockFact,
     FabricReport,
     JobFact,
     MetricSnapshot,
@@ -40,6 +41,7 @@ class NodeState:
         self.services: list[ServiceFact] | None = None
         self.scheduler: SchedulerReport | None = None
         self.fabric: list[FabricReport] | None = None  # sent once: a topology is large, and it changes per poll
+        self.read_clock: Callable[[], ClockFact | None] = lambda: None  # the node's clock, as last read
 
     def set(
         self,
@@ -115,6 +117,7 @@ class BatchPusher(Background):
                 services=self.state.services,
                 scheduler=self.state.scheduler,
                 fabric=self.state.fabric,
+                clock=self.state.read_clock(),
                 can=list(actions.can) if actions is not None else None,
                 results=results,
             )

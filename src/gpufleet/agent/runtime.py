@@ -14,6 +14,7 @@ from typing import Protocol
 
 from gpufleet.agent.actions import Commands, NodeActionRunner, NodeFacts
 from gpufleet.agent.bmc import BmcWatch
+from gpufleet.agent.clock import ClockWatch
 from gpufleet.agent.collector import Collector, MetricSource
 from gpufleet.agent.edge import EdgeAgent
 from gpufleet.agent.enroll import NodeToken
@@ -105,22 +106,28 @@ def assemble(
     guard: Callable[[Callable[[], None]], None] | None = None,
     stoppers: list[Stoppable] | None = None,
     bmc: BmcWatch | None = None,
+    clock: ClockWatch | None = None,
     action_commands: Commands | None = None,
     enroll: bool = True,
 ) -> Agent:
     """An agent for `node`. It serves /metrics, the Xids of `kernel_log` (None: not followed) and the BMC's sensors
-    (`bmc`, read in its own thread) among them; with a control plane it also detects at the edge, hands the kernel
-    log's reports and the BMC's reads to the edge (the SEL's position kept in the spool), and pushes."""
+    (`bmc`, read in its own thread) and the clock's (`clock`, likewise) among them; with a control plane it also
+    detects at the edge, hands the kernel log's reports and the BMC's reads to the edge (the SEL's position kept
+    in the spool), and pushes."""
     xids = None
     if kernel_log is not None:  # /dev/kmsg's uptime stamps are this boot's, on the monotonic clock
         xids = XidWindow(node, window_ms=frame.window_ms, boot_clock=time.monotonic if kernel_log == DEV_KMSG else None)
     all_sources = [*sources, xids] if xids is not None else list(sources)
     if bmc is not None:
         all_sources.append(bmc)
+    if clock is not None:  # read in its own thread; the collector serves its last reading
+        all_sources.append(clock)
     collector = Collector(frame, all_sources, interval=interval, exposition=exposition, guard=guard)
     agent = Agent(collector, host, port, node, stoppers=list(stoppers or []))
     if bmc is not None:
         agent.stoppers.append(bmc)
+    if clock is not None:
+        agent.stoppers.insert(0, clock)  # started first: the first push carries its reading
     if control_plane is None:
         if kernel_log is not None and xids is not None:  # for the Xid series alone: a file is begun at its end
             follow = _follower(kernel_log, xids.observe, MemoryPositions(), node, xids, from_start=False)
@@ -135,6 +142,8 @@ def assemble(
             spool.incarnation,
         )
     state = NodeState()
+    if clock is not None:
+        state.read_clock = lambda: clock.latest
     runner = NodeActionRunner(data_dir / f"actions-{node}", node, _facts(state), action_commands)
     own = NodeToken(data_dir / f"token-{node}", token, control_plane, node, enroll=enroll)
     pusher = BatchPusher(spool, state, control_plane, own, agent=node, node=node, interval=interval, actions=runner)

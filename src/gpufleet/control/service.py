@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.catalog.xid_actions import describe_action
+from gpufleet.control.clock_skew import ClockComparison
 from gpufleet.control.fabric import FabricService, parse_end
 from gpufleet.control.fabric_topology import nvlink_domains
 from gpufleet.control.fleet import FleetState
@@ -168,6 +169,7 @@ class ControlPlane:
         self.lock = ordered_lock("control")
         self._fabric_facts: tuple[tuple[int, tuple[str, ...]], FabricFacts] | None = None
         self.fleet = FleetState()
+        self.clocks = ClockComparison()  # the nodes' clocks, from their reports and this plane's receive times
         self.fleet.load_inventory(self.store.inventories())
         self.fleet.load_kernel_log(self.store.recent_kernel_reports(KERNEL_REPORTS_LOADED))
         # the fabric's topology names each host's NVLink domain from its GPUs; a backend that labels nodes gets the
@@ -289,6 +291,7 @@ class ControlPlane:
                     self.store.remember_kernel(batch.node, _kernel_idents(new), now)
                     self.replication.publish(batch, new)
                 self._take(batch, key, new, top, now)
+            self.clocks.heard(batch, now)  # here, not in _take: a batch another replica took has no receive time
             if owner is None and opened_by is not None:
                 self._owners[key] = opened_by
             self.batches += 1
@@ -466,6 +469,7 @@ class ControlPlane:
                     signals=self.fleet.job_signals,
                     services=self.fleet.service_facts,
                 )
+                changed += self.correlator.add(self.clocks.findings(now, self.fleet.jobs()), self.fleet.owner)
                 done("correlation")
                 self._correlated(changed)
                 self._flush()

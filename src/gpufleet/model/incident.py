@@ -88,6 +88,9 @@ class RootCause(StrEnum):
     node_fan = "node-fan"  # a chassis fan failed, stopped or fell below its lower critical threshold
     node_psu = "node-psu"  # a power supply failed, predicts failure or lost its AC input
     node_thermal = "node-thermal"  # a chassis temperature (inlet, exhaust, board) over its upper threshold
+    # the nodes' clocks (health/clock_skew.py)
+    clock_skew = "clock-skew"  # a job's nodes' clocks differ by more than 1 ms
+    clock_unsynchronised = "clock-unsynchronised"  # a node's time daemon (or kernel) says its clock is not synchronised
 
 
 @dataclass(slots=True)

@@ -8,8 +8,8 @@ number it holds (`Ack`).
 
 - Durable records (`Record`: a `KernelReport`, a `LinkEvent`, a `BmcEvent` or a `Finding`) are delivered exactly
   once.
-- State (`NodeInventory`, `MetricSnapshot`, `JobFact`, `ServiceFact`, `SchedulerReport`) is latest-value: a push
-  replaces what the last one said, and a lost push is simply superseded by the next.
+- State (`NodeInventory`, `MetricSnapshot`, `JobFact`, `ServiceFact`, `SchedulerReport`, `ClockFact`) is
+  latest-value: a push replaces what the last one said, and a lost push is simply superseded by the next.
 
 Times are Unix epoch seconds everywhere. `docs/wire.md` describes the wire form (JSON, or msgpack).
 """
@@ -470,6 +470,29 @@ class FabricReport(msgspec.Struct):
                 raise ValueError(f"counters of {row.node}/{row.port} hold {len(row.values)} values for {width} names")
 
 
+class ClockFact(msgspec.Struct, omit_defaults=True):
+    """The node's clock as its time daemon or the kernel reports it (chrony's `tracking`, ntpd's system variables,
+    systemd-timesyncd's last NTP exchange, or the kernel's adjtimex state). Latest-value.
+
+    `offset_s` is the system clock minus true time as the daemon estimates it: positive when the clock is ahead
+    (chrony's "fast of NTP time"). `error_s` bounds how far the clock may be from true time (chrony's
+    |offset| + root dispersion + root delay / 2, the kernel's maxerror). `synchronised` is False when the daemon
+    says the clock is not synchronised (chrony's leap status "Not synchronised", ntpd's leap 11, the kernel's
+    STA_UNSYNC), None when nothing said."""
+
+    time: Time  # when the agent read it, on its own clock
+    source: Short  # chrony, ntpd, timesyncd, kernel
+    synchronised: bool | None = None
+    offset_s: float | None = None
+    error_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    last_offset_s: float | None = None  # the daemon's offset at its last update (chrony, same sign)
+    root_delay_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    root_dispersion_s: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+    stratum: Annotated[int, msgspec.Meta(ge=0, le=16)] | None = None
+    reference: Short = ""  # the server or reference clock it follows
+    leap: Short = ""  # the daemon's own word: Normal, Not synchronised, leap=11, ...
+
+
 # --- the batch -------------------------------------------------------------------------------------------------
 
 
@@ -490,6 +513,7 @@ class Batch(msgspec.Struct):
     services: Annotated[list[ServiceFact], msgspec.Meta(max_length=1024)] | None = None  # likewise
     scheduler: SchedulerReport | None = None  # from an agent that watches the workload manager
     fabric: Annotated[list[FabricReport], msgspec.Meta(max_length=16)] | None = None  # from a fabric watcher
+    clock: ClockFact | None = None  # the node's clock, as last read (None: not read)
     # node actions (model/actions.py): the kinds this agent carries out (None: an agent that predates them, which
     # is given none), and the results it has not yet seen acknowledged
     can: Annotated[list[NodeActionKind], msgspec.Meta(max_length=32)] | None = None

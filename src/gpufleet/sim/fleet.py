@@ -45,6 +45,7 @@ from gpufleet.model.observe import (
 )
 from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.sim.affinity import twin_affinity
+from gpufleet.sim.clock import TwinClocks
 from gpufleet.sim.fabric_report import TwinFabricWatch
 from gpufleet.sim.node_actions import CAN, TwinNodeActions
 from gpufleet.sim.source import RANK_EXPORT_S, GaugeKey, TwinSource
@@ -102,6 +103,7 @@ class SimFleet:
         self.node_actions: TwinNodeActions | None = None  # set when the control plane acts through the agents
         self._signals: dict[str, TrainingSignals] | None = None
         self.fabric_watch = TwinFabricWatch(twin)
+        self.clocks = TwinClocks(twin.seed)
         self._labels_version = -1
         agents = list(self.agents.values())
         self._gpu_gather = _gather([a.gpu_cols for a in agents], len(self.frame.entities))
@@ -147,13 +149,14 @@ class SimFleet:
                 agent.unsent.append(Record(agent.seq, obs))
             if twin.rebooting(agent.node):
                 continue  # its agent is down with it; the spool keeps what it had
+            clock = self.clocks.fact(agent.node, now, self.batches + k)
             batches.append(
                 Batch(
                     v=SCHEMA_VERSION,
                     agent=agent.node,
                     incarnation=self.incarnation,
                     node=agent.node,
-                    sent=now,
+                    sent=max(0.0, now + (clock.offset_s or 0.0)),  # stamped on the node's own clock
                     interval=twin.tick,
                     records=list(agent.unsent),
                     inventory=agent.inventory_due,
@@ -162,6 +165,7 @@ class SimFleet:
                     services=services.get(agent.node, []),
                     scheduler=scheduler,
                     fabric=fabric,
+                    clock=clock,
                     can=list(CAN) if self.node_actions is not None else None,
                     results=self.node_actions.pending(agent.node) if self.node_actions is not None else [],
                 )
