@@ -92,7 +92,9 @@ COMMANDS: tuple[Entry, ...] = (
         "ClusterPolicy and AMD GPU Operator DeviceConfig objects, device-plugin and mig-parted configs, NVIDIA, AMD "
         "(ROCm) and Intel Gaudi workloads and device plugins, Prometheus Operator objects and kubectl captures "
         "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`), kubelet "
-        "configurations (the KubeletConfiguration file, `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`) "
+        "configurations (the KubeletConfiguration file, `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`), "
+        "container runtime configs (containerd's config.toml and its drop-ins, CRI-O's crio.conf and crio.conf.d, "
+        "Docker's daemon.json) "
         "against the real Kubernetes schemas first, then against the known GPU-cluster mistakes (`--list-rules`).",
     ),
     Entry("sim", "core", "Run the digital twin headless."),

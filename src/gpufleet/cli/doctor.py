@@ -35,14 +35,17 @@ DOCTOR_HELP = "\n\n".join(
         "ClusterPolicy and AMD GPU Operator DeviceConfig objects, device-plugin and mig-parted configs, NVIDIA, AMD "
         "(ROCm) and Intel Gaudi workloads and device plugins, Prometheus Operator objects and kubectl captures "
         "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`), kubelet "
-        "configurations (the KubeletConfiguration file, `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`) "
+        "configurations (the KubeletConfiguration file, `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`), "
+        "container runtime configs (containerd's config.toml and its drop-ins, CRI-O's crio.conf and crio.conf.d, "
+        "Docker's daemon.json) "
         "against the real "
         "Kubernetes schemas first, then against the known GPU-cluster mistakes (`--list-rules`).",
         "Exit status: 0 no error found, 1 an error found, 2 bad usage.",
         "The cluster-facts file (YAML or JSON) says what no capture shows: kubernetesVersion, gpuOperatorVersion, "
         "containerRuntime (e.g. containerd://2.0.5), featureGates: {kubelet: {Gate: true}, apiserver: {...}}, and "
         "nodes: {NAME: {driverVersion, kernel, kernelHeaders, nouveauLoaded, nouveauBlacklisted, containerRuntime, "
-        "gpuNumaNodes: {GPU: NUMA node}}}. "
+        "gpuNumaNodes: {GPU: NUMA node}, runtimeConfigs: {PATH: TEXT}, runtimeConfigModified: {PATH: UNIX TIME}, "
+        "runtimeStarted: {containerd: UNIX TIME}, containerPackages: {PACKAGE: VERSION}}}. "
         "`gpufleet doctor --host-facts` prints this host's node entry.",
         "Examples:",
         "  gpufleet doctor k8s/",

@@ -32,6 +32,8 @@ KNOWN_KINDS = {
 
 def config_kind(data: dict[str, object]) -> str | None:
     """The kind of a non-Kubernetes document the doctor reads, or None."""
+    if isinstance(data.get("runtimeConfig"), dict):
+        return "runtime-config"  # containerd, CRI-O or Docker (load.py keeps its text)
     if "serverVersion" in data or "clientVersion" in data:
         return "kubectl-version"
     if "mig-configs" in data:

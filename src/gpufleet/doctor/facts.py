@@ -54,6 +54,23 @@ class HostFacts(BaseModel):
     gpu_numa_nodes: dict[int, int] | None = Field(
         None, alias="gpuNumaNodes", description="GPU index -> the NUMA node of its PCIe root (sysfs numa_node)"
     )
+    runtime_configs: dict[str, str] | None = Field(
+        None,
+        alias="runtimeConfigs",
+        description="path -> text of the container runtimes' config files (containerd's config.toml and the "
+        "drop-ins it imports or holds in conf.d, CRI-O's crio.conf and crio.conf.d, Docker's daemon.json)",
+    )
+    runtime_config_modified: dict[str, float] | None = Field(
+        None, alias="runtimeConfigModified", description="path -> when the file was last written (Unix seconds)"
+    )
+    runtime_started: dict[str, float] | None = Field(
+        None, alias="runtimeStarted", description="containerd, crio, dockerd -> when its process started (Unix seconds)"
+    )
+    container_packages: dict[str, str] | None = Field(
+        None,
+        alias="containerPackages",
+        description="installed NVIDIA container packages (nvidia-container-toolkit, nvidia-docker2, ...) -> version",
+    )
 
     @property
     def gpus_per_numa_node(self) -> int | None:

@@ -1,5 +1,7 @@
-"""Read what the doctor is given: files, directories (recursively: .yaml, .yml, .json) or `-` for standard input;
-multi-document YAML, Helm-rendered output, `kubectl get ... -o json` lists and `kubectl version -o json`.
+"""Read what the doctor is given: files, directories (recursively: .yaml, .yml, .json, and .toml and .conf for the
+container runtimes' configs) or `-` for standard input; multi-document YAML, Helm-rendered output, `kubectl get ...
+-o json` lists, `kubectl version -o json`, containerd's and CRI-O's TOML and Docker's daemon.json (each kept whole, as
+text, for the runtime rules; other programs' TOML is passed over).
 
 Nothing here raises on bad input: a file that is binary, not YAML, an unrendered Helm template or past the size
 limits becomes a finding and the rest is still read. Documents are split on their `---` lines before parsing, so
@@ -16,10 +18,13 @@ from typing import Any
 
 from gpufleet import yaml_input
 from gpufleet.doctor.findings import Finding
+from gpufleet.doctor.runtime_config import engine_of
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.model import Severity
 
-SUFFIXES = (".yaml", ".yml", ".json")
+SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".conf")
+RUNTIME_SUFFIXES = (".toml", ".conf")
+RUNTIME_CONFIG = "runtimeConfig"  # the key of a runtime config's document: {engine, text}
 MAX_JSON_BYTES = yaml_input.MAX_CAPTURE_BYTES  # `kubectl get pods -A -o json` of a large cluster
 _SEPARATOR = re.compile(r"^---(?:\s|$)")
 # What only a Helm template (not a Prometheus or Alertmanager template in a string) contains.
@@ -96,6 +101,13 @@ def _load_file(name: str, loaded: Loaded) -> None:
         msg = f"not UTF-8 text (byte {exc.start}): skipped"
         _problem(loaded, "GF092", Severity.critical, label, 0, msg, "save the manifest as UTF-8")
         return
+    if label.lower().endswith(RUNTIME_SUFFIXES) or label.replace("\\", "/").rpartition("/")[2] == "daemon.json":
+        engine = engine_of(label, text)
+        if engine is not None:
+            loaded.documents.append(Document(label, 1, {RUNTIME_CONFIG: {"engine": engine, "text": text}}))
+            return
+        if label.lower().endswith(RUNTIME_SUFFIXES):
+            return  # another program's TOML or .conf (pyproject.toml in a repository): not the doctor's to read
     looks_json = label.lower().endswith(".json") or text.lstrip().startswith(("{", "["))
     if looks_json and _load_json(text, label, loaded):
         return

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,116 @@ def test_each_gpus_numa_node_from_the_sysfs_tree(tmp_path: Path) -> None:
     assert facts.gpu_numa_nodes == {0: 0, 1: 1} and facts.gpus_per_numa_node == 1
     device(sys_root, ("pci0000:e7", "0000:e7:00.0", "0000:e8:00.0"), numa=-1, cpus="", vendor="0x10de", cls="0x030200")
     assert host.gpu_numa_nodes(tmp_path) is None
+
+
+RUNTIME_DATA = Path(__file__).parents[2] / "doctor" / "data" / "runtime"
+# /var/lib/dpkg/status paragraphs as dpkg writes them (one package removed with its config kept)
+DPKG_STATUS = """Package: nvidia-docker2
+Status: install ok installed
+Priority: optional
+Section: utils
+Installed-Size: 15
+Maintainer: NVIDIA CORPORATION <cudatools@nvidia.com>
+Architecture: all
+Version: 2.13.0-1
+Depends: nvidia-container-toolkit (>= 1.13.0-1)
+Description: nvidia-docker CLI wrapper
+ Replaces nvidia-docker with a new implementation based on the NVIDIA Container Toolkit
+
+Package: nvidia-container-toolkit
+Status: install ok installed
+Architecture: amd64
+Version: 1.13.5-1
+Description: NVIDIA Container toolkit
+
+Package: nvidia-container-runtime
+Status: deinstall ok config-files
+Architecture: all
+Version: 3.13.0-1
+Description: NVIDIA container runtime
+
+Package: zlib1g
+Status: install ok installed
+Version: 1:1.2.13.dfsg-1ubuntu4
+"""
+
+
+def proc_stat(pid: int, comm: str, start_ticks: int) -> str:
+    """/proc/<pid>/stat: pid (comm) state ... with field 22, starttime, in clock ticks after boot."""
+    fields = ["S", "1", str(pid), str(pid), "0", "-1", "4194560"] + ["0"] * 14
+    fields[19] = str(start_ticks)
+    return f"{pid} ({comm}) " + " ".join(fields) + " 0 0\n"
+
+
+def a_runtime_host(root: Path) -> Path:
+    """A fake root with containerd's config and the toolkit's drop-in, CRI-O's and Docker's configs, containerd
+    running, and the dpkg database."""
+    base = RUNTIME_DATA / "containerd-v2"
+    put(root, "etc/containerd/config.toml", (base / "config.toml").read_text())
+    put(root, "etc/containerd/conf.d/99-nvidia.toml", (base / "conf.d" / "99-nvidia.toml").read_text())
+    put(root, "etc/containerd/conf.d/README", "not a config\n")
+    put(root, "etc/crio/crio.conf.d/99-nvidia.toml", (RUNTIME_DATA / "crio/crio.conf.d/99-nvidia.toml").read_text())
+    put(root, "etc/docker/daemon.json", (RUNTIME_DATA / "docker/daemon.json").read_text())
+    put(root, "proc/stat", "cpu  1 2 3 4\nbtime 1717400000\nprocesses 1234\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    put(root, "proc/812/comm", "containerd\n")
+    put(root, "proc/812/stat", proc_stat(812, "containerd", 100 * ticks))
+    put(root, "proc/977/comm", "kubelet\n")
+    put(root, "proc/977/stat", proc_stat(977, "kubelet", 50 * ticks))
+    put(root, "proc/self/comm", "python\n")
+    put(root, "var/lib/dpkg/status", DPKG_STATUS)
+    return root
+
+
+def test_the_runtimes_configs_their_times_and_the_runtimes_start(tmp_path: Path) -> None:
+    root = a_runtime_host(tmp_path)
+    os.utime(root / "etc/containerd/conf.d/99-nvidia.toml", (1717400500, 1717400500))
+    texts, written = host.runtime_configs(root)
+    assert sorted(texts) == [
+        "/etc/containerd/conf.d/99-nvidia.toml",
+        "/etc/containerd/config.toml",
+        "/etc/crio/crio.conf.d/99-nvidia.toml",
+        "/etc/docker/daemon.json",
+    ]
+    assert texts["/etc/containerd/config.toml"] == (RUNTIME_DATA / "containerd-v2/config.toml").read_text()
+    assert written["/etc/containerd/conf.d/99-nvidia.toml"] == 1717400500
+    assert host.runtime_started(root) == {"containerd": 1717400100.0}  # btime + 100 s; the kubelet is not a runtime
+
+
+def test_imports_outside_conf_d_are_read_and_big_files_are_not(tmp_path: Path) -> None:
+    put(tmp_path, "etc/containerd/config.toml", 'version = 2\nimports = ["/opt/site/containerd/*.toml"]\n')
+    put(tmp_path, "opt/site/containerd/gpu.toml", "version = 2\n")
+    put(tmp_path, "etc/crio/crio.conf", "#" * (host.MAX_CONFIG_BYTES + 1))
+    texts, _ = host.runtime_configs(tmp_path)
+    assert sorted(texts) == ["/etc/containerd/config.toml", "/opt/site/containerd/gpu.toml"]
+
+
+def test_the_nvidia_container_packages_from_dpkg(tmp_path: Path) -> None:
+    put(tmp_path, "var/lib/dpkg/status", DPKG_STATUS)
+    assert host.container_packages(tmp_path) == {"nvidia-docker2": "2.13.0-1", "nvidia-container-toolkit": "1.13.5-1"}
+    assert host.container_packages(tmp_path / "elsewhere") is None  # no dpkg database, and rpm is not asked
+
+
+def test_the_host_facts_feed_the_doctors_runtime_rules(tmp_path: Path) -> None:
+    """What --host-facts prints, given back as a cluster-facts file: the drop-in written after containerd started
+    (GF048) and nvidia-docker2 (GF049) are found."""
+    import yaml
+
+    from gpufleet.doctor.engine import run
+
+    root = a_runtime_host(tmp_path / "root")
+    put(root, "proc/sys/kernel/hostname", "gpu-07\n")
+    put(root, "proc/driver/nvidia/version", PROPRIETARY)
+    os.utime(root / "etc/containerd/conf.d/99-nvidia.toml", (1717400500, 1717400500))
+    name, facts = read_host_facts(root)
+    entry = {
+        "containerRuntime": "containerd://1.7.27",
+        "nodes": {name: facts.model_dump(by_alias=True, exclude_none=True)},
+    }
+    facts_file = tmp_path / "facts.yaml"
+    facts_file.write_text(yaml.safe_dump(entry))
+    report = run([], cluster_facts=facts_file, check_schema=False)
+    rules = sorted({f.rule for f in report.findings})
+    assert rules == ["GF048", "GF049"], report.findings
+    [late] = [f for f in report.findings if f.rule == "GF048"]
+    assert late.object == "Node/gpu-07" and "/etc/containerd/conf.d/99-nvidia.toml" in late.message
