@@ -14,6 +14,7 @@ def registered() -> dict[str, Registered]:
         kubelet,
         monitoring,
         operands,
+        runtime,
         sharing,
         stack,
         vendors,
