@@ -175,6 +175,18 @@ def containerd_view(files: Mapping[str, str], runtime_version: tuple[int, ...] |
             )
         )
         order = [top]
+    if runtime_version is not None and runtime_version < (2, 0):
+        for path in order:
+            if _version(parsed[path]) >= 3:
+                view.problems.append(
+                    Problem(
+                        path,
+                        f"{path} is a version {_version(parsed[path])} config, which containerd"
+                        f" {'.'.join(map(str, runtime_version))} does not read (version 3 is containerd 2.x's):"
+                        " containerd refuses to start with it",
+                        "write it as version 2 (plugin io.containerd.grpc.v1.cri), or upgrade containerd to 2.x",
+                    )
+                )
     replace = runtime_version is not None and runtime_version < CONTAINERD_DEEP_MERGE
     cri: dict[str, Any] = {}
     cri_file: dict[str, str] = {}  # handler name or setting -> the file that set it

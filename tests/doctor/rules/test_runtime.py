@@ -301,3 +301,12 @@ def test_a_broken_containerd_config_is_named(tmp_path: Path) -> None:
 def test_doctor_helper_reads_toml_given_inline(tmp_path: Path) -> None:
     report = doctor(tmp_path, ("containerd/config.toml", text("issue413/config.toml")), ("pod.yaml", gpu_pod("train")))
     assert [f for f in report.findings if f.rule in RULES] == []
+
+
+def test_a_version_3_config_on_containerd_1_7(tmp_path: Path) -> None:
+    report = run(tmp_path, RUNTIME / "containerd-v3", facts={"containerRuntime": "containerd://1.7.27"})
+    messages = [f.message for f in hits(report, "GF046")]
+    assert any("version 3 config, which containerd 1.7.27 does not read" in m for m in messages)
+    assert (
+        hits(run(tmp_path, RUNTIME / "containerd-v3", facts={"containerRuntime": "containerd://2.0.5"}), "GF046") == []
+    )

@@ -250,12 +250,10 @@ def runtime_classes(ctx: Context) -> Iterator[Hit]:
 def _default_runtime(ctx: Context, subs: list[Subject]) -> Iterator[Hit]:
     """GPU pods that name no RuntimeClass run under the default handler: without nvidia there, nothing injects the
     GPUs the device plugin allocated (only CDI through the CRI, with a device plugin set for it, does)."""
-    plain = [s for s in subs for v in s.active if v.files and v.nvidia and not _default_is_nvidia(v)]
+    plain = [(s, v) for s in subs for v in s.active if v.files and v.nvidia and not _default_is_nvidia(v)]
     if not plain:
         return
-    where = "; ".join(
-        f"{s.where} ({_name(v)} default: {v.default or 'the built-in default'})" for s in plain for v in s.active
-    )
+    where = "; ".join(f"{s.where} ({_name(v)} default: {v.default or 'the built-in default'})" for s, v in plain)
     for t in ctx.templates:
         if t.spec.get("runtimeClassName") or t.gpu_request() <= 0:
             continue
