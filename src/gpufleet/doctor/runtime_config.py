@@ -145,6 +145,31 @@ def _import_matches(pattern: str, path: str) -> bool:
     return posixpath.basename(pat_dir) == posixpath.basename(dir_) and fnmatch.fnmatch(name, pat_name)
 
 
+def _version_mismatch(path: str, version: int, runtime: tuple[int, ...] | None) -> Problem | None:
+    """A config version the running containerd does not read: 3 on containerd 1.x (1.6.32 and 1.7.17 refuse it,
+    "containerd config version `3` is not supported, the max version is `2`"), 1 on containerd 2.x (removed)."""
+    if runtime is None:
+        return None
+    shown = ".".join(map(str, runtime))
+    if version >= 3 and runtime < (2, 0):
+        return Problem(
+            path,
+            f"{path} is a version {version} config (containerd 2.x's layout), which containerd {shown} does not read:"
+            " 1.6.32, 1.7.17 and later refuse to start ('containerd config version `3` is not supported, the max"
+            " version is `2`'), earlier ones misread it",
+            'write it as version 2 (the runtimes under plugins."io.containerd.grpc.v1.cri"), or upgrade containerd'
+            " to 2.x",
+        )
+    if version == 1 and runtime >= (2, 0):
+        return Problem(
+            path,
+            f"{path} is a version 1 config (no `version` line), which containerd {shown} no longer reads: 2.0 removed"
+            " version 1 configs and refuses their short plugin names such as `cri`",
+            "convert it (`containerd config migrate` prints it as version 3) and restart containerd",
+        )
+    return None
+
+
 def containerd_view(files: Mapping[str, str], runtime_version: tuple[int, ...] | None = None) -> RuntimeView:
     """containerd's config from its files (path -> text): the top-level config.toml, then each file its `imports`
     name, in order. On containerd older than 2.1 (when its version is known) an imported file replaces every plugin
@@ -175,18 +200,10 @@ def containerd_view(files: Mapping[str, str], runtime_version: tuple[int, ...] |
             )
         )
         order = [top]
-    if runtime_version is not None and runtime_version < (2, 0):
-        for path in order:
-            if _version(parsed[path]) >= 3:
-                view.problems.append(
-                    Problem(
-                        path,
-                        f"{path} is a version {_version(parsed[path])} config, which containerd"
-                        f" {'.'.join(map(str, runtime_version))} does not read (version 3 is containerd 2.x's):"
-                        " containerd refuses to start with it",
-                        "write it as version 2 (plugin io.containerd.grpc.v1.cri), or upgrade containerd to 2.x",
-                    )
-                )
+    for path in order if runtime_version is not None else ():
+        mismatch = _version_mismatch(path, _version(parsed[path]), runtime_version)
+        if mismatch:
+            view.problems.append(mismatch)
     replace = runtime_version is not None and runtime_version < CONTAINERD_DEEP_MERGE
     cri: dict[str, Any] = {}
     cri_file: dict[str, str] = {}  # handler name or setting -> the file that set it

@@ -306,7 +306,16 @@ def test_doctor_helper_reads_toml_given_inline(tmp_path: Path) -> None:
 def test_a_version_3_config_on_containerd_1_7(tmp_path: Path) -> None:
     report = run(tmp_path, RUNTIME / "containerd-v3", facts={"containerRuntime": "containerd://1.7.27"})
     messages = [f.message for f in hits(report, "GF046")]
-    assert any("version 3 config, which containerd 1.7.27 does not read" in m for m in messages)
+    assert any("containerd 1.7.27 does not read: 1.6.32, 1.7.17 and later refuse" in m for m in messages)
     assert (
         hits(run(tmp_path, RUNTIME / "containerd-v3", facts={"containerRuntime": "containerd://2.0.5"}), "GF046") == []
+    )
+
+
+def test_a_version_1_config_on_containerd_2(tmp_path: Path) -> None:
+    report = run(tmp_path, RUNTIME / "containerd-v1", facts={"containerRuntime": "containerd://2.0.5"})
+    messages = [f.message for f in hits(report, "GF046")]
+    assert any("version 1 config (no `version` line), which containerd 2.0.5 no longer reads" in m for m in messages)
+    assert (
+        hits(run(tmp_path, RUNTIME / "containerd-v1", facts={"containerRuntime": "containerd://1.6.32"}), "GF046") == []
     )
