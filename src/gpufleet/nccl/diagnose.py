@@ -18,6 +18,7 @@ from gpufleet.catalog.setup_errors import setup_error
 from gpufleet.errors import ParseError
 from gpufleet.nccl import refine
 from gpufleet.nccl._files import load_yaml
+from gpufleet.nccl.clock_skew import SkewSeen, StampedLine, find_skew
 from gpufleet.nccl.line_match import Ordered
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -405,6 +406,7 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
             matches["roce_gid_index"] = matches["ib_transport_error"]
             by_priority = ["roce_gid_index", *by_priority]
             notes.append(gid_note)
+    skew = find_skew(StampedLine(_after_launcher(ln.raw), ln.raw, ln.host) for ln in lines if ln.host)
     if not matches:
         dx = Diagnosis(
             "unknown",
@@ -419,7 +421,7 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
         if dx.evidence:
             dx.summary = "NCCL reported errors, but none names a known cause; the WARN lines below are the first"
         dx.ranks, dx.hosts = _missing_or_failed_ranks(per_file, lines, multi, file_ranks)
-        return dx
+        return _with_skew(dx, skew)
     best = by_priority[0]
     sig = next(s for s in signatures() if s.name == best)
     hits = matches[best]
@@ -451,6 +453,28 @@ def diagnose_texts(texts: list[tuple[str, str]]) -> Diagnosis:
         if multi and failed:
             dx.summary += f"; rank(s) {', '.join(map(str, failed))} did not finish initialising"
             dx.ranks = _dedupe_int(dx.ranks + failed)
+    return _with_skew(dx, skew)
+
+
+def _after_launcher(raw: str) -> str:
+    """A line without colour, control bytes and launcher prefixes, its own timestamp kept (clock_skew reads it)."""
+    text = CONTROL.sub("", ANSI.sub("", raw)).replace("\ufffd", "")
+    for _ in range(3):
+        m = next((m for pat in PREFIXES if (m := pat.match(text))), None)
+        if m is None:
+            break
+        text = text[m.end() :]
+    return text.strip()
+
+
+def _with_skew(dx: Diagnosis, skew: SkewSeen | None) -> Diagnosis:
+    """The diagnosis with the hosts' clock disagreement said beside it (it is never the failure itself)."""
+    if skew is None:
+        return dx
+    dx.summary += f"; {skew.note}"
+    dx.also_seen = _dedupe([*dx.also_seen, "time_zones_differ" if skew.zones else "clock_skew"])
+    dx.evidence = _dedupe([*dx.evidence, *skew.evidence])
+    dx.hosts = _dedupe([*dx.hosts, *skew.hosts])
     return dx
 
 
