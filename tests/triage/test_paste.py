@@ -78,6 +78,13 @@ def test_a_markdown_list_and_its_indentation_come_off() -> None:
     assert _clean(f"- {XID}\n{SXID}\n") == [f"- {XID}", SXID]
 
 
+def test_a_list_item_whose_text_starts_with_its_own_indentation_keeps_it() -> None:
+    # `nvidia-smi topo -m` starts with a tab (or spaces, once a paste turned them): CommonMark takes one space after
+    # the marker, the rest is the text's
+    assert _clean("* \tGPU0\tGPU1\n  GPU0\t X \tNV18\n") == ["\tGPU0\tGPU1", "GPU0\t X \tNV18"]
+    assert _clean("-       GPU0  GPU1\n  GPU0   X    NV18\n") == ["      GPU0  GPU1", "GPU0   X    NV18"]
+
+
 def test_a_uniform_indentation_comes_off_and_the_relative_one_stays() -> None:
     q = "    [0] AIP (accel0) 0000:43:00.0\n            Product Name                    : HL-225\n"
     assert _clean(q) == ["[0] AIP (accel0) 0000:43:00.0", "        Product Name                    : HL-225"]

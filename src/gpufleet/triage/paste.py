@@ -69,7 +69,7 @@ _FENCE_INFO = (
 _FENCE_OPEN = re.compile(rf"^\s*(?:```|~~~)(?:(?:{_FENCE_INFO})(?=\s|$))?\s*", re.I)
 _FENCE_CLOSE = re.compile(r"\s*(?:```|~~~)\s*$")
 # a markdown list item: the marker and the spaces after it set the item's indentation
-_LIST_ITEM = re.compile(r"^(?P<indent> {0,3})(?P<marker>[-*+]|\d{1,3}[.)]) +(?=\S)")
+_LIST_ITEM = re.compile(r"^(?P<indent> {0,3})(?P<marker>[-*+]|\d{1,3}[.)]) +(?=\S|\t)")
 _EMPTY_ITEM = re.compile(r"^ {0,3}(?:[-*+]|\d{1,3}[.)]) *$")
 # a text pasted into a list a line at a time: every line its own item, the marker and one space before the tool's
 # own line (whose indentation is the tool's: a -q section's keys, a YAML document's nesting)
@@ -169,13 +169,22 @@ def _bulleted(body: Sequence[str]) -> bool:
     return len(kinds) == 1
 
 
+def _content_start(item: re.Match[str]) -> int:
+    """Where a list item's text starts: after the marker and its spaces; but where five or more spaces follow the
+    marker, after one of them (CommonMark: the rest is the text's own indentation, as in a pasted table whose header
+    line starts with spaces or a tab, like `nvidia-smi topo -m`'s)."""
+    marker_end = len(item.group("indent")) + len(item.group("marker"))
+    own = item.end() - marker_end > 4 or item.string[item.end() : item.end() + 1] == "\t"
+    return marker_end + 1 if own else item.end()
+
+
 def _list_indent(body: Sequence[str]) -> int:
     """The indentation of a markdown list the text was pasted into, or 0: its first line is an item and every
     other line is an item of the same list or indented as far as its text."""
     first = _LIST_ITEM.match(body[0])
     if first is None:
         return 0
-    width, indent = first.end(), first.group("indent")
+    width, indent = _content_start(first), first.group("indent")
     for line in body[1:]:
         item = _LIST_ITEM.match(line)
         if item is not None and item.group("indent") == indent:
@@ -193,8 +202,8 @@ def _unlist(line: str, width: int) -> str:
     if _EMPTY_ITEM.match(line):
         return ""
     item = _LIST_ITEM.match(line)
-    if item is not None and item.end() <= width + 1:
-        return line[item.end() :]
+    if item is not None and _content_start(item) <= width + 1:
+        return line[_content_start(item) :]
     spaces = len(line) - len(line.lstrip(" "))
     return line[min(spaces, width) :]
 
