@@ -17,20 +17,16 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from gpufleet.model.fabric_settings import (
-    HcaPortSetting,
-    HostFabricSettings,
-    PartitionSetting,
-    RoceQosSetting,
-    SubnetManagerConfig,
+from gpufleet.fabric.settings_captures import (
+    opensm_from_text,
+    partitions_file_of,
+    ports_from_devinfo,
+    roce_from_mlnx_qos,
 )
-from gpufleet.parsers.infiniband.ibv_devinfo import parse_ibv_devinfo
-from gpufleet.parsers.infiniband.mlnx_qos import parse_mlnx_qos
-from gpufleet.parsers.infiniband.opensm_conf import parse_opensm_conf, parse_partitions_conf
+from gpufleet.model.fabric_settings import HcaPortSetting, HostFabricSettings, RoceQosSetting, SubnetManagerConfig
 
 TOOL_TIMEOUT_S = 10.0
 OPENSM_CONF = Path("/etc/opensm/opensm.conf")
-JUDGED_KEYS = ("routing_engine", "sm_priority", "sweep_interval", "max_op_vls", "qos")
 
 Run = Callable[[list[str]], str | None]  # argv -> stdout, None when the tool is missing or failed
 
@@ -71,12 +67,8 @@ def read_host_settings(
     if devinfo is None:
         out.errors.append("ibv_devinfo did not run: no HCA MTU (install rdma-core's ibverbs-utils)")
     else:
-        for port in parse_ibv_devinfo(devinfo).ports:
-            if port.device is None:
-                continue
-            active = _int(port.fields.get("active_mtu"))
-            maximum = _int(port.fields.get("max_mtu"))
-            mtus[(port.device, port.number)] = (active, maximum)
+        for port in ports_from_devinfo(devinfo):
+            mtus[(port.device, port.port)] = (port.active_mtu, port.max_mtu)
     ib = root / "sys/class/infiniband"
     for dev in sorted(ib.iterdir()) if ib.is_dir() else []:
         for port_dir in sorted((dev / "ports").iterdir()) if (dev / "ports").is_dir() else []:
@@ -110,37 +102,22 @@ def read_host_settings(
 
 
 def read_opensm_config(conf: Path, root: Path = Path("/")) -> SubnetManagerConfig:
-    config = parse_opensm_conf(conf.read_text(errors="replace"), str(conf))
-    out = SubnetManagerConfig(
-        file=str(conf),
-        routing_engines=config.routing_engines,
-        sm_priority=config.number("sm_priority"),
-        sweep_interval=config.number("sweep_interval"),
-        max_op_vls=config.number("max_op_vls"),
-        qos=config.flag("qos"),
-        lines={key: config.settings[key].line for key in JUDGED_KEYS if config.given(key)},
-    )
-    named = config.get("partition_config_file").value
+    """opensm.conf and the partition file it names, where that file is there."""
+    text = conf.read_text(errors="replace")
+    named = partitions_file_of(text)
     partitions = root / named.lstrip("/") if named.startswith("/") else conf.parent / named
     if named and partitions.is_file():
-        out.partitions_file = named
-        out.partitions = [
-            PartitionSetting(p.name, p.pkey, p.ipoib, p.mtu_bytes if p.ipoib else None, p.line)
-            for p in parse_partitions_conf(partitions.read_text(errors="replace"))
-        ]
-    return out
+        return opensm_from_text(text, str(conf), partitions.read_text(errors="replace"), named)
+    return opensm_from_text(text, str(conf))
 
 
 def _roce_qos(root: Path, device: str, netdev: str, run: Run, errors: list[str]) -> RoceQosSetting:
-    qos = RoceQosSetting(netdev=netdev, device=device)
     text = run(["mlnx_qos", "-i", netdev])
     if text is None:
         errors.append(f"mlnx_qos -i {netdev} did not run: PFC and trust not read (install mlnx-tools)")
+        qos = RoceQosSetting(netdev=netdev, device=device)
     else:
-        parsed = parse_mlnx_qos(text, netdev)
-        qos.trust = parsed.trust
-        qos.pfc = parsed.pfc_priorities if parsed.pfc is not None else None
-        qos.dscp2prio = parsed.dscp2prio
+        qos = roce_from_mlnx_qos(text, netdev, device)
     ecn = root / "sys/class/net" / netdev / "ecn"
     for side in ("np", "rp"):
         folder = ecn / f"roce_{side}" / "enable"
