@@ -34,6 +34,8 @@ def config_kind(data: dict[str, object]) -> str | None:
     """The kind of a non-Kubernetes document the doctor reads, or None."""
     if isinstance(data.get("runtimeConfig"), dict):
         return "runtime-config"  # containerd, CRI-O or Docker (load.py keeps its text)
+    if isinstance(data.get("fabricSettings"), list):
+        return "fabric-settings"  # `gpufleet fabric settings -o json`
     if "serverVersion" in data or "clientVersion" in data:
         return "kubectl-version"
     if "mig-configs" in data:
