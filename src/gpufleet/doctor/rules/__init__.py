@@ -10,6 +10,7 @@ def registered() -> dict[str, Registered]:
         admission,
         amd,
         drivers,
+        fabric_settings,
         gaudi,
         kubelet,
         monitoring,
