@@ -289,6 +289,18 @@ def crio_view(files: Mapping[str, str]) -> RuntimeView:
         except ValueError as exc:
             view.problems.append(Problem(path, f"CRI-O cannot read {path}: {exc}", "fix the TOML syntax"))
             continue
+        if posixpath.basename(posixpath.dirname(path)) == "conf.d":
+            view.problems.append(
+                Problem(
+                    path,
+                    f"{path} is not read: CRI-O reads its drop-ins from /etc/crio/crio.conf.d, not conf.d (the"
+                    " toolkit's `nvidia-ctk runtime configure --runtime=crio` wrote its drop-in to"
+                    " /etc/crio/conf.d/99-nvidia.toml in releases 1.18 and 1.19; 1.20.0 writes crio.conf.d)",
+                    "move it to /etc/crio/crio.conf.d/ (or run `nvidia-ctk runtime configure --runtime=crio` from"
+                    " toolkit 1.20 or later) and restart crio",
+                )
+            )
+            continue
         view.files.append(path)
         _merge(merged, data)
         for name in _dig(data, "crio", "runtime", "runtimes") or {}:

@@ -319,3 +319,37 @@ def test_a_version_1_config_on_containerd_2(tmp_path: Path) -> None:
     assert (
         hits(run(tmp_path, RUNTIME / "containerd-v1", facts={"containerRuntime": "containerd://1.6.32"}), "GF046") == []
     )
+
+
+def test_a_crio_drop_in_in_conf_d_is_not_read(tmp_path: Path) -> None:
+    """Toolkit 1.18 and 1.19 wrote CRI-O's drop-in to /etc/crio/conf.d (gpu-operator issue 2236: 'failed to find
+    runtime handler nvidia'); CRI-O reads /etc/crio/crio.conf.d."""
+    folder = copy(tmp_path, "crio")
+    (folder / "crio.conf.d").rename(folder / "conf.d")
+    report = run(tmp_path, folder)
+    messages = [f.message for f in hits(report, "GF046")]
+    assert any(
+        "conf.d/99-nvidia.toml is not read: CRI-O reads its drop-ins from /etc/crio/crio.conf.d" in m for m in messages
+    )
+    assert any("CRI-O registers no runtime handler" in m for m in messages)
+
+
+def test_the_sandbox_error_in_crio_and_dockershim_wording(tmp_path: Path) -> None:
+    event = yaml.safe_load((RUNTIME / "events" / "no-runtime-nvidia.yaml").read_text())["items"][0]
+    # NVSentinel issue 442 (CRI-O) and gpu-operator issue 236 (dockershim), as the kubelet recorded them
+    for message, said in (
+        (
+            "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler nvidia from"
+            " runtime list map[crun:0xc00047e300 runc:0xc00047ef00]",
+            "failed to find runtime handler nvidia from runtime list",
+        ),
+        (
+            'Failed to create pod sandbox: RuntimeHandler "nvidia" not supported',
+            'RuntimeHandler "nvidia" not supported',
+        ),
+    ):
+        event["message"] = message
+        [finding] = hits(run(tmp_path, objects=[event]), "GF048")
+        assert f"'{said}'" in finding.message and "no handler named 'nvidia'" in finding.message
+    event["message"] = "Failed to pull image: not found"
+    assert hits(run(tmp_path, objects=[event]), "GF048") == []

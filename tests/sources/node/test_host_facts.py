@@ -291,3 +291,11 @@ def test_the_host_facts_feed_the_doctors_runtime_rules(tmp_path: Path) -> None:
     assert rules == ["GF048", "GF049"], report.findings
     [late] = [f for f in report.findings if f.rule == "GF048"]
     assert late.object == "Node/gpu-07" and "/etc/containerd/conf.d/99-nvidia.toml" in late.message
+
+
+def test_a_crio_drop_in_in_conf_d_is_gathered_for_the_doctor_to_name(tmp_path: Path) -> None:
+    drop_in = (RUNTIME_DATA / "crio/crio.conf.d/99-nvidia.toml").read_text()
+    put(tmp_path, "etc/crio/crio.conf", (RUNTIME_DATA / "crio/crio.conf").read_text())
+    put(tmp_path, "etc/crio/conf.d/99-nvidia.toml", drop_in)  # where toolkit 1.18 and 1.19 wrote it
+    texts, _ = host.runtime_configs(tmp_path)
+    assert sorted(texts) == ["/etc/crio/conf.d/99-nvidia.toml", "/etc/crio/crio.conf"]

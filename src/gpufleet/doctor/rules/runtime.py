@@ -39,9 +39,14 @@ OPERATOR_CONFIGURES = (
     "with the GPU Operator, leave toolkit.enabled on (its nvidia-container-toolkit pod writes this and restarts the"
     " runtime) and delete that pod to have it written again"
 )
-# The sandbox error the kubelet records when the runtime has no such handler (containerd's wording; quotes as
-# kubectl and terminals print them).
-NO_RUNTIME = re.compile(r"no runtime for [\"“”\\]*([\w.-]+)[\"“”\\]* is configured")
+# The sandbox error the kubelet records when the runtime has no such handler, in containerd's, CRI-O's and
+# dockershim's wording (quotes as kubectl and terminals print them).
+_QUOTE = r"[\"“”\\]*"
+NO_RUNTIME = re.compile(
+    rf"no runtime for {_QUOTE}([\w.-]+){_QUOTE} is configured"
+    r"|failed to find runtime handler ([\w.-]+) from runtime list"
+    rf"|RuntimeHandler {_QUOTE}([\w.-]+){_QUOTE} not supported"
+)
 LEGACY_PACKAGES = ("nvidia-docker2", "nvidia-container-runtime")
 CDI_DEFAULT_OPERATOR = (25, 10)  # GPU Operator release that turns CDI on by default
 CDI_DEFAULT_CONTAINERD = (2, 0)  # containerd release whose enable_cdi defaults to true
@@ -317,7 +322,8 @@ def configured_after_start(ctx: Context) -> Iterator[Hit]:
         found = NO_RUNTIME.search(text)
         if not found:
             continue
-        handler = found.group(1)
+        handler = next(g for g in found.groups() if g)
+        said = found.group(0).replace("\\", "")
         involved = as_dict(event.data.get("involvedObject") or event.data.get("regarding"))
         pod = f"{involved.get('kind', 'Pod')}/{involved.get('namespace', event.namespace)}/{involved.get('name', '')}"
         node_name = str(as_dict(event.data.get("source")).get("host") or event.data.get("reportingInstance") or "")
@@ -327,7 +333,7 @@ def configured_after_start(ctx: Context) -> Iterator[Hit]:
         times = f" ({count} times)" if count else ""
         if on is not None and registered:
             yield Hit(
-                f"{pod} failed to start on node {node_name}{times}: 'no runtime for \"{handler}\" is configured',"
+                f"{pod} failed to start on node {node_name}{times}: '{said}',"
                 f" yet {_name(registered[0])} there registers {handler!r} now: the pod met the runtime before the"
                 " toolkit had configured it and the runtime restarted (the known race after a node boots or the"
                 " toolkit is redeployed)",
@@ -340,8 +346,8 @@ def configured_after_start(ctx: Context) -> Iterator[Hit]:
         else:
             state = f" and {on.where}'s configuration has no {handler!r} handler either" if on is not None else ""
             yield Hit(
-                f"{pod} failed to start{' on node ' + node_name if node_name else ''}{times}: 'no runtime for"
-                f' "{handler}" is configured\'{state}: the runtime on that node has no handler named {handler!r}'
+                f"{pod} failed to start{' on node ' + node_name if node_name else ''}{times}: '{said}'{state}:"
+                f" the runtime on that node has no handler named {handler!r}"
                 " (not configured, or configured after the runtime last started)",
                 "on the node: `nvidia-ctk runtime configure` for its runtime and restart the runtime"
                 f" ({OPERATOR_CONFIGURES}); then delete the pod. `gpufleet doctor --host-facts` on the node shows"

@@ -33,7 +33,8 @@ _RUNTIME_VERSION = re.compile(r"\bv?(\d+\.\d+\.\d+)")
 _RUNTIME_TIMEOUT = 3.0  # seconds for `containerd --version`
 _RUNTIME_CONFIGS = ("etc/containerd/config.toml", "etc/crio/crio.conf", "etc/docker/daemon.json")
 # Drop-in folders the runtimes (or the toolkit) use: containerd reads conf.d only where config.toml imports it
-_DROP_INS = (("etc/containerd/conf.d", "*.toml"), ("etc/crio/crio.conf.d", "*"))
+# (and /etc/crio/conf.d, where toolkit 1.18 and 1.19 wrote CRI-O's drop-in, which CRI-O does not read)
+_DROP_INS = (("etc/containerd/conf.d", "*.toml"), ("etc/crio/crio.conf.d", "*"), ("etc/crio/conf.d", "*"))
 MAX_CONFIG_BYTES = 1 << 20
 _RUNTIME_PROCESSES = ("containerd", "crio", "dockerd")
 # The NVIDIA container packages: the toolkit's, and the deprecated wrappers the doctor warns about
