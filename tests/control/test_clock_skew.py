@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpufleet.control.clock_skew import ClockComparison
 from gpufleet.health.detectors.seen import JobView
+from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model import RootCause
 from gpufleet.model.observe import ClockFact, JobFact, RankFact
 from gpufleet.state import Database
@@ -31,8 +32,8 @@ def test_a_jobs_nodes_two_milliseconds_apart_open_a_clock_skew_incident(state_db
     skew = [i for i in incidents if i["cause"] == RootCause.clock_skew.value]
     assert len(skew) == 1 and "train-7" in skew[0]["summary"] and "2.0 ms" in skew[0]["summary"]
     assert not [i for i in incidents if i["cause"] == RootCause.clock_unsynchronised.value]
-    clock.now += 30
-    plane.tick()  # still skewed: not filed again within REFILE_S
+    clock.now += 10
+    plane.tick()  # still skewed: not filed again within control.finding_repeat_s
     again = [i for i in plane.incidents() if i["cause"] == RootCause.clock_skew.value]
     assert [i["count"] for i in again] == [1]
 
@@ -55,7 +56,8 @@ def test_nodes_in_step_are_no_incident(state_db: Database) -> None:
 
 def test_send_stamps_bound_the_clock_difference_from_below() -> None:
     """sent - received = (node clock - plane clock) - one-way delay: the greatest over pushes is the tightest bound."""
-    compare = ClockComparison()
+    thresholds = load_thresholds()
+    compare = ClockComparison(thresholds.clock, thresholds.control.finding_repeat_s)
     for k, delay in enumerate((0.030, 0.002, 0.011)):
         received = T0 + k
         true_send = received - delay
@@ -70,3 +72,19 @@ def test_send_stamps_bound_the_clock_difference_from_below() -> None:
     # a restarted agent (a new stream) starts its window afresh
     compare.heard(batch("n1", [], incarnation="inc-2", when=T0 + 10.0), T0 + 10.0)
     assert compare.clock("n1", T0 + 10).received_s == 0.0
+
+
+def test_the_skew_incident_resolves_once_the_clocks_agree_again(state_db: Database) -> None:
+    clock = Clock()
+    plane = plane_at(state_db, clock)
+    for offset in (0.0001, -0.0019):
+        node = "n1" if offset > 0 else "n2"
+        plane.ingest(batch(node, [], jobs=_job(node, 0 if node == "n1" else 2), clock=_clock(offset)))
+    plane.tick()
+    assert [i["state"] for i in plane.incidents() if i["cause"] == RootCause.clock_skew.value] == ["open"]
+    for _ in range(12):  # chrony stepped n2 back in line: six minutes of agreeing reports
+        clock.now += 30
+        plane.ingest(batch("n1", [], jobs=_job("n1", 0), clock=_clock(0.0001), when=clock.now))
+        plane.ingest(batch("n2", [], jobs=_job("n2", 2), clock=_clock(0.00005), when=clock.now))
+        plane.tick()
+    assert [i["state"] for i in plane.incidents() if i["cause"] == RootCause.clock_skew.value] == ["resolved"]

@@ -1,7 +1,8 @@
 """The nodes' clocks compared: each push's clock report (`Batch.clock`) and its send stamp against the control
 plane's receive time, judged per job by health/clock_skew.py. A job's skew and a node's unsynchronised clock are
 findings like any other (incidents, the API's and CLI's incident lists), filed when they begin and again every
-REFILE_S while they last.
+`control.finding_repeat_s` while they last, so the incident resolves on its own once the clocks agree again
+(`control.resolve_after_s`).
 
 The receive-time part keeps, per node, sent - received for the last RECENT pushes. Each is the node's clock minus
 this plane's, less that push's one-way delay, so the greatest of them (the least of received - sent) is the clock
@@ -15,10 +16,10 @@ from dataclasses import dataclass, field
 
 from gpufleet.health.clock_skew import NodeClock, job_skew, unsynchronised
 from gpufleet.health.detectors.seen import JobView
+from gpufleet.health.thresholds import Clock
 from gpufleet.model.observe import Batch, ClockFact, Finding
 
 RECENT = 30  # pushes per node the receive-time bound is taken over
-REFILE_S = 600.0
 STALE_S = 300.0  # a clock report older than this (by the plane's clock) is not compared
 
 
@@ -31,7 +32,8 @@ class _Node:
 
 
 class ClockComparison:
-    def __init__(self) -> None:
+    def __init__(self, limits: Clock, repeat_s: float) -> None:
+        self.limits, self.repeat_s = limits, repeat_s
         self.nodes: dict[str, _Node] = {}
         self._filed: dict[str, float] = {}  # finding key -> when it was last filed
 
@@ -68,7 +70,7 @@ class ClockComparison:
         ]  # fmt: skip
 
     def findings(self, now: float, jobs: list[JobView]) -> list[Finding]:
-        """Skewed jobs and unsynchronised nodes, each filed when it begins and every REFILE_S while it lasts."""
+        """Skewed jobs and unsynchronised nodes, each filed when it begins and every `repeat_s` while it lasts."""
         out: list[Finding] = []
         for name in self.nodes:
             found = unsynchronised(self.clock(name, now), now)
@@ -78,10 +80,10 @@ class ClockComparison:
             hosts = sorted({node for node, _ in job.ranks})
             if len(hosts) < 2:
                 continue
-            found = job_skew(job.name, [self.clock(h, now) for h in hosts], now)
+            found = job_skew(job.name, [self.clock(h, now) for h in hosts], now, self.limits)
             if found is not None:
                 out.append(found)
-        due = [f for f in out if now - self._filed.get(f.key, -1e18) >= REFILE_S]
+        due = [f for f in out if now - self._filed.get(f.key, -1e18) >= self.repeat_s]
         current = {f.key for f in out}
         self._filed = {k: t for k, t in self._filed.items() if k in current}  # ended: filed at once if it returns
         for f in due:

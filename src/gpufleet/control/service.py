@@ -169,7 +169,8 @@ class ControlPlane:
         self.lock = ordered_lock("control")
         self._fabric_facts: tuple[tuple[int, tuple[str, ...]], FabricFacts] | None = None
         self.fleet = FleetState()
-        self.clocks = ClockComparison()  # the nodes' clocks, from their reports and this plane's receive times
+        # the nodes' clocks, from their reports and this plane's receive times
+        self.clocks = ClockComparison(self.thresholds.clock, self.thresholds.control.finding_repeat_s)
         self.fleet.load_inventory(self.store.inventories())
         self.fleet.load_kernel_log(self.store.recent_kernel_reports(KERNEL_REPORTS_LOADED))
         # the fabric's topology names each host's NVLink domain from its GPUs; a backend that labels nodes gets the

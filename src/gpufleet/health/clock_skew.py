@@ -16,24 +16,21 @@ Two measurements, each with what it can tell:
   sent) is the clock difference less the smallest one-way delay. Between two nodes the difference of those values is
   their skew, off by at most the larger of their smallest one-way delays (milliseconds over HTTP, more behind a
   proxy). It cannot tell a sub-millisecond skew, nor which node is wrong, nor the delay itself; it does catch a clock
-  seconds off on a node whose daemon claims all is well, or that has none. So it is judged only past RECEIVE_SKEW_S.
+  seconds off on a node whose daemon claims all is well, or that has none. So it is judged only past its own, larger
+  limit.
+
+The limits are thresholds.yaml's `clock` section (skew_limit_s 1 ms, receive_skew_s 250 ms, with their reasons).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufleet.health.thresholds import Clock
 from gpufleet.model import RootCause, Severity
 from gpufleet.model.observation import Entity, EntityKind
 from gpufleet.model.observe import Finding
 
-# Over 1 ms across a job's nodes breaks the ordering of one collective's events in merged traces (NCCL's kernels and
-# proxy steps take microseconds to milliseconds) and is far past what chrony keeps on a LAN (tens of microseconds,
-# chrony's FAQ "How accurate is chrony"), so it is a misconfigured or failed time service, not noise.
-SKEW_LIMIT_S = 1e-3
-# The receive-time estimate is off by up to the one-way delay of a push; only a difference well past any LAN delay
-# and the control plane's own queueing says the clocks differ.
-RECEIVE_SKEW_S = 0.25
 FIX = (
     "FIX_TIME_SYNC: run chrony (or ptp4l + phc2sys where sub-microsecond time matters) on every node against the same "
     "servers; check `chronyc tracking` and `chronyc sources` on the nodes named, and that no other daemon (ntpd, "
@@ -58,9 +55,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:+.3f} ms"
 
 
-def job_skew(job: str, clocks: list[NodeClock], now: float, limit_s: float = SKEW_LIMIT_S) -> Finding | None:
-    """A finding when the clocks of a job's nodes disagree by more than `limit_s` (daemon offsets of synchronised
-    nodes), or by more than RECEIVE_SKEW_S by the receive times; None otherwise or when fewer than two say."""
+def job_skew(job: str, clocks: list[NodeClock], now: float, limits: Clock) -> Finding | None:
+    """A finding when the clocks of a job's nodes disagree by more than `limits.skew_limit_s` (daemon offsets of
+    synchronised nodes), or by more than `limits.receive_skew_s` by the receive times; None otherwise or when fewer
+    than two say."""
+    limit_s = limits.skew_limit_s
     reported = [c for c in clocks if c.offset_s is not None and c.synchronised is not False]
     received = [c for c in clocks if c.received_s is not None]
     lines: list[str] = []
@@ -80,13 +79,14 @@ def job_skew(job: str, clocks: list[NodeClock], now: float, limit_s: float = SKE
         lo = min(received, key=lambda c: c.received_s or 0.0)
         hi = max(received, key=lambda c: c.received_s or 0.0)
         spread = (hi.received_s or 0.0) - (lo.received_s or 0.0)
-        if spread > RECEIVE_SKEW_S:
+        if spread > limits.receive_skew_s:
             if spread > worst:
                 worst, nodes = spread, [hi.node, lo.node]
             lines.append(
                 f"receive times: {hi.node}'s pushes arrive stamped {spread * 1e3:.1f} ms later than {lo.node}'s "
                 f"(greatest of sent - received over recent pushes: {_ms(hi.received_s or 0.0)} vs "
-                f"{_ms(lo.received_s or 0.0)}; off by at most a push's one-way delay) > {RECEIVE_SKEW_S * 1e3:g} ms"
+                f"{_ms(lo.received_s or 0.0)}; off by at most a push's one-way delay) > "
+                f"{limits.receive_skew_s * 1e3:g} ms"
             )
     if not lines:
         return None

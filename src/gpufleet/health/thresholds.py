@@ -156,6 +156,13 @@ class Idle(_Section):
     hold_s: float
 
 
+class Clock(_Section):
+    """How far the clocks of a job's nodes may disagree (health/clock_skew.py)."""
+
+    skew_limit_s: float = Field(gt=0)  # the daemons' offsets across a job's nodes
+    receive_skew_s: float = Field(gt=0)  # the receive-time estimate, which is off by up to a push's one-way delay
+
+
 class Software(_Section):
     cuda_min_driver: dict[str, str]
 
@@ -260,6 +267,7 @@ class Thresholds(_Section):
     fabric: Fabric
     training: Training
     idle: Idle
+    clock: Clock
     software: Software
     application: Application
 
