@@ -69,3 +69,14 @@ def test_the_loader_keeps_a_runtime_configs_text(tmp_path: Path) -> None:
     assert top.file.endswith("containerd-v3/conf.d/99-nvidia.toml") or top.file.endswith("config.toml")
     assert {d.data[RUNTIME_CONFIG]["engine"] for d in (top, drop_in)} == {CONTAINERD}
     assert daemon.data[RUNTIME_CONFIG] == {"engine": DOCKER, "text": (DATA / "docker/daemon.json").read_text()}
+
+
+def test_crio_with_the_nvidia_oci_hook() -> None:
+    given = files("crio-hook", "/etc/crio")
+    hook = given.pop("/etc/crio/hooks.d/oci-nvidia-hook.json")
+    given["/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"] = hook
+    view = views(given)[CRIO]
+    assert view.nvidia == [] and view.nvidia_hook == "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+    other = hook.replace("/usr/bin/nvidia-container-runtime-hook", "/usr/libexec/oci/hooks.d/oci-umount")
+    given["/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"] = other
+    assert views(given)[CRIO].nvidia_hook == ""

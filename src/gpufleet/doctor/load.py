@@ -18,7 +18,7 @@ from typing import Any
 
 from gpufleet import yaml_input
 from gpufleet.doctor.findings import Finding
-from gpufleet.doctor.runtime_config import engine_of
+from gpufleet.doctor.runtime_config import engine_of, is_runtime_json
 from gpufleet.errors import ManifestError, UserError
 from gpufleet.model import Severity
 
@@ -101,7 +101,7 @@ def _load_file(name: str, loaded: Loaded) -> None:
         msg = f"not UTF-8 text (byte {exc.start}): skipped"
         _problem(loaded, "GF092", Severity.critical, label, 0, msg, "save the manifest as UTF-8")
         return
-    if label.lower().endswith(RUNTIME_SUFFIXES) or label.replace("\\", "/").rpartition("/")[2] == "daemon.json":
+    if label.lower().endswith(RUNTIME_SUFFIXES) or is_runtime_json(label.replace("\\", "/")):
         engine = engine_of(label, text)
         if engine is not None:
             loaded.documents.append(Document(label, 1, {RUNTIME_CONFIG: {"engine": engine, "text": text}}))

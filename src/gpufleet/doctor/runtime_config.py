@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CONTAINERD, CRIO, DOCKER = "containerd", "cri-o", "docker"
+OCI_HOOK = "oci-hook"  # an OCI hooks.d file: CRI-O's (and podman's) hook mode, used instead of a runtime handler
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
 # The CRI plugin that holds the runtimes, by config version (the toolkit's criRuntimePluginName).
 CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 NVIDIA_BINARY = re.compile(r"(?:^|/)nvidia-container-runtime(?:\.(?:cdi|legacy|real))?$")
@@ -63,6 +65,7 @@ class RuntimeView:
     cdi_enabled: bool | None = None  # None: not set (containerd 2.x enables it by default, 1.x does not)
     cdi_spec_dirs: list[str] | None = None
     problems: list[Problem] = field(default_factory=list)
+    nvidia_hook: str = ""  # CRI-O: the OCI hook file that runs nvidia-container-runtime-hook for every container
 
     @property
     def nvidia(self) -> list[Handler]:
@@ -95,6 +98,17 @@ def parse(path: str, text: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"not valid TOML: {exc}") from None
+
+
+def is_hook_file(path: str) -> bool:
+    """An OCI hook definition: a .json file in a hooks.d folder (/usr/share/containers/oci/hooks.d,
+    /etc/containers/oci/hooks.d)."""
+    return path.endswith(".json") and posixpath.basename(posixpath.dirname(path)) == "hooks.d"
+
+
+def is_runtime_json(path: str) -> bool:
+    """A JSON file the runtime rules read: Docker's daemon.json, or an OCI hook."""
+    return posixpath.basename(path) == "daemon.json" or is_hook_file(path)
 
 
 def looks_like_runtime_config(path: str) -> bool:
@@ -341,6 +355,8 @@ def engine_of(path: str, text: str) -> str | None:
     """Which runtime a file configures, from its name and content; None when it is none of them."""
     if posixpath.basename(path) == "daemon.json":
         return DOCKER
+    if is_hook_file(path):
+        return OCI_HOOK
     try:
         data = parse(path, text)
     except ValueError:
@@ -348,6 +364,17 @@ def engine_of(path: str, text: str) -> str | None:
             return None
         return CRIO if "crio" in path else CONTAINERD
     return kind_of(path, data)
+
+
+def _runs_nvidia_hook(text: str) -> bool:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    path = _dig(data, "hook", "path")
+    return (
+        isinstance(path, str) and posixpath.basename(path) == NVIDIA_HOOK and "prestart" in (data.get("stages") or [])
+    )
 
 
 def views(files: Mapping[str, str], runtime_version: tuple[int, ...] | None = None) -> dict[str, RuntimeView]:
@@ -362,6 +389,8 @@ def views(files: Mapping[str, str], runtime_version: tuple[int, ...] | None = No
         out[CONTAINERD] = containerd_view(by_engine[CONTAINERD], runtime_version)
     if CRIO in by_engine:
         out[CRIO] = crio_view(by_engine[CRIO])
+        hooks = [p for p, t in by_engine.get(OCI_HOOK, {}).items() if _runs_nvidia_hook(t)]
+        out[CRIO].nvidia_hook = hooks[0] if hooks else ""
     for path, text in by_engine.get(DOCKER, {}).items():
         out[DOCKER] = docker_view(path, text)
     return out

@@ -353,3 +353,12 @@ def test_the_sandbox_error_in_crio_and_dockershim_wording(tmp_path: Path) -> Non
         assert f"'{said}'" in finding.message and "no handler named 'nvidia'" in finding.message
     event["message"] = "Failed to pull image: not found"
     assert hits(run(tmp_path, objects=[event]), "GF048") == []
+
+
+def test_crio_in_the_toolkits_hook_mode_needs_no_handler(tmp_path: Path) -> None:
+    """The GPU Operator on OpenShift configures CRI-O with an OCI hook (gpu-operator issue 1298: the nvidia handler
+    does not apply there): every container gets the hook, so GPU pods need no RuntimeClass."""
+    report = run(tmp_path, RUNTIME / "crio-hook", objects=[gpu_pod("train")])
+    assert [f for f in report.findings if f.rule in RULES] == []
+    without = run(tmp_path, RUNTIME / "crio-hook" / "crio.conf")
+    assert any("CRI-O registers no runtime handler" in f.message for f in hits(without, "GF046"))

@@ -299,3 +299,10 @@ def test_a_crio_drop_in_in_conf_d_is_gathered_for_the_doctor_to_name(tmp_path: P
     put(tmp_path, "etc/crio/conf.d/99-nvidia.toml", drop_in)  # where toolkit 1.18 and 1.19 wrote it
     texts, _ = host.runtime_configs(tmp_path)
     assert sorted(texts) == ["/etc/crio/conf.d/99-nvidia.toml", "/etc/crio/crio.conf"]
+
+
+def test_the_oci_hook_of_crios_hook_mode_is_gathered(tmp_path: Path) -> None:
+    hook = (RUNTIME_DATA / "crio-hook/hooks.d/oci-nvidia-hook.json").read_text()
+    put(tmp_path, "usr/share/containers/oci/hooks.d/oci-nvidia-hook.json", hook)
+    texts, _ = host.runtime_configs(tmp_path)
+    assert texts == {"/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json": hook}

@@ -157,7 +157,7 @@ def nvidia_runtime_registered(ctx: Context) -> Iterator[Hit]:
                         f"point it at /usr/bin/nvidia-container-runtime (`{CONFIGURE[view.engine]}`); "
                         + OPERATOR_CONFIGURES,
                     )
-            if s.is_gpu and not view.nvidia:
+            if s.is_gpu and not view.nvidia and not view.nvidia_hook:
                 yield s.hit(
                     top,
                     f"{s.where}: {_name(view)} registers no runtime handler that runs nvidia-container-runtime"
@@ -276,6 +276,8 @@ def _default_runtime(ctx: Context, subs: list[Subject]) -> Iterator[Hit]:
 
 
 def _default_is_nvidia(view: RuntimeView) -> bool:
+    if view.nvidia_hook:
+        return True  # CRI-O's hook mode: the hook runs in every container, whatever its handler
     handler = view.default_handler()
     return handler is not None and handler.is_nvidia
 

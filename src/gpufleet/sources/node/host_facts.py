@@ -34,7 +34,14 @@ _RUNTIME_TIMEOUT = 3.0  # seconds for `containerd --version`
 _RUNTIME_CONFIGS = ("etc/containerd/config.toml", "etc/crio/crio.conf", "etc/docker/daemon.json")
 # Drop-in folders the runtimes (or the toolkit) use: containerd reads conf.d only where config.toml imports it
 # (and /etc/crio/conf.d, where toolkit 1.18 and 1.19 wrote CRI-O's drop-in, which CRI-O does not read)
-_DROP_INS = (("etc/containerd/conf.d", "*.toml"), ("etc/crio/crio.conf.d", "*"), ("etc/crio/conf.d", "*"))
+# and the OCI hooks the toolkit's CRI-O hook mode writes instead of a runtime handler
+_DROP_INS = (
+    ("etc/containerd/conf.d", "*.toml"),
+    ("etc/crio/crio.conf.d", "*"),
+    ("etc/crio/conf.d", "*"),
+    ("usr/share/containers/oci/hooks.d", "*.json"),
+    ("etc/containers/oci/hooks.d", "*.json"),
+)
 MAX_CONFIG_BYTES = 1 << 20
 _RUNTIME_PROCESSES = ("containerd", "crio", "dockerd")
 # The NVIDIA container packages: the toolkit's, and the deprecated wrappers the doctor warns about
