@@ -52,7 +52,8 @@ def test_an_ipoib_partition_above_a_ports_mtu() -> None:
         partitions_file="/etc/opensm/partitions.conf",
         partitions=[PartitionSetting("Default", 0x7FFF, True, 4096, 3), PartitionSetting("Storage", 1, True, 2048)],
     )
-    hosts = [HostFabricSettings("sm-01", ports=[ib("mlx5_0", 2048, 2048)], opensm=sm)]
+    down = HcaPortSetting("mlx5_1", 1, "InfiniBand", "Down", 256, 4096)  # a port without link says nothing
+    hosts = [HostFabricSettings("sm-01", ports=[ib("mlx5_0", 2048, 2048), down], opensm=sm)]
     found = judge(hosts)
     assert kinds(found) == ["partition-mtu"]
     assert "Default" in found[0].message and "partitions.conf:3" in found[0].message

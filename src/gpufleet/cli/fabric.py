@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gpufleet.fabric.findings import FabricFinding
     from gpufleet.fabric.graph import End, FabricGraph, Link
     from gpufleet.fabric.topology import Topology
+    from gpufleet.model.fabric_settings import HostFabricSettings
 
 sub = typer.Typer(
     help="InfiniBand fabric: discover it and validate it against the intended cabling.", no_args_is_help=True
@@ -40,13 +41,16 @@ DISCOVER_HELP = "\n\n".join(
     (
         "Discover the fabric (from saved ibnetdiscover/iblinkinfo output, or by running them) and validate it as "
         "ibdiagnet does: duplicate GUIDs, LIDs and node descriptions, links down or below their width or speed, and, "
-        "with --expect, missing cables, miscabled ports and unexpected cables or nodes.",
+        "with --expect, missing cables, miscabled ports and unexpected cables or nodes; with --settings (and with "
+        "--live, this host's own) the fabric settings that break collectives: MTU, RoCE's lossless setup, OpenSM's "
+        "configuration, SHARP (`gpufleet fabric settings --help`).",
         "Exit status: 0 nothing critical, 1 a critical finding (a cable missing, down or miscabled, a GUID or LID "
         "used twice), 2 bad input.",
         "Examples:",
         "  gpufleet fabric discover --ibnetdiscover ibnetdiscover.txt --iblinkinfo iblinkinfo.txt",
         "  ibnetdiscover | gpufleet fabric discover --ibnetdiscover - --expect cluster.yaml -o json",
         "  gpufleet fabric discover --live --ca mlx5_0 --port 1 --expect known-good-ibnetdiscover.txt",
+        "  gpufleet fabric discover --ibnetdiscover fabric.txt --settings sm-01.json --settings gpu-01.json",
     )
 )
 
@@ -75,18 +79,202 @@ def discover(
         help="The fabric as it should be: a `kind: Cluster` manifest, or an ibnetdiscover output of the fabric when "
         "it was right.",
     ),
+    settings: list[str] = typer.Option(
+        [],
+        "--settings",
+        metavar="FILE",
+        help="Hosts' fabric settings as `gpufleet fabric settings -o json` writes them (repeatable).",
+    ),
     output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
 ) -> None:
+    from gpufleet.fabric.settings import is_tree, judge
     from gpufleet.fabric.validate import validate
 
     _check_options(ibnetdiscover, iblinkinfo, live, ca, port, tool_timeout)
     expected = _expected(expect) if expect is not None else None
+    hosts = _settings_files(settings)  # bad input refused before any tool runs
     graph, source = _live(ca, port, tool_timeout) if live else _saved(str(ibnetdiscover), iblinkinfo)
+    if live:
+        from gpufleet.sources.infiniband.settings import read_host_settings
+
+        hosts.append(read_host_settings())
     findings = validate(graph, expected)
+    if hosts:
+        from gpufleet.fabric.findings import worst_first
+
+        findings = worst_first(findings + judge(hosts, fat_tree=is_tree(graph) if graph.nodes else None))
     body = _body(graph, findings)
+    if hosts:
+        body["fabricSettings"] = _settings_body(hosts)
     emit(body, output, lambda wide: _render(graph, body, findings, source, wide))
     if any(f.severity == "critical" for f in findings):
         raise typer.Exit(1)
+
+
+SETTINGS_HELP = "\n\n".join(
+    (
+        "This host's fabric settings, judged: each HCA port's MTU (`ibv_devinfo`) against the fabric's and a RoCE "
+        "netdev's MTU; RoCE's lossless setup (`mlnx_qos -i`: trust and PFC; the ECN sysfs; the device's default "
+        "traffic class); OpenSM's configuration where the host has it (/etc/opensm/opensm.conf and its "
+        "partitions.conf: routing engine, sm_priority, sweep_interval, max_op_vls, IPoIB partition MTU); whether "
+        "opensm and SHARP's aggregation manager (sharp_am) run. Saved captures instead of this host: --ibv-devinfo, "
+        "--mlnx-qos NETDEV=FILE, --opensm-conf, --partitions-conf (with --host to name it).",
+        "--with adds other hosts' settings (files this command wrote with -o json), so MTUs, lossless priorities "
+        "and subnet managers' priorities are compared across hosts. `-o json` writes {fabricSettings, findings}: "
+        "`gpufleet doctor` reads it (GF050-GF054, with the jobs' NCCL_IB_TC and NCCL_COLLNET_ENABLE), and so does "
+        "`gpufleet fabric discover --settings`. UDP 4791 (RoCEv2) reachability between hosts is not checked here: "
+        "it needs traffic between two hosts (ib_write_bw over RoCE, or rping).",
+        "Examples:",
+        "  gpufleet fabric settings",
+        "  gpufleet fabric settings -o json > $(hostname).json",
+        "  gpufleet fabric settings --host sm-01 --opensm-conf opensm.conf --partitions-conf partitions.conf",
+        "  gpufleet fabric settings --host gpu-01 --ibv-devinfo devinfo.txt --mlnx-qos eth2=qos.txt --with sm-01.json",
+    )
+)
+
+
+@sub.command("settings", help=SETTINGS_HELP)
+def settings_command(
+    ibv_devinfo: str | None = typer.Option(None, "--ibv-devinfo", metavar="FILE", help="A saved `ibv_devinfo`."),
+    mlnx_qos: list[str] = typer.Option(
+        [], "--mlnx-qos", metavar="NETDEV=FILE", help="A saved `mlnx_qos -i NETDEV` (repeatable)."
+    ),
+    opensm_conf: str | None = typer.Option(None, "--opensm-conf", metavar="FILE", help="OpenSM's opensm.conf."),
+    partitions_conf: str | None = typer.Option(
+        None, "--partitions-conf", metavar="FILE", help="OpenSM's partitions.conf (with --opensm-conf)."
+    ),
+    host: str | None = typer.Option(None, "--host", help="The host the captures are from (default: this host)."),
+    with_hosts: list[str] = typer.Option(
+        [], "--with", metavar="FILE", help="Other hosts' settings (this command's -o json; repeatable)."
+    ),
+    fat_tree: bool | None = typer.Option(
+        None, "--fat-tree/--single-switch", help="The fabric is a multi-level tree (judges the routing engine)."
+    ),
+    output: OutputFormat = typer.Option(OutputFormat.table, "-o", "--output", help=OUTPUT_HELP),
+) -> None:
+    from gpufleet.fabric.findings import worst_first
+    from gpufleet.fabric.settings import judge
+
+    if partitions_conf is not None and opensm_conf is None:
+        raise UserError("--partitions-conf without --opensm-conf", fix="give the opensm.conf it belongs to as well")
+    others = _settings_files(with_hosts)
+    captures = ibv_devinfo is not None or mlnx_qos or opensm_conf is not None
+    ours = _captured(host, ibv_devinfo, mlnx_qos, opensm_conf, partitions_conf) if captures else _this_host(host)
+    hosts = [ours, *others]
+    findings = worst_first(judge(hosts, fat_tree=fat_tree))
+    body = {"fabricSettings": _settings_body(hosts), "findings": [f.to_dict() for f in findings]}
+    emit(body, output, lambda wide: _render_settings(hosts, findings, wide))
+
+
+def _this_host(host: str | None) -> HostFabricSettings:
+    from gpufleet.sources.infiniband.settings import read_host_settings
+
+    return read_host_settings(host=host)
+
+
+def _captured(
+    host: str | None, ibv_devinfo: str | None, mlnx_qos: list[str], opensm_conf: str | None, partitions: str | None
+) -> HostFabricSettings:
+    import socket
+
+    from gpufleet.fabric.settings_captures import opensm_from_text, ports_from_devinfo, roce_from_mlnx_qos
+    from gpufleet.model.fabric_settings import HostFabricSettings
+
+    out = HostFabricSettings(host=host or socket.gethostname())
+    if ibv_devinfo is not None:
+        text, cited = read_input_text(ibv_devinfo)
+        out.ports = ports_from_devinfo(text)
+        if not out.ports:
+            raise ParseError(f"{cited}: no ports in this ibv_devinfo output", fix="pass the output of `ibv_devinfo`")
+    for given in mlnx_qos:
+        netdev, sep, path = given.partition("=")
+        if not sep or not netdev or not path:
+            raise UserError(f"--mlnx-qos {given!r} is not NETDEV=FILE", fix="e.g. --mlnx-qos eth2=mlnx_qos-eth2.txt")
+        text, cited = read_input_text(path)
+        qos = roce_from_mlnx_qos(text, netdev)
+        if not qos.trust and qos.pfc is None:
+            raise ParseError(f"{cited}: no trust state or PFC lines", fix=f"pass the output of `mlnx_qos -i {netdev}`")
+        out.roce.append(qos)
+    if opensm_conf is not None:
+        text, cited = read_input_text(opensm_conf)
+        part_text = read_input_text(partitions)[0] if partitions is not None else None
+        out.opensm = opensm_from_text(text, cited, part_text, partitions or "")
+    return out
+
+
+def _settings_files(paths: list[str]) -> list[HostFabricSettings]:
+    import msgspec
+
+    from gpufleet import yaml_input
+    from gpufleet.model.fabric_settings import HostFabricSettings
+
+    hosts: list[HostFabricSettings] = []
+    for path in paths:
+        text, cited = read_input_text(path)
+        docs = yaml_input.load_documents(text, cited, capture=True)
+        items = [i for d in docs if isinstance(d, dict) for i in d.get("fabricSettings") or []]
+        if not items:
+            raise UserError(
+                f"{cited}: no fabricSettings in it", fix="give the output of `gpufleet fabric settings -o json`"
+            )
+        try:
+            hosts.extend(msgspec.convert(item, HostFabricSettings) for item in items)
+        except msgspec.ValidationError as exc:
+            raise UserError(
+                f"{cited}: fabricSettings not as `gpufleet fabric settings -o json` writes it: {exc}",
+                fix="write it again with `gpufleet fabric settings -o json` on the host",
+            ) from None
+    return hosts
+
+
+def _settings_body(hosts: list[HostFabricSettings]) -> list[dict[str, Any]]:
+    import msgspec
+
+    return [msgspec.to_builtins(h) for h in hosts]
+
+
+def _render_settings(hosts: list[HostFabricSettings], findings: list[FabricFinding], wide: bool) -> None:
+    rows = []
+    for h in hosts:
+        for p in h.ports:
+            netdev = f"{p.netdev} (MTU {p.netdev_mtu})" if p.netdev else "-"
+            rows.append([h.host, f"{p.device}/{p.port}", p.link_layer or "-", p.state or "-",
+                         p.active_mtu or "-", p.max_mtu or "-", netdev])  # fmt: skip
+    if rows:
+        console.print(make_table(["HOST", "PORT", "LINK LAYER", "STATE", "MTU", "MAX MTU", "NETDEV"], rows))
+    qos_rows = [
+        [h.host, q.netdev, q.trust or "-", ",".join(map(str, q.pfc)) if q.pfc else ("none" if q.pfc == [] else "-"),
+         ",".join(map(str, q.ecn_rp or [])) or "-", q.traffic_class if q.traffic_class is not None else "-"]
+        for h in hosts for q in h.roce
+    ]  # fmt: skip
+    if qos_rows:
+        console.print(make_table(["HOST", "NETDEV", "TRUST", "PFC", "ECN (RP)", "TCLASS"], qos_rows))
+    for h in hosts:
+        if h.opensm is not None:
+            sm = h.opensm
+            console.print(
+                f"{h.host}: OpenSM {sm.file}: routing {','.join(sm.routing_engines) or 'minhop (default)'}, "
+                f"sm_priority {sm.sm_priority}, sweep_interval {sm.sweep_interval}, max_op_vls {sm.max_op_vls}, "
+                f"{len(sm.partitions)} partition(s)",
+                highlight=False,
+            )
+        running = {"opensm": h.opensm_running, "sharp_am": h.sharp_am_running}
+        if any(v is not None for v in running.values()):
+            said = ", ".join(f"{k} {'running' if v else 'not running'}" for k, v in running.items() if v is not None)
+            console.print(f"{h.host}: {said}", highlight=False)
+        for error in h.errors:
+            console.print(Text(f"{h.host}: {error}", style="yellow"))
+    if findings:
+        finding_rows = []
+        for f in findings:
+            finding_rows.append(
+                [Text(f.severity, style=SEVERITY_STYLE[f.severity]), f.kind, _port(f.port), f.message, f.fix]
+                + ([f.source] if wide else [])
+            )
+        columns = ["SEVERITY", "KIND", "WHERE", "FINDING", "FIX"] + (["SOURCE"] if wide else [])
+        console.print(make_table(columns, finding_rows))
+    else:
+        console.print("no fabric settings findings")
 
 
 EXPORT_HELP = "\n\n".join(

@@ -152,7 +152,12 @@ def roce_mtu(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
 def partition_mtu(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
     """IPoIB partitions whose broadcast-group MTU is above what some HCA port runs: that port cannot join."""
     findings: list[FabricFinding] = []
-    ports = [(h.host, p) for h in hosts for p in h.ports if p.link_layer.lower() == "infiniband" and p.active_mtu]
+    ports = [
+        (h.host, p)
+        for h in hosts
+        for p in h.ports
+        if p.link_layer.lower() == "infiniband" and p.state == "Active" and p.active_mtu
+    ]
     lowest = min(ports, key=lambda hp: hp[1].active_mtu or 0, default=None)
     for h in hosts:
         if h.opensm is None:
