@@ -281,3 +281,12 @@ def test_an_empty_list_says_no_resources_found(env: dict[str, str]) -> None:
     for fmt, loads in (("json", json.loads), ("yaml", yaml.safe_load)):
         listed = gpufleet("get", "incidents", "-l", "severity=nonexistent", "-o", fmt, env=env)
         assert loads(listed.stdout) == [] and listed.stderr == "", fmt
+
+
+def test_clocks_list_each_nodes_clock(env: dict[str, str]) -> None:
+    rows = json.loads(run(env, "get", "clocks", "-o", "json").stdout)
+    assert [r["node"] for r in rows] == ["n-000", "n-001", "n-002"]
+    assert {(r["source"], r["synchronised"]) for r in rows} == {("chrony", True)}
+    assert all(abs(r["offset_s"]) < 0.001 and r["sent_minus_received_s"] is not None for r in rows)
+    table = run(env, "get", "clocks").stdout
+    assert "SENT-RECEIVED" in table and "chrony" in table

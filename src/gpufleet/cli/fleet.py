@@ -28,6 +28,7 @@ class Resource(StrEnum):
     audit = "audit"
     actions = "actions"
     agents = "agents"
+    clocks = "clocks"
     links = "links"
     switches = "switches"
     pending = "pending"
@@ -47,7 +48,7 @@ SELECTOR_HELP = "Keep rows whose fields (or node labels) match: key=value, key!=
 
 def _rows(resource: Resource, api: Api, node: str | None, limit: int) -> list[dict[str, Any]]:
     r = resource.value
-    if r in ("nodes", "jobs", "services", "agents"):
+    if r in ("nodes", "jobs", "services", "agents", "clocks"):
         return list(api.get(f"/api/v1/{r}"))
     if r == "gpus":
         return list(api.get("/api/v1/gpus", node=node))
@@ -87,6 +88,8 @@ def _local_rows(
         return list(views.fabric(plane)[r])
     if r == "events":
         return plane.store.events(None, node, 1000)
+    if r == "clocks":
+        return plane.clocks.view(plane.clock())
     if r in ("pending", "queues"):
         return scheduler_rows(views.scheduler(plane), r)
     raise UserError(f"--scenario cannot show {r}", fix="ask a running control plane (drop --scenario)")
@@ -170,8 +173,8 @@ def get(
     resource: Resource = typer.Argument(
         ...,
         help="nodes, gpus, jobs, incidents, events, audit, actions (what nodes' agents were asked to do, and did), "
-        "agents, links, switches, pending (work the workload manager has not placed, and why), queues (GPUs in use "
-        "against quota)",
+        "agents, clocks (each node's clock and how far it is off), links, switches, pending (work the workload "
+        "manager has not placed, and why), queues (GPUs in use against quota)",
     ),
     output: OutputFormat = typer.Option(OutputFormat.table, "--output", "-o", help=OUTPUT_HELP),
     selector: str | None = typer.Option(None, "--selector", "-l", help=SELECTOR_HELP),

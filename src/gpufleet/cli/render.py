@@ -244,6 +244,20 @@ def agents_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     ]
 
 
+def clocks_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
+    cols = ["NODE", "SOURCE", "SYNCED", "OFFSET", "ERROR BOUND", "SENT-RECEIVED"]
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:+.3f} ms"
+
+    out = [
+        [c["node"], c["source"] or "-", {True: "yes", False: "NO", None: "-"}[c["synchronised"]], ms(c["offset_s"]),
+         "-" if c["error_s"] is None else f"{c['error_s'] * 1e3:.3f} ms", ms(c["sent_minus_received_s"])]
+        for c in rows
+    ]  # fmt: skip
+    return cols, out
+
+
 def links_cells(rows: list[dict[str, Any]], wide: bool) -> Cells:
     cols = ["NODE", "HCA", "RAIL", "SWITCH", "STATE", "SPEED", "SYMBOL ERR", "LINK DOWNED", "RCV ERR", "INCIDENT"]
     out = [
@@ -283,6 +297,7 @@ TABLES: dict[str, Callable[[list[dict[str, Any]], bool], Cells]] = {
     "audit": audit_cells,
     "actions": actions_cells,
     "agents": agents_cells,
+    "clocks": clocks_cells,
     "links": links_cells,
     "switches": switches_cells,
     "pending": pending_cells,

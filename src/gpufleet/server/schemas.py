@@ -325,6 +325,18 @@ class AuditRow(Shape):
     request: str
 
 
+class ClockRow(Shape):
+    node: str
+    source: str = Field(description="What reported the node's clock: chrony, ntpd, timesyncd, kernel; empty if none.")
+    synchronised: bool | None = Field(description="False when the daemon or the kernel says it is not synchronised.")
+    offset_s: float | None = Field(description="The node's clock minus true time, as its daemon estimates it.")
+    error_s: float | None = Field(description="The daemon's bound on that error (or the kernel's maxerror).")
+    sent_minus_received_s: float | None = Field(
+        description="The greatest of (the push's send stamp - this control plane's receive time) over the node's recent"
+        " pushes: its clock minus this plane's, less the smallest one-way delay."
+    )
+
+
 class AgentRow(Shape):
     agent: str
     incarnation: str | None = Field(None, description="The stream's incarnation; shown to admins only.")

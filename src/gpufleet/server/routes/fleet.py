@@ -1,4 +1,4 @@
-"""Reads of the fleet: summary, nodes, GPUs, jobs, agents, and the metric store's query API."""
+"""Reads of the fleet: summary, nodes, GPUs, jobs, agents, clocks, and the metric store's query API."""
 
 from __future__ import annotations
 
@@ -54,6 +54,13 @@ def router(plane: ControlPlane, cache: ReadCache) -> APIRouter:
     def fabric() -> Response:
         """HCA ports and the switches they reach: state, error counters, open incidents."""
         return cache.answer("fabric", lambda: views.fabric(plane))
+
+    @api.get("/clocks", response_model=list[schemas.ClockRow])
+    def clocks() -> list[dict[str, Any]]:
+        """Each node's clock: its time daemon's report and the bound its pushes' send stamps give (the control plane
+        files clock-skew incidents for a job whose nodes disagree by more than 1 ms)."""
+        with plane.lock:
+            return plane.clocks.view(plane.clock())
 
     @api.get("/agents", response_model=list[schemas.AgentRow])
     def agents(request: Request) -> list[dict[str, Any]]:
