@@ -362,3 +362,16 @@ def test_crio_in_the_toolkits_hook_mode_needs_no_handler(tmp_path: Path) -> None
     assert [f for f in report.findings if f.rule in RULES] == []
     without = run(tmp_path, RUNTIME / "crio-hook" / "crio.conf")
     assert any("CRI-O registers no runtime handler" in f.message for f in hits(without, "GF046"))
+
+
+def test_several_hosts_configs_in_one_run_are_judged_host_by_host(tmp_path: Path) -> None:
+    """Every fixture folder is one host's configuration: together they pass, and a host whose drop-in is missing is
+    named by its folder."""
+    assert [f for f in run(tmp_path, RUNTIME).findings if f.rule in RULES and f.rule != "GF048"] == []
+    hosts = tmp_path / "hosts"
+    shutil.copytree(RUNTIME / "containerd-v2", hosts / "gpu-01" / "etc" / "containerd")
+    shutil.copytree(RUNTIME / "crio", hosts / "gpu-01" / "etc" / "crio")
+    shutil.copytree(RUNTIME / "containerd-v2", hosts / "gpu-02" / "etc" / "containerd")
+    (hosts / "gpu-02" / "etc" / "containerd" / "conf.d" / "99-nvidia.toml").unlink()
+    [finding] = hits(run(tmp_path, hosts), "GF046")
+    assert finding.message.startswith(f"the runtime configuration in {hosts / 'gpu-02'}: containerd registers no")

@@ -9,6 +9,7 @@ taken as one GPU node's."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ NO_RUNTIME = re.compile(
     r"|failed to find runtime handler ([\w.-]+) from runtime list"
     rf"|RuntimeHandler {_QUOTE}([\w.-]+){_QUOTE} not supported"
 )
+TOP_LEVEL = ("config.toml", "crio.conf", "daemon.json")  # the file a runtime reads first; drop-ins sit below it
 LEGACY_PACKAGES = ("nvidia-docker2", "nvidia-container-runtime")
 CDI_DEFAULT_OPERATOR = (25, 10)  # GPU Operator release that turns CDI on by default
 CDI_DEFAULT_CONTAINERD = (2, 0)  # containerd release whose enable_cdi defaults to true
@@ -61,6 +63,7 @@ class Subject:
     node: NodeFacts | None
     views: dict[str, RuntimeView]
     runtime: str | None  # containerd://2.0.5 as the kubelet reports it, when known
+    folder: str = ""  # for config files given: the folder of the host they were grouped under ("" for one host)
 
     @property
     def ref(self) -> str:
@@ -68,7 +71,9 @@ class Subject:
 
     @property
     def where(self) -> str:
-        return f"node {self.name}" if self.name else "the runtime configuration given"
+        if self.name:
+            return f"node {self.name}"
+        return f"the runtime configuration in {self.folder}" if self.folder else "the runtime configuration given"
 
     @property
     def active(self) -> list[RuntimeView]:
@@ -102,10 +107,41 @@ def subjects(ctx: Context) -> list[Subject]:
         for d in ctx.configs
         if isinstance(d.data.get(RUNTIME_CONFIG), dict)
     }
-    if given:
-        runtime = ctx.facts.container_runtime
-        first = next(iter(given))
-        out.append(Subject("", first, None, views(given, _containerd(runtime)), runtime))
+    runtime = ctx.facts.container_runtime
+    for folder, files in _by_host(given).items():
+        subject = Subject("", next(iter(files)), None, views(files, _containerd(runtime)), runtime)
+        subject.folder = folder
+        out.append(subject)
+    return out
+
+
+def _by_host(given: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Config files given to the doctor, grouped by the host they come from: each top-level config (config.toml,
+    crio.conf, daemon.json) with the files under its folder (its conf.d drop-ins); the rest together. Several
+    hosts' /etc trees can be checked in one run."""
+    tops = {posixpath.dirname(p) for p in given if posixpath.basename(p) in TOP_LEVEL}
+    if len(tops) <= 1:
+        return {"": given} if given else {}
+    groups: dict[str, dict[str, str]] = {}
+    for path, text in given.items():
+        folder = posixpath.dirname(path)
+        while folder not in tops and posixpath.dirname(folder) != folder:
+            folder = posixpath.dirname(folder)
+        # a host's files sit under one folder: etc/containerd and etc/crio share the host's etc
+        groups.setdefault(folder if folder in tops else "", {})[path] = text
+    return _join_hosts(groups)
+
+
+def _join_hosts(groups: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """containerd's, CRI-O's and Docker's folders of one host (HOST/etc/containerd, HOST/etc/crio, HOST/etc/docker)
+    are one group, named by HOST."""
+    out: dict[str, dict[str, str]] = {}
+    for folder, files in groups.items():
+        host = folder
+        parent = posixpath.dirname(folder)
+        if posixpath.basename(folder) in ("containerd", "crio", "docker") and posixpath.basename(parent) == "etc":
+            host = posixpath.dirname(parent)
+        out.setdefault(host, {}).update(files)
     return out
 
 
