@@ -316,6 +316,8 @@ def test_sim_agent_reports_to_a_control_plane_over_http(
     agent.start()
     try:
         assert _wait(lambda: any(i.xid == 31 for i in plane.book.incidents.values()))
+        # the twin node's clock, as its chrony reports it, and its pushes' send stamps against the receive times
+        assert _wait(lambda: plane.clocks.clock("dgx-001", plane.clock()).source == "chrony")
         metrics = httpx.get(f"http://127.0.0.1:{agent.port}/metrics").text
         health = httpx.get(f"http://127.0.0.1:{agent.port}/healthz").json()
     finally:
@@ -323,6 +325,9 @@ def test_sim_agent_reports_to_a_control_plane_over_http(
     assert health["status"] == "ok" and health["sources"]["twin"] is True
     assert metrics.count("DCGM_FI_DEV_GPU_TEMP{") == 8
     assert 'hostname="dgx-001"' in metrics and "dgx-000" not in metrics
+    assert 'gpufleet_clock_synchronized{source="chrony"} 1' in metrics
+    seen = plane.clocks.clock("dgx-001", plane.clock())
+    assert seen.synchronised is True and seen.received_s is not None and abs(seen.received_s) < 5.0
     inc = next(i for i in plane.book.incidents.values() if i.xid == 31)
     assert (inc.entity.node, inc.entity.index) == ("dgx-001", 5)
     kernel = [e for e in plane.store.events(kind="kmsg", limit=100) if e["node"] == "dgx-001"]

@@ -12,12 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpufleet.agent.actions import Commands
+from gpufleet.agent.clock import ClockWatch
 from gpufleet.agent.runtime import Agent, assemble, locked
 from gpufleet.background import Background
 from gpufleet.cost.config import CostConfig
 from gpufleet.model.kernel import KernelEvent
 from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.sim.attribution_source import attribution_source
+from gpufleet.sim.clock import TwinClocks
 from gpufleet.sim.fleet import node_inventory
 from gpufleet.sim.scenario import build_twin
 from gpufleet.sim.source import TwinSource
@@ -85,6 +87,7 @@ def sim_agent(
     source = TwinSource(twin, node=node, mig_instances=True, attribution=False, cost=cost)
     frame = source.new_frame()
     name = node or f"{socket.gethostname()}-sim"
+    clocks = TwinClocks(twin.seed)  # the twin node's chrony, read as a real agent reads its node's
     agent = assemble(
         name,
         frame,
@@ -99,6 +102,7 @@ def sim_agent(
         exposition=exposition,
         kernel_log=None,
         guard=locked(clock.lock),
+        clock=ClockWatch(lambda: clocks.fact(name, time.time())),
         action_commands=Commands({}, None),  # its node is simulated: no command of this host acts for it
         stoppers=[clock],
     )
