@@ -37,15 +37,24 @@ class ClockComparison:
         self.nodes: dict[str, _Node] = {}
         self._filed: dict[str, float] = {}  # finding key -> when it was last filed
 
-    def heard(self, batch: Batch, received: float) -> None:
-        """A push: its clock report and its send stamp against `received` (this plane's clock)."""
+    def reported(self, batch: Batch, now: float) -> None:
+        """A push's clock report (from this replica's ingest or another's, through the feed)."""
+        if batch.clock is not None:
+            node = self.nodes.setdefault(batch.node, _Node())
+            node.fact, node.heard = batch.clock, now
+
+    def received(self, batch: Batch, received: float) -> None:
+        """A push this replica took itself: its send stamp against `received`, this plane's clock when it came."""
         node = self.nodes.setdefault(batch.node, _Node())
         if node.incarnation != batch.incarnation:
             node.incarnation = batch.incarnation
             node.gaps.clear()
         node.gaps.append(batch.sent - received)
-        if batch.clock is not None:
-            node.fact, node.heard = batch.clock, received
+
+    def heard(self, batch: Batch, received: float) -> None:
+        """Both, for a push taken here."""
+        self.reported(batch, received)
+        self.received(batch, received)
 
     def clock(self, name: str, now: float) -> NodeClock:
         node = self.nodes.get(name)

@@ -35,6 +35,7 @@ from gpufleet.control.node_actions import NodeActionQueue
 from gpufleet.control.relabel import Relabeller
 from gpufleet.control.remediation import RemediationDriver
 from gpufleet.control.replicas import Replication
+from gpufleet.control.scheduler_topology import TopologyOutputs, topology_keepers
 from gpufleet.control.store import StateStore
 from gpufleet.cost.service import FleetFacts
 from gpufleet.errors import ForbiddenError, NotFoundError, UserError
@@ -153,6 +154,7 @@ class ControlPlane:
         port_isolation: IsolatesFabricPorts | None = None,
         slo: SloConfig | None = None,
         policy_file: Path | None = None,
+        topology_outputs: TopologyOutputs | None = None,
     ) -> None:
         self.db = db
         self.policy_file = policy_file  # the RemediationPolicy the engine runs (None: the defaults)
@@ -182,6 +184,11 @@ class ControlPlane:
                 self.fabric.topology.labels_of = backend.topology_labels
             self.relabeller = Relabeller(self.fabric, backend, remediation, clock=clock, audit=self.audit,
                                          add_event=self.store.add_event)  # fmt: skip
+        # Volcano's HyperNodes and Slurm's topology.conf, from the settled labels (gpufleet.control.scheduler_topology)
+        self.topology_keepers = topology_keepers(
+            self.fabric, backend, topology_outputs, self.relabeller, remediation,
+            clock=clock, audit=self.audit, add_event=self.store.add_event,
+        )  # fmt: skip
         self.fabric.restore(self.store.fabric_subnets(), self.store.isolated_ports())
         if isinstance(backend, EvictsGpuWork):  # a GPU-scoped drain evicts the pods the node's agent names
             backend.gpu_holders = self.gpu_holders
@@ -292,7 +299,7 @@ class ControlPlane:
                     self.store.remember_kernel(batch.node, _kernel_idents(new), now)
                     self.replication.publish(batch, new)
                 self._take(batch, key, new, top, now)
-            self.clocks.heard(batch, now)  # here, not in _take: a batch another replica took has no receive time
+            self.clocks.received(batch, now)  # here, not in _take: a batch another replica took has no receive time
             if owner is None and opened_by is not None:
                 self._owners[key] = opened_by
             self.batches += 1
@@ -391,6 +398,7 @@ class ControlPlane:
     def _take(self, batch: Batch, key: tuple[str, str], new: list[Record], top: int, now: float) -> None:
         """What the batch tells about the node, and the incidents its findings open or change."""
         self.fleet.update(batch, now, new)
+        self.clocks.reported(batch, now)
         self.node_actions.heard(batch.node, batch.can, now)  # the leader learns it through the feed too
         findings = [r.body for r in new if isinstance(r.body, Finding)] if self.leader else []
         for report in batch.fabric or ():
@@ -402,7 +410,7 @@ class ControlPlane:
                 self.store.save_fabric(report.subnet, *kept)
         if batch.fabric:
             for event in self.fabric.drain_events():
-                if event.kind in ("poll-error", "relabel"):  # a relabel's own event is the relabeller's
+                if event.kind in ("poll-error", "relabel", "scheduler-topology"):  # those writers log their own
                     continue
                 if event.kind.startswith("host-") and len(event.ends) == 1:
                     self.store.add_event(event.time, "fabric", f"node/{event.ends[0]}", event.message, event.ends[0])
@@ -489,6 +497,9 @@ class ControlPlane:
             if self.relabeller is not None:
                 self.relabeller.run()
                 done("relabels")
+            for keeper in self.topology_keepers:
+                keeper.run()
+                done(keeper.action)
             self._flush_metrics()
             self.loop_error = None
         except Exception as exc:  # a bug must be visible in /healthz and the log, and the loop must go on
