@@ -83,3 +83,12 @@ def test_a_failed_read_is_the_source_down_and_the_last_reading_stays() -> None:
     collector.collect_once()
     assert collector.source_up["clock"] is False and "adjtimex" in frame.sources_down["clock"]
     assert watch.latest == fact
+
+
+def test_a_reading_the_contract_refuses_is_kept_off_the_push() -> None:
+    watch = ClockWatch(lambda: ClockFact(time=1.0, source="chrony", stratum=99))  # past NTP's 16
+    watch.read_once()
+    frame = MetricFrame((), ())
+    collector = Collector(frame, [watch])
+    collector.collect_once()
+    assert watch.latest is None and "out of range" in frame.sources_down["clock"]

@@ -9,6 +9,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+import msgspec
+
 from gpufleet.agent.collector import SourceDown
 from gpufleet.background import Background
 from gpufleet.errors import GpufleetError
@@ -43,6 +45,10 @@ class ClockWatch(Background):
     def read_once(self) -> None:
         try:
             fact, why = self.read(), None
+            # held to the contract here: a reading the control plane would refuse must not cost the push it rides
+            msgspec.json.decode(msgspec.json.encode(fact), type=ClockFact)
+        except msgspec.ValidationError as exc:
+            fact, why = None, f"the clock reading is out of range ({exc})"
         except GpufleetError as exc:
             fact, why = None, exc.message
         except Exception as exc:  # a reader's bug must not end the thread

@@ -72,7 +72,7 @@ def _from_text(lines: list[str], time: float) -> ClockFact:
         _seconds(fields.get("last offset")),
         _seconds(fields.get("root delay")),
         _seconds(fields.get("root dispersion")),
-        int(fields["stratum"]) if fields.get("stratum", "").isdigit() else None,
+        int(fields["stratum"]) if re.fullmatch(r"[0-9]{1,3}", fields.get("stratum", "")) else None,
         _reference(ref_id, name.strip("()")),
         fields["leap status"],
     )
@@ -98,7 +98,7 @@ def _fact(
     leap: str,
 ) -> ClockFact:
     synchronised = leap.strip() != UNSYNCHRONISED
-    error = abs(offset) + (dispersion or 0.0) + 0.5 * (delay or 0.0) if synchronised else None
+    error = abs(offset) + abs(dispersion or 0.0) + 0.5 * abs(delay or 0.0) if synchronised else None
     return ClockFact(
         time=time,
         source="chrony",

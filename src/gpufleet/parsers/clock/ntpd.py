@@ -36,10 +36,10 @@ def parse_rv(text: str, time: float) -> ClockFact:
         source="ntpd",
         synchronised=synchronised,
         offset_s=offset,
-        error_s=abs(offset) + (dispersion or 0.0) + 0.5 * (delay or 0.0) if synchronised else None,
+        error_s=abs(offset) + abs(dispersion or 0.0) + 0.5 * abs(delay or 0.0) if synchronised else None,
         root_delay_s=abs(delay) if delay is not None else None,
         root_dispersion_s=abs(dispersion) if dispersion is not None else None,
-        stratum=int(stratum) if stratum.isdigit() and int(stratum) <= 16 else None,
+        stratum=int(stratum) if re.fullmatch(r"[0-9]{1,3}", stratum) and int(stratum) <= 16 else None,
         reference=found.get("refid", "").strip('"')[:256],
         leap=f"leap={leap}",
     )

@@ -63,8 +63,8 @@ def parse_timesync_status(text: str, time: float) -> ClockFact:
         source="timesyncd",
         synchronised=synchronised,
         offset_s=-offset if offset is not None else None,
-        error_s=abs(offset) + distance if synchronised and offset is not None and distance is not None else None,
-        stratum=int(stratum) if stratum.isdigit() and int(stratum) <= 16 else None,
+        error_s=abs(offset) + abs(distance) if synchronised and offset is not None and distance is not None else None,
+        stratum=int(stratum) if re.fullmatch(r"[0-9]{1,3}", stratum) and int(stratum) <= 16 else None,
         reference=fields["server"][:256],
         leap=leap[:256],
     )
@@ -81,7 +81,7 @@ def _from_show(text: str, time: float) -> ClockFact:
     if not message:  # no exchange yet: timedatectl leaves NTPMessage out
         return ClockFact(time=time, source="timesyncd", synchronised=False, reference=server[:256],
                          leap="no NTP answer yet")  # fmt: skip
-    leap_code = int(message["Leap"]) if message.get("Leap", "").strip().isdigit() else None
+    leap_code = int(message["Leap"]) if re.fullmatch(r"[0-9]", message.get("Leap", "").strip()) else None
     delay = timespan(message.get("RootDelay", ""))
     dispersion = timespan(message.get("RootDispersion", ""))
     stratum = message.get("Stratum", "").strip()
@@ -91,7 +91,7 @@ def _from_show(text: str, time: float) -> ClockFact:
         synchronised=None if leap_code is None else leap_code != 3,
         root_delay_s=abs(delay) if delay is not None else None,
         root_dispersion_s=abs(dispersion) if dispersion is not None else None,
-        stratum=int(stratum) if stratum.isdigit() and int(stratum) <= 16 else None,
+        stratum=int(stratum) if re.fullmatch(r"[0-9]{1,3}", stratum) and int(stratum) <= 16 else None,
         reference=server[:256],
         leap=LEAP_WORDS[leap_code] if leap_code is not None and 0 <= leap_code <= 3 else "",
     )
