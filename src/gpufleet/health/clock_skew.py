@@ -112,7 +112,7 @@ def unsynchronised(clock: NodeClock, now: float) -> Finding | None:
         "chrony": "chrony's leap status is Not synchronised",
         "ntpd": "ntpd's leap indicator is 11 (unsynchronised)",
         "timesyncd": "systemd-timesyncd has no synchronised server",
-        "kernel": "the kernel's clock has STA_UNSYNC set (no daemon disciplines it)",
+        "kernel": "the kernel's maxerror has reached 16 s: no time daemon disciplines the clock",
     }.get(clock.source, f"{clock.source} says the clock is not synchronised")
     return Finding(
         time=now,

@@ -478,7 +478,7 @@ class ClockFact(msgspec.Struct, omit_defaults=True):
     (chrony's "fast of NTP time"). `error_s` bounds how far the clock may be from true time (chrony's
     |offset| + root dispersion + root delay / 2, the kernel's maxerror). `synchronised` is False when the daemon
     says the clock is not synchronised (chrony's leap status "Not synchronised", ntpd's leap 11, the kernel's
-    STA_UNSYNC), None when nothing said."""
+    maxerror at 16 s: no daemon disciplines it), None when nothing said."""
 
     time: Time  # when the agent read it, on its own clock
     source: Short  # chrony, ntpd, timesyncd, kernel

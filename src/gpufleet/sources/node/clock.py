@@ -2,7 +2,7 @@
 systemd-timesyncd (`timedatectl timesync-status`), else the kernel's own discipline state (adjtimex(2), read-only).
 The first daemon that answers is the node's; each command runs under a short timeout and is read by
 parsers/clock/. The kernel's state is always there on Linux, so a node without a daemon still says whether its clock
-is synchronised (STA_UNSYNC) and how far off it may be (maxerror)."""
+is disciplined (its maxerror under 16 s) and how far off it may be."""
 
 from __future__ import annotations
 
