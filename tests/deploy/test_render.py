@@ -440,7 +440,14 @@ def test_kueue_lists_are_the_ones_the_queue_reader_makes() -> None:
 def test_control_plane_cluster_role_grants_exactly_the_table() -> None:
     manifests = objects({})
     role = find(manifests, "ClusterRole", "gpufleet-server")
-    assert _rules(role) == rbac.CONTROL_PLANE.rules
+    hypernodes = {call.rule for call in rbac.HYPERNODE_CALLS}
+    assert _rules(role) == rbac.CONTROL_PLANE.rules - hypernodes  # Volcano's HyperNodes only when asked for
+    assert (
+        "--volcano-hypernodes" not in find(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    volcano = objects({"server": {"volcanoHyperNodes": True}})
+    assert _rules(find(volcano, "ClusterRole", "gpufleet-server")) == rbac.CONTROL_PLANE.rules
+    assert "--volcano-hypernodes" in find(volcano, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     binding = find(manifests, "ClusterRoleBinding", "gpufleet-server")
     pod = find(manifests, "Deployment")["spec"]["template"]["spec"]
     assert binding["roleRef"]["name"] == "gpufleet-server"

@@ -161,7 +161,9 @@ def real_plane(
     state: str | None = None,
     fabric: FabricOptions | None = None,
     policy: Path | None = None,
+    outputs: Any = None,
 ) -> Running:
+    """`outputs`: the schedulers' topology inputs to keep (gpufleet.control.scheduler_topology.TopologyOutputs)."""
     from gpufleet.control.service import ControlPlane
     from gpufleet.state import open_state
 
@@ -197,6 +199,7 @@ def real_plane(
         fabric=options.service(),
         port_isolation=options.isolation(),
         policy_file=_policy(policy),
+        topology_outputs=outputs,
     )
     holder["plane"] = plane
     loop = ControlLoop(plane)
@@ -450,6 +453,24 @@ def server(
         help="kubernetes backend: write a node's new fabric topology labels only after this many consecutive fabric "
         "polls wanted them (a flapping link moves no label). Relabels follow --remediate (dry-run: audited only).",
     ),
+    volcano_hypernodes: bool = typer.Option(
+        False,
+        "--volcano-hypernodes",
+        help="kubernetes backend: keep Volcano's HyperNodes (a leaf, spine and core tier, as `fabric export --format "
+        "volcano` writes them) to the settled topology labels: create, replace, and delete the stale ones gpufleet "
+        "created. Follows --remediate (dry-run: audited only).",
+    ),
+    slurm_topology_conf: Path | None = typer.Option(
+        None,
+        "--slurm-topology-conf",
+        help="slurm backend: keep this topology.conf to the settled fabric topology (written atomically, then "
+        "`scontrol reconfigure`; a flapping link writes nothing). Follows --remediate (dry-run: audited only).",
+    ),
+    slurm_topology_format: str = typer.Option(
+        "tree",
+        "--slurm-topology-format",
+        help="With --slurm-topology-conf: tree (topology/tree) or block (NVLink domains, topology/block).",
+    ),
     policy: Path | None = POLICY_OPT,
 ) -> None:
     """Run the control plane: agents push to it, it correlates incidents and remediates through a backend."""
@@ -462,7 +483,10 @@ def server(
         if scenario is not None:
             raise UserError("--scenario is for the twin backend", fix="add --backend twin, or drop --scenario")
         options = FabricOptions(fabric_expect, fabric_isolation, fabric_subnet, settle_polls=label_settle_polls)
-        running = real_plane(home, backend, remediate, diag_command, metrics, state, options, policy)
+        from gpufleet.control.scheduler_topology import TopologyOutputs
+
+        outputs = TopologyOutputs(volcano_hypernodes, slurm_topology_conf, slurm_topology_format)
+        running = real_plane(home, backend, remediate, diag_command, metrics, state, options, policy, outputs)
     serve(
         running,
         host,

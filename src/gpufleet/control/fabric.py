@@ -93,7 +93,8 @@ class FabricEvent:
     time: float
     subnet: str
     # link-down, link-up, sm-sweep, sm-change, poll-error; the topology's host-moved, host-new, host-gone,
-    # switch-new, switch-gone; relabel (a node's topology labels written)
+    # switch-new, switch-gone; relabel (a node's topology labels written); scheduler-topology (Volcano's HyperNodes or
+    # Slurm's topology.conf written, gpufleet.control.scheduler_topology)
     kind: str
     severity: Severity
     message: str
@@ -291,6 +292,11 @@ class FabricService:
         """A node's topology labels were written (or would be, in a dry run): an event like the fabric's others."""
         with self.lock:
             self._event(FabricEvent(now, "", "relabel", Severity.info, message, (host,)))
+
+    def scheduler_topology_written(self, now: float, message: str) -> None:
+        """A scheduler's topology input was written from the settled topology (or would be, in a dry run)."""
+        with self.lock:
+            self._event(FabricEvent(now, "", "scheduler-topology", Severity.info, message))
 
     def drain_events(self) -> list[FabricEvent]:
         """Events since the last call, for the control plane's event log."""

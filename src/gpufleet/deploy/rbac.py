@@ -47,7 +47,16 @@ class Grant:
 # `gpufleet server --backend kubernetes`: cordon, drain, requeue, a node condition and an event per action; a
 # GPU-scoped drain deletes the pods of a namespace whose eviction mode is delete and reads the ReplicaSets and Jobs
 # that own the pods it moves, to name their top controller. The fabric topology's node labels are a read_node and a
-# patch_node too (labels are node metadata: the nodes patch rule covers them, and no other rule is needed).
+# patch_node too (labels are node metadata: the nodes patch rule covers them, and no other rule is needed). With
+# --volcano-hypernodes (the chart's server.volcanoHyperNodes) it keeps Volcano's HyperNodes: a list, then a create,
+# replace (update) or delete per object; the chart grants those rules only when that value is on.
+VOLCANO_GROUP = "topology.volcano.sh"
+HYPERNODE_CALLS = (
+    ApiCall("list_cluster_custom_object", VOLCANO_GROUP, "hypernodes", "list"),
+    ApiCall("create_cluster_custom_object", VOLCANO_GROUP, "hypernodes", "create"),
+    ApiCall("replace_cluster_custom_object", VOLCANO_GROUP, "hypernodes", "update"),
+    ApiCall("delete_cluster_custom_object", VOLCANO_GROUP, "hypernodes", "delete"),
+)
 CONTROL_PLANE = Grant(
     account="server",
     modules=("gpufleet.integrations.kubernetes.remediation", "gpufleet.integrations.kubernetes.client"),
@@ -62,6 +71,7 @@ CONTROL_PLANE = Grant(
         ApiCall("create_namespaced_event", "", "events", "create"),
         ApiCall("read_namespaced_replica_set", "apps", "replicasets", "get"),
         ApiCall("read_namespaced_job", "batch", "jobs", "get"),
+        *HYPERNODE_CALLS,
     ),
 )
 

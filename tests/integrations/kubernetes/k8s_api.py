@@ -176,3 +176,122 @@ def serialised(model: Any) -> dict[str, Any]:
     """A model as the client puts it on the wire."""
     out: dict[str, Any] = json.loads(json.dumps(kube.ApiClient().sanitize_for_serialization(model)))
     return out
+
+
+class CustomObjectsServer:
+    """A real HTTP server answering the official client's CustomObjectsApi for cluster-scoped custom objects
+    (/apis/GROUP/VERSION/PLURAL[/NAME]) as the API server does: list (with a labelSelector of key=value terms),
+    create (409 AlreadyExists for a taken name), replace (PUT: 409 Conflict for a stale metadata.resourceVersion,
+    404 for a missing object), delete (404 for a missing one). Every write sets a new resourceVersion, and
+    creationTimestamp and uid as the server would, so a client that compares objects must see past them. Objects
+    are kept by plural and name; what reached the server is in `requests`."""
+
+    def __init__(self, objects: list[dict[str, Any]] | None = None, plural: str = "hypernodes") -> None:
+        import threading
+
+        self.plural = plural
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str, Any]] = []  # method, path, body
+        self.version = 100
+        self.lock = threading.Lock()
+        for obj in objects or []:
+            self._stamp(obj)
+            self.objects[obj["metadata"]["name"]] = obj
+
+    def _stamp(self, obj: dict[str, Any]) -> None:
+        self.version += 1
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.version)
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        meta.setdefault("generation", 1)
+
+    def writes(self) -> list[tuple[str, str]]:
+        """(method, object name) of every write, in order."""
+        return [(m, p.split("?")[0].rsplit("/", 1)[-1] if m != "POST" else b["metadata"]["name"])
+                for m, p, b in self.requests if m != "GET"]  # fmt: skip
+
+    @staticmethod
+    def _status(code: int, reason: str) -> dict[str, Any]:
+        return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code}
+
+    def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        from urllib.parse import parse_qs, urlsplit
+
+        with self.lock:
+            self.requests.append((method, path, body))
+            url = urlsplit(path)
+            parts = url.path.strip("/").split("/")
+            if parts[:1] != ["apis"] or len(parts) not in (4, 5) or parts[3] != self.plural:
+                return 404, self._status(404, "NotFound")
+            name = parts[4] if len(parts) == 5 else None
+            if method == "GET" and name is None:
+                selector = parse_qs(url.query).get("labelSelector", [""])[0]
+                terms = [t.split("=", 1) for t in selector.split(",") if t]
+                items = [o for o in self.objects.values()
+                         if all((o["metadata"].get("labels") or {}).get(k) == v for k, v in terms)]  # fmt: skip
+                return 200, {"apiVersion": "/".join(parts[1:3]), "kind": "List", "items": items,
+                             "metadata": {"resourceVersion": str(self.version)}}  # fmt: skip
+            if method == "POST" and name is None:
+                if body["metadata"]["name"] in self.objects:
+                    return 409, self._status(409, "AlreadyExists")
+                obj = json.loads(json.dumps(body))
+                self._stamp(obj)
+                self.objects[obj["metadata"]["name"]] = obj
+                return 201, obj
+            if name is None:
+                return 405, self._status(405, "MethodNotAllowed")
+            if name not in self.objects:
+                return 404, self._status(404, "NotFound")
+            if method == "GET":
+                return 200, self.objects[name]
+            if method == "PUT":
+                old = self.objects[name]
+                if body["metadata"].get("resourceVersion") != old["metadata"]["resourceVersion"]:
+                    return 409, self._status(409, "Conflict")
+                obj = json.loads(json.dumps(body))
+                for key in ("uid", "creationTimestamp"):
+                    obj["metadata"][key] = old["metadata"][key]
+                self._stamp(obj)
+                self.objects[name] = obj
+                return 200, obj
+            if method == "DELETE":
+                return 200, self.objects.pop(name)
+            return 405, self._status(405, "MethodNotAllowed")
+
+    def serve(self) -> Any:
+        """Start serving; returns (CustomObjectsApi over it, a function that stops the server)."""
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        state = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                status, out = state.handle(self.command, self.path, body)
+                raw = json.dumps(out).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        config = kube.Configuration()
+        config.host = f"http://127.0.0.1:{httpd.server_port}"
+
+        def stop() -> None:
+            httpd.shutdown()
+            httpd.server_close()
+            thread.join(timeout=10)
+
+        return kube.CustomObjectsApi(kube.ApiClient(config)), stop

@@ -10,13 +10,15 @@ each as its namespace's eviction mode says, and names their owners. A node condi
 with patch_node_status and every action is announced as an Event on the node. Node-local actions (GPU reset, reboot,
 power limits, port isolation, diag) are not API operations and raise UnsupportedActionError. label_node writes the
 fabric topology's node labels (the keys it is given, nothing else) in one merge patch of metadata.labels, after
-reading the node so a label already right is not written again.
+reading the node so a label already right is not written again. sync_hypernodes keeps Volcano's HyperNodes (cluster
+scoped custom objects, through CustomObjectsApi): one list, then a create, replace or delete per object that differs;
+only objects carrying gpufleet's managed-by label are replaced or deleted.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +26,12 @@ from gpufleet.errors import BackendError
 from gpufleet.integrations.kubernetes.client import connect, kubernetes_module
 from gpufleet.integrations.kubernetes.objects import event, eviction
 from gpufleet.integrations.kubernetes.topology import MANAGED_LABELS, node_labels
+from gpufleet.integrations.kubernetes.topology_objects import MANAGED_BY, VOLCANO_API
 from gpufleet.remediate.backends.base import (
     Cordons,
     Drains,
     EvictsGpuWork,
+    KeepsHyperNodes,
     LabelsNodes,
     NodeLocation,
     RemediationBackend,
@@ -49,13 +53,31 @@ CONFLICT_ATTEMPTS = 5  # re-reads of a node another writer changed between our r
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "habana.ai/gaudi")
 
 
+HYPERNODES = "hypernodes"  # Volcano's HyperNode plural (cluster scoped)
+
+
+def _managed(obj: Mapping[str, Any]) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in MANAGED_BY.items())
+
+
+def _differs(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether `old` lacks what `new` sets: its labels, or its spec's fields (fields the API server defaulted into
+    `old` are not a difference)."""
+    labels = old["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in (new["metadata"].get("labels") or {}).items()):
+        return True
+    spec = old.get("spec") or {}
+    return any(spec.get(k) != v for k, v in new["spec"].items())
+
+
 def _api_exception() -> type[Exception]:
     from kubernetes.client.exceptions import ApiException
 
     return ApiException
 
 
-class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, RequeuesJobs, LabelsNodes):
+class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, RequeuesJobs, LabelsNodes, KeepsHyperNodes):
     name = "kubernetes"
 
     def __init__(
@@ -64,6 +86,7 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, Requ
         *,
         apps: Any = None,
         batch: Any = None,
+        custom: Any = None,
         event_namespace: str = "default",
         rack_label: str = "gpufleet.io/rack",
         leaf_label: str = "gpufleet.io/leaf",
@@ -74,11 +97,13 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, Requ
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`core` is a kubernetes.client.CoreV1Api (or anything with its methods); `apps` and `batch` (AppsV1Api,
-        BatchV1Api) read the ReplicaSets and Jobs that own evicted pods, to name their top controller."""
+        BatchV1Api) read the ReplicaSets and Jobs that own evicted pods, to name their top controller; `custom`
+        (CustomObjectsApi) keeps Volcano's HyperNodes."""
         kubernetes_module()  # no client installed: say so now, with the fix, not at the first action
         self.core = core
         self.apps = apps
         self.batch = batch
+        self.custom = custom
         self.event_namespace = event_namespace
         self.rack_label = rack_label
         self.leaf_label = leaf_label
@@ -92,7 +117,7 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, Requ
     def from_kubeconfig(cls, context: str | None = None, **kwargs: Any) -> KubernetesBackend:
         core = connect(context=context)
         k8s = kubernetes_module().client
-        return cls(core, apps=k8s.AppsV1Api(), batch=k8s.BatchV1Api(), **kwargs)
+        return cls(core, apps=k8s.AppsV1Api(), batch=k8s.BatchV1Api(), custom=k8s.CustomObjectsApi(), **kwargs)
 
     # --- reads ---------------------------------------------------------------------------------------------------
 
@@ -231,6 +256,44 @@ class KubernetesBackend(RemediationBackend, Cordons, Drains, EvictsGpuWork, Requ
         detail = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(writes.items()))
         self._event(node, "GpufleetTopologyLabels", f"fabric topology labels: {detail}", type_="Normal")
         return f"labelled {node}: {detail}"
+
+    def sync_hypernodes(self, desired: Sequence[Mapping[str, Any]], *, dry_run: bool = False) -> list[str]:
+        """One list of the cluster's HyperNodes, then a create per missing one, a replace (carrying the
+        resourceVersion read, so a concurrent writer's change is refused, not lost) per one whose labels or spec
+        differ, and a delete per one of gpufleet's that is no longer wanted. A name held by a HyperNode someone else
+        made is left to them and said."""
+        if self.custom is None:
+            raise BackendError("no CustomObjectsApi to keep Volcano's HyperNodes with")
+        group, version = VOLCANO_API.split("/")
+        listed = self._call("list hypernodes", self.custom.list_cluster_custom_object, group, version, HYPERNODES)
+        have = {str(o["metadata"]["name"]): o for o in listed.get("items") or []}
+        would = "would " if dry_run else ""
+        done: list[str] = []
+        wanted = set()
+        for obj in desired:
+            name = str(obj["metadata"]["name"])
+            wanted.add(name)
+            old = have.get(name)
+            said = f"hypernode {name} (tier {obj['spec']['tier']}, {len(obj['spec']['members'])} members)"
+            if old is None:
+                if not dry_run:
+                    self._call(f"create hypernode {name}", self.custom.create_cluster_custom_object, group, version,
+                               HYPERNODES, dict(obj))  # fmt: skip
+                done.append(f"{would}create {said}")
+            elif not _managed(old):
+                done.append(f"left hypernode {name} alone: it exists and gpufleet did not create it")
+            elif _differs(old, obj):
+                if not dry_run:
+                    meta = {**obj["metadata"], "resourceVersion": old["metadata"].get("resourceVersion")}
+                    self._call(f"replace hypernode {name}", self.custom.replace_cluster_custom_object, group,
+                               version, HYPERNODES, name, {**obj, "metadata": meta})  # fmt: skip
+                done.append(f"{would}replace {said}")
+        for name in sorted(n for n, o in have.items() if n not in wanted and _managed(o)):
+            if not dry_run:
+                self._call(f"delete hypernode {name}", self.custom.delete_cluster_custom_object, group, version,
+                           HYPERNODES, name)  # fmt: skip
+            done.append(f"{would}delete hypernode {name}")
+        return done
 
     def _pods_on(self, node: str) -> list[Any]:
         pods = self._call(

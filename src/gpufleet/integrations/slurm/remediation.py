@@ -9,16 +9,22 @@ only when it was the last one holding it.
 
 Actions that need the node itself (GPU reset, power limits, port isolation) are not something the controller can
 do, so the backend lacks those capabilities: the runbook stops with the node drained and the audit log says why.
+
+write_topology_conf replaces topology.conf the way slurmctld can never read half of it (a file beside it, flushed,
+renamed over it) and runs `scontrol reconfigure`, which has slurmctld read its configuration files again.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from gpufleet.errors import NotFoundError
+from gpufleet.errors import BackendError, NotFoundError
 from gpufleet.integrations.slurm.client import SlurmJob, SlurmNode, SlurmRunner
 from gpufleet.remediate.backends.base import (
     Cordons,
@@ -30,6 +36,7 @@ from gpufleet.remediate.backends.base import (
     RequeuesJobs,
     RunsDiagnostics,
     UnsupportedActionError,
+    WritesTopologyConf,
 )
 from gpufleet.remediate.backends.cordons import CordonChange, on_cordon, on_uncordon
 
@@ -53,7 +60,9 @@ def _owned_reason(holders: tuple[str, ...], text: str) -> str:
     return _reason(f"gpufleet[{','.join(holders)}]: {text}")
 
 
-class SlurmBackend(RemediationBackend, Cordons, Drains, RebootsNodes, RunsDiagnostics, RequeuesJobs):
+class SlurmBackend(
+    RemediationBackend, Cordons, Drains, RebootsNodes, RunsDiagnostics, RequeuesJobs, WritesTopologyConf
+):
     name = "slurm"
 
     def __init__(self, runner: SlurmRunner | None = None, diag_command: str | None = None) -> None:
@@ -167,6 +176,35 @@ class SlurmBackend(RemediationBackend, Cordons, Drains, RebootsNodes, RunsDiagno
     def gpu_model(self, node: str) -> str:
         types = {g.type for g in self.runner.node(node).gres if g.name == "gpu" and g.type}
         return types.pop() if len(types) == 1 else ""
+
+    def write_topology_conf(self, path: Path, text: str, *, retry: bool = False) -> str:
+        try:
+            if path.read_text() == text:
+                if not retry:
+                    return ""
+                self.runner.run(["scontrol", "reconfigure"])
+                return f"{path} held the topology already; reconfigured slurmctld"
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise BackendError(f"cannot read {path}: {exc.strerror or exc}") from None
+        try:
+            fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        except OSError as exc:
+            raise BackendError(f"cannot write beside {path}: {exc.strerror or exc}") from None
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(temp, 0o644)  # slurmctld and every slurmd read it (mkstemp makes it 0600)
+            os.replace(temp, path)
+        except OSError as exc:
+            Path(temp).unlink(missing_ok=True)
+            raise BackendError(f"cannot write {path}: {exc.strerror or exc}") from None
+        self.runner.run(["scontrol", "reconfigure"])
+        lines = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+        return f"wrote {path} ({lines} lines) and reconfigured slurmctld"
 
 
 __all__ = ["SlurmBackend"]

@@ -4,9 +4,10 @@ backend can do to a node or a job."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.errors import BackendError
 
@@ -109,6 +110,27 @@ class LabelsNodes(ABC):
     def label_node(self, node: str, labels: Mapping[str, str | None]) -> str:
         """Write `labels` (each key's value, None to remove it); every label not named stays as it is. What was
         written; "" when the node carried those values already (nothing written)."""
+
+
+class KeepsHyperNodes(ABC):
+    """Keeps Volcano's HyperNode objects (topology.volcano.sh) to the ones gpufleet wants: creates the missing,
+    replaces the changed and deletes the stale among those gpufleet created (its managed-by label); a HyperNode
+    someone else made is never touched."""
+
+    @abstractmethod
+    def sync_hypernodes(self, desired: Sequence[Mapping[str, Any]], *, dry_run: bool = False) -> list[str]:
+        """Make the cluster's HyperNodes `desired`; what was done to each (or, in a dry run, what would be), in the
+        order done. Empty when they were as desired already."""
+
+
+class WritesTopologyConf(ABC):
+    """Replaces the scheduler's topology file (Slurm's topology.conf) and has the scheduler read it again."""
+
+    @abstractmethod
+    def write_topology_conf(self, path: Path, text: str, *, retry: bool = False) -> str:
+        """Write `text` to `path` atomically (a file beside it, renamed over it) and reconfigure the scheduler. What
+        was done; "" when the file held `text` already (nothing written, nothing reconfigured), unless `retry` (the
+        last try failed, perhaps after its write: reconfigure all the same)."""
 
 
 class Drains(ABC):

@@ -1,0 +1,157 @@
+"""The control plane keeps Slurm's topology.conf to the settled topology, read by a real slurmctld (topology/tree):
+a two-tier rail-optimised fabric over the test cluster's own nodes (two rails each, so a host whose first rail's leaf
+fails moves to its second rail's), polled through the one door, with the Slurm backend and --slurm-topology-conf.
+
+slurmctld starts with the file `fabric export --format slurm-topology` wrote; once the polls settled, the control
+plane's file is written and `scontrol reconfigure`d; a failed leaf moves its hosts, and after the move held
+`scontrol show topology` shows them under their new leaf; a flapping cable writes nothing."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.control.fabric import FabricService
+from gpufleet.control.fabric_topology import LabelSettler, TopologyTracker
+from gpufleet.control.scheduler_topology import TopologyOutputs
+from gpufleet.control.service import ControlPlane
+from gpufleet.fabric.graph import FabricGraph
+from gpufleet.fabric.intended import intended_graph
+from gpufleet.fabric.report import report_from_graph
+from gpufleet.fabric.topology import topology_from_graph
+from gpufleet.health.thresholds import load_thresholds
+from gpufleet.integrations.slurm.client import SlurmRunner, expand_hostlist, parse_kv_record
+from gpufleet.integrations.slurm.remediation import SlurmBackend
+from gpufleet.integrations.slurm.topology_conf import render_topology_conf
+from gpufleet.model.observe import SCHEMA_VERSION, Batch
+from gpufleet.spec.builder import build_cluster
+from gpufleet.spec.cluster_spec import ClusterBody
+from gpufleet.state import Database
+from tests.control.test_fabric_topology import _without
+from tests.slurm_cluster import SlurmCluster, require_slurm
+
+pytestmark = pytest.mark.real
+
+SETTLE = 3
+FAILED_LEAF = "leaf-su1-r0"  # gpu-01's and gpu-02's first rail: their home leaf
+NEW_LEAF = "leaf-su1-r1"  # their second rail's
+
+
+def _fabric() -> FabricGraph:
+    body = ClusterBody.model_validate(
+        {
+            "nodePools": [{"name": "gpu", "count": 4, "hostnames": ["gpu-01", "gpu-02", "gpu-03", "gpu-04"],
+                           "nics": {"count": 2}}],
+            "fabric": {"topology": "rail-optimized-fat-tree", "leafRadix": 4, "tiers": 2},
+        }
+    )  # fmt: skip
+    return intended_graph(build_cluster("slurm-rails", body))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    require_slurm()
+    root = Path(tempfile.mkdtemp(prefix="gpufleet-slurm-keep-"))
+    (root / "etc").mkdir()
+    (root / "etc" / "topology.conf").write_text(render_topology_conf(topology_from_graph(_fabric())))  # the export
+    slurm = SlurmCluster(root, nodes=4, extra_conf="TopologyPlugin=topology/tree")
+    try:
+        slurm.start()
+        yield slurm
+    finally:
+        slurm.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class Plane:
+    def __init__(self, cluster: SlurmCluster, remediation: str = "on") -> None:
+        self.now = time.time()
+        self.path = cluster.root / "etc" / "topology.conf"
+        service = FabricService(load_thresholds(), _fabric(), TopologyTracker(settler=LabelSettler(SETTLE)))
+        self.plane = ControlPlane(Database(":memory:"), SlurmBackend(SlurmRunner(cluster.conf)), clock=lambda: self.now,
+                                  remediation=remediation, fabric=service,
+                                  topology_outputs=TopologyOutputs(slurm_conf=self.path))  # fmt: skip
+
+    def poll(self, graph: FabricGraph) -> None:
+        self.now += 30.0
+        report = report_from_graph(graph, subnet="default", time=self.now)
+        batch = Batch(v=SCHEMA_VERSION, agent="watch", incarnation="i", node="sm", sent=time.time(), fabric=[report])
+        self.plane.ingest(batch)
+        self.plane.tick()
+
+    def audited(self) -> list[str]:
+        return [e.decision for e in self.plane.store.audit_log.entries() if e.action == "topology-conf"]
+
+
+def _leaves(cluster: SlurmCluster) -> dict[str, set[str]]:
+    """Each leaf switch slurmctld knows -> its nodes (`scontrol show topology`)."""
+    records = [parse_kv_record(line) for line in cluster.scontrol("show", "topology").splitlines() if line.strip()]
+    return {r["SwitchName"]: set(expand_hostlist(r["Nodes"])) for r in records if r.get("Level") == "0"}
+
+
+def test_a_failed_leaf_moves_its_hosts_in_slurmctld_once_the_move_has_held(cluster: SlurmCluster) -> None:
+    fabric = _fabric()
+    plane = Plane(cluster)
+    assert _leaves(cluster)[FAILED_LEAF] == {"gpu-01", "gpu-02"}  # as the export wrote it
+    for _ in range(SETTLE):
+        plane.poll(fabric)
+    written = plane.path.read_text()
+    assert "written by the gpufleet control plane" in written
+    assert [d.split(" (")[0] for d in plane.audited()] == [f"wrote {plane.path}"]
+    assert _leaves(cluster)[FAILED_LEAF] == {"gpu-01", "gpu-02"}
+
+    failed = _without(fabric, switch=FAILED_LEAF)
+    for _ in range(SETTLE - 1):
+        plane.poll(failed)
+    assert plane.path.read_text() == written  # the move has not held yet
+    plane.poll(failed)
+    leaves = _leaves(cluster)
+    assert FAILED_LEAF not in leaves
+    assert leaves[NEW_LEAF] == {"gpu-01", "gpu-02"}  # slurmctld has them under their new leaf
+    assert leaves["leaf-su2-r0"] == {"gpu-03", "gpu-04"}
+    assert (
+        len(plane.audited()) == 2
+        and "2 hosts moved: gpu-01 to leaf-su1-r1, gpu-02 to leaf-su1-r1" in plane.audited()[1]
+    )
+    assert not list(plane.path.parent.glob(".topology.conf.*"))  # no temporary file left beside it
+
+    for _ in range(SETTLE + 1):
+        plane.poll(failed)
+    assert len(plane.audited()) == 2  # written once
+
+    # a fresh control plane over the same fabric: the file holds its topology, nothing is written or reconfigured
+    again = Plane(cluster)
+    before = plane.path.stat().st_mtime_ns
+    for _ in range(SETTLE):
+        again.poll(failed)
+    assert again.audited() == [] and plane.path.stat().st_mtime_ns == before
+
+
+def test_a_flapping_cable_writes_no_topology_conf(cluster: SlurmCluster) -> None:
+    fabric = _fabric()
+    plane = Plane(cluster)
+    for _ in range(SETTLE):
+        plane.poll(fabric)
+    written = plane.path.read_text()
+    flapped = _without(fabric, cable="gpu-03/mlx5_0/1")  # gpu-03's first rail: its home flips with the cable
+    assert topology_from_graph(flapped).hosts["gpu-03"].home != topology_from_graph(fabric).hosts["gpu-03"].home
+    audited = len(plane.audited())
+    for i in range(4 * SETTLE):
+        plane.poll(flapped if i % 2 == 0 else fabric)
+    assert plane.path.read_text() == written and len(plane.audited()) == audited
+    assert "gpu-03" in _leaves(cluster)["leaf-su2-r0"]
+
+
+def test_a_dry_run_says_what_it_would_write_and_leaves_the_file(cluster: SlurmCluster) -> None:
+    plane = Plane(cluster, remediation="dry-run")
+    before = plane.path.read_text()
+    failed = _without(_fabric(), switch="leaf-su2-r0")
+    for _ in range(SETTLE):
+        plane.poll(failed)
+    assert plane.path.read_text() == before
+    assert [d.split(" (")[0] for d in plane.audited()] == [f"would write {plane.path}"]
