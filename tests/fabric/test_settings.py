@@ -121,3 +121,15 @@ def test_two_subnet_managers_of_equal_priority() -> None:
     assert kinds(found) == ["opensm-equal-priority"] and "sm-01, sm-02" in found[0].message
     hosts[1].opensm.sm_priority = 14  # type: ignore[union-attr]
     assert judge(hosts) == []
+
+
+def test_a_standby_of_the_masters_priority() -> None:
+    from gpufleet.model.fabric_settings import SubnetManagerSeen
+
+    master = SubnetManagerSeen("0x0000000000100001", 0, "MASTER", 2)
+    standby = SubnetManagerSeen("0x0000000000200000", 0, "STANDBY", 1)
+    found = judge([HostFabricSettings("sm-01", subnet_managers=[master, standby])])
+    assert kinds(found) == ["sm-equal-priority"] and "0x0000000000200000" in found[0].message
+    standby.priority = 0
+    master.priority = 14
+    assert judge([HostFabricSettings("sm-01", subnet_managers=[master, standby])]) == []

@@ -1,6 +1,7 @@
 """OpenSM's configuration as the settings judgement reads it, against the real OpenSM 3.3.23: its own default dump
-(`opensm --create-config`), and a configuration written here that OpenSM runs a simulated fat tree with (ibsim,
-tests/ibsim.py), whose routing engine and priority OpenSM then shows (its log, `sminfo`)."""
+(`opensm --create-config`), a configuration written here that OpenSM runs a simulated fat tree with (ibsim,
+tests/ibsim.py), whose routing engine and priority OpenSM then shows (its log, `sminfo`), and a second OpenSM of the
+same priority that takes mastership, as the agent's poll lists it (`saquery SMIR`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.fabric import poll_subnet
 from gpufleet.fabric.discover import from_ibnetdiscover
 from gpufleet.fabric.settings import is_tree, judge
 from gpufleet.model.fabric_settings import HostFabricSettings
 from gpufleet.parsers.infiniband.diags import parse_ibnetdiscover, parse_sminfo
 from gpufleet.parsers.infiniband.opensm_conf import DEFAULTS, parse_opensm_conf
+from gpufleet.parsers.infiniband.saquery import parse_smir
+from gpufleet.sources.infiniband.diag_tools import FabricTools
 from gpufleet.sources.infiniband.settings import read_host_settings, read_opensm_config
 from tests.conftest import require_tool
 from tests.ibsim import OPENSM_CONF, SOCKET_SYSCTLS, UMAD2SIM, Fabric, running_fabric, unavailable, wait_for
@@ -78,3 +82,48 @@ def test_a_written_configuration_takes_effect(updn_fabric: tuple[Fabric, Path]) 
     assert judge([settings], fat_tree=True) == []
     # OpenSM runs on this machine: the agent's process scan sees it
     assert read_host_settings(run=lambda argv: None, opensm_conf=conf).opensm_running is True
+
+
+def test_a_second_subnet_manager_of_equal_priority(updn_fabric: tuple[Fabric, Path]) -> None:
+    """A second OpenSM, on node01's HCA with the same priority 9: the subnet administrator lists a master and a
+    standby of equal priority, the agent's poll carries both, and the judgement names them."""
+    fabric, conf = updn_fabric
+    before = parse_smir(fabric.tool("saquery", "SMIR").stdout)
+    assert [(r.guid, r.priority, r.state) for r in before] == [("0x0000000000200000", 9, "MASTER")]
+    second = fabric.work / "osm2"
+    second.mkdir()
+    env = {**fabric.env, "SIM_HOST": "node01 mlx5_0", "OSM_TMP_DIR": str(second), "OSM_CACHE_DIR": str(second)}
+    log = second / "opensm.log"
+    # the same priority; polls of the master every second (default 10 s), so the subnet settles within seconds
+    second_conf = second / "opensm.conf"
+    second_conf.write_text(conf.read_text() + "sminfo_polling_timeout 1000\npolling_retry_number 2\n")
+    with (second / "stdout.log").open("wb") as out:
+        proc = subprocess.Popen(
+            ["opensm", "-F", str(second_conf), "-f", str(log)],
+            cwd=fabric.work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        tools = FabricTools(timeout_s=20, env=fabric.env, cwd=str(fabric.work))
+
+        def both() -> bool:
+            return len(parse_smir(fabric.tool("saquery", "SMIR").stdout)) == 2
+
+        wait_for(both, "the subnet administrator to list both subnet managers", 60)
+        report = poll_subnet(tools, read_settings=lambda: HostFabricSettings("node01"))
+        [settings] = report.settings
+        states = {sm.guid: (sm.priority, sm.state) for sm in settings.subnet_managers}
+        assert set(states) == {"0x0000000000100001", "0x0000000000200000"}  # node01's port, spine1's
+        assert {priority for priority, _ in states.values()} == {9}
+        assert sorted(state for _, state in states.values())[-1] == "STANDBY"  # one master, one standby
+        found = [f for f in judge(report.settings) if f.kind == "sm-equal-priority"]
+        assert len(found) == 1 and "priority 9" in found[0].message
+    finally:
+        proc.terminate()  # OpenSM exits on SIGTERM, or is killed if MADs it waits for hold it
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

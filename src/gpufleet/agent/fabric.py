@@ -17,9 +17,10 @@ from gpufleet.errors import ParseError
 from gpufleet.fabric.counters import readings_from_ibqueryerrors
 from gpufleet.fabric.graph import End, FabricGraph
 from gpufleet.fabric.report import report_from_graph
-from gpufleet.model.fabric_settings import HostFabricSettings
+from gpufleet.model.fabric_settings import HostFabricSettings, SubnetManagerSeen
 from gpufleet.model.observe import FabricReport
 from gpufleet.parsers.infiniband.diags import parse_sminfo
+from gpufleet.parsers.infiniband.saquery import parse_smir
 from gpufleet.sources.infiniband.diag_tools import FabricToolError, FabricTools
 from gpufleet.sources.infiniband.settings import read_host_settings
 
@@ -113,7 +114,21 @@ def poll_subnet(
     report.sm = sm
     if read_settings is not None:
         try:
-            report.settings = [read_settings()]
+            settings = read_settings()
         except OSError as exc:  # an unreadable sysfs or config file: the rest of the poll still goes out
             report.errors.append(f"fabric settings: {exc}")
+        else:
+            if graph.nodes:
+                settings.subnet_managers, problem = _subnet_managers(tools)
+                settings.errors.extend(problem)
+            report.settings = [settings]
     return report
+
+
+def _subnet_managers(tools: FabricTools) -> tuple[list[SubnetManagerSeen], list[str]]:
+    """Every subnet manager the subnet administrator knows (`saquery SMIR`): the master and its standbys."""
+    try:
+        text = tools.run("saquery", "SMIR").stdout
+    except FabricToolError as exc:
+        return [], [f"subnet managers not listed: {exc.message}"]
+    return [SubnetManagerSeen(r.guid, r.priority, r.state, r.lid, r.activity) for r in parse_smir(text)], []

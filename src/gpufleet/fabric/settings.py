@@ -77,6 +77,7 @@ def judge(hosts: Iterable[HostFabricSettings], *, fat_tree: bool | None = None) 
             findings += roce_lossless(host.host, qos)
     findings += roce_consistency(hosts)
     findings += opensm_config(hosts, fat_tree=fat_tree)
+    findings += subnet_managers(hosts)
     return findings
 
 
@@ -379,6 +380,34 @@ def opensm_config(hosts: list[HostFabricSettings], *, fat_tree: bool | None) -> 
                     "lower port GUID, not a choice, and a standby that comes back may take mastership in a handover",
                     "give the intended master a higher sm_priority (0-15) than the standbys",
                     port=End(f"{sorted(names)[0]}/opensm", 0),
+                    source=OPENSM_MAN,
+                )
+            )
+    return findings
+
+
+def subnet_managers(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
+    """Standby subnet managers with the master's priority, as the subnet administrator lists them: the lower GUID
+    wins the election, so a standby of equal priority and lower GUID takes mastership when it (re)starts."""
+    seen = {sm.guid: sm for h in hosts for sm in h.subnet_managers}
+    masters = [sm for sm in seen.values() if sm.state == "MASTER"]
+    findings: list[FabricFinding] = []
+    for master in masters:
+        equal = sorted(
+            sm.guid for sm in seen.values() if sm.guid != master.guid and sm.priority == master.priority
+            and sm.state in ("STANDBY", "DISCOVERING")
+        )  # fmt: skip
+        if equal:
+            findings.append(
+                FabricFinding(
+                    "sm-equal-priority",
+                    Severity.warning,
+                    f"the master subnet manager {master.guid} (LID {master.lid}) and standby {', '.join(equal)} have "
+                    f"the same priority {master.priority}: the lower GUID wins each election, so mastership moves "
+                    "when one of them restarts (a handover: a heavy sweep of the whole fabric)",
+                    "give the intended master a higher sm_priority than its standbys (opensm.conf sm_priority, or "
+                    "-p) and restart the standbys",
+                    port=End(f"sm-{master.guid}", 0),
                     source=OPENSM_MAN,
                 )
             )

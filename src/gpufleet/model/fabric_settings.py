@@ -62,6 +62,16 @@ class SubnetManagerConfig(msgspec.Struct):
     partitions: Annotated[list[PartitionSetting], msgspec.Meta(max_length=4096)] = []
 
 
+class SubnetManagerSeen(msgspec.Struct):
+    """A subnet manager as the subnet administrator lists it (`saquery SMIR`): the master and its standbys."""
+
+    guid: Short
+    priority: Annotated[int, msgspec.Meta(ge=0, le=15)]
+    state: Short  # MASTER, STANDBY, DISCOVERING, NOTACTIVE
+    lid: int = 0
+    activity: int = 0
+
+
 class HostFabricSettings(msgspec.Struct):
     host: Short
     ports: Annotated[list[HcaPortSetting], msgspec.Meta(max_length=256)] = []
@@ -69,4 +79,6 @@ class HostFabricSettings(msgspec.Struct):
     opensm: SubnetManagerConfig | None = None
     opensm_running: bool | None = None
     sharp_am_running: bool | None = None  # None: not looked at
+    # every subnet manager of the subnet this host reaches (`saquery SMIR`); [] when not asked
+    subnet_managers: Annotated[list[SubnetManagerSeen], msgspec.Meta(max_length=64)] = []
     errors: Annotated[list[Short], msgspec.Meta(max_length=64)] = []

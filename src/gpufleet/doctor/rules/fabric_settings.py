@@ -23,7 +23,7 @@ KIND = "fabric-settings"
 MTU_KINDS = ("ib-mtu-mismatch", "ib-mtu-below-capability", "roce-mtu", "partition-mtu")
 ROCE_KINDS = ("roce-no-pfc", "roce-trust-pcp", "roce-tc-lossy", "roce-no-ecn", "roce-pfc-mismatch")
 SM_KINDS = ("opensm-routing-engine", "opensm-max-op-vls", "opensm-sweep-disabled", "opensm-sweep-slow",
-            "opensm-equal-priority", "sharp-routing-engine")  # fmt: skip
+            "opensm-equal-priority", "sharp-routing-engine", "sm-equal-priority")  # fmt: skip
 
 
 def is_fabric_settings(data: dict[str, object]) -> bool:
