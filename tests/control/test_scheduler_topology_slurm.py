@@ -155,3 +155,17 @@ def test_a_dry_run_says_what_it_would_write_and_leaves_the_file(cluster: SlurmCl
         plane.poll(failed)
     assert plane.path.read_text() == before
     assert [d.split(" (")[0] for d in plane.audited()] == [f"would write {plane.path}"]
+
+
+def test_the_backend_writes_atomically_and_reconfigures_only_what_changed(cluster: SlurmCluster) -> None:
+    backend = SlurmBackend(SlurmRunner(cluster.conf))
+    path = cluster.root / "etc" / "topology.conf"
+    text = render_topology_conf(topology_from_graph(_fabric()))
+    path.write_text(text + "# an older version\n")
+    assert backend.write_topology_conf(path, text).startswith(f"wrote {path}")
+    assert path.read_text() == text and oct(path.stat().st_mode & 0o777) == "0o644"
+    assert backend.write_topology_conf(path, text) == ""  # held already: no write, no reconfigure
+    # a retry after a failed reconfigure: the file may hold the text, slurmctld may not have read it
+    assert backend.write_topology_conf(path, text, retry=True).endswith("reconfigured slurmctld")
+    assert _leaves(cluster)[FAILED_LEAF] == {"gpu-01", "gpu-02"}
+    assert not list(path.parent.glob(".topology.conf.*"))
