@@ -69,7 +69,8 @@ def test_subnets_summarise_each_polled_subnet(client: Any) -> None:
     assert body["reports"] >= 7 and body["isolated_ports"] == 0
     (subnet,) = body["subnets"]
     assert set(subnet) == {"subnet", "source", "time", "polls", "poll_s", "took_s", "switches", "hcas", "links",
-                           "links_down", "findings", "errors", "subnet_manager", "expected"}  # fmt: skip
+                           "links_down", "findings", "errors", "subnet_manager", "expected", "settings"}  # fmt: skip
+    assert subnet["settings"] == []  # the twin's watcher reports no host settings
     assert (subnet["subnet"], subnet["source"], subnet["poll_s"]) == ("default", "twin", POLL_S)
     assert subnet["polls"] >= 7 and subnet["errors"] == []
     # 8 leaves (one a rail) and 4 spines; 3 nodes x 8 HCAs; 24 HCA cables and 64 uplinks, one of them down
