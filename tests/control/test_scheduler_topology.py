@@ -222,3 +222,5 @@ def test_an_output_the_backend_cannot_keep_is_refused_with_the_fix(fabric: Fabri
                      topology_outputs=TopologyOutputs(slurm_conf=tmp_path / "nowhere" / "topology.conf"))  # fmt: skip
     with pytest.raises(UserError, match="use tree or block"):
         TopologyOutputs(slurm_conf=tmp_path / "topology.conf", slurm_format="graph")
+    with pytest.raises(UserError, match="add --slurm-topology-conf"):
+        TopologyOutputs(slurm_format="block")

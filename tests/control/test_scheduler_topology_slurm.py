@@ -27,7 +27,7 @@ from gpufleet.fabric.topology import topology_from_graph
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.integrations.slurm.client import SlurmRunner, expand_hostlist, parse_kv_record
 from gpufleet.integrations.slurm.remediation import SlurmBackend
-from gpufleet.integrations.slurm.topology_conf import render_topology_conf
+from gpufleet.integrations.slurm.topology_conf import render_block_conf, render_topology_conf
 from gpufleet.model.observe import SCHEMA_VERSION, Batch
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
@@ -69,13 +69,22 @@ def cluster() -> Iterator[SlurmCluster]:
 
 
 class Plane:
-    def __init__(self, cluster: SlurmCluster, remediation: str = "on") -> None:
+    def __init__(
+        self,
+        cluster: SlurmCluster,
+        remediation: str = "on",
+        *,
+        path: Path | None = None,
+        style: str = "tree",
+        domains: dict[str, str] | None = None,
+    ) -> None:
         self.now = time.time()
-        self.path = cluster.root / "etc" / "topology.conf"
-        service = FabricService(load_thresholds(), _fabric(), TopologyTracker(settler=LabelSettler(SETTLE)))
+        self.path = path or cluster.root / "etc" / "topology.conf"
+        tracker = TopologyTracker(settler=LabelSettler(SETTLE))
+        service = FabricService(load_thresholds(), _fabric(), tracker, domains)
+        outputs = TopologyOutputs(slurm_conf=self.path, slurm_format=style)
         self.plane = ControlPlane(Database(":memory:"), SlurmBackend(SlurmRunner(cluster.conf)), clock=lambda: self.now,
-                                  remediation=remediation, fabric=service,
-                                  topology_outputs=TopologyOutputs(slurm_conf=self.path))  # fmt: skip
+                                  remediation=remediation, fabric=service, topology_outputs=outputs)  # fmt: skip
 
     def poll(self, graph: FabricGraph) -> None:
         self.now += 30.0
@@ -169,3 +178,21 @@ def test_the_backend_writes_atomically_and_reconfigures_only_what_changed(cluste
     assert backend.write_topology_conf(path, text, retry=True).endswith("reconfigured slurmctld")
     assert _leaves(cluster)[FAILED_LEAF] == {"gpu-01", "gpu-02"}
     assert not list(path.parent.glob(".topology.conf.*"))
+
+
+def test_the_block_format_writes_the_nvlink_domains_as_blocks(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """topology/block came with Slurm 23.11: the file is written beside the test cluster's (whose slurmctld runs
+    topology/tree and is reconfigured all the same) and is what `fabric export --format slurm-block` writes for the
+    fabric and its NVLink domains."""
+    domains = {"gpu-01": "nvl-a", "gpu-02": "nvl-a", "gpu-03": "nvl-b", "gpu-04": "nvl-b"}
+    path = tmp_path / "topology.conf"
+    plane = Plane(cluster, path=path, style="block", domains=domains)
+    for _ in range(SETTLE):
+        plane.poll(_fabric())
+    exported = render_block_conf(topology_from_graph(_fabric(), nvlink_domains=domains))
+    written = path.read_text()
+    assert [line for line in written.splitlines() if not line.startswith("#")] == [
+        line for line in exported.splitlines() if not line.startswith("#")
+    ]
+    assert "BlockName=nvl-a Nodes=gpu-[01-02]" in written and "BlockName=nvl-b Nodes=gpu-[03-04]" in written
+    assert [d.split(" (")[0] for d in plane.audited()] == [f"wrote {path}"]

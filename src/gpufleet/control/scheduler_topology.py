@@ -67,6 +67,11 @@ class TopologyOutputs:
     def __post_init__(self) -> None:
         if self.slurm_format not in SLURM_FORMATS:
             raise UserError(f"--slurm-topology-format {self.slurm_format!r}", fix="use tree or block")
+        if self.slurm_format != "tree" and self.slurm_conf is None:
+            raise UserError(
+                f"--slurm-topology-format {self.slurm_format} without a file to write",
+                fix="add --slurm-topology-conf PATH (e.g. /etc/slurm/topology.conf)",
+            )
 
 
 def settled_topology(view: Mapping[str, Mapping[str, str]], source: str = "the settled fabric") -> Topology:
