@@ -90,7 +90,7 @@ def test_traffic_class_to_priority() -> None:
     assert lossless_priority(qos, 104) == 3  # DSCP 26 -> 3 in the default map
     assert lossless_priority(qos, 0) == 0
     assert lossless_priority(lossless(dscp2prio={26: 5}), 104) == 5
-    assert lossless_priority(lossless(trust="pcp"), 104) == 0
+    assert lossless_priority(lossless(trust="pcp"), 104) is None  # the VLAN's priority, not the TC's
     assert tc_for_priority(qos, 3) == 104 and tc_for_priority(qos, 5) == 160
     assert tc_for_priority(lossless(trust="pcp"), 3) is None
 

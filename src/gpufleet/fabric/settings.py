@@ -189,9 +189,7 @@ def lossless_priority(qos: RoceQosSetting, traffic_class: int) -> int | None:
     if qos.trust == "dscp":
         dscp = traffic_class >> 2
         return qos.dscp2prio.get(dscp, dscp >> 3)
-    if qos.trust == "pcp":
-        return 0  # untagged: without a VLAN there is no PCP, and the port's default priority is 0
-    return None
+    return None  # trust pcp: the priority is the VLAN tag's, which the host's egress map sets, not the TC
 
 
 def roce_lossless(host: str, qos: RoceQosSetting) -> list[FabricFinding]:
@@ -218,7 +216,8 @@ def roce_lossless(host: str, qos: RoceQosSetting) -> list[FabricFinding]:
                 "roce-trust-pcp",
                 Severity.warning,
                 f"{name}: trust is pcp with PFC on priorities {_list(qos.pfc)}: RoCEv2 packets without a VLAN tag "
-                "carry no PCP and are classified to priority 0, which is not lossless",
+                "carry no PCP and are classified to priority 0, which is not lossless (unless RoCE runs on a VLAN "
+                "whose egress priority is the lossless one)",
                 f"`mlnx_qos -i {qos.netdev} --trust dscp` and map RoCE's DSCP to the lossless priority",
                 port=where,
                 source=QOS_DOCS,
