@@ -3,7 +3,8 @@ nodes, pods, ReplicaSets, Jobs and PodDisruptionBudgets as the client's own V1 m
 does: a patch carrying a stale metadata.resourceVersion is refused with 409 Conflict and every write bumps the
 version; a null annotation or label in a patch removes it (merge patch); an eviction is 404 for a gone pod and 429
 while a PodDisruptionBudget that selects the pod allows no disruption (each eviction it allows uses one up); reads of
-a missing object are 404. Models, exceptions and serialisation are the real client's."""
+a missing object are 404. Models, exceptions and serialisation are the real client's. CustomObjectsServer is a real
+HTTP server for the client's CustomObjectsApi (Volcano's HyperNodes), so what is checked is what goes on the wire."""
 
 from __future__ import annotations
 
