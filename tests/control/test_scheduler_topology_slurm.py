@@ -18,6 +18,7 @@ import pytest
 
 from gpufleet.control.fabric import FabricService
 from gpufleet.control.fabric_topology import LabelSettler, TopologyTracker
+from gpufleet.control.relabel import RETRY_S
 from gpufleet.control.scheduler_topology import TopologyOutputs
 from gpufleet.control.service import ControlPlane
 from gpufleet.fabric.graph import FabricGraph
@@ -196,3 +197,24 @@ def test_the_block_format_writes_the_nvlink_domains_as_blocks(cluster: SlurmClus
     ]
     assert "BlockName=nvl-a Nodes=gpu-[01-02]" in written and "BlockName=nvl-b Nodes=gpu-[03-04]" in written
     assert [d.split(" (")[0] for d in plane.audited()] == [f"wrote {path}"]
+
+
+def test_a_failed_reconfigure_is_audited_once_and_tried_again_later(cluster: SlurmCluster) -> None:
+    """The file was written but slurmctld could not be told (its client has no configuration here): the next try,
+    RETRY_S later, reconfigures though the file already holds the topology."""
+    plane = Plane(cluster)
+    backend = plane.plane.backend
+    assert isinstance(backend, SlurmBackend)
+    backend.runner = SlurmRunner(str(cluster.root / "etc" / "no-such-slurm.conf"))
+    failed = _without(_fabric(), switch="leaf-su2-r0")
+    for _ in range(SETTLE + 1):
+        plane.poll(failed)  # 30 s apart: within the first retry's wait
+    audited = plane.audited()
+    assert len(audited) == 1 and audited[0].startswith("failed:") and "no Slurm configuration" in audited[0]
+    assert "SwitchName=leaf-su2-r1 Nodes=gpu-[03-04]" in plane.path.read_text()  # written, not yet read
+    assert _leaves(cluster)["leaf-su2-r0"] == {"gpu-03", "gpu-04"}
+    backend.runner = SlurmRunner(cluster.conf)  # slurmctld's client works again
+    plane.now += RETRY_S
+    plane.plane.tick()
+    assert plane.audited()[1].startswith(f"{plane.path} held the topology already; reconfigured slurmctld")
+    assert _leaves(cluster)["leaf-su2-r1"] == {"gpu-03", "gpu-04"}
