@@ -50,3 +50,30 @@ def test_settings_findings_come_and_go_with_the_polls() -> None:
     ftree = msgspec.structs.replace(minhop, opensm=SubnetManagerConfig("/etc/opensm/opensm.conf", ["ftree"]))
     assert service.take(poll(3.0, ftree)) == []
     assert not [f for _, f in service.findings() if f.kind.startswith("opensm")]
+
+
+def test_the_ports_mtu_read_through_smps_stands_until_read_again() -> None:
+    service = FabricService(load_thresholds())
+    watcher = HostFabricSettings("sm-01")
+
+    def by_sm(mtu: int) -> list[HostFabricSettings]:
+        return [
+            HostFabricSettings(
+                "gpu-01", [HcaPortSetting("mlx5_0", 1, "InfiniBand", "Active", 4096, 4096)], source="sm"
+            ),
+            HostFabricSettings("gpu-02", [HcaPortSetting("mlx5_0", 1, "InfiniBand", "Active", mtu, 4096)], source="sm"),
+        ]
+
+    def mismatches() -> list[str]:
+        return [str(f.port) for _, f in service.findings() if f.kind == "ib-mtu-mismatch"]
+
+    report = poll(1.0, watcher)
+    report.settings += by_sm(2048)
+    service.take(report)
+    assert mismatches() == ["gpu-02/mlx5_0/1"]
+    service.take(poll(2.0, watcher))  # a poll that did not read the ports: the last read stands
+    assert mismatches() == ["gpu-02/mlx5_0/1"]
+    report = poll(3.0, watcher)
+    report.settings += by_sm(4096)
+    service.take(report)
+    assert mismatches() == []

@@ -80,6 +80,15 @@ def test_a_written_configuration_takes_effect(updn_fabric: tuple[Fabric, Path]) 
     assert settings.opensm.routing_engines == ["updn"] and settings.opensm.sm_priority == 9
     assert settings.opensm.lines["routing_engine"] > 0
     assert judge([settings], fat_tree=True) == []
+    # every HCA port's MTU as the SM set it, read through SMPs by the agent's poll: ibsim's HCAs all run 2048
+    tools = FabricTools(timeout_s=20, env=fabric.env, cwd=str(fabric.work))
+    report = poll_subnet(tools, read_settings=lambda: HostFabricSettings("sm-01"), port_mtus=True)
+    read_by_sm = {s.host: s for s in report.settings if s.source == "sm"}
+    assert sorted(read_by_sm) == [f"node0{i}" for i in range(1, 9)]
+    ports = [(h, p.device, p.port, p.state, p.active_mtu, p.max_mtu) for h, s in read_by_sm.items() for p in s.ports]
+    assert len(ports) == 12 and {p[3:] for p in ports} == {("Active", 2048, 2048)}
+    assert ("node05", "mlx5_0", 2, "Active", 2048, 2048) in ports
+    assert [f for f in judge(report.settings, fat_tree=True) if f.kind.startswith("ib-mtu")] == []
     # OpenSM runs on this machine: the agent's process scan sees it
     assert read_host_settings(run=lambda argv: None, opensm_conf=conf).opensm_running is True
 

@@ -15,18 +15,21 @@ from collections.abc import Callable
 from gpufleet.background import Background
 from gpufleet.errors import ParseError
 from gpufleet.fabric.counters import readings_from_ibqueryerrors
-from gpufleet.fabric.graph import End, FabricGraph
+from gpufleet.fabric.graph import End, FabricGraph, NodeKind
 from gpufleet.fabric.report import report_from_graph
-from gpufleet.model.fabric_settings import HostFabricSettings, SubnetManagerSeen
+from gpufleet.model.fabric_settings import HcaPortSetting, HostFabricSettings, SubnetManagerSeen
 from gpufleet.model.observe import FabricReport
 from gpufleet.parsers.infiniband.diags import parse_sminfo
 from gpufleet.parsers.infiniband.saquery import parse_smir
+from gpufleet.parsers.infiniband.smpquery import parse_portinfo
 from gpufleet.sources.infiniband.diag_tools import FabricToolError, FabricTools
 from gpufleet.sources.infiniband.settings import read_host_settings
 
 log = logging.getLogger("gpufleet.agent")
 
 DEFAULT_POLL_S = 30.0
+PORT_MTU_EVERY = 10  # polls between two reads of every HCA port's MTU through SMPs (one smpquery per port)
+MAX_PORT_MTU_QUERIES = 4096
 
 
 class FabricWatch(Background):
@@ -78,6 +81,7 @@ def poll_subnet(
     poll_s: float = 0.0,
     now: Callable[[], float] = time.time,
     read_settings: Callable[[], HostFabricSettings] | None = None,
+    port_mtus: bool = False,
 ) -> FabricReport:
     """One poll: discovery, then every port's error counters, then this host's fabric settings (HCA MTU, RoCE QoS,
     OpenSM's configuration, SHARP's aggregation manager). A tool that fails or times out is reported in the
@@ -122,7 +126,34 @@ def poll_subnet(
                 settings.subnet_managers, problem = _subnet_managers(tools)
                 settings.errors.extend(problem)
             report.settings = [settings]
+    if port_mtus and graph.nodes:
+        report.settings.extend(_port_mtus(tools, graph))
     return report
+
+
+def _port_mtus(tools: FabricTools, graph: FabricGraph) -> list[HostFabricSettings]:
+    """Every cabled HCA port's MTU as the SM set it (NeighborMTU) and its capability (MtuCap), per host."""
+    hosts: dict[str, HostFabricSettings] = {}
+    asked = 0
+    for link in graph.links:
+        for end, lid in ((link.a, link.a_lid), (link.b, link.b_lid)):
+            node = graph.nodes.get(end.node)
+            if node is None or node.kind is NodeKind.switch or not lid or asked >= MAX_PORT_MTU_QUERIES:
+                continue
+            asked += 1
+            host = node.host or end.node.split("/", 1)[0]
+            entry = hosts.setdefault(host, HostFabricSettings(host=host, source="sm"))
+            try:
+                info = parse_portinfo(tools.run("smpquery", "portinfo", str(lid), str(end.port)).stdout)
+            except FabricToolError as exc:
+                entry.errors.append(f"port MTU of {end}: {exc.message}"[:256])
+                continue
+            if info is not None:
+                device = end.node.split("/", 1)[1] if "/" in end.node else end.node
+                entry.ports.append(
+                    HcaPortSetting(device, end.port, "InfiniBand", info.link_state, info.neighbor_mtu, info.mtu_cap)
+                )
+    return list(hosts.values())
 
 
 def _subnet_managers(tools: FabricTools) -> tuple[list[SubnetManagerSeen], list[str]]:

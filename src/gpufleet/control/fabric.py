@@ -30,6 +30,7 @@ from gpufleet.fabric.validate import validate
 from gpufleet.health.thresholds import Thresholds
 from gpufleet.locks import ordered_lock
 from gpufleet.model import Entity, EntityKind, RootCause, Severity
+from gpufleet.model.fabric_settings import HostFabricSettings
 from gpufleet.model.observe import FabricReport, Finding, SubnetManagerFact
 
 MAX_EVENTS = 2000
@@ -79,6 +80,7 @@ class SubnetState:
     validated: bool = False  # `validation` judges `graph` (a restored poll is judged again when the next comes)
     port_findings: list[FabricFinding] = field(default_factory=list)
     settings: list[FabricFinding] = field(default_factory=list)  # the watching host's MTU, RoCE, OpenSM, SHARP
+    port_mtus: list[HostFabricSettings] = field(default_factory=list)  # every HCA port's MTU, as SMPs last read it
     rates: dict[End, dict[str, float]] = field(default_factory=dict)  # per second, over the last poll
     # without a manifest, the fabric as first found (and every link seen since) is what is expected of the next
     # polls, as `ibnetdiscover --diff` compares with a cache: a link that goes stays missing until it is back
@@ -180,8 +182,12 @@ class FabricService:
                 expected = self._expected_for(graph) if self.expected is not None else state.baseline
                 state.validation = self._seen_before(state, validate(graph, expected) if graph.nodes else [])
                 state.validated = True
-            if report.settings or state.settings:
-                state.settings = judge_settings(report.settings, fat_tree=is_tree(graph) if graph.nodes else None)
+            read_by_sm = [s for s in report.settings if s.source == "sm"]
+            if read_by_sm:  # the ports' MTU through SMPs comes every few polls: the last read stands between
+                state.port_mtus = read_by_sm
+            hosts = [s for s in report.settings if s.source != "sm"] + state.port_mtus
+            if hosts or state.settings:
+                state.settings = judge_settings(hosts, fat_tree=is_tree(graph) if graph.nodes else None)
             readings = readings_from_report(report)
             deltas = state.tracker.update(report.time, _rows(report), complete=report.counters_complete)
             # link changes are the topology's to tell (a cable gone from discovery), above

@@ -78,7 +78,8 @@ def judge(hosts: Iterable[HostFabricSettings], *, fat_tree: bool | None = None) 
     findings += roce_consistency(hosts)
     findings += opensm_config(hosts, fat_tree=fat_tree)
     findings += subnet_managers(hosts)
-    return findings
+    # a port read twice (on its host, and through the SM's SMPs) is one finding
+    return list({f.key: f for f in reversed(findings)}.values())[::-1]
 
 
 def ib_mtu(hosts: list[HostFabricSettings]) -> list[FabricFinding]:

@@ -82,3 +82,6 @@ class HostFabricSettings(msgspec.Struct):
     # every subnet manager of the subnet this host reaches (`saquery SMIR`); [] when not asked
     subnet_managers: Annotated[list[SubnetManagerSeen], msgspec.Meta(max_length=64)] = []
     errors: Annotated[list[Short], msgspec.Meta(max_length=64)] = []
+    # host: read on the host itself; sm: its HCA ports as the subnet manager's SMPs read them (`smpquery portinfo`:
+    # NeighborMTU as active_mtu, MtuCap as max_mtu), by the agent that watches the fabric, for every host
+    source: Short = "host"
