@@ -94,7 +94,7 @@ COMMANDS: tuple[Entry, ...] = (
         "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`), kubelet "
         "configurations (the KubeletConfiguration file, `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`), "
         "container runtime configs (containerd's config.toml and its drop-ins, CRI-O's crio.conf and crio.conf.d, "
-        "Docker's daemon.json) "
+        "Docker's daemon.json), hosts' fabric settings (`gpufleet fabric settings -o json`: MTU, RoCE, OpenSM, SHARP) "
         "against the real Kubernetes schemas first, then against the known GPU-cluster mistakes (`--list-rules`).",
     ),
     Entry("sim", "core", "Run the digital twin headless."),

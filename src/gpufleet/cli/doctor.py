@@ -37,7 +37,7 @@ DOCTOR_HELP = "\n\n".join(
         "(`kubectl get nodes -o json`, `kubectl get pods -A -o json`, `kubectl version -o json`), kubelet "
         "configurations (the KubeletConfiguration file, `kubectl get --raw /api/v1/nodes/NODE/proxy/configz`), "
         "container runtime configs (containerd's config.toml and its drop-ins, CRI-O's crio.conf and crio.conf.d, "
-        "Docker's daemon.json) "
+        "Docker's daemon.json), hosts' fabric settings (`gpufleet fabric settings -o json`: MTU, RoCE, OpenSM, SHARP) "
         "against the real "
         "Kubernetes schemas first, then against the known GPU-cluster mistakes (`--list-rules`).",
         "Exit status: 0 no error found, 1 an error found, 2 bad usage.",
