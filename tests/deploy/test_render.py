@@ -19,6 +19,7 @@ import yaml
 
 from gpufleet import __version__
 from gpufleet.cli.agent import register as register_agent
+from gpufleet.cli.server import register as register_server
 from gpufleet.cost.config import CostConfig
 from gpufleet.deploy import rbac
 from gpufleet.deploy.chart import chart_dir
@@ -437,17 +438,26 @@ def test_kueue_lists_are_the_ones_the_queue_reader_makes() -> None:
     assert {m for m, _ in core.calls} == {c.method for c in rbac.WORKLOAD_WATCH.calls if not c.group}
 
 
+def _server_params(manifests: list[Manifest]) -> dict[str, Any]:
+    """The control plane's args as the chart passes them, parsed by the server command itself (not run)."""
+    app = typer.Typer()
+    register_server(app)
+    args = find(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "server"
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    return dict(group.commands["server"].make_context("server", args[1:]).params)
+
+
 def test_control_plane_cluster_role_grants_exactly_the_table() -> None:
     manifests = objects({})
     role = find(manifests, "ClusterRole", "gpufleet-server")
     hypernodes = {call.rule for call in rbac.HYPERNODE_CALLS}
     assert _rules(role) == rbac.CONTROL_PLANE.rules - hypernodes  # Volcano's HyperNodes only when asked for
-    assert (
-        "--volcano-hypernodes" not in find(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    )
+    assert _server_params(manifests)["volcano_hypernodes"] is False
     volcano = objects({"server": {"volcanoHyperNodes": True}})
     assert _rules(find(volcano, "ClusterRole", "gpufleet-server")) == rbac.CONTROL_PLANE.rules
-    assert "--volcano-hypernodes" in find(volcano, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert _server_params(volcano)["volcano_hypernodes"] is True
     binding = find(manifests, "ClusterRoleBinding", "gpufleet-server")
     pod = find(manifests, "Deployment")["spec"]["template"]["spec"]
     assert binding["roleRef"]["name"] == "gpufleet-server"
