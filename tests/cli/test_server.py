@@ -13,6 +13,7 @@ import pytest
 from gpufleet.cli.server import Mode, twin_plane
 from gpufleet.sim import runner as runner_module
 from tests import apiclient
+from tests.clirun import gpufleet
 from tests.twins import su_scenario
 
 
@@ -161,3 +162,30 @@ def test_up_with_a_policy_acts_through_the_twins_agents(scenario: Path, tmp_path
     rows = {r.action.kind.value: r.state for r in plane.node_actions.table.listed(incident=dbe["id"])}
     assert rows == {"reset-gpu": "done", "diag": "passed"}, rows
     assert dbe["state"] == "resolved"
+
+
+def test_the_server_keeps_the_scheduler_topology_it_is_asked_to(tmp_path: Path) -> None:
+    from gpufleet.cli.server import BackendName, real_plane
+    from gpufleet.control.scheduler_topology import SlurmTopologyKeeper, TopologyOutputs
+
+    path = tmp_path / "topology.conf"
+    outputs = TopologyOutputs(slurm_conf=path, slurm_format="block")
+    running = real_plane(tmp_path, BackendName.slurm, Mode.on, None, outputs=outputs)
+    [keeper] = running.plane.topology_keepers
+    assert isinstance(keeper, SlurmTopologyKeeper) and (keeper.path, keeper.style, keeper.mode) == (path, "block", "on")
+    assert running.plane.fabric.topology.labels_of is not None  # hosts' places settle though no label is written
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--volcano-hypernodes"], "--volcano-hypernodes needs the kubernetes backend (this is none)"),
+        (["--backend", "slurm", "--slurm-topology-conf", "/no/such/dir/topology.conf"], "no folder /no/such/dir"),
+        (["--backend", "slurm", "--slurm-topology-format", "block"], "add --slurm-topology-conf PATH"),
+    ],
+)
+def test_a_scheduler_topology_the_backend_cannot_keep_is_one_error_with_the_fix(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    ran = gpufleet("server", *args, "--run-for", "1s", env={"GPUFLEET_HOME": str(tmp_path)})
+    assert ran.returncode != 0 and message in ran.stderr and "Traceback" not in ran.stderr
