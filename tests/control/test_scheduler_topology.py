@@ -19,7 +19,7 @@ import pytest
 from gpufleet.control.fabric import FabricService
 from gpufleet.control.fabric_topology import LabelSettler, TopologyTracker
 from gpufleet.control.relabel import RETRY_S
-from gpufleet.control.scheduler_topology import TopologyOutputs, settled_topology
+from gpufleet.control.scheduler_topology import RESYNC_S, TopologyOutputs, settled_topology
 from gpufleet.control.service import ControlPlane
 from gpufleet.errors import UserError
 from gpufleet.fabric.graph import FabricGraph
@@ -224,3 +224,23 @@ def test_an_output_the_backend_cannot_keep_is_refused_with_the_fix(fabric: Fabri
         TopologyOutputs(slurm_conf=tmp_path / "topology.conf", slurm_format="graph")
     with pytest.raises(UserError, match="add --slurm-topology-conf"):
         TopologyOutputs(slurm_format="block")
+
+
+def test_a_hypernode_deleted_by_hand_is_made_again_at_the_next_check(
+    cluster: VolcanoCluster, fabric: FabricGraph
+) -> None:
+    _settle(cluster, fabric)
+    name = topology_from_graph(fabric).hosts["dgx-000"].home
+    wanted = cluster.hypernodes.objects.pop(name)  # someone deletes it
+    requests = len(cluster.hypernodes.requests)
+    for _ in range(SETTLE):
+        cluster.poll(fabric)
+    assert len(cluster.hypernodes.requests) == requests  # an unchanged view costs no call between checks
+    cluster.now += RESYNC_S
+    cluster.poll(fabric)
+    assert cluster.hypernodes.writes()[-1:] == [("POST", name)]
+    assert cluster.hypernodes.objects[name]["spec"] == wanted["spec"]
+    assert cluster.audited()[-1].decision.startswith(f"create hypernode {name} ")
+    requests = len(cluster.hypernodes.requests)
+    cluster.poll(fabric)
+    assert len(cluster.hypernodes.requests) == requests  # checked: the next check is RESYNC_S away

@@ -19,7 +19,7 @@ import pytest
 from gpufleet.control.fabric import FabricService
 from gpufleet.control.fabric_topology import LabelSettler, TopologyTracker
 from gpufleet.control.relabel import RETRY_S
-from gpufleet.control.scheduler_topology import TopologyOutputs
+from gpufleet.control.scheduler_topology import RESYNC_S, TopologyOutputs
 from gpufleet.control.service import ControlPlane
 from gpufleet.fabric.graph import FabricGraph
 from gpufleet.fabric.intended import intended_graph
@@ -218,3 +218,18 @@ def test_a_failed_reconfigure_is_audited_once_and_tried_again_later(cluster: Slu
     plane.plane.tick()
     assert plane.audited()[1].startswith(f"{plane.path} held the topology already; reconfigured slurmctld")
     assert _leaves(cluster)["leaf-su2-r1"] == {"gpu-03", "gpu-04"}
+
+
+def test_a_topology_conf_edited_by_hand_is_written_again_at_the_next_check(cluster: SlurmCluster) -> None:
+    plane = Plane(cluster)
+    for _ in range(SETTLE):
+        plane.poll(_fabric())
+    written = plane.path.read_text()
+    plane.path.write_text(written.replace(f"SwitchName={FAILED_LEAF} ", "SwitchName=by-hand ", 1))
+    plane.poll(_fabric())
+    assert "SwitchName=by-hand" in plane.path.read_text()  # between checks, the file is not read
+    plane.now += RESYNC_S
+    plane.poll(_fabric())
+    assert plane.path.read_text() == written
+    assert FAILED_LEAF in _leaves(cluster) and "by-hand" not in _leaves(cluster)
+    assert plane.audited()[-1].startswith(f"wrote {plane.path}")

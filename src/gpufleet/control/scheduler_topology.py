@@ -18,7 +18,9 @@ A write is an action like a relabel: audited (actor `fabric`), an event in the c
 fabric's, a dry run under `--remediate dry-run` (said, not done; the HyperNodes' dry run reads what is there to say
 what would change), nothing under `off`; one that fails is tried again after RETRY_S, doubling up to MAX_RETRY_S,
 and audited when it first fails. The last view written is remembered, so an unchanged view costs no API call and no
-file write; after a restart the first settled view is written once (a file already holding it is left alone).
+file write, but for a check every RESYNC_S that what was written is still there (a HyperNode deleted by hand is made
+again, a topology.conf edited by hand is written again; a dry run does not check, or it would say it all again).
+After a restart the first settled view is written once (what is already as wanted is left alone).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ log = logging.getLogger("gpufleet.control.scheduler_topology")
 View = dict[str, dict[str, str]]  # host -> its settled topology labels
 SLURM_FORMATS = ("tree", "block")
 MOVES_SAID = 6  # hosts named in an audit line; the rest are counted
+RESYNC_S = 3600.0  # an unchanged view is checked against what is there this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,7 @@ class TopologyKeeper:
         self.add_event = add_event
         self.written_view: View | None = None  # the view last written (or, in a dry run, said)
         self.retry_at = 0.0
+        self.synced_at: float | None = None  # when the view was last written (or found as written)
         self.failures = 0  # writes failed in a row
         self.writes = 0  # writes carried out (or said)
 
@@ -151,12 +155,13 @@ class TopologyKeeper:
         now = self.clock()
         if now < self.retry_at:
             return 0
+        dry_run = self.mode == "dry-run"
+        check = not dry_run and self.synced_at is not None and now - self.synced_at >= RESYNC_S
         with self.fabric.lock:
             view = self.view()
-            if not view or view == self.written_view:
+            if not view or (view == self.written_view and not check):
                 return 0
             view = {host: dict(labels) for host, labels in view.items()}
-        dry_run = self.mode == "dry-run"
         try:
             said = self.write(settled_topology(view), view, dry_run=dry_run)
         except Exception as exc:  # the API or the file system refused, or the scheduler is away: tried again later
@@ -169,7 +174,7 @@ class TopologyKeeper:
             self.failures += 1
             self.retry_at = now + wait
             return 0
-        self.failures, self.retry_at = 0, 0.0
+        self.failures, self.retry_at, self.synced_at = 0, 0.0, now
         self.written_view = view
         for line in said:
             self.audit(ACTOR, self.action, self.target, line, "", dry_run=dry_run)
