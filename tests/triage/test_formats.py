@@ -17,6 +17,7 @@ from tests.conftest import CAPTURES, CORPUS
 
 TRIAGE_DATA = Path(__file__).parent / "data"
 IB_DATA = Path(__file__).parent / "readers" / "data" / "ib"
+CLOCK_DATA = Path(__file__).parents[1] / "parsers" / "clock" / "data"
 WIDE = {"COLUMNS": "200"}
 
 # a real capture of each format, with its provenance beside it (NAME.source.txt naming its thread and version, or the
@@ -53,8 +54,15 @@ REAL = {
     "ibv_devinfo": CAPTURES / "infiniband" / "ibv_devinfo_vv_cx6_port_disabled.txt",
     "mlxlink": CAPTURES / "infiniband" / "mlxlink_cx6_ib_hdr_2x.txt",
     "ibdiagnet": CAPTURES / "infiniband" / "ibdiagnet_summary_speed_width_errors.txt",
+    "opensm-conf": CAPTURES / "infiniband" / "opensm_3.3.23_create_config.conf",
+    "mlnx-qos": CAPTURES / "infiniband" / "mlnx_qos_ofed42_dscp_trust.txt",
+    "saquery-smir": CAPTURES / "infiniband" / "saquery_smir_ibsim_two_sms.txt",
+    "smpquery-portinfo": CAPTURES / "infiniband" / "smpquery_portinfo_ibsim_ca.txt",
     "ipmitool-sdr": CAPTURES / "bmc" / "sdr_list_full_dell_r320_fans_failed.txt",
     "ipmitool-sel": CAPTURES / "bmc" / "sel_elist_psu_ac_lost_fan_nr.txt",
+    "chronyc-tracking": CLOCK_DATA / "chrony_tracking_rockstor2098.txt",
+    "ntpq-rv": CLOCK_DATA / "ntpq_rv_tidb_insight57.txt",
+    "timedatectl-timesync": CLOCK_DATA / "timesync_status_systemd16492.txt",
     "kubectl-pod-json": CAPTURES / "kubelet_pods" / "kubectl_get_all_kubeadm_docker.json",
     "kubectl-describe-node": CAPTURES / "kubectl" / "describe_node_ocp311_kubevirt.txt",
     "kubectl-node-yaml": CAPTURES / "kubectl" / "node_yaml_status_one_gpu_podman_desktop.txt",
@@ -66,6 +74,7 @@ REAL = {
 # capture), their .source.txt saying so in its first words. A real capture moves a format to REAL.
 WRITTEN = {
     "dcgmi-health": CAPTURES / "dcgmi_health_failure.txt",
+    "partitions-conf": CAPTURES / "infiniband" / "partitions_opensm_man_examples.conf",
     "kubectl-node-json": Path(__file__).parent / "readers" / "data" / "kubectl_node_gpu_healthy.json",
     "kubectl-pod-yaml": Path(__file__).parent / "readers" / "data" / "kubectl_pods_kubeadm_docker.yaml",
 }
@@ -104,12 +113,17 @@ NO_ADDRESS_YET = {
 }  # fmt: skip
 
 
+# a capture of the real tool run here (OpenSM's own dump, infiniband-diags on ibsim): reproducible, not fetched
+RUN_HERE = re.compile(r"(?:captured|run) on the test\s+machine")
+
+
 def test_every_capture_in_the_repository_says_where_it_came_from() -> None:
-    """Every .source.txt names a public address for a capture, or says the fixture was written (and from what)."""
+    """Every .source.txt names a public address for a capture, says it was run here, or says the fixture was
+    written (and from what)."""
     unnamed = set()
     for source in sorted(CAPTURES.rglob("*.source.txt")):
         text = source.read_text()
-        if not text.startswith(NOT_CAPTURED) and not re.search(r"https?://", text):
+        if not text.startswith(NOT_CAPTURED) and not re.search(r"https?://", text) and not RUN_HERE.search(text):
             unnamed.add(source.relative_to(CAPTURES).as_posix().removesuffix(".source.txt"))
     assert unnamed == NO_ADDRESS_YET
 

@@ -206,13 +206,17 @@ HAZARDS: dict[str, Callable[[str], str]] = {
     "oc logs --prefix": _tagged("[pod/habana-ai-device-plugin-ds-jx8pm.1/device-plugin] "),
     "dmesg -T": _dmesg_t,
 }
-_CAPTURE_SUFFIXES = (".txt", ".log", ".json")
+_CAPTURE_SUFFIXES = (".txt", ".log", ".json", ".conf")
+
+
+# real captures kept beside their parser's tests rather than in tests/captures
+PARSER_CAPTURES = (Path(__file__).parents[1] / "parsers" / "clock" / "data",)
 
 
 def _captures() -> list[Path]:
     found = [
         p
-        for root in (CORPUS, CAPTURES)
+        for root in (CORPUS, CAPTURES, *PARSER_CAPTURES)
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.suffix in _CAPTURE_SUFFIXES and not p.name.endswith(".source.txt")
     ]

@@ -130,9 +130,10 @@ COMMANDS: tuple[Entry, ...] = (
         "nvidia-smi-query-gpu, nvidia-smi-mig, nvidia-smi-nvlink, nvidia-smi-topo, nvidia-smi-processes, "
         "nvidia-device-plugin-log, dcgmi-diag, dcgmi-health, dcgmi-dmon, dcgmi-discovery, dcgm-exporter-metrics, "
         "amd-smi, rocm-smi, rocm-smi-topo, hl-smi, nccl-log, nccl-tests, nccl-ras, ibstat, ibstatus, perfquery, "
-        "ibqueryerrors, iblinkinfo, ibnetdiscover, ibv_devinfo, mlxlink, ibdiagnet, ipmitool-sdr, ipmitool-sel. Each "
-        "format is also one `gpufleet triage` tells and judges. Judged by `gpufleet triage` only (no parser to print "
-        "yet): "
+        "ibqueryerrors, iblinkinfo, ibnetdiscover, ibv_devinfo, mlxlink, ibdiagnet, opensm-conf, partitions-conf, "
+        "mlnx-qos, saquery-smir, smpquery-portinfo, ipmitool-sdr, ipmitool-sel, chronyc-tracking, ntpq-rv, "
+        "timedatectl-timesync. Each format is also one `gpufleet triage` tells and judges. Judged by `gpufleet "
+        "triage` only (no parser to print yet): "
         "kubectl-node-json, kubectl-pod-json, kubectl-describe-node, kubectl-node-yaml, kubectl-pod-yaml, "
         "kubectl-describe-pod, kubectl-events, app-log.",
     ),

@@ -8,7 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpufleet.triage.formats import amd, app, bmc, dcgm, gaudi, infiniband, kernel, kube, nccl, nvidia
+from gpufleet.triage.formats import (
+    amd,
+    app,
+    bmc,
+    clock,
+    dcgm,
+    fabric_settings,
+    gaudi,
+    infiniband,
+    kernel,
+    kube,
+    nccl,
+    nvidia,
+)
 from gpufleet.triage.formats.registry import Format, Option, Registry, Table, View
 from gpufleet.triage.report import TriageReport
 
@@ -46,8 +59,16 @@ REGISTRY = Registry(
         infiniband.IBV_DEVINFO,
         infiniband.MLXLINK,
         infiniband.IBDIAGNET,
+        fabric_settings.OPENSM_CONF,
+        fabric_settings.PARTITIONS_CONF,
+        fabric_settings.MLNX_QOS,
+        fabric_settings.SAQUERY_SMIR,
+        fabric_settings.SMPQUERY_PORTINFO,
         bmc.IPMITOOL_SDR,
         bmc.IPMITOOL_SEL,
+        clock.CHRONY_TRACKING,
+        clock.NTPQ_RV,
+        clock.TIMEDATECTL_TIMESYNC,
         kube.KUBECTL_NODE_JSON,
         kube.KUBECTL_POD_JSON,
         kube.KUBECTL_DESCRIBE_NODE,
