@@ -38,6 +38,10 @@ class InventoryCadence:
         self._checked = -np.inf
         self._sent = -np.inf
 
+    def recheck(self) -> None:
+        """Read the inventory at the next collection: something it carries was read again (fabric settings)."""
+        self._checked = -np.inf
+
     def due(self, now: float, read: Callable[[], NodeInventory]) -> NodeInventory | None:
         """The inventory to send now, or None."""
         if now - self._checked < INVENTORY_CHECK_S:

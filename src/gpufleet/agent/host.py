@@ -31,6 +31,7 @@ from gpufleet.agent.bmc import DEFAULT_INTERVAL_S as DEFAULT_BMC_INTERVAL_S
 from gpufleet.agent.bmc import BmcWatch
 from gpufleet.agent.clock import ClockWatch
 from gpufleet.agent.collector import MetricSource
+from gpufleet.agent.fabric_settings import SETTINGS_EVERY_S, settings_watch
 from gpufleet.agent.runtime import DEV_KMSG, Agent, assemble
 from gpufleet.cost.config import CostConfig
 from gpufleet.cost.idle import IdleCost
@@ -199,8 +200,11 @@ def host_agent(
     dcgm: DcgmTarget | str | None = "auto",
     action_commands: Commands | None = None,
     enroll: bool = True,
+    fabric_settings_every_s: float | None = SETTINGS_EVERY_S,
 ) -> Agent:
-    """`cost`: the cost config its idle-cost series is priced with (default: the catalog's list prices), the one
+    """`fabric_settings_every_s`: how often the host's fabric settings are read for its inventory (None or 0:
+    never; a host without an HCA is never read). `cost`: the cost config its idle-cost series is priced with
+    (default: the catalog's list prices), the one
     `gpufleet cost report` reads, so the series, the alert and the report agree. `bmc`: how the node's BMC is read
     (None: not read). `dcgm`: DCGM's host engine (sources/gpu/dcgm.py parse_target: "auto", a target, or None)."""
     name = node or socket.gethostname()
@@ -227,7 +231,14 @@ def host_agent(
     scrape = AppScrape(app_targets, every_s=max(interval, 5.0)) if app_targets else None
     if scrape is not None:
         sources.append(AppMetricsSource(scrape))
-    inventory = lambda: gpu_inventory_for(name, gpus, ib_sysfs, labels)  # noqa: E731
+    fabric_settings = settings_watch(name, ib_sysfs, fabric_settings_every_s)
+
+    def inventory() -> NodeInventory:
+        read = gpu_inventory_for(name, gpus, ib_sysfs, labels)
+        if fabric_settings is None or fabric_settings.latest is None:
+            return read
+        return msgspec.structs.replace(read, fabric_settings=fabric_settings.latest)
+
     agent = assemble(
         name,
         frame,
@@ -249,6 +260,10 @@ def host_agent(
     )
     if scrape is not None:
         agent.stoppers.insert(0, scrape)
+    if fabric_settings is not None:
+        agent.stoppers.insert(0, fabric_settings)  # its first read starts before the first collection
+        if agent.edge is not None:  # a new read goes out with the next collection, not a minute later
+            fabric_settings.changed = agent.edge.inventory.recheck
     if dcgm_source is not None:
         agent.stoppers.append(dcgm_source)  # after the collector stops: unregisters its policy, disconnects
     for source, why in down:  # said once, and kept visible in /metrics and /healthz

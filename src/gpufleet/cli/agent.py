@@ -171,6 +171,13 @@ def agent(
     bmc_timeout: str = typer.Option(
         "30s", "--bmc-timeout", help="With --bmc: an ipmitool command still running after this is stopped."
     ),
+    fabric_settings_every: str = typer.Option(
+        "10m",
+        "--fabric-settings-every",
+        help="Time between two reads of this host's fabric settings (HCA and RoCE netdev MTU, RoCE PFC, trust and "
+        "ECN, OpenSM's files), sent in the node's inventory for the control plane to judge across hosts; 0 or off: "
+        "never. A host without an HCA is never read.",
+    ),
     dcgm: str = typer.Option(
         "auto",
         "--dcgm",
@@ -340,6 +347,7 @@ def agent(
             dcgm=dcgm_target,
             action_commands=_action_commands(action_command) if node_actions else _no_actions(),
             enroll=enroll,
+            fabric_settings_every_s=_settings_every(fabric_settings_every),
         )
     if watch is not None:
         built.stoppers.insert(0, watch)  # reading before the first collection, stopped last
@@ -374,6 +382,17 @@ def _bmc_options(interval: str, timeout: str, options: type[BmcOptions]) -> BmcO
     if interval_s <= 0 or timeout_s <= 0:
         raise UserError("--bmc-interval and --bmc-timeout must be positive", fix="e.g. --bmc-interval 60s")
     return options(interval_s=interval_s, timeout_s=timeout_s)
+
+
+def _settings_every(every: str) -> float | None:
+    if every.strip() in ("0", "off"):
+        return None
+    try:
+        return parse_duration(every) or None
+    except ValueError as exc:
+        raise UserError(
+            f"--fabric-settings-every {every!r}: {exc}", fix="e.g. --fabric-settings-every 10m, or 0"
+        ) from exc
 
 
 def _app_targets(urls: list[str]) -> list[str]:

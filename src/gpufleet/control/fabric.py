@@ -34,6 +34,7 @@ from gpufleet.model.fabric_settings import HostFabricSettings
 from gpufleet.model.observe import FabricReport, Finding, SubnetManagerFact
 
 MAX_EVENTS = 2000
+UNWATCHED = "hosts"  # the `subnet` of settings findings on hosts no fabric watcher sees
 HISTORY_POINTS = 720  # per port: a point per poll, 6 h at 30 s
 MAX_HISTORY_PORTS = 5000  # ports with a history: the first that ever counted an error
 
@@ -147,6 +148,10 @@ class FabricService:
         self._pieces: dict[str, frozenset[str]] | None = None  # each expected node's connected piece
         self.lock = ordered_lock("fabric")
         self.reports = 0
+        # each node's own fabric settings, its agent's latest read (NodeInventory.fabric_settings)
+        self.host_settings: dict[str, HostFabricSettings] = {}
+        # the settings findings on hosts no subnet's watcher sees (a RoCE fleet has no watcher at all)
+        self.host_findings: list[FabricFinding] = []
 
     # --- taking a poll ------------------------------------------------------------------------------------------
 
@@ -185,9 +190,8 @@ class FabricService:
             read_by_sm = [s for s in report.settings if s.source == "sm"]
             if read_by_sm:  # the ports' MTU through SMPs comes every few polls: the last read stands between
                 state.port_mtus = read_by_sm
-            hosts = [s for s in report.settings if s.source != "sm"] + state.port_mtus
-            if hosts or state.settings:
-                state.settings = judge_settings(hosts, fat_tree=is_tree(graph) if graph.nodes else None)
+            if report.settings or state.port_mtus or state.settings or self.host_settings:
+                self._judge_settings()
             readings = readings_from_report(report)
             deltas = state.tracker.update(report.time, _rows(report), complete=report.counters_complete)
             # link changes are the topology's to tell (a cable gone from discovery), above
@@ -205,6 +209,60 @@ class FabricService:
                 for f in self.active(state)
                 if f.severity is not Severity.info and f.kind not in ALARMS_ONLY
             ]
+
+    def take_host_settings(self, now: float, node: str, settings: HostFabricSettings | None) -> list[Finding]:
+        """A node's own fabric settings from its inventory (None: it sends none, and what it sent before goes):
+        every host's settings judged again together; the findings of every host (the incident pipeline dedupes)."""
+        with self.lock:
+            if settings is None:
+                if self.host_settings.pop(node, None) is None:
+                    return []
+            elif self.host_settings.get(node) == settings:
+                return []  # an inventory resent unchanged: the judgement stands
+            else:
+                self.host_settings[node] = msgspec.structs.replace(settings, host=node, source="host")
+            self._judge_settings()
+            return self.settings_findings(now)
+
+    def settings_findings(self, now: float, *, unwatched_only: bool = False) -> list[Finding]:
+        """The settings findings for the incident pipeline: those on hosts no watcher sees (a watcher's polls push
+        the rest), or all of them."""
+        with self.lock:
+            found = list(self.host_findings)
+            if not unwatched_only:
+                found += [f for state in self.subnets.values() for f in state.settings]
+            return [self.finding(now, f) for f in found if f.severity is not Severity.info]
+
+    def _judge_settings(self) -> None:
+        """One judgement of every host's settings: each watcher's own host and its SMP reads of the HCA ports,
+        and each node's own read (which stands for its host over a watcher's). A finding is its host's subnet's
+        (the subnet whose watcher reads the host or discovered its HCA), else the unwatched hosts'."""
+        hosts: list[HostFabricSettings] = []
+        subnet_of: dict[str, str] = {}
+        tree: bool | None = None
+        for state in self.subnets.values():
+            hosts += [s for s in state.report.settings if s.source != "sm" and s.host not in self.host_settings]
+            hosts += state.port_mtus
+            for read in (*state.report.settings, *state.port_mtus):
+                subnet_of.setdefault(read.host, state.name)
+            for node in state.graph.nodes.values():
+                if node.host:
+                    subnet_of.setdefault(node.host, state.name)
+            if state.graph.nodes:
+                tree = bool(tree) or is_tree(state.graph)
+            state.settings = []
+        hosts += self.host_settings.values()
+        self.host_findings = []
+        watched = next((s for s in self.subnets.values() if s.report.settings), None)
+        for found in judge_settings(hosts, fat_tree=tree):
+            host = found.port.node.partition("/")[0] if found.port else ""
+            subnet = subnet_of.get(host)
+            if subnet is None and host not in self.host_settings and watched is not None:
+                watched.settings.append(found)  # of no host (the subnet's SMs as its watcher lists them)
+            elif subnet is None:
+                self.host_findings.append(found)
+            else:
+                self.subnets[subnet].settings.append(found)
 
     def _seen_before(self, state: SubnetState, found: list[FabricFinding]) -> list[FabricFinding]:
         """A cable the manifest expects and this service has seen up is down, not missing: an incident about a
@@ -394,8 +452,10 @@ class FabricService:
             return merged
 
     def findings(self) -> list[tuple[str, FabricFinding]]:
+        """Every active finding with its subnet; the settings findings of hosts no watcher sees under "hosts"."""
         with self.lock:
-            return [(name, f) for name, state in self.subnets.items() for f in self.active(state)]
+            found = [(name, f) for name, state in self.subnets.items() for f in self.active(state)]
+            return found + [(UNWATCHED, f) for f in self.host_findings]
 
     def link_state(self, link: Link, subnet: SubnetState) -> dict[str, Any]:
         """A link's health for the map: its worst finding and its error rate."""

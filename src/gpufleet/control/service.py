@@ -190,6 +190,9 @@ class ControlPlane:
             clock=clock, audit=self.audit, add_event=self.store.add_event,
         )  # fmt: skip
         self.fabric.restore(self.store.fabric_subnets(), self.store.isolated_ports())
+        for node, _agent, inventory in self.store.inventories():  # the nodes' own fabric settings, judged again
+            if inventory.fabric_settings is not None:
+                self.fabric.take_host_settings(self.clock(), node, inventory.fabric_settings)
         if isinstance(backend, EvictsGpuWork):  # a GPU-scoped drain evicts the pods the node's agent names
             backend.gpu_holders = self.gpu_holders
         self._dirty: dict[str, Incident] = {}
@@ -401,6 +404,10 @@ class ControlPlane:
         self.clocks.reported(batch, now)
         self.node_actions.heard(batch.node, batch.can, now)  # the leader learns it through the feed too
         findings = [r.body for r in new if isinstance(r.body, Finding)] if self.leader else []
+        if batch.inventory is not None:  # the node's own fabric settings, judged with every other host's
+            settings_findings = self.fabric.take_host_settings(now, batch.node, batch.inventory.fabric_settings)
+            if self.leader:
+                findings += settings_findings
         for report in batch.fabric or ():
             fabric_findings = self.fabric.take(report)
             if self.leader:
@@ -479,6 +486,10 @@ class ControlPlane:
                     services=self.fleet.service_facts,
                 )
                 changed += self.correlator.add(self.clocks.findings(now, self.fleet.jobs()), self.fleet.owner)
+                # settings findings on hosts no fabric watcher polls stay open while the nodes' settings show them
+                unwatched = self.fabric.settings_findings(now, unwatched_only=True)
+                if unwatched:
+                    changed += self.correlator.add(unwatched, self.fleet.owner)
                 done("correlation")
                 self._correlated(changed)
                 self._flush()

@@ -278,13 +278,15 @@ def roce_consistency(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
     if len(seen) < 2:
         return findings
     usual = Counter(tuple(q.pfc or []) for _, q in seen).most_common(1)[0][0]
+    others = sorted({host for host, q in seen if tuple(q.pfc or []) == usual})
+    named = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
     for host, q in seen:
         if tuple(q.pfc or []) != usual and q.pfc:
             findings.append(
                 FabricFinding(
                     "roce-pfc-mismatch",
                     Severity.warning,
-                    f"{host} {q.netdev}: PFC on priorities {_list(q.pfc)}, the other RoCE ports on "
+                    f"{host} {q.netdev}: PFC on priorities {_list(q.pfc)}, the other RoCE ports ({named}) on "
                     f"{_list(list(usual)) or 'none'}: traffic between them is lossless on one side only",
                     "use one lossless priority on every host and switch port",
                     port=End(f"{host}/{q.device or q.netdev}", 1),

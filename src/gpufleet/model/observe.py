@@ -192,6 +192,9 @@ class NodeInventory(msgspec.Struct):
     ports: Annotated[list[PortInfo], msgspec.Meta(max_length=1024)] = []
     labels: dict[Short, Short] = {}  # pool, rack and what the node's labeller knows
     affinity: HostAffinity | None = None  # GPU<->NIC<->CPU: NUMA nodes, CPU lists, PCIe links (None: not read)
+    # the host's own fabric settings (HCA and RoCE netdev MTU, RoCE QoS, OpenSM's files), its latest read; None: the
+    # host has no HCA, the agent does not read them, or an older agent
+    fabric_settings: HostFabricSettings | None = None
 
 
 class MetricSnapshot(msgspec.Struct):
