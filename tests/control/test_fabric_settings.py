@@ -3,6 +3,8 @@ pipeline and /api/v1/fabric shows the settings; a poll that fixes them clears th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
 from gpufleet.control import fabric as views
@@ -11,7 +13,9 @@ from gpufleet.fabric.graph import End, FabricGraph, Link, Node, NodeKind
 from gpufleet.fabric.report import report_from_graph
 from gpufleet.health.thresholds import load_thresholds
 from gpufleet.model.fabric_settings import HcaPortSetting, HostFabricSettings, RoceQosSetting, SubnetManagerConfig
-from gpufleet.model.observe import FabricReport
+from gpufleet.model.observe import Batch, FabricReport, NodeInventory
+from gpufleet.state import Database
+from tests.control.helpers import T0, plane_at
 
 
 def two_level() -> FabricGraph:
@@ -89,40 +93,62 @@ def roce_host(name: str, pfc: list[int], netdev_mtu: int = 9000) -> HostFabricSe
 
 
 def test_the_nodes_own_settings_are_judged_across_hosts() -> None:
-    """Without a fabric watcher (a RoCE fleet): each node's own read, from its inventory, judged with the others';
-    the findings name the host, come again with every turn of the control loop and go when the setting is fixed."""
+    """Without a fabric watcher (a RoCE fleet): each node's own read, from its inventory, judged with the others'
+    when next asked (once for a fleet's inventories); the findings name the host, come with every turn of the
+    control loop and go when the setting is fixed."""
     service = FabricService(load_thresholds())
-    assert service.take_host_settings(1.0, "gpu-01", roce_host("gpu-01", [3])) == []
-    assert service.take_host_settings(2.0, "gpu-02", roce_host("gpu-02", [3])) == []
-    out = service.take_host_settings(3.0, "gpu-03", roce_host("gpu-03", [4]))
-    [mismatch] = [f for f in out if "PFC on priorities 4" in f.summary]
+    service.take_host_settings("gpu-01", roce_host("gpu-01", [3]))
+    service.take_host_settings("gpu-02", roce_host("gpu-02", [3]))
+    assert service.settings_findings(2.0) == [] and service.settings_judged == 1  # two inventories, one judgement
+    service.take_host_settings("gpu-03", roce_host("gpu-03", [4]))
+    [mismatch] = [f for f in service.settings_findings(3.0) if "PFC on priorities 4" in f.summary]
     assert (mismatch.entity.node, mismatch.entity.name) == ("gpu-03", "mlx5_0")
     assert "(gpu-01, gpu-02) on 3" in mismatch.summary
     assert [(s, f.kind) for s, f in service.findings()] == [("hosts", "roce-pfc-mismatch")]
     assert [f.entity.node for f in service.settings_findings(4.0, unwatched_only=True)] == ["gpu-03"]
-    # the same inventory again: the judgement stands; a RoCE netdev at 1500 keeps RoCE at 1024
-    assert service.take_host_settings(5.0, "gpu-03", roce_host("gpu-03", [4])) == []
-    service.take_host_settings(6.0, "gpu-02", roce_host("gpu-02", [3], netdev_mtu=1500))
+    # the same inventory again: nothing to judge; a RoCE netdev at 1500 keeps RoCE at 1024
+    judged = service.settings_judged
+    service.take_host_settings("gpu-03", roce_host("gpu-03", [4]))
+    service.settings_findings(5.0)
+    assert service.settings_judged == judged
+    service.take_host_settings("gpu-02", roce_host("gpu-02", [3], netdev_mtu=1500))
     assert sorted(f.kind for _, f in service.findings()) == ["roce-mtu", "roce-pfc-mismatch"]
     # fixed on the hosts; a node that no longer sends settings is forgotten
-    service.take_host_settings(7.0, "gpu-03", roce_host("gpu-03", [3]))
-    service.take_host_settings(8.0, "gpu-02", None)
+    service.take_host_settings("gpu-03", roce_host("gpu-03", [3]))
+    service.take_host_settings("gpu-02", None)
     assert service.findings() == [] and sorted(service.host_settings) == ["gpu-01", "gpu-03"]
 
 
 def test_a_nodes_own_read_joins_its_watchers_subnet() -> None:
     """An HCA the watcher discovered is its subnet's: a node's MTU below the watcher host's is that subnet's
-    finding; the node's own read stands for its host over the watcher's."""
+    finding, pushed with its polls; the node's own read stands for its host over the watcher's."""
     service = FabricService(load_thresholds())
     watcher = HostFabricSettings("sm-01", ports=[HcaPortSetting("mlx5_0", 1, "InfiniBand", "Active", 4096, 4096)])
     service.take(poll(1.0, watcher))
     slow = HostFabricSettings("gpu-01", ports=[HcaPortSetting("mlx5_0", 1, "InfiniBand", "Active", 2048, 4096)])
-    [found] = service.take_host_settings(2.0, "gpu-01", slow)
+    service.take_host_settings("gpu-01", slow)
+    [found] = service.settings_findings(2.0)
     assert found.entity.node == "gpu-01" and "other HCAs on the fabric run at 4096" in found.summary
     assert [(s, f.kind) for s, f in service.findings()] == [("mlx5_0/1", "ib-mtu-mismatch")]
     assert service.settings_findings(3.0, unwatched_only=True) == []
-    # the next poll judges the node's read with it
     assert [f.entity.node for f in service.take(poll(4.0, watcher))] == ["gpu-01"]
-    service.take_host_settings(5.0, "sm-01", msgspec.structs.replace(watcher, ports=slow.ports))
+    service.take_host_settings("sm-01", msgspec.structs.replace(watcher, ports=slow.ports))
     # sm-01's own read (2048 too) stands over its watcher's: no mismatch, both below what they support
     assert sorted(f.kind for _, f in service.findings()) == ["ib-mtu-below-capability"] * 2
+
+
+def test_the_nodes_settings_come_back_with_their_inventories_after_a_restart(tmp_path: Path) -> None:
+    """Through the plane's ingest: the inventories' settings are judged and the finding is an incident on the
+    node's port; a control plane started again on the same state judges the stored inventories' settings."""
+    db = tmp_path / "cp.db"
+    plane = plane_at(Database(db), lambda: T0)
+    for k, pfc in enumerate(([3], [3], [5])):
+        node = f"gpu-0{k + 1}"
+        inventory = NodeInventory(hostname=node, fabric_settings=roce_host(node, pfc))
+        plane.ingest(Batch(1, node, "i", node, T0, inventory=inventory))
+    plane.tick()
+    opened = [i for i in plane.book.open_incidents() if "PFC on priorities 5" in i.summary]
+    assert [(i.entity.node, i.entity.name) for i in opened] == [("gpu-03", "mlx5_0")]
+    again = plane_at(Database(db), lambda: T0 + 60.0)
+    assert sorted(again.fabric.host_settings) == ["gpu-01", "gpu-02", "gpu-03"]
+    assert [f.kind for _, f in again.fabric.findings()] == ["roce-pfc-mismatch"]

@@ -152,6 +152,8 @@ class FabricService:
         self.host_settings: dict[str, HostFabricSettings] = {}
         # the settings findings on hosts no subnet's watcher sees (a RoCE fleet has no watcher at all)
         self.host_findings: list[FabricFinding] = []
+        self._settings_stale = False  # a node's settings changed since the last judgement
+        self.settings_judged = 0  # judgements of every host's settings made
 
     # --- taking a poll ------------------------------------------------------------------------------------------
 
@@ -190,7 +192,7 @@ class FabricService:
             read_by_sm = [s for s in report.settings if s.source == "sm"]
             if read_by_sm:  # the ports' MTU through SMPs comes every few polls: the last read stands between
                 state.port_mtus = read_by_sm
-            if report.settings or state.port_mtus or state.settings or self.host_settings:
+            if report.settings or state.port_mtus or state.settings or self.host_settings or self._settings_stale:
                 self._judge_settings()
             readings = readings_from_report(report)
             deltas = state.tracker.update(report.time, _rows(report), complete=report.counters_complete)
@@ -210,24 +212,22 @@ class FabricService:
                 if f.severity is not Severity.info and f.kind not in ALARMS_ONLY
             ]
 
-    def take_host_settings(self, now: float, node: str, settings: HostFabricSettings | None) -> list[Finding]:
-        """A node's own fabric settings from its inventory (None: it sends none, and what it sent before goes):
-        every host's settings judged again together; the findings of every host (the incident pipeline dedupes)."""
+    def take_host_settings(self, node: str, settings: HostFabricSettings | None) -> None:
+        """A node's own fabric settings from its inventory (None: it sends none, and what it sent before goes).
+        Judged with every other host's when next asked (a fleet's inventories arrive together: one judgement)."""
         with self.lock:
             if settings is None:
-                if self.host_settings.pop(node, None) is None:
-                    return []
-            elif self.host_settings.get(node) == settings:
-                return []  # an inventory resent unchanged: the judgement stands
-            else:
+                self._settings_stale |= self.host_settings.pop(node, None) is not None
+            elif self.host_settings.get(node) != settings:  # an inventory resent unchanged: the judgement stands
                 self.host_settings[node] = msgspec.structs.replace(settings, host=node, source="host")
-            self._judge_settings()
-            return self.settings_findings(now)
+                self._settings_stale = True
 
     def settings_findings(self, now: float, *, unwatched_only: bool = False) -> list[Finding]:
         """The settings findings for the incident pipeline: those on hosts no watcher sees (a watcher's polls push
         the rest), or all of them."""
         with self.lock:
+            if self._settings_stale:
+                self._judge_settings()
             found = list(self.host_findings)
             if not unwatched_only:
                 found += [f for state in self.subnets.values() for f in state.settings]
@@ -237,6 +237,8 @@ class FabricService:
         """One judgement of every host's settings: each watcher's own host and its SMP reads of the HCA ports,
         and each node's own read (which stands for its host over a watcher's). A finding is its host's subnet's
         (the subnet whose watcher reads the host or discovered its HCA), else the unwatched hosts'."""
+        self._settings_stale = False
+        self.settings_judged += 1
         hosts: list[HostFabricSettings] = []
         subnet_of: dict[str, str] = {}
         tree: bool | None = None
@@ -389,6 +391,8 @@ class FabricService:
         return self.expected.restricted_to(names)
 
     def active(self, state: SubnetState) -> list[FabricFinding]:
+        if self._settings_stale:
+            self._judge_settings()
         return merged_findings(state.validation, state.port_findings) + state.settings
 
     def _link_events(self, report: FabricReport, before: FabricGraph, after: FabricGraph) -> bool:
@@ -454,6 +458,8 @@ class FabricService:
     def findings(self) -> list[tuple[str, FabricFinding]]:
         """Every active finding with its subnet; the settings findings of hosts no watcher sees under "hosts"."""
         with self.lock:
+            if self._settings_stale:
+                self._judge_settings()
             found = [(name, f) for name, state in self.subnets.items() for f in self.active(state)]
             return found + [(UNWATCHED, f) for f in self.host_findings]
 

@@ -192,7 +192,7 @@ class ControlPlane:
         self.fabric.restore(self.store.fabric_subnets(), self.store.isolated_ports())
         for node, _agent, inventory in self.store.inventories():  # the nodes' own fabric settings, judged again
             if inventory.fabric_settings is not None:
-                self.fabric.take_host_settings(self.clock(), node, inventory.fabric_settings)
+                self.fabric.take_host_settings(node, inventory.fabric_settings)
         if isinstance(backend, EvictsGpuWork):  # a GPU-scoped drain evicts the pods the node's agent names
             backend.gpu_holders = self.gpu_holders
         self._dirty: dict[str, Incident] = {}
@@ -405,9 +405,7 @@ class ControlPlane:
         self.node_actions.heard(batch.node, batch.can, now)  # the leader learns it through the feed too
         findings = [r.body for r in new if isinstance(r.body, Finding)] if self.leader else []
         if batch.inventory is not None:  # the node's own fabric settings, judged with every other host's
-            settings_findings = self.fabric.take_host_settings(now, batch.node, batch.inventory.fabric_settings)
-            if self.leader:
-                findings += settings_findings
+            self.fabric.take_host_settings(batch.node, batch.inventory.fabric_settings)
         for report in batch.fabric or ():
             fabric_findings = self.fabric.take(report)
             if self.leader:
