@@ -47,6 +47,7 @@ from gpufleet.parsers.kernel.kmsg import KmsgParser
 from gpufleet.sim.affinity import twin_affinity
 from gpufleet.sim.clock import TwinClocks
 from gpufleet.sim.fabric_report import TwinFabricWatch
+from gpufleet.sim.fabric_settings import host_settings
 from gpufleet.sim.node_actions import CAN, TwinNodeActions
 from gpufleet.sim.source import RANK_EXPORT_S, GaugeKey, TwinSource
 from gpufleet.sim.twin import Twin
@@ -376,6 +377,7 @@ def node_inventory(twin: Twin, name: str) -> NodeInventory:
         ports=ports,
         labels={"pool": node.pool, "rack": node.rack},
         affinity=twin_affinity(node),
+        fabric_settings=host_settings(twin, name),
     )
 
 

@@ -115,6 +115,8 @@ class Twin:
         self._heal: list[tuple[float, Callable[[], None]]] = []
         self._rebooting: set[str] = set()
         self.idle_override = np.zeros(self.gpus.n, dtype=bool)
+        # nodes whose RoCE PFC priorities an operator set apart from the fleet's (sim/fabric_settings.py)
+        self.roce_pfc: dict[str, list[int]] = {}
         self.listeners: list[Callable[[Event], None]] = []
 
         cluster.jobs = list(jobs or [])
