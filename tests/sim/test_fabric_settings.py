@@ -11,6 +11,7 @@ from gpufleet.sim.fleet import node_inventory
 from gpufleet.sim.twin import Twin
 from gpufleet.spec.builder import build_cluster
 from gpufleet.spec.cluster_spec import ClusterBody
+from tests import apiclient
 from tests.twins import run_door, small_twin
 
 
@@ -60,3 +61,8 @@ def test_one_node_with_another_pfc_priority_is_an_incident_on_that_node() -> Non
     assert opened and {(i.entity.kind, i.entity.node) for i in opened} == {(EntityKind.port, "n-002")}
     # per port, one incident: the traffic class now lossy there, and the mismatch with the other hosts' PFC
     assert all(any("one lossless priority" in e.text for e in i.evidence) for i in opened)
+    # and the fabric's alarms over HTTP name the host and say the fix
+    alarms = apiclient.client(plane).get("/api/v1/fabric/alarms", headers=apiclient.AUTH).json()
+    pfc = [a for a in alarms if a["kind"] == "roce-pfc-mismatch"]
+    assert len(pfc) == 8 and {a["port"].split("/")[0] for a in pfc} == {"n-002"}
+    assert all("n-000, n-001" in a["message"] and "one lossless priority" in a["fix"] for a in pfc)
