@@ -128,7 +128,7 @@ def test_a_nodes_own_read_joins_its_watchers_subnet() -> None:
     slow = HostFabricSettings("gpu-01", ports=[HcaPortSetting("mlx5_0", 1, "InfiniBand", "Active", 2048, 4096)])
     service.take_host_settings("gpu-01", slow)
     [found] = service.settings_findings(2.0)
-    assert found.entity.node == "gpu-01" and "other HCAs on the fabric run at 4096" in found.summary
+    assert found.entity.node == "gpu-01" and "other HCAs on the fabric (sm-01) run at 4096" in found.summary
     assert [(s, f.kind) for s, f in service.findings()] == [("mlx5_0/1", "ib-mtu-mismatch")]
     assert service.settings_findings(3.0, unwatched_only=True) == []
     assert [f.entity.node for f in service.take(poll(4.0, watcher))] == ["gpu-01"]

@@ -95,6 +95,7 @@ def ib_mtu(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
         return findings
     common = Counter(p.active_mtu for _, p in active).most_common()
     best = max(mtu for mtu, _ in common if mtu is not None)
+    at_best = _hosts(sorted({host for host, p in active if p.active_mtu == best}))
     for host, p in active:
         assert p.active_mtu is not None
         if p.active_mtu < best:
@@ -102,9 +103,9 @@ def ib_mtu(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
                 FabricFinding(
                     "ib-mtu-mismatch",
                     Severity.warning,
-                    f"{host} {p.device} port {p.port} runs at MTU {p.active_mtu} while other HCAs on the fabric run "
-                    f"at {best}: every QP to or from it uses the smaller MTU (the path MTU is the lower of the two "
-                    "ends')",
+                    f"{host} {p.device} port {p.port} runs at MTU {p.active_mtu} while other HCAs on the fabric "
+                    f"({at_best}) run at {best}: every QP to or from it uses the smaller MTU (the path MTU is the "
+                    "lower of the two ends')",
                     f"find why the link negotiated {p.active_mtu}: the port's or its switch port's MTU cap "
                     f"(`smpquery portinfo` MtuCap, `ibv_devinfo` max_mtu); a firmware setting or a switch port "
                     f"capped below {best}",
@@ -278,8 +279,7 @@ def roce_consistency(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
     if len(seen) < 2:
         return findings
     usual = Counter(tuple(q.pfc or []) for _, q in seen).most_common(1)[0][0]
-    others = sorted({host for host, q in seen if tuple(q.pfc or []) == usual})
-    named = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    named = _hosts(sorted({host for host, q in seen if tuple(q.pfc or []) == usual}))
     for host, q in seen:
         if tuple(q.pfc or []) != usual and q.pfc:
             findings.append(
@@ -418,3 +418,8 @@ def subnet_managers(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
 
 def _list(priorities: list[int]) -> str:
     return ",".join(str(p) for p in priorities)
+
+
+def _hosts(names: list[str], shown: int = 3) -> str:
+    """A few hosts by name, and how many more: a finding in a fleet of thousands stays one line."""
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
