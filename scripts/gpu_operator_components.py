@@ -17,25 +17,13 @@ from typing import Any
 
 import yaml
 
+from gpufleet.doctor.rules.operands import JUDGED
+
 FIRST = (23, 9)  # older releases are out of support everywhere the doctor looks
 RELEASE_TAG = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
-# ClusterPolicy sections (and sub-sections) whose image the operator deploys with a version of its own
-SECTIONS = (
-    "driver",
-    "driver.manager",
-    "toolkit",
-    "devicePlugin",
-    "dcgm",
-    "dcgmExporter",
-    "gfd",
-    "migManager",
-    "gds",
-    "gdrcopy",
-    "vgpuDeviceManager",
-    "sandboxDevicePlugin",
-    "kataManager",
-    "ccManager",
-)
+# ClusterPolicy sections (and sub-sections) whose image the operator deploys with a version of its own: the driver
+# and the operands the doctor judges
+SECTIONS = ("driver", *JUDGED)
 
 
 def git(repo: str, *args: str) -> str:

@@ -23,6 +23,7 @@ import yaml
 
 from gpufleet.errors import DependencyMissingError, UserError
 from gpufleet.instrument import names
+from gpufleet.integrations.kubernetes.crds import strict_schema
 
 API_VERSION = "keda.sh/v1alpha1"
 CRD_FILE = "keda.sh_scaledobjects.yaml"
@@ -187,21 +188,6 @@ def crd_schema() -> dict[str, Any]:
     return dict(version["schema"]["openAPIV3Schema"])
 
 
-def _strict(schema: Any) -> Any:
-    """The structural schema with unknown fields refused, as the API server's strict field validation does."""
-    if isinstance(schema, list):
-        return [_strict(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _strict(v) for k, v in schema.items() if k != "properties" and not k.startswith("x-kubernetes-")}
-    if "properties" in schema:
-        out["properties"] = {field: _strict(sub) for field, sub in schema["properties"].items()}
-        open_ended = "additionalProperties" in schema or schema.get("x-kubernetes-preserve-unknown-fields")
-        if not open_ended:
-            out["additionalProperties"] = False
-    return out
-
-
 @cache
 def _definitions() -> dict[str, Any]:
     """kubernetes-validate's strict definitions (ObjectMeta among them) for gpufleet's default Kubernetes version."""
@@ -223,7 +209,7 @@ def _validator() -> Any:
     import jsonschema
     import referencing
 
-    schema = _strict(crd_schema())
+    schema = strict_schema(crd_schema())
     schema["properties"]["metadata"] = {"$ref": f"{definitions['$id']}#/$defs/{_OBJECT_META}"}
     registry = referencing.Resource.from_contents(definitions) @ referencing.Registry()
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)

@@ -78,15 +78,15 @@ def crd_schema(api_version: str, kind: str) -> dict[str, Any]:
     )
 
 
-def _strict(schema: Any) -> Any:
+def strict_schema(schema: Any) -> Any:
     """The structural schema with unknown fields refused, as the API server's strict field validation does."""
     if isinstance(schema, list):
-        return [_strict(s) for s in schema]
+        return [strict_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: _strict(v) for k, v in schema.items() if k != "properties" and not k.startswith("x-kubernetes-")}
+    out = {k: strict_schema(v) for k, v in schema.items() if k != "properties" and not k.startswith("x-kubernetes-")}
     if "properties" in schema:
-        out["properties"] = {field: _strict(sub) for field, sub in schema["properties"].items()}
+        out["properties"] = {field: strict_schema(sub) for field, sub in schema["properties"].items()}
         open_ended = "additionalProperties" in schema or schema.get("x-kubernetes-preserve-unknown-fields")
         if not open_ended:
             out["additionalProperties"] = False
@@ -112,7 +112,7 @@ def _validator(api_version: str, kind: str) -> Any:
     import jsonschema
     import referencing
 
-    schema = _strict(crd_schema(api_version, kind))
+    schema = strict_schema(crd_schema(api_version, kind))
     schema["properties"]["metadata"] = {"$ref": f"{definitions['$id']}#/$defs/{_OBJECT_META}"}
     registry = referencing.Resource.from_contents(definitions) @ referencing.Registry()
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)
