@@ -61,3 +61,29 @@ def test_input_it_cannot_use(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "no fabricSettings" in bad.stderr
     bad = gpufleet("fabric", "settings", "--partitions-conf", str(empty))
     assert bad.returncode == 2 and "--opensm-conf" in bad.stderr
+
+
+def test_soft_roce_behind_a_dropping_firewall_read_from_another_host(tmp_path: Path) -> None:
+    import msgspec
+
+    from gpufleet.model.fabric_settings import HcaPortSetting, HostFabricSettings, RoceFirewall
+    from gpufleet.parsers.firewall import udp_port_iptables
+
+    verdict = udp_port_iptables((CAPTURES / "firewall" / "iptables_save_algo_input_drop.txt").read_text())
+    assert verdict is not None
+    soft = HostFabricSettings(
+        "gpu-07",
+        ports=[HcaPortSetting("rxe0", 1, "Ethernet", "Active", 1024, 4096, "eth1", 1500, "up", True, ["RoCE v2"])],
+        roce_firewall=RoceFirewall(verdict.tool, verdict.verdict, verdict.rule, verdict.chain),
+    )
+    saved = tmp_path / "gpu-07.json"
+    saved.write_text(msgspec.json.encode({"fabricSettings": [soft]}).decode())
+    hard = IB / "ibv_devinfo_mlx4_port2_down.txt"
+    done = gpufleet("fabric", "settings", "--host", "gpu-01", "--ibv-devinfo", str(hard), "--with", str(saved))
+    assert done.returncode == 0, done.stderr
+    assert "gpu-07: UDP 4791 (RoCEv2): rxe0: soft-RoCE; the firewall (iptables-save) drops UDP 4791" in done.stdout
+    assert "soft-roce-firewall" in done.stdout or "soft-RoCE (rdma_rxe)" in done.stdout
+    body = json.loads(gpufleet("fabric", "settings", "--host", "gpu-01", "--ibv-devinfo", str(hard), "--with",
+                               str(saved), "-o", "json").stdout)  # fmt: skip
+    [critical] = [f for f in body["findings"] if f["kind"] == "soft-roce-firewall"]
+    assert critical["severity"] == "critical" and "udp dport 4791 accept" in critical["fix"]

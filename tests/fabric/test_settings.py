@@ -1,9 +1,10 @@
-from gpufleet.fabric.settings import judge, lossless_priority, tc_for_priority
+from gpufleet.fabric.settings import judge, lossless_priority, roce_firewall_note, tc_for_priority
 from gpufleet.model import Severity
 from gpufleet.model.fabric_settings import (
     HcaPortSetting,
     HostFabricSettings,
     PartitionSetting,
+    RoceFirewall,
     RoceQosSetting,
     SubnetManagerConfig,
 )
@@ -133,3 +134,42 @@ def test_a_standby_of_the_masters_priority() -> None:
     standby.priority = 0
     master.priority = 14
     assert judge([HostFabricSettings("sm-01", subnet_managers=[master, standby])]) == []
+
+
+def roce(device: str, *, soft: bool = False, gids: list[str] | None = None, state: str = "up") -> HcaPortSetting:
+    return HcaPortSetting(
+        device, 1, "Ethernet", "Active", 1024, 4096, "eth1", 9000, state, soft, gids or ["IB/RoCE v1", "RoCE v2"]
+    )
+
+
+DROPPED = RoceFirewall("nft", "drop", "counter packets 1482 bytes 342159 drop", "inet filter/input")
+
+
+def test_soft_roce_behind_a_firewall_that_drops_4791_is_critical() -> None:
+    host = HostFabricSettings("gpu-07", ports=[roce("rxe0", soft=True)], roce_firewall=DROPPED)
+    [found] = [f for f in judge([host]) if f.kind == "soft-roce-firewall"]
+    assert found.severity == Severity.critical and str(found.port) == "gpu-07/rxe0/1"
+    assert "nft insert rule inet filter input udp dport 4791 accept" in found.fix
+    assert "counter packets 1482" in found.message
+    accepted = RoceFirewall("iptables-save", "accept", "-A INPUT -p udp --dport 4791 -j ACCEPT", "filter/INPUT")
+    host = HostFabricSettings("gpu-07", ports=[roce("rxe0", soft=True)], roce_firewall=accepted)
+    assert "soft-roce-firewall" not in kinds(judge([host]))
+    assert "accepts UDP 4791" in roce_firewall_note(host)
+
+
+def test_hardware_roce_is_never_judged_against_the_host_firewall() -> None:
+    host = HostFabricSettings("gpu-01", ports=[roce("mlx5_0")], roce_firewall=DROPPED)
+    assert "soft-roce-firewall" not in kinds(judge([host]))
+    note = roce_firewall_note(host)
+    assert "mlx5_0: hardware RoCE" in note and "ib_send_bw -R" in note
+
+
+def test_a_roce_port_without_a_v2_gid_or_with_its_netdev_down() -> None:
+    v1_only = HostFabricSettings("gpu-02", ports=[roce("mlx5_0", gids=["IB/RoCE v1"])])
+    [found] = [f for f in judge([v1_only]) if f.kind == "roce-no-v2-gid"]
+    assert found.severity == Severity.warning and "IB/RoCE v1" in found.message
+    down = HostFabricSettings("gpu-02", ports=[roce("mlx5_0", state="down")])
+    assert "roce-netdev-down" in kinds(judge([down])) and "roce-no-v2-gid" not in kinds(judge([down]))
+    # GID types not read (an older agent): no finding; an InfiniBand port's GIDs are not RoCE's
+    unread = HcaPortSetting("mlx5_0", 1, "Ethernet", "Active", 4096, 4096, "eth1", 9000)
+    assert not {"roce-no-v2-gid", "roce-netdev-down"} & set(kinds(judge([HostFabricSettings("h", ports=[unread])])))

@@ -122,8 +122,12 @@ SETTINGS_HELP = "\n\n".join(
         "--with adds other hosts' settings (files this command wrote with -o json), so MTUs, lossless priorities "
         "and subnet managers' priorities are compared across hosts. `-o json` writes {fabricSettings, findings}: "
         "`gpufleet doctor` reads it (GF050-GF054, with the jobs' NCCL_IB_TC and NCCL_COLLNET_ENABLE), and so does "
-        "`gpufleet fabric discover --settings`. UDP 4791 (RoCEv2) reachability between hosts is not checked here: "
-        "it needs traffic between two hosts (ib_write_bw over RoCE, or rping).",
+        "`gpufleet fabric discover --settings`.",
+        "RoCEv2 (UDP 4791): a soft-RoCE (rdma_rxe) device runs in the host's network stack, so the firewall's "
+        "input rules (`nft list ruleset`, else `iptables-save`; both need root) are judged: a drop or reject of "
+        "UDP 4791, or a drop policy without an accept for it, is critical. Each RoCE port's GID table must hold a "
+        "RoCE v2 GID and its netdev be up. A hardware RoCE NIC (mlx5) bypasses the host firewall: that path is "
+        "not judged here and needs a two-host test (`ib_send_bw -R`, or rping).",
         "Examples:",
         "  gpufleet fabric settings",
         "  gpufleet fabric settings -o json > $(hostname).json",
@@ -249,7 +253,11 @@ def _render_settings(hosts: list[HostFabricSettings], findings: list[FabricFindi
     ]  # fmt: skip
     if qos_rows:
         console.print(make_table(["HOST", "NETDEV", "TRUST", "PFC", "ECN (RP)", "TCLASS"], qos_rows))
+    from gpufleet.fabric.settings import roce_firewall_note
+
     for h in hosts:
+        if note := roce_firewall_note(h):
+            console.print(f"{h.host}: UDP 4791 (RoCEv2): {note}", highlight=False)
         if h.opensm is not None:
             sm = h.opensm
             console.print(

@@ -23,6 +23,15 @@ Facts behind the checks:
   ftree or updn; SHARP's aggregation manager requires updn, ar_updn, ftree or ar_ftree on tree topologies (NVIDIA
   SHARP, "Setting up NVIDIA SHARP Environment"). Two SMs of equal sm_priority elect the lower GUID, so which host
   is master depends on GUIDs, not intent (IBA 14.4.1, opensm(8) -p). sweep_interval 0 disables periodic sweeps.
+- RoCEv2 is UDP to destination port 4791. Soft-RoCE (rdma_rxe, `rdma link add rxe0 type rxe netdev eth0`;
+  rdma-core Documentation/rxe.md) sends and receives it through the kernel's UDP stack (it opens a UDP tunnel
+  socket on 4791; Linux drivers/infiniband/sw/rxe/rxe_net.c), so the host's netfilter INPUT rules apply: a drop or
+  reject of UDP 4791, or a drop policy with no accept for it, breaks it. A hardware RoCE NIC (ConnectX, mlx5)
+  terminates RoCE itself: "RoCE traffic is offloaded by hardware and is not visible in standard Ethernet interface
+  counters" (NVIDIA DOCA, RDMA over Converged Ethernet), it bypasses the kernel's qdisc (facebookresearch/DCPerf
+  #671: netem had no effect on ConnectX-7 RoCE) and so netfilter, which sits on the same kernel path: the host
+  firewall neither blocks nor admits it, and only traffic between two hosts tests the path. RoCEv2 needs a
+  "RoCE v2" entry in the port's GID table (sysfs gid_attrs/types); GIDs follow the netdev's IP addresses.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from gpufleet.fabric.findings import FabricFinding
 from gpufleet.fabric.graph import End, FabricGraph, NodeKind
 from gpufleet.model import Severity
 from gpufleet.model.fabric_settings import HcaPortSetting, HostFabricSettings, RoceQosSetting
+from gpufleet.parsers.firewall import ROCE_V2_PORT
 
 NCCL_ENV = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 NCCL_IB_SOURCE = "https://github.com/NVIDIA/nccl/blob/master/src/transport/net_ib.cc"
@@ -43,6 +53,8 @@ QOS_DOCS = "https://docs.nvidia.com/networking/display/mlnxofedv23106161lts/qual
 ECN_DOCS = "https://docs.nvidia.com/networking/display/mlnxofedv24010331/explicit+congestion+notification+(ecn)"
 SHARP_SETUP = "https://docs.nvidia.com/networking/display/sharpv330/setting+up+nvidia+sharp+environment"
 SHARP_NCCL = "https://docs.nvidia.com/networking/display/sharpltsv391/using+nvidia+sharp+with+nvidia+nccl"
+RXE_DOCS = "https://github.com/linux-rdma/rdma-core/blob/master/Documentation/rxe.md"
+DOCA_ROCE = "https://docs.nvidia.com/doca/sdk/RDMA+over+Converged+Ethernet/index.html"
 SHARP_COLL = "https://docs.nvidia.com/networking/display/SHARPv261/NVIDIA+SHARP+Collective+Library"
 
 FULL_IB_MTU = 4096
@@ -76,6 +88,8 @@ def judge(hosts: Iterable[HostFabricSettings], *, fat_tree: bool | None = None) 
         for qos in host.roce:
             findings += roce_lossless(host.host, qos)
     findings += roce_consistency(hosts)
+    for host in hosts:
+        findings += roce_v2_path(host)
     findings += opensm_config(hosts, fat_tree=fat_tree)
     findings += subnet_managers(hosts)
     # a port read twice (on its host, and through the SM's SMPs) is one finding
@@ -294,6 +308,82 @@ def roce_consistency(hosts: list[HostFabricSettings]) -> list[FabricFinding]:
                 )
             )
     return findings
+
+
+def roce_v2_path(host: HostFabricSettings) -> list[FabricFinding]:
+    """What can stop RoCEv2 on this host: a soft-RoCE device behind a firewall that drops UDP 4791, a RoCE port
+    without a RoCEv2 GID or whose netdev is down. A hardware RoCE port is not judged against the firewall."""
+    findings: list[FabricFinding] = []
+    fw = host.roce_firewall
+    for p in host.ports:
+        if p.link_layer.lower() != "ethernet":
+            continue
+        where = _port_end(host.host, p)
+        name = f"{host.host} {p.device} port {p.port}"
+        if p.soft_roce and fw is not None and fw.verdict in ("drop", "reject"):
+            findings.append(
+                FabricFinding(
+                    "soft-roce-firewall",
+                    Severity.critical,
+                    f"{name} is soft-RoCE (rdma_rxe) and the host firewall {fw.verdict}s UDP {ROCE_V2_PORT} "
+                    f"({fw.tool}, {fw.chain}: {fw.rule}): RoCEv2 packets from other hosts never reach it",
+                    f"accept RoCEv2 before that rule: `nft insert rule {_nft_table(fw.chain)} udp dport "
+                    f"{ROCE_V2_PORT} accept` (or `iptables -I INPUT -p udp --dport {ROCE_V2_PORT} -j ACCEPT`), and "
+                    "in the host's saved firewall configuration",
+                    port=where,
+                    source=RXE_DOCS,
+                )
+            )
+        if p.netdev and p.netdev_state == "down":
+            findings.append(
+                FabricFinding(
+                    "roce-netdev-down",
+                    Severity.warning,
+                    f"{name}: its netdev {p.netdev} is down: the port carries no RoCE",
+                    f"`ip link set {p.netdev} up` and find why it went down (cable, switch port)",
+                    port=where,
+                    source=ROCE_DOCS,
+                )
+            )
+        elif p.gid_types is not None and "RoCE v2" not in p.gid_types:
+            have = ", ".join(p.gid_types) or "none"
+            findings.append(
+                FabricFinding(
+                    "roce-no-v2-gid",
+                    Severity.warning,
+                    f"{name}: no RoCE v2 GID in its GID table (types: {have}): RoCEv2 (UDP {ROCE_V2_PORT}), which "
+                    "NCCL and rdma_cm use by default, cannot run on it",
+                    f"give {p.netdev or 'its netdev'} an IP address and bring it up (GIDs follow the netdev's "
+                    "addresses); check `cma_roce_mode` and the port's GID table (`show_gids`)",
+                    port=where,
+                    source=ROCE_DOCS,
+                )
+            )
+    return findings
+
+
+def roce_firewall_note(host: HostFabricSettings) -> str:
+    """What this host's settings say about UDP 4791, for output beside the findings (never a finding)."""
+    hardware = sorted({p.device for p in host.ports if p.link_layer.lower() == "ethernet" and not p.soft_roce})
+    soft = sorted({p.device for p in host.ports if p.link_layer.lower() == "ethernet" and p.soft_roce})
+    parts = []
+    if hardware:
+        parts.append(
+            f"{', '.join(hardware)}: hardware RoCE, which the host firewall does not see; UDP {ROCE_V2_PORT} "
+            "between hosts needs a two-host test (`ib_send_bw -R -d <dev>` on both, or `rping -s`/`rping -c`)"
+        )
+    if soft and host.roce_firewall is not None:
+        fw = host.roce_firewall
+        parts.append(f"{', '.join(soft)}: soft-RoCE; the firewall ({fw.tool}) {fw.verdict}s UDP {ROCE_V2_PORT}")
+    elif soft:
+        parts.append(f"{', '.join(soft)}: soft-RoCE; the firewall was not read (needs root)")
+    return "; ".join(parts)
+
+
+def _nft_table(chain: str) -> str:
+    """`inet filter input` from "inet filter/input" (an iptables chain: the iptables-nft table)."""
+    table, _, name = chain.rpartition("/")
+    return f"{table} {name}" if " " in table else "ip filter INPUT"
 
 
 def opensm_config(hosts: list[HostFabricSettings], *, fat_tree: bool | None) -> list[FabricFinding]:

@@ -23,6 +23,21 @@ class HcaPortSetting(msgspec.Struct):
     max_mtu: int | None = None
     netdev: Short = ""  # RoCE: the Ethernet interface of the port
     netdev_mtu: int | None = None
+    netdev_state: Short = ""  # RoCE: /sys/class/net/<if>/operstate (up, down, ...); "" not read
+    soft_roce: bool = False  # a soft-RoCE (rdma_rxe) device: RoCE runs in the host's network stack
+    # RoCE: the GID table's types (/sys/class/infiniband/<dev>/ports/<n>/gid_attrs/types/<i>: "IB/RoCE v1",
+    # "RoCE v2"), each once; None when not read
+    gid_types: Annotated[list[Short], msgspec.Meta(max_length=8)] | None = None
+
+
+class RoceFirewall(msgspec.Struct):
+    """What the host's packet filter does with an incoming UDP packet to 4791 (RoCEv2): `nft list ruleset` or
+    `iptables-save`, judged by gpufleet.parsers.firewall. Read only where a soft-RoCE device runs."""
+
+    tool: Short  # nft, iptables-save
+    verdict: Short  # accept, drop, reject
+    rule: Annotated[str, msgspec.Meta(max_length=1024)] = ""  # the deciding rule, or the chain's policy
+    chain: Short = ""
 
 
 class RoceQosSetting(msgspec.Struct):
@@ -82,6 +97,7 @@ class HostFabricSettings(msgspec.Struct):
     # every subnet manager of the subnet this host reaches (`saquery SMIR`); [] when not asked
     subnet_managers: Annotated[list[SubnetManagerSeen], msgspec.Meta(max_length=64)] = []
     errors: Annotated[list[Short], msgspec.Meta(max_length=64)] = []
+    roce_firewall: RoceFirewall | None = None  # None: no soft-RoCE device, or no firewall tool ran
     # host: read on the host itself; sm: its HCA ports as the subnet manager's SMPs read them (`smpquery portinfo`:
     # NeighborMTU as active_mtu, MtuCap as max_mtu), by the agent that watches the fabric, for every host
     source: Short = "host"

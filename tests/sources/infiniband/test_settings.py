@@ -4,6 +4,7 @@ processes that run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gpufleet.fabric.settings import judge
@@ -75,3 +76,86 @@ def test_what_cannot_be_read_is_said(tmp_path: Path) -> None:
     assert [p.device for p in settings.ports] == ["mlx5_0"] and settings.ports[0].active_mtu is None
     assert len(settings.errors) == 2 and "ibv_devinfo" in settings.errors[0] and "mlnx_qos" in settings.errors[1]
     assert settings.opensm is None and settings.opensm_running is None
+
+
+def test_soft_roce_gid_types_and_the_firewall(tmp_path: Path) -> None:
+    put(tmp_path, "sys/class/infiniband/rxe0/ports/1/link_layer", "Ethernet")
+    put(tmp_path, "sys/class/infiniband/rxe0/ports/1/state", "4: ACTIVE")
+    put(tmp_path, "sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/0", "eth1")
+    put(tmp_path, "sys/class/infiniband/rxe0/ports/1/gid_attrs/types/0", "IB/RoCE v1")
+    put(tmp_path, "sys/class/infiniband/rxe0/ports/1/gid_attrs/types/1", "RoCE v2")
+    put(tmp_path, "sys/class/net/eth1/mtu", "1500")
+    put(tmp_path, "sys/class/net/eth1/operstate", "up")
+
+    def with_firewall(argv: list[str]) -> str | None:
+        if argv == ["iptables-save"]:
+            return (CAPTURES.parent / "firewall" / "iptables_save_algo_input_drop.txt").read_text()
+        return None  # nft missing: iptables-save decides
+
+    settings = read_host_settings(tmp_path, with_firewall, host="gpu-07")
+    [port] = settings.ports
+    assert port.soft_roce and port.gid_types == ["IB/RoCE v1", "RoCE v2"] and port.netdev_state == "up"
+    assert settings.roce_firewall is not None and settings.roce_firewall.verdict == "drop"
+    kinds = {f.kind: f for f in judge([settings])}
+    assert kinds["soft-roce-firewall"].severity == "critical" and "4791" in kinds["soft-roce-firewall"].fix
+    # not root: neither tool runs, which is an error and no verdict
+    settings = read_host_settings(tmp_path, lambda argv: None, host="gpu-07")
+    assert settings.roce_firewall is None and any("iptables-save" in e for e in settings.errors)
+    assert "soft-roce-firewall" not in {f.kind for f in judge([settings])}
+
+
+def test_soft_roce_by_its_parent_attribute_and_hardware_roce(tmp_path: Path) -> None:
+    for dev in ("roce_eth1", "mlx5_0"):
+        put(tmp_path, f"sys/class/infiniband/{dev}/node_type", "1: CA")
+        put(tmp_path, f"sys/class/infiniband/{dev}/ports/1/link_layer", "Ethernet")
+        put(tmp_path, f"sys/class/infiniband/{dev}/ports/1/gid_attrs/types/0", "RoCE v2")
+    put(tmp_path, "sys/class/infiniband/roce_eth1/parent", "eth1")  # rxe's own attribute, whatever the name
+    asked: list[list[str]] = []
+
+    def tools(argv: list[str]) -> str | None:
+        asked.append(argv)
+        return None
+
+    settings = read_host_settings(tmp_path, tools, host="gpu-09")
+    assert {p.device: p.soft_roce for p in settings.ports} == {"roce_eth1": True, "mlx5_0": False}
+    assert ["nft", "list", "ruleset"] in asked
+    # hardware RoCE alone: the firewall is not read at all
+    (tmp_path / "sys/class/infiniband/roce_eth1/parent").unlink()
+    put(tmp_path, "sys/class/infiniband/roce_eth1/node_type", "4: RNIC")  # a soft iWARP device is not RoCE
+    asked.clear()
+    settings = read_host_settings(tmp_path, tools, host="gpu-09")
+    assert not any(p.soft_roce for p in settings.ports) and ["nft", "list", "ruleset"] not in asked
+
+
+def fake_tool(bin_dir: Path, name: str, capture: Path | None) -> None:
+    """An executable on PATH that prints a real capture (or fails, as the tools do without root)."""
+    body = f"exec /bin/cat {capture}" if capture else "echo 'Operation not permitted' >&2; exit 1"
+    (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+    (bin_dir / name).chmod(0o755)
+
+
+def test_firewall_tools_found_on_path(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from gpufleet.sources.infiniband.settings import run_tool
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    firewall = CAPTURES.parent / "firewall"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    put(tmp_path, "root/sys/class/infiniband/rxe0/ports/1/link_layer", "Ethernet")
+    fake_tool(bin_dir, "nft", firewall / "nft_ruleset_pastebin_counter_drop.txt")
+    fake_tool(bin_dir, "iptables-save", None)
+    settings = read_host_settings(tmp_path / "root", run_tool, host="gpu-08")
+    assert settings.roce_firewall is not None
+    assert (settings.roce_firewall.tool, settings.roce_firewall.verdict) == ("nft", "drop")
+    # nft's ruleset is empty (legacy iptables holds the rules): iptables-save decides
+    (tmp_path / "empty.txt").write_text("")
+    fake_tool(bin_dir, "nft", tmp_path / "empty.txt")
+    fake_tool(bin_dir, "iptables-save", firewall / "iptables_save_algo_input_drop.txt")
+    settings = read_host_settings(tmp_path / "root", run_tool, host="gpu-08")
+    assert settings.roce_firewall is not None
+    assert (settings.roce_firewall.tool, settings.roce_firewall.verdict) == ("iptables-save", "drop")
+    # both fail (not root): no verdict, an error
+    fake_tool(bin_dir, "nft", None)
+    fake_tool(bin_dir, "iptables-save", None)
+    settings = read_host_settings(tmp_path / "root", run_tool, host="gpu-08")
+    assert settings.roce_firewall is None and any("not root" in e for e in settings.errors)

@@ -23,7 +23,14 @@ from gpufleet.fabric.settings_captures import (
     ports_from_devinfo,
     roce_from_mlnx_qos,
 )
-from gpufleet.model.fabric_settings import HcaPortSetting, HostFabricSettings, RoceQosSetting, SubnetManagerConfig
+from gpufleet.model.fabric_settings import (
+    HcaPortSetting,
+    HostFabricSettings,
+    RoceFirewall,
+    RoceQosSetting,
+    SubnetManagerConfig,
+)
+from gpufleet.parsers.firewall import udp_port_iptables, udp_port_nft
 
 TOOL_TIMEOUT_S = 10.0
 OPENSM_CONF = Path("/etc/opensm/opensm.conf")
@@ -87,10 +94,15 @@ def read_host_settings(
             if setting.link_layer.lower() == "ethernet":
                 netdev = _read(port_dir / "gid_attrs/ndevs/0") or ""
                 setting.netdev = netdev
+                setting.soft_roce = is_soft_roce(dev)
+                setting.gid_types = _gid_types(port_dir / "gid_attrs/types")
                 if netdev:
                     setting.netdev_mtu = _int(_read(root / "sys/class/net" / netdev / "mtu"))
+                    setting.netdev_state = _read(root / "sys/class/net" / netdev / "operstate") or ""
                     out.roce.append(_roce_qos(root, dev.name, netdev, run, out.errors))
             out.ports.append(setting)
+    if any(p.soft_roce for p in out.ports):
+        out.roce_firewall = read_roce_firewall(run, out.errors)
     conf = opensm_conf or root / OPENSM_CONF.relative_to("/")
     if conf.is_file():
         out.opensm = read_opensm_config(conf, root)
@@ -99,6 +111,51 @@ def read_host_settings(
         out.opensm_running = "opensm" in processes
         out.sharp_am_running = "sharp_am" in processes
     return out
+
+
+def is_soft_roce(dev: Path) -> bool:
+    """rdma_rxe's devices: only rxe gives an RDMA device a `parent` attribute (the netdev it runs on; Linux
+    drivers/infiniband/sw/rxe/rxe_verbs.c, parent_show), and `rdma link add rxe0 type rxe netdev <if>` names them
+    rxe* by custom. Soft iWARP (siw, node_type "4: RNIC") is not RoCE."""
+    if (_read(dev / "node_type") or "").endswith("RNIC"):
+        return False
+    return dev.name.startswith("rxe") or (dev / "parent").is_file()
+
+
+def _gid_types(folder: Path) -> list[str] | None:
+    """The GID table's types, each once. An unused entry reads as an error (EINVAL), so it is skipped."""
+    if not folder.is_dir():
+        return None
+    seen: list[str] = []
+    for entry in sorted(folder.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
+        kind = _read(entry)
+        if kind and kind not in seen:
+            seen.append(kind)
+    return seen
+
+
+def read_roce_firewall(run: Run, errors: list[str]) -> RoceFirewall | None:
+    """What the host's packet filter does with UDP 4791: `nft list ruleset` (which also shows iptables-nft's
+    rules), then `iptables-save` (legacy iptables' rules are not in nft's ruleset). Both need root
+    (CAP_NET_ADMIN): without it they fail, and that is an error here, not a verdict."""
+    ran: list[str] = []
+    for argv, judge in ((["nft", "list", "ruleset"], udp_port_nft), (["iptables-save"], udp_port_iptables)):
+        text = run(argv)
+        if text is None:
+            continue
+        ran.append(argv[0])
+        verdict = judge(text)
+        if verdict is not None and (verdict.verdict != "accept" or argv[0] == "iptables-save"):
+            return RoceFirewall(
+                tool=verdict.tool, verdict=verdict.verdict, rule=verdict.rule[:1024], chain=verdict.chain
+            )
+    if ran:
+        return RoceFirewall(tool=ran[0], verdict="accept", rule="no input-hook filter rule drops UDP 4791")
+    errors.append(
+        "nft list ruleset and iptables-save did not run (missing, or not root): whether the firewall drops "
+        "soft-RoCE's UDP 4791 is not known"
+    )
+    return None
 
 
 def read_opensm_config(conf: Path, root: Path = Path("/")) -> SubnetManagerConfig:
