@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpufleet.parsers.firewall import udp_port_iptables, udp_port_nft
 
 CAPTURES = Path(__file__).parents[1] / "captures" / "firewall"
+# the words both formats are made of, shuffled into rulesets no tool would print
+TOKENS = ["table", "inet", "ip", "filter", "chain", "input", "INPUT", "{", "}", ";", "type", "hook", "priority", "0;",
+          "policy", "drop;", "accept", "drop", "reject", "jump", "goto", "udp", "dport", "4791", "{ 4791, 1 }", "!=",
+          "4000-5000", "*filter", ":INPUT", "DROP", "[0:0]", "-A", "-p", "--dport", "4000:5000", "-j", "-g", "!",
+          "ACCEPT", "COMMIT", "ct", "state", "new", "iifname", '"lo"', "counter", "return", "RETURN", "x"]  # fmt: skip
 
 
 def text(name: str) -> str:
@@ -33,11 +41,21 @@ def test_iptables_accept_for_4791_a_range_or_a_narrowed_drop() -> None:
     # a drop from one source is not a block of RoCE; the DROP policy still decides
     narrowed = udp_port_iptables(base.replace(first, first + "-A INPUT -s 10.0.0.9/32 -p udp --dport 4791 -j DROP\n"))
     assert narrowed is not None and narrowed.rule.startswith(":INPUT DROP")
+    # negations as iptables-save writes them
+    others = udp_port_iptables(base.replace(first, first + "-A INPUT -p udp -m udp ! --dport 4791 -j ACCEPT\n"))
+    assert others is not None and others.verdict == "drop"
+    not_udp = udp_port_iptables(base.replace(first, first + "-A INPUT ! -p udp -j ACCEPT\n"))
+    assert not_udp is not None and not_udp.verdict == "drop"
     # a user chain jumped to is followed
     jumped = base.replace(":OUTPUT ACCEPT [114:22693]\n", ":OUTPUT ACCEPT [114:22693]\n:ROCE - [0:0]\n")
     jumped = jumped.replace(first, first + "-A INPUT -p udp -j ROCE\n-A ROCE -p udp --dport 4791 -j ACCEPT\n")
     found = udp_port_iptables(jumped)
     assert found is not None and (found.verdict, found.chain) == ("accept", "filter/ROCE")
+    # after a goto, the end of the chain gone to is the end of INPUT: its DROP policy, not the accept after it
+    gone = base.replace(":OUTPUT ACCEPT [114:22693]\n", ":OUTPUT ACCEPT [114:22693]\n:EMPTY - [0:0]\n")
+    gone = gone.replace(first, first + "-A INPUT -p udp -g EMPTY\n-A INPUT -p udp --dport 4791 -j ACCEPT\n")
+    ended = udp_port_iptables(gone)
+    assert ended is not None and ended.verdict == "drop" and "policy" in ended.rule
 
 
 def test_iptables_without_a_filter_table() -> None:
@@ -78,3 +96,12 @@ def test_nft_without_input_chains() -> None:
         is None
     )
     assert udp_port_nft("") is None
+
+
+@given(st.lists(st.sampled_from(TOKENS), max_size=40).map(" ".join), st.text(max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_any_text_gives_a_verdict_or_none(words: str, noise: str) -> None:
+    for text_in in (words.replace(" ; ", "\n"), noise, text("nft_ruleset_pastebin_counter_drop.txt") + words):
+        for parse in (udp_port_nft, udp_port_iptables):
+            found = parse(text_in)
+            assert found is None or found.verdict in ("accept", "drop", "reject")

@@ -4,7 +4,8 @@
 Only the filter chains on the INPUT hook decide whether a packet for this host arrives: iptables-save's `*filter`
 table, chain INPUT (its policy is the `:INPUT DROP [..]` line); nft's base chains `type filter hook input` of the
 ip, ip6 and inet families (`policy drop;`). Each rule is tried in order; a jump/goto is followed into the named
-chain of the same table. A rule counts only when it matches every such packet or may match it:
+chain of the same table (after a jump the caller's next rule is tried; after a goto the caller ends too). A jump
+to a chain the text does not hold decides nothing. A rule counts only when it matches every such packet or may match it:
 - a drop/reject counts only when nothing but the protocol and port narrows it (a rule limited to a source, an
   interface, a conntrack state or a rate does not drop every RoCE packet, so it is not called a block);
 - an accept limited to a source or an interface counts as an accept (RoCE may arrive that way); an accept limited
@@ -66,7 +67,7 @@ def udp_port_iptables(text: str, port: int = ROCE_V2_PORT) -> PortVerdict | None
     found = _ipt_chain(chains, "INPUT", port, 0)
     if found is not None:
         return found
-    policy = policies.get("INPUT", "ACCEPT").lower()
+    policy = "drop" if policies.get("INPUT", "ACCEPT").upper() == "DROP" else "accept"  # the only two policies
     return PortVerdict(policy, f":INPUT {policy.upper()} (the chain's policy)", "filter/INPUT", "iptables-save")
 
 
@@ -74,13 +75,14 @@ def _ipt_chain(chains: dict[str, list[_IptRule]], name: str, port: int, depth: i
     if depth > MAX_DEPTH:
         return None
     for rule in chains.get(name, []):
-        target = _opt(rule.args, "-j", "--jump") or _opt(rule.args, "-g", "--goto")
+        goto = _opt(rule.args, "-g", "--goto")
+        target = _opt(rule.args, "-j", "--jump") or goto
         if target is None or not _ipt_may_match(rule.args, port):
             continue
         if target in chains:
             found = _ipt_chain(chains, target, port, depth + 1)
-            if found is not None:
-                return found
+            if found is not None or goto:
+                return found  # the end of a chain gone to (not jumped to) ends this one too
             continue
         verdict = target.lower()
         if verdict == "return":
@@ -100,14 +102,18 @@ def _opt(args: list[str], *names: str) -> str | None:
 
 
 def _ipt_may_match(args: list[str], port: int) -> bool:
+    # iptables-save writes a negation before its option: `! -p udp`, `-m udp ! --dport 4791`
     negated = {args[i + 1] for i, a in enumerate(args[:-1]) if a == "!"}
     proto = _opt(args, "-p", "--protocol")
-    if proto is not None and (proto.lower() not in ("udp", "all", "17") or proto in negated):
-        return False
-    ports = _opt(args, "--dport", "--destination-port") or _opt(args, "--dports", "--destination-ports")
+    if proto is not None:
+        is_udp = proto.lower() in ("udp", "all", "17")
+        if is_udp == bool(negated & {"-p", "--protocol"}):
+            return False
+    flags = ("--dport", "--destination-port", "--dports", "--destination-ports")
+    ports = _opt(args, *flags)
     if ports is not None:
         inside = any(_in_range(p, port, ":") for p in ports.split(","))
-        return inside != (ports in negated)
+        return inside != bool(negated & set(flags))
     return True
 
 
@@ -171,7 +177,7 @@ def udp_port_nft(text: str, port: int = ROCE_V2_PORT) -> PortVerdict | None:
         elif chain and line.startswith("type "):
             if (b := _NFT_BASE.search(line)) is not None:
                 tables[table][chain].base = True
-                tables[table][chain].policy = (b["policy"] or "accept").lower()
+                tables[table][chain].policy = "drop" if (b["policy"] or "").lower() == "drop" else "accept"
         elif chain and not line.startswith(("hook ", "devices ", "policy ")):
             rules = tables[table][chain].rules
             assert rules is not None
@@ -199,8 +205,8 @@ def _nft_chain(chains: dict[str, _NftChain], table: str, name: str, port: int, d
         verdict = m["verdict"]
         if verdict.startswith(("jump", "goto")):
             found = _nft_chain(chains, table, verdict.split()[1], port, depth + 1)
-            if found is not None:
-                return found
+            if found is not None or verdict.startswith("goto"):
+                return found  # the end of a chain gone to (not jumped to) ends this one too
             continue
         if verdict == "return":
             return None
