@@ -143,10 +143,11 @@ class FabricGraph:
         return None if node is None else node.kind
 
     def restricted_to(self, names: set[str]) -> FabricGraph:
-        """The part of this fabric among `names`: those nodes and the links between them."""
+        """The part of this fabric among `names`: those nodes (in this fabric's order) and the links between them."""
         part = FabricGraph(source=self.source)
-        for name in names & self.nodes.keys():
-            part.add_node(self.nodes[name])
+        for name, node in self.nodes.items():
+            if name in names:
+                part.add_node(node)
         for link in self.links:
             if link.a.node in names and link.b.node in names:
                 part.add_link(link)
