@@ -243,25 +243,48 @@ def replay(
     if progress is not None:
         progress(n % 256)
 
+    return _result(
+        policy_name, seed, tune, placements, failed, failed_by_shape, (arrived, free, frag), capacity, points,
+        (started, started_cpu),
+    )  # fmt: skip
+
+
+def _result(
+    policy: str,
+    seed: int,
+    tune: float,
+    placements: list[ReplayPlacement | None],
+    failed: int,
+    failed_by_shape: dict[str, int],
+    curves: tuple[FloatArray, FloatArray, FloatArray],
+    capacity: int,
+    points: Sequence[int],
+    started: tuple[float, float],
+    gangs: GangStats | None = None,
+) -> ReplayResult:
+    """A replay's result from its per-pod curves (GPU milli arrived, free and fragmented after each pod) and the
+    wall and CPU clocks it started at."""
+    arrived, free, frag = curves
     total_gpus = capacity // MILLI
     alloc = (capacity - free) / capacity * 100.0
     frag_pct = frag / capacity * 100.0
     return ReplayResult(
-        policy=policy_name,
+        policy=policy,
         seed=seed,
         tune=tune,
-        pods=n,
+        pods=len(placements),
         failed=failed,
         failed_by_shape=dict(sorted(failed_by_shape.items())),
         alloc_pct={str(k): v for k, v in discrete_curve(arrived, alloc, total_gpus, points).items()},
         frag_amount_pct={str(k): v for k, v in discrete_curve(arrived, frag_pct, total_gpus, points).items()},
-        seconds=time.perf_counter() - started,
-        cpu_seconds=time.process_time() - started_cpu,
+        seconds=time.perf_counter() - started[0],
+        cpu_seconds=time.process_time() - started[1],
         total_gpus=total_gpus,
         arrived_milli=arrived,
         alloc_curve=alloc,
         frag_curve=frag_pct,
         placements=placements,
+        gangs=gangs,
     )
 
 
@@ -399,28 +422,11 @@ def _replay_gangs(
     if progress is not None and done:
         progress(done)
 
-    arrived, free, frag = np.array(arrived_list), np.array(free_list), np.array(frag_list)
-    total_gpus = capacity // MILLI
-    alloc = (capacity - free) / capacity * 100.0
-    frag_pct = frag / capacity * 100.0
-    return ReplayResult(
-        policy=policy_name,
-        seed=seed,
-        tune=tune,
-        pods=len(placements),
-        failed=failed,
-        failed_by_shape=dict(sorted(failed_by_shape.items())),
-        alloc_pct={str(k): v for k, v in discrete_curve(arrived, alloc, total_gpus, points).items()},
-        frag_amount_pct={str(k): v for k, v in discrete_curve(arrived, frag_pct, total_gpus, points).items()},
-        seconds=time.perf_counter() - started,
-        cpu_seconds=time.process_time() - started_cpu,
-        total_gpus=total_gpus,
-        arrived_milli=arrived,
-        alloc_curve=alloc,
-        frag_curve=frag_pct,
-        placements=placements,
-        gangs=stats,
-    )
+    curves = (np.array(arrived_list), np.array(free_list), np.array(frag_list))
+    return _result(
+        policy_name, seed, tune, placements, failed, failed_by_shape, curves, capacity, points,
+        (started, started_cpu), stats,
+    )  # fmt: skip
 
 
 def place_one(cluster: ReplayCluster, policy_name: str, pod: PodRequest, seed: int = 0) -> ReplayPlacement | None:
